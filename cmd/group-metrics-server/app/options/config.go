@@ -1,0 +1,163 @@
+package options
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/labels"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/apiserver"
+	"github.com/group-metrics-server/group-metrics-server/pkg/certs"
+	"github.com/group-metrics-server/group-metrics-server/pkg/server"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet"
+)
+
+const userAgent = "group-metrics-server"
+
+// ServerConfig turns validated options into a server.Config. It talks to the
+// cluster: it may create the serving-certificate Secret.
+func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
+	restCfg, err := o.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	kube, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+
+	var caBundle *certs.CABundleWriter
+	if o.ServingCertSecret != "" && o.SecureServing.ServerCert.CertKey.CertFile == "" {
+		caBundle, err = o.useSecretCert(ctx, restCfg, kube)
+		if err != nil {
+			return nil, err
+		}
+	} else if err := o.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil, loopbackIPs); err != nil {
+		return nil, fmt.Errorf("self-signed serving certificate: %w", err)
+	}
+
+	// The delegated checks reach the same cluster unless told otherwise.
+	if o.Authentication.RemoteKubeConfigFile == "" {
+		o.Authentication.RemoteKubeConfigFile = o.Kubeconfig
+	}
+	if o.Authorization.RemoteKubeConfigFile == "" {
+		o.Authorization.RemoteKubeConfigFile = o.Kubeconfig
+	}
+
+	api := genericapiserver.NewRecommendedConfig(apiserver.Codecs)
+	if err := o.SecureServing.ApplyTo(&api.SecureServing, &api.LoopbackClientConfig); err != nil {
+		return nil, err
+	}
+	if err := o.Authentication.ApplyTo(&api.Authentication, api.SecureServing, nil); err != nil {
+		return nil, err
+	}
+	if err := o.Authorization.ApplyTo(&api.Authorization); err != nil {
+		return nil, err
+	}
+	if err := o.Features.ApplyTo(&api.Config, kube, nil); err != nil {
+		return nil, err
+	}
+
+	addrTypes, err := o.addressTypes()
+	if err != nil {
+		return nil, err
+	}
+	selector, err := labels.Parse(o.NodeSelector)
+	if err != nil {
+		return nil, err
+	}
+	return &server.Config{
+		API:  api,
+		Kube: kube,
+		Kubelet: kubelet.ClientConfig{
+			REST:             o.kubeletREST(restCfg),
+			MaxResponseBytes: o.KubeletMaxResponseBytes,
+		},
+		KubeletPort:              o.KubeletPort,
+		KubeletUseNodeStatusPort: o.KubeletUseNodeStatusPort,
+		KubeletAddressTypes:      addrTypes,
+		NodeSelector:             selector,
+		Resolution:               o.MetricResolution,
+		Timeout:                  o.KubeletRequestTimeout,
+		Concurrency:              o.MaxConcurrentScrapes,
+		CABundle:                 caBundle,
+	}, nil
+}
+
+func (o *Options) restConfig() (*rest.Config, error) {
+	var (
+		cfg *rest.Config
+		err error
+	)
+	if o.Kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
+	}
+	cfg.UserAgent = userAgent
+	return cfg, nil
+}
+
+// kubeletREST derives the kubelet client configuration from the cluster's:
+// the same credentials (bearer token, re-read from its file as it rotates),
+// verified against --kubelet-certificate-authority or else the cluster CA.
+func (o *Options) kubeletREST(cluster *rest.Config) *rest.Config {
+	cfg := rest.CopyConfig(cluster)
+	cfg.Host = ""
+	tls := rest.TLSClientConfig{
+		CAFile: cluster.CAFile,
+		CAData: cluster.CAData,
+	}
+	switch {
+	case o.KubeletInsecureTLS:
+		tls = rest.TLSClientConfig{Insecure: true}
+	case o.KubeletCAFile != "":
+		tls = rest.TLSClientConfig{CAFile: o.KubeletCAFile}
+	}
+	if o.KubeletClientCertFile != "" {
+		tls.CertFile, tls.KeyFile = o.KubeletClientCertFile, o.KubeletClientKeyFile
+		cfg.BearerToken, cfg.BearerTokenFile = "", ""
+	} else {
+		tls.CertFile, tls.KeyFile = cluster.CertFile, cluster.KeyFile
+		tls.CertData, tls.KeyData = cluster.CertData, cluster.KeyData
+	}
+	cfg.TLSClientConfig = tls
+	return cfg
+}
+
+func (o *Options) useSecretCert(ctx context.Context, restCfg *rest.Config, kube kubernetes.Interface) (*certs.CABundleWriter, error) {
+	ns, name, err := o.secretRef()
+	if err != nil {
+		return nil, err
+	}
+	bundle, err := certs.LoadOrCreate(ctx, certs.SecretConfig{
+		Secrets:   kube.CoreV1(),
+		Namespace: ns,
+		Name:      name,
+		DNSNames:  o.ServingCertDNSNames,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("serving certificate: %w", err)
+	}
+	o.SecureServing.ServerCert.GeneratedCert, err = dynamiccertificates.NewStaticCertKeyContent("serving-cert-secret", bundle.Cert, bundle.Key)
+	if err != nil {
+		return nil, fmt.Errorf("serving certificate from secret %s: %w", o.ServingCertSecret, err)
+	}
+	if len(o.APIServices) == 0 {
+		return nil, nil
+	}
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	return &certs.CABundleWriter{Client: dyn, Names: o.APIServices, CA: bundle.CA}, nil
+}

@@ -1,0 +1,186 @@
+// Package options holds the command-line flags of group-metrics-server, their
+// validation, and their translation into a server.Config.
+package options
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+)
+
+// Options are the flags of group-metrics-server.
+type Options struct {
+	SecureServing  *genericoptions.SecureServingOptionsWithLoopback
+	Authentication *genericoptions.DelegatingAuthenticationOptions
+	Authorization  *genericoptions.DelegatingAuthorizationOptions
+	Features       *genericoptions.FeatureOptions
+	Logs           *logsapi.LoggingConfiguration
+
+	Kubeconfig string
+
+	MetricResolution     time.Duration
+	MaxConcurrentScrapes int
+	NodeSelector         string
+
+	KubeletPort                  int
+	KubeletUseNodeStatusPort     bool
+	KubeletPreferredAddressTypes []string
+	KubeletInsecureTLS           bool
+	KubeletCAFile                string
+	KubeletClientCertFile        string
+	KubeletClientKeyFile         string
+	KubeletRequestTimeout        time.Duration
+	KubeletMaxResponseBytes      int64
+
+	ServingCertSecret   string
+	ServingCertDNSNames []string
+	APIServices         []string
+
+	ShowVersion bool
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	o := &Options{
+		SecureServing:  genericoptions.NewSecureServingOptions().WithLoopback(),
+		Authentication: genericoptions.NewDelegatingAuthenticationOptions(),
+		Authorization:  genericoptions.NewDelegatingAuthorizationOptions(),
+		Features:       genericoptions.NewFeatureOptions(),
+		Logs:           logsapi.NewLoggingConfiguration(),
+
+		MetricResolution:     15 * time.Second,
+		MaxConcurrentScrapes: 64,
+
+		KubeletPort:                  10250,
+		KubeletPreferredAddressTypes: []string{string(corev1.NodeHostName), string(corev1.NodeInternalDNS), string(corev1.NodeInternalIP), string(corev1.NodeExternalDNS), string(corev1.NodeExternalIP)},
+		KubeletRequestTimeout:        10 * time.Second,
+		KubeletMaxResponseBytes:      10 << 20,
+
+		APIServices: []string{"v1beta1.metrics.k8s.io", "v1.metrics.k8s.io"},
+	}
+	o.SecureServing.BindPort = 10250
+	// An empty directory means a generated pair stays in memory: the root
+	// file system may be read-only.
+	o.SecureServing.ServerCert.CertDirectory = ""
+	o.SecureServing.ServerCert.PairName = ""
+	o.Features.EnableProfiling = false
+	return o
+}
+
+// Flags returns the flags, grouped for --help.
+func (o *Options) Flags() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+
+	fs := fss.FlagSet("metrics")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the cluster to serve; in-cluster configuration when empty.")
+	fs.DurationVar(&o.MetricResolution, "metric-resolution", o.MetricResolution, "Interval between two scrapes of every target. At least 5s.")
+	fs.IntVar(&o.MaxConcurrentScrapes, "max-concurrent-scrapes", o.MaxConcurrentScrapes, "Most targets scraped at once.")
+	fs.StringVar(&o.NodeSelector, "node-selector", o.NodeSelector, "Label selector of the nodes to scrape; all nodes when empty.")
+
+	fs = fss.FlagSet("kubelet client")
+	fs.IntVar(&o.KubeletPort, "kubelet-port", o.KubeletPort, "Port of the kubelet's API.")
+	fs.BoolVar(&o.KubeletUseNodeStatusPort, "kubelet-use-node-status-port", o.KubeletUseNodeStatusPort, "Use the port each node advertises in its status instead of --kubelet-port.")
+	fs.StringSliceVar(&o.KubeletPreferredAddressTypes, "kubelet-preferred-address-types", o.KubeletPreferredAddressTypes, "Node address types to reach a kubelet by, in order of preference.")
+	fs.BoolVar(&o.KubeletInsecureTLS, "kubelet-insecure-tls", o.KubeletInsecureTLS, "Do not verify the kubelets' serving certificates. For testing only.")
+	fs.StringVar(&o.KubeletCAFile, "kubelet-certificate-authority", o.KubeletCAFile, "CA file to verify kubelet serving certificates with; the cluster CA when empty.")
+	fs.StringVar(&o.KubeletClientCertFile, "kubelet-client-certificate", o.KubeletClientCertFile, "Client certificate to present to kubelets instead of the service-account token.")
+	fs.StringVar(&o.KubeletClientKeyFile, "kubelet-client-key", o.KubeletClientKeyFile, "Key of --kubelet-client-certificate.")
+	fs.DurationVar(&o.KubeletRequestTimeout, "kubelet-request-timeout", o.KubeletRequestTimeout, "Timeout of one scrape of one kubelet. Below --metric-resolution.")
+	fs.Int64Var(&o.KubeletMaxResponseBytes, "kubelet-max-response-bytes", o.KubeletMaxResponseBytes, "Largest Summary API response accepted from a kubelet.")
+
+	fs = fss.FlagSet("serving certificate")
+	fs.StringVar(&o.ServingCertSecret, "serving-cert-secret", o.ServingCertSecret, "NAMESPACE/NAME of a Secret that holds a self-signed CA and serving pair, created when absent and shared by all replicas. Ignored when --tls-cert-file is set.")
+	fs.StringSliceVar(&o.ServingCertDNSNames, "serving-cert-dns-names", o.ServingCertDNSNames, "DNS names the serving certificate from --serving-cert-secret covers, e.g. the Service's <name>.<namespace>.svc.")
+	fs.StringSliceVar(&o.APIServices, "apiservices", o.APIServices, "APIServices whose caBundle is kept equal to the CA of --serving-cert-secret.")
+
+	o.SecureServing.AddFlags(fss.FlagSet("secure serving"))
+	o.Authentication.AddFlags(fss.FlagSet("authentication"))
+	o.Authorization.AddFlags(fss.FlagSet("authorization"))
+	o.Features.AddFlags(fss.FlagSet("features"))
+	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
+	fss.FlagSet("generic").BoolVar(&o.ShowVersion, "version", false, "Print the version and exit.")
+	return fss
+}
+
+// Validate returns every problem with the flags, not just the first.
+func (o *Options) Validate() []error {
+	var errs []error
+	errs = append(errs, o.SecureServing.Validate()...)
+	errs = append(errs, o.Authentication.Validate()...)
+	errs = append(errs, o.Authorization.Validate()...)
+	errs = append(errs, o.Features.Validate()...)
+
+	if o.MetricResolution < 5*time.Second {
+		errs = append(errs, fmt.Errorf("--metric-resolution must be at least 5s, got %s", o.MetricResolution))
+	}
+	if o.KubeletRequestTimeout <= 0 || o.KubeletRequestTimeout >= o.MetricResolution {
+		errs = append(errs, fmt.Errorf("--kubelet-request-timeout must be positive and below --metric-resolution (%s), got %s", o.MetricResolution, o.KubeletRequestTimeout))
+	}
+	if o.MaxConcurrentScrapes < 1 {
+		errs = append(errs, fmt.Errorf("--max-concurrent-scrapes must be at least 1, got %d", o.MaxConcurrentScrapes))
+	}
+	if o.KubeletMaxResponseBytes < 1<<10 {
+		errs = append(errs, fmt.Errorf("--kubelet-max-response-bytes must be at least 1024, got %d", o.KubeletMaxResponseBytes))
+	}
+	if o.KubeletPort < 1 || o.KubeletPort > 65535 {
+		errs = append(errs, fmt.Errorf("--kubelet-port must be between 1 and 65535, got %d", o.KubeletPort))
+	}
+	if _, err := o.addressTypes(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.KubeletInsecureTLS && o.KubeletCAFile != "" {
+		errs = append(errs, fmt.Errorf("--kubelet-insecure-tls and --kubelet-certificate-authority exclude each other"))
+	}
+	if (o.KubeletClientCertFile == "") != (o.KubeletClientKeyFile == "") {
+		errs = append(errs, fmt.Errorf("--kubelet-client-certificate and --kubelet-client-key go together"))
+	}
+	if _, err := labels.Parse(o.NodeSelector); err != nil {
+		errs = append(errs, fmt.Errorf("--node-selector: %w", err))
+	}
+	if o.ServingCertSecret != "" {
+		if _, _, err := o.secretRef(); err != nil {
+			errs = append(errs, err)
+		}
+		if len(o.ServingCertDNSNames) == 0 {
+			errs = append(errs, fmt.Errorf("--serving-cert-secret needs --serving-cert-dns-names"))
+		}
+	}
+	return errs
+}
+
+func (o *Options) addressTypes() ([]corev1.NodeAddressType, error) {
+	known := map[corev1.NodeAddressType]bool{
+		corev1.NodeHostName: true, corev1.NodeInternalDNS: true, corev1.NodeInternalIP: true,
+		corev1.NodeExternalDNS: true, corev1.NodeExternalIP: true,
+	}
+	if len(o.KubeletPreferredAddressTypes) == 0 {
+		return nil, fmt.Errorf("--kubelet-preferred-address-types must name at least one type")
+	}
+	out := make([]corev1.NodeAddressType, 0, len(o.KubeletPreferredAddressTypes))
+	for _, t := range o.KubeletPreferredAddressTypes {
+		at := corev1.NodeAddressType(t)
+		if !known[at] {
+			return nil, fmt.Errorf("--kubelet-preferred-address-types: unknown type %q", t)
+		}
+		out = append(out, at)
+	}
+	return out, nil
+}
+
+func (o *Options) secretRef() (namespace, name string, err error) {
+	ns, n, ok := strings.Cut(o.ServingCertSecret, "/")
+	if !ok || ns == "" || n == "" || strings.Contains(n, "/") {
+		return "", "", fmt.Errorf("--serving-cert-secret must be NAMESPACE/NAME, got %q", o.ServingCertSecret)
+	}
+	return ns, n, nil
+}
+
+// loopbackIPs are the addresses a generated in-memory certificate covers.
+var loopbackIPs = []net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback}

@@ -1,0 +1,69 @@
+// Package app is the group-metrics-server command: parse flags, validate
+// them all, build the server and run it.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/pflag"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/group-metrics-server/group-metrics-server/cmd/group-metrics-server/app/options"
+)
+
+// Version is set at link time.
+var Version = "dev"
+
+// Run parses args and runs the server until ctx is done.
+func Run(ctx context.Context, args []string) error {
+	o := options.NewOptions()
+	fss := o.Flags()
+	fs := pflag.NewFlagSet("group-metrics-server", pflag.ContinueOnError)
+	for _, name := range fss.Order {
+		fs.AddFlagSet(fss.FlagSets[name])
+	}
+	fs.Usage = func() { usage(os.Stderr, fss) }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if o.ShowVersion {
+		fmt.Println(Version)
+		return nil
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if errs := o.Validate(); len(errs) > 0 {
+		return utilerrors.NewAggregate(errs)
+	}
+	if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
+		return err
+	}
+	defer klog.Flush()
+
+	cfg, err := o.ServerConfig(ctx)
+	if err != nil {
+		return err
+	}
+	srv, err := cfg.Complete().New()
+	if err != nil {
+		return err
+	}
+	klog.InfoS("Starting group-metrics-server", "version", Version, "resolution", o.MetricResolution)
+	return srv.Run(ctx)
+}
+
+func usage(w io.Writer, fss cliflag.NamedFlagSets) {
+	fmt.Fprintf(w, "group-metrics-server serves metrics.k8s.io from kubelets and other sources.\n\nUsage:\n  group-metrics-server [flags]\n")
+	cliflag.PrintSections(w, fss, 0)
+}

@@ -1,0 +1,21 @@
+// Command group-metrics-server is an aggregated API server that serves the
+// resource metrics API (metrics.k8s.io) for kubectl top and the HPA.
+package main
+
+import (
+	"os"
+
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/klog/v2"
+
+	"github.com/group-metrics-server/group-metrics-server/cmd/group-metrics-server/app"
+)
+
+func main() {
+	ctx := genericapiserver.SetupSignalContext()
+	if err := app.Run(ctx, os.Args[1:]); err != nil {
+		klog.ErrorS(err, "group-metrics-server failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+}

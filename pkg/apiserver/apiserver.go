@@ -1,0 +1,109 @@
+// Package apiserver serves metrics.k8s.io (v1 and v1beta1) and, when a
+// custom metrics provider is given, custom.metrics.k8s.io, on a
+// k8s.io/apiserver generic server with delegated authentication and
+// authorization. It knows the data only through the getter interfaces.
+package apiserver
+
+import (
+	"errors"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
+	"k8s.io/apiserver/pkg/registry/rest"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	openapicommon "k8s.io/kube-openapi/pkg/common"
+	"k8s.io/metrics/pkg/apis/metrics"
+	metricsv1 "k8s.io/metrics/pkg/apis/metrics/v1"
+	"k8s.io/metrics/pkg/apis/metrics/v1beta1"
+	cmapiserver "sigs.k8s.io/custom-metrics-apiserver/pkg/apiserver"
+	cmopenapicore "sigs.k8s.io/custom-metrics-apiserver/pkg/generated/openapi/core"
+	cmopenapi "sigs.k8s.io/custom-metrics-apiserver/pkg/generated/openapi/custommetrics"
+	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
+
+	generatedopenapi "github.com/group-metrics-server/group-metrics-server/pkg/generated/openapi"
+)
+
+// Name is the server's name in OpenAPI and logs.
+const Name = "group-metrics-server"
+
+// Config is what the API layer needs.
+type Config struct {
+	// Generic has secure serving, authentication and authorization applied.
+	Generic *genericapiserver.RecommendedConfig
+	Pods    PodMetricsGetter
+	Nodes   NodeMetricsGetter
+	// CustomMetrics, when not nil, is served on custom.metrics.k8s.io.
+	CustomMetrics cmprovider.CustomMetricsProvider
+}
+
+type completedConfig struct {
+	generic       cmapiserver.CompletedConfig
+	pods          PodMetricsGetter
+	nodes         NodeMetricsGetter
+	customMetrics cmprovider.CustomMetricsProvider
+}
+
+// CompletedConfig can only be made by Complete.
+type CompletedConfig struct{ *completedConfig }
+
+// Complete fills in OpenAPI and version information.
+func (c *Config) Complete() CompletedConfig {
+	defs := []openapicommon.GetOpenAPIDefinitions{generatedopenapi.GetOpenAPIDefinitions, cmopenapicore.GetOpenAPIDefinitions}
+	if c.CustomMetrics != nil {
+		defs = append(defs, cmopenapi.GetOpenAPIDefinitions)
+	}
+	getDefs := mergeDefinitions(defs)
+	namer := openapinamer.NewDefinitionNamer(Scheme, cmapiserver.Scheme)
+	g := &c.Generic.Config
+	if g.OpenAPIConfig == nil {
+		g.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(getDefs, namer)
+		g.OpenAPIConfig.Info.Title = Name
+		g.OpenAPIConfig.Info.Version = "1.0.0"
+	}
+	if g.OpenAPIV3Config == nil {
+		g.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(getDefs, namer)
+		g.OpenAPIV3Config.Info.Title = Name
+		g.OpenAPIV3Config.Info.Version = "1.0.0"
+	}
+	cm := cmapiserver.Config{GenericConfig: g}
+	return CompletedConfig{&completedConfig{
+		generic:       cm.Complete(c.Generic.SharedInformerFactory),
+		pods:          c.Pods,
+		nodes:         c.Nodes,
+		customMetrics: c.CustomMetrics,
+	}}
+}
+
+func mergeDefinitions(getters []openapicommon.GetOpenAPIDefinitions) openapicommon.GetOpenAPIDefinitions {
+	return func(ref openapicommon.ReferenceCallback) map[string]openapicommon.OpenAPIDefinition {
+		out := map[string]openapicommon.OpenAPIDefinition{}
+		for _, get := range getters {
+			for k, v := range get(ref) {
+				out[k] = v
+			}
+		}
+		return out
+	}
+}
+
+// New builds the generic API server with the metrics APIs installed.
+func (c CompletedConfig) New() (*genericapiserver.GenericAPIServer, error) {
+	if c.pods == nil || c.nodes == nil {
+		return nil, errors.New("apiserver: pod and node metrics getters are required")
+	}
+	s, err := c.generic.New(Name, c.customMetrics, nil)
+	if err != nil {
+		return nil, err
+	}
+	info := genericapiserver.NewDefaultAPIGroupInfo(metrics.GroupName, Scheme, metav1.ParameterCodec, Codecs)
+	storage := map[string]rest.Storage{
+		"pods":  &podREST{getter: c.pods},
+		"nodes": &nodeREST{getter: c.nodes},
+	}
+	info.VersionedResourcesStorageMap[metricsv1.SchemeGroupVersion.Version] = storage
+	info.VersionedResourcesStorageMap[v1beta1.SchemeGroupVersion.Version] = storage
+	if err := s.GenericAPIServer.InstallAPIGroup(&info); err != nil {
+		return nil, err
+	}
+	return s.GenericAPIServer, nil
+}

@@ -1,0 +1,256 @@
+// Package provider answers metrics.k8s.io reads: it joins the pod and node
+// caches with the usage in the store and shapes the result as the API types.
+package provider
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+	metricsapi "k8s.io/metrics/pkg/apis/metrics"
+	"k8s.io/utils/clock"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/apiserver"
+	"github.com/group-metrics-server/group-metrics-server/pkg/store"
+)
+
+// UsageReader is the store as the provider reads it.
+type UsageReader interface {
+	Pod(namespace, name, uid, node string) (store.PodUsage, *store.Unavailable)
+	Node(name string) (store.Usage, *store.Unavailable)
+}
+
+// Config configures a Provider.
+type Config struct {
+	Pods  corelisters.PodLister
+	Nodes corelisters.NodeLister
+	Usage UsageReader
+	Clock clock.PassiveClock
+}
+
+// Provider implements the metrics.k8s.io getters. It is safe for concurrent
+// use.
+type Provider struct {
+	pods  corelisters.PodLister
+	nodes corelisters.NodeLister
+	usage UsageReader
+	clock clock.PassiveClock
+}
+
+var (
+	_ apiserver.PodMetricsGetter  = &Provider{}
+	_ apiserver.NodeMetricsGetter = &Provider{}
+)
+
+// New returns a Provider.
+func New(cfg Config) *Provider {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	return &Provider{pods: cfg.Pods, nodes: cfg.Nodes, usage: cfg.Usage, clock: cfg.Clock}
+}
+
+var (
+	podResource  = metricsapi.Resource("pods")
+	nodeResource = metricsapi.Resource("nodes")
+)
+
+// notFound is a NotFound StatusError whose message says why.
+func notFound(r schema.GroupResource, name, why string) error {
+	err := apierrors.NewNotFound(r, name)
+	err.ErrStatus.Message = fmt.Sprintf("%s %q has no metrics: %s", r.String(), name, why)
+	return err
+}
+
+// GetPodMetrics implements apiserver.PodMetricsGetter.
+func (p *Provider) GetPodMetrics(_ context.Context, namespace, name string) (*metricsapi.PodMetrics, error) {
+	pod, err := p.pods.Pods(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, apierrors.NewNotFound(podResource, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if why := notRunning(pod); why != "" {
+		return nil, notFound(podResource, name, why)
+	}
+	u, why := p.usage.Pod(pod.Namespace, pod.Name, string(pod.UID), pod.Spec.NodeName)
+	if why != nil {
+		return nil, notFound(podResource, name, why.Reason)
+	}
+	now := p.clock.Now()
+	observeAge("pods", now, u.Timestamp)
+	m := podMetrics(pod, u, now)
+	return &m, nil
+}
+
+func notRunning(pod *corev1.Pod) string {
+	switch {
+	case pod.Spec.NodeName == "":
+		return "the pod is not scheduled to a node yet"
+	case pod.Status.Phase != corev1.PodRunning:
+		return fmt.Sprintf("the pod is %s; only running pods have metrics", pod.Status.Phase)
+	}
+	return ""
+}
+
+// ListPodMetrics implements apiserver.PodMetricsGetter.
+func (p *Provider) ListPodMetrics(_ context.Context, namespace string, ls labels.Selector, fs fields.Selector) ([]metricsapi.PodMetrics, error) {
+	var (
+		pods []*corev1.Pod
+		err  error
+	)
+	if namespace == "" {
+		pods, err = p.pods.List(ls)
+	} else {
+		pods, err = p.pods.Pods(namespace).List(ls)
+	}
+	if err != nil {
+		return nil, err
+	}
+	now := p.clock.Now()
+	oldest := now
+	out := make([]metricsapi.PodMetrics, 0, len(pods))
+	for _, pod := range pods {
+		if !matches(fs, pod.Name, pod.Namespace) || notRunning(pod) != "" {
+			continue
+		}
+		u, why := p.usage.Pod(pod.Namespace, pod.Name, string(pod.UID), pod.Spec.NodeName)
+		if why != nil {
+			continue
+		}
+		if u.Timestamp.Before(oldest) {
+			oldest = u.Timestamp
+		}
+		out = append(out, podMetrics(pod, u, now))
+	}
+	if len(out) > 0 {
+		observeAge("pods", now, oldest)
+	}
+	return out, nil
+}
+
+func matches(fs fields.Selector, name, namespace string) bool {
+	if fs.Empty() {
+		return true
+	}
+	return fs.Matches(fields.Set{"metadata.name": name, "metadata.namespace": namespace})
+}
+
+func podMetrics(pod *corev1.Pod, u store.PodUsage, now time.Time) metricsapi.PodMetrics {
+	m := metricsapi.PodMetrics{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              pod.Name,
+			Namespace:         pod.Namespace,
+			Labels:            pod.Labels,
+			CreationTimestamp: metav1.NewTime(now),
+		},
+		Timestamp:  metav1.NewTime(u.Timestamp),
+		Window:     metav1.Duration{Duration: u.Window},
+		Containers: make([]metricsapi.ContainerMetrics, len(u.Containers)),
+	}
+	for i := range u.Containers {
+		c := &u.Containers[i]
+		m.Containers[i] = metricsapi.ContainerMetrics{Name: c.Name, Usage: resourceList(c.Usage)}
+	}
+	return m
+}
+
+func resourceList(u store.Usage) corev1.ResourceList {
+	return corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewScaledQuantity(int64(u.CPUNanoCores), resource.Nano),
+		corev1.ResourceMemory: *resource.NewQuantity(int64(u.MemoryBytes), resource.BinarySI),
+	}
+}
+
+// GetNodeMetrics implements apiserver.NodeMetricsGetter.
+func (p *Provider) GetNodeMetrics(_ context.Context, name string) (*metricsapi.NodeMetrics, error) {
+	node, err := p.nodes.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, apierrors.NewNotFound(nodeResource, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	u, why := p.usage.Node(name)
+	if why != nil {
+		return nil, notFound(nodeResource, name, why.Reason)
+	}
+	now := p.clock.Now()
+	observeAge("nodes", now, u.Timestamp)
+	m := nodeMetrics(node, u, now)
+	return &m, nil
+}
+
+// ListNodeMetrics implements apiserver.NodeMetricsGetter.
+func (p *Provider) ListNodeMetrics(_ context.Context, ls labels.Selector, fs fields.Selector) ([]metricsapi.NodeMetrics, error) {
+	nodes, err := p.nodes.List(ls)
+	if err != nil {
+		return nil, err
+	}
+	now := p.clock.Now()
+	oldest := now
+	out := make([]metricsapi.NodeMetrics, 0, len(nodes))
+	for _, node := range nodes {
+		if !matches(fs, node.Name, "") {
+			continue
+		}
+		u, why := p.usage.Node(node.Name)
+		if why != nil {
+			continue
+		}
+		if u.Timestamp.Before(oldest) {
+			oldest = u.Timestamp
+		}
+		out = append(out, nodeMetrics(node, u, now))
+	}
+	if len(out) > 0 {
+		observeAge("nodes", now, oldest)
+	}
+	return out, nil
+}
+
+func nodeMetrics(node *corev1.Node, u store.Usage, now time.Time) metricsapi.NodeMetrics {
+	return metricsapi.NodeMetrics{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              node.Name,
+			Labels:            node.Labels,
+			CreationTimestamp: metav1.NewTime(now),
+		},
+		Timestamp: metav1.NewTime(u.Timestamp),
+		Window:    metav1.Duration{Duration: u.Window},
+		Usage:     resourceList(u),
+	}
+}
+
+var (
+	servedAge = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Namespace:      "group_metrics_server",
+		Subsystem:      "api",
+		Name:           "metric_age_seconds",
+		Help:           "Age of the oldest sample in each metrics.k8s.io answer, by resource (pods, nodes), measured against the sample's own timestamp.",
+		Buckets:        []float64{1, 2.5, 5, 10, 15, 20, 30, 45, 60, 90, 120},
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+	registerOnce sync.Once
+)
+
+// RegisterMetrics registers the provider's self-metrics; safe to call twice.
+func RegisterMetrics() {
+	registerOnce.Do(func() { legacyregistry.MustRegister(servedAge) })
+}
+
+func observeAge(resource string, now, sample time.Time) {
+	servedAge.WithLabelValues(resource).Observe(now.Sub(sample).Seconds())
+}

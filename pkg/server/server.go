@@ -1,0 +1,211 @@
+// Package server wires the parts together: informers, sources, the scrape
+// loop, the store, the provider and the API server.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/healthz"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/apiserver"
+	"github.com/group-metrics-server/group-metrics-server/pkg/certs"
+	"github.com/group-metrics-server/group-metrics-server/pkg/provider"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet"
+	"github.com/group-metrics-server/group-metrics-server/pkg/store"
+)
+
+// Config is everything the server needs, with clients already built.
+type Config struct {
+	// API has secure serving, authentication and authorization applied.
+	API  *genericapiserver.RecommendedConfig
+	Kube kubernetes.Interface
+
+	Kubelet                  kubelet.ClientConfig
+	KubeletPort              int
+	KubeletUseNodeStatusPort bool
+	KubeletAddressTypes      []corev1.NodeAddressType
+	NodeSelector             labels.Selector
+
+	Resolution  time.Duration
+	Timeout     time.Duration
+	Concurrency int
+
+	// CABundle, when set, keeps the caBundle of the server's APIServices.
+	CABundle *certs.CABundleWriter
+
+	Clock clock.WithTicker
+}
+
+type completedConfig struct{ Config }
+
+// CompletedConfig can only be made by Complete.
+type CompletedConfig struct{ *completedConfig }
+
+// Complete fills in defaults.
+func (c *Config) Complete() CompletedConfig {
+	cc := *c
+	if cc.Clock == nil {
+		cc.Clock = clock.RealClock{}
+	}
+	if cc.NodeSelector == nil {
+		cc.NodeSelector = labels.Everything()
+	}
+	return CompletedConfig{&completedConfig{cc}}
+}
+
+// Server is the whole group-metrics-server.
+type Server struct {
+	api       *genericapiserver.GenericAPIServer
+	informers informers.SharedInformerFactory
+	scraper   *sources.Scraper
+	caBundle  *certs.CABundleWriter
+	synced    []cache.InformerSynced
+}
+
+// New builds the server; nothing runs until Run.
+func (c CompletedConfig) New() (*Server, error) {
+	if c.Timeout >= c.Resolution {
+		return nil, fmt.Errorf("scrape timeout %s must be below the resolution %s", c.Timeout, c.Resolution)
+	}
+	sources.RegisterMetrics()
+	store.RegisterMetrics()
+	provider.RegisterMetrics()
+
+	factory := informers.NewSharedInformerFactoryWithOptions(c.Kube, 0,
+		informers.WithTransform(trim))
+	pods := factory.InformerFor(&corev1.Pod{}, newPodInformer)
+	nodes := factory.Core().V1().Nodes()
+
+	client, err := kubelet.NewClient(c.Kubelet)
+	if err != nil {
+		return nil, err
+	}
+	kubeletSource := kubelet.NewSource(kubelet.SourceConfig{
+		Client:            client,
+		Nodes:             nodes.Lister(),
+		Selector:          c.NodeSelector,
+		Port:              c.KubeletPort,
+		UseNodeStatusPort: c.KubeletUseNodeStatusPort,
+		AddressTypes:      c.KubeletAddressTypes,
+	})
+	st := store.New(store.Config{
+		Clock:          c.Clock,
+		Sources:        []string{kubeletSource.Name()},
+		FirstWindowMax: 2 * c.Resolution,
+		StaleAfter:     2*c.Resolution + c.Timeout,
+	})
+	scraper := sources.NewScraper(sources.ScraperConfig{
+		Sources:     []sources.Source{kubeletSource},
+		Sink:        st,
+		Clock:       c.Clock,
+		Resolution:  c.Resolution,
+		Timeout:     c.Timeout,
+		Concurrency: c.Concurrency,
+	})
+	p := provider.New(provider.Config{
+		Pods:  corelistersPod(pods),
+		Nodes: nodes.Lister(),
+		Usage: st,
+		Clock: c.Clock,
+	})
+
+	liveBound := 2*c.Resolution + c.Timeout
+	started := c.Clock.Now()
+	c.API.AddReadyzChecks(healthz.NamedCheck("metric-storage-ready", func(*http.Request) error {
+		if st.HasFreshData() {
+			return nil
+		}
+		return notReadyReason(scraper, liveBound)
+	}))
+	c.API.AddLivezChecks(healthz.NamedCheck("metric-collection-timely", func(*http.Request) error {
+		last := scraper.LastTick()
+		if last.IsZero() {
+			last = started
+		}
+		if age := c.Clock.Since(last); age > liveBound {
+			return fmt.Errorf("last scrape tick finished %s ago, more than %s", age.Round(time.Second), liveBound)
+		}
+		return nil
+	}))
+
+	apiCfg := apiserver.Config{Generic: c.API, Pods: p, Nodes: p}
+	api, err := apiCfg.Complete().New()
+	if err != nil {
+		return nil, err
+	}
+	return &Server{
+		api:       api,
+		informers: factory,
+		scraper:   scraper,
+		caBundle:  c.CABundle,
+		synced:    []cache.InformerSynced{pods.HasSynced, nodes.Informer().HasSynced},
+	}, nil
+}
+
+func notReadyReason(s *sources.Scraper, bound time.Duration) error {
+	failing := s.TargetErrors()
+	if len(failing) == 0 {
+		if s.LastTick().IsZero() {
+			return errors.New("no scrape has finished yet")
+		}
+		return fmt.Errorf("no target was scraped successfully in the last %s", bound)
+	}
+	ids := make([]string, 0, len(failing))
+	for id, reason := range failing {
+		ids = append(ids, id+": "+reason)
+	}
+	sort.Strings(ids)
+	if len(ids) > 5 {
+		ids = append(ids[:5], fmt.Sprintf("and %d more", len(failing)-5))
+	}
+	return fmt.Errorf("no target was scraped successfully in the last %s; failing: %s", bound, strings.Join(ids, ", "))
+}
+
+// podFieldSelector leaves out pods that have finished: they have no usage
+// and would only grow the cache.
+var podFieldSelector = fields.AndSelectors(
+	fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
+	fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)),
+).String()
+
+func trim(obj any) (any, error) {
+	switch obj.(type) {
+	case *corev1.Pod:
+		return provider.TrimPod(obj)
+	case *corev1.Node:
+		return provider.TrimNode(obj)
+	}
+	return obj, nil
+}
+
+// Run starts everything and blocks until ctx is done and the API server has
+// drained.
+func (s *Server) Run(ctx context.Context) error {
+	s.informers.Start(ctx.Done())
+	defer s.informers.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), s.synced...) {
+		return errors.New("pod and node caches did not sync")
+	}
+	klog.InfoS("Caches synced; starting the scrape loop")
+	go s.scraper.Run(ctx)
+	if s.caBundle != nil {
+		go s.caBundle.Run(ctx, time.Minute)
+	}
+	return s.api.PrepareRun().RunWithContext(ctx)
+}

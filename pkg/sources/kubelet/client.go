@@ -1,0 +1,105 @@
+// Package kubelet reads CPU and memory from each node's kubelet Summary API.
+package kubelet
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+)
+
+// ClientConfig says how to reach and authenticate to kubelets.
+type ClientConfig struct {
+	// REST carries TLS and credentials: CA, client certificate, bearer token
+	// (or token file, re-read as it rotates). Its Host is ignored.
+	REST *rest.Config
+	// Scheme is "https" unless a test says otherwise.
+	Scheme string
+	// MaxResponseBytes caps a Summary response; a larger one is an error.
+	MaxResponseBytes int64
+}
+
+// Client fetches Summary API responses. It is safe for concurrent use.
+type Client struct {
+	http     *http.Client
+	scheme   string
+	maxBytes int64
+}
+
+// NewClient builds a Client with its own connection pool.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	rt, err := rest.TransportFor(cfg.REST)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet transport: %w", err)
+	}
+	scheme := cfg.Scheme
+	if scheme == "" {
+		scheme = "https"
+	}
+	return &Client{http: &http.Client{Transport: rt}, scheme: scheme, maxBytes: cfg.MaxResponseBytes}, nil
+}
+
+// Summary returns the decoded Summary of node at host (host:port).
+func (c *Client) Summary(ctx context.Context, node, host string) (*sources.Batch, error) {
+	u := url.URL{Scheme: c.scheme, Host: host, Path: "/stats/summary", RawQuery: "only_cpu_and_memory=true"}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("scrape node %q: %w", node, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, sources.WithReason(transportReason(err), fmt.Errorf("scrape node %q: %w", node, err))
+	}
+	defer func() {
+		_ = resp.Body.Close()
+	}()
+	if resp.StatusCode != http.StatusOK {
+		return nil, sources.WithReason(sources.ReasonHTTPStatus,
+			fmt.Errorf("scrape node %q: %s returned %s", node, u.Path, resp.Status))
+	}
+	body, err := readCapped(resp.Body, c.maxBytes)
+	if err != nil {
+		return nil, fmt.Errorf("scrape node %q: %w", node, err)
+	}
+	return Decode(node, body)
+}
+
+// readCapped reads all of r, failing once it passes max bytes (0 = no cap).
+func readCapped(r io.Reader, max int64) ([]byte, error) {
+	if max <= 0 {
+		return io.ReadAll(r)
+	}
+	body, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return nil, sources.WithReason(transportReason(err), fmt.Errorf("read body: %w", err))
+	}
+	if int64(len(body)) > max {
+		return nil, sources.WithReason(sources.ReasonTooLarge, fmt.Errorf("response larger than %d bytes", max))
+	}
+	return body, nil
+}
+
+func transportReason(err error) string {
+	var (
+		certErr    *tls.CertificateVerificationError
+		recordErr  tls.RecordHeaderError
+		unknownErr interface{ Timeout() bool }
+	)
+	switch {
+	case errors.As(err, &certErr), errors.As(err, &recordErr):
+		return sources.ReasonTLS
+	case errors.Is(err, context.DeadlineExceeded):
+		return sources.ReasonTimeout
+	case errors.As(err, &unknownErr) && unknownErr.Timeout():
+		return sources.ReasonTimeout
+	}
+	return sources.ReasonConnection
+}

@@ -1,0 +1,221 @@
+package sources
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// ScraperConfig configures a Scraper.
+type ScraperConfig struct {
+	Sources []Source
+	Sink    Sink
+	Clock   clock.WithTicker
+	// Resolution is the time between two ticks.
+	Resolution time.Duration
+	// Timeout bounds each target's scrape. It must be below Resolution.
+	Timeout time.Duration
+	// Concurrency bounds how many targets are scraped at once.
+	Concurrency int
+}
+
+// Scraper collects every target of every source once per resolution and
+// stores each target's batch as soon as it arrives, so a slow target delays
+// only itself.
+type Scraper struct {
+	cfg ScraperConfig
+
+	// lastTickEnd and lastSuccess hold Unix nanoseconds (0 = never).
+	lastTickEnd atomic.Int64
+	lastSuccess atomic.Int64
+
+	mu     sync.Mutex
+	health map[string]string // target ID -> last failure reason, "" when healthy
+}
+
+// NewScraper returns a Scraper; call Run to start it.
+func NewScraper(cfg ScraperConfig) *Scraper {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Concurrency < 1 {
+		cfg.Concurrency = 1
+	}
+	return &Scraper{cfg: cfg, health: map[string]string{}}
+}
+
+// Run ticks until ctx is done, starting with one tick right away.
+func (s *Scraper) Run(ctx context.Context) {
+	ticker := s.cfg.Clock.NewTicker(s.cfg.Resolution)
+	defer ticker.Stop()
+	for {
+		s.Tick(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		}
+	}
+}
+
+// LastTick is when the last tick finished; zero before the first.
+func (s *Scraper) LastTick() time.Time { return unixNanoTime(s.lastTickEnd.Load()) }
+
+// LastSuccess is when a target was last scraped successfully; zero if never.
+func (s *Scraper) LastSuccess() time.Time { return unixNanoTime(s.lastSuccess.Load()) }
+
+func unixNanoTime(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+type job struct {
+	source string
+	target Target
+}
+
+// Tick scrapes every target once and returns when all have finished or timed
+// out.
+func (s *Scraper) Tick(ctx context.Context) {
+	start := s.cfg.Clock.Now()
+	var jobs []job
+	for _, src := range s.cfg.Sources {
+		targets, err := src.Targets()
+		if err != nil {
+			klog.ErrorS(err, "Listing scrape targets failed", "source", src.Name())
+			continue
+		}
+		keep := make(map[string]struct{}, len(targets))
+		for _, t := range targets {
+			jobs = append(jobs, job{source: src.Name(), target: t})
+			for _, n := range t.Nodes() {
+				keep[n] = struct{}{}
+			}
+		}
+		s.cfg.Sink.Prune(src.Name(), keep)
+	}
+
+	queue := make(chan job)
+	var wg sync.WaitGroup
+	workers := min(s.cfg.Concurrency, len(jobs))
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range queue {
+				s.scrape(ctx, j)
+			}
+		}()
+	}
+feed:
+	for _, j := range jobs {
+		select {
+		case queue <- j:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(queue)
+	wg.Wait()
+
+	s.recordHealth(jobs)
+	end := s.cfg.Clock.Now()
+	cycleDuration.Observe(end.Sub(start).Seconds())
+	lastTick.Set(float64(end.Unix()))
+	s.lastTickEnd.Store(end.UnixNano())
+	klog.V(2).InfoS("Scrape tick finished", "targets", len(jobs), "duration", end.Sub(start))
+}
+
+func (s *Scraper) scrape(ctx context.Context, j job) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	start := s.cfg.Clock.Now()
+	batch, err := j.target.Scrape(ctx)
+	now := s.cfg.Clock.Now()
+	scrapeDuration.WithLabelValues(j.source).Observe(now.Sub(start).Seconds())
+
+	if batch == nil {
+		if err == nil {
+			err = fmt.Errorf("target returned no data")
+		}
+		reason := Reason(err)
+		scrapeFailures.WithLabelValues(j.source, reason).Inc()
+		s.cfg.Sink.Failed(j.source, j.target.Nodes(), err, now)
+		s.setHealth(j.target.ID(), reason, err)
+		return
+	}
+	if err != nil {
+		partialScrapes.WithLabelValues(j.source).Inc()
+		klog.V(1).InfoS("Scrape left out malformed points", "source", j.source, "target", j.target.ID(), "err", err)
+	}
+	s.cfg.Sink.Store(j.source, j.target.Nodes(), batch, now)
+	s.lastSuccess.Store(now.UnixNano())
+	s.setHealth(j.target.ID(), "", nil)
+}
+
+// setHealth logs a target's state only when it changes, so a node that stays
+// down produces one line, not one per tick.
+func (s *Scraper) setHealth(id, reason string, err error) {
+	s.mu.Lock()
+	prev, known := s.health[id]
+	s.health[id] = reason
+	s.mu.Unlock()
+	switch {
+	case reason != "" && prev != reason:
+		klog.ErrorS(err, "Scrape target failing", "target", id, "reason", reason)
+	case reason == "" && known && prev != "":
+		klog.InfoS("Scrape target recovered", "target", id)
+	}
+}
+
+// recordHealth publishes per-source counts of healthy and failing targets and
+// forgets targets that are gone.
+func (s *Scraper) recordHealth(jobs []job) {
+	type counts struct{ healthy, failing int }
+	bySource := map[string]*counts{}
+	for _, src := range s.cfg.Sources {
+		bySource[src.Name()] = &counts{}
+	}
+	s.mu.Lock()
+	seen := make(map[string]struct{}, len(jobs))
+	for _, j := range jobs {
+		id := j.target.ID()
+		seen[id] = struct{}{}
+		if s.health[id] == "" {
+			bySource[j.source].healthy++
+		} else {
+			bySource[j.source].failing++
+		}
+	}
+	for id := range s.health {
+		if _, ok := seen[id]; !ok {
+			delete(s.health, id)
+		}
+	}
+	s.mu.Unlock()
+	for name, c := range bySource {
+		targetsGauge.WithLabelValues(name, "healthy").Set(float64(c.healthy))
+		targetsGauge.WithLabelValues(name, "failing").Set(float64(c.failing))
+	}
+}
+
+// TargetErrors returns the IDs of targets whose last scrape failed, with the
+// reason. It is meant for health messages, not for hot paths.
+func (s *Scraper) TargetErrors() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]string{}
+	for id, r := range s.health {
+		if r != "" {
+			out[id] = r
+		}
+	}
+	return out
+}

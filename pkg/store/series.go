@@ -1,0 +1,95 @@
+package store
+
+import (
+	"time"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+)
+
+// maxCores bounds a plausible CPU rate. A larger value can only come from a
+// counter that was reset or a clock that jumped, so it is never served.
+const maxCores = 10000
+
+// Usage is a CPU rate and a memory reading.
+type Usage struct {
+	// Timestamp is the end of the window, by the sample's own clock.
+	Timestamp time.Time
+	// Window is the span the CPU rate was computed over.
+	Window time.Duration
+	// CPUNanoCores is CPU usage in billionths of a core.
+	CPUNanoCores uint64
+	// MemoryBytes is the working set (or resident set) in bytes.
+	MemoryBytes uint64
+}
+
+// series is the state of one node or container: its latest sample, the
+// baseline for the next rate, and the last usage derived.
+type series struct {
+	last  sources.Point
+	usage Usage
+	// derivedAt is when usage was derived, by the scraper's clock. Usage is
+	// served only while derivedAt is recent, whatever the sample clocks say.
+	derivedAt time.Time
+}
+
+func (s *series) hasUsage() bool { return s.usage.Window > 0 }
+
+// rates holds the rules that turn samples into usage.
+type rates struct {
+	// firstWindowMax is the longest time since a counter's start over which a
+	// first sample alone yields a rate (counter / time since start).
+	firstWindowMax time.Duration
+}
+
+// next derives the series that follows prev (nil for a new series) when p
+// arrives at scrapedAt.
+//
+//   - Same start time, later timestamp, counter not lower: the rate over the
+//     two samples.
+//   - The same sample again (the kubelet had nothing newer): prev unchanged
+//     but for memory.
+//   - A new series, or a reset (start time changed, counter or timestamp went
+//     back): if the counter started at most firstWindowMax before the sample,
+//     the average since start, which is exact for a new container; otherwise
+//     p becomes the baseline and the previous usage, if any, is kept until
+//     it is stale.
+func (r rates) next(prev *series, p sources.Point, scrapedAt time.Time) series {
+	if prev != nil && prev.last.StartTime.Equal(p.StartTime) {
+		switch dt := p.Timestamp.Sub(prev.last.Timestamp); {
+		case dt > 0 && p.CPUCoreNanos >= prev.last.CPUCoreNanos:
+			if u, ok := rate(p.CPUCoreNanos-prev.last.CPUCoreNanos, dt, p); ok {
+				return series{last: p, usage: u, derivedAt: scrapedAt}
+			}
+		case dt == 0 && p.CPUCoreNanos == prev.last.CPUCoreNanos:
+			s := *prev
+			s.usage.MemoryBytes = p.MemoryBytes
+			return s
+		}
+	}
+	if !p.StartTime.IsZero() {
+		if since := p.Timestamp.Sub(p.StartTime); since > 0 && since <= r.firstWindowMax {
+			if u, ok := rate(p.CPUCoreNanos, since, p); ok {
+				return series{last: p, usage: u, derivedAt: scrapedAt}
+			}
+		}
+	}
+	s := series{last: p}
+	if prev != nil && prev.hasUsage() {
+		s.usage, s.derivedAt = prev.usage, prev.derivedAt
+	}
+	return s
+}
+
+// rate turns a counter delta over dt into usage ending at p.
+func rate(delta uint64, dt time.Duration, p sources.Point) (Usage, bool) {
+	cores := float64(delta) / float64(dt.Nanoseconds())
+	if cores > maxCores {
+		return Usage{}, false
+	}
+	return Usage{
+		Timestamp:    p.Timestamp,
+		Window:       dt,
+		CPUNanoCores: uint64(cores * 1e9),
+		MemoryBytes:  p.MemoryBytes,
+	}, true
+}

@@ -1,0 +1,224 @@
+// Package store keeps the latest samples of every node and container and the
+// usage derived from them.
+//
+// Data is sharded by (source, node). A shard is immutable once published: a
+// write builds the node's next shard from the previous one and swaps a
+// pointer, so readers never wait for a writer and see each node whole.
+package store
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+)
+
+// Config configures a Store.
+type Config struct {
+	Clock clock.Clock
+	// Sources lists source names in the order a pod reported by several of
+	// them is looked up: the first that has fresh usage for it wins.
+	Sources []string
+	// FirstWindowMax is the longest time since a container started over which
+	// its first sample alone yields a CPU rate (see README, "Values").
+	FirstWindowMax time.Duration
+	// StaleAfter is how long usage is served after it was derived.
+	StaleAfter time.Duration
+}
+
+// Store is safe for concurrent use. Writes for the same (source, node) must
+// not race; the scraper writes each target from one goroutine.
+type Store struct {
+	clock      clock.Clock
+	sources    []string
+	rates      rates
+	staleAfter time.Duration
+
+	shards sync.Map // shardKey -> *shard
+
+	writeMu sync.Mutex // serialises the read-modify-write of a shard
+}
+
+var _ sources.Sink = &Store{}
+
+type shardKey struct{ source, node string }
+
+type podKey struct{ namespace, name string }
+
+// shard is everything one source knows of one node. Never mutated after it
+// is stored.
+type shard struct {
+	scrapedAt time.Time // last successful scrape, zero if none
+	failedAt  time.Time // last failed scrape, zero if none since success
+	err       error
+	node      *series
+	pods      map[podKey]*pod
+}
+
+type pod struct {
+	uid        string
+	containers []container
+}
+
+type container struct {
+	name string
+	series
+}
+
+// New returns an empty Store.
+func New(cfg Config) *Store {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	return &Store{
+		clock:      cfg.Clock,
+		sources:    cfg.Sources,
+		rates:      rates{firstWindowMax: cfg.FirstWindowMax},
+		staleAfter: cfg.StaleAfter,
+	}
+}
+
+func (s *Store) load(k shardKey) *shard {
+	v, ok := s.shards.Load(k)
+	if !ok {
+		return nil
+	}
+	return v.(*shard)
+}
+
+// Store implements sources.Sink.
+func (s *Store) Store(source string, nodes []string, batch *sources.Batch, scrapedAt time.Time) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+
+	next := make(map[string]*shard, len(nodes))
+	for _, n := range nodes {
+		next[n] = &shard{scrapedAt: scrapedAt, pods: map[podKey]*pod{}}
+	}
+	for i := range batch.Nodes {
+		np := &batch.Nodes[i]
+		sh := next[np.Name]
+		if sh == nil {
+			continue // not a node this target owns
+		}
+		var prev *series
+		if old := s.load(shardKey{source, np.Name}); old != nil {
+			prev = old.node
+		}
+		ns := s.rates.next(prev, np.Point, scrapedAt)
+		sh.node = &ns
+	}
+	for i := range batch.Pods {
+		pp := &batch.Pods[i]
+		sh := next[pp.Node]
+		if sh == nil {
+			continue
+		}
+		key := podKey{pp.Namespace, pp.Name}
+		var prevPod *pod
+		if old := s.load(shardKey{source, pp.Node}); old != nil {
+			prevPod = old.pods[key]
+			if prevPod != nil && pp.UID != "" && prevPod.uid != "" && prevPod.uid != pp.UID {
+				prevPod = nil // same name, new pod
+			}
+		}
+		sh.pods[key] = s.nextPod(prevPod, pp, scrapedAt)
+	}
+	for n, sh := range next {
+		old := s.load(shardKey{source, n})
+		s.shards.Store(shardKey{source, n}, sh)
+		pointsDelta(old, sh)
+	}
+}
+
+func (s *Store) nextPod(prev *pod, pp *sources.PodPoint, scrapedAt time.Time) *pod {
+	p := &pod{uid: pp.UID, containers: make([]container, len(pp.Containers))}
+	for i := range pp.Containers {
+		cp := &pp.Containers[i]
+		var prevSeries *series
+		if prev != nil {
+			for j := range prev.containers {
+				if prev.containers[j].name == cp.Name {
+					prevSeries = &prev.containers[j].series
+					break
+				}
+			}
+		}
+		p.containers[i] = container{name: cp.Name, series: s.rates.next(prevSeries, cp.Point, scrapedAt)}
+	}
+	return p
+}
+
+// Failed implements sources.Sink.
+func (s *Store) Failed(source string, nodes []string, err error, failedAt time.Time) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	for _, n := range nodes {
+		k := shardKey{source, n}
+		sh := &shard{}
+		if old := s.load(k); old != nil {
+			*sh = *old
+		}
+		sh.failedAt, sh.err = failedAt, err
+		s.shards.Store(k, sh)
+	}
+}
+
+// Prune implements sources.Sink.
+func (s *Store) Prune(source string, keep map[string]struct{}) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	s.shards.Range(func(k, v any) bool {
+		sk := k.(shardKey)
+		if sk.source != source {
+			return true
+		}
+		if _, ok := keep[sk.node]; !ok {
+			s.shards.Delete(sk)
+			pointsDelta(v.(*shard), nil)
+		}
+		return true
+	})
+}
+
+// fresh says whether usage derived at t may still be served.
+func (s *Store) fresh(t, now time.Time) bool {
+	return !t.IsZero() && now.Sub(t) <= s.staleAfter
+}
+
+// HasFreshData reports whether any target was scraped successfully within
+// the staleness bound: the server has something to serve.
+func (s *Store) HasFreshData() bool {
+	now := s.clock.Now()
+	found := false
+	s.shards.Range(func(_, v any) bool {
+		found = s.fresh(v.(*shard).scrapedAt, now)
+		return !found
+	})
+	return found
+}
+
+// Unavailable explains why a pod or node has no metrics.
+type Unavailable struct{ Reason string }
+
+func (u *Unavailable) Error() string { return u.Reason }
+
+func unavailable(format string, args ...any) *Unavailable {
+	return &Unavailable{Reason: fmt.Sprintf(format, args...)}
+}
+
+// shardReason explains a missing or unusable shard for node.
+func (s *Store) shardReason(sh *shard, node string, now time.Time) *Unavailable {
+	switch {
+	case sh == nil || (sh.scrapedAt.IsZero() && sh.err == nil):
+		return unavailable("node %q has not been scraped yet", node)
+	case sh.err != nil && !s.fresh(sh.scrapedAt, now):
+		return unavailable("node %q is unreachable: %v", node, sh.err)
+	case !s.fresh(sh.scrapedAt, now):
+		return unavailable("metrics of node %q are stale: last scraped %s ago", node, now.Sub(sh.scrapedAt).Round(time.Second))
+	}
+	return nil
+}
