@@ -62,8 +62,8 @@ func New(cfg Config) *Provider {
 }
 
 var (
-	podResource  = metricsapi.Resource("pods")
-	nodeResource = metricsapi.Resource("nodes")
+	podResource  = metricsapi.Resource("podmetrics")
+	nodeResource = metricsapi.Resource("nodemetrics")
 )
 
 // notFound is a NotFound StatusError whose message says why.

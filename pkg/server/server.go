@@ -119,7 +119,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		Concurrency: c.Concurrency,
 	})
 	p := provider.New(provider.Config{
-		Pods:  corelistersPod(pods),
+		Pods:  podLister(pods),
 		Nodes: nodes.Lister(),
 		Usage: st,
 		Clock: c.Clock,

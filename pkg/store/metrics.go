@@ -15,8 +15,6 @@ var (
 		Help:           "Series held in the store, by kind (node, container).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"kind"})
-	nodePoints      = storedPoints.WithLabelValues("node")
-	containerPoints = storedPoints.WithLabelValues("container")
 
 	registerOnce sync.Once
 )
@@ -30,8 +28,14 @@ func RegisterMetrics() {
 func pointsDelta(old, new *shard) {
 	n, c := old.counts()
 	n2, c2 := new.counts()
-	nodePoints.Add(float64(n2 - n))
-	containerPoints.Add(float64(c2 - c))
+	// Children are looked up on each use: those of a vector made before it
+	// was registered would stay no-ops.
+	if n2 != n {
+		storedPoints.WithLabelValues("node").Add(float64(n2 - n))
+	}
+	if c2 != c {
+		storedPoints.WithLabelValues("container").Add(float64(c2 - c))
+	}
 }
 
 func (sh *shard) counts() (nodes, containers int) {

@@ -1,0 +1,252 @@
+package provider
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	metricsapi "k8s.io/metrics/pkg/apis/metrics"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/store"
+)
+
+var now = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+// fakeUsage answers from maps keyed by "ns/name" and node name.
+type fakeUsage struct {
+	pods  map[string]store.PodUsage
+	nodes map[string]store.Usage
+}
+
+func (f *fakeUsage) Pod(namespace, name, _, node string) (store.PodUsage, *store.Unavailable) {
+	if u, ok := f.pods[namespace+"/"+name]; ok {
+		return u, nil
+	}
+	return store.PodUsage{}, &store.Unavailable{Reason: "node " + node + " did not report it"}
+}
+
+func (f *fakeUsage) Node(name string) (store.Usage, *store.Unavailable) {
+	if u, ok := f.nodes[name]; ok {
+		return u, nil
+	}
+	return store.Usage{}, &store.Unavailable{Reason: "node " + name + " has not been scraped yet"}
+}
+
+func testPod(ns, name, node string, phase corev1.PodPhase, lbls map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(name + "-uid"), Labels: lbls},
+		Spec:       corev1.PodSpec{NodeName: node},
+		Status:     corev1.PodStatus{Phase: phase},
+	}
+}
+
+func usage(cpuNano, mem uint64) store.PodUsage {
+	return store.PodUsage{Timestamp: now.Add(-5 * time.Second), Window: 15 * time.Second, Containers: []store.ContainerUsage{
+		{Name: "c", Usage: store.Usage{Timestamp: now.Add(-5 * time.Second), Window: 15 * time.Second, CPUNanoCores: cpuNano, MemoryBytes: mem}},
+	}}
+}
+
+func newTestProvider(t *testing.T) *Provider {
+	t.Helper()
+	pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, p := range []*corev1.Pod{
+		testPod("a", "web-1", "n1", corev1.PodRunning, map[string]string{"app": "web"}),
+		testPod("a", "web-2", "n1", corev1.PodRunning, map[string]string{"app": "web"}),
+		testPod("a", "db", "n2", corev1.PodRunning, map[string]string{"app": "db"}),
+		testPod("b", "web-1", "n2", corev1.PodRunning, map[string]string{"app": "web"}),
+		testPod("b", "pending", "", corev1.PodPending, nil),
+		testPod("b", "starting", "n2", corev1.PodPending, nil),
+		testPod("b", "nodata", "n2", corev1.PodRunning, nil),
+	} {
+		if err := pods.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nodes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, n := range []string{"n1", "n2", "n3"} {
+		_ = nodes.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"zone": map[string]string{"n1": "x", "n2": "x", "n3": "y"}[n]}}})
+	}
+	return New(Config{
+		Pods:  corelisters.NewPodLister(pods),
+		Nodes: corelisters.NewNodeLister(nodes),
+		Usage: &fakeUsage{
+			pods: map[string]store.PodUsage{
+				"a/web-1": usage(250_000_000, 100<<20), "a/web-2": usage(1, 1), "a/db": usage(2, 2), "b/web-1": usage(3, 3),
+				"b/starting": usage(4, 4), // must stay hidden: not running
+			},
+			nodes: map[string]store.Usage{"n1": {Timestamp: now, Window: 15 * time.Second, CPUNanoCores: 1_500_000_000, MemoryBytes: 4 << 30}, "n2": {Timestamp: now, Window: 15 * time.Second}},
+		},
+		Clock: clocktesting.NewFakeClock(now),
+	})
+}
+
+func TestGetPodMetrics(t *testing.T) {
+	p := newTestProvider(t)
+	got, err := p.GetPodMetrics(context.Background(), "a", "web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &metricsapi.PodMetrics{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "a", Labels: map[string]string{"app": "web"}, CreationTimestamp: metav1.NewTime(now)},
+		Timestamp:  metav1.NewTime(now.Add(-5 * time.Second)),
+		Window:     metav1.Duration{Duration: 15 * time.Second},
+		Containers: []metricsapi.ContainerMetrics{{Name: "c", Usage: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("250m"),
+			corev1.ResourceMemory: resource.MustParse("100Mi"),
+		}}},
+	}
+	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })); diff != "" {
+		t.Errorf("GetPodMetrics (-want +got):\n%s", diff)
+	}
+}
+
+func TestGetPodMetricsNotFound(t *testing.T) {
+	p := newTestProvider(t)
+	tests := []struct{ ns, name, want string }{
+		{"a", "missing", `podmetrics.metrics.k8s.io "missing" not found`},
+		{"b", "pending", "not scheduled to a node"},
+		{"b", "starting", "the pod is Pending; only running pods have metrics"},
+		{"b", "nodata", "node n2 did not report it"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := p.GetPodMetrics(context.Background(), tc.ns, tc.name)
+			if !apierrors.IsNotFound(err) {
+				t.Fatalf("err = %v, want NotFound", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %q, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestListPodMetrics(t *testing.T) {
+	p := newTestProvider(t)
+	tests := []struct {
+		name   string
+		ns     string
+		labels string
+		fields string
+		want   []string
+	}{
+		{name: "all namespaces", want: []string{"a/db", "a/web-1", "a/web-2", "b/web-1"}},
+		{name: "one namespace", ns: "a", want: []string{"a/db", "a/web-1", "a/web-2"}},
+		{name: "label selector as the HPA sends", ns: "a", labels: "app=web", want: []string{"a/web-1", "a/web-2"}},
+		{name: "label selector across namespaces", labels: "app=web", want: []string{"a/web-1", "a/web-2", "b/web-1"}},
+		{name: "field selector on name", fields: "metadata.name=web-1", want: []string{"a/web-1", "b/web-1"}},
+		{name: "field selector on namespace", fields: "metadata.namespace=b", want: []string{"b/web-1"}},
+		{name: "field selector excluding a name", ns: "a", fields: "metadata.name!=db", want: []string{"a/web-1", "a/web-2"}},
+		{name: "nothing matches", ns: "c", want: []string{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ls, err := labels.Parse(tc.labels)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs, err := fields.ParseSelector(tc.fields)
+			if err != nil {
+				t.Fatal(err)
+			}
+			items, err := p.ListPodMetrics(context.Background(), tc.ns, ls, fs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := []string{}
+			for _, m := range items {
+				got = append(got, m.Namespace+"/"+m.Name)
+			}
+			sort.Strings(got)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("ListPodMetrics (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestNodeMetrics(t *testing.T) {
+	p := newTestProvider(t)
+	m, err := p.GetNodeMetrics(context.Background(), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cpu := m.Usage[corev1.ResourceCPU]; cpu.MilliValue() != 1500 {
+		t.Errorf("n1 CPU = %s, want 1500m", cpu.String())
+	}
+	if _, err := p.GetNodeMetrics(context.Background(), "n3"); !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), "not been scraped") {
+		t.Errorf("n3: err = %v, want NotFound saying why", err)
+	}
+	if _, err := p.GetNodeMetrics(context.Background(), "n9"); !apierrors.IsNotFound(err) {
+		t.Errorf("n9: err = %v, want NotFound", err)
+	}
+	ls, _ := labels.Parse("zone=x")
+	items, err := p.ListNodeMetrics(context.Background(), ls, fields.Everything())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, n := range items {
+		names = append(names, n.Name)
+	}
+	sort.Strings(names)
+	if diff := cmp.Diff([]string{"n1", "n2"}, names); diff != "" {
+		t.Errorf("ListNodeMetrics zone=x (-want +got):\n%s", diff)
+	}
+}
+
+func TestTrimPod(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	req := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}
+	in := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "p", Namespace: "ns", UID: "u", ResourceVersion: "7",
+			Labels:        map[string]string{"app": "x"},
+			Annotations:   map[string]string{AnnotationPrefix + "policy": "group", "kubectl.kubernetes.io/last-applied-configuration": "{...}"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
+		},
+		Spec: corev1.PodSpec{
+			NodeName: "n1",
+			InitContainers: []corev1.Container{
+				{Name: "setup", Image: "busybox", Resources: corev1.ResourceRequirements{Requests: req}},
+				{Name: "proxy", Image: "envoy", RestartPolicy: &always, Resources: corev1.ResourceRequirements{Requests: req}},
+			},
+			Containers: []corev1.Container{{Name: "app", Image: "nginx", Command: []string{"nginx"}, Env: []corev1.EnvVar{{Name: "A", Value: "b"}},
+				Resources: corev1.ResourceRequirements{Requests: req, Limits: req}}},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1", Conditions: []corev1.PodCondition{{Type: corev1.PodReady}}},
+	}
+	got, err := TrimPod(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "p", Namespace: "ns", UID: "u", ResourceVersion: "7",
+			Labels:      map[string]string{"app": "x"},
+			Annotations: map[string]string{AnnotationPrefix + "policy": "group"},
+		},
+		Spec: corev1.PodSpec{
+			NodeName:       "n1",
+			InitContainers: []corev1.Container{{Name: "proxy", RestartPolicy: &always, Resources: corev1.ResourceRequirements{Requests: req}}},
+			Containers:     []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{Requests: req}}},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("TrimPod (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,418 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/apiserver"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet"
+)
+
+const kubeletToken = "kubelet-test-token"
+
+// fakeKubelet serves a Summary in which every container has used `cores`
+// since start, so the first sample already yields exactly that rate.
+type fakeKubelet struct {
+	node  string
+	start time.Time
+	pods  []*corev1.Pod
+	cores map[string]float64 // "ns/pod/container" -> cores
+	mem   uint64
+}
+
+func (f *fakeKubelet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Authorization") != "Bearer "+kubeletToken {
+		http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		return
+	}
+	if r.URL.Path != "/stats/summary" || r.URL.Query().Get("only_cpu_and_memory") != "true" {
+		http.NotFound(w, r)
+		return
+	}
+	now := time.Now()
+	elapsed := now.Sub(f.start).Seconds()
+	type stats map[string]any
+	sample := func(cores float64) stats {
+		return stats{
+			"startTime": f.start.Format(time.RFC3339Nano),
+			"cpu":       stats{"time": now.Format(time.RFC3339Nano), "usageCoreNanoSeconds": uint64(cores * elapsed * 1e9)},
+			"memory":    stats{"time": now.Format(time.RFC3339Nano), "workingSetBytes": f.mem},
+		}
+	}
+	node := sample(2)
+	node["nodeName"] = f.node
+	var pods []stats
+	for _, p := range f.pods {
+		var cs []stats
+		for _, c := range p.Spec.Containers {
+			s := sample(f.cores[p.Namespace+"/"+p.Name+"/"+c.Name])
+			s["name"] = c.Name
+			cs = append(cs, s)
+		}
+		pods = append(pods, stats{"podRef": stats{"name": p.Name, "namespace": p.Namespace, "uid": string(p.UID)}, "containers": cs})
+	}
+	_ = json.NewEncoder(w).Encode(stats{"node": node, "pods": pods})
+}
+
+func runningPod(ns, name, node string, lbls map[string]string, containers ...string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name), Labels: lbls},
+		Spec:       corev1.PodSpec{NodeName: node},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	for _, c := range containers {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c})
+	}
+	return p
+}
+
+type testEnv struct {
+	base     string
+	admin    *rest.Config
+	noCreds  *rest.Config
+	stranger *rest.Config
+}
+
+// startServer runs the whole server in-process against a fake API and two
+// fake kubelets over TLS, and returns once /readyz passes.
+func startServer(t *testing.T) *testEnv {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	dir := t.TempDir()
+
+	kubeletCA := newTestCA(t)
+	kubeletCert, kubeletKey := kubeletCA.issue(t, "kubelet", nil, true)
+	start := time.Now().Add(-10 * time.Second)
+	pods := []*corev1.Pod{
+		runningPod("default", "web-1", "n1", map[string]string{"app": "web"}, "app", "proxy"),
+		runningPod("default", "web-2", "n2", map[string]string{"app": "web"}, "app"),
+		runningPod("kube-system", "dns", "n2", map[string]string{"app": "dns"}, "dns"),
+	}
+	objects := []runtime.Object{}
+	for _, p := range pods {
+		objects = append(objects, p)
+	}
+	cores := map[string]float64{"default/web-1/app": 0.25, "default/web-1/proxy": 0.05, "default/web-2/app": 0.5, "kube-system/dns/dns": 0.01}
+	for _, name := range []string{"n1", "n2"} {
+		fk := &fakeKubelet{node: name, start: start, cores: cores, mem: 64 << 20}
+		for _, p := range pods {
+			if p.Spec.NodeName == name {
+				fk.pods = append(fk.pods, p)
+			}
+		}
+		srv := httptest.NewUnstartedServer(fk)
+		pair, err := tls.X509KeyPair(kubeletCert, kubeletKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+		p, _ := strconv.Atoi(port)
+		objects = append(objects, &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": name}},
+			Status: corev1.NodeStatus{
+				Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}},
+				DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(p)}},
+			},
+		})
+	}
+
+	servingCA := newTestCA(t)
+	servingCert, servingKey := servingCA.issue(t, "group-metrics-server", nil, true)
+	clientCA := newTestCA(t)
+	clientCAFile := filepath.Join(dir, "client-ca.crt")
+	if err := os.WriteFile(clientCAFile, clientCA.pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	serving := genericoptions.NewSecureServingOptions().WithLoopback()
+	serving.BindAddress = net.ParseIP("127.0.0.1")
+	serving.BindPort = 0
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving.Listener = ln
+	serving.ServerCert.GeneratedCert, err = dynamiccertificates.NewStaticCertKeyContent("test", servingCert, servingKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	authn := genericoptions.NewDelegatingAuthenticationOptions()
+	authn.RemoteKubeConfigFileOptional = true
+	authn.SkipInClusterLookup = true
+	authn.ClientCert.ClientCA = clientCAFile
+	authz := genericoptions.NewDelegatingAuthorizationOptions()
+	authz.RemoteKubeConfigFileOptional = true
+
+	api := genericapiserver.NewRecommendedConfig(apiserver.Codecs)
+	if err := serving.ApplyTo(&api.SecureServing, &api.LoopbackClientConfig); err != nil {
+		t.Fatal(err)
+	}
+	if err := authn.ApplyTo(&api.Authentication, api.SecureServing, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := authz.ApplyTo(&api.Authorization); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := &Config{
+		API:  api,
+		Kube: fake.NewClientset(objects...),
+		Kubelet: kubelet.ClientConfig{
+			REST:             &rest.Config{BearerToken: kubeletToken, TLSClientConfig: rest.TLSClientConfig{CAData: kubeletCA.pem}},
+			MaxResponseBytes: 1 << 20,
+		},
+		KubeletPort:              1,
+		KubeletUseNodeStatusPort: true,
+		KubeletAddressTypes:      []corev1.NodeAddressType{corev1.NodeInternalIP},
+		Resolution:               time.Minute,
+		Timeout:                  10 * time.Second,
+		Concurrency:              4,
+	}
+	srv, err := cfg.Complete().New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("server exited with %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("server did not stop within 30s")
+		}
+	})
+
+	base := "https://" + ln.Addr().String()
+	adminCert, adminKey := clientCA.issue(t, "admin", []string{"system:masters"}, false)
+	strangerCert, strangerKey := clientCA.issue(t, "stranger", []string{"nobody"}, false)
+	tlsFor := func(cert, key []byte) rest.TLSClientConfig {
+		return rest.TLSClientConfig{CAData: servingCA.pem, CertData: cert, KeyData: key}
+	}
+	env := &testEnv{
+		base:     base,
+		admin:    &rest.Config{Host: base, TLSClientConfig: tlsFor(adminCert, adminKey)},
+		noCreds:  &rest.Config{Host: base, TLSClientConfig: rest.TLSClientConfig{CAData: servingCA.pem}},
+		stranger: &rest.Config{Host: base, TLSClientConfig: tlsFor(strangerCert, strangerKey)},
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		code, _ := env.get(t, env.noCreds, "/readyz", "")
+		return code == http.StatusOK, nil
+	}); err != nil {
+		_, body := env.get(t, env.noCreds, "/readyz?verbose", "")
+		t.Fatalf("server not ready: %v\n%s", err, body)
+	}
+	return env
+}
+
+// get does a raw GET and returns the status and body.
+func (e *testEnv) get(t *testing.T, cfg *rest.Config, path, accept string) (int, string) {
+	t.Helper()
+	rt, err := rest.TransportFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, e.base+path, nil)
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := (&http.Client{Transport: rt, Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func metricsClient(t *testing.T, cfg *rest.Config, contentType string) *metricsclient.Clientset {
+	t.Helper()
+	c := rest.CopyConfig(cfg)
+	c.ContentType = contentType
+	if contentType == "application/vnd.kubernetes.protobuf" {
+		c.AcceptContentTypes = contentType
+	}
+	cs, err := metricsclient.NewForConfig(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+func milli(q resource.Quantity) int64 { return q.MilliValue() }
+
+// cpuClose compares CPU in millicores within 1m: the fake's counters are
+// computed from a wall clock the server reads a moment later.
+func cpuClose(got resource.Quantity, wantMilli int64) bool {
+	d := milli(got) - wantMilli
+	return d >= -1 && d <= 1
+}
+
+func TestServerEndToEnd(t *testing.T) {
+	env := startServer(t)
+	ctx := context.Background()
+
+	for _, ct := range []string{"application/json", "application/vnd.kubernetes.protobuf"} {
+		t.Run(ct, func(t *testing.T) {
+			cs := metricsClient(t, env.admin, ct)
+
+			v1List, err := cs.MetricsV1().PodMetricses("").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatalf("v1 list all pods: %v", err)
+			}
+			got := map[string]map[string]int64{}
+			for _, m := range v1List.Items {
+				cm := map[string]int64{}
+				for _, c := range m.Containers {
+					cm[c.Name] = milli(c.Usage[corev1.ResourceCPU])
+					if mem := c.Usage[corev1.ResourceMemory]; mem.Value() != 64<<20 {
+						t.Errorf("%s/%s/%s memory = %s, want 64Mi", m.Namespace, m.Name, c.Name, mem.String())
+					}
+				}
+				got[m.Namespace+"/"+m.Name] = cm
+				if m.Window.Duration < 10*time.Second {
+					t.Errorf("%s/%s window %s, want the ~10s since start", m.Namespace, m.Name, m.Window.Duration)
+				}
+			}
+			want := map[string]map[string]int64{
+				"default/web-1":   {"app": 250, "proxy": 50},
+				"default/web-2":   {"app": 500},
+				"kube-system/dns": {"dns": 10},
+			}
+			if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b int64) bool { return a-b <= 1 && b-a <= 1 })); diff != "" {
+				t.Errorf("v1 pod CPU in millicores (-want +got):\n%s", diff)
+			}
+
+			sel := labels.SelectorFromSet(labels.Set{"app": "web"}).String()
+			beta, err := cs.MetricsV1beta1().PodMetricses("default").List(ctx, metav1.ListOptions{LabelSelector: sel})
+			if err != nil {
+				t.Fatalf("v1beta1 namespaced selector list: %v", err)
+			}
+			if len(beta.Items) != 2 {
+				t.Errorf("v1beta1 app=web in default: %d items, want 2", len(beta.Items))
+			}
+			byField, err := cs.MetricsV1().PodMetricses("").List(ctx, metav1.ListOptions{FieldSelector: "metadata.namespace=kube-system"})
+			if err != nil || len(byField.Items) != 1 || byField.Items[0].Name != "dns" {
+				t.Errorf("field selector metadata.namespace=kube-system: %v, %v", byField, err)
+			}
+
+			one, err := cs.MetricsV1beta1().PodMetricses("default").Get(ctx, "web-2", metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("v1beta1 get: %v", err)
+			}
+			if !cpuClose(one.Containers[0].Usage[corev1.ResourceCPU], 500) {
+				t.Errorf("web-2 CPU = %s, want 500m", one.Containers[0].Usage.Cpu())
+			}
+			_, err = cs.MetricsV1().PodMetricses("default").Get(ctx, "nope", metav1.GetOptions{})
+			if !apierrors.IsNotFound(err) {
+				t.Errorf("get missing pod: %v, want NotFound", err)
+			}
+
+			nodes, err := cs.MetricsV1().NodeMetricses().List(ctx, metav1.ListOptions{LabelSelector: "pool=n2"})
+			if err != nil || len(nodes.Items) != 1 {
+				t.Fatalf("nodes pool=n2: %v, %v", nodes, err)
+			}
+			if !cpuClose(nodes.Items[0].Usage[corev1.ResourceCPU], 2000) {
+				t.Errorf("n2 CPU = %s, want 2", nodes.Items[0].Usage.Cpu())
+			}
+			if _, err := cs.MetricsV1beta1().NodeMetricses().Get(ctx, "n1", metav1.GetOptions{}); err != nil {
+				t.Errorf("v1beta1 get node: %v", err)
+			}
+		})
+	}
+}
+
+func TestServerHTTP(t *testing.T) {
+	env := startServer(t)
+	tests := []struct {
+		name     string
+		cfg      *rest.Config
+		path     string
+		accept   string
+		wantCode int
+		want     []string
+	}{
+		{name: "healthz without credentials", cfg: env.noCreds, path: "/healthz", wantCode: 200},
+		{name: "livez without credentials", cfg: env.noCreds, path: "/livez", wantCode: 200},
+		{name: "readyz names its check", cfg: env.noCreds, path: "/readyz?verbose", wantCode: 200, want: []string{"metric-storage-ready ok"}},
+		{name: "anonymous list is forbidden", cfg: env.noCreds, path: "/apis/metrics.k8s.io/v1/pods", wantCode: 403},
+		{name: "unauthorized user is forbidden", cfg: env.stranger, path: "/apis/metrics.k8s.io/v1/pods", wantCode: 403},
+		{name: "self-metrics need authorization", cfg: env.noCreds, path: "/metrics", wantCode: 403},
+		{
+			name: "discovery prefers a served version", cfg: env.admin, path: "/apis/metrics.k8s.io", wantCode: 200,
+			want: []string{`"preferredVersion":{"groupVersion":"metrics.k8s.io/v1","version":"v1"}`, `"groupVersion":"metrics.k8s.io/v1beta1"`},
+		},
+		{
+			name: "v1 resources", cfg: env.admin, path: "/apis/metrics.k8s.io/v1", wantCode: 200,
+			want: []string{`"name":"pods"`, `"kind":"PodMetrics"`, `"name":"nodes"`, `"kind":"NodeMetrics"`},
+		},
+		{
+			name: "pod table", cfg: env.admin, path: "/apis/metrics.k8s.io/v1/namespaces/default/pods",
+			accept: "application/json;as=Table;v=v1;g=meta.k8s.io", wantCode: 200,
+			// web-1's two containers of 64Mi each add up to 128Mi.
+			want: []string{`"kind":"Table"`, `"name":"CPU"`, `"name":"Memory"`, `"name":"Window"`, `"web-1"`, `"128Mi"`},
+		},
+		{
+			name: "node table", cfg: env.admin, path: "/apis/metrics.k8s.io/v1beta1/nodes/n1",
+			accept: "application/json;as=Table;v=v1;g=meta.k8s.io", wantCode: 200,
+			want: []string{`"kind":"Table"`, `"n1"`, `"64Mi"`},
+		},
+		{
+			name: "not found says why", cfg: env.admin, path: "/apis/metrics.k8s.io/v1/namespaces/default/pods/ghost", wantCode: 404,
+			want: []string{`"reason":"NotFound"`},
+		},
+		{
+			name: "unsupported field selector is a bad request", cfg: env.admin, path: "/apis/metrics.k8s.io/v1/pods?fieldSelector=spec.nodeName%3Dn1",
+			wantCode: 400,
+		},
+		{name: "openapi v2", cfg: env.admin, path: "/openapi/v2", accept: "application/json", wantCode: 200, want: []string{"PodMetrics", "NodeMetrics"}},
+		{name: "openapi v3", cfg: env.admin, path: "/openapi/v3/apis/metrics.k8s.io/v1", wantCode: 200, want: []string{"PodMetrics"}},
+		{name: "self-metrics", cfg: env.admin, path: "/metrics", wantCode: 200, want: []string{"group_metrics_server_scraper_targets", "group_metrics_server_store_points"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := env.get(t, tc.cfg, tc.path, tc.accept)
+			if code != tc.wantCode {
+				t.Fatalf("GET %s = %d, want %d\n%.2000s", tc.path, code, tc.wantCode, body)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(body, w) {
+					t.Errorf("GET %s: body lacks %s\n%.2000s", tc.path, w, body)
+				}
+			}
+		})
+	}
+}

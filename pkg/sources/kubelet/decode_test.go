@@ -1,0 +1,195 @@
+package kubelet
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+)
+
+const validSummary = `{
+  "node": {
+    "nodeName": "n1",
+    "startTime": "2026-11-30T10:00:00Z",
+    "cpu": {"time": "2026-12-01T10:00:10Z", "usageNanoCores": 500000000, "usageCoreNanoSeconds": 9000000000000},
+    "memory": {"time": "2026-12-01T10:00:10Z", "workingSetBytes": 2147483648, "usageBytes": 3000000000}
+  },
+  "pods": [
+    {
+      "podRef": {"name": "web-1", "namespace": "default", "uid": "u1"},
+      "startTime": "2026-12-01T09:00:00Z",
+      "containers": [
+        {"name": "app", "startTime": "2026-12-01T09:00:01Z",
+         "cpu": {"time": "2026-12-01T10:00:09Z", "usageCoreNanoSeconds": 1800000000000},
+         "memory": {"time": "2026-12-01T10:00:09Z", "workingSetBytes": 104857600}},
+        {"name": "sidecar", "startTime": "2026-12-01T09:00:02Z",
+         "cpu": {"time": "2026-12-01T10:00:08Z", "usageCoreNanoSeconds": 0},
+         "memory": {"time": "2026-12-01T10:00:08Z", "workingSetBytes": 0}}
+      ]
+    }
+  ]
+}`
+
+func ts(s string) time.Time {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+func TestDecode(t *testing.T) {
+	want := &sources.Batch{
+		Nodes: []sources.NodePoint{{Name: "n1", Point: sources.Point{
+			Timestamp: ts("2026-12-01T10:00:10Z"), StartTime: ts("2026-11-30T10:00:00Z"),
+			CPUCoreNanos: 9000000000000, MemoryBytes: 2147483648,
+		}}},
+		Pods: []sources.PodPoint{{
+			Namespace: "default", Name: "web-1", UID: "u1", Node: "n1",
+			Containers: []sources.ContainerPoint{
+				{Name: "app", Point: sources.Point{
+					Timestamp: ts("2026-12-01T10:00:09Z"), StartTime: ts("2026-12-01T09:00:01Z"),
+					CPUCoreNanos: 1800000000000, MemoryBytes: 104857600,
+				}},
+				// Zero usage is a value, not a missing field.
+				{Name: "sidecar", Point: sources.Point{
+					Timestamp: ts("2026-12-01T10:00:08Z"), StartTime: ts("2026-12-01T09:00:02Z"),
+				}},
+			},
+		}},
+	}
+	got, err := Decode("n1", []byte(validSummary))
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Decode (-want +got):\n%s", diff)
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	tests := []struct {
+		name string
+		body string
+		// wantBatch is false when nothing may be returned.
+		wantBatch bool
+		// wantPods is how many pods survive when a batch is returned.
+		wantPods int
+		wantErr  string
+	}{
+		{name: "malformed JSON", body: `{"node": {`, wantErr: `node "n1"`},
+		{name: "not an object", body: `[1,2]`, wantErr: `node "n1"`},
+		{name: "no node stats", body: `{"pods": []}`, wantErr: "no node stats"},
+		{name: "wrong type", body: `{"node": {"cpu": {"usageCoreNanoSeconds": "lots"}}}`, wantErr: `node "n1"`},
+		{name: "negative counter", body: `{"node": {"cpu": {"usageCoreNanoSeconds": -1}}}`, wantErr: `node "n1"`},
+		{
+			name:      "node without CPU keeps pods",
+			body:      `{"node": {"memory": {"workingSetBytes": 1}}, "pods": [` + pod("p", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 1`) + `]}`,
+			wantBatch: true, wantPods: 1, wantErr: "node: no CPU usage",
+		},
+		{
+			name:      "container without CPU is left out",
+			body:      nodeOK + `, "pods": [` + pod("p", `"x": 1`, `"workingSetBytes": 1`) + `]}`,
+			wantBatch: true, wantPods: 0, wantErr: `pod ns/p container "c": no CPU usage`,
+		},
+		{
+			name:      "container without memory is left out",
+			body:      nodeOK + `, "pods": [` + pod("p", `"usageCoreNanoSeconds": 5`, `"usageBytes": 1`) + `]}`,
+			wantBatch: true, wantPods: 0, wantErr: "no memory working set",
+		},
+		{
+			name:      "absurd memory",
+			body:      nodeOK + `, "pods": [` + pod("p", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 9000000000000000000`) + `]}`,
+			wantBatch: true, wantPods: 0, wantErr: "implausible",
+		},
+		{
+			name:      "missing sample time",
+			body:      nodeOK + `, "pods": [{"podRef": {"name": "p", "namespace": "ns"}, "containers": [{"name": "c", "cpu": {"usageCoreNanoSeconds": 5}, "memory": {"workingSetBytes": 1}}]}]}`,
+			wantBatch: true, wantPods: 0, wantErr: "missing or implausible",
+		},
+		{
+			name:      "pod without a name",
+			body:      nodeOK + `, "pods": [{"podRef": {"namespace": "ns"}, "containers": []}]}`,
+			wantBatch: true, wantPods: 0, wantErr: "missing podRef",
+		},
+		{
+			name:      "start after sample",
+			body:      nodeOK + `, "pods": [{"podRef": {"name": "p", "namespace": "ns"}, "containers": [{"name": "c", "startTime": "2030-01-01T00:00:00Z", "cpu": {"time": "2026-12-01T10:00:00Z", "usageCoreNanoSeconds": 5}, "memory": {"workingSetBytes": 1}}]}]}`,
+			wantBatch: true, wantPods: 0, wantErr: "after the sample time",
+		},
+		{
+			name:      "one bad pod costs only itself",
+			body:      nodeOK + `, "pods": [` + pod("bad", `"x": 1`, `"workingSetBytes": 1`) + `,` + pod("good", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 1`) + `]}`,
+			wantBatch: true, wantPods: 1, wantErr: "pod ns/bad",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := Decode("n1", []byte(tc.body))
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
+			}
+			if !strings.Contains(err.Error(), `"n1"`) {
+				t.Errorf("error %q does not name the node", err)
+			}
+			if (b != nil) != tc.wantBatch {
+				t.Fatalf("batch = %v, want batch: %v", b, tc.wantBatch)
+			}
+			if b != nil && len(b.Pods) != tc.wantPods {
+				t.Errorf("got %d pods, want %d", len(b.Pods), tc.wantPods)
+			}
+			if b != nil && sources.Reason(err) != sources.ReasonDecode {
+				t.Errorf("reason = %q, want %q", sources.Reason(err), sources.ReasonDecode)
+			}
+		})
+	}
+}
+
+const nodeOK = `{"node": {"startTime": "2026-11-30T10:00:00Z", "cpu": {"time": "2026-12-01T10:00:00Z", "usageCoreNanoSeconds": 1}, "memory": {"time": "2026-12-01T10:00:00Z", "workingSetBytes": 1}}`
+
+func pod(name, cpu, mem string) string {
+	return `{"podRef": {"name": "` + name + `", "namespace": "ns", "uid": "u"}, "containers": [{"name": "c", "startTime": "2026-12-01T09:00:00Z", "cpu": {"time": "2026-12-01T10:00:00Z", ` + cpu + `}, "memory": {"time": "2026-12-01T10:00:00Z", ` + mem + `}}]}`
+}
+
+// FuzzDecode checks that no input crashes the decoder and that whatever it
+// accepts obeys the invariants the store relies on.
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(validSummary))
+	f.Add([]byte(nodeOK + `}`))
+	f.Add([]byte(nodeOK + `, "pods": [` + pod("p", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 1`) + `]}`))
+	f.Add([]byte(`{"node": null, "pods": null}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		b, err := Decode("n1", body)
+		if b == nil {
+			if err == nil {
+				t.Fatal("nil batch without an error")
+			}
+			return
+		}
+		for _, n := range b.Nodes {
+			checkPoint(t, n.Point)
+		}
+		for _, p := range b.Pods {
+			if p.Name == "" || p.Namespace == "" || p.Node != "n1" || len(p.Containers) == 0 {
+				t.Fatalf("accepted pod %+v", p)
+			}
+			for _, c := range p.Containers {
+				if c.Name == "" {
+					t.Fatalf("accepted a container without a name in %s/%s", p.Namespace, p.Name)
+				}
+				checkPoint(t, c.Point)
+			}
+		}
+	})
+}
+
+func checkPoint(t *testing.T, p sources.Point) {
+	t.Helper()
+	if p.Timestamp.Before(minTime) || p.MemoryBytes > maxMemoryBytes || (!p.StartTime.IsZero() && p.StartTime.After(p.Timestamp)) {
+		t.Fatalf("accepted implausible point %+v", p)
+	}
+}

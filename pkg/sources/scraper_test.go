@@ -1,0 +1,167 @@
+package sources
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+type fakeTarget struct {
+	id    string
+	batch *Batch
+	err   error
+	// block, when not nil, holds Scrape until it is closed or ctx ends.
+	block chan struct{}
+}
+
+func (f *fakeTarget) ID() string      { return f.id }
+func (f *fakeTarget) Nodes() []string { return []string{f.id} }
+func (f *fakeTarget) Scrape(ctx context.Context) (*Batch, error) {
+	if f.block != nil {
+		select {
+		case <-f.block:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return f.batch, f.err
+}
+
+type fakeSource struct {
+	name    string
+	targets []Target
+}
+
+func (f *fakeSource) Name() string               { return f.name }
+func (f *fakeSource) Targets() ([]Target, error) { return f.targets, nil }
+
+type recordingSink struct {
+	mu     sync.Mutex
+	stored map[string]bool
+	failed map[string]string
+	pruned map[string]struct{}
+	// storedCh receives each stored node, if not nil.
+	storedCh chan string
+}
+
+func newRecordingSink() *recordingSink {
+	return &recordingSink{stored: map[string]bool{}, failed: map[string]string{}, storedCh: make(chan string, 16)}
+}
+
+func (r *recordingSink) Store(_ string, nodes []string, _ *Batch, _ time.Time) {
+	r.mu.Lock()
+	for _, n := range nodes {
+		r.stored[n] = true
+	}
+	r.mu.Unlock()
+	for _, n := range nodes {
+		r.storedCh <- n
+	}
+}
+
+func (r *recordingSink) Failed(_ string, nodes []string, err error, _ time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, n := range nodes {
+		r.failed[n] = Reason(err)
+	}
+}
+
+func (r *recordingSink) Prune(_ string, keep map[string]struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pruned = keep
+}
+
+func TestTickKeepsPartialResults(t *testing.T) {
+	slow := &fakeTarget{id: "slow", batch: &Batch{}, block: make(chan struct{})}
+	targets := []Target{
+		&fakeTarget{id: "ok", batch: &Batch{}},
+		&fakeTarget{id: "refused", err: WithReason(ReasonConnection, errors.New("refused"))},
+		&fakeTarget{id: "garbage", err: WithReason(ReasonDecode, errors.New("bad json"))},
+		&fakeTarget{id: "partial", batch: &Batch{}, err: WithReason(ReasonDecode, errors.New("one pod left out"))},
+		slow,
+	}
+	sink := newRecordingSink()
+	s := NewScraper(ScraperConfig{
+		Sources:     []Source{&fakeSource{name: "kubelet", targets: targets}},
+		Sink:        sink,
+		Resolution:  time.Minute,
+		Timeout:     30 * time.Second,
+		Concurrency: 4,
+	})
+
+	done := make(chan struct{})
+	go func() {
+		s.Tick(context.Background())
+		close(done)
+	}()
+	// Both good targets are stored while the slow one still hangs.
+	got := map[string]bool{}
+	deadline := time.After(20 * time.Second)
+	for len(got) < 2 {
+		select {
+		case n := <-sink.storedCh:
+			got[n] = true
+		case <-deadline:
+			t.Fatalf("stored only %v while a slow target was pending", got)
+		}
+	}
+	close(slow.block)
+	<-done
+
+	if diff := cmp.Diff(map[string]bool{"ok": true, "partial": true, "slow": true}, sink.stored); diff != "" {
+		t.Errorf("stored (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"refused": ReasonConnection, "garbage": ReasonDecode}, sink.failed); diff != "" {
+		t.Errorf("failed (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"refused": ReasonConnection, "garbage": ReasonDecode}, s.TargetErrors()); diff != "" {
+		t.Errorf("TargetErrors (-want +got):\n%s", diff)
+	}
+	if len(sink.pruned) != len(targets) {
+		t.Errorf("prune kept %v, want all %d targets", sink.pruned, len(targets))
+	}
+	if s.LastTick().IsZero() || s.LastSuccess().IsZero() {
+		t.Error("LastTick or LastSuccess not recorded")
+	}
+}
+
+func TestTickTimesOutSlowTarget(t *testing.T) {
+	slow := &fakeTarget{id: "slow", block: make(chan struct{})}
+	defer close(slow.block)
+	sink := newRecordingSink()
+	s := NewScraper(ScraperConfig{
+		Sources:     []Source{&fakeSource{name: "kubelet", targets: []Target{slow}}},
+		Sink:        sink,
+		Resolution:  time.Minute,
+		Timeout:     50 * time.Millisecond,
+		Concurrency: 1,
+	})
+	s.Tick(context.Background())
+	if got := sink.failed["slow"]; got != ReasonTimeout {
+		t.Errorf("slow target failure reason = %q, want %q", got, ReasonTimeout)
+	}
+}
+
+func TestRecoveredTargetIsHealthy(t *testing.T) {
+	tgt := &fakeTarget{id: "n", err: errors.New("down")}
+	s := NewScraper(ScraperConfig{
+		Sources:    []Source{&fakeSource{name: "kubelet", targets: []Target{tgt}}},
+		Sink:       newRecordingSink(),
+		Resolution: time.Minute, Timeout: time.Second,
+	})
+	s.Tick(context.Background())
+	if len(s.TargetErrors()) != 1 {
+		t.Fatalf("TargetErrors = %v, want one", s.TargetErrors())
+	}
+	tgt.err, tgt.batch = nil, &Batch{}
+	s.Tick(context.Background())
+	if len(s.TargetErrors()) != 0 {
+		t.Fatalf("TargetErrors = %v after recovery, want none", s.TargetErrors())
+	}
+}

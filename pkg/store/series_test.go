@@ -1,0 +1,104 @@
+package store
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+)
+
+var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+func at(d time.Duration) time.Time { return t0.Add(d) }
+
+func pt(ts, start time.Duration, cpu, mem uint64) sources.Point {
+	return sources.Point{Timestamp: at(ts), StartTime: at(start), CPUCoreNanos: cpu, MemoryBytes: mem}
+}
+
+func TestRatesNext(t *testing.T) {
+	r := rates{firstWindowMax: 30 * time.Second}
+	scraped := at(time.Hour)
+	prevUsage := Usage{Timestamp: at(-15 * time.Second), Window: 15 * time.Second, CPUNanoCores: 7, MemoryBytes: 9}
+	steady := &series{last: pt(0, -time.Hour, 10e9, 100), usage: prevUsage, derivedAt: at(-time.Minute)}
+
+	tests := []struct {
+		name string
+		prev *series
+		p    sources.Point
+		want series
+	}{
+		{
+			name: "rate over two samples",
+			prev: steady,
+			p:    pt(15*time.Second, -time.Hour, 10e9+3e9, 200), // 3 core-seconds in 15 s
+			want: series{
+				last:      pt(15*time.Second, -time.Hour, 13e9, 200),
+				usage:     Usage{Timestamp: at(15 * time.Second), Window: 15 * time.Second, CPUNanoCores: 200_000_000, MemoryBytes: 200},
+				derivedAt: scraped,
+			},
+		},
+		{
+			name: "first sample of a new container: average since start",
+			p:    pt(10*time.Second, 0, 5e9, 50), // 5 core-seconds in 10 s
+			want: series{
+				last:      pt(10*time.Second, 0, 5e9, 50),
+				usage:     Usage{Timestamp: at(10 * time.Second), Window: 10 * time.Second, CPUNanoCores: 500_000_000, MemoryBytes: 50},
+				derivedAt: scraped,
+			},
+		},
+		{
+			name: "first sample of an old container waits for a second",
+			p:    pt(0, -time.Hour, 5e9, 50),
+			want: series{last: pt(0, -time.Hour, 5e9, 50)},
+		},
+		{
+			name: "restart: new start time, counter from zero",
+			prev: steady,
+			p:    pt(15*time.Second, 5*time.Second, 1e9, 60), // 1 core-second in 10 s since restart
+			want: series{
+				last:      pt(15*time.Second, 5*time.Second, 1e9, 60),
+				usage:     Usage{Timestamp: at(15 * time.Second), Window: 10 * time.Second, CPUNanoCores: 100_000_000, MemoryBytes: 60},
+				derivedAt: scraped,
+			},
+		},
+		{
+			name: "counter went back without a restart: keep the last usage",
+			prev: steady,
+			p:    pt(15*time.Second, -time.Hour, 1e9, 60),
+			want: series{last: pt(15*time.Second, -time.Hour, 1e9, 60), usage: prevUsage, derivedAt: at(-time.Minute)},
+		},
+		{
+			name: "clock went back: keep the last usage",
+			prev: steady,
+			p:    pt(-5*time.Second, -time.Hour, 11e9, 60),
+			want: series{last: pt(-5*time.Second, -time.Hour, 11e9, 60), usage: prevUsage, derivedAt: at(-time.Minute)},
+		},
+		{
+			name: "same sample again: nothing new",
+			prev: steady,
+			p:    pt(0, -time.Hour, 10e9, 100),
+			want: series{last: pt(0, -time.Hour, 10e9, 100), usage: Usage{Timestamp: prevUsage.Timestamp, Window: prevUsage.Window, CPUNanoCores: 7, MemoryBytes: 100}, derivedAt: at(-time.Minute)},
+		},
+		{
+			name: "huge jump is never served",
+			prev: steady,
+			p:    pt(time.Second, -time.Hour, 10e9+1e18, 60),
+			want: series{last: pt(time.Second, -time.Hour, 10e9+1e18, 60), usage: prevUsage, derivedAt: at(-time.Minute)},
+		},
+		{
+			name: "no start time and no previous sample",
+			p:    sources.Point{Timestamp: at(0), CPUCoreNanos: 5, MemoryBytes: 5},
+			want: series{last: sources.Point{Timestamp: at(0), CPUCoreNanos: 5, MemoryBytes: 5}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := r.next(tc.prev, tc.p, scraped)
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(series{})); diff != "" {
+				t.Errorf("next (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,0 +1,203 @@
+package store
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+)
+
+func newTestStore(clk *clocktesting.FakeClock, srcs ...string) *Store {
+	if len(srcs) == 0 {
+		srcs = []string{"kubelet"}
+	}
+	return New(Config{Clock: clk, Sources: srcs, FirstWindowMax: 30 * time.Second, StaleAfter: 40 * time.Second})
+}
+
+// podBatch is one node with one pod of one container, started 5 s before t0.
+func podBatch(node string, ts time.Duration, cpu uint64) *sources.Batch {
+	return &sources.Batch{
+		Nodes: []sources.NodePoint{{Name: node, Point: pt(ts, -time.Hour, 100e9+cpu, 1<<30)}},
+		Pods: []sources.PodPoint{{Namespace: "ns", Name: "p", UID: "u1", Node: node, Containers: []sources.ContainerPoint{
+			{Name: "c", Point: pt(ts, -5*time.Second, cpu, 1<<20)},
+		}}},
+	}
+}
+
+func TestStorePodFirstScrape(t *testing.T) {
+	clk := clocktesting.NewFakeClock(at(10 * time.Second))
+	s := newTestStore(clk)
+	s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now()) // 5 core-s over 10 s
+
+	got, why := s.Pod("ns", "p", "u1", "n1")
+	if why != nil {
+		t.Fatalf("Pod: %v", why)
+	}
+	want := PodUsage{Timestamp: at(5 * time.Second), Window: 10 * time.Second, Containers: []ContainerUsage{
+		{Name: "c", Usage: Usage{Timestamp: at(5 * time.Second), Window: 10 * time.Second, CPUNanoCores: 500_000_000, MemoryBytes: 1 << 20}},
+	}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Pod (-want +got):\n%s", diff)
+	}
+	// The node started an hour ago: one sample is not enough.
+	if _, why := s.Node("n1"); why == nil || !strings.Contains(why.Reason, "needs a second") {
+		t.Errorf("Node after one scrape: %v, want a second-sample reason", why)
+	}
+
+	clk.Step(15 * time.Second)
+	s.Store("kubelet", []string{"n1"}, podBatch("n1", 20*time.Second, 8e9), clk.Now()) // node +3 core-s over 15 s
+	u, why := s.Node("n1")
+	if why != nil {
+		t.Fatalf("Node: %v", why)
+	}
+	if u.CPUNanoCores != 200_000_000 || u.Window != 15*time.Second {
+		t.Errorf("Node usage = %+v, want 0.2 cores over 15s", u)
+	}
+}
+
+func TestStoreUnavailable(t *testing.T) {
+	boom := errors.New("connection refused")
+	tests := []struct {
+		name    string
+		setup   func(s *Store, clk *clocktesting.FakeClock)
+		uid     string
+		wantErr string // empty: usage expected
+	}{
+		{
+			name:    "never scraped",
+			setup:   func(*Store, *clocktesting.FakeClock) {},
+			wantErr: `node "n1" has not been scraped yet`,
+		},
+		{
+			name: "node down, no data",
+			setup: func(s *Store, clk *clocktesting.FakeClock) {
+				s.Failed("kubelet", []string{"n1"}, boom, clk.Now())
+			},
+			wantErr: `node "n1" is unreachable: connection refused`,
+		},
+		{
+			name: "node down after a good scrape: data served until stale",
+			setup: func(s *Store, clk *clocktesting.FakeClock) {
+				s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now())
+				clk.Step(15 * time.Second)
+				s.Failed("kubelet", []string{"n1"}, boom, clk.Now())
+			},
+		},
+		{
+			name: "node down for longer than the bound",
+			setup: func(s *Store, clk *clocktesting.FakeClock) {
+				s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now())
+				clk.Step(41 * time.Second)
+				s.Failed("kubelet", []string{"n1"}, boom, clk.Now())
+			},
+			wantErr: "unreachable",
+		},
+		{
+			name: "stale without a recorded failure",
+			setup: func(s *Store, clk *clocktesting.FakeClock) {
+				s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now())
+				clk.Step(41 * time.Second)
+			},
+			wantErr: "stale",
+		},
+		{
+			name: "pod not reported",
+			setup: func(s *Store, clk *clocktesting.FakeClock) {
+				b := podBatch("n1", 5*time.Second, 5e9)
+				b.Pods = nil
+				s.Store("kubelet", []string{"n1"}, b, clk.Now())
+			},
+			wantErr: `did not report pod ns/p`,
+		},
+		{
+			name: "same name, other pod",
+			setup: func(s *Store, clk *clocktesting.FakeClock) {
+				s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now())
+			},
+			uid:     "u2",
+			wantErr: `did not report pod ns/p`,
+		},
+		{
+			name: "samples stop advancing",
+			setup: func(s *Store, clk *clocktesting.FakeClock) {
+				for range 4 {
+					s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now())
+					clk.Step(15 * time.Second)
+				}
+			},
+			wantErr: "stopped advancing",
+		},
+		{
+			name: "pruned node",
+			setup: func(s *Store, clk *clocktesting.FakeClock) {
+				s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now())
+				s.Prune("kubelet", map[string]struct{}{"n2": {}})
+			},
+			wantErr: "not been scraped",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(at(10 * time.Second))
+			s := newTestStore(clk)
+			tc.setup(s, clk)
+			uid := tc.uid
+			if uid == "" {
+				uid = "u1"
+			}
+			_, why := s.Pod("ns", "p", uid, "n1")
+			switch {
+			case tc.wantErr == "" && why != nil:
+				t.Fatalf("Pod: %v, want usage", why)
+			case tc.wantErr != "" && (why == nil || !strings.Contains(why.Reason, tc.wantErr)):
+				t.Fatalf("Pod: %v, want a reason containing %q", why, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestStoreSourceOrder(t *testing.T) {
+	clk := clocktesting.NewFakeClock(at(10 * time.Second))
+	s := newTestStore(clk, "ukpd", "kubelet")
+	s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now())
+	s.Store("ukpd", []string{"n1"}, podBatch("n1", 5*time.Second, 1e9), clk.Now())
+	u, why := s.Pod("ns", "p", "u1", "n1")
+	if why != nil {
+		t.Fatal(why)
+	}
+	if got := u.Containers[0].CPUNanoCores; got != 100_000_000 {
+		t.Errorf("CPU = %d nanocores, want the first source's 100000000", got)
+	}
+	// The first source lacking the pod falls through to the next.
+	b := podBatch("n1", 5*time.Second, 1e9)
+	b.Pods = nil
+	s.Store("ukpd", []string{"n1"}, b, clk.Now())
+	if u, why = s.Pod("ns", "p", "u1", "n1"); why != nil || u.Containers[0].CPUNanoCores != 500_000_000 {
+		t.Errorf("Pod = %+v, %v; want the kubelet's 500000000", u, why)
+	}
+}
+
+func TestStoreHasFreshData(t *testing.T) {
+	clk := clocktesting.NewFakeClock(at(0))
+	s := newTestStore(clk)
+	if s.HasFreshData() {
+		t.Fatal("empty store has fresh data")
+	}
+	s.Failed("kubelet", []string{"n1"}, errors.New("down"), clk.Now())
+	if s.HasFreshData() {
+		t.Fatal("store with only failures has fresh data")
+	}
+	s.Store("kubelet", []string{"n2"}, &sources.Batch{}, clk.Now())
+	if !s.HasFreshData() {
+		t.Fatal("store scraped just now has no fresh data")
+	}
+	clk.Step(41 * time.Second)
+	if s.HasFreshData() {
+		t.Fatal("store scraped 41s ago (bound 40s) still has fresh data")
+	}
+}
