@@ -1,0 +1,105 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet/summarytest"
+	"github.com/group-metrics-server/group-metrics-server/pkg/store"
+)
+
+// benchProvider builds a provider over nodes × 30 pods × 2 containers, every
+// pod with fresh usage. Pods of node i carry app=deploy-<i%1000>, so a
+// namespaced selector list as the HPA sends matches 3 pods per 1,000 nodes.
+func benchProvider(b *testing.B, nodes int) *Provider {
+	b.Helper()
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(t0)
+	st := store.New(store.Config{Clock: clk, Sources: []string{"kubelet"}, FirstWindowMax: 30 * time.Second, StaleAfter: time.Hour})
+	podIndex := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	nodeIndex := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for i := range nodes {
+		name := fmt.Sprintf("node-%d", i)
+		_ = nodeIndex.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		for round, ts := range []time.Time{t0.Add(-15 * time.Second), t0} {
+			// The same seed in both rounds gives the same pods (and UIDs).
+			rng := rand.New(rand.NewPCG(uint64(i), 4))
+			batch, err := kubelet.Decode(name, summarytest.Generate(rng, summarytest.Node{Name: name, Pods: 30, Containers: 2, Time: ts, Start: t0.Add(-time.Hour)}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			// Both rounds are the same pods; the second yields rates.
+			growCounters(batch, round)
+			st.Store("kubelet", []string{name}, batch, t0)
+			if round == 1 {
+				for _, pp := range batch.Pods {
+					_ = podIndex.Add(&corev1.Pod{
+						ObjectMeta: metav1.ObjectMeta{Name: pp.Name, Namespace: pp.Namespace, UID: types.UID(pp.UID), Labels: map[string]string{"app": fmt.Sprintf("deploy-%d", i%1000)}},
+						Spec:       corev1.PodSpec{NodeName: name},
+						Status:     corev1.PodStatus{Phase: corev1.PodRunning},
+					})
+				}
+			}
+		}
+	}
+	return New(Config{Pods: corelisters.NewPodLister(podIndex), Nodes: corelisters.NewNodeLister(nodeIndex), Usage: st, Clock: clk})
+}
+
+// growCounters makes round 1 a later sample of round 0's series: same start
+// times, counters above.
+func growCounters(b *sources.Batch, round int) {
+	for i := range b.Pods {
+		for j := range b.Pods[i].Containers {
+			c := &b.Pods[i].Containers[j]
+			c.CPUCoreNanos = uint64(1e12) + uint64(round)*uint64(3e9)
+		}
+	}
+	for i := range b.Nodes {
+		b.Nodes[i].CPUCoreNanos = uint64(1e13) + uint64(round)*uint64(30e9)
+	}
+}
+
+func BenchmarkListAllPods(b *testing.B) {
+	for _, n := range []int{1000, 5000} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			p := benchProvider(b, n)
+			b.ReportAllocs()
+			for b.Loop() {
+				items, err := p.ListPodMetrics(context.Background(), "", labels.Everything(), fields.Everything())
+				if err != nil || len(items) != n*30 {
+					b.Fatalf("got %d items, %v; want %d", len(items), err, n*30)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkListNamespaceSelector(b *testing.B) {
+	for _, n := range []int{1000, 5000} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			p := benchProvider(b, n)
+			sel := labels.SelectorFromSet(labels.Set{"app": "deploy-3"})
+			b.ReportAllocs()
+			for b.Loop() {
+				items, err := p.ListPodMetrics(context.Background(), "ns-3", sel, fields.Everything())
+				if err != nil || len(items) == 0 {
+					b.Fatalf("got %d items, %v", len(items), err)
+				}
+			}
+		})
+	}
+}
