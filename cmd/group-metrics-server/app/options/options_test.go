@@ -1,0 +1,124 @@
+package options
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/client-go/rest"
+)
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name  string
+		set   func(o *Options)
+		wants []string // substrings, one per expected error
+	}{
+		{name: "defaults", set: func(*Options) {}},
+		{name: "resolution at the floor", set: func(o *Options) { o.MetricResolution = 5 * time.Second; o.KubeletRequestTimeout = 4 * time.Second }},
+		{
+			name: "every problem is reported",
+			set: func(o *Options) {
+				o.MetricResolution = time.Second
+				o.KubeletPort = 70000
+				o.KubeletPreferredAddressTypes = []string{"InternalIP", "Carrier-Pigeon"}
+				o.KubeletInsecureTLS = true
+				o.KubeletCAFile = "/ca.crt"
+				o.KubeletClientCertFile = "/c.crt"
+				o.NodeSelector = "a in ("
+				o.MaxConcurrentScrapes = 0
+				o.KubeletMaxResponseBytes = 10
+			},
+			wants: []string{
+				"--metric-resolution must be at least 5s",
+				"--kubelet-request-timeout must be positive and below --metric-resolution",
+				"--max-concurrent-scrapes",
+				"--kubelet-max-response-bytes",
+				"--kubelet-port must be between 1 and 65535",
+				`unknown type "Carrier-Pigeon"`,
+				"exclude each other",
+				"go together",
+				"--node-selector",
+			},
+		},
+		{name: "timeout equal to resolution", set: func(o *Options) { o.KubeletRequestTimeout = o.MetricResolution }, wants: []string{"below --metric-resolution"}},
+		{name: "secret without namespace", set: func(o *Options) { o.ServingCertSecret = "tls"; o.ServingCertDNSNames = []string{"x"} }, wants: []string{"NAMESPACE/NAME"}},
+		{name: "secret without names", set: func(o *Options) { o.ServingCertSecret = "kube-system/tls" }, wants: []string{"--serving-cert-dns-names"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewOptions()
+			tc.set(o)
+			errs := o.Validate()
+			var got []string
+			for _, e := range errs {
+				got = append(got, e.Error())
+			}
+			if len(got) != len(tc.wants) {
+				t.Fatalf("got %d errors %q, want %d", len(got), got, len(tc.wants))
+			}
+			for i, w := range tc.wants {
+				if !strings.Contains(got[i], w) {
+					t.Errorf("error %d = %q, want it to contain %q", i, got[i], w)
+				}
+			}
+		})
+	}
+}
+
+func TestFlagsParse(t *testing.T) {
+	o := NewOptions()
+	fss := o.Flags()
+	args := map[string][]string{
+		"metrics":        {"--metric-resolution=30s", "--node-selector=pool=a"},
+		"kubelet client": {"--kubelet-port=10255", "--kubelet-use-node-status-port", "--kubelet-preferred-address-types=InternalIP"},
+	}
+	for set, a := range args {
+		if err := fss.FlagSet(set).Parse(a); err != nil {
+			t.Fatalf("%s: %v", set, err)
+		}
+	}
+	if o.MetricResolution != 30*time.Second || o.NodeSelector != "pool=a" || o.KubeletPort != 10255 || !o.KubeletUseNodeStatusPort {
+		t.Errorf("flags not applied: %+v", o)
+	}
+	if diff := cmp.Diff([]string{"InternalIP"}, o.KubeletPreferredAddressTypes); diff != "" {
+		t.Error(diff)
+	}
+}
+
+func TestKubeletREST(t *testing.T) {
+	cluster := &rest.Config{
+		Host:            "https://10.0.0.1",
+		BearerTokenFile: "/var/run/secrets/token",
+		TLSClientConfig: rest.TLSClientConfig{CAFile: "/cluster-ca.crt"},
+	}
+	tests := []struct {
+		name      string
+		set       func(o *Options)
+		wantTLS   rest.TLSClientConfig
+		wantToken string
+	}{
+		{name: "cluster CA and token by default", set: func(*Options) {}, wantTLS: rest.TLSClientConfig{CAFile: "/cluster-ca.crt"}, wantToken: "/var/run/secrets/token"},
+		{name: "explicit CA", set: func(o *Options) { o.KubeletCAFile = "/kubelet-ca.crt" }, wantTLS: rest.TLSClientConfig{CAFile: "/kubelet-ca.crt"}, wantToken: "/var/run/secrets/token"},
+		{name: "insecure", set: func(o *Options) { o.KubeletInsecureTLS = true }, wantTLS: rest.TLSClientConfig{Insecure: true}, wantToken: "/var/run/secrets/token"},
+		{
+			name:    "client certificate replaces the token",
+			set:     func(o *Options) { o.KubeletClientCertFile, o.KubeletClientKeyFile = "/c.crt", "/c.key" },
+			wantTLS: rest.TLSClientConfig{CAFile: "/cluster-ca.crt", CertFile: "/c.crt", KeyFile: "/c.key"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewOptions()
+			tc.set(o)
+			got := o.kubeletREST(cluster)
+			if diff := cmp.Diff(tc.wantTLS, got.TLSClientConfig); diff != "" {
+				t.Errorf("TLS (-want +got):\n%s", diff)
+			}
+			if got.BearerTokenFile != tc.wantToken {
+				t.Errorf("token file = %q, want %q", got.BearerTokenFile, tc.wantToken)
+			}
+		})
+	}
+}
