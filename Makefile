@@ -48,7 +48,7 @@ bench: ## In-process benchmarks (decode, store write, list), recorded in docs/be
 	$(GO) test -run='^$$' -bench=. -benchmem -count=$(BENCH_COUNT) ./pkg/... | tee docs/bench/latest.txt
 
 .PHONY: verify
-verify: verify-fmt verify-vet verify-lint verify-tidy verify-openapi ## All static checks.
+verify: verify-fmt verify-vet verify-lint verify-tidy verify-openapi verify-flags-doc ## All static checks.
 
 .PHONY: verify-fmt
 verify-fmt: ## gofmt and goimports.
@@ -86,8 +86,18 @@ verify-openapi: ## The generated OpenAPI definitions are current.
 update-openapi: ## Regenerate the OpenAPI definitions.
 	bash hack/update-openapi.sh
 
+.PHONY: update-flags-doc
+update-flags-doc: ## Regenerate docs/flags.md from --help.
+	bash hack/update-flags-doc.sh
+
+.PHONY: verify-flags-doc
+verify-flags-doc: ## docs/flags.md matches --help.
+	@cp docs/flags.md /tmp/gms-flags.md.$$$$ && bash hack/update-flags-doc.sh && \
+	 if ! diff -u /tmp/gms-flags.md.$$$$ docs/flags.md; then cp /tmp/gms-flags.md.$$$$ docs/flags.md; echo "docs/flags.md is stale: run 'make update-flags-doc'"; exit 1; fi; \
+	 rm -f /tmp/gms-flags.md.$$$$
+
 .PHONY: update
-update: update-fmt update-openapi ## Every update-x.
+update: update-fmt update-openapi update-flags-doc ## Every update-x.
 
 .PHONY: demo
 demo: tools build ## Run the server on an embedded local cluster until interrupted.
