@@ -1,0 +1,89 @@
+package fakekubelet
+
+import (
+	"context"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// lingering returns the stacks of goroutines that serve or run fleet code,
+// other than the calling test's own.
+func lingering() []string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "fakekubelet.Test") {
+			continue
+		}
+		if strings.Contains(g, "fakekubelet.") || strings.Contains(g, "net/http.(*Server).Serve") {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+func TestCloseStopsEverything(t *testing.T) {
+	f, err := NewFleet(Config{Tokens: []string{testToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []*Node
+	for _, name := range []string{"a", "b", "c", "d"} {
+		n, err := f.AddNode(name, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	c := newClient(t, f)
+	mustGet(t, c, nodes[0], summaryPath)
+	if err := nodes[1].SetFault(Fault{Kind: FaultStall}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes[2].SetFault(Slow(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes[3].SetFault(Fault{Kind: FaultDead}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	// Requests in flight on the stalled and the slow node.
+	ended := make(chan struct{}, 2)
+	for _, n := range nodes[1:3] {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, n.URL()+summaryPath, nil)
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		go func() {
+			if resp, err := c.Do(req); err == nil {
+				_, _ = resp.Body.Read(make([]byte, 1<<10))
+				resp.Body.Close()
+			}
+			ended <- struct{}{}
+		}()
+	}
+	// Close must return with both requests in flight or not yet arrived;
+	// either way nothing of the fleet may be left running.
+	if err := f.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	for range 2 {
+		<-ended
+	}
+	var left []string
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, requestTimeout, true, func(context.Context) (bool, error) {
+		left = lingering()
+		return len(left) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("goroutines left after Close:\n%s", strings.Join(left, "\n\n"))
+	}
+	if _, err := f.AddNode("late", 0); err == nil {
+		t.Error("AddNode after Close succeeded")
+	}
+}

@@ -1,0 +1,190 @@
+package fakekubelet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// PodFromObject converts a pod object into a fleet Pod: its UID, labels,
+// spec containers (with memory limits) and start time.
+func PodFromObject(p *corev1.Pod) Pod {
+	out := Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Labels: p.Labels}
+	if p.Status.StartTime != nil {
+		out.StartTime = p.Status.StartTime.Time
+	}
+	for _, c := range p.Spec.Containers {
+		var limit uint64
+		if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok && q.Sign() > 0 {
+			limit = uint64(q.Value())
+		}
+		out.Containers = append(out.Containers, Container{Name: c.Name, MemoryLimitBytes: limit})
+	}
+	return out
+}
+
+// StartPodInformer follows Running pods bound to nodes of the fleet and
+// serves them on those nodes. It returns once the informer has synced; the
+// informer stops when ctx ends or the fleet closes.
+func (f *Fleet) StartPodInformer(ctx context.Context, client kubernetes.Interface) error {
+	f.informerMu.Lock()
+	if f.isClosed() {
+		f.informerMu.Unlock()
+		return errors.New("fleet is closed")
+	}
+	ictx, cancel := context.WithCancel(ctx)
+	stop := f.stopInform
+	go func() {
+		defer cancel()
+		select {
+		case <-stop:
+		case <-ictx.Done():
+		}
+	}()
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.AndSelectors(
+				fields.OneTermNotEqualSelector("spec.nodeName", ""),
+				fields.OneTermEqualSelector("status.phase", string(corev1.PodRunning)),
+			).String()
+		}),
+		informers.WithTransform(func(obj any) (any, error) {
+			if m, err := meta(obj); err == nil {
+				m.SetManagedFields(nil)
+			}
+			return obj, nil
+		}),
+	)
+	informer := factory.Core().V1().Pods().Informer()
+	reg, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { f.observePod(obj) },
+		UpdateFunc: func(_, obj any) { f.observePod(obj) },
+		DeleteFunc: func(obj any) { f.forgetPod(obj) },
+	})
+	if err != nil {
+		f.informerMu.Unlock()
+		cancel()
+		return fmt.Errorf("add pod handler: %w", err)
+	}
+	factory.StartWithContext(ictx)
+	f.factories = append(f.factories, factory)
+	f.informerMu.Unlock()
+
+	// The registration has synced once the handler saw the initial list.
+	if !cache.WaitForCacheSync(ictx.Done(), reg.HasSynced) {
+		return fmt.Errorf("pod informer did not sync: %w", context.Cause(ictx))
+	}
+	return nil
+}
+
+func meta(obj any) (metav1.Object, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		return m, nil
+	}
+	return nil, fmt.Errorf("unexpected object %T", obj)
+}
+
+func (f *Fleet) observePod(obj any) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	if _, known := f.Node(p.Spec.NodeName); !known || p.Status.Phase != corev1.PodRunning {
+		f.removePodUID(p.Namespace, p.Name, string(p.UID))
+		return
+	}
+	if err := f.SetPod(p.Spec.NodeName, PodFromObject(p)); err != nil {
+		klog.V(2).InfoS("Could not place pod", "pod", klog.KObj(p), "node", p.Spec.NodeName, "err", err)
+	}
+}
+
+func (f *Fleet) forgetPod(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if p, ok := obj.(*corev1.Pod); ok {
+		f.removePodUID(p.Namespace, p.Name, string(p.UID))
+	}
+}
+
+// removePodUID removes a pod only if it is still the same incarnation.
+func (f *Fleet) removePodUID(namespace, name, uid string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := podKey{namespace, name}
+	n, ok := f.pods[k]
+	if !ok {
+		return
+	}
+	n.mu.RLock()
+	ps, ok := n.pods[k]
+	same := ok && ps.pod.UID == uid
+	n.mu.RUnlock()
+	if same {
+		delete(f.pods, k)
+		n.removePod(k, f.tl.now())
+	}
+}
+
+// TokenReviewAuthenticator accepts bearer tokens that the cluster's
+// TokenReview API authenticates, caching answers for ttl.
+type TokenReviewAuthenticator struct {
+	client kubernetes.Interface
+	ttl    time.Duration
+	clock  clock.PassiveClock
+
+	mu    sync.Mutex
+	cache map[string]tokenAnswer
+}
+
+type tokenAnswer struct {
+	ok      bool
+	expires time.Time
+}
+
+const maxCachedTokens = 4096
+
+// NewTokenReviewAuthenticator returns an authenticator backed by the
+// TokenReview API of client.
+func NewTokenReviewAuthenticator(client kubernetes.Interface, ttl time.Duration) *TokenReviewAuthenticator {
+	return &TokenReviewAuthenticator{client: client, ttl: ttl, clock: clock.RealClock{}, cache: map[string]tokenAnswer{}}
+}
+
+var _ TokenAuthenticator = &TokenReviewAuthenticator{}
+
+// AuthenticateToken implements TokenAuthenticator.
+func (a *TokenReviewAuthenticator) AuthenticateToken(ctx context.Context, token string) (bool, error) {
+	now := a.clock.Now()
+	a.mu.Lock()
+	if ans, ok := a.cache[token]; ok && now.Before(ans.expires) {
+		a.mu.Unlock()
+		return ans.ok, nil
+	}
+	a.mu.Unlock()
+
+	tr, err := a.client.AuthenticationV1().TokenReviews().Create(ctx,
+		&authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+	if err != nil {
+		return false, fmt.Errorf("token review: %w", err)
+	}
+	res := tr.Status.Authenticated
+	a.mu.Lock()
+	if len(a.cache) >= maxCachedTokens {
+		clear(a.cache)
+	}
+	a.cache[token] = tokenAnswer{ok: res, expires: now.Add(a.ttl)}
+	a.mu.Unlock()
+	return res, nil
+}

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
+)
+
+type command struct {
+	opts *Options
+	fs   *pflag.FlagSet
+}
+
+func newCommand() *command {
+	c := &command{opts: NewOptions(), fs: pflag.NewFlagSet("fake-kubelet-fleet", pflag.ContinueOnError)}
+	c.opts.AddFlags(c.fs)
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	c.fs.AddGoFlagSet(klogFlags)
+	return c
+}
+
+// Execute parses args, validates them and runs the fleet until ctx ends.
+func (c *command) Execute(ctx context.Context, args []string) error {
+	if err := c.fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if errs := c.opts.Validate(); len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	cfg, err := c.opts.Config()
+	if err != nil {
+		return err
+	}
+	return run(ctx, cfg)
+}
+
+// fleetFile is written to --cert-dir as fleet.json once the fleet is ready.
+type fleetFile struct {
+	ControlAddress string          `json:"controlAddress"`
+	CAFile         string          `json:"caFile"`
+	ClientCertFile string          `json:"clientCertFile"`
+	ClientKeyFile  string          `json:"clientKeyFile"`
+	Nodes          []fleetFileNode `json:"nodes"`
+}
+
+type fleetFileNode struct {
+	Name string `json:"name"`
+	Port int    `json:"port"`
+}
+
+func run(ctx context.Context, cfg *Config) (err error) {
+	client, err := clusterClient(cfg.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	if cfg.TokenReview {
+		cfg.Fleet.TokenAuthenticator = fakekubelet.NewTokenReviewAuthenticator(client, time.Minute)
+	}
+	fleet, err := fakekubelet.NewFleet(cfg.Fleet)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, fleet.Close()) }()
+	for i, name := range cfg.NodeNames {
+		port := 0
+		if cfg.BasePort > 0 {
+			port = cfg.BasePort + i
+		}
+		if _, err := fleet.AddNode(name, port); err != nil {
+			return err
+		}
+	}
+	control, err := startControl(cfg.ControlAddress, fleet)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, control.stop()) }()
+
+	if cfg.PodInformer {
+		if err := fleet.StartPodInformer(ctx, client); err != nil {
+			return err
+		}
+	}
+	if cfg.RegisterNodes {
+		if err := fleet.RegisterNodes(ctx, client, cfg.Registration); err != nil {
+			return err
+		}
+	}
+	if cfg.CertDir != "" {
+		if err := writeCertDir(cfg.CertDir, fleet, control.address); err != nil {
+			return err
+		}
+	}
+	klog.InfoS("Fake kubelet fleet ready", "nodes", len(cfg.NodeNames), "controlAddress", control.address)
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-control.done:
+		control.done <- err
+		return fmt.Errorf("control API stopped: %w", err)
+	}
+}
+
+// clusterClient returns a client for kubeconfig, or nil without one.
+func clusterClient(kubeconfig string) (kubernetes.Interface, error) {
+	if kubeconfig == "" {
+		return nil, nil
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig: %w", err)
+	}
+	rc.QPS, rc.Burst = 200, 400
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("build client: %w", err)
+	}
+	return client, nil
+}
+
+// controlServer is the running control API.
+type controlServer struct {
+	address string
+	srv     *http.Server
+	done    chan error // receives the result of Serve
+}
+
+func startControl(address string, fleet *fakekubelet.Fleet) (*controlServer, error) {
+	ln, err := net.Listen("tcp", address)
+	if err != nil {
+		return nil, fmt.Errorf("listen on control address: %w", err)
+	}
+	c := &controlServer{
+		address: ln.Addr().String(),
+		srv:     &http.Server{Handler: fakekubelet.NewControlHandler(fleet), ReadHeaderTimeout: 10 * time.Second},
+		done:    make(chan error, 1),
+	}
+	go func() { c.done <- c.srv.Serve(ln) }()
+	return c, nil
+}
+
+// stop shuts the control API down and waits for Serve to return.
+func (c *controlServer) stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := c.srv.Shutdown(ctx)
+	if serr := <-c.done; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	return err
+}
+
+// writeCertDir writes the CA, a client certificate the nodes accept and,
+// last, fleet.json, each atomically.
+func writeCertDir(dir string, fleet *fakekubelet.Fleet, controlAddress string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create cert dir: %w", err)
+	}
+	certPEM, keyPEM, err := fleet.IssueClientCertificate("fake-kubelet-client")
+	if err != nil {
+		return err
+	}
+	f := fleetFile{
+		ControlAddress: controlAddress,
+		CAFile:         filepath.Join(dir, "ca.crt"),
+		ClientCertFile: filepath.Join(dir, "client.crt"),
+		ClientKeyFile:  filepath.Join(dir, "client.key"),
+	}
+	for _, n := range fleet.Nodes() {
+		f.Nodes = append(f.Nodes, fleetFileNode{Name: n.Name(), Port: n.Port()})
+	}
+	state, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		return err
+	}
+	for _, w := range []struct {
+		path string
+		data []byte
+		mode os.FileMode
+	}{
+		{f.CAFile, fleet.CACertPEM(), 0o644},
+		{f.ClientCertFile, certPEM, 0o644},
+		{f.ClientKeyFile, keyPEM, 0o600},
+		{filepath.Join(dir, "fleet.json"), append(state, '\n'), 0o644},
+	} {
+		if err := writeAtomic(w.path, w.data, w.mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("rename %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,156 @@
+package fakekubelet
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestControlAPI(t *testing.T) {
+	f, _ := newTestFleet(t, Config{})
+	addNode(t, f, "n1")
+	addNode(t, f, "n2")
+	srv := httptest.NewServer(NewControlHandler(f))
+	t.Cleanup(srv.Close)
+
+	call := func(t *testing.T, method, path, body string) (int, string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, method, srv.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	usageOf := func(node string) map[string]UsageState {
+		n, _ := f.Node(node)
+		out := map[string]UsageState{}
+		for _, p := range n.State(true).Pods {
+			for _, c := range p.Containers {
+				out[p.Namespace+"/"+p.Name+"/"+c.Name] = c.UsageState
+			}
+		}
+		return out
+	}
+
+	tests := []struct {
+		name, method, path, body string
+		wantCode                 int
+		wantBody                 string // substring
+		check                    func(t *testing.T)
+	}{
+		{name: "healthz", method: "GET", path: "/healthz", wantCode: 200, wantBody: "ok"},
+		{name: "ca", method: "GET", path: "/v1/ca.crt", wantCode: 200, wantBody: "BEGIN CERTIFICATE"},
+		{name: "place pod", method: "PUT", path: "/v1/nodes/n1/pods/shop/web-1",
+			body: `{"labels":{"app":"web"},"containers":[{"name":"a","memoryLimit":"1Gi"},{"name":"b"}]}`, wantCode: 200, wantBody: `"name": "web-1"`},
+		{name: "place second pod", method: "PUT", path: "/v1/nodes/n2/pods/shop/web-2", body: `{"labels":{"app":"web"}}`, wantCode: 200},
+		{name: "place pod on unknown node", method: "PUT", path: "/v1/nodes/n9/pods/shop/x", body: `{}`, wantCode: 404},
+		{name: "pod usage with quantities", method: "PUT", path: "/v1/namespaces/shop/pods/web-1/usage",
+			body: `{"cpu":"500m","memory":"64Mi"}`, wantCode: 200, wantBody: `"matched": 1`, check: func(t *testing.T) {
+				want := map[string]UsageState{"shop/web-1/a": {250e6, 32 << 20}, "shop/web-1/b": {250e6, 32 << 20}}
+				if diff := cmp.Diff(want, usageOf("n1")); diff != "" {
+					t.Errorf("(-want +got):\n%s", diff)
+				}
+			}},
+		{name: "container cpu only, as a number of cores", method: "PUT", path: "/v1/namespaces/shop/pods/web-1/usage",
+			body: `{"container":"b","cpu":1.5}`, wantCode: 200, check: func(t *testing.T) {
+				want := map[string]UsageState{"shop/web-1/a": {250e6, 32 << 20}, "shop/web-1/b": {1500e6, 32 << 20}}
+				if diff := cmp.Diff(want, usageOf("n1")); diff != "" {
+					t.Errorf("(-want +got):\n%s", diff)
+				}
+			}},
+		{name: "selector usage", method: "PUT", path: "/v1/usage",
+			body: `{"namespace":"shop","selector":"app=web","memory":"100Mi"}`, wantCode: 200, wantBody: `"matched": 2`, check: func(t *testing.T) {
+				want := map[string]UsageState{"shop/web-2/main": {DefaultContainerCPU, 100 << 20}}
+				if diff := cmp.Diff(want, usageOf("n2")); diff != "" {
+					t.Errorf("(-want +got):\n%s", diff)
+				}
+			}},
+		{name: "bad selector", method: "PUT", path: "/v1/usage", body: `{"selector":"a in (","cpu":"1"}`, wantCode: 400},
+		{name: "usage without values", method: "PUT", path: "/v1/usage", body: `{"selector":"app=web"}`, wantCode: 400},
+		{name: "negative cpu", method: "PUT", path: "/v1/usage", body: `{"cpu":"-1"}`, wantCode: 400},
+		{name: "unknown field", method: "PUT", path: "/v1/usage", body: `{"cpus":"1"}`, wantCode: 400},
+		{name: "forget usage", method: "DELETE", path: "/v1/usage", wantCode: 200},
+		{name: "slow fault", method: "PUT", path: "/v1/nodes/n1/fault", body: `{"kind":"Slow","delay":"2s"}`, wantCode: 200, wantBody: `"delay": "2s"`, check: func(t *testing.T) {
+			n, _ := f.Node("n1")
+			if diff := cmp.Diff(FaultState{Delay: 2 * time.Second}, n.Faults()); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		}},
+		{name: "huge body fault on all nodes", method: "PUT", path: "/v1/nodes/*/fault", body: `{"kind":"HugeBody","bytes":1024}`, wantCode: 200, check: func(t *testing.T) {
+			n, _ := f.Node("n2")
+			if diff := cmp.Diff(FaultState{Response: FaultHugeBody, HugeBodyBytes: 1024}, n.Faults()); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		}},
+		{name: "bad delay", method: "PUT", path: "/v1/nodes/n1/fault", body: `{"kind":"Slow","delay":"soon"}`, wantCode: 400},
+		{name: "unknown fault", method: "PUT", path: "/v1/nodes/n1/fault", body: `{"kind":"Melt"}`, wantCode: 400},
+		{name: "fault on unknown node", method: "PUT", path: "/v1/nodes/n9/fault", body: `{"kind":"Status500"}`, wantCode: 404},
+		{name: "clear one fault", method: "DELETE", path: "/v1/nodes/n1/fault?kind=Slow", wantCode: 200, check: func(t *testing.T) {
+			n, _ := f.Node("n1")
+			if diff := cmp.Diff(FaultState{Response: FaultHugeBody, HugeBodyBytes: 1024}, n.Faults()); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		}},
+		{name: "clear all faults everywhere", method: "DELETE", path: "/v1/nodes/*/fault", wantCode: 200, check: func(t *testing.T) {
+			for _, n := range f.Nodes() {
+				if diff := cmp.Diff(FaultState{}, n.Faults()); diff != "" {
+					t.Errorf("%s (-want +got):\n%s", n.Name(), diff)
+				}
+			}
+		}},
+		{name: "node counter reset", method: "POST", path: "/v1/nodes/n1/counter-reset", wantCode: 200},
+		{name: "pod counter reset", method: "POST", path: "/v1/namespaces/shop/pods/web-2/counter-reset", wantCode: 200},
+		{name: "unknown pod counter reset", method: "POST", path: "/v1/namespaces/shop/pods/nope/counter-reset", wantCode: 404},
+		{name: "node state", method: "GET", path: "/v1/nodes/n1", wantCode: 200, wantBody: `"uid": "`},
+		{name: "remove pod", method: "DELETE", path: "/v1/namespaces/shop/pods/web-2", wantCode: 200, check: func(t *testing.T) {
+			if got := usageOf("n2"); len(got) != 0 {
+				t.Errorf("pods left on n2: %v", got)
+			}
+		}},
+		{name: "remove unknown pod", method: "DELETE", path: "/v1/namespaces/shop/pods/web-2", wantCode: 404},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, body := call(t, tt.method, tt.path, tt.body)
+			if code != tt.wantCode || !strings.Contains(body, tt.wantBody) {
+				t.Fatalf("%s %s: got %d %s; want %d containing %q", tt.method, tt.path, code, body, tt.wantCode, tt.wantBody)
+			}
+			if tt.check != nil {
+				tt.check(t)
+			}
+		})
+	}
+
+	t.Run("list nodes", func(t *testing.T) {
+		_, body := call(t, "GET", "/v1/nodes", "")
+		var got []NodeState
+		if err := json.Unmarshal([]byte(body), &got); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, n := range got {
+			names = append(names, n.Name)
+			if n.Port == 0 || n.Address == "" {
+				t.Errorf("node %s without an address: %+v", n.Name, n)
+			}
+		}
+		if diff := cmp.Diff([]string{"n1", "n2"}, names); diff != "" {
+			t.Errorf("(-want +got):\n%s", diff)
+		}
+	})
+}

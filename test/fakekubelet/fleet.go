@@ -1,0 +1,240 @@
+package fakekubelet
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/informers"
+	"k8s.io/utils/clock"
+)
+
+// Defaults applied by NewFleet to zero fields of Config.
+const (
+	DefaultSampleInterval     = time.Second
+	DefaultContainerCPU       = 1_000_000 // 1m, in nanocores
+	DefaultContainerMemory    = 10 << 20  // 10 MiB
+	DefaultNodeBaseCPU        = 100_000_000
+	DefaultNodeBaseMemory     = 512 << 20
+	DefaultNodeMemoryCapacity = 64 << 30
+	DefaultHugeBodyBytes      = 64 << 20
+)
+
+// ErrNotFound is returned for a node or pod the fleet does not know.
+var ErrNotFound = errors.New("not found")
+
+// TokenAuthenticator decides whether a bearer token is accepted. It is called
+// concurrently from request handlers.
+type TokenAuthenticator interface {
+	AuthenticateToken(ctx context.Context, token string) (bool, error)
+}
+
+// Usage is a container or pod resource usage: a CPU rate in nanocores
+// (1 core = 1e9) and a memory working set in bytes.
+type Usage struct {
+	CPUNanoCores uint64 `json:"cpuNanoCores"`
+	MemoryBytes  uint64 `json:"memoryBytes"`
+}
+
+// Config configures a Fleet. Zero fields take the defaults above.
+type Config struct {
+	// Clock drives sample times, CPU counters and Slow faults.
+	Clock clock.Clock
+	// SampleInterval quantises sample instants; negative means exact clock
+	// readings (the Summary API still truncates them to seconds).
+	SampleInterval time.Duration
+	// Tokens are the accepted bearer tokens.
+	Tokens []string
+	// TokenAuthenticator, if set, is asked about tokens not in Tokens.
+	TokenAuthenticator TokenAuthenticator
+	// ClientCAPEM holds CA certificates, in PEM, that client certificates
+	// may chain to, in addition to the fleet CA.
+	ClientCAPEM []byte
+	// DefaultUsage is the usage of every container until a test sets one.
+	DefaultUsage Usage
+	// NodeBaseUsage is added to the sum of a node's pods (kubelet and runtime).
+	NodeBaseUsage Usage
+	// NodeMemoryCapacityBytes bounds node availableBytes.
+	NodeMemoryCapacityBytes uint64
+}
+
+// Fleet is a set of fake kubelets sharing a CA, credentials and clock.
+// All methods are safe for concurrent use.
+type Fleet struct {
+	cfg      Config
+	tl       *timeline
+	ca       *authority
+	clientCA *x509.CertPool
+	tokens   map[string]bool
+
+	mu    sync.Mutex
+	nodes map[string]*Node
+	pods  map[podKey]*Node
+	rules []usageRule
+
+	informerMu sync.Mutex
+	factories  []informers.SharedInformerFactory
+	stopInform chan struct{}
+
+	lifeMu   sync.Mutex
+	closed   bool
+	handlers sync.WaitGroup
+}
+
+// NewFleet creates an empty fleet and its CA.
+func NewFleet(cfg Config) (*Fleet, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.SampleInterval == 0 {
+		cfg.SampleInterval = DefaultSampleInterval
+	}
+	if cfg.DefaultUsage == (Usage{}) {
+		cfg.DefaultUsage = Usage{CPUNanoCores: DefaultContainerCPU, MemoryBytes: DefaultContainerMemory}
+	}
+	if cfg.NodeBaseUsage == (Usage{}) {
+		cfg.NodeBaseUsage = Usage{CPUNanoCores: DefaultNodeBaseCPU, MemoryBytes: DefaultNodeBaseMemory}
+	}
+	if cfg.NodeMemoryCapacityBytes == 0 {
+		cfg.NodeMemoryCapacityBytes = DefaultNodeMemoryCapacity
+	}
+	ca, err := newAuthority(cfg.Clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.cert)
+	if len(cfg.ClientCAPEM) > 0 && !pool.AppendCertsFromPEM(cfg.ClientCAPEM) {
+		return nil, errors.New("client CA PEM holds no certificate")
+	}
+	f := &Fleet{
+		cfg:        cfg,
+		tl:         newTimeline(cfg.Clock, cfg.SampleInterval),
+		ca:         ca,
+		clientCA:   pool,
+		tokens:     map[string]bool{},
+		nodes:      map[string]*Node{},
+		pods:       map[podKey]*Node{},
+		stopInform: make(chan struct{}),
+	}
+	for _, t := range cfg.Tokens {
+		if t != "" {
+			f.tokens[t] = true
+		}
+	}
+	return f, nil
+}
+
+// CACertPEM returns the PEM of the CA that signs every node's serving
+// certificate (what --kubelet-certificate-authority should point at).
+func (f *Fleet) CACertPEM() []byte { return append([]byte(nil), f.ca.certPEM...) }
+
+// CertPool returns a pool holding the fleet CA.
+func (f *Fleet) CertPool() *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(f.ca.cert)
+	return p
+}
+
+// IssueClientCertificate returns a client certificate and key, in PEM, signed
+// by the fleet CA, which every node accepts.
+func (f *Fleet) IssueClientCertificate(user string, groups ...string) (certPEM, keyPEM []byte, err error) {
+	return f.ca.clientCertificate(f.cfg.Clock.Now(), user, groups)
+}
+
+// AddNode starts a fake kubelet for nodeName on 127.0.0.1:port; port 0 picks
+// a free port, reported by Node.Port.
+func (f *Fleet) AddNode(nodeName string, port int) (*Node, error) {
+	if nodeName == "" {
+		return nil, errors.New("node name must not be empty")
+	}
+	certificate, err := f.ca.servingCertificate(f.cfg.Clock.Now(), nodeName)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.isClosed() {
+		return nil, errors.New("fleet is closed")
+	}
+	if _, ok := f.nodes[nodeName]; ok {
+		return nil, fmt.Errorf("node %q already exists", nodeName)
+	}
+	n := newNode(f, nodeName, certificate)
+	if err := n.listen(port); err != nil {
+		return nil, fmt.Errorf("node %q: %w", nodeName, err)
+	}
+	f.nodes[nodeName] = n
+	return n, nil
+}
+
+// Node returns the node with the given name.
+func (f *Fleet) Node(nodeName string) (*Node, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, ok := f.nodes[nodeName]
+	return n, ok
+}
+
+// Nodes returns all nodes sorted by name.
+func (f *Fleet) Nodes() []*Node {
+	f.mu.Lock()
+	out := make([]*Node, 0, len(f.nodes))
+	for _, n := range f.nodes {
+		out = append(out, n)
+	}
+	f.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// Close stops every listener and informer and waits for in-flight requests,
+// including stalled and slow ones, to return.
+func (f *Fleet) Close() error {
+	f.lifeMu.Lock()
+	if f.closed {
+		f.lifeMu.Unlock()
+		return nil
+	}
+	f.closed = true
+	f.lifeMu.Unlock()
+
+	f.informerMu.Lock()
+	close(f.stopInform)
+	factories := f.factories
+	f.factories = nil
+	f.informerMu.Unlock()
+	for _, fac := range factories {
+		fac.Shutdown()
+	}
+
+	var errs []error
+	for _, n := range f.Nodes() {
+		if err := n.shutdown(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	f.handlers.Wait()
+	return errors.Join(errs...)
+}
+
+func (f *Fleet) isClosed() bool {
+	f.lifeMu.Lock()
+	defer f.lifeMu.Unlock()
+	return f.closed
+}
+
+// enterHandler registers an in-flight request; it fails once Close started.
+func (f *Fleet) enterHandler() bool {
+	f.lifeMu.Lock()
+	defer f.lifeMu.Unlock()
+	if f.closed {
+		return false
+	}
+	f.handlers.Add(1)
+	return true
+}

@@ -1,0 +1,136 @@
+package fakekubelet
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+// t0 is a whole second, so sample instants fall on whole seconds from it.
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+const testToken = "test-token"
+
+// requestTimeout bounds every request a test makes; it is a guard against
+// hangs, never an assertion about speed.
+const requestTimeout = 30 * time.Second
+
+// signalClock is a fake clock that reports every timer it creates, so a
+// test can step the clock exactly when the code under test waits on it.
+type signalClock struct {
+	*testingclock.FakeClock
+	timers chan time.Duration
+}
+
+func (c *signalClock) NewTimer(d time.Duration) clock.Timer {
+	t := c.FakeClock.NewTimer(d)
+	c.timers <- d
+	return t
+}
+
+func newTestFleet(t *testing.T, cfg Config) (*Fleet, *testingclock.FakeClock) {
+	t.Helper()
+	fc := testingclock.NewFakeClock(t0)
+	if cfg.Clock == nil {
+		cfg.Clock = fc
+	}
+	if cfg.Tokens == nil {
+		cfg.Tokens = []string{testToken}
+	}
+	f, err := NewFleet(cfg)
+	if err != nil {
+		t.Fatalf("NewFleet: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := f.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return f, fc
+}
+
+func addNode(t *testing.T, f *Fleet, name string) *Node {
+	t.Helper()
+	n, err := f.AddNode(name, 0)
+	if err != nil {
+		t.Fatalf("AddNode(%q): %v", name, err)
+	}
+	return n
+}
+
+func setPod(t *testing.T, f *Fleet, node string, p Pod) {
+	t.Helper()
+	if err := f.SetPod(node, p); err != nil {
+		t.Fatalf("SetPod(%s/%s): %v", p.Namespace, p.Name, err)
+	}
+}
+
+// newClient returns a client that trusts the fleet CA, optionally with a
+// client certificate.
+func newClient(t *testing.T, f *Fleet, certs ...tls.Certificate) *http.Client {
+	t.Helper()
+	tr := &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: f.CertPool(), Certificates: certs, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2: true,
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// get fetches a node path with an optional bearer token.
+func get(t *testing.T, c *http.Client, n *Node, path, token string) (int, []byte, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.URL()+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, body, err
+}
+
+func mustGet(t *testing.T, c *http.Client, n *Node, path string) []byte {
+	t.Helper()
+	code, body, err := get(t, c, n, path, testToken)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	if code != http.StatusOK {
+		t.Fatalf("GET %s: status %d, body %q", path, code, body)
+	}
+	return body
+}
+
+func clientCertificate(t *testing.T, certPEM, keyPEM []byte) tls.Certificate {
+	t.Helper()
+	c, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// otherCA returns a CA unrelated to the fleet's, as PEM, and the authority.
+func otherCA(t *testing.T) *authority {
+	t.Helper()
+	a, err := newAuthority(t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}

@@ -1,0 +1,203 @@
+package fakekubelet
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Pod is a pod placed on a node.
+type Pod struct {
+	Namespace string
+	Name      string
+	// UID defaults to a stable value derived from namespace and name.
+	UID    string
+	Labels map[string]string
+	// Containers default to a single container named "main".
+	Containers []Container
+	// StartTime defaults to the current sample instant. CPU counters count
+	// from it, so a pod that started earlier has already used some CPU.
+	StartTime time.Time
+}
+
+// Container is a container of a Pod.
+type Container struct {
+	Name string
+	// MemoryLimitBytes, if set, makes availableBytes = limit - working set.
+	MemoryLimitBytes uint64
+}
+
+type podKey struct{ namespace, name string }
+
+func (k podKey) String() string { return k.namespace + "/" + k.name }
+
+type podState struct {
+	pod        Pod
+	start      instant
+	containers []*containerState
+}
+
+type containerState struct {
+	name   string
+	limit  uint64
+	start  instant
+	cpu    counter
+	memory uint64
+}
+
+// defaultUID returns a UUID-shaped identifier derived from the pod's key.
+func defaultUID(k podKey) string {
+	s := sha256.Sum256([]byte(k.String()))
+	return fmt.Sprintf("%x-%x-%x-%x-%x", s[0:4], s[4:6], s[6:8], s[8:10], s[10:16])
+}
+
+// newPodState builds the model of a pod first seen at instant now.
+func (f *Fleet) newPodState(p Pod, now instant) *podState {
+	if p.UID == "" {
+		p.UID = defaultUID(podKey{p.Namespace, p.Name})
+	}
+	if len(p.Containers) == 0 {
+		p.Containers = []Container{{Name: "main"}}
+	}
+	start := now
+	if !p.StartTime.IsZero() {
+		if s := f.tl.instantOf(p.StartTime); s < now {
+			start = s
+		}
+	}
+	ps := &podState{pod: p, start: start}
+	for _, c := range p.Containers {
+		ps.containers = append(ps.containers, &containerState{
+			name:   c.Name,
+			limit:  c.MemoryLimitBytes,
+			start:  start,
+			cpu:    counter{accAt: start, rate: f.cfg.DefaultUsage.CPUNanoCores},
+			memory: f.cfg.DefaultUsage.MemoryBytes,
+		})
+	}
+	return ps
+}
+
+// SetPod places a pod on a node, or updates it. A pod with the same
+// namespace and name on another node is moved; one with a different UID is
+// replaced, with fresh counters. Remembered usage (see SetUsage) is applied
+// to pods the fleet has not seen before.
+func (f *Fleet) SetPod(nodeName string, p Pod) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, ok := f.nodes[nodeName]
+	if !ok {
+		return fmt.Errorf("node %q: %w", nodeName, ErrNotFound)
+	}
+	k := podKey{p.Namespace, p.Name}
+	if p.UID == "" {
+		p.UID = defaultUID(k)
+	}
+	if old, ok := f.pods[k]; ok && old != n {
+		old.removePod(k, f.tl.now())
+	}
+	f.pods[k] = n
+	now := f.tl.now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ps, ok := n.pods[k]; ok && ps.pod.UID == p.UID {
+		ps.pod.Labels = p.Labels
+		return nil
+	}
+	ps := f.newPodState(p, now)
+	n.pods[k] = ps
+	for _, r := range f.rules {
+		if r.matches(ps.pod) {
+			applyPatch(ps, r.target.Container, r.patch, ps.start)
+		}
+	}
+	n.updatePodsRateLocked(now)
+	return nil
+}
+
+// RemovePod removes a pod from whichever node it is on.
+func (f *Fleet) RemovePod(namespace, name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := podKey{namespace, name}
+	n, ok := f.pods[k]
+	if !ok {
+		return false
+	}
+	delete(f.pods, k)
+	n.removePod(k, f.tl.now())
+	return true
+}
+
+// ResetPodCounters restarts the CPU counters of one pod's containers from
+// zero, with a new start time, as after a container restart.
+func (f *Fleet) ResetPodCounters(namespace, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := podKey{namespace, name}
+	n, ok := f.pods[k]
+	if !ok {
+		return fmt.Errorf("pod %s: %w", k, ErrNotFound)
+	}
+	now := f.tl.now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ps, ok := n.pods[k]; ok {
+		ps.restart(now)
+	}
+	return nil
+}
+
+func (n *Node) removePod(k podKey, now instant) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.pods, k)
+	n.updatePodsRateLocked(now)
+}
+
+// ResetCounters restarts the counters of every pod on the node.
+func (n *Node) ResetCounters() {
+	now := n.fleet.tl.now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, ps := range n.pods {
+		ps.restart(now)
+	}
+}
+
+func (ps *podState) restart(now instant) {
+	ps.start = now
+	for _, c := range ps.containers {
+		c.start = now
+		c.cpu.restart(now)
+	}
+}
+
+// updatePodsRateLocked re-derives the rate of the node's pod total from
+// instant now on.
+func (n *Node) updatePodsRateLocked(now instant) {
+	var sum uint64
+	for _, ps := range n.pods {
+		for _, c := range ps.containers {
+			sum += c.cpu.rate
+		}
+	}
+	n.podsCPU.setRate(now, sum)
+}
+
+// sortedPods returns the node's pods ordered by namespace and name.
+func (n *Node) sortedPodsLocked() []*podState {
+	out := make([]*podState, 0, len(n.pods))
+	for _, ps := range n.pods {
+		out = append(out, ps)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i].pod, out[j].pod
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		return a.Name < b.Name
+	})
+	return out
+}

@@ -1,0 +1,153 @@
+package fakekubelet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+)
+
+// KwokNodeAnnotation marks a Node as managed by kwok (with the usual
+// manageNodesWithAnnotationSelector of kwok.x-k8s.io/node=fake).
+const KwokNodeAnnotation = "kwok.x-k8s.io/node"
+
+// NodeRegistration describes the Node objects RegisterNodes creates.
+type NodeRegistration struct {
+	// Labels are added to the standard kubernetes.io labels.
+	Labels map[string]string
+	// Capacity defaults to 32 CPUs, 256Gi of memory and 110 pods.
+	Capacity corev1.ResourceList
+	// Parallelism bounds concurrent API calls; 0 means 16.
+	Parallelism int
+}
+
+// NodeObject returns the Node object for a fleet node: kwok-managed, with
+// InternalIP 127.0.0.1 and the node's port as the kubelet endpoint.
+func (n *Node) NodeObject(reg NodeRegistration) *corev1.Node {
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("32"),
+		corev1.ResourceMemory: resource.MustParse("256Gi"),
+		corev1.ResourcePods:   resource.MustParse("110"),
+	}
+	for k, v := range reg.Capacity {
+		capacity[k] = v
+	}
+	labels := map[string]string{
+		"kubernetes.io/hostname": n.name,
+		"kubernetes.io/os":       "linux",
+		"kubernetes.io/arch":     "amd64",
+		"type":                   "kwok",
+	}
+	for k, v := range reg.Labels {
+		labels[k] = v
+	}
+	obj := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        n.name,
+			Labels:      labels,
+			Annotations: map[string]string{KwokNodeAnnotation: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+		},
+		Status: corev1.NodeStatus{
+			Capacity:    capacity,
+			Allocatable: capacity.DeepCopy(),
+			NodeInfo: corev1.NodeSystemInfo{
+				Architecture:    "amd64",
+				OperatingSystem: "linux",
+				KubeletVersion:  "fake",
+			},
+		},
+	}
+	setEndpoint(obj, n.Port())
+	return obj
+}
+
+func setEndpoint(obj *corev1.Node, port int) {
+	obj.Status.Addresses = []corev1.NodeAddress{
+		{Type: corev1.NodeInternalIP, Address: "127.0.0.1"},
+		{Type: corev1.NodeHostName, Address: obj.Name},
+	}
+	obj.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(port)
+}
+
+func endpointSet(obj *corev1.Node, port int) bool {
+	if obj.Status.DaemonEndpoints.KubeletEndpoint.Port != int32(port) {
+		return false
+	}
+	for _, a := range obj.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP && a.Address == "127.0.0.1" {
+			return true
+		}
+	}
+	return false
+}
+
+// RegisterNodes creates a Node object for every node of the fleet, or, for
+// one that exists, sets its address and kubelet port.
+func (f *Fleet) RegisterNodes(ctx context.Context, client kubernetes.Interface, reg NodeRegistration) error {
+	workers := reg.Parallelism
+	if workers <= 0 {
+		workers = 16
+	}
+	nodes := f.Nodes()
+	work := make(chan *Node)
+	errs := make([]error, len(nodes))
+	index := map[*Node]int{}
+	for i, n := range nodes {
+		index[n] = i
+	}
+	var wg sync.WaitGroup
+	for range min(workers, len(nodes)) {
+		wg.Go(func() {
+			for n := range work {
+				errs[index[n]] = registerNode(ctx, client, n, reg)
+			}
+		})
+	}
+	for _, n := range nodes {
+		select {
+		case work <- n:
+		case <-ctx.Done():
+		}
+	}
+	close(work)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return errors.Join(errs...)
+}
+
+func registerNode(ctx context.Context, client kubernetes.Interface, n *Node, reg NodeRegistration) error {
+	want := n.NodeObject(reg)
+	port := n.Port()
+	got, err := client.CoreV1().Nodes().Create(ctx, want, metav1.CreateOptions{})
+	if err == nil && endpointSet(got, port) {
+		return nil
+	}
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create node %q: %w", n.name, err)
+	}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if endpointSet(cur, port) {
+			return nil
+		}
+		setEndpoint(cur, port)
+		_, err = client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("set endpoint of node %q: %w", n.name, err)
+	}
+	return nil
+}

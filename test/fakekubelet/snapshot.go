@@ -1,0 +1,152 @@
+package fakekubelet
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Summary returns the node's stats at the current sample instant, as
+// GET /stats/summary would serve them.
+func (n *Node) Summary(onlyCPUAndMemory bool) *Summary {
+	return n.summaryAt(n.fleet.tl.now(), onlyCPUAndMemory)
+}
+
+// sample holds the raw numbers of one cgroup at one instant.
+type sample struct {
+	rate, cumulative uint64 // nanocores, core-nanoseconds
+	workingSet       uint64
+	limit            uint64 // 0 = none
+}
+
+func (s *sample) add(o sample) {
+	s.rate += o.rate
+	s.cumulative += o.cumulative
+	s.workingSet += o.workingSet
+}
+
+func (n *Node) summaryAt(t instant, onlyCPUAndMemory bool) *Summary {
+	f := n.fleet
+	ts := metav1.NewTime(f.tl.wall(t))
+	base := f.cfg.NodeBaseUsage.MemoryBytes
+
+	n.mu.RLock()
+	pods := n.sortedPodsLocked()
+	out := &Summary{Pods: make([]PodStats, 0, len(pods))}
+	podsTotal := sample{rate: n.podsCPU.rate, cumulative: n.podsCPU.at(t)}
+	for _, ps := range pods {
+		pod := f.podStats(ps, t, ts, onlyCPUAndMemory)
+		podsTotal.workingSet += *pod.Memory.WorkingSetBytes
+		out.Pods = append(out.Pods, pod)
+	}
+	kubelet := sample{rate: n.kubelet.rate, cumulative: n.kubelet.at(t), workingSet: base / 2}
+	runtime := sample{rate: n.runtime.rate, cumulative: n.runtime.at(t), workingSet: base - base/2}
+	start := metav1.NewTime(f.tl.wall(n.start))
+	n.mu.RUnlock()
+
+	node := sample{limit: f.cfg.NodeMemoryCapacityBytes}
+	node.add(kubelet)
+	node.add(runtime)
+	node.add(podsTotal)
+	out.Node = NodeStats{
+		NodeName: n.name,
+		SystemContainers: []ContainerStats{
+			{Name: "kubelet", StartTime: start, CPU: cpuStats(ts, kubelet), Memory: memoryStats(ts, kubelet)},
+			{Name: "pods", StartTime: start, CPU: cpuStats(ts, podsTotal), Memory: memoryStats(ts, podsTotal)},
+			{Name: "runtime", StartTime: start, CPU: cpuStats(ts, runtime), Memory: memoryStats(ts, runtime)},
+		},
+		StartTime: start,
+		CPU:       cpuStats(ts, node),
+		Memory:    memoryStats(ts, node),
+	}
+	if !onlyCPUAndMemory {
+		out.Node.Network = networkStats(ts)
+		out.Node.Fs = fsStats(ts, 8<<30)
+		maxPID, procs := int64(4194304), int64(100+5*len(out.Pods))
+		out.Node.Rlimit = &RlimitStats{Time: ts, MaxPID: &maxPID, NumOfRunningProcesses: &procs}
+	}
+	return out
+}
+
+// podStats renders one pod at instant t; the pod's cgroup is the sum of its
+// containers. Callers hold the node's lock.
+func (f *Fleet) podStats(ps *podState, t instant, ts metav1.Time, onlyCPUAndMemory bool) PodStats {
+	var total sample
+	limit, limited := uint64(0), true
+	pod := PodStats{
+		PodRef:     PodReference{Name: ps.pod.Name, Namespace: ps.pod.Namespace, UID: ps.pod.UID},
+		StartTime:  metav1.NewTime(f.tl.wall(ps.start)),
+		Containers: make([]ContainerStats, 0, len(ps.containers)),
+	}
+	for _, c := range ps.containers {
+		cs := sample{rate: c.cpu.rate, cumulative: c.cpu.at(t), workingSet: c.memory, limit: c.limit}
+		total.add(cs)
+		limit += c.limit
+		limited = limited && c.limit > 0
+		stats := ContainerStats{
+			Name:      c.name,
+			StartTime: metav1.NewTime(f.tl.wall(c.start)),
+			CPU:       cpuStats(ts, cs),
+			Memory:    memoryStats(ts, cs),
+		}
+		if !onlyCPUAndMemory {
+			stats.Rootfs = fsStats(ts, 4<<20)
+			stats.Logs = fsStats(ts, 64<<10)
+		}
+		pod.Containers = append(pod.Containers, stats)
+	}
+	if limited {
+		total.limit = limit
+	}
+	pod.CPU = cpuStats(ts, total)
+	pod.Memory = memoryStats(ts, total)
+	if !onlyCPUAndMemory {
+		pod.Network = networkStats(ts)
+		pod.EphemeralStorage = fsStats(ts, uint64(len(ps.containers))*(4<<20+64<<10))
+	}
+	return pod
+}
+
+func cpuStats(ts metav1.Time, s sample) *CPUStats {
+	return &CPUStats{Time: ts, UsageNanoCores: u64(s.rate), UsageCoreNanoSeconds: u64(s.cumulative)}
+}
+
+// memoryStats derives the kubelet's memory fields from a working set: page
+// cache on top of it for usage, anonymous memory below it for RSS.
+func memoryStats(ts metav1.Time, s sample) *MemoryStats {
+	ws := s.workingSet
+	m := &MemoryStats{
+		Time:            ts,
+		UsageBytes:      u64(ws + ws/8),
+		WorkingSetBytes: u64(ws),
+		RSSBytes:        u64(ws - ws/4),
+		PageFaults:      u64(ws / 4096),
+		MajorPageFaults: u64(0),
+	}
+	if s.limit > 0 {
+		avail := uint64(0)
+		if s.limit > ws {
+			avail = s.limit - ws
+		}
+		m.AvailableBytes = u64(avail)
+	}
+	return m
+}
+
+func fsStats(ts metav1.Time, used uint64) *FsStats {
+	const capacity, inodes = 100 << 30, 6 << 20
+	return &FsStats{
+		Time:           ts,
+		AvailableBytes: u64(capacity - used),
+		CapacityBytes:  u64(capacity),
+		UsedBytes:      u64(used),
+		InodesFree:     u64(inodes - used/4096),
+		Inodes:         u64(inodes),
+		InodesUsed:     u64(used / 4096),
+	}
+}
+
+func networkStats(ts metav1.Time) *NetworkStats {
+	eth := InterfaceStats{Name: "eth0", RxBytes: u64(0), RxErrors: u64(0), TxBytes: u64(0), TxErrors: u64(0)}
+	return &NetworkStats{Time: ts, InterfaceStats: eth, Interfaces: []InterfaceStats{eth}}
+}
+
+func u64(v uint64) *uint64 { return &v }

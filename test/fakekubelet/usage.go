@@ -1,0 +1,155 @@
+package fakekubelet
+
+import (
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// UsageTarget selects the pods (and optionally one container) a usage
+// applies to.
+type UsageTarget struct {
+	// Namespace limits the target to one namespace; empty means all.
+	Namespace string
+	// Name selects a single pod; it requires Namespace.
+	Name string
+	// Selector selects pods by label; nil selects every pod (in Namespace).
+	Selector labels.Selector
+	// Container selects one container; empty spreads the usage evenly over
+	// all containers of each pod.
+	Container string
+}
+
+// usagePatch is a usage with optional parts: nil leaves a value unchanged.
+type usagePatch struct {
+	cpu    *uint64
+	memory *uint64
+}
+
+type usageRule struct {
+	target UsageTarget
+	patch  usagePatch
+}
+
+func (r usageRule) matches(p Pod) bool {
+	t := r.target
+	if t.Namespace != "" && t.Namespace != p.Namespace {
+		return false
+	}
+	if t.Name != "" && t.Name != p.Name {
+		return false
+	}
+	return t.Selector == nil || t.Selector.Matches(labels.Set(p.Labels))
+}
+
+func (r usageRule) sameTarget(o usageRule) bool {
+	a, b := r.target, o.target
+	return a.Namespace == b.Namespace && a.Name == b.Name && a.Container == b.Container &&
+		selectorString(a.Selector) == selectorString(b.Selector)
+}
+
+func selectorString(s labels.Selector) string {
+	if s == nil {
+		return ""
+	}
+	return s.String()
+}
+
+// SetUsage sets the usage of every placed pod matching the target, from the
+// current sample instant on, and remembers it for matching pods placed later
+// (for example new replicas). It returns how many pods matched now.
+func (f *Fleet) SetUsage(t UsageTarget, u Usage) int {
+	return f.setUsage(t, usagePatch{cpu: &u.CPUNanoCores, memory: &u.MemoryBytes})
+}
+
+// SetPodUsage sets the usage of one pod, spread evenly over its containers.
+func (f *Fleet) SetPodUsage(namespace, name string, u Usage) int {
+	return f.SetUsage(UsageTarget{Namespace: namespace, Name: name}, u)
+}
+
+// SetContainerUsage sets the usage of one container of one pod.
+func (f *Fleet) SetContainerUsage(namespace, name, container string, u Usage) int {
+	return f.SetUsage(UsageTarget{Namespace: namespace, Name: name, Container: container}, u)
+}
+
+// ForgetUsage drops every remembered usage. Placed pods keep their usage;
+// pods placed later start with the default.
+func (f *Fleet) ForgetUsage() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rules = nil
+}
+
+func (f *Fleet) setUsage(t UsageTarget, p usagePatch) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rule := usageRule{target: t, patch: p}
+	kept := f.rules[:0]
+	for _, r := range f.rules {
+		if !r.sameTarget(rule) {
+			kept = append(kept, r)
+		}
+	}
+	f.rules = append(kept, rule)
+
+	now := f.tl.now()
+	byNode := map[*Node][]podKey{}
+	for k, n := range f.pods {
+		byNode[n] = append(byNode[n], k)
+	}
+	matched := 0
+	for n, keys := range byNode {
+		n.mu.Lock()
+		changed := false
+		for _, k := range keys {
+			ps, ok := n.pods[k]
+			if !ok || !rule.matches(ps.pod) {
+				continue
+			}
+			if applyPatch(ps, t.Container, p, now) {
+				matched++
+				changed = true
+			}
+		}
+		if changed {
+			n.updatePodsRateLocked(now)
+		}
+		n.mu.Unlock()
+	}
+	return matched
+}
+
+// applyPatch sets a pod's usage from instant t on: on one container, or
+// spread over all containers with any remainder on the first ones. It
+// reports whether the pod had the container.
+func applyPatch(ps *podState, container string, p usagePatch, t instant) bool {
+	targets := ps.containers
+	if container != "" {
+		targets = nil
+		for _, c := range ps.containers {
+			if c.name == container {
+				targets = append(targets, c)
+			}
+		}
+		if len(targets) == 0 {
+			return false
+		}
+	}
+	k := uint64(len(targets))
+	for i, c := range targets {
+		if p.cpu != nil {
+			c.cpu.setRate(t, share(*p.cpu, k, uint64(i)))
+		}
+		if p.memory != nil {
+			c.memory = share(*p.memory, k, uint64(i))
+		}
+	}
+	return true
+}
+
+// share returns the i-th of k near-equal parts of total; the parts sum to total.
+func share(total, k, i uint64) uint64 {
+	s := total / k
+	if i < total%k {
+		s++
+	}
+	return s
+}
