@@ -1,0 +1,201 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// defaultWaitTimeout bounds waits whose context has no deadline.
+const defaultWaitTimeout = 2 * time.Minute
+
+func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, defaultWaitTimeout)
+}
+
+// Kubectl runs bin/kubectl with the admin kubeconfig and returns its stdout
+// and stderr. A non-zero exit is an error that includes stderr.
+func (c *Cluster) Kubectl(ctx context.Context, args ...string) (stdout, stderr string, err error) {
+	full := append([]string{
+		"--kubeconfig=" + c.adminKubeconfig,
+		"--cache-dir=" + filepath.Join(c.workDir, "kubectl-cache"),
+	}, args...)
+	cmd := exec.CommandContext(ctx, c.bin(KubectlBinary), full...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &errOut
+	err = cmd.Run()
+	if err != nil {
+		err = fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errOut.String()))
+	}
+	return out.String(), errOut.String(), err
+}
+
+// Node capacity that AddNode gives every node: far more than tests schedule.
+var nodeResources = corev1.ResourceList{
+	corev1.ResourceCPU:    resource.MustParse("64"),
+	corev1.ResourceMemory: resource.MustParse("256Gi"),
+	corev1.ResourcePods:   resource.MustParse("250"),
+}
+
+// AddNode creates a kwok-managed Node and waits until kwok has made it Ready.
+// Its InternalIP is kubeletAddr (127.0.0.1 when empty) and its
+// status.daemonEndpoints.kubeletEndpoint.port is kubeletPort, so a metrics
+// scraper reaches the node's "kubelet" at kubeletAddr:kubeletPort. The address
+// must be a loopback IP, so that no scrape leaves the machine. labels are added
+// to the usual kubernetes.io/hostname, os and arch labels. If ctx has no
+// deadline the wait is bounded by two minutes. It is safe to call
+// concurrently, which is how to add many nodes quickly.
+func (c *Cluster) AddNode(ctx context.Context, name string, labels map[string]string, kubeletAddr string, kubeletPort int) error {
+	if kubeletAddr == "" {
+		kubeletAddr = loopback
+	}
+	if ip := net.ParseIP(kubeletAddr); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("node %s: kubelet address %q is not a loopback IP", name, kubeletAddr)
+	}
+	if kubeletPort <= 0 || kubeletPort > 65535 {
+		return fmt.Errorf("node %s: kubelet port %d out of range", name, kubeletPort)
+	}
+	nodeLabels := map[string]string{
+		corev1.LabelHostname:   name,
+		corev1.LabelOSStable:   "linux",
+		corev1.LabelArchStable: "amd64",
+		"type":                 "kwok",
+	}
+	for k, v := range labels {
+		nodeLabels[k] = v
+	}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Labels:      nodeLabels,
+			Annotations: map[string]string{KwokNodeAnnotation: KwokNodeAnnotationValue},
+		},
+		Status: corev1.NodeStatus{
+			Capacity:    nodeResources.DeepCopy(),
+			Allocatable: nodeResources.DeepCopy(),
+			Addresses: []corev1.NodeAddress{
+				{Type: corev1.NodeInternalIP, Address: kubeletAddr},
+				{Type: corev1.NodeHostName, Address: name},
+			},
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{
+				KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(kubeletPort)},
+			},
+		},
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	if _, err := c.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create node %s: %w", name, err)
+	}
+	return waitUntil(ctx, "node "+name+" to be Ready", c.coreProcesses("kwok"), func(ctx context.Context) error {
+		n, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("node %s is not Ready yet", name)
+	})
+}
+
+// coreProcesses returns etcd, kube-apiserver and the named extra processes
+// that exist, for waits to watch.
+func (c *Cluster) coreProcesses(extra ...string) []*Process {
+	var out []*Process
+	for _, name := range append([]string{"etcd", "kube-apiserver"}, extra...) {
+		if p := c.process(name); p != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// serviceAccountTokenLifetime is the lifetime of tokens requested by
+// ServiceAccountKubeconfig.
+const serviceAccountTokenLifetime = 7 * 24 * time.Hour
+
+// ServiceAccountKubeconfig requests a token for the existing ServiceAccount
+// namespace/name through the TokenRequest API, valid for seven days, and
+// writes a kubeconfig that authenticates with it. It returns the file's path,
+// <workdir>/kubeconfigs/sa-<namespace>-<name>.kubeconfig.
+func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, namespace, name string) (string, error) {
+	seconds := int64(serviceAccountTokenLifetime / time.Second)
+	req := &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds},
+	}
+	tr, err := c.client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, req, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("request token for %s/%s: %w", namespace, name, err)
+	}
+	user := "system:serviceaccount:" + namespace + ":" + name
+	path := c.kubeconfigPath("sa-" + namespace + "-" + name)
+	if err := c.writeKubeconfig(path, user, &clientcmdapi.AuthInfo{Token: tr.Status.Token}); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+var apiServiceResource = schema.GroupVersionResource{
+	Group:    "apiregistration.k8s.io",
+	Version:  "v1",
+	Resource: "apiservices",
+}
+
+// WaitForAPIServiceAvailable waits until the APIService name (for example
+// v1beta1.metrics.k8s.io) has the condition Available=True. If ctx has no
+// deadline the wait is bounded by two minutes. The error carries the last
+// reason and message the aggregator reported.
+func (c *Cluster) WaitForAPIServiceAvailable(ctx context.Context, name string) error {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	client, err := dynamic.NewForConfig(c.RESTConfig())
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+	return waitUntil(ctx, "APIService "+name+" to be Available", c.coreProcesses(), func(ctx context.Context) error {
+		obj, err := client.Resource(apiServiceResource).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		return apiServiceAvailable(obj)
+	})
+}
+
+func apiServiceAvailable(obj *unstructured.Unstructured) error {
+	conditions, _, err := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	if err != nil {
+		return fmt.Errorf("read APIService conditions: %w", err)
+	}
+	for _, raw := range conditions {
+		cond, ok := raw.(map[string]any)
+		if !ok || cond["type"] != "Available" {
+			continue
+		}
+		if cond["status"] == "True" {
+			return nil
+		}
+		return fmt.Errorf("APIService %s is not available: %v: %v", obj.GetName(), cond["reason"], cond["message"])
+	}
+	return fmt.Errorf("APIService %s has no Available condition yet", obj.GetName())
+}

@@ -1,0 +1,324 @@
+// Package cluster runs a real Kubernetes control plane on 127.0.0.1 for
+// end-to-end tests and demos: etcd, kube-apiserver with the aggregation layer,
+// kube-controller-manager, kube-scheduler and kwok, which plays the kubelet for
+// fake nodes. Every component listens on a free loopback port, uses PKI
+// generated under the work directory, and logs to <workdir>/logs/<name>.log.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Stop order: processes in a lower tier are stopped, all at once, before the
+// next tier is signalled.
+const (
+	tierUser = iota
+	tierController
+	tierAPIServer
+	tierEtcd
+	numTiers
+)
+
+// Cluster is a running control plane. Its methods are safe for concurrent use.
+type Cluster struct {
+	opts       Options
+	workDir    string
+	ownWorkDir bool
+	pkiDir     string
+	logDir     string
+	ports      ports
+	pki        *clusterPKI
+
+	adminKubeconfig string
+	restConfig      *rest.Config
+	client          kubernetes.Interface
+
+	mu       sync.Mutex
+	procs    []*Process
+	tiers    map[*Process]int
+	stopping bool
+
+	stopOnce sync.Once
+	stopErr  error
+	stopped  chan struct{}
+}
+
+// Start brings up a control plane and returns once every component is ready:
+// etcd is healthy, kube-apiserver answers /readyz, the system namespaces
+// exist, the controller manager, scheduler and kwok answer their health
+// checks, and the default ServiceAccount exists in the default namespace.
+//
+// ctx governs the whole life of the cluster: when it is done (for example on
+// SIGINT through signal.NotifyContext) the cluster stops itself. Start itself
+// gives up after Options.StartTimeout. On error nothing is left running.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, fmt.Errorf("cluster options: %w", err)
+	}
+	// Ports are picked before the components bind them, so another process
+	// can occasionally take one first; such a start is retried from scratch.
+	const attempts = 3
+	for attempt := 1; ; attempt++ {
+		c, err := startOnce(ctx, opts)
+		if err == nil || attempt == attempts || !errors.Is(err, errPortInUse) || ctx.Err() != nil {
+			return c, err
+		}
+	}
+}
+
+func startOnce(ctx context.Context, opts Options) (*Cluster, error) {
+	c := &Cluster{
+		opts:    opts,
+		tiers:   map[*Process]int{},
+		stopped: make(chan struct{}),
+	}
+	if err := c.prepareWorkDir(); err != nil {
+		return nil, err
+	}
+
+	go func() {
+		select {
+		case <-ctx.Done():
+			_ = c.Stop()
+		case <-c.stopped:
+		}
+	}()
+
+	startCtx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
+	defer cancel()
+	if err := c.start(startCtx); err != nil {
+		tails := c.LogTails(30)
+		if stopErr := c.Stop(); stopErr != nil {
+			err = errors.Join(err, stopErr)
+		}
+		return nil, fmt.Errorf("start cluster: %w\n%s", err, tails)
+	}
+	return c, nil
+}
+
+func (c *Cluster) prepareWorkDir() error {
+	workDir := c.opts.WorkDir
+	if workDir == "" {
+		dir, err := os.MkdirTemp("", "gms-cluster-")
+		if err != nil {
+			return fmt.Errorf("create work dir: %w", err)
+		}
+		workDir = dir
+		c.ownWorkDir = true
+	}
+	abs, err := filepath.Abs(workDir)
+	if err != nil {
+		return fmt.Errorf("work dir: %w", err)
+	}
+	c.workDir = abs
+	c.pkiDir = filepath.Join(abs, "pki")
+	c.logDir = filepath.Join(abs, "logs")
+	// A reused work directory starts from scratch: no state from an earlier
+	// cluster (etcd data, credentials, logs) carries over.
+	for _, d := range []string{c.pkiDir, c.logDir, filepath.Join(abs, "kubeconfigs"), filepath.Join(abs, "etcd")} {
+		if err := os.RemoveAll(d); err != nil {
+			return fmt.Errorf("clean %s: %w", d, err)
+		}
+	}
+	for _, d := range []string{c.pkiDir, filepath.Join(c.pkiDir, "issued"), c.logDir, filepath.Join(abs, "kubeconfigs")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) start(ctx context.Context) error {
+	p, err := FreePorts(6)
+	if err != nil {
+		return err
+	}
+	c.ports = ports{
+		etcdClient:        p[0],
+		etcdPeer:          p[1],
+		apiServer:         p[2],
+		controllerManager: p[3],
+		scheduler:         p[4],
+		kwok:              p[5],
+	}
+	if c.pki, err = newClusterPKI(c.pkiDir); err != nil {
+		return err
+	}
+	if err := c.writeKubeconfigs(); err != nil {
+		return err
+	}
+	if err := c.startEtcd(ctx); err != nil {
+		return err
+	}
+	if err := c.startAPIServer(ctx); err != nil {
+		return err
+	}
+	return c.startControllers(ctx)
+}
+
+// Stop stops every process the cluster started, its own and those from
+// StartProcess, and waits for them to exit. It removes the work directory if
+// Start created it. Calling it again returns the first result.
+func (c *Cluster) Stop() error {
+	c.stopOnce.Do(func() {
+		c.mu.Lock()
+		c.stopping = true
+		byTier := make([][]*Process, numTiers)
+		for _, p := range c.procs {
+			t := c.tiers[p]
+			byTier[t] = append(byTier[t], p)
+		}
+		c.mu.Unlock()
+
+		var errs []error
+		for _, procs := range byTier {
+			errs = append(errs, stopAll(procs)...)
+		}
+		if c.ownWorkDir {
+			if err := os.RemoveAll(c.workDir); err != nil {
+				errs = append(errs, fmt.Errorf("remove work dir: %w", err))
+			}
+		}
+		c.stopErr = errors.Join(errs...)
+		close(c.stopped)
+	})
+	return c.stopErr
+}
+
+func stopAll(procs []*Process) []error {
+	errs := make([]error, len(procs))
+	var wg sync.WaitGroup
+	for i, p := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = p.Stop()
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// Stopped is closed when Stop has finished.
+func (c *Cluster) Stopped() <-chan struct{} { return c.stopped }
+
+// StartProcess runs the binary at path with args, sending its output to
+// <workdir>/logs/<name>.log. The process inherits this process's environment
+// and is stopped by Stop. name must be unique within the cluster.
+func (c *Cluster) StartProcess(name, path string, args ...string) (*Process, error) {
+	return c.startProcess(tierUser, name, nil, path, args...)
+}
+
+// StartProcessWithEnv is StartProcess with an explicit environment (as for
+// os/exec.Cmd.Env: nil inherits, a non-nil slice replaces).
+func (c *Cluster) StartProcessWithEnv(name string, env []string, path string, args ...string) (*Process, error) {
+	return c.startProcess(tierUser, name, env, path, args...)
+}
+
+func (c *Cluster) startProcess(tier int, name string, env []string, path string, args ...string) (*Process, error) {
+	if name == "" || filepath.Base(name) != name {
+		return nil, fmt.Errorf("invalid process name %q", name)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopping {
+		return nil, fmt.Errorf("start %s: cluster is stopped", name)
+	}
+	for _, p := range c.procs {
+		if p.name == name {
+			return nil, fmt.Errorf("start %s: a process with that name already exists", name)
+		}
+	}
+	p, err := startProcess(name, filepath.Join(c.logDir, name+".log"), env, path, args...)
+	if err != nil {
+		return nil, err
+	}
+	c.procs = append(c.procs, p)
+	c.tiers[p] = tier
+	return p, nil
+}
+
+// Processes returns every process the cluster started, in start order.
+func (c *Cluster) Processes() []*Process {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*Process(nil), c.procs...)
+}
+
+// LogTails returns the last n lines of every process log, in start order,
+// each under a header naming the process.
+func (c *Cluster) LogTails(n int) string {
+	return logTails(c.Processes(), n)
+}
+
+// KubeconfigPath returns the admin (system:masters) kubeconfig file.
+func (c *Cluster) KubeconfigPath() string { return c.adminKubeconfig }
+
+// RESTConfig returns a copy of the admin client configuration.
+func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.restConfig) }
+
+// Client returns an admin clientset.
+func (c *Cluster) Client() kubernetes.Interface { return c.client }
+
+// APIServerURL returns kube-apiserver's base URL, https://127.0.0.1:<port>.
+func (c *Cluster) APIServerURL() string { return c.ports.apiServerURL() }
+
+// WorkDir returns the directory holding PKI, kubeconfigs, data and logs.
+func (c *Cluster) WorkDir() string { return c.workDir }
+
+// LogDir returns the directory holding <name>.log for every process.
+func (c *Cluster) LogDir() string { return c.logDir }
+
+// BinDir returns Options.BinDir.
+func (c *Cluster) BinDir() string { return c.opts.BinDir }
+
+// Ports returns the loopback ports the control plane listens on, keyed by
+// etcd, etcd-peer, kube-apiserver, kube-controller-manager, kube-scheduler
+// (absent with Options.WithoutScheduler) and kwok (its health endpoint).
+func (c *Cluster) Ports() map[string]int {
+	m := map[string]int{
+		"etcd":                    c.ports.etcdClient,
+		"etcd-peer":               c.ports.etcdPeer,
+		"kube-apiserver":          c.ports.apiServer,
+		"kube-controller-manager": c.ports.controllerManager,
+		"kwok":                    c.ports.kwok,
+	}
+	if !c.opts.WithoutScheduler {
+		m["kube-scheduler"] = c.ports.scheduler
+	}
+	return m
+}
+
+// CACertFile returns the cluster CA certificate, which signs the serving and
+// client certificates of the control plane and is kube-apiserver's client CA.
+func (c *Cluster) CACertFile() string { return c.pki.ca.certFile }
+
+// CACertPEM returns the cluster CA certificate in PEM form.
+func (c *Cluster) CACertPEM() []byte { return c.pki.ca.certPEM() }
+
+// FrontProxyCACertFile returns the CA that signs the aggregator's proxy client
+// certificate (kube-apiserver's --requestheader-client-ca-file). Aggregated
+// servers normally read it from the kube-system/extension-apiserver-
+// authentication ConfigMap instead.
+func (c *Cluster) FrontProxyCACertFile() string { return c.pki.frontProxyCA.certFile }
+
+// IssueServingCert signs a serving certificate with the cluster CA for hosts
+// (IP addresses or DNS names), writes <workdir>/pki/issued/<name>.crt and
+// <name>.key, and returns their paths. A fake kubelet, for instance, can serve
+// it so that clients trusting CACertFile verify it.
+func (c *Cluster) IssueServingCert(name string, hosts ...string) (certFile, keyFile string, err error) {
+	if name == "" || filepath.Base(name) != name {
+		return "", "", fmt.Errorf("invalid certificate name %q", name)
+	}
+	dir := filepath.Join(c.pkiDir, "issued")
+	return c.pki.ca.issue(dir, name, certRequest{commonName: name, hosts: hosts, server: true})
+}

@@ -1,0 +1,251 @@
+package cluster
+
+import (
+	"bytes"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+)
+
+func TestClusterPKI(t *testing.T) {
+	dir := t.TempDir()
+	p, err := newClusterPKI(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		certFile string
+		roots    *authority
+		usage    x509.ExtKeyUsage
+		host     string
+		wantCN   string
+		wantOrgs []string
+	}{
+		{name: "apiserver by IP", certFile: p.apiServerCert, roots: p.ca, usage: x509.ExtKeyUsageServerAuth, host: "127.0.0.1", wantCN: "kube-apiserver"},
+		{name: "apiserver by service name", certFile: p.apiServerCert, roots: p.ca, usage: x509.ExtKeyUsageServerAuth, host: "kubernetes.default.svc", wantCN: "kube-apiserver"},
+		{name: "scheduler serving", certFile: p.schedulerCert, roots: p.ca, usage: x509.ExtKeyUsageServerAuth, host: "localhost", wantCN: "kube-scheduler"},
+		{name: "front-proxy client", certFile: p.frontProxyClientCert, roots: p.frontProxyCA, usage: x509.ExtKeyUsageClientAuth, wantCN: "front-proxy-client"},
+		{name: "admin client", certFile: p.clients["admin"][0], roots: p.ca, usage: x509.ExtKeyUsageClientAuth, wantCN: "kubernetes-admin", wantOrgs: []string{"system:masters"}},
+		{name: "controller-manager client", certFile: p.clients["kube-controller-manager"][0], roots: p.ca, usage: x509.ExtKeyUsageClientAuth, wantCN: "system:kube-controller-manager"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cert := readCert(t, tt.certFile)
+			pool := x509.NewCertPool()
+			pool.AddCert(tt.roots.cert)
+			_, err := cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: tt.host, KeyUsages: []x509.ExtKeyUsage{tt.usage}})
+			if err != nil {
+				t.Errorf("verify: %v", err)
+			}
+			if cert.Subject.CommonName != tt.wantCN {
+				t.Errorf("CN = %q, want %q", cert.Subject.CommonName, tt.wantCN)
+			}
+			if diff := cmp.Diff(tt.wantOrgs, cert.Subject.Organization); diff != "" {
+				t.Errorf("organizations (-want +got):\n%s", diff)
+			}
+		})
+	}
+	if info, err := os.Stat(p.serviceAccountKey); err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("service-account key: %v, mode %v", err, info.Mode())
+	}
+}
+
+func readCert(t *testing.T, path string) *x509.Certificate {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		t.Fatalf("%s holds no PEM block", path)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
+
+func TestKwokConfig(t *testing.T) {
+	cfg := kwokConfig("127.16.0.0/16", "127.0.0.1:12345")
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(cfg), 4096)
+	var kinds []string
+	var options map[string]any
+	for {
+		var doc map[string]any
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("decode kwok config: %v", err)
+		}
+		kind, _ := doc["kind"].(string)
+		if kind == "Stage" {
+			kind += "/" + doc["metadata"].(map[string]any)["name"].(string)
+		} else {
+			options, _ = doc["options"].(map[string]any)
+		}
+		kinds = append(kinds, kind)
+	}
+	want := []string{
+		"KwokConfiguration",
+		"Stage/node-initialize",
+		"Stage/node-heartbeat-with-lease",
+		"Stage/pod-ready",
+		"Stage/pod-complete",
+		"Stage/pod-delete",
+	}
+	if diff := cmp.Diff(want, kinds); diff != "" {
+		t.Errorf("documents (-want +got):\n%s", diff)
+	}
+	for _, key := range []string{"nodeLeaseParallelism", "nodePlayStageParallelism", "podPlayStageParallelism", "podsOnNodeSyncParallelism", "nodeLeaseDurationSeconds"} {
+		if n, _ := options[key].(float64); n <= 0 {
+			t.Errorf("option %s = %v, want > 0", key, options[key])
+		}
+	}
+	if got := options["manageNodesWithAnnotationSelector"]; got != "kwok.x-k8s.io/node=fake" {
+		t.Errorf("manageNodesWithAnnotationSelector = %v", got)
+	}
+	if got := options["serverAddress"]; got != "127.0.0.1:12345" {
+		t.Errorf("serverAddress = %v", got)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	binDir := t.TempDir()
+	for _, b := range []string{EtcdBinary, APIServerBinary, ControllerManagerBinary, SchedulerBinary, KubectlBinary, KwokBinary} {
+		if err := os.WriteFile(filepath.Join(binDir, b), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name    string
+		opts    Options
+		wantErr []string
+	}{
+		{name: "valid", opts: Options{BinDir: binDir}},
+		{name: "no bin dir", opts: Options{}, wantErr: []string{"BinDir is required"}},
+		{name: "missing binaries", opts: Options{BinDir: t.TempDir()}, wantErr: []string{"etcd", "kube-apiserver", "kwok"}},
+		{
+			name:    "every negative duration is reported",
+			opts:    Options{BinDir: binDir, HPASyncPeriod: -time.Second, HPAInitialReadinessDelay: -time.Second},
+			wantErr: []string{"HPASyncPeriod", "HPAInitialReadinessDelay"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.opts.withDefaults().validate()
+			if len(tt.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("want an error mentioning %v", tt.wantErr)
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestProcessStopKillsGroup(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "child.pid")
+	// The shell ignores SIGTERM, so Stop has to escalate; its child must die
+	// with it because it shares the process group.
+	script := `trap '' TERM; sleep 300 & echo $! > ` + pidFile + `; wait`
+	p, err := startProcess("sh", filepath.Join(dir, "sh.log"), nil, "/bin/sh", "-c", script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var childPid int
+	deadline := time.Now().Add(10 * time.Second)
+	for childPid == 0 && time.Now().Before(deadline) {
+		if data, err := os.ReadFile(pidFile); err == nil && bytes.HasSuffix(data, []byte("\n")) {
+			childPid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if childPid == 0 {
+		t.Fatal("child did not start")
+	}
+	p.grace = 200 * time.Millisecond
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Done():
+	default:
+		t.Fatal("Stop returned before the process exited")
+	}
+	// SIGKILL is delivered asynchronously; give the child a moment to go.
+	for deadline := time.Now().Add(5 * time.Second); alive(childPid); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("child %d is still alive after Stop", childPid)
+		}
+	}
+	if err := p.Stop(); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+}
+
+// alive reports whether pid names a process that has not exited. A zombie
+// (exited, waiting to be reaped by its new parent) counts as exited.
+func alive(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return false
+	}
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name.
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
+}
+
+func TestTailFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log")
+	if err := os.WriteFile(path, []byte("a\nb\nc\nd\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		n    int
+		want string
+	}{
+		{name: "last two", n: 2, want: "c\nd"},
+		{name: "more than there are", n: 10, want: "a\nb\nc\nd"},
+		{name: "none", n: 0, want: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tailFile(path, tt.n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("tail (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

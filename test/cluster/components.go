@@ -1,0 +1,321 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func hostPort(port int) string { return net.JoinHostPort(loopback, strconv.Itoa(port)) }
+
+func (c *Cluster) bin(name string) string { return filepath.Join(c.opts.BinDir, name) }
+
+func (c *Cluster) startEtcd(ctx context.Context) error {
+	clientURL := "http://" + hostPort(c.ports.etcdClient)
+	peerURL := "http://" + hostPort(c.ports.etcdPeer)
+	args := []string{
+		"--name=etcd",
+		"--data-dir=" + filepath.Join(c.workDir, "etcd"),
+		"--listen-client-urls=" + clientURL,
+		"--advertise-client-urls=" + clientURL,
+		"--listen-peer-urls=" + peerURL,
+		"--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=etcd=" + peerURL,
+		"--initial-cluster-state=new",
+		"--unsafe-no-fsync",
+		"--log-level=warn",
+	}
+	p, err := c.startProcess(tierEtcd, "etcd", nil, c.bin(EtcdBinary), append(args, c.opts.EtcdArgs...)...)
+	if err != nil {
+		return err
+	}
+	return waitUntil(ctx, "etcd to be healthy", []*Process{p}, func(ctx context.Context) error {
+		body, err := httpGet(ctx, plainHTTP, clientURL+"/health")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(body, `"health":"true"`) {
+			return fmt.Errorf("etcd health: %s", body)
+		}
+		return nil
+	})
+}
+
+func (c *Cluster) startAPIServer(ctx context.Context) error {
+	pki := c.pki
+	args := []string{
+		"--etcd-servers=http://" + hostPort(c.ports.etcdClient),
+		"--bind-address=" + loopback,
+		"--advertise-address=" + loopback,
+		"--secure-port=" + strconv.Itoa(c.ports.apiServer),
+		"--tls-cert-file=" + pki.apiServerCert,
+		"--tls-private-key-file=" + pki.apiServerKey,
+		"--client-ca-file=" + pki.ca.certFile,
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + pki.serviceAccountPub,
+		"--service-account-signing-key-file=" + pki.serviceAccountKey,
+		"--service-cluster-ip-range=" + c.opts.ServiceClusterIPRange,
+		"--authorization-mode=Node,RBAC",
+		"--allow-privileged=true",
+		"--endpoint-reconciler-type=none",
+		"--enable-aggregator-routing=false",
+		"--requestheader-client-ca-file=" + pki.frontProxyCA.certFile,
+		"--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--requestheader-uid-headers=X-Remote-Uid",
+		"--proxy-client-cert-file=" + pki.frontProxyClientCert,
+		"--proxy-client-key-file=" + pki.frontProxyClientKey,
+		"--max-requests-inflight=" + strconv.Itoa(c.opts.MaxRequestsInflight),
+		"--max-mutating-requests-inflight=" + strconv.Itoa(c.opts.MaxMutatingRequestsInflight),
+		"--profiling=false",
+		// Nothing runs the node lifecycle controller, which would lift the
+		// not-ready taint this plugin puts on every new node.
+		"--disable-admission-plugins=TaintNodesByCondition",
+	}
+	p, err := c.startProcess(tierAPIServer, "kube-apiserver", nil, c.bin(APIServerBinary),
+		append(args, c.opts.APIServerArgs...)...)
+	if err != nil {
+		return err
+	}
+	watch := []*Process{p, c.process("etcd")}
+	if err := waitUntil(ctx, "kube-apiserver /readyz", watch, func(ctx context.Context) error {
+		body, err := c.client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Raw()
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, body)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return waitUntil(ctx, "system namespaces and the authentication ConfigMap", watch, func(ctx context.Context) error {
+		for _, ns := range []string{metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic, "kube-node-lease"} {
+			if _, err := c.client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
+				return err
+			}
+		}
+		_, err := c.client.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{})
+		return err
+	})
+}
+
+// controllers are the kube-controller-manager controllers that run: the
+// workload controllers the tests use and what they depend on (service
+// accounts and their tokens, the root CA ConfigMap, garbage and namespace
+// collection, RBAC aggregation for the metrics reader roles).
+var controllers = []string{
+	"horizontalpodautoscaling",
+	"deployment",
+	"replicaset",
+	"statefulset",
+	"serviceaccount",
+	"serviceaccount-token",
+	"root-ca-cert-publisher",
+	"garbagecollector",
+	"namespace",
+	"podgc",
+	"clusterrole-aggregation",
+}
+
+func (c *Cluster) startControllers(ctx context.Context) error {
+	type started struct {
+		proc  *Process
+		what  string
+		check func(context.Context) error
+	}
+	var all []started
+
+	kcm, err := c.startControllerManager()
+	if err != nil {
+		return err
+	}
+	all = append(all, started{kcm, "kube-controller-manager /healthz", func(ctx context.Context) error {
+		return c.checkHTTPS(ctx, c.ports.controllerManager)
+	}})
+
+	if !c.opts.WithoutScheduler {
+		sched, err := c.startScheduler()
+		if err != nil {
+			return err
+		}
+		all = append(all, started{sched, "kube-scheduler /healthz", func(ctx context.Context) error {
+			return c.checkHTTPS(ctx, c.ports.scheduler)
+		}})
+	}
+
+	kwok, err := c.startKwok()
+	if err != nil {
+		return err
+	}
+	all = append(all, started{kwok, "kwok /healthz", func(ctx context.Context) error {
+		_, err := httpGet(ctx, plainHTTP, "http://"+hostPort(c.ports.kwok)+"/healthz")
+		return err
+	}})
+
+	core := []*Process{c.process("etcd"), c.process("kube-apiserver")}
+	for _, s := range all {
+		if err := waitUntil(ctx, s.what, append([]*Process{s.proc}, core...), s.check); err != nil {
+			return err
+		}
+	}
+	return waitUntil(ctx, "the default ServiceAccount", append(core, kcm), func(ctx context.Context) error {
+		_, err := c.client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
+}
+
+func (c *Cluster) startControllerManager() (*Process, error) {
+	o := c.opts
+	kubeconfig := c.kubeconfigPath("kube-controller-manager")
+	args := []string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--bind-address=" + loopback,
+		"--secure-port=" + strconv.Itoa(c.ports.controllerManager),
+		"--tls-cert-file=" + c.pki.controllerManagerCert,
+		"--tls-private-key-file=" + c.pki.controllerManagerKey,
+		"--leader-elect=false",
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file=" + c.pki.serviceAccountKey,
+		"--root-ca-file=" + c.pki.ca.certFile,
+		"--controllers=" + strings.Join(controllers, ","),
+		"--kube-api-qps=200",
+		"--kube-api-burst=400",
+		"--horizontal-pod-autoscaler-sync-period=" + o.HPASyncPeriod.String(),
+		"--horizontal-pod-autoscaler-downscale-stabilization=" + o.HPADownscaleStabilization.String(),
+		"--horizontal-pod-autoscaler-cpu-initialization-period=" + o.HPACPUInitializationPeriod.String(),
+		"--horizontal-pod-autoscaler-initial-readiness-delay=" + o.HPAInitialReadinessDelay.String(),
+		"--profiling=false",
+	}
+	return c.startProcess(tierController, "kube-controller-manager", nil, c.bin(ControllerManagerBinary),
+		append(args, o.ControllerManagerArgs...)...)
+}
+
+func (c *Cluster) startScheduler() (*Process, error) {
+	kubeconfig := c.kubeconfigPath("kube-scheduler")
+	config := fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: %q
+  qps: 200
+  burst: 400
+leaderElection:
+  leaderElect: false
+`, kubeconfig)
+	configPath := filepath.Join(c.workDir, "kube-scheduler.yaml")
+	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
+		return nil, fmt.Errorf("write scheduler config: %w", err)
+	}
+	args := []string{
+		"--config=" + configPath,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--bind-address=" + loopback,
+		"--secure-port=" + strconv.Itoa(c.ports.scheduler),
+		"--tls-cert-file=" + c.pki.schedulerCert,
+		"--tls-private-key-file=" + c.pki.schedulerKey,
+		"--profiling=false",
+	}
+	return c.startProcess(tierController, "kube-scheduler", nil, c.bin(SchedulerBinary),
+		append(args, c.opts.SchedulerArgs...)...)
+}
+
+func (c *Cluster) startKwok() (*Process, error) {
+	configPath := filepath.Join(c.workDir, "kwok.yaml")
+	config := kwokConfig(c.opts.PodCIDR, hostPort(c.ports.kwok))
+	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
+		return nil, fmt.Errorf("write kwok config: %w", err)
+	}
+	// kwok also reads ~/.kwok/kwok.yaml when it exists; a private HOME keeps
+	// a user's file out of the test cluster.
+	home := filepath.Join(c.workDir, "kwok-home")
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		return nil, fmt.Errorf("create kwok home: %w", err)
+	}
+	env := append(os.Environ(), "HOME="+home)
+	args := []string{
+		"--kubeconfig=" + c.kubeconfigPath("kwok"),
+		"--config=" + configPath,
+	}
+	return c.startProcess(tierController, "kwok", env, c.bin(KwokBinary), append(args, c.opts.KwokArgs...)...)
+}
+
+// process returns the cluster's process with the given name, or nil.
+func (c *Cluster) process(name string) *Process {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.procs {
+		if p.name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) checkHTTPS(ctx context.Context, port int) error {
+	client, err := c.httpsClient()
+	if err != nil {
+		return err
+	}
+	body, err := httpGet(ctx, client, "https://"+hostPort(port)+"/healthz")
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(body) != "ok" {
+		return fmt.Errorf("healthz: %s", body)
+	}
+	return nil
+}
+
+// httpsClient trusts the cluster CA only.
+func (c *Cluster) httpsClient() (*http.Client, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(c.pki.ca.certPEM()) {
+		return nil, fmt.Errorf("parse cluster CA")
+	}
+	return &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{
+			TLSClientConfig:   &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+			DisableKeepAlives: true,
+		},
+	}, nil
+}
+
+var plainHTTP = &http.Client{
+	Timeout:   5 * time.Second,
+	Transport: &http.Transport{DisableKeepAlives: true},
+}
+
+func httpGet(ctx context.Context, client *http.Client, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return string(body), fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return string(body), nil
+}

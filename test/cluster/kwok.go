@@ -1,0 +1,282 @@
+package cluster
+
+import (
+	"fmt"
+	"strings"
+)
+
+// KwokNodeAnnotation marks the nodes kwok manages. AddNode sets it; nodes
+// created some other way need it too.
+const (
+	KwokNodeAnnotation      = "kwok.x-k8s.io/node"
+	KwokNodeAnnotationValue = "fake"
+)
+
+// kwokConfig returns kwok's --config file: the controller options followed by
+// the stages that move nodes and pods through their lifecycle. kwok's health
+// server listens on healthAddr.
+func kwokConfig(podCIDR, healthAddr string) string {
+	options := fmt.Sprintf(`apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  cidr: %q
+  nodeIP: "127.0.0.1"
+  serverAddress: %q
+  manageAllNodes: false
+  manageNodesWithAnnotationSelector: "%s=%s"
+  nodeLeaseDurationSeconds: 120
+  nodeLeaseParallelism: 16
+  nodePlayStageParallelism: 16
+  podPlayStageParallelism: 32
+  podsOnNodeSyncParallelism: 8
+  enableDebuggingHandlers: false
+  enableProfilingHandler: false
+`, podCIDR, healthAddr, KwokNodeAnnotation, KwokNodeAnnotationValue)
+	return strings.Join([]string{
+		options,
+		nodeInitializeStage,
+		nodeHeartbeatStage,
+		podReadyStage,
+		podCompleteStage,
+		podDeleteStage,
+	}, "---\n")
+}
+
+// nodeInitializeStage turns a node that is not Ready into a Ready, Running
+// node. Addresses, daemon endpoints and resources set by the creator are kept;
+// missing ones get defaults.
+const nodeInitializeStage = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: node-initialize
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Node
+  selector:
+    matchExpressions:
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: NotIn
+      values: ["True"]
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      {{ range NodeConditions }}
+      - type: {{ .type | Quote }}
+        status: {{ .status | Quote }}
+        reason: {{ .reason | Quote }}
+        message: {{ .message | Quote }}
+        lastHeartbeatTime: {{ $now | Quote }}
+        lastTransitionTime: {{ $now | Quote }}
+      {{ end }}
+      {{ if not .status.addresses }}
+      addresses:
+      - type: InternalIP
+        address: {{ NodeIP | Quote }}
+      - type: Hostname
+        address: {{ .metadata.name | Quote }}
+      {{ end }}
+      {{ if not .status.allocatable }}
+      allocatable:
+        cpu: "64"
+        memory: 256Gi
+        pods: "250"
+      {{ end }}
+      {{ if not .status.capacity }}
+      capacity:
+        cpu: "64"
+        memory: 256Gi
+        pods: "250"
+      {{ end }}
+      nodeInfo:
+        architecture: amd64
+        operatingSystem: linux
+        kernelVersion: kwok
+        containerRuntimeVersion: kwok
+        kubeletVersion: v1.37.2
+        kubeProxyVersion: v1.37.2
+      phase: Running
+`
+
+// nodeHeartbeatStage refreshes the conditions of Ready nodes now and then.
+// Liveness itself comes from the node lease that kwok renews.
+const nodeHeartbeatStage = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: node-heartbeat-with-lease
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Node
+  selector:
+    matchExpressions:
+    - key: .status.phase
+      operator: In
+      values: ["Running"]
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: In
+      values: ["True"]
+  delay:
+    durationMilliseconds: 300000
+    jitterDurationMilliseconds: 360000
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      {{ range NodeConditions }}
+      - type: {{ .type | Quote }}
+        status: {{ .status | Quote }}
+        reason: {{ .reason | Quote }}
+        message: {{ .message | Quote }}
+        lastHeartbeatTime: {{ $now | Quote }}
+      {{ end }}
+`
+
+// podReadyStage marks a pending, scheduled pod Running and Ready, with every
+// container running, every init container finished (sidecars running), and
+// host and pod IPs filled in.
+const podReadyStage = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-ready
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: .metadata.deletionTimestamp
+      operator: DoesNotExist
+    - key: .status.phase
+      operator: In
+      values: ["Pending"]
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: NotIn
+      values: ["True"]
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      phase: Running
+      startTime: {{ $now | Quote }}
+      conditions:
+      - type: Initialized
+        status: "True"
+        lastTransitionTime: {{ $now | Quote }}
+      - type: ContainersReady
+        status: "True"
+        lastTransitionTime: {{ $now | Quote }}
+      - type: Ready
+        status: "True"
+        lastTransitionTime: {{ $now | Quote }}
+      {{ range .spec.readinessGates }}
+      - type: {{ .conditionType | Quote }}
+        status: "True"
+        lastTransitionTime: {{ $now | Quote }}
+      {{ end }}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - name: {{ .name | Quote }}
+        image: {{ .image | Quote }}
+        ready: true
+        started: true
+        restartCount: 0
+        state:
+          running:
+            startedAt: {{ $now | Quote }}
+      {{ end }}
+      initContainerStatuses:
+      {{ range .spec.initContainers }}
+      - name: {{ .name | Quote }}
+        image: {{ .image | Quote }}
+        ready: true
+        restartCount: 0
+        {{ if eq (or .restartPolicy "") "Always" }}
+        started: true
+        state:
+          running:
+            startedAt: {{ $now | Quote }}
+        {{ else }}
+        started: false
+        state:
+          terminated:
+            exitCode: 0
+            reason: Completed
+            startedAt: {{ $now | Quote }}
+            finishedAt: {{ $now | Quote }}
+        {{ end }}
+      {{ end }}
+      {{ with NodeIPsWith .spec.nodeName }}
+      hostIP: {{ index . 0 | Quote }}
+      hostIPs:
+      {{ range . }}
+      - ip: {{ . | Quote }}
+      {{ end }}
+      {{ end }}
+      {{ with PodIPsWith .spec.nodeName (or .spec.hostNetwork false) (or .metadata.uid "") (or .metadata.name "") (or .metadata.namespace "") }}
+      podIP: {{ index . 0 | Quote }}
+      podIPs:
+      {{ range . }}
+      - ip: {{ . | Quote }}
+      {{ end }}
+      {{ end }}
+`
+
+// podCompleteStage finishes running pods that belong to a Job.
+const podCompleteStage = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-complete
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: .metadata.deletionTimestamp
+      operator: DoesNotExist
+    - key: .status.phase
+      operator: In
+      values: ["Running"]
+    - key: '.metadata.ownerReferences.[].kind'
+      operator: In
+      values: ["Job"]
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      phase: Succeeded
+      containerStatuses:
+      {{ range .spec.containers }}
+      - name: {{ .name | Quote }}
+        image: {{ .image | Quote }}
+        ready: false
+        started: false
+        restartCount: 0
+        state:
+          terminated:
+            exitCode: 0
+            reason: Completed
+            startedAt: {{ $now | Quote }}
+            finishedAt: {{ $now | Quote }}
+      {{ end }}
+`
+
+// podDeleteStage plays the kubelet's part in graceful deletion: a pod marked
+// for deletion loses its finalizers and is removed.
+const podDeleteStage = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-delete
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: .metadata.deletionTimestamp
+      operator: Exists
+  next:
+    finalizers:
+      empty: true
+    delete: true
+`

@@ -1,0 +1,142 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Options configures a local control plane. Zero values select the defaults
+// documented on each field.
+type Options struct {
+	// BinDir holds etcd, kube-apiserver, kube-controller-manager,
+	// kube-scheduler, kubectl and kwok. Required.
+	BinDir string
+
+	// WorkDir receives the PKI, kubeconfigs, etcd data and logs/<name>.log.
+	// Start clears those from an earlier run; Stop leaves them in place. If
+	// empty, a temporary directory is created and Stop removes it.
+	WorkDir string
+
+	// StartTimeout bounds Start. Default 2 minutes.
+	StartTimeout time.Duration
+
+	// HPASyncPeriod is --horizontal-pod-autoscaler-sync-period. Default 2s.
+	HPASyncPeriod time.Duration
+	// HPADownscaleStabilization is
+	// --horizontal-pod-autoscaler-downscale-stabilization. Default 5s.
+	HPADownscaleStabilization time.Duration
+	// HPACPUInitializationPeriod is
+	// --horizontal-pod-autoscaler-cpu-initialization-period. Default 5s.
+	HPACPUInitializationPeriod time.Duration
+	// HPAInitialReadinessDelay is
+	// --horizontal-pod-autoscaler-initial-readiness-delay. Default 5s.
+	HPAInitialReadinessDelay time.Duration
+
+	// MaxRequestsInflight and MaxMutatingRequestsInflight are passed to
+	// kube-apiserver. Defaults 3000 and 1000.
+	MaxRequestsInflight         int
+	MaxMutatingRequestsInflight int
+
+	// ServiceClusterIPRange is kube-apiserver's --service-cluster-ip-range.
+	// Default 127.96.0.0/16, a loopback range: nothing proxies Services here,
+	// and a component that dials a ClusterIP by mistake stays on the machine.
+	ServiceClusterIPRange string
+
+	// PodCIDR is the range kwok takes pod IPs from. Default 127.16.0.0/16, a
+	// loopback range, so that a pod IP used by mistake never leaves the
+	// machine.
+	PodCIDR string
+
+	// WithoutScheduler skips kube-scheduler; pods then need spec.nodeName.
+	WithoutScheduler bool
+
+	// Extra arguments appended to each component's command line. A flag
+	// given here overrides the same flag set by this package.
+	EtcdArgs              []string
+	APIServerArgs         []string
+	ControllerManagerArgs []string
+	SchedulerArgs         []string
+	KwokArgs              []string
+}
+
+// Binary names expected in Options.BinDir.
+const (
+	EtcdBinary              = "etcd"
+	APIServerBinary         = "kube-apiserver"
+	ControllerManagerBinary = "kube-controller-manager"
+	SchedulerBinary         = "kube-scheduler"
+	KubectlBinary           = "kubectl"
+	KwokBinary              = "kwok"
+	MetricsServerBinary     = "metrics-server"
+)
+
+func (o Options) withDefaults() Options {
+	setDuration(&o.StartTimeout, 2*time.Minute)
+	setDuration(&o.HPASyncPeriod, 2*time.Second)
+	setDuration(&o.HPADownscaleStabilization, 5*time.Second)
+	setDuration(&o.HPACPUInitializationPeriod, 5*time.Second)
+	setDuration(&o.HPAInitialReadinessDelay, 5*time.Second)
+	if o.MaxRequestsInflight == 0 {
+		o.MaxRequestsInflight = 3000
+	}
+	if o.MaxMutatingRequestsInflight == 0 {
+		o.MaxMutatingRequestsInflight = 1000
+	}
+	if o.ServiceClusterIPRange == "" {
+		o.ServiceClusterIPRange = "127.96.0.0/16"
+	}
+	if o.PodCIDR == "" {
+		o.PodCIDR = "127.16.0.0/16"
+	}
+	return o
+}
+
+func setDuration(d *time.Duration, def time.Duration) {
+	if *d == 0 {
+		*d = def
+	}
+}
+
+// validate reports every problem with the options, not only the first.
+func (o Options) validate() error {
+	var errs []error
+	if o.BinDir == "" {
+		errs = append(errs, errors.New("BinDir is required"))
+	} else {
+		bins := []string{EtcdBinary, APIServerBinary, ControllerManagerBinary, KubectlBinary, KwokBinary}
+		if !o.WithoutScheduler {
+			bins = append(bins, SchedulerBinary)
+		}
+		for _, b := range bins {
+			path := filepath.Join(o.BinDir, b)
+			info, err := os.Stat(path)
+			switch {
+			case err != nil:
+				errs = append(errs, fmt.Errorf("binary %s: %w", path, err))
+			case info.IsDir() || info.Mode()&0o111 == 0:
+				errs = append(errs, fmt.Errorf("binary %s is not executable", path))
+			}
+		}
+	}
+	for _, d := range []struct {
+		name  string
+		value time.Duration
+	}{
+		{"StartTimeout", o.StartTimeout},
+		{"HPASyncPeriod", o.HPASyncPeriod},
+		{"HPADownscaleStabilization", o.HPADownscaleStabilization},
+		{"HPACPUInitializationPeriod", o.HPACPUInitializationPeriod},
+		{"HPAInitialReadinessDelay", o.HPAInitialReadinessDelay},
+	} {
+		if d.value < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative, got %v", d.name, d.value))
+		}
+	}
+	if o.MaxRequestsInflight < 0 || o.MaxMutatingRequestsInflight < 0 {
+		errs = append(errs, errors.New("MaxRequestsInflight and MaxMutatingRequestsInflight must not be negative"))
+	}
+	return errors.Join(errs...)
+}

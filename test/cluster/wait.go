@@ -1,0 +1,45 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+const (
+	pollInterval = 100 * time.Millisecond
+	checkTimeout = 5 * time.Second
+)
+
+// waitUntil calls check until it returns nil. It fails early when one of the
+// watched processes exits, and otherwise when ctx is done, reporting the last
+// error from check.
+func waitUntil(ctx context.Context, what string, watch []*Process, check func(context.Context) error) error {
+	ticker := time.NewTicker(pollInterval)
+	defer ticker.Stop()
+	var lastErr error
+	for {
+		checkCtx, cancel := context.WithTimeout(ctx, checkTimeout)
+		err := check(checkCtx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		lastErr = err
+		for _, p := range watch {
+			if p == nil {
+				continue
+			}
+			select {
+			case <-p.Done():
+				return fmt.Errorf("waiting for %s: %w", what, p.exitedError())
+			default:
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w (last error: %v)", what, ctx.Err(), lastErr)
+		case <-ticker.C:
+		}
+	}
+}
