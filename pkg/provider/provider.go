@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/apiserver"
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/store"
 )
 
@@ -37,6 +38,10 @@ type Config struct {
 	Nodes corelisters.NodeLister
 	Usage UsageReader
 	Clock clock.PassiveClock
+	// Groups, when not nil, enables LeaderWorkerSet group aggregation.
+	Groups GroupIndex
+	// DefaultPolicy applies to leaders without a policy annotation.
+	DefaultPolicy group.Policy
 }
 
 // Provider implements the metrics.k8s.io getters. It is safe for concurrent
@@ -46,6 +51,9 @@ type Provider struct {
 	nodes corelisters.NodeLister
 	usage UsageReader
 	clock clock.PassiveClock
+
+	groups        GroupIndex
+	defaultPolicy group.Policy
 }
 
 var (
@@ -58,7 +66,13 @@ func New(cfg Config) *Provider {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return &Provider{pods: cfg.Pods, nodes: cfg.Nodes, usage: cfg.Usage, clock: cfg.Clock}
+	if cfg.DefaultPolicy == "" {
+		cfg.DefaultPolicy = group.PolicyPod
+	}
+	return &Provider{
+		pods: cfg.Pods, nodes: cfg.Nodes, usage: cfg.Usage, clock: cfg.Clock,
+		groups: cfg.Groups, defaultPolicy: cfg.DefaultPolicy,
+	}
 }
 
 var (
@@ -91,7 +105,7 @@ func (p *Provider) GetPodMetrics(_ context.Context, namespace, name string) (*me
 	}
 	now := p.clock.Now()
 	observeAge("pods", now, u.Timestamp)
-	m := podMetrics(pod, u, now)
+	m := p.groupMetrics(pod, u, podMetrics(pod, u, now))
 	return &m, nil
 }
 
@@ -133,7 +147,7 @@ func (p *Provider) ListPodMetrics(_ context.Context, namespace string, ls labels
 		if u.Timestamp.Before(oldest) {
 			oldest = u.Timestamp
 		}
-		out = append(out, podMetrics(pod, u, now))
+		out = append(out, p.groupMetrics(pod, u, podMetrics(pod, u, now)))
 	}
 	if len(out) > 0 {
 		observeAge("pods", now, oldest)

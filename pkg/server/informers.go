@@ -8,12 +8,15 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 )
 
-// newPodInformer watches pods that have not finished.
+// newPodInformer watches pods that have not finished, indexed by namespace
+// and by LeaderWorkerSet group.
 func newPodInformer(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 	return coreinformers.NewFilteredPodInformer(client, metav1.NamespaceAll, resync,
-		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, group.IndexName: group.IndexFunc},
 		func(o *metav1.ListOptions) { o.FieldSelector = podFieldSelector })
 }
 

@@ -24,6 +24,7 @@ import (
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/apiserver"
 	"github.com/group-metrics-server/group-metrics-server/pkg/certs"
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/provider"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet"
@@ -41,6 +42,10 @@ type Config struct {
 	KubeletUseNodeStatusPort bool
 	KubeletAddressTypes      []corev1.NodeAddressType
 	NodeSelector             labels.Selector
+
+	// DefaultGroupPolicy applies to LeaderWorkerSet leaders without a
+	// policy annotation.
+	DefaultGroupPolicy group.Policy
 
 	Resolution  time.Duration
 	Timeout     time.Duration
@@ -119,10 +124,12 @@ func (c CompletedConfig) New() (*Server, error) {
 		Concurrency: c.Concurrency,
 	})
 	p := provider.New(provider.Config{
-		Pods:  podLister(pods),
-		Nodes: nodes.Lister(),
-		Usage: st,
-		Clock: c.Clock,
+		Pods:          podLister(pods),
+		Nodes:         nodes.Lister(),
+		Usage:         st,
+		Clock:         c.Clock,
+		Groups:        pods.GetIndexer(),
+		DefaultPolicy: c.DefaultGroupPolicy,
 	})
 
 	liveBound := 2*c.Resolution + c.Timeout

@@ -14,6 +14,7 @@ import (
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/apiserver"
 	"github.com/group-metrics-server/group-metrics-server/pkg/certs"
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/server"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet"
 )
@@ -83,6 +84,7 @@ func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
 		KubeletUseNodeStatusPort: o.KubeletUseNodeStatusPort,
 		KubeletAddressTypes:      addrTypes,
 		NodeSelector:             selector,
+		DefaultGroupPolicy:       group.Policy(o.DefaultGroupPolicy),
 		Resolution:               o.MetricResolution,
 		Timeout:                  o.KubeletRequestTimeout,
 		Concurrency:              o.MaxConcurrentScrapes,

@@ -13,6 +13,8 @@ import (
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 )
 
 // Options are the flags of group-metrics-server.
@@ -39,6 +41,8 @@ type Options struct {
 	KubeletRequestTimeout        time.Duration
 	KubeletMaxResponseBytes      int64
 
+	DefaultGroupPolicy string
+
 	ServingCertSecret   string
 	ServingCertDNSNames []string
 	APIServices         []string
@@ -64,6 +68,8 @@ func NewOptions() *Options {
 		KubeletMaxResponseBytes:      10 << 20,
 
 		APIServices: []string{"v1beta1.metrics.k8s.io", "v1.metrics.k8s.io"},
+
+		DefaultGroupPolicy: string(group.PolicyPod),
 	}
 	o.SecureServing.BindPort = 10250
 	// An empty directory means a generated pair stays in memory: the root
@@ -94,6 +100,9 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.KubeletClientKeyFile, "kubelet-client-key", o.KubeletClientKeyFile, "Key of --kubelet-client-certificate.")
 	fs.DurationVar(&o.KubeletRequestTimeout, "kubelet-request-timeout", o.KubeletRequestTimeout, "Timeout of one scrape of one kubelet. Below --metric-resolution.")
 	fs.Int64Var(&o.KubeletMaxResponseBytes, "kubelet-max-response-bytes", o.KubeletMaxResponseBytes, "Largest Summary API response accepted from a kubelet.")
+
+	fs = fss.FlagSet("leaderworkerset groups")
+	fs.StringVar(&o.DefaultGroupPolicy, "default-group-policy", o.DefaultGroupPolicy, "What a LeaderWorkerSet leader reports when its pod has no "+group.AnnotationPolicy+" annotation: pod (its own usage), group (the group's utilization times its own request) or group-max (the highest member utilization times its own request).")
 
 	fs = fss.FlagSet("serving certificate")
 	fs.StringVar(&o.ServingCertSecret, "serving-cert-secret", o.ServingCertSecret, "NAMESPACE/NAME of a Secret that holds a self-signed CA and serving pair, created when absent and shared by all replicas. Ignored when --tls-cert-file is set.")
@@ -143,6 +152,9 @@ func (o *Options) Validate() []error {
 	}
 	if _, err := labels.Parse(o.NodeSelector); err != nil {
 		errs = append(errs, fmt.Errorf("--node-selector: %w", err))
+	}
+	if _, err := group.ParsePolicy(o.DefaultGroupPolicy); err != nil {
+		errs = append(errs, fmt.Errorf("--default-group-policy: %w", err))
 	}
 	if o.ServingCertSecret != "" {
 		if _, _, err := o.secretRef(); err != nil {

@@ -1,0 +1,235 @@
+package group
+
+import (
+	"math"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// m is a member using cpu cores and mem bytes, requesting reqCPU cores and
+// reqMem bytes; a negative request means none.
+func m(cpu, mem, reqCPU, reqMem float64) Member {
+	return Member{
+		HasUsage:   true,
+		Usage:      Amounts{cpu, mem},
+		HasRequest: [2]bool{reqCPU >= 0, reqMem >= 0},
+		Request:    Amounts{max(reqCPU, 0), max(reqMem, 0)},
+	}
+}
+
+func noMetrics(reqCPU, reqMem float64) Member {
+	x := m(0, 0, reqCPU, reqMem)
+	x.HasUsage = false
+	return x
+}
+
+const gi = 1 << 30
+
+func TestAggregate(t *testing.T) {
+	tests := []struct {
+		name    string
+		policy  Policy
+		members []Member // members[0] is the leader
+		want    Result
+	}{
+		{
+			name:   "group: load on the workers only",
+			policy: PolicyGroup,
+			// Leader idle at 0.1 of 1 core, three workers at 0.9 of 1 core:
+			// U = 2.8 / 4 = 0.7, reported on the leader's 1 core.
+			members: []Member{m(0.1, 1*gi, 1, 2*gi), m(0.9, 1*gi, 1, 2*gi), m(0.9, 1*gi, 1, 2*gi), m(0.9, 1*gi, 1, 2*gi)},
+			want:    Result{Total: Amounts{0.7, 1 * gi}, Covered: 4},
+		},
+		{
+			name:    "group-max: the bottleneck",
+			policy:  PolicyGroupMax,
+			members: []Member{m(0.1, 0.5*gi, 1, 2*gi), m(0.9, 1*gi, 1, 2*gi), m(0.3, 1.5*gi, 1, 2*gi)},
+			want:    Result{Total: Amounts{0.9, 1.5 * gi}, Covered: 3},
+		},
+		{
+			name:   "unequal requests weigh by request",
+			policy: PolicyGroup,
+			// Leader 0.5 of 2 cores, worker 1.5 of 1 core: U = 2 / 3, on 2 cores = 4/3.
+			members: []Member{m(0.5, 1, 2, 1), m(1.5, 1, 1, 1)},
+			want:    Result{Total: Amounts{4.0 / 3, 1}, Covered: 2},
+		},
+		{
+			name:    "members without metrics are left out",
+			policy:  PolicyGroup,
+			members: []Member{m(0.2, 1, 1, 1), noMetrics(1, 1), m(0.6, 1, 1, 1), noMetrics(1, 1)},
+			want:    Result{Total: Amounts{0.4, 1}, Covered: 2},
+		},
+		{
+			name:   "members without requests are left out of the ratio",
+			policy: PolicyGroup,
+			// The worker without a CPU request counts for memory only.
+			members: []Member{m(0.2, 1*gi, 1, 1*gi), m(5, 3*gi, -1, 1*gi)},
+			want:    Result{Total: Amounts{0.2, 2 * gi}, Covered: 2},
+		},
+		{
+			name:    "leader without a request reports the group's sum",
+			policy:  PolicyGroup,
+			members: []Member{m(0.2, 1*gi, -1, -1), m(0.3, 2*gi, 1, 1*gi), noMetrics(1, 1)},
+			want:    Result{Total: Amounts{0.5, 3 * gi}, Covered: 2},
+		},
+		{
+			name:    "leader alone (group being created)",
+			policy:  PolicyGroup,
+			members: []Member{m(0.25, 1*gi, 0.5, 2*gi), noMetrics(0.5, 2*gi), noMetrics(0.5, 2*gi)},
+			want:    Result{Total: Amounts{0.25, 1 * gi}, Covered: 1},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Aggregate(tc.policy, tc.members[0], tc.members)
+			approx := cmp.Comparer(func(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) })
+			if diff := cmp.Diff(tc.want, got, approx); diff != "" {
+				t.Errorf("Aggregate (-want +got):\n%s", diff)
+			}
+			// What the HPA computes from it: Total / leader request.
+			if tc.members[0].HasRequest[0] && tc.policy == PolicyGroup {
+				var u, r float64
+				for _, x := range tc.members {
+					if x.HasUsage && x.HasRequest[0] {
+						u, r = u+x.Usage[0], r+x.Request[0]
+					}
+				}
+				if hpa := got.Total[0] / tc.members[0].Request[0]; math.Abs(hpa-u/r) > 1e-9 {
+					t.Errorf("HPA utilization %v, want the group's %v", hpa, u/r)
+				}
+			}
+		})
+	}
+}
+
+func TestSpread(t *testing.T) {
+	tests := []struct {
+		name    string
+		total   int64
+		weights []float64
+		want    []int64
+	}{
+		{name: "by request", total: 700_000_000, weights: []float64{750, 250}, want: []int64{525_000_000, 175_000_000}},
+		{name: "remainder to the last", total: 10, weights: []float64{1, 1, 1}, want: []int64{3, 3, 4}},
+		{name: "all weights zero", total: 9, weights: []float64{0, 0, 0}, want: []int64{3, 3, 3}},
+		{name: "one container", total: 42, weights: []float64{0}, want: []int64{42}},
+		{name: "no containers", total: 42, weights: nil, want: []int64{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Spread(tc.total, tc.weights)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("Spread (-want +got):\n%s", diff)
+			}
+			var sum int64
+			for _, p := range got {
+				sum += p
+			}
+			if len(got) > 0 && sum != tc.total {
+				t.Errorf("parts add up to %d, want %d", sum, tc.total)
+			}
+		})
+	}
+}
+
+func req(cpu, mem string) corev1.ResourceRequirements {
+	r := corev1.ResourceList{}
+	if cpu != "" {
+		r[corev1.ResourceCPU] = resource.MustParse(cpu)
+	}
+	if mem != "" {
+		r[corev1.ResourceMemory] = resource.MustParse(mem)
+	}
+	return corev1.ResourceRequirements{Requests: r}
+}
+
+func TestRequest(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	tests := []struct {
+		name    string
+		spec    corev1.PodSpec
+		wantCPU int64
+		cpuOK   bool
+		wantMem int64
+		memOK   bool
+	}{
+		{
+			name:    "containers add up",
+			spec:    corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Resources: req("250m", "1Gi")}, {Name: "b", Resources: req("750m", "1Gi")}}},
+			wantCPU: 1000, cpuOK: true, wantMem: 2 * gi, memOK: true,
+		},
+		{
+			name: "restartable init containers count, others do not",
+			spec: corev1.PodSpec{
+				InitContainers: []corev1.Container{{Name: "setup", Resources: req("4", "4Gi")}, {Name: "proxy", RestartPolicy: &always, Resources: req("100m", "64Mi")}},
+				Containers:     []corev1.Container{{Name: "a", Resources: req("500m", "1Gi")}},
+			},
+			wantCPU: 600, cpuOK: true, wantMem: gi + 64<<20, memOK: true,
+		},
+		{
+			name:  "one container without a request: missing, as the HPA sees it",
+			spec:  corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Resources: req("250m", "1Gi")}, {Name: "b", Resources: req("", "1Gi")}}},
+			cpuOK: false, wantMem: 2 * gi, memOK: true,
+		},
+		{
+			name: "pod-level requests win",
+			spec: corev1.PodSpec{
+				Resources:  &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}},
+				Containers: []corev1.Container{{Name: "a", Resources: req("250m", "1Gi")}},
+			},
+			wantCPU: 2000, cpuOK: true, memOK: false,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: tc.spec}
+			cpu, cpuOK := Request(pod, corev1.ResourceCPU)
+			mem, memOK := Request(pod, corev1.ResourceMemory)
+			if cpuOK != tc.cpuOK || (cpuOK && cpu != tc.wantCPU) {
+				t.Errorf("CPU = %d, %v; want %d, %v", cpu, cpuOK, tc.wantCPU, tc.cpuOK)
+			}
+			if memOK != tc.memOK || (memOK && mem != tc.wantMem) {
+				t.Errorf("memory = %d, %v; want %d, %v", mem, memOK, tc.wantMem, tc.memOK)
+			}
+		})
+	}
+}
+
+func TestKeyAndPolicy(t *testing.T) {
+	leader := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "lws-0",
+		Labels:      map[string]string{LabelName: "lws", LabelGroupIndex: "0", LabelWorkerIndex: "0"},
+		Annotations: map[string]string{AnnotationPolicy: "group-max"}}}
+	worker := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "lws-0-1",
+		Labels: map[string]string{LabelName: "lws", LabelGroupIndex: "0", LabelWorkerIndex: "1"}}}
+	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}}
+
+	if k, ok := Key(leader); !ok || k != "ns/lws/0" {
+		t.Errorf("Key(leader) = %q, %v", k, ok)
+	}
+	if k, _ := Key(worker); k != "ns/lws/0" {
+		t.Errorf("Key(worker) = %q, want the leader's", k)
+	}
+	if _, ok := Key(plain); ok {
+		t.Error("a pod outside any LWS has a group key")
+	}
+	if !IsLeader(leader) || IsLeader(worker) || IsLeader(plain) {
+		t.Error("IsLeader wrong")
+	}
+	if got := PolicyOf(leader, PolicyPod); got != PolicyGroupMax {
+		t.Errorf("PolicyOf(annotated) = %q", got)
+	}
+	if got := PolicyOf(worker, PolicyGroup); got != PolicyGroup {
+		t.Errorf("PolicyOf(unannotated) = %q, want the default", got)
+	}
+	leader.Annotations[AnnotationPolicy] = "bogus"
+	if got := PolicyOf(leader, PolicyPod); got != PolicyPod {
+		t.Errorf("PolicyOf(bogus) = %q, want the default", got)
+	}
+	if _, err := ParsePolicy("bogus"); err == nil {
+		t.Error("ParsePolicy accepted bogus")
+	}
+}

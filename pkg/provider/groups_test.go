@@ -1,0 +1,167 @@
+package provider
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+	"github.com/group-metrics-server/group-metrics-server/pkg/store"
+)
+
+// lwsPod is member worker of group 0 of LWS "inf", requesting cpu per
+// container.
+func lwsPod(worker string, policy string, containers map[string]string) *corev1.Pod {
+	name := "inf-0"
+	if worker != "0" {
+		name += "-" + worker
+	}
+	p := testPod("ml", name, "n1", corev1.PodRunning, map[string]string{
+		group.LabelName: "inf", group.LabelGroupIndex: "0", group.LabelWorkerIndex: worker,
+	})
+	if policy != "" {
+		p.Annotations = map[string]string{group.AnnotationPolicy: policy}
+	}
+	for _, c := range []string{"main", "sidecar"} {
+		cpu, ok := containers[c]
+		if !ok {
+			continue
+		}
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c, Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("1Gi")},
+		}})
+	}
+	return p
+}
+
+func containerUsage(cpu map[string]uint64) store.PodUsage {
+	u := store.PodUsage{Timestamp: now, Window: 15 * time.Second}
+	for _, c := range []string{"main", "sidecar"} {
+		if v, ok := cpu[c]; ok {
+			u.Containers = append(u.Containers, store.ContainerUsage{Name: c, Usage: store.Usage{Timestamp: now, Window: 15 * time.Second, CPUNanoCores: v, MemoryBytes: 256 << 20}})
+		}
+	}
+	return u
+}
+
+func groupProvider(t *testing.T, leaderPolicy string, def group.Policy, withLeader bool) *Provider {
+	t.Helper()
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, group.IndexName: group.IndexFunc})
+	pods := []*corev1.Pod{
+		lwsPod("1", "", map[string]string{"main": "1"}),
+		lwsPod("2", "", map[string]string{"main": "1"}),
+		lwsPod("3", "", map[string]string{"main": "1"}),
+	}
+	if withLeader {
+		pods = append(pods, lwsPod("0", leaderPolicy, map[string]string{"main": "750m", "sidecar": "250m"}))
+	}
+	for _, p := range pods {
+		_ = idx.Add(p)
+	}
+	usage := &fakeUsage{pods: map[string]store.PodUsage{
+		"ml/inf-0":   containerUsage(map[string]uint64{"main": 80_000_000, "sidecar": 20_000_000}), // 0.1 of 1 core
+		"ml/inf-0-1": containerUsage(map[string]uint64{"main": 900_000_000}),
+		"ml/inf-0-2": containerUsage(map[string]uint64{"main": 900_000_000}),
+		// inf-0-3 has no metrics yet.
+	}}
+	return New(Config{
+		Pods: corelisters.NewPodLister(idx), Nodes: corelisters.NewNodeLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, nil)),
+		Usage: usage, Clock: clocktesting.NewFakeClock(now), Groups: idx, DefaultPolicy: def,
+	})
+}
+
+func cpuMilli(l corev1.ResourceList) int64 { q := l[corev1.ResourceCPU]; return q.MilliValue() }
+
+func TestGroupPolicies(t *testing.T) {
+	tests := []struct {
+		name        string
+		annotation  string
+		def         group.Policy
+		wantMain    int64 // millicores
+		wantSidecar int64
+		wantPolicy  string
+		wantCovered string
+		wantMembers string
+	}{
+		// U = (0.1 + 0.9 + 0.9) / 3 cores requested by pods with metrics =
+		// 0.6333…; × the leader's 1 core = 633333333n, split 750:250 into
+		// 474999999n and 158333334n, which MilliValue rounds up.
+		{name: "group by annotation", annotation: "group", def: group.PolicyPod, wantMain: 475, wantSidecar: 159, wantPolicy: "group", wantCovered: "3", wantMembers: "4"},
+		{name: "group by default", def: group.PolicyGroup, wantMain: 475, wantSidecar: 159, wantPolicy: "group", wantCovered: "3", wantMembers: "4"},
+		// max(0.1, 0.9, 0.9) = 0.9 of the leader's 1 core.
+		{name: "group-max", annotation: "group-max", def: group.PolicyPod, wantMain: 675, wantSidecar: 225, wantPolicy: "group-max", wantCovered: "3", wantMembers: "4"},
+		{name: "pod", annotation: "pod", def: group.PolicyGroup, wantMain: 80, wantSidecar: 20},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := groupProvider(t, tc.annotation, tc.def, true)
+			m, err := p.GetPodMetrics(context.Background(), "ml", "inf-0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]int64{}
+			for _, c := range m.Containers {
+				got[c.Name] = cpuMilli(c.Usage)
+			}
+			if diff := cmp.Diff(map[string]int64{"main": tc.wantMain, "sidecar": tc.wantSidecar}, got); diff != "" {
+				t.Errorf("leader containers in millicores (-want +got):\n%s", diff)
+			}
+			if m.Annotations[group.AnnotationReportedPolicy] != tc.wantPolicy ||
+				m.Annotations[group.AnnotationCovered] != tc.wantCovered ||
+				m.Annotations[group.AnnotationMembers] != tc.wantMembers {
+				t.Errorf("annotations = %v", m.Annotations)
+			}
+			// Workers always report their own usage.
+			list, err := p.ListPodMetrics(context.Background(), "ml", labels.SelectorFromSet(labels.Set{group.LabelWorkerIndex: "1"}), fields.Everything())
+			if err != nil || len(list) != 1 {
+				t.Fatalf("worker list: %v, %v", list, err)
+			}
+			if got := cpuMilli(list[0].Containers[0].Usage); got != 900 || list[0].Annotations != nil {
+				t.Errorf("worker reports %dm with %v, want its own 900m", got, list[0].Annotations)
+			}
+		})
+	}
+}
+
+// The HPA's selector on an LWS picks leaders; the list path must aggregate
+// exactly like get.
+func TestGroupListMatchesGet(t *testing.T) {
+	p := groupProvider(t, "group", group.PolicyPod, true)
+	sel := labels.SelectorFromSet(labels.Set{group.LabelName: "inf", group.LabelWorkerIndex: "0"})
+	list, err := p.ListPodMetrics(context.Background(), "ml", sel, fields.Everything())
+	if err != nil || len(list) != 1 {
+		t.Fatalf("leader list: %v, %v", list, err)
+	}
+	one, err := p.GetPodMetrics(context.Background(), "ml", "inf-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(one.Containers, list[0].Containers, cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })); diff != "" {
+		t.Errorf("list and get differ (-get +list):\n%s", diff)
+	}
+}
+
+func TestWorkersOfAGoneLeader(t *testing.T) {
+	p := groupProvider(t, "", group.PolicyGroup, false)
+	list, err := p.ListPodMetrics(context.Background(), "ml", labels.Everything(), fields.Everything())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 {
+		t.Fatalf("got %d pods, want the two workers with metrics", len(list))
+	}
+	for _, m := range list {
+		if got := cpuMilli(m.Containers[0].Usage); got != 900 {
+			t.Errorf("%s reports %dm, want its own 900m", m.Name, got)
+		}
+	}
+}
