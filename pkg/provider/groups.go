@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"math"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,7 +44,8 @@ func (p *Provider) groupMetrics(pod *corev1.Pod, own store.PodUsage, m metricsap
 			members = append(members, leader)
 			continue
 		}
-		members = append(members, p.memberOf(mp))
+		m, _ := p.memberOf(mp)
+		members = append(members, m)
 	}
 	res := group.Aggregate(policy, leader, members)
 
@@ -57,17 +59,17 @@ func (p *Provider) groupMetrics(pod *corev1.Pod, own store.PodUsage, m metricsap
 	return out
 }
 
-// memberOf looks up a non-leader member's usage; one without metrics is
-// left out of the sums.
-func (p *Provider) memberOf(pod *corev1.Pod) group.Member {
+// memberOf looks up a group member's usage; one without metrics (nil
+// usage) is left out of the sums.
+func (p *Provider) memberOf(pod *corev1.Pod) (group.Member, *store.PodUsage) {
 	if notRunning(pod) != "" {
-		return member(pod, nil)
+		return member(pod, nil), nil
 	}
 	u, why := p.usage.Pod(pod.Namespace, pod.Name, string(pod.UID), pod.Spec.NodeName)
 	if why != nil {
-		return member(pod, nil)
+		return member(pod, nil), nil
 	}
-	return member(pod, &u)
+	return member(pod, &u), &u
 }
 
 func member(pod *corev1.Pod, u *store.PodUsage) group.Member {
@@ -101,8 +103,8 @@ func toBase(v int64, r corev1.ResourceName) float64 {
 // no request, so `kubectl top pod --containers` adds up to the pod.
 func spreadOverContainers(pod *corev1.Pod, own store.PodUsage, total group.Amounts) []metricsapi.ContainerMetrics {
 	n := len(own.Containers)
-	cpuParts := group.Spread(int64(total[0]*1e9), weights(pod, own, corev1.ResourceCPU))
-	memParts := group.Spread(int64(total[1]), weights(pod, own, corev1.ResourceMemory))
+	cpuParts := group.Spread(int64(math.Round(total[0]*1e9)), weights(pod, own, corev1.ResourceCPU))
+	memParts := group.Spread(int64(math.Round(total[1])), weights(pod, own, corev1.ResourceMemory))
 	out := make([]metricsapi.ContainerMetrics, n)
 	for i, c := range own.Containers {
 		out[i] = metricsapi.ContainerMetrics{Name: c.Name, Usage: corev1.ResourceList{

@@ -7,12 +7,16 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
+	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/store"
@@ -164,4 +168,58 @@ func TestWorkersOfAGoneLeader(t *testing.T) {
 			t.Errorf("%s reports %dm, want its own 900m", m.Name, got)
 		}
 	}
+}
+
+func TestCustomMetrics(t *testing.T) {
+	p := groupProvider(t, "", group.PolicyPod, true)
+	cm := p.CustomMetrics()
+	ctx := context.Background()
+	tests := []struct {
+		name   string
+		info   cmprovider.CustomMetricInfo
+		object string
+		want   string
+	}{
+		// Pods with metrics: inf-0 (0.1 of 1 core), inf-0-1 and inf-0-2 (0.9
+		// of 1 core each); inf-0-3 has none yet.
+		{name: "LWS CPU utilization", info: cmInfo(LWSResource, MetricCPUUtilization), object: "inf", want: "633m"},
+		{name: "LWS CPU usage", info: cmInfo(LWSResource, MetricCPUUsage), object: "inf", want: "1900m"},
+		// 256Mi per container: two on the leader, one on each worker.
+		{name: "LWS memory usage", info: cmInfo(LWSResource, MetricMemoryUsage), object: "inf", want: "1Gi"},
+		// 1Gi used of 4Gi requested (1Gi per container) by pods with metrics.
+		{name: "LWS memory utilization", info: cmInfo(LWSResource, MetricMemoryUtilization), object: "inf", want: "250m"},
+		{name: "leader pod: its group", info: cmInfo(podsResource, MetricCPUUtilization), object: "inf-0", want: "633m"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := cm.GetMetricByName(ctx, types.NamespacedName{Namespace: "ml", Name: tc.object}, tc.info, labels.Everything())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := v.Value.String(); got != tc.want {
+				t.Errorf("value = %s, want %s", got, tc.want)
+			}
+		})
+	}
+	if _, err := cm.GetMetricByName(ctx, types.NamespacedName{Namespace: "ml", Name: "inf-0-1"}, cmInfo(podsResource, MetricCPUUsage), labels.Everything()); !apierrors.IsNotFound(err) {
+		t.Errorf("worker pod: %v, want NotFound", err)
+	}
+	if _, err := cm.GetMetricByName(ctx, types.NamespacedName{Namespace: "ml", Name: "other"}, cmInfo(LWSResource, MetricCPUUsage), labels.Everything()); !apierrors.IsNotFound(err) {
+		t.Errorf("unknown LWS: %v, want NotFound", err)
+	}
+	if _, err := cm.GetMetricByName(ctx, types.NamespacedName{Namespace: "ml", Name: "inf"}, cmInfo(LWSResource, "bogus"), labels.Everything()); !apierrors.IsNotFound(err) {
+		t.Errorf("unknown metric: %v, want NotFound", err)
+	}
+	if got := len(cm.ListAllMetrics()); got != 8 {
+		t.Errorf("ListAllMetrics with LWS pods: %d metrics, want 8", got)
+	}
+	empty := newTestProvider(t)
+	empty.groups = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{group.IndexName: group.IndexFunc})
+	if got := empty.CustomMetrics().ListAllMetrics(); len(got) != 0 {
+		t.Errorf("ListAllMetrics without LWS pods = %v, want none", got)
+	}
+}
+
+func cmInfo(gr schema.GroupResource, metric string) cmprovider.CustomMetricInfo {
+	return cmprovider.CustomMetricInfo{GroupResource: gr, Namespaced: true, Metric: metric}
 }

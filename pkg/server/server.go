@@ -46,6 +46,8 @@ type Config struct {
 	// DefaultGroupPolicy applies to LeaderWorkerSet leaders without a
 	// policy annotation.
 	DefaultGroupPolicy group.Policy
+	// CustomMetrics serves group metrics on custom.metrics.k8s.io.
+	CustomMetrics bool
 
 	Resolution  time.Duration
 	Timeout     time.Duration
@@ -152,6 +154,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	}))
 
 	apiCfg := apiserver.Config{Generic: c.API, Pods: p, Nodes: p}
+	if c.CustomMetrics {
+		apiCfg.CustomMetrics = p.CustomMetrics()
+	}
 	api, err := apiCfg.Complete().New()
 	if err != nil {
 		return nil, err

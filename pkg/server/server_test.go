@@ -32,6 +32,7 @@ import (
 	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/apiserver"
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet"
 )
 
@@ -81,6 +82,21 @@ func (f *fakeKubelet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(stats{"node": node, "pods": pods})
 }
 
+// lwsMember is a pod of group 0 of LeaderWorkerSet "inf" in namespace ml,
+// requesting one core; the leader asks for the group policy.
+func lwsMember(name, worker, node string) *corev1.Pod {
+	p := runningPod("ml", name, node, map[string]string{
+		group.LabelName: "inf", group.LabelGroupIndex: "0", group.LabelWorkerIndex: worker,
+	}, "main")
+	p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("128Mi"),
+	}
+	if worker == "0" {
+		p.Annotations = map[string]string{group.AnnotationPolicy: string(group.PolicyGroup)}
+	}
+	return p
+}
+
 func runningPod(ns, name, node string, lbls map[string]string, containers ...string) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name), Labels: lbls},
@@ -114,12 +130,18 @@ func startServer(t *testing.T) *testEnv {
 		runningPod("default", "web-1", "n1", map[string]string{"app": "web"}, "app", "proxy"),
 		runningPod("default", "web-2", "n2", map[string]string{"app": "web"}, "app"),
 		runningPod("kube-system", "dns", "n2", map[string]string{"app": "dns"}, "dns"),
+		lwsMember("inf-0", "0", "n1"),
+		lwsMember("inf-0-1", "1", "n2"),
 	}
 	objects := []runtime.Object{}
 	for _, p := range pods {
 		objects = append(objects, p)
 	}
-	cores := map[string]float64{"default/web-1/app": 0.25, "default/web-1/proxy": 0.05, "default/web-2/app": 0.5, "kube-system/dns/dns": 0.01}
+	cores := map[string]float64{
+		"default/web-1/app": 0.25, "default/web-1/proxy": 0.05, "default/web-2/app": 0.5, "kube-system/dns/dns": 0.01,
+		// An LWS group in group mode: the leader idles, the worker works.
+		"ml/inf-0/main": 0.1, "ml/inf-0-1/main": 0.9,
+	}
 	for _, name := range []string{"n1", "n2"} {
 		fk := &fakeKubelet{node: name, start: start, cores: cores, mem: 64 << 20}
 		for _, p := range pods {
@@ -194,6 +216,7 @@ func startServer(t *testing.T) *testEnv {
 		KubeletPort:              1,
 		KubeletUseNodeStatusPort: true,
 		KubeletAddressTypes:      []corev1.NodeAddressType{corev1.NodeInternalIP},
+		CustomMetrics:            true,
 		Resolution:               time.Minute,
 		Timeout:                  10 * time.Second,
 		Concurrency:              4,
@@ -311,6 +334,9 @@ func TestServerEndToEnd(t *testing.T) {
 				"default/web-1":   {"app": 250, "proxy": 50},
 				"default/web-2":   {"app": 500},
 				"kube-system/dns": {"dns": 10},
+				// (0.1 + 0.9) / 2 requested cores × the leader's 1 core.
+				"ml/inf-0":   {"main": 500},
+				"ml/inf-0-1": {"main": 900},
 			}
 			if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b int64) bool { return a-b <= 1 && b-a <= 1 })); diff != "" {
 				t.Errorf("v1 pod CPU in millicores (-want +got):\n%s", diff)
@@ -397,6 +423,28 @@ func TestServerHTTP(t *testing.T) {
 		{
 			name: "unsupported field selector is a bad request", cfg: env.admin, path: "/apis/metrics.k8s.io/v1/pods?fieldSelector=spec.nodeName%3Dn1",
 			wantCode: 400,
+		},
+		{
+			name: "aggregated leader explains itself", cfg: env.admin, path: "/apis/metrics.k8s.io/v1beta1/namespaces/ml/pods/inf-0", wantCode: 200,
+			want: []string{`"group-metrics-server.io/policy":"group"`, `"group-metrics-server.io/group-pods-covered":"2"`},
+		},
+		{
+			name: "custom metrics discovery", cfg: env.admin, path: "/apis/custom.metrics.k8s.io/v1beta2", wantCode: 200,
+			want: []string{`"name":"pods/lws_group_cpu_utilization"`, `"name":"leaderworkersets.leaderworkerset.x-k8s.io/lws_group_cpu_utilization"`},
+		},
+		{
+			name: "group utilization of leader pods", cfg: env.admin,
+			path:     "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/%2A/lws_group_cpu_utilization?labelSelector=leaderworkerset.sigs.k8s.io%2Fname%3Dinf",
+			wantCode: 200, want: []string{`"name":"inf-0"`, `"value":"500m"`},
+		},
+		{
+			name: "group utilization of the LeaderWorkerSet object", cfg: env.admin,
+			path:     "/apis/custom.metrics.k8s.io/v1beta1/namespaces/ml/leaderworkersets.leaderworkerset.x-k8s.io/inf/lws_group_cpu_utilization",
+			wantCode: 200, want: []string{`"kind":"LeaderWorkerSet"`, `"name":"inf"`, `"value":"500m"`},
+		},
+		{
+			name: "worker pods have no group metrics", cfg: env.admin,
+			path: "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/inf-0-1/lws_group_cpu_usage", wantCode: 404,
 		},
 		{name: "openapi v2", cfg: env.admin, path: "/openapi/v2", accept: "application/json", wantCode: 200, want: []string{"PodMetrics", "NodeMetrics"}},
 		{name: "openapi v3", cfg: env.admin, path: "/openapi/v3/apis/metrics.k8s.io/v1", wantCode: 200, want: []string{"PodMetrics"}},

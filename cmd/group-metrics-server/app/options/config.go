@@ -85,6 +85,7 @@ func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
 		KubeletAddressTypes:      addrTypes,
 		NodeSelector:             selector,
 		DefaultGroupPolicy:       group.Policy(o.DefaultGroupPolicy),
+		CustomMetrics:            o.EnableCustomMetrics,
 		Resolution:               o.MetricResolution,
 		Timeout:                  o.KubeletRequestTimeout,
 		Concurrency:              o.MaxConcurrentScrapes,

@@ -41,7 +41,8 @@ type Options struct {
 	KubeletRequestTimeout        time.Duration
 	KubeletMaxResponseBytes      int64
 
-	DefaultGroupPolicy string
+	DefaultGroupPolicy  string
+	EnableCustomMetrics bool
 
 	ServingCertSecret   string
 	ServingCertDNSNames []string
@@ -103,6 +104,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 
 	fs = fss.FlagSet("leaderworkerset groups")
 	fs.StringVar(&o.DefaultGroupPolicy, "default-group-policy", o.DefaultGroupPolicy, "What a LeaderWorkerSet leader reports when its pod has no "+group.AnnotationPolicy+" annotation: pod (its own usage), group (the group's utilization times its own request) or group-max (the highest member utilization times its own request).")
+
+	fs.BoolVar(&o.EnableCustomMetrics, "enable-custom-metrics", o.EnableCustomMetrics, "Serve LeaderWorkerSet group metrics on custom.metrics.k8s.io (a cluster has one custom metrics APIService: enable only when this server owns it).")
 
 	fs = fss.FlagSet("serving certificate")
 	fs.StringVar(&o.ServingCertSecret, "serving-cert-secret", o.ServingCertSecret, "NAMESPACE/NAME of a Secret that holds a self-signed CA and serving pair, created when absent and shared by all replicas. Ignored when --tls-cert-file is set.")

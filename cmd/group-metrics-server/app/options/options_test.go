@@ -122,3 +122,16 @@ func TestKubeletREST(t *testing.T) {
 		})
 	}
 }
+
+// The custom-metrics component relies on a repeated --apiservices adding
+// to the list.
+func TestRepeatedAPIServicesAccumulate(t *testing.T) {
+	o := NewOptions()
+	fs := o.Flags().FlagSet("serving certificate")
+	if err := fs.Parse([]string{"--apiservices=a,b", "--apiservices=c"}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"a", "b", "c"}, o.APIServices); diff != "" {
+		t.Errorf("apiservices (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,217 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/metrics/pkg/apis/custom_metrics"
+	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+)
+
+// Group metrics served on custom.metrics.k8s.io, for a leader pod (its
+// group) and for a LeaderWorkerSet (all its groups). Usage is in cores or
+// bytes; utilization is Σusage / Σrequest over the pods that have both, as
+// a plain number (0.7 = 70%).
+const (
+	MetricCPUUsage          = "lws_group_cpu_usage"
+	MetricMemoryUsage       = "lws_group_memory_usage"
+	MetricCPUUtilization    = "lws_group_cpu_utilization"
+	MetricMemoryUtilization = "lws_group_memory_utilization"
+)
+
+var (
+	podsResource = schema.GroupResource{Resource: "pods"}
+	// LWSResource is how the HPA names LeaderWorkerSets in a
+	// custom-metrics request.
+	LWSResource = schema.GroupResource{Group: "leaderworkerset.x-k8s.io", Resource: "leaderworkersets"}
+
+	metricNames = []string{MetricCPUUsage, MetricMemoryUsage, MetricCPUUtilization, MetricMemoryUtilization}
+)
+
+// CustomMetrics serves group metrics; it implements the
+// custom-metrics-apiserver provider interface over a Provider.
+type CustomMetrics struct{ p *Provider }
+
+var _ cmprovider.CustomMetricsProvider = &CustomMetrics{}
+
+// CustomMetrics returns the custom metrics view of p. It needs p's group
+// index.
+func (p *Provider) CustomMetrics() *CustomMetrics { return &CustomMetrics{p: p} }
+
+// ListAllMetrics lists the group metrics while some LeaderWorkerSet pod
+// exists, and nothing otherwise.
+func (c *CustomMetrics) ListAllMetrics() []cmprovider.CustomMetricInfo {
+	idx, ok := c.p.groups.(interface{ ListIndexFuncValues(string) []string })
+	if c.p.groups == nil || (ok && len(idx.ListIndexFuncValues(group.IndexName)) == 0) {
+		return nil
+	}
+	out := make([]cmprovider.CustomMetricInfo, 0, 2*len(metricNames))
+	for _, gr := range []schema.GroupResource{podsResource, LWSResource} {
+		for _, m := range metricNames {
+			out = append(out, cmprovider.CustomMetricInfo{GroupResource: gr, Namespaced: true, Metric: m})
+		}
+	}
+	return out
+}
+
+// GetMetricByName implements cmprovider.CustomMetricsProvider.
+func (c *CustomMetrics) GetMetricByName(_ context.Context, name types.NamespacedName, info cmprovider.CustomMetricInfo, _ labels.Selector) (*custom_metrics.MetricValue, error) {
+	if err := checkMetric(info); err != nil {
+		return nil, err
+	}
+	switch info.GroupResource {
+	case podsResource:
+		pod, err := c.p.pods.Pods(name.Namespace).Get(name.Name)
+		if err != nil {
+			return nil, cmprovider.NewMetricNotFoundForError(info.GroupResource, info.Metric, name.Name)
+		}
+		return c.leaderValue(pod, info)
+	case LWSResource:
+		pods, err := c.p.pods.Pods(name.Namespace).List(labels.SelectorFromSet(labels.Set{group.LabelName: name.Name}))
+		if err != nil || len(pods) == 0 {
+			return nil, notFoundWhy(info, name.Name, "no pods of this LeaderWorkerSet are known")
+		}
+		s := c.p.sums(pods)
+		ref := custom_metrics.ObjectReference{Kind: "LeaderWorkerSet", APIVersion: "leaderworkerset.x-k8s.io/v1", Namespace: name.Namespace, Name: name.Name}
+		return value(ref, info, s, name.Name)
+	}
+	return nil, cmprovider.NewMetricNotFoundError(info.GroupResource, info.Metric)
+}
+
+// GetMetricBySelector implements cmprovider.CustomMetricsProvider: for pods,
+// the leaders among the selected pods (workers have no group metrics).
+func (c *CustomMetrics) GetMetricBySelector(_ context.Context, namespace string, selector labels.Selector, info cmprovider.CustomMetricInfo, _ labels.Selector) (*custom_metrics.MetricValueList, error) {
+	if err := checkMetric(info); err != nil {
+		return nil, err
+	}
+	if info.GroupResource != podsResource {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("%s can be read by name only", info.GroupResource))
+	}
+	pods, err := c.p.pods.Pods(namespace).List(selector)
+	if err != nil {
+		return nil, err
+	}
+	out := &custom_metrics.MetricValueList{}
+	for _, pod := range pods {
+		if !group.IsLeader(pod) {
+			continue
+		}
+		if v, err := c.leaderValue(pod, info); err == nil {
+			out.Items = append(out.Items, *v)
+		}
+	}
+	return out, nil
+}
+
+func checkMetric(info cmprovider.CustomMetricInfo) error {
+	for _, m := range metricNames {
+		if info.Metric == m {
+			return nil
+		}
+	}
+	return cmprovider.NewMetricNotFoundError(info.GroupResource, info.Metric)
+}
+
+func (c *CustomMetrics) leaderValue(pod *corev1.Pod, info cmprovider.CustomMetricInfo) (*custom_metrics.MetricValue, error) {
+	if !group.IsLeader(pod) {
+		return nil, notFoundWhy(info, pod.Name, "only LeaderWorkerSet leader pods have group metrics")
+	}
+	if why := notRunning(pod); why != "" {
+		return nil, notFoundWhy(info, pod.Name, why)
+	}
+	key, _ := group.Key(pod)
+	objs, err := c.p.groups.ByIndex(group.IndexName, key)
+	if err != nil {
+		return nil, err
+	}
+	pods := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if mp, ok := o.(*corev1.Pod); ok {
+			pods = append(pods, mp)
+		}
+	}
+	ref := custom_metrics.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name}
+	return value(ref, info, c.p.sums(pods), pod.Name)
+}
+
+func notFoundWhy(info cmprovider.CustomMetricInfo, name, why string) error {
+	err := cmprovider.NewMetricNotFoundForError(info.GroupResource, info.Metric, name)
+	err.ErrStatus.Message += ": " + why
+	return err
+}
+
+// groupSums adds up the usage and requests of pods that have metrics.
+type groupSums struct {
+	covered int
+	usage   group.Amounts
+	// usageWithRequest and request cover only pods that request the
+	// resource, so their ratio is a utilization.
+	usageWithRequest group.Amounts
+	request          group.Amounts
+	timestamp        time.Time
+	window           time.Duration
+}
+
+func (p *Provider) sums(pods []*corev1.Pod) groupSums {
+	var s groupSums
+	for _, pod := range pods {
+		m, u := p.memberOf(pod)
+		if u == nil {
+			continue
+		}
+		s.covered++
+		for i := range group.Resources {
+			s.usage[i] += m.Usage[i]
+			if m.HasRequest[i] {
+				s.usageWithRequest[i] += m.Usage[i]
+				s.request[i] += m.Request[i]
+			}
+		}
+		if s.timestamp.IsZero() || u.Timestamp.Before(s.timestamp) {
+			s.timestamp = u.Timestamp
+		}
+		s.window = max(s.window, u.Window)
+	}
+	return s
+}
+
+func value(ref custom_metrics.ObjectReference, info cmprovider.CustomMetricInfo, s groupSums, name string) (*custom_metrics.MetricValue, error) {
+	if s.covered == 0 {
+		return nil, notFoundWhy(info, name, "no pod of the group has metrics yet")
+	}
+	var q resource.Quantity
+	switch info.Metric {
+	case MetricCPUUsage:
+		q = *resource.NewScaledQuantity(int64(math.Round(s.usage[0]*1e9)), resource.Nano)
+	case MetricMemoryUsage:
+		q = *resource.NewQuantity(int64(math.Round(s.usage[1])), resource.BinarySI)
+	case MetricCPUUtilization, MetricMemoryUtilization:
+		i := 0
+		if info.Metric == MetricMemoryUtilization {
+			i = 1
+		}
+		if s.request[i] <= 0 {
+			return nil, notFoundWhy(info, name, "no pod of the group with metrics requests "+string(group.Resources[i]))
+		}
+		q = *resource.NewMilliQuantity(int64(math.Round(s.usageWithRequest[i]/s.request[i]*1000)), resource.DecimalSI)
+	}
+	window := int64(s.window.Seconds())
+	return &custom_metrics.MetricValue{
+		DescribedObject: ref,
+		Metric:          custom_metrics.MetricIdentifier{Name: info.Metric},
+		Timestamp:       metav1.NewTime(s.timestamp),
+		WindowSeconds:   &window,
+		Value:           q,
+	}, nil
+}
