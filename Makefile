@@ -71,7 +71,7 @@ verify-lint: ## golangci-lint (v2 config in .golangci.yaml).
 
 .PHONY: verify-tidy
 verify-tidy: ## go.mod and go.sum are tidy, in every module.
-	@for m in . hack/tools test/tools test/tools/metrics-server; do \
+	@for m in . hack/tools test/tools test/tools/metrics-server test/tools/lws; do \
 		(cd $$m && cp go.mod /tmp/gms-go.mod.$$$$ && cp go.sum /tmp/gms-go.sum.$$$$ && GOWORK=off $(GO) mod tidy && \
 		 if ! diff -q go.mod /tmp/gms-go.mod.$$$$ >/dev/null || ! diff -q go.sum /tmp/gms-go.sum.$$$$ >/dev/null; then \
 		   cp /tmp/gms-go.mod.$$$$ go.mod; cp /tmp/gms-go.sum.$$$$ go.sum; echo "$$m: go mod tidy changes go.mod/go.sum"; exit 1; fi; \

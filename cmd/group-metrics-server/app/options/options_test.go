@@ -127,7 +127,8 @@ func TestKubeletREST(t *testing.T) {
 // to the list.
 func TestRepeatedAPIServicesAccumulate(t *testing.T) {
 	o := NewOptions()
-	fs := o.Flags().FlagSet("serving certificate")
+	fss := o.Flags()
+	fs := fss.FlagSet("serving certificate")
 	if err := fs.Parse([]string{"--apiservices=a,b", "--apiservices=c"}); err != nil {
 		t.Fatal(err)
 	}
