@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the control-plane binaries used by the e2e suite and the demo into
 # bin/ (or $GMS_BIN_DIR): etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, kwok and metrics-server.
+# kube-scheduler, kubectl, kwok, metrics-server and lws-controller (the
+# LeaderWorkerSet controller).
 #
 # The binaries come from the tool modules under test/tools. A stamp file named
 # after a hash of those modules' go.mod and go.sum files marks a finished
@@ -10,7 +11,8 @@ set -euo pipefail
 
 kube_version="v1.37.2"
 metrics_server_version="v0.8.0"
-binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok metrics-server)
+lws_version="v0.9.0"
+binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok metrics-server lws-controller)
 
 # The tool modules stand alone; a go.work further up must not pull them in.
 export GOWORK=off
@@ -41,6 +43,14 @@ build() {
 			-ldflags "-s -w -X k8s.io/client-go/pkg/version.gitVersion=${metrics_server_version}" tool
 	)
 
+	# The LeaderWorkerSet controller's main package is sigs.k8s.io/lws/cmd.
+	(
+		cd "${root}/test/tools/lws"
+		GOBIN="${bin_dir}" go install -trimpath \
+			-ldflags "-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=${lws_version}" tool
+	)
+	mv -f "${bin_dir}/cmd" "${bin_dir}/lws-controller"
+
 	local b
 	for b in "${binaries[@]}"; do
 		if [[ ! -x "${bin_dir}/${b}" ]]; then
@@ -61,7 +71,7 @@ main() {
 
 	local key
 	key="$(cd "${root}/test/tools" &&
-		cat go.mod go.sum metrics-server/go.mod metrics-server/go.sum |
+		cat go.mod go.sum metrics-server/go.mod metrics-server/go.sum lws/go.mod lws/go.sum |
 		sha256sum | cut -c1-64)"
 	stamp="${bin_dir}/.tools-${key}"
 

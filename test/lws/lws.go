@@ -1,0 +1,291 @@
+// Package lws runs the LeaderWorkerSet controller (sigs.k8s.io/lws) next to a
+// local control plane from package cluster, so that tests and demos can
+// create real LeaderWorkerSets: the controller creates the leader and worker
+// StatefulSets, kube-controller-manager their pods, kube-scheduler binds them
+// and kwok runs them.
+//
+// The controller runs as a local process under its own ServiceAccount with the
+// RBAC rules from the lws module's config/rbac. Its admission webhooks listen
+// on 127.0.0.1 with a serving certificate from the cluster CA, and
+// kube-apiserver calls them by URL.
+package lws
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+)
+
+// Names of what Install creates.
+const (
+	// ControllerBinary is the controller's file name in the bin directory.
+	ControllerBinary = "lws-controller"
+	// Namespace holds the controller's ServiceAccount.
+	Namespace = "lws-system"
+	// ServiceAccount is the identity the controller runs as.
+	ServiceAccount = "lws-controller-manager"
+	// ProcessName is the controller's name among the cluster's processes; its
+	// output goes to <cluster log dir>/lws-controller.log.
+	ProcessName = "lws-controller"
+)
+
+// installTimeout bounds Install when its context has no deadline.
+const installTimeout = 2 * time.Minute
+
+// Controller is a running LeaderWorkerSet controller.
+type Controller struct {
+	proc        *cluster.Process
+	moduleDir   string
+	webhookPort int
+	healthPort  int
+	metricsPort int
+}
+
+// Install makes LeaderWorkerSets work in c: it applies the lws CRDs, creates
+// the controller's ServiceAccount and RBAC, starts binDir/lws-controller and
+// registers its mutating and validating webhooks. It returns once the
+// controller reports ready and its webhooks admit a dry-run LeaderWorkerSet.
+//
+// The lws module is located through the tools module test/tools/lws, found
+// from the working directory upwards. Files Install writes (configuration,
+// manifests, webhook certificate) go to <cluster work dir>/lws. If ctx has no
+// deadline, Install gives up after two minutes. On error the controller is
+// not left running.
+func Install(ctx context.Context, c *cluster.Cluster, binDir string) (*Controller, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, installTimeout)
+		defer cancel()
+	}
+	bin := filepath.Join(binDir, ControllerBinary)
+	if info, err := os.Stat(bin); err != nil {
+		return nil, fmt.Errorf("lws controller binary: %w", err)
+	} else if info.IsDir() || info.Mode()&0o111 == 0 {
+		return nil, fmt.Errorf("lws controller binary %s is not executable", bin)
+	}
+	moduleDir, err := ModuleDir(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(c.WorkDir(), "lws")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", dir, err)
+	}
+	ports, err := cluster.FreePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	ctrl := &Controller{
+		moduleDir:   moduleDir,
+		webhookPort: ports[0],
+		healthPort:  ports[1],
+		metricsPort: ports[2],
+	}
+
+	if err := applyCRDs(ctx, c, moduleDir); err != nil {
+		return nil, err
+	}
+	if err := applyRBAC(ctx, c, moduleDir, dir); err != nil {
+		return nil, err
+	}
+	if err := applyWebhooks(ctx, c, moduleDir, dir, ctrl.WebhookURL()); err != nil {
+		return nil, err
+	}
+	if err := ctrl.start(ctx, c, bin, dir); err != nil {
+		return nil, err
+	}
+	if err := ctrl.waitReady(ctx, c); err != nil {
+		return nil, errors.Join(err, ctrl.Stop())
+	}
+	return ctrl, nil
+}
+
+func (ctrl *Controller) start(ctx context.Context, c *cluster.Cluster, bin, dir string) error {
+	certDir := filepath.Join(dir, "certs")
+	if err := writeServingCert(c, certDir); err != nil {
+		return err
+	}
+	configPath := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(configPath, []byte(ctrl.config(certDir)), 0o644); err != nil {
+		return fmt.Errorf("write lws controller config: %w", err)
+	}
+	kubeconfig, err := c.ServiceAccountKubeconfig(ctx, Namespace, ServiceAccount)
+	if err != nil {
+		return err
+	}
+	env := append(os.Environ(), "ENABLE_WEBHOOKS=true")
+	ctrl.proc, err = c.StartProcessWithEnv(ProcessName, env, bin,
+		"--kubeconfig="+kubeconfig,
+		"--config="+configPath,
+		"--leader-elect=false",
+		"--zap-devel=false",
+	)
+	return err
+}
+
+// config is the controller's configuration file (config.lws.x-k8s.io
+// Configuration): no leader election, no internal certificate management
+// (which would want a Secret and a Service), every server on loopback.
+func (ctrl *Controller) config(certDir string) string {
+	return fmt.Sprintf(`apiVersion: config.lws.x-k8s.io/v1alpha1
+kind: Configuration
+leaderElection:
+  leaderElect: false
+internalCertManagement:
+  enable: false
+webhook:
+  host: 127.0.0.1
+  port: %d
+  certDir: %q
+metrics:
+  bindAddress: %q
+health:
+  healthProbeBindAddress: %q
+`, ctrl.webhookPort, certDir, loopbackAddr(ctrl.metricsPort), loopbackAddr(ctrl.healthPort))
+}
+
+// writeServingCert issues the webhook server's certificate for 127.0.0.1
+// and localhost and stores it as certDir/tls.crt and tls.key, the names the
+// controller's webhook server reads.
+func writeServingCert(c *cluster.Cluster, certDir string) error {
+	certFile, keyFile, err := c.IssueServingCert("lws-webhook", "127.0.0.1", "localhost")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(certDir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", certDir, err)
+	}
+	for _, f := range []struct {
+		from, to string
+		mode     os.FileMode
+	}{
+		{certFile, "tls.crt", 0o644},
+		{keyFile, "tls.key", 0o600},
+	} {
+		data, err := os.ReadFile(f.from)
+		if err != nil {
+			return fmt.Errorf("read webhook certificate: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(certDir, f.to), data, f.mode); err != nil {
+			return fmt.Errorf("write webhook certificate: %w", err)
+		}
+	}
+	return nil
+}
+
+func (ctrl *Controller) waitReady(ctx context.Context, c *cluster.Cluster) error {
+	httpClient := &http.Client{Timeout: 5 * time.Second}
+	if err := poll(ctx, "lws-controller /readyz", ctrl.proc, func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, ctrl.HealthURL()+"/readyz", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("readyz: %s", resp.Status)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+
+	client, err := dynamic.NewForConfig(c.RESTConfig())
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+	probe := NewLeaderWorkerSet(metav1.NamespaceDefault, "lws-webhook-probe", 1, 1, "", nil)
+	return poll(ctx, "the lws webhooks to admit a dry-run LeaderWorkerSet", ctrl.proc, func(ctx context.Context) error {
+		_, err := client.Resource(GroupVersionResource).Namespace(probe.GetNamespace()).
+			Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
+}
+
+// poll calls check until it returns nil, failing early if proc (when not
+// nil) exits and otherwise when ctx is done.
+func poll(ctx context.Context, what string, proc *cluster.Process, check func(context.Context) error) error {
+	var exited <-chan struct{}
+	if proc != nil {
+		exited = proc.Done()
+	}
+	ticker := time.NewTicker(200 * time.Millisecond)
+	defer ticker.Stop()
+	for {
+		checkCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := check(checkCtx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			status := "with status 0"
+			if err := proc.Err(); err != nil {
+				status = err.Error()
+			}
+			return fmt.Errorf("waiting for %s: %s exited (%s); log tail:\n%s",
+				what, proc.Name(), status, logTail(proc.LogPath(), 30))
+		case <-ctx.Done():
+			err = fmt.Errorf("waiting for %s: %w (last error: %w)", what, ctx.Err(), err)
+			if proc != nil {
+				err = fmt.Errorf("%w; %s log tail:\n%s", err, proc.Name(), logTail(proc.LogPath(), 30))
+			}
+			return err
+		case <-ticker.C:
+		}
+	}
+}
+
+// Stop stops the controller and waits for it to exit. The CRDs and webhook
+// configurations stay; as the webhooks fail closed, LeaderWorkerSets and their
+// pods can then be neither created nor updated. The cluster's Stop also stops
+// the controller.
+func (ctrl *Controller) Stop() error { return ctrl.proc.Stop() }
+
+// Process returns the controller's process.
+func (ctrl *Controller) Process() *cluster.Process { return ctrl.proc }
+
+// ModuleDir returns the sigs.k8s.io/lws module directory the CRDs, RBAC rules
+// and webhook configurations came from.
+func (ctrl *Controller) ModuleDir() string { return ctrl.moduleDir }
+
+// WebhookURL returns the webhook server's base URL, https://127.0.0.1:<port>.
+func (ctrl *Controller) WebhookURL() string { return "https://" + loopbackAddr(ctrl.webhookPort) }
+
+// HealthURL returns the base URL of /healthz and /readyz, plain HTTP.
+func (ctrl *Controller) HealthURL() string { return "http://" + loopbackAddr(ctrl.healthPort) }
+
+// MetricsURL returns the metrics endpoint's base URL. It serves HTTPS with a
+// self-signed certificate and authorizes callers through kube-apiserver.
+func (ctrl *Controller) MetricsURL() string { return "https://" + loopbackAddr(ctrl.metricsPort) }
+
+func loopbackAddr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
+
+// logTail returns the last n lines of the file at path, or a note saying why
+// it cannot.
+func logTail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(cannot read %s: %v)", path, err)
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

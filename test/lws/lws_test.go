@@ -1,0 +1,191 @@
+package lws
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+const webhookManifests = `apiVersion: v1
+kind: Service
+metadata:
+  name: webhook-service
+  namespace: system
+spec:
+  ports:
+  - port: 443
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: mutating-webhook-configuration
+webhooks:
+- admissionReviewVersions: [v1]
+  clientConfig:
+    service:
+      name: webhook-service
+      namespace: system
+      path: /mutate--v1-pod
+  failurePolicy: Fail
+  name: mpod.kb.io
+  objectSelector:
+    matchExpressions:
+    - key: leaderworkerset.sigs.k8s.io/name
+      operator: Exists
+  sideEffects: None
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: validating-webhook-configuration
+webhooks:
+- admissionReviewVersions: [v1]
+  clientConfig:
+    service:
+      name: webhook-service
+      namespace: system
+      path: /validate-leaderworkerset-x-k8s-io-v1-leaderworkerset
+  name: vleaderworkerset.kb.io
+  sideEffects: None
+`
+
+func TestWebhookConfigurations(t *testing.T) {
+	ca := []byte("-----BEGIN CERTIFICATE-----\n")
+	items, err := webhookConfigurations([]byte(webhookManifests), "https://127.0.0.1:9443", ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(items) != 2 {
+		t.Fatalf("got %d items, want 2", len(items))
+	}
+	mutating, ok := items[0].(*admissionregistrationv1.MutatingWebhookConfiguration)
+	if !ok {
+		t.Fatalf("first item is %T", items[0])
+	}
+	validating, ok := items[1].(*admissionregistrationv1.ValidatingWebhookConfiguration)
+	if !ok {
+		t.Fatalf("second item is %T", items[1])
+	}
+	url := func(s string) *string { return &s }
+	tests := []struct {
+		name       string
+		gotName    string
+		got        admissionregistrationv1.WebhookClientConfig
+		wantName   string
+		wantConfig admissionregistrationv1.WebhookClientConfig
+	}{
+		{
+			name:       "mutating",
+			gotName:    mutating.Name,
+			got:        mutating.Webhooks[0].ClientConfig,
+			wantName:   "lws-mutating-webhook-configuration",
+			wantConfig: admissionregistrationv1.WebhookClientConfig{URL: url("https://127.0.0.1:9443/mutate--v1-pod"), CABundle: ca},
+		},
+		{
+			name:     "validating",
+			gotName:  validating.Name,
+			got:      validating.Webhooks[0].ClientConfig,
+			wantName: "lws-validating-webhook-configuration",
+			wantConfig: admissionregistrationv1.WebhookClientConfig{
+				URL: url("https://127.0.0.1:9443/validate-leaderworkerset-x-k8s-io-v1-leaderworkerset"), CABundle: ca,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.gotName != tt.wantName {
+				t.Errorf("name = %q, want %q", tt.gotName, tt.wantName)
+			}
+			if diff := cmp.Diff(tt.wantConfig, tt.got); diff != "" {
+				t.Errorf("clientConfig (-want +got):\n%s", diff)
+			}
+		})
+	}
+	if mutating.Webhooks[0].ObjectSelector == nil {
+		t.Error("the pod webhook lost its object selector")
+	}
+}
+
+func TestWebhookConfigurationsErrors(t *testing.T) {
+	tests := []struct {
+		name      string
+		manifests string
+		want      string
+	}{
+		{name: "no configurations", manifests: "apiVersion: v1\nkind: Service\nmetadata:\n  name: s\n", want: "found 0"},
+		{
+			name: "webhook without service",
+			manifests: strings.Replace(webhookManifests, `    service:
+      name: webhook-service
+      namespace: system
+      path: /mutate--v1-pod`, "    url: https://example.invalid/", 1),
+			want: "mpod.kb.io has no service path",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := webhookConfigurations([]byte(tt.manifests), "https://127.0.0.1:1", nil)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestNewLeaderWorkerSet(t *testing.T) {
+	tests := []struct {
+		name              string
+		cpu               string
+		leaderAnnotations map[string]string
+		wantLeader        bool
+	}{
+		{name: "shared template", cpu: "250m"},
+		{name: "leader template", cpu: "1", leaderAnnotations: map[string]string{"a": "b"}, wantLeader: true},
+		{name: "no request"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			obj := NewLeaderWorkerSet("ns", "x", 3, 4, tt.cpu, tt.leaderAnnotations)
+			// Unstructured objects must survive DeepCopy, which panics on
+			// values JSON could not hold (int32, for instance).
+			obj = obj.DeepCopy()
+			if obj.GetNamespace() != "ns" || obj.GetName() != "x" || obj.GetKind() != "LeaderWorkerSet" {
+				t.Errorf("object is %s %s/%s", obj.GetKind(), obj.GetNamespace(), obj.GetName())
+			}
+			replicas, _, _ := unstructured.NestedInt64(obj.Object, "spec", "replicas")
+			size, _, _ := unstructured.NestedInt64(obj.Object, "spec", "leaderWorkerTemplate", "size")
+			if replicas != 3 || size != 4 {
+				t.Errorf("replicas %d size %d, want 3 and 4", replicas, size)
+			}
+			containers, _, _ := unstructured.NestedSlice(obj.Object, "spec", "leaderWorkerTemplate", "workerTemplate", "spec", "containers")
+			if len(containers) != 1 {
+				t.Fatalf("worker containers: %v", containers)
+			}
+			cpu, _, _ := unstructured.NestedString(containers[0].(map[string]any), "resources", "requests", "cpu")
+			if cpu != tt.cpu {
+				t.Errorf("cpu request %q, want %q", cpu, tt.cpu)
+			}
+			annotations, hasLeader, _ := unstructured.NestedStringMap(obj.Object,
+				"spec", "leaderWorkerTemplate", "leaderTemplate", "metadata", "annotations")
+			if hasLeader != tt.wantLeader {
+				t.Fatalf("leader template present = %v, want %v", hasLeader, tt.wantLeader)
+			}
+			if diff := cmp.Diff(tt.leaderAnnotations, annotations); hasLeader && diff != "" {
+				t.Errorf("leader annotations (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestToolsModuleDir(t *testing.T) {
+	dir, err := toolsModuleDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(dir, "/test/tools/lws") {
+		t.Errorf("tools module dir %s", dir)
+	}
+}

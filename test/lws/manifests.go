@@ -1,0 +1,332 @@
+package lws
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+)
+
+const (
+	// Module is the Go module of the LeaderWorkerSet controller.
+	Module = "sigs.k8s.io/lws"
+	// toolsModule pins Module's version, relative to the repository root.
+	toolsModule = "test/tools/lws"
+	// namePrefix is what the lws release manifests put before the names of
+	// cluster-scoped objects.
+	namePrefix = "lws-"
+	// fieldManager owns the fields Install applies.
+	fieldManager = "gms-lws-install"
+)
+
+// crdNames are the CustomResourceDefinitions in the module's
+// config/crd/bases; the controller watches both kinds.
+var crdNames = []string{
+	"leaderworkersets.leaderworkerset.x-k8s.io",
+	"disaggregatedsets.disaggregatedset.x-k8s.io",
+}
+
+// ModuleDir returns the directory of the sigs.k8s.io/lws module that the
+// tools module test/tools/lws requires, downloading it into the module cache
+// if needed. It runs the go command.
+func ModuleDir(ctx context.Context) (string, error) {
+	tools, err := toolsModuleDir()
+	if err != nil {
+		return "", err
+	}
+	goCmd := func(args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, "go", args...)
+		cmd.Dir = tools
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return "", fmt.Errorf("go %s in %s: %w: %s", strings.Join(args, " "), tools, err, strings.TrimSpace(stderr.String()))
+		}
+		return strings.TrimSpace(string(out)), nil
+	}
+	list := []string{"list", "-m", "-f", "{{.Dir}}", Module}
+	dir, err := goCmd(list...)
+	if err == nil && dir == "" {
+		// go list reports no directory for a module not yet downloaded.
+		if _, err = goCmd("mod", "download", Module); err == nil {
+			dir, err = goCmd(list...)
+		}
+	}
+	if err != nil {
+		return "", err
+	}
+	if dir == "" {
+		return "", fmt.Errorf("module %s has no directory", Module)
+	}
+	return dir, nil
+}
+
+// toolsModuleDir finds test/tools/lws from the working directory upwards,
+// and failing that next to this source file.
+func toolsModuleDir() (string, error) {
+	var starts []string
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		starts = append(starts, filepath.Dir(file))
+	}
+	for _, dir := range starts {
+		for {
+			candidate := filepath.Join(dir, filepath.FromSlash(toolsModule))
+			if _, err := os.Stat(filepath.Join(candidate, "go.mod")); err == nil {
+				return candidate, nil
+			}
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				break
+			}
+			dir = parent
+		}
+	}
+	return "", fmt.Errorf("cannot find %s/go.mod above %v", toolsModule, starts)
+}
+
+// applyCRDs applies the module's CRDs as they are, without the conversion
+// webhook patch (each CRD has a single version), and waits until they are
+// established. (kubectl wait fails at once on a CRD that has no conditions
+// yet, hence the polling.)
+func applyCRDs(ctx context.Context, c *cluster.Cluster, moduleDir string) error {
+	bases := filepath.Join(moduleDir, "config", "crd", "bases")
+	// The CRDs are too large for client-side apply's last-applied annotation.
+	if _, _, err := c.Kubectl(ctx, "apply", "--server-side", "--force-conflicts",
+		"--field-manager="+fieldManager, "-f", bases); err != nil {
+		return fmt.Errorf("apply lws CRDs: %w", err)
+	}
+	client, err := dynamic.NewForConfig(c.RESTConfig())
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+	for _, name := range crdNames {
+		if err := poll(ctx, "CRD "+name+" to be established", nil, func(ctx context.Context) error {
+			crd, err := client.Resource(crdResource).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			return established(crd)
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var crdResource = schema.GroupVersionResource{
+	Group:    "apiextensions.k8s.io",
+	Version:  "v1",
+	Resource: "customresourcedefinitions",
+}
+
+func established(crd *unstructured.Unstructured) error {
+	conditions, _, err := unstructured.NestedSlice(crd.Object, "status", "conditions")
+	if err != nil {
+		return fmt.Errorf("CRD %s conditions: %w", crd.GetName(), err)
+	}
+	for _, raw := range conditions {
+		if cond, ok := raw.(map[string]any); ok && cond["type"] == "Established" && cond["status"] == "True" {
+			return nil
+		}
+	}
+	return fmt.Errorf("CRD %s is not established yet", crd.GetName())
+}
+
+// applyRBAC creates the controller's namespace and ServiceAccount and binds
+// it to the module's manager role (config/rbac/role.yaml) and to the role
+// that lets its metrics endpoint authenticate and authorize callers
+// (config/rbac/auth_proxy_role.yaml). Leader election is off, so its role is
+// left out.
+func applyRBAC(ctx context.Context, c *cluster.Cluster, moduleDir, dir string) error {
+	items := []any{
+		&corev1.Namespace{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+			ObjectMeta: metav1.ObjectMeta{Name: Namespace},
+		},
+		&corev1.ServiceAccount{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+			ObjectMeta: metav1.ObjectMeta{Name: ServiceAccount, Namespace: Namespace},
+		},
+	}
+	for _, file := range []string{"role.yaml", "auth_proxy_role.yaml"} {
+		roles, err := readClusterRoles(filepath.Join(moduleDir, "config", "rbac", file))
+		if err != nil {
+			return err
+		}
+		for _, role := range roles {
+			role.Name = namePrefix + role.Name
+			items = append(items, role, &rbacv1.ClusterRoleBinding{
+				TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
+				ObjectMeta: metav1.ObjectMeta{Name: role.Name + "binding"},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+				Subjects: []rbacv1.Subject{{
+					Kind: rbacv1.ServiceAccountKind, Name: ServiceAccount, Namespace: Namespace,
+				}},
+			})
+		}
+	}
+	return applyList(ctx, c, filepath.Join(dir, "rbac.json"), items)
+}
+
+func readClusterRoles(path string) ([]*rbacv1.ClusterRole, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read lws RBAC: %w", err)
+	}
+	var roles []*rbacv1.ClusterRole
+	err = eachDocument(data, func(kind string, doc []byte) error {
+		if kind != "ClusterRole" {
+			return nil
+		}
+		role := &rbacv1.ClusterRole{}
+		if err := json.Unmarshal(doc, role); err != nil {
+			return err
+		}
+		roles = append(roles, role)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(roles) == 0 {
+		return nil, fmt.Errorf("%s: no ClusterRole", path)
+	}
+	return roles, nil
+}
+
+// applyWebhooks registers the module's webhook configurations (config/webhook
+// built with kustomize, which adds the pods' object selectors), pointed at
+// baseURL. kube-apiserver can only reach a webhook on 127.0.0.1 by URL: a
+// Service cannot point at a loopback address.
+func applyWebhooks(ctx context.Context, c *cluster.Cluster, moduleDir, dir, baseURL string) error {
+	manifests, _, err := c.Kubectl(ctx, "kustomize", filepath.Join(moduleDir, "config", "webhook"))
+	if err != nil {
+		return fmt.Errorf("build lws webhook manifests: %w", err)
+	}
+	items, err := webhookConfigurations([]byte(manifests), baseURL, c.CACertPEM())
+	if err != nil {
+		return fmt.Errorf("lws webhook manifests: %w", err)
+	}
+	return applyList(ctx, c, filepath.Join(dir, "webhooks.json"), items)
+}
+
+// webhookConfigurations returns the mutating and validating webhook
+// configurations in manifests, renamed with namePrefix, with each webhook
+// calling baseURL plus its service path and trusting caBundle. Other objects
+// (the webhook Service) are dropped.
+func webhookConfigurations(manifests []byte, baseURL string, caBundle []byte) ([]any, error) {
+	rewrite := func(webhook string, cc *admissionregistrationv1.WebhookClientConfig) error {
+		if cc.Service == nil || cc.Service.Path == nil {
+			return fmt.Errorf("webhook %s has no service path", webhook)
+		}
+		url := baseURL + *cc.Service.Path
+		*cc = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caBundle}
+		return nil
+	}
+	var items []any
+	err := eachDocument(manifests, func(kind string, doc []byte) error {
+		switch kind {
+		case "MutatingWebhookConfiguration":
+			cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
+			if err := json.Unmarshal(doc, cfg); err != nil {
+				return err
+			}
+			for i := range cfg.Webhooks {
+				if err := rewrite(cfg.Webhooks[i].Name, &cfg.Webhooks[i].ClientConfig); err != nil {
+					return err
+				}
+			}
+			cfg.Name = namePrefix + cfg.Name
+			items = append(items, cfg)
+		case "ValidatingWebhookConfiguration":
+			cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+			if err := json.Unmarshal(doc, cfg); err != nil {
+				return err
+			}
+			for i := range cfg.Webhooks {
+				if err := rewrite(cfg.Webhooks[i].Name, &cfg.Webhooks[i].ClientConfig); err != nil {
+					return err
+				}
+			}
+			cfg.Name = namePrefix + cfg.Name
+			items = append(items, cfg)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(items) != 2 {
+		return nil, fmt.Errorf("want a mutating and a validating webhook configuration, found %d configurations", len(items))
+	}
+	return items, nil
+}
+
+// eachDocument calls fn with the kind and the JSON form of every non-empty
+// document in a YAML stream.
+func eachDocument(data []byte, fn func(kind string, doc []byte) error) error {
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		raw, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		doc, err := utilyaml.ToJSON(raw)
+		if err != nil {
+			return err
+		}
+		if len(bytes.TrimSpace(doc)) == 0 || string(doc) == "null" {
+			continue
+		}
+		var meta metav1.TypeMeta
+		if err := json.Unmarshal(doc, &meta); err != nil {
+			return err
+		}
+		if err := fn(meta.Kind, doc); err != nil {
+			return err
+		}
+	}
+}
+
+// applyList writes items as a v1 List to path and applies it server-side.
+func applyList(ctx context.Context, c *cluster.Cluster, path string, items []any) error {
+	data, err := json.MarshalIndent(map[string]any{"apiVersion": "v1", "kind": "List", "items": items}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", filepath.Base(path), err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if _, _, err := c.Kubectl(ctx, "apply", "--server-side", "--force-conflicts",
+		"--field-manager="+fieldManager, "-f", path); err != nil {
+		return fmt.Errorf("apply %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
