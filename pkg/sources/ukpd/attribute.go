@@ -1,0 +1,172 @@
+package ukpd
+
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
+)
+
+// The tags kraftlet puts on the instance it runs for a container.
+const (
+	TagNamespace = "k8s.io:namespace"
+	TagPod       = "k8s.io:pod"
+	TagContainer = "k8s.io:container"
+	TagNode      = "kraftlet:node"
+	// MaxTagBytes is the longest tag the platform keeps.
+	MaxTagBytes = 256
+)
+
+// TagFor returns the tag kraftlet writes for key and value: "key=value",
+// every character outside [A-Za-z0-9-+_.:=] replaced by "_", cut to
+// MaxTagBytes.
+func TagFor(key, value string) string {
+	var b strings.Builder
+	b.Grow(len(key) + 1 + len(value))
+	for _, r := range key + "=" + value {
+		if b.Len() == MaxTagBytes {
+			break
+		}
+		if tagChar(r) {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}
+
+func tagChar(r rune) bool {
+	switch {
+	case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		return true
+	}
+	return strings.ContainsRune("-+_.:=", r)
+}
+
+// tagRef is what an instance's tags say it belongs to. The raw tags are kept
+// to compare against TagFor of Kubernetes names, which tells a cut name
+// apart from a different one.
+type tagRef struct {
+	namespace, pod, container, node string
+	podTag, nodeTag                 string
+}
+
+// parseTags reads the kraftlet tags. It fails when the namespace, pod or
+// container tag is missing or a key is given twice with different values.
+func parseTags(tags []string) (tagRef, bool) {
+	var ref tagRef
+	set := func(dst, raw *string, value, tag string) bool {
+		if *dst != "" && *dst != value {
+			return false
+		}
+		*dst = value
+		if raw != nil {
+			*raw = tag
+		}
+		return true
+	}
+	for _, t := range tags {
+		key, value, ok := strings.Cut(t, "=")
+		if !ok || value == "" {
+			continue
+		}
+		ok = true
+		switch key {
+		case TagNamespace:
+			ok = set(&ref.namespace, nil, value, t)
+		case TagPod:
+			ok = set(&ref.pod, &ref.podTag, value, t)
+		case TagContainer:
+			ok = set(&ref.container, nil, value, t)
+		case TagNode:
+			ok = set(&ref.node, &ref.nodeTag, value, t)
+		}
+		if !ok {
+			return tagRef{}, false
+		}
+	}
+	return ref, ref.namespace != "" && ref.pod != "" && ref.container != ""
+}
+
+// Reasons an instance is left out, the "reason" label of
+// group_metrics_server_ukpd_ignored_instances_total. The set is closed.
+const (
+	ignoredUnknownInstance   = "unknown_instance"
+	ignoredNotRunning        = "not_running"
+	ignoredMissingTags       = "missing_tags"
+	ignoredPodNotFound       = "pod_not_found"
+	ignoredAmbiguousPod      = "ambiguous_pod"
+	ignoredContainerNotFound = "container_not_found"
+	ignoredNodeNotOwned      = "node_not_owned"
+	ignoredDuplicate         = "duplicate_container"
+)
+
+// findPod returns the pod an instance's tags name, or why there is none. A
+// pod tag at the length limit may hold a cut name: then every pod of the
+// namespace whose tag would read the same is a candidate, and exactly one
+// must match.
+func findPod(pods corelisters.PodLister, ref tagRef) (*corev1.Pod, string) {
+	ns := pods.Pods(ref.namespace)
+	pod, err := ns.Get(ref.pod)
+	switch {
+	case err == nil && TagFor(TagPod, pod.Name) == ref.podTag:
+		return pod, ""
+	case err != nil && !apierrors.IsNotFound(err):
+		return nil, ignoredPodNotFound
+	case len(ref.podTag) < MaxTagBytes:
+		return nil, ignoredPodNotFound
+	}
+	all, err := ns.List(labels.Everything())
+	if err != nil {
+		return nil, ignoredPodNotFound
+	}
+	var match *corev1.Pod
+	for _, p := range all {
+		if TagFor(TagPod, p.Name) != ref.podTag {
+			continue
+		}
+		if match != nil {
+			return nil, ignoredAmbiguousPod
+		}
+		match = p
+	}
+	if match == nil {
+		return nil, ignoredPodNotFound
+	}
+	return match, ""
+}
+
+// hasContainer says whether the pod runs a container of that name. A pod
+// whose cached spec lists no containers is taken at its tags' word.
+func hasContainer(pod *corev1.Pod, name string) bool {
+	if len(pod.Spec.Containers) == 0 {
+		return true
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name == name {
+			return true
+		}
+	}
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name == name && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			return true // a sidecar
+		}
+	}
+	return false
+}
+
+// nodeOf returns the node the instance runs on: the kraftlet:node tag, read
+// as the pod's node name when that name yields the same tag (it may have
+// been cut), else the pod's spec.nodeName.
+func nodeOf(ref tagRef, pod *corev1.Pod) string {
+	switch {
+	case ref.nodeTag == "":
+		return pod.Spec.NodeName
+	case pod.Spec.NodeName != "" && TagFor(TagNode, pod.Spec.NodeName) == ref.nodeTag:
+		return pod.Spec.NodeName
+	}
+	return ref.node
+}

@@ -1,0 +1,254 @@
+package ukpd
+
+import (
+	"cmp"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+	"github.com/group-metrics-server/group-metrics-server/pkg/store"
+)
+
+// scripted serves fixed bodies and counts requests.
+type scripted struct {
+	mu            sync.Mutex
+	list, metrics string
+	listStatus    int
+	listCalls     int
+}
+
+func (s *scripted) set(list, metrics string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.list, s.metrics = list, metrics
+}
+
+func (s *scripted) calls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.listCalls
+}
+
+func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	switch r.URL.Path {
+	case instancesPath:
+		s.listCalls++
+		if s.listStatus != 0 {
+			w.WriteHeader(s.listStatus)
+		}
+		_, _ = io.WriteString(w, s.list)
+	case metricsPath:
+		_, _ = io.WriteString(w, s.metrics)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func listJSON(uuids ...string) string {
+	var parts []string
+	for _, u := range uuids {
+		parts = append(parts, `{"uuid":"`+u+`","state":"running","tags":["k8s.io:namespace=ns","k8s.io:pod=p-`+u+`","k8s.io:container=c","kraftlet:node=n1"]}`)
+	}
+	return `{"status":"success","data":{"instances":[` + strings.Join(parts, ",") + `]}}`
+}
+
+func metricsJSON(entries ...string) string {
+	return `{"status":"success","data":{"instances":[` + strings.Join(entries, ",") + `]}}`
+}
+
+func entry(uuid string, startCount int, startedAt string, cpuMS int) string {
+	return `{"uuid":"` + uuid + `","state":"running","start_count":` + strconv.Itoa(startCount) + `,"started_at":"` + startedAt +
+		`","cpu_time_ms":` + strconv.Itoa(cpuMS) + `,"rss_bytes":1}`
+}
+
+func newScriptedTarget(t *testing.T, s *scripted, refresh time.Duration) (sources.Target, *clocktesting.FakeClock) {
+	t.Helper()
+	RegisterMetrics()
+	clk := clocktesting.NewFakeClock(t0)
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	pods := []*corev1.Pod{newPod("ns", "p-u1", "n1", "c"), newPod("ns", "p-u2", "n1", "c"), newPod("ns", "p-u3", "n1", "c")}
+	src, err := NewSource(SourceConfig{
+		Endpoints:   []EndpointConfig{{URL: srv.URL, Nodes: []string{"n1"}}},
+		Pods:        podLister(t, pods...),
+		Clock:       clk,
+		ListRefresh: refresh,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets, err := src.Targets()
+	if err != nil || len(targets) != 1 {
+		t.Fatalf("Targets = %v, %v", targets, err)
+	}
+	return targets[0], clk
+}
+
+func TestScrapeCachesTheList(t *testing.T) {
+	s := &scripted{}
+	s.set(listJSON("u1"), metricsJSON(entry("u1", 1, "2026-12-01T09:00:00Z", 10)))
+	tg, clk := newScriptedTarget(t, s, time.Minute)
+	scrape := func() *sources.Batch {
+		t.Helper()
+		b, err := tg.Scrape(context.Background())
+		if err != nil {
+			t.Fatalf("Scrape: %v", err)
+		}
+		return b
+	}
+	initial, refresh, unknown := fetchCount(t, triggerInitial), fetchCount(t, triggerRefresh), fetchCount(t, triggerUnknownInstance)
+	steps := []struct {
+		name      string
+		list      string
+		metrics   string
+		step      time.Duration
+		wantCalls int
+		wantPods  int
+	}{
+		{name: "first scrape fetches", wantCalls: 1, wantPods: 1},
+		{name: "within the refresh interval", step: 20 * time.Second, wantCalls: 1, wantPods: 1},
+		{
+			name: "a new instance forces a fetch", step: 10 * time.Second,
+			list:      listJSON("u1", "u2"),
+			metrics:   metricsJSON(entry("u1", 1, "2026-12-01T09:00:00Z", 20), entry("u2", 1, "2026-12-01T09:00:00Z", 1)),
+			wantCalls: 2, wantPods: 2,
+		},
+		{
+			name: "an instance the list does not hold forces one fetch", step: 10 * time.Second,
+			metrics:   metricsJSON(entry("u1", 1, "2026-12-01T09:00:00Z", 30), entry("u2", 1, "2026-12-01T09:00:00Z", 2), entry("u9", 1, "2026-12-01T09:00:00Z", 1)),
+			wantCalls: 3, wantPods: 2,
+		},
+		{name: "and not another", step: 10 * time.Second, wantCalls: 3, wantPods: 2},
+		{name: "until the refresh is due", step: time.Minute, wantCalls: 4, wantPods: 2},
+	}
+	for _, st := range steps {
+		clk.Step(st.step)
+		if st.list != "" || st.metrics != "" {
+			s.mu.Lock()
+			s.list, s.metrics = cmp.Or(st.list, s.list), cmp.Or(st.metrics, s.metrics)
+			s.mu.Unlock()
+		}
+		b := scrape()
+		if s.calls() != st.wantCalls || len(b.Pods) != st.wantPods {
+			t.Errorf("%s: %d list fetches and %d pods, want %d and %d", st.name, s.calls(), len(b.Pods), st.wantCalls, st.wantPods)
+		}
+	}
+	if d := fetchCount(t, triggerInitial) - initial; d != 1 {
+		t.Errorf("initial fetches: +%v, want +1", d)
+	}
+	if d := fetchCount(t, triggerUnknownInstance) - unknown; d != 2 {
+		t.Errorf("unknown-instance fetches: +%v, want +2", d)
+	}
+	if d := fetchCount(t, triggerRefresh) - refresh; d != 1 {
+		t.Errorf("refresh fetches: +%v, want +1", d)
+	}
+}
+
+func TestScrapeKeepsTheCachedList(t *testing.T) {
+	s := &scripted{}
+	s.set(listJSON("u1"), metricsJSON(entry("u1", 1, "2026-12-01T09:00:00Z", 10)))
+	tg, clk := newScriptedTarget(t, s, time.Minute)
+	if _, err := tg.Scrape(context.Background()); err != nil {
+		t.Fatalf("first scrape: %v", err)
+	}
+	s.mu.Lock()
+	s.listStatus = http.StatusInternalServerError
+	s.mu.Unlock()
+	clk.Step(2 * time.Minute)
+	b, err := tg.Scrape(context.Background())
+	if b == nil || len(b.Pods) != 1 {
+		t.Fatalf("scrape with a failing list = %+v, want the pod from the cached list", b)
+	}
+	if err == nil || sources.Reason(err) != sources.ReasonHTTPStatus || !strings.Contains(err.Error(), "GET /v1/instances returned 500") {
+		t.Errorf("error = %v, want the list failure", err)
+	}
+}
+
+func TestScrapeFailures(t *testing.T) {
+	tests := []struct {
+		name       string
+		listStatus int
+		metrics    string
+		wantReason string
+	}{
+		{name: "no list yet", listStatus: http.StatusUnauthorized, metrics: metricsJSON(), wantReason: sources.ReasonHTTPStatus},
+		{name: "metrics garbage", metrics: "{{{", wantReason: sources.ReasonDecode},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &scripted{list: listJSON("u1"), metrics: tc.metrics, listStatus: tc.listStatus}
+			tg, _ := newScriptedTarget(t, s, time.Minute)
+			b, err := tg.Scrape(context.Background())
+			if b != nil || err == nil {
+				t.Fatalf("Scrape = %v, %v; want no batch and an error", b, err)
+			}
+			if got := sources.Reason(err); got != tc.wantReason {
+				t.Errorf("reason = %q, want %q (%v)", got, tc.wantReason, err)
+			}
+		})
+	}
+}
+
+// TestScrapeStartCountWithoutNewStart checks the stand-in start time: the
+// store sees a reset and the first rate after it stays plausible.
+func TestScrapeStartCountWithoutNewStart(t *testing.T) {
+	const started = "2026-12-01T09:00:00Z"
+	s := &scripted{}
+	s.set(listJSON("u1"), metricsJSON(entry("u1", 1, started, 900_000)))
+	tg, clk := newScriptedTarget(t, s, time.Hour)
+	st := store.New(store.Config{Clock: clk, Sources: []string{SourceName}, FirstWindowMax: time.Minute, StaleAfter: time.Minute})
+	scrape := func() *sources.Batch {
+		t.Helper()
+		b, err := tg.Scrape(context.Background())
+		if err != nil {
+			t.Fatalf("Scrape: %v", err)
+		}
+		st.Store(SourceName, tg.Nodes(), b, clk.Now())
+		return b
+	}
+	scrape()
+	clk.Step(15 * time.Second)
+	s.set(listJSON("u1"), metricsJSON(entry("u1", 1, started, 907_500))) // 0.5 cores
+	scrape()
+	prevScrape := clk.Now()
+
+	// Woken 5 s before the next scrape, started_at not updated.
+	clk.Step(15 * time.Second)
+	s.set(listJSON("u1"), metricsJSON(entry("u1", 2, started, 2_500)))
+	b := scrape()
+	if got := b.Pods[0].Containers[0].StartTime; !got.Equal(prevScrape) {
+		t.Errorf("StartTime = %s, want the previous scrape %s", got, prevScrape)
+	}
+	u, why := st.Pod("ns", "p-u1", "", "n1")
+	if why != nil {
+		t.Fatalf("no usage after the reset: %v", why)
+	}
+	// 2.5 core-s over the 15 s since the previous scrape.
+	if c := u.Containers[0]; c.CPUNanoCores != 166_666_666 || c.Window != 15*time.Second {
+		t.Errorf("usage after the reset = %+v, want 2.5 core-seconds over 15s", c.Usage)
+	}
+
+	// The stand-in start holds while nothing moves.
+	clk.Step(15 * time.Second)
+	s.set(listJSON("u1"), metricsJSON(entry("u1", 2, started, 10_000)))
+	b = scrape()
+	if got := b.Pods[0].Containers[0].StartTime; !got.Equal(prevScrape) {
+		t.Errorf("StartTime = %s, want it kept at %s", got, prevScrape)
+	}
+	if u, _ := st.Pod("ns", "p-u1", "", "n1"); u.Containers[0].CPUNanoCores != 500_000_000 {
+		t.Errorf("usage = %+v, want 0.5 cores", u.Containers[0].Usage)
+	}
+}

@@ -1,0 +1,279 @@
+package ukpd
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+)
+
+// Format is the form in which the metrics endpoint is asked to answer.
+type Format string
+
+// The forms of GET /v1/instances/metrics, chosen by the Accept header.
+const (
+	// FormatJSON asks with "Accept: application/json".
+	FormatJSON Format = "json"
+	// FormatText asks with "Accept: text/plain" for the Prometheus text
+	// exposition format.
+	FormatText Format = "text"
+)
+
+// DefaultMaxResponseBytes caps a response when ClientConfig leaves it 0.
+const DefaultMaxResponseBytes = 64 << 20
+
+// The API paths read, below the endpoint's base URL.
+const (
+	instancesPath = "/v1/instances"
+	metricsPath   = "/v1/instances/metrics"
+)
+
+// ClientConfig says how to reach and authenticate to one ukpd endpoint.
+type ClientConfig struct {
+	// URL is the base URL (http or https, no credentials); the API paths
+	// /v1/instances and /v1/instances/metrics are appended to its path.
+	URL string
+	// TokenFile holds the bearer token. It is read again when it changes.
+	// Empty sends no Authorization header.
+	TokenFile string
+	// CAFile holds the PEM certificates that the server's certificate must
+	// chain to; empty means the system roots.
+	CAFile string
+	// InsecureSkipTLSVerify accepts any server certificate. Only for tests.
+	InsecureSkipTLSVerify bool
+	// MetricsFormat is the form asked of the metrics endpoint; empty means
+	// FormatJSON. Whatever the server answers is decoded by its content type.
+	MetricsFormat Format
+	// MaxResponseBytes caps a response; 0 means DefaultMaxResponseBytes.
+	MaxResponseBytes int64
+	// RequestTimeout bounds each request on top of the caller's context;
+	// 0 means only the caller's context.
+	RequestTimeout time.Duration
+}
+
+// Client reads the instance list and instance metrics of one ukpd endpoint.
+// It is safe for concurrent use.
+type Client struct {
+	base     *url.URL
+	endpoint string // base URL without credentials, for errors and logs
+	http     *http.Client
+	token    *tokenFile
+	format   Format
+	maxBytes int64
+	timeout  time.Duration
+}
+
+// NewClient builds a Client with its own connection pool.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	base, err := parseBaseURL(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	format := cfg.MetricsFormat
+	switch format {
+	case "":
+		format = FormatJSON
+	case FormatJSON, FormatText:
+	default:
+		return nil, fmt.Errorf("ukpd %s: unknown metrics format %q (want json or text)", base, format)
+	}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.InsecureSkipTLSVerify}
+	if cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("ukpd %s: read CA file: %w", base, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("ukpd %s: CA file %q holds no PEM certificate", base, cfg.CAFile)
+		}
+		tlsConfig.RootCAs = pool
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.TLSClientConfig = tlsConfig
+	transport.MaxIdleConnsPerHost = 2
+	c := &Client{
+		base:     base,
+		endpoint: base.String(),
+		http:     &http.Client{Transport: transport},
+		format:   format,
+		maxBytes: cfg.MaxResponseBytes,
+		timeout:  cfg.RequestTimeout,
+	}
+	if c.maxBytes <= 0 {
+		c.maxBytes = DefaultMaxResponseBytes
+	}
+	if cfg.TokenFile != "" {
+		c.token = newTokenFile(cfg.TokenFile)
+		if base.Scheme == "http" && !isLoopback(base.Hostname()) {
+			klog.InfoS("Warning: the ukpd bearer token is sent over plain HTTP", "endpoint", c.endpoint)
+		}
+	}
+	return c, nil
+}
+
+// String is the endpoint's base URL.
+func (c *Client) String() string { return c.endpoint }
+
+// Instances returns the instance list. On a partial decode failure it
+// returns the entries it could read with an error saying what was left out;
+// otherwise a nil list goes with a non-nil error.
+func (c *Client) Instances(ctx context.Context) ([]Instance, error) {
+	body, contentType, err := c.get(ctx, instancesPath, "application/json")
+	if err != nil {
+		return nil, err
+	}
+	if !isJSON(contentType, body) {
+		return nil, c.errorf(sources.ReasonDecode, "GET %s answered %q, not JSON", instancesPath, clip(contentType))
+	}
+	list, err := DecodeInstances(body)
+	return list, c.wrap(err)
+}
+
+// Metrics returns the metrics of every instance the endpoint reports, in
+// the form the server answered. Errors are as for Instances.
+func (c *Client) Metrics(ctx context.Context) ([]Sample, error) {
+	accept := "application/json"
+	if c.format == FormatText {
+		accept = "text/plain"
+	}
+	body, contentType, err := c.get(ctx, metricsPath, accept)
+	if err != nil {
+		return nil, err
+	}
+	var samples []Sample
+	if isJSON(contentType, body) {
+		samples, err = DecodeMetricsJSON(body)
+	} else {
+		samples, err = DecodeMetricsText(body)
+	}
+	return samples, c.wrap(err)
+}
+
+// get fetches path and returns the body and its content type.
+func (c *Client) get(ctx context.Context, path, accept string) ([]byte, string, error) {
+	if c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	u := c.base.JoinPath(path)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, "", c.errorf(sources.ReasonOther, "GET %s: %w", path, err)
+	}
+	req.Header.Set("Accept", accept)
+	if c.token != nil {
+		tok, err := c.token.get()
+		if err != nil {
+			return nil, "", c.errorf(sources.ReasonOther, "GET %s: %w", path, err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, "", c.errorf(transportReason(err), "GET %s: %w", path, err)
+	}
+	defer func() {
+		_ = resp.Body.Close()
+	}()
+	if resp.StatusCode != http.StatusOK {
+		return nil, "", c.errorf(sources.ReasonHTTPStatus, "GET %s returned %s%s", path, resp.Status, statusDetail(resp))
+	}
+	body, err := readCapped(resp.Body, c.maxBytes)
+	if err != nil {
+		return nil, "", c.errorf(sources.Reason(err), "GET %s: %w", path, err)
+	}
+	return body, resp.Header.Get("Content-Type"), nil
+}
+
+func (c *Client) errorf(reason, format string, args ...any) error {
+	return sources.WithReason(reason, fmt.Errorf("ukpd %s: "+format, append([]any{c.endpoint}, args...)...))
+}
+
+// wrap names the endpoint in a decode error, keeping its reason.
+func (c *Client) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("ukpd %s: %w", c.endpoint, err)
+}
+
+// statusDetail says more about a failed request: a hint for 401 and the
+// API's own message, if the body is its JSON envelope.
+func statusDetail(resp *http.Response) string {
+	var detail string
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		detail = " (check the bearer token)"
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	var env struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(b, &env) == nil && env.Message != "" {
+		detail += ": " + clip(env.Message)
+	}
+	return detail
+}
+
+// readCapped reads all of r, failing once it passes max bytes.
+func readCapped(r io.Reader, max int64) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return nil, sources.WithReason(transportReason(err), fmt.Errorf("read body: %w", err))
+	}
+	if int64(len(body)) > max {
+		return nil, sources.WithReason(sources.ReasonTooLarge, fmt.Errorf("response larger than %d bytes", max))
+	}
+	return body, nil
+}
+
+// isJSON says whether a body is JSON, by its content type or, when that
+// says neither JSON nor text, by its first byte.
+func isJSON(contentType string, body []byte) bool {
+	if mt, _, err := mime.ParseMediaType(contentType); err == nil {
+		switch {
+		case mt == "application/json" || strings.HasSuffix(mt, "+json"):
+			return true
+		case mt == "text/plain" || mt == "application/openmetrics-text":
+			return false
+		}
+	}
+	b := bytes.TrimLeft(body, " \t\r\n")
+	return len(b) > 0 && b[0] == '{'
+}
+
+func transportReason(err error) string {
+	var (
+		certErr      *tls.CertificateVerificationError
+		recordErr    tls.RecordHeaderError
+		authorityErr x509.UnknownAuthorityError
+		hostErr      x509.HostnameError
+		invalidErr   x509.CertificateInvalidError
+		timeoutErr   interface{ Timeout() bool }
+	)
+	switch {
+	case errors.As(err, &certErr), errors.As(err, &recordErr), errors.As(err, &authorityErr),
+		errors.As(err, &hostErr), errors.As(err, &invalidErr):
+		return sources.ReasonTLS
+	case errors.Is(err, context.DeadlineExceeded):
+		return sources.ReasonTimeout
+	case errors.As(err, &timeoutErr) && timeoutErr.Timeout():
+		return sources.ReasonTimeout
+	}
+	return sources.ReasonConnection
+}

@@ -1,0 +1,276 @@
+package ukpd
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
+)
+
+func TestClientReadsBothForms(t *testing.T) {
+	e := newEnv(t)
+	web := e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.5, RSSBytes: 64 << 20})
+	idle := e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "idle-0", Container: "app", Node: "kraftlet-a", CPUCores: 2})
+	gone := e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "gone-0", Container: "app"})
+	e.clk.Step(10 * time.Second)
+	if err := e.fake.Standby(idle.UUID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fake.Stop(gone.UUID); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Step(10 * time.Second)
+
+	want := []Sample{
+		{UUID: web.UUID, Name: web.Name, State: "running", CPUCoreNanos: 10e9, RSSBytes: 64 << 20, StartCount: 1, StartedAt: t0},
+		{UUID: idle.UUID, Name: idle.Name, State: "standby", CPUCoreNanos: 20e9, StartCount: 1, StartedAt: t0},
+	}
+	for _, format := range []Format{FormatJSON, FormatText} {
+		t.Run(string(format), func(t *testing.T) {
+			c := e.client(t, func(cfg *ClientConfig) { cfg.MetricsFormat = format })
+			got, err := c.Metrics(context.Background())
+			if err != nil {
+				t.Fatalf("Metrics: %v", err)
+			}
+			w := want
+			if format == FormatText {
+				// The Prometheus form carries no names.
+				w = []Sample{want[0], want[1]}
+				w[0].Name, w[1].Name = "", ""
+			}
+			if diff := cmp.Diff(w, got); diff != "" {
+				t.Errorf("Metrics (-want +got):\n%s", diff)
+			}
+		})
+	}
+
+	list, err := e.client(t, nil).Instances(context.Background())
+	if err != nil {
+		t.Fatalf("Instances: %v", err)
+	}
+	wantList := []Instance{
+		{UUID: web.UUID, Name: web.Name, State: "running", Tags: web.Tags},
+		{UUID: idle.UUID, Name: idle.Name, State: "standby", Tags: idle.Tags},
+		{UUID: gone.UUID, Name: gone.Name, State: "stopped", Tags: gone.Tags},
+	}
+	if diff := cmp.Diff(wantList, list); diff != "" {
+		t.Errorf("Instances (-want +got):\n%s", diff)
+	}
+}
+
+// TestClientFollowsTheAnswer checks that the body is decoded by what the
+// server sent, whatever was asked for.
+func TestClientFollowsTheAnswer(t *testing.T) {
+	const text = "instance_cpu_time_s{instance_uuid=\"u1\"} 1.5\ninstance_rss_bytes{instance_uuid=\"u1\"} 10\n"
+	const json = `{"status":"success","data":{"instances":[{"uuid":"u1","cpu_time_ms":1500,"rss_bytes":10}]}}`
+	want := []Sample{{UUID: "u1", CPUCoreNanos: 1500e6, RSSBytes: 10}}
+	tests := []struct {
+		name        string
+		ask         Format
+		contentType string
+		body        string
+	}{
+		{name: "text when JSON was asked", ask: FormatJSON, contentType: "text/plain; version=0.0.4", body: text},
+		{name: "JSON when text was asked", ask: FormatText, contentType: "application/json", body: json},
+		{name: "untyped JSON", ask: FormatText, body: json},
+		{name: "untyped text", ask: FormatJSON, body: text},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				wantAccept := map[Format]string{FormatJSON: "application/json", FormatText: "text/plain"}[tc.ask]
+				if got := r.Header.Get("Accept"); got != wantAccept {
+					t.Errorf("Accept = %q, want %q", got, wantAccept)
+				}
+				w.Header()["Content-Type"] = []string{tc.contentType}
+				_, _ = io.WriteString(w, tc.body)
+			}))
+			defer srv.Close()
+			c, err := NewClient(ClientConfig{URL: srv.URL, MetricsFormat: tc.ask})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := c.Metrics(context.Background())
+			if err != nil {
+				t.Fatalf("Metrics: %v", err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("Metrics (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestClientFailures(t *testing.T) {
+	e := newEnv(t)
+	e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: "p", Container: "c"})
+	ca, err := fakeukpd.NewCA(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherCA := filepath.Join(t.TempDir(), "other.crt")
+	writeFile(t, otherCA, string(ca.CertPEM()))
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closedURL := closed.URL
+	closed.Close()
+
+	tests := []struct {
+		name       string
+		fault      *fakeukpd.Fault
+		cfg        func(*ClientConfig)
+		ctx        func() (context.Context, context.CancelFunc)
+		wantReason string
+		wantErr    string
+	}{
+		{name: "500", fault: &fakeukpd.Fault{Kind: fakeukpd.FaultStatus500}, wantReason: sources.ReasonHTTPStatus, wantErr: "500 Internal Server Error: Internal error"},
+		{name: "garbage", fault: &fakeukpd.Fault{Kind: fakeukpd.FaultGarbage}, wantReason: sources.ReasonDecode, wantErr: "decode instance metrics"},
+		{
+			name: "huge body", fault: &fakeukpd.Fault{Kind: fakeukpd.FaultHugeBody, Bytes: 1 << 20},
+			cfg:        func(c *ClientConfig) { c.MaxResponseBytes = 64 << 10 },
+			wantReason: sources.ReasonTooLarge, wantErr: "larger than 65536 bytes",
+		},
+		{
+			name: "slow past the deadline", fault: &fakeukpd.Fault{Kind: fakeukpd.FaultSlow, Delay: time.Hour},
+			ctx: func() (context.Context, context.CancelFunc) {
+				return context.WithTimeout(context.Background(), 20*time.Millisecond)
+			},
+			wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded",
+		},
+		{
+			name: "slow past the request timeout", fault: &fakeukpd.Fault{Kind: fakeukpd.FaultSlow, Delay: time.Hour},
+			cfg:        func(c *ClientConfig) { c.RequestTimeout = 20 * time.Millisecond },
+			wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded",
+		},
+		{name: "wrong token", cfg: func(c *ClientConfig) { c.TokenFile = writeTemp(t, "not-the-token") }, wantReason: sources.ReasonHTTPStatus, wantErr: "401 Unauthorized (check the bearer token)"},
+		{name: "no token", cfg: func(c *ClientConfig) { c.TokenFile = "" }, wantReason: sources.ReasonHTTPStatus, wantErr: "401"},
+		{name: "missing token file", cfg: func(c *ClientConfig) { c.TokenFile = "/nonexistent/token" }, wantReason: sources.ReasonOther, wantErr: "bearer token"},
+		{name: "empty token file", cfg: func(c *ClientConfig) { c.TokenFile = writeTemp(t, " \n") }, wantReason: sources.ReasonOther, wantErr: "empty"},
+		{name: "two-line token file", cfg: func(c *ClientConfig) { c.TokenFile = writeTemp(t, testToken+"\n"+testToken) }, wantReason: sources.ReasonOther, wantErr: "whitespace"},
+		{name: "unknown CA", cfg: func(c *ClientConfig) { c.CAFile = otherCA }, wantReason: sources.ReasonTLS, wantErr: "certificate"},
+		{name: "system roots", cfg: func(c *ClientConfig) { c.CAFile = "" }, wantReason: sources.ReasonTLS, wantErr: "certificate"},
+		{name: "connection refused", cfg: func(c *ClientConfig) { c.URL = closedURL }, wantReason: sources.ReasonConnection, wantErr: "connect"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.fault != nil {
+				if err := e.fake.SetFault(*tc.fault); err != nil {
+					t.Fatal(err)
+				}
+				defer e.fake.ClearFault("")
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			if tc.ctx != nil {
+				ctx, cancel = tc.ctx()
+			}
+			defer cancel()
+			c := e.client(t, tc.cfg)
+			samples, err := c.Metrics(ctx)
+			if samples != nil || err == nil {
+				t.Fatalf("Metrics = %v, %v; want an error", samples, err)
+			}
+			if got := sources.Reason(err); got != tc.wantReason {
+				t.Errorf("reason = %q, want %q (error: %v)", got, tc.wantReason, err)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, tc.wantErr) {
+				t.Errorf("error %q does not contain %q", msg, tc.wantErr)
+			}
+			if !strings.HasPrefix(msg, "ukpd "+c.String()+": ") {
+				t.Errorf("error %q does not name the endpoint %s", msg, c.String())
+			}
+			if strings.Contains(msg, testToken) {
+				t.Errorf("error %q reveals the token", msg)
+			}
+		})
+	}
+}
+
+func TestClientInsecureOnlyByOption(t *testing.T) {
+	e := newEnv(t)
+	c := e.client(t, func(c *ClientConfig) { c.CAFile, c.InsecureSkipTLSVerify = "", true })
+	if _, err := c.Instances(context.Background()); err != nil {
+		t.Errorf("Instances with InsecureSkipTLSVerify: %v", err)
+	}
+}
+
+func TestClientRereadsToken(t *testing.T) {
+	e := newEnv(t)
+	c := e.client(t, nil)
+	get := func() error {
+		_, err := c.Instances(context.Background())
+		return err
+	}
+	if err := get(); err != nil {
+		t.Fatalf("first request: %v", err)
+	}
+
+	// Rotated by writing the file in place.
+	e.fake.SetTokens("second-token-longer")
+	writeFile(t, e.tokenFile, "second-token-longer\n")
+	if err := get(); err != nil {
+		t.Fatalf("after an in-place rotation: %v", err)
+	}
+
+	// Rotated by renaming a new file over it, as a Secret volume does.
+	e.fake.SetTokens("third-token")
+	tmp := e.tokenFile + ".new"
+	writeFile(t, tmp, "third-token")
+	if err := os.Rename(tmp, e.tokenFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := get(); err != nil {
+		t.Fatalf("after a rotation by rename: %v", err)
+	}
+
+	// The server moves on before the file does: refused, and the old token
+	// is not in the error.
+	e.fake.SetTokens("fourth-token")
+	if err := get(); err == nil || strings.Contains(err.Error(), "third-token") {
+		t.Fatalf("error = %v, want a 401 that does not quote the token", err)
+	}
+}
+
+func TestNewClientRejects(t *testing.T) {
+	garbageCA := writeTemp(t, "not a certificate")
+	tests := []struct {
+		name    string
+		cfg     ClientConfig
+		wantErr string
+	}{
+		{name: "no URL", cfg: ClientConfig{}, wantErr: "empty URL"},
+		{name: "bad scheme", cfg: ClientConfig{URL: "ftp://h"}, wantErr: "http or https"},
+		{name: "bad format", cfg: ClientConfig{URL: "https://h", MetricsFormat: "xml"}, wantErr: `unknown metrics format "xml"`},
+		{name: "missing CA", cfg: ClientConfig{URL: "https://h", CAFile: "/nonexistent/ca.crt"}, wantErr: "read CA file"},
+		{name: "CA without certificates", cfg: ClientConfig{URL: "https://h", CAFile: garbageCA}, wantErr: "holds no PEM certificate"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := NewClient(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("NewClient error = %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func writeTemp(t *testing.T, content string) string {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	if _, err := f.WriteString(content); err != nil {
+		t.Fatal(err)
+	}
+	return f.Name()
+}

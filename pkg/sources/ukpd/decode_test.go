@@ -1,0 +1,301 @@
+package ukpd
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+)
+
+const validList = `{
+  "status": "success",
+  "data": {
+    "instances": [
+      {
+        "status": "success",
+        "uuid": "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a01",
+        "name": "web-0-app-x1",
+        "created_at": "2026-11-30T08:00:00Z",
+        "state": "running",
+        "image": "example/web:1",
+        "memory_mb": 256,
+        "vcpus": 1,
+        "tags": ["k8s.io:namespace=default", "k8s.io:pod=web-0", "k8s.io:container=app", "kraftlet:node=kraftlet-a"]
+      },
+      {
+        "status": "success",
+        "uuid": "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a02",
+        "name": "batch-7",
+        "state": "standby",
+        "scale_to_zero": {"enabled": true, "policy": "on", "cooldown_time_ms": 1000}
+      }
+    ]
+  },
+  "op_time_us": 321
+}`
+
+func TestDecodeInstances(t *testing.T) {
+	tests := []struct {
+		name    string
+		body    string
+		want    []Instance
+		wantErr string // empty: no error
+	}{
+		{
+			name: "documented envelope",
+			body: validList,
+			want: []Instance{
+				{
+					UUID: "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a01", Name: "web-0-app-x1", State: "running",
+					Tags: []string{"k8s.io:namespace=default", "k8s.io:pod=web-0", "k8s.io:container=app", "kraftlet:node=kraftlet-a"},
+				},
+				{UUID: "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a02", Name: "batch-7", State: "standby"},
+			},
+		},
+		{name: "empty list left out", body: `{"status": "success", "data": {}, "op_time_us": 3}`, want: []Instance{}},
+		{name: "no data at all", body: `{"status": "success"}`, want: []Instance{}},
+		{name: "bare instances array", body: `{"instances": [{"uuid": "u1", "state": "running"}]}`, want: []Instance{{UUID: "u1", State: "running"}}},
+		{
+			name:    "bad entries cost only themselves",
+			body:    `{"status": "partial_success", "data": {"instances": [{"uuid": 7}, {"name": "no-uuid"}, {"uuid": "u1"}, {"uuid": "u1"}, {"status": "error", "uuid": "u2", "message": "gone"}, {"uuid": "u3", "tags": ["a=b"]}]}}`,
+			want:    []Instance{{UUID: "u1"}, {UUID: "u3", Tags: []string{"a=b"}}},
+			wantErr: "left out 4 entries",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := DecodeInstances([]byte(tc.body))
+			checkErr(t, err, tc.wantErr, sources.ReasonDecode)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("DecodeInstances (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDecodeRejectsEnvelope(t *testing.T) {
+	tests := []struct {
+		name       string
+		body       string
+		wantErr    string
+		wantReason string
+	}{
+		{name: "empty", body: ``, wantErr: "not a JSON object", wantReason: sources.ReasonDecode},
+		{name: "array", body: `[{"uuid": "u1"}]`, wantErr: "not a JSON object", wantReason: sources.ReasonDecode},
+		{name: "truncated", body: `{"status": "success", "data": {"instances": [`, wantErr: "unexpected end", wantReason: sources.ReasonDecode},
+		{name: "instances not a list", body: `{"data": {"instances": {"uuid": "u1"}}}`, wantErr: "cannot unmarshal", wantReason: sources.ReasonDecode},
+		{name: "unknown status", body: `{"status": "maybe"}`, wantErr: `unknown status "maybe"`, wantReason: sources.ReasonDecode},
+		{name: "status error", body: `{"status": "error", "message": "Unauthorized"}`, wantErr: "API answered status error: Unauthorized", wantReason: sources.ReasonHTTPStatus},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			list, err := DecodeInstances([]byte(tc.body))
+			if list != nil {
+				t.Errorf("DecodeInstances returned %v, want nothing", list)
+			}
+			checkErr(t, err, tc.wantErr, tc.wantReason)
+			samples, err := DecodeMetricsJSON([]byte(tc.body))
+			if samples != nil {
+				t.Errorf("DecodeMetricsJSON returned %v, want nothing", samples)
+			}
+			checkErr(t, err, tc.wantErr, tc.wantReason)
+		})
+	}
+}
+
+const validMetricsJSON = `{
+  "status": "success",
+  "data": {
+    "instances": [
+      {
+        "status": "success",
+        "uuid": "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a01",
+        "name": "web-0-app-x1",
+        "state": "running",
+        "start_count": 3,
+        "restart_count": 1,
+        "started_at": "2026-12-01T09:00:00Z",
+        "uptime_ms": 3600000,
+        "rss_bytes": 52428800,
+        "cpu_time_ms": 1800250,
+        "rx_bytes": 100, "tx_bytes": 200, "nconns": 1, "ntotal": 9,
+        "wakeup_latency": [{"bucket_ms": 1, "count": 0}, {"bucket_ms": null, "count": 0}],
+        "wakeup_latency_sum": 0
+      },
+      {
+        "status": "success",
+        "uuid": "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a02",
+        "name": "batch-7",
+        "state": "standby",
+        "start_count": 2,
+        "started_at": "2026-12-01T08:59:00.5Z",
+        "stopped_at": "2026-12-01T09:10:00Z",
+        "rss_bytes": 0,
+        "cpu_time_ms": 150
+      }
+    ]
+  }
+}`
+
+func ts(s string) time.Time {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+func TestDecodeMetricsJSON(t *testing.T) {
+	tests := []struct {
+		name    string
+		body    string
+		want    []Sample
+		wantErr string
+	}{
+		{
+			name: "documented fields",
+			body: validMetricsJSON,
+			want: []Sample{
+				{
+					UUID: "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a01", Name: "web-0-app-x1", State: "running",
+					CPUCoreNanos: 1800250 * 1e6, RSSBytes: 52428800, StartCount: 3, StartedAt: ts("2026-12-01T09:00:00Z"),
+				},
+				{
+					UUID: "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a02", Name: "batch-7", State: "standby",
+					CPUCoreNanos: 150 * 1e6, StartCount: 2, StartedAt: ts("2026-12-01T08:59:00.5Z"),
+				},
+			},
+		},
+		{
+			name: "zero values and omitted optional fields",
+			body: `{"status": "success", "data": {"instances": [{"name": "only-name", "cpu_time_ms": 0, "rss_bytes": 0, "started_at": ""}]}}`,
+			want: []Sample{{Name: "only-name"}},
+		},
+		{name: "empty", body: `{"status": "success", "data": {"instances": []}}`, want: []Sample{}},
+		{
+			name: "bad entries cost only themselves",
+			body: `{"data": {"instances": [
+				{"uuid": "a", "rss_bytes": 1},
+				{"uuid": "b", "cpu_time_ms": 1},
+				{"uuid": "c", "cpu_time_ms": -1, "rss_bytes": 1},
+				{"uuid": "d", "cpu_time_ms": 1, "rss_bytes": 9000000000000000000},
+				{"uuid": "e", "cpu_time_ms": 1.5, "rss_bytes": 1},
+				{"uuid": "f", "cpu_time_ms": 1, "rss_bytes": 1, "started_at": "yesterday"},
+				{"uuid": "g", "cpu_time_ms": 1, "rss_bytes": 1, "started_at": "1970-01-01T00:00:01Z"},
+				{"uuid": "h", "cpu_time_ms": 1, "rss_bytes": 1, "start_count": -2},
+				{"cpu_time_ms": 1, "rss_bytes": 1},
+				{"status": "error", "uuid": "i", "message": "instance not found"},
+				{"uuid": "ok", "cpu_time_ms": 1, "rss_bytes": 1},
+				{"uuid": "ok", "cpu_time_ms": 2, "rss_bytes": 2},
+				{"uuid": "j", "cpu_time_ms": 9223372036854775807, "rss_bytes": 1}
+			]}}`,
+			want:    []Sample{{UUID: "ok", CPUCoreNanos: 1e6, RSSBytes: 1}},
+			wantErr: "left out 12 entries",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := DecodeMetricsJSON([]byte(tc.body))
+			checkErr(t, err, tc.wantErr, sources.ReasonDecode)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("DecodeMetricsJSON (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestDecodeNamesProblems checks that an error says which entry was left
+// out and why, and names no more than maxReported of them.
+func TestDecodeNamesProblems(t *testing.T) {
+	_, err := DecodeMetricsJSON([]byte(`{"data": {"instances": [{"uuid": "x1", "rss_bytes": 1}]}}`))
+	if err == nil || !strings.Contains(err.Error(), `instance "x1": no cpu_time_ms`) {
+		t.Errorf("error = %v, want it to name instance x1 and the missing field", err)
+	}
+	var b strings.Builder
+	b.WriteString(`{"data": {"instances": [`)
+	for i := range 25 {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString(`{"uuid": "bad"}`)
+	}
+	b.WriteString(`]}}`)
+	_, err = DecodeMetricsJSON([]byte(b.String()))
+	if err == nil || !strings.Contains(err.Error(), "left out 25 entries") || !strings.Contains(err.Error(), "and 15 more") {
+		t.Errorf("error = %v, want 25 entries counted and 10 named", err)
+	}
+}
+
+func checkErr(t *testing.T, err error, want, wantReason string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Fatalf("unexpected error: %v", err)
+	case want == "":
+		return
+	case err == nil || !strings.Contains(err.Error(), want):
+		t.Fatalf("error = %v, want one containing %q", err, want)
+	case sources.Reason(err) != wantReason:
+		t.Errorf("reason = %q, want %q", sources.Reason(err), wantReason)
+	}
+}
+
+// FuzzDecodeInstances checks that no input crashes the decoder and that
+// whatever it accepts has a unique UUID.
+func FuzzDecodeInstances(f *testing.F) {
+	f.Add([]byte(validList))
+	f.Add([]byte(`{"status": "success", "data": {}}`))
+	f.Add([]byte(`{"instances": [{"uuid": "u1"}, {"uuid": "u1"}]}`))
+	f.Add([]byte(`{"status": "error", "message": "no"}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		list, err := DecodeInstances(body)
+		if list == nil {
+			if err == nil {
+				t.Fatal("nil list without an error")
+			}
+			return
+		}
+		seen := map[string]bool{}
+		for _, in := range list {
+			if in.UUID == "" || seen[in.UUID] {
+				t.Fatalf("accepted instance %+v", in)
+			}
+			seen[in.UUID] = true
+		}
+	})
+}
+
+// FuzzDecodeMetricsJSON checks that no input crashes the decoder and that
+// whatever it accepts obeys the bounds the source relies on.
+func FuzzDecodeMetricsJSON(f *testing.F) {
+	f.Add([]byte(validMetricsJSON))
+	f.Add([]byte(`{"data": {"instances": [{"uuid": "a", "cpu_time_ms": 1, "rss_bytes": 1, "started_at": "2026-01-01T00:00:00Z"}]}}`))
+	f.Add([]byte(`{"instances": [{"name": "n", "cpu_time_ms": 4611686018427, "rss_bytes": 1125899906842624}]}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		samples, err := DecodeMetricsJSON(body)
+		if samples == nil {
+			if err == nil {
+				t.Fatal("nil samples without an error")
+			}
+			return
+		}
+		checkSamples(t, samples)
+	})
+}
+
+func checkSamples(t *testing.T, samples []Sample) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, s := range samples {
+		k := sampleKey(s)
+		if (s.UUID == "" && s.Name == "") || seen[k] || s.CPUCoreNanos > maxCPUCoreNanos || s.RSSBytes > maxRSSBytes ||
+			(!s.StartedAt.IsZero() && s.StartedAt.Before(minTime)) {
+			t.Fatalf("accepted implausible sample %+v", s)
+		}
+		seen[k] = true
+	}
+}

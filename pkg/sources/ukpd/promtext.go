@@ -1,0 +1,298 @@
+package ukpd
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+)
+
+// The series of the Prometheus form that the source reads, each labelled
+// with instance_uuid.
+const (
+	metricState      = "instance_state"
+	metricStartCount = "instance_start_count"
+	metricStartedAt  = "instance_started_at"
+	metricCPU        = "instance_cpu_time_s"
+	metricRSS        = "instance_rss_bytes"
+	labelUUID        = "instance_uuid"
+)
+
+// stateCodes are the values of instance_state, as its HELP line documents
+// them.
+var stateCodes = []string{"stopped", "starting", "running", "draining", "stopping", "standby", "template", "deleted"}
+
+// Indices of the series read, in series.
+const (
+	idxState = iota
+	idxStartCount
+	idxStartedAt
+	idxCPU
+	idxRSS
+	numSeries
+)
+
+var seriesIndex = map[string]int{
+	metricState: idxState, metricStartCount: idxStartCount, metricStartedAt: idxStartedAt,
+	metricCPU: idxCPU, metricRSS: idxRSS,
+}
+
+// series is what the Prometheus form says of one instance.
+type series struct {
+	values [numSeries]float64
+	have   [numSeries]bool
+	line   [numSeries]int
+}
+
+// DecodeMetricsText decodes a GET /v1/instances/metrics response in the
+// Prometheus text exposition format. It is an error, and no samples, when
+// the body has malformed lines and not one well-formed sample. Otherwise a
+// malformed line, a series without instance_uuid, a repeated series or an
+// instance without CPU time or resident set is left out and named in the
+// returned error, alongside the samples of all other instances.
+func DecodeMetricsText(body []byte) ([]Sample, error) {
+	var p problems
+	parsed := 0
+	byUUID := map[string]*series{}
+	lineNo := 0
+	for line := range strings.Lines(string(body)) {
+		lineNo++
+		line = strings.TrimRight(line, "\r\n")
+		if !utf8.ValidString(line) || strings.IndexByte(line, 0) >= 0 {
+			p.add(fmt.Errorf("line %d: not UTF-8 text", lineNo))
+			continue
+		}
+		line = strings.TrimSpace(line)
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, labels, value, err := parseSampleLine(line)
+		if err != nil {
+			p.add(fmt.Errorf("line %d: %w", lineNo, err))
+			continue
+		}
+		parsed++
+		idx, wanted := seriesIndex[name]
+		if !wanted {
+			continue
+		}
+		uuid := labelValue(labels, labelUUID)
+		if uuid == "" {
+			p.add(fmt.Errorf("line %d: %s has no %s label", lineNo, name, labelUUID))
+			continue
+		}
+		s := byUUID[uuid]
+		if s == nil {
+			s = &series{}
+			byUUID[uuid] = s
+		}
+		if s.have[idx] {
+			p.add(fmt.Errorf("line %d: %s of instance %q repeats line %d", lineNo, name, clip(uuid), s.line[idx]))
+			continue
+		}
+		s.values[idx], s.have[idx], s.line[idx] = value, true, lineNo
+	}
+	if parsed == 0 && p.n > 0 {
+		return nil, sources.WithReason(sources.ReasonDecode,
+			fmt.Errorf("decode instance metrics: no well-formed sample: %w", p.err("prometheus text")))
+	}
+	uuids := make([]string, 0, len(byUUID))
+	for u := range byUUID {
+		uuids = append(uuids, u)
+	}
+	slices.Sort(uuids)
+	out := make([]Sample, 0, len(uuids))
+	for _, u := range uuids {
+		s, err := byUUID[u].sample(u)
+		if err != nil {
+			p.add(fmt.Errorf("instance %q: %w", clip(u), err))
+			continue
+		}
+		out = append(out, s)
+	}
+	return out, p.err("instance metrics")
+}
+
+func (s *series) sample(uuid string) (Sample, error) {
+	cpu, rss := s.values[idxCPU], s.values[idxRSS]
+	switch {
+	case !s.have[idxCPU]:
+		return Sample{}, errors.New("no " + metricCPU)
+	case !s.have[idxRSS]:
+		return Sample{}, errors.New("no " + metricRSS)
+	case !(cpu >= 0 && cpu*1e9 <= maxCPUCoreNanos):
+		return Sample{}, fmt.Errorf("%s %g is implausible", metricCPU, cpu)
+	case !(rss >= 0 && rss <= maxRSSBytes):
+		return Sample{}, fmt.Errorf("%s %g is implausible", metricRSS, rss)
+	}
+	out := Sample{UUID: uuid, CPUCoreNanos: uint64(math.Round(cpu * 1e9)), RSSBytes: uint64(math.Round(rss))}
+	if i := idxStartCount; s.have[i] {
+		v := s.values[i]
+		if !(v >= 0 && v <= 1<<53 && v == math.Trunc(v)) {
+			return Sample{}, fmt.Errorf("%s %g is not a count", metricStartCount, v)
+		}
+		out.StartCount = uint64(v)
+	}
+	if i := idxStartedAt; s.have[i] && s.values[i] != 0 {
+		v := s.values[i]
+		if !(v >= float64(minTime.Unix()) && v < 1<<40) {
+			return Sample{}, fmt.Errorf("%s %g is implausible", metricStartedAt, v)
+		}
+		sec, frac := math.Modf(v)
+		out.StartedAt = time.Unix(int64(sec), int64(math.Round(frac*1e9))).UTC()
+	}
+	if i := idxState; s.have[i] {
+		v := s.values[i]
+		switch {
+		case v >= 0 && v < float64(len(stateCodes)) && v == math.Trunc(v):
+			out.State = stateCodes[int(v)]
+		case v >= 0 && v < 1<<31 && v == math.Trunc(v):
+			// A state this decoder does not know is not "running".
+			out.State = "code-" + strconv.Itoa(int(v))
+		default:
+			return Sample{}, fmt.Errorf("%s %g is not a state code", metricState, v)
+		}
+	}
+	return out, nil
+}
+
+type label struct{ name, value string }
+
+func labelValue(labels []label, name string) string {
+	v, _ := lookupLabel(labels, name)
+	return v
+}
+
+func lookupLabel(labels []label, name string) (string, bool) {
+	for _, l := range labels {
+		if l.name == name {
+			return l.value, true
+		}
+	}
+	return "", false
+}
+
+// parseSampleLine parses `name{l="v",...} value [timestamp]`.
+func parseSampleLine(line string) (name string, labels []label, value float64, err error) {
+	i := 0
+	for i < len(line) && isNameByte(line[i], i == 0, true) {
+		i++
+	}
+	if i == 0 {
+		return "", nil, 0, errors.New("no metric name")
+	}
+	name, rest := line[:i], line[i:]
+	rest = strings.TrimLeft(rest, " \t")
+	if strings.HasPrefix(rest, "{") {
+		labels, rest, err = parseLabels(rest[1:])
+		if err != nil {
+			return "", nil, 0, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	fields := strings.Fields(rest)
+	if len(fields) == 0 || len(fields) > 2 {
+		return "", nil, 0, fmt.Errorf("%s: want a value and an optional timestamp", name)
+	}
+	value, err = strconv.ParseFloat(fields[0], 64)
+	if err != nil {
+		return "", nil, 0, fmt.Errorf("%s: value %q is not a number", name, clip(fields[0]))
+	}
+	if len(fields) == 2 {
+		if _, err := strconv.ParseInt(fields[1], 10, 64); err != nil {
+			return "", nil, 0, fmt.Errorf("%s: timestamp %q is not an integer", name, clip(fields[1]))
+		}
+	}
+	return name, labels, value, nil
+}
+
+// parseLabels parses the label set after its opening brace and returns the
+// text after the closing one.
+func parseLabels(s string) ([]label, string, error) {
+	var labels []label
+	for {
+		s = strings.TrimLeft(s, " \t")
+		if strings.HasPrefix(s, "}") {
+			return labels, s[1:], nil
+		}
+		i := 0
+		for i < len(s) && isNameByte(s[i], i == 0, false) {
+			i++
+		}
+		if i == 0 {
+			return nil, "", errors.New("malformed label set")
+		}
+		ln := s[:i]
+		s = strings.TrimLeft(s[i:], " \t")
+		if !strings.HasPrefix(s, "=") {
+			return nil, "", fmt.Errorf("label %s has no value", ln)
+		}
+		s = strings.TrimLeft(s[1:], " \t")
+		v, rest, err := parseQuoted(s)
+		if err != nil {
+			return nil, "", fmt.Errorf("label %s: %w", ln, err)
+		}
+		if _, dup := lookupLabel(labels, ln); dup {
+			return nil, "", fmt.Errorf("label %s given twice", ln)
+		}
+		labels = append(labels, label{ln, v})
+		s = strings.TrimLeft(rest, " \t")
+		switch {
+		case strings.HasPrefix(s, ","):
+			s = s[1:]
+		case strings.HasPrefix(s, "}"):
+		default:
+			return nil, "", errors.New("malformed label set")
+		}
+	}
+}
+
+// parseQuoted reads a double-quoted label value with the escapes \\, \" and
+// \n.
+func parseQuoted(s string) (string, string, error) {
+	if !strings.HasPrefix(s, `"`) {
+		return "", "", errors.New("value is not quoted")
+	}
+	var b strings.Builder
+	for i := 1; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '"':
+			return b.String(), s[i+1:], nil
+		case '\\':
+			i++
+			if i == len(s) {
+				return "", "", errors.New("unterminated value")
+			}
+			switch s[i] {
+			case '\\', '"':
+				b.WriteByte(s[i])
+			case 'n':
+				b.WriteByte('\n')
+			default:
+				return "", "", fmt.Errorf("unknown escape \\%c", s[i])
+			}
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return "", "", errors.New("unterminated value")
+}
+
+// isNameByte says whether c may appear in a metric name (colons allowed) or
+// a label name, first says whether it is the first byte.
+func isNameByte(c byte, first, colon bool) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '_':
+		return true
+	case c == ':':
+		return colon
+	case c >= '0' && c <= '9':
+		return !first
+	}
+	return false
+}

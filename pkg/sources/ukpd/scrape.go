@@ -1,0 +1,296 @@
+package ukpd
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+)
+
+// stateRunning is the one instance state whose samples are reported.
+const stateRunning = "running"
+
+// endpoint is the lasting state of one ukpd endpoint: its client, the
+// cached instance list and what the last scrape saw of each instance.
+type endpoint struct {
+	cfg         EndpointConfig
+	client      *Client
+	pods        corelisters.PodLister
+	clock       clock.PassiveClock
+	listRefresh time.Duration
+
+	mu       sync.Mutex // held for a whole scrape; guards the fields below
+	byUUID   map[string]*Instance
+	byName   map[string]*Instance
+	listedAt time.Time
+	// unresolved holds the metrics entries that were unknown right after
+	// the last list fetch, so that they do not force a fetch every scrape.
+	unresolved map[string]struct{}
+	starts     map[string]startState // by instance UUID
+}
+
+// startState is what the last scrape saw of an instance's start.
+type startState struct {
+	count     uint64
+	reported  time.Time // started_at as ukpd reported it
+	effective time.Time // the StartTime handed on
+	scrapedAt time.Time
+}
+
+func newEndpoint(cfg EndpointConfig, client *Client, pods corelisters.PodLister, clk clock.PassiveClock, refresh time.Duration) *endpoint {
+	return &endpoint{cfg: cfg, client: client, pods: pods, clock: clk, listRefresh: refresh}
+}
+
+// target is one endpoint with the nodes it owns this tick.
+type target struct {
+	ep    *endpoint
+	nodes []string
+}
+
+func (t *target) ID() string      { return "ukpd/" + t.ep.client.String() }
+func (t *target) Nodes() []string { return t.nodes }
+
+func (t *target) Scrape(ctx context.Context) (*sources.Batch, error) {
+	return t.ep.scrape(ctx, t.nodes)
+}
+
+// scrape fetches the metrics, refreshes the instance list when it is due or
+// names an unknown instance, and attributes each running instance to its
+// pod's container. If the list cannot be fetched but an older one is
+// cached, that one is used and the error returned with the batch.
+func (e *endpoint) scrape(ctx context.Context, nodes []string) (*sources.Batch, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	samples, err := e.client.Metrics(ctx)
+	if samples == nil {
+		return nil, err
+	}
+	now := e.clock.Now()
+	var problems []error
+	if err != nil {
+		problems = append(problems, err)
+	}
+	if err := e.refreshList(ctx, now, samples); err != nil {
+		if e.byUUID == nil {
+			return nil, err
+		}
+		problems = append(problems, err)
+	}
+	owned := make(map[string]struct{}, len(nodes))
+	for _, n := range nodes {
+		owned[n] = struct{}{}
+	}
+	batch, ignored := e.attribute(samples, now, owned)
+	for reason, n := range ignored {
+		ignoredInstances.WithLabelValues(reason).Add(float64(n))
+	}
+	if len(ignored) > 0 {
+		klog.V(4).InfoS("Left out ukpd instances", "endpoint", e.client.String(), "ignored", ignored)
+	}
+	return batch, errors.Join(problems...)
+}
+
+// refreshList fetches the instance list when none is cached, when it is
+// older than listRefresh, or when a metrics entry names an instance it does
+// not hold. On failure the cached list stays.
+func (e *endpoint) refreshList(ctx context.Context, now time.Time, samples []Sample) error {
+	var trigger string
+	switch {
+	case e.byUUID == nil:
+		trigger = triggerInitial
+	case now.Sub(e.listedAt) >= e.listRefresh:
+		trigger = triggerRefresh
+	default:
+		for _, s := range samples {
+			if _, known := e.unresolved[sampleKey(s)]; !known && e.lookup(s) == nil {
+				trigger = triggerUnknownInstance
+				break
+			}
+		}
+	}
+	if trigger == "" {
+		return nil
+	}
+	listFetches.WithLabelValues(trigger).Inc()
+	list, err := e.client.Instances(ctx)
+	if list == nil {
+		return err
+	}
+	e.byUUID = make(map[string]*Instance, len(list))
+	e.byName = make(map[string]*Instance, len(list))
+	for i := range list {
+		inst := &list[i]
+		e.byUUID[inst.UUID] = inst
+		if inst.Name != "" {
+			e.byName[inst.Name] = inst
+		}
+	}
+	e.listedAt = now
+	e.unresolved = map[string]struct{}{}
+	for _, s := range samples {
+		if e.lookup(s) == nil {
+			e.unresolved[sampleKey(s)] = struct{}{}
+		}
+	}
+	return err
+}
+
+// lookup finds a sample's instance by UUID, or by name when the sample has
+// no UUID.
+func (e *endpoint) lookup(s Sample) *Instance {
+	if s.UUID != "" {
+		return e.byUUID[s.UUID]
+	}
+	return e.byName[s.Name]
+}
+
+// candidate is a container's sample on its way into the batch.
+type candidate struct {
+	uuid    string
+	started time.Time
+	point   sources.Point
+}
+
+type podAt struct {
+	namespace, name, node string
+}
+
+type podEntry struct {
+	pod        *corev1.Pod
+	containers map[string]candidate
+}
+
+// attribute turns samples into a batch of the owned nodes' pods and counts,
+// by reason, the instances it leaves out.
+func (e *endpoint) attribute(samples []Sample, now time.Time, owned map[string]struct{}) (*sources.Batch, map[string]int) {
+	ignored := map[string]int{}
+	starts := make(map[string]startState, len(samples))
+	pods := map[podAt]*podEntry{}
+	for _, s := range samples {
+		inst := e.lookup(s)
+		if inst == nil {
+			ignored[ignoredUnknownInstance]++
+			continue
+		}
+		var prev *startState
+		if p, ok := e.starts[inst.UUID]; ok {
+			prev = &p
+		}
+		st := nextStart(prev, s, now)
+		starts[inst.UUID] = st
+
+		pod, container, node, reason := e.resolve(inst, s, owned)
+		if reason != "" {
+			ignored[reason]++
+			continue
+		}
+		key := podAt{pod.Namespace, pod.Name, node}
+		entry := pods[key]
+		if entry == nil {
+			entry = &podEntry{pod: pod, containers: map[string]candidate{}}
+			pods[key] = entry
+		}
+		c := candidate{uuid: inst.UUID, started: s.StartedAt, point: sources.Point{
+			Timestamp:    now,
+			StartTime:    st.effective,
+			CPUCoreNanos: s.CPUCoreNanos,
+			MemoryBytes:  s.RSSBytes,
+		}}
+		if old, dup := entry.containers[container]; dup {
+			ignored[ignoredDuplicate]++
+			if !newer(c, old) {
+				continue
+			}
+		}
+		entry.containers[container] = c
+	}
+	e.starts = starts
+	return buildBatch(pods), ignored
+}
+
+// resolve finds the pod, container and node of a running instance, or the
+// reason to leave it out.
+func (e *endpoint) resolve(inst *Instance, s Sample, owned map[string]struct{}) (*corev1.Pod, string, string, string) {
+	// Without a state in either response the instance is taken as running.
+	if state := cmp.Or(s.State, inst.State); state != stateRunning && state != "" {
+		return nil, "", "", ignoredNotRunning
+	}
+	ref, ok := parseTags(inst.Tags)
+	if !ok {
+		return nil, "", "", ignoredMissingTags
+	}
+	pod, reason := findPod(e.pods, ref)
+	if reason != "" {
+		return nil, "", "", reason
+	}
+	if !hasContainer(pod, ref.container) {
+		return nil, "", "", ignoredContainerNotFound
+	}
+	node := nodeOf(ref, pod)
+	if _, mine := owned[node]; !mine {
+		return nil, "", "", ignoredNodeNotOwned
+	}
+	return pod, ref.container, node, ""
+}
+
+// newer says whether c replaces old as the instance of a container: the one
+// started last wins, ties going to the smaller UUID.
+func newer(c, old candidate) bool {
+	if !c.started.Equal(old.started) {
+		return c.started.After(old.started)
+	}
+	return c.uuid < old.uuid
+}
+
+func buildBatch(pods map[podAt]*podEntry) *sources.Batch {
+	b := &sources.Batch{Pods: make([]sources.PodPoint, 0, len(pods))}
+	for key, entry := range pods {
+		pp := sources.PodPoint{
+			Namespace:  key.namespace,
+			Name:       key.name,
+			UID:        string(entry.pod.UID),
+			Node:       key.node,
+			Containers: make([]sources.ContainerPoint, 0, len(entry.containers)),
+		}
+		for name, c := range entry.containers {
+			pp.Containers = append(pp.Containers, sources.ContainerPoint{Name: name, Point: c.point})
+		}
+		slices.SortFunc(pp.Containers, func(a, b sources.ContainerPoint) int { return cmp.Compare(a.Name, b.Name) })
+		b.Pods = append(b.Pods, pp)
+	}
+	slices.SortFunc(b.Pods, func(a, b sources.PodPoint) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Node, b.Node))
+	})
+	return b
+}
+
+// nextStart returns what to remember of an instance's start after sample s
+// taken at now; its effective field is the StartTime to report.
+//
+// ukpd's CPU counter starts from zero whenever the instance starts: a
+// restart or a wake from standby. That is visible as a new started_at, which
+// the store treats as a reset. Should start_count move while started_at
+// stays the same, the previous scrape of the instance stands in for the
+// unknown start: the store still sees a new StartTime, hence a reset, and
+// the first rate after it (counter divided by the time since that scrape)
+// can only be lower than the truth, never huge.
+func nextStart(prev *startState, s Sample, now time.Time) startState {
+	next := startState{count: s.StartCount, reported: s.StartedAt, effective: s.StartedAt, scrapedAt: now}
+	switch {
+	case prev == nil || !prev.reported.Equal(s.StartedAt):
+	case prev.count != s.StartCount:
+		next.effective = prev.scrapedAt
+	default:
+		next.effective = prev.effective
+	}
+	return next
+}

@@ -1,0 +1,179 @@
+// Package ukpd reads CPU and memory of the pods that kraftlet runs as
+// Unikraft instances from ukpd, the Unikraft platform daemon, through its
+// platform API (GET /v1/instances and GET /v1/instances/metrics).
+//
+// An instance belongs to the pod and container its kraftlet tags name
+// (TagNamespace, TagPod, TagContainer), on the node of TagNode. ukpd gives
+// no sample timestamps: a sample is stamped with the time the metrics
+// response arrived, by the source's clock. Only instances in the running
+// state are reported; a pod whose instance is in standby (scaled to zero)
+// or stopped has no metrics until it runs again. docs/ukpd.md has the
+// details.
+package ukpd
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+)
+
+// SourceName is the ukpd source's name in flags, self-metrics and logs.
+const SourceName = "ukpd"
+
+// The label kraftlet puts on its nodes.
+const (
+	kraftletNodeLabel = "unikraft.com/virtual-kubelet"
+	kraftletNodeValue = "true"
+)
+
+// DefaultNodeSelector selects the nodes kraftlet registers.
+const DefaultNodeSelector = kraftletNodeLabel + "=" + kraftletNodeValue
+
+// DefaultListRefresh is how long an instance list is used before it is
+// fetched again, when no unknown instance forces it earlier.
+const DefaultListRefresh = time.Minute
+
+// SourceConfig configures the ukpd source.
+type SourceConfig struct {
+	Endpoints []EndpointConfig
+	// Nodes resolves the node selectors of endpoints.
+	Nodes corelisters.NodeLister
+	// Pods resolves instance tags to pods.
+	Pods corelisters.PodLister
+	// NodeSelector picks the nodes of endpoints that name neither nodes nor
+	// a selector; nil means DefaultNodeSelector.
+	NodeSelector labels.Selector
+	// TokenFile, CAFile, InsecureSkipTLSVerify and MetricsFormat apply to
+	// every endpoint that does not set its own (see ClientConfig).
+	TokenFile             string
+	CAFile                string
+	InsecureSkipTLSVerify bool
+	MetricsFormat         Format
+	// MaxResponseBytes caps each response; 0 means DefaultMaxResponseBytes.
+	MaxResponseBytes int64
+	// ListRefresh is the longest an instance list is used; 0 means
+	// DefaultListRefresh.
+	ListRefresh time.Duration
+	// Clock stamps samples; nil means the real clock.
+	Clock clock.PassiveClock
+}
+
+// Source yields one target per configured endpoint. Targets must be called
+// from one goroutine at a time; the targets it returns are safe for
+// concurrent use.
+type Source struct {
+	endpoints    []*endpoint
+	nodes        corelisters.NodeLister
+	nodeSelector labels.Selector
+	// lastConflict is the node overlap logged last, so that a lasting
+	// misconfiguration is logged once.
+	lastConflict string
+}
+
+var _ sources.Source = &Source{}
+
+// NewSource builds a client for every endpoint. It fails on an endpoint
+// whose settings do not make a client (bad URL, unreadable CA file), or on a
+// set of endpoints ValidateEndpoints rejects.
+func NewSource(cfg SourceConfig) (*Source, error) {
+	if cfg.Pods == nil {
+		return nil, errors.New("ukpd source: no pod lister")
+	}
+	if errs := ValidateEndpoints(cfg.Endpoints); len(errs) > 0 {
+		return nil, fmt.Errorf("ukpd source: %w", errors.Join(errs...))
+	}
+	if cfg.NodeSelector == nil {
+		cfg.NodeSelector = labels.SelectorFromSet(labels.Set{kraftletNodeLabel: kraftletNodeValue})
+	}
+	if cfg.ListRefresh <= 0 {
+		cfg.ListRefresh = DefaultListRefresh
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	s := &Source{nodes: cfg.Nodes, nodeSelector: cfg.NodeSelector}
+	for _, ep := range cfg.Endpoints {
+		if cfg.Nodes == nil && len(ep.Nodes) == 0 {
+			return nil, fmt.Errorf("ukpd source: endpoint %s selects nodes but there is no node lister", ep.URL)
+		}
+		client, err := NewClient(ClientConfig{
+			URL:                   ep.URL,
+			TokenFile:             cmp.Or(ep.TokenFile, cfg.TokenFile),
+			CAFile:                cmp.Or(ep.CAFile, cfg.CAFile),
+			InsecureSkipTLSVerify: ep.InsecureSkipTLSVerify || cfg.InsecureSkipTLSVerify,
+			MetricsFormat:         cmp.Or(ep.MetricsFormat, cfg.MetricsFormat),
+			MaxResponseBytes:      cfg.MaxResponseBytes,
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.endpoints = append(s.endpoints, newEndpoint(ep, client, cfg.Pods, cfg.Clock, cfg.ListRefresh))
+	}
+	return s, nil
+}
+
+// Name implements sources.Source.
+func (s *Source) Name() string { return SourceName }
+
+// Targets implements sources.Source. A node claimed by several endpoints
+// belongs to the first; an endpoint left without nodes is not scraped.
+func (s *Source) Targets() ([]sources.Target, error) {
+	targets := make([]sources.Target, 0, len(s.endpoints))
+	owner := map[string]string{}
+	var conflicts []string
+	for _, ep := range s.endpoints {
+		nodes, err := s.nodesOf(ep.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("ukpd endpoint %s: %w", ep.cfg.URL, err)
+		}
+		own := make([]string, 0, len(nodes))
+		for _, n := range nodes {
+			if first, taken := owner[n]; taken {
+				conflicts = append(conflicts, fmt.Sprintf("%s (%s, %s)", n, first, ep.cfg.URL))
+				continue
+			}
+			owner[n] = ep.cfg.URL
+			own = append(own, n)
+		}
+		if len(own) > 0 {
+			targets = append(targets, &target{ep: ep, nodes: own})
+		}
+	}
+	if c := strings.Join(conflicts, ", "); c != s.lastConflict {
+		if c != "" {
+			klog.ErrorS(nil, "Nodes claimed by several ukpd endpoints belong to the first", "nodes", c)
+		}
+		s.lastConflict = c
+	}
+	return targets, nil
+}
+
+func (s *Source) nodesOf(ep EndpointConfig) ([]string, error) {
+	if len(ep.Nodes) > 0 {
+		return ep.Nodes, nil
+	}
+	sel := ep.NodeSelector
+	if sel == nil {
+		sel = s.nodeSelector
+	}
+	nodes, err := s.nodes.List(sel)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	names := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		names = append(names, n.Name)
+	}
+	slices.Sort(names)
+	return names, nil
+}

@@ -1,0 +1,328 @@
+package ukpd
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	gocmp "github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics/testutil"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+	"github.com/group-metrics-server/group-metrics-server/pkg/store"
+	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
+)
+
+func nodeLister(t *testing.T, nodes map[string]map[string]string) corelisters.NodeLister {
+	t.Helper()
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for name, l := range nodes {
+		if err := idx.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return corelisters.NewNodeLister(idx)
+}
+
+var kraftlet = map[string]string{"unikraft.com/virtual-kubelet": "true"}
+
+func TestTargets(t *testing.T) {
+	nodes := nodeLister(t, map[string]map[string]string{
+		"kraftlet-a": kraftlet,
+		"kraftlet-b": kraftlet,
+		"edge-1":     {"unikraft.com/virtual-kubelet": "true", "pool": "edge"},
+		"worker-1":   nil,
+	})
+	parse := func(s string) EndpointConfig {
+		ep, err := ParseEndpoint(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ep
+	}
+	src, err := NewSource(SourceConfig{
+		Endpoints: []EndpointConfig{
+			parse("https://edge.example;nodes=edge-1"),
+			parse("https://all.example"),
+			parse("https://none.example;node-selector=pool=none"),
+			parse("https://workers.example;node-selector=!unikraft.com/virtual-kubelet"),
+		},
+		Nodes: nodes,
+		Pods:  podLister(t),
+	})
+	if err != nil {
+		t.Fatalf("NewSource: %v", err)
+	}
+	if src.Name() != "ukpd" {
+		t.Errorf("Name = %q", src.Name())
+	}
+	targets, err := src.Targets()
+	if err != nil {
+		t.Fatalf("Targets: %v", err)
+	}
+	got := map[string][]string{}
+	for _, tg := range targets {
+		got[tg.ID()] = tg.Nodes()
+	}
+	want := map[string][]string{
+		"ukpd/https://edge.example":    {"edge-1"},
+		"ukpd/https://all.example":     {"kraftlet-a", "kraftlet-b"}, // edge-1 went to the first endpoint
+		"ukpd/https://workers.example": {"worker-1"},
+	}
+	if diff := gocmp.Diff(want, got); diff != "" {
+		t.Errorf("Targets (-want +got):\n%s", diff)
+	}
+}
+
+func TestNewSourceRejects(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     SourceConfig
+		wantErr string
+	}{
+		{name: "no pod lister", cfg: SourceConfig{}, wantErr: "no pod lister"},
+		{name: "two defaults", cfg: SourceConfig{Pods: podLister(t), Nodes: nodeLister(t, nil), Endpoints: []EndpointConfig{{URL: "https://a"}, {URL: "https://b"}}}, wantErr: "default node selector"},
+		{name: "selector without node lister", cfg: SourceConfig{Pods: podLister(t), Endpoints: []EndpointConfig{{URL: "https://a"}}}, wantErr: "no node lister"},
+		{name: "bad CA", cfg: SourceConfig{Pods: podLister(t), CAFile: "/nonexistent", Endpoints: []EndpointConfig{{URL: "https://a", Nodes: []string{"n"}}}}, wantErr: "read CA file"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := NewSource(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("NewSource error = %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// scrapeEnv is a source with one endpoint on a fake ukpd, owning the
+// kraftlet nodes kraftlet-a and kraftlet-b.
+type scrapeEnv struct {
+	*env
+	target sources.Target
+}
+
+func newScrapeEnv(t *testing.T, format Format, pods ...*corev1.Pod) *scrapeEnv {
+	t.Helper()
+	RegisterMetrics()
+	e := newEnv(t)
+	src, err := NewSource(SourceConfig{
+		Endpoints:     []EndpointConfig{{URL: e.srv.URL}},
+		Nodes:         nodeLister(t, map[string]map[string]string{"kraftlet-a": kraftlet, "kraftlet-b": kraftlet, "worker-1": nil}),
+		Pods:          podLister(t, pods...),
+		TokenFile:     e.tokenFile,
+		CAFile:        e.caFile,
+		MetricsFormat: format,
+		Clock:         e.clk,
+	})
+	if err != nil {
+		t.Fatalf("NewSource: %v", err)
+	}
+	targets, err := src.Targets()
+	if err != nil || len(targets) != 1 {
+		t.Fatalf("Targets = %v, %v; want one", targets, err)
+	}
+	return &scrapeEnv{env: e, target: targets[0]}
+}
+
+func (e *scrapeEnv) scrape(t *testing.T) *sources.Batch {
+	t.Helper()
+	b, err := e.target.Scrape(context.Background())
+	if err != nil {
+		t.Fatalf("Scrape: %v", err)
+	}
+	return b
+}
+
+func ignoredCount(t *testing.T, reason string) float64 {
+	t.Helper()
+	v, err := testutil.GetCounterMetricValue(ignoredInstances.WithLabelValues(reason))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func fetchCount(t *testing.T, trigger string) float64 {
+	t.Helper()
+	v, err := testutil.GetCounterMetricValue(listFetches.WithLabelValues(trigger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+var allReasons = []string{
+	ignoredUnknownInstance, ignoredNotRunning, ignoredMissingTags, ignoredPodNotFound,
+	ignoredAmbiguousPod, ignoredContainerNotFound, ignoredNodeNotOwned, ignoredDuplicate,
+}
+
+func ignoredCounts(t *testing.T) map[string]float64 {
+	out := map[string]float64{}
+	for _, r := range allReasons {
+		out[r] = ignoredCount(t, r)
+	}
+	return out
+}
+
+func TestScrapeAttributes(t *testing.T) {
+	for _, format := range []Format{FormatJSON, FormatText} {
+		t.Run(string(format), func(t *testing.T) {
+			testScrapeAttributes(t, format)
+		})
+	}
+}
+
+func testScrapeAttributes(t *testing.T, format Format) {
+	e := newScrapeEnv(t, format,
+		newPod("default", "web-0", "kraftlet-a", "app", "sidecar"),
+		newPod("default", "api-0", "kraftlet-b", "app"),
+		newPod("default", "untagged-node-0", "kraftlet-b", "app"),
+		newPod("default", "sleepy-0", "kraftlet-a", "app"),
+		newPod("other", "x-0", "worker-1", "app"),
+	)
+	add := func(spec fakeukpd.InstanceSpec) { e.add(t, spec) }
+	add(fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.5, RSSBytes: 64 << 20})
+	add(fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "sidecar", Node: "kraftlet-a", CPUCores: 0.1, RSSBytes: 8 << 20})
+	add(fakeukpd.InstanceSpec{Namespace: "default", Pod: "api-0", Container: "app", Node: "kraftlet-b", CPUCores: 2, RSSBytes: 1 << 30})
+	add(fakeukpd.InstanceSpec{Namespace: "default", Pod: "untagged-node-0", Container: "app", CPUCores: 0.25, RSSBytes: 1 << 20})
+	add(fakeukpd.InstanceSpec{Namespace: "default", Pod: "sleepy-0", Container: "app", Node: "kraftlet-a", State: fakeukpd.StateStandby})
+	add(fakeukpd.InstanceSpec{Namespace: "default", Pod: "gone-0", Container: "app", Node: "kraftlet-a", State: fakeukpd.StateStopped})
+	add(fakeukpd.InstanceSpec{Tags: []string{"production"}})
+	add(fakeukpd.InstanceSpec{Namespace: "default", Pod: "ghost-0", Container: "app", Node: "kraftlet-a"})
+	add(fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "debug", Node: "kraftlet-a"})
+	add(fakeukpd.InstanceSpec{Namespace: "other", Pod: "x-0", Container: "app", Node: "worker-1"})
+	e.clk.Step(5 * time.Second)
+	// A second instance for api-0/app, started later: it replaces the first.
+	add(fakeukpd.InstanceSpec{Namespace: "default", Pod: "api-0", Container: "app", Node: "kraftlet-b", CPUCores: 1, RSSBytes: 512 << 20})
+	e.clk.Step(5 * time.Second)
+
+	before := ignoredCounts(t)
+	got := e.scrape(t)
+	now := t0.Add(10 * time.Second)
+	pt := func(started time.Time, cpu, mem uint64) sources.Point {
+		return sources.Point{Timestamp: now, StartTime: started, CPUCoreNanos: cpu, MemoryBytes: mem}
+	}
+	want := &sources.Batch{Pods: []sources.PodPoint{
+		{Namespace: "default", Name: "api-0", UID: "uid-api-0", Node: "kraftlet-b", Containers: []sources.ContainerPoint{
+			{Name: "app", Point: pt(t0.Add(5*time.Second), 5e9, 512<<20)},
+		}},
+		{Namespace: "default", Name: "untagged-node-0", UID: "uid-untagged-node-0", Node: "kraftlet-b", Containers: []sources.ContainerPoint{
+			{Name: "app", Point: pt(t0, 2.5e9, 1<<20)},
+		}},
+		{Namespace: "default", Name: "web-0", UID: "uid-web-0", Node: "kraftlet-a", Containers: []sources.ContainerPoint{
+			{Name: "app", Point: pt(t0, 5e9, 64<<20)},
+			{Name: "sidecar", Point: pt(t0, 1e9, 8<<20)},
+		}},
+	}}
+	if diff := gocmp.Diff(want, got); diff != "" {
+		t.Errorf("Scrape (-want +got):\n%s", diff)
+	}
+
+	after := ignoredCounts(t)
+	wantIgnored := map[string]float64{
+		ignoredNotRunning:        1, // sleepy-0 in standby; stopped gone-0 is not in the metrics
+		ignoredMissingTags:       1,
+		ignoredPodNotFound:       1,
+		ignoredContainerNotFound: 1,
+		ignoredNodeNotOwned:      1,
+		ignoredDuplicate:         1,
+	}
+	for _, r := range allReasons {
+		if d := after[r] - before[r]; d != wantIgnored[r] {
+			t.Errorf("ignored %s: +%v, want +%v", r, d, wantIgnored[r])
+		}
+	}
+}
+
+// TestScrapeIntoStore follows a container through the store: steady usage,
+// a restart with a new started_at, standby and a wake.
+func TestScrapeIntoStore(t *testing.T) {
+	e := newScrapeEnv(t, FormatJSON, newPod("default", "web-0", "kraftlet-a", "app"))
+	in := e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.5, RSSBytes: 64 << 20})
+	st := store.New(store.Config{Clock: e.clk, Sources: []string{SourceName}, FirstWindowMax: 30 * time.Second, StaleAfter: time.Minute})
+	scrape := func() {
+		t.Helper()
+		st.Store(SourceName, e.target.Nodes(), e.scrape(t), e.clk.Now())
+	}
+	usage := func() (store.PodUsage, *store.Unavailable) {
+		return st.Pod("default", "web-0", "uid-web-0", "kraftlet-a")
+	}
+	wantCores := func(step string, nanoCores uint64, window time.Duration) {
+		t.Helper()
+		u, why := usage()
+		if why != nil {
+			t.Fatalf("%s: no usage: %v", step, why)
+		}
+		c := u.Containers[0]
+		if c.CPUNanoCores != nanoCores || c.Window != window || c.Timestamp != e.clk.Now() {
+			t.Errorf("%s: usage = %+v, want %d nanocores over %s ending now", step, c.Usage, nanoCores, window)
+		}
+	}
+
+	e.clk.Step(10 * time.Second)
+	scrape()
+	wantCores("first scrape, average since start", 500_000_000, 10*time.Second)
+
+	e.clk.Step(15 * time.Second)
+	if err := e.fake.SetCPU(in.UUID, 1.5); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Step(15 * time.Second)
+	scrape()
+	wantCores("rate change", 1_000_000_000, 30*time.Second)
+
+	// Restarted 5 s into the next interval: the counter starts over.
+	e.clk.Step(5 * time.Second)
+	if err := e.fake.Restart(in.UUID); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Step(10 * time.Second)
+	scrape()
+	wantCores("after a restart", 1_500_000_000, 10*time.Second)
+
+	// In standby the pod has no fresh usage; the last one goes stale.
+	if err := e.fake.Standby(in.UUID); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Step(15 * time.Second)
+	scrape()
+	if b := e.scrape(t); len(b.Pods) != 0 {
+		t.Errorf("standby instance reported: %+v", b.Pods)
+	}
+	e.clk.Step(time.Minute)
+	if _, why := usage(); why == nil {
+		t.Error("usage of a pod in standby is still served after a minute")
+	}
+
+	// Woken: start_count and started_at move, usage resumes from the wake.
+	if err := e.fake.Restart(in.UUID); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Step(20 * time.Second)
+	scrape()
+	wantCores("after a wake", 1_500_000_000, 20*time.Second)
+}
+
+// TestTargetsLabelsSelector checks that a selector given to the source
+// replaces the kraftlet default.
+func TestTargetsLabelsSelector(t *testing.T) {
+	src, err := NewSource(SourceConfig{
+		Endpoints:    []EndpointConfig{{URL: "https://a"}},
+		Nodes:        nodeLister(t, map[string]map[string]string{"k": kraftlet, "w": {"role": "ukpd"}}),
+		Pods:         podLister(t),
+		NodeSelector: labels.SelectorFromSet(labels.Set{"role": "ukpd"}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets, err := src.Targets()
+	if err != nil || len(targets) != 1 || !gocmp.Equal(targets[0].Nodes(), []string{"w"}) {
+		t.Errorf("Targets = %v, %v; want one owning w", targets, err)
+	}
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/pflag"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
+)
+
+// Options are the command-line options of fake-ukpd.
+type Options struct {
+	Listen         string
+	TokenFile      string
+	TLSCertDir     string
+	ControlAddress string
+	StateFile      string
+}
+
+// NewOptions returns the default options.
+func NewOptions() *Options {
+	return &Options{Listen: "127.0.0.1:0", ControlAddress: "127.0.0.1:0"}
+}
+
+// AddFlags registers the options on fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Listen, "listen", o.Listen, "host:port of the platform API; port 0 picks a free one.")
+	fs.StringVar(&o.TokenFile, "token-file", o.TokenFile, "File of accepted bearer tokens, one a line; read again when it changes.")
+	fs.StringVar(&o.TLSCertDir, "tls-cert-dir", o.TLSCertDir, "Serve TLS with a generated CA and write its certificate to <dir>/ca.crt; plain HTTP when empty.")
+	fs.StringVar(&o.ControlAddress, "control-address", o.ControlAddress, "Loopback host:port of the plain-HTTP control API.")
+	fs.StringVar(&o.StateFile, "state-file", o.StateFile, "Write the API URL, control address and CA file here as JSON once serving (default <tls-cert-dir>/ukpd.json with TLS).")
+}
+
+// Validate returns every problem with the options.
+func (o *Options) Validate() []error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(o.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("--listen: %w", err))
+	}
+	if host, _, err := net.SplitHostPort(o.ControlAddress); err != nil {
+		errs = append(errs, fmt.Errorf("--control-address: %w", err))
+	} else if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		errs = append(errs, fmt.Errorf("--control-address %q is not a loopback address", o.ControlAddress))
+	}
+	if o.TokenFile == "" {
+		errs = append(errs, errors.New("--token-file is required"))
+	} else if b, err := os.ReadFile(o.TokenFile); err != nil {
+		errs = append(errs, fmt.Errorf("--token-file: %w", err))
+	} else if len(fakeukpd.ParseTokens(string(b))) == 0 {
+		errs = append(errs, fmt.Errorf("--token-file %s holds no token", o.TokenFile))
+	}
+	return errs
+}
+
+// Config is what a run needs.
+type Config struct {
+	Listen         string
+	TokenFile      string
+	TLSCertDir     string
+	ControlAddress string
+	StateFile      string
+}
+
+// Config returns the run configuration of validated options.
+func (o *Options) Config() *Config {
+	c := &Config{Listen: o.Listen, TokenFile: o.TokenFile, TLSCertDir: o.TLSCertDir, ControlAddress: o.ControlAddress, StateFile: o.StateFile}
+	if c.StateFile == "" && c.TLSCertDir != "" {
+		c.StateFile = filepath.Join(c.TLSCertDir, "ukpd.json")
+	}
+	return c
+}

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
+)
+
+type command struct {
+	opts *Options
+	fs   *pflag.FlagSet
+}
+
+func newCommand() *command {
+	c := &command{opts: NewOptions(), fs: pflag.NewFlagSet("fake-ukpd", pflag.ContinueOnError)}
+	c.opts.AddFlags(c.fs)
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	c.fs.AddGoFlagSet(klogFlags)
+	return c
+}
+
+// Execute parses args, validates them and serves until ctx ends.
+func (c *command) Execute(ctx context.Context, args []string) error {
+	if err := c.fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if errs := c.opts.Validate(); len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	return run(ctx, c.opts.Config(), nil)
+}
+
+// stateFile is written once both listeners serve.
+type stateFile struct {
+	URL            string `json:"url"`
+	ControlAddress string `json:"controlAddress"`
+	CAFile         string `json:"caFile,omitempty"`
+}
+
+// run serves until ctx ends. ready, if not nil, receives the state once
+// serving.
+func run(ctx context.Context, cfg *Config, ready chan<- stateFile) (err error) {
+	srv := fakeukpd.New(fakeukpd.Config{TokenFile: cfg.TokenFile})
+
+	apiLn, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	state := stateFile{URL: "http://" + apiLn.Addr().String()}
+	var caPEM []byte
+	if cfg.TLSCertDir != "" {
+		tlsLn, pem, err := serveTLS(apiLn, cfg.TLSCertDir)
+		if err != nil {
+			_ = apiLn.Close()
+			return err
+		}
+		apiLn, caPEM = tlsLn, pem
+		state.URL = "https://" + apiLn.Addr().String()
+		state.CAFile = filepath.Join(cfg.TLSCertDir, "ca.crt")
+	}
+	api := start(apiLn, srv)
+	defer func() {
+		srv.Close() // release requests held by a slow fault
+		err = errors.Join(err, api.stop())
+	}()
+
+	ctlLn, err := net.Listen("tcp", cfg.ControlAddress)
+	if err != nil {
+		return fmt.Errorf("listen on control address: %w", err)
+	}
+	ctl := start(ctlLn, fakeukpd.NewControlHandler(srv, caPEM))
+	defer func() { err = errors.Join(err, ctl.stop()) }()
+	state.ControlAddress = ctlLn.Addr().String()
+
+	if cfg.StateFile != "" {
+		b, err := json.MarshalIndent(state, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := writeAtomic(cfg.StateFile, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	klog.InfoS("Fake ukpd ready", "url", state.URL, "controlAddress", state.ControlAddress)
+	if ready != nil {
+		ready <- state
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-api.done:
+		api.done <- err
+		return fmt.Errorf("platform API stopped: %w", err)
+	case err := <-ctl.done:
+		ctl.done <- err
+		return fmt.Errorf("control API stopped: %w", err)
+	}
+}
+
+// serveTLS generates a CA and a serving certificate for the listener's
+// address, localhost and 127.0.0.1, writes the CA to dir/ca.crt and wraps
+// the listener.
+func serveTLS(ln net.Listener, dir string) (net.Listener, []byte, error) {
+	now := time.Now()
+	ca, err := fakeukpd.NewCA(now)
+	if err != nil {
+		return nil, nil, err
+	}
+	hosts := []string{"127.0.0.1", "::1", "localhost"}
+	if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil {
+		hosts = append(hosts, host)
+	}
+	cert, err := ca.ServingCertificate(now, hosts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("create TLS cert dir: %w", err)
+	}
+	if err := writeAtomic(filepath.Join(dir, "ca.crt"), ca.CertPEM(), 0o644); err != nil {
+		return nil, nil, err
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	return tls.NewListener(ln, cfg), ca.CertPEM(), nil
+}
+
+// server is a running HTTP server.
+type server struct {
+	srv  *http.Server
+	done chan error // receives the result of Serve
+}
+
+func start(ln net.Listener, h http.Handler) *server {
+	s := &server{srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, done: make(chan error, 1)}
+	go func() { s.done <- s.srv.Serve(ln) }()
+	return s
+}
+
+// stop shuts the server down and waits for Serve to return.
+func (s *server) stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	if serr := <-s.done; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	return err
+}
+
+func writeAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("rename %s: %w", path, err)
+	}
+	return nil
+}

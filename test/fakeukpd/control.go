@@ -1,0 +1,257 @@
+package fakeukpd
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// InstanceRequest is the body of POST /v1/instances on the control API.
+// CPU is in cores and Memory (the resident set) in bytes, each a number or
+// a Kubernetes quantity ("250m", "1.5", "64Mi").
+type InstanceRequest struct {
+	Namespace string             `json:"namespace,omitempty"`
+	Pod       string             `json:"pod,omitempty"`
+	Container string             `json:"container,omitempty"`
+	Node      string             `json:"node,omitempty"`
+	Name      string             `json:"name,omitempty"`
+	UUID      string             `json:"uuid,omitempty"`
+	Tags      []string           `json:"tags,omitempty"`
+	State     string             `json:"state,omitempty"`
+	CPU       *resource.Quantity `json:"cpu,omitempty"`
+	Memory    *resource.Quantity `json:"memory,omitempty"`
+}
+
+// UsageRequest is the body of the control API's usage calls; an absent
+// field is left unchanged. Container limits a pod call to one container.
+type UsageRequest struct {
+	Container string             `json:"container,omitempty"`
+	CPU       *resource.Quantity `json:"cpu,omitempty"`
+	Memory    *resource.Quantity `json:"memory,omitempty"`
+}
+
+// FaultRequest is the body of PUT /v1/fault.
+type FaultRequest struct {
+	Kind  FaultKind `json:"kind"`
+	Path  string    `json:"path,omitempty"`
+	Delay string    `json:"delay,omitempty"` // Go duration, for Slow
+	Bytes int64     `json:"bytes,omitempty"` // for HugeBody
+}
+
+// NewControlHandler returns the plain-HTTP control API of s (see
+// README.md). caPEM, if not nil, is served on /v1/ca.crt. Serve it on a
+// loopback address only.
+func NewControlHandler(s *Server, caPEM []byte) http.Handler {
+	c := &control{s: s}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /v1/ca.crt", func(w http.ResponseWriter, _ *http.Request) {
+		if caPEM == nil {
+			replyError(w, http.StatusNotFound, errors.New("serving plain HTTP: no CA"))
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-pem-file")
+		_, _ = w.Write(caPEM)
+	})
+	mux.HandleFunc("GET /v1/instances", func(w http.ResponseWriter, _ *http.Request) { reply(w, http.StatusOK, s.Instances()) })
+	mux.HandleFunc("POST /v1/instances", c.addInstance)
+	mux.HandleFunc("GET /v1/instances/{id}", c.getInstance)
+	mux.HandleFunc("DELETE /v1/instances/{id}", c.byID(s.Remove))
+	mux.HandleFunc("PUT /v1/instances/{id}/usage", c.instanceUsage)
+	mux.HandleFunc("POST /v1/instances/{id}/restart", c.byID(s.Restart))
+	mux.HandleFunc("POST /v1/instances/{id}/standby", c.byID(s.Standby))
+	mux.HandleFunc("POST /v1/instances/{id}/stop", c.byID(s.Stop))
+	mux.HandleFunc("PUT /v1/namespaces/{namespace}/pods/{pod}/usage", c.podUsage)
+	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/restart", c.byPod(s.Restart))
+	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/standby", c.byPod(s.Standby))
+	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/stop", c.byPod(s.Stop))
+	mux.HandleFunc("DELETE /v1/namespaces/{namespace}/pods/{pod}", c.byPod(s.Remove))
+	mux.HandleFunc("GET /v1/fault", func(w http.ResponseWriter, _ *http.Request) { reply(w, http.StatusOK, faultStates(s.Faults())) })
+	mux.HandleFunc("PUT /v1/fault", c.setFault)
+	mux.HandleFunc("DELETE /v1/fault", func(w http.ResponseWriter, r *http.Request) {
+		s.ClearFault(FaultKind(r.URL.Query().Get("kind")))
+		reply(w, http.StatusOK, faultStates(s.Faults()))
+	})
+	return mux
+}
+
+type control struct{ s *Server }
+
+func (c *control) addInstance(w http.ResponseWriter, r *http.Request) {
+	var req InstanceRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	spec := InstanceSpec{
+		Namespace: req.Namespace, Pod: req.Pod, Container: req.Container, Node: req.Node,
+		Name: req.Name, UUID: req.UUID, Tags: req.Tags, State: req.State,
+	}
+	if req.CPU != nil {
+		spec.CPUCores = req.CPU.AsApproximateFloat64()
+	}
+	if req.Memory != nil {
+		spec.RSSBytes = uint64(max(req.Memory.Value(), 0))
+	}
+	in, err := c.s.AddInstance(spec)
+	if err != nil {
+		replyError(w, http.StatusBadRequest, err)
+		return
+	}
+	reply(w, http.StatusCreated, in)
+}
+
+func (c *control) getInstance(w http.ResponseWriter, r *http.Request) {
+	in, err := c.s.Instance(r.PathValue("id"))
+	if err != nil {
+		replyError(w, http.StatusNotFound, err)
+		return
+	}
+	reply(w, http.StatusOK, in)
+}
+
+// byID runs op on the instance named in the path and answers its state.
+func (c *control) byID(op func(string) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		if err := op(id); err != nil {
+			replyError(w, http.StatusNotFound, err)
+			return
+		}
+		if r.Method == http.MethodDelete {
+			reply(w, http.StatusOK, map[string]int{"matched": 1})
+			return
+		}
+		c.getInstance(w, r)
+	}
+}
+
+// byPod runs op on every instance of the pod in the path, or of one
+// container with ?container=.
+func (c *control) byPod(op func(string) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ids := c.s.InstancesOf(r.PathValue("namespace"), r.PathValue("pod"), r.URL.Query().Get("container"))
+		if len(ids) == 0 {
+			replyError(w, http.StatusNotFound, errors.New("no instance of that pod"))
+			return
+		}
+		for _, id := range ids {
+			if err := op(id); err != nil {
+				replyError(w, http.StatusNotFound, err)
+				return
+			}
+		}
+		reply(w, http.StatusOK, map[string]int{"matched": len(ids)})
+	}
+}
+
+func (c *control) instanceUsage(w http.ResponseWriter, r *http.Request) {
+	var req UsageRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	id := r.PathValue("id")
+	if err := c.setUsage(id, req); err != nil {
+		replyError(w, statusOf(err), err)
+		return
+	}
+	c.getInstance(w, r)
+}
+
+func (c *control) podUsage(w http.ResponseWriter, r *http.Request) {
+	var req UsageRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	ids := c.s.InstancesOf(r.PathValue("namespace"), r.PathValue("pod"), req.Container)
+	if len(ids) == 0 {
+		replyError(w, http.StatusNotFound, errors.New("no instance of that pod"))
+		return
+	}
+	for _, id := range ids {
+		if err := c.setUsage(id, req); err != nil {
+			replyError(w, statusOf(err), err)
+			return
+		}
+	}
+	reply(w, http.StatusOK, map[string]int{"matched": len(ids)})
+}
+
+func (c *control) setUsage(id string, req UsageRequest) error {
+	if req.CPU != nil {
+		if err := c.s.SetCPU(id, req.CPU.AsApproximateFloat64()); err != nil {
+			return err
+		}
+	}
+	if req.Memory != nil {
+		if req.Memory.Sign() < 0 {
+			return errors.New("memory must not be negative")
+		}
+		return c.s.SetRSS(id, uint64(req.Memory.Value()))
+	}
+	return nil
+}
+
+func (c *control) setFault(w http.ResponseWriter, r *http.Request) {
+	var req FaultRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	f := Fault{Kind: req.Kind, Path: req.Path, Bytes: req.Bytes}
+	if req.Delay != "" {
+		d, err := time.ParseDuration(req.Delay)
+		if err != nil {
+			replyError(w, http.StatusBadRequest, fmt.Errorf("delay: %w", err))
+			return
+		}
+		f.Delay = d
+	}
+	if err := c.s.SetFault(f); err != nil {
+		replyError(w, http.StatusBadRequest, err)
+		return
+	}
+	reply(w, http.StatusOK, faultStates(c.s.Faults()))
+}
+
+func faultStates(faults []Fault) []FaultRequest {
+	out := make([]FaultRequest, 0, len(faults))
+	for _, f := range faults {
+		fr := FaultRequest{Kind: f.Kind, Path: f.Path, Bytes: f.Bytes}
+		if f.Delay > 0 {
+			fr.Delay = f.Delay.String()
+		}
+		out = append(out, fr)
+	}
+	return out
+}
+
+func statusOf(err error) int {
+	if errors.Is(err, ErrNotFound) {
+		return http.StatusNotFound
+	}
+	return http.StatusBadRequest
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		replyError(w, http.StatusBadRequest, fmt.Errorf("decode request: %w", err))
+		return false
+	}
+	return true
+}
+
+func reply(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	writeJSON(w, v)
+}
+
+func replyError(w http.ResponseWriter, code int, err error) {
+	reply(w, code, map[string]string{"error": err.Error()})
+}

@@ -1,0 +1,160 @@
+package fakeukpd
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"time"
+)
+
+// FaultKind names a misbehaviour of the server.
+type FaultKind string
+
+// The faults. Slow composes with the others; of Status500, Garbage and
+// HugeBody the first in that order wins when several apply.
+const (
+	FaultSlow      FaultKind = "Slow"
+	FaultStatus500 FaultKind = "Status500"
+	FaultGarbage   FaultKind = "Garbage"
+	FaultHugeBody  FaultKind = "HugeBody"
+)
+
+// DefaultHugeBodyBytes is the body size of a HugeBody fault that names none.
+const DefaultHugeBodyBytes = 64 << 20
+
+// Fault is a fault to set.
+type Fault struct {
+	Kind FaultKind `json:"kind"`
+	// Path limits the fault to "/v1/instances" or "/v1/instances/metrics"
+	// (which covers /v1/instances/{uuid}/metrics); empty means both.
+	Path string `json:"path,omitempty"`
+	// Delay is the wait before answering, for Slow.
+	Delay time.Duration `json:"-"`
+	// Bytes is the body size for HugeBody; 0 means DefaultHugeBodyBytes.
+	Bytes int64 `json:"bytes,omitempty"`
+}
+
+// Slow delays answers by d, on the server's clock.
+func Slow(d time.Duration) Fault { return Fault{Kind: FaultSlow, Delay: d} }
+
+// SetFault sets a fault, replacing one of the same kind.
+func (s *Server) SetFault(f Fault) error {
+	switch f.Kind {
+	case FaultSlow:
+		if f.Delay <= 0 {
+			return fmt.Errorf("fault %s needs a positive delay", f.Kind)
+		}
+	case FaultHugeBody:
+		if f.Bytes <= 0 {
+			f.Bytes = DefaultHugeBodyBytes
+		}
+	case FaultStatus500, FaultGarbage:
+	default:
+		return fmt.Errorf("unknown fault kind %q", f.Kind)
+	}
+	if f.Path != "" && f.Path != listPath && f.Path != metricsPath {
+		return fmt.Errorf("fault path %q is neither %s nor %s", f.Path, listPath, metricsPath)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults[f.Kind] = f
+	return nil
+}
+
+// ClearFault removes the fault of that kind; an empty kind removes all.
+func (s *Server) ClearFault(kind FaultKind) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if kind == "" {
+		clear(s.faults)
+		return
+	}
+	delete(s.faults, kind)
+}
+
+// Faults returns the faults in force, slow first.
+func (s *Server) Faults() []Fault {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Fault
+	for _, k := range faultOrder {
+		if f, ok := s.faults[k]; ok {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+var faultOrder = []FaultKind{FaultSlow, FaultStatus500, FaultGarbage, FaultHugeBody}
+
+// serveFault applies the faults that cover path. It reports whether the
+// request was answered (or abandoned) by a fault.
+func (s *Server) serveFault(w http.ResponseWriter, r *http.Request, path string, isMetrics, asJSON bool) bool {
+	key := listPath
+	if isMetrics {
+		key = metricsPath
+	}
+	var active []Fault
+	for _, f := range s.Faults() {
+		if f.Path == "" || f.Path == key {
+			active = append(active, f)
+		}
+	}
+	if i := slices.IndexFunc(active, func(f Fault) bool { return f.Kind == FaultSlow }); i >= 0 {
+		s.wait(r.Context(), active[i].Delay)
+		active = slices.Delete(active, i, i+1)
+	}
+	if len(active) == 0 {
+		return false
+	}
+	switch f := active[0]; f.Kind {
+	case FaultStatus500:
+		writeAPIError(w, http.StatusInternalServerError, "Internal error (fake fault) on "+path, s.clock.Now(), s.clock)
+	case FaultGarbage:
+		if asJSON {
+			w.Header().Set("Content-Type", contentTypeJSON)
+			_, _ = io.WriteString(w, `{"status":"success","data":{"instances":[{"uuid":`+"\x00\xff{{")
+		} else {
+			w.Header().Set("Content-Type", contentTypeText)
+			_, _ = io.WriteString(w, "# TYPE instance_cpu_time_s counter\ninstance_cpu_time_s{instance_uuid= 1.2.3 oops\n\x00\xff")
+		}
+	case FaultHugeBody:
+		streamHugeBody(r.Context(), w, f.Bytes)
+	}
+	return true
+}
+
+// wait blocks for d on the server's clock. If the request ends or the
+// server closes first, it abandons the request.
+func (s *Server) wait(ctx context.Context, d time.Duration) {
+	t := s.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return
+	case <-ctx.Done():
+	case <-s.closed:
+	}
+	panic(http.ErrAbortHandler)
+}
+
+// streamHugeBody writes size bytes of a JSON-looking array from a small
+// buffer, without a Content-Length.
+func streamHugeBody(ctx context.Context, w http.ResponseWriter, size int64) {
+	w.Header().Set("Content-Type", contentTypeJSON)
+	w.WriteHeader(http.StatusOK)
+	chunk := make([]byte, 32<<10)
+	for i := range chunk {
+		chunk[i] = "[1,"[i%3]
+	}
+	for size > 0 {
+		c := chunk[:min(int64(len(chunk)), size)]
+		if _, err := w.Write(c); err != nil || ctx.Err() != nil {
+			// Abort, so that a cut-short body never looks complete.
+			panic(http.ErrAbortHandler)
+		}
+		size -= int64(len(c))
+	}
+}

@@ -1,0 +1,311 @@
+package fakeukpd
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Instance states, as the platform API names them.
+const (
+	StateRunning = "running"
+	StateStandby = "standby"
+	StateStopped = "stopped"
+)
+
+// Tag keys kraftlet writes on the instance of a container.
+const (
+	TagNamespace = "k8s.io:namespace"
+	TagPod       = "k8s.io:pod"
+	TagContainer = "k8s.io:container"
+	TagNode      = "kraftlet:node"
+	maxTagBytes  = 256
+)
+
+// InstanceSpec describes an instance to add.
+type InstanceSpec struct {
+	Namespace string
+	Pod       string
+	Container string
+	Node      string
+	// Name and UUID are generated when empty.
+	Name string
+	UUID string
+	// Tags, when not nil, replace the kraftlet tags built from Namespace,
+	// Pod, Container and Node (to test instances kraftlet did not tag).
+	Tags []string
+	// CPUCores is the CPU rate; RSSBytes the resident set while running.
+	CPUCores float64
+	RSSBytes uint64
+	// State is StateRunning (the default), StateStandby or StateStopped.
+	State string
+}
+
+// Instance is the state of an instance, for tests and the control API.
+type Instance struct {
+	UUID       string    `json:"uuid"`
+	Name       string    `json:"name"`
+	State      string    `json:"state"`
+	Namespace  string    `json:"namespace,omitempty"`
+	Pod        string    `json:"pod,omitempty"`
+	Container  string    `json:"container,omitempty"`
+	Node       string    `json:"node,omitempty"`
+	Tags       []string  `json:"tags"`
+	CPUCores   float64   `json:"cpuCores"`
+	RSSBytes   uint64    `json:"rssBytes"`
+	CPUTimeMS  int64     `json:"cpuTimeMs"`
+	StartCount uint64    `json:"startCount"`
+	StartedAt  time.Time `json:"startedAt,omitzero"`
+}
+
+// instance is the server's record of one instance.
+type instance struct {
+	uuid, name, state             string
+	namespace, pod, container     string
+	node                          string
+	tags                          []string
+	cpuCores                      float64
+	rssBytes                      uint64
+	startCount                    uint64
+	createdAt, startedAt, stopped time.Time
+	// cpuNS is the counter in core-nanoseconds at since; while running it
+	// grows at cpuCores.
+	cpuNS float64
+	since time.Time
+}
+
+// counterNS is the CPU counter at now.
+func (in *instance) counterNS(now time.Time) float64 {
+	if in.state != StateRunning {
+		return in.cpuNS
+	}
+	return in.cpuNS + in.cpuCores*float64(now.Sub(in.since))
+}
+
+// cpuTimeMS is the counter in whole milliseconds, as ukpd reports it.
+func (in *instance) cpuTimeMS(now time.Time) int64 {
+	return int64(math.Floor(in.counterNS(now) / 1e6))
+}
+
+// settle folds the counter up to now, before the rate or state changes.
+func (in *instance) settle(now time.Time) {
+	in.cpuNS, in.since = in.counterNS(now), now
+}
+
+func (in *instance) start(now time.Time) {
+	in.state = StateRunning
+	in.startCount++
+	in.startedAt = now
+	in.cpuNS, in.since = 0, now
+}
+
+func (in *instance) public(now time.Time) Instance {
+	return Instance{
+		UUID: in.uuid, Name: in.name, State: in.state,
+		Namespace: in.namespace, Pod: in.pod, Container: in.container, Node: in.node,
+		Tags:     slices.Clone(in.tags),
+		CPUCores: in.cpuCores, RSSBytes: in.rssBytes, CPUTimeMS: in.cpuTimeMS(now),
+		StartCount: in.startCount, StartedAt: in.startedAt,
+	}
+}
+
+// KraftletTag returns the tag kraftlet writes: "key=value" with every
+// character outside [A-Za-z0-9-+_.:=] replaced by "_", cut to 256 bytes.
+func KraftletTag(key, value string) string {
+	var b strings.Builder
+	for _, r := range key + "=" + value {
+		if b.Len() >= maxTagBytes {
+			break
+		}
+		if r < 0x80 && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-+_.:=", r)) {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}
+
+// AddInstance adds an instance and returns it. Unless spec.State says
+// otherwise it runs, started now with start_count 1.
+func (s *Server) AddInstance(spec InstanceSpec) (Instance, error) {
+	if spec.Tags == nil && (spec.Namespace == "" || spec.Pod == "" || spec.Container == "") {
+		return Instance{}, errors.New("an instance needs a namespace, pod and container, or explicit tags")
+	}
+	if spec.CPUCores < 0 || math.IsNaN(spec.CPUCores) || math.IsInf(spec.CPUCores, 0) {
+		return Instance{}, fmt.Errorf("CPU rate %g is not a non-negative number", spec.CPUCores)
+	}
+	state := spec.State
+	switch state {
+	case "":
+		state = StateRunning
+	case StateRunning, StateStandby, StateStopped:
+	default:
+		return Instance{}, fmt.Errorf("unknown state %q (want %s, %s or %s)", state, StateRunning, StateStandby, StateStopped)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	s.seq++
+	in := &instance{
+		uuid: spec.UUID, name: spec.Name,
+		namespace: spec.Namespace, pod: spec.Pod, container: spec.Container, node: spec.Node,
+		tags:     spec.Tags,
+		cpuCores: spec.CPUCores, rssBytes: spec.RSSBytes,
+		createdAt: now,
+	}
+	if in.uuid == "" {
+		in.uuid = fmt.Sprintf("00000000-0000-4000-8000-%012x", s.seq)
+	}
+	if in.name == "" {
+		in.name = fmt.Sprintf("%s-%s-%d", cmp.Or(spec.Pod, "instance"), cmp.Or(spec.Container, "c"), s.seq)
+	}
+	if s.find(in.uuid) != nil || s.find(in.name) != nil {
+		return Instance{}, fmt.Errorf("an instance %q or %q exists", in.uuid, in.name)
+	}
+	if in.tags == nil {
+		in.tags = []string{
+			KraftletTag(TagNamespace, spec.Namespace),
+			KraftletTag(TagPod, spec.Pod),
+			KraftletTag(TagContainer, spec.Container),
+		}
+		if spec.Node != "" {
+			in.tags = append(in.tags, KraftletTag(TagNode, spec.Node))
+		}
+	}
+	in.start(now)
+	if state != StateRunning {
+		in.state, in.stopped = state, now
+	}
+	s.instances[in.uuid] = in
+	return in.public(now), nil
+}
+
+// find returns the instance with that UUID or name; s.mu must be held.
+func (s *Server) find(id string) *instance {
+	if in, ok := s.instances[id]; ok {
+		return in
+	}
+	for _, in := range s.instances {
+		if in.name == id {
+			return in
+		}
+	}
+	return nil
+}
+
+// update applies fn to the instance with that UUID or name.
+func (s *Server) update(id string, fn func(in *instance, now time.Time)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in := s.find(id)
+	if in == nil {
+		return fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	fn(in, s.clock.Now())
+	return nil
+}
+
+// ErrNotFound is returned for an instance that does not exist.
+var ErrNotFound = errors.New("no such instance")
+
+// Instance returns the instance with that UUID or name.
+func (s *Server) Instance(id string) (Instance, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in := s.find(id)
+	if in == nil {
+		return Instance{}, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	return in.public(s.clock.Now()), nil
+}
+
+// Instances returns every instance, by UUID.
+func (s *Server) Instances() []Instance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	out := make([]Instance, 0, len(s.instances))
+	for _, in := range s.sortedLocked() {
+		out = append(out, in.public(now))
+	}
+	return out
+}
+
+// InstancesOf returns the UUIDs of a pod's instances, of one container if
+// container is not empty.
+func (s *Server) InstancesOf(namespace, pod, container string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []string
+	for _, in := range s.sortedLocked() {
+		if in.namespace == namespace && in.pod == pod && (container == "" || in.container == container) {
+			ids = append(ids, in.uuid)
+		}
+	}
+	return ids
+}
+
+func (s *Server) sortedLocked() []*instance {
+	out := make([]*instance, 0, len(s.instances))
+	for _, in := range s.instances {
+		out = append(out, in)
+	}
+	slices.SortFunc(out, func(a, b *instance) int { return strings.Compare(a.uuid, b.uuid) })
+	return out
+}
+
+// SetCPU sets an instance's CPU rate in cores, from now on.
+func (s *Server) SetCPU(id string, cores float64) error {
+	if cores < 0 || math.IsNaN(cores) || math.IsInf(cores, 0) {
+		return fmt.Errorf("CPU rate %g is not a non-negative number", cores)
+	}
+	return s.update(id, func(in *instance, now time.Time) {
+		in.settle(now)
+		in.cpuCores = cores
+	})
+}
+
+// SetRSS sets an instance's resident set while it runs.
+func (s *Server) SetRSS(id string, bytes uint64) error {
+	return s.update(id, func(in *instance, _ time.Time) { in.rssBytes = bytes })
+}
+
+// Restart starts an instance again, whatever its state: start_count+1,
+// started_at now, CPU counter from zero.
+func (s *Server) Restart(id string) error {
+	return s.update(id, func(in *instance, now time.Time) { in.start(now) })
+}
+
+// Standby puts an instance in standby, as scale-to-zero does: it stays in
+// the metrics with state "standby", no resident set and its counter frozen.
+func (s *Server) Standby(id string) error {
+	return s.update(id, func(in *instance, now time.Time) {
+		in.settle(now)
+		in.state, in.stopped = StateStandby, now
+	})
+}
+
+// Stop stops an instance: it stays in the list and leaves the metrics.
+func (s *Server) Stop(id string) error {
+	return s.update(id, func(in *instance, now time.Time) {
+		in.settle(now)
+		in.state, in.stopped = StateStopped, now
+	})
+}
+
+// Remove deletes an instance.
+func (s *Server) Remove(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in := s.find(id)
+	if in == nil {
+		return fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	delete(s.instances, in.uuid)
+	return nil
+}

@@ -1,0 +1,211 @@
+package fakeukpd
+
+import (
+	"bufio"
+	"cmp"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// listEntry is an instance as GET /v1/instances describes it (a subset of
+// the documented fields).
+type listEntry struct {
+	Status        string   `json:"status"`
+	UUID          string   `json:"uuid"`
+	Name          string   `json:"name"`
+	CreatedAt     string   `json:"created_at"`
+	State         string   `json:"state"`
+	Image         string   `json:"image"`
+	MemoryMB      int      `json:"memory_mb"`
+	VCPUs         int      `json:"vcpus"`
+	StartCount    uint64   `json:"start_count"`
+	StartedAt     string   `json:"started_at,omitempty"`
+	StoppedAt     string   `json:"stopped_at,omitempty"`
+	UptimeMS      int64    `json:"uptime_ms"`
+	RestartPolicy string   `json:"restart_policy"`
+	Tags          []string `json:"tags,omitempty"`
+}
+
+// metricsEntry is an instance as GET /v1/instances/metrics describes it in
+// JSON (a subset of the documented fields).
+type metricsEntry struct {
+	Status     string `json:"status"`
+	UUID       string `json:"uuid"`
+	Name       string `json:"name"`
+	State      string `json:"state"`
+	StartCount uint64 `json:"start_count"`
+	StartedAt  string `json:"started_at,omitempty"`
+	StoppedAt  string `json:"stopped_at,omitempty"`
+	UptimeMS   int64  `json:"uptime_ms"`
+	BootTimeUS int64  `json:"boot_time_us,omitempty"`
+	NetTimeUS  int64  `json:"net_time_us,omitempty"`
+	RSSBytes   uint64 `json:"rss_bytes"`
+	CPUTimeMS  int64  `json:"cpu_time_ms"`
+	RxBytes    int64  `json:"rx_bytes"`
+	RxPackets  int64  `json:"rx_packets"`
+	TxBytes    int64  `json:"tx_bytes"`
+	TxPackets  int64  `json:"tx_packets"`
+	NConns     int    `json:"nconns"`
+	NReqs      int    `json:"nreqs"`
+	NQueued    int    `json:"nqueued"`
+	NTotal     int64  `json:"ntotal"`
+}
+
+func rfc3339(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func (in *instance) uptimeMS(now time.Time) int64 {
+	if in.state != StateRunning {
+		return 0
+	}
+	return now.Sub(in.startedAt).Milliseconds()
+}
+
+func (in *instance) stoppedAt() string {
+	if in.state == StateRunning {
+		return ""
+	}
+	return rfc3339(in.stopped)
+}
+
+func (s *Server) writeList(w http.ResponseWriter, start time.Time) {
+	s.mu.Lock()
+	now := s.clock.Now()
+	entries := make([]listEntry, 0, len(s.instances))
+	for _, in := range s.sortedLocked() {
+		entries = append(entries, listEntry{
+			Status: "success", UUID: in.uuid, Name: in.name,
+			CreatedAt: rfc3339(in.createdAt), State: in.state,
+			Image:    "fake.unikraft.io/" + cmp.Or(in.container, "app") + ":latest",
+			MemoryMB: 256, VCPUs: 1,
+			StartCount: in.startCount, StartedAt: rfc3339(in.startedAt), StoppedAt: in.stoppedAt(),
+			UptimeMS: in.uptimeMS(now), RestartPolicy: "never", Tags: in.tags,
+		})
+	}
+	s.mu.Unlock()
+	writeEnvelope(w, entries, start, s.clock)
+}
+
+// metrics returns the entries of the instances named by ids (UUIDs or
+// names), or of all of them; stopped instances are left out. ok is false
+// when an id names no instance.
+func (s *Server) metrics(ids []string) ([]metricsEntry, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	var chosen []*instance
+	if len(ids) == 0 {
+		chosen = s.sortedLocked()
+	}
+	for _, id := range ids {
+		in := s.find(id)
+		if in == nil {
+			return nil, false
+		}
+		chosen = append(chosen, in)
+	}
+	out := make([]metricsEntry, 0, len(chosen))
+	for _, in := range chosen {
+		if in.state == StateStopped {
+			continue
+		}
+		e := metricsEntry{
+			Status: "success", UUID: in.uuid, Name: in.name, State: in.state,
+			StartCount: in.startCount, StartedAt: rfc3339(in.startedAt), StoppedAt: in.stoppedAt(),
+			UptimeMS: in.uptimeMS(now), BootTimeUS: 9000, NetTimeUS: 12000,
+			CPUTimeMS: in.cpuTimeMS(now),
+		}
+		if in.state == StateRunning {
+			e.RSSBytes = in.rssBytes
+		}
+		out = append(out, e)
+	}
+	return out, true
+}
+
+// writeEnvelope answers {"status": "success", "data": {"instances": ...}}.
+func writeEnvelope[T any](w http.ResponseWriter, instances []T, start time.Time, clk clock.PassiveClock) {
+	w.Header().Set("Content-Type", contentTypeJSON)
+	writeJSON(w, struct {
+		Status   string `json:"status"`
+		Data     any    `json:"data"`
+		OpTimeUS int64  `json:"op_time_us"`
+	}{
+		Status: "success",
+		Data: struct {
+			Instances []T `json:"instances"`
+		}{instances},
+		OpTimeUS: opTime(start, clk),
+	})
+}
+
+// stateCode numbers states as the instance_state HELP line documents.
+var stateCode = map[string]int{
+	StateStopped: 0, "starting": 1, StateRunning: 2, "draining": 3, "stopping": 4, StateStandby: 5,
+}
+
+// family is one metric family of the Prometheus form.
+type family struct {
+	name, help, kind string
+	value            func(e *metricsEntry) string
+}
+
+var families = []family{
+	{"instance_state", "0=stopped,1=starting,2=running,3=draining,4=stopping,5=standby,6=template,7=deleted", "gauge",
+		func(e *metricsEntry) string { return strconv.Itoa(stateCode[e.State]) }},
+	{"instance_start_count", "Number of times the instance has been started", "counter",
+		func(e *metricsEntry) string { return strconv.FormatUint(e.StartCount, 10) }},
+	{"instance_restart_count", "Number of times the instance has been restarted", "counter",
+		func(*metricsEntry) string { return "0" }},
+	{"instance_started_at", "Time when the instance started", "gauge",
+		func(e *metricsEntry) string { return unixSeconds(e.StartedAt) }},
+	{"instance_stopped_at", "Time when the instance stopped", "gauge",
+		func(e *metricsEntry) string { return unixSeconds(e.StoppedAt) }},
+	{"instance_uptime_s", "Uptime in seconds", "gauge",
+		func(e *metricsEntry) string { return millis(e.UptimeMS) }},
+	{"instance_rss_bytes", "Resident set size in bytes", "gauge",
+		func(e *metricsEntry) string { return strconv.FormatUint(e.RSSBytes, 10) }},
+	{"instance_cpu_time_s", "Consumed CPU time in seconds", "counter",
+		func(e *metricsEntry) string { return millis(e.CPUTimeMS) }},
+	{"instance_rx_bytes", "Amount of bytes received over network", "counter",
+		func(e *metricsEntry) string { return strconv.FormatInt(e.RxBytes, 10) }},
+	{"instance_tx_bytes", "Amount of bytes transmitted over network", "counter",
+		func(e *metricsEntry) string { return strconv.FormatInt(e.TxBytes, 10) }},
+	{"instance_nconns", "Number of active connections", "gauge",
+		func(e *metricsEntry) string { return strconv.Itoa(e.NConns) }},
+}
+
+func millis(ms int64) string { return fmt.Sprintf("%d.%06d", ms/1000, (ms%1000)*1000) }
+
+func unixSeconds(rfc string) string {
+	t, err := time.Parse(time.RFC3339, rfc)
+	if err != nil {
+		return "0"
+	}
+	return strconv.FormatInt(t.Unix(), 10)
+}
+
+// writeText writes the Prometheus text form: per family a HELP and TYPE
+// line and one sample per instance, labelled instance_uuid.
+func writeText(w io.Writer, entries []metricsEntry) error {
+	bw := bufio.NewWriter(w)
+	for i, f := range families {
+		if i > 0 {
+			fmt.Fprintln(bw)
+		}
+		fmt.Fprintf(bw, "# HELP %s %s\n# TYPE %s %s\n", f.name, f.help, f.name, f.kind)
+		for j := range entries {
+			fmt.Fprintf(bw, "%s{instance_uuid=%q} %s\n", f.name, entries[j].UUID, f.value(&entries[j]))
+		}
+	}
+	return bw.Flush()
+}

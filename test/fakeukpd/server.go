@@ -1,0 +1,232 @@
+package fakeukpd
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"mime"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Clock drives CPU counters, timestamps and slow faults; nil means the
+	// real clock.
+	Clock clock.Clock
+	// Tokens are accepted bearer tokens.
+	Tokens []string
+	// TokenFile, when set, holds more accepted tokens, one a line ("#"
+	// starts a comment). It is read again whenever it changes.
+	TokenFile string
+}
+
+// Server is a fake ukpd. It is safe for concurrent use.
+type Server struct {
+	clock     clock.Clock
+	tokenFile string
+
+	mu        sync.Mutex
+	tokens    []string
+	fileInfo  os.FileInfo
+	fileToks  []string
+	instances map[string]*instance // by UUID
+	seq       int
+	faults    map[FaultKind]Fault
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+var _ http.Handler = &Server{}
+
+// New returns a Server without instances.
+func New(cfg Config) *Server {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	return &Server{
+		clock:     cfg.Clock,
+		tokenFile: cfg.TokenFile,
+		tokens:    append([]string(nil), cfg.Tokens...),
+		instances: map[string]*instance{},
+		faults:    map[FaultKind]Fault{},
+		closed:    make(chan struct{}),
+	}
+}
+
+// Close ends requests held by a slow fault. The server keeps answering
+// other requests.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() { close(s.closed) })
+}
+
+// SetTokens replaces the accepted tokens given in Config.Tokens.
+func (s *Server) SetTokens(tokens ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tokens = append([]string(nil), tokens...)
+}
+
+const (
+	listPath    = "/v1/instances"
+	metricsPath = "/v1/instances/metrics"
+
+	contentTypeJSON = "application/json"
+	contentTypeText = "text/plain; version=0.0.4; charset=utf-8"
+)
+
+// ServeHTTP serves the platform API paths.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := s.clock.Now()
+	if !s.authenticated(r) {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		writeAPIError(w, http.StatusUnauthorized, "Unauthorized", start, s.clock)
+		return
+	}
+	path := strings.TrimSuffix(r.URL.Path, "/")
+	id, perInstance := instanceMetricsID(path)
+	if path != listPath && path != metricsPath && !perInstance {
+		writeAPIError(w, http.StatusNotFound, "Not found: "+path, start, s.clock)
+		return
+	}
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", http.MethodGet)
+		writeAPIError(w, http.StatusMethodNotAllowed, "Method not allowed", start, s.clock)
+		return
+	}
+	isMetrics := path != listPath
+	asJSON := !isMetrics || wantsJSON(r.Header.Get("Accept"))
+	if s.serveFault(w, r, path, isMetrics, asJSON) {
+		return
+	}
+	if !isMetrics {
+		s.writeList(w, start)
+		return
+	}
+	var ids []string
+	switch {
+	case perInstance:
+		ids = []string{id}
+	case r.URL.Query().Get("uuid") != "":
+		ids = strings.Split(r.URL.Query().Get("uuid"), ",")
+	}
+	entries, ok := s.metrics(ids)
+	if !ok {
+		writeAPIError(w, http.StatusNotFound, "No instance "+strings.Join(ids, ","), start, s.clock)
+		return
+	}
+	if asJSON {
+		writeEnvelope(w, entries, start, s.clock)
+		return
+	}
+	w.Header().Set("Content-Type", contentTypeText)
+	if err := writeText(w, entries); err != nil {
+		klog.V(4).InfoS("Writing Prometheus text failed", "err", err)
+	}
+}
+
+// instanceMetricsID reads /v1/instances/{id}/metrics.
+func instanceMetricsID(path string) (string, bool) {
+	rest, ok := strings.CutPrefix(path, listPath+"/")
+	if !ok {
+		return "", false
+	}
+	id, ok := strings.CutSuffix(rest, "/metrics")
+	return id, ok && id != "" && !strings.Contains(id, "/")
+}
+
+// wantsJSON says whether an Accept header names application/json; every
+// other value, or none, gets the Prometheus text form.
+func wantsJSON(accept string) bool {
+	for part := range strings.SplitSeq(accept, ",") {
+		if mt, _, err := mime.ParseMediaType(strings.TrimSpace(part)); err == nil && mt == contentTypeJSON {
+			return true
+		}
+	}
+	return false
+}
+
+// authenticated accepts "Authorization: Bearer <token>" with a known token.
+func (s *Server) authenticated(r *http.Request) bool {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	token = strings.TrimSpace(token)
+	if token == "" {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	accepted := false
+	for _, known := range append(s.fileTokensLocked(), s.tokens...) {
+		if subtle.ConstantTimeCompare([]byte(known), []byte(token)) == 1 {
+			accepted = true
+		}
+	}
+	return accepted
+}
+
+// fileTokensLocked returns the tokens of the token file, read again if it
+// changed. An unreadable file accepts nothing.
+func (s *Server) fileTokensLocked() []string {
+	if s.tokenFile == "" {
+		return nil
+	}
+	fi, err := os.Stat(s.tokenFile)
+	if err != nil {
+		klog.V(2).InfoS("Token file unreadable", "err", err)
+		return nil
+	}
+	if s.fileInfo != nil && os.SameFile(fi, s.fileInfo) && fi.Size() == s.fileInfo.Size() && fi.ModTime().Equal(s.fileInfo.ModTime()) {
+		return s.fileToks
+	}
+	b, err := os.ReadFile(s.tokenFile)
+	if err != nil {
+		klog.V(2).InfoS("Token file unreadable", "err", err)
+		return nil
+	}
+	s.fileInfo, s.fileToks = fi, ParseTokens(string(b))
+	return s.fileToks
+}
+
+// ParseTokens reads one token a line, skipping blank lines and "#"
+// comments.
+func ParseTokens(text string) []string {
+	var out []string
+	for line := range strings.Lines(text) {
+		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "#") {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// writeAPIError answers in the API's envelope with status "error".
+func writeAPIError(w http.ResponseWriter, code int, msg string, start time.Time, clk clock.PassiveClock) {
+	w.Header().Set("Content-Type", contentTypeJSON)
+	w.WriteHeader(code)
+	writeJSON(w, map[string]any{
+		"status":     "error",
+		"message":    msg,
+		"errors":     []map[string]any{{"status": code}},
+		"op_time_us": opTime(start, clk),
+	})
+}
+
+func opTime(start time.Time, clk clock.PassiveClock) int64 {
+	return max(clk.Since(start).Microseconds(), 1)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		klog.V(4).InfoS("Writing JSON failed", "err", fmt.Sprint(err))
+	}
+}

@@ -1,0 +1,387 @@
+package fakeukpd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+const token = "fake-token"
+
+var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+type harness struct {
+	clk *clocktesting.FakeClock
+	s   *Server
+	srv *httptest.Server
+}
+
+func newHarness(t *testing.T, cfg Config) *harness {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(t0)
+	cfg.Clock = clk
+	if cfg.Tokens == nil && cfg.TokenFile == "" {
+		cfg.Tokens = []string{token}
+	}
+	s := New(cfg)
+	srv := httptest.NewServer(s)
+	t.Cleanup(func() {
+		s.Close()
+		srv.Close()
+	})
+	return &harness{clk: clk, s: s, srv: srv}
+}
+
+// get fetches path with the token and an Accept header, returning status,
+// content type and body.
+func (h *harness) get(t *testing.T, path, accept string) (int, string, string) {
+	t.Helper()
+	return h.getWith(t, context.Background(), path, accept, token)
+}
+
+func (h *harness) getWith(t *testing.T, ctx context.Context, path, accept, tok string) (int, string, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := h.srv.Client().Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
+}
+
+func (h *harness) add(t *testing.T, spec InstanceSpec) Instance {
+	t.Helper()
+	in, err := h.s.AddInstance(spec)
+	if err != nil {
+		t.Fatalf("AddInstance: %v", err)
+	}
+	return in
+}
+
+// envelope mirrors the documented response wrapper.
+type envelope[T any] struct {
+	Status string `json:"status"`
+	Data   struct {
+		Instances []T `json:"instances"`
+	} `json:"data"`
+	OpTimeUS int64 `json:"op_time_us"`
+}
+
+func decodeEnvelope[T any](t *testing.T, body string) []T {
+	t.Helper()
+	var env envelope[T]
+	if err := json.Unmarshal([]byte(body), &env); err != nil {
+		t.Fatalf("decode %q: %v", body, err)
+	}
+	if env.Status != "success" || env.OpTimeUS <= 0 {
+		t.Errorf("envelope status %q, op_time_us %d", env.Status, env.OpTimeUS)
+	}
+	return env.Data.Instances
+}
+
+func TestList(t *testing.T) {
+	h := newHarness(t, Config{})
+	web := h.add(t, InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 1})
+	h.add(t, InstanceSpec{Namespace: "default", Pod: "batch-0", Container: "job", State: StateStopped, UUID: "u-batch", Name: "batch"})
+	h.add(t, InstanceSpec{Tags: []string{"production"}, Name: "untagged"})
+	h.clk.Step(90 * time.Second)
+
+	code, ct, body := h.get(t, listPath, "application/json")
+	if code != http.StatusOK || ct != contentTypeJSON {
+		t.Fatalf("GET %s = %d %q", listPath, code, ct)
+	}
+	got := decodeEnvelope[listEntry](t, body)
+	want := []listEntry{
+		{
+			Status: "success", UUID: web.UUID, Name: "web-0-app-1", CreatedAt: "2026-12-01T10:00:00Z", State: "running",
+			Image: "fake.unikraft.io/app:latest", MemoryMB: 256, VCPUs: 1, StartCount: 1, StartedAt: "2026-12-01T10:00:00Z",
+			UptimeMS: 90000, RestartPolicy: "never",
+			Tags: []string{"k8s.io:namespace=default", "k8s.io:pod=web-0", "k8s.io:container=app", "kraftlet:node=kraftlet-a"},
+		},
+		{
+			Status: "success", UUID: "00000000-0000-4000-8000-000000000003", Name: "untagged", CreatedAt: "2026-12-01T10:00:00Z",
+			State: "running", Image: "fake.unikraft.io/app:latest", MemoryMB: 256, VCPUs: 1, StartCount: 1,
+			StartedAt: "2026-12-01T10:00:00Z", UptimeMS: 90000, RestartPolicy: "never", Tags: []string{"production"},
+		},
+		{
+			Status: "success", UUID: "u-batch", Name: "batch", CreatedAt: "2026-12-01T10:00:00Z", State: "stopped",
+			Image: "fake.unikraft.io/job:latest", MemoryMB: 256, VCPUs: 1, StartCount: 1, StartedAt: "2026-12-01T10:00:00Z",
+			StoppedAt: "2026-12-01T10:00:00Z", RestartPolicy: "never",
+			Tags: []string{"k8s.io:namespace=default", "k8s.io:pod=batch-0", "k8s.io:container=job"},
+		},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("list (-want +got):\n%s", diff)
+	}
+	// The list is JSON whatever is asked.
+	if _, ct, _ := h.get(t, listPath, "text/plain"); ct != contentTypeJSON {
+		t.Errorf("list asked as text answered %q", ct)
+	}
+}
+
+func TestMetricsLifecycle(t *testing.T) {
+	h := newHarness(t, Config{})
+	in := h.add(t, InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", CPUCores: 0.5, RSSBytes: 1 << 20})
+	metrics := func() metricsEntry {
+		t.Helper()
+		code, ct, body := h.get(t, metricsPath, "application/json")
+		if code != http.StatusOK || ct != contentTypeJSON {
+			t.Fatalf("GET %s = %d %q", metricsPath, code, ct)
+		}
+		got := decodeEnvelope[metricsEntry](t, body)
+		if len(got) != 1 {
+			t.Fatalf("metrics hold %d instances, want 1: %s", len(got), body)
+		}
+		return got[0]
+	}
+	check := func(step string, e metricsEntry, state string, cpuMS int64, rss uint64, starts uint64, startedAt string) {
+		t.Helper()
+		if e.State != state || e.CPUTimeMS != cpuMS || e.RSSBytes != rss || e.StartCount != starts || e.StartedAt != startedAt {
+			t.Errorf("%s: %+v, want state %s, cpu %d ms, rss %d, start_count %d, started_at %s", step, e, state, cpuMS, rss, starts, startedAt)
+		}
+	}
+
+	h.clk.Step(10 * time.Second)
+	check("running", metrics(), "running", 5000, 1<<20, 1, "2026-12-01T10:00:00Z")
+
+	if err := h.s.SetCPU(in.UUID, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.s.SetRSS(in.Name, 2<<20); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Step(1500 * time.Millisecond)
+	check("new rate", metrics(), "running", 8000, 2<<20, 1, "2026-12-01T10:00:00Z")
+
+	if err := h.s.Standby(in.UUID); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Step(time.Minute)
+	check("standby", metrics(), "standby", 8000, 0, 1, "2026-12-01T10:00:00Z")
+
+	if err := h.s.Restart(in.UUID); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Step(2 * time.Second)
+	check("woken", metrics(), "running", 4000, 2<<20, 2, "2026-12-01T10:01:11Z")
+
+	if err := h.s.Stop(in.UUID); err != nil {
+		t.Fatal(err)
+	}
+	_, _, body := h.get(t, metricsPath, "application/json")
+	if got := decodeEnvelope[metricsEntry](t, body); len(got) != 0 {
+		t.Errorf("stopped instance in the metrics: %+v", got)
+	}
+	if err := h.s.Remove(in.UUID); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, body := h.get(t, listPath, ""); len(decodeEnvelope[listEntry](t, body)) != 0 {
+		t.Errorf("removed instance still listed: %s", body)
+	}
+	if err := h.s.Restart(in.UUID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Restart of a removed instance: %v, want ErrNotFound", err)
+	}
+}
+
+func TestMetricsText(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.add(t, InstanceSpec{UUID: "u1", Namespace: "ns", Pod: "p", Container: "c", CPUCores: 0.25, RSSBytes: 4096})
+	h.add(t, InstanceSpec{UUID: "u2", Namespace: "ns", Pod: "q", Container: "c", State: StateStandby})
+	h.clk.Step(2*time.Second + 500*time.Millisecond)
+	for _, accept := range []string{"", "text/plain", "*/*", "application/openmetrics-text; version=1.0.0"} {
+		code, ct, body := h.get(t, metricsPath, accept)
+		if code != http.StatusOK || ct != contentTypeText {
+			t.Fatalf("Accept %q: %d %q", accept, code, ct)
+		}
+		for _, line := range []string{
+			"# HELP instance_cpu_time_s Consumed CPU time in seconds\n# TYPE instance_cpu_time_s counter\n",
+			`instance_cpu_time_s{instance_uuid="u1"} 0.625000` + "\n",
+			`instance_rss_bytes{instance_uuid="u1"} 4096` + "\n",
+			`instance_state{instance_uuid="u1"} 2` + "\n",
+			`instance_state{instance_uuid="u2"} 5` + "\n",
+			`instance_start_count{instance_uuid="u1"} 1` + "\n",
+			`instance_started_at{instance_uuid="u1"} 1796119200` + "\n",
+			`instance_rss_bytes{instance_uuid="u2"} 0` + "\n",
+		} {
+			if !strings.Contains(body, line) {
+				t.Errorf("Accept %q: body lacks %q:\n%s", accept, line, body)
+			}
+		}
+	}
+	// JSON among other types still selects JSON.
+	if _, ct, _ := h.get(t, metricsPath, "text/html, application/json;q=0.9"); ct != contentTypeJSON {
+		t.Errorf("mixed Accept answered %q", ct)
+	}
+}
+
+func TestMetricsSelection(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.add(t, InstanceSpec{UUID: "u1", Name: "one", Namespace: "ns", Pod: "p", Container: "c"})
+	h.add(t, InstanceSpec{UUID: "u2", Name: "two", Namespace: "ns", Pod: "q", Container: "c"})
+	h.add(t, InstanceSpec{UUID: "u3", Name: "three", Namespace: "ns", Pod: "r", Container: "c"})
+	tests := []struct {
+		path     string
+		wantCode int
+		want     []string
+	}{
+		{path: metricsPath, wantCode: 200, want: []string{"u1", "u2", "u3"}},
+		{path: metricsPath + "?uuid=u3,u1", wantCode: 200, want: []string{"u3", "u1"}},
+		{path: "/v1/instances/two/metrics", wantCode: 200, want: []string{"u2"}},
+		{path: "/v1/instances/u9/metrics", wantCode: 404},
+		{path: "/v1/instances/u1", wantCode: 404},
+		{path: "/v2/instances", wantCode: 404},
+	}
+	for _, tc := range tests {
+		t.Run(tc.path, func(t *testing.T) {
+			code, _, body := h.get(t, tc.path, "application/json")
+			if code != tc.wantCode {
+				t.Fatalf("GET %s = %d, want %d: %s", tc.path, code, tc.wantCode, body)
+			}
+			if code != http.StatusOK {
+				if !strings.Contains(body, `"status":"error"`) {
+					t.Errorf("error body %q is not the API envelope", body)
+				}
+				return
+			}
+			var got []string
+			for _, e := range decodeEnvelope[metricsEntry](t, body) {
+				got = append(got, e.UUID)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("instances (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestAuth(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(file, []byte("# accepted\nfrom-file\n\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, Config{Tokens: []string{token}, TokenFile: file})
+	tests := []struct {
+		name, header string
+		want         int
+	}{
+		{name: "configured token", header: "Bearer " + token, want: 200},
+		{name: "file token", header: "Bearer from-file", want: 200},
+		{name: "scheme in any case", header: "bearer " + token, want: 200},
+		{name: "no header", want: 401},
+		{name: "wrong token", header: "Bearer nope", want: 401},
+		{name: "basic", header: "Basic " + token, want: 401},
+		{name: "empty bearer", header: "Bearer ", want: 401},
+		{name: "comment is not a token", header: "Bearer # accepted", want: 401},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, h.srv.URL+metricsPath, nil)
+			if tc.header != "" {
+				req.Header.Set("Authorization", tc.header)
+			}
+			resp, err := h.srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Errorf("status = %d, want %d", resp.StatusCode, tc.want)
+			}
+			if tc.want == 401 && resp.Header.Get("WWW-Authenticate") != "Bearer" {
+				t.Errorf("401 without WWW-Authenticate: Bearer")
+			}
+		})
+	}
+
+	// The file is read again when it changes.
+	if err := os.WriteFile(file, []byte("rotated-token-in-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _ := h.getWith(t, context.Background(), metricsPath, "", "rotated-token-in-file"); code != 200 {
+		t.Errorf("rotated file token: %d", code)
+	}
+	if code, _, _ := h.getWith(t, context.Background(), metricsPath, "", "from-file"); code != 401 {
+		t.Errorf("old file token: %d, want 401", code)
+	}
+	h.s.SetTokens("replaced")
+	if code, _, _ := h.getWith(t, context.Background(), metricsPath, "", token); code != 401 {
+		t.Errorf("replaced token: %d, want 401", code)
+	}
+}
+
+func TestMethodNotAllowed(t *testing.T) {
+	h := newHarness(t, Config{})
+	req, _ := http.NewRequest(http.MethodPost, h.srv.URL+metricsPath, strings.NewReader("[]"))
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := h.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST = %d, want 405", resp.StatusCode)
+	}
+}
+
+func TestAddInstanceRejects(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.add(t, InstanceSpec{UUID: "u1", Name: "one", Namespace: "ns", Pod: "p", Container: "c"})
+	tests := []struct {
+		name    string
+		spec    InstanceSpec
+		wantErr string
+	}{
+		{name: "no pod", spec: InstanceSpec{Namespace: "ns", Container: "c"}, wantErr: "needs a namespace, pod and container"},
+		{name: "negative CPU", spec: InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", CPUCores: -1}, wantErr: "not a non-negative number"},
+		{name: "bad state", spec: InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", State: "asleep"}, wantErr: `unknown state "asleep"`},
+		{name: "same uuid", spec: InstanceSpec{UUID: "u1", Namespace: "ns", Pod: "p", Container: "c"}, wantErr: "exists"},
+		{name: "same name", spec: InstanceSpec{Name: "one", Namespace: "ns", Pod: "p", Container: "c"}, wantErr: "exists"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := h.s.AddInstance(tc.spec); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("AddInstance error = %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestKraftletTag(t *testing.T) {
+	long := strings.Repeat("p", 300)
+	tests := []struct{ key, value, want string }{
+		{TagPod, "web-0", "k8s.io:pod=web-0"},
+		{TagNode, "node 1/é", "kraftlet:node=node_1__"},
+		{TagPod, long, "k8s.io:pod=" + long[:256-len("k8s.io:pod=")]},
+	}
+	for _, tc := range tests {
+		if got := KraftletTag(tc.key, tc.value); got != tc.want {
+			t.Errorf("KraftletTag(%q, %q) = %q, want %q", tc.key, tc.value, got, tc.want)
+		}
+	}
+}
