@@ -18,6 +18,7 @@ import (
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -28,6 +29,7 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/pkg/provider"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources/ukpd"
 	"github.com/group-metrics-server/group-metrics-server/pkg/store"
 )
 
@@ -42,6 +44,16 @@ type Config struct {
 	KubeletUseNodeStatusPort bool
 	KubeletAddressTypes      []corev1.NodeAddressType
 	NodeSelector             labels.Selector
+	// KraftletSelector picks nodes that have no kubelet stats of their own;
+	// the kubelet source leaves them to ukpd.
+	KraftletSelector labels.Selector
+
+	// Sources names the sources to run, in the order a pod reported by
+	// several is looked up; default kubelet only.
+	Sources []string
+	// Ukpd configures the ukpd source when Sources names it; its listers
+	// are filled in by New.
+	Ukpd ukpd.SourceConfig
 
 	// DefaultGroupPolicy applies to LeaderWorkerSet leaders without a
 	// policy annotation.
@@ -91,6 +103,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("scrape timeout %s must be below the resolution %s", c.Timeout, c.Resolution)
 	}
 	sources.RegisterMetrics()
+	ukpd.RegisterMetrics()
 	store.RegisterMetrics()
 	provider.RegisterMetrics()
 
@@ -99,26 +112,18 @@ func (c CompletedConfig) New() (*Server, error) {
 	pods := factory.InformerFor(&corev1.Pod{}, newPodInformer)
 	nodes := factory.Core().V1().Nodes()
 
-	client, err := kubelet.NewClient(c.Kubelet)
+	srcs, names, err := c.sources(nodes.Lister(), podLister(pods))
 	if err != nil {
 		return nil, err
 	}
-	kubeletSource := kubelet.NewSource(kubelet.SourceConfig{
-		Client:            client,
-		Nodes:             nodes.Lister(),
-		Selector:          c.NodeSelector,
-		Port:              c.KubeletPort,
-		UseNodeStatusPort: c.KubeletUseNodeStatusPort,
-		AddressTypes:      c.KubeletAddressTypes,
-	})
 	st := store.New(store.Config{
 		Clock:          c.Clock,
-		Sources:        []string{kubeletSource.Name()},
+		Sources:        names,
 		FirstWindowMax: 2 * c.Resolution,
 		StaleAfter:     2*c.Resolution + c.Timeout,
 	})
 	scraper := sources.NewScraper(sources.ScraperConfig{
-		Sources:     []sources.Source{kubeletSource},
+		Sources:     srcs,
 		Sink:        st,
 		Clock:       c.Clock,
 		Resolution:  c.Resolution,
@@ -187,6 +192,50 @@ func notReadyReason(s *sources.Scraper, bound time.Duration) error {
 		ids = append(ids[:5], fmt.Sprintf("and %d more", len(failing)-5))
 	}
 	return fmt.Errorf("no target was scraped successfully in the last %s; failing: %s", bound, strings.Join(ids, ", "))
+}
+
+// sources builds the configured sources, in lookup order.
+func (c CompletedConfig) sources(nodes corelisters.NodeLister, pods corelisters.PodLister) ([]sources.Source, []string, error) {
+	names := c.Sources
+	if len(names) == 0 {
+		names = []string{kubelet.SourceName}
+	}
+	var out []sources.Source
+	for _, name := range names {
+		switch name {
+		case kubelet.SourceName:
+			client, err := kubelet.NewClient(c.Kubelet)
+			if err != nil {
+				return nil, nil, err
+			}
+			out = append(out, kubelet.NewSource(kubelet.SourceConfig{
+				Client:            client,
+				Nodes:             nodes,
+				Selector:          c.NodeSelector,
+				Exclude:           c.KraftletSelector,
+				Port:              c.KubeletPort,
+				UseNodeStatusPort: c.KubeletUseNodeStatusPort,
+				AddressTypes:      c.KubeletAddressTypes,
+			}))
+		case ukpd.SourceName:
+			cfg := c.Ukpd
+			cfg.Nodes, cfg.Pods = nodes, pods
+			if cfg.NodeSelector == nil {
+				cfg.NodeSelector = c.KraftletSelector
+			}
+			if cfg.Clock == nil {
+				cfg.Clock = c.Clock
+			}
+			src, err := ukpd.NewSource(cfg)
+			if err != nil {
+				return nil, nil, err
+			}
+			out = append(out, src)
+		default:
+			return nil, nil, fmt.Errorf("unknown source %q", name)
+		}
+	}
+	return out, names, nil
 }
 
 // podFieldSelector leaves out pods that have finished: they have no usage

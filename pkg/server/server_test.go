@@ -30,13 +30,19 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/apiserver"
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources/ukpd"
+	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
-const kubeletToken = "kubelet-test-token"
+const (
+	kubeletToken = "kubelet-test-token"
+	ukpdToken    = "ukpd-test-token"
+)
 
 // fakeKubelet serves a Summary in which every container has used `cores`
 // since start, so the first sample already yields exactly that rate.
@@ -168,6 +174,29 @@ func startServer(t *testing.T) *testEnv {
 		})
 	}
 
+	// A kraftlet node whose pod runs as a unikernel instance behind ukpd.
+	// Its instance started 10 s ago on a whole second (started_at carries
+	// seconds), and has used 0.3 cores since.
+	ukpdStart := time.Now().Truncate(time.Second).Add(-10 * time.Second)
+	ukpdClock := clocktesting.NewFakeClock(ukpdStart)
+	ukpdFake := fakeukpd.New(fakeukpd.Config{Clock: ukpdClock, Tokens: []string{ukpdToken}})
+	t.Cleanup(ukpdFake.Close)
+	ukpdSrv := httptest.NewServer(ukpdFake)
+	t.Cleanup(ukpdSrv.Close)
+	unikernel := runningPod("kraft", "uk-1", "k1", map[string]string{"app": "uk"}, "app")
+	objects = append(objects, unikernel, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "k1", Labels: map[string]string{"unikraft.com/virtual-kubelet": "true"}},
+		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}},
+	})
+	if _, err := ukpdFake.AddInstance(fakeukpd.InstanceSpec{Namespace: "kraft", Pod: "uk-1", Container: "app", Node: "k1", CPUCores: 0.3, RSSBytes: 32 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	ukpdClock.SetTime(time.Now())
+	ukpdTokenFile := filepath.Join(dir, "ukpd-token")
+	if err := os.WriteFile(ukpdTokenFile, []byte(ukpdToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
 	servingCA := newTestCA(t)
 	servingCert, servingKey := servingCA.issue(t, "group-metrics-server", nil, true)
 	clientCA := newTestCA(t)
@@ -217,6 +246,12 @@ func startServer(t *testing.T) *testEnv {
 		KubeletUseNodeStatusPort: true,
 		KubeletAddressTypes:      []corev1.NodeAddressType{corev1.NodeInternalIP},
 		CustomMetrics:            true,
+		Sources:                  []string{kubelet.SourceName, ukpd.SourceName},
+		KraftletSelector:         labels.SelectorFromSet(labels.Set{"unikraft.com/virtual-kubelet": "true"}),
+		Ukpd: ukpd.SourceConfig{
+			Endpoints: []ukpd.EndpointConfig{{URL: ukpdSrv.URL}},
+			TokenFile: ukpdTokenFile,
+		},
 		Resolution:               time.Minute,
 		Timeout:                  10 * time.Second,
 		Concurrency:              4,
@@ -321,7 +356,7 @@ func TestServerEndToEnd(t *testing.T) {
 				cm := map[string]int64{}
 				for _, c := range m.Containers {
 					cm[c.Name] = milli(c.Usage[corev1.ResourceCPU])
-					if mem := c.Usage[corev1.ResourceMemory]; mem.Value() != 64<<20 {
+					if mem := c.Usage[corev1.ResourceMemory]; mem.Value() != 64<<20 && m.Namespace != "kraft" {
 						t.Errorf("%s/%s/%s memory = %s, want 64Mi", m.Namespace, m.Name, c.Name, mem.String())
 					}
 				}
@@ -338,6 +373,14 @@ func TestServerEndToEnd(t *testing.T) {
 				"ml/inf-0":   {"main": 500},
 				"ml/inf-0-1": {"main": 900},
 			}
+			// From ukpd, next to the kubelet-backed pods. The fake's clock
+			// stood still from setup to the scrape a moment later, so the
+			// counter lags the window by that moment: 3 core-s over 10 s
+			// plus up to a second.
+			if cpu := got["kraft/uk-1"]["app"]; cpu < 270 || cpu > 300 {
+				t.Errorf("kraft/uk-1 CPU = %dm, want about 300m", cpu)
+			}
+			delete(got, "kraft/uk-1")
 			if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b int64) bool { return a-b <= 1 && b-a <= 1 })); diff != "" {
 				t.Errorf("v1 pod CPU in millicores (-want +got):\n%s", diff)
 			}

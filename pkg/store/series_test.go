@@ -49,6 +49,11 @@ func TestRatesNext(t *testing.T) {
 			},
 		},
 		{
+			name: "first sample of a container started under 5 s ago waits",
+			p:    pt(3*time.Second, 0, 1e9, 50),
+			want: series{last: pt(3*time.Second, 0, 1e9, 50)},
+		},
+		{
 			name: "first sample of an old container waits for a second",
 			p:    pt(0, -time.Hour, 5e9, 50),
 			want: series{last: pt(0, -time.Hour, 5e9, 50)},

@@ -17,6 +17,7 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/server"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources/ukpd"
 )
 
 const userAgent = "group-metrics-server"
@@ -73,6 +74,14 @@ func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	kraftlet, err := labels.Parse(o.KraftletNodeSelector)
+	if err != nil {
+		return nil, err
+	}
+	endpoints, errs := o.ukpdEndpoints()
+	if len(errs) > 0 {
+		return nil, errs[0]
+	}
 	return &server.Config{
 		API:  api,
 		Kube: kube,
@@ -84,12 +93,21 @@ func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
 		KubeletUseNodeStatusPort: o.KubeletUseNodeStatusPort,
 		KubeletAddressTypes:      addrTypes,
 		NodeSelector:             selector,
-		DefaultGroupPolicy:       group.Policy(o.DefaultGroupPolicy),
-		CustomMetrics:            o.EnableCustomMetrics,
-		Resolution:               o.MetricResolution,
-		Timeout:                  o.KubeletRequestTimeout,
-		Concurrency:              o.MaxConcurrentScrapes,
-		CABundle:                 caBundle,
+		KraftletSelector:         kraftlet,
+		Sources:                  o.Sources,
+		Ukpd: ukpd.SourceConfig{
+			Endpoints:             endpoints,
+			TokenFile:             o.UkpdTokenFile,
+			CAFile:                o.UkpdCAFile,
+			InsecureSkipTLSVerify: o.UkpdInsecureTLS,
+			ListRefresh:           o.UkpdListRefresh,
+		},
+		DefaultGroupPolicy: group.Policy(o.DefaultGroupPolicy),
+		CustomMetrics:      o.EnableCustomMetrics,
+		Resolution:         o.MetricResolution,
+		Timeout:            o.KubeletRequestTimeout,
+		Concurrency:        o.MaxConcurrentScrapes,
+		CABundle:           caBundle,
 	}, nil
 }
 

@@ -15,6 +15,8 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources/ukpd"
 )
 
 // Options are the flags of group-metrics-server.
@@ -40,6 +42,14 @@ type Options struct {
 	KubeletClientKeyFile         string
 	KubeletRequestTimeout        time.Duration
 	KubeletMaxResponseBytes      int64
+
+	Sources              []string
+	KraftletNodeSelector string
+	UkpdEndpoints        []string
+	UkpdTokenFile        string
+	UkpdCAFile           string
+	UkpdInsecureTLS      bool
+	UkpdListRefresh      time.Duration
 
 	DefaultGroupPolicy  string
 	EnableCustomMetrics bool
@@ -71,6 +81,10 @@ func NewOptions() *Options {
 		APIServices: []string{"v1beta1.metrics.k8s.io", "v1.metrics.k8s.io"},
 
 		DefaultGroupPolicy: string(group.PolicyPod),
+
+		Sources:              []string{kubelet.SourceName},
+		KraftletNodeSelector: ukpd.DefaultNodeSelector,
+		UkpdListRefresh:      ukpd.DefaultListRefresh,
 	}
 	o.SecureServing.BindPort = 10250
 	// An empty directory means a generated pair stays in memory: the root
@@ -101,6 +115,15 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.KubeletClientKeyFile, "kubelet-client-key", o.KubeletClientKeyFile, "Key of --kubelet-client-certificate.")
 	fs.DurationVar(&o.KubeletRequestTimeout, "kubelet-request-timeout", o.KubeletRequestTimeout, "Timeout of one scrape of one kubelet. Below --metric-resolution.")
 	fs.Int64Var(&o.KubeletMaxResponseBytes, "kubelet-max-response-bytes", o.KubeletMaxResponseBytes, "Largest Summary API response accepted from a kubelet.")
+
+	fs = fss.FlagSet("sources")
+	fs.StringSliceVar(&o.Sources, "sources", o.Sources, "Sources to collect from, of kubelet and ukpd. When two report the same pod, the one listed first wins.")
+	fs.StringVar(&o.KraftletNodeSelector, "kraftlet-node-selector", o.KraftletNodeSelector, "Label selector of kraftlet nodes: the kubelet source skips them, and ukpd endpoints without their own nodes own them.")
+	fs.StringArrayVar(&o.UkpdEndpoints, "ukpd-endpoint", o.UkpdEndpoints, "A ukpd endpoint, repeatable: URL[;nodes=a,b | ;node-selector=SELECTOR][;metrics-format=json|text][;token-file=F][;ca-file=F]. See docs/ukpd.md.")
+	fs.StringVar(&o.UkpdTokenFile, "ukpd-token-file", o.UkpdTokenFile, "File with the bearer token for ukpd endpoints that set none; re-read when it changes.")
+	fs.StringVar(&o.UkpdCAFile, "ukpd-certificate-authority", o.UkpdCAFile, "CA file to verify ukpd endpoints with, for endpoints that set none; the system roots when empty.")
+	fs.BoolVar(&o.UkpdInsecureTLS, "ukpd-insecure-tls", o.UkpdInsecureTLS, "Do not verify ukpd serving certificates. For testing only.")
+	fs.DurationVar(&o.UkpdListRefresh, "ukpd-list-refresh", o.UkpdListRefresh, "Longest time an instance list is reused; an unknown instance in the metrics refetches it sooner.")
 
 	fs = fss.FlagSet("leaderworkerset groups")
 	fs.StringVar(&o.DefaultGroupPolicy, "default-group-policy", o.DefaultGroupPolicy, "What a LeaderWorkerSet leader reports when its pod has no "+group.AnnotationPolicy+" annotation: pod (its own usage), group (the group's utilization times its own request) or group-max (the highest member utilization times its own request).")
@@ -156,6 +179,7 @@ func (o *Options) Validate() []error {
 	if _, err := labels.Parse(o.NodeSelector); err != nil {
 		errs = append(errs, fmt.Errorf("--node-selector: %w", err))
 	}
+	errs = append(errs, o.validateSources()...)
 	if _, err := group.ParsePolicy(o.DefaultGroupPolicy); err != nil {
 		errs = append(errs, fmt.Errorf("--default-group-policy: %w", err))
 	}
@@ -168,6 +192,57 @@ func (o *Options) Validate() []error {
 		}
 	}
 	return errs
+}
+
+func (o *Options) validateSources() []error {
+	var errs []error
+	seen := map[string]bool{}
+	for _, s := range o.Sources {
+		switch {
+		case s != kubelet.SourceName && s != ukpd.SourceName:
+			errs = append(errs, fmt.Errorf("--sources: unknown source %q: want %s or %s", s, kubelet.SourceName, ukpd.SourceName))
+		case seen[s]:
+			errs = append(errs, fmt.Errorf("--sources: %q named twice", s))
+		}
+		seen[s] = true
+	}
+	if len(o.Sources) == 0 {
+		errs = append(errs, fmt.Errorf("--sources must name at least one source"))
+	}
+	if _, err := labels.Parse(o.KraftletNodeSelector); err != nil {
+		errs = append(errs, fmt.Errorf("--kraftlet-node-selector: %w", err))
+	}
+	eps, epErrs := o.ukpdEndpoints()
+	errs = append(errs, epErrs...)
+	switch {
+	case seen[ukpd.SourceName] && len(o.UkpdEndpoints) == 0:
+		errs = append(errs, fmt.Errorf("--sources=ukpd needs at least one --ukpd-endpoint"))
+	case !seen[ukpd.SourceName] && len(o.UkpdEndpoints) > 0:
+		errs = append(errs, fmt.Errorf("--ukpd-endpoint is set but --sources does not name ukpd"))
+	}
+	if len(epErrs) == 0 {
+		errs = append(errs, ukpd.ValidateEndpoints(eps)...)
+	}
+	if o.UkpdListRefresh <= 0 {
+		errs = append(errs, fmt.Errorf("--ukpd-list-refresh must be positive, got %s", o.UkpdListRefresh))
+	}
+	return errs
+}
+
+func (o *Options) ukpdEndpoints() ([]ukpd.EndpointConfig, []error) {
+	var (
+		eps  []ukpd.EndpointConfig
+		errs []error
+	)
+	for _, s := range o.UkpdEndpoints {
+		ep, err := ukpd.ParseEndpoint(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--ukpd-endpoint: %w", err))
+			continue
+		}
+		eps = append(eps, ep)
+	}
+	return eps, errs
 }
 
 func (o *Options) addressTypes() ([]corev1.NodeAddressType, error) {

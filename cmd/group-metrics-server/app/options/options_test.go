@@ -42,6 +42,25 @@ func TestValidate(t *testing.T) {
 				"--node-selector",
 			},
 		},
+		{
+			name: "ukpd endpoints",
+			set: func(o *Options) {
+				o.Sources = []string{"kubelet", "ukpd"}
+				o.UkpdEndpoints = []string{"https://10.0.0.5:8443;nodes=k1", "https://10.0.0.6:8443;node-selector=zone=b"}
+			},
+		},
+		{name: "ukpd without endpoints", set: func(o *Options) { o.Sources = []string{"ukpd"} }, wants: []string{"needs at least one --ukpd-endpoint"}},
+		{name: "endpoint without ukpd", set: func(o *Options) { o.UkpdEndpoints = []string{"https://x"} }, wants: []string{"does not name ukpd"}},
+		{
+			name:  "bad sources",
+			set:   func(o *Options) { o.Sources = []string{"kubelet", "kubelet", "prometheus"}; o.KraftletNodeSelector = "a in (" },
+			wants: []string{`"kubelet" named twice`, `unknown source "prometheus"`, "--kraftlet-node-selector"},
+		},
+		{
+			name:  "bad endpoint",
+			set:   func(o *Options) { o.Sources = []string{"ukpd"}; o.UkpdEndpoints = []string{"ftp://x"} },
+			wants: []string{"--ukpd-endpoint"},
+		},
 		{name: "timeout equal to resolution", set: func(o *Options) { o.KubeletRequestTimeout = o.MetricResolution }, wants: []string{"below --metric-resolution"}},
 		{name: "secret without namespace", set: func(o *Options) { o.ServingCertSecret = "tls"; o.ServingCertDNSNames = []string{"x"} }, wants: []string{"NAMESPACE/NAME"}},
 		{name: "secret without names", set: func(o *Options) { o.ServingCertSecret = "kube-system/tls" }, wants: []string{"--serving-cert-dns-names"}},
