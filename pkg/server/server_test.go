@@ -252,9 +252,9 @@ func startServer(t *testing.T) *testEnv {
 			Endpoints: []ukpd.EndpointConfig{{URL: ukpdSrv.URL}},
 			TokenFile: ukpdTokenFile,
 		},
-		Resolution:               time.Minute,
-		Timeout:                  10 * time.Second,
-		Concurrency:              4,
+		Resolution:  time.Minute,
+		Timeout:     10 * time.Second,
+		Concurrency: 4,
 	}
 	srv, err := cfg.Complete().New()
 	if err != nil {

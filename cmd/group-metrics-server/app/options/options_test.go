@@ -52,8 +52,11 @@ func TestValidate(t *testing.T) {
 		{name: "ukpd without endpoints", set: func(o *Options) { o.Sources = []string{"ukpd"} }, wants: []string{"needs at least one --ukpd-endpoint"}},
 		{name: "endpoint without ukpd", set: func(o *Options) { o.UkpdEndpoints = []string{"https://x"} }, wants: []string{"does not name ukpd"}},
 		{
-			name:  "bad sources",
-			set:   func(o *Options) { o.Sources = []string{"kubelet", "kubelet", "prometheus"}; o.KraftletNodeSelector = "a in (" },
+			name: "bad sources",
+			set: func(o *Options) {
+				o.Sources = []string{"kubelet", "kubelet", "prometheus"}
+				o.KraftletNodeSelector = "a in ("
+			},
 			wants: []string{`"kubelet" named twice`, `unknown source "prometheus"`, "--kraftlet-node-selector"},
 		},
 		{
