@@ -30,7 +30,7 @@ func (r *podREST) NewList() runtime.Object { return &metrics.PodMetricsList{} }
 func (r *podREST) Destroy()                {}
 func (r *podREST) Kind() string            { return "PodMetrics" }
 func (r *podREST) NamespaceScoped() bool   { return true }
-func (r *podREST) GetSingularName() string { return "pod" }
+func (r *podREST) GetSingularName() string { return "" }
 func (r *podREST) ConvertToTable(ctx context.Context, obj runtime.Object, _ runtime.Object) (*metav1.Table, error) {
 	return podTable(obj)
 }
@@ -65,7 +65,7 @@ func (r *nodeREST) NewList() runtime.Object { return &metrics.NodeMetricsList{} 
 func (r *nodeREST) Destroy()                {}
 func (r *nodeREST) Kind() string            { return "NodeMetrics" }
 func (r *nodeREST) NamespaceScoped() bool   { return false }
-func (r *nodeREST) GetSingularName() string { return "node" }
+func (r *nodeREST) GetSingularName() string { return "" }
 func (r *nodeREST) ConvertToTable(ctx context.Context, obj runtime.Object, _ runtime.Object) (*metav1.Table, error) {
 	return nodeTable(obj)
 }

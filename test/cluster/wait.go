@@ -38,7 +38,7 @@ func waitUntil(ctx context.Context, what string, watch []*Process, check func(co
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w (last error: %v)", what, ctx.Err(), lastErr)
+			return fmt.Errorf("waiting for %s: %w (last error: %w)", what, ctx.Err(), lastErr)
 		case <-ticker.C:
 		}
 	}

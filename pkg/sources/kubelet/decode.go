@@ -64,10 +64,10 @@ var minTime = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 func Decode(node string, body []byte) (*sources.Batch, error) {
 	var s summary
 	if err := json.Unmarshal(body, &s); err != nil {
-		return nil, fmt.Errorf("decode summary of node %q: %w", node, err)
+		return nil, sources.WithReason(sources.ReasonDecode, fmt.Errorf("decode summary of node %q: %w", node, err))
 	}
 	if s.Node == nil {
-		return nil, fmt.Errorf("decode summary of node %q: no node stats", node)
+		return nil, sources.WithReason(sources.ReasonDecode, fmt.Errorf("decode summary of node %q: no node stats", node))
 	}
 	var problems []error
 	b := &sources.Batch{Pods: make([]sources.PodPoint, 0, len(s.Pods))}

@@ -92,6 +92,10 @@ func NewOptions() *Options {
 	o.SecureServing.ServerCert.CertDirectory = ""
 	o.SecureServing.ServerCert.PairName = ""
 	o.Features.EnableProfiling = false
+	// Priority and fairness needs informers on flow-control objects and RBAC
+	// to read them; a metrics server has a handful of clients and bounds
+	// its own work per request, so it runs without, as metrics-server does.
+	o.Features.EnablePriorityAndFairness = false
 	return o
 }
 

@@ -1,0 +1,299 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+)
+
+type options struct {
+	dir   string
+	nodes int
+	down  bool
+}
+
+const (
+	fleetBinary  = "fake-kubelet-fleet"
+	pidFile      = "demo.pid"
+	demoNS       = "demo"
+	startTimeout = 4 * time.Minute
+)
+
+// paths resolves the repository root, the bin directory and the demo
+// directory.
+func (o *options) paths() (root, bin string, err error) {
+	if root, err = env.RepoRoot(); err != nil {
+		return "", "", err
+	}
+	if bin, err = env.BinDir(); err != nil {
+		return "", "", err
+	}
+	if o.dir == "" {
+		o.dir = filepath.Join(root, ".demo")
+	}
+	if o.dir, err = filepath.Abs(o.dir); err != nil {
+		return "", "", err
+	}
+	return root, bin, nil
+}
+
+func up(ctx context.Context, o options) error {
+	began := time.Now()
+	root, bin, err := o.paths()
+	if err != nil {
+		return err
+	}
+	if err := env.CheckBinaries(bin, append(env.ControlPlaneBinaries, env.ServerBinary)...); err != nil {
+		return err
+	}
+	if pid, alive := runningPid(o.dir); alive {
+		return fmt.Errorf("a demo is already running (pid %d); stop it with `make demo-down`", pid)
+	}
+	if err := os.MkdirAll(o.dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(o.dir, pidFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(filepath.Join(o.dir, pidFile)) }()
+
+	fmt.Println("Building the fake kubelet fleet ...")
+	if err := buildFleet(ctx, root, bin); err != nil {
+		return err
+	}
+	fmt.Println("Starting the control plane ...")
+	c, err := cluster.Start(ctx, cluster.Options{BinDir: bin, WorkDir: filepath.Join(o.dir, "cluster")})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Println("Stopping ...")
+		if err := c.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "demo: stop: %v\n", err)
+		}
+	}()
+
+	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	info, err := startFleet(startCtx, c, bin, o)
+	if err != nil {
+		return withLogs(c, err)
+	}
+	fmt.Println("Deploying group-metrics-server from manifests/base ...")
+	srv, err := env.DeployServer(startCtx, c, env.ServerConfig{
+		BinDir:        bin,
+		KubeletCAFile: info.CAFile,
+	})
+	if err != nil {
+		return withLogs(c, err)
+	}
+	if err := deploySample(startCtx, c, info.ControlAddress); err != nil {
+		return withLogs(c, err)
+	}
+	if err := waitForTop(startCtx, c); err != nil {
+		return withLogs(c, err)
+	}
+	printHowTo(c, root, info.ControlAddress, srv, time.Since(began))
+
+	select {
+	case <-ctx.Done():
+	case <-c.Stopped():
+		return errors.New("the control plane stopped")
+	case <-srv.Process.Done():
+		return withLogs(c, fmt.Errorf("group-metrics-server exited: %w", exitError(srv.Process)))
+	}
+	return nil
+}
+
+// exitError is how p exited, never nil.
+func exitError(p *cluster.Process) error {
+	if err := p.Err(); err != nil {
+		return err
+	}
+	return errors.New("exit status 0")
+}
+
+func withLogs(c *cluster.Cluster, err error) error {
+	return fmt.Errorf("%w\n%s\n(logs: %s)", err, c.LogTails(20), c.LogDir())
+}
+
+// buildFleet builds the fleet binary into bin; the Go build cache makes this
+// quick after the first time.
+func buildFleet(ctx context.Context, root, bin string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(bin, fleetBinary), "./test/fakekubelet/cmd/fake-kubelet-fleet")
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("build %s: %w", fleetBinary, err)
+	}
+	return nil
+}
+
+// fleetInfo is the fleet.json the fleet writes once it is ready.
+type fleetInfo struct {
+	ControlAddress string `json:"controlAddress"`
+	CAFile         string `json:"caFile"`
+	Nodes          []struct {
+		Name string `json:"name"`
+		Port int    `json:"port"`
+	} `json:"nodes"`
+}
+
+// startFleet runs the fleet as its own process, so that its control API
+// serves users of the demo, registers its nodes and waits until they are
+// Ready.
+func startFleet(ctx context.Context, c *cluster.Cluster, bin string, o options) (*fleetInfo, error) {
+	certDir := filepath.Join(o.dir, "fleet")
+	if err := os.RemoveAll(certDir); err != nil {
+		return nil, err
+	}
+	ports, err := cluster.FreePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.StartProcess(fleetBinary, filepath.Join(bin, fleetBinary),
+		"--kubeconfig="+c.KubeconfigPath(),
+		"--nodes="+strconv.Itoa(o.nodes),
+		"--cert-dir="+certDir,
+		"--register-nodes",
+		"--node-labels=type=kwok",
+		"--authentication-token-webhook",
+		"--client-ca-file="+c.CACertFile(),
+		"--control-address=127.0.0.1:"+strconv.Itoa(ports[0]),
+	)
+	if err != nil {
+		return nil, err
+	}
+	var info fleetInfo
+	err = env.Poll(ctx, "the fleet to write fleet.json", []*cluster.Process{p}, func(context.Context) error {
+		data, err := os.ReadFile(filepath.Join(certDir, "fleet.json"))
+		if err != nil {
+			return err
+		}
+		return json.Unmarshal(data, &info)
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = env.Poll(ctx, "the fleet's nodes to be Ready", []*cluster.Process{p}, func(ctx context.Context) error {
+		for _, n := range info.Nodes {
+			node, err := c.Client().CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if !nodeReady(node) {
+				return fmt.Errorf("node %s is not Ready", n.Name)
+			}
+		}
+		return nil
+	})
+	return &info, err
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// deploySample creates the demo namespace, a Deployment of three pods
+// requesting 100m CPU each that the fleet reports at 50m and 64Mi, and an
+// HPA that keeps them at 50% of their request.
+func deploySample(ctx context.Context, c *cluster.Cluster, control string) error {
+	if err := env.CreateNamespace(ctx, c.Client(), demoNS); err != nil {
+		return err
+	}
+	spec := env.DeploymentSpec{Namespace: demoNS, Name: "web", Replicas: 3, CPURequest: "100m"}
+	if err := controlPut(ctx, control, "/v1/usage",
+		fmt.Sprintf(`{"namespace":%q,"selector":%q,"cpu":"50m","memory":"64Mi"}`, demoNS, spec.Selector().String())); err != nil {
+		return err
+	}
+	if err := env.CreateDeployment(ctx, c.Client(), spec); err != nil {
+		return err
+	}
+	if err := env.CreateCPUHPA(ctx, c.Client(), demoNS, spec.Name, 1, 6, 50); err != nil {
+		return err
+	}
+	_, err := env.WaitForRunningPods(ctx, c.Client(), demoNS, spec.Selector(), int(spec.Replicas))
+	return err
+}
+
+func controlPut(ctx context.Context, control, path, body string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+control+path, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("PUT %s: %s", path, resp.Status)
+	}
+	return nil
+}
+
+// waitForTop waits until kubectl top pods prints the sample's pods.
+func waitForTop(ctx context.Context, c *cluster.Cluster) error {
+	return env.Poll(ctx, "kubectl top pods -n "+demoNS, nil, func(ctx context.Context) error {
+		out, _, err := c.Kubectl(ctx, "top", "pods", "-n", demoNS)
+		if err != nil {
+			return err
+		}
+		if strings.Count(out, "web-") < 3 {
+			return fmt.Errorf("not every pod yet:\n%s", out)
+		}
+		return nil
+	})
+}
+
+func printHowTo(c *cluster.Cluster, root, control string, srv *env.Server, took time.Duration) {
+	kubectl := filepath.Join(c.BinDir(), cluster.KubectlBinary)
+	if rel, err := filepath.Rel(root, kubectl); err == nil && !strings.HasPrefix(rel, "..") {
+		kubectl = rel
+	}
+	fmt.Printf(`
+group-metrics-server is up (%s from start), serving metrics.k8s.io through the aggregator.
+
+  export KUBECONFIG=%s
+  %s top pods -A
+  %s top nodes
+  %s get hpa -n %s -w
+  %s get --raw /apis/metrics.k8s.io/v1/namespaces/%s/pods | head -c 600
+
+Add load (the HPA scales web up within about half a minute), then take it away:
+
+  curl -s -X PUT http://%s/v1/usage -d '{"namespace":"%s","selector":"app=web","cpu":"400m","memory":"64Mi"}'
+  curl -s -X PUT http://%s/v1/usage -d '{"namespace":"%s","selector":"app=web","cpu":"50m","memory":"64Mi"}'
+
+Break a node's kubelet and watch the server log it once:
+
+  curl -s -X PUT http://%s/v1/nodes/fake-node-0/fault -d '{"kind":"Dead"}'
+  curl -s -X DELETE 'http://%s/v1/nodes/*/fault'
+  tail -f %s
+
+Logs of every process: %s
+Press Ctrl-C (or run 'make demo-down') to stop.
+`, took.Round(100*time.Millisecond), c.KubeconfigPath(),
+		kubectl, kubectl, kubectl, demoNS, kubectl, demoNS,
+		control, demoNS, control, demoNS,
+		control, control, srv.Process.LogPath(), c.LogDir())
+}

@@ -1,0 +1,204 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
+	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
+
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
+)
+
+// cpuTolerance is how far the two servers' CPU may differ, in nanocores.
+//
+// The comparison waits until both servers' windows begin after every usage
+// change and pod placement, so the rate is constant over every window either
+// server uses. The fleet's sample instants are whole seconds, named exactly
+// by both the Summary API (seconds) and the Prometheus text (milliseconds),
+// so both windows are whole seconds, at least 5s (the smaller resolution). The
+// counters are exact nanoseconds in the Summary API and float64 seconds in
+// the Prometheus text (relative error 2^-53: under 1e-6 ns for the counters
+// here). Each server then rounds a rate to whole nanocores, per container
+// for metrics-server's pod sum. So the two agree to a few nanocores per
+// container; 1000 nanocores (1 microcore) covers every pod and node here
+// with a wide margin and is still 100 times finer than kubectl's display.
+const cpuTolerance = 1000
+
+// TestMatchesMetricsServer runs metrics-server v0.8.0 against the same fleet
+// and checks that it and group-metrics-server, each queried directly, report
+// the same memory and the same CPU within cpuTolerance for every pod and
+// node.
+func TestMatchesMetricsServer(t *testing.T) {
+	ctx := begin(t, 3*time.Minute)
+	const ns = "e2e-diff"
+	newNamespace(ctx, t, ns)
+	client := suite.cluster.Client()
+	for _, d := range []struct {
+		spec  env.DeploymentSpec
+		usage fakekubelet.Usage
+	}{
+		{env.DeploymentSpec{Namespace: ns, Name: "two", Replicas: 4, Containers: []string{"a", "b"}, CPURequest: "50m"},
+			fakekubelet.Usage{CPUNanoCores: 333_333_333, MemoryBytes: 77 << 20}},
+		{env.DeploymentSpec{Namespace: ns, Name: "one", Replicas: 2, CPURequest: "1"},
+			fakekubelet.Usage{CPUNanoCores: 1_250_000_007, MemoryBytes: 200<<20 + 12345}},
+	} {
+		suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: d.spec.Selector()}, d.usage)
+		if err := env.CreateDeployment(ctx, client, d.spec); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.WaitForRunningPods(ctx, client, ns, d.spec.Selector(), int(d.spec.Replicas)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// metrics-server v0.8.0 refuses a resolution below 10s.
+	ms, err := env.StartMetricsServer(ctx, suite.cluster, suite.binDir, suite.fleet.CAFile, max(10*time.Second, suite.resolution), suite.timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ms.Process.Stop() })
+	// Every pod is placed on the fleet by now (both servers list only pods
+	// the fleet reports), and nothing changes usage from here on.
+	settled := time.Now()
+
+	gms, err := newMetricsClient(suite.server.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := newMetricsClient(ms.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var report string
+	err = poll(ctx, "both servers to agree", func(ctx context.Context) error {
+		a, err := snapshot(ctx, gms)
+		if err != nil {
+			return fmt.Errorf("group-metrics-server: %w", err)
+		}
+		b, err := snapshot(ctx, ref)
+		if err != nil {
+			return fmt.Errorf("metrics-server: %w", err)
+		}
+		if err := a.settledSince(settled); err != nil {
+			return fmt.Errorf("group-metrics-server: %w", err)
+		}
+		if err := b.settledSince(settled); err != nil {
+			return fmt.Errorf("metrics-server: %w", err)
+		}
+		report, err = compareSnapshots(a, b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("agreement %v after metrics-server was ready:\n%s", time.Since(settled).Round(time.Millisecond), report)
+}
+
+func newMetricsClient(cfg *rest.Config) (metricsclient.Interface, error) {
+	return metricsclient.NewForConfig(cfg)
+}
+
+// usage is one pod's or node's reading.
+type usage struct {
+	cpuNano, memory int64
+	start, end      time.Time
+}
+
+// metricsSnapshot holds every pod ("ns/name") and node ("node/name") a
+// server reports.
+type metricsSnapshot map[string]usage
+
+func snapshot(ctx context.Context, c metricsclient.Interface) (metricsSnapshot, error) {
+	out := metricsSnapshot{}
+	pods, err := c.MetricsV1beta1().PodMetricses("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pods.Items {
+		out[p.Namespace+"/"+p.Name] = podUsage(p)
+	}
+	nodes, err := c.MetricsV1beta1().NodeMetricses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range nodes.Items {
+		out["node/"+n.Name] = usage{
+			cpuNano: n.Usage.Cpu().ScaledValue(-9),
+			memory:  n.Usage.Memory().Value(),
+			start:   n.Timestamp.Add(-n.Window.Duration),
+			end:     n.Timestamp.Time,
+		}
+	}
+	return out, nil
+}
+
+func podUsage(p metricsv1beta1.PodMetrics) usage {
+	u := usage{start: p.Timestamp.Add(-p.Window.Duration), end: p.Timestamp.Time}
+	for _, c := range p.Containers {
+		u.cpuNano += c.Usage.Cpu().ScaledValue(-9)
+		u.memory += c.Usage.Memory().Value()
+	}
+	return u
+}
+
+// settledSince reports an error unless every window begins at or after t,
+// to the second the fleet's sample instants are quantised to.
+func (s metricsSnapshot) settledSince(t time.Time) error {
+	t = t.Truncate(time.Second).Add(time.Second)
+	for k, u := range s {
+		if u.start.Before(t) {
+			return fmt.Errorf("%s: window starts %v, before %v", k, u.start.Format(time.TimeOnly), t.Format(time.TimeOnly))
+		}
+	}
+	return nil
+}
+
+func compareSnapshots(a, b metricsSnapshot) (string, error) {
+	var diffs, lines []string
+	keys := map[string]bool{}
+	for k := range a {
+		keys[k] = true
+	}
+	for k := range b {
+		keys[k] = true
+	}
+	sorted := make([]string, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	sort.Strings(sorted)
+	for _, k := range sorted {
+		x, okA := a[k]
+		y, okB := b[k]
+		switch {
+		case !okA:
+			diffs = append(diffs, k+": only metrics-server reports it")
+			continue
+		case !okB:
+			diffs = append(diffs, k+": only group-metrics-server reports it")
+			continue
+		}
+		d := math.Abs(float64(x.cpuNano - y.cpuNano))
+		lines = append(lines, fmt.Sprintf("  %-40s cpu %12dn vs %12dn (diff %.0fn)  memory %d", k, x.cpuNano, y.cpuNano, d, x.memory))
+		if d > cpuTolerance {
+			diffs = append(diffs, fmt.Sprintf("%s: cpu %dn vs %dn", k, x.cpuNano, y.cpuNano))
+		}
+		if x.memory != y.memory {
+			diffs = append(diffs, fmt.Sprintf("%s: memory %d vs %d", k, x.memory, y.memory))
+		}
+	}
+	if len(diffs) > 0 {
+		return "", fmt.Errorf("group-metrics-server vs metrics-server: %s", strings.Join(diffs, "; "))
+	}
+	return strings.Join(lines, "\n"), nil
+}

@@ -1,0 +1,102 @@
+package env
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
+)
+
+// FleetConfig configures StartFleet.
+type FleetConfig struct {
+	// Nodes is how many fake nodes to create. Default 3.
+	Nodes int
+	// NamePrefix names them <prefix><i>. Default fake-node-.
+	NamePrefix string
+	// Labels are added to every Node.
+	Labels map[string]string
+	// DefaultUsage and NodeBaseUsage are the fleet's usage defaults.
+	DefaultUsage, NodeBaseUsage fakekubelet.Usage
+}
+
+// Fleet is an in-process fake kubelet fleet whose nodes are registered in a
+// cluster and whose pods follow the cluster's Running pods.
+type Fleet struct {
+	*fakekubelet.Fleet
+	// CAFile is the fleet CA, for --kubelet-certificate-authority.
+	CAFile string
+	// NodeNames are the registered nodes, in order.
+	NodeNames []string
+}
+
+// tokenReviewTTL is how long the fleet caches a token's review.
+const tokenReviewTTL = 10 * time.Second
+
+// StartFleet starts a fleet serving TLS on 127.0.0.1, accepting the bearer
+// tokens the cluster's TokenReview API accepts and client certificates signed
+// by the cluster CA. It registers its nodes as kwok nodes (InternalIP
+// 127.0.0.1, kubelet port the node's listener) and waits until they are
+// Ready (bounded by two minutes unless ctx has a deadline), then follows the
+// cluster's Running pods until ctx ends or the fleet is closed. Close it when
+// done.
+func StartFleet(ctx context.Context, c *cluster.Cluster, cfg FleetConfig) (*Fleet, error) {
+	if cfg.Nodes == 0 {
+		cfg.Nodes = 3
+	}
+	if cfg.NamePrefix == "" {
+		cfg.NamePrefix = "fake-node-"
+	}
+	ff, err := fakekubelet.NewFleet(fakekubelet.Config{
+		TokenAuthenticator: fakekubelet.NewTokenReviewAuthenticator(c.Client(), tokenReviewTTL),
+		ClientCAPEM:        c.CACertPEM(),
+		DefaultUsage:       cfg.DefaultUsage,
+		NodeBaseUsage:      cfg.NodeBaseUsage,
+	})
+	if err != nil {
+		return nil, err
+	}
+	f := &Fleet{Fleet: ff}
+	if err := f.start(ctx, c, cfg); err != nil {
+		return nil, errors.Join(err, ff.Close())
+	}
+	return f, nil
+}
+
+func (f *Fleet) start(ctx context.Context, c *cluster.Cluster, cfg FleetConfig) error {
+	dir := filepath.Join(c.WorkDir(), "fleet")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f.CAFile = filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(f.CAFile, f.CACertPEM(), 0o644); err != nil {
+		return err
+	}
+	nodes := make([]*fakekubelet.Node, cfg.Nodes)
+	for i := range nodes {
+		name := fmt.Sprintf("%s%d", cfg.NamePrefix, i)
+		n, err := f.AddNode(name, 0)
+		if err != nil {
+			return err
+		}
+		nodes[i] = n
+		f.NodeNames = append(f.NodeNames, name)
+	}
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() {
+			errs[i] = c.AddNode(ctx, n.Name(), cfg.Labels, "127.0.0.1", n.Port())
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return f.StartPodInformer(ctx, c.Client())
+}

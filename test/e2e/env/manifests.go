@@ -1,0 +1,112 @@
+package env
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+)
+
+// Render returns the objects of the kustomization in dir, as rendered by
+// `kubectl kustomize`, in order.
+func Render(ctx context.Context, c *cluster.Cluster, dir string) ([]*unstructured.Unstructured, error) {
+	out, _, err := c.Kubectl(ctx, "kustomize", dir)
+	if err != nil {
+		return nil, err
+	}
+	return decodeObjects(strings.NewReader(out))
+}
+
+func decodeObjects(r io.Reader) ([]*unstructured.Unstructured, error) {
+	dec := yaml.NewYAMLOrJSONDecoder(r, 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		obj := map[string]any{}
+		err := dec.Decode(&obj)
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("decode manifests: %w", err)
+		}
+		if len(obj) == 0 {
+			continue
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: obj})
+	}
+}
+
+// Apply writes objs as one List under <workdir>/manifests/<name>.json and
+// applies it with kubectl, server-side, as a user applying manifests would.
+func Apply(ctx context.Context, c *cluster.Cluster, name string, objs []*unstructured.Unstructured) error {
+	items := make([]any, 0, len(objs))
+	for _, o := range objs {
+		items = append(items, o.Object)
+	}
+	data, err := json.MarshalIndent(map[string]any{"apiVersion": "v1", "kind": "List", "items": items}, "", "  ")
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(c.WorkDir(), "manifests")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(dir, name+".json")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return err
+	}
+	_, _, err = c.Kubectl(ctx, "apply", "--server-side", "--field-manager=gms-e2e", "-f", path)
+	return err
+}
+
+// find returns the only object of kind in objs.
+func find(objs []*unstructured.Unstructured, kind string) (*unstructured.Unstructured, error) {
+	var found *unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() != kind {
+			continue
+		}
+		if found != nil {
+			return nil, fmt.Errorf("manifests hold more than one %s", kind)
+		}
+		found = o
+	}
+	if found == nil {
+		return nil, fmt.Errorf("manifests hold no %s", kind)
+	}
+	return found, nil
+}
+
+// containerArgs returns the args of the container named name in a
+// Deployment, and the Deployment's service account.
+func containerArgs(deploy *unstructured.Unstructured, name string) (args []string, serviceAccount string, err error) {
+	containers, _, err := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")
+	if err != nil {
+		return nil, "", fmt.Errorf("deployment %s: %w", deploy.GetName(), err)
+	}
+	serviceAccount, _, _ = unstructured.NestedString(deploy.Object, "spec", "template", "spec", "serviceAccountName")
+	if serviceAccount == "" {
+		serviceAccount = "default"
+	}
+	for _, raw := range containers {
+		ctr, ok := raw.(map[string]any)
+		if !ok || ctr["name"] != name {
+			continue
+		}
+		args, _, err := unstructured.NestedStringSlice(ctr, "args")
+		if err != nil {
+			return nil, "", fmt.Errorf("deployment %s container %s args: %w", deploy.GetName(), name, err)
+		}
+		return args, serviceAccount, nil
+	}
+	return nil, "", fmt.Errorf("deployment %s has no container %s", deploy.GetName(), name)
+}

@@ -1,0 +1,67 @@
+package env
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+)
+
+const (
+	// PollInterval is how often Poll checks.
+	PollInterval = 250 * time.Millisecond
+	checkTimeout = 10 * time.Second
+)
+
+// Poll calls check every PollInterval until it returns nil. It fails as soon
+// as one of the watched processes exits, and otherwise when ctx is done,
+// with the last error from check.
+func Poll(ctx context.Context, what string, watch []*cluster.Process, check func(context.Context) error) error {
+	ticker := time.NewTicker(PollInterval)
+	defer ticker.Stop()
+	var lastErr error
+	for {
+		checkCtx, cancel := context.WithTimeout(ctx, checkTimeout)
+		err := check(checkCtx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		lastErr = err
+		for _, p := range watch {
+			select {
+			case <-p.Done():
+				exit := p.Err()
+				if exit == nil {
+					exit = errors.New("exit status 0")
+				}
+				return fmt.Errorf("waiting for %s: %s exited (%w, log %s); last error: %w", what, p.Name(), exit, p.LogPath(), lastErr)
+			default:
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w; last error: %w", what, ctx.Err(), lastErr)
+		case <-ticker.C:
+		}
+	}
+}
+
+// Get fetches url with client and returns the status code and body.
+func Get(ctx context.Context, client *http.Client, url string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	return resp.StatusCode, string(body), err
+}

@@ -1,0 +1,294 @@
+package env
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+)
+
+// MetricsAPIServices are the APIServices manifests/base registers.
+var MetricsAPIServices = []string{"v1beta1.metrics.k8s.io", "v1.metrics.k8s.io"}
+
+// ServerConfig configures DeployServer. Zero fields take the documented
+// defaults.
+type ServerConfig struct {
+	// ManifestsDir is the kustomization to deploy. Default
+	// <repo>/manifests/base.
+	ManifestsDir string
+	// BinDir holds group-metrics-server. Default BinDir().
+	BinDir string
+	// KubeletCAFile verifies the fake kubelets' serving certificates.
+	// Required.
+	KubeletCAFile string
+	// MetricResolution replaces the manifests' --metric-resolution. Default 5s.
+	MetricResolution time.Duration
+	// KubeletRequestTimeout is --kubelet-request-timeout; it must be below
+	// MetricResolution. Default 3s.
+	KubeletRequestTimeout time.Duration
+	// ExtraArgs are appended last, so they override.
+	ExtraArgs []string
+	// ProcessName names the process and its log. Default
+	// group-metrics-server.
+	ProcessName string
+}
+
+// Server is group-metrics-server deployed by DeployServer.
+type Server struct {
+	Process *cluster.Process
+	// Port is the server's secure port on 127.0.0.1.
+	Port int
+	// Args is the server's command line.
+	Args []string
+	// ServiceHost is <service>.<namespace>.svc, the name the aggregator
+	// verifies the serving certificate against.
+	ServiceHost string
+	// CABundle is the caBundle the server wrote into its APIServices.
+	CABundle []byte
+	// Namespace and ServiceAccount are those of the Deployment.
+	Namespace, ServiceAccount string
+
+	cluster *cluster.Cluster
+}
+
+const serverContainer = "group-metrics-server"
+
+// DeployServer deploys group-metrics-server from the manifests. Every object
+// but the Deployment is applied unchanged except the Service and the
+// APIServices' port; the Deployment's container runs as a local process with
+// the Deployment's own args, plus the flags a process outside the cluster
+// needs. It returns once both metrics.k8s.io APIServices are Available and
+// their caBundle verifies the server's certificate for the Service's name.
+func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*Server, error) {
+	if err := cfg.complete(); err != nil {
+		return nil, err
+	}
+	objs, err := Render(ctx, c, cfg.ManifestsDir)
+	if err != nil {
+		return nil, err
+	}
+	deploy, err := find(objs, "Deployment")
+	if err != nil {
+		return nil, err
+	}
+	manifestArgs, sa, err := containerArgs(deploy, serverContainer)
+	if err != nil {
+		return nil, err
+	}
+	svc, err := find(objs, "Service")
+	if err != nil {
+		return nil, err
+	}
+	ports, err := cluster.FreePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	port := ports[0]
+
+	var apply []*unstructured.Unstructured
+	for _, o := range objs {
+		if o == deploy {
+			continue
+		}
+		o = o.DeepCopy()
+		switch o.GetKind() {
+		case "Service":
+			if err := exposeOnLoopback(o, port); err != nil {
+				return nil, err
+			}
+		case "APIService":
+			// The aggregator dials an ExternalName Service's host on the
+			// APIService's port, so that port must be the server's.
+			if err := unstructured.SetNestedField(o.Object, int64(port), "spec", "service", "port"); err != nil {
+				return nil, err
+			}
+		}
+		apply = append(apply, o)
+	}
+	if err := Apply(ctx, c, cfg.ProcessName, apply); err != nil {
+		return nil, err
+	}
+
+	kubeconfig, err := c.ServiceAccountKubeconfig(ctx, deploy.GetNamespace(), sa)
+	if err != nil {
+		return nil, err
+	}
+	args := append(append([]string{}, manifestArgs...),
+		// A process on the host rather than a pod: no in-cluster config, no
+		// pod network, and kubelets signed by the fleet's CA.
+		"--kubeconfig="+kubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(port),
+		"--kubelet-certificate-authority="+cfg.KubeletCAFile,
+		"--metric-resolution="+cfg.MetricResolution.String(),
+		"--kubelet-request-timeout="+cfg.KubeletRequestTimeout.String(),
+	)
+	args = append(args, cfg.ExtraArgs...)
+	proc, err := c.StartProcess(cfg.ProcessName, filepath.Join(cfg.BinDir, ServerBinary), args...)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		Process:        proc,
+		Port:           port,
+		Args:           args,
+		ServiceHost:    svc.GetName() + "." + svc.GetNamespace() + ".svc",
+		Namespace:      deploy.GetNamespace(),
+		ServiceAccount: sa,
+		cluster:        c,
+	}
+	if err := s.waitAvailable(ctx); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+func (cfg *ServerConfig) complete() error {
+	if cfg.KubeletCAFile == "" {
+		return errors.New("ServerConfig.KubeletCAFile is required")
+	}
+	if cfg.ManifestsDir == "" || cfg.BinDir == "" {
+		root, err := RepoRoot()
+		if err != nil {
+			return err
+		}
+		if cfg.ManifestsDir == "" {
+			cfg.ManifestsDir = filepath.Join(root, "manifests", "base")
+		}
+		if cfg.BinDir == "" {
+			if cfg.BinDir, err = BinDir(); err != nil {
+				return err
+			}
+		}
+	}
+	if cfg.MetricResolution == 0 {
+		cfg.MetricResolution = 5 * time.Second
+	}
+	if cfg.KubeletRequestTimeout == 0 {
+		cfg.KubeletRequestTimeout = 3 * time.Second
+	}
+	if cfg.ProcessName == "" {
+		cfg.ProcessName = ServerBinary
+	}
+	return CheckBinaries(cfg.BinDir, ServerBinary)
+}
+
+// exposeOnLoopback turns the Service into one kube-apiserver can follow to a
+// process on 127.0.0.1: type ExternalName with host localhost (Endpoints and
+// EndpointSlices may not name loopback addresses), on the server's port
+// (loopback forces a port nobody else holds; 443 needs privileges).
+func exposeOnLoopback(svc *unstructured.Unstructured, port int) error {
+	ports, _, err := unstructured.NestedSlice(svc.Object, "spec", "ports")
+	if err != nil {
+		return fmt.Errorf("service %s: %w", svc.GetName(), err)
+	}
+	if len(ports) != 1 {
+		return fmt.Errorf("service %s: want exactly one port, got %d", svc.GetName(), len(ports))
+	}
+	p, ok := ports[0].(map[string]any)
+	if !ok {
+		return fmt.Errorf("service %s: malformed port", svc.GetName())
+	}
+	p["port"] = int64(port)
+	p["targetPort"] = int64(port)
+	if err := unstructured.SetNestedSlice(svc.Object, []any{p}, "spec", "ports"); err != nil {
+		return err
+	}
+	if err := unstructured.SetNestedField(svc.Object, "ExternalName", "spec", "type"); err != nil {
+		return err
+	}
+	return unstructured.SetNestedField(svc.Object, "localhost", "spec", "externalName")
+}
+
+var apiServiceResource = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
+
+// waitAvailable waits until every metrics APIService carries a caBundle that
+// verifies the server's certificate for ServiceHost, and is Available.
+func (s *Server) waitAvailable(ctx context.Context) error {
+	dyn, err := dynamic.NewForConfig(s.cluster.RESTConfig())
+	if err != nil {
+		return err
+	}
+	watch := []*cluster.Process{s.Process}
+	for _, name := range MetricsAPIServices {
+		err := Poll(ctx, "APIService "+name+" to carry a caBundle that verifies the server", watch, func(ctx context.Context) error {
+			obj, err := dyn.Resource(apiServiceResource).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			b64, _, _ := unstructured.NestedString(obj.Object, "spec", "caBundle")
+			bundle, err := base64.StdEncoding.DecodeString(b64)
+			if err != nil {
+				return fmt.Errorf("caBundle: %w", err)
+			}
+			if len(bundle) == 0 {
+				return errors.New("no caBundle yet")
+			}
+			if err := s.verifyServing(ctx, bundle); err != nil {
+				return err
+			}
+			s.CABundle = bundle
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if err := s.cluster.WaitForAPIServiceAvailable(ctx, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Server) verifyServing(ctx context.Context, caBundle []byte) error {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caBundle) {
+		return errors.New("caBundle holds no certificate")
+	}
+	d := tls.Dialer{Config: &tls.Config{RootCAs: pool, ServerName: s.ServiceHost, MinVersion: tls.VersionTLS12}}
+	conn, err := d.DialContext(ctx, "tcp", s.Address())
+	if err != nil {
+		return fmt.Errorf("TLS to %s as %s: %w", s.Address(), s.ServiceHost, err)
+	}
+	return conn.Close()
+}
+
+// Address returns 127.0.0.1:<port>.
+func (s *Server) Address() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port)) }
+
+// RESTConfig returns a configuration that reaches the server directly (not
+// through the aggregator) as the cluster admin, verifying its certificate
+// against the caBundle for ServiceHost.
+func (s *Server) RESTConfig() *rest.Config {
+	admin := s.cluster.RESTConfig()
+	return &rest.Config{
+		Host: "https://" + s.Address(),
+		TLSClientConfig: rest.TLSClientConfig{
+			ServerName: s.ServiceHost,
+			CAData:     s.CABundle,
+			CertFile:   admin.CertFile,
+			KeyFile:    admin.KeyFile,
+			CertData:   admin.CertData,
+			KeyData:    admin.KeyData,
+		},
+		Timeout: 30 * time.Second,
+	}
+}
+
+// HTTPClient returns a client for RESTConfig.
+func (s *Server) HTTPClient() (*http.Client, error) { return rest.HTTPClientFor(s.RESTConfig()) }

@@ -1,0 +1,149 @@
+package env
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// CreateNamespace creates a namespace and waits for its default
+// ServiceAccount, without which pods are not admitted.
+func CreateNamespace(ctx context.Context, client kubernetes.Interface, name string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	return Poll(ctx, "default ServiceAccount in "+name, nil, func(ctx context.Context) error {
+		_, err := client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
+}
+
+// DeploymentSpec describes a Deployment made by CreateDeployment.
+type DeploymentSpec struct {
+	Namespace, Name string
+	Replicas        int32
+	// Containers are the container names; default one named "app".
+	Containers []string
+	// CPURequest is each container's CPU request, e.g. "100m"; none if empty.
+	CPURequest string
+	// MemoryLimit is each container's memory limit; none if empty.
+	MemoryLimit string
+}
+
+// Labels returns the pod labels of the Deployment: app=<name>.
+func (d DeploymentSpec) Labels() map[string]string { return map[string]string{"app": d.Name} }
+
+// Selector returns Labels as a selector.
+func (d DeploymentSpec) Selector() labels.Selector { return labels.SelectorFromSet(d.Labels()) }
+
+// CreateDeployment creates a Deployment whose pods kwok runs on the fake
+// nodes.
+func CreateDeployment(ctx context.Context, client kubernetes.Interface, d DeploymentSpec) error {
+	names := d.Containers
+	if len(names) == 0 {
+		names = []string{"app"}
+	}
+	var containers []corev1.Container
+	for _, n := range names {
+		ctr := corev1.Container{Name: n, Image: "registry.k8s.io/pause:3.10"}
+		if d.CPURequest != "" {
+			ctr.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(d.CPURequest)}
+		}
+		if d.MemoryLimit != "" {
+			ctr.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(d.MemoryLimit)}
+		}
+		containers = append(containers, ctr)
+	}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace, Labels: d.Labels()},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(d.Replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: d.Labels()},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: d.Labels()},
+				Spec: corev1.PodSpec{
+					Containers:                    containers,
+					TerminationGracePeriodSeconds: ptr.To[int64](0),
+					NodeSelector:                  map[string]string{"type": "kwok"},
+					Tolerations: []corev1.Toleration{{
+						Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule,
+					}},
+				},
+			},
+		},
+	}
+	_, err := client.AppsV1().Deployments(d.Namespace).Create(ctx, dep, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create deployment %s/%s: %w", d.Namespace, d.Name, err)
+	}
+	return nil
+}
+
+// CreateCPUHPA creates an autoscaling/v2 HPA on the Deployment name that
+// targets an average CPU utilization of targetPercent.
+func CreateCPUHPA(ctx context.Context, client kubernetes.Interface, namespace, name string, minReplicas, maxReplicas, targetPercent int32) error {
+	hpa := &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: name},
+			MinReplicas:    ptr.To(minReplicas),
+			MaxReplicas:    maxReplicas,
+			Metrics: []autoscalingv2.MetricSpec{{
+				Type: autoscalingv2.ResourceMetricSourceType,
+				Resource: &autoscalingv2.ResourceMetricSource{
+					Name: corev1.ResourceCPU,
+					Target: autoscalingv2.MetricTarget{
+						Type:               autoscalingv2.UtilizationMetricType,
+						AverageUtilization: ptr.To(targetPercent),
+					},
+				},
+			}},
+		},
+	}
+	_, err := client.AutoscalingV2().HorizontalPodAutoscalers(namespace).Create(ctx, hpa, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create hpa %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}
+
+// RunningPods returns the Running pods in namespace matching selector.
+func RunningPods(ctx context.Context, client kubernetes.Interface, namespace string, selector labels.Selector) ([]corev1.Pod, error) {
+	list, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
+	if err != nil {
+		return nil, err
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// WaitForRunningPods waits until exactly n pods in namespace matching
+// selector are Running.
+func WaitForRunningPods(ctx context.Context, client kubernetes.Interface, namespace string, selector labels.Selector, n int) ([]corev1.Pod, error) {
+	var pods []corev1.Pod
+	err := Poll(ctx, fmt.Sprintf("%d Running pods %s in %s", n, selector, namespace), nil, func(ctx context.Context) error {
+		var err error
+		if pods, err = RunningPods(ctx, client, namespace, selector); err != nil {
+			return err
+		}
+		if len(pods) != n {
+			return fmt.Errorf("%d Running", len(pods))
+		}
+		return nil
+	})
+	return pods, err
+}

@@ -1,0 +1,139 @@
+//go:build e2e
+
+// Package e2e runs group-metrics-server, deployed from manifests/base, on a
+// real local control plane whose nodes are kwok nodes backed by a fake
+// kubelet fleet. Run it with `make e2e` (binaries from `make tools build`).
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
+)
+
+// The suite shares one control plane, fleet and server; every test works in
+// its own namespace and leaves the fleet as it found it. Tests run one at a
+// time, since the fault and differential tests read every node.
+var suite struct {
+	ctx     context.Context
+	binDir  string
+	opts    cluster.Options
+	cluster *cluster.Cluster
+	fleet   *env.Fleet
+	server  *env.Server
+	// resolution and timeout are the server's --metric-resolution and
+	// --kubelet-request-timeout.
+	resolution, timeout time.Duration
+}
+
+const (
+	numNodes = 3
+	// setupTimeout bounds starting the cluster, fleet and server.
+	setupTimeout = 4 * time.Minute
+)
+
+var nodeBase = fakekubelet.Usage{CPUNanoCores: 100e6, MemoryBytes: 512 << 20}
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	suite.ctx = ctx
+
+	binDir, err := env.BinDir()
+	if err == nil {
+		err = env.CheckBinaries(binDir, append(env.ControlPlaneBinaries, env.ServerBinary, cluster.MetricsServerBinary)...)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		return 1
+	}
+	suite.binDir = binDir
+	workDir, err := os.MkdirTemp("", "gms-e2e-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		return 1
+	}
+	suite.resolution, suite.timeout = 5*time.Second, 3*time.Second
+	// The HPA timings are set explicitly because TestHPAScales derives its
+	// bounds from them.
+	suite.opts = cluster.Options{
+		BinDir:                     binDir,
+		WorkDir:                    workDir,
+		HPASyncPeriod:              2 * time.Second,
+		HPADownscaleStabilization:  5 * time.Second,
+		HPACPUInitializationPeriod: 5 * time.Second,
+		HPAInitialReadinessDelay:   5 * time.Second,
+	}
+
+	code := 1
+	defer func() {
+		if suite.fleet != nil {
+			_ = suite.fleet.Close()
+		}
+		if suite.cluster != nil {
+			if code != 0 {
+				fmt.Fprintf(os.Stderr, "e2e: failed; logs and manifests kept in %s\n", workDir)
+			}
+			if err := suite.cluster.Stop(); err != nil {
+				fmt.Fprintf(os.Stderr, "e2e: stop cluster: %v\n", err)
+			}
+		}
+		if code == 0 {
+			_ = os.RemoveAll(workDir)
+		}
+	}()
+	if err := setup(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e setup: %v\n", err)
+		if suite.cluster != nil {
+			fmt.Fprintf(os.Stderr, "%s\n", suite.cluster.LogTails(40))
+		}
+		return 1
+	}
+	code = m.Run()
+	return code
+}
+
+func setup(ctx context.Context) error {
+	// The cluster and the fleet's informer live as long as the suite's ctx;
+	// waits are bounded by setupTimeout.
+	waitCtx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	began := time.Now()
+	c, err := cluster.Start(ctx, suite.opts)
+	if err != nil {
+		return err
+	}
+	suite.cluster = c
+	tCluster := time.Since(began)
+	suite.fleet, err = env.StartFleet(ctx, c, env.FleetConfig{Nodes: numNodes, NodeBaseUsage: nodeBase})
+	if err != nil {
+		return err
+	}
+	tFleet := time.Since(began)
+	suite.server, err = env.DeployServer(waitCtx, c, env.ServerConfig{
+		BinDir:                suite.binDir,
+		KubeletCAFile:         suite.fleet.CAFile,
+		MetricResolution:      suite.resolution,
+		KubeletRequestTimeout: suite.timeout,
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("e2e setup: cluster %v, fleet and %d nodes %v, server Available %v (args: %s)\n",
+		tCluster.Round(time.Millisecond), numNodes, tFleet.Round(time.Millisecond),
+		time.Since(began).Round(time.Millisecond), strings.Join(suite.server.Args, " "))
+	return nil
+}

@@ -1,0 +1,275 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
+)
+
+// TestKubectlTop checks that kubectl top and kubectl get podmetrics /
+// nodemetrics, going through kube-apiserver and the aggregator, print the
+// usage the fleet was told to report.
+func TestKubectlTop(t *testing.T) {
+	ctx := begin(t, 3*time.Minute)
+	const ns = "e2e-top"
+	newNamespace(ctx, t, ns)
+	spec := env.DeploymentSpec{Namespace: ns, Name: "web", Replicas: 3, Containers: []string{"app", "sidecar"}, CPURequest: "100m"}
+	// Two containers each: 150m and 48Mi per container.
+	podUsage := fakekubelet.Usage{CPUNanoCores: 300e6, MemoryBytes: 96 << 20}
+	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: spec.Selector()}, podUsage)
+	if err := env.CreateDeployment(ctx, suite.cluster.Client(), spec); err != nil {
+		t.Fatal(err)
+	}
+	pods, err := env.WaitForRunningPods(ctx, suite.cluster.Client(), ns, spec.Selector(), int(spec.Replicas))
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+
+	podCPU, podMem := milli(podUsage.CPUNanoCores), mebi(podUsage.MemoryBytes)
+	ctrCPU, ctrMem := milli(podUsage.CPUNanoCores/2), mebi(podUsage.MemoryBytes/2)
+	wantPods := map[string][]string{}       // name -> cpu, memory
+	wantAll := map[string][]string{}        // namespace/name -> cpu, memory
+	wantContainers := map[string][]string{} // pod/container -> cpu, memory
+	for _, p := range pods {
+		wantPods[p.Name] = []string{podCPU, podMem}
+		wantAll[ns+"/"+p.Name] = []string{podCPU, podMem}
+		for _, c := range spec.Containers {
+			wantContainers[p.Name+"/"+c] = []string{ctrCPU, ctrMem}
+		}
+	}
+
+	for _, proto := range []string{"--use-protocol-buffers=true", "--use-protocol-buffers=false"} {
+		cases := []struct {
+			name string
+			args []string
+			keys int
+			want map[string][]string
+			// exact: the listed rows are all the rows.
+			exact bool
+		}{
+			{name: "namespace", args: []string{"top", "pod", "-n", ns}, keys: 1, want: wantPods, exact: true},
+			{name: "all-namespaces", args: []string{"top", "pod", "-A"}, keys: 2, want: wantAll},
+			{name: "selector", args: []string{"top", "pod", "-n", ns, "-l", "app=web"}, keys: 1, want: wantPods, exact: true},
+			{name: "containers", args: []string{"top", "pod", "-n", ns, "--containers"}, keys: 2, want: wantContainers, exact: true},
+		}
+		for _, tc := range cases {
+			t.Run(strings.TrimPrefix(proto, "--")+"/"+tc.name, func(t *testing.T) {
+				args := append(tc.args, proto)
+				err := poll(ctx, "kubectl "+strings.Join(args, " "), func(ctx context.Context) error {
+					out, _, err := suite.cluster.Kubectl(ctx, args...)
+					if err != nil {
+						return err
+					}
+					return compareRows(parseTable(out), tc.keys, tc.want, tc.exact)
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+		t.Run(strings.TrimPrefix(proto, "--")+"/nodes", func(t *testing.T) {
+			err := poll(ctx, "kubectl top node "+proto, func(ctx context.Context) error {
+				want := expectedNodeRows()
+				out, _, err := suite.cluster.Kubectl(ctx, "top", "node", proto)
+				if err != nil {
+					return err
+				}
+				tb := parseTable(out)
+				cpu, mem := slices.Index(tb.header, "CPU(cores)"), slices.Index(tb.header, "MEMORY(bytes)")
+				if cpu < 0 || mem < 0 {
+					return fmt.Errorf("unexpected header %q", tb.header)
+				}
+				got := map[string][]string{}
+				for _, r := range tb.rows {
+					if len(r) == len(tb.header) {
+						got[r[0]] = []string{r[cpu], r[mem]}
+					}
+				}
+				return compareMaps(got, want, true)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	t.Logf("kubectl top showed the fleet's values %v after the pods were Running", time.Since(began).Round(time.Millisecond))
+
+	t.Run("negotiation", func(t *testing.T) { checkNegotiation(ctx, t, ns) })
+	for _, tc := range []struct {
+		resource, short string
+		args            []string
+		want            []string
+	}{
+		{"pods.metrics.k8s.io", "podmetrics", []string{"-n", ns}, names(pods)},
+		{"nodes.metrics.k8s.io", "nodemetrics", nil, suite.fleet.NodeNames},
+	} {
+		t.Run("get-"+tc.short, func(t *testing.T) {
+			checkMetricsTable(ctx, t, append([]string{"get", tc.resource}, tc.args...), tc.want)
+			// metrics-server users type the kind; that resolves only when
+			// discovery leaves singularName empty, as metrics-server does.
+			out, _, err := suite.cluster.Kubectl(ctx, append([]string{"get", tc.short}, tc.args...)...)
+			if err != nil {
+				t.Fatalf("kubectl get %s: %v", tc.short, err)
+			}
+			if tb := parseTable(out); !slices.Equal(tb.header, []string{"NAME", "CPU", "MEMORY", "WINDOW"}) {
+				t.Errorf("kubectl get %s: header %q", tc.short, tb.header)
+			}
+		})
+	}
+}
+
+// checkNegotiation checks that kubectl top asks for metrics.k8s.io/v1 and
+// gets protobuf by default. With --use-protocol-buffers=false this kubectl
+// still offers protobuf (after JSON is no longer asked for alone), so there
+// the answer need only be one of the types offered.
+func checkNegotiation(ctx context.Context, t *testing.T, ns string) {
+	path := "/apis/metrics.k8s.io/v1/namespaces/" + ns + "/pods"
+	for _, flag := range []string{"--use-protocol-buffers=true", "--use-protocol-buffers=false"} {
+		_, stderr, err := suite.cluster.Kubectl(ctx, "top", "pod", "-n", ns, flag, "-v=8")
+		if err != nil {
+			t.Fatal(err)
+		}
+		accept, contentType, ok := exchange(stderr, path)
+		if !ok {
+			t.Errorf("kubectl top %s did not request %s:\n%s", flag, path, stderr)
+			continue
+		}
+		t.Logf("kubectl top %s: Accept %q, Content-Type %q", flag, accept, contentType)
+		offered := false
+		for _, a := range strings.Split(accept, ",") {
+			a = strings.TrimSpace(a)
+			offered = offered || a == "*/*" || strings.HasPrefix(contentType, a)
+		}
+		if !offered {
+			t.Errorf("kubectl top %s: response Content-Type %q was not offered in Accept %q", flag, contentType, accept)
+		}
+		if flag == "--use-protocol-buffers=true" && !strings.HasPrefix(contentType, "application/vnd.kubernetes.protobuf") {
+			t.Errorf("kubectl top %s: response Content-Type %q, want protobuf", flag, contentType)
+		}
+	}
+}
+
+// exchange finds, in kubectl -v=8 output, the request for path and returns
+// its Accept header and the Content-Type of the response that follows.
+func exchange(stderr, path string) (accept, contentType string, ok bool) {
+	for _, block := range strings.Split(stderr, "round_trippers.go") {
+		switch {
+		case strings.Contains(block, `"Request"`) && strings.Contains(block, path+`"`):
+			accept, ok = header(block, "Accept"), true
+		case ok && contentType == "" && strings.Contains(block, `"Response"`):
+			contentType = header(block, "Content-Type")
+		}
+	}
+	return accept, contentType, ok
+}
+
+func header(block, name string) string {
+	for _, line := range strings.Split(block, "\n") {
+		if k, v, found := strings.Cut(strings.TrimSpace(line), ":"); found && strings.EqualFold(k, name) {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// checkMetricsTable checks the server-side table of kubectl get.
+func checkMetricsTable(ctx context.Context, t *testing.T, args []string, want []string) {
+	err := poll(ctx, "kubectl "+strings.Join(args, " "), func(ctx context.Context) error {
+		out, _, err := suite.cluster.Kubectl(ctx, args...)
+		if err != nil {
+			return err
+		}
+		tb := parseTable(out)
+		if !slices.Equal(tb.header, []string{"NAME", "CPU", "MEMORY", "WINDOW"}) {
+			return fmt.Errorf("header %q, want NAME CPU MEMORY WINDOW", tb.header)
+		}
+		rows := tb.byKey(1)
+		for _, name := range want {
+			r, ok := rows[name]
+			if !ok {
+				return fmt.Errorf("no row for %s in\n%s", name, out)
+			}
+			if len(r) != 4 {
+				return fmt.Errorf("row %q has %d columns", r, len(r))
+			}
+			if _, err := time.ParseDuration(r[3]); err != nil {
+				return fmt.Errorf("window of %s: %w", name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// expectedNodeRows returns, for every node, the CPU and memory kubectl top
+// node should print: the fleet's node base usage plus its pods.
+func expectedNodeRows() map[string][]string {
+	want := map[string][]string{}
+	for _, n := range suite.fleet.Nodes() {
+		cpu, mem := nodeBase.CPUNanoCores, nodeBase.MemoryBytes
+		for _, p := range n.State(true).Pods {
+			for _, c := range p.Containers {
+				cpu += c.CPUNanoCores
+				mem += c.MemoryBytes
+			}
+		}
+		want[n.Name()] = []string{milli(cpu), mebi(mem)}
+	}
+	return want
+}
+
+// compareRows checks that the CPU and memory columns (the two after the key
+// columns) of the rows of want match; with exact, that no other row exists.
+func compareRows(tb table, keys int, want map[string][]string, exact bool) error {
+	got := map[string][]string{}
+	for k, r := range tb.byKey(keys) {
+		if len(r) >= keys+2 {
+			got[k] = r[keys : keys+2]
+		}
+	}
+	return compareMaps(got, want, exact)
+}
+
+func compareMaps(got, want map[string][]string, exact bool) error {
+	var diffs []string
+	for k, w := range want {
+		if g, ok := got[k]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%s: missing, want %v", k, w))
+		} else if !slices.Equal(g, w) {
+			diffs = append(diffs, fmt.Sprintf("%s: got %v, want %v", k, g, w))
+		}
+	}
+	if exact {
+		for k, g := range got {
+			if _, ok := want[k]; !ok {
+				diffs = append(diffs, fmt.Sprintf("%s: unexpected row %v", k, g))
+			}
+		}
+	}
+	if len(diffs) > 0 {
+		slices.Sort(diffs)
+		return fmt.Errorf("%s", strings.Join(diffs, "; "))
+	}
+	return nil
+}
+
+func names(pods []corev1.Pod) []string {
+	out := make([]string, 0, len(pods))
+	for _, p := range pods {
+		out = append(out, p.Name)
+	}
+	return out
+}
