@@ -45,7 +45,7 @@ e2e: tools build ## The e2e suite on a real local control plane.
 .PHONY: bench
 bench: ## In-process benchmarks (decode, store write, list), recorded in docs/bench/.
 	mkdir -p docs/bench
-	$(GO) test -run='^$$' -bench=. -benchmem -count=$(BENCH_COUNT) ./pkg/... | tee docs/bench/latest.txt
+	$(GO) test -run='^$$' -bench=. -benchmem -count=$(BENCH_COUNT) ./pkg/... | tee docs/bench/$$(date +%F).txt
 
 .PHONY: verify
 verify: verify-fmt verify-vet verify-lint verify-tidy verify-openapi verify-flags-doc ## All static checks.
