@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,6 +34,8 @@ var suite struct {
 	// resolution and timeout are the server's --metric-resolution and
 	// --kubelet-request-timeout.
 	resolution, timeout time.Duration
+	// ukpd is the fake ukpd behind the server's ukpd source.
+	ukpd *env.Ukpd
 }
 
 const (
@@ -83,6 +86,9 @@ func run(m *testing.M) int {
 		if suite.fleet != nil {
 			_ = suite.fleet.Close()
 		}
+		if suite.ukpd != nil {
+			_ = suite.ukpd.Close()
+		}
 		if suite.cluster != nil {
 			if code != 0 {
 				fmt.Fprintf(os.Stderr, "e2e: failed; logs and manifests kept in %s\n", workDir)
@@ -123,11 +129,15 @@ func setup(ctx context.Context) error {
 		return err
 	}
 	tFleet := time.Since(began)
+	if suite.ukpd, err = env.StartUkpd(filepath.Join(c.WorkDir(), "ukpd")); err != nil {
+		return err
+	}
 	suite.server, err = env.DeployServer(waitCtx, c, env.ServerConfig{
 		BinDir:                suite.binDir,
 		KubeletCAFile:         suite.fleet.CAFile,
 		MetricResolution:      suite.resolution,
 		KubeletRequestTimeout: suite.timeout,
+		ExtraArgs:             suite.ukpd.ServerArgs(),
 	})
 	if err != nil {
 		return err

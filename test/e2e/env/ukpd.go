@@ -1,0 +1,392 @@
+package env
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
+)
+
+// The label kraftlet puts on its nodes (the server's default
+// --kraftlet-node-selector), and the taint these tests put on such nodes so
+// that only pods meant for unikernels land there.
+const (
+	KraftletNodeLabel  = "unikraft.com/virtual-kubelet"
+	KraftletTaintKey   = "virtual-kubelet.io/provider"
+	KraftletTaintValue = "unikraft"
+)
+
+// ukpdToken is the bearer token the fake accepts and the server sends.
+const ukpdToken = "e2e-ukpd-token"
+
+// Ukpd is an in-process fake ukpd: the platform API over TLS on 127.0.0.1,
+// and its control API (test/fakeukpd/README.md) in plain HTTP on another
+// loopback port. Down and Up take the platform API off the network and put
+// it back on the same address.
+type Ukpd struct {
+	*fakeukpd.Server
+	// URL is the platform API's base URL; TokenFile and CAFile are what a
+	// client needs to reach it.
+	URL, TokenFile, CAFile string
+	// Control is a client of the control API.
+	Control UkpdControl
+
+	addr    string
+	tls     *tls.Config
+	control *http.Server
+
+	mu  sync.Mutex
+	api *http.Server
+}
+
+// StartUkpd starts a fake ukpd, writing its token and CA into dir. Close it
+// when done.
+func StartUkpd(dir string) (*Ukpd, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	ca, err := fakeukpd.NewCA(time.Now())
+	if err != nil {
+		return nil, err
+	}
+	cert, err := ca.ServingCertificate(time.Now(), "127.0.0.1", "localhost")
+	if err != nil {
+		return nil, err
+	}
+	u := &Ukpd{
+		Server:    fakeukpd.New(fakeukpd.Config{Tokens: []string{ukpdToken}}),
+		TokenFile: filepath.Join(dir, "token"),
+		CAFile:    filepath.Join(dir, "ca.crt"),
+		addr:      "127.0.0.1:0",
+		tls:       &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+	}
+	if err := os.WriteFile(u.TokenFile, []byte(ukpdToken+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(u.CAFile, ca.CertPEM(), 0o644); err != nil {
+		return nil, err
+	}
+	if err := u.Up(); err != nil {
+		return nil, err
+	}
+	u.URL = "https://" + u.addr
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, errors.Join(err, u.Close())
+	}
+	u.control = &http.Server{Handler: fakeukpd.NewControlHandler(u.Server, ca.CertPEM()), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = u.control.Serve(ln) }()
+	u.Control = UkpdControl{Address: ln.Addr().String()}
+	return u, nil
+}
+
+// ServerArgs are the server flags that add the ukpd source with this fake
+// as its only endpoint, owning the nodes of the default kraftlet selector.
+func (u *Ukpd) ServerArgs() []string {
+	return []string{
+		"--sources=kubelet,ukpd",
+		"--ukpd-endpoint=" + u.URL,
+		"--ukpd-token-file=" + u.TokenFile,
+		"--ukpd-certificate-authority=" + u.CAFile,
+	}
+}
+
+// Up serves the platform API, on the address it had before if it had one.
+func (u *Ukpd) Up() error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.api != nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", u.addr)
+	if err != nil {
+		return fmt.Errorf("fake ukpd: listen on %s: %w", u.addr, err)
+	}
+	u.addr = ln.Addr().String()
+	u.api = &http.Server{Handler: u.Server, ReadHeaderTimeout: 10 * time.Second}
+	go func(s *http.Server) { _ = s.Serve(tls.NewListener(ln, u.tls)) }(u.api)
+	return nil
+}
+
+// Down closes the platform API's listener and connections: clients get
+// "connection refused" until Up.
+func (u *Ukpd) Down() error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.api == nil {
+		return nil
+	}
+	err := u.api.Close()
+	u.api = nil
+	return err
+}
+
+// Close stops both APIs.
+func (u *Ukpd) Close() error {
+	u.Server.Close()
+	err := u.Down()
+	if u.control != nil {
+		err = errors.Join(err, u.control.Close())
+	}
+	return err
+}
+
+// AddKraftletNode registers a kwok node as kraftlet would: labelled
+// KraftletNodeLabel=true and tainted with KraftletTaintKey, so that only
+// pods that tolerate it (KraftletPodSpec) land there. No kubelet listens
+// behind its kubelet port.
+func AddKraftletNode(ctx context.Context, c *cluster.Cluster, name string) error {
+	ports, err := cluster.FreePorts(1)
+	if err != nil {
+		return err
+	}
+	if err := c.AddNode(ctx, name, map[string]string{KraftletNodeLabel: "true"}, "127.0.0.1", ports[0]); err != nil {
+		return err
+	}
+	nodes := c.Client().CoreV1().Nodes()
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := nodes.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{
+			Key: KraftletTaintKey, Value: KraftletTaintValue, Effect: corev1.TaintEffectNoSchedule,
+		})
+		_, err = nodes.Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// KraftletPodSpec pins a pod spec to kraftlet nodes: it selects their label
+// and tolerates their taint.
+func KraftletPodSpec(spec *corev1.PodSpec) {
+	spec.NodeSelector = map[string]string{KraftletNodeLabel: "true"}
+	spec.Tolerations = append(spec.Tolerations, corev1.Toleration{
+		Key: KraftletTaintKey, Operator: corev1.TolerationOpEqual, Value: KraftletTaintValue, Effect: corev1.TaintEffectNoSchedule,
+	})
+}
+
+// CreateKraftletDeployment creates a Deployment like CreateDeployment whose
+// pods run on kraftlet nodes.
+func CreateKraftletDeployment(ctx context.Context, client kubernetes.Interface, d DeploymentSpec) error {
+	names := d.Containers
+	if len(names) == 0 {
+		names = []string{"app"}
+	}
+	var containers []corev1.Container
+	for _, n := range names {
+		ctr := corev1.Container{Name: n, Image: "unikraft.org/nginx:latest"}
+		if d.CPURequest != "" {
+			ctr.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(d.CPURequest)}
+		}
+		if d.MemoryLimit != "" {
+			ctr.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(d.MemoryLimit)}
+		}
+		containers = append(containers, ctr)
+	}
+	pod := corev1.PodSpec{Containers: containers, TerminationGracePeriodSeconds: ptr.To[int64](0)}
+	KraftletPodSpec(&pod)
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace, Labels: d.Labels()},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(d.Replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: d.Labels()},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: d.Labels()}, Spec: pod},
+		},
+	}
+	if _, err := client.AppsV1().Deployments(d.Namespace).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create deployment %s/%s: %w", d.Namespace, d.Name, err)
+	}
+	return nil
+}
+
+// UkpdUsage is what one instance (one container) reports.
+type UkpdUsage struct {
+	CPU    string // cores, as a quantity: "250m"
+	Memory string // resident set, as a quantity: "64Mi"
+}
+
+// UkpdControl is a client of a fake ukpd's control API.
+type UkpdControl struct {
+	// Address is the control API's host:port.
+	Address string
+}
+
+// AddInstance adds a running instance for a pod's container.
+func (c UkpdControl) AddInstance(ctx context.Context, namespace, pod, container, node string, u UkpdUsage) error {
+	body := map[string]string{"namespace": namespace, "pod": pod, "container": container, "node": node, "cpu": u.CPU, "memory": u.Memory}
+	return c.do(ctx, http.MethodPost, "/v1/instances", body, http.StatusCreated)
+}
+
+// SetPodUsage sets the usage of every instance of a pod.
+func (c UkpdControl) SetPodUsage(ctx context.Context, namespace, pod string, u UkpdUsage) error {
+	return c.do(ctx, http.MethodPut, "/v1/namespaces/"+namespace+"/pods/"+pod+"/usage", map[string]string{"cpu": u.CPU, "memory": u.Memory}, http.StatusOK)
+}
+
+// RemovePod removes every instance of a pod; a pod without any is not an
+// error.
+func (c UkpdControl) RemovePod(ctx context.Context, namespace, pod string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/namespaces/"+namespace+"/pods/"+pod, nil, http.StatusOK, http.StatusNotFound)
+}
+
+func (c UkpdControl) do(ctx context.Context, method, path string, body map[string]string, okCodes ...int) error {
+	var r io.Reader
+	if body != nil {
+		for k, v := range body {
+			if v == "" {
+				delete(body, k)
+			}
+		}
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+c.Address+path, r)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("fake ukpd control: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if !slices.Contains(okCodes, resp.StatusCode) {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return fmt.Errorf("fake ukpd control: %s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(msg))
+	}
+	return nil
+}
+
+// InstanceSync plays kraftlet's part for one node: it keeps one fake ukpd
+// instance per container of every Running pod bound to the node, tagged with
+// the pod's namespace, name, container and the node, and removes them when
+// the pod stops running or goes away.
+type InstanceSync struct {
+	control UkpdControl
+	node    string
+
+	// mu serialises instance changes with SetUsage, so a pod added while
+	// the usage changes gets the new usage.
+	mu      sync.Mutex
+	usage   map[string]UkpdUsage   // by namespace
+	pods    map[string]*corev1.Pod // by namespace/name, those with instances
+	lastErr error
+}
+
+// SyncInstances follows the pods bound to node and keeps their instances in
+// the fake ukpd behind control, with usage u until SetUsage says otherwise.
+// It returns once the informer has synced; the sync stops when ctx ends.
+// Failed control calls are retried on the informer's next resync.
+func SyncInstances(ctx context.Context, client kubernetes.Interface, node string, control UkpdControl, u UkpdUsage) (*InstanceSync, error) {
+	s := &InstanceSync{control: control, node: node, usage: map[string]UkpdUsage{"": u}, pods: map[string]*corev1.Pod{}}
+	factory := informers.NewSharedInformerFactoryWithOptions(client, time.Second,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
+		}))
+	inf := factory.Core().V1().Pods().Informer()
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { s.observe(ctx, obj, false) },
+		UpdateFunc: func(_, obj any) { s.observe(ctx, obj, false) },
+		DeleteFunc: func(obj any) { s.observe(ctx, obj, true) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	factory.Start(ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return nil, fmt.Errorf("sync %v informer for node %s: %w", typ, node, ctx.Err())
+		}
+	}
+	return s, nil
+}
+
+// SetUsage sets the usage of every instance of the pods of namespace, now
+// and for pods added later.
+func (s *InstanceSync) SetUsage(ctx context.Context, namespace string, u UkpdUsage) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.usage[namespace] = u
+	var errs []error
+	for _, p := range s.pods {
+		if p.Namespace == namespace {
+			errs = append(errs, s.control.SetPodUsage(ctx, p.Namespace, p.Name, u))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Err returns the last failed control call, if any.
+func (s *InstanceSync) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastErr
+}
+
+func (s *InstanceSync) observe(ctx context.Context, obj any, deleted bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := p.Namespace + "/" + p.Name
+	have := s.pods[key]
+	if deleted && have != nil && have.UID != p.UID {
+		return // an earlier pod of the same name
+	}
+	running := !deleted && p.Spec.NodeName == s.node && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil
+	if have != nil && (!running || have.UID != p.UID) {
+		if err := s.control.RemovePod(ctx, p.Namespace, p.Name); err != nil {
+			s.lastErr = err
+			return
+		}
+		delete(s.pods, key)
+		have = nil
+	}
+	if !running || have != nil {
+		return
+	}
+	u, ok := s.usage[p.Namespace]
+	if !ok {
+		u = s.usage[""]
+	}
+	for _, c := range p.Spec.Containers {
+		if err := s.control.AddInstance(ctx, p.Namespace, p.Name, c.Name, s.node, u); err != nil {
+			s.lastErr = err
+			// Start over on the next resync rather than leave half a pod.
+			_ = s.control.RemovePod(ctx, p.Namespace, p.Name)
+			return
+		}
+	}
+	s.pods[key] = p
+}

@@ -1,0 +1,221 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
+)
+
+// topRow is a pod's expected kubectl top row.
+type topRow struct {
+	milliCPU int64
+	memory   string
+}
+
+// waitTop waits, for at most bound, until kubectl top pod in ns shows
+// exactly the pods of want, with the memory given and CPU within 5% (ukpd's
+// rates follow the arrival of its responses, not the fake's clock).
+func waitTop(ctx context.Context, t *testing.T, ns string, want map[string]topRow, bound time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	var out string
+	err := poll(ctx, "kubectl top pod -n "+ns, func(ctx context.Context) error {
+		var err error
+		if out, _, err = suite.cluster.Kubectl(ctx, "top", "pod", "-n", ns); err != nil {
+			return err
+		}
+		got := parseTable(out).byKey(1)
+		if len(got) != len(want) {
+			return fmt.Errorf("%d rows, want %d:\n%s", len(got), len(want), out)
+		}
+		for name, w := range want {
+			row := got[name]
+			if len(row) < 3 {
+				return fmt.Errorf("no row for %s:\n%s", name, out)
+			}
+			cpu, err := resource.ParseQuantity(row[1])
+			if err != nil {
+				return err
+			}
+			if d := cpu.MilliValue() - w.milliCPU; d*20 > w.milliCPU || -d*20 > w.milliCPU || row[2] != w.memory {
+				return fmt.Errorf("pod %s: %s %s, want %dm %s:\n%s", name, row[1], row[2], w.milliCPU, w.memory, out)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kubectl top pod -n %s:\n%s", ns, out)
+}
+
+// waitTargets waits until the server's last tick had exactly one ukpd target,
+// in state.
+func waitTargets(ctx context.Context, t *testing.T, state string, bound time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	err := poll(ctx, "one "+state+" ukpd target", func(ctx context.Context) error {
+		n, err := serverMetric(ctx, "group_metrics_server_scraper_targets", `source="ukpd"`, `state="`+state+`"`)
+		if err != nil {
+			return err
+		}
+		if n != 1 {
+			return fmt.Errorf("%v %s ukpd targets", n, state)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serverMetric sums the samples of a metric in the server's /metrics whose
+// labels contain every one of labels (`name="value"`).
+func serverMetric(ctx context.Context, name string, labels ...string) (float64, error) {
+	client, err := suite.server.HTTPClient()
+	if err != nil {
+		return 0, err
+	}
+	code, body, err := env.Get(ctx, client, "https://"+suite.server.Address()+"/metrics")
+	if err != nil {
+		return 0, err
+	}
+	if code != http.StatusOK {
+		return 0, fmt.Errorf("/metrics: status %d: %.200s", code, body)
+	}
+	var sum float64
+lines:
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		for _, l := range labels {
+			if !strings.Contains(line, l) {
+				continue lines
+			}
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse %q: %w", line, err)
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
+// watchFreshness lists the metrics of pods every second until the returned
+// function is called, which reports the oldest sample served for any of
+// them and how many lists left one out.
+func watchFreshness(ctx context.Context, t *testing.T, ns string, pods []corev1.Pod) func() (time.Duration, int) {
+	t.Helper()
+	metrics, err := newMetricsClient(suite.cluster.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var (
+		wg      sync.WaitGroup
+		maxAge  time.Duration
+		missing int
+	)
+	wg.Go(func() {
+		ticker := time.NewTicker(time.Second)
+		defer ticker.Stop()
+		for {
+			list, err := metrics.MetricsV1beta1().PodMetricses(ns).List(ctx, metav1.ListOptions{})
+			now := time.Now()
+			if err == nil {
+				seen := map[string]bool{}
+				for _, m := range list.Items {
+					seen[m.Name] = true
+					for _, p := range pods {
+						if p.Name == m.Name {
+							maxAge = max(maxAge, now.Sub(m.Timestamp.Time))
+						}
+					}
+				}
+				for _, p := range pods {
+					if !seen[p.Name] {
+						missing++
+					}
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+			}
+		}
+	})
+	return func() (time.Duration, int) {
+		cancel()
+		wg.Wait()
+		return maxAge, missing
+	}
+}
+
+// createUkpdHPA creates an HPA on the Deployment name with two metrics: an
+// average CPU utilization of 50% and an average memory of 256Mi.
+func createUkpdHPA(ctx context.Context, ns, name string, minReplicas, maxReplicas int32) error {
+	hpa := &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: name},
+			MinReplicas:    ptr.To(minReplicas),
+			MaxReplicas:    maxReplicas,
+			Metrics: []autoscalingv2.MetricSpec{
+				{Type: autoscalingv2.ResourceMetricSourceType, Resource: &autoscalingv2.ResourceMetricSource{
+					Name:   corev1.ResourceCPU,
+					Target: autoscalingv2.MetricTarget{Type: autoscalingv2.UtilizationMetricType, AverageUtilization: ptr.To[int32](50)},
+				}},
+				{Type: autoscalingv2.ResourceMetricSourceType, Resource: &autoscalingv2.ResourceMetricSource{
+					Name:   corev1.ResourceMemory,
+					Target: autoscalingv2.MetricTarget{Type: autoscalingv2.AverageValueMetricType, AverageValue: ptr.To(resource.MustParse("256Mi"))},
+				}},
+			},
+		},
+	}
+	_, err := suite.cluster.Client().AutoscalingV2().HorizontalPodAutoscalers(ns).Create(ctx, hpa, metav1.CreateOptions{})
+	return err
+}
+
+// averageMemory returns the HPA's current average memory in bytes, or -1.
+func averageMemory(hpa *autoscalingv2.HorizontalPodAutoscaler) int64 {
+	for _, m := range hpa.Status.CurrentMetrics {
+		if m.Resource != nil && m.Resource.Name == corev1.ResourceMemory && m.Resource.Current.AverageValue != nil {
+			return m.Resource.Current.AverageValue.Value()
+		}
+	}
+	return -1
+}
+
+// instancesIn counts the fake ukpd's running instances in namespace ns of
+// pods whose names start with prefix.
+func instancesIn(ns, prefix string) int {
+	n := 0
+	for _, in := range suite.ukpd.Instances() {
+		if in.Namespace == ns && strings.HasPrefix(in.Pod, prefix) && in.State == fakeukpd.StateRunning {
+			n++
+		}
+	}
+	return n
+}
