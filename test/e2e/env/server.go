@@ -10,9 +10,11 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -62,8 +64,15 @@ type Server struct {
 	CABundle []byte
 	// Namespace and ServiceAccount are those of the Deployment.
 	Namespace, ServiceAccount string
+	// APIServices are the APIServices of the manifests, all pointing at this
+	// server: MetricsAPIServices for manifests/base, and the
+	// custom.metrics.k8s.io ones too for manifests/custom-metrics.
+	APIServices []string
 
 	cluster *cluster.Cluster
+	// registration are the Service and APIServices as applied for this
+	// server, for Register.
+	registration []*unstructured.Unstructured
 }
 
 const serverContainer = "group-metrics-server"
@@ -72,8 +81,12 @@ const serverContainer = "group-metrics-server"
 // but the Deployment is applied unchanged except the Service and the
 // APIServices' port; the Deployment's container runs as a local process with
 // the Deployment's own args, plus the flags a process outside the cluster
-// needs. It returns once both metrics.k8s.io APIServices are Available and
-// their caBundle verifies the server's certificate for the Service's name.
+// needs. It returns once every APIService of the manifests is Available and
+// its caBundle verifies the server's certificate for the Service's name.
+//
+// The Service and APIServices are shared by every server deployed into one
+// cluster: the latest one deployed serves them, until Register or Undeploy
+// points them elsewhere.
 func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*Server, error) {
 	if err := cfg.complete(); err != nil {
 		return nil, err
@@ -100,7 +113,8 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 	}
 	port := ports[0]
 
-	var apply []*unstructured.Unstructured
+	var apply, registration []*unstructured.Unstructured
+	var apiServices []string
 	for _, o := range objs {
 		if o == deploy {
 			continue
@@ -117,6 +131,10 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 			if err := unstructured.SetNestedField(o.Object, int64(port), "spec", "service", "port"); err != nil {
 				return nil, err
 			}
+			apiServices = append(apiServices, o.GetName())
+		}
+		if o.GetKind() == "Service" || o.GetKind() == "APIService" {
+			registration = append(registration, o)
 		}
 		apply = append(apply, o)
 	}
@@ -150,7 +168,9 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 		ServiceHost:    svc.GetName() + "." + svc.GetNamespace() + ".svc",
 		Namespace:      deploy.GetNamespace(),
 		ServiceAccount: sa,
+		APIServices:    apiServices,
 		cluster:        c,
+		registration:   registration,
 	}
 	if err := s.waitAvailable(ctx); err != nil {
 		return s, err
@@ -217,15 +237,53 @@ func exposeOnLoopback(svc *unstructured.Unstructured, port int) error {
 
 var apiServiceResource = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
 
-// waitAvailable waits until every metrics APIService carries a caBundle that
-// verifies the server's certificate for ServiceHost, and is Available.
+// Register applies the server's Service and APIServices again, so that the
+// aggregator sends their requests to this server, and waits as DeployServer
+// does.
+func (s *Server) Register(ctx context.Context) error {
+	if err := Apply(ctx, s.cluster, s.Process.Name()+"-register", s.registration); err != nil {
+		return err
+	}
+	return s.waitAvailable(ctx)
+}
+
+// Undeploy hands the Service and APIServices back to prev (Register), deletes
+// the APIServices s registered that prev does not, and stops s. The other
+// objects s applied stay.
+func (s *Server) Undeploy(ctx context.Context, prev *Server) error {
+	if err := prev.Register(ctx); err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(s.cluster.RESTConfig())
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, name := range s.APIServices {
+		if slices.Contains(prev.APIServices, name) {
+			continue
+		}
+		err := dyn.Resource(apiServiceResource).Delete(ctx, name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete APIService %s: %w", name, err))
+		}
+	}
+	if err := s.Process.Stop(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// waitAvailable waits until every APIService of the server carries a
+// caBundle that verifies the server's certificate for ServiceHost, and is
+// Available.
 func (s *Server) waitAvailable(ctx context.Context) error {
 	dyn, err := dynamic.NewForConfig(s.cluster.RESTConfig())
 	if err != nil {
 		return err
 	}
 	watch := []*cluster.Process{s.Process}
-	for _, name := range MetricsAPIServices {
+	for _, name := range s.APIServices {
 		err := Poll(ctx, "APIService "+name+" to carry a caBundle that verifies the server", watch, func(ctx context.Context) error {
 			obj, err := dyn.Resource(apiServiceResource).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {

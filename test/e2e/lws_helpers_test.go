@@ -1,0 +1,427 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic"
+	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
+	"k8s.io/utils/ptr"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+	"github.com/group-metrics-server/group-metrics-server/pkg/provider"
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
+	"github.com/group-metrics-server/group-metrics-server/test/lws"
+)
+
+const (
+	lwsName                    = "infer"
+	lwsGroupSize               = 4
+	lwsCPURequest              = "100m"
+	lwsMinGroups, lwsMaxGroups = 1, 3
+	lwsTargetPercent           = 50
+	// restMapperReset is how often kube-controller-manager forgets the kinds
+	// it discovered: an HPA on a kind installed after it started may fail to
+	// find the scale subresource until then.
+	restMapperReset = 30 * time.Second
+	// holdSyncPeriods is how many HPA syncs the pod policy must not scale.
+	holdSyncPeriods = 5
+)
+
+// Usage per pod: the leaders stay at 10% of their request, the workers idle
+// at 10% or run at 200%.
+var (
+	leaderUsage = fakekubelet.Usage{CPUNanoCores: 10e6, MemoryBytes: 32 << 20}
+	workerIdle  = fakekubelet.Usage{CPUNanoCores: 10e6, MemoryBytes: 32 << 20}
+	workerLoad  = fakekubelet.Usage{CPUNanoCores: 200e6, MemoryBytes: 32 << 20}
+)
+
+// lwsController is installed by the first test that needs it and runs until
+// the cluster stops.
+var lwsController struct {
+	once sync.Once
+	ctrl *lws.Controller
+	err  error
+}
+
+// lwsBounds bound the waits of the LWS tests, derived like TestHPAScales's
+// from the server's resolution and the controller manager's HPA settings.
+type lwsBounds struct {
+	// read: a new HPA reads its metric.
+	read time.Duration
+	// up and down: the HPA changes the LWS's replicas after a load change.
+	up, down time.Duration
+	// running: the LWS's pods are Running after a load change.
+	running time.Duration
+	// hold: the window over which the pod policy must not scale.
+	hold time.Duration
+}
+
+func newLWSBounds() lwsBounds {
+	o := suite.opts
+	// Kube-controller-manager's own work, the LWS and StatefulSet
+	// controllers, kube-scheduler, kwok, and a loaded machine.
+	const slack = 20 * time.Second
+	metricLag := 2*suite.resolution + suite.timeout
+	b := lwsBounds{
+		read: restMapperReset + metricLag + 3*o.HPASyncPeriod + slack,
+		up:   metricLag + 3*o.HPASyncPeriod + o.HPACPUInitializationPeriod + slack,
+		down: metricLag + o.HPADownscaleStabilization + 3*o.HPASyncPeriod + slack,
+		hold: metricLag + holdSyncPeriods*o.HPASyncPeriod,
+	}
+	b.running = b.up + slack
+	return b
+}
+
+// lwsEnv is what the LWS tests share.
+type lwsEnv struct {
+	dyn     dynamic.Interface
+	metrics metricsclient.Interface
+	bounds  lwsBounds
+	// watch are the processes whose exit ends a wait.
+	watch []*cluster.Process
+}
+
+func newLWSEnv(ctx context.Context, t *testing.T) *lwsEnv {
+	t.Helper()
+	lwsController.once.Do(func() {
+		began := time.Now()
+		lwsController.ctrl, lwsController.err = lws.Install(ctx, suite.cluster, suite.binDir)
+		if lwsController.err == nil {
+			t.Logf("LWS controller installed and ready in %v", since(began))
+		}
+	})
+	if lwsController.err != nil {
+		t.Fatal(lwsController.err)
+	}
+	dyn, err := dynamic.NewForConfig(suite.cluster.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc, err := metricsclient.NewForConfig(suite.cluster.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &lwsEnv{
+		dyn: dyn, metrics: mc, bounds: newLWSBounds(),
+		watch: append(watched(), lwsController.ctrl.Process()),
+	}
+}
+
+// poll is env.Poll over e.watch, bounded by d.
+func (e *lwsEnv) poll(ctx context.Context, d time.Duration, what string, check func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return env.Poll(ctx, what, e.watch, check)
+}
+
+// deployCustomMetricsServer deploys a second server from
+// manifests/custom-metrics, which takes over the Service and the
+// metrics.k8s.io APIServices and adds the custom.metrics.k8s.io ones. When
+// the test ends they go back to the suite's server.
+func deployCustomMetricsServer(ctx context.Context, t *testing.T) *env.Server {
+	t.Helper()
+	root, err := env.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	s, err := env.DeployServer(ctx, suite.cluster, env.ServerConfig{
+		ManifestsDir:          filepath.Join(root, "manifests", "custom-metrics"),
+		BinDir:                suite.binDir,
+		KubeletCAFile:         suite.fleet.CAFile,
+		MetricResolution:      suite.resolution,
+		KubeletRequestTimeout: suite.timeout,
+		ProcessName:           "group-metrics-server-custom-metrics",
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(suite.ctx, time.Minute)
+		defer cancel()
+		restore := suite.server.Register
+		if s != nil {
+			restore = func(ctx context.Context) error { return s.Undeploy(ctx, suite.server) }
+		}
+		if err := restore(ctx); err != nil {
+			t.Errorf("hand the APIServices back to the suite's server: %v", err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("server from manifests/custom-metrics Available in %v: %s", since(began), strings.Join(s.APIServices, ", "))
+	return s
+}
+
+func leaderSelector() labels.Selector {
+	return labels.SelectorFromSet(labels.Set{group.LabelName: lwsName, group.LabelWorkerIndex: "0"})
+}
+
+func workerTarget(ns string) fakekubelet.UsageTarget {
+	req, err := labels.NewRequirement(group.LabelWorkerIndex, "!=", []string{"0"})
+	if err != nil {
+		panic(err)
+	}
+	sel := labels.SelectorFromSet(labels.Set{group.LabelName: lwsName}).Add(*req)
+	return fakekubelet.UsageTarget{Namespace: ns, Selector: sel}
+}
+
+// createLWS sets the fleet's usage for the LWS's pods, creates it with one
+// group and waits until the group's pods are Running.
+func (e *lwsEnv) createLWS(ctx context.Context, t *testing.T, ns string, leaderAnnotations map[string]string, workers fakekubelet.Usage) {
+	t.Helper()
+	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: leaderSelector()}, leaderUsage)
+	suite.fleet.SetUsage(workerTarget(ns), workers)
+	obj := lws.NewLeaderWorkerSet(ns, lwsName, lwsMinGroups, lwsGroupSize, lwsCPURequest, leaderAnnotations)
+	began := time.Now()
+	if _, err := e.dyn.Resource(lws.GroupVersionResource).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create LeaderWorkerSet: %v", err)
+	}
+	if _, err := e.waitPods(ctx, ns, lwsMinGroups, e.bounds.running); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("LeaderWorkerSet %s/%s: %d pods Running %v after it was created", ns, lwsName, lwsGroupSize, since(began))
+}
+
+// waitPods waits until exactly groups groups of the LWS in ns are Running.
+func (e *lwsEnv) waitPods(ctx context.Context, ns string, groups int, d time.Duration) ([]corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	sel := labels.SelectorFromSet(labels.Set{group.LabelName: lwsName})
+	return env.WaitForRunningPods(ctx, suite.cluster.Client(), ns, sel, groups*lwsGroupSize)
+}
+
+func (e *lwsEnv) createHPA(ctx context.Context, ns string, metric autoscalingv2.MetricSpec) error {
+	hpa := &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Name: lwsName, Namespace: ns},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+			ScaleTargetRef: lwsRef(lwsName),
+			MinReplicas:    ptr.To[int32](lwsMinGroups),
+			MaxReplicas:    lwsMaxGroups,
+			Metrics:        []autoscalingv2.MetricSpec{metric},
+		},
+	}
+	_, err := suite.cluster.Client().AutoscalingV2().HorizontalPodAutoscalers(ns).Create(ctx, hpa, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create hpa %s/%s: %w", ns, lwsName, err)
+	}
+	return nil
+}
+
+func (e *lwsEnv) getHPA(ctx context.Context, ns, name string) (*autoscalingv2.HorizontalPodAutoscaler, error) {
+	return suite.cluster.Client().AutoscalingV2().HorizontalPodAutoscalers(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+// hpaReading returns the HPA's last reading of its metric: a percentage for
+// a resource utilization, milli-units for an object value.
+func hpaReading(hpa *autoscalingv2.HorizontalPodAutoscaler) (int64, bool) {
+	for _, m := range hpa.Status.CurrentMetrics {
+		switch {
+		case m.Resource != nil && m.Resource.Current.AverageUtilization != nil:
+			return int64(*m.Resource.Current.AverageUtilization), true
+		case m.Object != nil && m.Object.Current.Value != nil:
+			return m.Object.Current.Value.MilliValue(), true
+		}
+	}
+	return 0, false
+}
+
+// conditions prints the HPA's conditions, type=status (reason).
+func conditions(hpa *autoscalingv2.HorizontalPodAutoscaler) string {
+	var out []string
+	for _, c := range hpa.Status.Conditions {
+		out = append(out, fmt.Sprintf("%s=%s (%s: %s)", c.Type, c.Status, c.Reason, c.Message))
+	}
+	return strings.Join(out, "; ")
+}
+
+// waitHPAReading waits until the HPA of the LWS in ns reads want.
+func (e *lwsEnv) waitHPAReading(ctx context.Context, t *testing.T, ns string, want int64, d time.Duration) {
+	t.Helper()
+	err := e.poll(ctx, d, fmt.Sprintf("HPA %s/%s to read %d", ns, lwsName, want), func(ctx context.Context) error {
+		hpa, err := e.getHPA(ctx, ns, lwsName)
+		if err != nil {
+			return err
+		}
+		if got, ok := hpaReading(hpa); !ok || got != want {
+			return fmt.Errorf("reading %d (read: %v); conditions %s", got, ok, conditions(hpa))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitGroups waits, for at most d, until the LWS in ns wants groups groups,
+// and returns how long that took.
+func (e *lwsEnv) waitGroups(ctx context.Context, t *testing.T, ns string, groups int32, d time.Duration) time.Duration {
+	t.Helper()
+	began := time.Now()
+	err := e.poll(ctx, d, fmt.Sprintf("LeaderWorkerSet %s/%s to want %d groups", ns, lwsName, groups), func(ctx context.Context) error {
+		scale, err := lws.GetScale(ctx, e.dyn, ns, lwsName)
+		if err != nil {
+			return err
+		}
+		if scale.Spec.Replicas != groups {
+			return fmt.Errorf("replicas %d; %s", scale.Spec.Replicas, e.hpaState(ctx, ns))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Since(began)
+}
+
+func (e *lwsEnv) hpaState(ctx context.Context, ns string) string {
+	hpa, err := e.getHPA(ctx, ns, lwsName)
+	if err != nil {
+		return err.Error()
+	}
+	got, _ := hpaReading(hpa)
+	return fmt.Sprintf("HPA reads %d, desired %d; conditions %s", got, hpa.Status.DesiredReplicas, conditions(hpa))
+}
+
+// holdMinimum fails the test if, during d, the LWS in ns wants more than
+// lwsMinGroups groups or its HPA reads a value at or above the target or
+// wants more; at the end the HPA must be actively computing (ScalingActive).
+func (e *lwsEnv) holdMinimum(ctx context.Context, t *testing.T, ns string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	ticker := time.NewTicker(env.PollInterval)
+	defer ticker.Stop()
+	var hpa *autoscalingv2.HorizontalPodAutoscaler
+	for time.Now().Before(deadline) {
+		scale, err := lws.GetScale(ctx, e.dyn, ns, lwsName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hpa, err = e.getHPA(ctx, ns, lwsName); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := hpaReading(hpa)
+		if scale.Spec.Replicas != lwsMinGroups || hpa.Status.DesiredReplicas > lwsMinGroups || got >= lwsTargetPercent {
+			t.Fatalf("the pod policy scaled: replicas %d; %s", scale.Spec.Replicas, e.hpaState(ctx, ns))
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-ticker.C:
+		}
+	}
+	for _, c := range hpa.Status.Conditions {
+		if c.Type == autoscalingv2.ScalingActive && c.Status == corev1.ConditionTrue {
+			return
+		}
+	}
+	t.Fatalf("HPA not ScalingActive: %s", conditions(hpa))
+}
+
+// waitWorkerCPU waits until the metrics API, through the aggregator, reports
+// every worker of the LWS in ns at the CPU the fleet was told (within 5%,
+// since a first sample may read up to a second low).
+func (e *lwsEnv) waitWorkerCPU(ctx context.Context, ns string, nanoCores uint64) error {
+	want := resource.NewScaledQuantity(int64(nanoCores), resource.Nano)
+	return e.poll(ctx, e.bounds.up, "the workers' metrics to show "+want.String(), func(ctx context.Context) error {
+		list, err := e.metrics.MetricsV1beta1().PodMetricses(ns).List(ctx, metav1.ListOptions{LabelSelector: workerTarget(ns).Selector.String()})
+		if err != nil {
+			return err
+		}
+		if len(list.Items) != lwsGroupSize-1 {
+			return fmt.Errorf("%d workers with metrics", len(list.Items))
+		}
+		for _, m := range list.Items {
+			var cpu int64
+			for _, c := range m.Containers {
+				cpu += c.Usage.Cpu().ScaledValue(resource.Nano)
+			}
+			if float64(cpu) < 0.95*float64(nanoCores) {
+				return fmt.Errorf("worker %s at %dn", m.Name, cpu)
+			}
+		}
+		return nil
+	})
+}
+
+// waitGroupMetrics waits until every pod of groups groups of the LWS in ns
+// has metrics through the aggregator and every leader's PodMetrics names
+// policy and covers its whole group (policy "" for the pod policy, whose
+// leaders carry no annotations).
+func (e *lwsEnv) waitGroupMetrics(ctx context.Context, ns string, groups int, policy string) error {
+	wantAnnotations := map[string]string{}
+	if policy != "" {
+		size := strconv.Itoa(lwsGroupSize)
+		wantAnnotations = map[string]string{
+			group.AnnotationReportedPolicy: policy,
+			group.AnnotationCovered:        size,
+			group.AnnotationMembers:        size,
+		}
+	}
+	what := fmt.Sprintf("every pod of %d groups to have metrics", groups)
+	return e.poll(ctx, e.bounds.up, what, func(ctx context.Context) error {
+		list, err := e.metrics.MetricsV1beta1().PodMetricses(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(list.Items) != groups*lwsGroupSize {
+			return fmt.Errorf("%d pods with metrics", len(list.Items))
+		}
+		for _, m := range list.Items {
+			if m.Labels[group.LabelWorkerIndex] != "0" {
+				continue
+			}
+			for k, v := range wantAnnotations {
+				if m.Annotations[k] != v {
+					return fmt.Errorf("leader %s: annotations %v, want %v", m.Name, m.Annotations, wantAnnotations)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// waitCustomMetric waits until custom.metrics.k8s.io, through the
+// aggregator, serves lws_group_cpu_utilization of the LWS in ns at
+// wantMilli.
+func (e *lwsEnv) waitCustomMetric(ctx context.Context, ns string, wantMilli int64) error {
+	path := fmt.Sprintf("/apis/custom.metrics.k8s.io/v1beta2/namespaces/%s/%s/%s/%s",
+		ns, provider.LWSResource.String(), lwsName, provider.MetricCPUUtilization)
+	return e.poll(ctx, e.bounds.up, path+" to read "+strconv.FormatInt(wantMilli, 10)+"m", func(ctx context.Context) error {
+		out, _, err := suite.cluster.Kubectl(ctx, "get", "--raw", path)
+		if err != nil {
+			return err
+		}
+		var list struct {
+			Items []struct {
+				Value resource.Quantity `json:"value"`
+			} `json:"items"`
+		}
+		if err := json.Unmarshal([]byte(out), &list); err != nil {
+			return fmt.Errorf("decode %s: %w", out, err)
+		}
+		if len(list.Items) != 1 {
+			return errors.New("want one item: " + out)
+		}
+		if got := list.Items[0].Value.MilliValue(); got != wantMilli {
+			return fmt.Errorf("value %dm", got)
+		}
+		return nil
+	})
+}
