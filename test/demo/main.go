@@ -1,6 +1,8 @@
 // Command demo runs group-metrics-server on a local control plane until it is
-// interrupted: three kwok nodes backed by a fake kubelet fleet, the server
-// deployed from manifests/base, and a sample Deployment with an HPA. With
+// interrupted: three kwok nodes backed by a fake kubelet fleet, a kraftlet
+// node whose unikernel pods a fake ukpd reports, the server deployed from
+// manifests/base with the kubelet and ukpd sources, and a sample Deployment
+// with an HPA on each kind of node. With
 // --down it stops a demo left running and removes its directory.
 package main
 

@@ -93,10 +93,15 @@ func up(ctx context.Context, o options) error {
 	if err != nil {
 		return withLogs(c, err)
 	}
+	uk, err := startUnikernels(startCtx, ctx, c, root, bin, o)
+	if err != nil {
+		return withLogs(c, err)
+	}
 	fmt.Println("Deploying group-metrics-server from manifests/base ...")
 	srv, err := env.DeployServer(startCtx, c, env.ServerConfig{
 		BinDir:        bin,
 		KubeletCAFile: info.CAFile,
+		ExtraArgs:     uk.serverArgs,
 	})
 	if err != nil {
 		return withLogs(c, err)
@@ -105,6 +110,12 @@ func up(ctx context.Context, o options) error {
 		return withLogs(c, err)
 	}
 	if err := waitForTop(startCtx, c); err != nil {
+		return withLogs(c, err)
+	}
+	if err := uk.ready(startCtx, c, root); err != nil {
+		return withLogs(c, err)
+	}
+	if err := startLWS(startCtx, c, root, bin, info.ControlAddress); err != nil {
 		return withLogs(c, err)
 	}
 	printHowTo(c, root, info.ControlAddress, srv, time.Since(began))

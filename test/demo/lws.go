@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/lws"
+)
+
+const (
+	lwsNS = "demo-lws"
+	// lwsName is the LeaderWorkerSet of manifests/examples/lws-group-hpa.
+	lwsName = "web-group"
+	// lwsGroupSize is that example's group size.
+	lwsGroupSize = 4
+)
+
+// startLWS installs the LeaderWorkerSet controller, applies
+// manifests/examples/lws-group-hpa (an LWS in the group policy and an HPA on
+// it) into lwsNS with the fleet reporting every pod at 10m, waits until its
+// group runs and the HPA reads a utilization, and says how to load the
+// workers.
+func startLWS(ctx context.Context, c *cluster.Cluster, root, bin, control string) error {
+	fmt.Println("Installing the LeaderWorkerSet controller ...")
+	if _, err := lws.Install(ctx, c, bin); err != nil {
+		return err
+	}
+	if err := env.CreateNamespace(ctx, c.Client(), lwsNS); err != nil {
+		return err
+	}
+	pods := labels.SelectorFromSet(labels.Set{group.LabelName: lwsName})
+	workers := pods.String() + "," + group.LabelWorkerIndex + "!=0"
+	usage := func(selector, cpu string) string {
+		return fmt.Sprintf(`{"namespace":%q,"selector":%q,"cpu":%q,"memory":"64Mi"}`, lwsNS, selector, cpu)
+	}
+	if err := controlPut(ctx, control, "/v1/usage", usage(pods.String(), "10m")); err != nil {
+		return err
+	}
+	example := filepath.Join(root, "manifests", "examples", "lws-group-hpa")
+	fmt.Printf("Applying %s in namespace %s ...\n", example, lwsNS)
+	if _, _, err := c.Kubectl(ctx, "apply", "-k", example, "-n", lwsNS); err != nil {
+		return err
+	}
+	if _, err := env.WaitForRunningPods(ctx, c.Client(), lwsNS, pods, lwsGroupSize); err != nil {
+		return err
+	}
+	err := env.Poll(ctx, "the HPA on the LeaderWorkerSet to read a utilization", nil, func(ctx context.Context) error {
+		out, _, err := c.Kubectl(ctx, "get", "hpa", lwsName, "-n", lwsNS,
+			"-o", "jsonpath={.status.currentMetrics[0].resource.current.averageUtilization}")
+		if err != nil {
+			return err
+		}
+		if out == "" {
+			return fmt.Errorf("no utilization yet")
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+
+	kubectl := filepath.Join(c.BinDir(), cluster.KubectlBinary)
+	if rel, err := filepath.Rel(root, kubectl); err == nil && !strings.HasPrefix(rel, "..") {
+		kubectl = rel
+	}
+	fmt.Printf(`
+LeaderWorkerSet: %[1]s/%[2]s runs groups of %[3]d pods; its leaders report their
+group's CPU utilization (group policy), so its HPA scales on the workers' load
+although the scale selector matches the leaders only (docs/lws-autoscaling.md).
+
+  %[4]s get hpa,lws,pods -n %[1]s
+  %[4]s get --raw /apis/metrics.k8s.io/v1beta1/namespaces/%[1]s/pods/%[2]s-0
+
+Load the workers only (the HPA adds groups), then take the load away:
+
+  curl -s -X PUT http://%[5]s/v1/usage -d '%[6]s'
+  curl -s -X PUT http://%[5]s/v1/usage -d '%[7]s'
+`, lwsNS, lwsName, lwsGroupSize, kubectl, control, usage(workers, "200m"), usage(workers, "10m"))
+	return nil
+}
