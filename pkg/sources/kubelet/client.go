@@ -3,10 +3,7 @@ package kubelet
 
 import (
 	"context"
-	"crypto/tls"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 
@@ -56,7 +53,7 @@ func (c *Client) Summary(ctx context.Context, node, host string) (*sources.Batch
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, sources.WithReason(transportReason(err), fmt.Errorf("scrape node %q: %w", node, err))
+		return nil, sources.WithReason(sources.TransportReason(err), fmt.Errorf("scrape node %q: %w", node, err))
 	}
 	defer func() {
 		_ = resp.Body.Close()
@@ -65,41 +62,9 @@ func (c *Client) Summary(ctx context.Context, node, host string) (*sources.Batch
 		return nil, sources.WithReason(sources.ReasonHTTPStatus,
 			fmt.Errorf("scrape node %q: %s returned %s", node, u.Path, resp.Status))
 	}
-	body, err := readCapped(resp.Body, c.maxBytes)
+	body, err := sources.ReadCapped(resp.Body, c.maxBytes)
 	if err != nil {
 		return nil, fmt.Errorf("scrape node %q: %w", node, err)
 	}
 	return Decode(node, body)
-}
-
-// readCapped reads all of r, failing once it passes max bytes (0 = no cap).
-func readCapped(r io.Reader, max int64) ([]byte, error) {
-	if max <= 0 {
-		return io.ReadAll(r)
-	}
-	body, err := io.ReadAll(io.LimitReader(r, max+1))
-	if err != nil {
-		return nil, sources.WithReason(transportReason(err), fmt.Errorf("read body: %w", err))
-	}
-	if int64(len(body)) > max {
-		return nil, sources.WithReason(sources.ReasonTooLarge, fmt.Errorf("response larger than %d bytes", max))
-	}
-	return body, nil
-}
-
-func transportReason(err error) string {
-	var (
-		certErr    *tls.CertificateVerificationError
-		recordErr  tls.RecordHeaderError
-		unknownErr interface{ Timeout() bool }
-	)
-	switch {
-	case errors.As(err, &certErr), errors.As(err, &recordErr):
-		return sources.ReasonTLS
-	case errors.Is(err, context.DeadlineExceeded):
-		return sources.ReasonTimeout
-	case errors.As(err, &unknownErr) && unknownErr.Timeout():
-		return sources.ReasonTimeout
-	}
-	return sources.ReasonConnection
 }

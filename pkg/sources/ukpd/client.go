@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -186,7 +185,7 @@ func (c *Client) get(ctx context.Context, path, accept string) ([]byte, string, 
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, "", c.errorf(transportReason(err), "GET %s: %w", path, err)
+		return nil, "", c.errorf(sources.TransportReason(err), "GET %s: %w", path, err)
 	}
 	defer func() {
 		_ = resp.Body.Close()
@@ -194,7 +193,7 @@ func (c *Client) get(ctx context.Context, path, accept string) ([]byte, string, 
 	if resp.StatusCode != http.StatusOK {
 		return nil, "", c.errorf(sources.ReasonHTTPStatus, "GET %s returned %s%s", path, resp.Status, statusDetail(resp))
 	}
-	body, err := readCapped(resp.Body, c.maxBytes)
+	body, err := sources.ReadCapped(resp.Body, c.maxBytes)
 	if err != nil {
 		return nil, "", c.errorf(sources.Reason(err), "GET %s: %w", path, err)
 	}
@@ -230,18 +229,6 @@ func statusDetail(resp *http.Response) string {
 	return detail
 }
 
-// readCapped reads all of r, failing once it passes max bytes.
-func readCapped(r io.Reader, max int64) ([]byte, error) {
-	body, err := io.ReadAll(io.LimitReader(r, max+1))
-	if err != nil {
-		return nil, sources.WithReason(transportReason(err), fmt.Errorf("read body: %w", err))
-	}
-	if int64(len(body)) > max {
-		return nil, sources.WithReason(sources.ReasonTooLarge, fmt.Errorf("response larger than %d bytes", max))
-	}
-	return body, nil
-}
-
 // isJSON says whether a body is JSON, by its content type or, when that
 // says neither JSON nor text, by its first byte.
 func isJSON(contentType string, body []byte) bool {
@@ -255,25 +242,4 @@ func isJSON(contentType string, body []byte) bool {
 	}
 	b := bytes.TrimLeft(body, " \t\r\n")
 	return len(b) > 0 && b[0] == '{'
-}
-
-func transportReason(err error) string {
-	var (
-		certErr      *tls.CertificateVerificationError
-		recordErr    tls.RecordHeaderError
-		authorityErr x509.UnknownAuthorityError
-		hostErr      x509.HostnameError
-		invalidErr   x509.CertificateInvalidError
-		timeoutErr   interface{ Timeout() bool }
-	)
-	switch {
-	case errors.As(err, &certErr), errors.As(err, &recordErr), errors.As(err, &authorityErr),
-		errors.As(err, &hostErr), errors.As(err, &invalidErr):
-		return sources.ReasonTLS
-	case errors.Is(err, context.DeadlineExceeded):
-		return sources.ReasonTimeout
-	case errors.As(err, &timeoutErr) && timeoutErr.Timeout():
-		return sources.ReasonTimeout
-	}
-	return sources.ReasonConnection
 }
