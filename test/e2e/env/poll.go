@@ -2,8 +2,6 @@ package env
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -21,34 +19,7 @@ const (
 // as one of the watched processes exits, and otherwise when ctx is done,
 // with the last error from check.
 func Poll(ctx context.Context, what string, watch []*cluster.Process, check func(context.Context) error) error {
-	ticker := time.NewTicker(PollInterval)
-	defer ticker.Stop()
-	var lastErr error
-	for {
-		checkCtx, cancel := context.WithTimeout(ctx, checkTimeout)
-		err := check(checkCtx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		lastErr = err
-		for _, p := range watch {
-			select {
-			case <-p.Done():
-				exit := p.Err()
-				if exit == nil {
-					exit = errors.New("exit status 0")
-				}
-				return fmt.Errorf("waiting for %s: %s exited (%w, log %s); last error: %w", what, p.Name(), exit, p.LogPath(), lastErr)
-			default:
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w; last error: %w", what, ctx.Err(), lastErr)
-		case <-ticker.C:
-		}
-	}
+	return cluster.PollUntil(ctx, what, PollInterval, checkTimeout, watch, check)
 }
 
 // Get fetches url with client and returns the status code and body.
