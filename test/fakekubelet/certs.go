@@ -76,16 +76,22 @@ func (a *authority) issue(now time.Time, tmpl *x509.Certificate) (certPEM, keyPE
 // servingCertificate returns a TLS certificate for a node, valid for
 // 127.0.0.1, localhost and the node's name.
 func (a *authority) servingCertificate(now time.Time, nodeName string) (tls.Certificate, error) {
-	certPEM, keyPEM, err := a.issue(now, &x509.Certificate{
-		Subject:     pkix.Name{CommonName: nodeName},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		DNSNames:    []string{"localhost", nodeName},
-	})
+	certPEM, keyPEM, err := a.issue(now, servingTemplate(nodeName))
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("serving certificate for node %q: %w", nodeName, err)
 	}
 	return tls.X509KeyPair(certPEM, keyPEM)
+}
+
+// servingTemplate is a node's serving certificate: valid for 127.0.0.1,
+// localhost and the node's name.
+func servingTemplate(nodeName string) *x509.Certificate {
+	return &x509.Certificate{
+		Subject:     pkix.Name{CommonName: nodeName},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:    []string{"localhost", nodeName},
+	}
 }
 
 // clientCertificate returns a client certificate for the given user and groups.

@@ -37,6 +37,10 @@ type FaultRequest struct {
 	Kind  FaultKind `json:"kind"`
 	Delay string    `json:"delay,omitempty"` // Go duration, for Slow
 	Bytes int64     `json:"bytes,omitempty"` // for HugeBody
+	// Offset is a Go duration, for ClockBackwards.
+	Offset string `json:"offset,omitempty"`
+	// Pod is "namespace/name", for DuplicatePods; empty means every pod.
+	Pod string `json:"pod,omitempty"`
 }
 
 // NodeState describes a node for the control API.

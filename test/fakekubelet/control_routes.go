@@ -42,14 +42,20 @@ func (c *controlAPI) setFault(w http.ResponseWriter, r *http.Request) {
 	if !readJSON(w, r, &req) {
 		return
 	}
-	fault := Fault{Kind: req.Kind, Bytes: req.Bytes}
-	if req.Delay != "" {
-		d, err := time.ParseDuration(req.Delay)
+	fault := Fault{Kind: req.Kind, Bytes: req.Bytes, Pod: req.Pod}
+	for _, d := range []struct {
+		name, text string
+		dst        *time.Duration
+	}{{"delay", req.Delay, &fault.Delay}, {"offset", req.Offset, &fault.Offset}} {
+		if d.text == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.text)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Errorf("delay: %w", err))
+			writeError(w, http.StatusBadRequest, fmt.Errorf("%s: %w", d.name, err))
 			return
 		}
-		fault.Delay = d
+		*d.dst = v
 	}
 	c.forNodes(w, r.PathValue("node"), func(n *Node) error { return n.SetFault(fault) })
 }

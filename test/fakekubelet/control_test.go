@@ -97,6 +97,16 @@ func TestControlAPI(t *testing.T) {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		}},
+		{name: "data faults", method: "PUT", path: "/v1/nodes/n2/fault", body: `{"kind":"ClockBackwards","offset":"20s"}`, wantCode: 200, wantBody: `"clockOffset": "20s"`},
+		{name: "duplicate one pod", method: "PUT", path: "/v1/nodes/n2/fault", body: `{"kind":"DuplicatePods","pod":"shop/web-2"}`, wantCode: 200, check: func(t *testing.T) {
+			n, _ := f.Node("n2")
+			want := FaultState{Response: FaultHugeBody, HugeBodyBytes: 1024, ClockOffset: 20 * time.Second, DuplicatePods: "shop/web-2"}
+			if diff := cmp.Diff(want, n.Faults()); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		}},
+		{name: "bad offset", method: "PUT", path: "/v1/nodes/n1/fault", body: `{"kind":"ClockBackwards","offset":"later"}`, wantCode: 400},
+		{name: "bad pod", method: "PUT", path: "/v1/nodes/n1/fault", body: `{"kind":"DuplicatePods","pod":"web-2"}`, wantCode: 400},
 		{name: "bad delay", method: "PUT", path: "/v1/nodes/n1/fault", body: `{"kind":"Slow","delay":"soon"}`, wantCode: 400},
 		{name: "unknown fault", method: "PUT", path: "/v1/nodes/n1/fault", body: `{"kind":"Melt"}`, wantCode: 400},
 		{name: "fault on unknown node", method: "PUT", path: "/v1/nodes/n9/fault", body: `{"kind":"Status500"}`, wantCode: 404},

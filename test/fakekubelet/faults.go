@@ -1,22 +1,28 @@
 package fakekubelet
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
+	"strings"
 	"time"
 )
 
 // FaultKind names a misbehaviour of a node.
 type FaultKind string
 
-// The faults a node can be given. Slow composes with the response faults;
-// of the response faults (Status500, Garbage, HugeBody, ResetConnection,
-// Stall) the last one set wins. Dead closes the listener. CounterReset acts
-// once and is not kept.
+// The faults a node can be given, in four groups; faults of different
+// groups compose.
+//
+//   - Response faults answer a request instead of the node (Status500,
+//     Garbage, HugeBody, ResetConnection, Stall, Truncated); the last one set
+//     wins. Slow delays the answer, whatever it is.
+//   - Connection faults break TLS below HTTP (UntrustedCertificate,
+//     WrongNameCertificate, HandshakeStall); the last one set wins. Setting
+//     or clearing one drops the node's open connections, so that clients
+//     meet it on their next request.
+//   - Data faults change what a Summary says (ClockBackwards, DuplicatePods,
+//     ForeignPods).
+//   - Dead closes the listener; CounterReset acts once and is not kept.
 const (
 	FaultSlow            FaultKind = "Slow"
 	FaultStatus500       FaultKind = "Status500"
@@ -24,9 +30,22 @@ const (
 	FaultHugeBody        FaultKind = "HugeBody"
 	FaultResetConnection FaultKind = "ResetConnection"
 	FaultStall           FaultKind = "Stall"
+	FaultTruncated       FaultKind = "Truncated"
 	FaultDead            FaultKind = "Dead"
 	FaultCounterReset    FaultKind = "CounterReset"
+
+	FaultUntrustedCertificate FaultKind = "UntrustedCertificate"
+	FaultWrongNameCertificate FaultKind = "WrongNameCertificate"
+	FaultHandshakeStall       FaultKind = "HandshakeStall"
+
+	FaultClockBackwards FaultKind = "ClockBackwards"
+	FaultDuplicatePods  FaultKind = "DuplicatePods"
+	FaultForeignPods    FaultKind = "ForeignPods"
 )
+
+// AllPods is FaultState.DuplicatePods when every pod of the node is listed
+// twice.
+const AllPods = "*"
 
 // Fault is a fault to set on a node.
 type Fault struct {
@@ -35,6 +54,11 @@ type Fault struct {
 	Delay time.Duration
 	// Bytes is the body size for HugeBody; 0 means DefaultHugeBodyBytes.
 	Bytes int64
+	// Offset is how far the node's clock goes back, for ClockBackwards.
+	Offset time.Duration
+	// Pod limits DuplicatePods to one pod, "namespace/name"; empty means
+	// every pod of the node.
+	Pod string
 }
 
 // Slow delays every response by d (until the request is cancelled).
@@ -43,23 +67,41 @@ func Slow(d time.Duration) Fault { return Fault{Kind: FaultSlow, Delay: d} }
 // HugeBody answers 200 with a body of n bytes, streamed.
 func HugeBody(n int64) Fault { return Fault{Kind: FaultHugeBody, Bytes: n} }
 
+// ClockBackwards sets the node's clock d back: its samples carry times d
+// earlier than the fleet's clock (whole seconds), and counters read at those
+// times, until the fault is cleared.
+func ClockBackwards(d time.Duration) Fault { return Fault{Kind: FaultClockBackwards, Offset: d} }
+
 // FaultState is the set of faults in force on a node.
 type FaultState struct {
 	Delay         time.Duration `json:"delay,omitempty"`
 	Response      FaultKind     `json:"response,omitempty"`
 	HugeBodyBytes int64         `json:"hugeBodyBytes,omitempty"`
 	Dead          bool          `json:"dead,omitempty"`
+	// Connection is the connection fault in force.
+	Connection FaultKind `json:"connection,omitempty"`
+	// ClockOffset is how far back the node's clock is.
+	ClockOffset time.Duration `json:"clockOffset,omitempty"`
+	// DuplicatePods is "namespace/name" of the pod listed twice, AllPods,
+	// or empty.
+	DuplicatePods string `json:"duplicatePods,omitempty"`
+	// ForeignPods lists the pods of the fleet's other nodes too.
+	ForeignPods bool `json:"foreignPods,omitempty"`
 }
 
-// MarshalJSON writes Delay as a Go duration string.
+// MarshalJSON writes Delay and ClockOffset as Go duration strings.
 func (s FaultState) MarshalJSON() ([]byte, error) {
 	type plain FaultState
 	out := struct {
 		plain
-		Delay string `json:"delay,omitempty"`
+		Delay       string `json:"delay,omitempty"`
+		ClockOffset string `json:"clockOffset,omitempty"`
 	}{plain: plain(s)}
 	if s.Delay > 0 {
 		out.Delay = s.Delay.String()
+	}
+	if s.ClockOffset > 0 {
+		out.ClockOffset = s.ClockOffset.String()
 	}
 	return json.Marshal(out)
 }
@@ -69,18 +111,26 @@ func (s *FaultState) UnmarshalJSON(b []byte) error {
 	type plain FaultState
 	in := struct {
 		*plain
-		Delay string `json:"delay,omitempty"`
+		Delay       string `json:"delay,omitempty"`
+		ClockOffset string `json:"clockOffset,omitempty"`
 	}{plain: (*plain)(s)}
 	if err := json.Unmarshal(b, &in); err != nil {
 		return err
 	}
-	s.Delay = 0
-	if in.Delay != "" {
-		d, err := time.ParseDuration(in.Delay)
-		if err != nil {
-			return fmt.Errorf("delay: %w", err)
+	s.Delay, s.ClockOffset = 0, 0
+	for _, d := range []struct {
+		name string
+		text string
+		dst  *time.Duration
+	}{{"delay", in.Delay, &s.Delay}, {"clockOffset", in.ClockOffset, &s.ClockOffset}} {
+		if d.text == "" {
+			continue
 		}
-		s.Delay = d
+		v, err := time.ParseDuration(d.text)
+		if err != nil {
+			return fmt.Errorf("%s: %w", d.name, err)
+		}
+		*d.dst = v
 	}
 	return nil
 }
@@ -92,7 +142,8 @@ func (n *Node) Faults() FaultState {
 	return n.faults
 }
 
-// SetFault sets a fault, effective for requests that arrive afterwards.
+// SetFault sets a fault, effective for requests that arrive afterwards
+// (connections, for connection faults).
 func (n *Node) SetFault(f Fault) error {
 	n.opMu.Lock()
 	defer n.opMu.Unlock()
@@ -104,7 +155,7 @@ func (n *Node) SetFault(f Fault) error {
 		n.mu.Lock()
 		n.faults.Delay = f.Delay
 		n.mu.Unlock()
-	case FaultStatus500, FaultGarbage, FaultHugeBody, FaultResetConnection, FaultStall:
+	case FaultStatus500, FaultGarbage, FaultHugeBody, FaultResetConnection, FaultStall, FaultTruncated:
 		size := int64(0)
 		if f.Kind == FaultHugeBody {
 			if size = f.Bytes; size <= 0 {
@@ -113,6 +164,38 @@ func (n *Node) SetFault(f Fault) error {
 		}
 		n.mu.Lock()
 		n.faults.Response, n.faults.HugeBodyBytes = f.Kind, size
+		n.mu.Unlock()
+	case FaultUntrustedCertificate, FaultWrongNameCertificate, FaultHandshakeStall:
+		if err := n.prepareConnectionFault(f.Kind); err != nil {
+			return err
+		}
+		n.mu.Lock()
+		n.faults.Connection = f.Kind
+		dead := n.faults.Dead
+		n.mu.Unlock()
+		if !dead {
+			return n.bounce()
+		}
+	case FaultClockBackwards:
+		if f.Offset < time.Second {
+			return fmt.Errorf("fault %s needs an offset of at least 1s", f.Kind)
+		}
+		n.mu.Lock()
+		n.faults.ClockOffset = f.Offset
+		n.mu.Unlock()
+	case FaultDuplicatePods:
+		pod := f.Pod
+		if pod == "" {
+			pod = AllPods
+		} else if ns, name, ok := strings.Cut(pod, "/"); !ok || ns == "" || name == "" {
+			return fmt.Errorf("fault %s: pod %q is not namespace/name", f.Kind, pod)
+		}
+		n.mu.Lock()
+		n.faults.DuplicatePods = pod
+		n.mu.Unlock()
+	case FaultForeignPods:
+		n.mu.Lock()
+		n.faults.ForeignPods = true
 		n.mu.Unlock()
 	case FaultDead:
 		n.mu.Lock()
@@ -133,16 +216,26 @@ func (n *Node) ClearFault(kind FaultKind) error {
 	n.opMu.Lock()
 	defer n.opMu.Unlock()
 	n.mu.Lock()
-	wasDead := n.faults.Dead
+	was := n.faults
 	switch kind {
 	case "":
 		n.faults = FaultState{}
 	case FaultSlow:
 		n.faults.Delay = 0
-	case FaultStatus500, FaultGarbage, FaultHugeBody, FaultResetConnection, FaultStall:
+	case FaultStatus500, FaultGarbage, FaultHugeBody, FaultResetConnection, FaultStall, FaultTruncated:
 		if n.faults.Response == kind {
 			n.faults.Response, n.faults.HugeBodyBytes = "", 0
 		}
+	case FaultUntrustedCertificate, FaultWrongNameCertificate, FaultHandshakeStall:
+		if n.faults.Connection == kind {
+			n.faults.Connection = ""
+		}
+	case FaultClockBackwards:
+		n.faults.ClockOffset = 0
+	case FaultDuplicatePods:
+		n.faults.DuplicatePods = ""
+	case FaultForeignPods:
+		n.faults.ForeignPods = false
 	case FaultDead:
 		n.faults.Dead = false
 	case FaultCounterReset:
@@ -150,112 +243,18 @@ func (n *Node) ClearFault(kind FaultKind) error {
 		n.mu.Unlock()
 		return fmt.Errorf("unknown fault kind %q", kind)
 	}
-	revive := wasDead && !n.faults.Dead
+	now := n.faults
 	n.mu.Unlock()
-	if !revive {
-		return nil
-	}
-	if err := n.revive(); err != nil {
-		n.mu.Lock()
-		n.faults.Dead = true
-		n.mu.Unlock()
-		return err
+	switch {
+	case was.Dead && !now.Dead:
+		if err := n.revive(); err != nil {
+			n.mu.Lock()
+			n.faults.Dead = true
+			n.mu.Unlock()
+			return err
+		}
+	case !now.Dead && was.Connection != now.Connection:
+		return n.bounce()
 	}
 	return nil
-}
-
-// serveFault applies the node's faults to a request. It reports whether
-// the request was answered (or abandoned) by a fault.
-func (n *Node) serveFault(w http.ResponseWriter, r *http.Request, path string) bool {
-	faults := n.Faults()
-	stop := n.stopChan()
-	if faults.Delay > 0 {
-		n.wait(r.Context(), stop, faults.Delay)
-	}
-	switch faults.Response {
-	case FaultStatus500:
-		http.Error(w, "Internal Error: failed to get node info: fake kubelet fault", http.StatusInternalServerError)
-	case FaultGarbage:
-		if path == summaryPath {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = io.WriteString(w, `{"node":{"nodeName":"`+n.name+`","cpu":{"time":"yesterday","usageNanoCores":-"}},"pods":[{`+"\x00\xff")
-		} else {
-			w.Header().Set("Content-Type", ResourceMetricsContentType)
-			_, _ = io.WriteString(w, "# TYPE node_cpu_usage_seconds_total counter\nnode_cpu_usage_seconds_total{ 1.0.0 not-a-number\n\x00\xff")
-		}
-	case FaultHugeBody:
-		streamHugeBody(r.Context(), w, faults.HugeBodyBytes)
-	case FaultResetConnection:
-		resetConnection(r)
-	case FaultStall:
-		if path == summaryPath {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = io.WriteString(w, `{"node":{"nodeName":"`+n.name+`",`)
-		} else {
-			w.Header().Set("Content-Type", ResourceMetricsContentType)
-			_, _ = io.WriteString(w, "# HELP ")
-		}
-		_ = http.NewResponseController(w).Flush()
-		select {
-		case <-r.Context().Done():
-		case <-stop:
-		}
-		// Abort rather than end the body, so that no client ever sees the
-		// response complete.
-		panic(http.ErrAbortHandler)
-	default:
-		return false
-	}
-	return true
-}
-
-// wait blocks for d on the fleet clock. If the request ends or the node
-// stops first, it aborts the request.
-func (n *Node) wait(ctx context.Context, stop <-chan struct{}, d time.Duration) {
-	t := n.fleet.cfg.Clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return
-	case <-ctx.Done():
-	case <-stop:
-	}
-	panic(http.ErrAbortHandler)
-}
-
-// streamHugeBody writes size bytes of a JSON-looking array from a small
-// reused buffer, without a Content-Length.
-func streamHugeBody(ctx context.Context, w http.ResponseWriter, size int64) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	chunk := make([]byte, 32<<10)
-	for i := range chunk {
-		chunk[i] = "[0,"[i%3]
-	}
-	for size > 0 {
-		c := chunk
-		if int64(len(c)) > size {
-			c = c[:size]
-		}
-		if _, err := w.Write(c); err != nil || ctx.Err() != nil {
-			// Abort, so that a cut-short body never looks complete.
-			panic(http.ErrAbortHandler)
-		}
-		size -= int64(len(c))
-	}
-}
-
-// resetConnection closes the request's TCP connection with SO_LINGER 0, so
-// the client sees a reset (on HTTP/1.1 and HTTP/2 alike).
-func resetConnection(r *http.Request) {
-	c, _ := r.Context().Value(connKey{}).(net.Conn)
-	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
-		c = nc.NetConn()
-	}
-	if tcp, ok := c.(*net.TCPConn); ok {
-		_ = tcp.SetLinger(0)
-	}
-	if c != nil {
-		_ = c.Close()
-	}
 }

@@ -1,6 +1,7 @@
 package fakekubelet
 
 import (
+	"bytes"
 	"compress/gzip"
 	"crypto/subtle"
 	"crypto/x509"
@@ -42,30 +43,50 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if handled := n.serveFault(w, r, path); handled {
 		return
 	}
-	t := n.fleet.tl.now()
+	gz := path == resourceMetricsPath && strings.Contains(r.Header.Get("Accept-Encoding"), "gzip")
+	b := n.render(r, path, gz)
+	w.Header().Set("Content-Type", b.contentType)
+	if gz {
+		w.Header().Set("Content-Encoding", "gzip")
+	}
+	if _, err := w.Write(b.body); err != nil {
+		klog.V(4).InfoS("Writing response failed", "node", n.name, "path", path, "err", err)
+	}
+}
+
+// rendered is a response body and its content type.
+type rendered struct {
+	body        []byte
+	contentType string
+}
+
+// render renders path as the node serves it now, data faults included,
+// gzip-compressed if asked.
+func (n *Node) render(r *http.Request, path string, gz bool) rendered {
 	if path == summaryPath {
 		only, _ := strconv.ParseBool(r.URL.Query().Get("only_cpu_and_memory"))
-		w.Header().Set("Content-Type", "application/json")
-		if err := json.NewEncoder(w).Encode(n.summaryAt(t, only)); err != nil {
-			klog.V(4).InfoS("Writing summary failed", "node", n.name, "err", err)
+		var buf bytes.Buffer
+		if err := json.NewEncoder(&buf).Encode(n.Summary(only)); err != nil {
+			klog.V(4).InfoS("Encoding summary failed", "node", n.name, "err", err)
 		}
-		return
+		return rendered{body: buf.Bytes(), contentType: "application/json"}
 	}
-	w.Header().Set("Content-Type", ResourceMetricsContentType)
-	var out io.Writer = w
-	if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
-		w.Header().Set("Content-Encoding", "gzip")
-		gz := gzip.NewWriter(w)
-		defer func() {
-			if err := gz.Close(); err != nil {
-				klog.V(4).InfoS("Closing gzip stream failed", "node", n.name, "err", err)
-			}
-		}()
-		out = gz
+	var buf bytes.Buffer
+	var out io.Writer = &buf
+	var zw *gzip.Writer
+	if gz {
+		zw = gzip.NewWriter(&buf)
+		out = zw
 	}
-	if err := WriteResourceMetrics(out, n.summaryAt(t, true)); err != nil {
+	if err := WriteResourceMetrics(out, n.Summary(true)); err != nil {
 		klog.V(4).InfoS("Writing resource metrics failed", "node", n.name, "err", err)
 	}
+	if zw != nil {
+		if err := zw.Close(); err != nil {
+			klog.V(4).InfoS("Closing gzip stream failed", "node", n.name, "err", err)
+		}
+	}
+	return rendered{body: buf.Bytes(), contentType: ResourceMetricsContentType}
 }
 
 // authenticated accepts a verified client certificate or a known bearer

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -30,6 +31,11 @@ type Node struct {
 	runtime counter
 	podsCPU counter // sum of the pods' rates
 	faults  FaultState
+	// badCerts are the serving certificates of connection faults, made
+	// when first needed.
+	badCerts map[FaultKind]*tls.Certificate
+	// held counts the connections a HandshakeStall holds.
+	held atomic.Int32
 
 	// opMu serialises changes of the serving state (Dead, revive, shutdown).
 	opMu sync.Mutex
@@ -86,8 +92,8 @@ func (n *Node) listen(port int) error {
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		TLSConfig: &tls.Config{
-			MinVersion:   tls.VersionTLS12,
-			Certificates: []tls.Certificate{n.certificate},
+			MinVersion:     tls.VersionTLS12,
+			GetCertificate: n.servingCertificate,
 			// Verified per request, so that a bad certificate yields 401
 			// rather than a failed handshake, as on a real kubelet.
 			ClientAuth: tls.RequestClientCert,
@@ -104,7 +110,7 @@ func (n *Node) listen(port int) error {
 	n.srvMu.Unlock()
 	go func() {
 		defer close(done)
-		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.ServeTLS(&faultListener{Listener: ln, node: n, stop: stop}, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			klog.ErrorS(err, "Fake kubelet stopped serving", "node", n.name)
 		}
 	}()

@@ -1,13 +1,19 @@
 package fakekubelet
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Summary returns the node's stats at the current sample instant, as
-// GET /stats/summary would serve them.
+// GET /stats/summary would serve them: with the data faults in force.
 func (n *Node) Summary(onlyCPUAndMemory bool) *Summary {
-	return n.summaryAt(n.fleet.tl.now(), onlyCPUAndMemory)
+	faults := n.Faults()
+	t := n.fleet.tl.now() - instant(faults.ClockOffset.Truncate(time.Second))
+	s := n.summaryAt(t, onlyCPUAndMemory)
+	n.applyDataFaults(s, faults, t, onlyCPUAndMemory)
+	return s
 }
 
 // sample holds the raw numbers of one cgroup at one instant.

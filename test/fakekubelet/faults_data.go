@@ -1,0 +1,77 @@
+package fakekubelet
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// applyDataFaults changes a node's Summary at instant t as its data faults
+// say: a second, different copy of duplicated pods right after the pod,
+// and the pods of every other node of the fleet at the end. Copies report
+// twice the CPU counter and working set of the pod they copy, so whoever
+// reads them can tell them from the real pod. Callers hold no node locks.
+func (n *Node) applyDataFaults(s *Summary, faults FaultState, t instant, onlyCPUAndMemory bool) {
+	if dup := faults.DuplicatePods; dup != "" {
+		pods := make([]PodStats, 0, len(s.Pods)+1)
+		for _, p := range s.Pods {
+			pods = append(pods, p)
+			if dup == AllPods || dup == p.PodRef.Namespace+"/"+p.PodRef.Name {
+				pods = append(pods, doubled(p))
+			}
+		}
+		s.Pods = pods
+	}
+	if faults.ForeignPods {
+		ts := metav1.NewTime(n.fleet.tl.wall(t))
+		for _, o := range n.fleet.Nodes() {
+			if o == n {
+				continue
+			}
+			o.mu.RLock()
+			for _, ps := range o.sortedPodsLocked() {
+				s.Pods = append(s.Pods, doubled(n.fleet.podStats(ps, t, ts, onlyCPUAndMemory)))
+			}
+			o.mu.RUnlock()
+		}
+	}
+}
+
+// doubled returns a copy of p whose CPU counters and working sets are twice
+// those of p. The copy shares nothing with p.
+func doubled(p PodStats) PodStats {
+	out := p
+	out.CPU, out.Memory = doubleCPU(p.CPU), doubleMemory(p.Memory)
+	out.Containers = make([]ContainerStats, len(p.Containers))
+	for i, c := range p.Containers {
+		c.CPU, c.Memory = doubleCPU(c.CPU), doubleMemory(c.Memory)
+		out.Containers[i] = c
+	}
+	return out
+}
+
+func doubleCPU(c *CPUStats) *CPUStats {
+	if c == nil {
+		return nil
+	}
+	out := &CPUStats{Time: c.Time}
+	if c.UsageNanoCores != nil {
+		out.UsageNanoCores = u64(2 * *c.UsageNanoCores)
+	}
+	if c.UsageCoreNanoSeconds != nil {
+		out.UsageCoreNanoSeconds = u64(2 * *c.UsageCoreNanoSeconds)
+	}
+	return out
+}
+
+func doubleMemory(m *MemoryStats) *MemoryStats {
+	if m == nil {
+		return nil
+	}
+	out := *m
+	if m.WorkingSetBytes != nil {
+		ws := 2 * *m.WorkingSetBytes
+		out.WorkingSetBytes = &ws
+		out.UsageBytes = u64(ws + ws/8)
+		out.RSSBytes = u64(ws - ws/4)
+	}
+	return &out
+}
