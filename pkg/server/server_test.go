@@ -120,6 +120,9 @@ type testEnv struct {
 	admin    *rest.Config
 	noCreds  *rest.Config
 	stranger *rest.Config
+	// ukpdCounter is the CPU counter, in core-seconds, of the one ukpd
+	// instance: its fake clock stands still after setup.
+	ukpdCounter float64
 }
 
 // startServer runs the whole server in-process against a fake API and two
@@ -191,7 +194,8 @@ func startServer(t *testing.T) *testEnv {
 	if _, err := ukpdFake.AddInstance(fakeukpd.InstanceSpec{Namespace: "kraft", Pod: "uk-1", Container: "app", Node: "k1", CPUCores: 0.3, RSSBytes: 32 << 20}); err != nil {
 		t.Fatal(err)
 	}
-	ukpdClock.SetTime(time.Now())
+	ukpdSet := time.Now()
+	ukpdClock.SetTime(ukpdSet)
 	ukpdTokenFile := filepath.Join(dir, "ukpd-token")
 	if err := os.WriteFile(ukpdTokenFile, []byte(ukpdToken), 0o600); err != nil {
 		t.Fatal(err)
@@ -285,6 +289,8 @@ func startServer(t *testing.T) *testEnv {
 		admin:    &rest.Config{Host: base, TLSClientConfig: tlsFor(adminCert, adminKey)},
 		noCreds:  &rest.Config{Host: base, TLSClientConfig: rest.TLSClientConfig{CAData: servingCA.pem}},
 		stranger: &rest.Config{Host: base, TLSClientConfig: tlsFor(strangerCert, strangerKey)},
+		// 0.3 cores from the instance's start to the fake clock's setting.
+		ukpdCounter: 0.3 * ukpdSet.Sub(ukpdStart).Seconds(),
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		code, _ := env.get(t, env.noCreds, "/readyz", "")
@@ -352,6 +358,7 @@ func TestServerEndToEnd(t *testing.T) {
 				t.Fatalf("v1 list all pods: %v", err)
 			}
 			got := map[string]map[string]int64{}
+			windows := map[string]time.Duration{}
 			for _, m := range v1List.Items {
 				cm := map[string]int64{}
 				for _, c := range m.Containers {
@@ -361,6 +368,7 @@ func TestServerEndToEnd(t *testing.T) {
 					}
 				}
 				got[m.Namespace+"/"+m.Name] = cm
+				windows[m.Namespace+"/"+m.Name] = m.Window.Duration
 				if m.Window.Duration < 10*time.Second {
 					t.Errorf("%s/%s window %s, want the ~10s since start", m.Namespace, m.Name, m.Window.Duration)
 				}
@@ -374,11 +382,14 @@ func TestServerEndToEnd(t *testing.T) {
 				"ml/inf-0-1": {"main": 900},
 			}
 			// From ukpd, next to the kubelet-backed pods. The fake's clock
-			// stood still from setup to the scrape a moment later, so the
-			// counter lags the window by that moment: 3 core-s over 10 s
-			// plus up to a second.
-			if cpu := got["kraft/uk-1"]["app"]; cpu < 270 || cpu > 300 {
-				t.Errorf("kraft/uk-1 CPU = %dm, want about 300m", cpu)
+			// stood still from setup to the scrapes, so its counter holds
+			// 0.3 cores × (setup − start), while the window, by the
+			// scraper's clock, runs from the instance's start to the first
+			// scrape: the rate served is that counter over the window.
+			counter := env.ukpdCounter
+			wantUK := int64(counter * 1e3 / windows["kraft/uk-1"].Seconds())
+			if cpu := got["kraft/uk-1"]["app"]; cpu < wantUK-2 || cpu > wantUK+2 {
+				t.Errorf("kraft/uk-1 CPU = %dm, want %dm (%.2f core-s over %s)", cpu, wantUK, counter, windows["kraft/uk-1"])
 			}
 			delete(got, "kraft/uk-1")
 			if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b int64) bool { return a-b <= 1 && b-a <= 1 })); diff != "" {

@@ -125,6 +125,12 @@ func TestDecodeRejects(t *testing.T) {
 			body:      nodeOK + `, "pods": [` + pod("bad", `"x": 1`, `"workingSetBytes": 1`) + `,` + pod("good", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 1`) + `]}`,
 			wantBatch: true, wantPods: 1, wantErr: "pod ns/bad",
 		},
+		{
+			name: "a pod listed twice is left out, others kept",
+			body: nodeOK + `, "pods": [` + pod("twice", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 1`) + `,` +
+				pod("twice", `"usageCoreNanoSeconds": 9`, `"workingSetBytes": 2`) + `,` + pod("once", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 1`) + `]}`,
+			wantBatch: true, wantPods: 1, wantErr: "pod ns/twice: listed 2 times",
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
