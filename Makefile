@@ -47,6 +47,11 @@ bench: ## In-process benchmarks (decode, store write, list), recorded in docs/be
 	mkdir -p docs/bench
 	$(GO) test -run='^$$' -bench=. -benchmem -count=$(BENCH_COUNT) ./pkg/... | tee docs/bench/$$(date +%F).txt
 
+.PHONY: bench-compare
+bench-compare: tools build ## Side by side with metrics-server on a local cluster (BENCH_NODES, BENCH_PODS, BENCH_ROUNDS), to docs/bench/compare-<date>.txt.
+	mkdir -p docs/bench
+	set -o pipefail; $(GO) run ./test/benchcompare $(BENCH_COMPARE_FLAGS) 2>&1 | tee $${BENCH_COMPARE_OUT:-docs/bench/compare-$$(date +%F).txt}
+
 .PHONY: verify
 verify: verify-fmt verify-vet verify-lint verify-tidy verify-openapi verify-flags-doc ## All static checks.
 

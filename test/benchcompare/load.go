@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// listShape is one kind of list request.
+type listShape struct {
+	name string
+	// p50 and p99 are the figure keys.
+	p50, p99 string
+	// path returns the request path for a client's next request.
+	path func(rng *rand.Rand) string
+}
+
+func (b *bench) listShapes() []listShape {
+	return []listShape{
+		{
+			name: "all pods, all namespaces",
+			p50:  figListAllP50, p99: figListAllP99,
+			path: func(*rand.Rand) string { return "/apis/metrics.k8s.io/v1beta1/pods" },
+		},
+		{
+			name: "namespaced label selector (as the HPA sends)",
+			p50:  figSelectorP50, p99: figSelectorP99,
+			path: func(rng *rand.Rand) string {
+				a := b.apps[rng.IntN(len(b.apps))]
+				return "/apis/metrics.k8s.io/v1beta1/namespaces/" + a.namespace + "/pods?labelSelector=app%3D" + a.name
+			},
+		},
+	}
+}
+
+// listLoad checks what each list shape returns, then times each shape under
+// Clients concurrent clients for LoadDuration or LoadMaxRequests requests,
+// whichever ends first.
+func (b *bench) listLoad(ctx context.Context, s *runningServer, res *roundResult) error {
+	if err := b.checkLists(ctx, s, res); err != nil {
+		return err
+	}
+	for i, shape := range b.listShapes() {
+		// Seeded per round and shape, so both servers get the same requests.
+		seed := uint64(res.round*10 + i)
+		st, err := runLoad(ctx, s, b.opts.Clients, b.opts.LoadDuration, b.opts.LoadMaxRequests, seed, shape.path)
+		if err != nil {
+			return err
+		}
+		res.set(shape.p50, st.p50)
+		res.set(shape.p99, st.p99)
+		res.notef("list %s: %d requests (%d failed) in %v, %.1f/s, p50 %.1f ms, p99 %.1f ms, max %.1f ms, %.0f KiB per answer",
+			shape.name, st.ok, st.failed, st.took.Round(time.Millisecond), float64(st.ok)/st.took.Seconds(),
+			st.p50, st.p99, st.max, st.meanBytes/1024)
+		b.logf("round %d: %s: list %s: %d requests, p50 %.1f ms, p99 %.1f ms", res.round, s.kind.name,
+			shape.name, st.ok, st.p50, st.p99)
+		if st.failed > 0 {
+			res.notef("FAILED requests: %d of %d (first: %s)", st.failed, st.ok+st.failed, st.firstErr)
+		}
+	}
+	return nil
+}
+
+// checkLists makes sure both shapes answer what they should before they are
+// timed: every pod of the workload, and exactly one app's pods.
+func (b *bench) checkLists(ctx context.Context, s *runningServer, res *roundResult) error {
+	var list struct {
+		Items []json.RawMessage `json:"items"`
+	}
+	code, body, err := s.get(ctx, "/apis/metrics.k8s.io/v1beta1/pods", nil)
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK {
+		return fmt.Errorf("%s: list all pods: %d", s.kind.name, code)
+	}
+	if err := json.Unmarshal([]byte(body), &list); err != nil {
+		return fmt.Errorf("%s: list all pods: %w", s.kind.name, err)
+	}
+	res.set(figListed, float64(len(list.Items)))
+	if len(list.Items) < b.opts.totalPods() {
+		res.notef("MISSING: the list of all pods has %d items of %d", len(list.Items), b.opts.totalPods())
+	}
+	a := b.apps[0]
+	code, body, err = s.get(ctx, "/apis/metrics.k8s.io/v1beta1/namespaces/"+a.namespace+"/pods?labelSelector=app%3D"+a.name, nil)
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK {
+		return fmt.Errorf("%s: selector list: %d", s.kind.name, code)
+	}
+	if err := json.Unmarshal([]byte(body), &list); err != nil {
+		return fmt.Errorf("%s: selector list: %w", s.kind.name, err)
+	}
+	if len(list.Items) != b.opts.PodsPerApp {
+		res.notef("MISSING: the selector list of app %s/%s has %d items of %d", a.namespace, a.name, len(list.Items), b.opts.PodsPerApp)
+	}
+	res.notef("lists checked: all pods %d items (of %d), app=%s in %s %d items (of %d)",
+		int(res.values[figListed]), b.opts.totalPods(), a.name, a.namespace, len(list.Items), b.opts.PodsPerApp)
+	return nil
+}
+
+// loadStats are the results of one load run; latencies in milliseconds.
+type loadStats struct {
+	ok, failed    int
+	firstErr      string
+	p50, p99, max float64
+	meanBytes     float64
+	took          time.Duration
+}
+
+// runLoad runs clients goroutines that each send one request at a time until
+// duration has passed or maxRequests have been started in all.
+func runLoad(ctx context.Context, s *runningServer, clients int, duration time.Duration, maxRequests int, seed uint64, path func(*rand.Rand) string) (loadStats, error) {
+	const requestTimeout = 30 * time.Second
+	var (
+		started atomic.Int64
+		mu      sync.Mutex
+		lat     []float64
+		bytes   int64
+		st      loadStats
+		wg      sync.WaitGroup
+	)
+	began := time.Now()
+	deadline := began.Add(duration)
+	for c := range clients {
+		rng := rand.New(rand.NewPCG(seed, uint64(c)))
+		wg.Go(func() {
+			for time.Now().Before(deadline) && started.Add(1) <= int64(maxRequests) && ctx.Err() == nil {
+				p := path(rng)
+				reqCtx, cancel := context.WithTimeout(ctx, requestTimeout)
+				t0 := time.Now()
+				var n int64
+				code, _, err := s.get(reqCtx, p, &n)
+				d := time.Since(t0)
+				cancel()
+				mu.Lock()
+				switch {
+				case err == nil && code == http.StatusOK:
+					lat = append(lat, millis(d))
+					bytes += n
+				default:
+					st.failed++
+					if st.firstErr == "" {
+						st.firstErr = fmt.Sprintf("GET %s: code %d, error %v", p, code, err)
+					}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return st, err
+	}
+	st.took = time.Since(began)
+	st.ok = len(lat)
+	if st.ok == 0 {
+		return st, fmt.Errorf("%s: no request succeeded (%d failed; first: %s)", s.kind.name, st.failed, st.firstErr)
+	}
+	st.p50 = percentile(lat, 50)
+	st.p99 = percentile(lat, 99)
+	st.max = percentile(lat, 100)
+	st.meanBytes = float64(bytes) / float64(st.ok)
+	return st, nil
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"debug/buildinfo"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+)
+
+// printHeader prints what the run measures and on what: the machine, the
+// binaries' versions, the commit and the options.
+func (b *bench) printHeader() {
+	o := b.opts
+	w := b.out
+	fmt.Fprintf(w, "benchcompare %s\n", time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(w, "command: %s\n", strings.Join(os.Args, " "))
+	fmt.Fprintf(w, "machine: %s, %d cores, %s RAM, %s\n", cpuModel(), runtime.NumCPU(), memTotal(), kernel())
+	fmt.Fprintf(w, "load average at start: %s\n", loadAverage())
+	fmt.Fprintf(w, "harness: %s\n", runtime.Version())
+	fmt.Fprintf(w, "commit: %s\n", gitCommit(b.root))
+	for _, bin := range []string{serverBinary, cluster.MetricsServerBinary, cluster.APIServerBinary, cluster.EtcdBinary, cluster.KwokBinary} {
+		fmt.Fprintf(w, "binary %s: %s\n", bin, binaryVersion(filepath.Join(b.binDir, bin)))
+	}
+	fmt.Fprintf(w, "%s --version: %s\n", serverBinary, serverVersion(filepath.Join(b.binDir, serverBinary)))
+	fmt.Fprintf(w, "workload: %d nodes x %d pods = %d pods (%d containers each) in %d namespaces, apps of %d pods\n",
+		o.Nodes, o.PodsPerNode, o.totalPods(), o.Containers, o.Namespaces, o.PodsPerApp)
+	fmt.Fprintf(w, "servers: --metric-resolution=%v --kubelet-request-timeout=%v; rounds %d each (metrics-server first in each pair), warm-up %d cycles, window %d cycles\n",
+		o.Resolution, o.RequestTimeout, o.Rounds, o.WarmupCycles, o.WindowCycles)
+	fmt.Fprintf(w, "probes: %d new pods per round; list load: %d clients, %v or %d requests per shape, JSON, HTTP/2, straight to each server's port\n\n",
+		o.Probes, o.Clients, o.LoadDuration, o.LoadMaxRequests)
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	defer func() { _ = f.Close() }()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}
+
+func memTotal() string {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return "unknown"
+	}
+	for line := range strings.Lines(string(data)) {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			var kb uint64
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err == nil {
+				return fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
+			}
+		}
+	}
+	return "unknown"
+}
+
+// loadAverage is the 1, 5 and 15 minute load average: other work on the
+// machine shares its cores with the processes measured.
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// serverVersion runs the server with --version.
+func serverVersion(path string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "--version").Output()
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func kernel() string {
+	data, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return "Linux"
+	}
+	return "Linux " + strings.TrimSpace(string(data))
+}
+
+// gitCommit is the checked-out commit, marked dirty when the work tree has
+// changes to tracked files.
+func gitCommit(root string) string {
+	out, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	commit := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", root, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+		commit += " (with uncommitted changes)"
+	}
+	return commit
+}
+
+// binaryVersion describes a Go binary: the module it was built from, its
+// version, the commit for a binary built in a checkout, and the Go version.
+func binaryVersion(path string) string {
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	mod := bi.Main.Path + " " + bi.Main.Version
+	// Tools built from a tools module name the real module as a dependency.
+	for _, d := range bi.Deps {
+		if strings.HasPrefix(bi.Path, d.Path+"/") || bi.Path == d.Path {
+			mod = d.Path + " " + d.Version
+		}
+	}
+	var vcs []string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			vcs = append(vcs, "commit "+s.Value)
+		case "vcs.modified":
+			if s.Value == "true" {
+				vcs = append(vcs, "modified")
+			}
+		case "vcs.time":
+			vcs = append(vcs, s.Value)
+		}
+	}
+	if len(vcs) > 0 {
+		mod += " (" + strings.Join(vcs, ", ") + ")"
+	}
+	return mod + ", " + bi.GoVersion
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"math"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseStatCPU(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		stat    string
+		want    float64
+		wantErr bool
+	}{
+		{
+			name: "plain",
+			stat: "4242 (metrics-server) S 1 4242 4242 0 -1 4194560 9000 0 0 0 1234 566 0 0 20 0 12 0 100 2000000 5000 18446744073709551615",
+			want: 18.00,
+		},
+		{
+			name: "command with spaces and parentheses",
+			stat: "7 (a) b (c)) R 1 7 7 0 -1 0 0 0 0 0 250 50 0 0 20 0 1 0 1 1 1 1",
+			want: 3.00,
+		},
+		{name: "truncated", stat: "7 (x) R 1 7", wantErr: true},
+		{name: "no command", stat: "7 x R", wantErr: true},
+		{name: "not a number", stat: "7 (x) R 1 7 7 0 -1 0 0 0 0 0 ten 50 0", wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseStatCPU([]byte(tc.stat))
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
+			}
+			if !tc.wantErr && math.Abs(got-tc.want) > 1e-9 {
+				t.Errorf("cpu = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseStatusMemory(t *testing.T) {
+	status := "Name:\tkube-apiserver\nVmPeak:\t 2000000 kB\nVmHWM:\t  300000 kB\nVmRSS:\t  250000 kB\nThreads:\t12\n"
+	got, err := parseStatusMemory([]byte(status))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(memory{RSS: 250000 << 10, Peak: 300000 << 10}, got, cmp.AllowUnexported(memory{})); diff != "" {
+		t.Errorf("memory (-want +got):\n%s", diff)
+	}
+	if _, err := parseStatusMemory([]byte("Name:\tkthreadd\nThreads:\t1\n")); err == nil {
+		t.Error("a status without VmRSS parsed without error")
+	}
+}
+
+const exposition = `# HELP group_metrics_server_scraper_cycle_duration_seconds [ALPHA] Time ...
+# TYPE group_metrics_server_scraper_cycle_duration_seconds histogram
+group_metrics_server_scraper_cycle_duration_seconds_bucket{le="0.05"} 3
+group_metrics_server_scraper_cycle_duration_seconds_bucket{le="+Inf"} 7
+group_metrics_server_scraper_cycle_duration_seconds_sum 1.75
+group_metrics_server_scraper_cycle_duration_seconds_count 7
+group_metrics_server_scraper_target_failures_total{reason="timeout",source="kubelet"} 2
+group_metrics_server_scraper_target_failures_total{reason="connection",source="kubelet"} 3
+metrics_server_kubelet_request_total{success="false"} 4
+metrics_server_kubelet_request_total{success="true"} 1000
+metrics_server_kubelet_request_duration_seconds_bucket{node="n1",le="0.005"} 1
+apiserver_request_total{code="200"} 12
+`
+
+func TestSamples(t *testing.T) {
+	s, err := parseSamples(exposition, "group_metrics_server_", "metrics_server_kubelet_request_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s[`apiserver_request_total{code="200"}`]; ok {
+		t.Error("kept a series outside the prefixes")
+	}
+	if _, ok := s[`metrics_server_kubelet_request_duration_seconds_bucket{node="n1",le="0.005"}`]; ok {
+		t.Error("kept a series outside the prefixes")
+	}
+	sum, count, ok := s.histogram("group_metrics_server_scraper_cycle_duration_seconds")
+	if !ok || sum != 1.75 || count != 7 {
+		t.Errorf("histogram = %v, %v, %v; want 1.75, 7, true", sum, count, ok)
+	}
+	if _, _, ok := s.histogram("metrics_server_manager_tick_duration_seconds"); ok {
+		t.Error("found a histogram that is not there")
+	}
+	for _, tc := range []struct {
+		name  string
+		match []string
+		want  float64
+	}{
+		{"group_metrics_server_scraper_target_failures_total", nil, 5},
+		{"group_metrics_server_scraper_target_failures_total", []string{`reason="timeout"`}, 2},
+		{"metrics_server_kubelet_request_total", []string{`success="false"`}, 4},
+		// A name that is a prefix of another name does not take its series.
+		{"metrics_server_kubelet_request", nil, 0},
+	} {
+		if got := s.total(tc.name, tc.match...); got != tc.want {
+			t.Errorf("total(%s, %v) = %v, want %v", tc.name, tc.match, got, tc.want)
+		}
+	}
+	if _, err := parseSamples("group_metrics_server_x{a=\"b\"}\n", "group_metrics_server_"); err == nil {
+		t.Error("a sample without a value parsed without error")
+	}
+}
+
+func TestPercentileAndMedian(t *testing.T) {
+	values := []float64{5, 1, 4, 2, 3, 10, 9, 8, 7, 6}
+	for _, tc := range []struct {
+		p, want float64
+	}{
+		{50, 5}, {99, 10}, {100, 10}, {10, 1}, {1, 1}, {90, 9},
+	} {
+		if got := percentile(values, tc.p); got != tc.want {
+			t.Errorf("percentile(%v) = %v, want %v", tc.p, got, tc.want)
+		}
+	}
+	if values[0] != 5 {
+		t.Error("percentile sorted its argument")
+	}
+	if !math.IsNaN(percentile(nil, 50)) {
+		t.Error("percentile of nothing is not NaN")
+	}
+	for _, tc := range []struct {
+		name   string
+		values []float64
+		want   float64
+	}{
+		{"odd", []float64{3, 1, 2}, 2},
+		{"even", []float64{4, 1, 3, 2}, 2.5},
+		{"NaN left out", []float64{math.NaN(), 1, 3}, 2},
+		{"a miss counts", []float64{1, math.Inf(1), math.Inf(1)}, math.Inf(1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := median(tc.values); got != tc.want {
+				t.Errorf("median = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if !math.IsNaN(median([]float64{math.NaN()})) {
+		t.Error("median of only NaN is not NaN")
+	}
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+)
+
+// Figure keys.
+const (
+	figCPU         = "cpu"
+	figPeakRSS     = "peak-rss-window"
+	figPeakRSSAll  = "peak-rss"
+	figSteadyRSS   = "steady-rss"
+	figCycle       = "cycle"
+	figNewPod      = "new-pod"
+	figListAllP50  = "list-all-p50"
+	figListAllP99  = "list-all-p99"
+	figSelectorP50 = "selector-p50"
+	figSelectorP99 = "selector-p99"
+	figReady       = "ready"
+	figFailures    = "failures"
+	figListed      = "listed"
+)
+
+// figure is one row of the table. target, when set, is the highest
+// acceptable ratio ours/reference.
+type figure struct {
+	key, label, format string
+	target             float64
+}
+
+var figures = []figure{
+	{figCPU, "CPU per scrape cycle (s)", "%.3f", 0.33},
+	{figPeakRSSAll, "peak RSS, whole round (MiB)", "%.0f", 0.5},
+	{figPeakRSS, "peak RSS, before the list load (MiB)", "%.0f", 0},
+	{figSteadyRSS, "steady RSS, median (MiB)", "%.0f", 0},
+	{figCycle, "scrape cycle wall time, mean (s)", "%.3f", 0},
+	{figNewPod, "new pod: Running to first metrics (s)", "%.1f", 0.5},
+	{figListAllP50, "list all pods p50 (ms)", "%.1f", 0},
+	{figListAllP99, "list all pods p99 (ms)", "%.1f", 0.5},
+	{figSelectorP50, "namespaced selector list p50 (ms)", "%.2f", 0},
+	{figSelectorP99, "namespaced selector list p99 (ms)", "%.2f", 0.5},
+	{figReady, "start to ready (s)", "%.1f", 0},
+	{figFailures, "failed node scrapes in the window", "%.0f", 0},
+	{figListed, "pods in the list of all pods", "%.0f", 0},
+}
+
+// printReport writes the table of medians and every round's raw values.
+func printReport(w io.Writer, results []*roundResult) {
+	byServer := map[string][]*roundResult{}
+	for _, r := range results {
+		byServer[r.server] = append(byServer[r.server], r)
+	}
+	ref, ours := byServer[metricsServer.name], byServer[groupMetricsServer.name]
+
+	fmt.Fprintf(w, "\n| figure | metrics-server (median of %d) | group-metrics-server (median of %d) | ours / reference | target | met |\n",
+		len(ref), len(ours))
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | --- |")
+	for _, f := range figures {
+		a, b := medianOf(ref, f.key), medianOf(ours, f.key)
+		ratio := b / a
+		target, met := "", ""
+		if f.target > 0 {
+			target = fmt.Sprintf("<= %.2f", f.target)
+			met = "no"
+			if ratio <= f.target {
+				met = "yes"
+			}
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", f.label, formatValue(f.format, a), formatValue(f.format, b),
+			formatRatio(ratio), target, met)
+	}
+
+	fmt.Fprintln(w, "\nPer round (raw values):")
+	fmt.Fprintf(w, "\n| figure |")
+	for _, r := range results {
+		fmt.Fprintf(w, " %s %d |", shortName(kindOf(r.server)), r.round)
+	}
+	fmt.Fprintf(w, "\n| --- |%s\n", strings.Repeat(" ---: |", len(results)))
+	for _, f := range figures {
+		fmt.Fprintf(w, "| %s |", f.label)
+		for _, r := range results {
+			v, ok := r.values[f.key]
+			if !ok {
+				v = math.NaN()
+			}
+			fmt.Fprintf(w, " %s |", formatValue(f.format, v))
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w)
+	for _, r := range results {
+		fmt.Fprintf(w, "%s round %d:\n", r.server, r.round)
+		for _, n := range r.notes {
+			fmt.Fprintf(w, "  %s\n", n)
+		}
+	}
+}
+
+func kindOf(server string) serverKind {
+	if server == metricsServer.name {
+		return metricsServer
+	}
+	return groupMetricsServer
+}
+
+func medianOf(rs []*roundResult, key string) float64 {
+	var v []float64
+	for _, r := range rs {
+		if x, ok := r.values[key]; ok {
+			v = append(v, x)
+		}
+	}
+	return median(v)
+}
+
+func formatValue(format string, v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "–"
+	case math.IsInf(v, 1):
+		return "none"
+	}
+	return fmt.Sprintf(format, v)
+}
+
+func formatRatio(r float64) string {
+	if math.IsNaN(r) || math.IsInf(r, 0) {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", r)
+}

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+)
+
+// roundResult holds one round's figures, keyed by figure key (see figures),
+// and what is printed with them.
+type roundResult struct {
+	server string
+	round  int
+	values map[string]float64
+	// notes are printed with the round's raw values.
+	notes []string
+}
+
+func (r *roundResult) set(key string, v float64) { r.values[key] = v }
+
+func (r *roundResult) notef(format string, args ...any) {
+	r.notes = append(r.notes, fmt.Sprintf(format, args...))
+}
+
+// runRound starts a fresh server of kind and measures it: the steady window
+// (CPU per cycle, RSS, cycle wall time), new pods' time to first metrics,
+// then list latency under load. The process is stopped before it returns.
+func (b *bench) runRound(ctx context.Context, kind serverKind, round int) (res *roundResult, err error) {
+	res = &roundResult{server: kind.name, round: round, values: map[string]float64{}}
+	b.logf("round %d: %s: starting", round, kind.name)
+	s, readyAfter, err := b.startServer(ctx, kind, round)
+	if s != nil {
+		defer func() {
+			if stopErr := s.proc.Stop(); stopErr != nil {
+				err = errors.Join(err, stopErr)
+			}
+		}()
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.set(figReady, seconds(readyAfter))
+	b.logf("round %d: %s: ready after %v (pid %d); warm-up %d cycles", round, kind.name,
+		readyAfter.Round(100*time.Millisecond), s.proc.Pid(), b.opts.WarmupCycles)
+	if err := b.sleep(ctx, time.Duration(b.opts.WarmupCycles)*b.opts.Resolution, s); err != nil {
+		return nil, err
+	}
+	if err := b.steadyWindow(ctx, s, res); err != nil {
+		return nil, err
+	}
+	if err := b.probeNewPods(ctx, s, res); err != nil {
+		return nil, err
+	}
+	if err := b.listLoad(ctx, s, res); err != nil {
+		return nil, err
+	}
+	mem, err := readMemory(s.proc.Pid())
+	if err != nil {
+		return nil, err
+	}
+	res.set(figPeakRSSAll, mib(mem.Peak))
+	res.notef("load average at the end of the round: %s", loadAverage())
+	b.logf("round %d: %s: done, peak RSS %.0f MiB including the list load", round, kind.name, mib(mem.Peak))
+	return res, nil
+}
+
+// sleep waits d, failing early when ctx ends or the server exits.
+func (b *bench) sleep(ctx context.Context, d time.Duration, s *runningServer) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.proc.Done():
+		return fmt.Errorf("%s exited: %w (log %s)", s.proc.Name(), exitError(s.proc), s.proc.LogPath())
+	case <-b.fleetProc.Done():
+		return fmt.Errorf("the fleet exited: %w (log %s)", exitError(b.fleetProc), b.fleetProc.LogPath())
+	}
+}
+
+// exitError is how p exited, never nil.
+func exitError(p *cluster.Process) error {
+	if err := p.Err(); err != nil {
+		return err
+	}
+	return errors.New("exit status 0")
+}
+
+// windowEnd is what is read at each end of the steady window.
+type windowEnd struct {
+	cpu        float64
+	cycleSum   float64
+	cycleCount float64
+	failures   float64
+}
+
+func (b *bench) readWindowEnd(ctx context.Context, s *runningServer) (windowEnd, error) {
+	cpu, err := cpuSeconds(s.proc.Pid())
+	if err != nil {
+		return windowEnd{}, err
+	}
+	m, err := s.metrics(ctx, s.kind.cycleMetric, s.kind.failureMetric)
+	if err != nil {
+		return windowEnd{}, err
+	}
+	sum, count, ok := m.histogram(s.kind.cycleMetric)
+	if !ok {
+		return windowEnd{}, fmt.Errorf("%s /metrics has no %s", s.kind.name, s.kind.cycleMetric)
+	}
+	return windowEnd{cpu: cpu, cycleSum: sum, cycleCount: count, failures: m.total(s.kind.failureMetric, s.kind.failureMatch...)}, nil
+}
+
+// steadyWindow measures WindowCycles × resolution of the server left alone.
+// Both servers scrape on a fixed ticker, so a window of a whole number of
+// periods holds that many cycles' worth of CPU whatever its phase. The
+// window starts and ends with the same reads (CPU, then /metrics), so one
+// /metrics request is inside it for both servers.
+func (b *bench) steadyWindow(ctx context.Context, s *runningServer, res *roundResult) error {
+	k := b.opts.WindowCycles
+	length := time.Duration(k) * b.opts.Resolution
+	b.logf("round %d: %s: steady window of %d cycles (%v)", res.round, s.kind.name, k, length)
+	start, err := b.readWindowEnd(ctx, s)
+	if err != nil {
+		return err
+	}
+	began := time.Now()
+
+	var (
+		mu   sync.Mutex
+		rss  []float64
+		werr error
+	)
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			m, err := readMemory(s.proc.Pid())
+			mu.Lock()
+			if err != nil && werr == nil {
+				werr = err
+			}
+			rss = append(rss, mib(m.RSS))
+			mu.Unlock()
+			select {
+			case <-sampleCtx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	err = b.sleep(ctx, length-time.Since(began), s)
+	stopSampling()
+	wg.Wait()
+	if err != nil {
+		return err
+	}
+	if werr != nil {
+		return fmt.Errorf("sample RSS: %w", werr)
+	}
+	end, err := b.readWindowEnd(ctx, s)
+	if err != nil {
+		return err
+	}
+	mem, err := readMemory(s.proc.Pid())
+	if err != nil {
+		return err
+	}
+	cycles := end.cycleCount - start.cycleCount
+	if cycles <= 0 {
+		return fmt.Errorf("%s finished no scrape cycle in %v", s.kind.name, length)
+	}
+	res.set(figCPU, (end.cpu-start.cpu)/float64(k))
+	res.set(figPeakRSS, mib(mem.Peak))
+	res.set(figSteadyRSS, median(rss))
+	res.set(figCycle, (end.cycleSum-start.cycleSum)/cycles)
+	res.set(figFailures, end.failures-start.failures)
+	res.notef("steady window: %.0f cycles completed, %d RSS samples (min %.0f, max %.0f MiB)",
+		cycles, len(rss), minOf(rss), maxOf(rss))
+	b.logf("round %d: %s: CPU %.3f s/cycle, cycle %.3f s, RSS %.0f MiB (peak %.0f), failed scrapes %.0f",
+		res.round, s.kind.name, res.values[figCPU], res.values[figCycle], res.values[figSteadyRSS],
+		res.values[figPeakRSS], res.values[figFailures])
+	return nil
+}
+
+func minOf(v []float64) float64 {
+	m := math.Inf(1)
+	for _, x := range v {
+		m = math.Min(m, x)
+	}
+	return m
+}
+
+func maxOf(v []float64) float64 {
+	m := math.Inf(-1)
+	for _, x := range v {
+		m = math.Max(m, x)
+	}
+	return m
+}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+)
+
+// serverKind is one of the two servers compared.
+type serverKind struct {
+	// name names the server in the report and its processes.
+	name   string
+	binary string
+	// cycleMetric is the histogram of the scrape cycle's wall time.
+	cycleMetric string
+	// failureMetric and failureMatch count failed scrapes of a node.
+	failureMetric string
+	failureMatch  []string
+}
+
+var (
+	metricsServer = serverKind{
+		name:          "metrics-server",
+		binary:        cluster.MetricsServerBinary,
+		cycleMetric:   "metrics_server_manager_tick_duration_seconds",
+		failureMetric: "metrics_server_kubelet_request_total",
+		failureMatch:  []string{`success="false"`},
+	}
+	groupMetricsServer = serverKind{
+		name:          "group-metrics-server",
+		binary:        serverBinary,
+		cycleMetric:   "group_metrics_server_scraper_cycle_duration_seconds",
+		failureMetric: "group_metrics_server_scraper_target_failures_total",
+	}
+)
+
+// runningServer is one round's server process.
+type runningServer struct {
+	kind    serverKind
+	proc    *cluster.Process
+	baseURL string
+	client  *http.Client
+}
+
+// serverArgs is the command line both servers get: the same flags, which
+// group-metrics-server accepts as metrics-server does. Both act as the
+// cluster admin toward kube-apiserver and the kubelets (the fleet accepts
+// client certificates of the cluster CA), serve a certificate of the cluster
+// CA on 127.0.0.1, and reach every node at 127.0.0.1 on the port in its
+// status.
+func (b *bench) serverArgs(port int, certDir string) []string {
+	kubeconfig := b.cluster.KubeconfigPath()
+	return []string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + certDir,
+		"--tls-cert-file=" + b.servingCert,
+		"--tls-private-key-file=" + b.servingKey,
+		"--kubelet-use-node-status-port",
+		"--kubelet-preferred-address-types=InternalIP",
+		"--kubelet-certificate-authority=" + b.fleet.CAFile,
+		"--metric-resolution=" + b.opts.Resolution.String(),
+		"--kubelet-request-timeout=" + b.opts.RequestTimeout.String(),
+	}
+}
+
+// startServer starts a fresh process of kind for round and waits until it
+// answers /readyz.
+func (b *bench) startServer(ctx context.Context, kind serverKind, round int) (*runningServer, time.Duration, error) {
+	ports, err := cluster.FreePorts(1)
+	if err != nil {
+		return nil, 0, err
+	}
+	name := fmt.Sprintf("%s-%d", kind.name, round)
+	certDir := filepath.Join(b.cluster.WorkDir(), name)
+	if err := os.MkdirAll(certDir, 0o755); err != nil {
+		return nil, 0, err
+	}
+	began := time.Now()
+	proc, err := b.cluster.StartProcess(name, filepath.Join(b.binDir, kind.binary), b.serverArgs(ports[0], certDir)...)
+	if err != nil {
+		return nil, 0, err
+	}
+	s := &runningServer{
+		kind:    kind,
+		proc:    proc,
+		baseURL: "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
+	}
+	if s.client, err = b.serverClient(); err != nil {
+		return s, 0, err
+	}
+	// Readiness needs the informers synced and one scrape of every node.
+	wait := 2*time.Minute + 2*b.opts.Resolution + time.Duration(b.opts.totalPods())*time.Millisecond
+	waitCtx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	err = cluster.PollUntil(waitCtx, name+" to be ready", 250*time.Millisecond, 10*time.Second,
+		[]*cluster.Process{proc, b.fleetProc}, func(ctx context.Context) error {
+			code, body, err := s.get(ctx, "/readyz", nil)
+			if err != nil {
+				return err
+			}
+			if code != http.StatusOK {
+				return fmt.Errorf("readyz %d: %s", code, body)
+			}
+			return nil
+		})
+	return s, time.Since(began), err
+}
+
+// serverClient reaches a server directly as the cluster admin, verifying its
+// certificate against the cluster CA, over HTTP/2 as the aggregator does.
+func (b *bench) serverClient() (*http.Client, error) {
+	admin := b.cluster.RESTConfig()
+	cfg := &rest.Config{
+		Host: "https://127.0.0.1",
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData:   b.cluster.CACertPEM(),
+			CertFile: admin.CertFile,
+			KeyFile:  admin.KeyFile,
+			CertData: admin.CertData,
+			KeyData:  admin.KeyData,
+		},
+		QPS:     -1,
+		Timeout: time.Minute,
+	}
+	return rest.HTTPClientFor(cfg)
+}
+
+// get fetches path from the server and returns the status code and body.
+// With discard set, the body is read and counted but not kept.
+func (s *runningServer) get(ctx context.Context, path string, discard *int64) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.baseURL+path, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if discard != nil {
+		n, err := io.Copy(io.Discard, resp.Body)
+		*discard = n
+		return resp.StatusCode, "", err
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	return resp.StatusCode, string(body), err
+}
+
+// metrics scrapes the server's /metrics, keeping the series of prefixes.
+func (s *runningServer) metrics(ctx context.Context, prefixes ...string) (samples, error) {
+	code, body, err := s.get(ctx, "/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("%s /metrics: %d", s.kind.name, code)
+	}
+	return parseSamples(body, prefixes...)
+}

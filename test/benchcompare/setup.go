@@ -1,0 +1,366 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+)
+
+const (
+	fleetBinary    = "fake-kubelet-fleet"
+	nodePrefix     = "bench-node-"
+	benchLabel     = "benchcompare"
+	createWorkers  = 32
+	createAttempts = 3
+)
+
+// controllers are the only kube-controller-manager controllers the benchmark
+// needs: the default ServiceAccount of every namespace, without which pods
+// are not admitted. The rest (garbage collector, workloads, HPA) would hold
+// every pod in memory and spend CPU on them for nothing.
+var controllers = "serviceaccount,serviceaccount-token,root-ca-cert-publisher,namespace"
+
+// fleetInfo is the fleet.json the fleet writes once it is ready.
+type fleetInfo struct {
+	ControlAddress string `json:"controlAddress"`
+	CAFile         string `json:"caFile"`
+	Nodes          []struct {
+		Name string `json:"name"`
+		Port int    `json:"port"`
+	} `json:"nodes"`
+}
+
+// app is one set of PodsPerApp pods labelled app=<name> in a namespace.
+type app struct{ namespace, name string }
+
+// startCluster starts the control plane without a scheduler (every pod is
+// created bound to its node) and with only the controllers pods need.
+func (b *bench) startCluster(ctx context.Context) error {
+	b.logf("starting the control plane in %s", b.workDirLabel())
+	c, err := cluster.Start(ctx, cluster.Options{
+		BinDir:                b.binDir,
+		WorkDir:               b.opts.WorkDir,
+		WithoutScheduler:      true,
+		StartTimeout:          3 * time.Minute,
+		ControllerManagerArgs: []string{"--controllers=" + controllers},
+	})
+	if err != nil {
+		return err
+	}
+	b.cluster = c
+	return nil
+}
+
+func (b *bench) workDirLabel() string {
+	if b.opts.WorkDir == "" {
+		return "a temporary directory"
+	}
+	return b.opts.WorkDir
+}
+
+// buildFleet builds the fleet binary into the bin directory; the Go build
+// cache makes this quick after the first time.
+func (b *bench) buildFleet(ctx context.Context) error {
+	b.logf("building %s", fleetBinary)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(b.binDir, fleetBinary), "./test/fakekubelet/cmd/fake-kubelet-fleet")
+	cmd.Dir = b.root
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("build %s: %w", fleetBinary, err)
+	}
+	return nil
+}
+
+// startFleet runs the fleet as its own process, so that its CPU is not the
+// harness's, registers its nodes and waits until kwok has made them Ready.
+func (b *bench) startFleet(ctx context.Context) error {
+	c := b.cluster
+	certDir := filepath.Join(c.WorkDir(), "fleet")
+	if err := os.RemoveAll(certDir); err != nil {
+		return err
+	}
+	ports, err := cluster.FreePorts(1)
+	if err != nil {
+		return err
+	}
+	b.logf("starting the fleet: %d nodes", b.opts.Nodes)
+	p, err := c.StartProcess(fleetBinary, filepath.Join(b.binDir, fleetBinary),
+		"--kubeconfig="+c.KubeconfigPath(),
+		"--nodes="+strconv.Itoa(b.opts.Nodes),
+		"--node-name-prefix="+nodePrefix,
+		"--cert-dir="+certDir,
+		"--register-nodes",
+		"--node-labels=type=kwok",
+		"--node-max-pods="+strconv.Itoa(max(110, 2*b.opts.PodsPerNode)),
+		// Both servers present the admin client certificate to kubelets.
+		"--client-ca-file="+c.CACertFile(),
+		"--control-address=127.0.0.1:"+strconv.Itoa(ports[0]),
+	)
+	if err != nil {
+		return err
+	}
+	b.fleetProc = p
+	// Registering is one create per node at 16 in flight.
+	wait := 2*time.Minute + time.Duration(b.opts.Nodes)*100*time.Millisecond
+	waitCtx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	err = cluster.PollUntil(waitCtx, "the fleet to write fleet.json", 250*time.Millisecond, 10*time.Second, []*cluster.Process{p}, func(context.Context) error {
+		data, err := os.ReadFile(filepath.Join(certDir, "fleet.json"))
+		if err != nil {
+			return err
+		}
+		return json.Unmarshal(data, &b.fleet)
+	})
+	if err != nil {
+		return err
+	}
+	b.logf("fleet up, waiting for %d nodes to be Ready", b.opts.Nodes)
+	return b.pollEvery(waitCtx, "every node to be Ready", 2*time.Second, func(ctx context.Context) error {
+		nodes, err := c.Client().CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return err
+		}
+		ready := 0
+		for _, n := range nodes.Items {
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+		if ready < b.opts.Nodes {
+			return fmt.Errorf("%d of %d nodes Ready", ready, b.opts.Nodes)
+		}
+		return nil
+	})
+}
+
+// pollEvery polls check every interval, for checks that list thousands of
+// objects; it fails early when the fleet exits.
+func (b *bench) pollEvery(ctx context.Context, what string, interval time.Duration, check func(context.Context) error) error {
+	watch := []*cluster.Process{b.fleetProc}
+	return cluster.PollUntil(ctx, what, interval, 30*time.Second, watch, check)
+}
+
+// createWorkload creates the namespaces and every pod, bound to its node, and
+// waits until kwok runs them all and the fleet serves them all.
+func (b *bench) createWorkload(ctx context.Context) error {
+	o := b.opts
+	total := o.totalPods()
+	// Pods are numbered g = 0 .. total-1: pod g runs on node g mod Nodes,
+	// belongs to app g / PodsPerApp, and apps are dealt to namespaces in
+	// turn, so an app's pods sit on different nodes as a scheduler spreads
+	// them.
+	numApps := (total + o.PodsPerApp - 1) / o.PodsPerApp
+	b.apps = make([]app, numApps)
+	for a := range b.apps {
+		b.apps[a] = app{namespace: fmt.Sprintf("bench-%03d", a%o.Namespaces), name: fmt.Sprintf("app-%05d", a)}
+	}
+	b.logf("creating %d namespaces", o.Namespaces)
+	if err := b.createNamespaces(ctx); err != nil {
+		return err
+	}
+	b.logf("creating %d pods (%d apps of %d, %d containers each)", total, numApps, o.PodsPerApp, o.Containers)
+	began := time.Now()
+	if err := b.createPods(ctx, total); err != nil {
+		return err
+	}
+	b.logf("created %d pods in %v", total, time.Since(began).Round(time.Second))
+
+	// kwok marks about 150 pods a second Running; allow a third of that.
+	wait := 3*time.Minute + time.Duration(total)*20*time.Millisecond
+	waitCtx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	last := time.Now()
+	err := b.pollEvery(waitCtx, fmt.Sprintf("%d pods to be Running", total), 5*time.Second, func(ctx context.Context) error {
+		list, err := b.cluster.Client().CoreV1().Pods("").List(ctx, metav1.ListOptions{
+			ResourceVersion: "0",
+			LabelSelector:   benchLabel + "=pod",
+			FieldSelector:   "status.phase=Running",
+		})
+		if err != nil {
+			return err
+		}
+		if len(list.Items) < total {
+			if time.Since(last) > 30*time.Second {
+				b.logf("  %d of %d pods Running", len(list.Items), total)
+				last = time.Now()
+			}
+			return fmt.Errorf("%d of %d pods Running", len(list.Items), total)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	b.logf("all %d pods Running %v after the first was created", total, time.Since(began).Round(time.Second))
+	return b.pollEvery(waitCtx, "the fleet to serve every pod", 2*time.Second, func(ctx context.Context) error {
+		n, err := b.fleetPods(ctx)
+		if err != nil {
+			return err
+		}
+		if n < total {
+			return fmt.Errorf("the fleet serves %d of %d pods", n, total)
+		}
+		return nil
+	})
+}
+
+func (b *bench) createNamespaces(ctx context.Context) error {
+	names := make(chan string)
+	errs := make([]error, b.opts.Namespaces)
+	var wg sync.WaitGroup
+	for range min(16, b.opts.Namespaces) {
+		wg.Go(func() {
+			for ns := range names {
+				var i int
+				_, _ = fmt.Sscanf(ns, "bench-%d", &i)
+				errs[i] = b.createNamespace(ctx, ns)
+			}
+		})
+	}
+	for i := range b.opts.Namespaces {
+		names <- fmt.Sprintf("bench-%03d", i)
+	}
+	close(names)
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// createPods creates pods 0 .. total-1 with createWorkers in flight.
+func (b *bench) createPods(ctx context.Context, total int) error {
+	work := make(chan int)
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for range createWorkers {
+		wg.Go(func() {
+			for g := range work {
+				if err := b.createPod(ctx, g); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+						cancel()
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	last := time.Now()
+feed:
+	for g := range total {
+		select {
+		case work <- g:
+		case <-ctx.Done():
+			break feed
+		}
+		if time.Since(last) > 15*time.Second {
+			b.logf("  %d of %d pods created", g, total)
+			last = time.Now()
+		}
+	}
+	close(work)
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
+}
+
+func (b *bench) createPod(ctx context.Context, g int) error {
+	a := b.apps[g/b.opts.PodsPerApp]
+	pod := b.podObject(a.namespace, fmt.Sprintf("%s-%d", a.name, g%b.opts.PodsPerApp),
+		fmt.Sprintf("%s%d", nodePrefix, g%b.opts.Nodes), map[string]string{"app": a.name, benchLabel: "pod"})
+	var err error
+	for attempt := range createAttempts {
+		callCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err = b.cluster.Client().CoreV1().Pods(a.namespace).Create(callCtx, pod, metav1.CreateOptions{})
+		cancel()
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Duration(attempt+1) * time.Second)
+	}
+	return fmt.Errorf("create pod %s/%s: %w", a.namespace, pod.Name, err)
+}
+
+// podObject is a pod bound to node with Containers containers that request
+// a little CPU and memory, no service account token and no grace period.
+func (b *bench) podObject(namespace, name, node string, labels map[string]string) *corev1.Pod {
+	containers := make([]corev1.Container, b.opts.Containers)
+	for i := range containers {
+		containers[i] = corev1.Container{
+			Name:  fmt.Sprintf("c%d", i),
+			Image: "registry.k8s.io/pause:3.10",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceCPU:    resource.MustParse("10m"),
+				corev1.ResourceMemory: resource.MustParse("16Mi"),
+			}},
+		}
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			Containers:                    containers,
+			AutomountServiceAccountToken:  ptr.To(false),
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+		},
+	}
+}
+
+// fleetPods returns how many pods the fleet serves, over all its nodes.
+func (b *bench) fleetPods(ctx context.Context) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.fleet.ControlAddress+"/v1/nodes", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("fleet /v1/nodes: %s", resp.Status)
+	}
+	var nodes []struct {
+		NumPods int `json:"numPods"`
+	}
+	if err := json.Unmarshal(body, &nodes); err != nil {
+		return 0, fmt.Errorf("fleet /v1/nodes: %w", err)
+	}
+	n := 0
+	for _, node := range nodes {
+		n += node.NumPods
+	}
+	return n, nil
+}
