@@ -41,6 +41,8 @@ type FaultRequest struct {
 	Path  string    `json:"path,omitempty"`
 	Delay string    `json:"delay,omitempty"` // Go duration, for Slow
 	Bytes int64     `json:"bytes,omitempty"` // for HugeBody
+	// Offset is a Go duration, for ClockBackwards.
+	Offset string `json:"offset,omitempty"`
 }
 
 // NewControlHandler returns the plain-HTTP control API of s (see
@@ -202,13 +204,19 @@ func (c *control) setFault(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := Fault{Kind: req.Kind, Path: req.Path, Bytes: req.Bytes}
-	if req.Delay != "" {
-		d, err := time.ParseDuration(req.Delay)
+	for _, d := range []struct {
+		name, text string
+		dst        *time.Duration
+	}{{"delay", req.Delay, &f.Delay}, {"offset", req.Offset, &f.Offset}} {
+		if d.text == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.text)
 		if err != nil {
-			replyError(w, http.StatusBadRequest, fmt.Errorf("delay: %w", err))
+			replyError(w, http.StatusBadRequest, fmt.Errorf("%s: %w", d.name, err))
 			return
 		}
-		f.Delay = d
+		*d.dst = v
 	}
 	if err := c.s.SetFault(f); err != nil {
 		replyError(w, http.StatusBadRequest, err)
@@ -223,6 +231,9 @@ func faultStates(faults []Fault) []FaultRequest {
 		fr := FaultRequest{Kind: f.Kind, Path: f.Path, Bytes: f.Bytes}
 		if f.Delay > 0 {
 			fr.Delay = f.Delay.String()
+		}
+		if f.Offset > 0 {
+			fr.Offset = f.Offset.String()
 		}
 		out = append(out, fr)
 	}

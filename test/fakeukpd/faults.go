@@ -12,13 +12,23 @@ import (
 // FaultKind names a misbehaviour of the server.
 type FaultKind string
 
-// The faults. Slow composes with the others; of Status500, Garbage and
-// HugeBody the first in that order wins when several apply.
+// The faults. Slow composes with the others. Of the response faults
+// (Status500, Garbage, HugeBody, Truncated, Stall) the first in that order
+// wins when several apply. The data faults (ClockBackwards,
+// DuplicateInstances) change what both paths report and compose with
+// everything. CounterReset acts once and is not kept. The transport faults
+// (Refused, UntrustedCertificate, WrongNameCertificate, HandshakeStall)
+// live below HTTP, in an Endpoint.
 const (
-	FaultSlow      FaultKind = "Slow"
-	FaultStatus500 FaultKind = "Status500"
-	FaultGarbage   FaultKind = "Garbage"
-	FaultHugeBody  FaultKind = "HugeBody"
+	FaultSlow               FaultKind = "Slow"
+	FaultStatus500          FaultKind = "Status500"
+	FaultGarbage            FaultKind = "Garbage"
+	FaultHugeBody           FaultKind = "HugeBody"
+	FaultTruncated          FaultKind = "Truncated"
+	FaultStall              FaultKind = "Stall"
+	FaultClockBackwards     FaultKind = "ClockBackwards"
+	FaultDuplicateInstances FaultKind = "DuplicateInstances"
+	FaultCounterReset       FaultKind = "CounterReset"
 )
 
 // DefaultHugeBodyBytes is the body size of a HugeBody fault that names none.
@@ -34,7 +44,16 @@ type Fault struct {
 	Delay time.Duration `json:"-"`
 	// Bytes is the body size for HugeBody; 0 means DefaultHugeBodyBytes.
 	Bytes int64 `json:"bytes,omitempty"`
+	// Offset is how far the platform's wall clock is behind, for
+	// ClockBackwards.
+	Offset time.Duration `json:"-"`
 }
+
+// ClockBackwards sets the platform's wall clock d behind (whole seconds):
+// every started_at, stopped_at and created_at it reports is d earlier, as
+// from a daemon that derives them from the wall clock and an uptime. CPU
+// time and uptime do not follow the wall clock and stay as they are.
+func ClockBackwards(d time.Duration) Fault { return Fault{Kind: FaultClockBackwards, Offset: d} }
 
 // Slow delays answers by d, on the server's clock.
 func Slow(d time.Duration) Fault { return Fault{Kind: FaultSlow, Delay: d} }
@@ -50,13 +69,25 @@ func (s *Server) SetFault(f Fault) error {
 		if f.Bytes <= 0 {
 			f.Bytes = DefaultHugeBodyBytes
 		}
-	case FaultStatus500, FaultGarbage:
+	case FaultStatus500, FaultGarbage, FaultTruncated, FaultStall:
+	case FaultClockBackwards, FaultDuplicateInstances, FaultCounterReset:
+		if f.Path != "" {
+			return fmt.Errorf("fault %s applies to both paths; it takes no path", f.Kind)
+		}
+		if f.Kind == FaultClockBackwards && f.Offset < time.Second {
+			return fmt.Errorf("fault %s needs an offset of at least 1s", f.Kind)
+		}
+		if f.Kind == FaultCounterReset {
+			s.resetCounters()
+			return nil
+		}
 	default:
 		return fmt.Errorf("unknown fault kind %q", f.Kind)
 	}
 	if f.Path != "" && f.Path != listPath && f.Path != metricsPath {
 		return fmt.Errorf("fault path %q is neither %s nor %s", f.Path, listPath, metricsPath)
 	}
+	f.Offset = f.Offset.Truncate(time.Second)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.faults[f.Kind] = f
@@ -87,7 +118,20 @@ func (s *Server) Faults() []Fault {
 	return out
 }
 
-var faultOrder = []FaultKind{FaultSlow, FaultStatus500, FaultGarbage, FaultHugeBody}
+var faultOrder = []FaultKind{
+	FaultSlow, FaultStatus500, FaultGarbage, FaultHugeBody, FaultTruncated, FaultStall,
+	FaultClockBackwards, FaultDuplicateInstances,
+}
+
+// responseFault says whether a fault answers requests in place of the
+// server.
+func responseFault(k FaultKind) bool {
+	switch k {
+	case FaultStatus500, FaultGarbage, FaultHugeBody, FaultTruncated, FaultStall:
+		return true
+	}
+	return false
+}
 
 // serveFault applies the faults that cover path. It reports whether the
 // request was answered (or abandoned) by a fault.
@@ -98,7 +142,7 @@ func (s *Server) serveFault(w http.ResponseWriter, r *http.Request, path string,
 	}
 	var active []Fault
 	for _, f := range s.Faults() {
-		if f.Path == "" || f.Path == key {
+		if (f.Kind == FaultSlow || responseFault(f.Kind)) && (f.Path == "" || f.Path == key) {
 			active = append(active, f)
 		}
 	}
@@ -122,6 +166,10 @@ func (s *Server) serveFault(w http.ResponseWriter, r *http.Request, path string,
 		}
 	case FaultHugeBody:
 		streamHugeBody(r.Context(), w, f.Bytes)
+	case FaultTruncated:
+		s.serveTruncated(w, r, isMetrics, asJSON)
+	case FaultStall:
+		s.serveStall(w, r, asJSON)
 	}
 	return true
 }

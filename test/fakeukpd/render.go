@@ -70,26 +70,32 @@ func (in *instance) uptimeMS(now time.Time) int64 {
 	return now.Sub(in.startedAt).Milliseconds()
 }
 
-func (in *instance) stoppedAt() string {
+func (in *instance) stoppedAt(df dataFaults) string {
 	if in.state == StateRunning {
 		return ""
 	}
-	return rfc3339(in.stopped)
+	return rfc3339(df.back(in.stopped))
 }
 
 func (s *Server) writeList(w http.ResponseWriter, start time.Time) {
 	s.mu.Lock()
 	now := s.clock.Now()
+	df := s.dataFaultsLocked()
 	entries := make([]listEntry, 0, len(s.instances))
 	for _, in := range s.sortedLocked() {
-		entries = append(entries, listEntry{
+		e := listEntry{
 			Status: "success", UUID: in.uuid, Name: in.name,
-			CreatedAt: rfc3339(in.createdAt), State: in.state,
+			CreatedAt: rfc3339(df.back(in.createdAt)), State: in.state,
 			Image:    "fake.unikraft.io/" + cmp.Or(in.container, "app") + ":latest",
 			MemoryMB: 256, VCPUs: 1,
-			StartCount: in.startCount, StartedAt: rfc3339(in.startedAt), StoppedAt: in.stoppedAt(),
+			StartCount: in.startCount, StartedAt: rfc3339(df.back(in.startedAt)), StoppedAt: in.stoppedAt(df),
 			UptimeMS: in.uptimeMS(now), RestartPolicy: "never", Tags: in.tags,
-		})
+		}
+		entries = append(entries, e)
+		if df.duplicate && in.state == StateRunning {
+			e.UUID, e.Name = duplicateUUID(in.uuid), duplicateName(in.name)
+			entries = append(entries, e)
+		}
 	}
 	s.mu.Unlock()
 	writeEnvelope(w, entries, start, s.clock)
@@ -102,6 +108,7 @@ func (s *Server) metrics(ids []string) ([]metricsEntry, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
+	df := s.dataFaultsLocked()
 	var chosen []*instance
 	if len(ids) == 0 {
 		chosen = s.sortedLocked()
@@ -120,7 +127,7 @@ func (s *Server) metrics(ids []string) ([]metricsEntry, bool) {
 		}
 		e := metricsEntry{
 			Status: "success", UUID: in.uuid, Name: in.name, State: in.state,
-			StartCount: in.startCount, StartedAt: rfc3339(in.startedAt), StoppedAt: in.stoppedAt(),
+			StartCount: in.startCount, StartedAt: rfc3339(df.back(in.startedAt)), StoppedAt: in.stoppedAt(df),
 			UptimeMS: in.uptimeMS(now), BootTimeUS: 9000, NetTimeUS: 12000,
 			CPUTimeMS: in.cpuTimeMS(now),
 		}
@@ -128,6 +135,12 @@ func (s *Server) metrics(ids []string) ([]metricsEntry, bool) {
 			e.RSSBytes = in.rssBytes
 		}
 		out = append(out, e)
+		if df.duplicate && in.state == StateRunning {
+			// The same pod and container, twice the CPU time and memory.
+			e.UUID, e.Name = duplicateUUID(in.uuid), duplicateName(in.name)
+			e.CPUTimeMS, e.RSSBytes = 2*e.CPUTimeMS, 2*e.RSSBytes
+			out = append(out, e)
+		}
 	}
 	return out, true
 }

@@ -91,7 +91,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path := strings.TrimSuffix(r.URL.Path, "/")
-	id, perInstance := instanceMetricsID(path)
+	_, perInstance := instanceMetricsID(path)
 	if path != listPath && path != metricsPath && !perInstance {
 		writeAPIError(w, http.StatusNotFound, "Not found: "+path, start, s.clock)
 		return
@@ -106,6 +106,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.serveFault(w, r, path, isMetrics, asJSON) {
 		return
 	}
+	s.serveData(w, r, path, isMetrics, asJSON, start)
+}
+
+// serveData answers a read of the list or the metrics.
+func (s *Server) serveData(w http.ResponseWriter, r *http.Request, path string, isMetrics, asJSON bool, start time.Time) {
+	id, perInstance := instanceMetricsID(path)
 	if !isMetrics {
 		s.writeList(w, start)
 		return
