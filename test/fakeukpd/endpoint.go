@@ -168,9 +168,11 @@ func (e *Endpoint) listenLocked() error {
 		ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{*cert}},
 	}
-	l := net.Listener(ln)
+	var l net.Listener
 	if e.fault == FaultHandshakeStall {
 		l = &stallListener{Listener: ln, stop: stop}
+	} else {
+		l = ln
 	}
 	e.srv, e.stop, e.done = srv, stop, done
 	go func() {
