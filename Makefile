@@ -53,7 +53,7 @@ bench-compare: tools build ## Side by side with metrics-server on a local cluste
 	set -o pipefail; $(GO) run ./test/benchcompare $(BENCH_COMPARE_FLAGS) 2>&1 | tee $${BENCH_COMPARE_OUT:-docs/bench/compare-$$(date +%F).txt}
 
 .PHONY: verify
-verify: verify-fmt verify-vet verify-lint verify-tidy verify-openapi verify-flags-doc ## All static checks.
+verify: verify-fmt verify-vet verify-lint verify-tidy verify-openapi verify-flags-doc verify-vuln ## All static checks.
 
 .PHONY: verify-fmt
 verify-fmt: ## gofmt and goimports.
@@ -82,6 +82,10 @@ verify-tidy: ## go.mod and go.sum are tidy, in every module.
 		   cp /tmp/gms-go.mod.$$$$ go.mod; cp /tmp/gms-go.sum.$$$$ go.sum; echo "$$m: go mod tidy changes go.mod/go.sum"; exit 1; fi; \
 		 rm -f /tmp/gms-go.mod.$$$$ /tmp/gms-go.sum.$$$$) || exit 1; \
 	done
+
+.PHONY: verify-vuln
+verify-vuln: ## govulncheck against a pinned, locally built vulnerability database (docs/security.md).
+	bash hack/verify-vuln.sh
 
 .PHONY: verify-openapi
 verify-openapi: ## The generated OpenAPI definitions are current.
