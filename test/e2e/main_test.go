@@ -108,7 +108,13 @@ func run(m *testing.M) int {
 		}
 		return 1
 	}
+	// The scan reads the credentials the server started with now: a server
+	// deployed later rewrites the same ServiceAccount's kubeconfig.
+	leaks := newLeakCheck()
 	code = m.Run()
+	// No credential given to a server may show in any log of the run or
+	// in the server's self-metrics; a hit fails the suite.
+	code = leaks.finish(code)
 	return code
 }
 

@@ -1,0 +1,378 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/provider"
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+)
+
+const securityNamespace = "e2e-security"
+
+// credentials sets one way of (not) authenticating on a REST config.
+type credentials struct {
+	name string
+	set  func(*rest.Config)
+	// want is the status every protected path must answer with, through
+	// the aggregator and directly.
+	want int
+}
+
+// TestRequestsRefused sends requests for every metrics.k8s.io (v1 and
+// v1beta1) and custom.metrics.k8s.io (v1beta1 and v1beta2) read, and the
+// server's own /metrics, as identities that must not read them: nobody, a
+// token nobody issued, a token signed by an unknown key claiming to be the
+// server's ServiceAccount, a ServiceAccount without RBAC, and a client
+// certificate from a CA the cluster does not trust. Each goes through the
+// aggregator and to the server's own port, and must get 401 (not
+// authenticated) or 403 (authenticated, not allowed), never 500 and never
+// data. The cluster admin gets 200 or 404 on the same paths, which shows the
+// paths are served.
+func TestRequestsRefused(t *testing.T) {
+	ctx := begin(t, 4*time.Minute)
+	newNamespace(ctx, t, securityNamespace)
+	creds := refusedCredentials(ctx, t)
+	node := suite.fleet.NodeNames[0]
+
+	check := func(t *testing.T, s *env.Server, paths, directOnly []string) {
+		vias := []struct {
+			name  string
+			base  func() *rest.Config
+			paths []string
+		}{
+			{"aggregator", aggregatorBase, paths},
+			{"direct", func() *rest.Config { return directBase(s) }, append(append([]string{}, paths...), directOnly...)},
+		}
+		for _, via := range vias {
+			for _, c := range creds {
+				t.Run(via.name+"/"+c.name, func(t *testing.T) {
+					cfg := via.base()
+					c.set(cfg)
+					codes := statusCodes(ctx, t, cfg, via.paths)
+					for _, p := range via.paths {
+						if codes[p] != c.want {
+							t.Errorf("GET %s: %d, want %d", p, codes[p], c.want)
+						}
+					}
+					t.Logf("%d paths answered %d", len(via.paths), c.want)
+				})
+			}
+			t.Run(via.name+"/admin", func(t *testing.T) {
+				cfg := via.base()
+				admin := suite.cluster.RESTConfig()
+				cfg.CertData, cfg.KeyData, cfg.CertFile, cfg.KeyFile = admin.CertData, admin.KeyData, admin.CertFile, admin.KeyFile
+				codes := statusCodes(ctx, t, cfg, via.paths)
+				for _, p := range via.paths {
+					if codes[p] != http.StatusOK && codes[p] != http.StatusNotFound {
+						t.Errorf("GET %s as the cluster admin: %d, want 200 or 404", p, codes[p])
+					}
+				}
+			})
+		}
+	}
+
+	t.Run("metrics.k8s.io", func(t *testing.T) {
+		check(t, suite.server, metricsPaths(securityNamespace, node), serverOwnPaths)
+	})
+	t.Run("custom.metrics.k8s.io", func(t *testing.T) {
+		// The suite's server does not serve custom.metrics.k8s.io; one from
+		// manifests/custom-metrics does, until the subtest ends.
+		s := deployCustomMetricsServer(ctx, t)
+		check(t, s, append(customMetricsPaths(securityNamespace), metricsPaths(securityNamespace, node)...), serverOwnPaths)
+	})
+	assertServerUp(ctx, t)
+}
+
+// serverOwnPaths are protected paths only the server's own port has:
+// self-metrics, and profiling, which the manifests leave off (the admin
+// gets 404). Discovery and /openapi are open to every authenticated user,
+// as on kube-apiserver (system:discovery), so they are not here.
+var serverOwnPaths = []string{"/metrics", "/debug/pprof/"}
+
+func metricsPaths(ns, node string) []string {
+	var out []string
+	for _, v := range []string{"v1", "v1beta1"} {
+		base := "/apis/metrics.k8s.io/" + v
+		out = append(out,
+			base+"/nodes", base+"/nodes/"+node,
+			base+"/pods", base+"/namespaces/"+ns+"/pods", base+"/namespaces/"+ns+"/pods/no-such-pod")
+	}
+	return out
+}
+
+func customMetricsPaths(ns string) []string {
+	var out []string
+	for _, v := range []string{"v1beta1", "v1beta2"} {
+		base := "/apis/custom.metrics.k8s.io/" + v + "/namespaces/" + ns
+		out = append(out,
+			base+"/pods/*/"+provider.MetricCPUUtilization,
+			base+"/"+provider.LWSResource.String()+"/no-such-lws/"+provider.MetricCPUUtilization)
+	}
+	return out
+}
+
+// aggregatorBase reaches kube-apiserver with no credentials.
+func aggregatorBase() *rest.Config {
+	return &rest.Config{
+		Host:            suite.cluster.APIServerURL(),
+		TLSClientConfig: rest.TLSClientConfig{CAData: suite.cluster.CACertPEM()},
+		Timeout:         30 * time.Second,
+	}
+}
+
+// directBase reaches the server's port with no credentials, verifying its
+// certificate as the aggregator does.
+func directBase(s *env.Server) *rest.Config {
+	cfg := s.RESTConfig()
+	cfg.CertData, cfg.KeyData, cfg.CertFile, cfg.KeyFile = nil, nil, "", ""
+	return cfg
+}
+
+// refusedCredentials are the identities TestRequestsRefused sends.
+func refusedCredentials(ctx context.Context, t *testing.T) []credentials {
+	t.Helper()
+	const sa = "no-rbac"
+	if _, err := suite.cluster.Client().CoreV1().ServiceAccounts(securityNamespace).Create(ctx,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := suite.cluster.ServiceAccountKubeconfig(ctx, securityNamespace, sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM := foreignClientCert(t)
+	return []credentials{
+		{name: "anonymous", set: func(*rest.Config) {}, want: http.StatusForbidden},
+		{name: "unknown-token", set: func(c *rest.Config) { c.BearerToken = "e2e-not-a-token-" + randomHex(t) }, want: http.StatusUnauthorized},
+		{name: "forged-token", set: func(c *rest.Config) { c.BearerToken = forgedToken(t) }, want: http.StatusUnauthorized},
+		{name: "no-rbac-serviceaccount", set: func(c *rest.Config) { c.BearerToken = saConfig.BearerToken }, want: http.StatusForbidden},
+		{name: "foreign-client-cert", set: func(c *rest.Config) { c.CertData, c.KeyData = certPEM, keyPEM }, want: http.StatusUnauthorized},
+	}
+}
+
+// statusCodes GETs every path once and returns the status of each. A
+// transport error fails the test; so does a body that carries a credential
+// the suite gave the server.
+func statusCodes(ctx context.Context, t *testing.T, cfg *rest.Config, paths []string) map[string]int {
+	t.Helper()
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.CloseIdleConnections()
+	codes := map[string]int{}
+	for _, p := range paths {
+		code, body, err := env.Get(ctx, client, cfg.Host+p)
+		if err != nil {
+			t.Fatalf("GET %s: %v", p, err)
+		}
+		if code >= http.StatusInternalServerError {
+			t.Errorf("GET %s: %d: %.300s", p, code, body)
+		}
+		if hit := suiteSecrets.find(body); hit != "" {
+			t.Errorf("GET %s: the answer holds %s", p, hit)
+		}
+		codes[p] = code
+	}
+	return codes
+}
+
+// foreignClientCert returns a client certificate for the cluster admin's
+// name and group, signed by a CA the cluster has never seen.
+func foreignClientCert(t *testing.T) (certPEM, keyPEM []byte) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "e2e-foreign-ca"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kubernetes-admin", Organization: []string{"system:masters"}},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}
+
+// forgedToken is a well-formed ES256 JWT claiming to be the server's
+// ServiceAccount, signed with a key nobody trusts.
+func forgedToken(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := base64.RawURLEncoding
+	now := time.Now().Unix()
+	claims := fmt.Sprintf(`{"iss":%q,"sub":"system:serviceaccount:%s:%s","aud":[%q],"iat":%d,"nbf":%d,"exp":%d}`,
+		suite.cluster.APIServerURL(), suite.server.Namespace, suite.server.ServiceAccount, suite.cluster.APIServerURL(), now, now, now+3600)
+	signed := enc.EncodeToString([]byte(`{"alg":"ES256","typ":"JWT","kid":"e2e-forged"}`)) + "." + enc.EncodeToString([]byte(claims))
+	digest := sha256Sum([]byte(signed))
+	r, s, err := ecdsa.Sign(rand.Reader, key, digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig := make([]byte, 64)
+	r.FillBytes(sig[:32])
+	s.FillBytes(sig[32:])
+	return signed + "." + enc.EncodeToString(sig)
+}
+
+// hostileCase is one request that must be refused as the client's fault.
+type hostileCase struct {
+	name  string
+	path  string // escaped path, appended to the metrics.k8s.io version
+	query url.Values
+	want  []int
+	// http1 sends the request over HTTP/1.1 only: an HTTP/2 client refuses
+	// to send headers above the limit the server advertises.
+	http1 bool
+}
+
+// TestHostileRequests sends the cluster admin's requests with malformed,
+// unsupported or oversized selectors and names, through the aggregator and
+// directly, for metrics.k8s.io v1 and v1beta1, over HTTP/2 and HTTP/1.1.
+// Each must be answered as listed, never with a 5xx, and the server must
+// stay ready.
+func TestHostileRequests(t *testing.T) {
+	ctx := begin(t, 3*time.Minute)
+	const ns = "kube-system"
+	long := strings.Repeat("a", 10_000)
+	cases := []hostileCase{
+		{name: "garbage-label-selector", path: "/namespaces/" + ns + "/pods", query: url.Values{"labelSelector": {"!!!==,(x"}}, want: []int{http.StatusBadRequest}},
+		{name: "label-key-too-long", path: "/pods", query: url.Values{"labelSelector": {long + "=v"}}, want: []int{http.StatusBadRequest}},
+		// 64 KiB of one valid requirement, repeated: a valid selector.
+		{name: "label-selector-64KiB", path: "/pods", query: url.Values{"labelSelector": {strings.Repeat("a=b,", 16<<10) + "a=b"}}, want: []int{http.StatusOK}},
+		{name: "label-selector-2MiB", path: "/pods", query: url.Values{"labelSelector": {strings.Repeat("a=b,", 512<<10)}}, want: []int{http.StatusRequestURITooLong, http.StatusRequestHeaderFieldsTooLarge}, http1: true},
+		{name: "unsupported-field-selector", path: "/namespaces/" + ns + "/pods", query: url.Values{"fieldSelector": {"spec.nodeName=x"}}, want: []int{http.StatusBadRequest}},
+		{name: "field-selector-without-operator", path: "/nodes", query: url.Values{"fieldSelector": {"metadata.name"}}, want: []int{http.StatusBadRequest}},
+		{name: "field-selector-unescaped-value", path: "/nodes", query: url.Values{"fieldSelector": {"metadata.name=a=b"}}, want: []int{http.StatusBadRequest}},
+		{name: "long-pod-name", path: "/namespaces/" + ns + "/pods/" + long, want: []int{http.StatusNotFound}},
+		{name: "long-node-name", path: "/nodes/" + long, want: []int{http.StatusNotFound}},
+		{name: "long-namespace", path: "/namespaces/" + long + "/pods", want: []int{http.StatusOK, http.StatusNotFound}},
+		{name: "dot-dot-name", path: "/namespaces/" + ns + "/pods/..", want: []int{http.StatusBadRequest, http.StatusNotFound}},
+		{name: "escaped-dot-dot-name", path: "/namespaces/" + ns + "/pods/%2e%2e", want: []int{http.StatusBadRequest, http.StatusNotFound}},
+		{name: "escaped-traversal", path: "/namespaces/" + ns + "/pods/..%2f..%2f..%2fapi%2fv1%2fsecrets", want: []int{http.StatusBadRequest, http.StatusNotFound}},
+		{name: "escaped-slash-name", path: "/nodes/a%2fb", want: []int{http.StatusBadRequest, http.StatusNotFound}},
+		{name: "nul-name", path: "/nodes/a%00b", want: []int{http.StatusBadRequest, http.StatusNotFound}},
+		{name: "invalid-utf8-name", path: "/namespaces/" + ns + "/pods/%ff%fe", want: []int{http.StatusBadRequest, http.StatusNotFound}},
+	}
+	admin := suite.cluster.RESTConfig()
+	vias := []struct {
+		name string
+		base func() *rest.Config
+	}{
+		{"aggregator", aggregatorBase},
+		{"direct", func() *rest.Config { return directBase(suite.server) }},
+	}
+	for _, via := range vias {
+		for _, proto := range []struct{ name, alpn string }{{"h2", "h2"}, {"http1", "http/1.1"}} {
+			cfg := via.base()
+			cfg.CertData, cfg.KeyData, cfg.CertFile, cfg.KeyFile = admin.CertData, admin.KeyData, admin.CertFile, admin.KeyFile
+			cfg.NextProtos = []string{proto.alpn}
+			client, err := rest.HTTPClientFor(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A redirect is an answer too: take it as it comes.
+			client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+			for _, v := range []string{"v1", "v1beta1"} {
+				for _, tc := range cases {
+					if tc.http1 && proto.alpn != "http/1.1" {
+						continue
+					}
+					t.Run(via.name+"/"+proto.name+"/"+v+"/"+tc.name, func(t *testing.T) {
+						u := cfg.Host + "/apis/metrics.k8s.io/" + v + tc.path
+						if len(tc.query) > 0 {
+							u += "?" + tc.query.Encode()
+						}
+						code, body, err := env.Get(ctx, client, u)
+						if err != nil {
+							t.Fatalf("GET %.150s: %.300s", u, err)
+						}
+						if !slices.Contains(tc.want, code) {
+							t.Errorf("GET %.150s: %d, want one of %v: %.300s", u, code, tc.want, body)
+						}
+					})
+				}
+			}
+			client.CloseIdleConnections()
+		}
+	}
+	assertServerUp(ctx, t)
+}
+
+// assertServerUp checks that the suite's server is running, ready and still
+// answers a list.
+func assertServerUp(ctx context.Context, t *testing.T) {
+	t.Helper()
+	select {
+	case <-suite.server.Process.Done():
+		t.Fatalf("the server exited: %v", suite.server.Process.Err())
+	default:
+	}
+	client, err := suite.server.HTTPClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.CloseIdleConnections()
+	base := suite.server.RESTConfig().Host
+	for _, p := range []string{"/readyz", "/apis/metrics.k8s.io/v1beta1/nodes"} {
+		code, body, err := env.Get(ctx, client, base+p)
+		if err != nil || code != http.StatusOK {
+			t.Errorf("after the requests, GET %s: %d, %v: %.300s", p, code, err, body)
+		}
+	}
+}
