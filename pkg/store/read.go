@@ -1,6 +1,7 @@
 package store
 
 import (
+	"sync/atomic"
 	"time"
 )
 
@@ -12,10 +13,37 @@ type ContainerUsage struct {
 
 // PodUsage is the usage of one pod. Timestamp is the latest of its
 // containers' and Window the longest, so the pod's window covers them all.
+// Containers is shared between readers and must not be modified.
 type PodUsage struct {
 	Timestamp  time.Time
 	Window     time.Duration
 	Containers []ContainerUsage
+	// Shaped, when not nil, keeps one value a reader derives from this
+	// usage (the API objects built from it), so that later reads of the
+	// same sample reuse it. It is nil for usage not from a Store.
+	Shaped *Shaped
+}
+
+// Shaped holds a value derived from one pod's usage. The usage it belongs
+// to never changes, so the value is derived once and shared by every read
+// until the next sample replaces the usage.
+type Shaped struct{ v atomic.Pointer[any] }
+
+// Load returns the value kept, or nil.
+func (s *Shaped) Load() any {
+	if p := s.v.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Keep keeps v unless another reader kept a value first, and returns the
+// value kept.
+func (s *Shaped) Keep(v any) any {
+	if s.v.CompareAndSwap(nil, &v) {
+		return v
+	}
+	return *s.v.Load()
 }
 
 // Pod returns the usage of the pod namespace/name running on node. uid, when
@@ -57,25 +85,45 @@ func first(a, b *Unavailable) *Unavailable {
 }
 
 func (s *Store) podUsage(p *pod, now time.Time) (PodUsage, *Unavailable) {
-	if len(p.containers) == 0 {
-		return PodUsage{}, unavailable("no container of the pod has been sampled yet")
+	r := p.read.Load()
+	if r == nil {
+		r = p.derive()
+		if !p.read.CompareAndSwap(nil, r) {
+			r = p.read.Load()
+		}
 	}
-	out := PodUsage{Containers: make([]ContainerUsage, len(p.containers))}
+	switch {
+	case r.why != nil:
+		return PodUsage{}, r.why
+	case !s.fresh(r.derivedAt, now):
+		return PodUsage{}, unavailable("usage of container %q is stale: its samples stopped advancing", r.staleContainer)
+	}
+	return r.usage, nil
+}
+
+// derive makes the pod's usage from its containers'. Every container must
+// have usage, or the pod has none: a partial pod would mislead an
+// autoscaler.
+func (p *pod) derive() *podRead {
+	if len(p.containers) == 0 {
+		return &podRead{why: unavailable("no container of the pod has been sampled yet")}
+	}
+	r := &podRead{usage: PodUsage{Containers: make([]ContainerUsage, len(p.containers)), Shaped: &Shaped{}}}
 	for i := range p.containers {
 		c := &p.containers[i]
 		if !c.hasUsage() {
-			return PodUsage{}, unavailable("container %q has one sample so far; usage needs a second", c.name)
+			return &podRead{why: unavailable("container %q has one sample so far; usage needs a second", c.name)}
 		}
-		if !s.fresh(c.derivedAt, now) {
-			return PodUsage{}, unavailable("usage of container %q is stale: its samples stopped advancing", c.name)
+		r.usage.Containers[i] = ContainerUsage{Name: c.name, Usage: c.usage}
+		if c.usage.Timestamp.After(r.usage.Timestamp) {
+			r.usage.Timestamp = c.usage.Timestamp
 		}
-		out.Containers[i] = ContainerUsage{Name: c.name, Usage: c.usage}
-		if c.usage.Timestamp.After(out.Timestamp) {
-			out.Timestamp = c.usage.Timestamp
+		r.usage.Window = max(r.usage.Window, c.usage.Window)
+		if i == 0 || c.derivedAt.Before(r.derivedAt) {
+			r.derivedAt, r.staleContainer = c.derivedAt, c.name
 		}
-		out.Window = max(out.Window, c.usage.Window)
 	}
-	return out, nil
+	return r
 }
 
 // Node returns the usage of a node.

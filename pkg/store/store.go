@@ -9,6 +9,7 @@ package store
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -61,6 +62,21 @@ type shard struct {
 type pod struct {
 	uid        string
 	containers []container
+	// read is what readers make of the pod, derived at the first read: the
+	// pod never changes, so neither does its usage.
+	read atomic.Pointer[podRead]
+}
+
+// podRead is a pod's usage as served, or why it has none but staleness,
+// which depends on when it is read.
+type podRead struct {
+	usage PodUsage
+	why   *Unavailable
+	// derivedAt is the oldest of its containers' derivedAt: the pod is
+	// fresh while that is.
+	derivedAt time.Time
+	// staleContainer names the container whose usage is the oldest.
+	staleContainer string
 }
 
 type container struct {
