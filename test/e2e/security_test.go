@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -310,6 +311,9 @@ func TestHostileRequests(t *testing.T) {
 		{name: "invalid-utf8-name", path: "/namespaces/" + ns + "/pods/%ff%fe", want: []int{http.StatusBadRequest, http.StatusNotFound}},
 	}
 	admin := suite.cluster.RESTConfig()
+	// seen records the answers per case, for the log.
+	seen := map[string]map[int]int{}
+	var mu sync.Mutex
 	vias := []struct {
 		name string
 		base func() *rest.Config
@@ -345,11 +349,20 @@ func TestHostileRequests(t *testing.T) {
 						if !slices.Contains(tc.want, code) {
 							t.Errorf("GET %.150s: %d, want one of %v: %.300s", u, code, tc.want, body)
 						}
+						mu.Lock()
+						if seen[tc.name] == nil {
+							seen[tc.name] = map[int]int{}
+						}
+						seen[tc.name][code]++
+						mu.Unlock()
 					})
 				}
 			}
 			client.CloseIdleConnections()
 		}
+	}
+	for _, tc := range cases {
+		t.Logf("%s: %v (status: requests)", tc.name, seen[tc.name])
 	}
 	assertServerUp(ctx, t)
 }

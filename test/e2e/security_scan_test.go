@@ -1,0 +1,275 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+)
+
+// secrets are credentials the suite gives the servers it starts: the
+// ServiceAccount token a server presents to kubelets (and to
+// kube-apiserver), and the ukpd bearer token. None may appear in a log, an
+// API answer or a self-metric.
+type secrets struct {
+	mu    sync.Mutex
+	items []secret
+}
+
+type secret struct {
+	name    string
+	needles [][]byte
+}
+
+// minSecretLen keeps short strings, which could match by chance, out of the
+// scan. Every credential the suite hands out is longer.
+const minSecretLen = 12
+
+// suiteSecrets collects credentials as the suite runs: they are read when
+// the suite starts and again at the end, because a server deployed later
+// rewrites the kubeconfig of the same ServiceAccount with a new token.
+var suiteSecrets = &secrets{}
+
+// add records value under name. A JWT is also looked for by its signature
+// alone, which identifies it even when the rest is cut or re-encoded.
+func (s *secrets) add(name, value string) {
+	value = strings.TrimSpace(value)
+	if len(value) < minSecretLen {
+		return
+	}
+	needles := [][]byte{[]byte(value)}
+	if parts := strings.Split(value, "."); len(parts) == 3 && len(parts[2]) >= minSecretLen {
+		needles = append(needles, []byte(parts[2]))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, it := range s.items {
+		if bytes.Equal(it.needles[0], needles[0]) {
+			return
+		}
+	}
+	s.items = append(s.items, secret{name: fmt.Sprintf("%s (%d bytes)", name, len(value)), needles: needles})
+}
+
+func (s *secrets) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.items)
+}
+
+// find returns the name of the first credential text holds, or "".
+func (s *secrets) find(text string) string {
+	name, _ := s.findBytes([]byte(text))
+	return name
+}
+
+func (s *secrets) findBytes(b []byte) (name string, at int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, it := range s.items {
+		for _, n := range it.needles {
+			if i := bytes.Index(b, n); i >= 0 {
+				return it.name, i
+			}
+		}
+	}
+	return "", -1
+}
+
+// collect reads the credentials of the suite's servers: the ukpd token file
+// and the kubeconfig of every group-metrics-server process, found in the
+// command line each process log starts with.
+func (s *secrets) collect() error {
+	var errs []error
+	if suite.ukpd != nil {
+		b, err := os.ReadFile(suite.ukpd.TokenFile)
+		errs = append(errs, err)
+		s.add("the ukpd token", string(b))
+	}
+	if suite.cluster == nil {
+		return errors.Join(errs...)
+	}
+	var kubeconfigs []string
+	if suite.server != nil {
+		kubeconfigs = append(kubeconfigs, flagValues(suite.server.Args, "--kubeconfig")...)
+	}
+	for _, p := range suite.cluster.Processes() {
+		head, err := firstLine(p.LogPath())
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if f := strings.Fields(head); len(f) > 1 && filepath.Base(f[1]) == env.ServerBinary {
+			kubeconfigs = append(kubeconfigs, flagValues(f[2:], "--kubeconfig")...)
+		}
+	}
+	for _, path := range kubeconfigs {
+		cfg, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s.add("the server's ServiceAccount token from "+filepath.Base(path), cfg.BearerToken)
+	}
+	return errors.Join(errs...)
+}
+
+func flagValues(args []string, flag string) []string {
+	var out []string
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func firstLine(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = f.Close() }()
+	buf := make([]byte, 64<<10)
+	n, err := f.Read(buf)
+	if n == 0 && err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	line, _, _ := bytes.Cut(buf[:n], []byte("\n"))
+	return string(line), nil
+}
+
+// scanFiles looks for every credential in every file under dir and returns
+// "<file>:<line>: holds <name>" for each file that holds one, and the
+// number of files and bytes read.
+func (s *secrets) scanFiles(dir string) (hits []string, files int, size int64, err error) {
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !isLog(path) {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		files++
+		size += int64(len(b))
+		if name, at := s.findBytes(b); at >= 0 {
+			line := bytes.Count(b[:at], []byte("\n")) + 1
+			hits = append(hits, fmt.Sprintf("%s:%d: holds %s", path, line, name))
+		}
+		return nil
+	})
+	return hits, files, size, err
+}
+
+// isLog reports whether path is a log: every file under the cluster's log
+// directory, and any *.log elsewhere (the credential files themselves sit
+// in the work directory too).
+func isLog(path string) bool {
+	if suite.cluster != nil {
+		if rel, err := filepath.Rel(suite.cluster.LogDir(), path); err == nil && !strings.HasPrefix(rel, "..") {
+			return true
+		}
+	}
+	return strings.HasSuffix(path, ".log")
+}
+
+// scrapeServer returns the server's answers to the paths a client or an operator
+// reads: its self-metrics and the verbose health checks, which carry the
+// sources' error messages.
+func scrapeServer(ctx context.Context, s *env.Server) (map[string]string, error) {
+	client, err := s.HTTPClient()
+	if err != nil {
+		return nil, err
+	}
+	defer client.CloseIdleConnections()
+	out := map[string]string{}
+	for _, p := range []string{"/metrics", "/readyz?verbose", "/livez?verbose"} {
+		code, body, err := env.Get(ctx, client, s.RESTConfig().Host+p)
+		if err != nil {
+			return out, err
+		}
+		if p == "/metrics" && code != http.StatusOK {
+			return out, fmt.Errorf("GET %s: %d: %.200s", p, code, body)
+		}
+		out[p] = body
+	}
+	return out, nil
+}
+
+// leakCheck is the scan that runs once every test has: newLeakCheck reads
+// the credentials the suite's server started with, finish looks for them
+// and any read since in every log and in a last scrape of the server.
+type leakCheck struct{}
+
+func newLeakCheck() *leakCheck {
+	if err := suiteSecrets.collect(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: read credentials: %v\n", err)
+	}
+	return &leakCheck{}
+}
+
+// finish returns code, or 1 when a credential was found or the scan could
+// not run. It names the file and line of every hit, never the credential.
+func (l *leakCheck) finish(code int) int {
+	if suite.cluster == nil {
+		return code
+	}
+	failed := false
+	fail := func(format string, args ...any) {
+		failed = true
+		fmt.Fprintf(os.Stderr, "e2e: credential scan: "+format+"\n", args...)
+	}
+	if err := suiteSecrets.collect(); err != nil {
+		fail("read credentials: %v", err)
+	}
+	if suiteSecrets.len() == 0 {
+		fail("no credentials to look for")
+	}
+	answers := 0
+	if suite.server != nil {
+		select {
+		case <-suite.server.Process.Done():
+			fmt.Fprintf(os.Stderr, "e2e: credential scan: the server has exited (%v); no final scrape\n", suite.server.Process.Err())
+		default:
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			got, err := scrapeServer(ctx, suite.server)
+			cancel()
+			if err != nil {
+				fail("final scrape: %v", err)
+			}
+			for p, body := range got {
+				answers++
+				if hit := suiteSecrets.find(body); hit != "" {
+					fail("GET %s holds %s", p, hit)
+				}
+			}
+		}
+	}
+	hits, files, size, err := suiteSecrets.scanFiles(suite.cluster.WorkDir())
+	if err != nil {
+		fail("scan logs: %v", err)
+	}
+	for _, h := range hits {
+		fail("credential in a log: %s", h)
+	}
+	if failed {
+		return 1
+	}
+	fmt.Printf("e2e: credential scan: %d credentials, %d logs (%d bytes), %d answers: none found\n",
+		suiteSecrets.len(), files, size, answers)
+	return code
+}
