@@ -1,0 +1,171 @@
+package env
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+)
+
+// PermitPortSharing is the server flag (from k8s.io/apiserver's secure
+// serving options) that binds the secure port with SO_REUSEPORT. Deploy a
+// server with it in ExtraArgs to run replicas of it on the same address and
+// port: the aggregator dials the ExternalName Service's host, localhost,
+// which resolves to 127.0.0.1 only, and the kernel spreads the new
+// connections over every replica listening there.
+const PermitPortSharing = "--permit-port-sharing"
+
+// StartAgain starts the server's command line (Args) once more as a new
+// process named name, with the same address, port, flags and serving
+// certificate Secret. With PermitPortSharing in Args it runs next to the
+// current process, as a second replica; otherwise the current process must
+// have exited first. binDir is the ServerConfig's BinDir. It does not wait
+// for the new process to be ready.
+func (s *Server) StartAgain(binDir, name string) (*cluster.Process, error) {
+	return s.cluster.StartProcess(name, filepath.Join(binDir, ServerBinary), s.Args...)
+}
+
+// PinnedClient sends every request over a single connection to the
+// server's address, so that with several replicas sharing the port all its
+// requests reach the same replica. If that connection closes, the next one
+// may reach another replica: check Replica again after the requests that
+// must stay on one.
+type PinnedClient struct {
+	*http.Client
+	// Base is https://127.0.0.1:<port>.
+	Base string
+}
+
+// NewPinnedClient returns a client on a new connection, as the cluster admin
+// verifying the certificate for ServiceHost. Close it when done.
+func (s *Server) NewPinnedClient() (*PinnedClient, error) {
+	tlsCfg, err := rest.TLSConfigFor(s.RESTConfig())
+	if err != nil {
+		return nil, err
+	}
+	tr := &http.Transport{TLSClientConfig: tlsCfg, MaxConnsPerHost: 1, MaxIdleConnsPerHost: 1}
+	return &PinnedClient{Client: &http.Client{Transport: tr, Timeout: 30 * time.Second}, Base: "https://" + s.Address()}, nil
+}
+
+// Close closes the client's connection.
+func (c *PinnedClient) Close() { c.CloseIdleConnections() }
+
+// Replica returns which of procs the client's connection reaches, by the
+// process start time the server reports on /metrics.
+func (c *PinnedClient) Replica(ctx context.Context, procs []*cluster.Process) (*cluster.Process, error) {
+	code, body, err := Get(ctx, c.Client, c.Base+"/metrics")
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("/metrics: status %d: %.200s", code, body)
+	}
+	reported, err := gaugeValue(body, "process_start_time_seconds")
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, p := range procs {
+		started, err := ProcStartTime(p.Pid())
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		// Both come from /proc in USER_HZ ticks.
+		if math.Abs(started-reported) < 0.5/userHZ {
+			return p, nil
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("no process of %d started at %.2f", len(procs), reported)
+}
+
+// PinnedClients opens connections until it has one to each of procs (all
+// replicas on the server's port), trying at most maxDials connections. The
+// kernel picks the replica of each connection.
+func (s *Server) PinnedClients(ctx context.Context, procs []*cluster.Process, maxDials int) (map[*cluster.Process]*PinnedClient, error) {
+	out := map[*cluster.Process]*PinnedClient{}
+	var lastErr error
+	for i := 0; i < maxDials && len(out) < len(procs); i++ {
+		c, err := s.NewPinnedClient()
+		if err != nil {
+			return nil, err
+		}
+		p, err := c.Replica(ctx, procs)
+		if err != nil || out[p] != nil {
+			lastErr = err
+			c.Close()
+			continue
+		}
+		out[p] = c
+	}
+	if len(out) < len(procs) {
+		for _, c := range out {
+			c.Close()
+		}
+		return nil, fmt.Errorf("reached %d of %d replicas in %d connections (last error: %w)", len(out), len(procs), maxDials, lastErr)
+	}
+	return out, nil
+}
+
+// ProcStartTime returns when pid started, in Unix seconds, computed as the
+// Prometheus process collector does: the boot time from /proc/stat plus the
+// start time in ticks from /proc/<pid>/stat.
+func ProcStartTime(pid int) (float64, error) {
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	var boot float64
+	for _, line := range strings.Split(string(stat), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			if boot, err = strconv.ParseFloat(strings.TrimSpace(v), 64); err != nil {
+				return 0, fmt.Errorf("/proc/stat btime: %w", err)
+			}
+		}
+	}
+	if boot == 0 {
+		return 0, errors.New("/proc/stat has no btime")
+	}
+	pstat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(pstat)
+	i := strings.LastIndexByte(s, ')')
+	f := strings.Fields(s[i+1:])
+	// f[0] is field 3; starttime is field 22.
+	if i < 0 || len(f) < 20 {
+		return 0, fmt.Errorf("/proc/%d/stat: too short", pid)
+	}
+	ticks, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat starttime: %w", pid, err)
+	}
+	return boot + float64(ticks)/userHZ, nil
+}
+
+// gaugeValue returns the value of the unlabelled sample name in a
+// Prometheus text exposition.
+func gaugeValue(body, name string) (float64, error) {
+	for _, line := range strings.Split(body, "\n") {
+		rest, ok := strings.CutPrefix(line, name+" ")
+		if !ok {
+			continue
+		}
+		return strconv.ParseFloat(strings.TrimSpace(rest), 64)
+	}
+	return 0, fmt.Errorf("no sample %s", name)
+}
