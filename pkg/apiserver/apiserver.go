@@ -6,6 +6,7 @@ package apiserver
 
 import (
 	"errors"
+	"net/http"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
@@ -34,6 +35,8 @@ type Config struct {
 	Nodes   NodeMetricsGetter
 	// CustomMetrics, when not nil, is served on custom.metrics.k8s.io.
 	CustomMetrics cmprovider.CustomMetricsProvider
+	// Reads bounds the metrics API requests served at once.
+	Reads ReadLimit
 }
 
 type completedConfig struct {
@@ -64,6 +67,17 @@ func (c *Config) Complete() CompletedConfig {
 		g.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(getDefs, namer)
 		g.OpenAPIV3Config.Info.Title = Name
 		g.OpenAPIV3Config.Info.Version = "1.0.0"
+	}
+	if c.Reads.Concurrent > 0 {
+		chain := g.BuildHandlerChainFunc
+		if chain == nil {
+			chain = genericapiserver.DefaultBuildHandlerChain
+		}
+		// Inside the chain: a request is authenticated and authorized
+		// before it takes a slot.
+		g.BuildHandlerChainFunc = func(h http.Handler, cfg *genericapiserver.Config) http.Handler {
+			return chain(c.Reads.wrap(h), cfg)
+		}
 	}
 	cm := cmapiserver.Config{GenericConfig: g}
 	return CompletedConfig{&completedConfig{

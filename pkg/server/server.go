@@ -64,6 +64,8 @@ type Config struct {
 	Resolution  time.Duration
 	Timeout     time.Duration
 	Concurrency int
+	// Reads bounds the metrics API requests served at once.
+	Reads apiserver.ReadLimit
 
 	// CABundle, when set, keeps the caBundle of the server's APIServices.
 	CABundle *certs.CABundleWriter
@@ -106,6 +108,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	ukpd.RegisterMetrics()
 	store.RegisterMetrics()
 	provider.RegisterMetrics()
+	apiserver.RegisterMetrics()
 
 	factory := informers.NewSharedInformerFactoryWithOptions(c.Kube, 0,
 		informers.WithTransform(trim))
@@ -158,7 +161,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil
 	}))
 
-	apiCfg := apiserver.Config{Generic: c.API, Pods: p, Nodes: p}
+	apiCfg := apiserver.Config{Generic: c.API, Pods: p, Nodes: p, Reads: c.Reads}
 	if c.CustomMetrics {
 		apiCfg.CustomMetrics = p.CustomMetrics()
 	}

@@ -259,6 +259,8 @@ func startServer(t *testing.T) *testEnv {
 		Resolution:  time.Minute,
 		Timeout:     10 * time.Second,
 		Concurrency: 4,
+		// Bounded as by default, so the limit sits in the handler chain.
+		Reads: apiserver.ReadLimit{Concurrent: 1, Wait: 10 * time.Second},
 	}
 	srv, err := cfg.Complete().New()
 	if err != nil {

@@ -3,6 +3,8 @@ package options
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -107,6 +109,7 @@ func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
 		Resolution:         o.MetricResolution,
 		Timeout:            o.KubeletRequestTimeout,
 		Concurrency:        o.MaxConcurrentScrapes,
+		Reads:              apiserver.ReadLimit{Concurrent: o.concurrentReads(), Wait: readWait},
 		CABundle:           caBundle,
 	}, nil
 }
@@ -181,4 +184,17 @@ func (o *Options) useSecretCert(ctx context.Context, restCfg *rest.Config, kube 
 		return nil, err
 	}
 	return &certs.CABundleWriter{Client: dyn, Names: o.APIServices, CA: bundle.CA}, nil
+}
+
+// readWait is the longest a metrics API request waits for a slot under
+// --max-concurrent-reads.
+const readWait = 10 * time.Second
+
+// concurrentReads resolves --max-concurrent-reads: by default every CPU but
+// one serves reads, so one is always left to the scrape loop.
+func (o *Options) concurrentReads() int {
+	if o.MaxConcurrentReads > 0 {
+		return o.MaxConcurrentReads
+	}
+	return max(1, runtime.GOMAXPROCS(0)-1)
 }

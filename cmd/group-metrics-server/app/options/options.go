@@ -31,6 +31,7 @@ type Options struct {
 
 	MetricResolution     time.Duration
 	MaxConcurrentScrapes int
+	MaxConcurrentReads   int
 	NodeSelector         string
 
 	KubeletPort                  int
@@ -107,6 +108,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the cluster to serve; in-cluster configuration when empty.")
 	fs.DurationVar(&o.MetricResolution, "metric-resolution", o.MetricResolution, "Interval between two scrapes of every target. At least 5s.")
 	fs.IntVar(&o.MaxConcurrentScrapes, "max-concurrent-scrapes", o.MaxConcurrentScrapes, "Most targets scraped at once.")
+	fs.IntVar(&o.MaxConcurrentReads, "max-concurrent-reads", o.MaxConcurrentReads, "Most metrics API requests served at once, so that reads cannot starve the scrapes; more wait up to 10s, then get 429 (which clients retry). 0 means one less than the CPUs the process may use, at least 1.")
 	fs.StringVar(&o.NodeSelector, "node-selector", o.NodeSelector, "Label selector of the nodes to scrape; all nodes when empty.")
 
 	fs = fss.FlagSet("kubelet client")
@@ -164,6 +166,9 @@ func (o *Options) Validate() []error {
 	}
 	if o.MaxConcurrentScrapes < 1 {
 		errs = append(errs, fmt.Errorf("--max-concurrent-scrapes must be at least 1, got %d", o.MaxConcurrentScrapes))
+	}
+	if o.MaxConcurrentReads < 0 {
+		errs = append(errs, fmt.Errorf("--max-concurrent-reads must be 0 (automatic) or more, got %d", o.MaxConcurrentReads))
 	}
 	if o.KubeletMaxResponseBytes < 1<<10 {
 		errs = append(errs, fmt.Errorf("--kubelet-max-response-bytes must be at least 1024, got %d", o.KubeletMaxResponseBytes))

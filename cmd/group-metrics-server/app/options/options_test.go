@@ -28,12 +28,14 @@ func TestValidate(t *testing.T) {
 				o.KubeletClientCertFile = "/c.crt"
 				o.NodeSelector = "a in ("
 				o.MaxConcurrentScrapes = 0
+				o.MaxConcurrentReads = -1
 				o.KubeletMaxResponseBytes = 10
 			},
 			wants: []string{
 				"--metric-resolution must be at least 5s",
 				"--kubelet-request-timeout must be positive and below --metric-resolution",
 				"--max-concurrent-scrapes",
+				"--max-concurrent-reads",
 				"--kubelet-max-response-bytes",
 				"--kubelet-port must be between 1 and 65535",
 				`unknown type "Carrier-Pigeon"`,
