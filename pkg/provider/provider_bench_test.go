@@ -26,7 +26,18 @@ import (
 // pod with fresh usage. Pods of node i carry app=deploy-<i%1000>, so a
 // namespaced selector list as the HPA sends matches 3 pods per 1,000 nodes.
 func benchProvider(b *testing.B, nodes int) *Provider {
+	p, _ := benchProviderScrape(b, nodes)
+	return p
+}
+
+// benchProviderScrape is benchProvider, and a function that stores the last
+// cycle's batches again, as a new scrape does: every pod is replaced.
+func benchProviderScrape(b *testing.B, nodes int) (*Provider, func()) {
 	b.Helper()
+	var (
+		names   []string
+		batches []*sources.Batch
+	)
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(t0)
 	st := store.New(store.Config{Clock: clk, Sources: []string{"kubelet"}, FirstWindowMax: 30 * time.Second, StaleAfter: time.Hour})
@@ -46,6 +57,7 @@ func benchProvider(b *testing.B, nodes int) *Provider {
 			growCounters(batch, round)
 			st.Store("kubelet", []string{name}, batch, t0)
 			if round == 1 {
+				names, batches = append(names, name), append(batches, batch)
 				for _, pp := range batch.Pods {
 					_ = podIndex.Add(&corev1.Pod{
 						ObjectMeta: metav1.ObjectMeta{Name: pp.Name, Namespace: pp.Namespace, UID: types.UID(pp.UID), Labels: map[string]string{"app": fmt.Sprintf("deploy-%d", i%1000)}},
@@ -56,7 +68,12 @@ func benchProvider(b *testing.B, nodes int) *Provider {
 			}
 		}
 	}
-	return New(Config{Pods: corelisters.NewPodLister(podIndex), Nodes: corelisters.NewNodeLister(nodeIndex), Usage: st, Clock: clk})
+	rescrape := func() {
+		for i := range names {
+			st.Store("kubelet", names[i:i+1], batches[i], t0)
+		}
+	}
+	return New(Config{Pods: corelisters.NewPodLister(podIndex), Nodes: corelisters.NewNodeLister(nodeIndex), Usage: st, Clock: clk}), rescrape
 }
 
 // growCounters makes round 1 a later sample of round 0's series: same start
@@ -79,6 +96,28 @@ func BenchmarkListAllPods(b *testing.B) {
 			p := benchProvider(b, n)
 			b.ReportAllocs()
 			for b.Loop() {
+				items, err := p.ListPodMetrics(context.Background(), "", labels.Everything(), fields.Everything())
+				if err != nil || len(items) != n*30 {
+					b.Fatalf("got %d items, %v; want %d", len(items), err, n*30)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkListAllPodsAfterScrape is the first full list after a scrape
+// cycle replaced every pod, when nothing derived from the samples is kept
+// yet. The store write between lists is not timed.
+func BenchmarkListAllPodsAfterScrape(b *testing.B) {
+	for _, n := range []int{1000, 5000} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			p, rescrape := benchProviderScrape(b, n)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				rescrape()
+				b.StartTimer()
 				items, err := p.ListPodMetrics(context.Background(), "", labels.Everything(), fields.Everything())
 				if err != nil || len(items) != n*30 {
 					b.Fatalf("got %d items, %v; want %d", len(items), err, n*30)
