@@ -21,7 +21,7 @@ func (b *bench) printHeader() {
 	o := b.opts
 	w := b.out
 	fmt.Fprintf(w, "benchcompare %s\n", time.Now().UTC().Format(time.RFC3339))
-	fmt.Fprintf(w, "command: %s\n", strings.Join(os.Args, " "))
+	fmt.Fprintf(w, "command: %s\n", commandLine())
 	fmt.Fprintf(w, "machine: %s, %d cores, %s RAM, %s\n", cpuModel(), runtime.NumCPU(), memTotal(), kernel())
 	fmt.Fprintf(w, "load average at start: %s\n", loadAverage())
 	fmt.Fprintf(w, "harness: %s\n", runtime.Version())
@@ -36,6 +36,20 @@ func (b *bench) printHeader() {
 		o.Resolution, o.RequestTimeout, o.Rounds, o.WarmupCycles, o.WindowCycles)
 	fmt.Fprintf(w, "probes: %d new pods per round; list load: %d clients, %v or %d requests per shape, JSON, HTTP/2, straight to each server's port\n\n",
 		o.Probes, o.Clients, o.LoadDuration, o.LoadMaxRequests)
+}
+
+// commandLine is how the harness was started: the BENCH_ variables it
+// reads, if set, and its arguments (go run names a temporary binary, so the
+// program's name is written as the package).
+func commandLine() string {
+	var parts []string
+	for _, v := range []string{"BENCH_NODES", "BENCH_PODS", "BENCH_ROUNDS"} {
+		if x, ok := os.LookupEnv(v); ok {
+			parts = append(parts, v+"="+x)
+		}
+	}
+	parts = append(parts, "go run ./test/benchcompare")
+	return strings.Join(append(parts, os.Args[1:]...), " ")
 }
 
 func cpuModel() string {

@@ -95,6 +95,7 @@ func exitError(p *cluster.Process) error {
 
 // windowEnd is what is read at each end of the steady window.
 type windowEnd struct {
+	at         time.Time // when cpu was read
 	cpu        float64
 	cycleSum   float64
 	cycleCount float64
@@ -102,6 +103,7 @@ type windowEnd struct {
 }
 
 func (b *bench) readWindowEnd(ctx context.Context, s *runningServer) (windowEnd, error) {
+	at := time.Now()
 	cpu, err := cpuSeconds(s.proc.Pid())
 	if err != nil {
 		return windowEnd{}, err
@@ -114,7 +116,7 @@ func (b *bench) readWindowEnd(ctx context.Context, s *runningServer) (windowEnd,
 	if !ok {
 		return windowEnd{}, fmt.Errorf("%s /metrics has no %s", s.kind.name, s.kind.cycleMetric)
 	}
-	return windowEnd{cpu: cpu, cycleSum: sum, cycleCount: count, failures: m.total(s.kind.failureMetric, s.kind.failureMatch...)}, nil
+	return windowEnd{at: at, cpu: cpu, cycleSum: sum, cycleCount: count, failures: m.total(s.kind.failureMetric, s.kind.failureMatch...)}, nil
 }
 
 // steadyWindow measures WindowCycles × resolution of the server left alone.
@@ -130,7 +132,6 @@ func (b *bench) steadyWindow(ctx context.Context, s *runningServer, res *roundRe
 	if err != nil {
 		return err
 	}
-	began := time.Now()
 
 	var (
 		mu   sync.Mutex
@@ -157,7 +158,7 @@ func (b *bench) steadyWindow(ctx context.Context, s *runningServer, res *roundRe
 			}
 		}
 	})
-	err = b.sleep(ctx, length-time.Since(began), s)
+	err = b.sleep(ctx, time.Until(start.at.Add(length)), s)
 	stopSampling()
 	wg.Wait()
 	if err != nil {
@@ -178,7 +179,9 @@ func (b *bench) steadyWindow(ctx context.Context, s *runningServer, res *roundRe
 	if cycles <= 0 {
 		return fmt.Errorf("%s finished no scrape cycle in %v", s.kind.name, length)
 	}
-	res.set(figCPU, (end.cpu-start.cpu)/float64(k))
+	// The window is length to within a few milliseconds of scheduling; the
+	// CPU is scaled to exactly k periods.
+	res.set(figCPU, (end.cpu-start.cpu)/float64(k)*float64(length)/float64(end.at.Sub(start.at)))
 	res.set(figPeakRSS, mib(mem.Peak))
 	res.set(figSteadyRSS, median(rss))
 	res.set(figCycle, (end.cycleSum-start.cycleSum)/cycles)
