@@ -1,0 +1,483 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
+	"k8s.io/utils/ptr"
+
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+)
+
+// faultOutcome is what a fault must do to the metrics of the pods it
+// touches.
+type faultOutcome int
+
+const (
+	// faultGone: the pods keep their last right values, then disappear
+	// within the staleness bound.
+	faultGone faultOutcome = iota
+	// faultRight: the pods keep being served, with right values.
+	faultRight
+	// faultRightOrGone: the pods are served with right values or not at
+	// all, never with wrong ones.
+	faultRightOrGone
+	// faultDropped: the pods of faultCase.dropped disappear by the next
+	// scrape; the other pods keep right values.
+	faultDropped
+)
+
+// faultCase is one fault of a fault table.
+type faultCase struct {
+	name       string
+	set, clear func() error
+	// reason is the failure reason the fault is counted under; empty when
+	// the scrape succeeds.
+	reason string
+	// partial says the fault is counted as a partial scrape.
+	partial bool
+	// counter, when set, is another self-metric the fault must increase:
+	// name and label matchers.
+	counter []string
+	outcome faultOutcome
+	dropped map[string]bool
+	// low allows CPU below the told value (a rate over a window that
+	// started after the counter did).
+	low bool
+}
+
+// faultScope is where a fault table's faults land.
+type faultScope struct {
+	source string // "kubelet" or "ukpd"
+	target string // the target ID in the server's log
+	ns     string
+	// affected are the pods the fault touches, healthy the pods that must
+	// keep fresh samples throughout.
+	affected, healthy []string
+	// told is each pod's usage as the fakes were told.
+	told map[string]faultUsage
+	// tolerance is the relative CPU difference accepted.
+	tolerance float64
+}
+
+type faultUsage struct {
+	milliCPU int64
+	memory   int64
+}
+
+// faultFigures are what one fault case measured. Zero durations were not
+// measured.
+type faultFigures struct {
+	counted, gone, recovered time.Duration
+	healthyMaxAge            time.Duration
+	// served and lists count the lists that served an affected pod, of all
+	// the lists taken while the fault was in force.
+	served, lists int
+}
+
+func (f faultFigures) String() string {
+	var parts []string
+	for _, p := range []struct {
+		name string
+		d    time.Duration
+	}{{"counted", f.counted}, {"gone", f.gone}, {"recovered", f.recovered}} {
+		if p.d > 0 {
+			parts = append(parts, p.name+" "+p.d.Round(100*time.Millisecond).String())
+		}
+	}
+	parts = append(parts, fmt.Sprintf("affected pods served in %d of %d lists", f.served, f.lists),
+		"healthy pods' oldest sample "+f.healthyMaxAge.Round(100*time.Millisecond).String())
+	return strings.Join(parts, ", ")
+}
+
+// faultBounds derive every wait of a fault case from the server's
+// resolution and request timeout.
+type faultBounds struct {
+	stale   time.Duration // values are served this long after they were derived
+	counted time.Duration // two failed scrapes, as TestNodeFaults always waited
+	gone    time.Duration // a scrape in flight at the fault, then staleness
+	dropped time.Duration // the next scrape
+	window  time.Duration // how long "right" outcomes are watched
+	recover time.Duration
+	age     time.Duration // oldest sample of a healthy pod
+}
+
+func newFaultBounds() faultBounds {
+	res, timeout := suite.resolution, suite.timeout
+	const slack = 10 * time.Second
+	stale := 2*res + timeout
+	return faultBounds{
+		stale:   stale,
+		counted: 3*(res+timeout) + slack,
+		gone:    timeout + stale + res + slack,
+		dropped: 2*(res+timeout) + slack,
+		window:  3 * res,
+		recover: res + timeout + 2*slack,
+		// Samples carry whole seconds; a second more covers that and a
+		// list's latency.
+		age: stale + time.Second,
+	}
+}
+
+// runFault sets one fault, watches the pods and the server until the
+// fault's effects are all seen (or a bound passes), checks readiness, the
+// process and the log, clears the fault and waits for recovery.
+func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) faultFigures {
+	t.Helper()
+	b := newFaultBounds()
+	pid := suite.server.Process.Pid()
+	failuresBefore := faultMetric(ctx, t, "group_metrics_server_scraper_target_failures_total", `source="`+sc.source+`"`, `reason="`+tc.reason+`"`)
+	partialBefore := faultMetric(ctx, t, "group_metrics_server_scraper_partial_scrapes_total", `source="`+sc.source+`"`)
+	var counterBefore float64
+	if tc.counter != nil {
+		counterBefore = faultMetric(ctx, t, tc.counter[0], tc.counter[1:]...)
+	}
+	failingBefore, recoveredBefore := faultLogLines(t, sc.target, tc.reason)
+
+	if err := tc.set(); err != nil {
+		t.Fatal(err)
+	}
+	cleared := false
+	t.Cleanup(func() {
+		if !cleared {
+			_ = tc.clear()
+		}
+	})
+	setAt := time.Now()
+
+	var fig faultFigures
+	mc, err := newMetricsClient(suite.cluster.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := faultWatch{t: t, metrics: mc, sc: sc, tc: tc, setAt: setAt}
+	limit := b.window
+	switch {
+	case tc.outcome == faultGone:
+		limit = max(b.counted, b.gone)
+	case tc.outcome == faultDropped:
+		limit = max(b.counted, b.dropped)
+	case tc.reason != "" || tc.partial:
+		limit = max(limit, b.counted)
+	}
+	deadline := setAt.Add(limit)
+	ticker := time.NewTicker(500 * time.Millisecond)
+	defer ticker.Stop()
+	for {
+		now := time.Now()
+		w.observe(ctx)
+		if fig.counted == 0 && faultCounted(ctx, t, sc, tc, failuresBefore, partialBefore, counterBefore) {
+			fig.counted = time.Since(setAt)
+		}
+		if fig.gone == 0 && w.gone {
+			fig.gone = time.Since(setAt)
+		}
+		countedOK := fig.counted > 0 || (tc.reason == "" && !tc.partial && tc.counter == nil)
+		goneOK := fig.gone > 0 || (tc.outcome != faultGone && tc.outcome != faultDropped)
+		watchedOK := tc.outcome == faultGone || tc.outcome == faultDropped || now.Sub(setAt) >= b.window
+		if countedOK && goneOK && watchedOK && w.healthyFresh {
+			break
+		}
+		if now.After(deadline) {
+			t.Fatalf("after %v: counted %v, gone %v, healthy pods fresh %v; last list: %s",
+				limit, fig.counted > 0, fig.gone > 0, w.healthyFresh, w.last)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-ticker.C:
+		}
+	}
+	fig.healthyMaxAge, fig.served, fig.lists = w.maxAge, w.served, w.lists
+	if w.missing > 0 || w.maxAge > b.age {
+		t.Errorf("healthy pods: oldest sample %v (bound %v), missing from %d lists", w.maxAge, b.age, w.missing)
+	}
+	for _, e := range w.wrong {
+		t.Error(e)
+	}
+	if tc.outcome == faultGone && fig.gone > b.gone {
+		t.Errorf("pods disappeared after %v, bound %v", fig.gone, b.gone)
+	}
+	checkServerHealthy(ctx, t, pid)
+	failing, _ := faultLogLines(t, sc.target, tc.reason)
+	switch {
+	case tc.reason != "" && failing != failingBefore+1:
+		t.Errorf("log has %d new \"Scrape target failing\" lines for %s reason %s, want 1", failing-failingBefore, sc.target, tc.reason)
+	case tc.reason == "" && failing != failingBefore:
+		t.Errorf("log has %d new \"Scrape target failing\" lines for %s, want none", failing-failingBefore, sc.target)
+	}
+
+	if err := tc.clear(); err != nil {
+		t.Fatal(err)
+	}
+	cleared = true
+	clearedAt := time.Now()
+	err = poll(ctx, "recovery from "+tc.name, func(ctx context.Context) error {
+		if time.Since(clearedAt) > b.recover {
+			return fmt.Errorf("still not recovered after %v", b.recover)
+		}
+		if tc.reason != "" {
+			if _, recovered := faultLogLines(t, sc.target, tc.reason); recovered <= recoveredBefore {
+				return fmt.Errorf("no new recovery line for %s", sc.target)
+			}
+		}
+		return faultAllRight(ctx, sc, clearedAt)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tc.outcome == faultGone || tc.outcome == faultDropped {
+		fig.recovered = time.Since(clearedAt)
+	}
+	checkServerHealthy(ctx, t, pid)
+	t.Logf("fault %s (%s): %s", tc.name, sc.target, fig)
+	return fig
+}
+
+// faultWatch lists the pods' metrics and keeps what a fault case checks.
+type faultWatch struct {
+	t       *testing.T
+	metrics metricsclient.Interface
+	sc      faultScope
+	tc      faultCase
+	setAt   time.Time
+
+	healthyFresh  bool
+	gone          bool
+	maxAge        time.Duration
+	missing       int
+	served, lists int
+	wrong         []string
+	last          string
+}
+
+func (w *faultWatch) observe(ctx context.Context) {
+	list, err := w.metrics.MetricsV1beta1().PodMetricses(w.sc.ns).List(ctx, metav1.ListOptions{})
+	now := time.Now()
+	if err != nil {
+		w.last = err.Error()
+		return
+	}
+	served := map[string]faultServed{}
+	var desc []string
+	for _, m := range list.Items {
+		var s faultServed
+		s.at = m.Timestamp.Time
+		for _, c := range m.Containers {
+			s.milliCPU += c.Usage.Cpu().MilliValue()
+			s.memory += c.Usage.Memory().Value()
+		}
+		served[m.Name] = s
+		desc = append(desc, fmt.Sprintf("%s=%dm/%d@%s", m.Name, s.milliCPU, s.memory, s.at.Format(time.TimeOnly)))
+	}
+	w.last = strings.Join(desc, " ")
+	w.lists++
+
+	fresh := true
+	for _, p := range w.sc.healthy {
+		s, ok := served[p]
+		if !ok {
+			w.missing++
+			fresh = false
+			continue
+		}
+		w.maxAge = max(w.maxAge, now.Sub(s.at))
+		fresh = fresh && s.at.After(w.setAt)
+	}
+	w.healthyFresh = fresh
+
+	gone, seen := true, false
+	for _, p := range w.sc.affected {
+		s, ok := served[p]
+		seen = seen || ok
+		expectGone := w.tc.outcome == faultGone || (w.tc.outcome == faultDropped && w.tc.dropped[p])
+		if ok && expectGone {
+			gone = false
+		}
+		if !ok {
+			if w.tc.outcome == faultRight || (w.tc.outcome == faultDropped && !w.tc.dropped[p]) {
+				w.wrong = append(w.wrong, fmt.Sprintf("%v after the fault: pod %s missing", now.Sub(w.setAt).Round(time.Millisecond), p))
+			}
+			continue
+		}
+		if err := faultCheckValue(w.sc, w.tc.low, p, s); err != nil {
+			w.wrong = append(w.wrong, fmt.Sprintf("%v after the fault: %v", now.Sub(w.setAt).Round(time.Millisecond), err))
+		}
+	}
+	w.gone = gone
+	if seen {
+		w.served++
+	}
+}
+
+type faultServed struct {
+	at       time.Time
+	milliCPU int64
+	memory   int64
+}
+
+// faultCheckValue says whether a served value is what the fakes were told.
+func faultCheckValue(sc faultScope, low bool, pod string, s faultServed) error {
+	want, ok := sc.told[pod]
+	if !ok {
+		return nil
+	}
+	d := float64(s.milliCPU-want.milliCPU) / float64(want.milliCPU)
+	if s.memory != want.memory || d > sc.tolerance || (d < -sc.tolerance && !low) || s.milliCPU < 0 {
+		return fmt.Errorf("pod %s served %dm and %d bytes; the fake was told %dm and %d bytes", pod, s.milliCPU, s.memory, want.milliCPU, want.memory)
+	}
+	return nil
+}
+
+// faultAllRight checks that every pod of the scope is served with right
+// values sampled after since.
+func faultAllRight(ctx context.Context, sc faultScope, since time.Time) error {
+	metrics, err := newMetricsClient(suite.cluster.RESTConfig())
+	if err != nil {
+		return err
+	}
+	list, err := metrics.MetricsV1beta1().PodMetricses(sc.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	served := map[string]faultServed{}
+	for _, m := range list.Items {
+		s := faultServed{at: m.Timestamp.Time}
+		for _, c := range m.Containers {
+			s.milliCPU += c.Usage.Cpu().MilliValue()
+			s.memory += c.Usage.Memory().Value()
+		}
+		served[m.Name] = s
+	}
+	for _, p := range append(append([]string{}, sc.affected...), sc.healthy...) {
+		s, ok := served[p]
+		switch {
+		case !ok:
+			return fmt.Errorf("pod %s has no metrics", p)
+		case !s.at.After(since.Add(-time.Second)):
+			return fmt.Errorf("pod %s: sample of %s, not newer than %s", p, s.at.Format(time.TimeOnly), since.Format(time.TimeOnly))
+		}
+		if err := faultCheckValue(sc, false, p, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// faultCounted says whether the server counted the fault as it should.
+func faultCounted(ctx context.Context, t *testing.T, sc faultScope, tc faultCase, failures, partial, counter float64) bool {
+	if tc.reason != "" && faultMetric(ctx, t, "group_metrics_server_scraper_target_failures_total", `source="`+sc.source+`"`, `reason="`+tc.reason+`"`) < failures+2 {
+		return false
+	}
+	if tc.partial && faultMetric(ctx, t, "group_metrics_server_scraper_partial_scrapes_total", `source="`+sc.source+`"`) <= partial {
+		return false
+	}
+	if tc.counter != nil && faultMetric(ctx, t, tc.counter[0], tc.counter[1:]...) <= counter {
+		return false
+	}
+	return tc.reason != "" || tc.partial || tc.counter != nil
+}
+
+func faultMetric(ctx context.Context, t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	v, err := serverMetric(ctx, name, labels...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// checkServerHealthy checks that the server still runs as pid and is ready.
+func checkServerHealthy(ctx context.Context, t *testing.T, pid int) {
+	t.Helper()
+	select {
+	case <-suite.server.Process.Done():
+		t.Fatalf("the server exited: %v", suite.server.Process.Err())
+	default:
+	}
+	if got := suite.server.Process.Pid(); got != pid {
+		t.Errorf("the server's PID changed from %d to %d", pid, got)
+	}
+	client, err := suite.server.HTTPClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body, err := env.Get(ctx, client, "https://"+suite.server.Address()+"/readyz?verbose")
+	if err != nil || code != http.StatusOK || !strings.Contains(body, "[+]metric-storage-ready ok") {
+		t.Errorf("/readyz?verbose: %d %v\n%s", code, err, body)
+	}
+}
+
+// faultLogLines counts the server's log lines saying target started
+// failing for reason (for any reason if reason is empty), and those saying
+// it recovered.
+func faultLogLines(t *testing.T, target, reason string) (failing, recovered int) {
+	t.Helper()
+	data, err := os.ReadFile(suite.server.Process.LogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	quoted := `target="` + target + `"`
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.Contains(line, quoted) {
+			continue
+		}
+		switch {
+		case strings.Contains(line, `"Scrape target failing"`) && (reason == "" || strings.Contains(line, `reason="`+reason+`"`)):
+			failing++
+		case strings.Contains(line, `"Scrape target recovered"`):
+			recovered++
+		}
+	}
+	return failing, recovered
+}
+
+// createPinnedPods creates one pod per name, bound to node, with one
+// container requesting 10m CPU, and waits until they run.
+func createPinnedPods(ctx context.Context, t *testing.T, ns, node string, names ...string) {
+	t.Helper()
+	client := suite.cluster.Client()
+	for _, name := range names {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": "faults"}},
+			Spec: corev1.PodSpec{
+				NodeName:                      node,
+				TerminationGracePeriodSeconds: ptr.To[int64](0),
+				Containers: []corev1.Container{{
+					Name: "app", Image: "registry.k8s.io/pause:3.10",
+					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}},
+				}},
+				Tolerations: []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			},
+		}
+		if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create pod %s/%s: %v", ns, name, err)
+		}
+	}
+	err := poll(ctx, fmt.Sprintf("pods %v on %s to run", names, node), func(ctx context.Context) error {
+		for _, name := range names {
+			p, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if p.Status.Phase != corev1.PodRunning {
+				return fmt.Errorf("pod %s is %s", name, p.Status.Phase)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,134 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources/ukpd"
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
+	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
+)
+
+// TestUkpdFaults breaks the suite's ukpd endpoint one way at a time, below
+// HTTP and above it, while unikernel pods run on a kraftlet node, and checks
+// what TestNodeFaults checks for a kubelet: kubelet-backed pods (on fleet
+// node 2, which TestNodeFaults keeps healthy) keep fresh samples, the
+// server keeps running and ready, the failure is counted by reason and
+// logged once, and the unikernel pods keep right values and then disappear
+// within the staleness bound, or keep right values when the scrape
+// succeeds. It runs in parallel with TestNodeFaults only.
+func TestUkpdFaults(t *testing.T) {
+	t.Parallel()
+	ctx := begin(t, 12*time.Minute)
+	const (
+		ns   = "e2e-ukpd-faults"
+		node = "kraftlet-faults"
+	)
+	newNamespace(ctx, t, ns)
+	client := suite.cluster.Client()
+	if err := env.AddKraftletNode(ctx, suite.cluster, node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := client.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("delete node %s: %v", node, err)
+		}
+	})
+	syncCtx, stopSync := context.WithCancel(ctx)
+	t.Cleanup(stopSync)
+	if _, err := env.SyncInstances(syncCtx, client, node, suite.ukpd.Control, env.UkpdUsage{CPU: "40m", Memory: "64Mi"}); err != nil {
+		t.Fatal(err)
+	}
+	uk := env.DeploymentSpec{Namespace: ns, Name: "uk", Replicas: 2, CPURequest: "100m"}
+	if err := env.CreateKraftletDeployment(ctx, client, uk); err != nil {
+		t.Fatal(err)
+	}
+	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns}, fakekubelet.Usage{CPUNanoCores: 50e6, MemoryBytes: 40 << 20})
+	healthy := []string{"web-a", "web-b"}
+	createPinnedPods(ctx, t, ns, suite.fleet.NodeNames[2], healthy...)
+	ukPods, err := env.WaitForRunningPods(ctx, client, ns, uk.Selector(), int(uk.Replicas))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := faultScope{
+		source: "ukpd", target: "ukpd/" + suite.ukpd.URL, ns: ns,
+		healthy: healthy, told: map[string]faultUsage{}, tolerance: 0.05,
+	}
+	for _, p := range healthy {
+		sc.told[p] = faultUsage{milliCPU: 50, memory: 40 << 20}
+	}
+	for _, p := range ukPods {
+		sc.affected = append(sc.affected, p.Name)
+		sc.told[p.Name] = faultUsage{milliCPU: 40, memory: 64 << 20}
+	}
+	if err := poll(ctx, "metrics of every pod", func(ctx context.Context) error {
+		return faultAllRight(ctx, sc, time.Now().Add(-time.Hour))
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	u := suite.ukpd
+	transport := func(kind fakeukpd.FaultKind, reason string) faultCase {
+		var heal func() error
+		return faultCase{
+			name: string(kind), reason: reason, outcome: faultGone,
+			set: func() (err error) {
+				heal, err = u.BreakTransport(kind)
+				return err
+			},
+			clear: func() error { return heal() },
+		}
+	}
+	handler := func(f fakeukpd.Fault) faultCase {
+		return faultCase{
+			name:  string(f.Kind),
+			set:   func() error { return u.SetFault(f) },
+			clear: func() error { u.ClearFault(""); return nil },
+		}
+	}
+	gone := func(tc faultCase, reason string) faultCase {
+		tc.reason, tc.outcome = reason, faultGone
+		return tc
+	}
+	cases := []faultCase{
+		transport(fakeukpd.FaultRefused, "connection"),
+		transport(fakeukpd.FaultUntrustedCertificate, "tls"),
+		transport(fakeukpd.FaultHandshakeStall, "timeout"),
+		gone(handler(fakeukpd.Fault{Kind: fakeukpd.FaultStall}), "timeout"),
+		gone(handler(fakeukpd.Fault{Kind: fakeukpd.FaultStatus500}), "http_status"),
+		gone(handler(fakeukpd.Fault{Kind: fakeukpd.FaultHugeBody, Bytes: ukpd.DefaultMaxResponseBytes + 1<<20}), "too_large"),
+		gone(handler(fakeukpd.Fault{Kind: fakeukpd.FaultTruncated}), "decode"),
+		gone(handler(fakeukpd.Fault{Kind: fakeukpd.FaultGarbage}), "decode"),
+	}
+	// The counter restarts from zero with a new start count and the same
+	// started_at: the first rate after it may read low, never high.
+	reset := handler(fakeukpd.Fault{Kind: fakeukpd.FaultCounterReset})
+	reset.clear = func() error { return nil }
+	reset.outcome, reset.low = faultRight, true
+	// Every started_at an hour back: a start that changed without a
+	// restart.
+	back := handler(fakeukpd.ClockBackwards(time.Hour))
+	back.outcome = faultRight
+	// A second instance for every container, with twice the values: the
+	// pod is served with its right values or not at all.
+	dup := handler(fakeukpd.Fault{Kind: fakeukpd.FaultDuplicateInstances})
+	dup.outcome = faultRightOrGone
+	dup.counter = []string{"group_metrics_server_ukpd_ignored_instances_total", `reason="duplicate_container"`}
+	cases = append(cases, reset, back, dup)
+
+	began := time.Now()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			runFault(ctx, t, sc, tc)
+		})
+	}
+	t.Logf("every ukpd fault in %v", time.Since(began).Round(time.Second))
+}
