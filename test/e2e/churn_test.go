@@ -1,0 +1,379 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
+
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
+)
+
+const (
+	// churnDuration is how long pods are created and deleted.
+	churnDuration = 3 * time.Minute
+	// churnInterval is how often a churn pod is created and, once
+	// churnPool are alive, the oldest deleted: up to 400 of each a minute.
+	churnInterval = 150 * time.Millisecond
+	churnPool     = 24
+	steadyPods    = 6
+	// churnLabel marks the pods the churn creates and deletes.
+	churnLabel = "churn"
+)
+
+// TestChurn creates and deletes bare pods on the fleet's nodes for
+// churnDuration while clients list metrics, and checks that the server
+// loses nothing and keeps nothing: lists never fail, pods that stay are
+// always served with fresh samples, deleted pods are never served past the
+// staleness bound, new pods get metrics within a scrape and a resolution,
+// and afterwards the store's series gauges return to the pods that exist
+// and the server's RSS to its level before the churn.
+func TestChurn(t *testing.T) {
+	ctx := begin(t, churnDuration+6*time.Minute)
+	const ns = "e2e-churn"
+	newNamespace(ctx, t, ns)
+	client := suite.cluster.Client()
+	steady := env.DeploymentSpec{Namespace: ns, Name: "steady", Replicas: steadyPods, Containers: []string{"app", "sidecar"}, CPURequest: "50m"}
+	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: steady.Selector()}, fakekubelet.Usage{CPUNanoCores: 20e6, MemoryBytes: 48 << 20})
+	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: labels.SelectorFromSet(labels.Set{churnLabel: "true"})},
+		fakekubelet.Usage{CPUNanoCores: 5e6, MemoryBytes: 16 << 20})
+	if err := env.CreateDeployment(ctx, client, steady); err != nil {
+		t.Fatal(err)
+	}
+	pods, err := env.WaitForRunningPods(ctx, client, ns, steady.Selector(), steadyPods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steadyKeys []string
+	for _, p := range pods {
+		steadyKeys = append(steadyKeys, ns+"/"+p.Name)
+	}
+	direct := directEndpoint(t, suite.server)
+	nsList := shape{"list-namespace", metricsV1beta1 + "/namespaces/" + ns + "/pods"}
+	err = poll(ctx, "metrics for the steady pods", func(ctx context.Context) error {
+		return servesAll(fetch(ctx, direct, nsList), steadyKeys)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	pid := suite.server.Process.Pid()
+	gaugesBefore := waitStoreMatches(ctx, t, direct, staleBound()+tickBound())
+	rssBefore, heapBefore := settledMemory(ctx, t, direct, pid)
+
+	c := &churn{ns: ns, nodes: suite.fleet.NodeNames, deleted: map[string]time.Time{}}
+	churnCtx, cancel := context.WithTimeout(ctx, churnDuration)
+	defer cancel()
+	began := time.Now()
+	var wg sync.WaitGroup
+	wg.Go(func() { c.run(churnCtx) })
+	wg.Go(func() { c.probe(churnCtx, ctx, aggregatorEndpoint(t)) })
+	listers := []*churnLister{
+		{ep: aggregatorEndpoint(t), sh: listAllPods(), steady: steadyKeys},
+		{ep: direct, sh: nsList, steady: steadyKeys},
+	}
+	for _, l := range listers {
+		wg.Go(func() { l.run(churnCtx, c) })
+	}
+	var peakRSS uint64
+	wg.Go(func() {
+		ticker := time.NewTicker(time.Second)
+		defer ticker.Stop()
+		for churnCtx.Err() == nil {
+			if st, err := env.ReadProc(pid); err == nil {
+				peakRSS = max(peakRSS, st.RSS)
+			}
+			select {
+			case <-churnCtx.Done():
+			case <-ticker.C:
+			}
+		}
+	})
+	wg.Wait()
+	elapsed := time.Since(began)
+	if err := c.deleteRest(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	gaugesAfter := waitStoreMatches(ctx, t, direct, staleBound()+tickBound())
+	rssAfter, heapAfter := settledMemory(ctx, t, direct, pid)
+
+	minutes := elapsed.Minutes()
+	t.Logf("churn for %v: %d pods created (%.0f/min), %d deleted (%.0f/min), %d create and %d delete errors",
+		elapsed.Round(time.Second), c.created, float64(c.created)/minutes, len(c.deleted), float64(len(c.deleted))/minutes, c.createErrors, c.deleteErrors)
+	for _, l := range listers {
+		t.Logf("%s %s: %d lists, %d failed; steady pods missing %d times, oldest steady sample %v; %d deleted pods served past %v, longest after deletion %v",
+			l.ep.name, l.sh.name, l.lists, l.fails, l.missing, l.maxAge.Round(time.Millisecond), l.staleServed, staleBound(), l.maxServedAfterDelete.Round(time.Millisecond))
+	}
+	slices.Sort(c.probeLatencies)
+	if n := len(c.probeLatencies); n > 0 {
+		t.Logf("%d new pods: metrics through the aggregator %v (median), %v (max) after the pod was Running (bound %v)",
+			n, c.probeLatencies[n/2].Round(time.Millisecond), c.probeLatencies[n-1].Round(time.Millisecond), newPodBound())
+	}
+	t.Logf("store gauges (node, container): %v before, %v after; RSS %s before, %s peak, %s after; heap in use %s before, %s after",
+		gaugesBefore, gaugesAfter, mib(rssBefore), mib(peakRSS), mib(rssAfter), mib(heapBefore), mib(heapAfter))
+
+	if c.created < 2*churnPool {
+		t.Errorf("only %d pods created: the pool of %d never turned over", c.created, churnPool)
+	}
+	for _, p := range c.problems {
+		t.Error(p)
+	}
+	for _, l := range listers {
+		for _, p := range l.problems {
+			t.Error(p)
+		}
+		if l.maxAge > staleBound() {
+			t.Errorf("%s: a steady pod's sample %v old was served, more than %v", l.ep.name, l.maxAge, staleBound())
+		}
+	}
+	if len(c.probeLatencies) == 0 {
+		t.Error("no new pod got metrics during the churn")
+	}
+	if limit := rssBefore + max(rssBefore/2, 64<<20); rssAfter > limit {
+		t.Errorf("RSS after the churn %s, more than %s (before %s + max(50%%, 64 MiB))", mib(rssAfter), mib(limit), mib(rssBefore))
+	}
+}
+
+// newPodBound is how soon after a pod is Running its metrics must be
+// served: its node's next scrape (a resolution, plus the request timeout)
+// gives a first sample, and a pod younger than the store's 5 s first-window
+// minimum gets its rate from the scrape after (one more resolution). Five
+// seconds more cover the informers of the server and the fleet and a loaded
+// machine.
+func newPodBound() time.Duration { return 2*suite.resolution + suite.timeout + 5*time.Second }
+
+// churn creates and deletes pods.
+type churn struct {
+	ns    string
+	nodes []string
+
+	mu           sync.Mutex
+	deleted      map[string]time.Time // pod name -> when its delete returned
+	created      int
+	createErrors int
+	deleteErrors int
+
+	probeLatencies []time.Duration
+	problems       []string
+}
+
+func (c *churn) pod(name, node, role string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns, Labels: map[string]string{churnLabel: role}},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			Containers:                    []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			AutomountServiceAccountToken:  ptr.To(false),
+		},
+	}
+}
+
+func (c *churn) problem(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.problems) < 10 {
+		c.problems = append(c.problems, fmt.Sprintf(format, args...))
+	}
+}
+
+func (c *churn) delete(ctx context.Context, name string) error {
+	err := suite.cluster.Client().CoreV1().Pods(c.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.deleteErrors++
+		return err
+	}
+	c.deleted[name] = time.Now()
+	return nil
+}
+
+// deletedAt returns when the pod name was deleted.
+func (c *churn) deletedAt(name string) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.deleted[name]
+	return t, ok
+}
+
+// run creates a pod every churnInterval, round robin over the nodes, and
+// deletes the oldest once churnPool are alive, until ctx ends.
+func (c *churn) run(ctx context.Context) {
+	client := suite.cluster.Client()
+	ticker := time.NewTicker(churnInterval)
+	defer ticker.Stop()
+	var alive []string
+	for i := 0; ctx.Err() == nil; i++ {
+		name := fmt.Sprintf("churn-%d", i)
+		_, err := client.CoreV1().Pods(c.ns).Create(ctx, c.pod(name, c.nodes[i%len(c.nodes)], "true"), metav1.CreateOptions{})
+		c.mu.Lock()
+		if err == nil {
+			c.created++
+			alive = append(alive, name)
+		} else if ctx.Err() == nil {
+			c.createErrors++
+		}
+		c.mu.Unlock()
+		if len(alive) > churnPool {
+			if err := c.delete(ctx, alive[0]); err == nil {
+				alive = alive[1:]
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-ticker.C:
+		}
+	}
+}
+
+// probe creates one pod at a time, until churnCtx ends, and measures how
+// long after it is Running its metrics are served through ep; then deletes
+// it. Each step is bounded with ctx, which outlives churnCtx.
+func (c *churn) probe(churnCtx, ctx context.Context, ep endpoint) {
+	client := suite.cluster.Client()
+	for i := 0; churnCtx.Err() == nil; i++ {
+		name := fmt.Sprintf("probe-%d", i)
+		if _, err := client.CoreV1().Pods(c.ns).Create(ctx, c.pod(name, c.nodes[i%len(c.nodes)], "probe"), metav1.CreateOptions{}); err != nil {
+			c.problem("create %s: %v", name, err)
+			return
+		}
+		stepCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := env.Poll(stepCtx, name+" to run", watched(), func(ctx context.Context) error {
+			p, err := client.CoreV1().Pods(c.ns).Get(ctx, name, metav1.GetOptions{})
+			if err == nil && p.Status.Phase != corev1.PodRunning {
+				err = fmt.Errorf("phase %s", p.Status.Phase)
+			}
+			return err
+		})
+		cancel()
+		if err != nil {
+			c.problem("%v", err)
+			return
+		}
+		running := time.Now()
+		// Wait past the bound, so that a late answer is measured.
+		stepCtx, cancel = context.WithTimeout(ctx, 2*newPodBound())
+		err = env.Poll(stepCtx, "metrics of "+name, watched(), func(ctx context.Context) error {
+			if r := fetch(ctx, ep, getPod(c.ns, name)); r.failed() {
+				return fmt.Errorf("%v", r)
+			}
+			return nil
+		})
+		cancel()
+		latency := time.Since(running)
+		c.mu.Lock()
+		if err == nil {
+			c.probeLatencies = append(c.probeLatencies, latency)
+		}
+		c.mu.Unlock()
+		switch {
+		case err != nil:
+			c.problem("new pod %s: no metrics %v after it was Running: %v", name, latency.Round(time.Millisecond), err)
+		case latency > newPodBound():
+			c.problem("new pod %s: metrics %v after it was Running, more than %v", name, latency.Round(time.Millisecond), newPodBound())
+		}
+		if err := c.delete(ctx, name); err != nil {
+			c.problem("delete %s: %v", name, err)
+			return
+		}
+	}
+}
+
+// deleteRest deletes every pod the churn left and waits until they are gone.
+func (c *churn) deleteRest(ctx context.Context) error {
+	pods := suite.cluster.Client().CoreV1().Pods(c.ns)
+	sel := metav1.ListOptions{LabelSelector: churnLabel}
+	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, sel); err != nil {
+		return fmt.Errorf("delete the churn pods: %w", err)
+	}
+	return poll(ctx, "the churn pods to be gone", func(ctx context.Context) error {
+		list, err := pods.List(ctx, sel)
+		if err == nil && len(list.Items) > 0 {
+			err = fmt.Errorf("%d left", len(list.Items))
+		}
+		return err
+	})
+}
+
+// churnLister lists metrics every half second during the churn.
+type churnLister struct {
+	ep     endpoint
+	sh     shape
+	steady []string
+
+	lists, fails, missing int
+	staleServed           int
+	maxAge                time.Duration
+	maxServedAfterDelete  time.Duration
+	problems              []string
+}
+
+func (l *churnLister) problem(format string, args ...any) {
+	if len(l.problems) < 10 {
+		l.problems = append(l.problems, fmt.Sprintf("%s %s: ", l.ep.name, l.sh.name)+fmt.Sprintf(format, args...))
+	}
+}
+
+func (l *churnLister) run(ctx context.Context, c *churn) {
+	ticker := time.NewTicker(500 * time.Millisecond)
+	defer ticker.Stop()
+	for ctx.Err() == nil {
+		r := fetch(ctx, l.ep, l.sh)
+		if ctx.Err() != nil {
+			return
+		}
+		l.check(r, c)
+		select {
+		case <-ctx.Done():
+		case <-ticker.C:
+		}
+	}
+}
+
+func (l *churnLister) check(r result, c *churn) {
+	l.lists++
+	if r.failed() {
+		l.fails++
+		l.problem("%v", r)
+		return
+	}
+	if err := servesAll(r, l.steady); err != nil {
+		l.missing++
+		l.problem("steady pods at %s: %v", r.start.Format("15:04:05.000"), err)
+	}
+	prefix := c.ns + "/"
+	for _, e := range r.answer.entries() {
+		name, ok := strings.CutPrefix(e.key, prefix)
+		if !ok {
+			continue
+		}
+		if slices.Contains(l.steady, e.key) {
+			l.maxAge = max(l.maxAge, r.end.Sub(e.timestamp))
+			continue
+		}
+		gone, ok := c.deletedAt(name)
+		if !ok || !r.start.After(gone) {
+			continue
+		}
+		// The request started after the pod's delete returned.
+		after := r.start.Sub(gone)
+		l.maxServedAfterDelete = max(l.maxServedAfterDelete, after)
+		if after > staleBound() {
+			l.staleServed++
+			l.problem("pod %s served %v after it was deleted", name, after.Round(time.Millisecond))
+		}
+	}
+}
