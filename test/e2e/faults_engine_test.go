@@ -190,8 +190,8 @@ func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) fa
 			break
 		}
 		if now.After(deadline) {
-			t.Fatalf("after %v: counted %v, gone %v, healthy pods fresh %v; last list: %s",
-				limit, fig.counted > 0, fig.gone > 0, w.healthyFresh, w.last)
+			t.Fatalf("after %v: counted %v, gone %v, healthy pods fresh %v; wrong values: %v; last list: %s",
+				limit, fig.counted > 0, fig.gone > 0, w.healthyFresh, w.wrong[:min(3, len(w.wrong))], w.last)
 		}
 		select {
 		case <-ctx.Done():
