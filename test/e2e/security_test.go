@@ -4,27 +4,16 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/base64"
-	"encoding/pem"
-	"fmt"
-	"math/big"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/provider"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
@@ -100,10 +89,45 @@ func TestRequestsRefused(t *testing.T) {
 	t.Run("custom.metrics.k8s.io", func(t *testing.T) {
 		// The suite's server does not serve custom.metrics.k8s.io; one from
 		// manifests/custom-metrics does, until the subtest ends.
-		s := deployCustomMetricsServer(ctx, t)
+		s := deployCustomMetricsForSecurity(ctx, t)
 		check(t, s, append(customMetricsPaths(securityNamespace), metricsPaths(securityNamespace, node)...), serverOwnPaths)
 	})
 	assertServerUp(ctx, t)
+}
+
+// deployCustomMetricsForSecurity deploys a server from
+// manifests/custom-metrics under a process name of its own (process names
+// are unique in the cluster), which takes over the APIServices until the
+// test ends and hands them back to the suite's server.
+func deployCustomMetricsForSecurity(ctx context.Context, t *testing.T) *env.Server {
+	t.Helper()
+	root, err := env.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := env.DeployServer(ctx, suite.cluster, env.ServerConfig{
+		ManifestsDir:          filepath.Join(root, "manifests", "custom-metrics"),
+		BinDir:                suite.binDir,
+		KubeletCAFile:         suite.fleet.CAFile,
+		MetricResolution:      suite.resolution,
+		KubeletRequestTimeout: suite.timeout,
+		ProcessName:           "group-metrics-server-security",
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(suite.ctx, time.Minute)
+		defer cancel()
+		restore := suite.server.Register
+		if s != nil {
+			restore = func(ctx context.Context) error { return s.Undeploy(ctx, suite.server) }
+		}
+		if err := restore(ctx); err != nil {
+			t.Errorf("hand the APIServices back to the suite's server: %v", err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // serverOwnPaths are protected paths only the server's own port has:
@@ -151,32 +175,6 @@ func directBase(s *env.Server) *rest.Config {
 	return cfg
 }
 
-// refusedCredentials are the identities TestRequestsRefused sends.
-func refusedCredentials(ctx context.Context, t *testing.T) []credentials {
-	t.Helper()
-	const sa = "no-rbac"
-	if _, err := suite.cluster.Client().CoreV1().ServiceAccounts(securityNamespace).Create(ctx,
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := suite.cluster.ServiceAccountKubeconfig(ctx, securityNamespace, sa)
-	if err != nil {
-		t.Fatal(err)
-	}
-	saConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPEM, keyPEM := foreignClientCert(t)
-	return []credentials{
-		{name: "anonymous", set: func(*rest.Config) {}, want: http.StatusForbidden},
-		{name: "unknown-token", set: func(c *rest.Config) { c.BearerToken = "e2e-not-a-token-" + randomHex(t) }, want: http.StatusUnauthorized},
-		{name: "forged-token", set: func(c *rest.Config) { c.BearerToken = forgedToken(t) }, want: http.StatusUnauthorized},
-		{name: "no-rbac-serviceaccount", set: func(c *rest.Config) { c.BearerToken = saConfig.BearerToken }, want: http.StatusForbidden},
-		{name: "foreign-client-cert", set: func(c *rest.Config) { c.CertData, c.KeyData = certPEM, keyPEM }, want: http.StatusUnauthorized},
-	}
-}
-
 // statusCodes GETs every path once and returns the status of each. A
 // transport error fails the test; so does a body that carries a credential
 // the suite gave the server.
@@ -202,73 +200,6 @@ func statusCodes(ctx context.Context, t *testing.T, cfg *rest.Config, paths []st
 		codes[p] = code
 	}
 	return codes
-}
-
-// foreignClientCert returns a client certificate for the cluster admin's
-// name and group, signed by a CA the cluster has never seen.
-func foreignClientCert(t *testing.T) (certPEM, keyPEM []byte) {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "e2e-foreign-ca"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kubernetes-admin", Organization: []string{"system:masters"}},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-}
-
-// forgedToken is a well-formed ES256 JWT claiming to be the server's
-// ServiceAccount, signed with a key nobody trusts.
-func forgedToken(t *testing.T) string {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	enc := base64.RawURLEncoding
-	now := time.Now().Unix()
-	claims := fmt.Sprintf(`{"iss":%q,"sub":"system:serviceaccount:%s:%s","aud":[%q],"iat":%d,"nbf":%d,"exp":%d}`,
-		suite.cluster.APIServerURL(), suite.server.Namespace, suite.server.ServiceAccount, suite.cluster.APIServerURL(), now, now, now+3600)
-	signed := enc.EncodeToString([]byte(`{"alg":"ES256","typ":"JWT","kid":"e2e-forged"}`)) + "." + enc.EncodeToString([]byte(claims))
-	digest := sha256Sum([]byte(signed))
-	r, s, err := ecdsa.Sign(rand.Reader, key, digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sig := make([]byte, 64)
-	r.FillBytes(sig[:32])
-	s.FillBytes(sig[32:])
-	return signed + "." + enc.EncodeToString(sig)
 }
 
 // hostileCase is one request that must be refused as the client's fault.

@@ -1,0 +1,117 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net/http"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// refusedCredentials are the identities TestRequestsRefused sends.
+func refusedCredentials(ctx context.Context, t *testing.T) []credentials {
+	t.Helper()
+	const sa = "no-rbac"
+	if _, err := suite.cluster.Client().CoreV1().ServiceAccounts(securityNamespace).Create(ctx,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := suite.cluster.ServiceAccountKubeconfig(ctx, securityNamespace, sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM := foreignClientCert(t)
+	return []credentials{
+		{name: "anonymous", set: func(*rest.Config) {}, want: http.StatusForbidden},
+		{name: "unknown-token", set: func(c *rest.Config) { c.BearerToken = "e2e-not-a-token-" + randomHex(t) }, want: http.StatusUnauthorized},
+		{name: "forged-token", set: func(c *rest.Config) { c.BearerToken = forgedToken(t) }, want: http.StatusUnauthorized},
+		{name: "no-rbac-serviceaccount", set: func(c *rest.Config) { c.BearerToken = saConfig.BearerToken }, want: http.StatusForbidden},
+		{name: "foreign-client-cert", set: func(c *rest.Config) { c.CertData, c.KeyData = certPEM, keyPEM }, want: http.StatusUnauthorized},
+	}
+}
+
+// foreignClientCert returns a client certificate for the cluster admin's
+// name and group, signed by a CA the cluster has never seen.
+func foreignClientCert(t *testing.T) (certPEM, keyPEM []byte) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "e2e-foreign-ca"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kubernetes-admin", Organization: []string{"system:masters"}},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}
+
+// forgedToken is a well-formed ES256 JWT claiming to be the server's
+// ServiceAccount, signed with a key nobody trusts.
+func forgedToken(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := base64.RawURLEncoding
+	now := time.Now().Unix()
+	claims := fmt.Sprintf(`{"iss":%q,"sub":"system:serviceaccount:%s:%s","aud":[%q],"iat":%d,"nbf":%d,"exp":%d}`,
+		suite.cluster.APIServerURL(), suite.server.Namespace, suite.server.ServiceAccount, suite.cluster.APIServerURL(), now, now, now+3600)
+	signed := enc.EncodeToString([]byte(`{"alg":"ES256","typ":"JWT","kid":"e2e-forged"}`)) + "." + enc.EncodeToString([]byte(claims))
+	digest := sha256Sum([]byte(signed))
+	r, s, err := ecdsa.Sign(rand.Reader, key, digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig := make([]byte, 64)
+	r.FillBytes(sig[:32])
+	s.FillBytes(sig[32:])
+	return signed + "." + enc.EncodeToString(sig)
+}
