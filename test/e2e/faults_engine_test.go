@@ -180,7 +180,7 @@ func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) fa
 		if fig.counted == 0 && faultCounted(ctx, t, sc, tc, failuresBefore, partialBefore, counterBefore) {
 			fig.counted = time.Since(setAt)
 		}
-		if fig.gone == 0 && w.gone {
+		if fig.gone == 0 && w.gone && (tc.outcome == faultGone || tc.outcome == faultDropped) {
 			fig.gone = time.Since(setAt)
 		}
 		countedOK := fig.counted > 0 || (tc.reason == "" && !tc.partial && tc.counter == nil)
