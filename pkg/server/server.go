@@ -132,7 +132,13 @@ func (c CompletedConfig) New() (*Server, error) {
 		Resolution:  c.Resolution,
 		Timeout:     c.Timeout,
 		Concurrency: c.Concurrency,
+		// A pod that starts is scraped as soon as its first sample can
+		// yield a rate, rather than at the next tick.
+		EarlyDelay: store.FirstWindowMin + time.Second,
 	})
+	if _, err := pods.AddEventHandler(startedPods(scraper.Soon)); err != nil {
+		return nil, err
+	}
 	p := provider.New(provider.Config{
 		Pods:          podLister(pods),
 		Nodes:         nodes.Lister(),
@@ -272,4 +278,31 @@ func (s *Server) Run(ctx context.Context) error {
 		go s.caBundle.Run(ctx, time.Minute)
 	}
 	return s.api.PrepareRun().RunWithContext(ctx)
+}
+
+// startedPods calls soon with the node of every pod that starts running
+// after the informer's initial list (whose pods the first tick covers).
+func startedPods(soon func(node string)) cache.ResourceEventHandler {
+	running := func(obj any) (string, bool) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok || pod.Spec.NodeName == "" || pod.Status.Phase != corev1.PodRunning {
+			return "", false
+		}
+		return pod.Spec.NodeName, true
+	}
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initialList bool) {
+			if node, ok := running(obj); ok && !initialList {
+				soon(node)
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			if _, was := running(oldObj); was {
+				return
+			}
+			if node, ok := running(newObj); ok {
+				soon(node)
+			}
+		},
+	}
 }

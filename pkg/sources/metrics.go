@@ -47,6 +47,13 @@ var (
 		Help:           "Targets in the last scrape tick, by source and state (healthy, failing).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"source", "state"})
+	earlyScrapes = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      "scraper",
+		Name:           "early_scrapes_total",
+		Help:           "Scrapes of a target outside the ticks, after a pod started on one of its nodes, by source.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"source"})
 	lastTick = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace:      metricsNamespace,
 		Subsystem:      "scraper",
@@ -62,6 +69,6 @@ var registerOnce sync.Once
 // registry served on /metrics. It is safe to call more than once.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(scrapeDuration, scrapeFailures, partialScrapes, cycleDuration, targetsGauge, lastTick)
+		legacyregistry.MustRegister(scrapeDuration, scrapeFailures, partialScrapes, cycleDuration, targetsGauge, earlyScrapes, lastTick)
 	})
 }

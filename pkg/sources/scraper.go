@@ -22,6 +22,11 @@ type ScraperConfig struct {
 	Timeout time.Duration
 	// Concurrency bounds how many targets are scraped at once.
 	Concurrency int
+	// EarlyDelay, when positive, enables early scrapes: Soon(node) scrapes
+	// the targets covering node this long after it is called, outside the
+	// ticks. It must leave a new container enough time to yield a rate
+	// from its first sample.
+	EarlyDelay time.Duration
 }
 
 // Scraper collects every target of every source once per resolution and
@@ -36,6 +41,20 @@ type Scraper struct {
 
 	mu     sync.Mutex
 	health map[string]string // target ID -> last failure reason, "" when healthy
+	// byNode maps a node to the jobs covering it, as of the last tick.
+	byNode map[string][]job
+	// busy holds the IDs of targets being scraped: a target is scraped by
+	// one goroutine at a time, so its results are stored in order.
+	busy map[string]bool
+	// early holds the targets with an early scrape pending, and when it is
+	// due.
+	early   map[string]earlyScrape
+	earlyCh chan struct{} // wakes the early-scrape loop
+}
+
+type earlyScrape struct {
+	job job
+	due time.Time
 }
 
 // NewScraper returns a Scraper; call Run to start it.
@@ -46,11 +65,20 @@ func NewScraper(cfg ScraperConfig) *Scraper {
 	if cfg.Concurrency < 1 {
 		cfg.Concurrency = 1
 	}
-	return &Scraper{cfg: cfg, health: map[string]string{}}
+	return &Scraper{
+		cfg:     cfg,
+		health:  map[string]string{},
+		busy:    map[string]bool{},
+		early:   map[string]earlyScrape{},
+		earlyCh: make(chan struct{}, 1),
+	}
 }
 
 // Run ticks until ctx is done, starting with one tick right away.
 func (s *Scraper) Run(ctx context.Context) {
+	if s.cfg.EarlyDelay > 0 {
+		go s.runEarly(ctx)
+	}
 	ticker := s.cfg.Clock.NewTicker(s.cfg.Resolution)
 	defer ticker.Stop()
 	for {
@@ -101,6 +129,17 @@ func (s *Scraper) Tick(ctx context.Context) {
 		}
 		s.cfg.Sink.Prune(src.Name(), keep)
 	}
+	if s.cfg.EarlyDelay > 0 {
+		byNode := make(map[string][]job, len(jobs))
+		for _, j := range jobs {
+			for _, n := range j.target.Nodes() {
+				byNode[n] = append(byNode[n], j)
+			}
+		}
+		s.mu.Lock()
+		s.byNode = byNode
+		s.mu.Unlock()
+	}
 
 	queue := make(chan job)
 	var wg sync.WaitGroup
@@ -133,7 +172,26 @@ feed:
 	klog.V(2).InfoS("Scrape tick finished", "targets", len(jobs), "duration", end.Sub(start))
 }
 
+// scrape scrapes one target and stores the result, unless the target is
+// being scraped already: that scrape's result is as fresh.
 func (s *Scraper) scrape(ctx context.Context, j job) {
+	id := j.target.ID()
+	s.mu.Lock()
+	if s.busy[id] {
+		s.mu.Unlock()
+		return
+	}
+	s.busy[id] = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.busy, id)
+		s.mu.Unlock()
+	}()
+	s.scrapeTarget(ctx, j)
+}
+
+func (s *Scraper) scrapeTarget(ctx context.Context, j job) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	start := s.cfg.Clock.Now()

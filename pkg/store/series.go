@@ -10,10 +10,10 @@ import (
 // counter that was reset or a clock that jumped, so it is never served.
 const maxCores = 10000
 
-// firstWindowMin is the shortest time since start over which a first sample
+// FirstWindowMin is the shortest time since start over which a first sample
 // yields a rate. Start times carry whole seconds, so over a shorter window
 // the rate could read more than 20% low.
-const firstWindowMin = 5 * time.Second
+const FirstWindowMin = 5 * time.Second
 
 // Usage is a CPU rate and a memory reading.
 type Usage struct {
@@ -55,7 +55,7 @@ type rates struct {
 //     but for memory.
 //   - A new series, or a reset (start time changed, counter or timestamp went
 //     back): if the counter started at most firstWindowMax before the sample,
-//     (and at least firstWindowMin), the average since start, which is
+//     (and at least FirstWindowMin), the average since start, which is
 //     exact for a new container up to the start time's precision; otherwise
 //     p becomes the baseline and the previous usage, if any, is kept until
 //     it is stale.
@@ -73,7 +73,7 @@ func (r rates) next(prev *series, p sources.Point, scrapedAt time.Time) series {
 		}
 	}
 	if !p.StartTime.IsZero() {
-		if since := p.Timestamp.Sub(p.StartTime); since >= firstWindowMin && since <= r.firstWindowMax {
+		if since := p.Timestamp.Sub(p.StartTime); since >= FirstWindowMin && since <= r.firstWindowMax {
 			if u, ok := rate(p.CPUCoreNanos, since, p); ok {
 				return series{last: p, usage: u, derivedAt: scrapedAt}
 			}
