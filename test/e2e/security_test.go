@@ -75,6 +75,9 @@ func TestRequestsRefused(t *testing.T) {
 				cfg.CertData, cfg.KeyData, cfg.CertFile, cfg.KeyFile = admin.CertData, admin.KeyData, admin.CertFile, admin.KeyFile
 				codes := statusCodes(ctx, t, cfg, via.paths)
 				for _, p := range via.paths {
+					if p == profilingPath && codes[p] != http.StatusNotFound {
+						t.Errorf("GET %s as the cluster admin: %d, want 404 (profiling is off)", p, codes[p])
+					}
 					if codes[p] != http.StatusOK && codes[p] != http.StatusNotFound {
 						t.Errorf("GET %s as the cluster admin: %d, want 200 or 404", p, codes[p])
 					}
@@ -134,7 +137,9 @@ func deployCustomMetricsForSecurity(ctx context.Context, t *testing.T) *env.Serv
 // self-metrics, and profiling, which the manifests leave off (the admin
 // gets 404). Discovery and /openapi are open to every authenticated user,
 // as on kube-apiserver (system:discovery), so they are not here.
-var serverOwnPaths = []string{"/metrics", "/debug/pprof/"}
+var serverOwnPaths = []string{"/metrics", profilingPath}
+
+const profilingPath = "/debug/pprof/"
 
 func metricsPaths(ns, node string) []string {
 	var out []string
