@@ -41,6 +41,9 @@ type Scraper struct {
 
 	mu     sync.Mutex
 	health map[string]string // target ID -> last failure reason, "" when healthy
+	// partial holds the targets whose last successful scrape left points
+	// out.
+	partial map[string]bool
 	// byNode maps a node to the jobs covering it, as of the last tick.
 	byNode map[string][]job
 	// busy holds the IDs of targets being scraped: a target is scraped by
@@ -68,6 +71,7 @@ func NewScraper(cfg ScraperConfig) *Scraper {
 	return &Scraper{
 		cfg:     cfg,
 		health:  map[string]string{},
+		partial: map[string]bool{},
 		busy:    map[string]bool{},
 		early:   map[string]earlyScrape{},
 		earlyCh: make(chan struct{}, 1),
@@ -211,8 +215,8 @@ func (s *Scraper) scrapeTarget(ctx context.Context, j job) {
 	}
 	if err != nil {
 		partialScrapes.WithLabelValues(j.source).Inc()
-		klog.V(1).InfoS("Scrape left out malformed points", "source", j.source, "target", j.target.ID(), "err", err)
 	}
+	s.setPartial(j.target.ID(), err)
 	s.cfg.Sink.Store(j.source, j.target.Nodes(), batch, now)
 	s.lastSuccess.Store(now.UnixNano())
 	s.setHealth(j.target.ID(), "", nil)
@@ -230,6 +234,26 @@ func (s *Scraper) setHealth(id, reason string, err error) {
 		klog.ErrorS(err, "Scrape target failing", "target", id, "reason", reason)
 	case reason == "" && known && prev != "":
 		klog.InfoS("Scrape target recovered", "target", id)
+	}
+}
+
+// setPartial logs when a target starts and stops leaving out malformed
+// points (err is what it left out, nil for none): once per change, not per
+// scrape.
+func (s *Scraper) setPartial(id string, err error) {
+	s.mu.Lock()
+	was := s.partial[id]
+	if err != nil {
+		s.partial[id] = true
+	} else {
+		delete(s.partial, id)
+	}
+	s.mu.Unlock()
+	switch {
+	case err != nil && !was:
+		klog.ErrorS(err, "Scrape target leaving out malformed points", "target", id)
+	case err == nil && was:
+		klog.InfoS("Scrape target no longer leaving out points", "target", id)
 	}
 }
 
@@ -255,6 +279,11 @@ func (s *Scraper) recordHealth(jobs []job) {
 	for id := range s.health {
 		if _, ok := seen[id]; !ok {
 			delete(s.health, id)
+		}
+	}
+	for id := range s.partial {
+		if _, ok := seen[id]; !ok {
+			delete(s.partial, id)
 		}
 	}
 	s.mu.Unlock()

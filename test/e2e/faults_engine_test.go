@@ -144,6 +144,7 @@ func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) fa
 		counterBefore = faultMetric(ctx, t, tc.counter[0], tc.counter[1:]...)
 	}
 	failingBefore, recoveredBefore := faultLogLines(t, sc.target, tc.reason)
+	partialLinesBefore := partialLogLines(t, sc.target)
 
 	if err := tc.set(); err != nil {
 		t.Fatal(err)
@@ -216,6 +217,9 @@ func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) fa
 		t.Errorf("log has %d new \"Scrape target failing\" lines for %s reason %s, want 1", failing-failingBefore, sc.target, tc.reason)
 	case tc.reason == "" && failing != failingBefore:
 		t.Errorf("log has %d new \"Scrape target failing\" lines for %s, want none", failing-failingBefore, sc.target)
+	}
+	if n := partialLogLines(t, sc.target) - partialLinesBefore; tc.partial && n != 1 {
+		t.Errorf("log has %d new lines saying %s leaves out points, want 1", n, sc.target)
 	}
 
 	if err := tc.clear(); err != nil {
@@ -441,6 +445,23 @@ func faultLogLines(t *testing.T, target, reason string) (failing, recovered int)
 		}
 	}
 	return failing, recovered
+}
+
+// partialLogLines counts the server's log lines saying target started
+// leaving out malformed points.
+func partialLogLines(t *testing.T, target string) int {
+	t.Helper()
+	data, err := os.ReadFile(suite.server.Process.LogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.Contains(line, `target="`+target+`"`) && strings.Contains(line, `"Scrape target leaving out malformed points"`) {
+			n++
+		}
+	}
+	return n
 }
 
 // createPinnedPods creates one pod per name, bound to node, with one
