@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -34,9 +35,11 @@ const (
 // behind the Service: every replica binds the same loopback address and
 // port (SO_REUSEPORT), as the aggregator dials the Service's host,
 // localhost, and the kernel spreads connections over them. Both replicas
-// serve the same pods with the same values; killing the replica that serves
-// the aggregator's requests while clients list through it fails no more
-// requests than were in flight on it, and the other replica serves the rest.
+// serve the same pods with the same values. While clients list through the
+// aggregator, the replica serving it is killed (SIGKILL): only requests that
+// meet it as it goes fail, and the other replica serves the rest; then its
+// replacement takes over from the other one stopped with SIGTERM, with no
+// failure but 429s clients retry.
 func TestHighAvailability(t *testing.T) {
 	ctx := begin(t, 5*time.Minute)
 	const ns = "e2e-ha"
@@ -81,7 +84,23 @@ func TestHighAvailability(t *testing.T) {
 	pinned := connectReplicas(ctx, t, s, procs)
 
 	compareReplicas(ctx, t, s, procs, pinned, ns, want, settled)
-	killDuringLoad(ctx, t, procs, pinned, ns, spec.Selector().String(), pods[0].Name)
+	shapes := []shape{listAllPods(), listSelected(ns, spec.Selector().String()), getPod(ns, pods[0].Name)}
+	victim := stopDuringLoad(ctx, t, procs, pinned, shapes, syscall.SIGKILL)
+
+	// Replace it, then stop the replica now serving the aggregator as a
+	// rolling update or a drain would: SIGTERM.
+	i := slices.Index(procs, victim)
+	p, err := s.StartAgain(suite.binDir, victim.Name()+"-replaced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop() })
+	procs[i] = p
+	pinned = connectReplicas(ctx, t, s, procs)
+	victim = stopDuringLoad(ctx, t, procs, pinned, shapes, syscall.SIGTERM)
+	if err := victim.Err(); err != nil {
+		t.Errorf("%s exited after SIGTERM: %v, want status 0", victim.Name(), err)
+	}
 }
 
 // manifestReplicas returns the replicas of the Deployment in the
@@ -273,20 +292,30 @@ func compareReplicaSnapshots(a, b metricsSnapshot) (string, error) {
 	return strings.Join(lines, "\n"), nil
 }
 
-// metricsRequests sums the metrics.k8s.io requests a replica has counted.
+// stopMargin is how long after a stopped replica was reaped a request may
+// still meet it: the aggregator learns that its connection was reset when
+// its reading goroutine runs, which on a loaded machine can take a moment.
+const stopMargin = time.Second
+
+// metricsRequests sums the metrics.k8s.io requests a replica has counted (0
+// before the first).
 func metricsRequests(ctx context.Context, c *env.PinnedClient) (float64, error) {
 	body, err := selfMetrics(ctx, endpoint{name: "replica", base: c.Base, client: c.Client})
 	if err != nil {
 		return 0, err
 	}
-	return mustValue(body, "apiserver_request_total", `group="metrics.k8s.io"`)
+	n, _, err := promValue(body, "apiserver_request_total", `group="metrics.k8s.io"`)
+	return n, err
 }
 
-// killDuringLoad lists through the aggregator from haClients clients for
-// haLoadDuration and, a third of the way in, kills (SIGKILL) the replica
-// that served most of those requests. Only requests in flight on it may
-// fail: at most one per client.
-func killDuringLoad(ctx context.Context, t *testing.T, procs []*cluster.Process, pinned map[*cluster.Process]*env.PinnedClient, ns, selector, pod string) {
+// stopDuringLoad lists through the aggregator from haClients clients for
+// haLoadDuration and, a third of the way in, sends sig to the replica that
+// served most of those requests, and returns it once it has exited. Only
+// requests that meet the replica while it goes away may fail: those in
+// flight on it, and connections the aggregator opens to its listener before
+// the kernel has closed it. Any request sent more than stopMargin after the
+// process was reaped must succeed.
+func stopDuringLoad(ctx context.Context, t *testing.T, procs []*cluster.Process, pinned map[*cluster.Process]*env.PinnedClient, shapes []shape, sig syscall.Signal) *cluster.Process {
 	t.Helper()
 	counts := func() map[*cluster.Process]float64 {
 		out := map[*cluster.Process]float64{}
@@ -307,7 +336,7 @@ func killDuringLoad(ctx context.Context, t *testing.T, procs []*cluster.Process,
 	)
 	began := time.Now()
 	wg.Go(func() {
-		results = runLoad(ctx, []endpoint{agg}, []shape{listAllPods(), listSelected(ns, selector), getPod(ns, pod)}, haClients, haLoadDuration)
+		results = runLoad(ctx, []endpoint{agg}, shapes, haClients, haLoadDuration)
 	})
 	time.Sleep(haLoadDuration / 3)
 	during := counts()
@@ -321,11 +350,17 @@ func killDuringLoad(ctx context.Context, t *testing.T, procs []*cluster.Process,
 		}
 	}
 	killedAt := time.Now()
-	if err := syscall.Kill(victim.Pid(), syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(victim.Pid(), sig); err != nil {
 		t.Fatal(err)
 	}
+	var reaped time.Time
+	select {
+	case <-victim.Done():
+		reaped = time.Now()
+	case <-time.After(exitBound()):
+		t.Fatalf("%s still running %v after %v", victim.Name(), exitBound(), sig)
+	}
 	wg.Wait()
-	<-victim.Done()
 	elapsed := time.Since(began)
 
 	var survivors []string
@@ -340,7 +375,7 @@ func killDuringLoad(ctx context.Context, t *testing.T, procs []*cluster.Process,
 		default:
 		}
 	}
-	var failed []string
+	var failed, late, refused []string
 	afterKill := 0
 	for _, r := range results {
 		if !r.failed() {
@@ -349,18 +384,34 @@ func killDuringLoad(ctx context.Context, t *testing.T, procs []*cluster.Process,
 			}
 			continue
 		}
-		failed = append(failed, fmt.Sprintf("%v (sent %v after the kill)", r, r.start.Sub(killedAt).Round(time.Microsecond)))
+		f := fmt.Sprintf("%v (sent %v after the signal)", r, r.start.Sub(killedAt).Round(time.Microsecond))
+		failed = append(failed, f)
+		if r.start.After(reaped.Add(stopMargin)) {
+			late = append(late, f)
+		}
+		// A replica stopped with SIGTERM drains: the aggregator's
+		// connection gets a GOAWAY after the listener has closed, so its
+		// next requests reach another replica. Only a request that arrives
+		// between the start of the drain and the GOAWAY may be answered
+		// 429 with Retry-After, which clients retry.
+		if sig == syscall.SIGTERM && r.code != http.StatusTooManyRequests {
+			refused = append(refused, f)
+		}
 	}
-	t.Logf("%d clients through the aggregator for %v: %d requests, %d failed; requests served by each replica before the kill: %s; killed %s, %d requests succeeded after it (served by %s)\n%s",
-		haClients, elapsed.Round(time.Millisecond), len(results), len(failed), strings.Join(served, ", "), victim.Name(), afterKill, strings.Join(survivors, ", "),
-		formatStats(summarize(results), elapsed))
+	t.Logf("%v: %d clients through the aggregator for %v: %d requests, %d failed; requests served by each replica before the signal: %s; %s reaped %v after the signal, %d requests succeeded after it (served by %s)\n%s",
+		sig, haClients, elapsed.Round(time.Millisecond), len(results), len(failed), strings.Join(served, ", "), victim.Name(), reaped.Sub(killedAt).Round(time.Millisecond),
+		afterKill, strings.Join(survivors, ", "), formatStats(summarize(results), elapsed))
 	if len(failed) > 0 {
 		t.Logf("failed requests:\n%s", strings.Join(failed, "\n"))
 	}
-	if len(failed) > haClients {
-		t.Errorf("%d requests failed, more than the %d that can have been in flight on the killed replica", len(failed), haClients)
+	if len(refused) > 0 {
+		t.Errorf("%d requests failed while %s drained, other than 429:\n%s", len(refused), victim.Name(), strings.Join(refused, "\n"))
+	}
+	if len(late) > 0 {
+		t.Errorf("%d requests sent more than %v after %s was reaped failed:\n%s", len(late), stopMargin, victim.Name(), strings.Join(late, "\n"))
 	}
 	if afterKill == 0 {
-		t.Errorf("no request succeeded after %s was killed", victim.Name())
+		t.Errorf("no request succeeded after %s was stopped", victim.Name())
 	}
+	return victim
 }
