@@ -127,6 +127,7 @@ func (s *secrets) collect() error {
 	return errors.Join(errs...)
 }
 
+// flagValues returns the values of every --flag=value in args.
 func flagValues(args []string, flag string) []string {
 	var out []string
 	for _, a := range args {
@@ -137,6 +138,8 @@ func flagValues(args []string, flag string) []string {
 	return out
 }
 
+// firstLine returns the first line of a process log: the command line
+// the process was started with.
 func firstLine(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -187,7 +190,7 @@ func isLog(path string) bool {
 	return strings.HasSuffix(path, ".log")
 }
 
-// scrapeServer returns the server's answers to the paths a client or an operator
+// scrapeServer returns the server's answers to the paths an operator
 // reads: its self-metrics and the verbose health checks, which carry the
 // sources' error messages.
 func scrapeServer(ctx context.Context, s *env.Server) (map[string]string, error) {
