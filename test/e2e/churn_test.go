@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -43,6 +42,45 @@ func TestChurn(t *testing.T) {
 	ctx := begin(t, churnDuration+6*time.Minute)
 	const ns = "e2e-churn"
 	newNamespace(ctx, t, ns)
+	steadyKeys := steadyWorkload(ctx, t, ns)
+	direct := directEndpoint(t, suite.server)
+	nsList := shape{"list-namespace", metricsV1beta1 + "/namespaces/" + ns + "/pods"}
+	err := poll(ctx, "metrics for the steady pods", func(ctx context.Context) error {
+		return servesAll(fetch(ctx, direct, nsList), steadyKeys)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	pid := suite.server.Process.Pid()
+	gaugesBefore := waitStoreMatches(ctx, t, direct, staleBound()+tickBound())
+	rssBefore, heapBefore := settledMemory(ctx, t, direct, pid)
+
+	c := &churn{ns: ns, nodes: suite.fleet.NodeNames, deleted: map[string]time.Time{}}
+	listers := []*churnLister{
+		{ep: aggregatorEndpoint(t), sh: listAllPods(), steady: steadyKeys},
+		{ep: direct, sh: nsList, steady: steadyKeys},
+	}
+	elapsed, peakRSS := c.runAll(ctx, aggregatorEndpoint(t), listers, pid)
+	if err := c.deleteRest(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	gaugesAfter := waitStoreMatches(ctx, t, direct, staleBound()+tickBound())
+	rssAfter, heapAfter := settledMemory(ctx, t, direct, pid)
+
+	c.report(t, listers, elapsed)
+	t.Logf("store gauges (node, container): %v before, %v after; RSS %s before, %s peak, %s after; heap in use %s before, %s after",
+		gaugesBefore, gaugesAfter, mib(rssBefore), mib(peakRSS), mib(rssAfter), mib(heapBefore), mib(heapAfter))
+	if limit := rssBefore + max(rssBefore/2, 64<<20); rssAfter > limit {
+		t.Errorf("RSS after the churn %s, more than %s (before %s + max(50%%, 64 MiB))", mib(rssAfter), mib(limit), mib(rssBefore))
+	}
+}
+
+// steadyWorkload creates the Deployment whose pods stay through the churn,
+// sets the usage of the churn's pods, and returns the steady pods' keys.
+func steadyWorkload(ctx context.Context, t *testing.T, ns string) []string {
+	t.Helper()
 	client := suite.cluster.Client()
 	steady := env.DeploymentSpec{Namespace: ns, Name: "steady", Replicas: steadyPods, Containers: []string{"app", "sidecar"}, CPURequest: "50m"}
 	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: steady.Selector()}, fakekubelet.Usage{CPUNanoCores: 20e6, MemoryBytes: 48 << 20})
@@ -59,30 +97,18 @@ func TestChurn(t *testing.T) {
 	for _, p := range pods {
 		steadyKeys = append(steadyKeys, ns+"/"+p.Name)
 	}
-	direct := directEndpoint(t, suite.server)
-	nsList := shape{"list-namespace", metricsV1beta1 + "/namespaces/" + ns + "/pods"}
-	err = poll(ctx, "metrics for the steady pods", func(ctx context.Context) error {
-		return servesAll(fetch(ctx, direct, nsList), steadyKeys)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	return steadyKeys
+}
 
-	pid := suite.server.Process.Pid()
-	gaugesBefore := waitStoreMatches(ctx, t, direct, staleBound()+tickBound())
-	rssBefore, heapBefore := settledMemory(ctx, t, direct, pid)
-
-	c := &churn{ns: ns, nodes: suite.fleet.NodeNames, deleted: map[string]time.Time{}}
+// runAll runs the churn, the probe and the listers for churnDuration, and
+// returns how long that took and the server's (pid) peak RSS meanwhile.
+func (c *churn) runAll(ctx context.Context, agg endpoint, listers []*churnLister, pid int) (time.Duration, uint64) {
 	churnCtx, cancel := context.WithTimeout(ctx, churnDuration)
 	defer cancel()
 	began := time.Now()
 	var wg sync.WaitGroup
 	wg.Go(func() { c.run(churnCtx) })
-	wg.Go(func() { c.probe(churnCtx, ctx, aggregatorEndpoint(t)) })
-	listers := []*churnLister{
-		{ep: aggregatorEndpoint(t), sh: listAllPods(), steady: steadyKeys},
-		{ep: direct, sh: nsList, steady: steadyKeys},
-	}
+	wg.Go(func() { c.probe(churnCtx, ctx, agg) })
 	for _, l := range listers {
 		wg.Go(func() { l.run(churnCtx, c) })
 	}
@@ -101,16 +127,15 @@ func TestChurn(t *testing.T) {
 		}
 	})
 	wg.Wait()
-	elapsed := time.Since(began)
-	if err := c.deleteRest(ctx); err != nil {
-		t.Fatal(err)
-	}
+	return time.Since(began), peakRSS
+}
 
-	gaugesAfter := waitStoreMatches(ctx, t, direct, staleBound()+tickBound())
-	rssAfter, heapAfter := settledMemory(ctx, t, direct, pid)
-
+// report logs what the churn, the probe and the listers saw, and fails the
+// test for every problem.
+func (c *churn) report(t *testing.T, listers []*churnLister, elapsed time.Duration) {
+	t.Helper()
 	minutes := elapsed.Minutes()
-	t.Logf("churn for %v: %d pods created (%.0f/min), %d deleted (%.0f/min), %d create and %d delete errors",
+	t.Logf("churn for %v: %d pods created (%.0f/min), %d deleted with the probes (%.0f/min), %d create and %d delete errors",
 		elapsed.Round(time.Second), c.created, float64(c.created)/minutes, len(c.deleted), float64(len(c.deleted))/minutes, c.createErrors, c.deleteErrors)
 	for _, l := range listers {
 		t.Logf("%s %s: %d lists, %d failed; steady pods missing %d times, oldest steady sample %v; %d deleted pods served past %v, longest after deletion %v",
@@ -121,8 +146,6 @@ func TestChurn(t *testing.T) {
 		t.Logf("%d new pods: metrics through the aggregator %v (median), %v (max) after the pod was Running (bound %v)",
 			n, c.probeLatencies[n/2].Round(time.Millisecond), c.probeLatencies[n-1].Round(time.Millisecond), newPodBound())
 	}
-	t.Logf("store gauges (node, container): %v before, %v after; RSS %s before, %s peak, %s after; heap in use %s before, %s after",
-		gaugesBefore, gaugesAfter, mib(rssBefore), mib(peakRSS), mib(rssAfter), mib(heapBefore), mib(heapAfter))
 
 	if c.created < 2*churnPool {
 		t.Errorf("only %d pods created: the pool of %d never turned over", c.created, churnPool)
@@ -140,9 +163,6 @@ func TestChurn(t *testing.T) {
 	}
 	if len(c.probeLatencies) == 0 {
 		t.Error("no new pod got metrics during the churn")
-	}
-	if limit := rssBefore + max(rssBefore/2, 64<<20); rssAfter > limit {
-		t.Errorf("RSS after the churn %s, more than %s (before %s + max(50%%, 64 MiB))", mib(rssAfter), mib(limit), mib(rssBefore))
 	}
 }
 
@@ -306,74 +326,4 @@ func (c *churn) deleteRest(ctx context.Context) error {
 		}
 		return err
 	})
-}
-
-// churnLister lists metrics every half second during the churn.
-type churnLister struct {
-	ep     endpoint
-	sh     shape
-	steady []string
-
-	lists, fails, missing int
-	staleServed           int
-	maxAge                time.Duration
-	maxServedAfterDelete  time.Duration
-	problems              []string
-}
-
-func (l *churnLister) problem(format string, args ...any) {
-	if len(l.problems) < 10 {
-		l.problems = append(l.problems, fmt.Sprintf("%s %s: ", l.ep.name, l.sh.name)+fmt.Sprintf(format, args...))
-	}
-}
-
-func (l *churnLister) run(ctx context.Context, c *churn) {
-	ticker := time.NewTicker(500 * time.Millisecond)
-	defer ticker.Stop()
-	for ctx.Err() == nil {
-		r := fetch(ctx, l.ep, l.sh)
-		if ctx.Err() != nil {
-			return
-		}
-		l.check(r, c)
-		select {
-		case <-ctx.Done():
-		case <-ticker.C:
-		}
-	}
-}
-
-func (l *churnLister) check(r result, c *churn) {
-	l.lists++
-	if r.failed() {
-		l.fails++
-		l.problem("%v", r)
-		return
-	}
-	if err := servesAll(r, l.steady); err != nil {
-		l.missing++
-		l.problem("steady pods at %s: %v", r.start.Format("15:04:05.000"), err)
-	}
-	prefix := c.ns + "/"
-	for _, e := range r.answer.entries() {
-		name, ok := strings.CutPrefix(e.key, prefix)
-		if !ok {
-			continue
-		}
-		if slices.Contains(l.steady, e.key) {
-			l.maxAge = max(l.maxAge, r.end.Sub(e.timestamp))
-			continue
-		}
-		gone, ok := c.deletedAt(name)
-		if !ok || !r.start.After(gone) {
-			continue
-		}
-		// The request started after the pod's delete returned.
-		after := r.start.Sub(gone)
-		l.maxServedAfterDelete = max(l.maxServedAfterDelete, after)
-		if after > staleBound() {
-			l.staleServed++
-			l.problem("pod %s served %v after it was deleted", name, after.Round(time.Millisecond))
-		}
-	}
 }

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"math"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -17,7 +16,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
@@ -173,123 +171,6 @@ func connectReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*
 		}
 	}
 	return pinned
-}
-
-// compareReplicas waits until every replica serves every pod of want with
-// a window that began after settled, and checks they serve the same pods and
-// nodes with the same values: the fleet's usage is constant, so the replicas'
-// rates agree within cpuTolerance (see differential_test.go) although they
-// scrape at different instants.
-func compareReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*cluster.Process, pinned map[*cluster.Process]*env.PinnedClient, ns string, want []string, settled time.Time) {
-	t.Helper()
-	began := time.Now()
-	snaps := make([]metricsSnapshot, len(procs))
-	// Two scrapes after settled give every replica a window that starts
-	// after it; the slack covers a loaded machine.
-	bound := 2*(suite.resolution+suite.timeout) + 20*time.Second
-	cctx, cancel := context.WithTimeout(ctx, bound)
-	defer cancel()
-	err := env.Poll(cctx, "the replicas to serve every pod from settled windows", procs, func(ctx context.Context) error {
-		for i, p := range procs {
-			c := pinned[p]
-			mc, err := metricsclient.NewForConfigAndClient(s.RESTConfig(), c.Client)
-			if err != nil {
-				return err
-			}
-			snap, err := nsSnapshot(ctx, mc, ns)
-			if err != nil {
-				return fmt.Errorf("%s: %w", p.Name(), err)
-			}
-			if got, err := c.Replica(ctx, procs); err != nil || got != p {
-				return fmt.Errorf("the connection to %s moved: %w", p.Name(), err)
-			}
-			for _, k := range want {
-				if _, ok := snap[k]; !ok {
-					return fmt.Errorf("%s does not serve %s yet", p.Name(), k)
-				}
-			}
-			if err := snap.podsSettledSince(settled); err != nil {
-				return fmt.Errorf("%s: %w", p.Name(), err)
-			}
-			snaps[i] = snap
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 1; i < len(snaps); i++ {
-		report, err := compareReplicaSnapshots(snaps[0], snaps[i])
-		if err != nil {
-			t.Errorf("%s vs %s: %v", procs[0].Name(), procs[i].Name(), err)
-		}
-		t.Logf("%s vs %s, %v after the first check:\n%s", procs[0].Name(), procs[i].Name(), time.Since(began).Round(time.Millisecond), report)
-	}
-}
-
-// nsSnapshot is snapshot for the pods of ns and every node.
-func nsSnapshot(ctx context.Context, c metricsclient.Interface, ns string) (metricsSnapshot, error) {
-	all, err := snapshot(ctx, c)
-	if err != nil {
-		return nil, err
-	}
-	out := metricsSnapshot{}
-	for k, u := range all {
-		if strings.HasPrefix(k, ns+"/") || strings.HasPrefix(k, "node/") {
-			out[k] = u
-		}
-	}
-	return out, nil
-}
-
-// podsSettledSince is settledSince for the pods only: nodes sum every pod
-// on them, including those of other tests that may still be going away.
-func (s metricsSnapshot) podsSettledSince(t time.Time) error {
-	pods := metricsSnapshot{}
-	for k, u := range s {
-		if !strings.HasPrefix(k, "node/") {
-			pods[k] = u
-		}
-	}
-	return pods.settledSince(t)
-}
-
-// compareReplicaSnapshots checks that a and b hold the same pods and nodes,
-// and the same pod values (memory exactly, CPU within cpuTolerance).
-func compareReplicaSnapshots(a, b metricsSnapshot) (string, error) {
-	var diffs, lines []string
-	keys := map[string]bool{}
-	for k := range a {
-		keys[k] = true
-	}
-	for k := range b {
-		keys[k] = true
-	}
-	sorted := make([]string, 0, len(keys))
-	for k := range keys {
-		sorted = append(sorted, k)
-	}
-	slices.Sort(sorted)
-	for _, k := range sorted {
-		x, okA := a[k]
-		y, okB := b[k]
-		if !okA || !okB {
-			diffs = append(diffs, fmt.Sprintf("%s: served by one replica only", k))
-			continue
-		}
-		d := math.Abs(float64(x.cpuNano - y.cpuNano))
-		lines = append(lines, fmt.Sprintf("  %-32s cpu %11dn vs %11dn (diff %.0fn)  memory %d vs %d", k, x.cpuNano, y.cpuNano, d, x.memory, y.memory))
-		if strings.HasPrefix(k, "node/") {
-			continue
-		}
-		if d > cpuTolerance || x.memory != y.memory {
-			diffs = append(diffs, fmt.Sprintf("%s: cpu %dn vs %dn, memory %d vs %d", k, x.cpuNano, y.cpuNano, x.memory, y.memory))
-		}
-	}
-	if len(diffs) > 0 {
-		return strings.Join(lines, "\n"), fmt.Errorf("%s", strings.Join(diffs, "; "))
-	}
-	return strings.Join(lines, "\n"), nil
 }
 
 // stopMargin is how long after a stopped replica was reaped a request may

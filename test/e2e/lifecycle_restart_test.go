@@ -1,0 +1,233 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
+)
+
+// readyzPoll is what polling a server's /readyz saw.
+type readyzPoll struct {
+	firstAnswer, ready time.Duration // since the start; ready 0 if never
+	notReady           int           // answers other than 200 before ready
+	lastBody           string        // of the last answer other than 200
+}
+
+// pollReadyz asks /readyz every 100 ms from started until it answers 200 or
+// d has passed since started.
+func pollReadyz(ctx context.Context, ep endpoint, started time.Time, d time.Duration) readyzPoll {
+	var rp readyzPoll
+	ctx, cancel := context.WithDeadline(ctx, started.Add(d))
+	defer cancel()
+	ticker := time.NewTicker(100 * time.Millisecond)
+	defer ticker.Stop()
+	for {
+		code, body, err := env.Get(ctx, ep.client, ep.base+"/readyz?verbose")
+		if err == nil {
+			if rp.firstAnswer == 0 {
+				rp.firstAnswer = time.Since(started)
+			}
+			if code == http.StatusOK {
+				rp.ready = time.Since(started)
+				return rp
+			}
+			rp.notReady++
+			rp.lastBody = body
+		}
+		select {
+		case <-ctx.Done():
+			return rp
+		case <-ticker.C:
+		}
+	}
+}
+
+// failingChecks returns the failing lines of a verbose /readyz body.
+func failingChecks(body string) string {
+	var out []string
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, "[-]") {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// restart starts the server's command line again and checks that it is
+// ready within readyBound and, once ready, serves every pod of want.
+func restart(ctx context.Context, t *testing.T, s *env.Server, suffix, ns string, want []string) {
+	t.Helper()
+	proc, err := s.StartAgain(suite.binDir, s.Process.Name()+"-"+suffix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	s.Process = proc
+	direct := directEndpoint(t, s)
+	nsList := shape{"list-namespace", metricsV1beta1 + "/namespaces/" + ns + "/pods"}
+	rp := pollReadyz(ctx, direct, started, readyBound()+time.Minute)
+	if rp.ready == 0 {
+		t.Fatalf("restarted server not ready %v after it started (last /readyz: %s)", readyBound()+time.Minute, failingChecks(rp.lastBody))
+	}
+	atReady := fetch(ctx, direct, nsList)
+	// Then every 100 ms: when does a list first succeed, does it hold every
+	// pod, and when does one first hold every pod?
+	var (
+		firstOK, complete time.Duration
+		firstOKMissing    error
+	)
+	if !atReady.failed() {
+		firstOK, firstOKMissing = atReady.end.Sub(started), servesAll(atReady, want)
+	}
+	err = env.PollUntil(ctx, "the restarted server to serve every pod", 100*time.Millisecond, append(watched(), proc), func(ctx context.Context) error {
+		r := fetch(ctx, direct, nsList)
+		err := servesAll(r, want)
+		if !r.failed() && firstOK == 0 {
+			firstOK, firstOKMissing = r.end.Sub(started), err
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	complete = time.Since(started)
+	t.Logf("restarted: /readyz answered %v after the start, %d times not ready (%s), ready %v after the start (bound %v); first list that succeeded %v after the start (missing pods: %v), first that held every pod %v after",
+		rp.firstAnswer.Round(time.Millisecond), rp.notReady, failingChecks(rp.lastBody), rp.ready.Round(time.Millisecond), readyBound(),
+		firstOK.Round(time.Millisecond), firstOKMissing, complete.Round(time.Millisecond))
+	if rp.ready > readyBound() {
+		t.Errorf("restarted server ready %v after it started, more than %v", rp.ready, readyBound())
+	}
+	if atReady.failed() {
+		t.Errorf("restarted server ready, but a list by the cluster admin right after failed: %v (first list that succeeded %v after the start, ready %v after)",
+			atReady, firstOK.Round(time.Millisecond), rp.ready.Round(time.Millisecond))
+	}
+	if firstOKMissing != nil {
+		t.Errorf("restarted server ready with nothing to serve for the pods that ran before it started: the first list that succeeded (%v after the start, ready %v after) missed %v; every pod was served %v after the start",
+			firstOK.Round(time.Millisecond), rp.ready.Round(time.Millisecond), firstOKMissing, complete.Round(time.Millisecond))
+	}
+}
+
+// restartWithSlowKubelets starts the stopped server again while every
+// kubelet answers later than the request timeout: it must stay not ready
+// through two scrapes, and become ready within readyBound once they answer.
+func restartWithSlowKubelets(ctx context.Context, t *testing.T, s *env.Server) {
+	t.Helper()
+	nodes := suite.fleet.Nodes()
+	for _, n := range nodes {
+		if err := n.SetFault(fakekubelet.Slow(suite.timeout + suite.resolution)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clear := func() {
+		for _, n := range nodes {
+			_ = n.ClearFault(fakekubelet.FaultSlow)
+		}
+	}
+	t.Cleanup(clear)
+	proc, err := s.StartAgain(suite.binDir, s.Process.Name()+"-slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	s.Process = proc
+	direct := directEndpoint(t, s)
+	// Two scrapes fail within a resolution and two timeouts of the first.
+	hold := suite.resolution + 2*suite.timeout
+	rp := pollReadyz(ctx, direct, started, readyBound()+hold)
+	if rp.firstAnswer == 0 {
+		t.Fatalf("/readyz did not answer within %v of the start", readyBound()+hold)
+	}
+	if rp.ready != 0 {
+		t.Errorf("ready %v after the start although no kubelet has answered (%d answers not ready before)", rp.ready, rp.notReady)
+	}
+	code, body, err := env.Get(ctx, direct.client, direct.base+"/livez")
+	if err != nil || code != http.StatusOK {
+		t.Errorf("/livez while every kubelet is slow: %d %v %s", code, err, body)
+	}
+	t.Logf("with every kubelet slower than the timeout: /readyz answered %v after the start, not ready in all %d answers over %v: %s",
+		rp.firstAnswer.Round(time.Millisecond), rp.notReady, (readyBound() + hold).Round(time.Millisecond), failingChecks(rp.lastBody))
+	clear()
+	cleared := time.Now()
+	rp = pollReadyz(ctx, direct, cleared, readyBound()+time.Minute)
+	t.Logf("kubelets answering again: ready %v later (bound %v)", rp.ready.Round(time.Millisecond), readyBound())
+	if rp.ready == 0 || rp.ready > readyBound() {
+		t.Errorf("ready %v after the kubelets answered again, want within %v (0: never)", rp.ready, readyBound())
+	}
+}
+
+// gapWatch is what watchGaps saw.
+type gapWatch struct {
+	lists, bad int
+	// listGap is the longest time between two lists that served every
+	// pod; hpaGap the longest time the HPA's ScalingActive was not True.
+	listGap, hpaGap time.Duration
+}
+
+// watchGaps lists sh through ep and reads the HPA every 250 ms until the
+// returned function is called.
+func watchGaps(ctx context.Context, ep endpoint, sh shape, want []string, ns, hpa string) func() gapWatch {
+	ctx, cancel := context.WithCancel(ctx)
+	var (
+		wg                  sync.WaitGroup
+		w                   gapWatch
+		lastGood, hpaFailed time.Time
+	)
+	client := suite.cluster.Client()
+	wg.Go(func() {
+		ticker := time.NewTicker(250 * time.Millisecond)
+		defer ticker.Stop()
+		for ctx.Err() == nil {
+			r := fetch(ctx, ep, sh)
+			if ctx.Err() != nil {
+				break
+			}
+			w.lists++
+			if servesAll(r, want) == nil {
+				if !lastGood.IsZero() {
+					w.listGap = max(w.listGap, r.end.Sub(lastGood))
+				}
+				lastGood = r.end
+			} else {
+				w.bad++
+			}
+			h, err := client.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(ctx, hpa, metav1.GetOptions{})
+			now := time.Now()
+			if err == nil {
+				active := scalingActive(h)
+				switch {
+				case !active && hpaFailed.IsZero():
+					hpaFailed = now
+				case active && !hpaFailed.IsZero():
+					w.hpaGap = max(w.hpaGap, now.Sub(hpaFailed))
+					hpaFailed = time.Time{}
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-ticker.C:
+			}
+		}
+		now := time.Now()
+		if !lastGood.IsZero() {
+			w.listGap = max(w.listGap, now.Sub(lastGood))
+		}
+		if !hpaFailed.IsZero() {
+			w.hpaGap = max(w.hpaGap, now.Sub(hpaFailed))
+		}
+	})
+	return func() gapWatch {
+		cancel()
+		wg.Wait()
+		return w
+	}
+}
