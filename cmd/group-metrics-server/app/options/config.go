@@ -31,7 +31,7 @@ func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	kube, err := kubernetes.NewForConfig(restCfg)
+	kube, err := kubernetes.NewForConfig(protobuf(restCfg))
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
@@ -197,4 +197,15 @@ func (o *Options) concurrentReads() int {
 		return o.MaxConcurrentReads
 	}
 	return max(1, runtime.GOMAXPROCS(0)-1)
+}
+
+// protobuf returns cfg for a typed client speaking protobuf: the pod
+// informer's initial list and its watch decode several times faster, with a
+// fraction of the garbage, than in JSON. (Dynamic clients need JSON, so cfg
+// itself is left alone.)
+func protobuf(cfg *rest.Config) *rest.Config {
+	out := rest.CopyConfig(cfg)
+	out.ContentType = "application/vnd.kubernetes.protobuf"
+	out.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	return out
 }
