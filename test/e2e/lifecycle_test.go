@@ -146,7 +146,8 @@ func scalingActive(hpa *autoscalingv2.HorizontalPodAutoscaler) bool {
 // stopUnderLoad sends SIGTERM to the server while clients send requests
 // back to back on every endpoint, and checks that it exits with status 0
 // within exitBound and that no request sent on its own port before the
-// signal failed, but for connections refused once it stopped listening. It
+// signal failed, but for connections refused once it stopped listening and
+// answers with Retry-After to requests that arrived after it began to drain. It
 // returns the time from the signal to the exit.
 func stopUnderLoad(ctx context.Context, t *testing.T, s *env.Server, eps []endpoint, shapes []shape) (time.Duration, int) {
 	t.Helper()
@@ -180,7 +181,7 @@ func stopUnderLoad(ctx context.Context, t *testing.T, s *env.Server, eps []endpo
 		t.Errorf("%s exited after SIGTERM: %v, want status 0", proc.Name(), err)
 	}
 
-	var inFlight, refused, before int
+	var inFlight, refused, retry, before int
 	after := map[string]int{}
 	for _, r := range results {
 		if !r.start.Before(sigAt) {
@@ -198,12 +199,16 @@ func stopUnderLoad(ctx context.Context, t *testing.T, s *env.Server, eps []endpo
 		case errors.Is(r.err, syscall.ECONNREFUSED):
 			// Sent after the listener closed: never accepted.
 			refused++
+		case r.retryAfter != "":
+			// Arrived after the drain began: k8s.io/apiserver answers
+			// 503 "shutting down" with Retry-After, which clients retry.
+			retry++
 		default:
 			t.Errorf("a request sent %v before SIGTERM failed: %v", sigAt.Sub(r.start).Round(time.Microsecond), r)
 		}
 	}
-	t.Logf("SIGTERM under load (%d clients on each of %v): exited %v later with %v; of %d requests sent on its port before the signal, %d were in flight and completed after it, %d were refused; requests sent after the signal, by outcome: %v",
-		clients, endpointNames(eps), exited.Round(time.Millisecond), exitStatus(proc.Err()), before, inFlight, refused, after)
+	t.Logf("SIGTERM under load (%d clients on each of %v): exited %v later with %v; of %d requests sent on its port before the signal, %d were in flight and completed after it, %d were refused, %d told to retry; requests sent after the signal, by outcome: %v",
+		clients, endpointNames(eps), exited.Round(time.Millisecond), exitStatus(proc.Err()), before, inFlight, refused, retry, after)
 	return exited, inFlight
 }
 

@@ -115,7 +115,11 @@ type result struct {
 	code            int
 	err             error
 	body            string // first bytes, when the request failed
-	answer          metricsAnswer
+	// retryAfter is the Retry-After header of a failed answer: the server
+	// (or kube-apiserver) tells the client to send it again, and client-go
+	// does.
+	retryAfter string
+	answer     metricsAnswer
 }
 
 func (r result) failed() bool { return r.err != nil || r.code != http.StatusOK }
@@ -152,6 +156,7 @@ func fetch(ctx context.Context, ep endpoint, sh shape) result {
 	r.end, r.code, r.err = time.Now(), resp.StatusCode, err
 	if r.failed() {
 		r.body = strings.TrimSpace(string(body[:min(len(body), 300)]))
+		r.retryAfter = resp.Header.Get("Retry-After")
 		return r
 	}
 	if err := json.Unmarshal(body, &r.answer); err != nil {
