@@ -141,7 +141,7 @@ func referenceCases() []string {
 		nodeOK + `}`,
 		nodeOK + `, "pods": [` + okPod + `]}`,
 		`{"node": null, "pods": null}`,
-		`{}`, `null`, ` {} `, `[]`, `""`, `5`, `{`, `{"node": {}} x`, ``,
+		`{}`, `null`, ` {} `, "{\"node\":{}}\x00", "null\x00", "{\"x\": \x00}", "\x00", `[]`, `""`, `5`, `{`, `{"node": {}} x`, ``,
 		`{"node": {}}`,
 		`{"node": []}`, `{"node": "x"}`, `{"node": {}, "pods": {}}`, `{"node": {}, "pods": [null]}`,
 		nodeOK + `, "pods": [{"podRef": null, "containers": null}]}`,

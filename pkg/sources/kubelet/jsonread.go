@@ -60,7 +60,8 @@ func (r *reader) peek() byte {
 
 // end checks that nothing but white space follows.
 func (r *reader) end() error {
-	if r.peek() != 0 {
+	r.skipSpace()
+	if r.pos < len(r.data) {
 		return r.errorf("unexpected %q after the top-level value", r.data[r.pos])
 	}
 	return nil
@@ -187,7 +188,7 @@ func (r *reader) skip() error {
 	case c == '-' || (c >= '0' && c <= '9'):
 		_, err := r.number()
 		return err
-	case c == 0:
+	case r.pos >= len(r.data):
 		return r.errorf("unexpected end of input, want a value")
 	default:
 		return r.errorf("unexpected %q, want a value", c)
