@@ -39,13 +39,6 @@ GO-2026-6612 stdlib@go1.26.8
 GO-2026-6613 stdlib@go1.26.8
 GO-2026-6617 stdlib@go1.26.8
 GO-2026-6809 stdlib@go1.26.8
-# golang.org/x/net (HTTP/2), an indirect requirement of go.mod; fixed in
-# v0.60.0.
-GO-2026-6603 golang.org/x/net@v0.58.0
-GO-2026-6610 golang.org/x/net@v0.58.0
-GO-2026-6611 golang.org/x/net@v0.58.0
-GO-2026-6612 golang.org/x/net@v0.58.0
-GO-2026-6617 golang.org/x/net@v0.58.0
 "
 
 dbdir="${VULNDB_DIR:-$PWD/bin/vulndb/$VULNDB_VERSION}"
