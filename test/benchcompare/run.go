@@ -136,6 +136,8 @@ func (b *bench) printClusterMemory(when string) {
 
 func (b *bench) printFooter() {
 	fmt.Fprintf(b.out, "\nTotal time: %v; load average at the end: %s\n", time.Since(b.began).Round(time.Second), loadAverage())
-	fmt.Fprintf(b.out, "Work directory: %s\n", b.cluster.WorkDir())
+	if b.opts.WorkDir != "" {
+		fmt.Fprintf(b.out, "Work directory (logs of every process): %s\n", b.cluster.WorkDir())
+	}
 	_ = os.Stdout.Sync()
 }
