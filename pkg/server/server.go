@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -151,11 +152,14 @@ func (c CompletedConfig) New() (*Server, error) {
 	liveBound := 2*c.Resolution + c.Timeout
 	started := c.Clock.Now()
 	c.API.AddReadyzChecks(healthz.NamedCheck("metric-storage-ready", func(*http.Request) error {
-		if st.HasFreshData() {
+		if st.HasFreshUsage() {
 			return nil
 		}
+		if st.HasFreshData() {
+			return errors.New("scraped, but no node or pod has usage yet: most need a second sample")
+		}
 		return notReadyReason(scraper, liveBound)
-	}))
+	}), healthz.NamedCheck("authentication-ready", authenticationReady(c.API)))
 	c.API.AddLivezChecks(healthz.NamedCheck("metric-collection-timely", func(*http.Request) error {
 		last := scraper.LastTick()
 		if last.IsZero() {
@@ -201,6 +205,32 @@ func notReadyReason(s *sources.Scraper, bound time.Duration) error {
 		ids = append(ids[:5], fmt.Sprintf("and %d more", len(failing)-5))
 	}
 	return fmt.Errorf("no target was scraped successfully in the last %s; failing: %s", bound, strings.Join(ids, ", "))
+}
+
+// authenticationReady fails until the client CAs the server authenticates
+// with are loaded. They come from a ConfigMap in kube-system, a moment after
+// the server starts listening; until then a client certificate, and the
+// aggregator's proxied requests, would be taken for anonymous and refused.
+func authenticationReady(api *genericapiserver.RecommendedConfig) func(*http.Request) error {
+	type named struct {
+		what string
+		ca   dynamiccertificates.CAContentProvider
+	}
+	var cas []named
+	if api.SecureServing != nil && api.SecureServing.ClientCA != nil {
+		cas = append(cas, named{"client CA", api.SecureServing.ClientCA})
+	}
+	if rh := api.Authentication.RequestHeaderConfig; rh != nil && rh.CAContentProvider != nil {
+		cas = append(cas, named{"request-header (front proxy) CA", rh.CAContentProvider})
+	}
+	return func(*http.Request) error {
+		for _, c := range cas {
+			if len(c.ca.CurrentCABundleContent()) == 0 {
+				return fmt.Errorf("the %s is not loaded yet", c.what)
+			}
+		}
+		return nil
+	}
 }
 
 // sources builds the configured sources, in lookup order.

@@ -78,10 +78,20 @@ func NewScraper(cfg ScraperConfig) *Scraper {
 	}
 }
 
-// Run ticks until ctx is done, starting with one tick right away.
+// Run ticks until ctx is done, starting with one tick right away and a
+// second half a resolution later: most usage needs two samples, and until
+// it has some the server has nothing to serve (and is not ready).
 func (s *Scraper) Run(ctx context.Context) {
 	if s.cfg.EarlyDelay > 0 {
 		go s.runEarly(ctx)
+	}
+	s.Tick(ctx)
+	second := s.cfg.Clock.NewTimer(s.cfg.Resolution / 2)
+	select {
+	case <-ctx.Done():
+		second.Stop()
+		return
+	case <-second.C():
 	}
 	ticker := s.cfg.Clock.NewTicker(s.cfg.Resolution)
 	defer ticker.Stop()

@@ -217,6 +217,33 @@ func (s *Store) HasFreshData() bool {
 	return found
 }
 
+// HasFreshUsage reports whether some node or pod has usage to serve: the
+// server has answers, not just samples (most usage needs two).
+func (s *Store) HasFreshUsage() bool {
+	now := s.clock.Now()
+	found := false
+	s.shards.Range(func(_, v any) bool {
+		sh := v.(*shard)
+		if !s.fresh(sh.scrapedAt, now) {
+			return true
+		}
+		if n := sh.node; n != nil && n.hasUsage() && s.fresh(n.derivedAt, now) {
+			found = true
+			return false
+		}
+		for _, p := range sh.pods {
+			for i := range p.containers {
+				if c := &p.containers[i]; c.hasUsage() && s.fresh(c.derivedAt, now) {
+					found = true
+					return false
+				}
+			}
+		}
+		return true
+	})
+	return found
+}
+
 // Unavailable explains why a pod or node has no metrics.
 type Unavailable struct{ Reason string }
 

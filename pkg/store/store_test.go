@@ -202,3 +202,43 @@ func TestStoreHasFreshData(t *testing.T) {
 		t.Fatal("store scraped 41s ago (bound 40s) still has fresh data")
 	}
 }
+
+func TestHasFreshUsage(t *testing.T) {
+	clk := clocktesting.NewFakeClock(at(0))
+	s := newTestStore(clk)
+	if s.HasFreshUsage() {
+		t.Fatal("usage in an empty store")
+	}
+	// Long-running node and container: one sample is no usage.
+	old := &sources.Batch{
+		Nodes: []sources.NodePoint{{Name: "n1", Point: pt(0, -time.Hour, 100e9, 1<<30)}},
+		Pods: []sources.PodPoint{{Namespace: "ns", Name: "p", UID: "u1", Node: "n1", Containers: []sources.ContainerPoint{
+			{Name: "c", Point: pt(0, -time.Hour, 5e9, 1<<20)},
+		}}},
+	}
+	s.Store("kubelet", []string{"n1"}, old, clk.Now())
+	if !s.HasFreshData() || s.HasFreshUsage() {
+		t.Fatalf("after one sample: data %v, usage %v; want data, no usage", s.HasFreshData(), s.HasFreshUsage())
+	}
+	// The second sample gives usage.
+	clk.Step(10 * time.Second)
+	old.Nodes[0].Point = pt(10*time.Second, -time.Hour, 110e9, 1<<30)
+	s.Store("kubelet", []string{"n1"}, old, clk.Now())
+	if !s.HasFreshUsage() {
+		t.Fatal("no usage after two samples")
+	}
+	// Usage goes stale with its samples.
+	clk.Step(41 * time.Second)
+	if s.HasFreshUsage() {
+		t.Fatal("stale usage counted")
+	}
+	// A new container's first sample is usage at once.
+	s2 := newTestStore(clk)
+	fresh := &sources.Batch{Pods: []sources.PodPoint{{Namespace: "ns", Name: "q", Node: "n1", Containers: []sources.ContainerPoint{
+		{Name: "c", Point: pt(51*time.Second, 45*time.Second, 3e9, 1<<20)},
+	}}}}
+	s2.Store("kubelet", []string{"n1"}, fresh, clk.Now())
+	if !s2.HasFreshUsage() {
+		t.Fatal("a new container's first sample gave no usage")
+	}
+}
