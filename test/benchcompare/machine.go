@@ -26,10 +26,13 @@ func (b *bench) printHeader() {
 	fmt.Fprintf(w, "load average at start: %s\n", loadAverage())
 	fmt.Fprintf(w, "harness: %s\n", runtime.Version())
 	fmt.Fprintf(w, "commit: %s\n", gitCommit(b.root))
-	for _, bin := range []string{serverBinary, cluster.MetricsServerBinary, cluster.APIServerBinary, cluster.EtcdBinary, cluster.KwokBinary} {
+	for _, bin := range []string{serverBinary, cluster.MetricsServerBinary} {
+		fmt.Fprintf(w, "binary %s (copied at start): %s\n", bin, binaryVersion(filepath.Join(b.serverDir, bin)))
+	}
+	for _, bin := range []string{cluster.APIServerBinary, cluster.EtcdBinary, cluster.KwokBinary} {
 		fmt.Fprintf(w, "binary %s: %s\n", bin, binaryVersion(filepath.Join(b.binDir, bin)))
 	}
-	fmt.Fprintf(w, "%s --version: %s\n", serverBinary, serverVersion(filepath.Join(b.binDir, serverBinary)))
+	fmt.Fprintf(w, "%s --version: %s\n", serverBinary, serverVersion(filepath.Join(b.serverDir, serverBinary)))
 	fmt.Fprintf(w, "workload: %d nodes x %d pods = %d pods (%d containers each) in %d namespaces, apps of %d pods\n",
 		o.Nodes, o.PodsPerNode, o.totalPods(), o.Containers, o.Namespaces, o.PodsPerApp)
 	fmt.Fprintf(w, "servers: --metric-resolution=%v --kubelet-request-timeout=%v; rounds %d each (metrics-server first in each pair), warm-up %d cycles, window %d cycles\n",

@@ -23,10 +23,13 @@ type bench struct {
 	began time.Time
 
 	root, binDir string
-	cluster      *cluster.Cluster
-	fleetProc    *cluster.Process
-	fleet        fleetInfo
-	apps         []app
+	// serverDir holds copies of both servers' binaries, so a rebuild of the
+	// bin directory during the run does not change what later rounds run.
+	serverDir string
+	cluster   *cluster.Cluster
+	fleetProc *cluster.Process
+	fleet     fleetInfo
+	apps      []app
 
 	servingCert, servingKey string
 }
@@ -50,6 +53,15 @@ func run(ctx context.Context, o *Options, out io.Writer) (err error) {
 	}
 	if err := checkBinaries(b.binDir); err != nil {
 		return err
+	}
+	if b.serverDir, err = os.MkdirTemp("", "benchcompare-servers-"); err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(b.serverDir) }()
+	for _, name := range []string{cluster.MetricsServerBinary, serverBinary} {
+		if err := copyFile(filepath.Join(b.binDir, name), filepath.Join(b.serverDir, name)); err != nil {
+			return err
+		}
 	}
 	b.printHeader()
 	if o.BuildFleet {
@@ -132,6 +144,22 @@ func (b *bench) printClusterMemory(when string) {
 		pods = fmt.Sprint(len(l.Items))
 	}
 	b.logf("%s: %s nodes, %s Running pods; RSS (MiB): %s", when, nodes, pods, strings.Join(parts, ", "))
+}
+
+// copyFile copies an executable.
+func copyFile(from, to string) (err error) {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = in.Close() }()
+	out, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, out.Close()) }()
+	_, err = io.Copy(out, in)
+	return err
 }
 
 func (b *bench) printFooter() {

@@ -90,7 +90,7 @@ func (b *bench) startServer(ctx context.Context, kind serverKind, round int) (*r
 		return nil, 0, err
 	}
 	began := time.Now()
-	proc, err := b.cluster.StartProcess(name, filepath.Join(b.binDir, kind.binary), b.serverArgs(ports[0], certDir)...)
+	proc, err := b.cluster.StartProcess(name, filepath.Join(b.serverDir, kind.binary), b.serverArgs(ports[0], certDir)...)
 	if err != nil {
 		return nil, 0, err
 	}

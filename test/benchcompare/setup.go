@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -91,49 +92,26 @@ func (b *bench) buildFleet(ctx context.Context) error {
 // startFleet runs the fleet as its own process, so that its CPU is not the
 // harness's, registers its nodes and waits until kwok has made them Ready.
 func (b *bench) startFleet(ctx context.Context) error {
-	c := b.cluster
-	certDir := filepath.Join(c.WorkDir(), "fleet")
-	if err := os.RemoveAll(certDir); err != nil {
-		return err
-	}
-	ports, err := cluster.FreePorts(1)
-	if err != nil {
-		return err
-	}
-	b.logf("starting the fleet: %d nodes", b.opts.Nodes)
-	p, err := c.StartProcess(fleetBinary, filepath.Join(b.binDir, fleetBinary),
-		"--kubeconfig="+c.KubeconfigPath(),
-		"--nodes="+strconv.Itoa(b.opts.Nodes),
-		"--node-name-prefix="+nodePrefix,
-		"--cert-dir="+certDir,
-		"--register-nodes",
-		"--node-labels=type=kwok",
-		"--node-max-pods="+strconv.Itoa(max(110, 2*b.opts.PodsPerNode)),
-		// Both servers present the admin client certificate to kubelets.
-		"--client-ca-file="+c.CACertFile(),
-		"--control-address=127.0.0.1:"+strconv.Itoa(ports[0]),
-	)
-	if err != nil {
-		return err
-	}
-	b.fleetProc = p
 	// Registering is one create per node at 16 in flight.
 	wait := 2*time.Minute + time.Duration(b.opts.Nodes)*100*time.Millisecond
 	waitCtx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	err = cluster.PollUntil(waitCtx, "the fleet to write fleet.json", 250*time.Millisecond, 10*time.Second, []*cluster.Process{p}, func(context.Context) error {
-		data, err := os.ReadFile(filepath.Join(certDir, "fleet.json"))
-		if err != nil {
+	// The fleet's node ports are picked free, but another process on the
+	// machine can take one before the fleet listens; such a start is retried.
+	const attempts = 3
+	for attempt := 1; ; attempt++ {
+		err := b.launchFleet(waitCtx, attempt)
+		if err == nil {
+			break
+		}
+		if attempt == attempts || !strings.Contains(err.Error(), "already in use") {
 			return err
 		}
-		return json.Unmarshal(data, &b.fleet)
-	})
-	if err != nil {
-		return err
+		b.logf("the fleet could not listen (%v); starting it again", err)
 	}
 	b.logf("fleet up, waiting for %d nodes to be Ready", b.opts.Nodes)
 	return b.pollEvery(waitCtx, "every node to be Ready", 2*time.Second, func(ctx context.Context) error {
-		nodes, err := c.Client().CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		nodes, err := b.cluster.Client().CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 		if err != nil {
 			return err
 		}
@@ -149,6 +127,48 @@ func (b *bench) startFleet(ctx context.Context) error {
 			return fmt.Errorf("%d of %d nodes Ready", ready, b.opts.Nodes)
 		}
 		return nil
+	})
+}
+
+// launchFleet starts the fleet process and waits until it has written
+// fleet.json, which it does once every node listens and is registered.
+func (b *bench) launchFleet(ctx context.Context, attempt int) error {
+	c := b.cluster
+	certDir := filepath.Join(c.WorkDir(), "fleet")
+	if err := os.RemoveAll(certDir); err != nil {
+		return err
+	}
+	ports, err := cluster.FreePorts(1)
+	if err != nil {
+		return err
+	}
+	name := fleetBinary
+	if attempt > 1 {
+		name = fmt.Sprintf("%s-%d", fleetBinary, attempt)
+	}
+	b.logf("starting the fleet: %d nodes", b.opts.Nodes)
+	p, err := c.StartProcess(name, filepath.Join(b.binDir, fleetBinary),
+		"--kubeconfig="+c.KubeconfigPath(),
+		"--nodes="+strconv.Itoa(b.opts.Nodes),
+		"--node-name-prefix="+nodePrefix,
+		"--cert-dir="+certDir,
+		"--register-nodes",
+		"--node-labels=type=kwok",
+		"--node-max-pods="+strconv.Itoa(max(110, 2*b.opts.PodsPerNode)),
+		// Both servers present the admin client certificate to kubelets.
+		"--client-ca-file="+c.CACertFile(),
+		"--control-address=127.0.0.1:"+strconv.Itoa(ports[0]),
+	)
+	if err != nil {
+		return err
+	}
+	b.fleetProc = p
+	return cluster.PollUntil(ctx, "the fleet to write fleet.json", 250*time.Millisecond, 10*time.Second, []*cluster.Process{p}, func(context.Context) error {
+		data, err := os.ReadFile(filepath.Join(certDir, "fleet.json"))
+		if err != nil {
+			return err
+		}
+		return json.Unmarshal(data, &b.fleet)
 	})
 }
 
