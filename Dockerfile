@@ -1,6 +1,6 @@
 # Image of group-metrics-server: a static binary on a distroless base that
 # runs as a non-root user and needs no writable file system.
-FROM golang:1.26 AS build
+FROM golang:1.27.3 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download

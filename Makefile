@@ -11,6 +11,12 @@ BENCH_COUNT ?= 6
 
 export GMS_BIN_DIR := $(BIN_DIR)
 
+# Every target builds with the Go that go.mod's toolchain line names (a
+# patch release whose standard library has the security fixes; make
+# verify-vuln holds the build to it), fetched by the go command through the
+# module proxy on first use. GOTOOLCHAIN=local make ... keeps the installed Go.
+export GOTOOLCHAIN ?= $(shell sed -n 's/^toolchain //p' go.mod)
+
 .PHONY: help
 help: ## Show the targets.
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 20

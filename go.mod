@@ -2,6 +2,8 @@ module github.com/group-metrics-server/group-metrics-server
 
 go 1.26.0
 
+toolchain go1.27.3
+
 require (
 	github.com/google/go-cmp v0.7.0
 	github.com/spf13/pflag v1.1.0

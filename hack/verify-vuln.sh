@@ -24,21 +24,6 @@ VULNDB_VERSION=v0.0.0-20261105234957-e22db6528018
 # each with the reason. Print them on every run; remove each as its upgrade
 # lands (the script says when).
 ACCEPTED="
-# Go standard library of go1.26.8, the Go on these machines (go.mod has no
-# toolchain line); fixed in go1.26.9 (GO-2026-6809: go1.26.10).
-GO-2026-6599 stdlib@go1.26.8
-GO-2026-6600 stdlib@go1.26.8
-GO-2026-6603 stdlib@go1.26.8
-GO-2026-6605 stdlib@go1.26.8
-GO-2026-6607 stdlib@go1.26.8
-GO-2026-6608 stdlib@go1.26.8
-GO-2026-6609 stdlib@go1.26.8
-GO-2026-6610 stdlib@go1.26.8
-GO-2026-6611 stdlib@go1.26.8
-GO-2026-6612 stdlib@go1.26.8
-GO-2026-6613 stdlib@go1.26.8
-GO-2026-6617 stdlib@go1.26.8
-GO-2026-6809 stdlib@go1.26.8
 "
 
 dbdir="${VULNDB_DIR:-$PWD/bin/vulndb/$VULNDB_VERSION}"
@@ -84,7 +69,7 @@ found="$(awk '
 	/^  Standard library/ { mod = "stdlib"; next }
 	/^    Found in: / { n = split($3, a, "@"); print id, mod "@" a[n] }
 ' "$out" | sort -u)"
-accepted="$(grep -E '^GO-' <<<"$ACCEPTED" | sort -u)"
+accepted="$(grep -E '^GO-' <<<"$ACCEPTED" | sort -u || true)"
 status=0
 while read -r line; do
 	[ -n "$line" ] || continue
@@ -96,6 +81,7 @@ while read -r line; do
 	fi
 done <<<"$found"
 while read -r line; do
+	[ -n "$line" ] || continue
 	if ! grep -qxF "$line" <<<"$found"; then
 		echo "verify-vuln: no longer reported, remove it from ACCEPTED in hack/verify-vuln.sh: $line" >&2
 		status=1
@@ -106,6 +92,10 @@ if [ "$rc" -eq 3 ] && [ -z "$found" ]; then
 	status=1
 fi
 if [ "$status" -eq 0 ]; then
-	echo "verify-vuln: nothing reachable but the $(wc -l <<<"$accepted") accepted entries above ($(go env GOVERSION))"
+	if [ -z "$accepted" ]; then
+		echo "verify-vuln: nothing reachable ($(go env GOVERSION))"
+	else
+		echo "verify-vuln: nothing reachable but the $(wc -l <<<"$accepted") accepted entries above ($(go env GOVERSION))"
+	fi
 fi
 exit "$status"

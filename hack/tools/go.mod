@@ -2,6 +2,8 @@ module github.com/group-metrics-server/group-metrics-server/hack/tools
 
 go 1.26.0
 
+toolchain go1.27.3
+
 tool (
 	github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 	golang.org/x/perf/cmd/benchstat

@@ -2,6 +2,8 @@ module github.com/group-metrics-server/group-metrics-server/test/tools
 
 go 1.26.0
 
+toolchain go1.27.3
+
 tool (
 	go.etcd.io/etcd/server/v3
 	k8s.io/kubernetes/cmd/kube-apiserver

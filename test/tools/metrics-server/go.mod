@@ -2,6 +2,8 @@ module github.com/group-metrics-server/group-metrics-server/test/tools/metrics-s
 
 go 1.26.0
 
+toolchain go1.27.3
+
 tool sigs.k8s.io/metrics-server/cmd/metrics-server
 
 require (
