@@ -32,28 +32,46 @@ type refPod struct {
 
 type refStats struct {
 	Name      string     `json:"name"`
-	StartTime time.Time  `json:"startTime"`
+	StartTime refTime    `json:"startTime"`
 	CPU       *refSample `json:"cpu"`
 	Memory    *refMemory `json:"memory"`
 }
 
 type refSample struct {
-	Time  time.Time `json:"time"`
-	Value *uint64   `json:"usageCoreNanoSeconds"`
+	Time  refTime `json:"time"`
+	Value *uint64 `json:"usageCoreNanoSeconds"`
 }
 
 type refMemory struct {
-	Time  time.Time `json:"time"`
-	Value *uint64   `json:"workingSetBytes"`
+	Time  refTime `json:"time"`
+	Value *uint64 `json:"workingSetBytes"`
+}
+
+// refTime is a time as the reader takes it: the JSON string it spells,
+// escapes read, in RFC 3339 by time.Time's rules. It is spelled out here
+// because encoding/json's own reading of a time.Time differs between Go
+// releases on escaped strings (the reader must not depend on which Go
+// built the tests).
+type refTime struct{ time.Time }
+
+func (t *refTime) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	return t.Time.UnmarshalJSON([]byte(`"` + s + `"`))
 }
 
 func (s *refStats) stats() stats {
-	out := stats{name: s.Name, startTime: s.StartTime}
+	out := stats{name: s.Name, startTime: s.StartTime.Time}
 	if s.CPU != nil && s.CPU.Value != nil {
-		out.cpu = sample{time: s.CPU.Time, value: *s.CPU.Value, ok: true}
+		out.cpu = sample{time: s.CPU.Time.Time, value: *s.CPU.Value, ok: true}
 	}
 	if s.Memory != nil && s.Memory.Value != nil {
-		out.mem = sample{time: s.Memory.Time, value: *s.Memory.Value, ok: true}
+		out.mem = sample{time: s.Memory.Time.Time, value: *s.Memory.Value, ok: true}
 	}
 	return out
 }

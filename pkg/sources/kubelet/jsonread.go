@@ -376,13 +376,14 @@ func (r *reader) uint(dst *uint64, set *bool) error {
 	return r.typeError("number")
 }
 
-// time reads an RFC 3339 time string, or null, by time.Time's own JSON rules.
+// time reads a time string, or null: the string it spells (escapes read
+// like any string's) in RFC 3339, by time.Time's rules.
 func (r *reader) time(dst *time.Time) error {
 	switch r.peek() {
 	case 'n':
 		return r.literal("null")
 	case '"':
-		lit, _, err := r.stringLiteral()
+		lit, plain, err := r.stringLiteral()
 		if err != nil {
 			return err
 		}
@@ -390,8 +391,16 @@ func (r *reader) time(dst *time.Time) error {
 			*dst = r.lastTime
 			return nil
 		}
+		quoted := lit
+		if !plain {
+			var s string
+			if err := json.Unmarshal(lit, &s); err != nil {
+				return r.errorf("%v", err)
+			}
+			quoted = []byte(`"` + s + `"`)
+		}
 		var t time.Time
-		if err := t.UnmarshalJSON(lit); err != nil {
+		if err := t.UnmarshalJSON(quoted); err != nil {
 			return r.errorf("%v", err)
 		}
 		r.lastTimeLit, r.lastTime, *dst = lit, t, t
