@@ -190,13 +190,17 @@ func (o *Options) useSecretCert(ctx context.Context, restCfg *rest.Config, kube 
 // --max-concurrent-reads.
 const readWait = 10 * time.Second
 
-// concurrentReads resolves --max-concurrent-reads: by default every CPU but
-// one serves reads, so one is always left to the scrape loop.
+// concurrentReads resolves --max-concurrent-reads: by default one read per
+// CPU the process may use. A read is CPU-bound (the list, its conversion and
+// its encoding), so more at once finish no sooner and only hold more memory;
+// fewer leave CPUs idle while reads queue. The scrape loop needs a small
+// share of a CPU, which the Go scheduler's preemption gives it among the
+// reads.
 func (o *Options) concurrentReads() int {
 	if o.MaxConcurrentReads > 0 {
 		return o.MaxConcurrentReads
 	}
-	return max(1, runtime.GOMAXPROCS(0)-1)
+	return runtime.GOMAXPROCS(0)
 }
 
 // protobuf returns cfg for a typed client speaking protobuf: the pod

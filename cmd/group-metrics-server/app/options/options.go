@@ -108,7 +108,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the cluster to serve; in-cluster configuration when empty.")
 	fs.DurationVar(&o.MetricResolution, "metric-resolution", o.MetricResolution, "Interval between two scrapes of every target. At least 5s.")
 	fs.IntVar(&o.MaxConcurrentScrapes, "max-concurrent-scrapes", o.MaxConcurrentScrapes, "Most targets scraped at once.")
-	fs.IntVar(&o.MaxConcurrentReads, "max-concurrent-reads", o.MaxConcurrentReads, "Most metrics API requests served at once, so that reads cannot starve the scrapes; more wait up to 10s, then get 429 (which clients retry). 0 means one less than the CPUs the process may use, at least 1.")
+	fs.IntVar(&o.MaxConcurrentReads, "max-concurrent-reads", o.MaxConcurrentReads, "Most metrics API requests served at once, so that a burst of reads cannot exhaust memory or starve the scrapes; more wait up to 10s, then get 429 (which clients retry). 0 means the number of CPUs the process may use.")
 	fs.StringVar(&o.NodeSelector, "node-selector", o.NodeSelector, "Label selector of the nodes to scrape; all nodes when empty.")
 
 	fs = fss.FlagSet("kubelet client")
