@@ -25,7 +25,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/apiserver"
-	"github.com/group-metrics-server/group-metrics-server/pkg/certs"
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/provider"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
@@ -68,9 +67,6 @@ type Config struct {
 	// Reads bounds the metrics API requests served at once.
 	Reads apiserver.ReadLimit
 
-	// CABundle, when set, keeps the caBundle of the server's APIServices.
-	CABundle *certs.CABundleWriter
-
 	Clock clock.WithTicker
 }
 
@@ -96,7 +92,6 @@ type Server struct {
 	api       *genericapiserver.GenericAPIServer
 	informers informers.SharedInformerFactory
 	scraper   *sources.Scraper
-	caBundle  *certs.CABundleWriter
 	synced    []cache.InformerSynced
 }
 
@@ -183,7 +178,6 @@ func (c CompletedConfig) New() (*Server, error) {
 		api:       api,
 		informers: factory,
 		scraper:   scraper,
-		caBundle:  c.CABundle,
 		synced:    []cache.InformerSynced{pods.HasSynced, nodes.Informer().HasSynced},
 	}, nil
 }
@@ -304,9 +298,6 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	klog.InfoS("Caches synced; starting the scrape loop")
 	go s.scraper.Run(ctx)
-	if s.caBundle != nil {
-		go s.caBundle.Run(ctx, time.Minute)
-	}
 	return s.api.PrepareRun().RunWithContext(ctx)
 }
 

@@ -21,8 +21,12 @@ import (
 // Version is set at link time.
 var Version = "dev"
 
-// Run parses args and runs the server until ctx is done.
+// Run parses args and runs the server, or with CertControllerCommand first
+// the certificate controller, until ctx is done.
 func Run(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == CertControllerCommand {
+		return runCertController(ctx, args[1:])
+	}
 	o := options.NewOptions()
 	fss := o.Flags()
 	fs := pflag.NewFlagSet("group-metrics-server", pflag.ContinueOnError)
@@ -64,6 +68,6 @@ func Run(ctx context.Context, args []string) error {
 }
 
 func usage(w io.Writer, fss cliflag.NamedFlagSets) {
-	fmt.Fprintf(w, "group-metrics-server serves metrics.k8s.io from kubelets and other sources.\n\nUsage:\n  group-metrics-server [flags]\n")
+	fmt.Fprintf(w, "group-metrics-server serves metrics.k8s.io from kubelets and other sources.\n\nUsage:\n  group-metrics-server [flags]\n  group-metrics-server %s [flags]   (the serving certificate's controller: %s --help)\n", CertControllerCommand, CertControllerCommand)
 	cliflag.PrintSections(w, fss, 0)
 }

@@ -3,19 +3,19 @@ package options
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	genericapiserver "k8s.io/apiserver/pkg/server"
-	"k8s.io/apiserver/pkg/server/dynamiccertificates"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/apiserver"
-	"github.com/group-metrics-server/group-metrics-server/pkg/certs"
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/server"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet"
@@ -24,8 +24,8 @@ import (
 
 const userAgent = "group-metrics-server"
 
-// ServerConfig turns validated options into a server.Config. It talks to the
-// cluster: it may create the serving-certificate Secret.
+// ServerConfig turns validated options into a server.Config. It reads from
+// the cluster only, and waits for the serving certificate files to appear.
 func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
 	restCfg, err := o.restConfig()
 	if err != nil {
@@ -36,10 +36,11 @@ func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 
-	var caBundle *certs.CABundleWriter
-	if o.ServingCertSecret != "" && o.SecureServing.ServerCert.CertKey.CertFile == "" {
-		caBundle, err = o.useSecretCert(ctx, restCfg, kube)
-		if err != nil {
+	if ck := o.SecureServing.ServerCert.CertKey; ck.CertFile != "" {
+		// Mounted from a Secret that the certificate controller fills: the
+		// pair may not be there yet on a fresh install. Once loaded,
+		// k8s.io/apiserver reloads it whenever the files change.
+		if err := waitForFiles(ctx, ck.CertFile, ck.KeyFile); err != nil {
 			return nil, err
 		}
 	} else if err := o.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil, loopbackIPs); err != nil {
@@ -110,7 +111,6 @@ func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
 		Timeout:            o.KubeletRequestTimeout,
 		Concurrency:        o.MaxConcurrentScrapes,
 		Reads:              apiserver.ReadLimit{Concurrent: o.concurrentReads(), Wait: readWait},
-		CABundle:           caBundle,
 	}, nil
 }
 
@@ -158,32 +158,22 @@ func (o *Options) kubeletREST(cluster *rest.Config) *rest.Config {
 	return cfg
 }
 
-func (o *Options) useSecretCert(ctx context.Context, restCfg *rest.Config, kube kubernetes.Interface) (*certs.CABundleWriter, error) {
-	ns, name, err := o.secretRef()
-	if err != nil {
-		return nil, err
-	}
-	bundle, err := certs.LoadOrCreate(ctx, certs.SecretConfig{
-		Secrets:   kube.CoreV1(),
-		Namespace: ns,
-		Name:      name,
-		DNSNames:  o.ServingCertDNSNames,
+// waitForFiles returns once every file exists and is not empty, or when ctx
+// is done.
+func waitForFiles(ctx context.Context, files ...string) error {
+	logged := false
+	return wait.PollUntilContextCancel(ctx, time.Second, true, func(context.Context) (bool, error) {
+		for _, f := range files {
+			if st, err := os.Stat(f); err != nil || st.Size() == 0 {
+				if !logged {
+					klog.InfoS("Waiting for the serving certificate", "file", f)
+					logged = true
+				}
+				return false, nil
+			}
+		}
+		return true, nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("serving certificate: %w", err)
-	}
-	o.SecureServing.ServerCert.GeneratedCert, err = dynamiccertificates.NewStaticCertKeyContent("serving-cert-secret", bundle.Cert, bundle.Key)
-	if err != nil {
-		return nil, fmt.Errorf("serving certificate from secret %s: %w", o.ServingCertSecret, err)
-	}
-	if len(o.APIServices) == 0 {
-		return nil, nil
-	}
-	dyn, err := dynamic.NewForConfig(restCfg)
-	if err != nil {
-		return nil, err
-	}
-	return &certs.CABundleWriter{Client: dyn, Names: o.APIServices, CA: bundle.CA}, nil
 }
 
 // readWait is the longest a metrics API request waits for a slot under

@@ -5,7 +5,6 @@ package options
 import (
 	"fmt"
 	"net"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -55,10 +54,6 @@ type Options struct {
 	DefaultGroupPolicy  string
 	EnableCustomMetrics bool
 
-	ServingCertSecret   string
-	ServingCertDNSNames []string
-	APIServices         []string
-
 	ShowVersion bool
 }
 
@@ -78,8 +73,6 @@ func NewOptions() *Options {
 		KubeletPreferredAddressTypes: []string{string(corev1.NodeHostName), string(corev1.NodeInternalDNS), string(corev1.NodeInternalIP), string(corev1.NodeExternalDNS), string(corev1.NodeExternalIP)},
 		KubeletRequestTimeout:        10 * time.Second,
 		KubeletMaxResponseBytes:      10 << 20,
-
-		APIServices: []string{"v1beta1.metrics.k8s.io", "v1.metrics.k8s.io"},
 
 		DefaultGroupPolicy: string(group.PolicyPod),
 
@@ -136,11 +129,6 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 
 	fs.BoolVar(&o.EnableCustomMetrics, "enable-custom-metrics", o.EnableCustomMetrics, "Serve LeaderWorkerSet group metrics on custom.metrics.k8s.io (a cluster has one custom metrics APIService: enable only when this server owns it).")
 
-	fs = fss.FlagSet("serving certificate")
-	fs.StringVar(&o.ServingCertSecret, "serving-cert-secret", o.ServingCertSecret, "NAMESPACE/NAME of a Secret that holds a self-signed CA and serving pair, created when absent and shared by all replicas. Ignored when --tls-cert-file is set.")
-	fs.StringSliceVar(&o.ServingCertDNSNames, "serving-cert-dns-names", o.ServingCertDNSNames, "DNS names the serving certificate from --serving-cert-secret covers, e.g. the Service's <name>.<namespace>.svc.")
-	fs.StringSliceVar(&o.APIServices, "apiservices", o.APIServices, "APIServices whose caBundle is kept equal to the CA of --serving-cert-secret.")
-
 	o.SecureServing.AddFlags(fss.FlagSet("secure serving"))
 	o.Authentication.AddFlags(fss.FlagSet("authentication"))
 	o.Authorization.AddFlags(fss.FlagSet("authorization"))
@@ -191,14 +179,6 @@ func (o *Options) Validate() []error {
 	errs = append(errs, o.validateSources()...)
 	if _, err := group.ParsePolicy(o.DefaultGroupPolicy); err != nil {
 		errs = append(errs, fmt.Errorf("--default-group-policy: %w", err))
-	}
-	if o.ServingCertSecret != "" {
-		if _, _, err := o.secretRef(); err != nil {
-			errs = append(errs, err)
-		}
-		if len(o.ServingCertDNSNames) == 0 {
-			errs = append(errs, fmt.Errorf("--serving-cert-secret needs --serving-cert-dns-names"))
-		}
 	}
 	return errs
 }
@@ -271,14 +251,6 @@ func (o *Options) addressTypes() ([]corev1.NodeAddressType, error) {
 		out = append(out, at)
 	}
 	return out, nil
-}
-
-func (o *Options) secretRef() (namespace, name string, err error) {
-	ns, n, ok := strings.Cut(o.ServingCertSecret, "/")
-	if !ok || ns == "" || n == "" || strings.Contains(n, "/") {
-		return "", "", fmt.Errorf("--serving-cert-secret must be NAMESPACE/NAME, got %q", o.ServingCertSecret)
-	}
-	return ns, n, nil
 }
 
 // loopbackIPs are the addresses a generated in-memory certificate covers.

@@ -67,8 +67,6 @@ func TestValidate(t *testing.T) {
 			wants: []string{"--ukpd-endpoint"},
 		},
 		{name: "timeout equal to resolution", set: func(o *Options) { o.KubeletRequestTimeout = o.MetricResolution }, wants: []string{"below --metric-resolution"}},
-		{name: "secret without namespace", set: func(o *Options) { o.ServingCertSecret = "tls"; o.ServingCertDNSNames = []string{"x"} }, wants: []string{"NAMESPACE/NAME"}},
-		{name: "secret without names", set: func(o *Options) { o.ServingCertSecret = "kube-system/tls" }, wants: []string{"--serving-cert-dns-names"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -150,13 +148,58 @@ func TestKubeletREST(t *testing.T) {
 // The custom-metrics component relies on a repeated --apiservices adding
 // to the list.
 func TestRepeatedAPIServicesAccumulate(t *testing.T) {
-	o := NewOptions()
+	o := NewCertControllerOptions()
 	fss := o.Flags()
-	fs := fss.FlagSet("serving certificate")
-	if err := fs.Parse([]string{"--apiservices=a,b", "--apiservices=c"}); err != nil {
+	fs := fss.FlagSet("certificate")
+	if err := fs.Parse([]string{"--apiservices=a.b,b.c", "--apiservices=c.d"}); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"a", "b", "c"}, o.APIServices); diff != "" {
+	if diff := cmp.Diff([]string{"a.b", "b.c", "c.d"}, o.APIServices); diff != "" {
 		t.Errorf("apiservices (-want +got):\n%s", diff)
+	}
+}
+
+func TestCertControllerValidate(t *testing.T) {
+	tests := []struct {
+		name  string
+		set   func(*CertControllerOptions)
+		wants []string
+	}{
+		{name: "defaults", set: func(*CertControllerOptions) {}},
+		{
+			name: "everything wrong",
+			set: func(o *CertControllerOptions) {
+				o.DNSNames = nil
+				o.Service = "group-metrics-server"
+				o.ServingSecret = o.CASecret
+				o.APIServices = []string{"metrics"}
+				o.SyncPeriod = 0
+				o.ServicePort = 0
+			},
+			wants: []string{"DNS name", "NAMESPACE/NAME", "must differ", "<version>.<group>", "--sync-period", "--service-port"},
+		},
+		{
+			name:  "propagation longer than the pair allows",
+			set:   func(o *CertControllerOptions) { o.ServingValidity = 10 * time.Minute },
+			wants: []string{"3 × the propagation delay"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewCertControllerOptions()
+			tc.set(o)
+			var got []string
+			for _, e := range o.Validate() {
+				got = append(got, e.Error())
+			}
+			if len(got) != len(tc.wants) {
+				t.Fatalf("got %d errors %q, want %d", len(got), got, len(tc.wants))
+			}
+			for i, w := range tc.wants {
+				if !strings.Contains(got[i], w) {
+					t.Errorf("error %d = %q, want it to contain %q", i, got[i], w)
+				}
+			}
+		})
 	}
 }

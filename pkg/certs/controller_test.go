@@ -1,0 +1,333 @@
+package certs
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func TestRenewalTiming(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	r := newRig(t, clk, fake.NewClientset(emptySecrets()...), newDynamic(apiService("v1beta1.metrics.k8s.io", ourService, false), apiService("v1.metrics.k8s.io", ourService, false)))
+	r.sync(t)
+	first := secret(t, r.kube, servingName)
+	leaf, err := parseCert(first.Data[KeyServingCert])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Valid 30m from t0, backdated 3m: a third of 33m remains at t0+19m.
+	wantRenew := t0.Add(19 * time.Minute)
+	if got := renewAt(leaf); !got.Equal(wantRenew) {
+		t.Fatalf("renewal planned at %s, want %s", got, wantRenew)
+	}
+	for _, b := range []string{"v1beta1.metrics.k8s.io", "v1.metrics.k8s.io"} {
+		if err := verifies(first.Data[KeyServingCert], caBundleOf(t, r.dyn, b), clk.Now()); err != nil {
+			t.Fatalf("%s: the first pair does not verify against the caBundle: %v", b, err)
+		}
+	}
+
+	clk.SetTime(wantRenew.Add(-time.Second))
+	if wait := r.sync(t); wait != time.Second {
+		t.Errorf("a second before renewal the next sync is due in %s, want 1s", wait)
+	}
+	if got := secret(t, r.kube, servingName).Data[KeyServingCert]; !bytes.Equal(got, first.Data[KeyServingCert]) {
+		t.Fatal("serving pair replaced before a third of its life remained")
+	}
+	clk.SetTime(wantRenew)
+	r.sync(t)
+	renewed := secret(t, r.kube, servingName)
+	if bytes.Equal(renewed.Data[KeyServingCert], first.Data[KeyServingCert]) {
+		t.Fatal("serving pair not replaced when a third of its life remained")
+	}
+	if !bytes.Equal(renewed.Data[KeyServingCA], first.Data[KeyServingCA]) {
+		t.Error("a renewal under the same CA changed the trusted CAs")
+	}
+	// Nothing is due: a sync writes nothing.
+	before := writes(r.kube, r.dyn)
+	clk.Step(time.Minute)
+	r.sync(t)
+	if n := writes(r.kube, r.dyn) - before; n != 0 {
+		t.Errorf("a sync with nothing due wrote %d times", n)
+	}
+}
+
+// history holds the versions of one value, by the time they were written.
+type history struct {
+	at   []time.Time
+	data [][]byte
+}
+
+func (h *history) record(at time.Time, data []byte) {
+	if n := len(h.data); n > 0 && bytes.Equal(h.data[n-1], data) {
+		return
+	}
+	h.at = append(h.at, at)
+	h.data = append(h.data, data)
+}
+
+// asOf returns the version a reader that lags by d sees at now: the latest
+// written no later than now-d.
+func (h *history) asOf(now time.Time, d time.Duration) []byte {
+	var out []byte
+	for i, at := range h.at {
+		if !at.After(now.Add(-d)) {
+			out = h.data[i]
+		}
+	}
+	return out
+}
+
+type simulation struct {
+	writers []*rig
+	// replicaLags are how late each serving replica loads the serving
+	// Secret; aggregatorLag is how late the aggregator verifies with a
+	// caBundle.
+	replicaLags   []time.Duration
+	aggregatorLag time.Duration
+	step, total   time.Duration
+	apiServices   []string
+	// between runs after every step, at the first writer's time.
+	between func(now time.Time)
+}
+
+type simResult struct {
+	cas, serials map[string]bool
+	checks       int
+}
+
+// run steps every writer's clock together, syncs each writer when it is
+// due, and checks after every step that the pair each replica serves
+// verifies against the caBundle the aggregator uses for each APIService.
+func (s simulation) run(t *testing.T) simResult {
+	t.Helper()
+	ctx := context.Background()
+	kube, dyn := s.writers[0].kube, s.writers[0].dyn
+	serving := &history{}
+	bundles := map[string]*history{}
+	for _, n := range s.apiServices {
+		bundles[n] = &history{}
+	}
+	res := simResult{cas: map[string]bool{}, serials: map[string]bool{}}
+	due := make([]time.Time, len(s.writers))
+	for elapsed := time.Duration(0); elapsed <= s.total; elapsed += s.step {
+		for i, w := range s.writers {
+			if elapsed > 0 {
+				w.clk.Step(s.step)
+			}
+			if w.clk.Now().Before(due[i]) {
+				continue
+			}
+			due[i] = w.clk.Now().Add(w.sync(t))
+		}
+		now := s.writers[0].clk.Now()
+		if s.between != nil {
+			s.between(now)
+		}
+		sec, err := kube.CoreV1().Secrets(testNS).Get(ctx, servingName, metav1.GetOptions{})
+		if err == nil && len(sec.Data[KeyServingCert]) > 0 {
+			serving.record(now, sec.Data[KeyServingCert])
+			leaf, _ := parseCert(sec.Data[KeyServingCert])
+			res.serials[leaf.SerialNumber.String()] = true
+			for _, ca := range ParseCerts(sec.Data[KeyServingCA]) {
+				if signedBy(leaf, ca) {
+					res.cas[ca.SerialNumber.String()] = true
+				}
+			}
+		}
+		for _, n := range s.apiServices {
+			bundles[n].record(now, caBundleOf(t, dyn, n))
+		}
+		for r, lag := range s.replicaLags {
+			cert := serving.asOf(now, lag)
+			if cert == nil {
+				continue
+			}
+			for _, n := range s.apiServices {
+				b := bundles[n].asOf(now, s.aggregatorLag)
+				if b == nil {
+					// Not registered yet: nothing verifies before the
+					// first caBundle.
+					continue
+				}
+				res.checks++
+				if err := verifies(cert, b, now); err != nil {
+					t.Fatalf("at +%s the aggregator rejects replica %d (lag %s) for %s: %v", elapsed, r, lag, n, err)
+				}
+			}
+		}
+	}
+	return res
+}
+
+func metricsAPIServices() (names []string, dyn []*rig) {
+	return []string{"v1beta1.metrics.k8s.io", "v1.metrics.k8s.io"}, nil
+}
+
+// TestRotationNeverRejects runs seven hours of a 3h CA and 30m pairs: with
+// two replicas, one loading each change at once and one just within the
+// propagation bound; and with an aggregator as late. No replica is ever
+// rejected, through every renewal and every CA rotation.
+func TestRotationNeverRejects(t *testing.T) {
+	step := 30 * time.Second
+	late := testPolicy.Propagation - step
+	for _, tc := range []struct {
+		name          string
+		replicaLags   []time.Duration
+		aggregatorLag time.Duration
+	}{
+		{"late replica", []time.Duration{0, late}, 0},
+		{"late aggregator", []time.Duration{0}, late},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			names, _ := metricsAPIServices()
+			clk := clocktesting.NewFakeClock(t0)
+			dyn := newDynamic(apiService(names[0], ourService, false), apiService(names[1], ourService, false))
+			r := newRig(t, clk, fake.NewClientset(emptySecrets()...), dyn)
+			res := simulation{
+				writers:       []*rig{r},
+				replicaLags:   tc.replicaLags,
+				aggregatorLag: tc.aggregatorLag,
+				step:          step,
+				total:         7 * time.Hour,
+				apiServices:   names,
+			}.run(t)
+			// A CA lasts 3h and is replaced when 1h remains: CAs from 0h,
+			// 2h, 4h and 6h. Pairs are replaced every 19 minutes or sooner.
+			if len(res.cas) != 4 {
+				t.Errorf("serving pairs were signed by %d CAs in 7h, want 4", len(res.cas))
+			}
+			if len(res.serials) < 7*60/19 {
+				t.Errorf("%d serving pairs in 7h, want at least %d", len(res.serials), 7*60/19)
+			}
+			t.Logf("%d checks, %d CAs, %d serving pairs", res.checks, len(res.cas), len(res.serials))
+		})
+	}
+}
+
+// TestTwoWritersConverge runs two controllers whose clocks are 20s apart
+// against the same Secrets and APIServices, as after a leader change with
+// a stale view: they never make a replica rejected, and once nothing is
+// due they stop writing.
+func TestTwoWritersConverge(t *testing.T) {
+	names, _ := metricsAPIServices()
+	dyn := newDynamic(apiService(names[0], ourService, false), apiService(names[1], ourService, false))
+	kube := fake.NewClientset(emptySecrets()...)
+	a := newRig(t, clocktesting.NewFakeClock(t0), kube, dyn)
+	b := newRig(t, clocktesting.NewFakeClock(t0.Add(-20*time.Second)), kube, dyn)
+	step := 30 * time.Second
+	// Skew between writers shortens the time a retired CA is kept by
+	// twice the skew.
+	lag := testPolicy.Propagation - step - 40*time.Second
+	res := simulation{
+		writers:       []*rig{a, b},
+		replicaLags:   []time.Duration{0, lag},
+		aggregatorLag: 0,
+		step:          step,
+		total:         5 * time.Hour,
+		apiServices:   names,
+	}.run(t)
+	if len(res.cas) != 3 {
+		t.Errorf("serving pairs were signed by %d CAs in 5h, want 3", len(res.cas))
+	}
+
+	// Quiet: a minute after a sync with nothing due, neither writes.
+	a.sync(t)
+	b.sync(t)
+	before := writes(kube, dyn)
+	for range 3 {
+		a.clk.Step(time.Second)
+		b.clk.Step(time.Second)
+		a.sync(t)
+		b.sync(t)
+	}
+	if n := writes(kube, dyn) - before; n != 0 {
+		t.Errorf("two writers with nothing due wrote %d times in 3 rounds", n)
+	}
+}
+
+// TestLostCA deletes the CA Secret's content while a pair of its CA is
+// served, and later makes its key unparsable: the new CA is trusted before
+// it signs, and the old one stays until the new pair reached every replica.
+func TestLostCA(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lose func(data map[string][]byte)
+	}{
+		{"deleted", func(data map[string][]byte) { clear(data) }},
+		{"unparsable key", func(data map[string][]byte) { data[KeyCAKey] = []byte("-----BEGIN EC PRIVATE KEY-----\nAAAA\n-----END EC PRIVATE KEY-----\n") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			names, _ := metricsAPIServices()
+			clk := clocktesting.NewFakeClock(t0)
+			dyn := newDynamic(apiService(names[0], ourService, false), apiService(names[1], ourService, false))
+			kube := fake.NewClientset(emptySecrets()...)
+			r := newRig(t, clk, kube, dyn)
+			step := 30 * time.Second
+			lost := false
+			res := simulation{
+				writers:       []*rig{r},
+				replicaLags:   []time.Duration{0, testPolicy.Propagation - step},
+				step:          step,
+				total:         time.Hour,
+				apiServices:   names,
+				between: func(now time.Time) {
+					if lost || now.Before(t0.Add(10*time.Minute)) {
+						return
+					}
+					lost = true
+					s := secret(t, kube, caName)
+					tc.lose(s.Data)
+					s.Annotations = nil
+					if _, err := kube.CoreV1().Secrets(testNS).Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
+						t.Fatal(err)
+					}
+				},
+			}.run(t)
+			if len(res.cas) != 2 {
+				t.Errorf("serving pairs were signed by %d CAs, want 2 (the lost one, then the new one)", len(res.cas))
+			}
+		})
+	}
+}
+
+func TestPolicyValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		p    Policy
+		want int
+	}{
+		{"defaults", Policy{DNSNames: []string{"a"}, CAValidity: 10 * 365 * 24 * time.Hour, ServingValidity: 365 * 24 * time.Hour, Propagation: 5 * time.Minute}, 0},
+		{"test", testPolicy, 0},
+		{"no names", Policy{CAValidity: time.Hour, ServingValidity: 15 * time.Minute, Propagation: time.Minute}, 1},
+		{"pair too short", Policy{DNSNames: []string{"a"}, CAValidity: time.Hour, ServingValidity: 2 * time.Minute, Propagation: time.Minute}, 1},
+		{"pair longer than a third of the CA", Policy{DNSNames: []string{"a"}, CAValidity: time.Hour, ServingValidity: 30 * time.Minute, Propagation: time.Minute}, 1},
+		{"everything", Policy{CAValidity: time.Minute, ServingValidity: time.Hour, Propagation: time.Minute}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if errs := tc.p.Validate(); len(errs) != tc.want {
+				t.Errorf("got %d errors, want %d: %v", len(errs), tc.want, errs)
+			}
+		})
+	}
+}
+
+func TestPlanIdempotent(t *testing.T) {
+	s, _, err := Plan(State{}, t0, testPolicy, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, did, err := Plan(s, t0, testPolicy, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(did) != 0 || !bytes.Equal(again.Bundle(), s.Bundle()) || !bytes.Equal(again.Serving.CertPEM, s.Serving.CertPEM) {
+		t.Errorf("planning a planned state again changed it: %v", did)
+	}
+}

@@ -1,0 +1,152 @@
+package certs
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/base64"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+const (
+	testNS      = "kube-system"
+	caName      = "gms-ca"
+	servingName = "gms-serving-cert"
+	dnsName     = "group-metrics-server.kube-system.svc"
+)
+
+var ourService = ServiceRef{Namespace: testNS, Name: "group-metrics-server", Port: 443}
+
+var testPolicy = Policy{
+	DNSNames:        []string{dnsName},
+	CAValidity:      3 * time.Hour,
+	ServingValidity: 30 * time.Minute,
+	Propagation:     5 * time.Minute,
+}
+
+// apiService returns an APIService named name pointing at svc.
+func apiService(name string, svc ServiceRef, insecure bool) *unstructured.Unstructured {
+	spec := map[string]any{
+		"group": "metrics.k8s.io", "version": "v1beta1",
+		"groupPriorityMinimum": int64(100), "versionPriority": int64(100),
+		"service": map[string]any{"namespace": svc.Namespace, "name": svc.Name, "port": int64(svc.Port)},
+	}
+	if insecure {
+		spec["insecureSkipTLSVerify"] = true
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+		"metadata": map[string]any{"name": name}, "spec": spec,
+	}}
+}
+
+func newDynamic(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
+	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{APIServiceResource: "APIServiceList"}, objs...)
+}
+
+// emptySecrets are the two Secrets as the manifests ship them.
+func emptySecrets() []runtime.Object {
+	return []runtime.Object{
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: caName}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: servingName}},
+	}
+}
+
+type rig struct {
+	kube *fake.Clientset
+	dyn  *dynamicfake.FakeDynamicClient
+	clk  *clocktesting.FakeClock
+	ctrl *Controller
+}
+
+func newRig(t *testing.T, clk *clocktesting.FakeClock, kube *fake.Clientset, dyn *dynamicfake.FakeDynamicClient, names ...string) *rig {
+	t.Helper()
+	if len(names) == 0 {
+		names = []string{"v1beta1.metrics.k8s.io", "v1.metrics.k8s.io"}
+	}
+	ctrl := NewController(ControllerConfig{
+		Secrets:       kube.CoreV1(),
+		Namespace:     testNS,
+		CASecret:      caName,
+		ServingSecret: servingName,
+		APIServices: NewAPIServices(APIServicesConfig{
+			Client:        dyn,
+			Names:         names,
+			Service:       ourService,
+			RecreateAfter: 10 * time.Second,
+			Labels:        map[string]string{"app.kubernetes.io/name": "group-metrics-server"},
+			Owner:         &metav1.OwnerReference{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: "owner", UID: "uid-1"},
+		}),
+		Policy:     testPolicy,
+		SyncPeriod: 15 * time.Second,
+		Clock:      clk,
+	})
+	return &rig{kube: kube, dyn: dyn, clk: clk, ctrl: ctrl}
+}
+
+func (r *rig) sync(t *testing.T) time.Duration {
+	t.Helper()
+	wait, err := r.ctrl.Sync(context.Background())
+	if err != nil {
+		t.Fatalf("sync at %s: %v", r.clk.Now().Format(time.RFC3339), err)
+	}
+	return wait
+}
+
+func secret(t *testing.T, kube *fake.Clientset, name string) *corev1.Secret {
+	t.Helper()
+	s, err := kube.CoreV1().Secrets(testNS).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func caBundleOf(t *testing.T, dyn *dynamicfake.FakeDynamicClient, name string) []byte {
+	t.Helper()
+	obj, err := dyn.Resource(APIServiceResource).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _, _ := unstructured.NestedString(obj.Object, "spec", "caBundle")
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// verifies says whether the serving certificate certPEM verifies for
+// dnsName against bundle at now.
+func verifies(certPEM, bundle []byte, now time.Time) error {
+	leaf, err := parseCert(certPEM)
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(bundle)
+	_, err = leaf.Verify(x509.VerifyOptions{DNSName: dnsName, Roots: pool, CurrentTime: now})
+	return err
+}
+
+// writes counts the create, update and patch actions recorded so far.
+func writes(kube *fake.Clientset, dyn *dynamicfake.FakeDynamicClient) int {
+	n := 0
+	for _, a := range append(kube.Actions(), dyn.Actions()...) {
+		switch a.GetVerb() {
+		case "create", "update", "patch":
+			n++
+		}
+	}
+	return n
+}
