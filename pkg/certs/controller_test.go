@@ -261,7 +261,9 @@ func TestLostCA(t *testing.T) {
 		lose func(data map[string][]byte)
 	}{
 		{"deleted", func(data map[string][]byte) { clear(data) }},
-		{"unparsable key", func(data map[string][]byte) { data[KeyCAKey] = []byte("-----BEGIN EC PRIVATE KEY-----\nAAAA\n-----END EC PRIVATE KEY-----\n") }},
+		{"unparsable key", func(data map[string][]byte) {
+			data[KeyCAKey] = []byte("-----BEGIN EC PRIVATE KEY-----\nAAAA\n-----END EC PRIVATE KEY-----\n")
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			names, _ := metricsAPIServices()
@@ -272,11 +274,11 @@ func TestLostCA(t *testing.T) {
 			step := 30 * time.Second
 			lost := false
 			res := simulation{
-				writers:       []*rig{r},
-				replicaLags:   []time.Duration{0, testPolicy.Propagation - step},
-				step:          step,
-				total:         time.Hour,
-				apiServices:   names,
+				writers:     []*rig{r},
+				replicaLags: []time.Duration{0, testPolicy.Propagation - step},
+				step:        step,
+				total:       time.Hour,
+				apiServices: names,
 				between: func(now time.Time) {
 					if lost || now.Before(t0.Add(10*time.Minute)) {
 						return
