@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
@@ -66,6 +68,49 @@ func Apply(ctx context.Context, c *cluster.Cluster, name string, objs []*unstruc
 	}
 	_, _, err = c.Kubectl(ctx, "apply", "--server-side", "--field-manager=gms-e2e", "-f", path)
 	return err
+}
+
+// findNamed returns the object of kind named name in objs.
+func findNamed(objs []*unstructured.Unstructured, kind, name string) (*unstructured.Unstructured, error) {
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o, nil
+		}
+	}
+	return nil, fmt.Errorf("manifests hold no %s %s", kind, name)
+}
+
+// secretMount is a Secret volume of a container, by its mount path.
+type secretMount struct{ path, secret string }
+
+// secretMounts returns the Secret volumes the container named name mounts.
+func secretMounts(deploy *unstructured.Unstructured, name string) ([]secretMount, error) {
+	var spec corev1.PodSpec
+	raw, _, err := unstructured.NestedMap(deploy.Object, "spec", "template", "spec")
+	if err != nil {
+		return nil, err
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &spec); err != nil {
+		return nil, fmt.Errorf("deployment %s: %w", deploy.GetName(), err)
+	}
+	secrets := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.Secret != nil {
+			secrets[v.Name] = v.Secret.SecretName
+		}
+	}
+	var out []secretMount
+	for _, c := range spec.Containers {
+		if c.Name != name {
+			continue
+		}
+		for _, m := range c.VolumeMounts {
+			if s, ok := secrets[m.Name]; ok {
+				out = append(out, secretMount{path: m.MountPath, secret: s})
+			}
+		}
+	}
+	return out, nil
 }
 
 // find returns the only object of kind in objs.

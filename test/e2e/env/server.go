@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -45,6 +47,8 @@ type ServerConfig struct {
 	KubeletRequestTimeout time.Duration
 	// ExtraArgs are appended last, so they override.
 	ExtraArgs []string
+	// ControllerArgs are appended to the certificate controller's args.
+	ControllerArgs []string
 	// ProcessName names the process and its log. Default
 	// group-metrics-server.
 	ProcessName string
@@ -69,24 +73,51 @@ type Server struct {
 	// custom.metrics.k8s.io ones too for manifests/custom-metrics.
 	APIServices []string
 
+	// Controller is the certificate controller of the manifests, while it
+	// runs; nil when the manifests have none.
+	Controller *cluster.Process
+	// Volumes are the Secret volumes of the server's container.
+	Volumes []*SecretVolume
+
 	cluster *cluster.Cluster
+	name    string
+	binDir  string
 	// registration are the Service and APIServices as applied for this
 	// server, for Register.
 	registration []*unstructured.Unstructured
+	// controllerArgs and controllerSA run the certificate controller.
+	controllerArgs []string
+	controllerSA   string
+	controllerRuns int
+	stopVolumes    context.CancelFunc
 }
 
-const serverContainer = "group-metrics-server"
+const (
+	serverDeployment     = "group-metrics-server"
+	serverContainer      = "group-metrics-server"
+	controllerDeployment = "group-metrics-server-cert-controller"
+	controllerContainer  = "cert-controller"
+)
+
+// controllers holds, per cluster, the server whose certificate controller
+// runs: one at a time, as one leads in a cluster.
+var controllers = struct {
+	sync.Mutex
+	running map[*cluster.Cluster]*Server
+}{running: map[*cluster.Cluster]*Server{}}
 
 // DeployServer deploys group-metrics-server from the manifests. Every object
-// but the Deployment is applied unchanged except the Service and the
-// APIServices' port; the Deployment's container runs as a local process with
-// the Deployment's own args, plus the flags a process outside the cluster
-// needs. It returns once every APIService of the manifests is Available and
-// its caBundle verifies the server's certificate for the Service's name.
+// but the Deployments is applied unchanged except the Service and the
+// APIServices' port; each Deployment's container runs as a local process
+// with the Deployment's own args, plus the flags a process outside the
+// cluster needs, and the server's Secret volumes are kept in local
+// directories as the kubelet would (SecretVolume). It returns once every
+// APIService of the manifests is Available and its caBundle verifies the
+// server's certificate for the Service's name.
 //
 // The Service and APIServices are shared by every server deployed into one
-// cluster: the latest one deployed serves them, until Register or Undeploy
-// points them elsewhere.
+// cluster: the latest one deployed serves them, and its certificate
+// controller runs, until Register or Undeploy points them elsewhere.
 func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*Server, error) {
 	if err := cfg.complete(); err != nil {
 		return nil, err
@@ -95,11 +126,15 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 	if err != nil {
 		return nil, err
 	}
-	deploy, err := find(objs, "Deployment")
+	deploy, err := findNamed(objs, "Deployment", serverDeployment)
 	if err != nil {
 		return nil, err
 	}
 	manifestArgs, sa, err := containerArgs(deploy, serverContainer)
+	if err != nil {
+		return nil, err
+	}
+	mounts, err := secretMounts(deploy, serverContainer)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +151,7 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 	var apply, registration []*unstructured.Unstructured
 	var apiServices []string
 	for _, o := range objs {
-		if o == deploy {
+		if o.GetKind() == "Deployment" {
 			continue
 		}
 		o = o.DeepCopy()
@@ -142,9 +177,46 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 		return nil, err
 	}
 
+	s := &Server{
+		Port:         port,
+		ServiceHost:  svc.GetName() + "." + svc.GetNamespace() + ".svc",
+		Namespace:    deploy.GetNamespace(),
+		APIServices:  apiServices,
+		cluster:      c,
+		name:         cfg.ProcessName,
+		binDir:       cfg.BinDir,
+		registration: registration,
+	}
+	if ctrl, _ := findNamed(objs, "Deployment", controllerDeployment); ctrl != nil {
+		args, ctrlSA, err := containerArgs(ctrl, controllerContainer)
+		if err != nil {
+			return nil, err
+		}
+		s.controllerArgs, s.controllerSA = append(args, cfg.ControllerArgs...), ctrlSA
+		if err := s.ensureController(ctx); err != nil {
+			return nil, err
+		}
+	}
+	volumeCtx, stopVolumes := context.WithCancel(context.Background())
+	s.stopVolumes = stopVolumes
+	for _, m := range mounts {
+		v := MountSecret(volumeCtx, c.Client(), deploy.GetNamespace(), m.secret, filepath.Join(c.WorkDir(), cfg.ProcessName+"-volumes", m.secret))
+		s.Volumes = append(s.Volumes, v)
+		select {
+		case <-v.Exists():
+		case <-ctx.Done():
+			return s, fmt.Errorf("secret %s for the server's volume: %w", m.secret, ctx.Err())
+		}
+		for i, a := range manifestArgs {
+			if name, val, ok := strings.Cut(a, "="); ok && strings.HasPrefix(val, m.path+"/") {
+				manifestArgs[i] = name + "=" + filepath.Join(v.Dir, strings.TrimPrefix(val, m.path+"/"))
+			}
+		}
+	}
+
 	kubeconfig, err := c.ServiceAccountKubeconfig(ctx, deploy.GetNamespace(), sa)
 	if err != nil {
-		return nil, err
+		return s, err
 	}
 	args := append(append([]string{}, manifestArgs...),
 		// A process on the host rather than a pod: no in-cluster config, no
@@ -159,19 +231,9 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 	args = append(args, cfg.ExtraArgs...)
 	proc, err := c.StartProcess(cfg.ProcessName, filepath.Join(cfg.BinDir, ServerBinary), args...)
 	if err != nil {
-		return nil, err
+		return s, err
 	}
-	s := &Server{
-		Process:        proc,
-		Port:           port,
-		Args:           args,
-		ServiceHost:    svc.GetName() + "." + svc.GetNamespace() + ".svc",
-		Namespace:      deploy.GetNamespace(),
-		ServiceAccount: sa,
-		APIServices:    apiServices,
-		cluster:        c,
-		registration:   registration,
-	}
+	s.Process, s.Args, s.ServiceAccount = proc, args, sa
 	if err := s.waitAvailable(ctx); err != nil {
 		return s, err
 	}
@@ -238,13 +300,51 @@ func exposeOnLoopback(svc *unstructured.Unstructured, port int) error {
 var apiServiceResource = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
 
 // Register applies the server's Service and APIServices again, so that the
-// aggregator sends their requests to this server, and waits as DeployServer
-// does.
+// aggregator sends their requests to this server, runs its certificate
+// controller in place of any other, and waits as DeployServer does.
 func (s *Server) Register(ctx context.Context) error {
 	if err := Apply(ctx, s.cluster, s.Process.Name()+"-register", s.registration); err != nil {
 		return err
 	}
+	if err := s.ensureController(ctx); err != nil {
+		return err
+	}
 	return s.waitAvailable(ctx)
+}
+
+// ensureController makes s's certificate controller the one that runs in
+// its cluster: it stops another's, and starts s's unless it runs.
+func (s *Server) ensureController(ctx context.Context) error {
+	if s.controllerArgs == nil {
+		return nil
+	}
+	controllers.Lock()
+	defer controllers.Unlock()
+	cur := controllers.running[s.cluster]
+	if cur == s && s.Controller != nil && s.Controller.Err() == nil {
+		return nil
+	}
+	if cur != nil && cur.Controller != nil {
+		if err := cur.Controller.Stop(); err != nil {
+			return fmt.Errorf("stop the certificate controller of %s: %w", cur.name, err)
+		}
+		cur.Controller = nil
+	}
+	delete(controllers.running, s.cluster)
+	kubeconfig, err := s.cluster.ServiceAccountKubeconfig(ctx, s.Namespace, s.controllerSA)
+	if err != nil {
+		return err
+	}
+	s.controllerRuns++
+	name := fmt.Sprintf("%s-cert-controller-%d", s.name, s.controllerRuns)
+	args := append(append([]string{}, s.controllerArgs...), "--kubeconfig="+kubeconfig)
+	proc, err := s.cluster.StartProcess(name, filepath.Join(s.binDir, ServerBinary), args...)
+	if err != nil {
+		return err
+	}
+	s.Controller = proc
+	controllers.running[s.cluster] = s
+	return nil
 }
 
 // Undeploy hands the Service and APIServices back to prev (Register), deletes
@@ -270,6 +370,9 @@ func (s *Server) Undeploy(ctx context.Context, prev *Server) error {
 	}
 	if err := s.Process.Stop(); err != nil {
 		errs = append(errs, err)
+	}
+	if s.stopVolumes != nil {
+		s.stopVolumes()
 	}
 	return errors.Join(errs...)
 }
