@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"slices"
 	"sync"
 	"time"
 
@@ -83,6 +84,27 @@ type Fleet struct {
 	lifeMu   sync.Mutex
 	closed   bool
 	handlers sync.WaitGroup
+
+	// presented are the bearer tokens of authenticated requests, for
+	// tests of what a scraper sends a kubelet.
+	presentedMu sync.Mutex
+	presented   []string
+}
+
+// PresentedTokens returns every distinct bearer token the fleet has
+// accepted, in the order first seen: the credentials its scrapers sent.
+func (f *Fleet) PresentedTokens() []string {
+	f.presentedMu.Lock()
+	defer f.presentedMu.Unlock()
+	return append([]string(nil), f.presented...)
+}
+
+func (f *Fleet) recordPresented(token string) {
+	f.presentedMu.Lock()
+	defer f.presentedMu.Unlock()
+	if !slices.Contains(f.presented, token) {
+		f.presented = append(f.presented, token)
+	}
 }
 
 // NewFleet creates an empty fleet and its CA.

@@ -118,6 +118,7 @@ func (f *Fleet) authenticated(r *http.Request) bool {
 	}
 	for known := range f.tokens {
 		if subtle.ConstantTimeCompare([]byte(known), []byte(token)) == 1 {
+			f.recordPresented(token)
 			return true
 		}
 	}
@@ -125,6 +126,9 @@ func (f *Fleet) authenticated(r *http.Request) bool {
 		ok, err := f.cfg.TokenAuthenticator.AuthenticateToken(r.Context(), token)
 		if err != nil {
 			klog.V(2).InfoS("Token review failed", "err", err)
+		}
+		if ok && err == nil {
+			f.recordPresented(token)
 		}
 		return ok && err == nil
 	}

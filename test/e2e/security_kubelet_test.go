@@ -1,0 +1,113 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/certs"
+)
+
+// reviewResources are what every authenticated identity, or the
+// auth-delegator role, may create: questions to the API server, which
+// store nothing.
+var reviewResources = []string{"tokenreviews", "subjectaccessreviews", "selfsubjectaccessreviews", "selfsubjectrulesreviews", "selfsubjectreviews"}
+
+// TestKubeletCredentialReadOnly takes every credential the fake kubelets
+// received from the servers of the suite and asks the API server, with
+// exactly that credential, what it may do: nothing but get, list and watch
+// in any namespace (and creating the review questions), and creating a
+// Secret in kube-system or patching an APIService is Forbidden.
+func TestKubeletCredentialReadOnly(t *testing.T) {
+	ctx := begin(t, 2*time.Minute)
+	tokens := suite.fleet.PresentedTokens()
+	if len(tokens) == 0 {
+		t.Fatal("the fleet has accepted no bearer token: the server scrapes with none")
+	}
+	nsList, err := suite.cluster.Client().CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, token := range tokens {
+		admin := suite.cluster.RESTConfig()
+		cfg := &rest.Config{Host: admin.Host, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAFile: admin.CAFile, CAData: admin.CAData}}
+		client, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		who, err := client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("token %d: who am I: %v", i, err)
+		}
+		user := who.Status.UserInfo.Username
+		rules := 0
+		for _, ns := range nsList.Items {
+			rev, err := client.AuthorizationV1().SelfSubjectRulesReviews().Create(ctx,
+				&authorizationv1.SelfSubjectRulesReview{Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: ns.Name}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatalf("%s: rules review in %s: %v", user, ns.Name, err)
+			}
+			if rev.Status.Incomplete {
+				t.Errorf("%s: rules review in %s is incomplete: %s", user, ns.Name, rev.Status.EvaluationError)
+			}
+			for _, r := range rev.Status.ResourceRules {
+				rules++
+				for _, v := range r.Verbs {
+					if slices.Contains(readVerbs, v) {
+						continue
+					}
+					if v == "create" && onlyReviews(r.Resources) {
+						continue
+					}
+					t.Errorf("%s may %s %v %v %v in %s", user, v, r.APIGroups, r.Resources, r.ResourceNames, ns.Name)
+				}
+			}
+			for _, r := range rev.Status.NonResourceRules {
+				for _, v := range r.Verbs {
+					if v != "get" {
+						t.Errorf("%s may %s %v", user, v, r.NonResourceURLs)
+					}
+				}
+			}
+		}
+
+		_, err = client.CoreV1().Secrets("kube-system").Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-e2e000"}, Type: corev1.SecretTypeBootstrapToken,
+		}, metav1.CreateOptions{})
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("%s: create a Secret in kube-system: got %v, want Forbidden", user, err)
+		}
+		dyn, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = dyn.Resource(certs.APIServiceResource).Patch(ctx, "v1beta1.metrics.k8s.io", types.MergePatchType,
+			[]byte(`{"spec":{"service":{"name":"elsewhere"}}}`), metav1.PatchOptions{})
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("%s: patch APIService v1beta1.metrics.k8s.io: got %v, want Forbidden", user, err)
+		}
+		t.Logf("credential %d the kubelets received: %s, %d resource rules over %d namespaces, all read-only; Secret create and APIService patch Forbidden",
+			i, user, rules, len(nsList.Items))
+	}
+}
+
+func onlyReviews(resources []string) bool {
+	for _, r := range resources {
+		if !slices.Contains(reviewResources, r) {
+			return false
+		}
+	}
+	return len(resources) > 0
+}
