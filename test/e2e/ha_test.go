@@ -109,7 +109,7 @@ func manifestReplicas(ctx context.Context, t *testing.T, dir string) int {
 		t.Fatal(err)
 	}
 	for _, o := range objs {
-		if o.GetKind() != "Deployment" {
+		if o.GetKind() != "Deployment" || o.GetName() != serverDeployment {
 			continue
 		}
 		// JSON numbers decode as float64, YAML ones as int64.

@@ -70,6 +70,12 @@ func (c *PinnedClient) Replica(ctx context.Context, procs []*cluster.Process) (*
 	if code != http.StatusOK {
 		return nil, fmt.Errorf("/metrics: status %d: %.200s", code, body)
 	}
+	return replicaOf(procs, body)
+}
+
+// replicaOf returns which of procs reported the /metrics body, by its
+// process start time.
+func replicaOf(procs []*cluster.Process, body string) (*cluster.Process, error) {
 	reported, err := gaugeValue(body, "process_start_time_seconds")
 	if err != nil {
 		return nil, err

@@ -1,0 +1,73 @@
+package env
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+)
+
+// ServedCertificate opens a new connection to the server's address, as the
+// aggregator would: verifying the server for ServiceHost against caBundle.
+// It returns which of procs (replicas sharing the port) answered, and the
+// certificate it served. A certificate that does not verify is an error.
+func (s *Server) ServedCertificate(ctx context.Context, procs []*cluster.Process, caBundle []byte) (*cluster.Process, *x509.Certificate, error) {
+	tlsCfg, err := rest.TLSConfigFor(s.RESTConfig())
+	if err != nil {
+		return nil, nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caBundle) {
+		return nil, nil, errors.New("caBundle holds no certificate")
+	}
+	tlsCfg.RootCAs = pool
+	tr := &http.Transport{TLSClientConfig: tlsCfg, DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+s.Address()+"/metrics", nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, nil, fmt.Errorf("/metrics: status %d", resp.StatusCode)
+	}
+	p, err := replicaOf(procs, string(body))
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, resp.TLS.PeerCertificates[0], nil
+}
+
+// CABundle returns the caBundle of the APIService name.
+func CABundle(ctx context.Context, c *cluster.Cluster, name string) ([]byte, error) {
+	dyn, err := dynamic.NewForConfig(c.RESTConfig())
+	if err != nil {
+		return nil, err
+	}
+	obj, err := dyn.Resource(apiServiceResource).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	b64, _, _ := unstructured.NestedString(obj.Object, "spec", "caBundle")
+	return base64.StdEncoding.DecodeString(b64)
+}
