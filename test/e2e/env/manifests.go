@@ -48,8 +48,10 @@ func decodeObjects(r io.Reader) ([]*unstructured.Unstructured, error) {
 }
 
 // Apply writes objs as one List under <workdir>/manifests/<name>.json and
-// applies it with kubectl, server-side, as a user applying manifests would.
-func Apply(ctx context.Context, c *cluster.Cluster, name string, objs []*unstructured.Unstructured) error {
+// applies it with kubectl, server-side, as a user applying manifests would;
+// flags are added to kubectl apply's (--force-conflicts, or
+// --server-side=false for a client-side apply).
+func Apply(ctx context.Context, c *cluster.Cluster, name string, objs []*unstructured.Unstructured, flags ...string) error {
 	items := make([]any, 0, len(objs))
 	for _, o := range objs {
 		items = append(items, o.Object)
@@ -66,7 +68,8 @@ func Apply(ctx context.Context, c *cluster.Cluster, name string, objs []*unstruc
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		return err
 	}
-	_, _, err = c.Kubectl(ctx, "apply", "--server-side", "--field-manager=gms-e2e", "-f", path)
+	args := append([]string{"apply", "--server-side", "--field-manager=gms-e2e"}, flags...)
+	_, _, err = c.Kubectl(ctx, append(args, "-f", path)...)
 	return err
 }
 

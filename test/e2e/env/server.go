@@ -49,6 +49,10 @@ type ServerConfig struct {
 	ExtraArgs []string
 	// ControllerArgs are appended to the certificate controller's args.
 	ControllerArgs []string
+	// ForceConflicts applies over fields another manager owns (kubectl
+	// apply --server-side --force-conflicts), as when replacing
+	// metrics-server's objects.
+	ForceConflicts bool
 	// ProcessName names the process and its log. Default
 	// group-metrics-server.
 	ProcessName string
@@ -173,7 +177,11 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 		}
 		apply = append(apply, o)
 	}
-	if err := Apply(ctx, c, cfg.ProcessName, apply); err != nil {
+	var flags []string
+	if cfg.ForceConflicts {
+		flags = append(flags, "--force-conflicts")
+	}
+	if err := Apply(ctx, c, cfg.ProcessName, apply, flags...); err != nil {
 		return nil, err
 	}
 
@@ -192,6 +200,9 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 		if err != nil {
 			return nil, err
 		}
+		// The APIServices name the server's port (above), and so must one
+		// the controller creates again.
+		args = append(args, "--service-port="+strconv.Itoa(port))
 		s.controllerArgs, s.controllerSA = append(args, cfg.ControllerArgs...), ctrlSA
 		if err := s.ensureController(ctx); err != nil {
 			return nil, err

@@ -1,0 +1,130 @@
+package env
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+)
+
+// metricsServerModule is where metrics-server's own manifests come from:
+// the module that make tools builds metrics-server from.
+const (
+	metricsServerModule     = "sigs.k8s.io/metrics-server"
+	metricsServerToolsDir   = "test/tools/metrics-server"
+	metricsServerManifests  = "manifests/overlays/release"
+	metricsServerDeployment = "metrics-server"
+)
+
+// DeployMetricsServerManifests installs metrics-server v0.8.0 as its users
+// do, from its own release manifests applied client-side (kubectl apply -f
+// components.yaml): every object but the Deployment unchanged except the
+// Service and APIService port, and the Deployment's container run as a
+// local process with its own args plus what a process outside the cluster
+// needs. It returns once v1beta1.metrics.k8s.io is Available.
+func DeployMetricsServerManifests(ctx context.Context, c *cluster.Cluster, binDir, kubeletCAFile string, resolution, timeout time.Duration) (*MetricsServer, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := moduleDir(ctx, filepath.Join(root, metricsServerToolsDir), metricsServerModule)
+	if err != nil {
+		return nil, err
+	}
+	objs, err := Render(ctx, c, filepath.Join(dir, metricsServerManifests))
+	if err != nil {
+		return nil, err
+	}
+	deploy, err := findNamed(objs, "Deployment", metricsServerDeployment)
+	if err != nil {
+		return nil, err
+	}
+	manifestArgs, sa, err := containerArgs(deploy, metricsServerDeployment)
+	if err != nil {
+		return nil, err
+	}
+	ports, err := cluster.FreePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	var apply []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "Deployment" {
+			continue
+		}
+		o = o.DeepCopy()
+		switch o.GetKind() {
+		case "Service":
+			if err := exposeOnLoopback(o, ports[0]); err != nil {
+				return nil, err
+			}
+		case "APIService":
+			if err := unstructured.SetNestedField(o.Object, int64(ports[0]), "spec", "service", "port"); err != nil {
+				return nil, err
+			}
+		}
+		apply = append(apply, o)
+	}
+	if err := Apply(ctx, c, "metrics-server-release", apply, "--server-side=false"); err != nil {
+		return nil, err
+	}
+	kubeconfig, err := c.ServiceAccountKubeconfig(ctx, deploy.GetNamespace(), sa)
+	if err != nil {
+		return nil, err
+	}
+	certDir := filepath.Join(c.WorkDir(), "metrics-server-certs")
+	if err := os.MkdirAll(certDir, 0o755); err != nil {
+		return nil, err
+	}
+	args := append(append([]string{}, manifestArgs...),
+		"--kubeconfig="+kubeconfig,
+		"--authentication-kubeconfig="+kubeconfig,
+		"--authorization-kubeconfig="+kubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(ports[0]),
+		"--cert-dir="+certDir,
+		"--kubelet-preferred-address-types=InternalIP",
+		"--kubelet-certificate-authority="+kubeletCAFile,
+		"--metric-resolution="+resolution.String(),
+		"--kubelet-request-timeout="+timeout.String(),
+	)
+	proc, err := c.StartProcess("metrics-server-release", filepath.Join(binDir, cluster.MetricsServerBinary), args...)
+	if err != nil {
+		return nil, err
+	}
+	m := &MetricsServer{Process: proc, Port: ports[0], cluster: c}
+	return m, c.WaitForAPIServiceAvailable(ctx, MetricsAPIServices[0])
+}
+
+// moduleDir returns the directory of module in the module cache, as
+// required by the tools module in toolsDir, downloading it if needed.
+func moduleDir(ctx context.Context, toolsDir, module string) (string, error) {
+	run := func(args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, "go", args...)
+		cmd.Dir = toolsDir
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+		out, err := cmd.Output()
+		if err != nil {
+			return "", fmt.Errorf("go %s in %s: %w", strings.Join(args, " "), toolsDir, err)
+		}
+		return strings.TrimSpace(string(out)), nil
+	}
+	dir, err := run("list", "-m", "-f", "{{.Dir}}", module)
+	if err == nil && dir == "" {
+		if _, err = run("mod", "download", module); err == nil {
+			dir, err = run("list", "-m", "-f", "{{.Dir}}", module)
+		}
+	}
+	if err == nil && dir == "" {
+		err = fmt.Errorf("module %s has no directory", module)
+	}
+	return dir, err
+}

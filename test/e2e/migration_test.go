@@ -1,0 +1,264 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/certs"
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+)
+
+const (
+	// takeOverBound bounds the time from applying our manifests over
+	// metrics-server's to the aggregator serving ours: the controller
+	// takes its lease (at once: nobody holds it) and writes the pair and
+	// the caBundle in its first sync (under a second); the Secret volume
+	// follows within its poll (0.5s here; the kubelet's sync period on a
+	// real node); the server is ready after one complete scrape (one
+	// --metric-resolution, 5s, plus --kubelet-request-timeout, 3s); the
+	// aggregator's availability check follows the APIService change at
+	// once and then probes every 30s at worst. So 1 + 0.5 + 8 + 30, about
+	// 40s, and 60s with a margin for a loaded machine.
+	takeOverBound = 60 * time.Second
+	// recreateBound is what the controller promises: a deleted APIService
+	// is created again within --sync-period (15s) after it has been
+	// missing for --recreate-after (10s), so within 40s.
+	recreateBound = time.Minute
+	// uninstallBound is how long garbage collection may take to remove what
+	// an uninstall leaves to it.
+	uninstallBound = time.Minute
+)
+
+// ourLabel selects every object of the manifests.
+const ourLabel = "app.kubernetes.io/name=group-metrics-server"
+
+// TestMigrationFromMetricsServer installs metrics-server v0.8.0 from its
+// own release manifests on a cluster of the test's own, then applies
+// manifests/base over it as docs/migration.md says (server-side, taking
+// over metrics-server's fields): the aggregator serves ours within
+// takeOverBound, with a caBundle and without insecureSkipTLSVerify, and our
+// logs hold no repeating error. A deleted APIService comes back within
+// recreateBound. kubectl delete -k manifests/base leaves no object labelled
+// as ours.
+func TestMigrationFromMetricsServer(t *testing.T) {
+	ctx := begin(t, 6*time.Minute)
+	c, fleet := ownCluster(ctx, t, 1)
+	ms, err := env.DeployMetricsServerManifests(ctx, c, suite.binDir, fleet.CAFile, 10*time.Second, suite.timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ms.Process.Stop() })
+	dyn, err := dynamic.NewForConfig(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := apiService(ctx, t, dyn, env.MetricsAPIServices[0])
+	if insecure, _, _ := unstructured.NestedBool(before.Object, "spec", "insecureSkipTLSVerify"); !insecure {
+		t.Fatal("metrics-server's manifests did not set insecureSkipTLSVerify: the test does not start where users are")
+	}
+	agg := aggregatorOf(t, c)
+	if r := fetch(ctx, agg, shape{"list-nodes", metricsV1beta1 + "/nodes"}); r.failed() {
+		t.Fatalf("metrics-server does not serve through the aggregator: %v", r)
+	}
+
+	root, err := env.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(root, "manifests", "base")
+	began := time.Now()
+	s, err := env.DeployServer(ctx, c, env.ServerConfig{
+		ManifestsDir:          base,
+		BinDir:                suite.binDir,
+		KubeletCAFile:         fleet.CAFile,
+		MetricResolution:      suite.resolution,
+		KubeletRequestTimeout: suite.timeout,
+		ForceConflicts:        true,
+		ProcessName:           "gms-migration",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tookOver := time.Since(began)
+	for _, name := range env.MetricsAPIServices {
+		obj := apiService(ctx, t, dyn, name)
+		if _, found, _ := unstructured.NestedBool(obj.Object, "spec", "insecureSkipTLSVerify"); found {
+			t.Errorf("%s still has insecureSkipTLSVerify", name)
+		}
+		if svc, _, _ := unstructured.NestedString(obj.Object, "spec", "service", "name"); svc != "group-metrics-server" {
+			t.Errorf("%s points at service %q", name, svc)
+		}
+	}
+	// Ours alone serves from here: metrics-server goes, as its Deployment
+	// would when the user deletes it.
+	if err := ms.Process.Stop(); err != nil {
+		t.Errorf("stop metrics-server: %v", err)
+	}
+	for _, sh := range []shape{{"list-nodes", metricsV1beta1 + "/nodes"}, {"list-nodes-v1", "/apis/metrics.k8s.io/v1/nodes"}} {
+		if r := fetch(ctx, agg, sh); r.failed() {
+			t.Errorf("after metrics-server stopped, %s through the aggregator: %v", sh.name, r)
+		}
+	}
+	t.Logf("applied over metrics-server v0.8.0: every APIService Available and verified against our caBundle %v later (bound %v)", tookOver.Round(time.Millisecond), takeOverBound)
+	if tookOver > takeOverBound {
+		t.Errorf("took over in %v, bound %v", tookOver, takeOverBound)
+	}
+
+	// Something deletes v1beta1.metrics.k8s.io (uninstalling
+	// metrics-server does).
+	deleted := time.Now()
+	if err := dyn.Resource(certs.APIServiceResource).Delete(ctx, env.MetricsAPIServices[0], metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	recreateCtx, cancel := context.WithTimeout(ctx, recreateBound)
+	err = env.Poll(recreateCtx, "the deleted APIService to come back", []*cluster.Process{s.Process, s.Controller}, func(ctx context.Context) error {
+		_, err := dyn.Resource(certs.APIServiceResource).Get(ctx, env.MetricsAPIServices[0], metav1.GetOptions{})
+		return err
+	})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	back := time.Since(deleted)
+	err = c.WaitForAPIServiceAvailable(recreateCtx, env.MetricsAPIServices[0])
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("deleted APIService created again %v later, Available %v later (bound %v)", back.Round(time.Millisecond), since(deleted), recreateBound)
+
+	for _, p := range []*cluster.Process{s.Process, s.Controller} {
+		if rep := repeatedErrors(t, p.LogPath(), 3); len(rep) > 0 {
+			t.Errorf("%s logs errors again and again:\n%s", p.Name(), strings.Join(rep, "\n"))
+		}
+	}
+
+	// Uninstall as a user would. The pods would get SIGTERM once their
+	// Deployments are gone: the processes run until the controller has
+	// tried once more without its rights, then stop.
+	uninstalled := time.Now()
+	// --ignore-not-found: the harness runs the Deployments as processes,
+	// so they were never created.
+	if _, stderr, err := c.Kubectl(ctx, "delete", "-k", base, "--wait=true", "--ignore-not-found"); err != nil {
+		t.Fatalf("kubectl delete -k manifests/base: %v: %s", err, stderr)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	err = env.Poll(waitCtx, "the controller to run without its rights", nil, func(context.Context) error {
+		select {
+		case <-s.Controller.Done():
+			return nil
+		default:
+		}
+		lines, err := linesWith(s.Controller.LogPath(), "forbidden")
+		if err != nil {
+			return err
+		}
+		if len(lines) == 0 {
+			return errors.New("no refused call yet")
+		}
+		return nil
+	})
+	cancel()
+	if err != nil {
+		t.Error(err)
+	}
+	_ = s.Controller.Stop()
+	_ = s.Process.Stop()
+	goneCtx, cancel := context.WithTimeout(ctx, uninstallBound)
+	defer cancel()
+	var left []string
+	err = env.Poll(goneCtx, "no object of ours left", nil, func(ctx context.Context) error {
+		left, err = labelled(ctx, dyn, ourLabel)
+		if err != nil {
+			return err
+		}
+		if len(left) > 0 {
+			return fmt.Errorf("left: %s", strings.Join(left, ", "))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	t.Logf("kubectl delete -k manifests/base: no object labelled %s %v after it began", ourLabel, since(uninstalled))
+}
+
+func apiService(ctx context.Context, t *testing.T, dyn dynamic.Interface, name string) *unstructured.Unstructured {
+	t.Helper()
+	obj, err := dyn.Resource(certs.APIServiceResource).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obj
+}
+
+// ourKinds are every kind the manifests and the controller create.
+var ourKinds = []schema.GroupVersionResource{
+	certs.APIServiceResource,
+	{Version: "v1", Resource: "secrets"},
+	{Version: "v1", Resource: "serviceaccounts"},
+	{Version: "v1", Resource: "services"},
+	{Version: "v1", Resource: "configmaps"},
+	{Group: "apps", Version: "v1", Resource: "deployments"},
+	{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"},
+	{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"},
+}
+
+// labelled returns every object of ourKinds that matches selector.
+func labelled(ctx context.Context, dyn dynamic.Interface, selector string) ([]string, error) {
+	var out []string
+	for _, gvr := range ourKinds {
+		list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", gvr.Resource, err)
+		}
+		for _, o := range list.Items {
+			out = append(out, gvr.Resource+" "+o.GetNamespace()+"/"+o.GetName())
+		}
+	}
+	return out, nil
+}
+
+var klogHeader = regexp.MustCompile(`^[EW]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ `)
+
+// repeatedErrors returns the error lines of a klog file whose text (past
+// the header) occurs at least n times.
+func repeatedErrors(t *testing.T, path string, n int) []string {
+	t.Helper()
+	lines, err := linesWith(path, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "E") || !klogHeader.MatchString(l) {
+			continue
+		}
+		count[klogHeader.ReplaceAllString(l, "")]++
+	}
+	var out []string
+	for text, k := range count {
+		if k >= n {
+			out = append(out, fmt.Sprintf("%d× %.300s", k, text))
+		}
+	}
+	return out
+}
