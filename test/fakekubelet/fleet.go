@@ -5,8 +5,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"sort"
 	"slices"
+	"sort"
 	"sync"
 	"time"
 
