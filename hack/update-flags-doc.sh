@@ -13,4 +13,12 @@ go build -o "$tmp/group-metrics-server" ./cmd/group-metrics-server
 	echo '```'
 	"$tmp/group-metrics-server" --help 2>&1 | sed -e 's/[[:space:]]*$//'
 	echo '```'
+	echo
+	echo "## cert-controller"
+	echo
+	echo "Generated from \`group-metrics-server cert-controller --help\`."
+	echo
+	echo '```'
+	"$tmp/group-metrics-server" cert-controller --help 2>&1 | sed -e 's/[[:space:]]*$//'
+	echo '```'
 } > docs/flags.md
