@@ -29,6 +29,13 @@ const (
 	FaultClockBackwards     FaultKind = "ClockBackwards"
 	FaultDuplicateInstances FaultKind = "DuplicateInstances"
 	FaultCounterReset       FaultKind = "CounterReset"
+	// FaultClockOffset sets the platform's wall clock ahead (a positive
+	// offset) or behind (a negative one).
+	FaultClockOffset FaultKind = "ClockOffset"
+	// FaultOlderForm answers the JSON metrics in the form of older ukpd
+	// releases: cpu_time_s (CPU time over the last second, a rate) and
+	// uptime_s in place of cpu_time_ms and uptime_ms.
+	FaultOlderForm FaultKind = "OlderForm"
 )
 
 // DefaultHugeBodyBytes is the body size of a HugeBody fault that names none.
@@ -45,7 +52,7 @@ type Fault struct {
 	// Bytes is the body size for HugeBody; 0 means DefaultHugeBodyBytes.
 	Bytes int64 `json:"bytes,omitempty"`
 	// Offset is how far the platform's wall clock is behind, for
-	// ClockBackwards.
+	// ClockBackwards, or ahead (negative: behind), for ClockOffset.
 	Offset time.Duration `json:"-"`
 }
 
@@ -54,6 +61,11 @@ type Fault struct {
 // from a daemon that derives them from the wall clock and an uptime. CPU
 // time and uptime do not follow the wall clock and stay as they are.
 func ClockBackwards(d time.Duration) Fault { return Fault{Kind: FaultClockBackwards, Offset: d} }
+
+// ClockOffset sets the platform's wall clock d ahead, or -d behind for a
+// negative d (whole seconds): every started_at, stopped_at and created_at
+// it reports moves by d. CPU time and uptime stay as they are.
+func ClockOffset(d time.Duration) Fault { return Fault{Kind: FaultClockOffset, Offset: d} }
 
 // Slow delays answers by d, on the server's clock.
 func Slow(d time.Duration) Fault { return Fault{Kind: FaultSlow, Delay: d} }
@@ -70,12 +82,15 @@ func (s *Server) SetFault(f Fault) error {
 			f.Bytes = DefaultHugeBodyBytes
 		}
 	case FaultStatus500, FaultGarbage, FaultTruncated, FaultStall:
-	case FaultClockBackwards, FaultDuplicateInstances, FaultCounterReset:
+	case FaultClockBackwards, FaultDuplicateInstances, FaultCounterReset, FaultClockOffset, FaultOlderForm:
 		if f.Path != "" {
 			return fmt.Errorf("fault %s applies to both paths; it takes no path", f.Kind)
 		}
 		if f.Kind == FaultClockBackwards && f.Offset < time.Second {
 			return fmt.Errorf("fault %s needs an offset of at least 1s", f.Kind)
+		}
+		if f.Kind == FaultClockOffset && f.Offset.Abs() < time.Second {
+			return fmt.Errorf("fault %s needs an offset of at least 1s either way", f.Kind)
 		}
 		if f.Kind == FaultCounterReset {
 			s.resetCounters()
@@ -120,7 +135,7 @@ func (s *Server) Faults() []Fault {
 
 var faultOrder = []FaultKind{
 	FaultSlow, FaultStatus500, FaultGarbage, FaultHugeBody, FaultTruncated, FaultStall,
-	FaultClockBackwards, FaultDuplicateInstances,
+	FaultClockBackwards, FaultClockOffset, FaultDuplicateInstances, FaultOlderForm,
 }
 
 // responseFault says whether a fault answers requests in place of the

@@ -15,6 +15,9 @@ const (
 	StateRunning = "running"
 	StateStandby = "standby"
 	StateStopped = "stopped"
+	// StateDraining is an instance draining its connections before it
+	// stops; it still runs.
+	StateDraining = "draining"
 )
 
 // Tag keys kraftlet writes on the instance of a container.
@@ -41,7 +44,8 @@ type InstanceSpec struct {
 	// CPUCores is the CPU rate; RSSBytes the resident set while running.
 	CPUCores float64
 	RSSBytes uint64
-	// State is StateRunning (the default), StateStandby or StateStopped.
+	// State is StateRunning (the default), StateStandby, StateStopped or
+	// StateDraining.
 	State string
 }
 
@@ -72,18 +76,35 @@ type instance struct {
 	rssBytes                      uint64
 	startCount                    uint64
 	createdAt, startedAt, stopped time.Time
+	seq                           int // creation order
 	// cpuNS is the counter in core-nanoseconds at since; while running it
 	// grows at cpuCores.
 	cpuNS float64
 	since time.Time
+	// upNS is the uptime at since, accumulated over every start, as ukpd
+	// reports it: it grows while the instance runs and stands still
+	// otherwise.
+	upNS time.Duration
 }
+
+// runs says whether the instance's VM runs: running, or draining its
+// connections before it stops.
+func (in *instance) runs() bool { return in.state == StateRunning || in.state == StateDraining }
 
 // counterNS is the CPU counter at now.
 func (in *instance) counterNS(now time.Time) float64 {
-	if in.state != StateRunning {
+	if !in.runs() {
 		return in.cpuNS
 	}
 	return in.cpuNS + in.cpuCores*float64(now.Sub(in.since))
+}
+
+// uptime is the accumulated uptime at now.
+func (in *instance) uptime(now time.Time) time.Duration {
+	if !in.runs() {
+		return in.upNS
+	}
+	return in.upNS + now.Sub(in.since)
 }
 
 // cpuTimeMS is the counter in whole milliseconds, as ukpd reports it.
@@ -93,10 +114,11 @@ func (in *instance) cpuTimeMS(now time.Time) int64 {
 
 // settle folds the counter up to now, before the rate or state changes.
 func (in *instance) settle(now time.Time) {
-	in.cpuNS, in.since = in.counterNS(now), now
+	in.cpuNS, in.upNS, in.since = in.counterNS(now), in.uptime(now), now
 }
 
 func (in *instance) start(now time.Time) {
+	in.settle(now)
 	in.state = StateRunning
 	in.startCount++
 	in.startedAt = now
@@ -143,9 +165,9 @@ func (s *Server) AddInstance(spec InstanceSpec) (Instance, error) {
 	switch state {
 	case "":
 		state = StateRunning
-	case StateRunning, StateStandby, StateStopped:
+	case StateRunning, StateStandby, StateStopped, StateDraining:
 	default:
-		return Instance{}, fmt.Errorf("unknown state %q (want %s, %s or %s)", state, StateRunning, StateStandby, StateStopped)
+		return Instance{}, fmt.Errorf("unknown state %q (want %s, %s, %s or %s)", state, StateRunning, StateStandby, StateStopped, StateDraining)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -156,7 +178,7 @@ func (s *Server) AddInstance(spec InstanceSpec) (Instance, error) {
 		namespace: spec.Namespace, pod: spec.Pod, container: spec.Container, node: spec.Node,
 		tags:     spec.Tags,
 		cpuCores: spec.CPUCores, rssBytes: spec.RSSBytes,
-		createdAt: now,
+		createdAt: now, seq: s.seq,
 	}
 	if in.uuid == "" {
 		in.uuid = fmt.Sprintf("00000000-0000-4000-8000-%012x", s.seq)
@@ -287,6 +309,15 @@ func (s *Server) Standby(id string) error {
 	return s.update(id, func(in *instance, now time.Time) {
 		in.settle(now)
 		in.state, in.stopped = StateStandby, now
+	})
+}
+
+// Drain puts an instance in the draining state: it still runs, and its
+// counter still grows, until it is stopped or put in standby.
+func (s *Server) Drain(id string) error {
+	return s.update(id, func(in *instance, now time.Time) {
+		in.settle(now)
+		in.state = StateDraining
 	})
 }
 
