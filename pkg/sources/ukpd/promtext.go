@@ -21,6 +21,7 @@ const (
 	metricStartedAt  = "instance_started_at"
 	metricCPU        = "instance_cpu_time_s"
 	metricRSS        = "instance_rss_bytes"
+	metricUptime     = "instance_uptime_s"
 	labelUUID        = "instance_uuid"
 )
 
@@ -35,12 +36,13 @@ const (
 	idxStartedAt
 	idxCPU
 	idxRSS
+	idxUptime
 	numSeries
 )
 
 var seriesIndex = map[string]int{
 	metricState: idxState, metricStartCount: idxStartCount, metricStartedAt: idxStartedAt,
-	metricCPU: idxCPU, metricRSS: idxRSS,
+	metricCPU: idxCPU, metricRSS: idxRSS, metricUptime: idxUptime,
 }
 
 // series is what the Prometheus form says of one instance.
@@ -146,6 +148,13 @@ func (s *series) sample(uuid string) (Sample, error) {
 		}
 		sec, frac := math.Modf(v)
 		out.StartedAt = time.Unix(int64(sec), int64(math.Round(frac*1e9))).UTC()
+	}
+	if i := idxUptime; s.have[i] {
+		v := s.values[i]
+		if !(v >= 0 && v*1e3 <= maxUptimeMS) {
+			return Sample{}, fmt.Errorf("%s %g is implausible", metricUptime, v)
+		}
+		out.Uptime, out.HasUptime = time.Duration(math.Round(v*1e3))*time.Millisecond, true
 	}
 	if i := idxState; s.have[i] {
 		v := s.values[i]

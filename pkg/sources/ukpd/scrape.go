@@ -16,9 +16,6 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 )
 
-// stateRunning is the one instance state whose samples are reported.
-const stateRunning = "running"
-
 // endpoint is the lasting state of one ukpd endpoint: its client, the
 // cached instance list and what the last scrape saw of each instance.
 type endpoint struct {
@@ -35,15 +32,7 @@ type endpoint struct {
 	// unresolved holds the metrics entries that were unknown right after
 	// the last list fetch, so that they do not force a fetch every scrape.
 	unresolved map[string]struct{}
-	starts     map[string]startState // by instance UUID
-}
-
-// startState is what the last scrape saw of an instance's start.
-type startState struct {
-	count     uint64
-	reported  time.Time // started_at as ukpd reported it
-	effective time.Time // the StartTime handed on
-	scrapedAt time.Time
+	timelines  map[string]timeline // by instance UUID
 }
 
 func newEndpoint(cfg EndpointConfig, client *Client, pods corelisters.PodLister, clk clock.PassiveClock, refresh time.Duration) *endpoint {
@@ -173,7 +162,7 @@ type podEntry struct {
 // by reason, the instances it leaves out.
 func (e *endpoint) attribute(samples []Sample, now time.Time, owned map[string]struct{}) (*sources.Batch, map[string]int) {
 	ignored := map[string]int{}
-	starts := make(map[string]startState, len(samples))
+	timelines := make(map[string]timeline, len(samples))
 	pods := map[podAt]*podEntry{}
 	for _, s := range samples {
 		inst := e.lookup(s)
@@ -181,14 +170,20 @@ func (e *endpoint) attribute(samples []Sample, now time.Time, owned map[string]s
 			ignored[ignoredUnknownInstance]++
 			continue
 		}
-		var prev *startState
-		if p, ok := e.starts[inst.UUID]; ok {
+		var prev *timeline
+		if p, ok := e.timelines[inst.UUID]; ok {
 			prev = &p
 		}
-		st := nextStart(prev, s, now)
-		starts[inst.UUID] = st
+		// Without a state in either response the instance is taken as running.
+		state := cmp.Or(s.State, inst.State, stateRunning)
+		tl := advance(prev, s, state, now)
+		timelines[inst.UUID] = tl
+		if !tl.has {
+			ignored[ignoredNotRunning]++
+			continue
+		}
 
-		pod, container, node, reason := e.resolve(inst, s, owned)
+		pod, container, node, reason := e.resolve(inst, owned)
 		if reason != "" {
 			ignored[reason]++
 			continue
@@ -199,12 +194,7 @@ func (e *endpoint) attribute(samples []Sample, now time.Time, owned map[string]s
 			entry = &podEntry{pod: pod, containers: map[string]candidate{}}
 			pods[key] = entry
 		}
-		c := candidate{uuid: inst.UUID, started: s.StartedAt, point: sources.Point{
-			Timestamp:    now,
-			StartTime:    st.effective,
-			CPUCoreNanos: s.CPUCoreNanos,
-			MemoryBytes:  s.RSSBytes,
-		}}
+		c := candidate{uuid: inst.UUID, started: s.StartedAt, point: tl.point}
 		if old, dup := entry.containers[container]; dup {
 			ignored[ignoredDuplicate]++
 			if !newer(c, old) {
@@ -213,17 +203,13 @@ func (e *endpoint) attribute(samples []Sample, now time.Time, owned map[string]s
 		}
 		entry.containers[container] = c
 	}
-	e.starts = starts
+	e.timelines = timelines
 	return buildBatch(pods), ignored
 }
 
 // resolve finds the pod, container and node of a running instance, or the
 // reason to leave it out.
-func (e *endpoint) resolve(inst *Instance, s Sample, owned map[string]struct{}) (*corev1.Pod, string, string, string) {
-	// Without a state in either response the instance is taken as running.
-	if state := cmp.Or(s.State, inst.State); state != stateRunning && state != "" {
-		return nil, "", "", ignoredNotRunning
-	}
+func (e *endpoint) resolve(inst *Instance, owned map[string]struct{}) (*corev1.Pod, string, string, string) {
 	ref, ok := parseTags(inst.Tags)
 	if !ok {
 		return nil, "", "", ignoredMissingTags
@@ -271,26 +257,4 @@ func buildBatch(pods map[podAt]*podEntry) *sources.Batch {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Node, b.Node))
 	})
 	return b
-}
-
-// nextStart returns what to remember of an instance's start after sample s
-// taken at now; its effective field is the StartTime to report.
-//
-// ukpd's CPU counter starts from zero whenever the instance starts: a
-// restart or a wake from standby. That is visible as a new started_at, which
-// the store treats as a reset. Should start_count move while started_at
-// stays the same, the previous scrape of the instance stands in for the
-// unknown start: the store still sees a new StartTime, hence a reset, and
-// the first rate after it (counter divided by the time since that scrape)
-// can only be lower than the truth, never huge.
-func nextStart(prev *startState, s Sample, now time.Time) startState {
-	next := startState{count: s.StartCount, reported: s.StartedAt, effective: s.StartedAt, scrapedAt: now}
-	switch {
-	case prev == nil || !prev.reported.Equal(s.StartedAt):
-	case prev.count != s.StartCount:
-		next.effective = prev.scrapedAt
-	default:
-		next.effective = prev.effective
-	}
-	return next
 }
