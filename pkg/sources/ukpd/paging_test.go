@@ -1,0 +1,79 @@
+package ukpd
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
+)
+
+// TestScrapePagesTheList checks a large account on a server that answers
+// at most 100 instances a request: every pod gets its metrics, from one
+// read of the list in pages.
+func TestScrapePagesTheList(t *testing.T) {
+	const n = 2000
+	RegisterMetrics()
+	clk := clocktesting.NewFakeClock(t0)
+	fake := fakeukpd.New(fakeukpd.Config{Clock: clk, PageSize: 100, Tokens: []string{testToken}})
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	writeFile(t, tokenFile, testToken)
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	pods := make([]*corev1.Pod, 0, n)
+	for i := range n {
+		name := fmt.Sprintf("web-%04d", i)
+		pods = append(pods, newPod("default", name, "kraftlet", "app"))
+		if _, err := fake.AddInstance(fakeukpd.InstanceSpec{Namespace: "default", Pod: name, Container: "app", Node: "kraftlet", CPUCores: 0.1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src, err := NewSource(SourceConfig{
+		Endpoints: []EndpointConfig{{URL: srv.URL, Nodes: []string{"kraftlet"}}},
+		Pods:      podLister(t, pods...),
+		TokenFile: tokenFile,
+		Clock:     clk,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets, err := src.Targets()
+	if err != nil || len(targets) != 1 {
+		t.Fatalf("Targets = %v, %v", targets, err)
+	}
+	clk.Step(10 * time.Second)
+	b, err := targets[0].Scrape(context.Background())
+	if err != nil {
+		t.Fatalf("Scrape: %v", err)
+	}
+	if len(b.Pods) != n {
+		t.Errorf("scrape has %d pods, want %d", len(b.Pods), n)
+	}
+	// from is inclusive: a page of 100 after the first adds 99. 100 + 20 ×
+	// 99 covers 2,000, and one more page holds only the last instance again.
+	if got := fake.ListRequests(); got != 22 {
+		t.Errorf("%d list requests, want 22", got)
+	}
+}
+
+// TestInstancesFailedPage checks that a page that fails fails the whole
+// list, so the cached one is kept rather than replaced by a part.
+func TestInstancesFailedPage(t *testing.T) {
+	e := newEnv(t)
+	for i := range 3 {
+		e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: fmt.Sprintf("p-%d", i), Container: "c"})
+	}
+	if err := e.fake.SetFault(fakeukpd.Fault{Kind: fakeukpd.FaultStatus500, Path: "/v1/instances"}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := e.client(t, nil).Instances(context.Background())
+	if list != nil || err == nil {
+		t.Errorf("Instances = %v, %v; want no list and an error", list, err)
+	}
+}
