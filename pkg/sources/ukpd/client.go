@@ -208,7 +208,7 @@ func (c *Client) Metrics(ctx context.Context) ([]Sample, error) {
 	if isJSON(contentType, body) {
 		samples, err = DecodeMetricsJSON(body)
 	} else {
-		samples, err = DecodeMetricsText(body)
+		samples, err = decodeMetricsText(ctx, body)
 	}
 	return samples, c.wrap(err)
 }

@@ -318,6 +318,15 @@ func (p *problems) add(err error) {
 	}
 }
 
+// addf is add of fmt.Errorf(format, args...), formatted only if it is to
+// be named, so that a body of a million bad lines costs no million errors.
+func (p *problems) addf(format string, args ...any) {
+	p.n++
+	if len(p.errs) < maxReported {
+		p.errs = append(p.errs, fmt.Errorf(format, args...))
+	}
+}
+
 func (p *problems) err(what string) error {
 	if p.n == 0 {
 		return nil
