@@ -104,12 +104,25 @@ const (
 	ignoredDuplicate         = "duplicate_container"
 )
 
-// findPod returns the pod an instance's tags name, or why there is none. A
-// pod tag at the length limit may hold a cut name: then every pod of the
-// namespace whose tag would read the same is a candidate, and exactly one
-// must match.
-func findPod(pods corelisters.PodLister, ref tagRef) (*corev1.Pod, string) {
-	ns := pods.Pods(ref.namespace)
+// podFinder resolves tags to pods for one scrape. A pod tag at the length
+// limit may hold a cut name: then every pod of the namespace whose tag
+// would read the same is a candidate, and exactly one must match. The tags
+// of a namespace's pods are computed once per scrape, when the first cut
+// tag of that namespace asks for them, so attribution stays linear in the
+// instances and pods however many tags are cut.
+type podFinder struct {
+	pods corelisters.PodLister
+	// cut maps a namespace to its pods by the pod tag kraftlet would write.
+	cut map[string]map[string][]*corev1.Pod
+}
+
+func newPodFinder(pods corelisters.PodLister) *podFinder {
+	return &podFinder{pods: pods, cut: map[string]map[string][]*corev1.Pod{}}
+}
+
+// find returns the pod an instance's tags name, or why there is none.
+func (f *podFinder) find(ref tagRef) (*corev1.Pod, string) {
+	ns := f.pods.Pods(ref.namespace)
 	pod, err := ns.Get(ref.pod)
 	switch {
 	case err == nil && TagFor(TagPod, pod.Name) == ref.podTag:
@@ -119,24 +132,28 @@ func findPod(pods corelisters.PodLister, ref tagRef) (*corev1.Pod, string) {
 	case len(ref.podTag) < MaxTagBytes:
 		return nil, ignoredPodNotFound
 	}
-	all, err := ns.List(labels.Everything())
-	if err != nil {
-		return nil, ignoredPodNotFound
-	}
-	var match *corev1.Pod
-	for _, p := range all {
-		if TagFor(TagPod, p.Name) != ref.podTag {
-			continue
+	byTag, done := f.cut[ref.namespace]
+	if !done {
+		all, err := ns.List(labels.Everything())
+		if err != nil {
+			return nil, ignoredPodNotFound
 		}
-		if match != nil {
-			return nil, ignoredAmbiguousPod
+		byTag = map[string][]*corev1.Pod{}
+		for _, p := range all {
+			if tag := TagFor(TagPod, p.Name); len(tag) == MaxTagBytes {
+				byTag[tag] = append(byTag[tag], p)
+			}
 		}
-		match = p
+		f.cut[ref.namespace] = byTag
 	}
-	if match == nil {
+	switch match := byTag[ref.podTag]; len(match) {
+	case 0:
 		return nil, ignoredPodNotFound
+	case 1:
+		return match[0], ""
+	default:
+		return nil, ignoredAmbiguousPod
 	}
-	return match, ""
 }
 
 // hasContainer says whether the pod runs a container of that name. A pod

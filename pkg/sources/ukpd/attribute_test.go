@@ -95,7 +95,7 @@ func newPod(ns, name, node string, containers ...string) *corev1.Pod {
 	return p
 }
 
-func podLister(t *testing.T, pods ...*corev1.Pod) corelisters.PodLister {
+func podLister(t testing.TB, pods ...*corev1.Pod) corelisters.PodLister {
 	t.Helper()
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	for _, p := range pods {
@@ -133,9 +133,10 @@ func TestFindPod(t *testing.T) {
 		{name: "cut name, two matches", ref: ref("ns", prefix+"-a"), wantReason: ignoredAmbiguousPod},
 		{name: "cut name, no match", ref: ref("ns", strings.Repeat("v", 253)), wantReason: ignoredPodNotFound},
 	}
+	finder := newPodFinder(pods)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			pod, reason := findPod(pods, tc.ref)
+			pod, reason := finder.find(tc.ref)
 			if reason != tc.wantReason {
 				t.Fatalf("reason = %q, want %q", reason, tc.wantReason)
 			}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -78,7 +79,10 @@ func (e *endpoint) scrape(ctx context.Context, nodes []string) (*sources.Batch, 
 	for _, n := range nodes {
 		owned[n] = struct{}{}
 	}
-	batch, ignored := e.attribute(samples, now, owned)
+	batch, ignored, err := e.attribute(ctx, samples, now, owned)
+	if err != nil {
+		return nil, err
+	}
 	for reason, n := range ignored {
 		ignoredInstances.WithLabelValues(reason).Add(float64(n))
 	}
@@ -160,11 +164,20 @@ type podEntry struct {
 
 // attribute turns samples into a batch of the owned nodes' pods and counts,
 // by reason, the instances it leaves out.
-func (e *endpoint) attribute(samples []Sample, now time.Time, owned map[string]struct{}) (*sources.Batch, map[string]int) {
+//
+// It looks at ctx every attributeCtxCheck samples and fails when it is
+// done.
+func (e *endpoint) attribute(ctx context.Context, samples []Sample, now time.Time, owned map[string]struct{}) (*sources.Batch, map[string]int, error) {
+	finder := newPodFinder(e.pods)
 	ignored := map[string]int{}
 	timelines := make(map[string]timeline, len(samples))
 	pods := map[podAt]*podEntry{}
-	for _, s := range samples {
+	for i, s := range samples {
+		if i%attributeCtxCheck == attributeCtxCheck-1 {
+			if err := ctx.Err(); err != nil {
+				return nil, nil, sources.WithReason(sources.TransportReason(err), fmt.Errorf("ukpd %s: attribute instances: %w", e.client, err))
+			}
+		}
 		inst := e.lookup(s)
 		if inst == nil {
 			ignored[ignoredUnknownInstance]++
@@ -183,7 +196,7 @@ func (e *endpoint) attribute(samples []Sample, now time.Time, owned map[string]s
 			continue
 		}
 
-		pod, container, node, reason := e.resolve(inst, owned)
+		pod, container, node, reason := e.resolve(finder, inst, owned)
 		if reason != "" {
 			ignored[reason]++
 			continue
@@ -204,17 +217,21 @@ func (e *endpoint) attribute(samples []Sample, now time.Time, owned map[string]s
 		entry.containers[container] = c
 	}
 	e.timelines = timelines
-	return buildBatch(pods), ignored
+	return buildBatch(pods), ignored, nil
 }
+
+// attributeCtxCheck is how many samples are attributed between two looks
+// at the context.
+const attributeCtxCheck = 1024
 
 // resolve finds the pod, container and node of a running instance, or the
 // reason to leave it out.
-func (e *endpoint) resolve(inst *Instance, owned map[string]struct{}) (*corev1.Pod, string, string, string) {
+func (e *endpoint) resolve(finder *podFinder, inst *Instance, owned map[string]struct{}) (*corev1.Pod, string, string, string) {
 	ref, ok := parseTags(inst.Tags)
 	if !ok {
 		return nil, "", "", ignoredMissingTags
 	}
-	pod, reason := findPod(e.pods, ref)
+	pod, reason := finder.find(ref)
 	if reason != "" {
 		return nil, "", "", reason
 	}
