@@ -1,6 +1,8 @@
 package ukpd
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -102,7 +104,56 @@ const (
 	ignoredContainerNotFound = "container_not_found"
 	ignoredNodeNotOwned      = "node_not_owned"
 	ignoredDuplicate         = "duplicate_container"
+	ignoredMissingRequired   = "missing_required_tag"
 )
+
+// IgnoreAnnotation lists, comma-separated, the containers of a pod that
+// kraftlet runs no instance for. They do not run, so they use nothing: the
+// source reports them at zero alongside the pod's other containers.
+const IgnoreAnnotation = "cloud.unikraft.v1.instances/ignore"
+
+// ignoredContainers returns the containers of the pod that its
+// IgnoreAnnotation names.
+func ignoredContainers(pod *corev1.Pod) []string {
+	v := pod.Annotations[IgnoreAnnotation]
+	if v == "" {
+		return nil
+	}
+	var out []string
+	for name := range strings.SplitSeq(v, ",") {
+		name = strings.TrimSpace(name)
+		for _, c := range pod.Spec.Containers {
+			if c.Name == name && !slices.Contains(out, name) {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
+// ParseRequiredTag reads a tag every instance must carry to be attributed,
+// given as key=value. It must be a tag the platform keeps as it is: no
+// character outside [A-Za-z0-9-+_.:=], at most MaxTagBytes.
+func ParseRequiredTag(s string) (string, error) {
+	key, value, ok := strings.Cut(s, "=")
+	switch {
+	case !ok || key == "" || value == "":
+		return "", fmt.Errorf("required tag %q: want key=value", s)
+	case TagFor(key, value) != s:
+		return "", fmt.Errorf("required tag %q: the platform keeps at most %d bytes of [A-Za-z0-9-+_.:=]", s, MaxTagBytes)
+	}
+	return s, nil
+}
+
+// hasTags says whether tags holds every one of required.
+func hasTags(tags, required []string) bool {
+	for _, r := range required {
+		if !slices.Contains(tags, r) {
+			return false
+		}
+	}
+	return true
+}
 
 // podFinder resolves tags to pods for one scrape. A pod tag at the length
 // limit may hold a cut name: then every pod of the namespace whose tag

@@ -25,6 +25,11 @@ type endpoint struct {
 	pods        corelisters.PodLister
 	clock       clock.PassiveClock
 	listRefresh time.Duration
+	required    []string // tags every attributed instance carries
+
+	// duplicates is how many instances the last scrape left out as a
+	// second instance of a container, logged when it changes.
+	duplicates int
 
 	mu       sync.Mutex // held for a whole scrape; guards the fields below
 	byUUID   map[string]*Instance
@@ -36,8 +41,8 @@ type endpoint struct {
 	timelines  map[string]timeline // by instance UUID
 }
 
-func newEndpoint(cfg EndpointConfig, client *Client, pods corelisters.PodLister, clk clock.PassiveClock, refresh time.Duration) *endpoint {
-	return &endpoint{cfg: cfg, client: client, pods: pods, clock: clk, listRefresh: refresh}
+func newEndpoint(cfg EndpointConfig, client *Client, pods corelisters.PodLister, clk clock.PassiveClock, refresh time.Duration, required []string) *endpoint {
+	return &endpoint{cfg: cfg, client: client, pods: pods, clock: clk, listRefresh: refresh, required: required}
 }
 
 // target is one endpoint with the nodes it owns this tick.
@@ -88,6 +93,14 @@ func (e *endpoint) scrape(ctx context.Context, nodes []string) (*sources.Batch, 
 	}
 	if len(ignored) > 0 {
 		klog.V(4).InfoS("Left out ukpd instances", "endpoint", e.client.String(), "ignored", ignored)
+	}
+	if d := ignored[ignoredDuplicate]; d != e.duplicates {
+		if d > 0 {
+			klog.InfoS("Several ukpd instances claim the same pod containers; the one started last is used. "+
+				"If clusters share the account, give each its own kraftlet node name or required tag (docs/ukpd.md)",
+				"endpoint", e.client.String(), "instances", d)
+		}
+		e.duplicates = d
 	}
 	return batch, errors.Join(problems...)
 }
@@ -227,6 +240,9 @@ const attributeCtxCheck = 1024
 // resolve finds the pod, container and node of a running instance, or the
 // reason to leave it out.
 func (e *endpoint) resolve(finder *podFinder, inst *Instance, owned map[string]struct{}) (*corev1.Pod, string, string, string) {
+	if !hasTags(inst.Tags, e.required) {
+		return nil, "", "", ignoredMissingRequired
+	}
 	ref, ok := parseTags(inst.Tags)
 	if !ok {
 		return nil, "", "", ignoredMissingTags
@@ -264,8 +280,19 @@ func buildBatch(pods map[podAt]*podEntry) *sources.Batch {
 			Node:       key.node,
 			Containers: make([]sources.ContainerPoint, 0, len(entry.containers)),
 		}
+		var first sources.Point
 		for name, c := range entry.containers {
 			pp.Containers = append(pp.Containers, sources.ContainerPoint{Name: name, Point: c.point})
+			first = c.point
+		}
+		// A container kraftlet ignores does not run: zero, over the span
+		// of the pod's other containers.
+		for _, name := range ignoredContainers(entry.pod) {
+			if _, has := entry.containers[name]; !has {
+				pp.Containers = append(pp.Containers, sources.ContainerPoint{Name: name, Point: sources.Point{
+					Timestamp: first.Timestamp, StartTime: first.StartTime,
+				}})
+			}
 		}
 		slices.SortFunc(pp.Containers, func(a, b sources.ContainerPoint) int { return cmp.Compare(a.Name, b.Name) })
 		b.Pods = append(b.Pods, pp)

@@ -72,6 +72,11 @@ type SourceConfig struct {
 	// ListRefresh is the longest an instance list is used; 0 means
 	// DefaultListRefresh.
 	ListRefresh time.Duration
+	// RequiredTags are tags (key=value, see ParseRequiredTag) that an
+	// instance must carry to be attributed; others are left out as
+	// missing_required_tag. They tell a cluster's instances from those of
+	// other clusters in the same account.
+	RequiredTags []string
 	// Clock stamps samples; nil means the real clock.
 	Clock clock.PassiveClock
 }
@@ -103,6 +108,11 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 	if cfg.NodeSelector == nil {
 		cfg.NodeSelector = labels.SelectorFromSet(labels.Set{kraftletNodeLabel: kraftletNodeValue})
 	}
+	for _, tag := range cfg.RequiredTags {
+		if _, err := ParseRequiredTag(tag); err != nil {
+			return nil, fmt.Errorf("ukpd source: %w", err)
+		}
+	}
 	if cfg.ListRefresh <= 0 {
 		cfg.ListRefresh = DefaultListRefresh
 	}
@@ -125,7 +135,7 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.endpoints = append(s.endpoints, newEndpoint(ep, client, cfg.Pods, cfg.Clock, cfg.ListRefresh))
+		s.endpoints = append(s.endpoints, newEndpoint(ep, client, cfg.Pods, cfg.Clock, cfg.ListRefresh, cfg.RequiredTags))
 	}
 	return s, nil
 }
