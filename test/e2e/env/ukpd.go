@@ -63,6 +63,10 @@ type Ukpd struct {
 	api *http.Server
 }
 
+// UkpdPageSize is the most instances one answer of the suite's fake ukpd
+// lists.
+const UkpdPageSize = 100
+
 // StartUkpd starts a fake ukpd, writing its token and CA into dir. Close it
 // when done.
 func StartUkpd(dir string) (*Ukpd, error) {
@@ -78,7 +82,9 @@ func StartUkpd(dir string) (*Ukpd, error) {
 		return nil, err
 	}
 	u := &Ukpd{
-		Server:    fakeukpd.New(fakeukpd.Config{Tokens: []string{ukpdToken}}),
+		// A page of at most 100 instances, whatever a list request asks:
+		// the server must read the list in pages.
+		Server:    fakeukpd.New(fakeukpd.Config{Tokens: []string{ukpdToken}, PageSize: UkpdPageSize}),
 		TokenFile: filepath.Join(dir, "token"),
 		CAFile:    filepath.Join(dir, "ca.crt"),
 		addr:      "127.0.0.1:0",
