@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
@@ -76,4 +77,20 @@ func TestInstancesFailedPage(t *testing.T) {
 	if list != nil || err == nil {
 		t.Errorf("Instances = %v, %v; want no list and an error", list, err)
 	}
+}
+
+// TestClientHostileText checks that an answer of lines with 100,000 labels
+// each fails as a decode error, without a sample, and without parsing any
+// line past its 64th label.
+func TestClientHostileText(t *testing.T) {
+	e := newEnv(t)
+	e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: "p", Container: "c"})
+	if err := e.fake.SetFault(fakeukpd.Fault{Kind: fakeukpd.FaultHostileText, Bytes: 8 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	samples, err := e.client(t, nil).Metrics(context.Background())
+	if samples != nil {
+		t.Errorf("samples = %+v, want none", samples)
+	}
+	checkErr(t, err, "more than 64 labels", sources.ReasonDecode)
 }
