@@ -68,11 +68,14 @@ type Instance struct {
 
 // instance is the server's record of one instance.
 type instance struct {
-	uuid, name, state             string
-	namespace, pod, container     string
-	node                          string
-	tags                          []string
-	cpuCores                      float64
+	uuid, name, state         string
+	namespace, pod, container string
+	node                      string
+	tags                      []string
+	cpuCores                  float64
+	// maxCores is the highest CPU rate the instance was given: its vCPUs
+	// are that, rounded up, and at least 1.
+	maxCores                      float64
 	rssBytes                      uint64
 	startCount                    uint64
 	createdAt, startedAt, stopped time.Time
@@ -86,6 +89,9 @@ type instance struct {
 	// otherwise.
 	upNS time.Duration
 }
+
+// vcpus is the instance's vCPU count as the list reports it.
+func (in *instance) vcpus() int { return max(1, int(math.Ceil(in.maxCores))) }
 
 // runs says whether the instance's VM runs: running, or draining its
 // connections before it stops.
@@ -177,7 +183,7 @@ func (s *Server) AddInstance(spec InstanceSpec) (Instance, error) {
 		uuid: spec.UUID, name: spec.Name,
 		namespace: spec.Namespace, pod: spec.Pod, container: spec.Container, node: spec.Node,
 		tags:     spec.Tags,
-		cpuCores: spec.CPUCores, rssBytes: spec.RSSBytes,
+		cpuCores: spec.CPUCores, maxCores: spec.CPUCores, rssBytes: spec.RSSBytes,
 		createdAt: now, seq: s.seq,
 	}
 	if in.uuid == "" {
@@ -288,7 +294,7 @@ func (s *Server) SetCPU(id string, cores float64) error {
 	}
 	return s.update(id, func(in *instance, now time.Time) {
 		in.settle(now)
-		in.cpuCores = cores
+		in.cpuCores, in.maxCores = cores, max(in.maxCores, cores)
 	})
 }
 

@@ -101,7 +101,7 @@ func (s *Server) writeList(w http.ResponseWriter, r *http.Request, start time.Ti
 			Status: "success", UUID: in.uuid, Name: in.name,
 			CreatedAt: rfc3339(df.back(in.createdAt)), State: in.state,
 			Image:    "fake.unikraft.io/" + cmp.Or(in.container, "app") + ":latest",
-			MemoryMB: 256, VCPUs: 1,
+			MemoryMB: 256, VCPUs: in.vcpus(),
 			StartCount: in.startCount, StartedAt: rfc3339(df.back(in.startedAt)), StoppedAt: in.stoppedAt(df),
 			UptimeMS: in.uptimeMS(now), RestartPolicy: "never", Tags: in.tags,
 		}

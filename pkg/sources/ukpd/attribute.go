@@ -105,7 +105,19 @@ const (
 	ignoredNodeNotOwned      = "node_not_owned"
 	ignoredDuplicate         = "duplicate_container"
 	ignoredMissingRequired   = "missing_required_tag"
+	ignoredImplausible       = "implausible_usage"
 )
+
+// plausibleCPU says whether s's CPU time fits what inst can have used: at
+// most one core more than its vCPUs (room for the VMM's own threads) over
+// its uptime, and a second for rounding. Without vCPUs or uptime there is
+// no bound.
+func plausibleCPU(inst *Instance, s Sample) bool {
+	if inst.VCPUs <= 0 || !s.HasUptime {
+		return true
+	}
+	return float64(s.CPUCoreNanos) <= float64(inst.VCPUs+1)*float64(s.Uptime.Nanoseconds())+1e9
+}
 
 // IgnoreAnnotation lists, comma-separated, the containers of a pod that
 // kraftlet runs no instance for. They do not run, so they use nothing: the

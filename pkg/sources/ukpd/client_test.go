@@ -60,9 +60,9 @@ func TestClientReadsBothForms(t *testing.T) {
 		t.Fatalf("Instances: %v", err)
 	}
 	wantList := []Instance{
-		{UUID: web.UUID, Name: web.Name, State: "running", Tags: web.Tags},
-		{UUID: idle.UUID, Name: idle.Name, State: "standby", Tags: idle.Tags},
-		{UUID: gone.UUID, Name: gone.Name, State: "stopped", Tags: gone.Tags},
+		{UUID: web.UUID, Name: web.Name, State: "running", Tags: web.Tags, VCPUs: 1},
+		{UUID: idle.UUID, Name: idle.Name, State: "standby", Tags: idle.Tags, VCPUs: 2},
+		{UUID: gone.UUID, Name: gone.Name, State: "stopped", Tags: gone.Tags, VCPUs: 1},
 	}
 	if diff := cmp.Diff(wantList, list); diff != "" {
 		t.Errorf("Instances (-want +got):\n%s", diff)

@@ -18,6 +18,8 @@ type Instance struct {
 	Name  string
 	State string
 	Tags  []string
+	// VCPUs is the instance's vCPU count; 0 when not reported.
+	VCPUs int
 }
 
 // Sample is one instance's entry of GET /v1/instances/metrics.
@@ -159,6 +161,7 @@ func DecodeInstances(body []byte) ([]Instance, error) {
 			item
 			State string   `json:"state"`
 			Tags  []string `json:"tags"`
+			VCPUs int      `json:"vcpus"`
 		}
 		if err := json.Unmarshal(r, &w); err != nil {
 			p.add(fmt.Errorf("instance #%d: %w", i, err))
@@ -177,7 +180,7 @@ func DecodeInstances(body []byte) ([]Instance, error) {
 			continue
 		}
 		seen[w.UUID] = struct{}{}
-		out = append(out, Instance{UUID: w.UUID, Name: w.Name, State: w.State, Tags: w.Tags})
+		out = append(out, Instance{UUID: w.UUID, Name: w.Name, State: w.State, Tags: w.Tags, VCPUs: max(w.VCPUs, 0)})
 	}
 	return out, p.err("instance list")
 }

@@ -196,6 +196,10 @@ func (e *endpoint) attribute(ctx context.Context, samples []Sample, now time.Tim
 			ignored[ignoredUnknownInstance]++
 			continue
 		}
+		if !plausibleCPU(inst, s) {
+			ignored[ignoredImplausible]++
+			continue
+		}
 		var prev *timeline
 		if p, ok := e.timelines[inst.UUID]; ok {
 			prev = &p

@@ -159,7 +159,7 @@ func fetchCount(t *testing.T, trigger string) float64 {
 
 var allReasons = []string{
 	ignoredUnknownInstance, ignoredNotRunning, ignoredMissingTags, ignoredPodNotFound,
-	ignoredAmbiguousPod, ignoredContainerNotFound, ignoredNodeNotOwned, ignoredDuplicate, ignoredMissingRequired,
+	ignoredAmbiguousPod, ignoredContainerNotFound, ignoredNodeNotOwned, ignoredDuplicate, ignoredMissingRequired, ignoredImplausible,
 }
 
 func ignoredCounts(t *testing.T) map[string]float64 {

@@ -110,3 +110,23 @@ func TestAdvance(t *testing.T) {
 		})
 	}
 }
+
+func TestPlausibleCPU(t *testing.T) {
+	tests := []struct {
+		name  string
+		vcpus int
+		s     Sample
+		want  bool
+	}{
+		{name: "one vCPU busy", vcpus: 1, s: Sample{CPUCoreNanos: 10e9, Uptime: 10 * time.Second, HasUptime: true}, want: true},
+		{name: "room for the VMM's threads", vcpus: 1, s: Sample{CPUCoreNanos: 21e9, Uptime: 10 * time.Second, HasUptime: true}, want: true},
+		{name: "more than vCPUs + 1 over the uptime", vcpus: 1, s: Sample{CPUCoreNanos: 22e9, Uptime: 10 * time.Second, HasUptime: true}},
+		{name: "no vCPUs reported", s: Sample{CPUCoreNanos: 1e15, Uptime: time.Second, HasUptime: true}, want: true},
+		{name: "no uptime reported", vcpus: 1, s: Sample{CPUCoreNanos: 1e15}, want: true},
+	}
+	for _, tc := range tests {
+		if got := plausibleCPU(&Instance{VCPUs: tc.vcpus}, tc.s); got != tc.want {
+			t.Errorf("%s: plausibleCPU = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
