@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -126,6 +127,8 @@ func (s *Server) pageLocked(q url.Values) ([]*instance, error) {
 		return cmp.Or(a.createdAt.Compare(b.createdAt), cmp.Compare(a.seq, b.seq))
 	})
 	if from := q.Get("from"); from != "" {
+		// A copy that DuplicateInstances reports stands for its original.
+		from = strings.TrimPrefix(from, duplicateUUID(""))
 		i := slices.IndexFunc(all, func(in *instance) bool { return in.uuid == from })
 		if i < 0 {
 			t, err := time.Parse(time.RFC3339, from)

@@ -339,8 +339,22 @@ func (p *problems) err(what string) error {
 		errs = append(errs[:len(errs):len(errs)], fmt.Errorf("and %d more", more))
 	}
 	return sources.WithReason(sources.ReasonDecode,
-		fmt.Errorf("%s: left out %d entries: %w", what, p.n, errors.Join(errs...)))
+		fmt.Errorf("%s: left out %d entries: %w", what, p.n, oneLine(errs)))
 }
+
+// oneLine joins errors as errors.Join does, but writes them on one line,
+// separated by "; ", so that a log entry stays one line.
+type oneLine []error
+
+func (e oneLine) Error() string {
+	msgs := make([]string, len(e))
+	for i, err := range e {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (e oneLine) Unwrap() []error { return e }
 
 // clip shortens a string that came over the network before it goes into an
 // error message.

@@ -308,15 +308,15 @@ func TestScrapeIntoStore(t *testing.T) {
 		t.Errorf("memory in standby = %d, want 0", u.Containers[0].MemoryBytes)
 	}
 
-	// Woken 5 s after a scrape: the next one reads the interval's average,
-	// 10 s at 1.5 cores over 15 s, never a spike.
-	e.clk.Step(5 * time.Second)
+	// Woken 7 s after a scrape: the next one reads the interval's average,
+	// 8 s at 1.5 cores over 15 s, never a spike.
+	e.clk.Step(7 * time.Second)
 	if err := e.fake.Restart(in.UUID); err != nil {
 		t.Fatal(err)
 	}
-	e.clk.Step(10 * time.Second)
+	e.clk.Step(8 * time.Second)
 	scrape()
-	wantCores("after a wake", 1_000_000_000, 15*time.Second)
+	wantCores("after a wake", 800_000_000, 15*time.Second)
 	e.clk.Step(15 * time.Second)
 	scrape()
 	wantCores("running again", 1_500_000_000, 15*time.Second)
@@ -382,5 +382,30 @@ func TestTargetsLabelsSelector(t *testing.T) {
 	targets, err := src.Targets()
 	if err != nil || len(targets) != 1 || !gocmp.Equal(targets[0].Nodes(), []string{"w"}) {
 		t.Errorf("Targets = %v, %v; want one owning w", targets, err)
+	}
+}
+
+// TestScrapeStartedAtMovesAlone checks a started_at that moves without a
+// restart (ukpd's clock set back an hour): the counter goes on, so the
+// sample is a baseline, and no rate reads high.
+func TestScrapeStartedAtMovesAlone(t *testing.T) {
+	e := newScrapeEnv(t, FormatJSON, newPod("default", "web-0", "kraftlet-a", "app"))
+	e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.04, RSSBytes: 1})
+	st := store.New(store.Config{Clock: e.clk, Sources: []string{SourceName}, FirstWindowMax: 30 * time.Second, StaleAfter: time.Minute})
+	for i := range 6 {
+		if i == 3 {
+			if err := e.fake.SetFault(fakeukpd.ClockBackwards(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.clk.Step(15 * time.Second)
+		st.Store(SourceName, e.target.Nodes(), e.scrape(t), e.clk.Now())
+		u, why := st.Pod("default", "web-0", "uid-web-0", "kraftlet-a")
+		if why != nil {
+			t.Fatalf("scrape %d: no usage: %v", i, why)
+		}
+		if c := u.Containers[0].CPUNanoCores; c != 40_000_000 {
+			t.Errorf("scrape %d: %d nanocores, want 40m", i, c)
+		}
 	}
 }

@@ -38,7 +38,9 @@ const (
 //     the arrivals. When the instance stood by at the previous sample, that
 //     is exactly the average over the interval, zero for the time it slept;
 //     otherwise the previous run's last part is missed, so the rate can
-//     only read low, never high.
+//     only read low, never high. If the counter did not go back, nothing
+//     says when it started (started_at may have moved without a restart):
+//     the sample is a baseline, and the rate comes from the next one.
 //   - Standing by, the counter is frozen: the timestamp advances by the time
 //     between arrivals, and the rate is zero.
 type timeline struct {
@@ -98,9 +100,17 @@ func advance(prev *timeline, s Sample, state string, now time.Time) timeline {
 	default:
 		p.Timestamp = prev.point.Timestamp.Add(max(now.Sub(prev.arrival), 0))
 	}
-	p.StartTime = prev.point.StartTime
-	if !sameStart {
+	switch {
+	case sameStart:
+		p.StartTime = prev.point.StartTime
+	case s.CPUCoreNanos < prev.point.CPUCoreNanos:
 		p.StartTime = prev.point.Timestamp
+	default:
+		// The start moved but the counter did not go back: started_at
+		// may have moved without a restart (a clock that was set), or
+		// the new run used more than the whole previous one. Either way
+		// the counter's start is unknown: a baseline, no rate.
+		p.StartTime = p.Timestamp
 	}
 	next.point = p
 	return next

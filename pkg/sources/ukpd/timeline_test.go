@@ -76,6 +76,11 @@ func TestAdvance(t *testing.T) {
 			want: &sources.Point{Timestamp: prevPoint.Timestamp.Add(15 * time.Second), StartTime: prevPoint.Timestamp, CPUCoreNanos: 1e9, MemoryBytes: 5},
 		},
 		{
+			name: "started_at moved, the counter did not go back: a baseline, no rate",
+			prev: running(1, time.Minute), sample: moved(sample(1, 9e9, time.Minute+15*time.Second)), state: stateRunning,
+			want: &sources.Point{Timestamp: prevPoint.Timestamp.Add(15 * time.Second), StartTime: prevPoint.Timestamp.Add(15 * time.Second), CPUCoreNanos: 9e9, MemoryBytes: 5},
+		},
+		{
 			name: "start_count moved, started_at did not: still a new start",
 			prev: running(1, time.Minute), sample: sample(2, 1e9, time.Minute+5*time.Second), state: stateRunning,
 			want: &sources.Point{Timestamp: prevPoint.Timestamp.Add(15 * time.Second), StartTime: prevPoint.Timestamp, CPUCoreNanos: 1e9, MemoryBytes: 5},
