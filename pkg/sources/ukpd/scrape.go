@@ -27,10 +27,6 @@ type endpoint struct {
 	listRefresh time.Duration
 	required    []string // tags every attributed instance carries
 
-	// duplicates is how many instances the last scrape left out as a
-	// second instance of a container, logged when it changes.
-	duplicates int
-
 	mu       sync.Mutex // held for a whole scrape; guards the fields below
 	byUUID   map[string]*Instance
 	byName   map[string]*Instance
@@ -39,6 +35,9 @@ type endpoint struct {
 	// the last list fetch, so that they do not force a fetch every scrape.
 	unresolved map[string]struct{}
 	timelines  map[string]timeline // by instance UUID
+	// duplicates is how many instances the last scrape left out as a
+	// second instance of a container, logged when it changes.
+	duplicates int
 }
 
 func newEndpoint(cfg EndpointConfig, client *Client, pods corelisters.PodLister, clk clock.PassiveClock, refresh time.Duration, required []string) *endpoint {
