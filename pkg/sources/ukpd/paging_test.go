@@ -94,3 +94,24 @@ func TestClientHostileText(t *testing.T) {
 	}
 	checkErr(t, err, "more than 64 labels", sources.ReasonDecode)
 }
+
+// TestClientOlderForm checks a ukpd that answers the older JSON form: the
+// JSON read fails with the form to use, and the Prometheus form, asked
+// for with metrics-format=text, reads the same instance.
+func TestClientOlderForm(t *testing.T) {
+	e := newEnv(t)
+	e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", CPUCores: 0.5})
+	e.clk.Step(10 * time.Second)
+	if err := e.fake.SetFault(fakeukpd.Fault{Kind: fakeukpd.FaultOlderForm}); err != nil {
+		t.Fatal(err)
+	}
+	samples, err := e.client(t, nil).Metrics(context.Background())
+	if samples != nil {
+		t.Errorf("samples = %+v, want none", samples)
+	}
+	checkErr(t, err, "metrics-format=text", sources.ReasonDecode)
+	samples, err = e.client(t, func(c *ClientConfig) { c.MetricsFormat = FormatText }).Metrics(context.Background())
+	if err != nil || len(samples) != 1 || samples[0].CPUCoreNanos != 5e9 {
+		t.Errorf("text form = %+v, %v; want one instance with 5 core-seconds", samples, err)
+	}
+}
