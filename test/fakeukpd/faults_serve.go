@@ -52,6 +52,7 @@ func (s *Server) resetCounters() {
 	for _, in := range s.instances {
 		if in.runs() {
 			in.startCount++
+			in.upNS = in.uptime(now) // uptime goes on over the reset
 			in.cpuNS, in.since = 0, now
 		}
 	}
