@@ -57,7 +57,7 @@ func (s *Scraper) runEarly(ctx context.Context) {
 				defer wg.Done()
 				defer func() { <-slots }()
 				earlyScrapes.WithLabelValues(j.source).Inc()
-				s.scrape(ctx, j)
+				s.scrapeBounded(ctx, j)
 			}()
 		}
 		var timer clock.Timer

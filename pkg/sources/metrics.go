@@ -54,6 +54,13 @@ var (
 		Help:           "Scrapes of a target outside the ticks, after a pod started on one of its nodes, by source.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"source"})
+	overruns = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      "scraper",
+		Name:           "target_overruns_total",
+		Help:           "Scrapes of a target still running past their timeout, which the tick stopped waiting for, by source.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"source"})
 	lastTick = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace:      metricsNamespace,
 		Subsystem:      "scraper",
@@ -69,6 +76,6 @@ var registerOnce sync.Once
 // registry served on /metrics. It is safe to call more than once.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(scrapeDuration, scrapeFailures, partialScrapes, cycleDuration, targetsGauge, earlyScrapes, lastTick)
+		legacyregistry.MustRegister(scrapeDuration, scrapeFailures, partialScrapes, cycleDuration, targetsGauge, earlyScrapes, overruns, lastTick)
 	})
 }

@@ -123,8 +123,8 @@ type job struct {
 	target Target
 }
 
-// Tick scrapes every target once and returns when all have finished or timed
-// out.
+// Tick scrapes every target once and returns when all have finished, timed
+// out, or overrun their timeout (see scrapeBounded).
 func (s *Scraper) Tick(ctx context.Context) {
 	start := s.cfg.Clock.Now()
 	var jobs []job
@@ -163,7 +163,7 @@ func (s *Scraper) Tick(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			for j := range queue {
-				s.scrape(ctx, j)
+				s.scrapeBounded(ctx, j)
 			}
 		}()
 	}
@@ -184,6 +184,37 @@ feed:
 	lastTick.Set(float64(end.Unix()))
 	s.lastTickEnd.Store(end.UnixNano())
 	klog.V(2).InfoS("Scrape tick finished", "targets", len(jobs), "duration", end.Sub(start))
+}
+
+// scrapeBounded scrapes one target, as scrape does, and returns when the
+// scrape has ended or has overrun its timeout by the grace, whichever comes
+// first. A target that overruns — one that does not honour its context,
+// such as one still decoding a hostile answer — goes on in its own
+// goroutine and is stored when it ends, but gives its worker back: no other
+// target waits for it, in this tick or the next, and until it ends the
+// target itself is skipped as busy.
+func (s *Scraper) scrapeBounded(ctx context.Context, j job) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.scrape(ctx, j)
+	}()
+	timer := s.cfg.Clock.NewTimer(s.cfg.Timeout + s.overrunGrace())
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C():
+		overruns.WithLabelValues(j.source).Inc()
+		klog.InfoS("Scrape target overran its timeout; not waiting for it", "target", j.target.ID(), "timeout", s.cfg.Timeout)
+	case <-ctx.Done():
+	}
+}
+
+// overrunGrace is how long past its timeout a scrape is waited for: long
+// enough for a target that honours its context to return, short of the
+// next tick.
+func (s *Scraper) overrunGrace() time.Duration {
+	return max(min(time.Second, (s.cfg.Resolution-s.cfg.Timeout)/2), 0)
 }
 
 // scrape scrapes one target and stores the result, unless the target is

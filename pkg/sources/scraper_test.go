@@ -165,3 +165,58 @@ func TestRecoveredTargetIsHealthy(t *testing.T) {
 		t.Fatalf("TargetErrors = %v after recovery, want none", s.TargetErrors())
 	}
 }
+
+// stuckTarget ignores its context: it returns only when release is closed,
+// as a target still chewing on a hostile answer would.
+type stuckTarget struct {
+	id      string
+	release chan struct{}
+	calls   chan struct{}
+}
+
+func (f *stuckTarget) ID() string      { return f.id }
+func (f *stuckTarget) Nodes() []string { return []string{f.id} }
+func (f *stuckTarget) Scrape(context.Context) (*Batch, error) {
+	f.calls <- struct{}{}
+	<-f.release
+	return &Batch{}, nil
+}
+
+// TestOverrunningTargetDelaysNoOther checks that a target that ignores
+// its deadline holds up neither the tick nor the other targets, in this
+// tick or the next, even with one worker; it is scraped again only once
+// its scrape has ended, and its late result is stored.
+func TestOverrunningTargetDelaysNoOther(t *testing.T) {
+	stuck := &stuckTarget{id: "stuck", release: make(chan struct{}), calls: make(chan struct{}, 4)}
+	sink := newRecordingSink()
+	s := NewScraper(ScraperConfig{
+		Sources:     []Source{&fakeSource{name: "kubelet", targets: []Target{stuck, &fakeTarget{id: "ok", batch: &Batch{}}}}},
+		Sink:        sink,
+		Resolution:  time.Second,
+		Timeout:     50 * time.Millisecond,
+		Concurrency: 1,
+	})
+	for tick := range 2 {
+		s.Tick(context.Background()) // returns although stuck has not
+		select {
+		case n := <-sink.storedCh:
+			if n != "ok" {
+				t.Fatalf("tick %d stored %q, want ok", tick, n)
+			}
+		default:
+			t.Fatalf("tick %d returned without storing ok", tick)
+		}
+	}
+	if got := len(stuck.calls); got != 1 {
+		t.Errorf("stuck target scraped %d times while busy, want 1", got)
+	}
+	close(stuck.release)
+	select {
+	case n := <-sink.storedCh:
+		if n != "stuck" {
+			t.Errorf("stored %q, want the late result of stuck", n)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the late result of the stuck target was never stored")
+	}
+}

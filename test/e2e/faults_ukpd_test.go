@@ -105,6 +105,9 @@ func TestUkpdFaults(t *testing.T) {
 		gone(handler(fakeukpd.Fault{Kind: fakeukpd.FaultStall}), "timeout"),
 		gone(handler(fakeukpd.Fault{Kind: fakeukpd.FaultStatus500}), "http_status"),
 		gone(handler(fakeukpd.Fault{Kind: fakeukpd.FaultHugeBody, Bytes: ukpd.DefaultMaxResponseBytes + 1<<20}), "too_large"),
+		// 60 MiB of lines of 100,000 labels, under the cap: refused line by
+		// line in linear time while the kubelet targets keep their tick.
+		gone(handler(fakeukpd.Fault{Kind: fakeukpd.FaultHostileText}), "decode"),
 		gone(handler(fakeukpd.Fault{Kind: fakeukpd.FaultTruncated}), "decode"),
 		gone(handler(fakeukpd.Fault{Kind: fakeukpd.FaultGarbage}), "decode"),
 	}

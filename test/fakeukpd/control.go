@@ -41,7 +41,7 @@ type FaultRequest struct {
 	Path  string    `json:"path,omitempty"`
 	Delay string    `json:"delay,omitempty"` // Go duration, for Slow
 	Bytes int64     `json:"bytes,omitempty"` // for HugeBody
-	// Offset is a Go duration, for ClockBackwards.
+	// Offset is a Go duration, for ClockBackwards and ClockOffset.
 	Offset string `json:"offset,omitempty"`
 }
 
@@ -68,10 +68,12 @@ func NewControlHandler(s *Server, caPEM []byte) http.Handler {
 	mux.HandleFunc("POST /v1/instances/{id}/restart", c.byID(s.Restart))
 	mux.HandleFunc("POST /v1/instances/{id}/standby", c.byID(s.Standby))
 	mux.HandleFunc("POST /v1/instances/{id}/stop", c.byID(s.Stop))
+	mux.HandleFunc("POST /v1/instances/{id}/drain", c.byID(s.Drain))
 	mux.HandleFunc("PUT /v1/namespaces/{namespace}/pods/{pod}/usage", c.podUsage)
 	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/restart", c.byPod(s.Restart))
 	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/standby", c.byPod(s.Standby))
 	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/stop", c.byPod(s.Stop))
+	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/drain", c.byPod(s.Drain))
 	mux.HandleFunc("DELETE /v1/namespaces/{namespace}/pods/{pod}", c.byPod(s.Remove))
 	mux.HandleFunc("GET /v1/fault", func(w http.ResponseWriter, _ *http.Request) { reply(w, http.StatusOK, faultStates(s.Faults())) })
 	mux.HandleFunc("PUT /v1/fault", c.setFault)
@@ -232,7 +234,7 @@ func faultStates(faults []Fault) []FaultRequest {
 		if f.Delay > 0 {
 			fr.Delay = f.Delay.String()
 		}
-		if f.Offset > 0 {
+		if f.Offset != 0 {
 			fr.Offset = f.Offset.String()
 		}
 		out = append(out, fr)

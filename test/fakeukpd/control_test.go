@@ -81,6 +81,9 @@ func TestControlInstances(t *testing.T) {
 	if code := c.call(t, "POST", "/v1/instances/"+in.UUID+"/restart", "", &got); code != 200 || got.StartCount != 2 || got.State != StateRunning {
 		t.Errorf("restart = %d %+v", code, got)
 	}
+	if code := c.call(t, "POST", "/v1/instances/"+in.UUID+"/drain", "", &got); code != 200 || got.State != StateDraining {
+		t.Errorf("drain = %d %+v", code, got)
+	}
 	if code := c.call(t, "POST", "/v1/instances/"+in.UUID+"/stop", "", &got); code != 200 || got.State != StateStopped {
 		t.Errorf("stop = %d %+v", code, got)
 	}

@@ -1,6 +1,7 @@
 package fakeukpd
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -29,7 +30,22 @@ const (
 	FaultClockBackwards     FaultKind = "ClockBackwards"
 	FaultDuplicateInstances FaultKind = "DuplicateInstances"
 	FaultCounterReset       FaultKind = "CounterReset"
+	// FaultClockOffset sets the platform's wall clock ahead (a positive
+	// offset) or behind (a negative one).
+	FaultClockOffset FaultKind = "ClockOffset"
+	// FaultHostileText answers 200 in the Prometheus text form with Bytes
+	// (default 60 MiB, under the client's cap) of lines of 100,000 labels
+	// each: what a parser quadratic in a line's labels chews on for hours.
+	FaultHostileText FaultKind = "HostileText"
+	// FaultOlderForm answers the JSON metrics in the form of older ukpd
+	// releases: cpu_time_s (CPU time over the last second, a rate) and
+	// uptime_s in place of cpu_time_ms and uptime_ms.
+	FaultOlderForm FaultKind = "OlderForm"
 )
+
+// DefaultHostileTextBytes is the body size of a HostileText fault that
+// names none.
+const DefaultHostileTextBytes = 60 << 20
 
 // DefaultHugeBodyBytes is the body size of a HugeBody fault that names none.
 const DefaultHugeBodyBytes = 64 << 20
@@ -45,7 +61,7 @@ type Fault struct {
 	// Bytes is the body size for HugeBody; 0 means DefaultHugeBodyBytes.
 	Bytes int64 `json:"bytes,omitempty"`
 	// Offset is how far the platform's wall clock is behind, for
-	// ClockBackwards.
+	// ClockBackwards, or ahead (negative: behind), for ClockOffset.
 	Offset time.Duration `json:"-"`
 }
 
@@ -54,6 +70,11 @@ type Fault struct {
 // from a daemon that derives them from the wall clock and an uptime. CPU
 // time and uptime do not follow the wall clock and stay as they are.
 func ClockBackwards(d time.Duration) Fault { return Fault{Kind: FaultClockBackwards, Offset: d} }
+
+// ClockOffset sets the platform's wall clock d ahead, or -d behind for a
+// negative d (whole seconds): every started_at, stopped_at and created_at
+// it reports moves by d. CPU time and uptime stay as they are.
+func ClockOffset(d time.Duration) Fault { return Fault{Kind: FaultClockOffset, Offset: d} }
 
 // Slow delays answers by d, on the server's clock.
 func Slow(d time.Duration) Fault { return Fault{Kind: FaultSlow, Delay: d} }
@@ -69,13 +90,20 @@ func (s *Server) SetFault(f Fault) error {
 		if f.Bytes <= 0 {
 			f.Bytes = DefaultHugeBodyBytes
 		}
+	case FaultHostileText:
+		if f.Bytes <= 0 {
+			f.Bytes = DefaultHostileTextBytes
+		}
 	case FaultStatus500, FaultGarbage, FaultTruncated, FaultStall:
-	case FaultClockBackwards, FaultDuplicateInstances, FaultCounterReset:
+	case FaultClockBackwards, FaultDuplicateInstances, FaultCounterReset, FaultClockOffset, FaultOlderForm:
 		if f.Path != "" {
 			return fmt.Errorf("fault %s applies to both paths; it takes no path", f.Kind)
 		}
 		if f.Kind == FaultClockBackwards && f.Offset < time.Second {
 			return fmt.Errorf("fault %s needs an offset of at least 1s", f.Kind)
+		}
+		if f.Kind == FaultClockOffset && f.Offset.Abs() < time.Second {
+			return fmt.Errorf("fault %s needs an offset of at least 1s either way", f.Kind)
 		}
 		if f.Kind == FaultCounterReset {
 			s.resetCounters()
@@ -119,15 +147,15 @@ func (s *Server) Faults() []Fault {
 }
 
 var faultOrder = []FaultKind{
-	FaultSlow, FaultStatus500, FaultGarbage, FaultHugeBody, FaultTruncated, FaultStall,
-	FaultClockBackwards, FaultDuplicateInstances,
+	FaultSlow, FaultStatus500, FaultGarbage, FaultHugeBody, FaultHostileText, FaultTruncated, FaultStall,
+	FaultClockBackwards, FaultClockOffset, FaultDuplicateInstances, FaultOlderForm,
 }
 
 // responseFault says whether a fault answers requests in place of the
 // server.
 func responseFault(k FaultKind) bool {
 	switch k {
-	case FaultStatus500, FaultGarbage, FaultHugeBody, FaultTruncated, FaultStall:
+	case FaultStatus500, FaultGarbage, FaultHugeBody, FaultHostileText, FaultTruncated, FaultStall:
 		return true
 	}
 	return false
@@ -166,6 +194,8 @@ func (s *Server) serveFault(w http.ResponseWriter, r *http.Request, path string,
 		}
 	case FaultHugeBody:
 		streamHugeBody(r.Context(), w, f.Bytes)
+	case FaultHostileText:
+		streamHostileText(r.Context(), w, f.Bytes)
 	case FaultTruncated:
 		s.serveTruncated(w, r, isMetrics, asJSON)
 	case FaultStall:
@@ -186,6 +216,26 @@ func (s *Server) wait(ctx context.Context, d time.Duration) {
 	case <-s.closed:
 	}
 	panic(http.ErrAbortHandler)
+}
+
+// streamHostileText writes size bytes of Prometheus text, in lines of
+// 100,000 labels each, without a Content-Length.
+func streamHostileText(ctx context.Context, w http.ResponseWriter, size int64) {
+	w.Header().Set("Content-Type", contentTypeText)
+	w.WriteHeader(http.StatusOK)
+	var line bytes.Buffer
+	line.WriteString(`instance_cpu_time_s{instance_uuid="hostile"`)
+	for i := range 100_000 {
+		fmt.Fprintf(&line, `,l%d="v"`, i)
+	}
+	line.WriteString("} 1\n")
+	for size > 0 {
+		c := line.Bytes()[:min(int64(line.Len()), size)]
+		if _, err := w.Write(c); err != nil || ctx.Err() != nil {
+			panic(http.ErrAbortHandler)
+		}
+		size -= int64(len(c))
+	}
 }
 
 // streamHugeBody writes size bytes of a JSON-looking array from a small

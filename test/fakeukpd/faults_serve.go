@@ -50,8 +50,9 @@ func (s *Server) resetCounters() {
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	for _, in := range s.instances {
-		if in.state == StateRunning {
+		if in.runs() {
 			in.startCount++
+			in.upNS = in.uptime(now) // uptime goes on over the reset
 			in.cpuNS, in.since = 0, now
 		}
 	}
@@ -70,6 +71,9 @@ func (s *Server) dataFaultsLocked() dataFaults {
 	if f, ok := s.faults[FaultClockBackwards]; ok {
 		d.offset = f.Offset
 	}
+	if f, ok := s.faults[FaultClockOffset]; ok {
+		d.offset -= f.Offset
+	}
 	_, d.duplicate = s.faults[FaultDuplicateInstances]
 	return d
 }
@@ -87,3 +91,37 @@ func (d dataFaults) back(t time.Time) time.Time {
 // UUID the server generates, so it loses a tie on UUID order.
 func duplicateUUID(uuid string) string { return "ffffffff-dup-" + uuid }
 func duplicateName(name string) string { return name + "-dup" }
+
+// olderForm says whether the JSON metrics take the older form.
+func (s *Server) olderForm() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.faults[FaultOlderForm]
+	return ok
+}
+
+// olderEntry is a metrics entry in the JSON form of older ukpd releases, as
+// the platform's instance-metrics tutorial shows it.
+type olderEntry struct {
+	Status     string  `json:"status"`
+	UUID       string  `json:"uuid"`
+	Name       string  `json:"name"`
+	State      string  `json:"state"`
+	StartCount uint64  `json:"start_count"`
+	StartedAt  string  `json:"started_at,omitempty"`
+	UptimeS    float64 `json:"uptime_s"`
+	RSSBytes   uint64  `json:"rss_bytes"`
+	CPUTimeS   float64 `json:"cpu_time_s"`
+}
+
+func olderEntries(entries []metricsEntry) []olderEntry {
+	out := make([]olderEntry, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, olderEntry{
+			Status: e.Status, UUID: e.UUID, Name: e.Name, State: e.State,
+			StartCount: e.StartCount, StartedAt: e.StartedAt, UptimeS: float64(e.UptimeMS) / 1e3,
+			RSSBytes: e.RSSBytes, CPUTimeS: e.cpuLastSecond,
+		})
+	}
+	return out
+}

@@ -132,3 +132,18 @@ func mustRequest(t *testing.T, url string) *http.Request {
 	req.Header.Set("Authorization", "Bearer "+token)
 	return req
 }
+
+func TestHostileText(t *testing.T) {
+	h := newHarness(t, Config{})
+	if err := h.s.SetFault(Fault{Kind: FaultHostileText, Bytes: 3 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	code, ct, body := h.get(t, metricsPath, "application/json")
+	if code != 200 || ct != contentTypeText || len(body) != 3<<20 {
+		t.Fatalf("GET = %d %q, %d bytes; want 200, text, 3 MiB", code, ct, len(body))
+	}
+	line, _, _ := strings.Cut(body, "\n")
+	if n := strings.Count(line, `="v"`); n != 100_000 {
+		t.Errorf("first line has %d labels, want 100,000", n)
+	}
+}

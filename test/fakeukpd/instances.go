@@ -15,6 +15,9 @@ const (
 	StateRunning = "running"
 	StateStandby = "standby"
 	StateStopped = "stopped"
+	// StateDraining is an instance draining its connections before it
+	// stops; it still runs.
+	StateDraining = "draining"
 )
 
 // Tag keys kraftlet writes on the instance of a container.
@@ -41,7 +44,8 @@ type InstanceSpec struct {
 	// CPUCores is the CPU rate; RSSBytes the resident set while running.
 	CPUCores float64
 	RSSBytes uint64
-	// State is StateRunning (the default), StateStandby or StateStopped.
+	// State is StateRunning (the default), StateStandby, StateStopped or
+	// StateDraining.
 	State string
 }
 
@@ -64,26 +68,49 @@ type Instance struct {
 
 // instance is the server's record of one instance.
 type instance struct {
-	uuid, name, state             string
-	namespace, pod, container     string
-	node                          string
-	tags                          []string
-	cpuCores                      float64
+	uuid, name, state         string
+	namespace, pod, container string
+	node                      string
+	tags                      []string
+	cpuCores                  float64
+	// maxCores is the highest CPU rate the instance was given: its vCPUs
+	// are that, rounded up, and at least 1.
+	maxCores                      float64
 	rssBytes                      uint64
 	startCount                    uint64
 	createdAt, startedAt, stopped time.Time
+	seq                           int // creation order
 	// cpuNS is the counter in core-nanoseconds at since; while running it
 	// grows at cpuCores.
 	cpuNS float64
 	since time.Time
+	// upNS is the uptime at since, accumulated over every start, as ukpd
+	// reports it: it grows while the instance runs and stands still
+	// otherwise.
+	upNS time.Duration
 }
+
+// vcpus is the instance's vCPU count as the list reports it.
+func (in *instance) vcpus() int { return max(1, int(math.Ceil(in.maxCores))) }
+
+// runs says whether the instance's VM runs: running, or draining its
+// connections before it stops.
+func (in *instance) runs() bool { return in.state == StateRunning || in.state == StateDraining }
 
 // counterNS is the CPU counter at now.
 func (in *instance) counterNS(now time.Time) float64 {
-	if in.state != StateRunning {
+	if !in.runs() {
 		return in.cpuNS
 	}
 	return in.cpuNS + in.cpuCores*float64(now.Sub(in.since))
+}
+
+// uptime is the accumulated uptime at now.
+func (in *instance) uptime(now time.Time) time.Duration {
+	if !in.runs() {
+		return in.upNS
+	}
+	return in.upNS + now.Sub(in.since)
 }
 
 // cpuTimeMS is the counter in whole milliseconds, as ukpd reports it.
@@ -93,10 +120,11 @@ func (in *instance) cpuTimeMS(now time.Time) int64 {
 
 // settle folds the counter up to now, before the rate or state changes.
 func (in *instance) settle(now time.Time) {
-	in.cpuNS, in.since = in.counterNS(now), now
+	in.cpuNS, in.upNS, in.since = in.counterNS(now), in.uptime(now), now
 }
 
 func (in *instance) start(now time.Time) {
+	in.settle(now)
 	in.state = StateRunning
 	in.startCount++
 	in.startedAt = now
@@ -143,9 +171,9 @@ func (s *Server) AddInstance(spec InstanceSpec) (Instance, error) {
 	switch state {
 	case "":
 		state = StateRunning
-	case StateRunning, StateStandby, StateStopped:
+	case StateRunning, StateStandby, StateStopped, StateDraining:
 	default:
-		return Instance{}, fmt.Errorf("unknown state %q (want %s, %s or %s)", state, StateRunning, StateStandby, StateStopped)
+		return Instance{}, fmt.Errorf("unknown state %q (want %s, %s, %s or %s)", state, StateRunning, StateStandby, StateStopped, StateDraining)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -155,8 +183,8 @@ func (s *Server) AddInstance(spec InstanceSpec) (Instance, error) {
 		uuid: spec.UUID, name: spec.Name,
 		namespace: spec.Namespace, pod: spec.Pod, container: spec.Container, node: spec.Node,
 		tags:     spec.Tags,
-		cpuCores: spec.CPUCores, rssBytes: spec.RSSBytes,
-		createdAt: now,
+		cpuCores: spec.CPUCores, maxCores: spec.CPUCores, rssBytes: spec.RSSBytes,
+		createdAt: now, seq: s.seq,
 	}
 	if in.uuid == "" {
 		in.uuid = fmt.Sprintf("00000000-0000-4000-8000-%012x", s.seq)
@@ -266,7 +294,7 @@ func (s *Server) SetCPU(id string, cores float64) error {
 	}
 	return s.update(id, func(in *instance, now time.Time) {
 		in.settle(now)
-		in.cpuCores = cores
+		in.cpuCores, in.maxCores = cores, max(in.maxCores, cores)
 	})
 }
 
@@ -287,6 +315,15 @@ func (s *Server) Standby(id string) error {
 	return s.update(id, func(in *instance, now time.Time) {
 		in.settle(now)
 		in.state, in.stopped = StateStandby, now
+	})
+}
+
+// Drain puts an instance in the draining state: it still runs, and its
+// counter still grows, until it is stopped or put in standby.
+func (s *Server) Drain(id string) error {
+	return s.update(id, func(in *instance, now time.Time) {
+		in.settle(now)
+		in.state = StateDraining
 	})
 }
 

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -54,6 +57,9 @@ type metricsEntry struct {
 	NReqs      int    `json:"nreqs"`
 	NQueued    int    `json:"nqueued"`
 	NTotal     int64  `json:"ntotal"`
+	// cpuLastSecond is the CPU time over the last second, for the older
+	// form.
+	cpuLastSecond float64
 }
 
 func rfc3339(t time.Time) string {
@@ -63,42 +69,90 @@ func rfc3339(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
+// uptimeMS is the uptime accumulated over every start, which stands still
+// while the instance does not run: what the platform's metrics example
+// shows (a standby instance with start_count 2 and more uptime than its
+// last run lasted) and its instance-metrics tutorial says ("total
+// accumulated uptime of the instance ... across all starts").
 func (in *instance) uptimeMS(now time.Time) int64 {
-	if in.state != StateRunning {
-		return 0
-	}
-	return now.Sub(in.startedAt).Milliseconds()
+	return in.uptime(now).Milliseconds()
 }
 
 func (in *instance) stoppedAt(df dataFaults) string {
-	if in.state == StateRunning {
+	if in.runs() {
 		return ""
 	}
 	return rfc3339(df.back(in.stopped))
 }
 
-func (s *Server) writeList(w http.ResponseWriter, start time.Time) {
+func (s *Server) writeList(w http.ResponseWriter, r *http.Request, start time.Time) {
 	s.mu.Lock()
 	now := s.clock.Now()
 	df := s.dataFaultsLocked()
-	entries := make([]listEntry, 0, len(s.instances))
-	for _, in := range s.sortedLocked() {
+	chosen, err := s.pageLocked(r.URL.Query())
+	if err != nil {
+		s.mu.Unlock()
+		writeAPIError(w, http.StatusBadRequest, err.Error(), start, s.clock)
+		return
+	}
+	s.listRequests++
+	entries := make([]listEntry, 0, len(chosen))
+	for _, in := range chosen {
 		e := listEntry{
 			Status: "success", UUID: in.uuid, Name: in.name,
 			CreatedAt: rfc3339(df.back(in.createdAt)), State: in.state,
 			Image:    "fake.unikraft.io/" + cmp.Or(in.container, "app") + ":latest",
-			MemoryMB: 256, VCPUs: 1,
+			MemoryMB: 256, VCPUs: in.vcpus(),
 			StartCount: in.startCount, StartedAt: rfc3339(df.back(in.startedAt)), StoppedAt: in.stoppedAt(df),
 			UptimeMS: in.uptimeMS(now), RestartPolicy: "never", Tags: in.tags,
 		}
 		entries = append(entries, e)
-		if df.duplicate && in.state == StateRunning {
+		if df.duplicate && in.runs() {
 			e.UUID, e.Name = duplicateUUID(in.uuid), duplicateName(in.name)
 			entries = append(entries, e)
 		}
 	}
 	s.mu.Unlock()
 	writeEnvelope(w, entries, start, s.clock)
+}
+
+// pageLocked picks the instances a list request asks for, oldest first (by
+// creation, then creation order): from the instance that "from" names (its
+// UUID, or an RFC 3339 creation time), inclusive, at most "count" of them
+// (0 or none: all), and never more than the server's page size; s.mu must
+// be held.
+func (s *Server) pageLocked(q url.Values) ([]*instance, error) {
+	all := s.sortedLocked()
+	slices.SortStableFunc(all, func(a, b *instance) int {
+		return cmp.Or(a.createdAt.Compare(b.createdAt), cmp.Compare(a.seq, b.seq))
+	})
+	if from := q.Get("from"); from != "" {
+		// A copy that DuplicateInstances reports stands for its original.
+		from = strings.TrimPrefix(from, duplicateUUID(""))
+		i := slices.IndexFunc(all, func(in *instance) bool { return in.uuid == from })
+		if i < 0 {
+			t, err := time.Parse(time.RFC3339, from)
+			if err != nil {
+				return nil, fmt.Errorf("no instance %q", from)
+			}
+			i, _ = slices.BinarySearchFunc(all, t, func(in *instance, t time.Time) int { return in.createdAt.Compare(t) })
+		}
+		all = all[i:]
+	}
+	limit := s.pageSize
+	if c := q.Get("count"); c != "" {
+		n, err := strconv.Atoi(c)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("count %q is not a count", c)
+		}
+		if n > 0 && (limit == 0 || n < limit) {
+			limit = n
+		}
+	}
+	if limit > 0 && len(all) > limit {
+		all = all[:limit]
+	}
+	return all, nil
 }
 
 // metrics returns the entries of the instances named by ids (UUIDs or
@@ -131,11 +185,11 @@ func (s *Server) metrics(ids []string) ([]metricsEntry, bool) {
 			UptimeMS: in.uptimeMS(now), BootTimeUS: 9000, NetTimeUS: 12000,
 			CPUTimeMS: in.cpuTimeMS(now),
 		}
-		if in.state == StateRunning {
-			e.RSSBytes = in.rssBytes
+		if in.runs() {
+			e.RSSBytes, e.cpuLastSecond = in.rssBytes, in.cpuCores
 		}
 		out = append(out, e)
-		if df.duplicate && in.state == StateRunning {
+		if df.duplicate && in.runs() {
 			// The same pod and container, twice the CPU time and memory.
 			e.UUID, e.Name = duplicateUUID(in.uuid), duplicateName(in.name)
 			e.CPUTimeMS, e.RSSBytes = 2*e.CPUTimeMS, 2*e.RSSBytes
@@ -163,7 +217,7 @@ func writeEnvelope[T any](w http.ResponseWriter, instances []T, start time.Time,
 
 // stateCode numbers states as the instance_state HELP line documents.
 var stateCode = map[string]int{
-	StateStopped: 0, "starting": 1, StateRunning: 2, "draining": 3, "stopping": 4, StateStandby: 5,
+	StateStopped: 0, "starting": 1, StateRunning: 2, StateDraining: 3, "stopping": 4, StateStandby: 5,
 }
 
 // family is one metric family of the Prometheus form.

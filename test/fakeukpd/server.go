@@ -25,6 +25,11 @@ type Config struct {
 	// TokenFile, when set, holds more accepted tokens, one a line ("#"
 	// starts a comment). It is read again whenever it changes.
 	TokenFile string
+	// PageSize is the most instances one answer of GET /v1/instances
+	// holds, whatever its count asks; 0 means no limit. With a limit, a
+	// request without count gets the first page only, as from a server
+	// whose default page is smaller than the account.
+	PageSize int
 }
 
 // Server is a fake ukpd. It is safe for concurrent use.
@@ -39,6 +44,9 @@ type Server struct {
 	instances map[string]*instance // by UUID
 	seq       int
 	faults    map[FaultKind]Fault
+	pageSize  int
+	// listRequests counts the answers of GET /v1/instances.
+	listRequests int
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -57,6 +65,7 @@ func New(cfg Config) *Server {
 		tokens:    append([]string(nil), cfg.Tokens...),
 		instances: map[string]*instance{},
 		faults:    map[FaultKind]Fault{},
+		pageSize:  cfg.PageSize,
 		closed:    make(chan struct{}),
 	}
 }
@@ -65,6 +74,13 @@ func New(cfg Config) *Server {
 // other requests.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() { close(s.closed) })
+}
+
+// ListRequests counts the answers to GET /v1/instances so far.
+func (s *Server) ListRequests() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.listRequests
 }
 
 // SetTokens replaces the accepted tokens given in Config.Tokens.
@@ -113,7 +129,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) serveData(w http.ResponseWriter, r *http.Request, path string, isMetrics, asJSON bool, start time.Time) {
 	id, perInstance := instanceMetricsID(path)
 	if !isMetrics {
-		s.writeList(w, start)
+		s.writeList(w, r, start)
 		return
 	}
 	var ids []string
@@ -129,6 +145,10 @@ func (s *Server) serveData(w http.ResponseWriter, r *http.Request, path string, 
 		return
 	}
 	if asJSON {
+		if s.olderForm() {
+			writeEnvelope(w, olderEntries(entries), start, s.clock)
+			return
+		}
 		writeEnvelope(w, entries, start, s.clock)
 		return
 	}

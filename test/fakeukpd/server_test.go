@@ -116,6 +116,7 @@ func TestList(t *testing.T) {
 		t.Fatalf("GET %s = %d %q", listPath, code, ct)
 	}
 	got := decodeEnvelope[listEntry](t, body)
+	// Oldest first, in creation order.
 	want := []listEntry{
 		{
 			Status: "success", UUID: web.UUID, Name: "web-0-app-1", CreatedAt: "2026-12-01T10:00:00Z", State: "running",
@@ -124,15 +125,15 @@ func TestList(t *testing.T) {
 			Tags: []string{"k8s.io:namespace=default", "k8s.io:pod=web-0", "k8s.io:container=app", "kraftlet:node=kraftlet-a"},
 		},
 		{
-			Status: "success", UUID: "00000000-0000-4000-8000-000000000003", Name: "untagged", CreatedAt: "2026-12-01T10:00:00Z",
-			State: "running", Image: "fake.unikraft.io/app:latest", MemoryMB: 256, VCPUs: 1, StartCount: 1,
-			StartedAt: "2026-12-01T10:00:00Z", UptimeMS: 90000, RestartPolicy: "never", Tags: []string{"production"},
-		},
-		{
 			Status: "success", UUID: "u-batch", Name: "batch", CreatedAt: "2026-12-01T10:00:00Z", State: "stopped",
 			Image: "fake.unikraft.io/job:latest", MemoryMB: 256, VCPUs: 1, StartCount: 1, StartedAt: "2026-12-01T10:00:00Z",
 			StoppedAt: "2026-12-01T10:00:00Z", RestartPolicy: "never",
 			Tags: []string{"k8s.io:namespace=default", "k8s.io:pod=batch-0", "k8s.io:container=job"},
+		},
+		{
+			Status: "success", UUID: "00000000-0000-4000-8000-000000000003", Name: "untagged", CreatedAt: "2026-12-01T10:00:00Z",
+			State: "running", Image: "fake.unikraft.io/app:latest", MemoryMB: 256, VCPUs: 1, StartCount: 1,
+			StartedAt: "2026-12-01T10:00:00Z", UptimeMS: 90000, RestartPolicy: "never", Tags: []string{"production"},
 		},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {

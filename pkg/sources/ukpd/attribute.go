@@ -1,6 +1,8 @@
 package ukpd
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -102,14 +104,88 @@ const (
 	ignoredContainerNotFound = "container_not_found"
 	ignoredNodeNotOwned      = "node_not_owned"
 	ignoredDuplicate         = "duplicate_container"
+	ignoredMissingRequired   = "missing_required_tag"
+	ignoredImplausible       = "implausible_usage"
 )
 
-// findPod returns the pod an instance's tags name, or why there is none. A
-// pod tag at the length limit may hold a cut name: then every pod of the
-// namespace whose tag would read the same is a candidate, and exactly one
-// must match.
-func findPod(pods corelisters.PodLister, ref tagRef) (*corev1.Pod, string) {
-	ns := pods.Pods(ref.namespace)
+// plausibleCPU says whether s's CPU time fits what inst can have used: at
+// most one core more than its vCPUs (room for the VMM's own threads) over
+// its uptime, and a second for rounding. Without vCPUs or uptime there is
+// no bound.
+func plausibleCPU(inst *Instance, s Sample) bool {
+	if inst.VCPUs <= 0 || !s.HasUptime {
+		return true
+	}
+	return float64(s.CPUCoreNanos) <= float64(inst.VCPUs+1)*float64(s.Uptime.Nanoseconds())+1e9
+}
+
+// IgnoreAnnotation lists, comma-separated, the containers of a pod that
+// kraftlet runs no instance for. They do not run, so they use nothing: the
+// source reports them at zero alongside the pod's other containers.
+const IgnoreAnnotation = "cloud.unikraft.v1.instances/ignore"
+
+// ignoredContainers returns the containers of the pod that its
+// IgnoreAnnotation names.
+func ignoredContainers(pod *corev1.Pod) []string {
+	v := pod.Annotations[IgnoreAnnotation]
+	if v == "" {
+		return nil
+	}
+	var out []string
+	for name := range strings.SplitSeq(v, ",") {
+		name = strings.TrimSpace(name)
+		for _, c := range pod.Spec.Containers {
+			if c.Name == name && !slices.Contains(out, name) {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
+// ParseRequiredTag reads a tag every instance must carry to be attributed,
+// given as key=value. It must be a tag the platform keeps as it is: no
+// character outside [A-Za-z0-9-+_.:=], at most MaxTagBytes.
+func ParseRequiredTag(s string) (string, error) {
+	key, value, ok := strings.Cut(s, "=")
+	switch {
+	case !ok || key == "" || value == "":
+		return "", fmt.Errorf("required tag %q: want key=value", s)
+	case TagFor(key, value) != s:
+		return "", fmt.Errorf("required tag %q: the platform keeps at most %d bytes of [A-Za-z0-9-+_.:=]", s, MaxTagBytes)
+	}
+	return s, nil
+}
+
+// hasTags says whether tags holds every one of required.
+func hasTags(tags, required []string) bool {
+	for _, r := range required {
+		if !slices.Contains(tags, r) {
+			return false
+		}
+	}
+	return true
+}
+
+// podFinder resolves tags to pods for one scrape. A pod tag at the length
+// limit may hold a cut name: then every pod of the namespace whose tag
+// would read the same is a candidate, and exactly one must match. The tags
+// of a namespace's pods are computed once per scrape, when the first cut
+// tag of that namespace asks for them, so attribution stays linear in the
+// instances and pods however many tags are cut.
+type podFinder struct {
+	pods corelisters.PodLister
+	// cut maps a namespace to its pods by the pod tag kraftlet would write.
+	cut map[string]map[string][]*corev1.Pod
+}
+
+func newPodFinder(pods corelisters.PodLister) *podFinder {
+	return &podFinder{pods: pods, cut: map[string]map[string][]*corev1.Pod{}}
+}
+
+// find returns the pod an instance's tags name, or why there is none.
+func (f *podFinder) find(ref tagRef) (*corev1.Pod, string) {
+	ns := f.pods.Pods(ref.namespace)
 	pod, err := ns.Get(ref.pod)
 	switch {
 	case err == nil && TagFor(TagPod, pod.Name) == ref.podTag:
@@ -119,24 +195,28 @@ func findPod(pods corelisters.PodLister, ref tagRef) (*corev1.Pod, string) {
 	case len(ref.podTag) < MaxTagBytes:
 		return nil, ignoredPodNotFound
 	}
-	all, err := ns.List(labels.Everything())
-	if err != nil {
-		return nil, ignoredPodNotFound
-	}
-	var match *corev1.Pod
-	for _, p := range all {
-		if TagFor(TagPod, p.Name) != ref.podTag {
-			continue
+	byTag, done := f.cut[ref.namespace]
+	if !done {
+		all, err := ns.List(labels.Everything())
+		if err != nil {
+			return nil, ignoredPodNotFound
 		}
-		if match != nil {
-			return nil, ignoredAmbiguousPod
+		byTag = map[string][]*corev1.Pod{}
+		for _, p := range all {
+			if tag := TagFor(TagPod, p.Name); len(tag) == MaxTagBytes {
+				byTag[tag] = append(byTag[tag], p)
+			}
 		}
-		match = p
+		f.cut[ref.namespace] = byTag
 	}
-	if match == nil {
+	switch match := byTag[ref.podTag]; len(match) {
+	case 0:
 		return nil, ignoredPodNotFound
+	case 1:
+		return match[0], ""
+	default:
+		return nil, ignoredAmbiguousPod
 	}
-	return match, ""
 }
 
 // hasContainer says whether the pod runs a container of that name. A pod

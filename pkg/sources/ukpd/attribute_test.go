@@ -3,7 +3,6 @@ package ukpd
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -96,7 +95,7 @@ func newPod(ns, name, node string, containers ...string) *corev1.Pod {
 	return p
 }
 
-func podLister(t *testing.T, pods ...*corev1.Pod) corelisters.PodLister {
+func podLister(t testing.TB, pods ...*corev1.Pod) corelisters.PodLister {
 	t.Helper()
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	for _, p := range pods {
@@ -134,9 +133,10 @@ func TestFindPod(t *testing.T) {
 		{name: "cut name, two matches", ref: ref("ns", prefix+"-a"), wantReason: ignoredAmbiguousPod},
 		{name: "cut name, no match", ref: ref("ns", strings.Repeat("v", 253)), wantReason: ignoredPodNotFound},
 	}
+	finder := newPodFinder(pods)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			pod, reason := findPod(pods, tc.ref)
+			pod, reason := finder.find(tc.ref)
 			if reason != tc.wantReason {
 				t.Fatalf("reason = %q, want %q", reason, tc.wantReason)
 			}
@@ -180,58 +180,6 @@ func TestNodeOf(t *testing.T) {
 			ref := tagRef{nodeTag: tc.nodeTag, node: strings.TrimPrefix(tc.nodeTag, TagNode+"=")}
 			if got := nodeOf(ref, newPod("ns", "p", tc.specNode)); got != tc.want {
 				t.Errorf("nodeOf = %q, want %q", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestNextStart(t *testing.T) {
-	started := t0.Add(-time.Hour)
-	prevScrape := t0.Add(-15 * time.Second)
-	tests := []struct {
-		name          string
-		prev          *startState
-		sample        Sample
-		wantEffective time.Time
-	}{
-		{name: "first sight", sample: Sample{StartCount: 1, StartedAt: started}, wantEffective: started},
-		{
-			name:          "unchanged",
-			prev:          &startState{count: 1, reported: started, effective: started, scrapedAt: prevScrape},
-			sample:        Sample{StartCount: 1, StartedAt: started},
-			wantEffective: started,
-		},
-		{
-			name:          "restarted with a new started_at",
-			prev:          &startState{count: 1, reported: started, effective: started, scrapedAt: prevScrape},
-			sample:        Sample{StartCount: 2, StartedAt: t0.Add(-5 * time.Second)},
-			wantEffective: t0.Add(-5 * time.Second),
-		},
-		{
-			name:          "start_count moved, started_at did not",
-			prev:          &startState{count: 1, reported: started, effective: started, scrapedAt: prevScrape},
-			sample:        Sample{StartCount: 2, StartedAt: started},
-			wantEffective: prevScrape,
-		},
-		{
-			name:          "the stand-in start is kept while nothing moves",
-			prev:          &startState{count: 2, reported: started, effective: prevScrape.Add(-15 * time.Second), scrapedAt: prevScrape},
-			sample:        Sample{StartCount: 2, StartedAt: started},
-			wantEffective: prevScrape.Add(-15 * time.Second),
-		},
-		{
-			name:          "no start reported at all",
-			prev:          &startState{scrapedAt: prevScrape},
-			sample:        Sample{},
-			wantEffective: time.Time{},
-		},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got := nextStart(tc.prev, tc.sample, t0)
-			want := startState{count: tc.sample.StartCount, reported: tc.sample.StartedAt, effective: tc.wantEffective, scrapedAt: t0}
-			if diff := cmp.Diff(want, got, cmp.AllowUnexported(startState{})); diff != "" {
-				t.Errorf("nextStart (-want +got):\n%s", diff)
 			}
 		})
 	}

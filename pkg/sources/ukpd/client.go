@@ -6,12 +6,14 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -128,19 +130,67 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 // String is the endpoint's base URL.
 func (c *Client) String() string { return c.endpoint }
 
-// Instances returns the instance list. On a partial decode failure it
-// returns the entries it could read with an error saying what was left out;
-// otherwise a nil list goes with a non-nil error.
+// The instance list is read in pages: the API takes count and from (the
+// UUID of the first instance to return, inclusive) and lists oldest first,
+// and no default page size is published, so one request without count may
+// hold only the first page of a large account.
+const (
+	listPageSize = 100
+	// maxListPages bounds one read of the list: 100,000 instances.
+	maxListPages = 1000
+)
+
+// Instances returns the instance list, read page by page until a page adds
+// no instance. On a partial decode failure it returns the entries it could
+// read with an error saying what was left out; otherwise a nil list goes
+// with a non-nil error. A failed page fails the whole list.
 func (c *Client) Instances(ctx context.Context) ([]Instance, error) {
-	body, contentType, err := c.get(ctx, instancesPath, "application/json")
-	if err != nil {
-		return nil, err
+	var (
+		all      []Instance
+		seen     = map[string]struct{}{}
+		problems []error
+		from     string
+	)
+	for page := 0; ; page++ {
+		if page == maxListPages {
+			return nil, c.errorf(sources.ReasonDecode, "GET %s: more than %d pages of %d instances", instancesPath, maxListPages, listPageSize)
+		}
+		q := url.Values{"count": {strconv.Itoa(listPageSize)}}
+		if from != "" {
+			q.Set("from", from)
+		}
+		body, contentType, err := c.get(ctx, instancesPath, q, "application/json")
+		if err != nil {
+			return nil, err
+		}
+		if !isJSON(contentType, body) {
+			return nil, c.errorf(sources.ReasonDecode, "GET %s answered %q, not JSON", instancesPath, clip(contentType))
+		}
+		list, err := DecodeInstances(body)
+		if list == nil {
+			return nil, c.wrap(err)
+		}
+		if err != nil {
+			problems = append(problems, c.wrap(err))
+		}
+		added := 0
+		for _, in := range list {
+			if _, dup := seen[in.UUID]; dup {
+				continue
+			}
+			seen[in.UUID] = struct{}{}
+			all = append(all, in)
+			added++
+		}
+		if added == 0 {
+			break
+		}
+		from = list[len(list)-1].UUID
 	}
-	if !isJSON(contentType, body) {
-		return nil, c.errorf(sources.ReasonDecode, "GET %s answered %q, not JSON", instancesPath, clip(contentType))
+	if all == nil {
+		all = []Instance{}
 	}
-	list, err := DecodeInstances(body)
-	return list, c.wrap(err)
+	return all, errors.Join(problems...)
 }
 
 // Metrics returns the metrics of every instance the endpoint reports, in
@@ -150,7 +200,7 @@ func (c *Client) Metrics(ctx context.Context) ([]Sample, error) {
 	if c.format == FormatText {
 		accept = "text/plain"
 	}
-	body, contentType, err := c.get(ctx, metricsPath, accept)
+	body, contentType, err := c.get(ctx, metricsPath, nil, accept)
 	if err != nil {
 		return nil, err
 	}
@@ -158,19 +208,21 @@ func (c *Client) Metrics(ctx context.Context) ([]Sample, error) {
 	if isJSON(contentType, body) {
 		samples, err = DecodeMetricsJSON(body)
 	} else {
-		samples, err = DecodeMetricsText(body)
+		samples, err = decodeMetricsText(ctx, body)
 	}
 	return samples, c.wrap(err)
 }
 
-// get fetches path and returns the body and its content type.
-func (c *Client) get(ctx context.Context, path, accept string) ([]byte, string, error) {
+// get fetches path with the query and returns the body and its content
+// type.
+func (c *Client) get(ctx context.Context, path string, query url.Values, accept string) ([]byte, string, error) {
 	if c.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
 	u := c.base.JoinPath(path)
+	u.RawQuery = query.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, "", c.errorf(sources.ReasonOther, "GET %s: %w", path, err)

@@ -32,8 +32,9 @@ func TestClientReadsBothForms(t *testing.T) {
 	e.clk.Step(10 * time.Second)
 
 	want := []Sample{
-		{UUID: web.UUID, Name: web.Name, State: "running", CPUCoreNanos: 10e9, RSSBytes: 64 << 20, StartCount: 1, StartedAt: t0},
-		{UUID: idle.UUID, Name: idle.Name, State: "standby", CPUCoreNanos: 20e9, StartCount: 1, StartedAt: t0},
+		{UUID: web.UUID, Name: web.Name, State: "running", CPUCoreNanos: 10e9, RSSBytes: 64 << 20, StartCount: 1, StartedAt: t0, Uptime: 20 * time.Second, HasUptime: true},
+		// In standby the uptime stands still.
+		{UUID: idle.UUID, Name: idle.Name, State: "standby", CPUCoreNanos: 20e9, StartCount: 1, StartedAt: t0, Uptime: 10 * time.Second, HasUptime: true},
 	}
 	for _, format := range []Format{FormatJSON, FormatText} {
 		t.Run(string(format), func(t *testing.T) {
@@ -59,9 +60,9 @@ func TestClientReadsBothForms(t *testing.T) {
 		t.Fatalf("Instances: %v", err)
 	}
 	wantList := []Instance{
-		{UUID: web.UUID, Name: web.Name, State: "running", Tags: web.Tags},
-		{UUID: idle.UUID, Name: idle.Name, State: "standby", Tags: idle.Tags},
-		{UUID: gone.UUID, Name: gone.Name, State: "stopped", Tags: gone.Tags},
+		{UUID: web.UUID, Name: web.Name, State: "running", Tags: web.Tags, VCPUs: 1},
+		{UUID: idle.UUID, Name: idle.Name, State: "standby", Tags: idle.Tags, VCPUs: 2},
+		{UUID: gone.UUID, Name: gone.Name, State: "stopped", Tags: gone.Tags, VCPUs: 1},
 	}
 	if diff := cmp.Diff(wantList, list); diff != "" {
 		t.Errorf("Instances (-want +got):\n%s", diff)

@@ -18,6 +18,8 @@ type Instance struct {
 	Name  string
 	State string
 	Tags  []string
+	// VCPUs is the instance's vCPU count; 0 when not reported.
+	VCPUs int
 }
 
 // Sample is one instance's entry of GET /v1/instances/metrics.
@@ -35,14 +37,20 @@ type Sample struct {
 	RSSBytes uint64
 	// StartCount is how often the instance has started; 0 when not reported.
 	StartCount uint64
-	// StartedAt is when the instance last started; zero when not reported.
+	// StartedAt is when the instance last started, by ukpd's clock, in
+	// whole seconds; zero when not reported.
 	StartedAt time.Time
+	// Uptime is ukpd's own count of the time the instance has run
+	// (uptime_ms, instance_uptime_s); valid only when HasUptime.
+	Uptime    time.Duration
+	HasUptime bool
 }
 
 // Bounds beyond which a value can only be garbage.
 const (
 	maxRSSBytes     = 1 << 50 // 1 PiB
 	maxCPUCoreNanos = 1 << 62 // about 146 core-years
+	maxUptimeMS     = 1 << 42 // about 139 years
 	// maxReported caps the problems named in one error.
 	maxReported = 10
 )
@@ -54,6 +62,9 @@ const (
 	statusSuccess        = "success"
 	statusPartialSuccess = "partial_success"
 	statusError          = "error"
+	// statusFailure is not in the reference's enum, but some servers answer
+	// it for a request that failed as a whole.
+	statusFailure = "failure"
 )
 
 // envelope is the platform API's response wrapper:
@@ -84,12 +95,12 @@ func entries(what string, body []byte) ([]json.RawMessage, error) {
 	}
 	switch env.Status {
 	case "", statusSuccess, statusPartialSuccess:
-	case statusError:
+	case statusError, statusFailure:
 		msg := env.Message
 		if msg == "" {
 			msg = "no message"
 		}
-		return nil, sources.WithReason(sources.ReasonHTTPStatus, fmt.Errorf("%s: API answered status error: %s", what, clip(msg)))
+		return nil, sources.WithReason(sources.ReasonHTTPStatus, fmt.Errorf("%s: API answered status %s: %s", what, env.Status, clip(msg)))
 	default:
 		return nil, sources.WithReason(sources.ReasonDecode, fmt.Errorf("decode %s: unknown status %q", what, clip(env.Status)))
 	}
@@ -150,6 +161,7 @@ func DecodeInstances(body []byte) ([]Instance, error) {
 			item
 			State string   `json:"state"`
 			Tags  []string `json:"tags"`
+			VCPUs int      `json:"vcpus"`
 		}
 		if err := json.Unmarshal(r, &w); err != nil {
 			p.add(fmt.Errorf("instance #%d: %w", i, err))
@@ -168,7 +180,7 @@ func DecodeInstances(body []byte) ([]Instance, error) {
 			continue
 		}
 		seen[w.UUID] = struct{}{}
-		out = append(out, Instance{UUID: w.UUID, Name: w.Name, State: w.State, Tags: w.Tags})
+		out = append(out, Instance{UUID: w.UUID, Name: w.Name, State: w.State, Tags: w.Tags, VCPUs: max(w.VCPUs, 0)})
 	}
 	return out, p.err("instance list")
 }
@@ -186,11 +198,15 @@ func DecodeMetricsJSON(body []byte) ([]Sample, error) {
 	var p problems
 	out := make([]Sample, 0, len(raw))
 	seen := make(map[string]struct{}, len(raw))
+	older := 0
 	for i, r := range raw {
 		var w wireSample
 		if err := json.Unmarshal(r, &w); err != nil {
 			p.add(fmt.Errorf("instance #%d: %w", i, err))
 			continue
+		}
+		if w.CPUTimeMS == nil && w.CPUTimeS != nil {
+			older++
 		}
 		s, err := w.sample()
 		if err == nil {
@@ -202,8 +218,17 @@ func DecodeMetricsJSON(body []byte) ([]Sample, error) {
 		}
 		out = append(out, s)
 	}
+	if older > 0 && len(out) == 0 {
+		return nil, sources.WithReason(sources.ReasonDecode, fmt.Errorf("decode instance metrics: %w", errOlderForm))
+	}
 	return out, p.err("instance metrics")
 }
+
+// errOlderForm says that a ukpd answers the metrics form of older releases,
+// whose JSON carries cpu_time_s as CPU time over the last second (a rate,
+// not a counter) and no cpu_time_ms.
+var errOlderForm = errors.New("the entries carry cpu_time_s and no cpu_time_ms, the JSON form of older ukpd releases, " +
+	"whose cpu_time_s is not a counter: ask for the Prometheus form with the endpoint option metrics-format=text")
 
 // wireSample is a metrics entry as the JSON form carries it. Pointers tell
 // a missing field from a zero one.
@@ -214,6 +239,9 @@ type wireSample struct {
 	StartedAt  *string `json:"started_at"`
 	RSSBytes   *int64  `json:"rss_bytes"`
 	CPUTimeMS  *int64  `json:"cpu_time_ms"`
+	UptimeMS   *int64  `json:"uptime_ms"`
+	// CPUTimeS is only read to recognise the older form.
+	CPUTimeS *float64 `json:"cpu_time_s"`
 }
 
 func (w *wireSample) sample() (Sample, error) {
@@ -225,6 +253,8 @@ func (w *wireSample) sample() (Sample, error) {
 	switch {
 	case s.UUID == "" && s.Name == "":
 		return Sample{}, errors.New("neither uuid nor name")
+	case cpuMS == nil && w.CPUTimeS != nil:
+		return Sample{}, errOlderForm
 	case cpuMS == nil:
 		return Sample{}, errors.New("no cpu_time_ms")
 	case rss == nil:
@@ -235,6 +265,11 @@ func (w *wireSample) sample() (Sample, error) {
 		return Sample{}, fmt.Errorf("rss_bytes %d is implausible", *rss)
 	case startCount != nil && *startCount < 0:
 		return Sample{}, fmt.Errorf("start_count %d is negative", *startCount)
+	case w.UptimeMS != nil && (*w.UptimeMS < 0 || *w.UptimeMS > maxUptimeMS):
+		return Sample{}, fmt.Errorf("uptime_ms %d is implausible", *w.UptimeMS)
+	}
+	if w.UptimeMS != nil {
+		s.Uptime, s.HasUptime = time.Duration(*w.UptimeMS)*time.Millisecond, true
 	}
 	s.CPUCoreNanos = uint64(*cpuMS) * 1e6
 	s.RSSBytes = uint64(*rss)
@@ -286,6 +321,15 @@ func (p *problems) add(err error) {
 	}
 }
 
+// addf is add of fmt.Errorf(format, args...), formatted only if it is to
+// be named, so that a body of a million bad lines costs no million errors.
+func (p *problems) addf(format string, args ...any) {
+	p.n++
+	if len(p.errs) < maxReported {
+		p.errs = append(p.errs, fmt.Errorf(format, args...))
+	}
+}
+
 func (p *problems) err(what string) error {
 	if p.n == 0 {
 		return nil
@@ -295,8 +339,22 @@ func (p *problems) err(what string) error {
 		errs = append(errs[:len(errs):len(errs)], fmt.Errorf("and %d more", more))
 	}
 	return sources.WithReason(sources.ReasonDecode,
-		fmt.Errorf("%s: left out %d entries: %w", what, p.n, errors.Join(errs...)))
+		fmt.Errorf("%s: left out %d entries: %w", what, p.n, oneLine(errs)))
 }
+
+// oneLine joins errors as errors.Join does, but writes them on one line,
+// separated by "; ", so that a log entry stays one line.
+type oneLine []error
+
+func (e oneLine) Error() string {
+	msgs := make([]string, len(e))
+	for i, err := range e {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (e oneLine) Unwrap() []error { return e }
 
 // clip shortens a string that came over the network before it goes into an
 // error message.

@@ -49,7 +49,7 @@ func TestDecodeInstances(t *testing.T) {
 			body: validList,
 			want: []Instance{
 				{
-					UUID: "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a01", Name: "web-0-app-x1", State: "running",
+					UUID: "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a01", Name: "web-0-app-x1", State: "running", VCPUs: 1,
 					Tags: []string{"k8s.io:namespace=default", "k8s.io:pod=web-0", "k8s.io:container=app", "kraftlet:node=kraftlet-a"},
 				},
 				{UUID: "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a02", Name: "batch-7", State: "standby"},
@@ -89,6 +89,10 @@ func TestDecodeRejectsEnvelope(t *testing.T) {
 		{name: "instances not a list", body: `{"data": {"instances": {"uuid": "u1"}}}`, wantErr: "cannot unmarshal", wantReason: sources.ReasonDecode},
 		{name: "unknown status", body: `{"status": "maybe"}`, wantErr: `unknown status "maybe"`, wantReason: sources.ReasonDecode},
 		{name: "status error", body: `{"status": "error", "message": "Unauthorized"}`, wantErr: "API answered status error: Unauthorized", wantReason: sources.ReasonHTTPStatus},
+		{
+			name: "status failure is an API error, not a decode error", body: `{"status": "failure", "message": "metro unavailable"}`,
+			wantErr: "API answered status failure: metro unavailable", wantReason: sources.ReasonHTTPStatus,
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -162,6 +166,7 @@ func TestDecodeMetricsJSON(t *testing.T) {
 				{
 					UUID: "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a01", Name: "web-0-app-x1", State: "running",
 					CPUCoreNanos: 1800250 * 1e6, RSSBytes: 52428800, StartCount: 3, StartedAt: ts("2026-12-01T09:00:00Z"),
+					Uptime: time.Hour, HasUptime: true,
 				},
 				{
 					UUID: "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a02", Name: "batch-7", State: "standby",
@@ -190,10 +195,17 @@ func TestDecodeMetricsJSON(t *testing.T) {
 				{"status": "error", "uuid": "i", "message": "instance not found"},
 				{"uuid": "ok", "cpu_time_ms": 1, "rss_bytes": 1},
 				{"uuid": "ok", "cpu_time_ms": 2, "rss_bytes": 2},
-				{"uuid": "j", "cpu_time_ms": 9223372036854775807, "rss_bytes": 1}
+				{"uuid": "j", "cpu_time_ms": 9223372036854775807, "rss_bytes": 1},
+				{"uuid": "k", "cpu_time_ms": 1, "rss_bytes": 1, "uptime_ms": -1}
 			]}}`,
 			want:    []Sample{{UUID: "ok", CPUCoreNanos: 1e6, RSSBytes: 1}},
-			wantErr: "left out 12 entries",
+			wantErr: "left out 13 entries",
+		},
+		{
+			name:    "an older entry among current ones is named",
+			body:    `{"data": {"instances": [{"uuid": "a", "cpu_time_s": 0.2, "uptime_s": 3, "rss_bytes": 1}, {"uuid": "b", "cpu_time_ms": 1, "rss_bytes": 1}]}}`,
+			want:    []Sample{{UUID: "b", CPUCoreNanos: 1e6, RSSBytes: 1}},
+			wantErr: `instance "a": the entries carry cpu_time_s and no cpu_time_ms`,
 		},
 	}
 	for _, tc := range tests {
@@ -204,6 +216,23 @@ func TestDecodeMetricsJSON(t *testing.T) {
 				t.Errorf("DecodeMetricsJSON (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestDecodeOlderForm checks that the JSON form of older ukpd releases
+// fails as a whole, with one error that says which form to use.
+func TestDecodeOlderForm(t *testing.T) {
+	body := `{"status": "success", "data": {"instances": [
+		{"uuid": "a", "state": "running", "start_count": 1, "started_at": "2026-12-01T09:00:00Z", "uptime_s": 12.5, "rss_bytes": 1, "cpu_time_s": 0.25},
+		{"uuid": "b", "state": "standby", "uptime_s": 3, "rss_bytes": 0, "cpu_time_s": 0}
+	]}}`
+	samples, err := DecodeMetricsJSON([]byte(body))
+	if samples != nil {
+		t.Errorf("samples = %+v, want none", samples)
+	}
+	checkErr(t, err, "JSON form of older ukpd releases, whose cpu_time_s is not a counter: ask for the Prometheus form with the endpoint option metrics-format=text", sources.ReasonDecode)
+	if strings.Contains(err.Error(), "left out") {
+		t.Errorf("error = %v, want one error, not one per entry", err)
 	}
 }
 

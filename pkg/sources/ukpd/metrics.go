@@ -13,7 +13,8 @@ var (
 		Subsystem: "ukpd",
 		Name:      "ignored_instances_total",
 		Help: "Instances reported by ukpd but left out of a scrape, by reason (unknown_instance, not_running, " +
-			"missing_tags, pod_not_found, ambiguous_pod, container_not_found, node_not_owned, duplicate_container).",
+			"missing_tags, pod_not_found, ambiguous_pod, container_not_found, node_not_owned, duplicate_container, " +
+			"missing_required_tag, implausible_usage).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
 	listFetches = metrics.NewCounterVec(&metrics.CounterOpts{

@@ -1,6 +1,8 @@
 package ukpd
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -21,6 +23,7 @@ const (
 	metricStartedAt  = "instance_started_at"
 	metricCPU        = "instance_cpu_time_s"
 	metricRSS        = "instance_rss_bytes"
+	metricUptime     = "instance_uptime_s"
 	labelUUID        = "instance_uuid"
 )
 
@@ -35,12 +38,13 @@ const (
 	idxStartedAt
 	idxCPU
 	idxRSS
+	idxUptime
 	numSeries
 )
 
 var seriesIndex = map[string]int{
 	metricState: idxState, metricStartCount: idxStartCount, metricStartedAt: idxStartedAt,
-	metricCPU: idxCPU, metricRSS: idxRSS,
+	metricCPU: idxCPU, metricRSS: idxRSS, metricUptime: idxUptime,
 }
 
 // series is what the Prometheus form says of one instance.
@@ -50,31 +54,68 @@ type series struct {
 	line   [numSeries]int
 }
 
+// Bounds of what one Prometheus-form response may hold. ukpd writes one
+// label per series; a line with many more, or more instances than the
+// instance list may hold, can only be hostile or garbage, and is cut short
+// rather than parsed to the end.
+const (
+	maxLabelsPerLine = 64
+	maxLineBytes     = 4 << 20
+	maxTextInstances = listPageSize * maxListPages
+	// ctxCheckLines is how many lines are decoded between two looks at
+	// the context.
+	ctxCheckLines = 4096
+)
+
 // DecodeMetricsText decodes a GET /v1/instances/metrics response in the
 // Prometheus text exposition format. It is an error, and no samples, when
 // the body has malformed lines and not one well-formed sample. Otherwise a
 // malformed line, a series without instance_uuid, a repeated series or an
 // instance without CPU time or resident set is left out and named in the
 // returned error, alongside the samples of all other instances.
+//
+// Its time is linear in the body's length and its memory bounded by the
+// instances it keeps (docs/benchmarks.md has the figures).
 func DecodeMetricsText(body []byte) ([]Sample, error) {
+	return decodeMetricsText(context.Background(), body)
+}
+
+// decodeMetricsText is DecodeMetricsText that stops, with no samples, when
+// ctx is done.
+func decodeMetricsText(ctx context.Context, body []byte) ([]Sample, error) {
 	var p problems
 	parsed := 0
 	byUUID := map[string]*series{}
 	lineNo := 0
-	for line := range strings.Lines(string(body)) {
+	for len(body) > 0 {
 		lineNo++
-		line = strings.TrimRight(line, "\r\n")
-		if !utf8.ValidString(line) || strings.IndexByte(line, 0) >= 0 {
-			p.add(fmt.Errorf("line %d: not UTF-8 text", lineNo))
+		if lineNo%ctxCheckLines == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, sources.WithReason(sources.TransportReason(err), fmt.Errorf("decode instance metrics: %w", err))
+			}
+		}
+		var raw []byte
+		if i := bytes.IndexByte(body, '\n'); i >= 0 {
+			raw, body = body[:i], body[i+1:]
+		} else {
+			raw, body = body, nil
+		}
+		raw = bytes.TrimSuffix(raw, []byte{'\r'})
+		if len(raw) > maxLineBytes {
+			p.addf("line %d: longer than %d bytes", lineNo, maxLineBytes)
 			continue
 		}
-		line = strings.TrimSpace(line)
+		if !utf8.Valid(raw) || bytes.IndexByte(raw, 0) >= 0 {
+			p.addf("line %d: not UTF-8 text", lineNo)
+			continue
+		}
+		line := strings.TrimSpace(string(raw))
 		if line == "" || line[0] == '#' {
 			continue
 		}
-		name, labels, value, err := parseSampleLine(line)
+		name, uuid, value, err := parseSampleLine(line)
 		if err != nil {
-			p.add(fmt.Errorf("line %d: %w", lineNo, err))
+			p.addf("line %d: %w", lineNo, err)
 			continue
 		}
 		parsed++
@@ -82,18 +123,21 @@ func DecodeMetricsText(body []byte) ([]Sample, error) {
 		if !wanted {
 			continue
 		}
-		uuid := labelValue(labels, labelUUID)
 		if uuid == "" {
-			p.add(fmt.Errorf("line %d: %s has no %s label", lineNo, name, labelUUID))
+			p.addf("line %d: %s has no %s label", lineNo, name, labelUUID)
 			continue
 		}
 		s := byUUID[uuid]
 		if s == nil {
+			if len(byUUID) == maxTextInstances {
+				p.addf("line %d: more than %d instances", lineNo, maxTextInstances)
+				continue
+			}
 			s = &series{}
 			byUUID[uuid] = s
 		}
 		if s.have[idx] {
-			p.add(fmt.Errorf("line %d: %s of instance %q repeats line %d", lineNo, name, clip(uuid), s.line[idx]))
+			p.addf("line %d: %s of instance %q repeats line %d", lineNo, name, clip(uuid), s.line[idx])
 			continue
 		}
 		s.values[idx], s.have[idx], s.line[idx] = value, true, lineNo
@@ -111,7 +155,7 @@ func DecodeMetricsText(body []byte) ([]Sample, error) {
 	for _, u := range uuids {
 		s, err := byUUID[u].sample(u)
 		if err != nil {
-			p.add(fmt.Errorf("instance %q: %w", clip(u), err))
+			p.addf("instance %q: %w", clip(u), err)
 			continue
 		}
 		out = append(out, s)
@@ -147,6 +191,13 @@ func (s *series) sample(uuid string) (Sample, error) {
 		sec, frac := math.Modf(v)
 		out.StartedAt = time.Unix(int64(sec), int64(math.Round(frac*1e9))).UTC()
 	}
+	if i := idxUptime; s.have[i] {
+		v := s.values[i]
+		if !(v >= 0 && v*1e3 <= maxUptimeMS) {
+			return Sample{}, fmt.Errorf("%s %g is implausible", metricUptime, v)
+		}
+		out.Uptime, out.HasUptime = time.Duration(math.Round(v*1e3))*time.Millisecond, true
+	}
 	if i := idxState; s.have[i] {
 		v := s.values[i]
 		switch {
@@ -162,92 +213,90 @@ func (s *series) sample(uuid string) (Sample, error) {
 	return out, nil
 }
 
-type label struct{ name, value string }
-
-func labelValue(labels []label, name string) string {
-	v, _ := lookupLabel(labels, name)
-	return v
-}
-
-func lookupLabel(labels []label, name string) (string, bool) {
-	for _, l := range labels {
-		if l.name == name {
-			return l.value, true
-		}
-	}
-	return "", false
-}
-
-// parseSampleLine parses `name{l="v",...} value [timestamp]`.
-func parseSampleLine(line string) (name string, labels []label, value float64, err error) {
+// parseSampleLine parses `name{l="v",...} value [timestamp]` and returns
+// the metric name, the value of its instance_uuid label ("" if none) and
+// the value. It reads each byte of the line at most a fixed number of
+// times, and gives up after maxLabelsPerLine labels.
+func parseSampleLine(line string) (name, uuid string, value float64, err error) {
 	i := 0
 	for i < len(line) && isNameByte(line[i], i == 0, true) {
 		i++
 	}
 	if i == 0 {
-		return "", nil, 0, errors.New("no metric name")
+		return "", "", 0, errors.New("no metric name")
 	}
 	name, rest := line[:i], line[i:]
 	rest = strings.TrimLeft(rest, " \t")
 	if strings.HasPrefix(rest, "{") {
-		labels, rest, err = parseLabels(rest[1:])
+		uuid, rest, err = parseLabels(rest[1:])
 		if err != nil {
-			return "", nil, 0, fmt.Errorf("%s: %w", name, err)
+			return "", "", 0, fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	fields := strings.Fields(rest)
 	if len(fields) == 0 || len(fields) > 2 {
-		return "", nil, 0, fmt.Errorf("%s: want a value and an optional timestamp", name)
+		return "", "", 0, fmt.Errorf("%s: want a value and an optional timestamp", name)
 	}
 	value, err = strconv.ParseFloat(fields[0], 64)
 	if err != nil {
-		return "", nil, 0, fmt.Errorf("%s: value %q is not a number", name, clip(fields[0]))
+		return "", "", 0, fmt.Errorf("%s: value %q is not a number", name, clip(fields[0]))
 	}
 	if len(fields) == 2 {
 		if _, err := strconv.ParseInt(fields[1], 10, 64); err != nil {
-			return "", nil, 0, fmt.Errorf("%s: timestamp %q is not an integer", name, clip(fields[1]))
+			return "", "", 0, fmt.Errorf("%s: timestamp %q is not an integer", name, clip(fields[1]))
 		}
 	}
-	return name, labels, value, nil
+	return name, uuid, value, nil
 }
 
 // parseLabels parses the label set after its opening brace and returns the
-// text after the closing one.
-func parseLabels(s string) ([]label, string, error) {
-	var labels []label
-	for {
+// value of instance_uuid and the text after the closing brace. A label
+// given twice is an error; the check compares each name with those before
+// it, at most maxLabelsPerLine of them, so it stays linear in the line.
+func parseLabels(s string) (string, string, error) {
+	var (
+		uuid  string
+		names [maxLabelsPerLine]string
+	)
+	for n := 0; ; n++ {
 		s = strings.TrimLeft(s, " \t")
 		if strings.HasPrefix(s, "}") {
-			return labels, s[1:], nil
+			return uuid, s[1:], nil
+		}
+		if n == maxLabelsPerLine {
+			return "", "", fmt.Errorf("more than %d labels", maxLabelsPerLine)
 		}
 		i := 0
 		for i < len(s) && isNameByte(s[i], i == 0, false) {
 			i++
 		}
 		if i == 0 {
-			return nil, "", errors.New("malformed label set")
+			return "", "", errors.New("malformed label set")
 		}
 		ln := s[:i]
 		s = strings.TrimLeft(s[i:], " \t")
 		if !strings.HasPrefix(s, "=") {
-			return nil, "", fmt.Errorf("label %s has no value", ln)
+			return "", "", fmt.Errorf("label %s has no value", clip(ln))
 		}
 		s = strings.TrimLeft(s[1:], " \t")
 		v, rest, err := parseQuoted(s)
 		if err != nil {
-			return nil, "", fmt.Errorf("label %s: %w", ln, err)
+			return "", "", fmt.Errorf("label %s: %w", clip(ln), err)
 		}
-		if _, dup := lookupLabel(labels, ln); dup {
-			return nil, "", fmt.Errorf("label %s given twice", ln)
+		if slices.Contains(names[:n], ln) {
+			return "", "", fmt.Errorf("label %s given twice", clip(ln))
 		}
-		labels = append(labels, label{ln, v})
+		names[n] = ln
+		if ln == labelUUID {
+			uuid = v
+		}
 		s = strings.TrimLeft(rest, " \t")
 		switch {
 		case strings.HasPrefix(s, ","):
 			s = s[1:]
 		case strings.HasPrefix(s, "}"):
 		default:
-			return nil, "", errors.New("malformed label set")
+			return "", "", errors.New("malformed label set")
 		}
 	}
 }
@@ -257,6 +306,10 @@ func parseLabels(s string) ([]label, string, error) {
 func parseQuoted(s string) (string, string, error) {
 	if !strings.HasPrefix(s, `"`) {
 		return "", "", errors.New("value is not quoted")
+	}
+	// Most values hold no escape: then the value is a part of s.
+	if i := strings.IndexAny(s[1:], `"\\`); i >= 0 && s[1+i] == '"' {
+		return s[1 : 1+i], s[2+i:], nil
 	}
 	var b strings.Builder
 	for i := 1; i < len(s); i++ {

@@ -1,11 +1,18 @@
 package ukpd
 
 import (
+	"bytes"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 )
@@ -164,4 +171,104 @@ func FuzzDecodeMetricsText(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzDecodeMetricsTextMatchesExpfmt checks the decoder against the
+// Prometheus library's parser: on every body the library accepts, and
+// that holds no line the decoder refuses by its own bounds, both read the
+// same samples.
+func FuzzDecodeMetricsTextMatchesExpfmt(f *testing.F) {
+	f.Add([]byte(validText))
+	f.Add([]byte("instance_cpu_time_s{instance_uuid=\"a\"} 1\ninstance_rss_bytes{instance_uuid=\"a\"} 1\n"))
+	f.Add([]byte("instance_cpu_time_s{instance_uuid=\"a\",x=\"\\\\\\\"\\n\"} 1 1700000000000\ninstance_rss_bytes{instance_uuid=\"a\"} 2e3\n"))
+	f.Add([]byte("instance_uptime_s{instance_uuid=\"a\"} 1.5\ninstance_state{instance_uuid=\"a\"} 5\n"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		want, ok := expfmtSamples(body)
+		if !ok {
+			return
+		}
+		got, _ := DecodeMetricsText(body)
+		if len(got) == 0 && len(want) == 0 {
+			return
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("decoder and expfmt differ on %q (-expfmt +decoder):\n%s", body, diff)
+		}
+	})
+}
+
+// expfmtSamples reads the samples of body with the Prometheus library and
+// the decoder's own rules for what a sample needs. ok is false when the
+// library refuses the body, or when the body has what the decoder refuses
+// by its own choice: lines longer than maxLineBytes, NUL bytes, invalid
+// UTF-8 even in comments, more than maxLabelsPerLine labels, or one of the
+// series read declared as a histogram or summary. Also left aside are
+// lines that start with a brace: the library reads "{}1" as a new value of
+// the metric on the line before, the decoder as a sample without a name.
+func expfmtSamples(body []byte) ([]Sample, bool) {
+	if bytes.IndexByte(body, 0) >= 0 || !utf8.Valid(body) || bytes.Contains(body, []byte{'\r'}) {
+		return nil, false
+	}
+	for line := range bytes.Lines(body) {
+		if len(line) > maxLineBytes || bytes.HasPrefix(bytes.TrimLeft(line, " \t"), []byte("{")) {
+			return nil, false
+		}
+	}
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	families, err := p.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return nil, false
+	}
+	byUUID := map[string]*series{}
+	for name, idx := range seriesIndex {
+		mf, found := families[name]
+		if !found {
+			continue
+		}
+		switch mf.GetType() {
+		case dto.MetricType_COUNTER, dto.MetricType_GAUGE, dto.MetricType_UNTYPED:
+		default:
+			return nil, false
+		}
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) > maxLabelsPerLine {
+				return nil, false
+			}
+			var uuid string
+			for _, l := range m.GetLabel() {
+				if l.GetName() == labelUUID {
+					uuid = l.GetValue()
+				}
+			}
+			if uuid == "" {
+				continue
+			}
+			s := byUUID[uuid]
+			if s == nil {
+				s = &series{}
+				byUUID[uuid] = s
+			}
+			if s.have[idx] {
+				continue // the first one counts
+			}
+			var v float64
+			switch {
+			case m.Counter != nil:
+				v = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				v = m.GetGauge().GetValue()
+			default:
+				v = m.GetUntyped().GetValue()
+			}
+			s.values[idx], s.have[idx] = v, true
+		}
+	}
+	uuids := slices.Sorted(maps.Keys(byUUID))
+	var out []Sample
+	for _, u := range uuids {
+		if s, err := byUUID[u].sample(u); err == nil {
+			out = append(out, s)
+		}
+	}
+	return out, true
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -16,9 +17,6 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 )
 
-// stateRunning is the one instance state whose samples are reported.
-const stateRunning = "running"
-
 // endpoint is the lasting state of one ukpd endpoint: its client, the
 // cached instance list and what the last scrape saw of each instance.
 type endpoint struct {
@@ -27,6 +25,7 @@ type endpoint struct {
 	pods        corelisters.PodLister
 	clock       clock.PassiveClock
 	listRefresh time.Duration
+	required    []string // tags every attributed instance carries
 
 	mu       sync.Mutex // held for a whole scrape; guards the fields below
 	byUUID   map[string]*Instance
@@ -35,19 +34,14 @@ type endpoint struct {
 	// unresolved holds the metrics entries that were unknown right after
 	// the last list fetch, so that they do not force a fetch every scrape.
 	unresolved map[string]struct{}
-	starts     map[string]startState // by instance UUID
+	timelines  map[string]timeline // by instance UUID
+	// duplicates is how many instances the last scrape left out as a
+	// second instance of a container, logged when it changes.
+	duplicates int
 }
 
-// startState is what the last scrape saw of an instance's start.
-type startState struct {
-	count     uint64
-	reported  time.Time // started_at as ukpd reported it
-	effective time.Time // the StartTime handed on
-	scrapedAt time.Time
-}
-
-func newEndpoint(cfg EndpointConfig, client *Client, pods corelisters.PodLister, clk clock.PassiveClock, refresh time.Duration) *endpoint {
-	return &endpoint{cfg: cfg, client: client, pods: pods, clock: clk, listRefresh: refresh}
+func newEndpoint(cfg EndpointConfig, client *Client, pods corelisters.PodLister, clk clock.PassiveClock, refresh time.Duration, required []string) *endpoint {
+	return &endpoint{cfg: cfg, client: client, pods: pods, clock: clk, listRefresh: refresh, required: required}
 }
 
 // target is one endpoint with the nodes it owns this tick.
@@ -89,12 +83,23 @@ func (e *endpoint) scrape(ctx context.Context, nodes []string) (*sources.Batch, 
 	for _, n := range nodes {
 		owned[n] = struct{}{}
 	}
-	batch, ignored := e.attribute(samples, now, owned)
+	batch, ignored, err := e.attribute(ctx, samples, now, owned)
+	if err != nil {
+		return nil, err
+	}
 	for reason, n := range ignored {
 		ignoredInstances.WithLabelValues(reason).Add(float64(n))
 	}
 	if len(ignored) > 0 {
 		klog.V(4).InfoS("Left out ukpd instances", "endpoint", e.client.String(), "ignored", ignored)
+	}
+	if d := ignored[ignoredDuplicate]; d != e.duplicates {
+		if d > 0 {
+			klog.InfoS("Several ukpd instances claim the same pod containers; the one started last is used. "+
+				"If clusters share the account, give each its own kraftlet node name or required tag (docs/ukpd.md)",
+				"endpoint", e.client.String(), "instances", d)
+		}
+		e.duplicates = d
 	}
 	return batch, errors.Join(problems...)
 }
@@ -171,24 +176,43 @@ type podEntry struct {
 
 // attribute turns samples into a batch of the owned nodes' pods and counts,
 // by reason, the instances it leaves out.
-func (e *endpoint) attribute(samples []Sample, now time.Time, owned map[string]struct{}) (*sources.Batch, map[string]int) {
+//
+// It looks at ctx every attributeCtxCheck samples and fails when it is
+// done.
+func (e *endpoint) attribute(ctx context.Context, samples []Sample, now time.Time, owned map[string]struct{}) (*sources.Batch, map[string]int, error) {
+	finder := newPodFinder(e.pods)
 	ignored := map[string]int{}
-	starts := make(map[string]startState, len(samples))
+	timelines := make(map[string]timeline, len(samples))
 	pods := map[podAt]*podEntry{}
-	for _, s := range samples {
+	for i, s := range samples {
+		if i%attributeCtxCheck == attributeCtxCheck-1 {
+			if err := ctx.Err(); err != nil {
+				return nil, nil, sources.WithReason(sources.TransportReason(err), fmt.Errorf("ukpd %s: attribute instances: %w", e.client, err))
+			}
+		}
 		inst := e.lookup(s)
 		if inst == nil {
 			ignored[ignoredUnknownInstance]++
 			continue
 		}
-		var prev *startState
-		if p, ok := e.starts[inst.UUID]; ok {
+		if !plausibleCPU(inst, s) {
+			ignored[ignoredImplausible]++
+			continue
+		}
+		var prev *timeline
+		if p, ok := e.timelines[inst.UUID]; ok {
 			prev = &p
 		}
-		st := nextStart(prev, s, now)
-		starts[inst.UUID] = st
+		// Without a state in either response the instance is taken as running.
+		state := cmp.Or(s.State, inst.State, stateRunning)
+		tl := advance(prev, s, state, now)
+		timelines[inst.UUID] = tl
+		if !tl.has {
+			ignored[ignoredNotRunning]++
+			continue
+		}
 
-		pod, container, node, reason := e.resolve(inst, s, owned)
+		pod, container, node, reason := e.resolve(finder, inst, owned)
 		if reason != "" {
 			ignored[reason]++
 			continue
@@ -199,12 +223,7 @@ func (e *endpoint) attribute(samples []Sample, now time.Time, owned map[string]s
 			entry = &podEntry{pod: pod, containers: map[string]candidate{}}
 			pods[key] = entry
 		}
-		c := candidate{uuid: inst.UUID, started: s.StartedAt, point: sources.Point{
-			Timestamp:    now,
-			StartTime:    st.effective,
-			CPUCoreNanos: s.CPUCoreNanos,
-			MemoryBytes:  s.RSSBytes,
-		}}
+		c := candidate{uuid: inst.UUID, started: s.StartedAt, point: tl.point}
 		if old, dup := entry.containers[container]; dup {
 			ignored[ignoredDuplicate]++
 			if !newer(c, old) {
@@ -213,22 +232,25 @@ func (e *endpoint) attribute(samples []Sample, now time.Time, owned map[string]s
 		}
 		entry.containers[container] = c
 	}
-	e.starts = starts
-	return buildBatch(pods), ignored
+	e.timelines = timelines
+	return buildBatch(pods), ignored, nil
 }
+
+// attributeCtxCheck is how many samples are attributed between two looks
+// at the context.
+const attributeCtxCheck = 1024
 
 // resolve finds the pod, container and node of a running instance, or the
 // reason to leave it out.
-func (e *endpoint) resolve(inst *Instance, s Sample, owned map[string]struct{}) (*corev1.Pod, string, string, string) {
-	// Without a state in either response the instance is taken as running.
-	if state := cmp.Or(s.State, inst.State); state != stateRunning && state != "" {
-		return nil, "", "", ignoredNotRunning
+func (e *endpoint) resolve(finder *podFinder, inst *Instance, owned map[string]struct{}) (*corev1.Pod, string, string, string) {
+	if !hasTags(inst.Tags, e.required) {
+		return nil, "", "", ignoredMissingRequired
 	}
 	ref, ok := parseTags(inst.Tags)
 	if !ok {
 		return nil, "", "", ignoredMissingTags
 	}
-	pod, reason := findPod(e.pods, ref)
+	pod, reason := finder.find(ref)
 	if reason != "" {
 		return nil, "", "", reason
 	}
@@ -261,8 +283,19 @@ func buildBatch(pods map[podAt]*podEntry) *sources.Batch {
 			Node:       key.node,
 			Containers: make([]sources.ContainerPoint, 0, len(entry.containers)),
 		}
+		var first sources.Point
 		for name, c := range entry.containers {
 			pp.Containers = append(pp.Containers, sources.ContainerPoint{Name: name, Point: c.point})
+			first = c.point
+		}
+		// A container kraftlet ignores does not run: zero, over the span
+		// of the pod's other containers.
+		for _, name := range ignoredContainers(entry.pod) {
+			if _, has := entry.containers[name]; !has {
+				pp.Containers = append(pp.Containers, sources.ContainerPoint{Name: name, Point: sources.Point{
+					Timestamp: first.Timestamp, StartTime: first.StartTime,
+				}})
+			}
 		}
 		slices.SortFunc(pp.Containers, func(a, b sources.ContainerPoint) int { return cmp.Compare(a.Name, b.Name) })
 		b.Pods = append(b.Pods, pp)
@@ -271,26 +304,4 @@ func buildBatch(pods map[podAt]*podEntry) *sources.Batch {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Node, b.Node))
 	})
 	return b
-}
-
-// nextStart returns what to remember of an instance's start after sample s
-// taken at now; its effective field is the StartTime to report.
-//
-// ukpd's CPU counter starts from zero whenever the instance starts: a
-// restart or a wake from standby. That is visible as a new started_at, which
-// the store treats as a reset. Should start_count move while started_at
-// stays the same, the previous scrape of the instance stands in for the
-// unknown start: the store still sees a new StartTime, hence a reset, and
-// the first rate after it (counter divided by the time since that scrape)
-// can only be lower than the truth, never huge.
-func nextStart(prev *startState, s Sample, now time.Time) startState {
-	next := startState{count: s.StartCount, reported: s.StartedAt, effective: s.StartedAt, scrapedAt: now}
-	switch {
-	case prev == nil || !prev.reported.Equal(s.StartedAt):
-	case prev.count != s.StartCount:
-		next.effective = prev.scrapedAt
-	default:
-		next.effective = prev.effective
-	}
-	return next
 }

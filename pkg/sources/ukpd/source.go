@@ -4,11 +4,19 @@
 //
 // An instance belongs to the pod and container its kraftlet tags name
 // (TagNamespace, TagPod, TagContainer), on the node of TagNode. ukpd gives
-// no sample timestamps: a sample is stamped with the time the metrics
-// response arrived, by the source's clock. Only instances in the running
-// state are reported; a pod whose instance is in standby (scaled to zero)
-// or stopped has no metrics until it runs again. docs/ukpd.md has the
-// details.
+// no sample timestamps: spans are measured by ukpd's uptime or by the time
+// between arrivals, never by ukpd's clock against the source's (see
+// timeline). Running instances report their usage, instances in standby
+// (scaled to zero) zero CPU, draining and stopping ones their last usage
+// until it is stale. docs/ukpd.md has the details.
+//
+// The Prometheus text form is read by a decoder of this package rather
+// than by github.com/prometheus/common/expfmt: expfmt checks each label of
+// a line against all before it, so one line of 100,000 labels costs it
+// minutes and hundreds of gigabytes of allocation, while this decoder is
+// linear in the body and bounds every line (docs/benchmarks.md has both
+// sets of figures). FuzzDecodeMetricsTextMatchesExpfmt checks that the two
+// read the same samples from every body expfmt accepts.
 package ukpd
 
 import (
@@ -64,6 +72,11 @@ type SourceConfig struct {
 	// ListRefresh is the longest an instance list is used; 0 means
 	// DefaultListRefresh.
 	ListRefresh time.Duration
+	// RequiredTags are tags (key=value, see ParseRequiredTag) that an
+	// instance must carry to be attributed; others are left out as
+	// missing_required_tag. They tell a cluster's instances from those of
+	// other clusters in the same account.
+	RequiredTags []string
 	// Clock stamps samples; nil means the real clock.
 	Clock clock.PassiveClock
 }
@@ -95,6 +108,11 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 	if cfg.NodeSelector == nil {
 		cfg.NodeSelector = labels.SelectorFromSet(labels.Set{kraftletNodeLabel: kraftletNodeValue})
 	}
+	for _, tag := range cfg.RequiredTags {
+		if _, err := ParseRequiredTag(tag); err != nil {
+			return nil, fmt.Errorf("ukpd source: %w", err)
+		}
+	}
 	if cfg.ListRefresh <= 0 {
 		cfg.ListRefresh = DefaultListRefresh
 	}
@@ -117,7 +135,7 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.endpoints = append(s.endpoints, newEndpoint(ep, client, cfg.Pods, cfg.Clock, cfg.ListRefresh))
+		s.endpoints = append(s.endpoints, newEndpoint(ep, client, cfg.Pods, cfg.Clock, cfg.ListRefresh, cfg.RequiredTags))
 	}
 	return s, nil
 }

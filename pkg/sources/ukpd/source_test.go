@@ -159,7 +159,7 @@ func fetchCount(t *testing.T, trigger string) float64 {
 
 var allReasons = []string{
 	ignoredUnknownInstance, ignoredNotRunning, ignoredMissingTags, ignoredPodNotFound,
-	ignoredAmbiguousPod, ignoredContainerNotFound, ignoredNodeNotOwned, ignoredDuplicate,
+	ignoredAmbiguousPod, ignoredContainerNotFound, ignoredNodeNotOwned, ignoredDuplicate, ignoredMissingRequired, ignoredImplausible,
 }
 
 func ignoredCounts(t *testing.T) map[string]float64 {
@@ -212,6 +212,11 @@ func testScrapeAttributes(t *testing.T, format Format) {
 		{Namespace: "default", Name: "api-0", UID: "uid-api-0", Node: "kraftlet-b", Containers: []sources.ContainerPoint{
 			{Name: "app", Point: pt(t0.Add(5*time.Second), 5e9, 512<<20)},
 		}},
+		// In standby, first seen: a baseline with its frozen counter and
+		// its resident set, 0.
+		{Namespace: "default", Name: "sleepy-0", UID: "uid-sleepy-0", Node: "kraftlet-a", Containers: []sources.ContainerPoint{
+			{Name: "app", Point: pt(now, 0, 0)},
+		}},
 		{Namespace: "default", Name: "untagged-node-0", UID: "uid-untagged-node-0", Node: "kraftlet-b", Containers: []sources.ContainerPoint{
 			{Name: "app", Point: pt(t0, 2.5e9, 1<<20)},
 		}},
@@ -226,7 +231,7 @@ func testScrapeAttributes(t *testing.T, format Format) {
 
 	after := ignoredCounts(t)
 	wantIgnored := map[string]float64{
-		ignoredNotRunning:        1, // sleepy-0 in standby; stopped gone-0 is not in the metrics
+		// stopped gone-0 is not in the metrics
 		ignoredMissingTags:       1,
 		ignoredPodNotFound:       1,
 		ignoredContainerNotFound: 1,
@@ -277,36 +282,89 @@ func TestScrapeIntoStore(t *testing.T) {
 	scrape()
 	wantCores("rate change", 1_000_000_000, 30*time.Second)
 
-	// Restarted 5 s into the next interval: the counter starts over.
+	// Restarted 5 s into the next interval: the counter starts over. The
+	// previous scrape stands in for the start, so the 5 s before the
+	// restart count as idle: 15 core-seconds over 15 s.
 	e.clk.Step(5 * time.Second)
 	if err := e.fake.Restart(in.UUID); err != nil {
 		t.Fatal(err)
 	}
 	e.clk.Step(10 * time.Second)
 	scrape()
-	wantCores("after a restart", 1_500_000_000, 10*time.Second)
+	wantCores("after a restart", 1_000_000_000, 15*time.Second)
 
-	// In standby the pod has no fresh usage; the last one goes stale.
+	// In standby the pod reads zero CPU and its resident set, 0, for as
+	// long as it stands by.
 	if err := e.fake.Standby(in.UUID); err != nil {
 		t.Fatal(err)
 	}
 	e.clk.Step(15 * time.Second)
 	scrape()
-	if b := e.scrape(t); len(b.Pods) != 0 {
-		t.Errorf("standby instance reported: %+v", b.Pods)
-	}
+	wantCores("standby", 0, 15*time.Second)
 	e.clk.Step(time.Minute)
-	if _, why := usage(); why == nil {
-		t.Error("usage of a pod in standby is still served after a minute")
+	scrape()
+	wantCores("a minute in standby", 0, time.Minute)
+	if u, _ := usage(); u.Containers[0].MemoryBytes != 0 {
+		t.Errorf("memory in standby = %d, want 0", u.Containers[0].MemoryBytes)
 	}
 
-	// Woken: start_count and started_at move, usage resumes from the wake.
+	// Woken 7 s after a scrape: the next one reads the interval's average,
+	// 8 s at 1.5 cores over 15 s, never a spike.
+	e.clk.Step(7 * time.Second)
 	if err := e.fake.Restart(in.UUID); err != nil {
 		t.Fatal(err)
 	}
-	e.clk.Step(20 * time.Second)
+	e.clk.Step(8 * time.Second)
 	scrape()
-	wantCores("after a wake", 1_500_000_000, 20*time.Second)
+	wantCores("after a wake", 800_000_000, 15*time.Second)
+	e.clk.Step(15 * time.Second)
+	scrape()
+	wantCores("running again", 1_500_000_000, 15*time.Second)
+
+	// Draining, the instance keeps its last usage until it is stale.
+	if err := e.fake.Drain(in.UUID); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Step(15 * time.Second)
+	scrape()
+	if u, why := usage(); why != nil || u.Containers[0].CPUNanoCores != 1_500_000_000 {
+		t.Errorf("draining: usage %+v, %v; want the last one kept", u, why)
+	}
+	e.clk.Step(time.Minute)
+	scrape()
+	if _, why := usage(); why == nil {
+		t.Error("usage of a draining instance still served after a minute")
+	}
+}
+
+// TestScrapeClockOffset checks that ukpd's clock being ahead or behind the
+// server's does not scale any rate: the first rate of a new instance comes
+// from its uptime, not from started_at against the arrival time.
+func TestScrapeClockOffset(t *testing.T) {
+	for _, offset := range []time.Duration{3 * time.Second, 30 * time.Second, -30 * time.Second} {
+		t.Run(offset.String(), func(t *testing.T) {
+			e := newScrapeEnv(t, FormatJSON, newPod("default", "web-0", "kraftlet-a", "app"))
+			e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.5, RSSBytes: 1 << 20})
+			if err := e.fake.SetFault(fakeukpd.ClockOffset(offset)); err != nil {
+				t.Fatal(err)
+			}
+			st := store.New(store.Config{Clock: e.clk, Sources: []string{SourceName}, FirstWindowMax: 30 * time.Second, StaleAfter: time.Minute})
+			for _, step := range []struct {
+				after  time.Duration
+				window time.Duration
+			}{{10 * time.Second, 10 * time.Second}, {15 * time.Second, 15 * time.Second}} {
+				e.clk.Step(step.after)
+				st.Store(SourceName, e.target.Nodes(), e.scrape(t), e.clk.Now())
+				u, why := st.Pod("default", "web-0", "uid-web-0", "kraftlet-a")
+				if why != nil {
+					t.Fatalf("no usage: %v", why)
+				}
+				if c := u.Containers[0]; c.CPUNanoCores != 500_000_000 || c.Window != step.window {
+					t.Errorf("usage = %+v, want 0.5 cores over %s", c.Usage, step.window)
+				}
+			}
+		})
+	}
 }
 
 // TestTargetsLabelsSelector checks that a selector given to the source
@@ -324,5 +382,30 @@ func TestTargetsLabelsSelector(t *testing.T) {
 	targets, err := src.Targets()
 	if err != nil || len(targets) != 1 || !gocmp.Equal(targets[0].Nodes(), []string{"w"}) {
 		t.Errorf("Targets = %v, %v; want one owning w", targets, err)
+	}
+}
+
+// TestScrapeStartedAtMovesAlone checks a started_at that moves without a
+// restart (ukpd's clock set back an hour): the counter goes on, so the
+// sample is a baseline, and no rate reads high.
+func TestScrapeStartedAtMovesAlone(t *testing.T) {
+	e := newScrapeEnv(t, FormatJSON, newPod("default", "web-0", "kraftlet-a", "app"))
+	e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.04, RSSBytes: 1})
+	st := store.New(store.Config{Clock: e.clk, Sources: []string{SourceName}, FirstWindowMax: 30 * time.Second, StaleAfter: time.Minute})
+	for i := range 6 {
+		if i == 3 {
+			if err := e.fake.SetFault(fakeukpd.ClockBackwards(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.clk.Step(15 * time.Second)
+		st.Store(SourceName, e.target.Nodes(), e.scrape(t), e.clk.Now())
+		u, why := st.Pod("default", "web-0", "uid-web-0", "kraftlet-a")
+		if why != nil {
+			t.Fatalf("scrape %d: no usage: %v", i, why)
+		}
+		if c := u.Containers[0].CPUNanoCores; c != 40_000_000 {
+			t.Errorf("scrape %d: %d nanocores, want 40m", i, c)
+		}
 	}
 }

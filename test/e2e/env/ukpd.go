@@ -63,6 +63,10 @@ type Ukpd struct {
 	api *http.Server
 }
 
+// UkpdPageSize is the most instances one answer of the suite's fake ukpd
+// lists.
+const UkpdPageSize = 100
+
 // StartUkpd starts a fake ukpd, writing its token and CA into dir. Close it
 // when done.
 func StartUkpd(dir string) (*Ukpd, error) {
@@ -78,7 +82,9 @@ func StartUkpd(dir string) (*Ukpd, error) {
 		return nil, err
 	}
 	u := &Ukpd{
-		Server:    fakeukpd.New(fakeukpd.Config{Tokens: []string{ukpdToken}}),
+		// A page of at most 100 instances, whatever a list request asks:
+		// the server must read the list in pages.
+		Server:    fakeukpd.New(fakeukpd.Config{Tokens: []string{ukpdToken}, PageSize: UkpdPageSize}),
 		TokenFile: filepath.Join(dir, "token"),
 		CAFile:    filepath.Join(dir, "ca.crt"),
 		addr:      "127.0.0.1:0",
@@ -247,6 +253,18 @@ func (c UkpdControl) SetPodUsage(ctx context.Context, namespace, pod string, u U
 	return c.do(ctx, http.MethodPut, "/v1/namespaces/"+namespace+"/pods/"+pod+"/usage", map[string]string{"cpu": u.CPU, "memory": u.Memory}, http.StatusOK)
 }
 
+// StandbyPod puts every instance of a pod in standby, as scale-to-zero
+// does when the pod gets no traffic.
+func (c UkpdControl) StandbyPod(ctx context.Context, namespace, pod string) error {
+	return c.do(ctx, http.MethodPost, "/v1/namespaces/"+namespace+"/pods/"+pod+"/standby", nil, http.StatusOK)
+}
+
+// WakePod starts every instance of a pod again, as a request to a pod in
+// standby does.
+func (c UkpdControl) WakePod(ctx context.Context, namespace, pod string) error {
+	return c.do(ctx, http.MethodPost, "/v1/namespaces/"+namespace+"/pods/"+pod+"/restart", nil, http.StatusOK)
+}
+
 // RemovePod removes every instance of a pod; a pod without any is not an
 // error.
 func (c UkpdControl) RemovePod(ctx context.Context, namespace, pod string) error {
@@ -295,6 +313,7 @@ type InstanceSync struct {
 	// the usage changes gets the new usage.
 	mu      sync.Mutex
 	usage   map[string]UkpdUsage   // by namespace
+	standby map[string]bool        // by namespace: instances stand by
 	pods    map[string]*corev1.Pod // by namespace/name, those with instances
 	lastErr error
 }
@@ -304,7 +323,7 @@ type InstanceSync struct {
 // It returns once the informer has synced; the sync stops when ctx ends.
 // Failed control calls are retried on the informer's next resync.
 func SyncInstances(ctx context.Context, client kubernetes.Interface, node string, control UkpdControl, u UkpdUsage) (*InstanceSync, error) {
-	s := &InstanceSync{control: control, node: node, usage: map[string]UkpdUsage{"": u}, pods: map[string]*corev1.Pod{}}
+	s := &InstanceSync{control: control, node: node, usage: map[string]UkpdUsage{"": u}, standby: map[string]bool{}, pods: map[string]*corev1.Pod{}}
 	factory := informers.NewSharedInformerFactoryWithOptions(client, time.Second,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
@@ -337,6 +356,26 @@ func (s *InstanceSync) SetUsage(ctx context.Context, namespace string, u UkpdUsa
 	for _, p := range s.pods {
 		if p.Namespace == namespace {
 			errs = append(errs, s.control.SetPodUsage(ctx, p.Namespace, p.Name, u))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// SetStandby puts the instances of the pods of namespace in standby, now and
+// for pods added later, or wakes them all.
+func (s *InstanceSync) SetStandby(ctx context.Context, namespace string, standby bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.standby[namespace] = standby
+	var errs []error
+	for _, p := range s.pods {
+		if p.Namespace != namespace {
+			continue
+		}
+		if standby {
+			errs = append(errs, s.control.StandbyPod(ctx, p.Namespace, p.Name))
+		} else {
+			errs = append(errs, s.control.WakePod(ctx, p.Namespace, p.Name))
 		}
 	}
 	return errors.Join(errs...)
@@ -384,6 +423,13 @@ func (s *InstanceSync) observe(ctx context.Context, obj any, deleted bool) {
 		if err := s.control.AddInstance(ctx, p.Namespace, p.Name, c.Name, s.node, u); err != nil {
 			s.lastErr = err
 			// Start over on the next resync rather than leave half a pod.
+			_ = s.control.RemovePod(ctx, p.Namespace, p.Name)
+			return
+		}
+	}
+	if s.standby[p.Namespace] {
+		if err := s.control.StandbyPod(ctx, p.Namespace, p.Name); err != nil {
+			s.lastErr = err
 			_ = s.control.RemovePod(ctx, p.Namespace, p.Name)
 			return
 		}

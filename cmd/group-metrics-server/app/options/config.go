@@ -104,6 +104,7 @@ func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
 			CAFile:                o.UkpdCAFile,
 			InsecureSkipTLSVerify: o.UkpdInsecureTLS,
 			ListRefresh:           o.UkpdListRefresh,
+			RequiredTags:          o.UkpdRequiredTags,
 		},
 		DefaultGroupPolicy: group.Policy(o.DefaultGroupPolicy),
 		CustomMetrics:      o.EnableCustomMetrics,

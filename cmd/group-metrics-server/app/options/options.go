@@ -50,6 +50,7 @@ type Options struct {
 	UkpdCAFile           string
 	UkpdInsecureTLS      bool
 	UkpdListRefresh      time.Duration
+	UkpdRequiredTags     []string
 
 	DefaultGroupPolicy  string
 	EnableCustomMetrics bool
@@ -123,6 +124,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.UkpdCAFile, "ukpd-certificate-authority", o.UkpdCAFile, "CA file to verify ukpd endpoints with, for endpoints that set none; the system roots when empty.")
 	fs.BoolVar(&o.UkpdInsecureTLS, "ukpd-insecure-tls", o.UkpdInsecureTLS, "Do not verify ukpd serving certificates. For testing only.")
 	fs.DurationVar(&o.UkpdListRefresh, "ukpd-list-refresh", o.UkpdListRefresh, "Longest time an instance list is reused; an unknown instance in the metrics refetches it sooner.")
+	fs.StringArrayVar(&o.UkpdRequiredTags, "ukpd-required-tag", o.UkpdRequiredTags, "A tag key=value that ukpd instances must carry to be attributed, repeatable: tells this cluster's instances from other clusters' in the same account. See docs/ukpd.md.")
 
 	fs = fss.FlagSet("leaderworkerset groups")
 	fs.StringVar(&o.DefaultGroupPolicy, "default-group-policy", o.DefaultGroupPolicy, "What a LeaderWorkerSet leader reports when its pod has no "+group.AnnotationPolicy+" annotation: pod (its own usage), group (the group's utilization times its own request) or group-max (the highest member utilization times its own request).")
@@ -211,6 +213,11 @@ func (o *Options) validateSources() []error {
 	}
 	if len(epErrs) == 0 {
 		errs = append(errs, ukpd.ValidateEndpoints(eps)...)
+	}
+	for _, tag := range o.UkpdRequiredTags {
+		if _, err := ukpd.ParseRequiredTag(tag); err != nil {
+			errs = append(errs, fmt.Errorf("--ukpd-required-tag: %w", err))
+		}
 	}
 	if o.UkpdListRefresh <= 0 {
 		errs = append(errs, fmt.Errorf("--ukpd-list-refresh must be positive, got %s", o.UkpdListRefresh))

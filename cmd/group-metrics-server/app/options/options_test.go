@@ -54,6 +54,11 @@ func TestValidate(t *testing.T) {
 		{name: "ukpd without endpoints", set: func(o *Options) { o.Sources = []string{"ukpd"} }, wants: []string{"needs at least one --ukpd-endpoint"}},
 		{name: "endpoint without ukpd", set: func(o *Options) { o.UkpdEndpoints = []string{"https://x"} }, wants: []string{"does not name ukpd"}},
 		{
+			name:  "required tags",
+			set:   func(o *Options) { o.UkpdRequiredTags = []string{"cluster=a", "nope", "x=a b"} },
+			wants: []string{`--ukpd-required-tag: required tag "nope"`, `--ukpd-required-tag: required tag "x=a b"`},
+		},
+		{
 			name: "bad sources",
 			set: func(o *Options) {
 				o.Sources = []string{"kubelet", "kubelet", "prometheus"}

@@ -19,6 +19,7 @@ type Options struct {
 	TLSCertDir     string
 	ControlAddress string
 	StateFile      string
+	PageSize       int
 }
 
 // NewOptions returns the default options.
@@ -32,6 +33,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.TokenFile, "token-file", o.TokenFile, "File of accepted bearer tokens, one a line; read again when it changes.")
 	fs.StringVar(&o.TLSCertDir, "tls-cert-dir", o.TLSCertDir, "Serve TLS with a generated CA and write its certificate to <dir>/ca.crt; plain HTTP when empty.")
 	fs.StringVar(&o.ControlAddress, "control-address", o.ControlAddress, "Loopback host:port of the plain-HTTP control API.")
+	fs.IntVar(&o.PageSize, "page-size", o.PageSize, "Most instances one answer of GET /v1/instances holds, whatever its count asks; 0 means no limit.")
 	fs.StringVar(&o.StateFile, "state-file", o.StateFile, "Write the API URL, control address and CA file here as JSON once serving (default <tls-cert-dir>/ukpd.json with TLS).")
 }
 
@@ -45,6 +47,9 @@ func (o *Options) Validate() []error {
 		errs = append(errs, fmt.Errorf("--control-address: %w", err))
 	} else if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 		errs = append(errs, fmt.Errorf("--control-address %q is not a loopback address", o.ControlAddress))
+	}
+	if o.PageSize < 0 {
+		errs = append(errs, fmt.Errorf("--page-size must not be negative, got %d", o.PageSize))
 	}
 	if o.TokenFile == "" {
 		errs = append(errs, errors.New("--token-file is required"))
@@ -63,11 +68,12 @@ type Config struct {
 	TLSCertDir     string
 	ControlAddress string
 	StateFile      string
+	PageSize       int
 }
 
 // Config returns the run configuration of validated options.
 func (o *Options) Config() *Config {
-	c := &Config{Listen: o.Listen, TokenFile: o.TokenFile, TLSCertDir: o.TLSCertDir, ControlAddress: o.ControlAddress, StateFile: o.StateFile}
+	c := &Config{Listen: o.Listen, TokenFile: o.TokenFile, TLSCertDir: o.TLSCertDir, ControlAddress: o.ControlAddress, StateFile: o.StateFile, PageSize: o.PageSize}
 	if c.StateFile == "" && c.TLSCertDir != "" {
 		c.StateFile = filepath.Join(c.TLSCertDir, "ukpd.json")
 	}

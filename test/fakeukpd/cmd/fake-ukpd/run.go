@@ -57,7 +57,7 @@ type stateFile struct {
 // run serves until ctx ends. ready, if not nil, receives the state once
 // serving.
 func run(ctx context.Context, cfg *Config, ready chan<- stateFile) (err error) {
-	srv := fakeukpd.New(fakeukpd.Config{TokenFile: cfg.TokenFile})
+	srv := fakeukpd.New(fakeukpd.Config{TokenFile: cfg.TokenFile, PageSize: cfg.PageSize})
 
 	apiLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -1,0 +1,117 @@
+package ukpd
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
+)
+
+// TestScrapePagesTheList checks a large account on a server that answers
+// at most 100 instances a request: every pod gets its metrics, from one
+// read of the list in pages.
+func TestScrapePagesTheList(t *testing.T) {
+	const n = 2000
+	RegisterMetrics()
+	clk := clocktesting.NewFakeClock(t0)
+	fake := fakeukpd.New(fakeukpd.Config{Clock: clk, PageSize: 100, Tokens: []string{testToken}})
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	writeFile(t, tokenFile, testToken)
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	pods := make([]*corev1.Pod, 0, n)
+	for i := range n {
+		name := fmt.Sprintf("web-%04d", i)
+		pods = append(pods, newPod("default", name, "kraftlet", "app"))
+		if _, err := fake.AddInstance(fakeukpd.InstanceSpec{Namespace: "default", Pod: name, Container: "app", Node: "kraftlet", CPUCores: 0.1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src, err := NewSource(SourceConfig{
+		Endpoints: []EndpointConfig{{URL: srv.URL, Nodes: []string{"kraftlet"}}},
+		Pods:      podLister(t, pods...),
+		TokenFile: tokenFile,
+		Clock:     clk,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets, err := src.Targets()
+	if err != nil || len(targets) != 1 {
+		t.Fatalf("Targets = %v, %v", targets, err)
+	}
+	clk.Step(10 * time.Second)
+	b, err := targets[0].Scrape(context.Background())
+	if err != nil {
+		t.Fatalf("Scrape: %v", err)
+	}
+	if len(b.Pods) != n {
+		t.Errorf("scrape has %d pods, want %d", len(b.Pods), n)
+	}
+	// from is inclusive: a page of 100 after the first adds 99. 100 + 20 ×
+	// 99 covers 2,000, and one more page holds only the last instance again.
+	if got := fake.ListRequests(); got != 22 {
+		t.Errorf("%d list requests, want 22", got)
+	}
+}
+
+// TestInstancesFailedPage checks that a page that fails fails the whole
+// list, so the cached one is kept rather than replaced by a part.
+func TestInstancesFailedPage(t *testing.T) {
+	e := newEnv(t)
+	for i := range 3 {
+		e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: fmt.Sprintf("p-%d", i), Container: "c"})
+	}
+	if err := e.fake.SetFault(fakeukpd.Fault{Kind: fakeukpd.FaultStatus500, Path: "/v1/instances"}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := e.client(t, nil).Instances(context.Background())
+	if list != nil || err == nil {
+		t.Errorf("Instances = %v, %v; want no list and an error", list, err)
+	}
+}
+
+// TestClientHostileText checks that an answer of lines with 100,000 labels
+// each fails as a decode error, without a sample, and without parsing any
+// line past its 64th label.
+func TestClientHostileText(t *testing.T) {
+	e := newEnv(t)
+	e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: "p", Container: "c"})
+	if err := e.fake.SetFault(fakeukpd.Fault{Kind: fakeukpd.FaultHostileText, Bytes: 8 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	samples, err := e.client(t, nil).Metrics(context.Background())
+	if samples != nil {
+		t.Errorf("samples = %+v, want none", samples)
+	}
+	checkErr(t, err, "more than 64 labels", sources.ReasonDecode)
+}
+
+// TestClientOlderForm checks a ukpd that answers the older JSON form: the
+// JSON read fails with the form to use, and the Prometheus form, asked
+// for with metrics-format=text, reads the same instance.
+func TestClientOlderForm(t *testing.T) {
+	e := newEnv(t)
+	e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", CPUCores: 0.5})
+	e.clk.Step(10 * time.Second)
+	if err := e.fake.SetFault(fakeukpd.Fault{Kind: fakeukpd.FaultOlderForm}); err != nil {
+		t.Fatal(err)
+	}
+	samples, err := e.client(t, nil).Metrics(context.Background())
+	if samples != nil {
+		t.Errorf("samples = %+v, want none", samples)
+	}
+	checkErr(t, err, "metrics-format=text", sources.ReasonDecode)
+	samples, err = e.client(t, func(c *ClientConfig) { c.MetricsFormat = FormatText }).Metrics(context.Background())
+	if err != nil || len(samples) != 1 || samples[0].CPUCoreNanos != 5e9 {
+		t.Errorf("text form = %+v, %v; want one instance with 5 core-seconds", samples, err)
+	}
+}

@@ -1,0 +1,87 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
+)
+
+// TestUkpdPages runs pods on a kraftlet node of an account that holds
+// 2,000 instances, on a ukpd that lists at most 100 a request: the
+// cluster's pods are the newest, on the last of 20 pages, and every one of
+// them gets its metrics.
+func TestUkpdPages(t *testing.T) {
+	ctx := begin(t, 6*time.Minute)
+	const (
+		ns      = "e2e-ukpd-pages"
+		node    = "kraftlet-pages"
+		ours    = 50
+		foreign = 2000 - ours
+	)
+	newNamespace(ctx, t, ns)
+	client := suite.cluster.Client()
+	metricLag := 2*suite.resolution + suite.timeout
+	metricsBound := metricLag + 30*time.Second
+
+	// Instances of pods this cluster does not have, created first: the
+	// oldest, listed first.
+	var added []string
+	t.Cleanup(func() {
+		for _, id := range added {
+			_ = suite.ukpd.Remove(id)
+		}
+	})
+	for i := range foreign {
+		in, err := suite.ukpd.AddInstance(fakeukpd.InstanceSpec{
+			Namespace: "elsewhere", Pod: fmt.Sprintf("other-%04d", i), Container: "app", Node: "kraftlet", CPUCores: 0.01,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		added = append(added, in.UUID)
+	}
+
+	if err := env.AddKraftletNode(ctx, suite.cluster, node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := client.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("delete node %s: %v", node, err)
+		}
+	})
+	syncCtx, stopSync := context.WithCancel(ctx)
+	t.Cleanup(stopSync)
+	if _, err := env.SyncInstances(syncCtx, client, node, suite.ukpd.Control, env.UkpdUsage{CPU: "40m", Memory: "64Mi"}); err != nil {
+		t.Fatal(err)
+	}
+	uk := env.DeploymentSpec{Namespace: ns, Name: "paged", Replicas: ours, CPURequest: "100m"}
+	if err := env.CreateKraftletDeployment(ctx, client, uk); err != nil {
+		t.Fatal(err)
+	}
+	pods, err := env.WaitForRunningPods(ctx, client, ns, uk.Selector(), ours)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(suite.ukpd.Instances()); n < 2000 {
+		t.Fatalf("the account holds %d instances, want at least 2,000", n)
+	}
+	running := time.Now()
+	listsBefore := suite.ukpd.ListRequests()
+	want := map[string]topRow{}
+	for _, p := range pods {
+		want[p.Name] = topRow{milliCPU: 40, memory: "64Mi"}
+	}
+	waitTop(ctx, t, ns, want, metricsBound)
+	t.Logf("kubectl top shows all %d pods, whose instances are the newest of %d over pages of %d, %v after they ran; %d list requests meanwhile",
+		ours, len(suite.ukpd.Instances()), env.UkpdPageSize, time.Since(running).Round(time.Millisecond), suite.ukpd.ListRequests()-listsBefore)
+}

@@ -1,0 +1,140 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+)
+
+// TestUkpdStandby runs a Deployment behind a Service on a kraftlet node
+// as kraftlet runs it by default: scaled to zero while idle. Idle in
+// standby, kubectl top shows every pod at zero and the HPA reads 0% and
+// keeps its replicas; woken under load it scales up; back in standby it
+// scales down within the HPA's windows.
+func TestUkpdStandby(t *testing.T) {
+	ctx := begin(t, 8*time.Minute)
+	const (
+		ns   = "e2e-ukpd-standby"
+		node = "kraftlet-standby"
+	)
+	newNamespace(ctx, t, ns)
+	client := suite.cluster.Client()
+	o := suite.opts
+	const slack = 20 * time.Second
+	metricLag := 2*suite.resolution + suite.timeout
+	metricsBound := metricLag + slack
+	upBound := metricLag + 3*o.HPASyncPeriod + o.HPACPUInitializationPeriod + slack
+	downBound := metricLag + o.HPADownscaleStabilization + 3*o.HPASyncPeriod + slack
+
+	if err := env.AddKraftletNode(ctx, suite.cluster, node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := client.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("delete node %s: %v", node, err)
+		}
+	})
+	syncCtx, stopSync := context.WithCancel(ctx)
+	t.Cleanup(stopSync)
+	instances, err := env.SyncInstances(syncCtx, client, node, suite.ukpd.Control, env.UkpdUsage{CPU: "10m", Memory: "64Mi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := instances.SetStandby(ctx, ns, true); err != nil {
+		t.Fatal(err)
+	}
+
+	const minReplicas, maxReplicas = 2, 4
+	uk := env.DeploymentSpec{Namespace: ns, Name: "idle", Replicas: minReplicas, CPURequest: "100m"}
+	if err := env.CreateKraftletDeployment(ctx, client, uk); err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: uk.Name},
+		Spec: corev1.ServiceSpec{
+			Selector: uk.Labels(),
+			Ports:    []corev1.ServicePort{{Port: 443, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}
+	if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pods, err := env.WaitForRunningPods(ctx, client, ns, uk.Selector(), minReplicas)
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := time.Now()
+
+	// In standby: zero CPU and the resident set ukpd reports, 0.
+	want := map[string]topRow{}
+	for _, p := range pods {
+		want[p.Name] = topRow{milliCPU: 0, memory: "0Mi"}
+	}
+	waitTop(ctx, t, ns, want, metricsBound)
+	t.Logf("kubectl top shows every pod in standby at zero %v after they ran", time.Since(running).Round(time.Millisecond))
+
+	if err := createUkpdHPA(ctx, ns, uk.Name, minReplicas, maxReplicas); err != nil {
+		t.Fatal(err)
+	}
+	readCtx, cancel := context.WithTimeout(ctx, metricLag+3*o.HPASyncPeriod+slack)
+	defer cancel()
+	err = poll(readCtx, "the HPA to read 0% CPU", func(ctx context.Context) error {
+		hpa, err := client.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(ctx, uk.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if u := utilization(hpa); u != 0 {
+			return fmt.Errorf("utilization %d%%, conditions %v", u, hpa.Status.Conditions)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// It stays: for a stabilization window and three syncs, nothing moves.
+	stay := o.HPADownscaleStabilization + 3*o.HPASyncPeriod
+	stayCtx, stayCancel := context.WithTimeout(ctx, stay)
+	defer stayCancel()
+	for stayCtx.Err() == nil {
+		d, err := client.AppsV1().Deployments(ns).Get(stayCtx, uk.Name, metav1.GetOptions{})
+		if err == nil && *d.Spec.Replicas != minReplicas {
+			t.Fatalf("replicas %d while every pod stood by, want %d", *d.Spec.Replicas, minReplicas)
+		}
+		select {
+		case <-stayCtx.Done():
+		case <-time.After(o.HPASyncPeriod):
+		}
+	}
+	t.Logf("HPA read 0%% and kept %d replicas for %v", minReplicas, stay)
+
+	// Woken under load: 200% of the request.
+	if err := instances.SetUsage(ctx, ns, env.UkpdUsage{CPU: "200m", Memory: "64Mi"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := instances.SetStandby(ctx, ns, false); err != nil {
+		t.Fatal(err)
+	}
+	up := waitReplicas(ctx, t, ns, uk.Name, maxReplicas, upBound)
+	t.Logf("woken under load: scaled up %d -> %d in %v (bound %v)", minReplicas, maxReplicas, up.Round(time.Millisecond), upBound)
+
+	// Back in standby: down to the minimum within the HPA's windows.
+	if err := instances.SetStandby(ctx, ns, true); err != nil {
+		t.Fatal(err)
+	}
+	down := waitReplicas(ctx, t, ns, uk.Name, minReplicas, downBound)
+	t.Logf("back in standby: scaled down %d -> %d in %v (bound %v)", maxReplicas, minReplicas, down.Round(time.Millisecond), downBound)
+	if err := instances.Err(); err != nil {
+		t.Logf("instance sync had a failed call (retried on resync): %v", err)
+	}
+}
