@@ -15,8 +15,10 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/group-metrics-server/group-metrics-server/pkg/certs"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
 
@@ -114,6 +116,26 @@ func (s *secrets) collect() error {
 		}
 		if f := strings.Fields(head); len(f) > 1 && filepath.Base(f[1]) == env.ServerBinary {
 			kubeconfigs = append(kubeconfigs, flagValues(f[2:], "--kubeconfig")...)
+		}
+	}
+	// The private keys the certificate controller keeps: the CA's, and the
+	// serving pair's. A PEM key is looked for by the base64 line of its
+	// body, which any print of it carries.
+	for name, keys := range map[string][]string{
+		"group-metrics-server-ca":           {certs.KeyCAKey, certs.KeyNextKey},
+		"group-metrics-server-serving-cert": {certs.KeyServingKey},
+	} {
+		sec, err := suite.cluster.Client().CoreV1().Secrets("kube-system").Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, k := range keys {
+			for _, line := range strings.Split(string(sec.Data[k]), "\n") {
+				if !strings.HasPrefix(line, "-----") {
+					s.add("the "+k+" of Secret "+name, line)
+				}
+			}
 		}
 	}
 	for _, path := range kubeconfigs {
