@@ -166,10 +166,11 @@ type groupSums struct {
 func (p *Provider) sums(pods []*corev1.Pod) groupSums {
 	var s groupSums
 	for _, pod := range pods {
-		m, u := p.memberOf(pod)
-		if u == nil {
+		u, why := p.podUsage(pod)
+		if why != "" {
 			continue
 		}
+		m := member(pod, &u)
 		s.covered++
 		for i := range group.Resources {
 			s.usage[i] += m.Usage[i]

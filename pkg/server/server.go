@@ -59,6 +59,8 @@ type Config struct {
 	// DefaultGroupPolicy applies to LeaderWorkerSet leaders without a
 	// policy annotation.
 	DefaultGroupPolicy group.Policy
+	// Readiness is the HPA's readiness rule, applied to group members.
+	Readiness group.Readiness
 	// CustomMetrics serves group metrics on custom.metrics.k8s.io.
 	CustomMetrics bool
 
@@ -147,6 +149,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		Clock:         c.Clock,
 		Groups:        pods.GetIndexer(),
 		DefaultPolicy: c.DefaultGroupPolicy,
+		Readiness:     c.Readiness,
 	})
 
 	liveBound := 2*c.Resolution + c.Timeout

@@ -105,12 +105,16 @@ func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
 			ListRefresh:           o.UkpdListRefresh,
 		},
 		DefaultGroupPolicy: group.Policy(o.DefaultGroupPolicy),
-		CustomMetrics:      o.EnableCustomMetrics,
-		Resolution:         o.MetricResolution,
-		Timeout:            o.KubeletRequestTimeout,
-		Concurrency:        o.MaxConcurrentScrapes,
-		Reads:              apiserver.ReadLimit{Concurrent: o.concurrentReads(), Wait: readWait},
-		CABundle:           caBundle,
+		Readiness: group.Readiness{
+			CPUInitializationPeriod: o.HPACPUInitializationPeriod,
+			InitialReadinessDelay:   o.HPAInitialReadinessDelay,
+		},
+		CustomMetrics: o.EnableCustomMetrics,
+		Resolution:    o.MetricResolution,
+		Timeout:       o.KubeletRequestTimeout,
+		Concurrency:   o.MaxConcurrentScrapes,
+		Reads:         apiserver.ReadLimit{Concurrent: o.concurrentReads(), Wait: readWait},
+		CABundle:      caBundle,
 	}, nil
 }
 
