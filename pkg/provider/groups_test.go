@@ -234,3 +234,51 @@ func TestCustomMetrics(t *testing.T) {
 func cmInfo(gr schema.GroupResource, metric string) cmprovider.CustomMetricInfo {
 	return cmprovider.CustomMetricInfo{GroupResource: gr, Namespaced: true, Metric: metric}
 }
+
+// TestCustomMetricsScopeAndSelector is finding 8: a root-scoped request for
+// a namespaced metric summed same-named LeaderWorkerSets across
+// namespaces, and metricLabelSelector was ignored.
+func TestCustomMetricsScopeAndSelector(t *testing.T) {
+	p := groupProvider(t, "", group.PolicyPod, true)
+	cm := p.CustomMetrics()
+	ctx := context.Background()
+	root := cmprovider.CustomMetricInfo{GroupResource: LWSResource, Namespaced: false, Metric: MetricCPUUsage}
+	if _, err := cm.GetMetricByName(ctx, types.NamespacedName{Name: "inf"}, root, labels.Everything()); !apierrors.IsNotFound(err) {
+		t.Errorf("root-scoped LWS: %v, want NotFound", err)
+	}
+	rootPods := cmprovider.CustomMetricInfo{GroupResource: podsResource, Namespaced: false, Metric: MetricCPUUsage}
+	if _, err := cm.GetMetricBySelector(ctx, "", labels.Everything(), rootPods, labels.Everything()); !apierrors.IsNotFound(err) {
+		t.Errorf("root-scoped pods: %v, want NotFound", err)
+	}
+	tests := []struct {
+		name     string
+		selector string
+		want     bool
+	}{
+		{name: "everything", selector: "", want: true},
+		{name: "absent label", selector: "!shard", want: true},
+		{name: "label required", selector: "shard=a", want: false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			sel, err := labels.Parse(tc.selector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = cm.GetMetricByName(ctx, types.NamespacedName{Namespace: "ml", Name: "inf"}, cmInfo(LWSResource, MetricCPUUsage), sel)
+			if got := err == nil; got != tc.want {
+				t.Errorf("by name with %q: %v, want a value: %v", tc.selector, err, tc.want)
+			}
+			if !tc.want && !apierrors.IsNotFound(err) {
+				t.Errorf("by name with %q: %v, want NotFound", tc.selector, err)
+			}
+			list, err := cm.GetMetricBySelector(ctx, "ml", labels.Everything(), cmInfo(podsResource, MetricCPUUsage), sel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(list.Items) == 1; got != tc.want {
+				t.Errorf("by selector with %q: %d items, want a value: %v", tc.selector, len(list.Items), tc.want)
+			}
+		})
+	}
+}
