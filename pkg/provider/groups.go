@@ -40,6 +40,9 @@ func (p *Provider) groupMetrics(pod *corev1.Pod, own store.PodUsage, m metricsap
 	if err != nil {
 		return m, fmt.Sprintf("the members of group %s cannot be listed: %v", key, err)
 	}
+	if notReady, ok := p.readiness.IgnoresCPU(pod, own.Timestamp, own.Window, now); ok {
+		return m, fmt.Sprintf("%s policy: the leader is not ready as the HPA counts pods, which ignores its CPU: %s", policy, notReady)
+	}
 	leader := member(pod, &own)
 	members := make([]group.Member, 0, len(objs))
 	for _, o := range objs {
@@ -51,11 +54,8 @@ func (p *Provider) groupMetrics(pod *corev1.Pod, own store.PodUsage, m metricsap
 			members = append(members, leader)
 			continue
 		}
-		mm, ignored, why := p.hpaMember(mp, now)
-		switch {
-		case ignored:
-			continue
-		case why != "":
+		mm, why := p.hpaMember(mp, now)
+		if why != "" {
 			return m, fmt.Sprintf("%s policy: group member %s %s", policy, mp.Name, why)
 		}
 		members = append(members, mm)
@@ -72,27 +72,29 @@ func (p *Provider) groupMetrics(pod *corev1.Pod, own store.PodUsage, m metricsap
 	return out, ""
 }
 
-// hpaMember sorts a group member as the HPA's groupPods does with a pod
+// hpaMember looks at a group member as the HPA's groupPods looks at a pod
 // (k8s.io/kubernetes v1.37.2,
-// pkg/controller/podautoscaler/replica_calculator.go): ignored when it is
-// being deleted or has failed; otherwise counted, with why saying what
-// keeps it from counting at face value: Pending, no fresh metrics, or a CPU
-// sample the readiness rule ignores.
-func (p *Provider) hpaMember(pod *corev1.Pod, now time.Time) (m group.Member, ignored bool, why string) {
+// pkg/controller/podautoscaler/replica_calculator.go). why says what keeps
+// it from counting at face value: being deleted or failed (the HPA would
+// ignore it, and the group is incomplete), Pending, no fresh metrics, or a
+// CPU sample the readiness rule ignores.
+func (p *Provider) hpaMember(pod *corev1.Pod, now time.Time) (m group.Member, why string) {
 	switch {
-	case pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed:
-		return group.Member{}, true, ""
+	case pod.DeletionTimestamp != nil:
+		return group.Member{}, "is being deleted: the group is incomplete"
+	case pod.Status.Phase == corev1.PodFailed:
+		return group.Member{}, "has failed: the group is incomplete"
 	case pod.Status.Phase == corev1.PodPending:
-		return group.Member{}, false, "is Pending, which the HPA counts as not ready"
+		return group.Member{}, "is Pending, which the HPA counts as not ready"
 	}
 	u, noMetrics := p.podUsage(pod)
 	if noMetrics != "" {
-		return group.Member{}, false, "has no metrics: " + noMetrics
+		return group.Member{}, "has no metrics: " + noMetrics
 	}
 	if notReady, ok := p.readiness.IgnoresCPU(pod, u.Timestamp, u.Window, now); ok {
-		return group.Member{}, false, "is not ready as the HPA counts pods, which ignores its CPU: " + notReady
+		return group.Member{}, "is not ready as the HPA counts pods, which ignores its CPU: " + notReady
 	}
-	return member(pod, &u), false, ""
+	return member(pod, &u), ""
 }
 
 func member(pod *corev1.Pod, u *store.PodUsage) group.Member {
@@ -112,17 +114,20 @@ func member(pod *corev1.Pod, u *store.PodUsage) group.Member {
 	return m
 }
 
-// spreadOverContainers divides the leader's totals over its containers in
-// proportion to their requests, or to their own usage where a container has
-// no request, so `kubectl top pod --containers` adds up to the pod.
+// spreadOverContainers divides the leader's totals (CPU in whole
+// millicores, memory in bytes) over its containers in proportion to their
+// requests, or to their own usage where a container has no request, so
+// `kubectl top pod --containers` adds up to the pod.
 func spreadOverContainers(pod *corev1.Pod, own store.PodUsage, total group.Amounts) []metricsapi.ContainerMetrics {
 	n := len(own.Containers)
-	cpuParts := group.Spread(int64(math.Round(total[0]*1e9)), weights(pod, own, corev1.ResourceCPU))
+	// Whole millicores: the HPA reads each container's MilliValue, which
+	// rounds up, so finer parts would add up to more than the total.
+	cpuParts := group.Spread(int64(math.Round(total[0]*1e3)), weights(pod, own, corev1.ResourceCPU))
 	memParts := group.Spread(int64(math.Round(total[1])), weights(pod, own, corev1.ResourceMemory))
 	out := make([]metricsapi.ContainerMetrics, n)
 	for i, c := range own.Containers {
 		out[i] = metricsapi.ContainerMetrics{Name: c.Name, Usage: corev1.ResourceList{
-			corev1.ResourceCPU:    *resource.NewScaledQuantity(cpuParts[i], resource.Nano),
+			corev1.ResourceCPU:    *resource.NewMilliQuantity(cpuParts[i], resource.DecimalSI),
 			corev1.ResourceMemory: *resource.NewQuantity(memParts[i], resource.BinarySI),
 		}}
 	}

@@ -64,12 +64,9 @@ func containerUsage(cpu map[string]uint64) store.PodUsage {
 
 func groupProvider(t *testing.T, leaderPolicy string, def group.Policy, withLeader bool) *Provider {
 	t.Helper()
-	failed := lwsPod("3", "", map[string]string{"main": "1"})
-	failed.Status.Phase = corev1.PodFailed // the HPA ignores it; so does the group
 	pods := []*corev1.Pod{
 		lwsPod("1", "", map[string]string{"main": "1"}),
 		lwsPod("2", "", map[string]string{"main": "1"}),
-		failed,
 	}
 	if withLeader {
 		pods = append(pods, lwsPod("0", leaderPolicy, map[string]string{"main": "750m", "sidecar": "250m"}))
@@ -107,11 +104,11 @@ func TestGroupPolicies(t *testing.T) {
 		wantCovered string
 		wantMembers string
 	}{
-		// U = (0.1 + 0.9 + 0.9) / 3 cores requested by pods with metrics =
-		// 0.6333…; × the leader's 1 core = 633333333n, split 750:250 into
-		// 474999999n and 158333334n, which MilliValue rounds up.
-		{name: "group by annotation", annotation: "group", def: group.PolicyPod, wantMain: 475, wantSidecar: 159, wantPolicy: "group", wantCovered: "3", wantMembers: "3"},
-		{name: "group by default", def: group.PolicyGroup, wantMain: 475, wantSidecar: 159, wantPolicy: "group", wantCovered: "3", wantMembers: "3"},
+		// U = (0.1 + 0.9 + 0.9) / 3 cores requested = 0.6333…; × the
+		// leader's 1 core = 633m in whole millicores, split 750:250 into
+		// 474m and the remaining 159m.
+		{name: "group by annotation", annotation: "group", def: group.PolicyPod, wantMain: 474, wantSidecar: 159, wantPolicy: "group", wantCovered: "3", wantMembers: "3"},
+		{name: "group by default", def: group.PolicyGroup, wantMain: 474, wantSidecar: 159, wantPolicy: "group", wantCovered: "3", wantMembers: "3"},
 		// max(0.1, 0.9, 0.9) = 0.9 of the leader's 1 core.
 		{name: "group-max", annotation: "group-max", def: group.PolicyPod, wantMain: 675, wantSidecar: 225, wantPolicy: "group-max", wantCovered: "3", wantMembers: "3"},
 		{name: "pod", annotation: "pod", def: group.PolicyGroup, wantMain: 80, wantSidecar: 20},
@@ -192,7 +189,7 @@ func TestCustomMetrics(t *testing.T) {
 		want   string
 	}{
 		// Pods with metrics: inf-0 (0.1 of 1 core), inf-0-1 and inf-0-2 (0.9
-		// of 1 core each); inf-0-3 has failed.
+		// of 1 core each).
 		{name: "LWS CPU utilization", info: cmInfo(LWSResource, MetricCPUUtilization), object: "inf", want: "633m"},
 		{name: "LWS CPU usage", info: cmInfo(LWSResource, MetricCPUUsage), object: "inf", want: "1900m"},
 		// 256Mi per container: two on the leader, one on each worker.

@@ -25,6 +25,7 @@ func TestGroupCountsMembersAsTheHPA(t *testing.T) {
 	busy := containerUsage(map[string]uint64{"main": 1_000_000_000})
 	tests := []struct {
 		name   string
+		leader func(p *corev1.Pod)
 		worker func(p *corev1.Pod)
 		// usage of the worker; nil: the store has none.
 		usage *store.PodUsage
@@ -45,6 +46,19 @@ func TestGroupCountsMembersAsTheHPA(t *testing.T) {
 			},
 			usage:   &busy,
 			wantWhy: "group member inf-0-1 is not ready as the HPA counts pods",
+		},
+		{
+			// The HPA would ignore the leader's own CPU, and count its busy
+			// workers; with the leader missing instead it counts the group
+			// at 100% on a scale-down and 0% on a scale-up.
+			name: "leader not Ready",
+			leader: func(p *corev1.Pod) {
+				st := metav1.NewTime(now.Add(-time.Minute))
+				p.Status.StartTime = &st
+				p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: st}}
+			},
+			usage:   &busy,
+			wantWhy: "the leader is not ready as the HPA counts pods",
 		},
 		{
 			name: "worker Ready, but not for one window yet",
@@ -80,15 +94,24 @@ func TestGroupCountsMembersAsTheHPA(t *testing.T) {
 			wantWhy: `group member inf-0-1 has no metrics: container "proxy" of the pod has no usage`,
 		},
 		{
-			name:    "worker being deleted is ignored, as the HPA ignores it",
+			name:    "worker being deleted: the group is incomplete",
 			worker:  func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: now} },
-			usage:   nil,
-			wantCPU: 100,
+			usage:   &busy,
+			wantWhy: "group member inf-0-1 is being deleted",
+		},
+		{
+			name:    "worker failed: the group is incomplete",
+			worker:  func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed },
+			usage:   &busy,
+			wantWhy: "group member inf-0-1 has failed",
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			leader := lwsPod("0", "group", map[string]string{"main": "1"})
+			if tc.leader != nil {
+				tc.leader(leader)
+			}
 			worker := lwsPod("1", "", map[string]string{"main": "1"})
 			if tc.worker != nil {
 				tc.worker(worker)
