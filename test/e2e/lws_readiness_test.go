@@ -46,8 +46,11 @@ func TestLWSUnreadyWorkers(t *testing.T) {
 	leader := lwsName + "-0"
 	err := e.poll(ctx, e.bounds.read, "the leader to say why it has no value", func(ctx context.Context) error {
 		_, err := e.metrics.MetricsV1beta1().PodMetricses(ns).Get(ctx, leader, metav1.GetOptions{})
-		if !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), "is not ready as the HPA counts pods") {
-			return fmt.Errorf("get %s: %v", leader, err)
+		switch {
+		case err == nil:
+			return fmt.Errorf("get %s: a value, want NotFound", leader)
+		case !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), "is not ready as the HPA counts pods"):
+			return fmt.Errorf("get %s: %w", leader, err)
 		}
 		t.Logf("leader's PodMetrics: %v", err)
 		return nil
