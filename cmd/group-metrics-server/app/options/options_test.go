@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 )
 
@@ -68,6 +69,14 @@ func TestValidate(t *testing.T) {
 		},
 		{name: "timeout equal to resolution", set: func(o *Options) { o.KubeletRequestTimeout = o.MetricResolution }, wants: []string{"below --metric-resolution"}},
 		{name: "secret without namespace", set: func(o *Options) { o.ServingCertSecret = "tls"; o.ServingCertDNSNames = []string{"x"} }, wants: []string{"NAMESPACE/NAME"}},
+		{
+			name: "negative HPA readiness durations",
+			set: func(o *Options) {
+				o.HPACPUInitializationPeriod = -time.Second
+				o.HPAInitialReadinessDelay = -time.Second
+			},
+			wants: []string{"--horizontal-pod-autoscaler-cpu-initialization-period", "--horizontal-pod-autoscaler-initial-readiness-delay"},
+		},
 		{name: "secret without names", set: func(o *Options) { o.ServingCertSecret = "kube-system/tls" }, wants: []string{"--serving-cert-dns-names"}},
 	}
 	for _, tc := range tests {
@@ -158,5 +167,29 @@ func TestRepeatedAPIServicesAccumulate(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"a", "b", "c"}, o.APIServices); diff != "" {
 		t.Errorf("apiservices (-want +got):\n%s", diff)
+	}
+}
+
+// TestHPAReadinessDefaults: the readiness flags default to
+// kube-controller-manager's, so an unset server and an unset controller
+// manager agree.
+func TestHPAReadinessDefaults(t *testing.T) {
+	o := NewOptions()
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	for _, f := range o.Flags().FlagSets {
+		fs.AddFlagSet(f)
+	}
+	for name, want := range map[string]string{
+		"horizontal-pod-autoscaler-cpu-initialization-period": "5m0s",
+		"horizontal-pod-autoscaler-initial-readiness-delay":   "30s",
+	} {
+		f := fs.Lookup(name)
+		if f == nil {
+			t.Errorf("no --%s", name)
+			continue
+		}
+		if f.DefValue != want {
+			t.Errorf("--%s defaults to %s, want %s", name, f.DefValue, want)
+		}
 	}
 }
