@@ -18,7 +18,7 @@ type Member struct {
 	HasUsage bool
 	Usage    Amounts
 	// HasRequest[i] is false when the HPA would find the request for
-	// Resources[i] missing; a zero request counts as missing too.
+	// Resources[i] missing; an explicit zero is a request of zero.
 	HasRequest [2]bool
 	Request    Amounts
 }
@@ -36,12 +36,15 @@ type Result struct {
 // the leader included; leader is the leader's Member, which must have usage.
 //
 // For each resource, with the sums over members that have usage and a
-// request:
+// request (a zero request adds its usage and nothing to Σrequest, as in the
+// HPA's own sums):
 //
 //   - PolicyGroup:    Total = Σusage / Σrequest × leader request
-//   - PolicyGroupMax: Total = max(usage / request) × leader request
-//   - a leader without a request: the group's Σusage (members with usage),
-//     so an AverageValue target sees the group's total.
+//   - PolicyGroupMax: Total = max(usage / request) × leader request, over
+//     members with a request above zero
+//   - a leader without a request, or with a zero one, or a group whose
+//     Σrequest is zero: the group's Σusage (members with usage), so an
+//     AverageValue target sees the group's total.
 //
 // Dividing Total by the leader's request, as the HPA does, gives the
 // group's utilization (or its bottleneck's).
@@ -53,24 +56,26 @@ func Aggregate(p Policy, leader Member, members []Member) Result {
 		}
 	}
 	for i := range Resources {
-		if !leader.HasRequest[i] || leader.Request[i] <= 0 {
-			for _, m := range members {
-				if m.HasUsage {
-					res.Total[i] += m.Usage[i]
-				}
-			}
-			continue
-		}
-		var sumUsage, sumRequest, maxUtil float64
+		var sumUsage, sumRequest, maxUtil, total float64
 		for _, m := range members {
-			if !m.HasUsage || !m.HasRequest[i] || m.Request[i] <= 0 {
+			if !m.HasUsage {
+				continue
+			}
+			total += m.Usage[i]
+			if !m.HasRequest[i] {
 				continue
 			}
 			sumUsage += m.Usage[i]
 			sumRequest += m.Request[i]
-			maxUtil = max(maxUtil, m.Usage[i]/m.Request[i])
+			if m.Request[i] > 0 {
+				maxUtil = max(maxUtil, m.Usage[i]/m.Request[i])
+			}
 		}
-		util := sumUsage / sumRequest // sumRequest > 0: the leader counts
+		if !leader.HasRequest[i] || leader.Request[i] <= 0 || sumRequest <= 0 {
+			res.Total[i] = total
+			continue
+		}
+		util := sumUsage / sumRequest
 		if p == PolicyGroupMax {
 			util = maxUtil
 		}

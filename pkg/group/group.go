@@ -7,7 +7,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelpers "k8s.io/component-helpers/resource"
 )
 
 // Labels that the LeaderWorkerSet controller sets on every pod it creates.
@@ -96,25 +96,36 @@ func PolicyOf(leader *corev1.Pod, def Policy) Policy {
 	return def
 }
 
-// Request returns the pod's request for r as the HPA counts it: the
-// pod-level request when the pod sets any pod-level request, else the sum
-// over its containers and restartable init containers, all of which must
-// request r. CPU is in millicores, memory in bytes. ok is false when the
-// HPA would find the request missing.
-func Request(pod *corev1.Pod, r corev1.ResourceName) (value int64, ok bool) {
-	if res := pod.Spec.Resources; res != nil && podLevelSet(res.Requests) {
-		q, ok := res.Requests[r]
+// Request returns the pod's request for r as the HPA's replica calculator
+// counts it when no container is named (k8s.io/kubernetes v1.37.2,
+// pkg/controller/podautoscaler/replica_calculator.go: calculateRequests,
+// calculatePodLevelRequests, calculatePodRequestsFromContainers), in the
+// HPA's units: the quantity's MilliValue (millicores; thousandths of a
+// byte for memory). ok is false when the HPA would find the request
+// missing and give up on the metric.
+//
+//   - A pod that sets a pod-level request (resourcehelpers.IsPodLevelRequestsSet,
+//     the PodLevelResources feature, on by default since v1.34): what
+//     resourcehelpers.PodRequests gives, so the pod-level value where set,
+//     the aggregate of container requests otherwise, and spec.overhead on
+//     top. Missing only when r is in none of them.
+//   - Otherwise the sum over the containers and restartable init
+//     containers, every one of which must request r. Overhead is not
+//     added: the HPA does not add it on this path.
+//
+// An explicit request of zero is a request of zero, not a missing one.
+func Request(pod *corev1.Pod, r corev1.ResourceName) (milli int64, ok bool) {
+	if resourcehelpers.IsPodLevelRequestsSet(pod) {
+		q, ok := resourcehelpers.PodRequests(pod, resourcehelpers.PodResourcesOptions{})[r]
 		if !ok {
 			return 0, false
 		}
-		return quantity(q, r), true
+		return q.MilliValue(), true
 	}
 	var sum int64
-	counted := 0
 	add := func(c *corev1.Container) bool {
 		q, ok := c.Resources.Requests[r]
-		sum += quantity(q, r)
-		counted++
+		sum += q.MilliValue()
 		return ok
 	}
 	for i := range pod.Spec.Containers {
@@ -123,16 +134,21 @@ func Request(pod *corev1.Pod, r corev1.ResourceName) (value int64, ok bool) {
 		}
 	}
 	for i := range pod.Spec.InitContainers {
-		c := &pod.Spec.InitContainers[i]
-		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways && !add(c) {
+		if c := &pod.Spec.InitContainers[i]; IsSidecar(c) && !add(c) {
 			return 0, false
 		}
 	}
-	return sum, counted > 0
+	return sum, true
 }
 
-// ContainerRequest returns the request of the named container for r, in
-// Request's units.
+// IsSidecar reports whether an init container is restartable: it runs
+// alongside the pod's containers, and its requests count with theirs.
+func IsSidecar(c *corev1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+}
+
+// ContainerRequest returns the request of the named container or sidecar
+// for r, in Request's units.
 func ContainerRequest(pod *corev1.Pod, container string, r corev1.ResourceName) (int64, bool) {
 	for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
 		for i := range cs {
@@ -141,22 +157,9 @@ func ContainerRequest(pod *corev1.Pod, container string, r corev1.ResourceName) 
 				if !ok {
 					return 0, false
 				}
-				return quantity(q, r), true
+				return q.MilliValue(), true
 			}
 		}
 	}
 	return 0, false
-}
-
-func podLevelSet(reqs corev1.ResourceList) bool {
-	_, cpu := reqs[corev1.ResourceCPU]
-	_, mem := reqs[corev1.ResourceMemory]
-	return cpu || mem
-}
-
-func quantity(q resource.Quantity, r corev1.ResourceName) int64 {
-	if r == corev1.ResourceCPU {
-		return q.MilliValue()
-	}
-	return q.Value()
 }

@@ -65,10 +65,19 @@ func (c *CustomMetrics) ListAllMetrics() []cmprovider.CustomMetricInfo {
 	return out
 }
 
-// GetMetricByName implements cmprovider.CustomMetricsProvider.
-func (c *CustomMetrics) GetMetricByName(_ context.Context, name types.NamespacedName, info cmprovider.CustomMetricInfo, _ labels.Selector) (*custom_metrics.MetricValue, error) {
+// GetMetricByName implements cmprovider.CustomMetricsProvider. The metrics
+// are namespaced and carry no labels: a root-scoped request is NotFound, and
+// a metricLabelSelector that an empty label set does not match selects
+// nothing.
+func (c *CustomMetrics) GetMetricByName(_ context.Context, name types.NamespacedName, info cmprovider.CustomMetricInfo, metricSelector labels.Selector) (*custom_metrics.MetricValue, error) {
 	if err := checkMetric(info); err != nil {
 		return nil, err
+	}
+	if !info.Namespaced || name.Namespace == "" {
+		return nil, notFoundWhy(info, name.Name, "group metrics are namespaced: ask in the namespace of the "+info.GroupResource.String())
+	}
+	if !selectsUnlabelled(metricSelector) {
+		return nil, notFoundWhy(info, name.Name, fmt.Sprintf("metricLabelSelector %q matches no series: group metrics carry no labels", metricSelector))
 	}
 	switch info.GroupResource {
 	case podsResource:
@@ -91,12 +100,18 @@ func (c *CustomMetrics) GetMetricByName(_ context.Context, name types.Namespaced
 
 // GetMetricBySelector implements cmprovider.CustomMetricsProvider: for pods,
 // the leaders among the selected pods (workers have no group metrics).
-func (c *CustomMetrics) GetMetricBySelector(_ context.Context, namespace string, selector labels.Selector, info cmprovider.CustomMetricInfo, _ labels.Selector) (*custom_metrics.MetricValueList, error) {
+func (c *CustomMetrics) GetMetricBySelector(_ context.Context, namespace string, selector labels.Selector, info cmprovider.CustomMetricInfo, metricSelector labels.Selector) (*custom_metrics.MetricValueList, error) {
 	if err := checkMetric(info); err != nil {
 		return nil, err
 	}
 	if info.GroupResource != podsResource {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("%s can be read by name only", info.GroupResource))
+	}
+	if !info.Namespaced || namespace == "" {
+		return nil, notFoundWhy(info, "*", "group metrics are namespaced: ask in the namespace of the pods")
+	}
+	if !selectsUnlabelled(metricSelector) {
+		return &custom_metrics.MetricValueList{}, nil
 	}
 	pods, err := c.p.pods.Pods(namespace).List(selector)
 	if err != nil {
@@ -112,6 +127,12 @@ func (c *CustomMetrics) GetMetricBySelector(_ context.Context, namespace string,
 		}
 	}
 	return out, nil
+}
+
+// selectsUnlabelled reports whether a metricLabelSelector selects a series
+// without labels, which every group metric is. A nil selector selects all.
+func selectsUnlabelled(sel labels.Selector) bool {
+	return sel == nil || sel.Matches(labels.Set{})
 }
 
 func checkMetric(info cmprovider.CustomMetricInfo) error {
@@ -166,10 +187,11 @@ type groupSums struct {
 func (p *Provider) sums(pods []*corev1.Pod) groupSums {
 	var s groupSums
 	for _, pod := range pods {
-		m, u := p.memberOf(pod)
-		if u == nil {
+		u, why := p.podUsage(pod)
+		if why != "" {
 			continue
 		}
+		m := member(pod, &u)
 		s.covered++
 		for i := range group.Resources {
 			s.usage[i] += m.Usage[i]

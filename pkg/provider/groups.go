@@ -1,8 +1,10 @@
 package provider
 
 import (
+	"fmt"
 	"math"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -19,19 +21,27 @@ type GroupIndex interface {
 }
 
 // groupMetrics turns a leader's own metrics into its group's, when its
-// policy asks for that; any other pod's metrics come back unchanged.
-func (p *Provider) groupMetrics(pod *corev1.Pod, own store.PodUsage, m metricsapi.PodMetrics) metricsapi.PodMetrics {
+// policy asks for that; any other pod's metrics come back unchanged. why is
+// not empty when the leader has no value to report: a member that the HPA
+// would count has no fresh metrics, or would have its CPU sample ignored as
+// not ready. The HPA then counts the leader as a pod without metrics, which
+// is at least as cautious as what it does with such a pod itself (see
+// docs/lws-autoscaling.md).
+func (p *Provider) groupMetrics(pod *corev1.Pod, own store.PodUsage, m metricsapi.PodMetrics, now time.Time) (out metricsapi.PodMetrics, why string) {
 	if p.groups == nil || !group.IsLeader(pod) {
-		return m
+		return m, ""
 	}
 	policy := group.PolicyOf(pod, p.defaultPolicy)
 	if policy == group.PolicyPod {
-		return m
+		return m, ""
 	}
 	key, _ := group.Key(pod)
 	objs, err := p.groups.ByIndex(group.IndexName, key)
 	if err != nil {
-		return m
+		return m, fmt.Sprintf("the members of group %s cannot be listed: %v", key, err)
+	}
+	if notReady, ok := p.readiness.IgnoresCPU(pod, own.Timestamp, own.Window, now); ok {
+		return m, fmt.Sprintf("%s policy: the leader is not ready as the HPA counts pods, which ignores its CPU: %s", policy, notReady)
 	}
 	leader := member(pod, &own)
 	members := make([]group.Member, 0, len(objs))
@@ -44,39 +54,54 @@ func (p *Provider) groupMetrics(pod *corev1.Pod, own store.PodUsage, m metricsap
 			members = append(members, leader)
 			continue
 		}
-		m, _ := p.memberOf(mp)
-		members = append(members, m)
+		mm, why := p.hpaMember(mp, now)
+		if why != "" {
+			return m, fmt.Sprintf("%s policy: group member %s %s", policy, mp.Name, why)
+		}
+		members = append(members, mm)
 	}
 	res := group.Aggregate(policy, leader, members)
 
-	out := m
+	out = m
 	out.Annotations = map[string]string{
 		group.AnnotationReportedPolicy: string(policy),
 		group.AnnotationCovered:        strconv.Itoa(res.Covered),
 		group.AnnotationMembers:        strconv.Itoa(len(members)),
 	}
 	out.Containers = spreadOverContainers(pod, own, res.Total)
-	return out
+	return out, ""
 }
 
-// memberOf looks up a group member's usage; one without metrics (nil
-// usage) is left out of the sums.
-func (p *Provider) memberOf(pod *corev1.Pod) (group.Member, *store.PodUsage) {
-	if notRunning(pod) != "" {
-		return member(pod, nil), nil
+// hpaMember looks at a group member as the HPA's groupPods looks at a pod
+// (k8s.io/kubernetes v1.37.2,
+// pkg/controller/podautoscaler/replica_calculator.go). why says what keeps
+// it from counting at face value: being deleted or failed (the HPA would
+// ignore it, and the group is incomplete), Pending, no fresh metrics, or a
+// CPU sample the readiness rule ignores.
+func (p *Provider) hpaMember(pod *corev1.Pod, now time.Time) (m group.Member, why string) {
+	switch {
+	case pod.DeletionTimestamp != nil:
+		return group.Member{}, "is being deleted: the group is incomplete"
+	case pod.Status.Phase == corev1.PodFailed:
+		return group.Member{}, "has failed: the group is incomplete"
+	case pod.Status.Phase == corev1.PodPending:
+		return group.Member{}, "is Pending, which the HPA counts as not ready"
 	}
-	u, why := p.usage.Pod(pod.Namespace, pod.Name, string(pod.UID), pod.Spec.NodeName)
-	if why != nil {
-		return member(pod, nil), nil
+	u, noMetrics := p.podUsage(pod)
+	if noMetrics != "" {
+		return group.Member{}, "has no metrics: " + noMetrics
 	}
-	return member(pod, &u), &u
+	if notReady, ok := p.readiness.IgnoresCPU(pod, u.Timestamp, u.Window, now); ok {
+		return group.Member{}, "is not ready as the HPA counts pods, which ignores its CPU: " + notReady
+	}
+	return member(pod, &u), ""
 }
 
 func member(pod *corev1.Pod, u *store.PodUsage) group.Member {
 	var m group.Member
 	for i, r := range group.Resources {
-		if req, ok := group.Request(pod, r); ok && req > 0 {
-			m.HasRequest[i], m.Request[i] = true, toBase(req, r)
+		if req, ok := group.Request(pod, r); ok {
+			m.HasRequest[i], m.Request[i] = true, float64(req)/1000
 		}
 	}
 	if u != nil {
@@ -89,26 +114,20 @@ func member(pod *corev1.Pod, u *store.PodUsage) group.Member {
 	return m
 }
 
-// toBase turns Request units (millicores, bytes) into Amounts units (cores,
-// bytes).
-func toBase(v int64, r corev1.ResourceName) float64 {
-	if r == corev1.ResourceCPU {
-		return float64(v) / 1000
-	}
-	return float64(v)
-}
-
-// spreadOverContainers divides the leader's totals over its containers in
-// proportion to their requests, or to their own usage where a container has
-// no request, so `kubectl top pod --containers` adds up to the pod.
+// spreadOverContainers divides the leader's totals (CPU in whole
+// millicores, memory in bytes) over its containers in proportion to their
+// requests, or to their own usage where a container has no request, so
+// `kubectl top pod --containers` adds up to the pod.
 func spreadOverContainers(pod *corev1.Pod, own store.PodUsage, total group.Amounts) []metricsapi.ContainerMetrics {
 	n := len(own.Containers)
-	cpuParts := group.Spread(int64(math.Round(total[0]*1e9)), weights(pod, own, corev1.ResourceCPU))
+	// Whole millicores: the HPA reads each container's MilliValue, which
+	// rounds up, so finer parts would add up to more than the total.
+	cpuParts := group.Spread(int64(math.Round(total[0]*1e3)), weights(pod, own, corev1.ResourceCPU))
 	memParts := group.Spread(int64(math.Round(total[1])), weights(pod, own, corev1.ResourceMemory))
 	out := make([]metricsapi.ContainerMetrics, n)
 	for i, c := range own.Containers {
 		out[i] = metricsapi.ContainerMetrics{Name: c.Name, Usage: corev1.ResourceList{
-			corev1.ResourceCPU:    *resource.NewScaledQuantity(cpuParts[i], resource.Nano),
+			corev1.ResourceCPU:    *resource.NewMilliQuantity(cpuParts[i], resource.DecimalSI),
 			corev1.ResourceMemory: *resource.NewQuantity(memParts[i], resource.BinarySI),
 		}}
 	}

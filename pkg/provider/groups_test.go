@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -35,6 +36,10 @@ func lwsPod(worker string, policy string, containers map[string]string) *corev1.
 	if policy != "" {
 		p.Annotations = map[string]string{group.AnnotationPolicy: policy}
 	}
+	// Started and Ready an hour ago: the HPA counts its CPU.
+	started := metav1.NewTime(now.Add(-time.Hour))
+	p.Status.StartTime = &started
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: started}}
 	for _, c := range []string{"main", "sidecar"} {
 		cpu, ok := containers[c]
 		if !ok {
@@ -59,27 +64,30 @@ func containerUsage(cpu map[string]uint64) store.PodUsage {
 
 func groupProvider(t *testing.T, leaderPolicy string, def group.Policy, withLeader bool) *Provider {
 	t.Helper()
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, group.IndexName: group.IndexFunc})
 	pods := []*corev1.Pod{
 		lwsPod("1", "", map[string]string{"main": "1"}),
 		lwsPod("2", "", map[string]string{"main": "1"}),
-		lwsPod("3", "", map[string]string{"main": "1"}),
 	}
 	if withLeader {
 		pods = append(pods, lwsPod("0", leaderPolicy, map[string]string{"main": "750m", "sidecar": "250m"}))
 	}
-	for _, p := range pods {
-		_ = idx.Add(p)
-	}
-	usage := &fakeUsage{pods: map[string]store.PodUsage{
+	usage := map[string]store.PodUsage{
 		"ml/inf-0":   containerUsage(map[string]uint64{"main": 80_000_000, "sidecar": 20_000_000}), // 0.1 of 1 core
 		"ml/inf-0-1": containerUsage(map[string]uint64{"main": 900_000_000}),
 		"ml/inf-0-2": containerUsage(map[string]uint64{"main": 900_000_000}),
-		// inf-0-3 has no metrics yet.
-	}}
+	}
+	return newGroupProvider(pods, usage, def)
+}
+
+func newGroupProvider(pods []*corev1.Pod, usage map[string]store.PodUsage, def group.Policy) *Provider {
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, group.IndexName: group.IndexFunc})
+	for _, p := range pods {
+		_ = idx.Add(p)
+	}
 	return New(Config{
 		Pods: corelisters.NewPodLister(idx), Nodes: corelisters.NewNodeLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, nil)),
-		Usage: usage, Clock: clocktesting.NewFakeClock(now), Groups: idx, DefaultPolicy: def,
+		Usage: &fakeUsage{pods: usage}, Clock: clocktesting.NewFakeClock(now), Groups: idx, DefaultPolicy: def,
+		Readiness: group.DefaultReadiness,
 	})
 }
 
@@ -96,13 +104,13 @@ func TestGroupPolicies(t *testing.T) {
 		wantCovered string
 		wantMembers string
 	}{
-		// U = (0.1 + 0.9 + 0.9) / 3 cores requested by pods with metrics =
-		// 0.6333…; × the leader's 1 core = 633333333n, split 750:250 into
-		// 474999999n and 158333334n, which MilliValue rounds up.
-		{name: "group by annotation", annotation: "group", def: group.PolicyPod, wantMain: 475, wantSidecar: 159, wantPolicy: "group", wantCovered: "3", wantMembers: "4"},
-		{name: "group by default", def: group.PolicyGroup, wantMain: 475, wantSidecar: 159, wantPolicy: "group", wantCovered: "3", wantMembers: "4"},
+		// U = (0.1 + 0.9 + 0.9) / 3 cores requested = 0.6333…; × the
+		// leader's 1 core = 633m in whole millicores, split 750:250 into
+		// 474m and the remaining 159m.
+		{name: "group by annotation", annotation: "group", def: group.PolicyPod, wantMain: 474, wantSidecar: 159, wantPolicy: "group", wantCovered: "3", wantMembers: "3"},
+		{name: "group by default", def: group.PolicyGroup, wantMain: 474, wantSidecar: 159, wantPolicy: "group", wantCovered: "3", wantMembers: "3"},
 		// max(0.1, 0.9, 0.9) = 0.9 of the leader's 1 core.
-		{name: "group-max", annotation: "group-max", def: group.PolicyPod, wantMain: 675, wantSidecar: 225, wantPolicy: "group-max", wantCovered: "3", wantMembers: "4"},
+		{name: "group-max", annotation: "group-max", def: group.PolicyPod, wantMain: 675, wantSidecar: 225, wantPolicy: "group-max", wantCovered: "3", wantMembers: "3"},
 		{name: "pod", annotation: "pod", def: group.PolicyGroup, wantMain: 80, wantSidecar: 20},
 	}
 	for _, tc := range tests {
@@ -181,7 +189,7 @@ func TestCustomMetrics(t *testing.T) {
 		want   string
 	}{
 		// Pods with metrics: inf-0 (0.1 of 1 core), inf-0-1 and inf-0-2 (0.9
-		// of 1 core each); inf-0-3 has none yet.
+		// of 1 core each).
 		{name: "LWS CPU utilization", info: cmInfo(LWSResource, MetricCPUUtilization), object: "inf", want: "633m"},
 		{name: "LWS CPU usage", info: cmInfo(LWSResource, MetricCPUUsage), object: "inf", want: "1900m"},
 		// 256Mi per container: two on the leader, one on each worker.
@@ -222,4 +230,52 @@ func TestCustomMetrics(t *testing.T) {
 
 func cmInfo(gr schema.GroupResource, metric string) cmprovider.CustomMetricInfo {
 	return cmprovider.CustomMetricInfo{GroupResource: gr, Namespaced: true, Metric: metric}
+}
+
+// TestCustomMetricsScopeAndSelector is finding 8: a root-scoped request for
+// a namespaced metric summed same-named LeaderWorkerSets across
+// namespaces, and metricLabelSelector was ignored.
+func TestCustomMetricsScopeAndSelector(t *testing.T) {
+	p := groupProvider(t, "", group.PolicyPod, true)
+	cm := p.CustomMetrics()
+	ctx := context.Background()
+	root := cmprovider.CustomMetricInfo{GroupResource: LWSResource, Namespaced: false, Metric: MetricCPUUsage}
+	if _, err := cm.GetMetricByName(ctx, types.NamespacedName{Name: "inf"}, root, labels.Everything()); !apierrors.IsNotFound(err) {
+		t.Errorf("root-scoped LWS: %v, want NotFound", err)
+	}
+	rootPods := cmprovider.CustomMetricInfo{GroupResource: podsResource, Namespaced: false, Metric: MetricCPUUsage}
+	if _, err := cm.GetMetricBySelector(ctx, "", labels.Everything(), rootPods, labels.Everything()); !apierrors.IsNotFound(err) {
+		t.Errorf("root-scoped pods: %v, want NotFound", err)
+	}
+	tests := []struct {
+		name     string
+		selector string
+		want     bool
+	}{
+		{name: "everything", selector: "", want: true},
+		{name: "absent label", selector: "!shard", want: true},
+		{name: "label required", selector: "shard=a", want: false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			sel, err := labels.Parse(tc.selector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = cm.GetMetricByName(ctx, types.NamespacedName{Namespace: "ml", Name: "inf"}, cmInfo(LWSResource, MetricCPUUsage), sel)
+			if got := err == nil; got != tc.want {
+				t.Errorf("by name with %q: %v, want a value: %v", tc.selector, err, tc.want)
+			}
+			if !tc.want && !apierrors.IsNotFound(err) {
+				t.Errorf("by name with %q: %v, want NotFound", tc.selector, err)
+			}
+			list, err := cm.GetMetricBySelector(ctx, "ml", labels.Everything(), cmInfo(podsResource, MetricCPUUsage), sel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(list.Items) == 1; got != tc.want {
+				t.Errorf("by selector with %q: %d items, want a value: %v", tc.selector, len(list.Items), tc.want)
+			}
+		})
+	}
 }

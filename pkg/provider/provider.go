@@ -42,6 +42,9 @@ type Config struct {
 	Groups GroupIndex
 	// DefaultPolicy applies to leaders without a policy annotation.
 	DefaultPolicy group.Policy
+	// Readiness is the HPA's rule for CPU samples of pods not (yet) ready,
+	// applied to the members of a group before its leader reports for it.
+	Readiness group.Readiness
 }
 
 // Provider implements the metrics.k8s.io getters. It is safe for concurrent
@@ -54,6 +57,7 @@ type Provider struct {
 
 	groups        GroupIndex
 	defaultPolicy group.Policy
+	readiness     group.Readiness
 }
 
 var (
@@ -71,7 +75,7 @@ func New(cfg Config) *Provider {
 	}
 	return &Provider{
 		pods: cfg.Pods, nodes: cfg.Nodes, usage: cfg.Usage, clock: cfg.Clock,
-		groups: cfg.Groups, defaultPolicy: cfg.DefaultPolicy,
+		groups: cfg.Groups, defaultPolicy: cfg.DefaultPolicy, readiness: cfg.Readiness,
 	}
 }
 
@@ -96,17 +100,59 @@ func (p *Provider) GetPodMetrics(_ context.Context, namespace, name string) (*me
 	if err != nil {
 		return nil, err
 	}
-	if why := notRunning(pod); why != "" {
+	u, why := p.podUsage(pod)
+	if why != "" {
 		return nil, notFound(podResource, name, why)
+	}
+	now := p.clock.Now()
+	m, why := p.groupMetrics(pod, u, podMetrics(pod, u, now), now)
+	if why != "" {
+		return nil, notFound(podResource, name, why)
+	}
+	observeAge("pods", now, u.Timestamp)
+	return &m, nil
+}
+
+// podUsage is the pod's usage, or why it has none: it is not running, the
+// store has none, or a container the pod runs has none.
+func (p *Provider) podUsage(pod *corev1.Pod) (store.PodUsage, string) {
+	if why := notRunning(pod); why != "" {
+		return store.PodUsage{}, why
 	}
 	u, why := p.usage.Pod(pod.Namespace, pod.Name, string(pod.UID), pod.Spec.NodeName)
 	if why != nil {
-		return nil, notFound(podResource, name, why.Reason)
+		return store.PodUsage{}, why.Reason
 	}
-	now := p.clock.Now()
-	observeAge("pods", now, u.Timestamp)
-	m := p.groupMetrics(pod, u, podMetrics(pod, u, now))
-	return &m, nil
+	if c := missingContainer(pod, u); c != "" {
+		return store.PodUsage{}, fmt.Sprintf("container %q of the pod has no usage: a pod is served only with every container it runs", c)
+	}
+	return u, ""
+}
+
+// missingContainer names a container the pod runs, one of its spec's
+// containers or a sidecar that is running, that has no usage; "" when
+// there is none. A pod served with some of its containers would read low
+// against its whole request, so metrics-server serves no such pod either.
+func missingContainer(pod *corev1.Pod, u store.PodUsage) string {
+	has := func(name string) bool {
+		for i := range u.Containers {
+			if u.Containers[i].Name == name {
+				return true
+			}
+		}
+		return false
+	}
+	for i := range pod.Spec.Containers {
+		if name := pod.Spec.Containers[i].Name; !has(name) {
+			return name
+		}
+	}
+	for _, st := range pod.Status.InitContainerStatuses {
+		if st.State.Running != nil && !has(st.Name) {
+			return st.Name
+		}
+	}
+	return ""
 }
 
 func notRunning(pod *corev1.Pod) string {
@@ -137,17 +183,21 @@ func (p *Provider) ListPodMetrics(_ context.Context, namespace string, ls labels
 	oldest := now
 	out := make([]metricsapi.PodMetrics, 0, len(pods))
 	for _, pod := range pods {
-		if !matches(fs, pod.Name, pod.Namespace) || notRunning(pod) != "" {
+		if !matches(fs, pod.Name, pod.Namespace) {
 			continue
 		}
-		u, why := p.usage.Pod(pod.Namespace, pod.Name, string(pod.UID), pod.Spec.NodeName)
-		if why != nil {
+		u, why := p.podUsage(pod)
+		if why != "" {
+			continue
+		}
+		m, why := p.groupMetrics(pod, u, podMetrics(pod, u, now), now)
+		if why != "" {
 			continue
 		}
 		if u.Timestamp.Before(oldest) {
 			oldest = u.Timestamp
 		}
-		out = append(out, p.groupMetrics(pod, u, podMetrics(pod, u, now)))
+		out = append(out, m)
 	}
 	if len(out) > 0 {
 		observeAge("pods", now, oldest)

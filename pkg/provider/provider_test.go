@@ -211,6 +211,8 @@ func TestNodeMetrics(t *testing.T) {
 func TestTrimPod(t *testing.T) {
 	always := corev1.ContainerRestartPolicyAlways
 	req := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}
+	mem := corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}
+	started, ready := metav1.NewTime(now.Add(-time.Hour)), metav1.NewTime(now.Add(-50*time.Minute))
 	in := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "p", Namespace: "ns", UID: "u", ResourceVersion: "7",
@@ -226,8 +228,21 @@ func TestTrimPod(t *testing.T) {
 			},
 			Containers: []corev1.Container{{Name: "app", Image: "nginx", Command: []string{"nginx"}, Env: []corev1.EnvVar{{Name: "A", Value: "b"}},
 				Resources: corev1.ResourceRequirements{Requests: req, Limits: req}}},
+			Resources: &corev1.ResourceRequirements{Requests: mem, Limits: mem},
+			Overhead:  req,
 		},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1", Conditions: []corev1.PodCondition{{Type: corev1.PodReady}}},
+		Status: corev1.PodStatus{
+			Phase: corev1.PodRunning, PodIP: "10.0.0.1", StartTime: &started,
+			Conditions: []corev1.PodCondition{
+				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+				{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: ready, Reason: "r", Message: "m"},
+			},
+			InitContainerStatuses: []corev1.ContainerStatus{
+				{Name: "setup", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}},
+				{Name: "proxy", Image: "envoy", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: ready}}},
+			},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Image: "nginx"}},
+		},
 	}
 	got, err := TrimPod(in)
 	if err != nil {
@@ -240,11 +255,20 @@ func TestTrimPod(t *testing.T) {
 			Annotations: map[string]string{AnnotationPrefix + "policy": "group"},
 		},
 		Spec: corev1.PodSpec{
-			NodeName:       "n1",
-			InitContainers: []corev1.Container{{Name: "proxy", RestartPolicy: &always, Resources: corev1.ResourceRequirements{Requests: req}}},
-			Containers:     []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{Requests: req}}},
+			NodeName: "n1",
+			InitContainers: []corev1.Container{
+				{Name: "setup", Resources: corev1.ResourceRequirements{Requests: req}},
+				{Name: "proxy", RestartPolicy: &always, Resources: corev1.ResourceRequirements{Requests: req}},
+			},
+			Containers: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{Requests: req}}},
+			Resources:  &corev1.ResourceRequirements{Requests: mem},
+			Overhead:   req,
 		},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+		Status: corev1.PodStatus{
+			Phase: corev1.PodRunning, StartTime: &started,
+			Conditions:            []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: ready}},
+			InitContainerStatuses: []corev1.ContainerStatus{{Name: "proxy", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}},
+		},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("TrimPod (-want +got):\n%s", diff)

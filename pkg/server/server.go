@@ -58,6 +58,8 @@ type Config struct {
 	// DefaultGroupPolicy applies to LeaderWorkerSet leaders without a
 	// policy annotation.
 	DefaultGroupPolicy group.Policy
+	// Readiness is the HPA's readiness rule, applied to group members.
+	Readiness group.Readiness
 	// CustomMetrics serves group metrics on custom.metrics.k8s.io.
 	CustomMetrics bool
 
@@ -142,6 +144,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		Clock:         c.Clock,
 		Groups:        pods.GetIndexer(),
 		DefaultPolicy: c.DefaultGroupPolicy,
+		Readiness:     c.Readiness,
 	})
 
 	liveBound := 2*c.Resolution + c.Timeout

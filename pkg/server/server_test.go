@@ -100,6 +100,11 @@ func lwsMember(name, worker, node string) *corev1.Pod {
 	if worker == "0" {
 		p.Annotations = map[string]string{group.AnnotationPolicy: string(group.PolicyGroup)}
 	}
+	// Ready for long past the HPA's initialization period, so the HPA's
+	// readiness rule counts its CPU.
+	since := metav1.NewTime(time.Now().Add(-time.Hour))
+	p.Status.StartTime = &since
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: since}}
 	return p
 }
 

@@ -11,8 +11,11 @@ type ContainerUsage struct {
 	Usage
 }
 
-// PodUsage is the usage of one pod. Timestamp is the latest of its
-// containers' and Window the longest, so the pod's window covers them all.
+// PodUsage is the usage of one pod. Timestamp and Window are those of its
+// container with the earliest timestamp, as metrics-server v0.8.0 serves
+// them (pkg/storage/pod.go, GetMetrics): the HPA compares the timestamp
+// with readiness transitions, so it must not claim a later sample than the
+// pod's oldest.
 // Containers is shared between readers and must not be modified.
 type PodUsage struct {
 	Timestamp  time.Time
@@ -115,10 +118,9 @@ func (p *pod) derive() *podRead {
 			return &podRead{why: unavailable("container %q has one sample so far; usage needs a second", c.name)}
 		}
 		r.usage.Containers[i] = ContainerUsage{Name: c.name, Usage: c.usage}
-		if c.usage.Timestamp.After(r.usage.Timestamp) {
-			r.usage.Timestamp = c.usage.Timestamp
+		if i == 0 || c.usage.Timestamp.Before(r.usage.Timestamp) {
+			r.usage.Timestamp, r.usage.Window = c.usage.Timestamp, c.usage.Window
 		}
-		r.usage.Window = max(r.usage.Window, c.usage.Window)
 		if i == 0 || c.derivedAt.Before(r.derivedAt) {
 			r.derivedAt, r.staleContainer = c.derivedAt, c.name
 		}

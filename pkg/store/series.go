@@ -49,30 +49,43 @@ type rates struct {
 // next derives the series that follows prev (nil for a new series) when p
 // arrives at scrapedAt.
 //
-//   - Same start time, later timestamp, counter not lower: the rate over the
-//     two samples.
+// A start time counts as a restart only when it is not before the previous
+// sample, as metrics-server v0.8.0 has it (pkg/storage/pod.go, Store): on
+// cadvisor-backed kubelets (CRI-O) start times are derived from cgroup
+// times and move forward. Then:
+//
+//   - No restart, later timestamp, counter not lower: the rate over the two
+//     samples, whatever the start time says.
 //   - The same sample again (the kubelet had nothing newer): prev unchanged
 //     but for memory.
-//   - A new series, or a reset (start time changed, counter or timestamp went
-//     back): if the counter started at most firstWindowMax before the sample,
-//     (and at least FirstWindowMin), the average since start, which is
-//     exact for a new container up to the start time's precision; otherwise
-//     p becomes the baseline and the previous usage, if any, is kept until
-//     it is stale.
+//   - A new series, or a restart whose counter went back (it began at zero
+//     again): if the counter started at most firstWindowMax before the
+//     sample (and at least FirstWindowMin), the average since start, which
+//     is exact for a new container up to the start time's precision.
+//   - Anything else (a counter or timestamp that went back without a
+//     restart; a start time past the previous sample with a counter that
+//     did not go back, which a restart cannot explain): p becomes the
+//     baseline and the previous usage, if any, is kept until it is stale. A
+//     lifetime counter is never divided by a short time since start.
 func (r rates) next(prev *series, p sources.Point, scrapedAt time.Time) series {
-	if prev != nil && prev.last.StartTime.Equal(p.StartTime) {
-		switch dt := p.Timestamp.Sub(prev.last.Timestamp); {
-		case dt > 0 && p.CPUCoreNanos >= prev.last.CPUCoreNanos:
-			if u, ok := rate(p.CPUCoreNanos-prev.last.CPUCoreNanos, dt, p); ok {
-				return series{last: p, usage: u, derivedAt: scrapedAt}
+	firstRate := prev == nil
+	if prev != nil {
+		if !restarted(prev.last, p) {
+			switch dt := p.Timestamp.Sub(prev.last.Timestamp); {
+			case dt > 0 && p.CPUCoreNanos >= prev.last.CPUCoreNanos:
+				if u, ok := rate(p.CPUCoreNanos-prev.last.CPUCoreNanos, dt, p); ok {
+					return series{last: p, usage: u, derivedAt: scrapedAt}
+				}
+			case dt == 0 && p.CPUCoreNanos == prev.last.CPUCoreNanos:
+				s := *prev
+				s.usage.MemoryBytes = p.MemoryBytes
+				return s
 			}
-		case dt == 0 && p.CPUCoreNanos == prev.last.CPUCoreNanos:
-			s := *prev
-			s.usage.MemoryBytes = p.MemoryBytes
-			return s
+		} else {
+			firstRate = p.CPUCoreNanos < prev.last.CPUCoreNanos
 		}
 	}
-	if !p.StartTime.IsZero() {
+	if firstRate && !p.StartTime.IsZero() {
 		if since := p.Timestamp.Sub(p.StartTime); since >= FirstWindowMin && since <= r.firstWindowMax {
 			if u, ok := rate(p.CPUCoreNanos, since, p); ok {
 				return series{last: p, usage: u, derivedAt: scrapedAt}
@@ -84,6 +97,11 @@ func (r rates) next(prev *series, p sources.Point, scrapedAt time.Time) series {
 		s.usage, s.derivedAt = prev.usage, prev.derivedAt
 	}
 	return s
+}
+
+// restarted reports whether p's counter began after prev was sampled.
+func restarted(prev, p sources.Point) bool {
+	return !p.StartTime.IsZero() && !p.StartTime.Before(prev.Timestamp)
 }
 
 // rate turns a counter delta over dt into usage ending at p.

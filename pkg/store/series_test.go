@@ -69,6 +69,27 @@ func TestRatesNext(t *testing.T) {
 			},
 		},
 		{
+			// Finding 5: a start time that moves forward but stays before the
+			// previous sample is no restart (metrics-server's rule).
+			name: "start time moved forward, before the previous sample: rate over the two samples",
+			prev: steady,
+			p:    pt(15*time.Second, -10*time.Second, 10e9+3e9, 200),
+			want: series{
+				last:      pt(15*time.Second, -10*time.Second, 13e9, 200),
+				usage:     Usage{Timestamp: at(15 * time.Second), Window: 15 * time.Second, CPUNanoCores: 200_000_000, MemoryBytes: 200},
+				derivedAt: scraped,
+			},
+		},
+		{
+			// Finding 5: 0.5 core for 2 h (3600 core-seconds), then the start
+			// jumps to 10 s before the sample. Dividing the lifetime counter
+			// by those 10 s read 360 cores.
+			name: "start time jumped past the previous sample, counter kept: a baseline, never the lifetime over 10 s",
+			prev: &series{last: pt(0, -2*time.Hour, 3600e9, 100), usage: prevUsage, derivedAt: at(-time.Minute)},
+			p:    pt(15*time.Second, 5*time.Second, 3600e9+7.5e9, 100),
+			want: series{last: pt(15*time.Second, 5*time.Second, 3600e9+7.5e9, 100), usage: prevUsage, derivedAt: at(-time.Minute)},
+		},
+		{
 			name: "counter went back without a restart: keep the last usage",
 			prev: steady,
 			p:    pt(15*time.Second, -time.Hour, 1e9, 60),

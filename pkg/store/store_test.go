@@ -242,3 +242,28 @@ func TestHasFreshUsage(t *testing.T) {
 		t.Fatal("a new container's first sample gave no usage")
 	}
 }
+
+// TestPodTimestampEarliest is finding 7: a pod's timestamp and window are
+// its earliest container's, as metrics-server serves them; they were the
+// latest timestamp and the longest window.
+func TestPodTimestampEarliest(t *testing.T) {
+	clk := clocktesting.NewFakeClock(at(20 * time.Second))
+	s := newTestStore(clk)
+	batch := &sources.Batch{Pods: []sources.PodPoint{{Namespace: "ns", Name: "p", Node: "n1", Containers: []sources.ContainerPoint{
+		{Name: "late", Point: pt(12*time.Second, 0, 6e9, 1)},                // 12 s since start
+		{Name: "early", Point: pt(8*time.Second, 0, 4e9, 1)},                // 8 s since start
+		{Name: "long", Point: pt(10*time.Second, -10*time.Second, 10e9, 1)}, // 20 s since start
+	}}}}
+	s.Store("kubelet", []string{"n1"}, batch, clk.Now())
+	got, why := s.Pod("ns", "p", "", "n1")
+	if why != nil {
+		t.Fatalf("Pod: %v", why)
+	}
+	type tw struct {
+		Timestamp time.Time
+		Window    time.Duration
+	}
+	if diff := cmp.Diff(tw{at(8 * time.Second), 8 * time.Second}, tw{got.Timestamp, got.Window}); diff != "" {
+		t.Errorf("pod timestamp and window (-want +got):\n%s", diff)
+	}
+}

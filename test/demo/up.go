@@ -76,7 +76,12 @@ func up(ctx context.Context, o options) error {
 		return err
 	}
 	fmt.Println("Starting the control plane ...")
-	c, err := cluster.Start(ctx, cluster.Options{BinDir: bin, WorkDir: filepath.Join(o.dir, "cluster")})
+	// The server's HPA readiness rule must be the controller manager's.
+	opts := cluster.Options{
+		BinDir: bin, WorkDir: filepath.Join(o.dir, "cluster"),
+		HPACPUInitializationPeriod: 5 * time.Second, HPAInitialReadinessDelay: 5 * time.Second,
+	}
+	c, err := cluster.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -101,7 +106,10 @@ func up(ctx context.Context, o options) error {
 	srv, err := env.DeployServer(startCtx, c, env.ServerConfig{
 		BinDir:        bin,
 		KubeletCAFile: info.CAFile,
-		ExtraArgs:     uk.serverArgs,
+		ExtraArgs: append([]string{
+			"--horizontal-pod-autoscaler-cpu-initialization-period=" + opts.HPACPUInitializationPeriod.String(),
+			"--horizontal-pod-autoscaler-initial-readiness-delay=" + opts.HPAInitialReadinessDelay.String(),
+		}, uk.serverArgs...),
 	})
 	if err != nil {
 		return withLogs(c, err)

@@ -21,7 +21,7 @@ func deployOwnServer(ctx context.Context, t *testing.T, name string, extraArgs [
 		KubeletCAFile:         suite.fleet.CAFile,
 		MetricResolution:      suite.resolution,
 		KubeletRequestTimeout: suite.timeout,
-		ExtraArgs:             extraArgs,
+		ExtraArgs:             append(hpaReadinessArgs(), extraArgs...),
 		ProcessName:           name,
 	}
 	if len(manifestsDir) > 0 {

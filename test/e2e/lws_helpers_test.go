@@ -149,6 +149,7 @@ func deployCustomMetricsServer(ctx context.Context, t *testing.T) *env.Server {
 		KubeletCAFile:         suite.fleet.CAFile,
 		MetricResolution:      suite.resolution,
 		KubeletRequestTimeout: suite.timeout,
+		ExtraArgs:             hpaReadinessArgs(),
 		ProcessName:           "group-metrics-server-custom-metrics",
 	})
 	t.Cleanup(func() {

@@ -143,7 +143,7 @@ func setup(ctx context.Context) error {
 		KubeletCAFile:         suite.fleet.CAFile,
 		MetricResolution:      suite.resolution,
 		KubeletRequestTimeout: suite.timeout,
-		ExtraArgs:             suite.ukpd.ServerArgs(),
+		ExtraArgs:             append(hpaReadinessArgs(), suite.ukpd.ServerArgs()...),
 	})
 	if err != nil {
 		return err
@@ -152,4 +152,13 @@ func setup(ctx context.Context) error {
 		tCluster.Round(time.Millisecond), numNodes, tFleet.Round(time.Millisecond),
 		time.Since(began).Round(time.Millisecond), strings.Join(suite.server.Args, " "))
 	return nil
+}
+
+// hpaReadinessArgs give the server the HPA readiness rule of the suite's
+// kube-controller-manager, as an operator sets both to the same values.
+func hpaReadinessArgs() []string {
+	return []string{
+		"--horizontal-pod-autoscaler-cpu-initialization-period=" + suite.opts.HPACPUInitializationPeriod.String(),
+		"--horizontal-pod-autoscaler-initial-readiness-delay=" + suite.opts.HPAInitialReadinessDelay.String(),
+	}
 }

@@ -258,8 +258,10 @@ func (d *decoder) containers() error {
 	})
 }
 
-// addPod turns the pod just read (the i-th) into a PodPoint, leaving out
-// what cannot be used.
+// addPod turns the pod just read (the i-th) into a PodPoint. A pod with a
+// container that cannot be used is left out whole, as metrics-server leaves
+// it out: served with some of its containers, it would read low against the
+// request of all of them.
 func (d *decoder) addPod(i int) {
 	ps := &d.pod
 	if ps.name == "" || ps.namespace == "" {
@@ -280,8 +282,8 @@ func (d *decoder) addPod(i int) {
 			err = errors.New("missing name")
 		}
 		if err != nil {
-			d.problems = append(d.problems, fmt.Errorf("pod %s/%s container %q: %w", ps.namespace, ps.name, cs.name, err))
-			continue
+			d.problems = append(d.problems, fmt.Errorf("pod %s/%s container %q: %w (the pod is left out)", ps.namespace, ps.name, cs.name, err))
+			return
 		}
 		pp.Containers = append(pp.Containers, sources.ContainerPoint{Name: cs.name, Point: p})
 	}

@@ -96,6 +96,15 @@ func TestDecodeRejects(t *testing.T) {
 			wantBatch: true, wantPods: 0, wantErr: `pod ns/p container "c": no CPU usage`,
 		},
 		{
+			// Finding 4: the pod was kept with its other containers, and
+			// served with their usage against the whole pod's request.
+			name: "a pod with one container left out is left out whole",
+			body: nodeOK + `, "pods": [{"podRef": {"name": "p", "namespace": "ns"}, "containers": [` +
+				`{"name": "ok", "startTime": "2026-12-01T09:00:00Z", "cpu": {"time": "2026-12-01T10:00:00Z", "usageCoreNanoSeconds": 5}, "memory": {"time": "2026-12-01T10:00:00Z", "workingSetBytes": 1}},` +
+				`{"name": "new", "startTime": "2026-12-01T09:00:00Z", "memory": {"time": "2026-12-01T10:00:00Z", "workingSetBytes": 1}}]}]}`,
+			wantBatch: true, wantPods: 0, wantErr: `pod ns/p container "new": no CPU usage (the pod is left out)`,
+		},
+		{
 			name:      "container without memory is left out",
 			body:      nodeOK + `, "pods": [` + pod("p", `"usageCoreNanoSeconds": 5`, `"usageBytes": 1`) + `]}`,
 			wantBatch: true, wantPods: 0, wantErr: "no memory working set",

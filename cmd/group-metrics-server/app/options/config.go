@@ -107,11 +107,15 @@ func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
 			RequiredTags:          o.UkpdRequiredTags,
 		},
 		DefaultGroupPolicy: group.Policy(o.DefaultGroupPolicy),
-		CustomMetrics:      o.EnableCustomMetrics,
-		Resolution:         o.MetricResolution,
-		Timeout:            o.KubeletRequestTimeout,
-		Concurrency:        o.MaxConcurrentScrapes,
-		Reads:              apiserver.ReadLimit{Concurrent: o.concurrentReads(), Wait: readWait},
+		Readiness: group.Readiness{
+			CPUInitializationPeriod: o.HPACPUInitializationPeriod,
+			InitialReadinessDelay:   o.HPAInitialReadinessDelay,
+		},
+		CustomMetrics: o.EnableCustomMetrics,
+		Resolution:    o.MetricResolution,
+		Timeout:       o.KubeletRequestTimeout,
+		Concurrency:   o.MaxConcurrentScrapes,
+		Reads:         apiserver.ReadLimit{Concurrent: o.concurrentReads(), Wait: readWait},
 	}, nil
 }
 

@@ -54,6 +54,9 @@ type Options struct {
 
 	DefaultGroupPolicy  string
 	EnableCustomMetrics bool
+	// The HPA's readiness rule, as kube-controller-manager's flags set it.
+	HPACPUInitializationPeriod time.Duration
+	HPAInitialReadinessDelay   time.Duration
 
 	ShowVersion bool
 }
@@ -75,7 +78,9 @@ func NewOptions() *Options {
 		KubeletRequestTimeout:        10 * time.Second,
 		KubeletMaxResponseBytes:      10 << 20,
 
-		DefaultGroupPolicy: string(group.PolicyPod),
+		DefaultGroupPolicy:         string(group.PolicyPod),
+		HPACPUInitializationPeriod: group.DefaultReadiness.CPUInitializationPeriod,
+		HPAInitialReadinessDelay:   group.DefaultReadiness.InitialReadinessDelay,
 
 		Sources:              []string{kubelet.SourceName},
 		KraftletNodeSelector: ukpd.DefaultNodeSelector,
@@ -129,6 +134,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs = fss.FlagSet("leaderworkerset groups")
 	fs.StringVar(&o.DefaultGroupPolicy, "default-group-policy", o.DefaultGroupPolicy, "What a LeaderWorkerSet leader reports when its pod has no "+group.AnnotationPolicy+" annotation: pod (its own usage), group (the group's utilization times its own request) or group-max (the highest member utilization times its own request).")
 
+	fs.DurationVar(&o.HPACPUInitializationPeriod, "horizontal-pod-autoscaler-cpu-initialization-period", o.HPACPUInitializationPeriod, "As kube-controller-manager's flag of this name, and set it to the same value: for this long after a group member starts, its CPU sample counts only while it is Ready and the sample began after it became Ready. Until every member's counts, a group-policy leader reports no value.")
+	fs.DurationVar(&o.HPAInitialReadinessDelay, "horizontal-pod-autoscaler-initial-readiness-delay", o.HPAInitialReadinessDelay, "As kube-controller-manager's flag of this name, and set it to the same value: after the CPU initialization period, a group member that is not Ready and whose readiness last changed within this long of its start (never Ready) keeps its group-policy leader from reporting.")
 	fs.BoolVar(&o.EnableCustomMetrics, "enable-custom-metrics", o.EnableCustomMetrics, "Serve LeaderWorkerSet group metrics on custom.metrics.k8s.io (a cluster has one custom metrics APIService: enable only when this server owns it).")
 
 	o.SecureServing.AddFlags(fss.FlagSet("secure serving"))
@@ -181,6 +188,12 @@ func (o *Options) Validate() []error {
 	errs = append(errs, o.validateSources()...)
 	if _, err := group.ParsePolicy(o.DefaultGroupPolicy); err != nil {
 		errs = append(errs, fmt.Errorf("--default-group-policy: %w", err))
+	}
+	if o.HPACPUInitializationPeriod < 0 {
+		errs = append(errs, fmt.Errorf("--horizontal-pod-autoscaler-cpu-initialization-period must not be negative, got %s", o.HPACPUInitializationPeriod))
+	}
+	if o.HPAInitialReadinessDelay < 0 {
+		errs = append(errs, fmt.Errorf("--horizontal-pod-autoscaler-initial-readiness-delay must not be negative, got %s", o.HPAInitialReadinessDelay))
 	}
 	return errs
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 )
 
@@ -72,6 +73,14 @@ func TestValidate(t *testing.T) {
 			wants: []string{"--ukpd-endpoint"},
 		},
 		{name: "timeout equal to resolution", set: func(o *Options) { o.KubeletRequestTimeout = o.MetricResolution }, wants: []string{"below --metric-resolution"}},
+		{
+			name: "negative HPA readiness durations",
+			set: func(o *Options) {
+				o.HPACPUInitializationPeriod = -time.Second
+				o.HPAInitialReadinessDelay = -time.Second
+			},
+			wants: []string{"--horizontal-pod-autoscaler-cpu-initialization-period", "--horizontal-pod-autoscaler-initial-readiness-delay"},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -164,47 +173,26 @@ func TestRepeatedAPIServicesAccumulate(t *testing.T) {
 	}
 }
 
-func TestCertControllerValidate(t *testing.T) {
-	tests := []struct {
-		name  string
-		set   func(*CertControllerOptions)
-		wants []string
-	}{
-		{name: "defaults", set: func(*CertControllerOptions) {}},
-		{
-			name: "everything wrong",
-			set: func(o *CertControllerOptions) {
-				o.DNSNames = nil
-				o.Service = "group-metrics-server"
-				o.ServingSecret = o.CASecret
-				o.APIServices = []string{"metrics"}
-				o.SyncPeriod = 0
-				o.ServicePort = 0
-			},
-			wants: []string{"DNS name", "NAMESPACE/NAME", "must differ", "<version>.<group>", "--sync-period", "--service-port"},
-		},
-		{
-			name:  "propagation longer than the pair allows",
-			set:   func(o *CertControllerOptions) { o.ServingValidity = 10 * time.Minute },
-			wants: []string{"3 × the propagation delay"},
-		},
+// TestHPAReadinessDefaults: the readiness flags default to
+// kube-controller-manager's, so an unset server and an unset controller
+// manager agree.
+func TestHPAReadinessDefaults(t *testing.T) {
+	o := NewOptions()
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	for _, f := range o.Flags().FlagSets {
+		fs.AddFlagSet(f)
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			o := NewCertControllerOptions()
-			tc.set(o)
-			var got []string
-			for _, e := range o.Validate() {
-				got = append(got, e.Error())
-			}
-			if len(got) != len(tc.wants) {
-				t.Fatalf("got %d errors %q, want %d", len(got), got, len(tc.wants))
-			}
-			for i, w := range tc.wants {
-				if !strings.Contains(got[i], w) {
-					t.Errorf("error %d = %q, want it to contain %q", i, got[i], w)
-				}
-			}
-		})
+	for name, want := range map[string]string{
+		"horizontal-pod-autoscaler-cpu-initialization-period": "5m0s",
+		"horizontal-pod-autoscaler-initial-readiness-delay":   "30s",
+	} {
+		f := fs.Lookup(name)
+		if f == nil {
+			t.Errorf("no --%s", name)
+			continue
+		}
+		if f.DefValue != want {
+			t.Errorf("--%s defaults to %s, want %s", name, f.DefValue, want)
+		}
 	}
 }

@@ -1,0 +1,205 @@
+package hpacalc
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	core "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/kubernetes/pkg/controller/podautoscaler"
+	metricsclient "k8s.io/kubernetes/pkg/controller/podautoscaler/metrics"
+	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
+	metricsfake "k8s.io/metrics/pkg/client/clientset/versioned/fake"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+	"github.com/group-metrics-server/group-metrics-server/pkg/provider"
+	"github.com/group-metrics-server/group-metrics-server/pkg/store"
+)
+
+// scenarios is how many seeded scenarios run; each is read for CPU and
+// for memory.
+const scenarios = 400
+
+// kube-controller-manager's defaults, on both sides.
+const (
+	cpuInitializationPeriod = 5 * time.Minute
+	initialReadinessDelay   = 30 * time.Second
+)
+
+// decision is what one run of GetResourceReplicas gave.
+type decision struct {
+	replicas    int32
+	utilization int32
+	err         error
+}
+
+// direction is -1, 0 or 1: scale down, stay, scale up. An error keeps the
+// current scale, as the HPA does.
+func (d decision) direction(current int32) int {
+	switch {
+	case d.err != nil || d.replicas == current:
+		return 0
+	case d.replicas > current:
+		return 1
+	}
+	return -1
+}
+
+// TestHPACalculatorTwice runs the HPA's ReplicaCalculator on each scenario
+// twice: (A) on the leaders, with what this server's provider serves under
+// the group policy from the scenario's kubelet samples; (B) on every pod,
+// with its true usage, as one Deployment would present them.
+//
+// Equivalence, per scenario and resource:
+//
+//   - When every pod counts at face value (Ready as the HPA counts pods,
+//     fresh metrics; restarts and start-time drift in the samples
+//     included), A must read the same utilization as B, or one point off
+//     (the HPA truncates each side's ratio to a whole percent, and a
+//     leader's value is a whole number of millicores), and decide the same
+//     scale: A's desired groups equal B's desired pods rounded up to whole
+//     groups, unless one side sits exactly on the target. Exact: the same
+//     utilization and the same desired groups.
+//   - Otherwise some leader has no value (a member Pending, not ready,
+//     without fresh metrics, failed or being deleted), and A must be at
+//     least as conservative as B: it stays, or moves the way B moves. This
+//     holds while no pod uses more than max(100%, target) of its request,
+//     the HPA's own assumption for pods without metrics; the scenarios keep
+//     usage within requests.
+func TestHPACalculatorTwice(t *testing.T) {
+	now := time.Now().Truncate(time.Second)
+	var cases, faceValue, exact, rounding, withheld, withheldSame int
+	for seed := range scenarios {
+		s := generate(seed, now)
+		a, pods, held := leaderMetrics(t, s)
+		b := s.rawMetrics()
+		lister := podLister(t, pods)
+		leaders := labels.SelectorFromSet(labels.Set{group.LabelName: lwsName, group.LabelWorkerIndex: "0"})
+		all := labels.SelectorFromSet(labels.Set{group.LabelName: lwsName})
+		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			cases++
+			gotA := calculate(lister, a, int32(s.groups), s.target, r, leaders)
+			gotB := calculate(lister, b, int32(s.groups*s.size), s.target, r, all)
+			dirA, dirB := gotA.direction(int32(s.groups)), gotB.direction(int32(s.groups*s.size))
+			report := func(format string, args ...any) {
+				t.Errorf("%s: %s\n  A (leaders): %+v, direction %d\n  B (all pods): %+v, direction %d\n%s",
+					r, fmt.Sprintf(format, args...), gotA, dirA, gotB, dirB, s)
+			}
+			if held == 0 {
+				faceValue++
+				if gotA.err != nil || gotB.err != nil {
+					report("an error with every pod at face value")
+					continue
+				}
+				diff := gotA.utilization - gotB.utilization
+				onTarget := gotA.utilization == s.target || gotB.utilization == s.target
+				sameScale := gotA.replicas == (gotB.replicas+int32(s.size)-1)/int32(s.size)
+				switch {
+				case diff == 0 && sameScale:
+					exact++
+				case diff >= -1 && diff <= 1 && (sameScale || onTarget):
+					rounding++
+				default:
+					report("utilization or direction differs")
+				}
+				continue
+			}
+			withheld++
+			switch {
+			case dirA == dirB:
+				withheldSame++
+			case dirA != 0:
+				report("%d leaders without a value, and A moves where B does not", held)
+			}
+		}
+	}
+	t.Logf("%d scenarios, %d cases (CPU and memory each): %d with every pod at face value, of which %d exact and %d one point off; %d with a leader withheld, all at least as conservative, %d of them taking B's direction",
+		scenarios, cases, faceValue, exact, rounding, withheld, withheldSame)
+}
+
+// leaderMetrics feeds the scenario's scrapes to the server's store and
+// lists the leaders through its provider under the group policy. It
+// returns those metrics, the full pods, and how many leaders have no
+// value.
+func leaderMetrics(t *testing.T, s *scenario) ([]metricsv1beta1.PodMetrics, []*corev1.Pod, int) {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(s.now)
+	st := store.New(store.Config{Clock: clk, Sources: []string{"kubelet"}, FirstWindowMax: 2 * window, StaleAfter: 2*window + 10*time.Second})
+	times, batches, nodes := s.scrapes()
+	for i := range times {
+		st.Store("kubelet", nodes[i], &batches[i], times[i])
+	}
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, group.IndexName: group.IndexFunc})
+	pods := make([]*corev1.Pod, 0, len(s.members))
+	for _, m := range s.members {
+		pods = append(pods, m.pod)
+		trimmed, err := provider.TrimPod(m.pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := idx.Add(trimmed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := provider.New(provider.Config{
+		Pods:          corelisters.NewPodLister(idx),
+		Nodes:         corelisters.NewNodeLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, nil)),
+		Usage:         st,
+		Clock:         clk,
+		Groups:        idx,
+		DefaultPolicy: group.PolicyGroup,
+		Readiness:     group.Readiness{CPUInitializationPeriod: cpuInitializationPeriod, InitialReadinessDelay: initialReadinessDelay},
+	})
+	leaders := labels.SelectorFromSet(labels.Set{group.LabelName: lwsName, group.LabelWorkerIndex: "0"})
+	list, err := p.ListPodMetrics(context.Background(), namespace, leaders, fields.Everything())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]metricsv1beta1.PodMetrics, len(list))
+	for i := range list {
+		if err := metricsv1beta1.Convert_metrics_PodMetrics_To_v1beta1_PodMetrics(&list[i], &out[i], nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out, pods, s.groups - len(list)
+}
+
+func podLister(t *testing.T, pods []*corev1.Pod) corelisters.PodLister {
+	t.Helper()
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, p := range pods {
+		if err := idx.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return corelisters.NewPodLister(idx)
+}
+
+// calculate runs the HPA's own calculator on metrics, as the HPA controller
+// reads them through its REST metrics client. Tolerances are zero: their
+// fields are the controller's own, and zero is the strictest comparison.
+func calculate(lister corelisters.PodLister, metrics []metricsv1beta1.PodMetrics, current, target int32, r corev1.ResourceName, sel labels.Selector) decision {
+	client := &metricsfake.Clientset{}
+	client.AddReactor("list", "pods", func(action core.Action) (bool, runtime.Object, error) {
+		want := action.(core.ListAction).GetListRestrictions().Labels
+		out := &metricsv1beta1.PodMetricsList{}
+		for _, m := range metrics {
+			if want.Matches(labels.Set(m.Labels)) {
+				out.Items = append(out.Items, m)
+			}
+		}
+		return true, out, nil
+	})
+	calc := podautoscaler.NewReplicaCalculator(metricsclient.NewRESTMetricsClient(client.MetricsV1beta1(), nil, nil),
+		lister, cpuInitializationPeriod, initialReadinessDelay)
+	replicas, util, _, _, err := calc.GetResourceReplicas(context.Background(), current, target, r, podautoscaler.Tolerances{}, namespace, sel, "")
+	return decision{replicas: replicas, utilization: util, err: err}
+}
