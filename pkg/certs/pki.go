@@ -78,16 +78,9 @@ func ParseAuthority(certPEM, keyPEM []byte) (*Authority, error) {
 	if !cert.IsCA {
 		return nil, errors.New("CA certificate is not a CA")
 	}
-	block, _ := pem.Decode(keyPEM)
-	if block == nil {
-		return nil, errors.New("CA key: no PEM block")
-	}
-	key, err := x509.ParseECPrivateKey(block.Bytes)
+	key, err := parseKeyOf(cert, keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("CA key: %w", err)
-	}
-	if !key.PublicKey.Equal(cert.PublicKey) {
-		return nil, errors.New("CA key does not match its certificate")
 	}
 	return &Authority{Cert: cert, CertPEM: certPEM, Key: key, KeyPEM: keyPEM}, nil
 }
@@ -133,18 +126,26 @@ func ParsePair(certPEM, keyPEM []byte) (*Pair, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serving certificate: %w", err)
 	}
+	if _, err := parseKeyOf(cert, keyPEM); err != nil {
+		return nil, fmt.Errorf("serving key: %w", err)
+	}
+	return &Pair{Cert: cert, CertPEM: certPEM, KeyPEM: keyPEM}, nil
+}
+
+// parseKeyOf reads the EC private key of cert.
+func parseKeyOf(cert *x509.Certificate, keyPEM []byte) (*ecdsa.PrivateKey, error) {
 	block, _ := pem.Decode(keyPEM)
 	if block == nil {
-		return nil, errors.New("serving key: no PEM block")
+		return nil, errors.New("no PEM block")
 	}
 	key, err := x509.ParseECPrivateKey(block.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("serving key: %w", err)
+		return nil, err
 	}
 	if !key.PublicKey.Equal(cert.PublicKey) {
-		return nil, errors.New("serving key does not match its certificate")
+		return nil, errors.New("does not match its certificate")
 	}
-	return &Pair{Cert: cert, CertPEM: certPEM, KeyPEM: keyPEM}, nil
+	return key, nil
 }
 
 // signedBy says whether c verifies against ca (signature only: validity

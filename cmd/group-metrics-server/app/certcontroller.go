@@ -2,12 +2,9 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"os"
 
-	"github.com/spf13/pflag"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -25,19 +22,8 @@ const CertControllerCommand = "cert-controller"
 func runCertController(ctx context.Context, args []string) error {
 	o := options.NewCertControllerOptions()
 	fss := o.Flags()
-	fs := pflag.NewFlagSet(CertControllerCommand, pflag.ContinueOnError)
-	for _, name := range fss.Order {
-		fs.AddFlagSet(fss.FlagSets[name])
-	}
-	fs.Usage = func() { certControllerUsage(os.Stderr, fss) }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return nil
-		}
+	if help, err := parse(CertControllerCommand, fss, args, certControllerUsage); help || err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	if errs := o.Validate(); len(errs) > 0 {
 		return utilerrors.NewAggregate(errs)

@@ -29,23 +29,12 @@ func Run(ctx context.Context, args []string) error {
 	}
 	o := options.NewOptions()
 	fss := o.Flags()
-	fs := pflag.NewFlagSet("group-metrics-server", pflag.ContinueOnError)
-	for _, name := range fss.Order {
-		fs.AddFlagSet(fss.FlagSets[name])
-	}
-	fs.Usage = func() { usage(os.Stderr, fss) }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return nil
-		}
+	if help, err := parse("group-metrics-server", fss, args, usage); help || err != nil {
 		return err
 	}
 	if o.ShowVersion {
 		fmt.Println(Version)
 		return nil
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	if errs := o.Validate(); len(errs) > 0 {
 		return utilerrors.NewAggregate(errs)
@@ -65,6 +54,26 @@ func Run(ctx context.Context, args []string) error {
 	}
 	klog.InfoS("Starting group-metrics-server", "version", Version, "resolution", o.MetricResolution)
 	return srv.Run(ctx)
+}
+
+// parse parses args into the named flag sets, in their order; help says
+// that --help was asked for (and printed with usage).
+func parse(name string, fss cliflag.NamedFlagSets, args []string, usage func(io.Writer, cliflag.NamedFlagSets)) (help bool, err error) {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	for _, n := range fss.Order {
+		fs.AddFlagSet(fss.FlagSets[n])
+	}
+	fs.Usage = func() { usage(os.Stderr, fss) }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return true, nil
+		}
+		return false, err
+	}
+	if fs.NArg() > 0 {
+		return false, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	return false, nil
 }
 
 func usage(w io.Writer, fss cliflag.NamedFlagSets) {

@@ -45,21 +45,12 @@ func StartMetricsServer(ctx context.Context, c *cluster.Cluster, binDir, kubelet
 		return nil, err
 	}
 	kubeconfig := c.KubeconfigPath()
-	proc, err := c.StartProcess("metrics-server", filepath.Join(binDir, cluster.MetricsServerBinary),
-		"--kubeconfig="+kubeconfig,
-		"--authentication-kubeconfig="+kubeconfig,
-		"--authorization-kubeconfig="+kubeconfig,
-		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(ports[0]),
-		"--cert-dir="+certDir,
+	args := append(metricsServerArgs(kubeconfig, ports[0], certDir, kubeletCAFile, resolution, timeout),
 		"--tls-cert-file="+certFile,
 		"--tls-private-key-file="+keyFile,
 		"--kubelet-use-node-status-port",
-		"--kubelet-preferred-address-types=InternalIP",
-		"--kubelet-certificate-authority="+kubeletCAFile,
-		"--metric-resolution="+resolution.String(),
-		"--kubelet-request-timeout="+timeout.String(),
 	)
+	proc, err := c.StartProcess("metrics-server", filepath.Join(binDir, cluster.MetricsServerBinary), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -79,6 +70,24 @@ func StartMetricsServer(ctx context.Context, c *cluster.Cluster, binDir, kubelet
 		return nil
 	})
 	return m, err
+}
+
+// metricsServerArgs are the flags a metrics-server process on the host
+// needs: the cluster's kubeconfig for its client and delegated checks, a
+// loopback port, a certificate directory, the fleet's CA.
+func metricsServerArgs(kubeconfig string, port int, certDir, kubeletCAFile string, resolution, timeout time.Duration) []string {
+	return []string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + certDir,
+		"--kubelet-preferred-address-types=InternalIP",
+		"--kubelet-certificate-authority=" + kubeletCAFile,
+		"--metric-resolution=" + resolution.String(),
+		"--kubelet-request-timeout=" + timeout.String(),
+	}
 }
 
 // RESTConfig reaches metrics-server directly as the cluster admin.

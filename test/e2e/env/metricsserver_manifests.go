@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -39,18 +38,11 @@ func DeployMetricsServerManifests(ctx context.Context, c *cluster.Cluster, binDi
 	if err != nil {
 		return nil, err
 	}
-	objs, err := Render(ctx, c, filepath.Join(dir, metricsServerManifests))
+	w, err := renderWorkload(ctx, c, filepath.Join(dir, metricsServerManifests), metricsServerDeployment, metricsServerDeployment)
 	if err != nil {
 		return nil, err
 	}
-	deploy, err := findNamed(objs, "Deployment", metricsServerDeployment)
-	if err != nil {
-		return nil, err
-	}
-	manifestArgs, sa, err := containerArgs(deploy, metricsServerDeployment)
-	if err != nil {
-		return nil, err
-	}
+	objs, deploy, manifestArgs, sa := w.objs, w.deploy, w.args, w.serviceAccount
 	ports, err := cluster.FreePorts(1)
 	if err != nil {
 		return nil, err
@@ -84,18 +76,7 @@ func DeployMetricsServerManifests(ctx context.Context, c *cluster.Cluster, binDi
 	if err := os.MkdirAll(certDir, 0o755); err != nil {
 		return nil, err
 	}
-	args := append(append([]string{}, manifestArgs...),
-		"--kubeconfig="+kubeconfig,
-		"--authentication-kubeconfig="+kubeconfig,
-		"--authorization-kubeconfig="+kubeconfig,
-		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(ports[0]),
-		"--cert-dir="+certDir,
-		"--kubelet-preferred-address-types=InternalIP",
-		"--kubelet-certificate-authority="+kubeletCAFile,
-		"--metric-resolution="+resolution.String(),
-		"--kubelet-request-timeout="+timeout.String(),
-	)
+	args := append(append([]string{}, manifestArgs...), metricsServerArgs(kubeconfig, ports[0], certDir, kubeletCAFile, resolution, timeout)...)
 	proc, err := c.StartProcess("metrics-server-release", filepath.Join(binDir, cluster.MetricsServerBinary), args...)
 	if err != nil {
 		return nil, err

@@ -126,18 +126,11 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 	if err := cfg.complete(); err != nil {
 		return nil, err
 	}
-	objs, err := Render(ctx, c, cfg.ManifestsDir)
+	w, err := renderWorkload(ctx, c, cfg.ManifestsDir, serverDeployment, serverContainer)
 	if err != nil {
 		return nil, err
 	}
-	deploy, err := findNamed(objs, "Deployment", serverDeployment)
-	if err != nil {
-		return nil, err
-	}
-	manifestArgs, sa, err := containerArgs(deploy, serverContainer)
-	if err != nil {
-		return nil, err
-	}
+	objs, deploy, manifestArgs, sa := w.objs, w.deploy, w.args, w.serviceAccount
 	mounts, err := secretMounts(deploy, serverContainer)
 	if err != nil {
 		return nil, err
