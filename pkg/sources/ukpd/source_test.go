@@ -392,7 +392,8 @@ func TestScrapeStartedAtMovesAlone(t *testing.T) {
 	e := newScrapeEnv(t, FormatJSON, newPod("default", "web-0", "kraftlet-a", "app"))
 	e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.04, RSSBytes: 1})
 	st := store.New(store.Config{Clock: e.clk, Sources: []string{SourceName}, FirstWindowMax: 30 * time.Second, StaleAfter: time.Minute})
-	for i := range 6 {
+	var lastWindowEnd time.Time
+	for i := range 10 {
 		if i == 3 {
 			if err := e.fake.SetFault(fakeukpd.ClockBackwards(time.Hour)); err != nil {
 				t.Fatal(err)
@@ -407,5 +408,11 @@ func TestScrapeStartedAtMovesAlone(t *testing.T) {
 		if c := u.Containers[0].CPUNanoCores; c != 40_000_000 {
 			t.Errorf("scrape %d: %d nanocores, want 40m", i, c)
 		}
+		// The scrape that saw the start move is a baseline; every later
+		// one yields a rate of its own again, not the old one kept.
+		if i != 3 && i > 0 && !u.Timestamp.After(lastWindowEnd) {
+			t.Errorf("scrape %d: the rate ends at %s, no later than the last one: no new rate", i, u.Timestamp)
+		}
+		lastWindowEnd = u.Timestamp
 	}
 }

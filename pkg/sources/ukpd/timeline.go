@@ -109,8 +109,11 @@ func advance(prev *timeline, s Sample, state string, now time.Time) timeline {
 		// The start moved but the counter did not go back: started_at
 		// may have moved without a restart (a clock that was set), or
 		// the new run used more than the whole previous one. Either way
-		// the counter's start is unknown: a baseline, no rate.
-		p.StartTime = p.Timestamp
+		// the counter's start is unknown: a baseline, no rate. A start at
+		// the previous sample is what the store takes for that (a
+		// restart whose counter did not go back), and the next sample,
+		// with the same start, is past it: a rate again.
+		p.StartTime = prev.point.Timestamp
 	}
 	next.point = p
 	return next

@@ -78,7 +78,7 @@ func TestAdvance(t *testing.T) {
 		{
 			name: "started_at moved, the counter did not go back: a baseline, no rate",
 			prev: running(1, time.Minute), sample: moved(sample(1, 9e9, time.Minute+15*time.Second)), state: stateRunning,
-			want: &sources.Point{Timestamp: prevPoint.Timestamp.Add(15 * time.Second), StartTime: prevPoint.Timestamp.Add(15 * time.Second), CPUCoreNanos: 9e9, MemoryBytes: 5},
+			want: &sources.Point{Timestamp: prevPoint.Timestamp.Add(15 * time.Second), StartTime: prevPoint.Timestamp, CPUCoreNanos: 9e9, MemoryBytes: 5},
 		},
 		{
 			name: "start_count moved, started_at did not: still a new start",
