@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/ukpd"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
@@ -32,21 +30,7 @@ func TestUkpdFaults(t *testing.T) {
 	)
 	newNamespace(ctx, t, ns)
 	client := suite.cluster.Client()
-	if err := env.AddKraftletNode(ctx, suite.cluster, node); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := client.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil {
-			t.Errorf("delete node %s: %v", node, err)
-		}
-	})
-	syncCtx, stopSync := context.WithCancel(ctx)
-	t.Cleanup(stopSync)
-	if _, err := env.SyncInstances(syncCtx, client, node, suite.ukpd.Control, env.UkpdUsage{CPU: "40m", Memory: "64Mi"}); err != nil {
-		t.Fatal(err)
-	}
+	kraftletNode(ctx, t, node, env.UkpdUsage{CPU: "40m", Memory: "64Mi"})
 	uk := env.DeploymentSpec{Namespace: ns, Name: "uk", Replicas: 2, CPURequest: "100m"}
 	if err := env.CreateKraftletDeployment(ctx, client, uk); err != nil {
 		t.Fatal(err)

@@ -219,3 +219,28 @@ func instancesIn(ns, prefix string) int {
 	}
 	return n
 }
+
+// kraftletNode registers a kraftlet node named node, with no kubelet, whose
+// Running pods get ukpd instances of the suite's fake ukpd at usage, and
+// removes both when the test ends.
+func kraftletNode(ctx context.Context, t *testing.T, node string, usage env.UkpdUsage) *env.InstanceSync {
+	t.Helper()
+	client := suite.cluster.Client()
+	if err := env.AddKraftletNode(ctx, suite.cluster, node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := client.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("delete node %s: %v", node, err)
+		}
+	})
+	syncCtx, stopSync := context.WithCancel(ctx)
+	t.Cleanup(stopSync)
+	instances, err := env.SyncInstances(syncCtx, client, node, suite.ukpd.Control, usage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return instances
+}

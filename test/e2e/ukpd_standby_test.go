@@ -35,22 +35,7 @@ func TestUkpdStandby(t *testing.T) {
 	upBound := metricLag + 3*o.HPASyncPeriod + o.HPACPUInitializationPeriod + slack
 	downBound := metricLag + o.HPADownscaleStabilization + 3*o.HPASyncPeriod + slack
 
-	if err := env.AddKraftletNode(ctx, suite.cluster, node); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := client.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil {
-			t.Errorf("delete node %s: %v", node, err)
-		}
-	})
-	syncCtx, stopSync := context.WithCancel(ctx)
-	t.Cleanup(stopSync)
-	instances, err := env.SyncInstances(syncCtx, client, node, suite.ukpd.Control, env.UkpdUsage{CPU: "10m", Memory: "64Mi"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	instances := kraftletNode(ctx, t, node, env.UkpdUsage{CPU: "10m", Memory: "64Mi"})
 	if err := instances.SetStandby(ctx, ns, true); err != nil {
 		t.Fatal(err)
 	}

@@ -40,22 +40,7 @@ func TestUkpdPods(t *testing.T) {
 	metricsBound := metricLag + slack
 
 	began := time.Now()
-	if err := env.AddKraftletNode(ctx, suite.cluster, node); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := client.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil {
-			t.Errorf("delete node %s: %v", node, err)
-		}
-	})
-	syncCtx, stopSync := context.WithCancel(ctx)
-	t.Cleanup(stopSync)
-	instances, err := env.SyncInstances(syncCtx, client, node, suite.ukpd.Control, env.UkpdUsage{CPU: "40m", Memory: "64Mi"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	instances := kraftletNode(ctx, t, node, env.UkpdUsage{CPU: "40m", Memory: "64Mi"})
 	t.Logf("kraftlet node %s Ready and instance sync running after %v", node, time.Since(began).Round(time.Millisecond))
 
 	web := env.DeploymentSpec{Namespace: ns, Name: "web", Replicas: 2, CPURequest: "100m"}
