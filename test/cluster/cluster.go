@@ -15,6 +15,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
 // Stop order: processes in a lower tier are stopped, all at once, before the
@@ -320,5 +322,5 @@ func (c *Cluster) IssueServingCert(name string, hosts ...string) (certFile, keyF
 		return "", "", fmt.Errorf("invalid certificate name %q", name)
 	}
 	dir := filepath.Join(c.pkiDir, "issued")
-	return c.pki.ca.issue(dir, name, certRequest{commonName: name, hosts: hosts, server: true})
+	return c.pki.ca.issue(dir, name, pki.Leaf{CommonName: name, Hosts: hosts, Server: true})
 }

@@ -44,7 +44,7 @@ func TestClusterPKI(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cert := readCert(t, tt.certFile)
 			pool := x509.NewCertPool()
-			pool.AddCert(tt.roots.cert)
+			pool.AppendCertsFromPEM(tt.roots.certPEM())
 			_, err := cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: tt.host, KeyUsages: []x509.ExtKeyUsage{tt.usage}})
 			if err != nil {
 				t.Errorf("verify: %v", err)

@@ -11,6 +11,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
 // ports are the loopback ports of the control plane.
@@ -67,11 +69,11 @@ type clusterPKI struct {
 }
 
 // clientIdentities are the users the control plane's own kubeconfigs act as.
-var clientIdentities = map[string]certRequest{
-	"admin":                   {commonName: "kubernetes-admin", organizations: []string{"system:masters"}, client: true},
-	"kube-controller-manager": {commonName: "system:kube-controller-manager", client: true},
-	"kube-scheduler":          {commonName: "system:kube-scheduler", client: true},
-	"kwok":                    {commonName: "kwok-controller", organizations: []string{"system:masters"}, client: true},
+var clientIdentities = map[string]pki.Leaf{
+	"admin":                   {CommonName: "kubernetes-admin", Organizations: []string{"system:masters"}, Client: true},
+	"kube-controller-manager": {CommonName: "system:kube-controller-manager", Client: true},
+	"kube-scheduler":          {CommonName: "system:kube-scheduler", Client: true},
+	"kwok":                    {CommonName: "kwok-controller", Organizations: []string{"system:masters"}, Client: true},
 }
 
 func newClusterPKI(dir string) (*clusterPKI, error) {
@@ -90,20 +92,20 @@ func newClusterPKI(dir string) (*clusterPKI, error) {
 		"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
 	}
 	if p.apiServerCert, p.apiServerKey, err = p.ca.issue(dir, "apiserver",
-		certRequest{commonName: "kube-apiserver", hosts: serving, server: true}); err != nil {
+		pki.Leaf{CommonName: "kube-apiserver", Hosts: serving, Server: true}); err != nil {
 		return nil, err
 	}
 	if p.frontProxyClientCert, p.frontProxyClientKey, err = p.frontProxyCA.issue(dir, "front-proxy-client",
-		certRequest{commonName: "front-proxy-client", client: true}); err != nil {
+		pki.Leaf{CommonName: "front-proxy-client", Client: true}); err != nil {
 		return nil, err
 	}
 	local := []string{loopback, "localhost"}
 	if p.controllerManagerCert, p.controllerManagerKey, err = p.ca.issue(dir, "controller-manager-serving",
-		certRequest{commonName: "kube-controller-manager", hosts: local, server: true}); err != nil {
+		pki.Leaf{CommonName: "kube-controller-manager", Hosts: local, Server: true}); err != nil {
 		return nil, err
 	}
 	if p.schedulerCert, p.schedulerKey, err = p.ca.issue(dir, "scheduler-serving",
-		certRequest{commonName: "kube-scheduler", hosts: local, server: true}); err != nil {
+		pki.Leaf{CommonName: "kube-scheduler", Hosts: local, Server: true}); err != nil {
 		return nil, err
 	}
 	for name, req := range clientIdentities {

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
 type staticAuthenticator map[string]bool
@@ -20,7 +22,7 @@ func TestAuthentication(t *testing.T) {
 	stranger := otherCA(t)
 	f, _ := newTestFleet(t, Config{
 		Tokens:             []string{testToken, "second-token"},
-		ClientCAPEM:        clientCA.certPEM,
+		ClientCAPEM:        clientCA.CertPEM(),
 		TokenAuthenticator: staticAuthenticator{"reviewed-token": true},
 	})
 	n := addNode(t, f, "node-a")
@@ -29,11 +31,11 @@ func TestAuthentication(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caCert, caKey, err := clientCA.clientCertificate(t0, "scraper", nil)
+	caCert, caKey, err := clientCA.Issue(t0, pki.Leaf{CommonName: "scraper", Client: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	strangerCert, strangerKey, err := stranger.clientCertificate(t0, "intruder", nil)
+	strangerCert, strangerKey, err := stranger.Issue(t0, pki.Leaf{CommonName: "intruder", Client: true})
 	if err != nil {
 		t.Fatal(err)
 	}

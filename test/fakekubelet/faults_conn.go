@@ -3,11 +3,11 @@ package fakekubelet
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
 	"net"
 	"time"
+
+	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
 // prepareConnectionFault makes the serving certificate a connection fault
@@ -21,31 +21,26 @@ func (n *Node) prepareConnectionFault(kind FaultKind) error {
 	}
 	now := n.fleet.cfg.Clock.Now()
 	var (
-		certPEM, keyPEM []byte
-		err             error
+		c   tls.Certificate
+		err error
 	)
 	switch kind {
 	case FaultUntrustedCertificate:
 		// Right names, but signed by a CA nobody was told about.
-		var other *authority
+		var other *pki.CA
 		if other, err = newAuthority(now); err == nil {
-			certPEM, keyPEM, err = other.issue(now, servingTemplate(n.name))
+			c, err = other.TLSCertificate(now, servingLeaf(n.name))
 		}
 	case FaultWrongNameCertificate:
 		// The fleet's CA, but for a name the node is not reached by.
-		certPEM, keyPEM, err = n.fleet.ca.issue(now, &x509.Certificate{
-			Subject:     pkix.Name{CommonName: "not-" + n.name},
-			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-			DNSNames:    []string{"not-" + n.name + ".invalid"},
-			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 254)},
+		c, err = n.fleet.ca.TLSCertificate(now, pki.Leaf{
+			CommonName: "not-" + n.name,
+			Hosts:      []string{"not-" + n.name + ".invalid", "127.0.0.254"},
+			Server:     true,
 		})
 	default:
 		return fmt.Errorf("%s is not a connection fault", kind)
 	}
-	if err != nil {
-		return fmt.Errorf("node %q: certificate for %s: %w", n.name, kind, err)
-	}
-	c, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return fmt.Errorf("node %q: certificate for %s: %w", n.name, kind, err)
 	}

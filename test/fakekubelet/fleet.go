@@ -12,6 +12,8 @@ import (
 
 	"k8s.io/client-go/informers"
 	"k8s.io/utils/clock"
+
+	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
 // Defaults applied by NewFleet to zero fields of Config.
@@ -68,7 +70,7 @@ type Config struct {
 type Fleet struct {
 	cfg      Config
 	tl       *timeline
-	ca       *authority
+	ca       *pki.CA
 	clientCA *x509.CertPool
 	tokens   map[string]bool
 
@@ -129,7 +131,7 @@ func NewFleet(cfg Config) (*Fleet, error) {
 		return nil, err
 	}
 	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
+	pool.AppendCertsFromPEM(ca.CertPEM())
 	if len(cfg.ClientCAPEM) > 0 && !pool.AppendCertsFromPEM(cfg.ClientCAPEM) {
 		return nil, errors.New("client CA PEM holds no certificate")
 	}
@@ -153,19 +155,19 @@ func NewFleet(cfg Config) (*Fleet, error) {
 
 // CACertPEM returns the PEM of the CA that signs every node's serving
 // certificate (what --kubelet-certificate-authority should point at).
-func (f *Fleet) CACertPEM() []byte { return append([]byte(nil), f.ca.certPEM...) }
+func (f *Fleet) CACertPEM() []byte { return f.ca.CertPEM() }
 
 // CertPool returns a pool holding the fleet CA.
 func (f *Fleet) CertPool() *x509.CertPool {
 	p := x509.NewCertPool()
-	p.AddCert(f.ca.cert)
+	p.AppendCertsFromPEM(f.ca.CertPEM())
 	return p
 }
 
 // IssueClientCertificate returns a client certificate and key, in PEM, signed
 // by the fleet CA, which every node accepts.
 func (f *Fleet) IssueClientCertificate(user string, groups ...string) (certPEM, keyPEM []byte, err error) {
-	return f.ca.clientCertificate(f.cfg.Clock.Now(), user, groups)
+	return f.ca.Issue(f.cfg.Clock.Now(), pki.Leaf{CommonName: user, Organizations: groups, Client: true})
 }
 
 // AddNode starts a fake kubelet for nodeName on 127.0.0.1:port; port 0 picks
@@ -174,9 +176,9 @@ func (f *Fleet) AddNode(nodeName string, port int) (*Node, error) {
 	if nodeName == "" {
 		return nil, errors.New("node name must not be empty")
 	}
-	certificate, err := f.ca.servingCertificate(f.cfg.Clock.Now(), nodeName)
+	certificate, err := f.ca.TLSCertificate(f.cfg.Clock.Now(), servingLeaf(nodeName))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("serving certificate for node %q: %w", nodeName, err)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -10,6 +10,8 @@ import (
 
 	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
 // t0 is a whole second, so sample instants fall on whole seconds from it.
@@ -125,8 +127,8 @@ func clientCertificate(t *testing.T, certPEM, keyPEM []byte) tls.Certificate {
 	return c
 }
 
-// otherCA returns a CA unrelated to the fleet's, as PEM, and the authority.
-func otherCA(t *testing.T) *authority {
+// otherCA returns a CA unrelated to the fleet's.
+func otherCA(t *testing.T) *pki.CA {
 	t.Helper()
 	a, err := newAuthority(t0)
 	if err != nil {

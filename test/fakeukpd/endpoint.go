@@ -136,13 +136,13 @@ func (e *Endpoint) prepareLocked(kind FaultKind) error {
 		var other *CA
 		if other, err = NewCA(now); err == nil {
 			host, _, _ := net.SplitHostPort(e.addr)
-			c, err = other.ServingCertificate(now, host, "localhost")
+			c, err = other.TLSCertificate(now, ServingLeaf(host, "localhost"))
 		}
 	} else {
 		if e.cfg.CA == nil {
 			return fmt.Errorf("fault %s needs the endpoint's CA", kind)
 		}
-		c, err = e.cfg.CA.ServingCertificate(now, "wrong-name.invalid", "127.0.0.254")
+		c, err = e.cfg.CA.TLSCertificate(now, ServingLeaf("wrong-name.invalid", "127.0.0.254"))
 	}
 	if err != nil {
 		return fmt.Errorf("certificate for %s: %w", kind, err)

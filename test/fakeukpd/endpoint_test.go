@@ -48,7 +48,7 @@ func TestEndpointTransportFaults(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cert, err := ca.ServingCertificate(time.Now(), "127.0.0.1")
+			cert, err := ca.TLSCertificate(time.Now(), ServingLeaf("127.0.0.1"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,7 +109,7 @@ func TestEndpointRejects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, err := ca.ServingCertificate(time.Now(), "127.0.0.1")
+	cert, err := ca.TLSCertificate(time.Now(), ServingLeaf("127.0.0.1"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,7 +77,7 @@ func StartUkpd(dir string) (*Ukpd, error) {
 	if err != nil {
 		return nil, err
 	}
-	cert, err := ca.ServingCertificate(time.Now(), "127.0.0.1", "localhost")
+	cert, err := ca.TLSCertificate(time.Now(), fakeukpd.ServingLeaf("127.0.0.1", "localhost"))
 	if err != nil {
 		return nil, err
 	}

@@ -127,7 +127,7 @@ func serveTLS(ln net.Listener, dir string) (net.Listener, []byte, error) {
 	if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil {
 		hosts = append(hosts, host)
 	}
-	cert, err := ca.ServingCertificate(now, hosts...)
+	cert, err := ca.TLSCertificate(now, fakeukpd.ServingLeaf(hosts...))
 	if err != nil {
 		return nil, nil, err
 	}

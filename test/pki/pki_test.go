@@ -1,0 +1,117 @@
+package pki
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestIssue(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	ca, err := NewCA("test-ca", now, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := NewCA("other-ca", now, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name      string
+		leaf      Leaf
+		usage     x509.ExtKeyUsage
+		wantIPs   []string
+		wantNames []string
+	}{
+		{name: "serving", leaf: Leaf{CommonName: "node-0", Hosts: []string{"127.0.0.1", "localhost", "node-0"}, Server: true},
+			usage: x509.ExtKeyUsageServerAuth, wantIPs: []string{"127.0.0.1"}, wantNames: []string{"localhost", "node-0"}},
+		{name: "client", leaf: Leaf{CommonName: "admin", Organizations: []string{"system:masters"}, Client: true},
+			usage: x509.ExtKeyUsageClientAuth},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pair, err := ca.TLSCertificate(now, tc.leaf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			leaf, err := x509.ParseCertificate(pair.Certificate[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ips []string
+			for _, ip := range leaf.IPAddresses {
+				ips = append(ips, ip.String())
+			}
+			if diff := cmp.Diff(tc.wantIPs, ips); diff != "" {
+				t.Errorf("IP SANs (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantNames, leaf.DNSNames); diff != "" {
+				t.Errorf("DNS SANs (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.leaf.Organizations, leaf.Subject.Organization); diff != "" {
+				t.Errorf("organizations (-want +got):\n%s", diff)
+			}
+			verify := func(ca *CA, at time.Time) error {
+				pool := x509.NewCertPool()
+				pool.AppendCertsFromPEM(ca.CertPEM())
+				_, err := leaf.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: at, KeyUsages: []x509.ExtKeyUsage{tc.usage}})
+				return err
+			}
+			if err := verify(ca, now.Add(-Backdate/2)); err != nil {
+				t.Errorf("a verifier a little behind: %v", err)
+			}
+			if err := verify(ca, now.Add(23*time.Hour)); err != nil {
+				t.Errorf("within the CA's life: %v", err)
+			}
+			if err := verify(ca, now.Add(25*time.Hour)); err == nil {
+				t.Error("verified after the CA expired")
+			}
+			if err := verify(other, now); err == nil {
+				t.Error("verified against another CA")
+			}
+		})
+	}
+}
+
+func TestFiles(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	ca, err := NewCA("files-ca", now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, caKey, err := ca.WriteCA(dir, "ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tls.LoadX509KeyPair(caCert, caKey); err != nil {
+		t.Errorf("CA files do not load as a pair: %v", err)
+	}
+	certFile, keyFile, err := ca.IssueFiles(now, dir, "server", Leaf{CommonName: "server", Hosts: []string{"::1"}, Server: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, _ := x509.ParseCertificate(pair.Certificate[0])
+	if len(leaf.IPAddresses) != 1 || !leaf.IPAddresses[0].Equal(net.IPv6loopback) {
+		t.Errorf("IP SANs %v, want [::1]", leaf.IPAddresses)
+	}
+	for file, want := range map[string]os.FileMode{caKey: 0o600, keyFile: 0o600, certFile: 0o644, filepath.Join(dir, "ca.crt"): 0o644} {
+		fi, err := os.Stat(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got != want {
+			t.Errorf("%s: mode %v, want %v", filepath.Base(file), got, want)
+		}
+	}
+}
