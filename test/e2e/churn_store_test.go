@@ -115,7 +115,7 @@ func settledMemory(ctx context.Context, t *testing.T, ep endpoint, pid int) (rss
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, _, err := promValue(body, "go_memstats_heap_inuse_bytes")
+	h, _, err := env.PromValue(body, "go_memstats_heap_inuse_bytes")
 	if err != nil {
 		t.Fatal(err)
 	}

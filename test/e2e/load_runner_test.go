@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -169,6 +170,13 @@ func fetch(ctx context.Context, ep endpoint, sh shape) result {
 // turn (client i starting at shape i), back to back, until d has passed or
 // ctx is done. It returns every request's result.
 func runLoad(ctx context.Context, eps []endpoint, shapes []shape, clients int, d time.Duration) []result {
+	return runLoadCounting(ctx, eps, shapes, clients, d, nil)
+}
+
+// runLoadCounting is runLoad that adds one to answered (when not nil) for
+// every request that succeeds, so a caller can wait for the load to be under
+// way rather than for time to pass.
+func runLoadCounting(ctx context.Context, eps []endpoint, shapes []shape, clients int, d time.Duration, answered *atomic.Int64) []result {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var (
@@ -186,6 +194,9 @@ func runLoad(ctx context.Context, eps []endpoint, shapes []shape, clients int, d
 						break // cut short by the end of the run
 					}
 					mine = append(mine, r)
+					if answered != nil && !r.failed() {
+						answered.Add(1)
+					}
 				}
 				mu.Lock()
 				out = append(out, mine...)
@@ -274,34 +285,6 @@ func firstFailures(rs []result, n int) ([]string, int) {
 	return out, total
 }
 
-// promValue sums the samples of the metric name in a Prometheus text
-// exposition whose labels contain every one of labels (`key="value"`), and
-// reports whether there was any.
-func promValue(body, name string, labels ...string) (float64, bool, error) {
-	var sum float64
-	found := false
-lines:
-	for _, line := range strings.Split(body, "\n") {
-		rest, ok := strings.CutPrefix(line, name)
-		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') {
-			continue
-		}
-		for _, l := range labels {
-			if !strings.Contains(rest, l) {
-				continue lines
-			}
-		}
-		f := strings.Fields(rest)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			return 0, false, fmt.Errorf("parse %q: %w", line, err)
-		}
-		sum += v
-		found = true
-	}
-	return sum, found, nil
-}
-
 // selfMetrics fetches a server's /metrics through ep.
 func selfMetrics(ctx context.Context, ep endpoint) (string, error) {
 	code, body, err := env.Get(ctx, ep.client, ep.base+"/metrics")
@@ -314,9 +297,9 @@ func selfMetrics(ctx context.Context, ep endpoint) (string, error) {
 	return body, nil
 }
 
-// mustValue is promValue for a metric that must be present.
+// mustValue is env.PromValue for a metric that must be present.
 func mustValue(body, name string, labels ...string) (float64, error) {
-	v, ok, err := promValue(body, name, labels...)
+	v, ok, err := env.PromValue(body, name, labels...)
 	if err == nil && !ok {
 		err = fmt.Errorf("no sample of %s%v in /metrics", name, labels)
 	}
@@ -324,3 +307,18 @@ func mustValue(body, name string, labels ...string) (float64, error) {
 }
 
 func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// waitAnswered waits until answered reaches n, or fails after bound.
+func waitAnswered(ctx context.Context, answered *atomic.Int64, n int64, bound time.Duration) error {
+	deadline := time.Now().Add(bound)
+	return poll(ctx, fmt.Sprintf("%d answered requests", n), func(context.Context) error {
+		got := answered.Load()
+		switch {
+		case got >= n:
+			return nil
+		case time.Now().After(deadline):
+			return fmt.Errorf("only %d requests answered after %v", got, bound)
+		}
+		return fmt.Errorf("%d requests answered", got)
+	})
+}

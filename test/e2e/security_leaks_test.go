@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -99,7 +98,7 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 	}
 	defer client.CloseIdleConnections()
 	base := suite.server.RESTConfig().Host
-	before, err := ukpdMetric(ctx, client, base, `group_metrics_server_scraper_target_failures_total{reason="http_status",source="ukpd"}`)
+	before, err := ukpdMetric(ctx, client, base, "group_metrics_server_scraper_target_failures_total", `reason="http_status"`, `source="ukpd"`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +120,7 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 	waitCtx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	err = poll(waitCtx, "the server to count a refused ukpd scrape", func(ctx context.Context) error {
-		n, err := ukpdMetric(ctx, client, base, `group_metrics_server_scraper_target_failures_total{reason="http_status",source="ukpd"}`)
+		n, err := ukpdMetric(ctx, client, base, "group_metrics_server_scraper_target_failures_total", `reason="http_status"`, `source="ukpd"`)
 		if err != nil {
 			return err
 		}
@@ -147,7 +146,7 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 	waitCtx2, cancel2 := context.WithTimeout(ctx, bound)
 	defer cancel2()
 	err = poll(waitCtx2, "the ukpd target to be healthy again", func(ctx context.Context) error {
-		n, err := ukpdMetric(ctx, client, base, `group_metrics_server_scraper_targets{source="ukpd",state="healthy"}`)
+		n, err := ukpdMetric(ctx, client, base, "group_metrics_server_scraper_targets", `source="ukpd"`, `state="healthy"`)
 		if err != nil {
 			return err
 		}
@@ -182,7 +181,7 @@ func linesWith(path string, words ...string) ([]string, error) {
 
 // ukpdMetric returns the value of one series of the server's /metrics, 0
 // when it is absent.
-func ukpdMetric(ctx context.Context, client *http.Client, base, series string) (float64, error) {
+func ukpdMetric(ctx context.Context, client *http.Client, base, name string, labels ...string) (float64, error) {
 	code, body, err := env.Get(ctx, client, base+"/metrics")
 	if err != nil {
 		return 0, err
@@ -190,12 +189,8 @@ func ukpdMetric(ctx context.Context, client *http.Client, base, series string) (
 	if code != http.StatusOK {
 		return 0, fmt.Errorf("/metrics: %d: %.200s", code, body)
 	}
-	for _, line := range strings.Split(body, "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
-		}
-	}
-	return 0, nil
+	v, _, err := env.PromValue(body, name, labels...)
+	return v, err
 }
 
 func randomHex(t *testing.T) string {

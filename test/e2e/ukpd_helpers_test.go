@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -101,25 +100,8 @@ func serverMetric(ctx context.Context, name string, labels ...string) (float64, 
 	if code != http.StatusOK {
 		return 0, fmt.Errorf("/metrics: status %d: %.200s", code, body)
 	}
-	var sum float64
-lines:
-	for _, line := range strings.Split(body, "\n") {
-		if !strings.HasPrefix(line, name+"{") {
-			continue
-		}
-		for _, l := range labels {
-			if !strings.Contains(line, l) {
-				continue lines
-			}
-		}
-		fields := strings.Fields(line)
-		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
-		if err != nil {
-			return 0, fmt.Errorf("parse %q: %w", line, err)
-		}
-		sum += v
-	}
-	return sum, nil
+	v, _, err := env.PromValue(body, name, labels...)
+	return v, err
 }
 
 // watchFreshness lists the metrics of pods every second until the returned

@@ -163,15 +163,12 @@ func ProcStartTime(pid int) (float64, error) {
 	return boot + float64(ticks)/userHZ, nil
 }
 
-// gaugeValue returns the value of the unlabelled sample name in a
-// Prometheus text exposition.
+// gaugeValue returns the value of the sample name in a Prometheus text
+// exposition.
 func gaugeValue(body, name string) (float64, error) {
-	for _, line := range strings.Split(body, "\n") {
-		rest, ok := strings.CutPrefix(line, name+" ")
-		if !ok {
-			continue
-		}
-		return strconv.ParseFloat(strings.TrimSpace(rest), 64)
+	v, ok, err := PromValue(body, name)
+	if err == nil && !ok {
+		err = fmt.Errorf("no sample %s", name)
 	}
-	return 0, fmt.Errorf("no sample %s", name)
+	return v, err
 }
