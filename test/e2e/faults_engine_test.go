@@ -52,8 +52,9 @@ type faultCase struct {
 	counter []string
 	outcome faultOutcome
 	dropped map[string]bool
-	// low allows CPU below the told value (a rate over a window that
-	// started after the counter did).
+	// low allows CPU below the told value in the samples taken by the
+	// first scrape after the fault (a rate over a window that started
+	// before the counter did); every later sample must be right.
 	low bool
 }
 
@@ -163,6 +164,11 @@ func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) fa
 		t.Fatal(err)
 	}
 	w := faultWatch{t: t, metrics: mc, sc: sc, tc: tc, setAt: setAt}
+	if tc.low {
+		// The first scrape after the fault starts within a resolution and
+		// takes at most the timeout; samples carry whole seconds.
+		w.lowUntil = setAt.Add(suite.resolution + suite.timeout + time.Second)
+	}
 	limit := b.window
 	switch {
 	case tc.outcome == faultGone:
@@ -256,6 +262,8 @@ type faultWatch struct {
 	sc      faultScope
 	tc      faultCase
 	setAt   time.Time
+	// lowUntil: samples taken before it may read CPU low (faultCase.low).
+	lowUntil time.Time
 
 	healthyFresh  bool
 	gone          bool
@@ -287,6 +295,11 @@ func (w *faultWatch) observe(ctx context.Context) {
 	}
 	w.last = strings.Join(desc, " ")
 	w.lists++
+	for p := range served {
+		if _, ok := w.sc.told[p]; !ok {
+			w.wrong = append(w.wrong, fmt.Sprintf("%v after the fault: pod %s served, but no fake was told of it", now.Sub(w.setAt).Round(time.Millisecond), p))
+		}
+	}
 
 	fresh := true
 	for _, p := range w.sc.healthy {
@@ -315,7 +328,7 @@ func (w *faultWatch) observe(ctx context.Context) {
 			}
 			continue
 		}
-		if err := faultCheckValue(w.sc, w.tc.low, p, s); err != nil {
+		if err := faultCheckValue(w.sc, w.lowUntil, p, s); err != nil {
 			w.wrong = append(w.wrong, fmt.Sprintf("%v after the fault: %v", now.Sub(w.setAt).Round(time.Millisecond), err))
 		}
 	}
@@ -332,11 +345,14 @@ type faultServed struct {
 }
 
 // faultCheckValue says whether a served value is what the fakes were told.
-func faultCheckValue(sc faultScope, low bool, pod string, s faultServed) error {
+// A sample taken before lowUntil may read CPU low (never below zero, never
+// high); a pod no fake was told of is an error.
+func faultCheckValue(sc faultScope, lowUntil time.Time, pod string, s faultServed) error {
 	want, ok := sc.told[pod]
 	if !ok {
-		return nil
+		return fmt.Errorf("pod %s served, but no fake was told of it", pod)
 	}
+	low := s.at.Before(lowUntil)
 	d := float64(s.milliCPU-want.milliCPU) / float64(want.milliCPU)
 	if s.memory != want.memory || d > sc.tolerance || (d < -sc.tolerance && !low) || s.milliCPU < 0 {
 		return fmt.Errorf("pod %s served %dm and %d bytes; the fake was told %dm and %d bytes", pod, s.milliCPU, s.memory, want.milliCPU, want.memory)
@@ -363,6 +379,9 @@ func faultAllRight(ctx context.Context, sc faultScope, since time.Time) error {
 			s.memory += c.Usage.Memory().Value()
 		}
 		served[m.Name] = s
+		if _, ok := sc.told[m.Name]; !ok {
+			return fmt.Errorf("pod %s served, but no fake was told of it", m.Name)
+		}
 	}
 	for _, p := range append(append([]string{}, sc.affected...), sc.healthy...) {
 		s, ok := served[p]
@@ -372,7 +391,7 @@ func faultAllRight(ctx context.Context, sc faultScope, since time.Time) error {
 		case !s.at.After(since.Add(-time.Second)):
 			return fmt.Errorf("pod %s: sample of %s, not newer than %s", p, s.at.Format(time.TimeOnly), since.Format(time.TimeOnly))
 		}
-		if err := faultCheckValue(sc, false, p, s); err != nil {
+		if err := faultCheckValue(sc, time.Time{}, p, s); err != nil {
 			return err
 		}
 	}
