@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,7 +24,7 @@ import (
 
 const (
 	// haLoadDuration is how long clients list through the aggregator while
-	// one replica is killed, a third of the way in.
+	// one replica is killed, once every client has had ten answers.
 	haLoadDuration = 30 * time.Second
 	haClients      = 8
 )
@@ -184,13 +185,14 @@ func metricsRequests(ctx context.Context, c *env.PinnedClient) (float64, error) 
 	if err != nil {
 		return 0, err
 	}
-	n, _, err := promValue(body, "apiserver_request_total", `group="metrics.k8s.io"`)
+	n, _, err := env.PromValue(body, "apiserver_request_total", `group="metrics.k8s.io"`)
 	return n, err
 }
 
 // stopDuringLoad lists through the aggregator from haClients clients for
-// haLoadDuration and, a third of the way in, sends sig to the replica that
-// served most of those requests, and returns it once it has exited. Only
+// haLoadDuration and, once every client has had ten answers, sends sig to
+// the replica that served most of those requests, and returns it once it
+// has exited. Only
 // requests that meet the replica while it goes away may fail: those in
 // flight on it, and connections the aggregator opens to its listener before
 // the kernel has closed it. Any request sent more than stopMargin after the
@@ -215,10 +217,15 @@ func stopDuringLoad(ctx context.Context, t *testing.T, procs []*cluster.Process,
 		results []result
 	)
 	began := time.Now()
+	var answered atomic.Int64
 	wg.Go(func() {
-		results = runLoad(ctx, []endpoint{agg}, shapes, haClients, haLoadDuration)
+		results = runLoadCounting(ctx, []endpoint{agg}, shapes, haClients, haLoadDuration, &answered)
 	})
-	time.Sleep(haLoadDuration / 3)
+	// The victim is the replica that served most once every client has had
+	// ten answers; the rest of the run comes after the signal.
+	if err := waitAnswered(ctx, &answered, 10*haClients, haLoadDuration/3); err != nil {
+		t.Fatal(err)
+	}
 	during := counts()
 	var victim *cluster.Process
 	var served []string

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -159,9 +160,12 @@ func stopUnderLoad(ctx context.Context, t *testing.T, s *env.Server, eps []endpo
 		wg      sync.WaitGroup
 		results []result
 	)
-	wg.Go(func() { results = runLoad(loadCtx, eps, shapes, clients, exitBound()+time.Minute) })
-	// Let the clients get going: a second's worth of requests.
-	time.Sleep(time.Second)
+	var answered atomic.Int64
+	wg.Go(func() { results = runLoadCounting(loadCtx, eps, shapes, clients, exitBound()+time.Minute, &answered) })
+	// Let the clients get going: every client has had answers.
+	if err := waitAnswered(ctx, &answered, int64(4*clients*len(eps)), 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	sigAt := time.Now()
 	if err := syscall.Kill(proc.Pid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
