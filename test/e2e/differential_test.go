@@ -5,8 +5,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -95,7 +96,7 @@ func TestMatchesMetricsServer(t *testing.T) {
 		if err := b.settledSince(settled); err != nil {
 			return fmt.Errorf("metrics-server: %w", err)
 		}
-		report, err = compareSnapshots(a, b)
+		report, err = comparison{a: "group-metrics-server", b: "metrics-server"}.compare(a, b)
 		return err
 	})
 	if err != nil {
@@ -163,42 +164,50 @@ func (s metricsSnapshot) settledSince(t time.Time) error {
 	return nil
 }
 
-func compareSnapshots(a, b metricsSnapshot) (string, error) {
+// comparison compares two snapshots: the same pods and nodes, memory
+// exactly and CPU within cpuTolerance.
+type comparison struct {
+	a, b string // the two sides' names, for the report
+	// podsOnly leaves node values out of it (a node must still be on both
+	// sides): nodes sum every pod on them, including other tests' pods that
+	// may still be going away.
+	podsOnly bool
+}
+
+// compare returns a line per pod and node, and an error naming every
+// difference.
+func (c comparison) compare(x, y metricsSnapshot) (string, error) {
 	var diffs, lines []string
 	keys := map[string]bool{}
-	for k := range a {
+	for k := range x {
 		keys[k] = true
 	}
-	for k := range b {
+	for k := range y {
 		keys[k] = true
 	}
-	sorted := make([]string, 0, len(keys))
-	for k := range keys {
-		sorted = append(sorted, k)
-	}
-	sort.Strings(sorted)
+	sorted := slices.Sorted(maps.Keys(keys))
 	for _, k := range sorted {
-		x, okA := a[k]
-		y, okB := b[k]
+		u, inX := x[k]
+		v, inY := y[k]
 		switch {
-		case !okA:
-			diffs = append(diffs, k+": only metrics-server reports it")
+		case !inY:
+			diffs = append(diffs, k+": only "+c.a+" reports it")
 			continue
-		case !okB:
-			diffs = append(diffs, k+": only group-metrics-server reports it")
+		case !inX:
+			diffs = append(diffs, k+": only "+c.b+" reports it")
 			continue
 		}
-		d := math.Abs(float64(x.cpuNano - y.cpuNano))
-		lines = append(lines, fmt.Sprintf("  %-40s cpu %12dn vs %12dn (diff %.0fn)  memory %d", k, x.cpuNano, y.cpuNano, d, x.memory))
-		if d > cpuTolerance {
-			diffs = append(diffs, fmt.Sprintf("%s: cpu %dn vs %dn", k, x.cpuNano, y.cpuNano))
+		d := math.Abs(float64(u.cpuNano - v.cpuNano))
+		lines = append(lines, fmt.Sprintf("  %-40s cpu %12dn vs %12dn (diff %.0fn)  memory %d vs %d", k, u.cpuNano, v.cpuNano, d, u.memory, v.memory))
+		if c.podsOnly && strings.HasPrefix(k, "node/") {
+			continue
 		}
-		if x.memory != y.memory {
-			diffs = append(diffs, fmt.Sprintf("%s: memory %d vs %d", k, x.memory, y.memory))
+		if d > cpuTolerance || u.memory != v.memory {
+			diffs = append(diffs, fmt.Sprintf("%s: cpu %dn vs %dn, memory %d vs %d", k, u.cpuNano, v.cpuNano, u.memory, v.memory))
 		}
 	}
 	if len(diffs) > 0 {
-		return "", fmt.Errorf("group-metrics-server vs metrics-server: %s", strings.Join(diffs, "; "))
+		return strings.Join(lines, "\n"), fmt.Errorf("%s vs %s: %s", c.a, c.b, strings.Join(diffs, "; "))
 	}
 	return strings.Join(lines, "\n"), nil
 }

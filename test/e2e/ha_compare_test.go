@@ -5,8 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"math"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -61,7 +59,7 @@ func compareReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*
 		t.Fatal(err)
 	}
 	for i := 1; i < len(snaps); i++ {
-		report, err := compareReplicaSnapshots(snaps[0], snaps[i])
+		report, err := comparison{a: procs[0].Name(), b: procs[i].Name(), podsOnly: true}.compare(snaps[0], snaps[i])
 		if err != nil {
 			t.Errorf("%s vs %s: %v", procs[0].Name(), procs[i].Name(), err)
 		}
@@ -94,42 +92,4 @@ func (s metricsSnapshot) podsSettledSince(t time.Time) error {
 		}
 	}
 	return pods.settledSince(t)
-}
-
-// compareReplicaSnapshots checks that a and b hold the same pods and nodes,
-// and the same pod values (memory exactly, CPU within cpuTolerance).
-func compareReplicaSnapshots(a, b metricsSnapshot) (string, error) {
-	var diffs, lines []string
-	keys := map[string]bool{}
-	for k := range a {
-		keys[k] = true
-	}
-	for k := range b {
-		keys[k] = true
-	}
-	sorted := make([]string, 0, len(keys))
-	for k := range keys {
-		sorted = append(sorted, k)
-	}
-	slices.Sort(sorted)
-	for _, k := range sorted {
-		x, okA := a[k]
-		y, okB := b[k]
-		if !okA || !okB {
-			diffs = append(diffs, fmt.Sprintf("%s: served by one replica only", k))
-			continue
-		}
-		d := math.Abs(float64(x.cpuNano - y.cpuNano))
-		lines = append(lines, fmt.Sprintf("  %-32s cpu %11dn vs %11dn (diff %.0fn)  memory %d vs %d", k, x.cpuNano, y.cpuNano, d, x.memory, y.memory))
-		if strings.HasPrefix(k, "node/") {
-			continue
-		}
-		if d > cpuTolerance || x.memory != y.memory {
-			diffs = append(diffs, fmt.Sprintf("%s: cpu %dn vs %dn, memory %d vs %d", k, x.cpuNano, y.cpuNano, x.memory, y.memory))
-		}
-	}
-	if len(diffs) > 0 {
-		return strings.Join(lines, "\n"), fmt.Errorf("%s", strings.Join(diffs, "; "))
-	}
-	return strings.Join(lines, "\n"), nil
 }

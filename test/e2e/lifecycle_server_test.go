@@ -10,8 +10,8 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
 
-// deployOwnServer deploys a server of its own from manifests/base, with
-// extraArgs, registered in place of the suite's server until the test ends;
+// deployOwnServer deploys a server of its own from manifests/base (or the
+// kustomization in manifestsDir), with extraArgs, registered in place of the suite's server until the test ends;
 // then the suite's server gets the registration back and every process of
 // the returned server is stopped.
 func deployOwnServer(ctx context.Context, t *testing.T, name string, extraArgs []string, manifestsDir ...string) *env.Server {

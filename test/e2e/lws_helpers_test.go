@@ -136,37 +136,14 @@ func (e *lwsEnv) poll(ctx context.Context, d time.Duration, what string, check f
 // manifests/custom-metrics, which takes over the Service and the
 // metrics.k8s.io APIServices and adds the custom.metrics.k8s.io ones. When
 // the test ends they go back to the suite's server.
-func deployCustomMetricsServer(ctx context.Context, t *testing.T) *env.Server {
+func deployCustomMetricsServer(ctx context.Context, t *testing.T, name string) *env.Server {
 	t.Helper()
 	root, err := env.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	began := time.Now()
-	s, err := env.DeployServer(ctx, suite.cluster, env.ServerConfig{
-		ManifestsDir:          filepath.Join(root, "manifests", "custom-metrics"),
-		BinDir:                suite.binDir,
-		KubeletCAFile:         suite.fleet.CAFile,
-		MetricResolution:      suite.resolution,
-		KubeletRequestTimeout: suite.timeout,
-		ExtraArgs:             hpaReadinessArgs(),
-		ProcessName:           "group-metrics-server-custom-metrics",
-	})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(suite.ctx, time.Minute)
-		defer cancel()
-		restore := suite.server.Register
-		if s != nil {
-			restore = func(ctx context.Context) error { return s.Undeploy(ctx, suite.server) }
-		}
-		if err := restore(ctx); err != nil {
-			t.Errorf("hand the APIServices back to the suite's server: %v", err)
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("server from manifests/custom-metrics Available in %v: %s", since(began), strings.Join(s.APIServices, ", "))
+	s := deployOwnServer(ctx, t, name, nil, filepath.Join(root, "manifests", "custom-metrics"))
+	t.Logf("APIServices of %s: %s", name, strings.Join(s.APIServices, ", "))
 	return s
 }
 

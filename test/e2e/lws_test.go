@@ -33,7 +33,7 @@ func TestLWSGroupAutoscaling(t *testing.T) {
 	t.Run("pod policy keeps the minimum", func(t *testing.T) { testLWSPodPolicy(ctx, t, e) })
 	t.Run("group policy scales", func(t *testing.T) { testLWSGroupPolicy(ctx, t, e) })
 
-	custom := deployCustomMetricsServer(ctx, t)
+	custom := deployCustomMetricsServer(ctx, t, "group-metrics-server-custom-metrics")
 	e.watch = append(e.watch, custom.Process)
 	t.Run("object metric scales", func(t *testing.T) { testLWSObjectMetric(ctx, t, e) })
 	t.Run("examples apply", func(t *testing.T) { testLWSExamples(ctx, t, e) })

@@ -6,7 +6,6 @@ import (
 	"context"
 	"net/http"
 	"net/url"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -92,45 +91,10 @@ func TestRequestsRefused(t *testing.T) {
 	t.Run("custom.metrics.k8s.io", func(t *testing.T) {
 		// The suite's server does not serve custom.metrics.k8s.io; one from
 		// manifests/custom-metrics does, until the subtest ends.
-		s := deployCustomMetricsForSecurity(ctx, t)
+		s := deployCustomMetricsServer(ctx, t, "group-metrics-server-security")
 		check(t, s, append(customMetricsPaths(securityNamespace), metricsPaths(securityNamespace, node)...), serverOwnPaths)
 	})
 	assertServerUp(ctx, t)
-}
-
-// deployCustomMetricsForSecurity deploys a server from
-// manifests/custom-metrics under a process name of its own (process names
-// are unique in the cluster), which takes over the APIServices until the
-// test ends and hands them back to the suite's server.
-func deployCustomMetricsForSecurity(ctx context.Context, t *testing.T) *env.Server {
-	t.Helper()
-	root, err := env.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := env.DeployServer(ctx, suite.cluster, env.ServerConfig{
-		ManifestsDir:          filepath.Join(root, "manifests", "custom-metrics"),
-		BinDir:                suite.binDir,
-		KubeletCAFile:         suite.fleet.CAFile,
-		MetricResolution:      suite.resolution,
-		KubeletRequestTimeout: suite.timeout,
-		ProcessName:           "group-metrics-server-security",
-	})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(suite.ctx, time.Minute)
-		defer cancel()
-		restore := suite.server.Register
-		if s != nil {
-			restore = func(ctx context.Context) error { return s.Undeploy(ctx, suite.server) }
-		}
-		if err := restore(ctx); err != nil {
-			t.Errorf("hand the APIServices back to the suite's server: %v", err)
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // serverOwnPaths are protected paths only the server's own port has:
