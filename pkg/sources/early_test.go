@@ -23,6 +23,57 @@ func (c *countingTarget) Scrape(ctx context.Context) (*Batch, error) {
 	return b, err
 }
 
+// TestEarlyScrapeSchedule: Soon schedules one scrape per covering target,
+// due EarlyDelay after the first request, and nothing is due before.
+func TestEarlyScrapeSchedule(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
+	scraped := make(chan string, 16)
+	a := &countingTarget{fakeTarget: fakeTarget{id: "a", batch: &Batch{}}, scraped: scraped}
+	b := &countingTarget{fakeTarget: fakeTarget{id: "b", batch: &Batch{}}, scraped: scraped}
+	const delay = 6 * time.Second
+	s := NewScraper(ScraperConfig{
+		Sources:    []Source{&fakeSource{name: "kubelet", targets: []Target{a, b}}},
+		Sink:       newRecordingSink(),
+		Clock:      clk,
+		Resolution: time.Hour,
+		Timeout:    time.Second,
+		EarlyDelay: delay,
+	})
+	// A tick scrapes both and learns which target covers which node.
+	s.Tick(context.Background())
+	if a.n.Load() != 1 || b.n.Load() != 1 {
+		t.Fatalf("tick scraped a %d and b %d times, want 1 each", a.n.Load(), b.n.Load())
+	}
+	if _, ok := s.nextDue(); ok {
+		t.Fatal("an early scrape is due before any was asked for")
+	}
+
+	// Pods start on a (twice, the second later) and on a node nothing
+	// covers: one scrape of a, due at the first request's delay.
+	start := clk.Now()
+	s.Soon("a")
+	clk.Step(time.Second)
+	s.Soon("a")
+	s.Soon("unknown")
+	if next, ok := s.nextDue(); !ok || !next.Equal(start.Add(delay)) {
+		t.Fatalf("next early scrape at %v (%v), want %v", next, ok, start.Add(delay))
+	}
+	clk.SetTime(start.Add(delay - time.Millisecond))
+	if due := s.takeDue(); len(due) != 0 {
+		t.Fatalf("%d scrapes due a millisecond before the delay", len(due))
+	}
+	clk.SetTime(start.Add(delay))
+	due := s.takeDue()
+	if len(due) != 1 || due[0].target.ID() != "a" {
+		t.Fatalf("due at the delay: %v, want a only", due)
+	}
+	if _, ok := s.nextDue(); ok {
+		t.Fatal("a scrape is still pending after the due one was taken")
+	}
+}
+
+// TestEarlyScrape: the loop runs a scrape when it falls due, and a later
+// request schedules another.
 func TestEarlyScrape(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -50,42 +101,26 @@ func TestEarlyScrape(t *testing.T) {
 			return ""
 		}
 	}
-	none := func(what string) {
-		t.Helper()
-		select {
-		case id := <-scraped:
-			t.Fatalf("%s: %s scraped", what, id)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 	// The first tick scrapes both and learns which target covers which node.
 	first := map[string]bool{next(): true, next(): true}
 	if !first["a"] || !first["b"] {
 		t.Fatalf("first tick scraped %v", first)
 	}
 
-	// Pods start on a (twice) and on a node nothing covers. The loop may
-	// see the requests before or after the clock moves; either way the
-	// scrape falls due at the delay.
-	s.Soon("a")
-	s.Soon("a")
-	s.Soon("unknown")
-	clk.Step(delay - time.Millisecond)
-	none("before the delay")
-	clk.Step(time.Millisecond)
-	if id := next(); id != "a" {
-		t.Fatalf("early scrape of %s, want a", id)
+	// The loop may see the request before or after the clock moves;
+	// either way the scrape falls due at the delay.
+	for _, node := range []string{"a", "b"} {
+		s.Soon(node)
+		clk.Step(delay)
+		if id := next(); id != node {
+			t.Fatalf("early scrape of %s, want %s", id, node)
+		}
 	}
-	none("after the early scrape")
-	if a.n.Load() != 2 || b.n.Load() != 1 {
-		t.Errorf("scrapes: a %d, b %d; want 2 and 1", a.n.Load(), b.n.Load())
+	if a.n.Load() != 2 || b.n.Load() != 2 {
+		t.Errorf("scrapes: a %d, b %d; want 2 each", a.n.Load(), b.n.Load())
 	}
-
-	// Once done, a later start schedules another.
-	s.Soon("b")
-	clk.Step(delay)
-	if id := next(); id != "b" {
-		t.Fatalf("early scrape of %s, want b", id)
+	if _, ok := s.nextDue(); ok {
+		t.Error("an early scrape is still pending")
 	}
 }
 
