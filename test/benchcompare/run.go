@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
 )
 
 // bench is one run of the comparison.
@@ -28,7 +29,7 @@ type bench struct {
 	serverDir string
 	cluster   *cluster.Cluster
 	fleetProc *cluster.Process
-	fleet     fleetInfo
+	fleet     *fakekubelet.FleetState
 	apps      []app
 
 	servingCert, servingKey string

@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
 )
 
 const (
@@ -37,16 +38,6 @@ const (
 // are not admitted. The rest (garbage collector, workloads, HPA) would hold
 // every pod in memory and spend CPU on them for nothing.
 var controllers = "serviceaccount,serviceaccount-token,root-ca-cert-publisher,namespace"
-
-// fleetInfo is the fleet.json the fleet writes once it is ready.
-type fleetInfo struct {
-	ControlAddress string `json:"controlAddress"`
-	CAFile         string `json:"caFile"`
-	Nodes          []struct {
-		Name string `json:"name"`
-		Port int    `json:"port"`
-	} `json:"nodes"`
-}
 
 // app is one set of PodsPerApp pods labelled app=<name> in a namespace.
 type app struct{ namespace, name string }
@@ -163,12 +154,10 @@ func (b *bench) launchFleet(ctx context.Context, attempt int) error {
 		return err
 	}
 	b.fleetProc = p
-	return cluster.PollUntil(ctx, "the fleet to write fleet.json", 250*time.Millisecond, 10*time.Second, []*cluster.Process{p}, func(context.Context) error {
-		data, err := os.ReadFile(filepath.Join(certDir, "fleet.json"))
-		if err != nil {
-			return err
-		}
-		return json.Unmarshal(data, &b.fleet)
+	return cluster.PollUntil(ctx, "the fleet to write "+fakekubelet.StateFileName, 250*time.Millisecond, 10*time.Second, []*cluster.Process{p}, func(context.Context) error {
+		state, err := fakekubelet.ReadFleetState(certDir)
+		b.fleet = state
+		return err
 	})
 }
 

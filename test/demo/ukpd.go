@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
 const (
@@ -25,11 +25,7 @@ const (
 // node whose instances the fake reports.
 type unikernels struct {
 	// state is the fake's ukpd.json.
-	state struct {
-		URL            string `json:"url"`
-		ControlAddress string `json:"controlAddress"`
-		CAFile         string `json:"caFile"`
-	}
+	state     *fakeukpd.State
 	tokenFile string
 	// serverArgs add the ukpd source, with the fake as its endpoint.
 	serverArgs []string
@@ -66,11 +62,9 @@ func startUnikernels(ctx, runCtx context.Context, c *cluster.Cluster, root, bin 
 		return nil, err
 	}
 	err = env.Poll(ctx, "the fake ukpd to write ukpd.json", []*cluster.Process{p}, func(context.Context) error {
-		data, err := os.ReadFile(filepath.Join(dir, "ukpd.json"))
-		if err != nil {
-			return err
-		}
-		return json.Unmarshal(data, &u.state)
+		state, err := fakeukpd.ReadState(filepath.Join(dir, "ukpd.json"))
+		u.state = state
+		return err
 	})
 	if err != nil {
 		return nil, err

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
 )
 
 type options struct {
@@ -162,20 +162,10 @@ func buildFleet(ctx context.Context, root, bin string) error {
 	return nil
 }
 
-// fleetInfo is the fleet.json the fleet writes once it is ready.
-type fleetInfo struct {
-	ControlAddress string `json:"controlAddress"`
-	CAFile         string `json:"caFile"`
-	Nodes          []struct {
-		Name string `json:"name"`
-		Port int    `json:"port"`
-	} `json:"nodes"`
-}
-
 // startFleet runs the fleet as its own process, so that its control API
 // serves users of the demo, registers its nodes and waits until they are
 // Ready.
-func startFleet(ctx context.Context, c *cluster.Cluster, bin string, o options) (*fleetInfo, error) {
+func startFleet(ctx context.Context, c *cluster.Cluster, bin string, o options) (*fakekubelet.FleetState, error) {
 	certDir := filepath.Join(o.dir, "fleet")
 	if err := os.RemoveAll(certDir); err != nil {
 		return nil, err
@@ -197,13 +187,11 @@ func startFleet(ctx context.Context, c *cluster.Cluster, bin string, o options) 
 	if err != nil {
 		return nil, err
 	}
-	var info fleetInfo
-	err = env.Poll(ctx, "the fleet to write fleet.json", []*cluster.Process{p}, func(context.Context) error {
-		data, err := os.ReadFile(filepath.Join(certDir, "fleet.json"))
-		if err != nil {
-			return err
-		}
-		return json.Unmarshal(data, &info)
+	var info *fakekubelet.FleetState
+	err = env.Poll(ctx, "the fleet to write "+fakekubelet.StateFileName, []*cluster.Process{p}, func(context.Context) error {
+		state, err := fakekubelet.ReadFleetState(certDir)
+		info = state
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -220,7 +208,7 @@ func startFleet(ctx context.Context, c *cluster.Cluster, bin string, o options) 
 		}
 		return nil
 	})
-	return &info, err
+	return info, err
 }
 
 func nodeReady(n *corev1.Node) bool {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +16,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
 )
 
 func TestValidate(t *testing.T) {
@@ -87,16 +88,14 @@ func TestRunWritesCertDirAndServes(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, cfg) }()
 
-	var state fleetFile
+	var state *fakekubelet.FleetState
 	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		b, err := os.ReadFile(filepath.Join(dir, "fleet.json"))
+		s, err := fakekubelet.ReadFleetState(dir)
 		if errors.Is(err, os.ErrNotExist) {
 			return false, nil
 		}
-		if err != nil {
-			return false, err
-		}
-		return true, json.Unmarshal(b, &state)
+		state = s
+		return err == nil, err
 	})
 	if err != nil {
 		t.Fatalf("fleet.json: %v", err)

@@ -52,20 +52,6 @@ func (c *command) Execute(ctx context.Context, args []string) error {
 	return run(ctx, cfg)
 }
 
-// fleetFile is written to --cert-dir as fleet.json once the fleet is ready.
-type fleetFile struct {
-	ControlAddress string          `json:"controlAddress"`
-	CAFile         string          `json:"caFile"`
-	ClientCertFile string          `json:"clientCertFile"`
-	ClientKeyFile  string          `json:"clientKeyFile"`
-	Nodes          []fleetFileNode `json:"nodes"`
-}
-
-type fleetFileNode struct {
-	Name string `json:"name"`
-	Port int    `json:"port"`
-}
-
 func run(ctx context.Context, cfg *Config) (err error) {
 	client, err := clusterClient(cfg.Kubeconfig)
 	if err != nil {
@@ -178,14 +164,14 @@ func writeCertDir(dir string, fleet *fakekubelet.Fleet, controlAddress string) e
 	if err != nil {
 		return err
 	}
-	f := fleetFile{
+	f := fakekubelet.FleetState{
 		ControlAddress: controlAddress,
 		CAFile:         filepath.Join(dir, "ca.crt"),
 		ClientCertFile: filepath.Join(dir, "client.crt"),
 		ClientKeyFile:  filepath.Join(dir, "client.key"),
 	}
 	for _, n := range fleet.Nodes() {
-		f.Nodes = append(f.Nodes, fleetFileNode{Name: n.Name(), Port: n.Port()})
+		f.Nodes = append(f.Nodes, fakekubelet.FleetNode{Name: n.Name(), Port: n.Port()})
 	}
 	state, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
@@ -199,7 +185,7 @@ func writeCertDir(dir string, fleet *fakekubelet.Fleet, controlAddress string) e
 		{f.CAFile, fleet.CACertPEM(), 0o644},
 		{f.ClientCertFile, certPEM, 0o644},
 		{f.ClientKeyFile, keyPEM, 0o600},
-		{filepath.Join(dir, "fleet.json"), append(state, '\n'), 0o644},
+		{filepath.Join(dir, fakekubelet.StateFileName), append(state, '\n'), 0o644},
 	} {
 		if err := writeAtomic(w.path, w.data, w.mode); err != nil {
 			return err

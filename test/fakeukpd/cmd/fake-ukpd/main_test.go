@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
 func TestValidate(t *testing.T) {
@@ -69,17 +71,17 @@ func TestRunServesTLS(t *testing.T) {
 	}
 	cfg := (&Options{Listen: "127.0.0.1:0", ControlAddress: "127.0.0.1:0", TokenFile: tokenFile, TLSCertDir: filepath.Join(dir, "tls")}).Config()
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan stateFile, 1)
+	ready := make(chan fakeukpd.State, 1)
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, cfg, ready) }()
-	var state stateFile
+	var state fakeukpd.State
 	select {
 	case state = <-ready:
 	case err := <-done:
 		t.Fatalf("run: %v", err)
 	}
 
-	var written stateFile
+	var written fakeukpd.State
 	b, err := os.ReadFile(filepath.Join(dir, "tls", "ukpd.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -47,23 +47,16 @@ func (c *command) Execute(ctx context.Context, args []string) error {
 	return run(ctx, c.opts.Config(), nil)
 }
 
-// stateFile is written once both listeners serve.
-type stateFile struct {
-	URL            string `json:"url"`
-	ControlAddress string `json:"controlAddress"`
-	CAFile         string `json:"caFile,omitempty"`
-}
-
 // run serves until ctx ends. ready, if not nil, receives the state once
 // serving.
-func run(ctx context.Context, cfg *Config, ready chan<- stateFile) (err error) {
+func run(ctx context.Context, cfg *Config, ready chan<- fakeukpd.State) (err error) {
 	srv := fakeukpd.New(fakeukpd.Config{TokenFile: cfg.TokenFile, PageSize: cfg.PageSize})
 
 	apiLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	state := stateFile{URL: "http://" + apiLn.Addr().String()}
+	state := fakeukpd.State{URL: "http://" + apiLn.Addr().String()}
 	var caPEM []byte
 	if cfg.TLSCertDir != "" {
 		tlsLn, pem, err := serveTLS(apiLn, cfg.TLSCertDir)
