@@ -2,6 +2,7 @@ package fakekubelet
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 )
 
 // applyDataFaults changes a node's Summary at instant t as its data faults
@@ -9,9 +10,9 @@ import (
 // and the pods of every other node of the fleet at the end. Copies report
 // twice the CPU counter and working set of the pod they copy, so whoever
 // reads them can tell them from the real pod. Callers hold no node locks.
-func (n *Node) applyDataFaults(s *Summary, faults FaultState, t instant, onlyCPUAndMemory bool) {
+func (n *Node) applyDataFaults(s *stats.Summary, faults FaultState, t instant, onlyCPUAndMemory bool) {
 	if dup := faults.DuplicatePods; dup != "" {
-		pods := make([]PodStats, 0, len(s.Pods)+1)
+		pods := make([]stats.PodStats, 0, len(s.Pods)+1)
 		for _, p := range s.Pods {
 			pods = append(pods, p)
 			if dup == AllPods || dup == p.PodRef.Namespace+"/"+p.PodRef.Name {
@@ -37,10 +38,10 @@ func (n *Node) applyDataFaults(s *Summary, faults FaultState, t instant, onlyCPU
 
 // doubled returns a copy of p whose CPU counters and working sets are twice
 // those of p. The copy shares nothing with p.
-func doubled(p PodStats) PodStats {
+func doubled(p stats.PodStats) stats.PodStats {
 	out := p
 	out.CPU, out.Memory = doubleCPU(p.CPU), doubleMemory(p.Memory)
-	out.Containers = make([]ContainerStats, len(p.Containers))
+	out.Containers = make([]stats.ContainerStats, len(p.Containers))
 	for i, c := range p.Containers {
 		c.CPU, c.Memory = doubleCPU(c.CPU), doubleMemory(c.Memory)
 		out.Containers[i] = c
@@ -48,11 +49,11 @@ func doubled(p PodStats) PodStats {
 	return out
 }
 
-func doubleCPU(c *CPUStats) *CPUStats {
+func doubleCPU(c *stats.CPUStats) *stats.CPUStats {
 	if c == nil {
 		return nil
 	}
-	out := &CPUStats{Time: c.Time}
+	out := &stats.CPUStats{Time: c.Time}
 	if c.UsageNanoCores != nil {
 		out.UsageNanoCores = u64(2 * *c.UsageNanoCores)
 	}
@@ -62,7 +63,7 @@ func doubleCPU(c *CPUStats) *CPUStats {
 	return out
 }
 
-func doubleMemory(m *MemoryStats) *MemoryStats {
+func doubleMemory(m *stats.MemoryStats) *stats.MemoryStats {
 	if m == nil {
 		return nil
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -20,7 +22,7 @@ type podView struct {
 
 func summaryView(t *testing.T, f *Fleet, n *Node) []podView {
 	t.Helper()
-	var s Summary
+	var s stats.Summary
 	if err := json.Unmarshal(mustGet(t, newClient(t, f), n, summaryPath+"?only_cpu_and_memory=true"), &s); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +147,7 @@ func TestTruncatedFault(t *testing.T) {
 				t.Fatalf("got %d bytes, want the first %d of %q", len(cut), len(full)/2, full)
 			}
 			if path == summaryPath {
-				var s Summary
+				var s stats.Summary
 				if err := json.Unmarshal(cut, &s); err == nil {
 					t.Errorf("a truncated summary decoded: %q", cut)
 				}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
 	"github.com/google/go-cmp/cmp"
 	testingclock "k8s.io/utils/clock/testing"
 )
@@ -69,7 +71,7 @@ func TestFaults(t *testing.T) {
 			}
 		}},
 		{name: "Garbage summary", fault: Fault{Kind: FaultGarbage}, path: summaryPath, check: func(t *testing.T, r result) {
-			var s Summary
+			var s stats.Summary
 			if r.err != nil || r.status != http.StatusOK {
 				t.Fatalf("got status %d, err %v; want 200", r.status, r.err)
 			}
@@ -129,7 +131,7 @@ func TestFaults(t *testing.T) {
 			if n.Port() != port {
 				t.Errorf("port changed from %d to %d", port, n.Port())
 			}
-			var s Summary
+			var s stats.Summary
 			if err := json.Unmarshal(mustGet(t, newClient(t, f), n, summaryPath), &s); err != nil {
 				t.Errorf("summary after clearing: %v", err)
 			}
@@ -258,7 +260,7 @@ func TestNodeCounterResetFault(t *testing.T) {
 		t.Fatal(err)
 	}
 	fc.Step(time.Second)
-	var s Summary
+	var s stats.Summary
 	if err := json.Unmarshal(mustGet(t, newClient(t, f), n, summaryPath+"?only_cpu_and_memory=true"), &s); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 )
 
 // ResourceMetricsContentType is the Content-Type of GET /metrics/resource.
@@ -39,7 +41,7 @@ type promSample struct {
 // /metrics/resource endpoint uses: families sorted by name, samples sorted by
 // label values, counters in seconds, timestamps in milliseconds, and
 // container start times without a timestamp.
-func WriteResourceMetrics(w io.Writer, s *Summary) error {
+func WriteResourceMetrics(w io.Writer, s *stats.Summary) error {
 	bySeries := map[string][]promSample{}
 	add := func(f family, v float64, ts *time.Time, labels ...string) {
 		bySeries[f.name] = append(bySeries[f.name], promSample{labels: labels, value: v, ts: ts})

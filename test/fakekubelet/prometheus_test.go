@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -51,12 +53,12 @@ resource_scrape_error 0
 
 func TestWriteResourceMetricsOrderAndEscaping(t *testing.T) {
 	ts := metav1.NewTime(t0)
-	cs := func(name string, ns uint64) ContainerStats {
-		return ContainerStats{Name: name, StartTime: ts, CPU: &CPUStats{Time: ts, UsageCoreNanoSeconds: u64(ns)}}
+	cs := func(name string, ns uint64) stats.ContainerStats {
+		return stats.ContainerStats{Name: name, StartTime: ts, CPU: &stats.CPUStats{Time: ts, UsageCoreNanoSeconds: u64(ns)}}
 	}
-	s := &Summary{Pods: []PodStats{
-		{PodRef: PodReference{Name: "b", Namespace: "z"}, Containers: []ContainerStats{cs("c", 1)}},
-		{PodRef: PodReference{Name: `we"ird\`, Namespace: "a"}, Containers: []ContainerStats{cs("c", 1500000000), cs("a\nb", 0)}},
+	s := &stats.Summary{Pods: []stats.PodStats{
+		{PodRef: stats.PodReference{Name: "b", Namespace: "z"}, Containers: []stats.ContainerStats{cs("c", 1)}},
+		{PodRef: stats.PodReference{Name: `we"ird\`, Namespace: "a"}, Containers: []stats.ContainerStats{cs("c", 1500000000), cs("a\nb", 0)}},
 	}}
 	var buf bytes.Buffer
 	if err := WriteResourceMetrics(&buf, s); err != nil {
@@ -102,7 +104,7 @@ func parseText(t *testing.T, body string) map[string]string {
 }
 
 // seriesFromSummary derives what /metrics/resource must say from a summary.
-func seriesFromSummary(s *Summary) map[string]string {
+func seriesFromSummary(s *stats.Summary) map[string]string {
 	sec := func(ns *uint64) string { return strconv.FormatFloat(float64(*ns)/1e9, 'g', -1, 64) }
 	num := func(v *uint64) string { return strconv.FormatFloat(float64(*v), 'g', -1, 64) }
 	ms := func(t metav1.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
@@ -151,7 +153,7 @@ func TestSummaryAndResourceMetricsAgree(t *testing.T) {
 			}
 			fc.Step(tt.step)
 			c := newClient(t, f)
-			var s Summary
+			var s stats.Summary
 			if err := json.Unmarshal(mustGet(t, c, n, "/stats/summary?only_cpu_and_memory=true"), &s); err != nil {
 				t.Fatal(err)
 			}

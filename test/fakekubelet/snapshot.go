@@ -3,12 +3,14 @@ package fakekubelet
 import (
 	"time"
 
+	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Summary returns the node's stats at the current sample instant, as
 // GET /stats/summary would serve them: with the data faults in force.
-func (n *Node) Summary(onlyCPUAndMemory bool) *Summary {
+func (n *Node) Summary(onlyCPUAndMemory bool) *stats.Summary {
 	faults := n.Faults()
 	t := n.fleet.tl.now() - instant(faults.ClockOffset.Truncate(time.Second))
 	s := n.summaryAt(t, onlyCPUAndMemory)
@@ -29,14 +31,14 @@ func (s *sample) add(o sample) {
 	s.workingSet += o.workingSet
 }
 
-func (n *Node) summaryAt(t instant, onlyCPUAndMemory bool) *Summary {
+func (n *Node) summaryAt(t instant, onlyCPUAndMemory bool) *stats.Summary {
 	f := n.fleet
 	ts := metav1.NewTime(f.tl.wall(t))
 	base := f.cfg.NodeBaseUsage.MemoryBytes
 
 	n.mu.RLock()
 	pods := n.sortedPodsLocked()
-	out := &Summary{Pods: make([]PodStats, 0, len(pods))}
+	out := &stats.Summary{Pods: make([]stats.PodStats, 0, len(pods))}
 	podsTotal := sample{rate: n.podsCPU.rate, cumulative: n.podsCPU.at(t)}
 	for _, ps := range pods {
 		pod := f.podStats(ps, t, ts, onlyCPUAndMemory)
@@ -52,9 +54,9 @@ func (n *Node) summaryAt(t instant, onlyCPUAndMemory bool) *Summary {
 	node.add(kubelet)
 	node.add(runtime)
 	node.add(podsTotal)
-	out.Node = NodeStats{
+	out.Node = stats.NodeStats{
 		NodeName: n.name,
-		SystemContainers: []ContainerStats{
+		SystemContainers: []stats.ContainerStats{
 			{Name: "kubelet", StartTime: start, CPU: cpuStats(ts, kubelet), Memory: memoryStats(ts, kubelet)},
 			{Name: "pods", StartTime: start, CPU: cpuStats(ts, podsTotal), Memory: memoryStats(ts, podsTotal)},
 			{Name: "runtime", StartTime: start, CPU: cpuStats(ts, runtime), Memory: memoryStats(ts, runtime)},
@@ -67,27 +69,27 @@ func (n *Node) summaryAt(t instant, onlyCPUAndMemory bool) *Summary {
 		out.Node.Network = networkStats(ts)
 		out.Node.Fs = fsStats(ts, 8<<30)
 		maxPID, procs := int64(4194304), int64(100+5*len(out.Pods))
-		out.Node.Rlimit = &RlimitStats{Time: ts, MaxPID: &maxPID, NumOfRunningProcesses: &procs}
+		out.Node.Rlimit = &stats.RlimitStats{Time: ts, MaxPID: &maxPID, NumOfRunningProcesses: &procs}
 	}
 	return out
 }
 
 // podStats renders one pod at instant t; the pod's cgroup is the sum of its
 // containers. Callers hold the node's lock.
-func (f *Fleet) podStats(ps *podState, t instant, ts metav1.Time, onlyCPUAndMemory bool) PodStats {
+func (f *Fleet) podStats(ps *podState, t instant, ts metav1.Time, onlyCPUAndMemory bool) stats.PodStats {
 	var total sample
 	limit, limited := uint64(0), true
-	pod := PodStats{
-		PodRef:     PodReference{Name: ps.pod.Name, Namespace: ps.pod.Namespace, UID: ps.pod.UID},
+	pod := stats.PodStats{
+		PodRef:     stats.PodReference{Name: ps.pod.Name, Namespace: ps.pod.Namespace, UID: ps.pod.UID},
 		StartTime:  metav1.NewTime(f.tl.wall(ps.start)),
-		Containers: make([]ContainerStats, 0, len(ps.containers)),
+		Containers: make([]stats.ContainerStats, 0, len(ps.containers)),
 	}
 	for _, c := range ps.containers {
 		cs := sample{rate: c.cpu.rate, cumulative: c.cpu.at(t), workingSet: c.memory, limit: c.limit}
 		total.add(cs)
 		limit += c.limit
 		limited = limited && c.limit > 0
-		stats := ContainerStats{
+		stats := stats.ContainerStats{
 			Name:      c.name,
 			StartTime: metav1.NewTime(f.tl.wall(c.start)),
 			CPU:       cpuStats(ts, cs),
@@ -111,15 +113,15 @@ func (f *Fleet) podStats(ps *podState, t instant, ts metav1.Time, onlyCPUAndMemo
 	return pod
 }
 
-func cpuStats(ts metav1.Time, s sample) *CPUStats {
-	return &CPUStats{Time: ts, UsageNanoCores: u64(s.rate), UsageCoreNanoSeconds: u64(s.cumulative)}
+func cpuStats(ts metav1.Time, s sample) *stats.CPUStats {
+	return &stats.CPUStats{Time: ts, UsageNanoCores: u64(s.rate), UsageCoreNanoSeconds: u64(s.cumulative)}
 }
 
 // memoryStats derives the kubelet's memory fields from a working set: page
 // cache on top of it for usage, anonymous memory below it for RSS.
-func memoryStats(ts metav1.Time, s sample) *MemoryStats {
+func memoryStats(ts metav1.Time, s sample) *stats.MemoryStats {
 	ws := s.workingSet
-	m := &MemoryStats{
+	m := &stats.MemoryStats{
 		Time:            ts,
 		UsageBytes:      u64(ws + ws/8),
 		WorkingSetBytes: u64(ws),
@@ -137,9 +139,9 @@ func memoryStats(ts metav1.Time, s sample) *MemoryStats {
 	return m
 }
 
-func fsStats(ts metav1.Time, used uint64) *FsStats {
+func fsStats(ts metav1.Time, used uint64) *stats.FsStats {
 	const capacity, inodes = 100 << 30, 6 << 20
-	return &FsStats{
+	return &stats.FsStats{
 		Time:           ts,
 		AvailableBytes: u64(capacity - used),
 		CapacityBytes:  u64(capacity),
@@ -150,9 +152,9 @@ func fsStats(ts metav1.Time, used uint64) *FsStats {
 	}
 }
 
-func networkStats(ts metav1.Time) *NetworkStats {
-	eth := InterfaceStats{Name: "eth0", RxBytes: u64(0), RxErrors: u64(0), TxBytes: u64(0), TxErrors: u64(0)}
-	return &NetworkStats{Time: ts, InterfaceStats: eth, Interfaces: []InterfaceStats{eth}}
+func networkStats(ts metav1.Time) *stats.NetworkStats {
+	eth := stats.InterfaceStats{Name: "eth0", RxBytes: u64(0), RxErrors: u64(0), TxBytes: u64(0), TxErrors: u64(0)}
+	return &stats.NetworkStats{Time: ts, InterfaceStats: eth, Interfaces: []stats.InterfaceStats{eth}}
 }
 
 func u64(v uint64) *uint64 { return &v }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -124,13 +126,13 @@ func TestSummaryTimestampsAreRFC3339Seconds(t *testing.T) {
 
 func TestSummaryValues(t *testing.T) {
 	_, n := fixture(t)
-	var s Summary
+	var s stats.Summary
 	if err := json.Unmarshal(mustGet(t, newClient(t, n.fleet), n, "/stats/summary?only_cpu_and_memory=true"), &s); err != nil {
 		t.Fatal(err)
 	}
 	const mi = 1 << 20
 	sampleAt := t0.Add(10 * time.Second)
-	pod := func() PodStats { return s.Pods[0] }
+	pod := func() stats.PodStats { return s.Pods[0] }
 	tests := []struct {
 		name string
 		got  func() any
@@ -138,7 +140,7 @@ func TestSummaryValues(t *testing.T) {
 	}{
 		{"node name", func() any { return s.Node.NodeName }, "node-a"},
 		{"pod count", func() any { return len(s.Pods) }, 1},
-		{"pod ref", func() any { return pod().PodRef }, PodReference{Name: "web-0", Namespace: "default", UID: "uid-web-0"}},
+		{"pod ref", func() any { return pod().PodRef }, stats.PodReference{Name: "web-0", Namespace: "default", UID: "uid-web-0"}},
 		{"pod start", func() any { return pod().StartTime.UTC() }, t0},
 		{"container names", func() any { return []string{pod().Containers[0].Name, pod().Containers[1].Name} }, []string{"app", "sidecar"}},
 		{"container rate", func() any { return *pod().Containers[0].CPU.UsageNanoCores }, uint64(250e6)},
