@@ -3,10 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
@@ -99,10 +100,8 @@ func (o *Options) Validate() []error {
 	if o.Kubeconfig == "" && (o.RegisterNodes || o.TokenReview) {
 		errs = append(errs, errors.New("--register-nodes and --authentication-token-webhook need --kubeconfig"))
 	}
-	if host, _, err := net.SplitHostPort(o.ControlAddress); err != nil {
-		errs = append(errs, fmt.Errorf("--control-address: %w", err))
-	} else if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		errs = append(errs, fmt.Errorf("--control-address %q is not a loopback address", o.ControlAddress))
+	if err := fakecore.CheckLoopback("control-address", o.ControlAddress); err != nil {
+		errs = append(errs, err)
 	}
 	for _, q := range []struct{ flag, value string }{
 		{"default-cpu", o.DefaultCPU}, {"default-memory", o.DefaultMemory},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,44 +11,24 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
 )
 
-type command struct {
-	opts *Options
-	fs   *pflag.FlagSet
-}
-
-func newCommand() *command {
-	c := &command{opts: NewOptions(), fs: pflag.NewFlagSet("fake-kubelet-fleet", pflag.ContinueOnError)}
-	c.opts.AddFlags(c.fs)
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	c.fs.AddGoFlagSet(klogFlags)
-	return c
-}
-
-// Execute parses args, validates them and runs the fleet until ctx ends.
-func (c *command) Execute(ctx context.Context, args []string) error {
-	if err := c.fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return nil
+// newCommand is the fleet's program: run the fleet its options describe.
+func newCommand() *fakecore.Command {
+	opts := NewOptions()
+	return fakecore.NewCommand("fake-kubelet-fleet", opts, func(ctx context.Context) error {
+		cfg, err := opts.Config()
+		if err != nil {
+			return err
 		}
-		return err
-	}
-	if errs := c.opts.Validate(); len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	cfg, err := c.opts.Config()
-	if err != nil {
-		return err
-	}
-	return run(ctx, cfg)
+		return run(ctx, cfg)
+	})
 }
 
 func run(ctx context.Context, cfg *Config) (err error) {
@@ -187,20 +166,9 @@ func writeCertDir(dir string, fleet *fakekubelet.Fleet, controlAddress string) e
 		{f.ClientKeyFile, keyPEM, 0o600},
 		{filepath.Join(dir, fakekubelet.StateFileName), append(state, '\n'), 0o644},
 	} {
-		if err := writeAtomic(w.path, w.data, w.mode); err != nil {
+		if err := fakecore.WriteAtomic(w.path, w.data, w.mode); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-func writeAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, mode); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename %s: %w", path, err)
 	}
 	return nil
 }

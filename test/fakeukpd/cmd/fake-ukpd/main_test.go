@@ -44,11 +44,7 @@ func TestValidate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCommand()
-			if err := c.fs.Parse(tc.args); err != nil {
-				t.Fatal(err)
-			}
-			errs := c.opts.Validate()
+			errs := newCommand().Check(tc.args)
 			var got []string
 			for i, err := range errs {
 				if i < len(tc.want) && !strings.Contains(err.Error(), tc.want[i]) {

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
+
 	"github.com/spf13/pflag"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
@@ -43,10 +45,8 @@ func (o *Options) Validate() []error {
 	if _, _, err := net.SplitHostPort(o.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("--listen: %w", err))
 	}
-	if host, _, err := net.SplitHostPort(o.ControlAddress); err != nil {
-		errs = append(errs, fmt.Errorf("--control-address: %w", err))
-	} else if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		errs = append(errs, fmt.Errorf("--control-address %q is not a loopback address", o.ControlAddress))
+	if err := fakecore.CheckLoopback("control-address", o.ControlAddress); err != nil {
+		errs = append(errs, err)
 	}
 	if o.PageSize < 0 {
 		errs = append(errs, fmt.Errorf("--page-size must not be negative, got %d", o.PageSize))

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,38 +12,18 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
-type command struct {
-	opts *Options
-	fs   *pflag.FlagSet
-}
-
-func newCommand() *command {
-	c := &command{opts: NewOptions(), fs: pflag.NewFlagSet("fake-ukpd", pflag.ContinueOnError)}
-	c.opts.AddFlags(c.fs)
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	c.fs.AddGoFlagSet(klogFlags)
-	return c
-}
-
-// Execute parses args, validates them and serves until ctx ends.
-func (c *command) Execute(ctx context.Context, args []string) error {
-	if err := c.fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	if errs := c.opts.Validate(); len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	return run(ctx, c.opts.Config(), nil)
+// newCommand is the fake's program: serve as its options say.
+func newCommand() *fakecore.Command {
+	opts := NewOptions()
+	return fakecore.NewCommand("fake-ukpd", opts, func(ctx context.Context) error {
+		return run(ctx, opts.Config(), nil)
+	})
 }
 
 // run serves until ctx ends. ready, if not nil, receives the state once
@@ -87,7 +66,7 @@ func run(ctx context.Context, cfg *Config, ready chan<- fakeukpd.State) (err err
 		if err != nil {
 			return err
 		}
-		if err := writeAtomic(cfg.StateFile, append(b, '\n'), 0o644); err != nil {
+		if err := fakecore.WriteAtomic(cfg.StateFile, append(b, '\n'), 0o644); err != nil {
 			return err
 		}
 	}
@@ -127,7 +106,7 @@ func serveTLS(ln net.Listener, dir string) (net.Listener, []byte, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("create TLS cert dir: %w", err)
 	}
-	if err := writeAtomic(filepath.Join(dir, "ca.crt"), ca.CertPEM(), 0o644); err != nil {
+	if err := fakecore.WriteAtomic(filepath.Join(dir, "ca.crt"), ca.CertPEM(), 0o644); err != nil {
 		return nil, nil, err
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
@@ -155,15 +134,4 @@ func (s *server) stop() error {
 		err = errors.Join(err, serr)
 	}
 	return err
-}
-
-func writeAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, mode); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename %s: %w", path, err)
-	}
-	return nil
 }

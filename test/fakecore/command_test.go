@@ -1,0 +1,93 @@
+package fakecore
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+type testOptions struct{ port, name string }
+
+func (o *testOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.port, "port", "", "")
+	fs.StringVar(&o.name, "name", "", "")
+}
+
+func (o *testOptions) Validate() []error {
+	var errs []error
+	if o.port == "" {
+		errs = append(errs, errors.New("--port is required"))
+	}
+	if o.name == "" {
+		errs = append(errs, errors.New("--name is required"))
+	}
+	return errs
+}
+
+func TestExecute(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantRun bool
+		wantErr []string
+	}{
+		{name: "valid", args: []string{"--port=1", "--name=x"}, wantRun: true},
+		{name: "every validation error", args: nil, wantErr: []string{"--port is required", "--name is required"}},
+		{name: "unknown flag", args: []string{"--nope"}, wantErr: []string{"unknown flag: --nope"}},
+		{name: "help", args: []string{"--help"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ran := false
+			c := NewCommand("test", &testOptions{}, func(context.Context) error { ran = true; return nil })
+			c.fs.SetOutput(&strings.Builder{})
+			err := c.Execute(context.Background(), tc.args)
+			if ran != tc.wantRun {
+				t.Errorf("ran %v, want %v", ran, tc.wantRun)
+			}
+			for _, w := range tc.wantErr {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Errorf("error %v, want one containing %q", err, w)
+				}
+			}
+			if len(tc.wantErr) == 0 && err != nil {
+				t.Errorf("error %v, want none", err)
+			}
+		})
+	}
+}
+
+func TestCheckLoopback(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		"127.0.0.1:0": true, "127.3.2.1:80": true, "[::1]:9000": true, "localhost:1": true,
+		"0.0.0.0:9000": false, "10.0.0.1:80": false, "example.com:80": false, "127.0.0.1": false,
+	} {
+		if err := CheckLoopback("control-address", addr); (err == nil) != ok {
+			t.Errorf("%s: error %v, want ok %v", addr, err, ok)
+		}
+	}
+}
+
+func TestWriteAtomic(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	for _, data := range []string{"first", "second"} {
+		if err := WriteAtomic(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(path)
+		if err != nil || string(got) != data {
+			t.Errorf("read %q, %v; want %q", got, err, data)
+		}
+	}
+	if _, err := os.Stat(path + ".tmp"); !os.IsNotExist(err) {
+		t.Errorf("temporary file left: %v", err)
+	}
+	if err := WriteAtomic(filepath.Join(t.TempDir(), "no", "dir"), nil, 0o600); err == nil {
+		t.Error("wrote into a missing directory")
+	}
+}
