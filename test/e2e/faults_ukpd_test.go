@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
+
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/ukpd"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
@@ -84,20 +86,20 @@ func TestUkpdFaults(t *testing.T) {
 	}
 	cases := []faultCase{
 		transport(fakeukpd.FaultRefused, "connection"),
-		transport(fakeukpd.FaultUntrustedCertificate, "tls"),
-		transport(fakeukpd.FaultHandshakeStall, "timeout"),
-		gone(handler(fakeukpd.Fault{Kind: fakeukpd.FaultStall}), "timeout"),
-		gone(handler(fakeukpd.Fault{Kind: fakeukpd.FaultStatus500}), "http_status"),
-		gone(handler(fakeukpd.Fault{Kind: fakeukpd.FaultHugeBody, Bytes: ukpd.DefaultMaxResponseBytes + 1<<20}), "too_large"),
+		transport(fakecore.FaultUntrustedCertificate, "tls"),
+		transport(fakecore.FaultHandshakeStall, "timeout"),
+		gone(handler(fakeukpd.Fault{Kind: fakecore.FaultStall}), "timeout"),
+		gone(handler(fakeukpd.Fault{Kind: fakecore.FaultStatus500}), "http_status"),
+		gone(handler(fakeukpd.Fault{Kind: fakecore.FaultHugeBody, Bytes: ukpd.DefaultMaxResponseBytes + 1<<20}), "too_large"),
 		// 60 MiB of lines of 100,000 labels, under the cap: refused line by
 		// line in linear time while the kubelet targets keep their tick.
 		gone(handler(fakeukpd.Fault{Kind: fakeukpd.FaultHostileText}), "decode"),
-		gone(handler(fakeukpd.Fault{Kind: fakeukpd.FaultTruncated}), "decode"),
-		gone(handler(fakeukpd.Fault{Kind: fakeukpd.FaultGarbage}), "decode"),
+		gone(handler(fakeukpd.Fault{Kind: fakecore.FaultTruncated}), "decode"),
+		gone(handler(fakeukpd.Fault{Kind: fakecore.FaultGarbage}), "decode"),
 	}
 	// The counter restarts from zero with a new start count and the same
 	// started_at: the first rate after it may read low, never high.
-	reset := handler(fakeukpd.Fault{Kind: fakeukpd.FaultCounterReset})
+	reset := handler(fakeukpd.Fault{Kind: fakecore.FaultCounterReset})
 	reset.clear = func() error { return nil }
 	reset.outcome, reset.low = faultRight, true
 	// Every started_at an hour back: a start that changed without a

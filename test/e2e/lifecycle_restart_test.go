@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
@@ -130,7 +132,7 @@ func restartWithSlowKubelets(ctx context.Context, t *testing.T, s *env.Server) {
 	}
 	clear := func() {
 		for _, n := range nodes {
-			_ = n.ClearFault(fakekubelet.FaultSlow)
+			_ = n.ClearFault(fakecore.FaultSlow)
 		}
 	}
 	t.Cleanup(clear)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -111,7 +113,7 @@ func TestUkpdPods(t *testing.T) {
 			breakIt, heal func() error
 		}{
 			{"status-500", "http_status",
-				func() error { return suite.ukpd.SetFault(fakeukpd.Fault{Kind: fakeukpd.FaultStatus500}) },
+				func() error { return suite.ukpd.SetFault(fakeukpd.Fault{Kind: fakecore.FaultStatus500}) },
 				func() error { suite.ukpd.ClearFault(""); return nil }},
 			{"closed", "connection", suite.ukpd.Down, suite.ukpd.Up},
 		} {

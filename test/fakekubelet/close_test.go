@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
+
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -43,7 +45,7 @@ func TestCloseStopsEverything(t *testing.T) {
 	}
 	c := newClient(t, f)
 	mustGet(t, c, nodes[0], summaryPath)
-	if err := nodes[1].SetFault(Fault{Kind: FaultStall}); err != nil {
+	if err := nodes[1].SetFault(Fault{Kind: fakecore.FaultStall}); err != nil {
 		t.Fatal(err)
 	}
 	if err := nodes[2].SetFault(Slow(time.Hour)); err != nil {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
+
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -93,14 +95,14 @@ func TestControlAPI(t *testing.T) {
 		}},
 		{name: "huge body fault on all nodes", method: "PUT", path: "/v1/nodes/*/fault", body: `{"kind":"HugeBody","bytes":1024}`, wantCode: 200, check: func(t *testing.T) {
 			n, _ := f.Node("n2")
-			if diff := cmp.Diff(FaultState{Response: FaultHugeBody, HugeBodyBytes: 1024}, n.Faults()); diff != "" {
+			if diff := cmp.Diff(FaultState{Response: fakecore.FaultHugeBody, HugeBodyBytes: 1024}, n.Faults()); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		}},
 		{name: "data faults", method: "PUT", path: "/v1/nodes/n2/fault", body: `{"kind":"ClockBackwards","offset":"20s"}`, wantCode: 200, wantBody: `"clockOffset": "20s"`},
 		{name: "duplicate one pod", method: "PUT", path: "/v1/nodes/n2/fault", body: `{"kind":"DuplicatePods","pod":"shop/web-2"}`, wantCode: 200, check: func(t *testing.T) {
 			n, _ := f.Node("n2")
-			want := FaultState{Response: FaultHugeBody, HugeBodyBytes: 1024, ClockOffset: 20 * time.Second, DuplicatePods: "shop/web-2"}
+			want := FaultState{Response: fakecore.FaultHugeBody, HugeBodyBytes: 1024, ClockOffset: 20 * time.Second, DuplicatePods: "shop/web-2"}
 			if diff := cmp.Diff(want, n.Faults()); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
@@ -112,7 +114,7 @@ func TestControlAPI(t *testing.T) {
 		{name: "fault on unknown node", method: "PUT", path: "/v1/nodes/n9/fault", body: `{"kind":"Status500"}`, wantCode: 404},
 		{name: "clear one fault", method: "DELETE", path: "/v1/nodes/n1/fault?kind=Slow", wantCode: 200, check: func(t *testing.T) {
 			n, _ := f.Node("n1")
-			if diff := cmp.Diff(FaultState{Response: FaultHugeBody, HugeBodyBytes: 1024}, n.Faults()); diff != "" {
+			if diff := cmp.Diff(FaultState{Response: fakecore.FaultHugeBody, HugeBodyBytes: 1024}, n.Faults()); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		}},

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
+
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/labels"
 	testingclock "k8s.io/utils/clock/testing"
@@ -105,7 +107,7 @@ func TestCounterIntegration(t *testing.T) {
 			name: "node counter reset keeps the node counter monotonic",
 			steps: []step{advance(5 * time.Second), func(t *testing.T, f *Fleet, _ *testingclock.FakeClock) {
 				n, _ := f.Node("n")
-				if err := n.SetFault(Fault{Kind: FaultCounterReset}); err != nil {
+				if err := n.SetFault(Fault{Kind: fakecore.FaultCounterReset}); err != nil {
 					t.Fatal(err)
 				}
 			}},

@@ -5,42 +5,26 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
-// FaultKind names a misbehaviour of a node.
-type FaultKind string
+// FaultKind names a misbehaviour of a node: one of fakecore's, or one of
+// the kubelet's own below.
+type FaultKind = fakecore.FaultKind
 
-// The faults a node can be given, in four groups; faults of different
-// groups compose.
-//
-//   - Response faults answer a request instead of the node (Status500,
-//     Garbage, HugeBody, ResetConnection, Stall, Truncated); the last one set
-//     wins. Slow delays the answer, whatever it is.
-//   - Connection faults break TLS below HTTP (UntrustedCertificate,
-//     WrongNameCertificate, HandshakeStall); the last one set wins. Setting
-//     or clearing one drops the node's open connections, so that clients
-//     meet it on their next request.
-//   - Data faults change what a Summary says (ClockBackwards, DuplicatePods,
-//     ForeignPods).
-//   - Dead closes the listener; CounterReset acts once and is not kept.
+// The faults a node can be given are fakecore's, in its groups, and these;
+// faults of different groups compose. Of the response faults the last one
+// set wins, and so of the transport faults; setting or clearing one of
+// those drops the node's open connections, so that clients meet it on
+// their next request.
 const (
-	FaultSlow            FaultKind = "Slow"
-	FaultStatus500       FaultKind = "Status500"
-	FaultGarbage         FaultKind = "Garbage"
-	FaultHugeBody        FaultKind = "HugeBody"
-	FaultResetConnection FaultKind = "ResetConnection"
-	FaultStall           FaultKind = "Stall"
-	FaultTruncated       FaultKind = "Truncated"
-	FaultDead            FaultKind = "Dead"
-	FaultCounterReset    FaultKind = "CounterReset"
-
-	FaultUntrustedCertificate FaultKind = "UntrustedCertificate"
-	FaultWrongNameCertificate FaultKind = "WrongNameCertificate"
-	FaultHandshakeStall       FaultKind = "HandshakeStall"
-
-	FaultClockBackwards FaultKind = "ClockBackwards"
-	FaultDuplicatePods  FaultKind = "DuplicatePods"
-	FaultForeignPods    FaultKind = "ForeignPods"
+	// FaultDead closes the listener.
+	FaultDead FaultKind = "Dead"
+	// FaultDuplicatePods lists one pod of the node (or every one) twice.
+	FaultDuplicatePods FaultKind = "DuplicatePods"
+	// FaultForeignPods lists the pods of the fleet's other nodes too.
+	FaultForeignPods FaultKind = "ForeignPods"
 )
 
 // AllPods is FaultState.DuplicatePods when every pod of the node is listed
@@ -52,7 +36,7 @@ type Fault struct {
 	Kind FaultKind
 	// Delay is the wait before responding, for Slow.
 	Delay time.Duration
-	// Bytes is the body size for HugeBody; 0 means DefaultHugeBodyBytes.
+	// Bytes is the body size for HugeBody; 0 means fakecore.DefaultHugeBodyBytes.
 	Bytes int64
 	// Offset is how far the node's clock goes back, for ClockBackwards.
 	Offset time.Duration
@@ -62,15 +46,17 @@ type Fault struct {
 }
 
 // Slow delays every response by d (until the request is cancelled).
-func Slow(d time.Duration) Fault { return Fault{Kind: FaultSlow, Delay: d} }
+func Slow(d time.Duration) Fault { return Fault{Kind: fakecore.FaultSlow, Delay: d} }
 
 // HugeBody answers 200 with a body of n bytes, streamed.
-func HugeBody(n int64) Fault { return Fault{Kind: FaultHugeBody, Bytes: n} }
+func HugeBody(n int64) Fault { return Fault{Kind: fakecore.FaultHugeBody, Bytes: n} }
 
 // ClockBackwards sets the node's clock d back: its samples carry times d
 // earlier than the fleet's clock (whole seconds), and counters read at those
 // times, until the fault is cleared.
-func ClockBackwards(d time.Duration) Fault { return Fault{Kind: FaultClockBackwards, Offset: d} }
+func ClockBackwards(d time.Duration) Fault {
+	return Fault{Kind: fakecore.FaultClockBackwards, Offset: d}
+}
 
 // FaultState is the set of faults in force on a node.
 type FaultState struct {
@@ -148,24 +134,24 @@ func (n *Node) SetFault(f Fault) error {
 	n.opMu.Lock()
 	defer n.opMu.Unlock()
 	switch f.Kind {
-	case FaultSlow:
+	case fakecore.FaultSlow:
 		if f.Delay <= 0 {
 			return fmt.Errorf("fault %s needs a positive delay", f.Kind)
 		}
 		n.mu.Lock()
 		n.faults.Delay = f.Delay
 		n.mu.Unlock()
-	case FaultStatus500, FaultGarbage, FaultHugeBody, FaultResetConnection, FaultStall, FaultTruncated:
+	case fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultHugeBody, fakecore.FaultResetConnection, fakecore.FaultStall, fakecore.FaultTruncated:
 		size := int64(0)
-		if f.Kind == FaultHugeBody {
+		if f.Kind == fakecore.FaultHugeBody {
 			if size = f.Bytes; size <= 0 {
-				size = DefaultHugeBodyBytes
+				size = fakecore.DefaultHugeBodyBytes
 			}
 		}
 		n.mu.Lock()
 		n.faults.Response, n.faults.HugeBodyBytes = f.Kind, size
 		n.mu.Unlock()
-	case FaultUntrustedCertificate, FaultWrongNameCertificate, FaultHandshakeStall:
+	case fakecore.FaultUntrustedCertificate, fakecore.FaultWrongNameCertificate, fakecore.FaultHandshakeStall:
 		if err := n.prepareConnectionFault(f.Kind); err != nil {
 			return err
 		}
@@ -176,7 +162,7 @@ func (n *Node) SetFault(f Fault) error {
 		if !dead {
 			return n.bounce()
 		}
-	case FaultClockBackwards:
+	case fakecore.FaultClockBackwards:
 		if f.Offset < time.Second {
 			return fmt.Errorf("fault %s needs an offset of at least 1s", f.Kind)
 		}
@@ -202,7 +188,7 @@ func (n *Node) SetFault(f Fault) error {
 		n.faults.Dead = true
 		n.mu.Unlock()
 		return n.kill()
-	case FaultCounterReset:
+	case fakecore.FaultCounterReset:
 		n.ResetCounters()
 	default:
 		return fmt.Errorf("unknown fault kind %q", f.Kind)
@@ -220,17 +206,17 @@ func (n *Node) ClearFault(kind FaultKind) error {
 	switch kind {
 	case "":
 		n.faults = FaultState{}
-	case FaultSlow:
+	case fakecore.FaultSlow:
 		n.faults.Delay = 0
-	case FaultStatus500, FaultGarbage, FaultHugeBody, FaultResetConnection, FaultStall, FaultTruncated:
+	case fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultHugeBody, fakecore.FaultResetConnection, fakecore.FaultStall, fakecore.FaultTruncated:
 		if n.faults.Response == kind {
 			n.faults.Response, n.faults.HugeBodyBytes = "", 0
 		}
-	case FaultUntrustedCertificate, FaultWrongNameCertificate, FaultHandshakeStall:
+	case fakecore.FaultUntrustedCertificate, fakecore.FaultWrongNameCertificate, fakecore.FaultHandshakeStall:
 		if n.faults.Connection == kind {
 			n.faults.Connection = ""
 		}
-	case FaultClockBackwards:
+	case fakecore.FaultClockBackwards:
 		n.faults.ClockOffset = 0
 	case FaultDuplicatePods:
 		n.faults.DuplicatePods = ""
@@ -238,7 +224,7 @@ func (n *Node) ClearFault(kind FaultKind) error {
 		n.faults.ForeignPods = false
 	case FaultDead:
 		n.faults.Dead = false
-	case FaultCounterReset:
+	case fakecore.FaultCounterReset:
 	default:
 		n.mu.Unlock()
 		return fmt.Errorf("unknown fault kind %q", kind)

@@ -7,6 +7,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
+
 	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
@@ -16,7 +18,7 @@ func (n *Node) prepareConnectionFault(kind FaultKind) error {
 	n.mu.RLock()
 	_, ok := n.badCerts[kind]
 	n.mu.RUnlock()
-	if ok || kind == FaultHandshakeStall {
+	if ok || kind == fakecore.FaultHandshakeStall {
 		return nil
 	}
 	now := n.fleet.cfg.Clock.Now()
@@ -25,13 +27,13 @@ func (n *Node) prepareConnectionFault(kind FaultKind) error {
 		err error
 	)
 	switch kind {
-	case FaultUntrustedCertificate:
+	case fakecore.FaultUntrustedCertificate:
 		// Right names, but signed by a CA nobody was told about.
 		var other *pki.CA
 		if other, err = newAuthority(now); err == nil {
 			c, err = other.TLSCertificate(now, servingLeaf(n.name))
 		}
-	case FaultWrongNameCertificate:
+	case fakecore.FaultWrongNameCertificate:
 		// The fleet's CA, but for a name the node is not reached by.
 		c, err = n.fleet.ca.TLSCertificate(now, pki.Leaf{
 			CommonName: "not-" + n.name,
@@ -109,7 +111,7 @@ func (l *faultListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if l.node.Faults().Connection != FaultHandshakeStall {
+		if l.node.Faults().Connection != fakecore.FaultHandshakeStall {
 			return c, nil
 		}
 		l.node.held.Add(1)

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
 func TestConnectionFaults(t *testing.T) {
@@ -15,19 +17,19 @@ func TestConnectionFaults(t *testing.T) {
 		kind  FaultKind
 		check func(t *testing.T, err error)
 	}{
-		{kind: FaultUntrustedCertificate, check: func(t *testing.T, err error) {
+		{kind: fakecore.FaultUntrustedCertificate, check: func(t *testing.T, err error) {
 			var unknown x509.UnknownAuthorityError
 			if !errors.As(err, &unknown) {
 				t.Errorf("got %v; want an unknown authority", err)
 			}
 		}},
-		{kind: FaultWrongNameCertificate, check: func(t *testing.T, err error) {
+		{kind: fakecore.FaultWrongNameCertificate, check: func(t *testing.T, err error) {
 			var host x509.HostnameError
 			if !errors.As(err, &host) {
 				t.Errorf("got %v; want a hostname mismatch", err)
 			}
 		}},
-		{kind: FaultHandshakeStall, check: func(t *testing.T, err error) {
+		{kind: fakecore.FaultHandshakeStall, check: func(t *testing.T, err error) {
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("got %v; want the request's deadline to pass", err)
 			}
@@ -70,7 +72,7 @@ func TestConnectionFaults(t *testing.T) {
 func TestHandshakeStallSendsNothing(t *testing.T) {
 	f, _ := newTestFleet(t, Config{})
 	n := addNode(t, f, "node-a")
-	if err := n.SetFault(Fault{Kind: FaultHandshakeStall}); err != nil {
+	if err := n.SetFault(Fault{Kind: fakecore.FaultHandshakeStall}); err != nil {
 		t.Fatal(err)
 	}
 	d := tls.Dialer{Config: &tls.Config{RootCAs: f.CertPool(), MinVersion: tls.VersionTLS12}}
@@ -110,7 +112,7 @@ func TestHandshakeStallSendsNothing(t *testing.T) {
 func TestConnectionFaultWhileDead(t *testing.T) {
 	f, _ := newTestFleet(t, Config{})
 	n := addNode(t, f, "node-a")
-	for _, fault := range []Fault{{Kind: FaultDead}, {Kind: FaultUntrustedCertificate}} {
+	for _, fault := range []Fault{{Kind: FaultDead}, {Kind: fakecore.FaultUntrustedCertificate}} {
 		if err := n.SetFault(fault); err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
+
 	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/google/go-cmp/cmp"
@@ -55,13 +57,13 @@ func TestClockBackwardsFault(t *testing.T) {
 	if diff := cmp.Diff([]podView{at(45 * time.Second)}, summaryView(t, f, n)); diff != "" {
 		t.Errorf("clock 20s back, 5s later (-want +got):\n%s", diff)
 	}
-	if err := n.ClearFault(FaultClockBackwards); err != nil {
+	if err := n.ClearFault(fakecore.FaultClockBackwards); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff([]podView{at(65 * time.Second)}, summaryView(t, f, n)); diff != "" {
 		t.Errorf("after clearing (-want +got):\n%s", diff)
 	}
-	if err := n.SetFault(Fault{Kind: FaultClockBackwards, Offset: time.Millisecond}); err == nil {
+	if err := n.SetFault(Fault{Kind: fakecore.FaultClockBackwards, Offset: time.Millisecond}); err == nil {
 		t.Error("an offset below one second was accepted")
 	}
 }
@@ -139,7 +141,7 @@ func TestTruncatedFault(t *testing.T) {
 			fc.Step(10 * time.Second)
 			c := newClient(t, f)
 			full := mustGet(t, c, n, path)
-			if err := n.SetFault(Fault{Kind: FaultTruncated}); err != nil {
+			if err := n.SetFault(Fault{Kind: fakecore.FaultTruncated}); err != nil {
 				t.Fatal(err)
 			}
 			cut := mustGet(t, c, n, path)
@@ -152,7 +154,7 @@ func TestTruncatedFault(t *testing.T) {
 					t.Errorf("a truncated summary decoded: %q", cut)
 				}
 			}
-			if err := n.ClearFault(FaultTruncated); err != nil {
+			if err := n.ClearFault(fakecore.FaultTruncated); err != nil {
 				t.Fatal(err)
 			}
 			if got := mustGet(t, c, n, path); !bytes.Equal(got, full) {

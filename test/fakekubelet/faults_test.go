@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
+
 	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/google/go-cmp/cmp"
@@ -65,12 +67,12 @@ func TestFaults(t *testing.T) {
 		http1 bool
 		check func(t *testing.T, r result)
 	}{
-		{name: "Status500", fault: Fault{Kind: FaultStatus500}, path: summaryPath, check: func(t *testing.T, r result) {
+		{name: "Status500", fault: Fault{Kind: fakecore.FaultStatus500}, path: summaryPath, check: func(t *testing.T, r result) {
 			if r.err != nil || r.status != http.StatusInternalServerError {
 				t.Errorf("got status %d, err %v; want 500", r.status, r.err)
 			}
 		}},
-		{name: "Garbage summary", fault: Fault{Kind: FaultGarbage}, path: summaryPath, check: func(t *testing.T, r result) {
+		{name: "Garbage summary", fault: Fault{Kind: fakecore.FaultGarbage}, path: summaryPath, check: func(t *testing.T, r result) {
 			var s stats.Summary
 			if r.err != nil || r.status != http.StatusOK {
 				t.Fatalf("got status %d, err %v; want 200", r.status, r.err)
@@ -79,7 +81,7 @@ func TestFaults(t *testing.T) {
 				t.Errorf("garbage decoded as a summary: %q", r.body)
 			}
 		}},
-		{name: "Garbage metrics", fault: Fault{Kind: FaultGarbage}, path: resourceMetricsPath, check: func(t *testing.T, r result) {
+		{name: "Garbage metrics", fault: Fault{Kind: fakecore.FaultGarbage}, path: resourceMetricsPath, check: func(t *testing.T, r result) {
 			if r.err != nil || r.status != http.StatusOK || !bytes.Contains(r.body, []byte{0}) || bytes.Contains(r.body, []byte("resource_scrape_error")) {
 				t.Errorf("got status %d, err %v, body %q; want 200 with garbage", r.status, r.err, r.body)
 			}
@@ -89,12 +91,12 @@ func TestFaults(t *testing.T) {
 				t.Errorf("got status %d, err %v, %d bytes; want 200 with %d bytes", r.status, r.err, r.size, 16<<20)
 			}
 		}},
-		{name: "ResetConnection over HTTP/2", fault: Fault{Kind: FaultResetConnection}, path: summaryPath, check: func(t *testing.T, r result) {
+		{name: "ResetConnection over HTTP/2", fault: Fault{Kind: fakecore.FaultResetConnection}, path: summaryPath, check: func(t *testing.T, r result) {
 			if r.err == nil {
 				t.Errorf("got status %d and no error; want a failed request", r.status)
 			}
 		}},
-		{name: "ResetConnection over HTTP/1.1", fault: Fault{Kind: FaultResetConnection}, path: resourceMetricsPath, http1: true, check: func(t *testing.T, r result) {
+		{name: "ResetConnection over HTTP/1.1", fault: Fault{Kind: fakecore.FaultResetConnection}, path: resourceMetricsPath, http1: true, check: func(t *testing.T, r result) {
 			if !errors.Is(r.err, syscall.ECONNRESET) {
 				t.Errorf("got status %d, err %v; want connection reset", r.status, r.err)
 			}
@@ -120,7 +122,7 @@ func TestFaults(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 			defer cancel()
-			tt.check(t, do(ctx, c, n.URL()+tt.path, tt.fault.Kind != FaultHugeBody))
+			tt.check(t, do(ctx, c, n.URL()+tt.path, tt.fault.Kind != fakecore.FaultHugeBody))
 
 			if err := n.ClearFault(tt.fault.Kind); err != nil {
 				t.Fatalf("ClearFault: %v", err)
@@ -142,7 +144,7 @@ func TestFaults(t *testing.T) {
 func TestFaultNeedsAuthentication(t *testing.T) {
 	f, _ := newTestFleet(t, Config{})
 	n := addNode(t, f, "node-a")
-	if err := n.SetFault(Fault{Kind: FaultStatus500}); err != nil {
+	if err := n.SetFault(Fault{Kind: fakecore.FaultStatus500}); err != nil {
 		t.Fatal(err)
 	}
 	code, _, err := get(t, newClient(t, f), n, summaryPath, "")
@@ -207,7 +209,7 @@ func TestStallFault(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f, _ := newTestFleet(t, Config{})
 			n := addNode(t, f, "node-a")
-			if err := n.SetFault(Fault{Kind: FaultStall}); err != nil {
+			if err := n.SetFault(Fault{Kind: fakecore.FaultStall}); err != nil {
 				t.Fatal(err)
 			}
 			c := newClient(t, f)
@@ -256,7 +258,7 @@ func TestNodeCounterResetFault(t *testing.T) {
 	setPod(t, f, "node-a", Pod{Namespace: "ns", Name: "a"})
 	setPod(t, f, "node-a", Pod{Namespace: "ns", Name: "b"})
 	fc.Step(30 * time.Second)
-	if err := n.SetFault(Fault{Kind: FaultCounterReset}); err != nil {
+	if err := n.SetFault(Fault{Kind: fakecore.FaultCounterReset}); err != nil {
 		t.Fatal(err)
 	}
 	fc.Step(time.Second)
@@ -284,7 +286,7 @@ func TestNodeCounterResetFault(t *testing.T) {
 func TestSetFaultRejectsBadInput(t *testing.T) {
 	f, _ := newTestFleet(t, Config{})
 	n := addNode(t, f, "node-a")
-	for _, fault := range []Fault{{Kind: "Melt"}, {Kind: FaultSlow}, Slow(-time.Second)} {
+	for _, fault := range []Fault{{Kind: "Melt"}, {Kind: fakecore.FaultSlow}, Slow(-time.Second)} {
 		if err := n.SetFault(fault); err == nil {
 			t.Errorf("SetFault(%+v) succeeded", fault)
 		}

@@ -24,7 +24,6 @@ const (
 	DefaultNodeBaseCPU        = 100_000_000
 	DefaultNodeBaseMemory     = 512 << 20
 	DefaultNodeMemoryCapacity = 64 << 30
-	DefaultHugeBodyBytes      = 64 << 20
 )
 
 // ErrNotFound is returned for a node or pod the fleet does not know.

@@ -1,7 +1,6 @@
 package fakekubelet
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
 // Node is one fake kubelet: a TLS listener on 127.0.0.1 and the pods bound
@@ -79,8 +80,6 @@ func (n *Node) Address() string { return net.JoinHostPort("127.0.0.1", strconv.I
 // URL returns the base URL of the node's endpoint.
 func (n *Node) URL() string { return "https://" + n.Address() }
 
-type connKey struct{}
-
 // listen opens the listener and starts serving. Callers hold no node locks.
 func (n *Node) listen(port int) error {
 	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
@@ -98,10 +97,8 @@ func (n *Node) listen(port int) error {
 			// rather than a failed handshake, as on a real kubelet.
 			ClientAuth: tls.RequestClientCert,
 		},
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, connKey{}, c)
-		},
-		ErrorLog: log.New(debugWriter{node: n.name}, "", 0),
+		ConnContext: fakecore.ConnContext,
+		ErrorLog:    log.New(debugWriter{node: n.name}, "", 0),
 	}
 	stop, done := make(chan struct{}), make(chan struct{})
 	n.srvMu.Lock()

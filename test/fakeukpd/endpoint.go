@@ -8,22 +8,14 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
-// The transport faults of an Endpoint: below HTTP, so they never reach the
-// Server.
-const (
-	// FaultRefused closes the listener: connections are refused.
-	FaultRefused FaultKind = "Refused"
-	// FaultUntrustedCertificate serves a certificate for the right names
-	// from a CA nobody knows.
-	FaultUntrustedCertificate FaultKind = "UntrustedCertificate"
-	// FaultWrongNameCertificate serves a certificate from the endpoint's
-	// CA for another name; it needs EndpointConfig.CA.
-	FaultWrongNameCertificate FaultKind = "WrongNameCertificate"
-	// FaultHandshakeStall accepts connections and never sends a byte.
-	FaultHandshakeStall FaultKind = "HandshakeStall"
-)
+// FaultRefused, a transport fault of an Endpoint besides fakecore's,
+// closes the listener: connections are refused. Transport faults live
+// below HTTP, so they never reach the Server.
+const FaultRefused FaultKind = "Refused"
 
 // EndpointConfig configures an Endpoint.
 type EndpointConfig struct {
@@ -118,9 +110,9 @@ func (e *Endpoint) Close() error {
 
 func (e *Endpoint) prepareLocked(kind FaultKind) error {
 	switch kind {
-	case FaultRefused, FaultHandshakeStall:
+	case FaultRefused, fakecore.FaultHandshakeStall:
 		return nil
-	case FaultUntrustedCertificate, FaultWrongNameCertificate:
+	case fakecore.FaultUntrustedCertificate, fakecore.FaultWrongNameCertificate:
 	default:
 		return fmt.Errorf("unknown transport fault %q", kind)
 	}
@@ -132,7 +124,7 @@ func (e *Endpoint) prepareLocked(kind FaultKind) error {
 		c   tls.Certificate
 		err error
 	)
-	if kind == FaultUntrustedCertificate {
+	if kind == fakecore.FaultUntrustedCertificate {
 		var other *CA
 		if other, err = NewCA(now); err == nil {
 			host, _, _ := net.SplitHostPort(e.addr)
@@ -169,7 +161,7 @@ func (e *Endpoint) listenLocked() error {
 		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{*cert}},
 	}
 	var l net.Listener
-	if e.fault == FaultHandshakeStall {
+	if e.fault == fakecore.FaultHandshakeStall {
 		l = &stallListener{Listener: ln, stop: stop}
 	} else {
 		l = ln

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
 func TestEndpointTransportFaults(t *testing.T) {
@@ -22,19 +24,19 @@ func TestEndpointTransportFaults(t *testing.T) {
 				t.Errorf("got %v; want connection refused", err)
 			}
 		}},
-		{kind: FaultUntrustedCertificate, check: func(t *testing.T, err error) {
+		{kind: fakecore.FaultUntrustedCertificate, check: func(t *testing.T, err error) {
 			var unknown x509.UnknownAuthorityError
 			if !errors.As(err, &unknown) {
 				t.Errorf("got %v; want an unknown authority", err)
 			}
 		}},
-		{kind: FaultWrongNameCertificate, check: func(t *testing.T, err error) {
+		{kind: fakecore.FaultWrongNameCertificate, check: func(t *testing.T, err error) {
 			var host x509.HostnameError
 			if !errors.As(err, &host) {
 				t.Errorf("got %v; want a hostname mismatch", err)
 			}
 		}},
-		{kind: FaultHandshakeStall, check: func(t *testing.T, err error) {
+		{kind: fakecore.FaultHandshakeStall, check: func(t *testing.T, err error) {
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("got %v; want the request's deadline to pass", err)
 			}
@@ -118,7 +120,7 @@ func TestEndpointRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = ep.Close() }()
-	for _, k := range []FaultKind{FaultWrongNameCertificate, FaultStatus500, "Melt"} {
+	for _, k := range []FaultKind{fakecore.FaultWrongNameCertificate, fakecore.FaultStatus500, "Melt"} {
 		if err := ep.SetTransportFault(k); err == nil {
 			t.Errorf("SetTransportFault(%s) accepted", k)
 		}

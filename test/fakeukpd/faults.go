@@ -4,32 +4,30 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
-// FaultKind names a misbehaviour of the server.
-type FaultKind string
+// FaultKind names a misbehaviour of the server: one of fakecore's, or one
+// of ukpd's own below.
+type FaultKind = fakecore.FaultKind
 
-// The faults. Slow composes with the others. Of the response faults
-// (Status500, Garbage, HugeBody, Truncated, Stall) the first in that order
-// wins when several apply. The data faults (ClockBackwards,
-// DuplicateInstances) change what both paths report and compose with
-// everything. CounterReset acts once and is not kept. The transport faults
-// (Refused, UntrustedCertificate, WrongNameCertificate, HandshakeStall)
+// The faults are fakecore's and these. Slow composes with the others. Of
+// the response faults (Status500, Garbage, HugeBody, HostileText,
+// Truncated, Stall) the first in that order wins when several apply. The
+// data faults (ClockBackwards, ClockOffset, DuplicateInstances, OlderForm)
+// change what both paths report and compose with everything. CounterReset
+// acts once and is not kept. The transport faults (Refused and fakecore's)
 // live below HTTP, in an Endpoint.
 const (
-	FaultSlow               FaultKind = "Slow"
-	FaultStatus500          FaultKind = "Status500"
-	FaultGarbage            FaultKind = "Garbage"
-	FaultHugeBody           FaultKind = "HugeBody"
-	FaultTruncated          FaultKind = "Truncated"
-	FaultStall              FaultKind = "Stall"
-	FaultClockBackwards     FaultKind = "ClockBackwards"
+	// FaultDuplicateInstances reports a second instance for every
+	// container, with twice the values.
 	FaultDuplicateInstances FaultKind = "DuplicateInstances"
-	FaultCounterReset       FaultKind = "CounterReset"
 	// FaultClockOffset sets the platform's wall clock ahead (a positive
 	// offset) or behind (a negative one).
 	FaultClockOffset FaultKind = "ClockOffset"
@@ -47,9 +45,6 @@ const (
 // names none.
 const DefaultHostileTextBytes = 60 << 20
 
-// DefaultHugeBodyBytes is the body size of a HugeBody fault that names none.
-const DefaultHugeBodyBytes = 64 << 20
-
 // Fault is a fault to set.
 type Fault struct {
 	Kind FaultKind `json:"kind"`
@@ -58,7 +53,7 @@ type Fault struct {
 	Path string `json:"path,omitempty"`
 	// Delay is the wait before answering, for Slow.
 	Delay time.Duration `json:"-"`
-	// Bytes is the body size for HugeBody; 0 means DefaultHugeBodyBytes.
+	// Bytes is the body size for HugeBody; 0 means fakecore.DefaultHugeBodyBytes.
 	Bytes int64 `json:"bytes,omitempty"`
 	// Offset is how far the platform's wall clock is behind, for
 	// ClockBackwards, or ahead (negative: behind), for ClockOffset.
@@ -69,7 +64,9 @@ type Fault struct {
 // every started_at, stopped_at and created_at it reports is d earlier, as
 // from a daemon that derives them from the wall clock and an uptime. CPU
 // time and uptime do not follow the wall clock and stay as they are.
-func ClockBackwards(d time.Duration) Fault { return Fault{Kind: FaultClockBackwards, Offset: d} }
+func ClockBackwards(d time.Duration) Fault {
+	return Fault{Kind: fakecore.FaultClockBackwards, Offset: d}
+}
 
 // ClockOffset sets the platform's wall clock d ahead, or -d behind for a
 // negative d (whole seconds): every started_at, stopped_at and created_at
@@ -77,35 +74,35 @@ func ClockBackwards(d time.Duration) Fault { return Fault{Kind: FaultClockBackwa
 func ClockOffset(d time.Duration) Fault { return Fault{Kind: FaultClockOffset, Offset: d} }
 
 // Slow delays answers by d, on the server's clock.
-func Slow(d time.Duration) Fault { return Fault{Kind: FaultSlow, Delay: d} }
+func Slow(d time.Duration) Fault { return Fault{Kind: fakecore.FaultSlow, Delay: d} }
 
 // SetFault sets a fault, replacing one of the same kind.
 func (s *Server) SetFault(f Fault) error {
 	switch f.Kind {
-	case FaultSlow:
+	case fakecore.FaultSlow:
 		if f.Delay <= 0 {
 			return fmt.Errorf("fault %s needs a positive delay", f.Kind)
 		}
-	case FaultHugeBody:
+	case fakecore.FaultHugeBody:
 		if f.Bytes <= 0 {
-			f.Bytes = DefaultHugeBodyBytes
+			f.Bytes = fakecore.DefaultHugeBodyBytes
 		}
 	case FaultHostileText:
 		if f.Bytes <= 0 {
 			f.Bytes = DefaultHostileTextBytes
 		}
-	case FaultStatus500, FaultGarbage, FaultTruncated, FaultStall:
-	case FaultClockBackwards, FaultDuplicateInstances, FaultCounterReset, FaultClockOffset, FaultOlderForm:
+	case fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultTruncated, fakecore.FaultStall:
+	case fakecore.FaultClockBackwards, FaultDuplicateInstances, fakecore.FaultCounterReset, FaultClockOffset, FaultOlderForm:
 		if f.Path != "" {
 			return fmt.Errorf("fault %s applies to both paths; it takes no path", f.Kind)
 		}
-		if f.Kind == FaultClockBackwards && f.Offset < time.Second {
+		if f.Kind == fakecore.FaultClockBackwards && f.Offset < time.Second {
 			return fmt.Errorf("fault %s needs an offset of at least 1s", f.Kind)
 		}
 		if f.Kind == FaultClockOffset && f.Offset.Abs() < time.Second {
 			return fmt.Errorf("fault %s needs an offset of at least 1s either way", f.Kind)
 		}
-		if f.Kind == FaultCounterReset {
+		if f.Kind == fakecore.FaultCounterReset {
 			s.resetCounters()
 			return nil
 		}
@@ -147,15 +144,15 @@ func (s *Server) Faults() []Fault {
 }
 
 var faultOrder = []FaultKind{
-	FaultSlow, FaultStatus500, FaultGarbage, FaultHugeBody, FaultHostileText, FaultTruncated, FaultStall,
-	FaultClockBackwards, FaultClockOffset, FaultDuplicateInstances, FaultOlderForm,
+	fakecore.FaultSlow, fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultHugeBody, FaultHostileText, fakecore.FaultTruncated, fakecore.FaultStall,
+	fakecore.FaultClockBackwards, FaultClockOffset, FaultDuplicateInstances, FaultOlderForm,
 }
 
 // responseFault says whether a fault answers requests in place of the
 // server.
 func responseFault(k FaultKind) bool {
 	switch k {
-	case FaultStatus500, FaultGarbage, FaultHugeBody, FaultHostileText, FaultTruncated, FaultStall:
+	case fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultHugeBody, FaultHostileText, fakecore.FaultTruncated, fakecore.FaultStall:
 		return true
 	}
 	return false
@@ -170,52 +167,42 @@ func (s *Server) serveFault(w http.ResponseWriter, r *http.Request, path string,
 	}
 	var active []Fault
 	for _, f := range s.Faults() {
-		if (f.Kind == FaultSlow || responseFault(f.Kind)) && (f.Path == "" || f.Path == key) {
+		if (f.Kind == fakecore.FaultSlow || responseFault(f.Kind)) && (f.Path == "" || f.Path == key) {
 			active = append(active, f)
 		}
 	}
-	if i := slices.IndexFunc(active, func(f Fault) bool { return f.Kind == FaultSlow }); i >= 0 {
-		s.wait(r.Context(), active[i].Delay)
+	rs := fakecore.Responder{Clock: s.clock, Stop: s.closed}
+	if i := slices.IndexFunc(active, func(f Fault) bool { return f.Kind == fakecore.FaultSlow }); i >= 0 {
+		rs.Wait(r.Context(), active[i].Delay)
 		active = slices.Delete(active, i, i+1)
 	}
 	if len(active) == 0 {
 		return false
 	}
-	switch f := active[0]; f.Kind {
-	case FaultStatus500:
-		writeAPIError(w, http.StatusInternalServerError, "Internal error (fake fault) on "+path, s.clock.Now(), s.clock)
-	case FaultGarbage:
-		if asJSON {
-			w.Header().Set("Content-Type", contentTypeJSON)
-			_, _ = io.WriteString(w, `{"status":"success","data":{"instances":[{"uuid":`+"\x00\xff{{")
-		} else {
-			w.Header().Set("Content-Type", contentTypeText)
-			_, _ = io.WriteString(w, "# TYPE instance_cpu_time_s counter\ninstance_cpu_time_s{instance_uuid= 1.2.3 oops\n\x00\xff")
-		}
-	case FaultHugeBody:
-		streamHugeBody(r.Context(), w, f.Bytes)
-	case FaultHostileText:
+	f := active[0]
+	if f.Kind == FaultHostileText {
 		streamHostileText(r.Context(), w, f.Bytes)
-	case FaultTruncated:
-		s.serveTruncated(w, r, isMetrics, asJSON)
-	case FaultStall:
-		s.serveStall(w, r, asJSON)
+		return true
 	}
-	return true
-}
-
-// wait blocks for d on the server's clock. If the request ends or the
-// server closes first, it abandons the request.
-func (s *Server) wait(ctx context.Context, d time.Duration) {
-	t := s.clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return
-	case <-ctx.Done():
-	case <-s.closed:
+	format := fakecore.Format{
+		ContentType: contentTypeText,
+		Status500: func(w http.ResponseWriter) {
+			writeAPIError(w, http.StatusInternalServerError, "Internal error (fake fault) on "+path, s.clock.Now(), s.clock)
+		},
+		Garbage:     "# TYPE instance_cpu_time_s counter\ninstance_cpu_time_s{instance_uuid= 1.2.3 oops\n\x00\xff",
+		StallPrefix: "# HELP ",
+		Render: func() (int, []byte) {
+			rec := httptest.NewRecorder()
+			s.serveData(rec, r, strings.TrimSuffix(r.URL.Path, "/"), isMetrics, asJSON, s.clock.Now())
+			return rec.Code, rec.Body.Bytes()
+		},
 	}
-	panic(http.ErrAbortHandler)
+	if asJSON {
+		format.ContentType = contentTypeJSON
+		format.Garbage = `{"status":"success","data":{"instances":[{"uuid":` + "\x00\xff{{"
+		format.StallPrefix = `{"status":"success","data":{"instances":[`
+	}
+	return rs.Serve(w, r, f.Kind, f.Bytes, format)
 }
 
 // streamHostileText writes size bytes of Prometheus text, in lines of
@@ -232,25 +219,6 @@ func streamHostileText(ctx context.Context, w http.ResponseWriter, size int64) {
 	for size > 0 {
 		c := line.Bytes()[:min(int64(line.Len()), size)]
 		if _, err := w.Write(c); err != nil || ctx.Err() != nil {
-			panic(http.ErrAbortHandler)
-		}
-		size -= int64(len(c))
-	}
-}
-
-// streamHugeBody writes size bytes of a JSON-looking array from a small
-// buffer, without a Content-Length.
-func streamHugeBody(ctx context.Context, w http.ResponseWriter, size int64) {
-	w.Header().Set("Content-Type", contentTypeJSON)
-	w.WriteHeader(http.StatusOK)
-	chunk := make([]byte, 32<<10)
-	for i := range chunk {
-		chunk[i] = "[1,"[i%3]
-	}
-	for size > 0 {
-		c := chunk[:min(int64(len(chunk)), size)]
-		if _, err := w.Write(c); err != nil || ctx.Err() != nil {
-			// Abort, so that a cut-short body never looks complete.
 			panic(http.ErrAbortHandler)
 		}
 		size -= int64(len(c))

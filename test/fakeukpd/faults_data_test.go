@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
+
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -37,7 +39,7 @@ func TestCounterResetFault(t *testing.T) {
 	h.add(t, InstanceSpec{Namespace: "ns", Pod: "q", Container: "c", CPUCores: 1, State: StateStandby, UUID: "standby"})
 	h.clk.Step(10 * time.Second)
 	started := "2026-12-01T10:00:00Z"
-	if err := h.s.SetFault(Fault{Kind: FaultCounterReset}); err != nil {
+	if err := h.s.SetFault(Fault{Kind: fakecore.FaultCounterReset}); err != nil {
 		t.Fatal(err)
 	}
 	h.clk.Step(5 * time.Second)
@@ -70,12 +72,12 @@ func TestClockBackwardsFault(t *testing.T) {
 	if len(list) != 1 || list[0].StartedAt != "2026-12-01T09:59:30Z" || list[0].CreatedAt != "2026-12-01T09:59:30Z" || list[0].UptimeMS != 60000 {
 		t.Errorf("list: %+v", list)
 	}
-	h.s.ClearFault(FaultClockBackwards)
+	h.s.ClearFault(fakecore.FaultClockBackwards)
 	want[0].StartedAt = "2026-12-01T10:00:00Z"
 	if diff := cmp.Diff(want, metricsView(t, h)); diff != "" {
 		t.Errorf("after clearing (-want +got):\n%s", diff)
 	}
-	for _, f := range []Fault{{Kind: FaultClockBackwards}, {Kind: FaultClockBackwards, Offset: time.Minute, Path: listPath}} {
+	for _, f := range []Fault{{Kind: fakecore.FaultClockBackwards}, {Kind: fakecore.FaultClockBackwards, Offset: time.Minute, Path: listPath}} {
 		if err := h.s.SetFault(f); err == nil {
 			t.Errorf("SetFault(%+v) accepted", f)
 		}
@@ -118,7 +120,7 @@ func TestTruncatedFault(t *testing.T) {
 	for _, tc := range []struct{ path, accept string }{{listPath, ""}, {metricsPath, "application/json"}, {metricsPath, "text/plain"}} {
 		t.Run(tc.path+" "+tc.accept, func(t *testing.T) {
 			code, ct, full := h.get(t, tc.path, tc.accept)
-			if err := h.s.SetFault(Fault{Kind: FaultTruncated}); err != nil {
+			if err := h.s.SetFault(Fault{Kind: fakecore.FaultTruncated}); err != nil {
 				t.Fatal(err)
 			}
 			defer h.s.ClearFault("")
@@ -135,7 +137,7 @@ func TestTruncatedFault(t *testing.T) {
 
 func TestStallFault(t *testing.T) {
 	h := newHarness(t, Config{})
-	if err := h.s.SetFault(Fault{Kind: FaultStall}); err != nil {
+	if err := h.s.SetFault(Fault{Kind: fakecore.FaultStall}); err != nil {
 		t.Fatal(err)
 	}
 	for _, end := range []string{"cancel", "close"} {

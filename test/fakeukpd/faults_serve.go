@@ -1,46 +1,10 @@
 package fakeukpd
 
 import (
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
-
-// serveTruncated answers 200 with the first half of what the server would
-// have answered, declared and sent completely: the response ends cleanly,
-// the document does not.
-func (s *Server) serveTruncated(w http.ResponseWriter, r *http.Request, isMetrics, asJSON bool) {
-	rec := httptest.NewRecorder()
-	s.serveData(rec, r, strings.TrimSuffix(r.URL.Path, "/"), isMetrics, asJSON, s.clock.Now())
-	body := rec.Body.Bytes()
-	cut := body[:len(body)/2]
-	w.Header().Set("Content-Type", rec.Header().Get("Content-Type"))
-	w.Header().Set("Content-Length", strconv.Itoa(len(cut)))
-	w.WriteHeader(rec.Code)
-	_, _ = w.Write(cut)
-}
-
-// serveStall sends the headers and the start of a body, then nothing more
-// until the request ends or the server closes, and abandons the response so
-// that no client sees it complete.
-func (s *Server) serveStall(w http.ResponseWriter, r *http.Request, asJSON bool) {
-	if asJSON {
-		w.Header().Set("Content-Type", contentTypeJSON)
-		_, _ = io.WriteString(w, `{"status":"success","data":{"instances":[`)
-	} else {
-		w.Header().Set("Content-Type", contentTypeText)
-		_, _ = io.WriteString(w, "# HELP ")
-	}
-	_ = http.NewResponseController(w).Flush()
-	select {
-	case <-r.Context().Done():
-	case <-s.closed:
-	}
-	panic(http.ErrAbortHandler)
-}
 
 // resetCounters restarts the CPU counter of every running instance from
 // zero and counts a start, but keeps started_at: what a wake from standby
@@ -68,7 +32,7 @@ type dataFaults struct {
 
 func (s *Server) dataFaultsLocked() dataFaults {
 	var d dataFaults
-	if f, ok := s.faults[FaultClockBackwards]; ok {
+	if f, ok := s.faults[fakecore.FaultClockBackwards]; ok {
 		d.offset = f.Offset
 	}
 	if f, ok := s.faults[FaultClockOffset]; ok {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
 func TestFaults(t *testing.T) {
@@ -23,13 +25,13 @@ func TestFaults(t *testing.T) {
 		wantBody    string
 		wantBodyLen int
 	}{
-		{name: "500", fault: Fault{Kind: FaultStatus500}, path: metricsPath, wantCode: 500, wantCT: contentTypeJSON, wantBody: `"status":"error"`},
-		{name: "garbage JSON", fault: Fault{Kind: FaultGarbage}, path: listPath, wantCode: 200, wantCT: contentTypeJSON, wantBody: "\x00\xff"},
-		{name: "garbage text", fault: Fault{Kind: FaultGarbage}, path: metricsPath, accept: "text/plain", wantCode: 200, wantCT: contentTypeText, wantBody: "oops"},
-		{name: "huge body", fault: Fault{Kind: FaultHugeBody, Bytes: 100_000}, path: metricsPath, wantCode: 200, wantBodyLen: 100_000},
-		{name: "limited to the list", fault: Fault{Kind: FaultStatus500, Path: listPath}, path: metricsPath, accept: "application/json", wantCode: 200, wantCT: contentTypeJSON},
-		{name: "on the list", fault: Fault{Kind: FaultStatus500, Path: listPath}, path: listPath, wantCode: 500},
-		{name: "per-instance metrics count as metrics", fault: Fault{Kind: FaultStatus500, Path: metricsPath}, path: "/v1/instances/p-c-1/metrics", wantCode: 500},
+		{name: "500", fault: Fault{Kind: fakecore.FaultStatus500}, path: metricsPath, wantCode: 500, wantCT: contentTypeJSON, wantBody: `"status":"error"`},
+		{name: "garbage JSON", fault: Fault{Kind: fakecore.FaultGarbage}, path: listPath, wantCode: 200, wantCT: contentTypeJSON, wantBody: "\x00\xff"},
+		{name: "garbage text", fault: Fault{Kind: fakecore.FaultGarbage}, path: metricsPath, accept: "text/plain", wantCode: 200, wantCT: contentTypeText, wantBody: "oops"},
+		{name: "huge body", fault: Fault{Kind: fakecore.FaultHugeBody, Bytes: 100_000}, path: metricsPath, wantCode: 200, wantBodyLen: 100_000},
+		{name: "limited to the list", fault: Fault{Kind: fakecore.FaultStatus500, Path: listPath}, path: metricsPath, accept: "application/json", wantCode: 200, wantCT: contentTypeJSON},
+		{name: "on the list", fault: Fault{Kind: fakecore.FaultStatus500, Path: listPath}, path: listPath, wantCode: 500},
+		{name: "per-instance metrics count as metrics", fault: Fault{Kind: fakecore.FaultStatus500, Path: metricsPath}, path: "/v1/instances/p-c-1/metrics", wantCode: 500},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -53,7 +55,7 @@ func TestFaults(t *testing.T) {
 
 func TestFaultRejects(t *testing.T) {
 	h := newHarness(t, Config{})
-	for _, f := range []Fault{{Kind: "Explode"}, {Kind: FaultSlow}, {Kind: FaultGarbage, Path: "/v1/images"}} {
+	for _, f := range []Fault{{Kind: "Explode"}, {Kind: fakecore.FaultSlow}, {Kind: fakecore.FaultGarbage, Path: "/v1/images"}} {
 		if err := h.s.SetFault(f); err == nil {
 			t.Errorf("SetFault(%+v) accepted", f)
 		}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
@@ -133,22 +135,22 @@ func TestClientFailures(t *testing.T) {
 		wantReason string
 		wantErr    string
 	}{
-		{name: "500", fault: &fakeukpd.Fault{Kind: fakeukpd.FaultStatus500}, wantReason: sources.ReasonHTTPStatus, wantErr: "500 Internal Server Error: Internal error"},
-		{name: "garbage", fault: &fakeukpd.Fault{Kind: fakeukpd.FaultGarbage}, wantReason: sources.ReasonDecode, wantErr: "decode instance metrics"},
+		{name: "500", fault: &fakeukpd.Fault{Kind: fakecore.FaultStatus500}, wantReason: sources.ReasonHTTPStatus, wantErr: "500 Internal Server Error: Internal error"},
+		{name: "garbage", fault: &fakeukpd.Fault{Kind: fakecore.FaultGarbage}, wantReason: sources.ReasonDecode, wantErr: "decode instance metrics"},
 		{
-			name: "huge body", fault: &fakeukpd.Fault{Kind: fakeukpd.FaultHugeBody, Bytes: 1 << 20},
+			name: "huge body", fault: &fakeukpd.Fault{Kind: fakecore.FaultHugeBody, Bytes: 1 << 20},
 			cfg:        func(c *ClientConfig) { c.MaxResponseBytes = 64 << 10 },
 			wantReason: sources.ReasonTooLarge, wantErr: "larger than 65536 bytes",
 		},
 		{
-			name: "slow past the deadline", fault: &fakeukpd.Fault{Kind: fakeukpd.FaultSlow, Delay: time.Hour},
+			name: "slow past the deadline", fault: &fakeukpd.Fault{Kind: fakecore.FaultSlow, Delay: time.Hour},
 			ctx: func() (context.Context, context.CancelFunc) {
 				return context.WithTimeout(context.Background(), 20*time.Millisecond)
 			},
 			wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded",
 		},
 		{
-			name: "slow past the request timeout", fault: &fakeukpd.Fault{Kind: fakeukpd.FaultSlow, Delay: time.Hour},
+			name: "slow past the request timeout", fault: &fakeukpd.Fault{Kind: fakecore.FaultSlow, Delay: time.Hour},
 			cfg:        func(c *ClientConfig) { c.RequestTimeout = 20 * time.Millisecond },
 			wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded",
 		},

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
+
 	corev1 "k8s.io/api/core/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -70,7 +72,7 @@ func TestInstancesFailedPage(t *testing.T) {
 	for i := range 3 {
 		e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: fmt.Sprintf("p-%d", i), Container: "c"})
 	}
-	if err := e.fake.SetFault(fakeukpd.Fault{Kind: fakeukpd.FaultStatus500, Path: "/v1/instances"}); err != nil {
+	if err := e.fake.SetFault(fakeukpd.Fault{Kind: fakecore.FaultStatus500, Path: "/v1/instances"}); err != nil {
 		t.Fatal(err)
 	}
 	list, err := e.client(t, nil).Instances(context.Background())

@@ -1,0 +1,187 @@
+package fakecore
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// FaultKind names a misbehaviour of a fake.
+type FaultKind string
+
+// The faults every fake knows, in three groups; each fake adds data faults
+// of its own wire format.
+//
+//   - Response faults answer a request in place of the fake: Status500,
+//     Garbage, HugeBody, Truncated, Stall, ResetConnection. Slow delays the
+//     answer, whatever it is.
+//   - Transport faults break TLS below HTTP: UntrustedCertificate,
+//     WrongNameCertificate, HandshakeStall.
+//   - ClockBackwards moves the times a fake reports back; CounterReset
+//     restarts its CPU counters once and is not kept.
+const (
+	FaultSlow            FaultKind = "Slow"
+	FaultStatus500       FaultKind = "Status500"
+	FaultGarbage         FaultKind = "Garbage"
+	FaultHugeBody        FaultKind = "HugeBody"
+	FaultTruncated       FaultKind = "Truncated"
+	FaultStall           FaultKind = "Stall"
+	FaultResetConnection FaultKind = "ResetConnection"
+
+	FaultUntrustedCertificate FaultKind = "UntrustedCertificate"
+	FaultWrongNameCertificate FaultKind = "WrongNameCertificate"
+	FaultHandshakeStall       FaultKind = "HandshakeStall"
+
+	FaultClockBackwards FaultKind = "ClockBackwards"
+	FaultCounterReset   FaultKind = "CounterReset"
+)
+
+// DefaultHugeBodyBytes is the body size of a HugeBody fault that names
+// none: over every client cap the server sets.
+const DefaultHugeBodyBytes = 64 << 20
+
+// IsResponseFault says whether k answers requests in place of the fake.
+func IsResponseFault(k FaultKind) bool {
+	switch k {
+	case FaultStatus500, FaultGarbage, FaultHugeBody, FaultTruncated, FaultStall, FaultResetConnection:
+		return true
+	}
+	return false
+}
+
+// IsTransportFault says whether k breaks TLS below HTTP.
+func IsTransportFault(k FaultKind) bool {
+	switch k {
+	case FaultUntrustedCertificate, FaultWrongNameCertificate, FaultHandshakeStall:
+		return true
+	}
+	return false
+}
+
+// Format is what a fake renders for the response faults, in its own wire
+// format.
+type Format struct {
+	// ContentType is that of the answer the request asked for.
+	ContentType string
+	// Status500 writes the fake's internal-error answer.
+	Status500 func(w http.ResponseWriter)
+	// Garbage is a body that starts well and then is not the format at all.
+	Garbage string
+	// StallPrefix is the start of a body a stalled answer sends.
+	StallPrefix string
+	// Render is the whole answer the fake would give without a fault, for
+	// Truncated.
+	Render func() (code int, body []byte)
+}
+
+// Responder serves response faults on a fake's clock; an answer it holds
+// back is abandoned when the request ends or Stop closes.
+type Responder struct {
+	Clock clock.Clock
+	Stop  <-chan struct{}
+}
+
+// Wait blocks for d on the fake's clock. If the request ends or the fake
+// stops first, it abandons the request.
+func (rs Responder) Wait(ctx context.Context, d time.Duration) {
+	t := rs.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return
+	case <-ctx.Done():
+	case <-rs.Stop:
+	}
+	panic(http.ErrAbortHandler)
+}
+
+// Serve answers r with the response fault kind (size is HugeBody's body
+// size) in format f, and reports whether kind was a response fault.
+func (rs Responder) Serve(w http.ResponseWriter, r *http.Request, kind FaultKind, size int64, f Format) bool {
+	switch kind {
+	case FaultStatus500:
+		f.Status500(w)
+	case FaultGarbage:
+		w.Header().Set("Content-Type", f.ContentType)
+		_, _ = io.WriteString(w, f.Garbage)
+	case FaultHugeBody:
+		if size <= 0 {
+			size = DefaultHugeBodyBytes
+		}
+		StreamHugeBody(r.Context(), w, size)
+	case FaultTruncated:
+		code, body := f.Render()
+		cut := body[:len(body)/2]
+		w.Header().Set("Content-Type", f.ContentType)
+		w.Header().Set("Content-Length", strconv.Itoa(len(cut)))
+		w.WriteHeader(code)
+		_, _ = w.Write(cut)
+	case FaultStall:
+		w.Header().Set("Content-Type", f.ContentType)
+		_, _ = io.WriteString(w, f.StallPrefix)
+		_ = http.NewResponseController(w).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-rs.Stop:
+		}
+		// Abort rather than end the body, so that no client ever sees the
+		// response complete.
+		panic(http.ErrAbortHandler)
+	case FaultResetConnection:
+		resetConnection(r)
+	default:
+		return false
+	}
+	return true
+}
+
+// StreamHugeBody writes size bytes of a JSON-looking array from a small
+// reused buffer, without a Content-Length.
+func StreamHugeBody(ctx context.Context, w http.ResponseWriter, size int64) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	chunk := make([]byte, 32<<10)
+	for i := range chunk {
+		chunk[i] = "[0,"[i%3]
+	}
+	for size > 0 {
+		c := chunk
+		if int64(len(c)) > size {
+			c = c[:size]
+		}
+		if _, err := w.Write(c); err != nil || ctx.Err() != nil {
+			// Abort, so that a cut-short body never looks complete.
+			panic(http.ErrAbortHandler)
+		}
+		size -= int64(len(c))
+	}
+}
+
+type connKey struct{}
+
+// ConnContext is an http.Server's ConnContext for fakes that serve
+// ResetConnection: it keeps the connection where the fault finds it.
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+// resetConnection closes the request's TCP connection with SO_LINGER 0, so
+// the client sees a reset (on HTTP/1.1 and HTTP/2 alike). The server must
+// have ConnContext.
+func resetConnection(r *http.Request) {
+	c, _ := r.Context().Value(connKey{}).(net.Conn)
+	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = nc.NetConn()
+	}
+	if tcp, ok := c.(*net.TCPConn); ok {
+		_ = tcp.SetLinger(0)
+	}
+	if c != nil {
+		_ = c.Close()
+	}
+}
