@@ -2,6 +2,7 @@ package fakekubelet
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -152,16 +153,12 @@ func (n *Node) SetFault(f Fault) error {
 		n.faults.Response, n.faults.HugeBodyBytes = f.Kind, size
 		n.mu.Unlock()
 	case fakecore.FaultUntrustedCertificate, fakecore.FaultWrongNameCertificate, fakecore.FaultHandshakeStall:
-		if err := n.prepareConnectionFault(f.Kind); err != nil {
-			return err
+		if err := n.ep.SetFault(f.Kind); err != nil {
+			return fmt.Errorf("node %q: %w", n.name, err)
 		}
 		n.mu.Lock()
 		n.faults.Connection = f.Kind
-		dead := n.faults.Dead
 		n.mu.Unlock()
-		if !dead {
-			return n.bounce()
-		}
 	case fakecore.FaultClockBackwards:
 		if f.Offset < time.Second {
 			return fmt.Errorf("fault %s needs an offset of at least 1s", f.Kind)
@@ -187,7 +184,7 @@ func (n *Node) SetFault(f Fault) error {
 		n.mu.Lock()
 		n.faults.Dead = true
 		n.mu.Unlock()
-		return n.kill()
+		return n.ep.SetDown(true)
 	case fakecore.FaultCounterReset:
 		n.ResetCounters()
 	default:
@@ -231,16 +228,21 @@ func (n *Node) ClearFault(kind FaultKind) error {
 	}
 	now := n.faults
 	n.mu.Unlock()
-	switch {
-	case was.Dead && !now.Dead:
-		if err := n.revive(); err != nil {
+	if was.Connection != now.Connection {
+		if err := n.ep.SetFault(now.Connection); err != nil {
+			return fmt.Errorf("node %q: %w", n.name, err)
+		}
+	}
+	if was.Dead && !now.Dead {
+		if n.fleet.isClosed() {
+			return errors.New("fleet is closed")
+		}
+		if err := n.ep.SetDown(false); err != nil {
 			n.mu.Lock()
 			n.faults.Dead = true
 			n.mu.Unlock()
-			return err
+			return fmt.Errorf("revive node %q: %w", n.name, err)
 		}
-	case !now.Dead && was.Connection != now.Connection:
-		return n.bounce()
 	}
 	return nil
 }

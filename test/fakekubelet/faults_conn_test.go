@@ -86,7 +86,7 @@ func TestHandshakeStallSendsNothing(t *testing.T) {
 		}
 		done <- err
 	}()
-	for n.held.Load() == 0 {
+	for n.ep.Held() == 0 {
 		select {
 		case err := <-done:
 			t.Fatalf("the dial ended before the connection was held: %v", err)

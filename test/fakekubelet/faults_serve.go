@@ -10,7 +10,7 @@ import (
 // whether the request was answered (or abandoned) by a fault.
 func (n *Node) serveFault(w http.ResponseWriter, r *http.Request, path string) bool {
 	faults := n.Faults()
-	rs := fakecore.Responder{Clock: n.fleet.cfg.Clock, Stop: n.stopChan()}
+	rs := fakecore.Responder{Clock: n.fleet.cfg.Clock, Stop: n.ep.Stopped()}
 	if faults.Delay > 0 {
 		rs.Wait(r.Context(), faults.Delay)
 	}

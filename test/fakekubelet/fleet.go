@@ -175,10 +175,6 @@ func (f *Fleet) AddNode(nodeName string, port int) (*Node, error) {
 	if nodeName == "" {
 		return nil, errors.New("node name must not be empty")
 	}
-	certificate, err := f.ca.TLSCertificate(f.cfg.Clock.Now(), servingLeaf(nodeName))
-	if err != nil {
-		return nil, fmt.Errorf("serving certificate for node %q: %w", nodeName, err)
-	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.isClosed() {
@@ -187,7 +183,7 @@ func (f *Fleet) AddNode(nodeName string, port int) (*Node, error) {
 	if _, ok := f.nodes[nodeName]; ok {
 		return nil, fmt.Errorf("node %q already exists", nodeName)
 	}
-	n := newNode(f, nodeName, certificate)
+	n := newNode(f, nodeName)
 	if err := n.listen(port); err != nil {
 		return nil, fmt.Errorf("node %q: %w", nodeName, err)
 	}

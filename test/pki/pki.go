@@ -68,6 +68,9 @@ func NewCA(commonName string, now time.Time, validity time.Duration) (*CA, error
 // against.
 func (ca *CA) CertPEM() []byte { return append([]byte(nil), ca.certPEM...) }
 
+// NotAfter is when the CA, and every certificate it issued, expires.
+func (ca *CA) NotAfter() time.Time { return ca.cert.NotAfter }
+
 // Leaf describes a certificate to issue.
 type Leaf struct {
 	CommonName    string

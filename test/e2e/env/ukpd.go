@@ -3,7 +3,6 @@ package env
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,12 +54,8 @@ type Ukpd struct {
 	// Control is a client of the control API.
 	Control UkpdControl
 
-	addr    string
-	tls     *tls.Config
+	api     *fakeukpd.Endpoint
 	control *http.Server
-
-	mu  sync.Mutex
-	api *http.Server
 }
 
 // UkpdPageSize is the most instances one answer of the suite's fake ukpd
@@ -77,18 +72,12 @@ func StartUkpd(dir string) (*Ukpd, error) {
 	if err != nil {
 		return nil, err
 	}
-	cert, err := ca.TLSCertificate(time.Now(), fakeukpd.ServingLeaf("127.0.0.1", "localhost"))
-	if err != nil {
-		return nil, err
-	}
 	u := &Ukpd{
 		// A page of at most 100 instances, whatever a list request asks:
 		// the server must read the list in pages.
 		Server:    fakeukpd.New(fakeukpd.Config{Tokens: []string{ukpdToken}, PageSize: UkpdPageSize}),
 		TokenFile: filepath.Join(dir, "token"),
 		CAFile:    filepath.Join(dir, "ca.crt"),
-		addr:      "127.0.0.1:0",
-		tls:       &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 	}
 	if err := os.WriteFile(u.TokenFile, []byte(ukpdToken+"\n"), 0o600); err != nil {
 		return nil, err
@@ -96,10 +85,10 @@ func StartUkpd(dir string) (*Ukpd, error) {
 	if err := os.WriteFile(u.CAFile, ca.CertPEM(), 0o644); err != nil {
 		return nil, err
 	}
-	if err := u.Up(); err != nil {
+	if u.api, err = fakeukpd.NewEndpoint(u.Server, fakeukpd.EndpointConfig{CA: ca, Hosts: []string{"127.0.0.1", "localhost"}}); err != nil {
 		return nil, err
 	}
-	u.URL = "https://" + u.addr
+	u.URL = u.api.URL()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, errors.Join(err, u.Close())
@@ -121,40 +110,28 @@ func (u *Ukpd) ServerArgs() []string {
 	}
 }
 
-// Up serves the platform API, on the address it had before if it had one.
-func (u *Ukpd) Up() error {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.api != nil {
-		return nil
-	}
-	ln, err := net.Listen("tcp", u.addr)
-	if err != nil {
-		return fmt.Errorf("fake ukpd: listen on %s: %w", u.addr, err)
-	}
-	u.addr = ln.Addr().String()
-	u.api = &http.Server{Handler: u.Server, ReadHeaderTimeout: 10 * time.Second}
-	go func(s *http.Server) { _ = s.Serve(tls.NewListener(ln, u.tls)) }(u.api)
-	return nil
-}
+// Up serves the platform API again, on the same address, without a
+// transport fault.
+func (u *Ukpd) Up() error { return u.api.ClearTransportFault() }
 
 // Down closes the platform API's listener and connections: clients get
 // "connection refused" until Up.
-func (u *Ukpd) Down() error {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.api == nil {
-		return nil
+func (u *Ukpd) Down() error { return u.api.SetTransportFault(fakeukpd.FaultRefused) }
+
+// BreakTransport breaks the platform API below HTTP with a transport fault
+// (fakeukpd.FaultRefused or one of fakecore's); the returned heal puts it
+// back as it was.
+func (u *Ukpd) BreakTransport(kind fakeukpd.FaultKind) (heal func() error, err error) {
+	if err := u.api.SetTransportFault(kind); err != nil {
+		return nil, errors.Join(err, u.Up())
 	}
-	err := u.api.Close()
-	u.api = nil
-	return err
+	return u.Up, nil
 }
 
 // Close stops both APIs.
 func (u *Ukpd) Close() error {
 	u.Server.Close()
-	err := u.Down()
+	err := u.api.Close()
 	if u.control != nil {
 		err = errors.Join(err, u.control.Close())
 	}

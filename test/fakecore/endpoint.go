@@ -1,0 +1,294 @@
+package fakecore
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/group-metrics-server/group-metrics-server/test/pki"
+)
+
+// EndpointConfig configures an Endpoint.
+type EndpointConfig struct {
+	// Addr is the loopback host:port to listen on; port 0 picks one, which
+	// the endpoint keeps while it goes down and comes back.
+	Addr    string
+	Handler http.Handler
+	// CA signs the endpoint's certificate, for Leaf's names, and the
+	// wrong-name certificate of WrongNameCertificate.
+	CA   *pki.CA
+	Leaf pki.Leaf
+	// Now is the time certificates are issued at; time.Now when nil.
+	Now func() time.Time
+	// ClientAuth is the TLS client-certificate policy.
+	ClientAuth tls.ClientAuthType
+	// ErrorLog takes net/http's own log lines; they are dropped when nil.
+	ErrorLog *log.Logger
+}
+
+// Endpoint serves a fake over TLS on a loopback port and breaks the
+// transport below HTTP: it can refuse connections (down), stall handshakes,
+// or serve a certificate from an unknown CA or for another name. Changing
+// any of that closes the open connections (idle HTTP/2 connections get a
+// GOAWAY first), so clients meet the change on their next request. It is
+// safe for concurrent use.
+type Endpoint struct {
+	cfg  EndpointConfig
+	good tls.Certificate
+	// held counts the connections a HandshakeStall holds.
+	held atomic.Int32
+
+	mu    sync.Mutex
+	addr  string
+	fault FaultKind
+	down  bool
+	bad   map[FaultKind]*tls.Certificate
+	srv   *http.Server
+	stop  chan struct{} // closed when srv stops
+	done  chan struct{} // closed when srv's serve loop returns
+}
+
+// NewEndpoint issues the endpoint's certificate, listens on cfg.Addr and
+// serves cfg.Handler there.
+func NewEndpoint(cfg EndpointConfig) (*Endpoint, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.1:0"
+	}
+	if err := CheckLoopback("listen", cfg.Addr); err != nil {
+		return nil, err
+	}
+	good, err := cfg.CA.TLSCertificate(cfg.Now(), cfg.Leaf)
+	if err != nil {
+		return nil, fmt.Errorf("serving certificate for %s: %w", cfg.Leaf.CommonName, err)
+	}
+	e := &Endpoint{cfg: cfg, good: good, addr: cfg.Addr, bad: map[FaultKind]*tls.Certificate{}}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.listenLocked(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// Addr is the endpoint's host:port, also while down.
+func (e *Endpoint) Addr() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.addr
+}
+
+// Fault is the transport fault in force, or "".
+func (e *Endpoint) Fault() FaultKind {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.fault
+}
+
+// Down says whether the endpoint refuses connections.
+func (e *Endpoint) Down() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.down
+}
+
+// Held is how many connections a HandshakeStall holds now.
+func (e *Endpoint) Held() int { return int(e.held.Load()) }
+
+// Stopped returns a channel closed when the server now serving stops (at
+// once when down): answers held back by a fault are abandoned then.
+func (e *Endpoint) Stopped() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.srv == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return e.stop
+}
+
+// SetFault sets one transport fault (IsTransportFault), replacing any
+// other; "" clears it.
+func (e *Endpoint) SetFault(kind FaultKind) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if kind != "" {
+		if err := e.prepareLocked(kind); err != nil {
+			return err
+		}
+	}
+	if kind == e.fault {
+		return nil
+	}
+	e.fault = kind
+	if e.down {
+		return nil
+	}
+	e.stopLocked()
+	return e.listenLocked()
+}
+
+// SetDown closes the listener and every connection (down), or listens
+// again on the same port.
+func (e *Endpoint) SetDown(down bool) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if down == e.down {
+		return nil
+	}
+	e.down = down
+	if down {
+		e.stopLocked()
+		return nil
+	}
+	return e.listenLocked()
+}
+
+// Close stops serving for good.
+func (e *Endpoint) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.down = true
+	e.stopLocked()
+	return nil
+}
+
+func (e *Endpoint) prepareLocked(kind FaultKind) error {
+	switch kind {
+	case FaultHandshakeStall:
+		return nil
+	case FaultUntrustedCertificate, FaultWrongNameCertificate:
+	default:
+		return UnknownTransportFault(kind)
+	}
+	if e.bad[kind] != nil {
+		return nil
+	}
+	now := e.cfg.Now()
+	var (
+		c   tls.Certificate
+		err error
+	)
+	if kind == FaultUntrustedCertificate {
+		// Right names, but signed by a CA nobody was told about, valid as
+		// long as the endpoint's (fakes may run on a clock far from the
+		// client's).
+		var other *pki.CA
+		if other, err = pki.NewCA("unknown-ca", now, e.cfg.CA.NotAfter().Sub(now)); err == nil {
+			c, err = other.TLSCertificate(now, e.cfg.Leaf)
+		}
+	} else {
+		// The right CA, but for a name the endpoint is not reached by.
+		c, err = e.cfg.CA.TLSCertificate(now, pki.Leaf{
+			CommonName: "not-" + e.cfg.Leaf.CommonName,
+			Hosts:      []string{"not-" + e.cfg.Leaf.CommonName + ".invalid", "127.0.0.254"},
+			Server:     true,
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("certificate for %s: %w", kind, err)
+	}
+	e.bad[kind] = &c
+	return nil
+}
+
+// UnknownTransportFault is the error for a kind that is not a transport
+// fault.
+func UnknownTransportFault(kind FaultKind) error {
+	return fmt.Errorf("unknown transport fault %q", kind)
+}
+
+// listenLocked listens on the endpoint's address (its port, once known).
+func (e *Endpoint) listenLocked() error {
+	ln, err := net.Listen("tcp", e.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", e.addr, err)
+	}
+	e.addr = ln.Addr().String()
+	cert := &e.good
+	if c := e.bad[e.fault]; c != nil {
+		cert = c
+	}
+	errorLog := e.cfg.ErrorLog
+	if errorLog == nil {
+		errorLog = log.New(discard{}, "", 0)
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	srv := &http.Server{
+		Handler:           e.cfg.Handler,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{*cert}, ClientAuth: e.cfg.ClientAuth},
+		ConnContext:       ConnContext,
+		ErrorLog:          errorLog,
+	}
+	var l net.Listener = ln
+	if e.fault == FaultHandshakeStall {
+		l = &stallListener{Listener: ln, stop: stop, held: &e.held}
+	}
+	e.srv, e.stop, e.done = srv, stop, done
+	go func() {
+		defer close(done)
+		// It returns when stopped; a failed listener is seen by clients as
+		// a refused connection.
+		if err := srv.ServeTLS(l, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errorLog.Printf("stopped serving: %v", err)
+		}
+	}()
+	return nil
+}
+
+// shutdownGrace bounds the graceful part of stopping a server.
+const shutdownGrace = 2 * time.Second
+
+// stopLocked stops the current server: answers held back by faults are
+// released, idle connections told to go away, the rest closed.
+func (e *Endpoint) stopLocked() {
+	if e.srv == nil {
+		return
+	}
+	close(e.stop)
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	_ = e.srv.Shutdown(ctx)
+	cancel()
+	_ = e.srv.Close()
+	<-e.done
+	e.srv = nil
+}
+
+// stallListener accepts connections and holds each without reading or
+// writing, until stop closes; it never hands one on.
+type stallListener struct {
+	net.Listener
+	stop <-chan struct{}
+	held *atomic.Int32
+}
+
+func (l *stallListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		l.held.Add(1)
+		go func() {
+			<-l.stop
+			_ = c.Close()
+			l.held.Add(-1)
+		}()
+	}
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
