@@ -1,8 +1,9 @@
 package fakekubelet
 
 import (
-	"fmt"
 	"net/http"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -96,9 +97,7 @@ func (n *Node) State(withPods bool) NodeState {
 // README.md). Serve it on a loopback address only.
 func NewControlHandler(f *Fleet) http.Handler {
 	c := &controlAPI{fleet: f}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("GET /v1/ca.crt", c.caCert)
+	mux := fakecore.NewControlMux(f.CACertPEM())
 	mux.HandleFunc("GET /v1/nodes", c.listNodes)
 	mux.HandleFunc("GET /v1/nodes/{node}", c.getNode)
 	mux.HandleFunc("PUT /v1/nodes/{node}/fault", c.setFault)

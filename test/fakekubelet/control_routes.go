@@ -1,11 +1,12 @@
 package fakekubelet
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
@@ -14,32 +15,27 @@ import (
 // controlAPI implements the routes of NewControlHandler.
 type controlAPI struct{ fleet *Fleet }
 
-func (c *controlAPI) caCert(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/x-pem-file")
-	_, _ = w.Write(c.fleet.CACertPEM())
-}
-
 func (c *controlAPI) listNodes(w http.ResponseWriter, r *http.Request) {
 	withPods := r.URL.Query().Get("pods") == "true"
 	out := []NodeState{}
 	for _, n := range c.fleet.Nodes() {
 		out = append(out, n.State(withPods))
 	}
-	writeJSON(w, http.StatusOK, out)
+	fakecore.WriteJSON(w, http.StatusOK, out)
 }
 
 func (c *controlAPI) getNode(w http.ResponseWriter, r *http.Request) {
 	n, ok := c.fleet.Node(r.PathValue("node"))
 	if !ok {
-		writeError(w, http.StatusNotFound, fmt.Errorf("node %q: %w", r.PathValue("node"), ErrNotFound))
+		fakecore.WriteError(w, http.StatusNotFound, fmt.Errorf("node %q: %w", r.PathValue("node"), ErrNotFound))
 		return
 	}
-	writeJSON(w, http.StatusOK, n.State(true))
+	fakecore.WriteJSON(w, http.StatusOK, n.State(true))
 }
 
 func (c *controlAPI) setFault(w http.ResponseWriter, r *http.Request) {
 	var req FaultRequest
-	if !readJSON(w, r, &req) {
+	if !fakecore.ReadJSON(w, r, &req) {
 		return
 	}
 	fault := Fault{Kind: req.Kind, Bytes: req.Bytes, Pod: req.Pod}
@@ -52,7 +48,7 @@ func (c *controlAPI) setFault(w http.ResponseWriter, r *http.Request) {
 		}
 		v, err := time.ParseDuration(d.text)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Errorf("%s: %w", d.name, err))
+			fakecore.WriteError(w, http.StatusBadRequest, fmt.Errorf("%s: %w", d.name, err))
 			return
 		}
 		*d.dst = v
@@ -71,7 +67,7 @@ func (c *controlAPI) resetNode(w http.ResponseWriter, r *http.Request) {
 
 func (c *controlAPI) putPod(w http.ResponseWriter, r *http.Request) {
 	var req PodRequest
-	if !readJSON(w, r, &req) {
+	if !fakecore.ReadJSON(w, r, &req) {
 		return
 	}
 	p := Pod{Namespace: r.PathValue("namespace"), Name: r.PathValue("name"), UID: req.UID, Labels: req.Labels}
@@ -84,25 +80,25 @@ func (c *controlAPI) putPod(w http.ResponseWriter, r *http.Request) {
 	}
 	node := r.PathValue("node")
 	if err := c.fleet.SetPod(node, p); err != nil {
-		writeError(w, http.StatusNotFound, err)
+		fakecore.WriteError(w, http.StatusNotFound, err)
 		return
 	}
 	n, _ := c.fleet.Node(node)
-	writeJSON(w, http.StatusOK, n.State(true))
+	fakecore.WriteJSON(w, http.StatusOK, n.State(true))
 }
 
 func (c *controlAPI) deletePod(w http.ResponseWriter, r *http.Request) {
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
 	if !c.fleet.RemovePod(ns, name) {
-		writeError(w, http.StatusNotFound, fmt.Errorf("pod %s/%s: %w", ns, name, ErrNotFound))
+		fakecore.WriteError(w, http.StatusNotFound, fmt.Errorf("pod %s/%s: %w", ns, name, ErrNotFound))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]int{"matched": 1})
+	fakecore.WriteJSON(w, http.StatusOK, map[string]int{"matched": 1})
 }
 
 func (c *controlAPI) setPodUsage(w http.ResponseWriter, r *http.Request) {
 	var req UsageRequest
-	if !readJSON(w, r, &req) {
+	if !fakecore.ReadJSON(w, r, &req) {
 		return
 	}
 	c.setUsage(w, UsageTarget{Namespace: r.PathValue("namespace"), Name: r.PathValue("name"), Container: req.Container}, req)
@@ -110,22 +106,22 @@ func (c *controlAPI) setPodUsage(w http.ResponseWriter, r *http.Request) {
 
 func (c *controlAPI) resetPod(w http.ResponseWriter, r *http.Request) {
 	if err := c.fleet.ResetPodCounters(r.PathValue("namespace"), r.PathValue("name")); err != nil {
-		writeError(w, http.StatusNotFound, err)
+		fakecore.WriteError(w, http.StatusNotFound, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]int{"matched": 1})
+	fakecore.WriteJSON(w, http.StatusOK, map[string]int{"matched": 1})
 }
 
 func (c *controlAPI) setSelectorUsage(w http.ResponseWriter, r *http.Request) {
 	var req UsageRequest
-	if !readJSON(w, r, &req) {
+	if !fakecore.ReadJSON(w, r, &req) {
 		return
 	}
 	t := UsageTarget{Namespace: req.Namespace, Container: req.Container}
 	if req.Selector != "" {
 		sel, err := labels.Parse(req.Selector)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Errorf("selector: %w", err))
+			fakecore.WriteError(w, http.StatusBadRequest, fmt.Errorf("selector: %w", err))
 			return
 		}
 		t.Selector = sel
@@ -135,14 +131,14 @@ func (c *controlAPI) setSelectorUsage(w http.ResponseWriter, r *http.Request) {
 
 func (c *controlAPI) forgetUsage(w http.ResponseWriter, _ *http.Request) {
 	c.fleet.ForgetUsage()
-	writeJSON(w, http.StatusOK, map[string]string{})
+	fakecore.WriteJSON(w, http.StatusOK, map[string]string{})
 }
 
 func (c *controlAPI) setUsage(w http.ResponseWriter, t UsageTarget, req UsageRequest) {
 	var p usagePatch
 	if req.CPU != nil {
 		if req.CPU.Sign() < 0 {
-			writeError(w, http.StatusBadRequest, errors.New("cpu must not be negative"))
+			fakecore.WriteError(w, http.StatusBadRequest, errors.New("cpu must not be negative"))
 			return
 		}
 		v := uint64(req.CPU.ScaledValue(resource.Nano))
@@ -150,17 +146,17 @@ func (c *controlAPI) setUsage(w http.ResponseWriter, t UsageTarget, req UsageReq
 	}
 	if req.Memory != nil {
 		if req.Memory.Sign() < 0 {
-			writeError(w, http.StatusBadRequest, errors.New("memory must not be negative"))
+			fakecore.WriteError(w, http.StatusBadRequest, errors.New("memory must not be negative"))
 			return
 		}
 		v := uint64(req.Memory.Value())
 		p.memory = &v
 	}
 	if p.cpu == nil && p.memory == nil {
-		writeError(w, http.StatusBadRequest, errors.New("set cpu, memory or both"))
+		fakecore.WriteError(w, http.StatusBadRequest, errors.New("set cpu, memory or both"))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]int{"matched": c.fleet.setUsage(t, p)})
+	fakecore.WriteJSON(w, http.StatusOK, map[string]int{"matched": c.fleet.setUsage(t, p)})
 }
 
 // forNodes applies fn to one node, or to every node for "*", and answers
@@ -172,7 +168,7 @@ func (c *controlAPI) forNodes(w http.ResponseWriter, name string, fn func(*Node)
 	} else if n, ok := c.fleet.Node(name); ok {
 		nodes = []*Node{n}
 	} else {
-		writeError(w, http.StatusNotFound, fmt.Errorf("node %q: %w", name, ErrNotFound))
+		fakecore.WriteError(w, http.StatusNotFound, fmt.Errorf("node %q: %w", name, ErrNotFound))
 		return
 	}
 	out := []NodeState{}
@@ -184,30 +180,8 @@ func (c *controlAPI) forNodes(w http.ResponseWriter, name string, fn func(*Node)
 		out = append(out, n.State(false))
 	}
 	if err := errors.Join(errs...); err != nil {
-		writeError(w, http.StatusBadRequest, err)
+		fakecore.WriteError(w, http.StatusBadRequest, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("decode body: %w", err))
-		return false
-	}
-	return true
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-}
-
-func writeError(w http.ResponseWriter, code int, err error) {
-	writeJSON(w, code, map[string]string{"error": err.Error()})
+	fakecore.WriteJSON(w, http.StatusOK, out)
 }

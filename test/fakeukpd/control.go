@@ -1,12 +1,12 @@
 package fakeukpd
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -50,17 +50,8 @@ type FaultRequest struct {
 // loopback address only.
 func NewControlHandler(s *Server, caPEM []byte) http.Handler {
 	c := &control{s: s}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("GET /v1/ca.crt", func(w http.ResponseWriter, _ *http.Request) {
-		if caPEM == nil {
-			replyError(w, http.StatusNotFound, errors.New("serving plain HTTP: no CA"))
-			return
-		}
-		w.Header().Set("Content-Type", "application/x-pem-file")
-		_, _ = w.Write(caPEM)
-	})
-	mux.HandleFunc("GET /v1/instances", func(w http.ResponseWriter, _ *http.Request) { reply(w, http.StatusOK, s.Instances()) })
+	mux := fakecore.NewControlMux(caPEM)
+	mux.HandleFunc("GET /v1/instances", func(w http.ResponseWriter, _ *http.Request) { fakecore.WriteJSON(w, http.StatusOK, s.Instances()) })
 	mux.HandleFunc("POST /v1/instances", c.addInstance)
 	mux.HandleFunc("GET /v1/instances/{id}", c.getInstance)
 	mux.HandleFunc("DELETE /v1/instances/{id}", c.byID(s.Remove))
@@ -75,11 +66,13 @@ func NewControlHandler(s *Server, caPEM []byte) http.Handler {
 	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/stop", c.byPod(s.Stop))
 	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/drain", c.byPod(s.Drain))
 	mux.HandleFunc("DELETE /v1/namespaces/{namespace}/pods/{pod}", c.byPod(s.Remove))
-	mux.HandleFunc("GET /v1/fault", func(w http.ResponseWriter, _ *http.Request) { reply(w, http.StatusOK, faultStates(s.Faults())) })
+	mux.HandleFunc("GET /v1/fault", func(w http.ResponseWriter, _ *http.Request) {
+		fakecore.WriteJSON(w, http.StatusOK, faultStates(s.Faults()))
+	})
 	mux.HandleFunc("PUT /v1/fault", c.setFault)
 	mux.HandleFunc("DELETE /v1/fault", func(w http.ResponseWriter, r *http.Request) {
 		s.ClearFault(FaultKind(r.URL.Query().Get("kind")))
-		reply(w, http.StatusOK, faultStates(s.Faults()))
+		fakecore.WriteJSON(w, http.StatusOK, faultStates(s.Faults()))
 	})
 	return mux
 }
@@ -88,7 +81,7 @@ type control struct{ s *Server }
 
 func (c *control) addInstance(w http.ResponseWriter, r *http.Request) {
 	var req InstanceRequest
-	if !decode(w, r, &req) {
+	if !fakecore.ReadJSON(w, r, &req) {
 		return
 	}
 	spec := InstanceSpec{
@@ -103,19 +96,19 @@ func (c *control) addInstance(w http.ResponseWriter, r *http.Request) {
 	}
 	in, err := c.s.AddInstance(spec)
 	if err != nil {
-		replyError(w, http.StatusBadRequest, err)
+		fakecore.WriteError(w, http.StatusBadRequest, err)
 		return
 	}
-	reply(w, http.StatusCreated, in)
+	fakecore.WriteJSON(w, http.StatusCreated, in)
 }
 
 func (c *control) getInstance(w http.ResponseWriter, r *http.Request) {
 	in, err := c.s.Instance(r.PathValue("id"))
 	if err != nil {
-		replyError(w, http.StatusNotFound, err)
+		fakecore.WriteError(w, http.StatusNotFound, err)
 		return
 	}
-	reply(w, http.StatusOK, in)
+	fakecore.WriteJSON(w, http.StatusOK, in)
 }
 
 // byID runs op on the instance named in the path and answers its state.
@@ -123,11 +116,11 @@ func (c *control) byID(op func(string) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
 		if err := op(id); err != nil {
-			replyError(w, http.StatusNotFound, err)
+			fakecore.WriteError(w, http.StatusNotFound, err)
 			return
 		}
 		if r.Method == http.MethodDelete {
-			reply(w, http.StatusOK, map[string]int{"matched": 1})
+			fakecore.WriteJSON(w, http.StatusOK, map[string]int{"matched": 1})
 			return
 		}
 		c.getInstance(w, r)
@@ -140,27 +133,27 @@ func (c *control) byPod(op func(string) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ids := c.s.InstancesOf(r.PathValue("namespace"), r.PathValue("pod"), r.URL.Query().Get("container"))
 		if len(ids) == 0 {
-			replyError(w, http.StatusNotFound, errors.New("no instance of that pod"))
+			fakecore.WriteError(w, http.StatusNotFound, errors.New("no instance of that pod"))
 			return
 		}
 		for _, id := range ids {
 			if err := op(id); err != nil {
-				replyError(w, http.StatusNotFound, err)
+				fakecore.WriteError(w, http.StatusNotFound, err)
 				return
 			}
 		}
-		reply(w, http.StatusOK, map[string]int{"matched": len(ids)})
+		fakecore.WriteJSON(w, http.StatusOK, map[string]int{"matched": len(ids)})
 	}
 }
 
 func (c *control) instanceUsage(w http.ResponseWriter, r *http.Request) {
 	var req UsageRequest
-	if !decode(w, r, &req) {
+	if !fakecore.ReadJSON(w, r, &req) {
 		return
 	}
 	id := r.PathValue("id")
 	if err := c.setUsage(id, req); err != nil {
-		replyError(w, statusOf(err), err)
+		fakecore.WriteError(w, statusOf(err), err)
 		return
 	}
 	c.getInstance(w, r)
@@ -168,21 +161,21 @@ func (c *control) instanceUsage(w http.ResponseWriter, r *http.Request) {
 
 func (c *control) podUsage(w http.ResponseWriter, r *http.Request) {
 	var req UsageRequest
-	if !decode(w, r, &req) {
+	if !fakecore.ReadJSON(w, r, &req) {
 		return
 	}
 	ids := c.s.InstancesOf(r.PathValue("namespace"), r.PathValue("pod"), req.Container)
 	if len(ids) == 0 {
-		replyError(w, http.StatusNotFound, errors.New("no instance of that pod"))
+		fakecore.WriteError(w, http.StatusNotFound, errors.New("no instance of that pod"))
 		return
 	}
 	for _, id := range ids {
 		if err := c.setUsage(id, req); err != nil {
-			replyError(w, statusOf(err), err)
+			fakecore.WriteError(w, statusOf(err), err)
 			return
 		}
 	}
-	reply(w, http.StatusOK, map[string]int{"matched": len(ids)})
+	fakecore.WriteJSON(w, http.StatusOK, map[string]int{"matched": len(ids)})
 }
 
 func (c *control) setUsage(id string, req UsageRequest) error {
@@ -202,7 +195,7 @@ func (c *control) setUsage(id string, req UsageRequest) error {
 
 func (c *control) setFault(w http.ResponseWriter, r *http.Request) {
 	var req FaultRequest
-	if !decode(w, r, &req) {
+	if !fakecore.ReadJSON(w, r, &req) {
 		return
 	}
 	f := Fault{Kind: req.Kind, Path: req.Path, Bytes: req.Bytes}
@@ -215,16 +208,16 @@ func (c *control) setFault(w http.ResponseWriter, r *http.Request) {
 		}
 		v, err := time.ParseDuration(d.text)
 		if err != nil {
-			replyError(w, http.StatusBadRequest, fmt.Errorf("%s: %w", d.name, err))
+			fakecore.WriteError(w, http.StatusBadRequest, fmt.Errorf("%s: %w", d.name, err))
 			return
 		}
 		*d.dst = v
 	}
 	if err := c.s.SetFault(f); err != nil {
-		replyError(w, http.StatusBadRequest, err)
+		fakecore.WriteError(w, http.StatusBadRequest, err)
 		return
 	}
-	reply(w, http.StatusOK, faultStates(c.s.Faults()))
+	fakecore.WriteJSON(w, http.StatusOK, faultStates(c.s.Faults()))
 }
 
 func faultStates(faults []Fault) []FaultRequest {
@@ -247,24 +240,4 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	}
 	return http.StatusBadRequest
-}
-
-func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		replyError(w, http.StatusBadRequest, fmt.Errorf("decode request: %w", err))
-		return false
-	}
-	return true
-}
-
-func reply(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	writeJSON(w, v)
-}
-
-func replyError(w http.ResponseWriter, code int, err error) {
-	reply(w, code, map[string]string{"error": err.Error()})
 }

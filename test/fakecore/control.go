@@ -1,0 +1,55 @@
+package fakecore
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// maxControlBody caps a control request's body.
+const maxControlBody = 1 << 20
+
+// NewControlMux starts a fake's plain-HTTP control API: GET /healthz, and
+// GET /v1/ca.crt with caPEM (404 when nil: the fake serves plain HTTP). The
+// fake adds its own routes. Serve it on a loopback address only.
+func NewControlMux(caPEM []byte) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /v1/ca.crt", func(w http.ResponseWriter, _ *http.Request) {
+		if caPEM == nil {
+			WriteError(w, http.StatusNotFound, errors.New("serving plain HTTP: no CA"))
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-pem-file")
+		_, _ = w.Write(caPEM)
+	})
+	return mux
+}
+
+// ReadJSON decodes a control request's body into v, refusing unknown
+// fields and bodies over 1 MiB; on failure it answers 400 and returns
+// false.
+func ReadJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxControlBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		WriteError(w, http.StatusBadRequest, fmt.Errorf("decode request: %w", err))
+		return false
+	}
+	return true
+}
+
+// WriteJSON answers code with v as indented JSON.
+func WriteJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// WriteError answers code with {"error": err}.
+func WriteError(w http.ResponseWriter, code int, err error) {
+	WriteJSON(w, code, map[string]string{"error": err.Error()})
+}
