@@ -8,6 +8,11 @@ LDFLAGS := -X github.com/group-metrics-server/group-metrics-server/cmd/group-met
 E2E_TIMEOUT ?= 45m
 FUZZTIME ?= 10s
 BENCH_COUNT ?= 6
+# The release hack/tools.sh builds into bin/, and those make e2e-compat runs
+# (docs/compatibility.md).
+KUBE_VERSION := v1.37.2
+COMPAT_VERSIONS ?= v1.35.4 v1.36.3 v1.37.2
+COMPAT_TESTS := ^(TestControlPlaneRelease|TestKubectlTop|TestHPAScales|TestLWSGroupAutoscaling)$$
 
 export GMS_BIN_DIR := $(BIN_DIR)
 
@@ -48,6 +53,20 @@ fuzz: ## Longer fuzzing: every target for 5 minutes.
 .PHONY: e2e
 e2e: tools build ## The e2e suite on a real local control plane.
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) ./test/...
+
+.PHONY: tools-compat
+tools-compat: ## Build the control planes of COMPAT_VERSIONS into bin/k8s-<version>/, once each.
+	bash hack/tools-k8s.sh $(filter-out $(KUBE_VERSION),$(COMPAT_VERSIONS))
+
+.PHONY: e2e-compat
+e2e-compat: tools tools-compat build ## The e2e smoke (aggregator, kubectl top, an HPA, the LWS group HPA) on each release in COMPAT_VERSIONS, logs in bin/e2e-compat-<version>.log; not part of make test.
+	@set -e; for v in $(COMPAT_VERSIONS); do \
+		if [ "$$v" = "$(KUBE_VERSION)" ]; then export GMS_K8S_VERSION=; else export GMS_K8S_VERSION=$$v; fi; \
+		log=$(BIN_DIR)/e2e-compat-$$v.log; echo "e2e-compat: Kubernetes $$v (log $$log)"; rc=0; \
+		$(GO) test -tags e2e -count=1 -timeout 20m -v -run '$(COMPAT_TESTS)' ./test/e2e/ >$$log 2>&1 || rc=$$?; \
+		grep -E '^(--- |PASS|FAIL|ok )|^e2e setup:|compat_test.go:' $$log | cut -c1-240 || true; \
+		if [ $$rc -ne 0 ]; then echo "e2e-compat: Kubernetes $$v failed, see $$log"; exit 1; fi; \
+	done
 
 .PHONY: bench
 bench: ## In-process benchmarks (decode, store write, list), recorded in docs/bench/.
