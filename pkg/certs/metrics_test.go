@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/component-base/metrics/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -123,4 +126,48 @@ func mustParseCert(t *testing.T, pemData []byte) *x509.Certificate {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// TestMonitoringKitCertMetrics checks that every certificate-controller
+// family the monitoring kit uses (metric-names.txt) is in the registry the
+// controller serves on /metrics, once a sync completed and one failed.
+func TestMonitoringKitCertMetrics(t *testing.T) {
+	RegisterMetrics()
+	names, _ := metricsAPIServices()
+	for _, fail := range []bool{false, true} {
+		dyn := newDynamic(apiService(names[0], ourService, false), apiService(names[1], ourService, false))
+		kube := fake.NewClientset(emptySecrets()...)
+		if fail {
+			kube.PrependReactor("get", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, errors.New("refused") })
+		}
+		r := newRig(t, clocktesting.NewFakeClock(t0), kube, dyn)
+		if _, err := r.ctrl.Sync(context.Background()); (err != nil) != fail {
+			t.Fatalf("sync (fail=%v): %v", fail, err)
+		}
+	}
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := map[string]bool{}
+	for _, mf := range families {
+		served[mf.GetName()] = len(mf.GetMetric()) > 0
+	}
+	b, err := os.ReadFile("../../manifests/components/monitoring/metric-names.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(l, "group_metrics_server_certs_") {
+			continue
+		}
+		checked++
+		if !served[l] {
+			t.Errorf("the monitoring kit uses %s, which the certificate controller does not serve", l)
+		}
+	}
+	if checked == 0 {
+		t.Error("metric-names.txt lists no certificate controller family")
+	}
 }

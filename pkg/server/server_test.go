@@ -255,6 +255,7 @@ func startServer(t *testing.T) *testEnv {
 		KubeletUseNodeStatusPort: true,
 		KubeletAddressTypes:      []corev1.NodeAddressType{corev1.NodeInternalIP},
 		CustomMetrics:            true,
+		GroupMetricsSeries:       true,
 		Sources:                  []string{kubelet.SourceName, ukpd.SourceName},
 		KraftletSelector:         labels.SelectorFromSet(labels.Set{"unikraft.com/virtual-kubelet": "true"}),
 		Ukpd: ukpd.SourceConfig{

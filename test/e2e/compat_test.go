@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -54,4 +55,24 @@ func TestControlPlaneRelease(t *testing.T) {
 		}
 	}
 	t.Logf("control plane %s: kubectl and kube-apiserver %s, APIServices %v Available", want, v.ServerVersion.GitVersion, suite.server.APIServices)
+}
+
+// kubectlMetricsVersion is the metrics.k8s.io version the suite's kubectl
+// top asks for: kubectl's pkg/cmd/top/top.go lists supportedMetricsAPIVersions
+// "v1", "v1beta1" from v1.37 and only "v1beta1" before (k8s.io/kubectl
+// v0.35.4 and v0.36.3).
+func kubectlMetricsVersion(t *testing.T) string {
+	t.Helper()
+	v := suite.kubeVersion
+	if v == "" {
+		v = defaultKubeVersion
+	}
+	var minor, patch int
+	if _, err := fmt.Sscanf(v, "v1.%d.%d", &minor, &patch); err != nil {
+		t.Fatalf("release %q: %v", v, err)
+	}
+	if minor < 37 {
+		return "v1beta1"
+	}
+	return "v1"
 }
