@@ -38,9 +38,10 @@ tools: ## Build the control-plane binaries (etcd, kube-*, kubectl, kwok, metrics
 test: test-unit fuzz-short e2e ## Everything CI runs: unit and in-process tests, short fuzzing, the e2e suite.
 
 .PHONY: test-unit
-test-unit: ## Unit and in-process tests, with the race detector; then the HPA's own calculator on group values (test/hpacalc).
+test-unit: ## Unit and in-process tests, with the race detector; then the HPA's own calculator on group values (test/hpacalc) and the monitoring kit's rules and queries (test/monitoring).
 	$(GO) test -race -count=1 ./...
 	cd test/hpacalc && GOWORK=off $(GO) test -count=1 -v ./...
+	cd test/monitoring && GOWORK=off $(GO) test -count=1 -v ./...
 
 .PHONY: fuzz-short
 fuzz-short: ## Run every fuzz target for FUZZTIME (default 10s).
@@ -96,6 +97,7 @@ verify-vet: ## go vet, with the e2e files too.
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/...
 	cd test/hpacalc && GOWORK=off $(GO) vet ./...
+	cd test/monitoring && GOWORK=off $(GO) vet ./...
 
 .PHONY: verify-lint
 verify-lint: ## golangci-lint (v2 config in .golangci.yaml).
@@ -103,7 +105,7 @@ verify-lint: ## golangci-lint (v2 config in .golangci.yaml).
 
 .PHONY: verify-tidy
 verify-tidy: ## go.mod and go.sum are tidy, in every module.
-	@for m in . hack/tools test/tools test/tools/metrics-server test/tools/lws test/hpacalc; do \
+	@for m in . hack/tools test/tools test/tools/metrics-server test/tools/lws test/tools/k8s-v1.35.4 test/tools/k8s-v1.36.3 test/hpacalc test/monitoring; do \
 		(cd $$m && cp go.mod /tmp/gms-go.mod.$$$$ && cp go.sum /tmp/gms-go.sum.$$$$ && GOWORK=off $(GO) mod tidy && \
 		 if ! diff -q go.mod /tmp/gms-go.mod.$$$$ >/dev/null || ! diff -q go.sum /tmp/gms-go.sum.$$$$ >/dev/null; then \
 		   cp /tmp/gms-go.mod.$$$$ go.mod; cp /tmp/gms-go.sum.$$$$ go.sum; echo "$$m: go mod tidy changes go.mod/go.sum"; exit 1; fi; \
