@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"net/http"
@@ -160,7 +161,9 @@ func TestSummaryCertificateHints(t *testing.T) {
 func TestWithHintPassesOtherErrors(t *testing.T) {
 	var h hinter
 	for _, err := range []error{context.DeadlineExceeded, &net.OpError{Op: "dial", Err: &net.AddrError{Err: "refused"}}} {
-		if got := h.withHint("node-0", "127.0.0.1:1", err); got != err {
+		got := h.withHint("node-0", "127.0.0.1:1", err)
+		var hinted *certHintError
+		if errors.As(got, &hinted) || got.Error() != err.Error() {
 			t.Errorf("withHint(%v) = %v, want the error unchanged", err, got)
 		}
 	}
