@@ -8,6 +8,11 @@ LDFLAGS := -X github.com/group-metrics-server/group-metrics-server/cmd/group-met
 E2E_TIMEOUT ?= 45m
 FUZZTIME ?= 10s
 BENCH_COUNT ?= 6
+# The release hack/tools.sh builds into bin/, and those make e2e-compat runs
+# (docs/compatibility.md).
+KUBE_VERSION := v1.37.2
+COMPAT_VERSIONS ?= v1.35.4 v1.36.3 v1.37.2
+COMPAT_TESTS := ^(TestControlPlaneRelease|TestKubectlTop|TestHPAScales|TestLWSGroupAutoscaling)$$
 
 export GMS_BIN_DIR := $(BIN_DIR)
 
@@ -33,9 +38,10 @@ tools: ## Build the control-plane binaries (etcd, kube-*, kubectl, kwok, metrics
 test: test-unit fuzz-short e2e ## Everything CI runs: unit and in-process tests, short fuzzing, the e2e suite.
 
 .PHONY: test-unit
-test-unit: ## Unit and in-process tests, with the race detector; then the HPA's own calculator on group values (test/hpacalc).
+test-unit: ## Unit and in-process tests, with the race detector; then the HPA's own calculator on group values (test/hpacalc) and the monitoring kit's rules and queries (test/monitoring).
 	$(GO) test -race -count=1 ./...
 	cd test/hpacalc && GOWORK=off $(GO) test -count=1 -v ./...
+	cd test/monitoring && GOWORK=off $(GO) test -count=1 -v ./...
 
 .PHONY: fuzz-short
 fuzz-short: ## Run every fuzz target for FUZZTIME (default 10s).
@@ -48,6 +54,20 @@ fuzz: ## Longer fuzzing: every target for 5 minutes.
 .PHONY: e2e
 e2e: tools build ## The e2e suite on a real local control plane.
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) ./test/...
+
+.PHONY: tools-compat
+tools-compat: ## Build the control planes of COMPAT_VERSIONS into bin/k8s-<version>/, once each.
+	bash hack/tools-k8s.sh $(filter-out $(KUBE_VERSION),$(COMPAT_VERSIONS))
+
+.PHONY: e2e-compat
+e2e-compat: tools tools-compat build ## The e2e smoke (aggregator, kubectl top, an HPA, the LWS group HPA) on each release in COMPAT_VERSIONS, logs in bin/e2e-compat-<version>.log; not part of make test.
+	@set -e; for v in $(COMPAT_VERSIONS); do \
+		if [ "$$v" = "$(KUBE_VERSION)" ]; then export GMS_K8S_VERSION=; else export GMS_K8S_VERSION=$$v; fi; \
+		log=$(BIN_DIR)/e2e-compat-$$v.log; echo "e2e-compat: Kubernetes $$v (log $$log)"; rc=0; \
+		$(GO) test -tags e2e -count=1 -timeout 20m -v -run '$(COMPAT_TESTS)' ./test/e2e/ >$$log 2>&1 || rc=$$?; \
+		grep -E '^(--- |PASS|FAIL|ok )|^e2e setup:|compat_test.go:' $$log | cut -c1-240 || true; \
+		if [ $$rc -ne 0 ]; then echo "e2e-compat: Kubernetes $$v failed, see $$log"; exit 1; fi; \
+	done
 
 .PHONY: bench
 bench: ## In-process benchmarks (decode, store write, list), recorded in docs/bench/.
@@ -77,6 +97,7 @@ verify-vet: ## go vet, with the e2e files too.
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/...
 	cd test/hpacalc && GOWORK=off $(GO) vet ./...
+	cd test/monitoring && GOWORK=off $(GO) vet ./...
 
 .PHONY: verify-lint
 verify-lint: ## golangci-lint (v2 config in .golangci.yaml).
@@ -84,7 +105,7 @@ verify-lint: ## golangci-lint (v2 config in .golangci.yaml).
 
 .PHONY: verify-tidy
 verify-tidy: ## go.mod and go.sum are tidy, in every module.
-	@for m in . hack/tools test/tools test/tools/metrics-server test/tools/lws test/hpacalc; do \
+	@for m in . hack/tools test/tools test/tools/metrics-server test/tools/lws test/tools/k8s-v1.35.4 test/tools/k8s-v1.36.3 test/hpacalc test/monitoring; do \
 		(cd $$m && cp go.mod /tmp/gms-go.mod.$$$$ && cp go.sum /tmp/gms-go.sum.$$$$ && GOWORK=off $(GO) mod tidy && \
 		 if ! diff -q go.mod /tmp/gms-go.mod.$$$$ >/dev/null || ! diff -q go.sum /tmp/gms-go.sum.$$$$ >/dev/null; then \
 		   cp /tmp/gms-go.mod.$$$$ go.mod; cp /tmp/gms-go.sum.$$$$ go.sum; echo "$$m: go mod tidy changes go.mod/go.sum"; exit 1; fi; \

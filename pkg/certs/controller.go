@@ -67,17 +67,25 @@ func (c *Controller) Run(ctx context.Context) {
 }
 
 // Sync brings the Secrets and the APIServices one step closer to the
-// policy, and returns how long until the next sync is due.
+// policy, and returns how long until the next sync is due. Its outcome is
+// counted in the controller's self-metrics (RegisterMetrics); an error's
+// kind is FailureKind(err).
 func (c *Controller) Sync(ctx context.Context) (time.Duration, error) {
 	now := c.cfg.Clock.Now()
+	wait, next, err := c.sync(ctx, now)
+	recordSync(err, next, now)
+	return wait, err
+}
+
+func (c *Controller) sync(ctx context.Context, now time.Time) (time.Duration, State, error) {
 	secrets := c.cfg.Secrets.Secrets(c.cfg.Namespace)
 	caSecret, err := c.get(ctx, secrets, c.cfg.CASecret)
 	if err != nil {
-		return c.cfg.SyncPeriod, err
+		return c.cfg.SyncPeriod, State{}, failed(FailureReadSecret, err)
 	}
 	servingSecret, err := c.get(ctx, secrets, c.cfg.ServingSecret)
 	if err != nil {
-		return c.cfg.SyncPeriod, err
+		return c.cfg.SyncPeriod, State{}, failed(FailureReadSecret, err)
 	}
 	state, problems := ReadState(caSecret, servingSecret)
 	if p := fmt.Sprint(problems); len(problems) > 0 && p != c.problems {
@@ -89,11 +97,11 @@ func (c *Controller) Sync(ctx context.Context) (time.Duration, error) {
 	// the bundle of the stored state, written by the last sync.
 	trusted, err := c.cfg.APIServices.Holds(ctx, state.Bundle())
 	if err != nil {
-		return c.cfg.SyncPeriod, err
+		return c.cfg.SyncPeriod, State{}, failed(FailureReadAPIService, err)
 	}
 	next, did, err := Plan(state, now, c.cfg.Policy, trusted)
 	if err != nil {
-		return c.cfg.SyncPeriod, err
+		return c.cfg.SyncPeriod, State{}, failed(FailurePlan, err)
 	}
 	for _, d := range did {
 		klog.InfoS("Serving certificate", "change", d)
@@ -101,21 +109,21 @@ func (c *Controller) Sync(ctx context.Context) (time.Duration, error) {
 	// The CA first: a published pair's CA must never exist only in memory.
 	caData, caAnnotations := next.CASecret()
 	if err := c.write(ctx, secrets, caSecret, c.cfg.CASecret, caData, caAnnotations); err != nil {
-		return c.cfg.SyncPeriod, err
+		return c.cfg.SyncPeriod, State{}, failed(FailureWriteSecret, err)
 	}
 	if err := c.write(ctx, secrets, servingSecret, c.cfg.ServingSecret, next.ServingSecret(), nil); err != nil {
-		return c.cfg.SyncPeriod, err
+		return c.cfg.SyncPeriod, State{}, failed(FailureWriteSecret, err)
 	}
 	// The caBundle last, once the Secrets hold what it trusts.
 	if err := c.cfg.APIServices.Sync(ctx, next.Bundle(), now); err != nil {
-		return c.cfg.SyncPeriod, err
+		return c.cfg.SyncPeriod, State{}, failed(FailureWriteCABundle, err)
 	}
 
 	wait := c.cfg.SyncPeriod
 	if at := next.NextChange(now, c.cfg.Policy); !at.IsZero() && at.Sub(now) < wait {
 		wait = at.Sub(now)
 	}
-	return wait, nil
+	return wait, next, nil
 }
 
 func (c *Controller) get(ctx context.Context, secrets corev1client.SecretInterface, name string) (*corev1.Secret, error) {

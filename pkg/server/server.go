@@ -62,6 +62,9 @@ type Config struct {
 	Readiness group.Readiness
 	// CustomMetrics serves group metrics on custom.metrics.k8s.io.
 	CustomMetrics bool
+	// GroupMetricsSeries serves every LeaderWorkerSet group's usage,
+	// utilization and member counts as series on /metrics.
+	GroupMetricsSeries bool
 
 	Resolution  time.Duration
 	Timeout     time.Duration
@@ -172,6 +175,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	apiCfg := apiserver.Config{Generic: c.API, Pods: p, Nodes: p, Reads: c.Reads}
 	if c.CustomMetrics {
 		apiCfg.CustomMetrics = p.CustomMetrics()
+	}
+	if c.GroupMetricsSeries {
+		exposeGroupSeries(p)
 	}
 	api, err := apiCfg.Complete().New()
 	if err != nil {

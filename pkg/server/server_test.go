@@ -132,8 +132,21 @@ type testEnv struct {
 
 // startServer runs the whole server in-process against a fake API and two
 // fake kubelets over TLS, and returns once /readyz passes.
-func startServer(t *testing.T) *testEnv {
+// envOption changes what startServer sets up.
+type envOption func(*envOptions)
+
+type envOptions struct {
+	// noIPSANNode's kubelet serves a certificate that names only its
+	// hostname, as a self-signed kubelet certificate does.
+	noIPSANNode string
+}
+
+func startServer(t *testing.T, opts ...envOption) *testEnv {
 	t.Helper()
+	var o envOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	dir := t.TempDir()
 
@@ -164,7 +177,11 @@ func startServer(t *testing.T) *testEnv {
 			}
 		}
 		srv := httptest.NewUnstartedServer(fk)
-		pair, err := tls.X509KeyPair(kubeletCert, kubeletKey)
+		certPEM, keyPEM := kubeletCert, kubeletKey
+		if name == o.noIPSANNode {
+			certPEM, keyPEM = kubeletCA.issueFor(t, name, []string{name})
+		}
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -255,6 +272,7 @@ func startServer(t *testing.T) *testEnv {
 		KubeletUseNodeStatusPort: true,
 		KubeletAddressTypes:      []corev1.NodeAddressType{corev1.NodeInternalIP},
 		CustomMetrics:            true,
+		GroupMetricsSeries:       true,
 		Sources:                  []string{kubelet.SourceName, ukpd.SourceName},
 		KraftletSelector:         labels.SelectorFromSet(labels.Set{"unikraft.com/virtual-kubelet": "true"}),
 		Ukpd: ukpd.SourceConfig{

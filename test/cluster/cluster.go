@@ -280,6 +280,11 @@ func (c *Cluster) WorkDir() string { return c.workDir }
 // LogDir returns the directory holding <name>.log for every process.
 func (c *Cluster) LogDir() string { return c.logDir }
 
+// BinaryPath returns the path of the named binary (APIServerBinary, say) this
+// cluster runs: from Options.KubeBinDir for the Kubernetes binaries when it is
+// set, from Options.BinDir otherwise.
+func (c *Cluster) BinaryPath(name string) string { return c.bin(name) }
+
 // BinDir returns Options.BinDir.
 func (c *Cluster) BinDir() string { return c.opts.BinDir }
 

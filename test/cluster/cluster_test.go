@@ -132,6 +132,13 @@ func TestOptionsValidate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	kubeDir := t.TempDir()
+	onlyEtcdKwok := t.TempDir()
+	for _, b := range []string{EtcdBinary, KwokBinary} {
+		if err := os.WriteFile(filepath.Join(onlyEtcdKwok, b), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	tests := []struct {
 		name    string
 		opts    Options
@@ -140,6 +147,14 @@ func TestOptionsValidate(t *testing.T) {
 		{name: "valid", opts: Options{BinDir: binDir}},
 		{name: "no bin dir", opts: Options{}, wantErr: []string{"BinDir is required"}},
 		{name: "missing binaries", opts: Options{BinDir: t.TempDir()}, wantErr: []string{"etcd", "kube-apiserver", "kwok"}},
+		{
+			// etcd and kwok stay in BinDir; the Kubernetes binaries must be
+			// in KubeBinDir.
+			name:    "kube binaries looked up in KubeBinDir",
+			opts:    Options{BinDir: binDir, KubeBinDir: kubeDir},
+			wantErr: []string{filepath.Join(kubeDir, "kube-apiserver"), filepath.Join(kubeDir, "kubectl"), filepath.Join(kubeDir, "kube-scheduler")},
+		},
+		{name: "KubeBinDir with every kube binary", opts: Options{BinDir: onlyEtcdKwok, KubeBinDir: binDir}},
 		{
 			name:    "every negative duration is reported",
 			opts:    Options{BinDir: binDir, HPASyncPeriod: -time.Second, HPAInitialReadinessDelay: -time.Second},

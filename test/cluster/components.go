@@ -19,7 +19,7 @@ import (
 
 func hostPort(port int) string { return net.JoinHostPort(loopback, strconv.Itoa(port)) }
 
-func (c *Cluster) bin(name string) string { return filepath.Join(c.opts.BinDir, name) }
+func (c *Cluster) bin(name string) string { return c.opts.binPath(name) }
 
 func (c *Cluster) startEtcd(ctx context.Context) error {
 	clientURL := "http://" + hostPort(c.ports.etcdClient)

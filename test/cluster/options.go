@@ -15,6 +15,13 @@ type Options struct {
 	// kube-scheduler, kubectl and kwok. Required.
 	BinDir string
 
+	// KubeBinDir, when set, holds the Kubernetes binaries (kube-apiserver,
+	// kube-controller-manager, kube-scheduler, kubectl) of another release,
+	// used instead of those in BinDir; etcd and kwok still come from BinDir.
+	// The compatibility smoke (make e2e-compat) runs each supported release
+	// this way.
+	KubeBinDir string
+
 	// WorkDir receives the PKI, kubeconfigs, etcd data and logs/<name>.log.
 	// Start clears those from an earlier run; Stop leaves them in place. If
 	// empty, a temporary directory is created and Stop removes it.
@@ -94,6 +101,20 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// binPath is where the binary name is found: KubeBinDir for the Kubernetes
+// binaries when it is set, BinDir otherwise.
+func (o Options) binPath(name string) string {
+	if o.KubeBinDir != "" && kubeBinaries[name] {
+		return filepath.Join(o.KubeBinDir, name)
+	}
+	return filepath.Join(o.BinDir, name)
+}
+
+// kubeBinaries are those KubeBinDir replaces.
+var kubeBinaries = map[string]bool{
+	APIServerBinary: true, ControllerManagerBinary: true, SchedulerBinary: true, KubectlBinary: true,
+}
+
 func setDuration(d *time.Duration, def time.Duration) {
 	if *d == 0 {
 		*d = def
@@ -111,7 +132,7 @@ func (o Options) validate() error {
 			bins = append(bins, SchedulerBinary)
 		}
 		for _, b := range bins {
-			path := filepath.Join(o.BinDir, b)
+			path := o.binPath(b)
 			info, err := os.Stat(path)
 			switch {
 			case err != nil:

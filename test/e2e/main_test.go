@@ -36,6 +36,9 @@ var suite struct {
 	resolution, timeout time.Duration
 	// ukpd is the fake ukpd behind the server's ukpd source.
 	ukpd *env.Ukpd
+	// kubeVersion is $GMS_K8S_VERSION: the release of the control plane
+	// when it is not the one in bin/ (make e2e-compat).
+	kubeVersion string
 }
 
 const (
@@ -64,6 +67,12 @@ func run(m *testing.M) int {
 		return 1
 	}
 	suite.binDir = binDir
+	kubeBinDir, kubeVersion, err := env.KubeBinDir(binDir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		return 1
+	}
+	suite.kubeVersion = kubeVersion
 	workDir, err := os.MkdirTemp("", "gms-e2e-")
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
@@ -74,6 +83,7 @@ func run(m *testing.M) int {
 	// bounds from them.
 	suite.opts = cluster.Options{
 		BinDir:                     binDir,
+		KubeBinDir:                 kubeBinDir,
 		WorkDir:                    workDir,
 		HPASyncPeriod:              2 * time.Second,
 		HPADownscaleStabilization:  5 * time.Second,

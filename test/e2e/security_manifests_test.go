@@ -69,6 +69,7 @@ func TestManifestsHardened(t *testing.T) {
 	for _, dir := range dirs {
 		rel, _ := filepath.Rel(root, dir)
 		t.Run(rel, func(t *testing.T) {
+			devInsecure := usesInsecureKubeletComponent(t, root, rel)
 			objs, err := env.Render(ctx, suite.cluster, dir)
 			if err != nil {
 				t.Fatal(err)
@@ -79,7 +80,7 @@ func TestManifestsHardened(t *testing.T) {
 					servers++
 				}
 				if o.GetKind() == "Deployment" && (o.GetName() == serverDeployment || o.GetName() == controllerDeployment) {
-					checkServerDeployment(t, o)
+					checkServerDeployment(t, o, devInsecure && o.GetName() == serverDeployment)
 				}
 			}
 			for _, d := range []string{serverDeployment, controllerDeployment} {
@@ -106,6 +107,7 @@ func TestManifestsHardened(t *testing.T) {
 			t.Errorf("docs/security.md lists a grant no manifest makes: `%s`", g)
 		}
 	}
+	checkInsecureKubeletFlagConfined(t, root)
 	t.Logf("%d kustomizations, %d server Deployments, %d distinct grants to the two identities", len(dirs), servers, len(granted))
 
 	// The suite's server runs with exactly these grants (its kubeconfig
@@ -186,7 +188,10 @@ func checkObject(t *testing.T, o *unstructured.Unstructured) {
 }
 
 // checkServerDeployment checks the server's pod and container hardening.
-func checkServerDeployment(t *testing.T, o *unstructured.Unstructured) {
+// devInsecure: the kustomization includes the development component
+// insecure-kubelet-tls, so --kubelet-insecure-tls, and no other weakening
+// flag, must be set.
+func checkServerDeployment(t *testing.T, o *unstructured.Unstructured, devInsecure bool) {
 	t.Helper()
 	specs := podSpecs(t, o)
 	if len(specs) != 1 {
@@ -225,11 +230,19 @@ func checkServerDeployment(t *testing.T, o *unstructured.Unstructured) {
 		if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
 			fail("seccompProfile is not RuntimeDefault")
 		}
+		insecureKubelet := false
 		for _, a := range append(append([]string{}, c.Command...), c.Args...) {
 			name, _, _ := strings.Cut(a, "=")
+			if devInsecure && name == insecureKubeletFlag {
+				insecureKubelet = true
+				continue
+			}
 			if slices.Contains(insecureFlags, name) {
 				fail("sets " + a)
 			}
+		}
+		if devInsecure && c.Name == serverDeployment && !insecureKubelet {
+			fail("includes " + insecureKubeletComponent + " but does not set " + insecureKubeletFlag)
 		}
 	}
 }

@@ -129,12 +129,13 @@ func TestKubectlTop(t *testing.T) {
 	}
 }
 
-// checkNegotiation checks that kubectl top asks for metrics.k8s.io/v1 and
-// gets protobuf by default. With --use-protocol-buffers=false this kubectl
+// checkNegotiation checks that kubectl top asks for metrics.k8s.io/v1
+// (v1beta1 for a kubectl before v1.37, kubectlMetricsVersion) and gets
+// protobuf by default. With --use-protocol-buffers=false this kubectl
 // still offers protobuf (after JSON is no longer asked for alone), so there
 // the answer need only be one of the types offered.
 func checkNegotiation(ctx context.Context, t *testing.T, ns string) {
-	path := "/apis/metrics.k8s.io/v1/namespaces/" + ns + "/pods"
+	path := "/apis/metrics.k8s.io/" + kubectlMetricsVersion(t) + "/namespaces/" + ns + "/pods"
 	for _, flag := range []string{"--use-protocol-buffers=true", "--use-protocol-buffers=false"} {
 		_, stderr, err := suite.cluster.Kubectl(ctx, "top", "pod", "-n", ns, flag, "-v=8")
 		if err != nil {

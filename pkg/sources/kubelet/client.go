@@ -28,6 +28,7 @@ type Client struct {
 	http     *http.Client
 	scheme   string
 	maxBytes int64
+	hints    hinter
 }
 
 // NewClient builds a Client with its own connection pool.
@@ -53,7 +54,7 @@ func (c *Client) Summary(ctx context.Context, node, host string) (*sources.Batch
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, sources.WithReason(sources.TransportReason(err), fmt.Errorf("scrape node %q: %w", node, err))
+		return nil, sources.WithReason(sources.TransportReason(err), fmt.Errorf("scrape node %q: %w", node, c.hints.withHint(node, host, err)))
 	}
 	defer func() {
 		_ = resp.Body.Close()

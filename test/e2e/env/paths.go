@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 )
@@ -54,6 +55,31 @@ func BinDir() (string, error) {
 	}
 	return filepath.Join(root, "bin"), nil
 }
+
+// KubeVersionEnv names the variable that picks another Kubernetes release
+// for the control plane: with GMS_K8S_VERSION=v1.35.4 the kube-apiserver,
+// kube-controller-manager, kube-scheduler and kubectl come from
+// <bin>/k8s-v1.35.4/, which hack/tools-k8s.sh builds (make e2e-compat).
+const KubeVersionEnv = "GMS_K8S_VERSION"
+
+// KubeBinDir returns the directory of the release $GMS_K8S_VERSION names
+// under binDir and that release, or two empty strings when it is unset.
+func KubeBinDir(binDir string) (dir, version string, err error) {
+	version = os.Getenv(KubeVersionEnv)
+	if version == "" {
+		return "", "", nil
+	}
+	if !kubeVersionRE.MatchString(version) {
+		return "", "", fmt.Errorf("%s=%q is not a release such as v1.35.4", KubeVersionEnv, version)
+	}
+	dir = filepath.Join(binDir, "k8s-"+version)
+	if err := CheckBinaries(dir, cluster.APIServerBinary, cluster.ControllerManagerBinary, cluster.SchedulerBinary, cluster.KubectlBinary); err != nil {
+		return "", "", fmt.Errorf("%s=%s: %w (run `hack/tools-k8s.sh %s`)", KubeVersionEnv, version, err, version)
+	}
+	return dir, version, nil
+}
+
+var kubeVersionRE = regexp.MustCompile(`^v1\.[0-9]+\.[0-9]+$`)
 
 // CheckBinaries reports every binary of names missing from dir, with the make
 // target that builds it.

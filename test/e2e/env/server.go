@@ -196,6 +196,9 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 		// The APIServices name the server's port (above), and so must one
 		// the controller creates again.
 		args = append(args, "--service-port="+strconv.Itoa(port))
+		// Its metrics port on loopback and picked by the kernel, so that
+		// suites on one machine never collide on the manifests' :8080.
+		args = append(args, "--metrics-bind-address=127.0.0.1:0")
 		s.controllerArgs, s.controllerSA = append(args, cfg.ControllerArgs...), ctrlSA
 		if err := s.ensureController(ctx); err != nil {
 			return nil, err

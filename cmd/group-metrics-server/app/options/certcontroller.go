@@ -3,6 +3,7 @@ package options
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -41,6 +42,10 @@ type CertControllerOptions struct {
 	SyncPeriod      time.Duration
 	RecreateAfter   time.Duration
 
+	// MetricsBindAddress serves the controller's self-metrics on
+	// /metrics; none when empty.
+	MetricsBindAddress string
+
 	LeaderElection componentbaseconfig.LeaderElectionConfiguration
 	Logs           *logsapi.LoggingConfiguration
 }
@@ -64,6 +69,8 @@ func NewCertControllerOptions() *CertControllerOptions {
 		Propagation:   5 * time.Minute,
 		SyncPeriod:    15 * time.Second,
 		RecreateAfter: 10 * time.Second,
+
+		MetricsBindAddress: ":8080",
 
 		LeaderElection: componentbaseconfig.LeaderElectionConfiguration{
 			LeaderElect:       true,
@@ -96,6 +103,7 @@ func (o *CertControllerOptions) Flags() cliflag.NamedFlagSets {
 	fs.DurationVar(&o.Propagation, "propagation-delay", o.Propagation, "Longest time from a Secret change to every serving replica serving from it (the kubelet's Secret volume sync and the server's file check), and from a caBundle change to the aggregator verifying with it.")
 	fs.DurationVar(&o.SyncPeriod, "sync-period", o.SyncPeriod, "Longest time between two checks of the Secrets and APIServices.")
 	fs.DurationVar(&o.RecreateAfter, "recreate-after", o.RecreateAfter, "How long a managed APIService must stay missing before it is created again.")
+	fss.FlagSet("metrics").StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address (host:port) to serve the controller's self-metrics on, at /metrics, over plain HTTP: they hold counts and expiry times only. Off when empty.")
 	cboptions.BindLeaderElectionFlags(&o.LeaderElection, fss.FlagSet("leader election"))
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
 	return fss
@@ -124,6 +132,11 @@ func (o *CertControllerOptions) Validate() []error {
 	}
 	if o.RecreateAfter < 0 {
 		errs = append(errs, fmt.Errorf("--recreate-after must not be negative, got %s", o.RecreateAfter))
+	}
+	if o.MetricsBindAddress != "" {
+		if _, _, err := net.SplitHostPort(o.MetricsBindAddress); err != nil {
+			errs = append(errs, fmt.Errorf("--metrics-bind-address must be host:port, got %q: %w", o.MetricsBindAddress, err))
+		}
 	}
 	if o.ServicePort < 1 || o.ServicePort > 65535 {
 		errs = append(errs, fmt.Errorf("--service-port must be between 1 and 65535, got %d", o.ServicePort))
@@ -174,6 +187,13 @@ func (o *CertControllerOptions) Run(ctx context.Context) error {
 			return fmt.Errorf("owner of created APIServices: %w", err)
 		}
 		owner = &metav1.OwnerReference{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: role.Name, UID: role.UID}
+	}
+	if o.MetricsBindAddress != "" {
+		// Every replica serves them; only the leader syncs, so only its
+		// expiry and last-success gauges are set.
+		if _, err := serveCertMetrics(ctx, o.MetricsBindAddress); err != nil {
+			return err
+		}
 	}
 	ctrl := certs.NewController(certs.ControllerConfig{
 		Secrets:       kube.CoreV1(),

@@ -111,11 +111,12 @@ func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
 			CPUInitializationPeriod: o.HPACPUInitializationPeriod,
 			InitialReadinessDelay:   o.HPAInitialReadinessDelay,
 		},
-		CustomMetrics: o.EnableCustomMetrics,
-		Resolution:    o.MetricResolution,
-		Timeout:       o.KubeletRequestTimeout,
-		Concurrency:   o.MaxConcurrentScrapes,
-		Reads:         apiserver.ReadLimit{Concurrent: o.concurrentReads(), Wait: readWait},
+		CustomMetrics:      o.EnableCustomMetrics,
+		GroupMetricsSeries: o.GroupMetricsSeries,
+		Resolution:         o.MetricResolution,
+		Timeout:            o.KubeletRequestTimeout,
+		Concurrency:        o.MaxConcurrentScrapes,
+		Reads:              apiserver.ReadLimit{Concurrent: o.concurrentReads(), Wait: readWait},
 	}, nil
 }
 

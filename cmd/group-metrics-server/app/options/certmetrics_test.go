@@ -1,0 +1,65 @@
+package options
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestServeCertMetrics(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, err := serveCertMetrics(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + addr.String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %s", resp.Status)
+	}
+	for _, want := range []string{"group_metrics_server_certs_syncs_total", "group_metrics_server_certs_last_sync_success_timestamp_seconds"} {
+		if !strings.Contains(string(body), "# TYPE "+want+" ") {
+			t.Errorf("/metrics has no family %s", want)
+		}
+	}
+	// The same port a second time fails the start instead of serving
+	// nothing.
+	if _, err := serveCertMetrics(ctx, addr.String()); err == nil {
+		t.Error("second listener on a taken port: no error")
+	}
+}
+
+func TestCertControllerValidateMetricsAddress(t *testing.T) {
+	for _, tc := range []struct {
+		addr    string
+		wantErr bool
+	}{
+		{addr: ":8080"},
+		{addr: ""},
+		{addr: "127.0.0.1:9090"},
+		{addr: "8080", wantErr: true},
+	} {
+		o := NewCertControllerOptions()
+		o.MetricsBindAddress = tc.addr
+		errs := o.Validate()
+		got := false
+		for _, e := range errs {
+			if strings.Contains(e.Error(), "--metrics-bind-address") {
+				got = true
+			}
+		}
+		if got != tc.wantErr {
+			t.Errorf("--metrics-bind-address=%q: errors %v, want a --metrics-bind-address error: %v", tc.addr, errs, tc.wantErr)
+		}
+	}
+}

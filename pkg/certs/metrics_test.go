@@ -1,0 +1,173 @@
+package certs
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/metrics/testutil"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// TestSyncMetrics makes each step of a sync fail in turn and checks that the
+// failure is counted under its kind and nothing else, and that a sync that
+// completes publishes the serving certificate's and the CA's expiry.
+func TestSyncMetrics(t *testing.T) {
+	RegisterMetrics()
+	refuse := func(verb, resource string) func(kube *fake.Clientset, dyn k8stesting.FakeClient) {
+		return func(kube *fake.Clientset, dyn k8stesting.FakeClient) {
+			f := func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, errors.New("refused") }
+			if resource == "secrets" {
+				kube.PrependReactor(verb, resource, f)
+			} else {
+				dyn.PrependReactor(verb, resource, f)
+			}
+		}
+	}
+	tests := []struct {
+		name     string
+		break_   func(kube *fake.Clientset, dyn k8stesting.FakeClient)
+		wantKind string
+	}{
+		{name: "secret unreadable", break_: refuse("get", "secrets"), wantKind: FailureReadSecret},
+		{name: "secret not writable", break_: refuse("update", "secrets"), wantKind: FailureWriteSecret},
+		{name: "apiservice unreadable", break_: refuse("get", "apiservices"), wantKind: FailureReadAPIService},
+		{name: "caBundle not writable", break_: refuse("patch", "apiservices"), wantKind: FailureWriteCABundle},
+		{name: "completes"},
+	}
+	kinds := []string{FailureReadSecret, FailureWriteSecret, FailureReadAPIService, FailureWriteCABundle, FailurePlan}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			names, _ := metricsAPIServices()
+			clk := clocktesting.NewFakeClock(t0)
+			dyn := newDynamic(apiService(names[0], ourService, false), apiService(names[1], ourService, false))
+			kube := fake.NewClientset(emptySecrets()...)
+			if tt.break_ != nil {
+				tt.break_(kube, dyn)
+			}
+			r := newRig(t, clk, kube, dyn)
+			before := errorCounts(t, kinds)
+			syncsBefore := counterValue(t, syncs)
+			_, err := r.ctrl.Sync(context.Background())
+			if got := FailureKind(err); got != tt.wantKind {
+				t.Fatalf("FailureKind(%v) = %q, want %q", err, got, tt.wantKind)
+			}
+			after := errorCounts(t, kinds)
+			want := map[string]float64{}
+			for _, k := range kinds {
+				want[k] = before[k]
+			}
+			if tt.wantKind != "" {
+				want[tt.wantKind]++
+			}
+			if diff := cmp.Diff(want, after); diff != "" {
+				t.Errorf("sync error counts (-want +got):\n%s", diff)
+			}
+			wantSyncs := syncsBefore
+			if tt.wantKind == "" {
+				wantSyncs++
+			}
+			if got := counterValue(t, syncs); got != wantSyncs {
+				t.Errorf("syncs_total = %v, want %v", got, wantSyncs)
+			}
+			if tt.wantKind != "" {
+				return
+			}
+			serving := mustParseCert(t, secret(t, kube, servingName).Data[KeyServingCert])
+			ca := mustParseCert(t, secret(t, kube, caName).Data[KeyCACert])
+			for label, c := range map[string]*x509.Certificate{"serving": serving, "ca": ca} {
+				got, err := testutil.GetGaugeMetricValue(notAfter.WithLabelValues(label))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := float64(c.NotAfter.Unix()); got != want {
+					t.Errorf("not_after{certificate=%q} = %v, want %v (%s)", label, got, want, c.NotAfter.Format(time.RFC3339))
+				}
+			}
+			if got, _ := testutil.GetGaugeMetricValue(lastSuccess); got != float64(t0.Unix()) {
+				t.Errorf("last_sync_success_timestamp_seconds = %v, want %v", got, float64(t0.Unix()))
+			}
+		})
+	}
+}
+
+func errorCounts(t *testing.T, kinds []string) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, k := range kinds {
+		out[k] = counterValue(t, syncErrors.WithLabelValues(k))
+	}
+	return out
+}
+
+func counterValue(t *testing.T, c metrics.CounterMetric) float64 {
+	t.Helper()
+	v, err := testutil.GetCounterMetricValue(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func mustParseCert(t *testing.T, pemData []byte) *x509.Certificate {
+	t.Helper()
+	c, err := parseCert(pemData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestMonitoringKitCertMetrics checks that every certificate-controller
+// family the monitoring kit uses (metric-names.txt) is in the registry the
+// controller serves on /metrics, once a sync completed and one failed.
+func TestMonitoringKitCertMetrics(t *testing.T) {
+	RegisterMetrics()
+	names, _ := metricsAPIServices()
+	for _, fail := range []bool{false, true} {
+		dyn := newDynamic(apiService(names[0], ourService, false), apiService(names[1], ourService, false))
+		kube := fake.NewClientset(emptySecrets()...)
+		if fail {
+			kube.PrependReactor("get", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, errors.New("refused") })
+		}
+		r := newRig(t, clocktesting.NewFakeClock(t0), kube, dyn)
+		if _, err := r.ctrl.Sync(context.Background()); (err != nil) != fail {
+			t.Fatalf("sync (fail=%v): %v", fail, err)
+		}
+	}
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := map[string]bool{}
+	for _, mf := range families {
+		served[mf.GetName()] = len(mf.GetMetric()) > 0
+	}
+	b, err := os.ReadFile("../../manifests/components/monitoring/metric-names.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(l, "group_metrics_server_certs_") {
+			continue
+		}
+		checked++
+		if !served[l] {
+			t.Errorf("the monitoring kit uses %s, which the certificate controller does not serve", l)
+		}
+	}
+	if checked == 0 {
+		t.Error("metric-names.txt lists no certificate controller family")
+	}
+}

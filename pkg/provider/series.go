@@ -1,0 +1,148 @@
+package provider
+
+import (
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/component-base/metrics"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+)
+
+// GroupSample is one LeaderWorkerSet group's usage, as the group metrics
+// on custom.metrics.k8s.io report it: sums over the members that have
+// metrics (Counted of Members), utilization as Σusage / Σrequest over the
+// counted members that request the resource.
+type GroupSample struct {
+	Namespace, LeaderWorkerSet, Group string
+	// CPUCores and MemoryBytes are the counted members' summed usage.
+	CPUCores, MemoryBytes float64
+	// CPUUtilization and MemoryUtilization are ratios (0.7 = 70%), valid
+	// only when the matching Has... is true.
+	CPUUtilization, MemoryUtilization       float64
+	HasCPUUtilization, HasMemoryUtilization bool
+	// Members are the group's pods known to the server, Counted those
+	// with metrics.
+	Members, Counted int
+}
+
+// GroupSamples returns a sample for every LeaderWorkerSet group whose
+// leader pod is known, sorted by namespace, LeaderWorkerSet and group. It
+// is nil without a group index.
+func (p *Provider) GroupSamples() []GroupSample {
+	if p.groups == nil {
+		return nil
+	}
+	sel := labels.SelectorFromSet(labels.Set{group.LabelWorkerIndex: "0"})
+	leaders, err := p.pods.List(sel)
+	if err != nil {
+		return nil
+	}
+	out := make([]GroupSample, 0, len(leaders))
+	for _, leader := range leaders {
+		key, ok := group.Key(leader)
+		if !ok {
+			continue
+		}
+		objs, err := p.groups.ByIndex(group.IndexName, key)
+		if err != nil {
+			continue
+		}
+		pods := make([]*corev1.Pod, 0, len(objs))
+		for _, o := range objs {
+			if mp, ok := o.(*corev1.Pod); ok {
+				pods = append(pods, mp)
+			}
+		}
+		s := p.sums(pods)
+		gs := GroupSample{
+			Namespace: leader.Namespace, LeaderWorkerSet: leader.Labels[group.LabelName], Group: leader.Labels[group.LabelGroupIndex],
+			CPUCores: s.usage[0], MemoryBytes: s.usage[1], Members: len(pods), Counted: s.covered,
+		}
+		if s.request[0] > 0 {
+			gs.CPUUtilization, gs.HasCPUUtilization = s.usageWithRequest[0]/s.request[0], true
+		}
+		if s.request[1] > 0 {
+			gs.MemoryUtilization, gs.HasMemoryUtilization = s.usageWithRequest[1]/s.request[1], true
+		}
+		out = append(out, gs)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		if a.LeaderWorkerSet != b.LeaderWorkerSet {
+			return a.LeaderWorkerSet < b.LeaderWorkerSet
+		}
+		return a.Group < b.Group
+	})
+	return out
+}
+
+// groupLabels are the labels of every group series: at most one series of
+// each name per LeaderWorkerSet group, so the cardinality is bounded by the
+// number of groups.
+var groupLabels = []string{"namespace", "leaderworkerset", "group"}
+
+func groupDesc(name, help string) *metrics.Desc {
+	return metrics.NewDesc("group_metrics_server_lws_group_"+name, help, groupLabels, nil, metrics.ALPHA, "")
+}
+
+var (
+	descCPU          = groupDesc("cpu_usage_cores", "CPU usage of a LeaderWorkerSet group's members that have metrics, in cores.")
+	descMemory       = groupDesc("memory_usage_bytes", "Working-set memory of a LeaderWorkerSet group's members that have metrics, in bytes.")
+	descCPUUtil      = groupDesc("cpu_utilization", "CPU usage over CPU requests of a LeaderWorkerSet group's members that have metrics and request CPU (0.7 = 70%).")
+	descMemoryUtil   = groupDesc("memory_utilization", "Memory usage over memory requests of a LeaderWorkerSet group's members that have metrics and request memory (0.7 = 70%).")
+	descMembers      = groupDesc("members", "Pods of a LeaderWorkerSet group known to the server.")
+	descMembersCount = groupDesc("members_counted", "Pods of a LeaderWorkerSet group whose usage the group's values include.")
+)
+
+// GroupSeriesCollector exposes GroupSamples as Prometheus series (opt-in:
+// --group-metrics-series), for Prometheus, KEDA's Prometheus scaler or
+// prometheus-adapter to read without custom.metrics.k8s.io.
+type GroupSeriesCollector struct {
+	metrics.BaseStableCollector
+	samples func() []GroupSample
+}
+
+var _ metrics.StableCollector = &GroupSeriesCollector{}
+
+// NewGroupSeriesCollector returns a collector of the samples that samples
+// returns at each scrape (a Provider's GroupSamples); register it with
+// legacyregistry.CustomMustRegister.
+func NewGroupSeriesCollector(samples func() []GroupSample) *GroupSeriesCollector {
+	return &GroupSeriesCollector{samples: samples}
+}
+
+// DescribeWithStability implements metrics.StableCollector.
+func (c *GroupSeriesCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
+	for _, d := range []*metrics.Desc{descCPU, descMemory, descCPUUtil, descMemoryUtil, descMembers, descMembersCount} {
+		ch <- d
+	}
+}
+
+// CollectWithStability implements metrics.StableCollector.
+func (c *GroupSeriesCollector) CollectWithStability(ch chan<- metrics.Metric) {
+	for _, s := range c.samples() {
+		lv := []string{s.Namespace, s.LeaderWorkerSet, s.Group}
+		gauge := func(d *metrics.Desc, v float64) {
+			ch <- metrics.NewLazyConstMetric(d, metrics.GaugeValue, v, lv...)
+		}
+		gauge(descMembers, float64(s.Members))
+		gauge(descMembersCount, float64(s.Counted))
+		if s.Counted == 0 {
+			// No member has metrics: no value, as on custom.metrics.k8s.io.
+			continue
+		}
+		gauge(descCPU, s.CPUCores)
+		gauge(descMemory, s.MemoryBytes)
+		if s.HasCPUUtilization {
+			gauge(descCPUUtil, s.CPUUtilization)
+		}
+		if s.HasMemoryUtilization {
+			gauge(descMemoryUtil, s.MemoryUtilization)
+		}
+	}
+}

@@ -1,0 +1,31 @@
+package server
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"k8s.io/component-base/metrics/legacyregistry"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/provider"
+)
+
+// groupSeries is the one group-series collector of the process: the legacy
+// registry takes a collector once, and the newest server built with
+// GroupMetricsSeries feeds it.
+var groupSeries struct {
+	once    sync.Once
+	current atomic.Pointer[provider.Provider]
+}
+
+// exposeGroupSeries makes /metrics serve p's LeaderWorkerSet group series.
+func exposeGroupSeries(p *provider.Provider) {
+	groupSeries.current.Store(p)
+	groupSeries.once.Do(func() {
+		legacyregistry.CustomMustRegister(provider.NewGroupSeriesCollector(func() []provider.GroupSample {
+			if cur := groupSeries.current.Load(); cur != nil {
+				return cur.GroupSamples()
+			}
+			return nil
+		}))
+	})
+}

@@ -1,0 +1,78 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+)
+
+// defaultKubeVersion is the release hack/tools.sh builds into bin/.
+const defaultKubeVersion = "v1.37.2"
+
+// TestControlPlaneRelease checks that the suite runs on the release it was
+// asked for ($GMS_K8S_VERSION, or the one in bin/): kube-apiserver, kubectl
+// and kube-controller-manager all report it, and the server's APIServices are
+// Available on it. make e2e-compat runs it with TestKubectlTop, TestHPAScales
+// and TestLWSGroupAutoscaling on each supported release; a smoke that ran on
+// the default binaries by mistake fails here.
+func TestControlPlaneRelease(t *testing.T) {
+	ctx := begin(t, time.Minute)
+	want := suite.kubeVersion
+	if want == "" {
+		want = defaultKubeVersion
+	}
+	out, _, err := suite.cluster.Kubectl(ctx, "version", "--output=json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		ClientVersion struct{ GitVersion string } `json:"clientVersion"`
+		ServerVersion struct{ GitVersion string } `json:"serverVersion"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("parse kubectl version output %q: %v", out, err)
+	}
+	if v.ClientVersion.GitVersion != want || v.ServerVersion.GitVersion != want {
+		t.Errorf("kubectl version: client %q, kube-apiserver %q; want %s for both", v.ClientVersion.GitVersion, v.ServerVersion.GitVersion, want)
+	}
+	kcm, err := exec.CommandContext(ctx, suite.cluster.BinaryPath(cluster.ControllerManagerBinary), "--version").Output()
+	if err != nil {
+		t.Fatalf("kube-controller-manager --version: %v", err)
+	}
+	if got := strings.TrimSpace(string(kcm)); got != "Kubernetes "+want {
+		t.Errorf("kube-controller-manager --version = %q, want %q", got, "Kubernetes "+want)
+	}
+	for _, name := range suite.server.APIServices {
+		if err := suite.cluster.WaitForAPIServiceAvailable(ctx, name); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Logf("control plane %s: kubectl and kube-apiserver %s, APIServices %v Available", want, v.ServerVersion.GitVersion, suite.server.APIServices)
+}
+
+// kubectlMetricsVersion is the metrics.k8s.io version the suite's kubectl
+// top asks for: kubectl's pkg/cmd/top/top.go lists supportedMetricsAPIVersions
+// "v1", "v1beta1" from v1.37 and only "v1beta1" before (k8s.io/kubectl
+// v0.35.4 and v0.36.3).
+func kubectlMetricsVersion(t *testing.T) string {
+	t.Helper()
+	v := suite.kubeVersion
+	if v == "" {
+		v = defaultKubeVersion
+	}
+	var minor, patch int
+	if _, err := fmt.Sscanf(v, "v1.%d.%d", &minor, &patch); err != nil {
+		t.Fatalf("release %q: %v", v, err)
+	}
+	if minor < 37 {
+		return "v1beta1"
+	}
+	return "v1"
+}
