@@ -9,9 +9,7 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
-	// The json logging format, as metrics-server registers it:
-	// --logging-format=json and the --log-json-* flags.
-	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json and --log-json-*, as metrics-server registers them
 	"k8s.io/component-base/metrics"
 )
 
