@@ -123,7 +123,7 @@ var readyzClient = &http.Client{Timeout: 2 * time.Second, Transport: &http.Trans
 func (k *rolloutKubelet) markIfReady(ctx context.Context, p *corev1.Pod, pp *podProcess) error {
 	select {
 	case <-pp.proc.Done():
-		return fmt.Errorf("pod %s: its process exited: %v", p.Name, pp.proc.Err())
+		return fmt.Errorf("pod %s: its process exited: %w", p.Name, pp.proc.Err())
 	default:
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+pp.addr+"/readyz", nil)
