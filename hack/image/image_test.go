@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,8 +21,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
 const (
@@ -86,6 +91,41 @@ func TestImage(t *testing.T) {
 		t.Errorf("index platforms (-want +got):\n%s", diff)
 	}
 	checkTarball(t, filepath.Join(dir, "0", "image.tar"))
+	checkPush(t, args, idx)
+}
+
+// checkPush pushes to a registry on loopback, as make image-push does, and
+// pulls the index back by tag: the same digest as the layout's.
+func checkPush(t *testing.T, args []string, want v1.ImageIndex) {
+	t.Helper()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	ref := strings.TrimPrefix(srv.URL, "http://") + "/group-metrics-server:" + testVersion
+	pushArgs := append([]string{}, args...)
+	pushArgs[0] = "--image=" + ref
+	var out bytes.Buffer
+	if err := run(append(pushArgs, "--push"), &out); err != nil {
+		t.Fatalf("push: %v\n%s", err, out.String())
+	}
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := remote.Index(tag)
+	if err != nil {
+		t.Fatalf("pull %s: %v", ref, err)
+	}
+	gd, err := got.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd, err := want.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gd != wd {
+		t.Errorf("pushed index %s, pulled back %s", wd, gd)
+	}
 }
 
 // buildServer builds the server as make image-binaries does.
