@@ -5,6 +5,18 @@ BIN_DIR ?= $(CURDIR)/bin
 TOOLS := $(GO) tool -modfile=hack/tools/go.mod
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/group-metrics-server/group-metrics-server/cmd/group-metrics-server/app.Version=$(VERSION)
+# The image: $(REGISTRY)/group-metrics-server:$(IMAGE_TAG). The tag is the
+# version, so a release tag (v0.1.0) builds the image manifests/base names.
+REGISTRY ?= ghcr.io/group-metrics-server
+IMAGE_TAG ?= $(VERSION)
+IMAGE ?= $(REGISTRY)/group-metrics-server:$(IMAGE_TAG)
+IMAGE_ARCHS ?= amd64 arm64
+IMAGE_DIR ?= $(BIN_DIR)/image
+IMAGE_SOURCE ?= https://github.com/group-metrics-server/group-metrics-server
+# Every file and the image are dated at the commit (or SOURCE_DATE_EPOCH),
+# so one commit builds one digest.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 E2E_TIMEOUT ?= 45m
 FUZZTIME ?= 10s
 BENCH_COUNT ?= 6
@@ -30,6 +42,25 @@ help: ## Show the targets.
 build: ## Build bin/group-metrics-server.
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN_DIR)/group-metrics-server ./cmd/group-metrics-server
 
+.PHONY: image-binaries
+image-binaries: ## Static linux binaries for IMAGE_ARCHS into $(IMAGE_DIR)/linux-<arch>/.
+	@for arch in $(IMAGE_ARCHS); do \
+		echo "build linux/$$arch"; \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" \
+			-o $(IMAGE_DIR)/linux-$$arch/group-metrics-server ./cmd/group-metrics-server || exit 1; \
+	done
+
+IMAGE_ARGS = --image=$(IMAGE) --created=$(SOURCE_DATE_EPOCH) --source=$(IMAGE_SOURCE) --revision=$(REVISION) --version=$(VERSION) \
+	$(foreach a,$(IMAGE_ARCHS),--platform=linux/$(a)=$(IMAGE_DIR)/linux-$(a)/group-metrics-server)
+
+.PHONY: image
+image: image-binaries ## The multi-arch OCI image, without Docker: $(IMAGE_DIR)/oci (layout) and $(IMAGE_DIR)/group-metrics-server.oci.tar (for ctr images import / kind load image-archive).
+	cd hack/image && GOWORK=off $(GO) run . $(IMAGE_ARGS) --layout=$(IMAGE_DIR)/oci --tarball=$(IMAGE_DIR)/group-metrics-server.oci.tar
+
+.PHONY: image-push
+image-push: image-binaries ## Push the image to $(REGISTRY) (credentials from the Docker config, as crane uses them).
+	cd hack/image && GOWORK=off $(GO) run . $(IMAGE_ARGS) --push
+
 .PHONY: tools
 tools: ## Build the control-plane binaries (etcd, kube-*, kubectl, kwok, metrics-server) into bin/, once.
 	bash hack/tools.sh
@@ -38,10 +69,11 @@ tools: ## Build the control-plane binaries (etcd, kube-*, kubectl, kwok, metrics
 test: test-unit fuzz-short e2e ## Everything CI runs: unit and in-process tests, short fuzzing, the e2e suite.
 
 .PHONY: test-unit
-test-unit: ## Unit and in-process tests, with the race detector; then the HPA's own calculator on group values (test/hpacalc) and the monitoring kit's rules and queries (test/monitoring).
+test-unit: ## Unit and in-process tests, with the race detector; then the HPA's own calculator on group values (test/hpacalc), the monitoring kit's rules and queries (test/monitoring) and the image builder (hack/image).
 	$(GO) test -race -count=1 ./...
 	cd test/hpacalc && GOWORK=off $(GO) test -count=1 -v ./...
 	cd test/monitoring && GOWORK=off $(GO) test -count=1 -v ./...
+	cd hack/image && GOWORK=off $(GO) test -count=1 -timeout 30m -v ./...
 
 .PHONY: fuzz-short
 fuzz-short: ## Run every fuzz target for FUZZTIME (default 10s).
@@ -98,6 +130,7 @@ verify-vet: ## go vet, with the e2e files too.
 	$(GO) vet -tags e2e ./test/...
 	cd test/hpacalc && GOWORK=off $(GO) vet ./...
 	cd test/monitoring && GOWORK=off $(GO) vet ./...
+	cd hack/image && GOWORK=off $(GO) vet ./...
 
 .PHONY: verify-lint
 verify-lint: ## golangci-lint (v2 config in .golangci.yaml).
@@ -105,7 +138,7 @@ verify-lint: ## golangci-lint (v2 config in .golangci.yaml).
 
 .PHONY: verify-tidy
 verify-tidy: ## go.mod and go.sum are tidy, in every module.
-	@for m in . hack/tools test/tools test/tools/metrics-server test/tools/lws test/tools/k8s-v1.35.4 test/tools/k8s-v1.36.3 test/hpacalc test/monitoring; do \
+	@for m in . hack/tools hack/image test/tools test/tools/metrics-server test/tools/lws test/tools/k8s-v1.35.4 test/tools/k8s-v1.36.3 test/hpacalc test/monitoring; do \
 		(cd $$m && cp go.mod /tmp/gms-go.mod.$$$$ && cp go.sum /tmp/gms-go.sum.$$$$ && GOWORK=off $(GO) mod tidy && \
 		 if ! diff -q go.mod /tmp/gms-go.mod.$$$$ >/dev/null || ! diff -q go.sum /tmp/gms-go.sum.$$$$ >/dev/null; then \
 		   cp /tmp/gms-go.mod.$$$$ go.mod; cp /tmp/gms-go.sum.$$$$ go.sum; echo "$$m: go mod tidy changes go.mod/go.sum"; exit 1; fi; \

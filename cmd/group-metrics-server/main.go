@@ -5,6 +5,11 @@ package main
 import (
 	"os"
 
+	// Mozilla's roots, for when the system has none (the image holds the
+	// binary alone): a ukpd endpoint given without --ukpd-certificate-authority
+	// is verified against the system roots.
+	_ "golang.org/x/crypto/x509roots/fallback"
+
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/klog/v2"
 

@@ -19,6 +19,22 @@ import (
 // of large lists could delay the scrapes whose results it serves. A request
 // over the bound waits for a slot up to Wait, then gets 429 with
 // Retry-After, which client-go (and so the HPA and kubectl) retries.
+//
+// The generic apiserver's max-in-flight filter, which metrics-server relies
+// on, runs too: --max-requests-inflight and --max-mutating-requests-inflight
+// (400 and 200, as there) bound every request, outside this limit. It does
+// not do this limit's work (k8s.io/apiserver pkg/server/filters/
+// maxinflight.go, WithMaxInFlightLimit):
+//   - it answers 429 at once when full; this limit lets a request wait up to
+//     Wait, so a burst of HPA and kubectl lists is queued and served rather
+//     than bounced into client retries;
+//   - it counts every non-long-running request, health checks included: a
+//     bound low enough to protect the scrapes (one read per CPU by
+//     default) would fail the kubelet's /readyz and /livez probes under a
+//     burst of lists and take the replica out of service; this limit counts
+//     the metrics API paths only;
+//   - it sits before authorization in the chain; a request takes a slot
+//     here only once it is authorized.
 type ReadLimit struct {
 	// Concurrent is the most requests served at once; 0 means no bound.
 	Concurrent int

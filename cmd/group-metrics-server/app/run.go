@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/pflag"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	cliflag "k8s.io/component-base/cli/flag"
-	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/group-metrics-server/group-metrics-server/cmd/group-metrics-server/app/options"
@@ -27,19 +26,8 @@ func Run(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == CertControllerCommand {
 		return runCertController(ctx, args[1:])
 	}
-	o := options.NewOptions()
-	fss := o.Flags()
-	if help, err := parse("group-metrics-server", fss, args, usage); help || err != nil {
-		return err
-	}
-	if o.ShowVersion {
-		fmt.Println(Version)
-		return nil
-	}
-	if errs := o.Validate(); len(errs) > 0 {
-		return utilerrors.NewAggregate(errs)
-	}
-	if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
+	o, done, err := prepare(args)
+	if done || err != nil {
 		return err
 	}
 	defer klog.Flush()
@@ -54,6 +42,36 @@ func Run(ctx context.Context, args []string) error {
 	}
 	klog.InfoS("Starting group-metrics-server", "version", Version, "resolution", o.MetricResolution)
 	return srv.Run(ctx)
+}
+
+// prepare parses and validates args, and applies what takes effect at
+// once (feature gates, logging, self-metrics options). done says that
+// nothing is left to run: --help or --version was asked for.
+func prepare(args []string) (o *options.Options, done bool, err error) {
+	o = options.NewOptions()
+	fss := o.Flags()
+	if help, err := parse("group-metrics-server", fss, args, usage); help || err != nil {
+		return nil, true, err
+	}
+	if o.ShowVersion {
+		// As metrics-server: the version alone on stdout, exit status 0.
+		fmt.Println(Version)
+		return nil, true, nil
+	}
+	if err := o.SetGlobals(); err != nil {
+		return nil, true, err
+	}
+	if errs := o.Validate(); len(errs) > 0 {
+		return nil, true, utilerrors.NewAggregate(errs)
+	}
+	ignored, err := o.Complete()
+	if err != nil {
+		return nil, true, err
+	}
+	for _, w := range ignored {
+		klog.InfoS("Warning: flag accepted for compatibility with metrics-server and ignored", "detail", w)
+	}
+	return o, false, nil
 }
 
 // parse parses args into the named flag sets, in their order; help says

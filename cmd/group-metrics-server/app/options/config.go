@@ -68,6 +68,9 @@ func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
 	if err := o.Features.ApplyTo(&api.Config, kube, nil); err != nil {
 		return nil, err
 	}
+	if err := o.applyGeneric(&api.Config); err != nil {
+		return nil, err
+	}
 
 	addrTypes, err := o.addressTypes()
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/component-base/metrics"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet"
@@ -25,6 +26,11 @@ type Options struct {
 	Authorization  *genericoptions.DelegatingAuthorizationOptions
 	Features       *genericoptions.FeatureOptions
 	Logs           *logsapi.LoggingConfiguration
+	// ServerRun, Audit and Metrics are the generic options metrics-server
+	// takes too (compat.go).
+	ServerRun *genericoptions.ServerRunOptions
+	Audit     *genericoptions.AuditOptions
+	Metrics   *metrics.Options
 
 	Kubeconfig string
 
@@ -42,6 +48,8 @@ type Options struct {
 	KubeletClientKeyFile         string
 	KubeletRequestTimeout        time.Duration
 	KubeletMaxResponseBytes      int64
+	// DeprecatedKubeletCompletelyInsecure is accepted and ignored.
+	DeprecatedKubeletCompletelyInsecure bool
 
 	Sources              []string
 	KraftletNodeSelector string
@@ -87,6 +95,7 @@ func NewOptions() *Options {
 		KraftletNodeSelector: ukpd.DefaultNodeSelector,
 		UkpdListRefresh:      ukpd.DefaultListRefresh,
 	}
+	o.ServerRun, o.Audit, o.Metrics = newGenericOptions()
 	o.SecureServing.BindPort = 10250
 	// An empty directory means a generated pair stays in memory: the root
 	// file system may be read-only.
@@ -109,7 +118,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.DurationVar(&o.MetricResolution, "metric-resolution", o.MetricResolution, "Interval between two scrapes of every target. At least 5s.")
 	fs.IntVar(&o.MaxConcurrentScrapes, "max-concurrent-scrapes", o.MaxConcurrentScrapes, "Most targets scraped at once.")
 	fs.IntVar(&o.MaxConcurrentReads, "max-concurrent-reads", o.MaxConcurrentReads, "Most metrics API requests served at once, so that a burst of reads cannot exhaust memory or starve the scrapes; more wait up to 10s, then get 429 (which clients retry). 0 means the number of CPUs the process may use.")
-	fs.StringVar(&o.NodeSelector, "node-selector", o.NodeSelector, "Label selector of the nodes to scrape; all nodes when empty.")
+	fs.StringVarP(&o.NodeSelector, "node-selector", "l", o.NodeSelector, "Label selector of the nodes to scrape; all nodes when empty.")
 
 	fs = fss.FlagSet("kubelet client")
 	fs.IntVar(&o.KubeletPort, "kubelet-port", o.KubeletPort, "Port of the kubelet's API.")
@@ -121,6 +130,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.KubeletClientKeyFile, "kubelet-client-key", o.KubeletClientKeyFile, "Key of --kubelet-client-certificate.")
 	fs.DurationVar(&o.KubeletRequestTimeout, "kubelet-request-timeout", o.KubeletRequestTimeout, "Timeout of one scrape of one kubelet. Below --metric-resolution.")
 	fs.Int64Var(&o.KubeletMaxResponseBytes, "kubelet-max-response-bytes", o.KubeletMaxResponseBytes, "Largest Summary API response accepted from a kubelet.")
+	fs.BoolVar(&o.DeprecatedKubeletCompletelyInsecure, "deprecated-kubelet-completely-insecure", false, "Accepted for compatibility with metrics-server and ignored, with a warning: kubelets are always reached over TLS.")
 
 	fs = fss.FlagSet("sources")
 	fs.StringSliceVar(&o.Sources, "sources", o.Sources, "Sources to collect from, of kubelet and ukpd. When two report the same pod, the one listed first wins.")
@@ -145,6 +155,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.Authorization.AddFlags(fss.FlagSet("authorization"))
 	o.Features.AddFlags(fss.FlagSet("features"))
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
+	o.addGenericFlags(&fss)
 	fss.FlagSet("generic").BoolVar(&o.ShowVersion, "version", false, "Print the version and exit.")
 	return fss
 }
@@ -156,6 +167,7 @@ func (o *Options) Validate() []error {
 	errs = append(errs, o.Authentication.Validate()...)
 	errs = append(errs, o.Authorization.Validate()...)
 	errs = append(errs, o.Features.Validate()...)
+	errs = append(errs, o.validateGeneric()...)
 
 	if o.MetricResolution < 5*time.Second {
 		errs = append(errs, fmt.Errorf("--metric-resolution must be at least 5s, got %s", o.MetricResolution))

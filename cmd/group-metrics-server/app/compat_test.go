@@ -1,0 +1,287 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	certutil "k8s.io/client-go/util/cert"
+	logsapi "k8s.io/component-base/logs/api/v1"
+)
+
+// msFlag is one flag of metrics-server's --help.
+type msFlag struct {
+	name, kind string // kind is "" for a bool
+}
+
+// helpLine matches a flag line of a cobra/pflag --help: "  -l, --node-selector string   ...".
+var helpLine = regexp.MustCompile(`^\s+(?:-\w, )?--([a-z0-9-]+)(?: ([A-Za-z0-9=,.]+))?(?:\s{2,}|$)`)
+
+// metricsServerFlags returns every flag metrics-server v0.8.0 prints in its
+// --help.
+func metricsServerFlags(t *testing.T) []msFlag {
+	t.Helper()
+	out, err := exec.Command(metricsServerBinary(t), "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("metrics-server --help: %v\n%s", err, out)
+	}
+	var flags []msFlag
+	for _, line := range strings.Split(string(out), "\n") {
+		if m := helpLine.FindStringSubmatch(line); m != nil {
+			flags = append(flags, msFlag{name: m[1], kind: m[2]})
+		}
+	}
+	// A sanity floor: v0.8.0 prints 101 flags.
+	if len(flags) < 100 {
+		t.Fatalf("read %d flags from metrics-server --help, want at least 100:\n%s", len(flags), out)
+	}
+	return flags
+}
+
+// TestMetricsServerFlagList: the list docs/flags.md is generated from is
+// the binary's.
+func TestMetricsServerFlagList(t *testing.T) {
+	data, err := os.ReadFile("../../../hack/metrics-server-v0.8.0-flags.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed, got []string
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if !strings.HasPrefix(l, "#") {
+			listed = append(listed, l)
+		}
+	}
+	for _, f := range metricsServerFlags(t) {
+		got = append(got, f.name)
+	}
+	sort.Strings(got)
+	if diff := cmp.Diff(listed, got); diff != "" {
+		t.Errorf("hack/metrics-server-v0.8.0-flags.txt against metrics-server --help (-file +binary):\n%s", diff)
+	}
+}
+
+// metricsServerBinary is the metrics-server that make tools builds, or,
+// without it, one built here from the same tool module.
+func metricsServerBinary(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{os.Getenv("GMS_BIN_DIR"), filepath.Join(root, "bin")} {
+		if p := filepath.Join(dir, "metrics-server"); dir != "" && isExecutable(p) {
+			return p
+		}
+	}
+	p := filepath.Join(t.TempDir(), "metrics-server")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", p, "sigs.k8s.io/metrics-server/cmd/metrics-server")
+	cmd.Dir = filepath.Join(root, "test", "tools", "metrics-server")
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build metrics-server: %v\n%s", err, out)
+	}
+	return p
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode()&0o111 != 0
+}
+
+// TestMetricsServerFlagsAccepted gives every flag of metrics-server v0.8.0's
+// --help a valid value, all at once, and builds the server's configuration
+// from them: no flag may be unknown, none may fail validation, and the
+// generic apiserver's options must reach the configuration as they do in
+// metrics-server.
+func TestMetricsServerFlagsAccepted(t *testing.T) {
+	t.Cleanup(func() { _ = logsapi.ResetForTest(nil) })
+	dir := t.TempDir()
+	files := writeFixtures(t, dir)
+	values := flagValues(dir, files)
+
+	var args []string
+	for _, f := range metricsServerFlags(t) {
+		if f.name == "version" {
+			continue // it would stop before validation; TestVersion covers it.
+		}
+		v, ok := values[f.name]
+		if !ok {
+			v, ok = kindValues[f.kind]
+		}
+		if !ok {
+			t.Errorf("no valid value known for --%s (%s): add one to flagValues", f.name, f.kind)
+			continue
+		}
+		args = append(args, "--"+f.name+"="+v)
+	}
+	if t.Failed() {
+		return
+	}
+	o, done, err := prepare(args)
+	if err != nil || done {
+		t.Fatalf("metrics-server's flags: done=%v, err=%v\nargs: %s", done, err, strings.Join(args, " "))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg, err := o.ServerConfig(ctx)
+	if err != nil {
+		t.Fatalf("server configuration from metrics-server's flags: %v", err)
+	}
+	g := cfg.API.Config
+	got := map[string]string{
+		"shutdown-delay-duration":          g.ShutdownDelayDuration.String(),
+		"max-requests-inflight":            strconv.Itoa(g.MaxRequestsInFlight),
+		"max-mutating-requests-inflight":   strconv.Itoa(g.MaxMutatingRequestsInFlight),
+		"request-timeout":                  g.RequestTimeout.String(),
+		"min-request-timeout":              strconv.Itoa(g.MinRequestTimeout),
+		"goaway-chance":                    strconv.FormatFloat(g.GoawayChance, 'f', -1, 64),
+		"shutdown-send-retry-after":        strconv.FormatBool(g.ShutdownSendRetryAfter),
+		"audit backend":                    strconv.FormatBool(g.AuditBackend != nil),
+		"priority and fairness":            strconv.FormatBool(g.FlowControl != nil),
+		"enable-priority-and-fairness":     strconv.FormatBool(o.Features.EnablePriorityAndFairness),
+		"external-hostname":                g.ExternalAddress,
+		"deprecated-kubelet-completely-in": strconv.FormatBool(o.DeprecatedKubeletCompletelyInsecure),
+	}
+	want := map[string]string{
+		"shutdown-delay-duration":          "3s",
+		"max-requests-inflight":            "401",
+		"max-mutating-requests-inflight":   "201",
+		"request-timeout":                  "1m1s",
+		"min-request-timeout":              "1801",
+		"goaway-chance":                    "0.001",
+		"shutdown-send-retry-after":        "true",
+		"audit backend":                    "true",
+		"priority and fairness":            "false",
+		"enable-priority-and-fairness":     "false",
+		"external-hostname":                "metrics.example.com",
+		"deprecated-kubelet-completely-in": "false",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("configuration from metrics-server's flags (-want +got):\n%s", diff)
+	}
+	t.Logf("%d metrics-server v0.8.0 flags accepted", len(args))
+}
+
+// TestVersion: --version stops before validation, as in metrics-server
+// (whose flag it is), even beside flags that would not validate.
+func TestVersion(t *testing.T) {
+	o, done, err := prepare([]string{"--version", "--metric-resolution=1s"})
+	if err != nil || !done || o != nil {
+		t.Fatalf("prepare(--version) = %v, %v, %v; want nil, true, nil", o, done, err)
+	}
+}
+
+// TestUnknownFlagFails is the control: the same path refuses a flag
+// neither server has.
+func TestUnknownFlagFails(t *testing.T) {
+	_, _, err := prepare([]string{"--no-such-flag=1"})
+	if err == nil || !strings.Contains(err.Error(), "unknown flag: --no-such-flag") {
+		t.Fatalf("prepare(--no-such-flag) = %v, want an unknown-flag error", err)
+	}
+}
+
+// kindValues are valid values by the type --help prints.
+var kindValues = map[string]string{
+	"":         "true",
+	"duration": "11s",
+	"int":      "2",
+	"float32":  "5",
+	"ip":       "127.0.0.1",
+}
+
+type fixtures struct{ cert, key, kubeconfig, policy string }
+
+// writeFixtures writes a self-signed pair (serving certificate, every CA
+// and the kubelet client pair), a kubeconfig for a server that is never
+// dialled, and an audit policy.
+func writeFixtures(t *testing.T, dir string) fixtures {
+	t.Helper()
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("localhost", []net.IP{net.ParseIP("127.0.0.1")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fixtures{
+		cert:       filepath.Join(dir, "tls.crt"),
+		key:        filepath.Join(dir, "tls.key"),
+		kubeconfig: filepath.Join(dir, "kubeconfig"),
+		policy:     filepath.Join(dir, "audit-policy.yaml"),
+	}
+	kubeconfig := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", certificate-authority: %q}}]
+users: [{name: u, user: {token: not-a-real-token}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`, f.cert)
+	policy := "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n"
+	for p, data := range map[string][]byte{f.cert: certPEM, f.key: keyPEM, f.kubeconfig: []byte(kubeconfig), f.policy: []byte(policy)} {
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+// flagValues are valid values by flag name, where the type's value would
+// not do; values that differ from the defaults show that a flag is applied.
+func flagValues(dir string, f fixtures) map[string]string {
+	v := map[string]string{
+		// metrics server
+		"kubeconfig": f.kubeconfig, "metric-resolution": "15s",
+		// generic
+		"cors-allowed-origins": `//127\.0\.0\.1(:|$)`, "emulated-version": "kube=1.36",
+		"external-hostname": "metrics.example.com", "feature-gates": "LoggingAlphaOptions=true",
+		"goaway-chance": "0.001", "livez-grace-period": "10s", "max-mutating-requests-inflight": "201",
+		"max-requests-inflight": "401", "min-request-timeout": "1801", "request-timeout": "61s",
+		"shutdown-delay-duration": "3s", "shutdown-watch-termination-grace-period": "1s",
+		"storage-initialization-timeout": "1m", "strict-transport-security-directives": "max-age=31536000",
+		// kubelet client: the CA excludes --kubelet-insecure-tls, as in metrics-server.
+		"kubelet-certificate-authority": f.cert, "kubelet-client-certificate": f.cert, "kubelet-client-key": f.key,
+		"kubelet-insecure-tls": "false", "kubelet-port": "10250", "kubelet-preferred-address-types": "InternalIP,Hostname",
+		"kubelet-request-timeout": "5s", "node-selector": "kubernetes.io/os=linux",
+		// secure serving
+		"bind-address": "127.0.0.1", "cert-dir": filepath.Join(dir, "certs"), "http2-max-streams-per-connection": "100",
+		"secure-port": strconv.Itoa(freePort()), "tls-cert-file": f.cert, "tls-private-key-file": f.key,
+		"tls-cipher-suites": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "tls-min-version": "VersionTLS12",
+		"tls-sni-cert-key": f.cert + "," + f.key,
+		// authentication and authorization; skip-lookup keeps them off the network.
+		"authentication-kubeconfig": f.kubeconfig, "client-ca-file": f.cert, "requestheader-allowed-names": "front-proxy-client",
+		"requestheader-client-ca-file": f.cert, "requestheader-extra-headers-prefix": "X-Remote-Extra-",
+		"requestheader-group-headers": "X-Remote-Group", "requestheader-uid-headers": "X-Remote-Uid",
+		"requestheader-username-headers": "X-Remote-User", "authorization-always-allow-paths": "/healthz,/readyz,/livez",
+		"authorization-kubeconfig": f.kubeconfig,
+		// audit
+		"audit-log-format": "json", "audit-log-mode": "batch", "audit-log-path": filepath.Join(dir, "audit.log"),
+		"audit-log-version": "audit.k8s.io/v1", "audit-policy-file": f.policy, "audit-webhook-config-file": f.kubeconfig,
+		"audit-webhook-mode": "batch", "audit-webhook-version": "audit.k8s.io/v1",
+		"audit-log-truncate-max-batch-size": "10485760", "audit-log-truncate-max-event-size": "102400",
+		"audit-webhook-truncate-max-batch-size": "10485760", "audit-webhook-truncate-max-event-size": "102400",
+		// features
+		"debug-socket-path": filepath.Join(dir, "debug.sock"),
+		// logging: json, with the alpha options the feature gate above
+		// allows; --vmodule works with the text format only, so it is
+		// given its empty value.
+		"logging-format": "json", "log-flush-frequency": "5s", "log-json-info-buffer-size": "1Ki",
+		"log-text-info-buffer-size": "1Ki", "v": "2", "vmodule": "",
+	}
+	return v
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,226 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+)
+
+// rolloutLabel marks the nodes of TestHighAvailabilityRollout, and taints
+// them.
+const rolloutLabel = "e2e.group-metrics-server.io/rollout"
+
+// TestHighAvailabilityRollout rolls the Deployment of
+// manifests/high-availability (two replicas, required anti-affinity) over
+// exactly two eligible nodes, by the real Deployment controller and
+// scheduler, while clients list through the aggregator: the rollout must
+// complete, and no request may fail unless it was told to retry
+// (Retry-After). Each pod the controller creates runs as a local process
+// and is Ready only once that process's /readyz is 200 (rolloutKubelet).
+func TestHighAvailabilityRollout(t *testing.T) {
+	ctx := begin(t, 6*time.Minute)
+	client := suite.cluster.Client()
+	root, err := env.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, "manifests", "high-availability")
+	t.Cleanup(func() { deletePDB(t) })
+	seed := deployOwnServer(ctx, t, "rollout-seed", nil, dir)
+
+	var nodeNames []string
+	for i := range 2 {
+		n, err := client.CoreV1().Nodes().Create(ctx, rolloutNode(fmt.Sprintf("rollout-%d", i)), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Status = rolloutNode(n.Name).Status
+		if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		nodeNames = append(nodeNames, n.Name)
+	}
+	k := &rolloutKubelet{client: client, c: suite.cluster, binDir: suite.binDir, args: seed.Args, nodes: map[string]bool{}, pods: map[string]*podProcess{}}
+	for _, n := range nodeNames {
+		k.nodes[n] = true
+	}
+	kctx, stopKubelet := context.WithCancel(ctx)
+	kerrs := make(chan error, 1)
+	var kwg sync.WaitGroup
+	kwg.Go(func() { k.run(kctx, kerrs) })
+	t.Cleanup(func() { cleanupRollout(t, k, stopKubelet, &kwg, nodeNames) })
+
+	deploy := rolloutDeployment(ctx, t, dir)
+	if _, err := client.AppsV1().Deployments("kube-system").Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitRolledOut(ctx, client, kerrs, 1); err != nil {
+		t.Fatal(err)
+	}
+	// From here only the pods' processes serve: the proxy takes the port
+	// the APIServices name from the seed process.
+	if err := seed.Process.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", seed.Address())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	go k.serve(l)
+	agg := aggregatorEndpoint(t)
+	if err := env.Poll(ctx, "a list through the aggregator", nil, func(ctx context.Context) error {
+		r := runLoad(ctx, []endpoint{agg}, []shape{listAllPods()}, 1, time.Second)
+		for _, x := range r {
+			if !x.failed() {
+				return nil
+			}
+		}
+		return fmt.Errorf("no list succeeded (%d tried)", len(r))
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var (
+		lwg     sync.WaitGroup
+		results []result
+	)
+	lwg.Go(func() { results = runLoad(loadCtx, []endpoint{agg}, []shape{listAllPods()}, haClients, 5*time.Minute) })
+	began := time.Now()
+	// A new image tag, as an upgrade changes it.
+	patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":%q,"image":"ghcr.io/group-metrics-server/group-metrics-server:rollout"}]}}}}`, serverDeployment)
+	d, err := client.AppsV1().Deployments("kube-system").Patch(ctx, serverDeployment, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = waitRolledOut(ctx, client, kerrs, d.Generation)
+	rolled := time.Since(began)
+	stopLoad()
+	lwg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var failed, told []string
+	for _, r := range results {
+		if !r.failed() {
+			continue
+		}
+		if r.retryAfter != "" {
+			told = append(told, r.String())
+			continue
+		}
+		failed = append(failed, r.String())
+	}
+	k.mu.Lock()
+	started, stopped := k.started, k.stopped
+	k.mu.Unlock()
+	t.Logf("rollout over %d nodes done in %v: %d pods started, %d stopped; %d clients through the aggregator: %d requests, %d answered with Retry-After, %d failed\n%s",
+		len(nodeNames), rolled.Round(time.Millisecond), started, stopped, haClients, len(results), len(told), len(failed), formatStats(summarize(results), rolled))
+	if len(told) > 0 {
+		t.Logf("told to retry:\n%s", strings.Join(told, "\n"))
+	}
+	if len(failed) > 0 {
+		t.Errorf("%d requests failed during the rollout without being told to retry:\n%s", len(failed), strings.Join(failed, "\n"))
+	}
+	if started != 4 || stopped != 2 {
+		t.Errorf("%d pods started and %d stopped, want 4 and 2 (two replicas replaced)", started, stopped)
+	}
+}
+
+// rolloutDeployment is the server's Deployment from dir, made to run on
+// the rollout nodes only (their label and taint).
+func rolloutDeployment(ctx context.Context, t *testing.T, dir string) *appsv1.Deployment {
+	t.Helper()
+	objs, err := env.Render(ctx, suite.cluster, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o.GetKind() != "Deployment" || o.GetName() != serverDeployment {
+			continue
+		}
+		d := &appsv1.Deployment{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d); err != nil {
+			t.Fatal(err)
+		}
+		spec := &d.Spec.Template.Spec
+		if spec.NodeSelector == nil {
+			spec.NodeSelector = map[string]string{}
+		}
+		spec.NodeSelector[rolloutLabel] = "true"
+		spec.Tolerations = append(spec.Tolerations, corev1.Toleration{Key: rolloutLabel, Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule})
+		return d
+	}
+	t.Fatalf("%s renders no Deployment %s", dir, serverDeployment)
+	return nil
+}
+
+// waitRolledOut waits until the Deployment controller has seen generation
+// gen and every replica is updated and available, with no other pod left,
+// as kubectl rollout status reports it; it stops early on a kubelet error.
+func waitRolledOut(ctx context.Context, client kubernetes.Interface, kerrs <-chan error, gen int64) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	return env.Poll(ctx, "the rollout", nil, func(ctx context.Context) error {
+		select {
+		case err := <-kerrs:
+			return fmt.Errorf("kubelet stand-in: %w", err)
+		default:
+		}
+		d, err := client.AppsV1().Deployments("kube-system").Get(ctx, serverDeployment, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		want := *d.Spec.Replicas
+		s := d.Status
+		if s.ObservedGeneration < gen || s.UpdatedReplicas != want || s.Replicas != want || s.AvailableReplicas != want {
+			return fmt.Errorf("generation %d observed %d; replicas %d, updated %d, available %d, want %d", gen, s.ObservedGeneration, s.Replicas, s.UpdatedReplicas, s.AvailableReplicas, want)
+		}
+		return nil
+	})
+}
+
+// cleanupRollout deletes the Deployment, stops the kubelet stand-in and
+// every process it started, and removes the pods and nodes.
+func cleanupRollout(t *testing.T, k *rolloutKubelet, stop context.CancelFunc, wg *sync.WaitGroup, nodes []string) {
+	ctx, cancel := context.WithTimeout(suite.ctx, time.Minute)
+	defer cancel()
+	client := suite.cluster.Client()
+	if err := client.AppsV1().Deployments("kube-system").Delete(ctx, serverDeployment, metav1.DeleteOptions{}); err != nil {
+		t.Logf("delete the Deployment: %v", err)
+	}
+	stop()
+	wg.Wait()
+	k.stopAll()
+	pods, err := client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + serverDeployment})
+	if err == nil {
+		for _, p := range pods.Items {
+			if k.nodes[p.Spec.NodeName] {
+				_ = client.CoreV1().Pods("kube-system").Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+			}
+		}
+	}
+	for _, n := range nodes {
+		if err := client.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("delete node %s: %v", n, err)
+		}
+	}
+}
