@@ -232,7 +232,7 @@ func (e *Endpoint) listenLocked() error {
 		ConnContext:       ConnContext,
 		ErrorLog:          errorLog,
 	}
-	var l net.Listener = ln
+	l := ln
 	if e.fault == FaultHandshakeStall {
 		l = &stallListener{Listener: ln, stop: stop, held: &e.held}
 	}
