@@ -46,6 +46,10 @@ type Options struct {
 	WorkDir, BinDir string
 	// BuildFleet builds bin/fake-kubelet-fleet from this checkout first.
 	BuildFleet bool
+	// ProfileDir, when set, runs both servers with --profiling and saves
+	// each round's CPU and heap profiles of the steady window and of the
+	// list load there.
+	ProfileDir string
 }
 
 // NewOptions returns the defaults, with the environment applied.
@@ -94,6 +98,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.LoadMaxRequests, "load-max-requests", o.LoadMaxRequests, "Most requests of each list shape.")
 	fs.StringVar(&o.WorkDir, "work-dir", o.WorkDir, "Directory for the control plane's files; temporary when empty.")
 	fs.StringVar(&o.BinDir, "bin-dir", o.BinDir, "Directory of the binaries; $GMS_BIN_DIR or <repo>/bin when empty.")
+	fs.StringVar(&o.ProfileDir, "profile-dir", o.ProfileDir, "Directory for each round's CPU and heap profiles of the steady window and the list load; both servers run with --profiling when set.")
 	fs.BoolVar(&o.BuildFleet, "build-fleet", o.BuildFleet, "Build "+fleetBinary+" into the bin directory first; when false, use the one there.")
 }
 

@@ -60,7 +60,7 @@ type runningServer struct {
 // status.
 func (b *bench) serverArgs(port int, certDir string) []string {
 	kubeconfig := b.cluster.KubeconfigPath()
-	return []string{
+	args := []string{
 		"--kubeconfig=" + kubeconfig,
 		"--authentication-kubeconfig=" + kubeconfig,
 		"--authorization-kubeconfig=" + kubeconfig,
@@ -75,6 +75,10 @@ func (b *bench) serverArgs(port int, certDir string) []string {
 		"--metric-resolution=" + b.opts.Resolution.String(),
 		"--kubelet-request-timeout=" + b.opts.RequestTimeout.String(),
 	}
+	if b.opts.ProfileDir != "" {
+		args = append(args, "--profiling")
+	}
+	return args
 }
 
 // startServer starts a fresh process of kind for round and waits until it
