@@ -15,11 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
 	metricsapi "k8s.io/metrics/pkg/apis/metrics"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
 	"github.com/group-metrics-server/group-metrics-server/pkg/store"
 )
 
@@ -53,6 +52,15 @@ func testPod(ns, name, node string, phase corev1.PodPhase, lbls map[string]strin
 	}
 }
 
+// podIndex is a pod cache of pods.
+func podIndex(pods ...*corev1.Pod) *podcache.PodIndex {
+	idx := podcache.NewPodIndex()
+	for _, p := range pods {
+		idx.Set(podcache.NewPod(p))
+	}
+	return idx
+}
+
 func usage(cpuNano, mem uint64) store.PodUsage {
 	return store.PodUsage{Timestamp: now.Add(-5 * time.Second), Window: 15 * time.Second, Containers: []store.ContainerUsage{
 		{Name: "c", Usage: store.Usage{Timestamp: now.Add(-5 * time.Second), Window: 15 * time.Second, CPUNanoCores: cpuNano, MemoryBytes: mem}},
@@ -61,8 +69,7 @@ func usage(cpuNano, mem uint64) store.PodUsage {
 
 func newTestProvider(t *testing.T) *Provider {
 	t.Helper()
-	pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	for _, p := range []*corev1.Pod{
+	pods := podIndex(
 		testPod("a", "web-1", "n1", corev1.PodRunning, map[string]string{"app": "web"}),
 		testPod("a", "web-2", "n1", corev1.PodRunning, map[string]string{"app": "web"}),
 		testPod("a", "db", "n2", corev1.PodRunning, map[string]string{"app": "db"}),
@@ -70,18 +77,14 @@ func newTestProvider(t *testing.T) *Provider {
 		testPod("b", "pending", "", corev1.PodPending, nil),
 		testPod("b", "starting", "n2", corev1.PodPending, nil),
 		testPod("b", "nodata", "n2", corev1.PodRunning, nil),
-	} {
-		if err := pods.Add(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	nodes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	)
+	nodes := podcache.NewNodeIndex()
 	for _, n := range []string{"n1", "n2", "n3"} {
-		_ = nodes.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"zone": map[string]string{"n1": "x", "n2": "x", "n3": "y"}[n]}}})
+		nodes.Set(podcache.NewNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"zone": map[string]string{"n1": "x", "n2": "x", "n3": "y"}[n]}}}))
 	}
 	return New(Config{
-		Pods:  corelisters.NewPodLister(pods),
-		Nodes: corelisters.NewNodeLister(nodes),
+		Pods:  pods,
+		Nodes: nodes,
 		Usage: &fakeUsage{
 			pods: map[string]store.PodUsage{
 				"a/web-1": usage(250_000_000, 100<<20), "a/web-2": usage(1, 1), "a/db": usage(2, 2), "b/web-1": usage(3, 3),
@@ -205,72 +208,5 @@ func TestNodeMetrics(t *testing.T) {
 	sort.Strings(names)
 	if diff := cmp.Diff([]string{"n1", "n2"}, names); diff != "" {
 		t.Errorf("ListNodeMetrics zone=x (-want +got):\n%s", diff)
-	}
-}
-
-func TestTrimPod(t *testing.T) {
-	always := corev1.ContainerRestartPolicyAlways
-	req := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}
-	mem := corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}
-	started, ready := metav1.NewTime(now.Add(-time.Hour)), metav1.NewTime(now.Add(-50*time.Minute))
-	in := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: "p", Namespace: "ns", UID: "u", ResourceVersion: "7",
-			Labels:        map[string]string{"app": "x"},
-			Annotations:   map[string]string{AnnotationPrefix + "policy": "group", "kubectl.kubernetes.io/last-applied-configuration": "{...}"},
-			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
-		},
-		Spec: corev1.PodSpec{
-			NodeName: "n1",
-			InitContainers: []corev1.Container{
-				{Name: "setup", Image: "busybox", Resources: corev1.ResourceRequirements{Requests: req}},
-				{Name: "proxy", Image: "envoy", RestartPolicy: &always, Resources: corev1.ResourceRequirements{Requests: req}},
-			},
-			Containers: []corev1.Container{{Name: "app", Image: "nginx", Command: []string{"nginx"}, Env: []corev1.EnvVar{{Name: "A", Value: "b"}},
-				Resources: corev1.ResourceRequirements{Requests: req, Limits: req}}},
-			Resources: &corev1.ResourceRequirements{Requests: mem, Limits: mem},
-			Overhead:  req,
-		},
-		Status: corev1.PodStatus{
-			Phase: corev1.PodRunning, PodIP: "10.0.0.1", StartTime: &started,
-			Conditions: []corev1.PodCondition{
-				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
-				{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: ready, Reason: "r", Message: "m"},
-			},
-			InitContainerStatuses: []corev1.ContainerStatus{
-				{Name: "setup", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}},
-				{Name: "proxy", Image: "envoy", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: ready}}},
-			},
-			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Image: "nginx"}},
-		},
-	}
-	got, err := TrimPod(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: "p", Namespace: "ns", UID: "u", ResourceVersion: "7",
-			Labels:      map[string]string{"app": "x"},
-			Annotations: map[string]string{AnnotationPrefix + "policy": "group"},
-		},
-		Spec: corev1.PodSpec{
-			NodeName: "n1",
-			InitContainers: []corev1.Container{
-				{Name: "setup", Resources: corev1.ResourceRequirements{Requests: req}},
-				{Name: "proxy", RestartPolicy: &always, Resources: corev1.ResourceRequirements{Requests: req}},
-			},
-			Containers: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{Requests: req}}},
-			Resources:  &corev1.ResourceRequirements{Requests: mem},
-			Overhead:   req,
-		},
-		Status: corev1.PodStatus{
-			Phase: corev1.PodRunning, StartTime: &started,
-			Conditions:            []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: ready}},
-			InitContainerStatuses: []corev1.ContainerStatus{{Name: "proxy", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}},
-		},
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("TrimPod (-want +got):\n%s", diff)
 	}
 }

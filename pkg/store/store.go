@@ -41,6 +41,9 @@ type Store struct {
 	shards sync.Map // shardKey -> *shard
 
 	writeMu sync.Mutex // serialises the read-modify-write of a shard
+
+	// samples numbers the pods' derived usage (PodUsage.Sample).
+	samples atomic.Uint64
 }
 
 var _ sources.Sink = &Store{}

@@ -42,7 +42,7 @@ func TestStorePodFirstScrape(t *testing.T) {
 	want := PodUsage{Timestamp: at(5 * time.Second), Window: 10 * time.Second, Containers: []ContainerUsage{
 		{Name: "c", Usage: Usage{Timestamp: at(5 * time.Second), Window: 10 * time.Second, CPUNanoCores: 500_000_000, MemoryBytes: 1 << 20}},
 	}}
-	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(PodUsage{}, "Shaped")); diff != "" {
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(PodUsage{}, "Sample")); diff != "" {
 		t.Errorf("Pod (-want +got):\n%s", diff)
 	}
 	// The node started an hour ago: one sample is not enough.
