@@ -58,14 +58,24 @@ func (c *Cache) OnPodStarted(started func(node string)) error {
 	return err
 }
 
-// OnPodDeleted calls deleted with the namespace and name of every pod that
-// leaves the cache. Call it before Start.
-func (c *Cache) OnPodDeleted(deleted func(namespace, name string)) error {
-	_, err := c.podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
-		if ns, name, ok := deletedKey(obj); ok {
-			deleted(ns, name)
-		}
-	}})
+// OnPodGone calls gone with every Pod that leaves the cache: replaced by a
+// newer Pod of the same object, or deleted. Call it before Start.
+func (c *Cache) OnPodGone(gone func(*Pod)) error {
+	_, err := c.podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(oldObj, newObj any) {
+			if old, ok := oldObj.(*Pod); ok && oldObj != newObj {
+				gone(old)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if old, ok := obj.(*Pod); ok {
+				gone(old)
+			}
+		},
+	})
 	return err
 }
 

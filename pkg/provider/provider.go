@@ -59,13 +59,12 @@ type Provider struct {
 	defaultPolicy group.Policy
 	readiness     group.Readiness
 
-	// shaped keeps, per pod (podKey), its containers shaped as the API
-	// types for one sample (*shapedPod): derived at the first read of the
-	// sample and shared by every read until the next.
+	// shaped keeps, per cached pod (*podcache.Pod, whose pointer is a key
+	// that costs no allocation), its containers shaped as the API types
+	// for one sample (*shapedPod): derived at the first read of the sample
+	// and shared by every read until the next.
 	shaped sync.Map
 }
-
-type podKey struct{ namespace, name string }
 
 // shapedPod is a pod's containers as the API types, for one sample.
 type shapedPod struct {
@@ -93,9 +92,9 @@ func New(cfg Config) *Provider {
 }
 
 // Forget drops what the provider keeps for a pod that left the cache
-// (podcache.Cache.OnPodDeleted).
-func (p *Provider) Forget(namespace, name string) {
-	p.shaped.Delete(podKey{namespace, name})
+// (podcache.Cache.OnPodGone).
+func (p *Provider) Forget(pod *podcache.Pod) {
+	p.shaped.Delete(pod)
 }
 
 var (
@@ -243,19 +242,18 @@ func matches(fs fields.Selector, name, namespace string) bool {
 // sample (building the ResourceList maps was most of the cost of a list).
 // Nothing downstream modifies it.
 func (p *Provider) containers(pod *podcache.Pod, u store.PodUsage) []metricsapi.ContainerMetrics {
-	key := podKey{pod.Namespace, pod.Name}
 	if u.Sample == 0 {
 		return shape(u) // not from a Store: nothing to key it by
 	}
-	if v, ok := p.shaped.Load(key); ok {
+	if v, ok := p.shaped.Load(pod); ok {
 		if s := v.(*shapedPod); s.sample == u.Sample {
 			return s.containers
 		}
 	}
 	out := shape(u)
-	p.shaped.Store(key, &shapedPod{sample: u.Sample, containers: out})
-	if _, cached := p.pods.Pod(key.namespace, key.name); !cached {
-		p.shaped.Delete(key) // deleted while this read was on its way
+	p.shaped.Store(pod, &shapedPod{sample: u.Sample, containers: out})
+	if cur, ok := p.pods.Pod(pod.Namespace, pod.Name); !ok || cur != pod {
+		p.shaped.Delete(pod) // gone while this read was on its way
 	}
 	return out
 }

@@ -141,7 +141,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		DefaultPolicy: c.DefaultGroupPolicy,
 		Readiness:     c.Readiness,
 	})
-	if err := pc.OnPodDeleted(p.Forget); err != nil {
+	if err := pc.OnPodGone(p.Forget); err != nil {
 		return nil, err
 	}
 
