@@ -2,7 +2,6 @@ package provider
 
 import (
 	"context"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 	"github.com/group-metrics-server/group-metrics-server/pkg/store"
 )
 
@@ -173,7 +173,7 @@ func TestListPodMetrics(t *testing.T) {
 			for _, m := range items {
 				got = append(got, m.Namespace+"/"+m.Name)
 			}
-			sort.Strings(got)
+			// In the order served: by namespace, then name.
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("ListPodMetrics (-want +got):\n%s", diff)
 			}
@@ -205,8 +205,62 @@ func TestNodeMetrics(t *testing.T) {
 	for _, n := range items {
 		names = append(names, n.Name)
 	}
-	sort.Strings(names)
 	if diff := cmp.Diff([]string{"n1", "n2"}, names); diff != "" {
 		t.Errorf("ListNodeMetrics zone=x (-want +got):\n%s", diff)
 	}
+}
+
+// TestShapedOncePerSample: every read of one sample shares the containers
+// shaped at the first, a new scrape shapes them again, and a pod replaced
+// in the cache is forgotten.
+func TestShapedOncePerSample(t *testing.T) {
+	clk := clocktesting.NewFakeClock(now)
+	st := store.New(store.Config{Clock: clk, Sources: []string{"kubelet"}, FirstWindowMax: time.Minute, StaleAfter: time.Minute})
+	scrape := func(cpu uint64) {
+		st.Store("kubelet", []string{"n1"}, &sources.Batch{Pods: []sources.PodPoint{{
+			Namespace: "a", Name: "web-1", UID: "web-1-uid", Node: "n1",
+			Containers: []sources.ContainerPoint{{Name: "c", Point: sources.Point{
+				Timestamp: clk.Now(), StartTime: now.Add(-10 * time.Second), CPUCoreNanos: cpu, MemoryBytes: 1,
+			}}},
+		}}}, clk.Now())
+	}
+	pods := podIndex(testPod("a", "web-1", "n1", corev1.PodRunning, nil))
+	p := New(Config{Pods: pods, Nodes: podcache.NewNodeIndex(), Usage: st, Clock: clk})
+	get := func() *metricsapi.PodMetrics {
+		t.Helper()
+		m, err := p.GetPodMetrics(context.Background(), "a", "web-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	scrape(5e9)
+	first, again := get(), get()
+	if &first.Containers[0] != &again.Containers[0] {
+		t.Error("two reads of one sample shaped the containers twice")
+	}
+	clk.Step(15 * time.Second)
+	scrape(8e9)
+	next := get()
+	if &next.Containers[0] == &first.Containers[0] {
+		t.Error("a new sample was served with the old shape")
+	}
+	if cpu := next.Containers[0].Usage[corev1.ResourceCPU]; cpu.MilliValue() != 200 {
+		t.Errorf("CPU after the second scrape = %s, want 200m", cpu.String())
+	}
+	old, _ := pods.Pod("a", "web-1")
+	pods.Set(podcache.NewPod(testPod("a", "web-1", "n1", corev1.PodRunning, map[string]string{"v": "2"})))
+	p.Forget(old)
+	if _, kept := p.shaped.Load(old); kept {
+		t.Error("the replaced pod's shape is still kept")
+	}
+	if get(); countShaped(p) != 1 {
+		t.Errorf("%d shapes kept, want 1", countShaped(p))
+	}
+}
+
+func countShaped(p *Provider) int {
+	n := 0
+	p.shaped.Range(func(any, any) bool { n++; return true })
+	return n
 }
