@@ -1,5 +1,16 @@
-// Package provider answers metrics.k8s.io reads: it joins the pod and node
-// caches with the usage in the store and shapes the result as the API types.
+// Package provider answers metrics.k8s.io reads: it joins the pod cache
+// (pkg/podcache, which lists and selects the pods, sorted by namespace and
+// name) with the usage in the store and shapes the result as the API
+// types. See pkg/podcache for why the provider, not the API layer, lists
+// the pods.
+//
+// The store knows samples, not API types. The one value the provider
+// derives per sample is a pod's containers as API types (ResourceList maps,
+// the bulk of a list's cost): it keeps them per cached pod under the
+// store's sample number (store.PodUsage.Sample), shares them between every
+// read of that sample, and drops them when the cache replaces or deletes
+// the pod. A leader that reports for its group builds its containers from
+// the group's totals at each read instead, and keeps nothing.
 package provider
 
 import (
