@@ -94,7 +94,11 @@ func (b *bench) startServer(ctx context.Context, kind serverKind, round int) (*r
 		return nil, 0, err
 	}
 	began := time.Now()
-	proc, err := b.cluster.StartProcess(name, filepath.Join(b.serverDir, kind.binary), b.serverArgs(ports[0], certDir)...)
+	var env []string // nil: the harness's environment
+	if kind.name == groupMetricsServer.name && len(b.opts.ServerEnv) > 0 {
+		env = append(os.Environ(), b.opts.ServerEnv...)
+	}
+	proc, err := b.cluster.StartProcessWithEnv(name, env, filepath.Join(b.serverDir, kind.binary), b.serverArgs(ports[0], certDir)...)
 	if err != nil {
 		return nil, 0, err
 	}
