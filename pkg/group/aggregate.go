@@ -1,32 +1,66 @@
 package group
 
 import (
+	"math"
+
 	corev1 "k8s.io/api/core/v1"
 )
 
-// Resources are the resources aggregated, in the order of Amounts.
-var Resources = [2]corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory}
+// Indices of Resources, Usage, Requests and Result.Total.
+const (
+	CPU    = 0
+	Memory = 1
+)
 
-// Amounts holds one value per entry of Resources: CPU in cores, memory in
-// bytes.
-type Amounts [2]float64
+// Resources are the resources aggregated, at their indices.
+var Resources = [2]corev1.ResourceName{CPU: corev1.ResourceCPU, Memory: corev1.ResourceMemory}
+
+// Usage holds one value per entry of Resources, in integers: CPU in
+// nanocores, memory in bytes.
+type Usage [2]int64
+
+// Requests is what a pod requests of each entry of Resources as the HPA
+// counts it (see Request): Milli is the quantity's MilliValue (millicores;
+// thousandths of a byte for memory), Has is false when the HPA would find
+// the request missing. An explicit zero is a request of zero.
+type Requests struct {
+	Milli [2]int64
+	Has   [2]bool
+}
+
+// PodRequests is Request of pod for every entry of Resources.
+func PodRequests(pod *corev1.Pod) Requests {
+	var r Requests
+	for i, name := range Resources {
+		r.Milli[i], r.Has[i] = Request(pod, name)
+	}
+	return r
+}
+
+// usagePerMilli is how many units of Usage one unit of Requests.Milli is:
+// a millicore is 10⁶ nanocores, a thousandth of a byte 10⁻³ bytes.
+var usagePerMilli = [2]float64{CPU: 1e6, Memory: 1e-3}
+
+// Utilization is usage over a request, both in their units above: the
+// fraction of the request used (0.7 = 70%). The request must be above
+// zero.
+func Utilization(r int, usage, requestMilli int64) float64 {
+	return float64(usage) / (float64(requestMilli) * usagePerMilli[r])
+}
 
 // Member is one pod of a group as aggregation sees it.
 type Member struct {
 	// HasUsage is false for a pod without metrics (not running yet, not
 	// scraped yet); it is left out of every sum.
 	HasUsage bool
-	Usage    Amounts
-	// HasRequest[i] is false when the HPA would find the request for
-	// Resources[i] missing; an explicit zero is a request of zero.
-	HasRequest [2]bool
-	Request    Amounts
+	Usage    Usage
+	Requests
 }
 
 // Result is what the leader reports.
 type Result struct {
 	// Total is the leader's reported usage per resource.
-	Total Amounts
+	Total Usage
 	// Covered counts the members whose usage went into Total.
 	Covered int
 }
@@ -56,30 +90,31 @@ func Aggregate(p Policy, leader Member, members []Member) Result {
 		}
 	}
 	for i := range Resources {
-		var sumUsage, sumRequest, maxUtil, total float64
+		var sumUsage, sumRequest, total int64
+		var maxUtil float64
 		for _, m := range members {
 			if !m.HasUsage {
 				continue
 			}
 			total += m.Usage[i]
-			if !m.HasRequest[i] {
+			if !m.Has[i] {
 				continue
 			}
 			sumUsage += m.Usage[i]
-			sumRequest += m.Request[i]
-			if m.Request[i] > 0 {
-				maxUtil = max(maxUtil, m.Usage[i]/m.Request[i])
+			sumRequest += m.Milli[i]
+			if m.Milli[i] > 0 {
+				maxUtil = max(maxUtil, Utilization(i, m.Usage[i], m.Milli[i]))
 			}
 		}
-		if !leader.HasRequest[i] || leader.Request[i] <= 0 || sumRequest <= 0 {
+		if !leader.Has[i] || leader.Milli[i] <= 0 || sumRequest <= 0 {
 			res.Total[i] = total
 			continue
 		}
-		util := sumUsage / sumRequest
+		util := Utilization(i, sumUsage, sumRequest)
 		if p == PolicyGroupMax {
 			util = maxUtil
 		}
-		res.Total[i] = util * leader.Request[i]
+		res.Total[i] = int64(math.Round(util * float64(leader.Milli[i]) * usagePerMilli[i]))
 	}
 	return res
 }

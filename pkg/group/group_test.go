@@ -14,11 +14,18 @@ import (
 // reqMem bytes; a negative request means none.
 func m(cpu, mem, reqCPU, reqMem float64) Member {
 	return Member{
-		HasUsage:   true,
-		Usage:      Amounts{cpu, mem},
-		HasRequest: [2]bool{reqCPU >= 0, reqMem >= 0},
-		Request:    Amounts{max(reqCPU, 0), max(reqMem, 0)},
+		HasUsage: true,
+		Usage:    total(cpu, mem),
+		Requests: Requests{
+			Has:   [2]bool{reqCPU >= 0, reqMem >= 0},
+			Milli: [2]int64{int64(math.Round(max(reqCPU, 0) * 1e3)), int64(math.Round(max(reqMem, 0) * 1e3))},
+		},
 	}
+}
+
+// total is cpu cores and mem bytes as Usage.
+func total(cpu, mem float64) Usage {
+	return Usage{int64(math.Round(cpu * 1e9)), int64(math.Round(mem))}
 }
 
 func noMetrics(reqCPU, reqMem float64) Member {
@@ -42,39 +49,39 @@ func TestAggregate(t *testing.T) {
 			// Leader idle at 0.1 of 1 core, three workers at 0.9 of 1 core:
 			// U = 2.8 / 4 = 0.7, reported on the leader's 1 core.
 			members: []Member{m(0.1, 1*gi, 1, 2*gi), m(0.9, 1*gi, 1, 2*gi), m(0.9, 1*gi, 1, 2*gi), m(0.9, 1*gi, 1, 2*gi)},
-			want:    Result{Total: Amounts{0.7, 1 * gi}, Covered: 4},
+			want:    Result{Total: total(0.7, 1*gi), Covered: 4},
 		},
 		{
 			name:    "group-max: the bottleneck",
 			policy:  PolicyGroupMax,
 			members: []Member{m(0.1, 0.5*gi, 1, 2*gi), m(0.9, 1*gi, 1, 2*gi), m(0.3, 1.5*gi, 1, 2*gi)},
-			want:    Result{Total: Amounts{0.9, 1.5 * gi}, Covered: 3},
+			want:    Result{Total: total(0.9, 1.5*gi), Covered: 3},
 		},
 		{
 			name:   "unequal requests weigh by request",
 			policy: PolicyGroup,
 			// Leader 0.5 of 2 cores, worker 1.5 of 1 core: U = 2 / 3, on 2 cores = 4/3.
 			members: []Member{m(0.5, 1, 2, 1), m(1.5, 1, 1, 1)},
-			want:    Result{Total: Amounts{4.0 / 3, 1}, Covered: 2},
+			want:    Result{Total: total(4.0/3, 1), Covered: 2},
 		},
 		{
 			name:    "members without metrics are left out",
 			policy:  PolicyGroup,
 			members: []Member{m(0.2, 1, 1, 1), noMetrics(1, 1), m(0.6, 1, 1, 1), noMetrics(1, 1)},
-			want:    Result{Total: Amounts{0.4, 1}, Covered: 2},
+			want:    Result{Total: total(0.4, 1), Covered: 2},
 		},
 		{
 			name:   "members without requests are left out of the ratio",
 			policy: PolicyGroup,
 			// The worker without a CPU request counts for memory only.
 			members: []Member{m(0.2, 1*gi, 1, 1*gi), m(5, 3*gi, -1, 1*gi)},
-			want:    Result{Total: Amounts{0.2, 2 * gi}, Covered: 2},
+			want:    Result{Total: total(0.2, 2*gi), Covered: 2},
 		},
 		{
 			name:    "leader without a request reports the group's sum",
 			policy:  PolicyGroup,
 			members: []Member{m(0.2, 1*gi, -1, -1), m(0.3, 2*gi, 1, 1*gi), noMetrics(1, 1)},
-			want:    Result{Total: Amounts{0.5, 3 * gi}, Covered: 2},
+			want:    Result{Total: total(0.5, 3*gi), Covered: 2},
 		},
 		{
 			// Finding 3: a zero request adds usage and no request, as in the
@@ -82,38 +89,39 @@ func TestAggregate(t *testing.T) {
 			name:    "a member with a zero request adds its usage",
 			policy:  PolicyGroup,
 			members: []Member{m(0.5, 1, 1, 1), m(0.5, 1, 0, 1)},
-			want:    Result{Total: Amounts{1, 1}, Covered: 2},
+			want:    Result{Total: total(1, 1), Covered: 2},
 		},
 		{
 			name:    "leader with a zero request reports the group's sum",
 			policy:  PolicyGroup,
 			members: []Member{m(0.5, 1, 0, 1), m(0.25, 1, 1, 1)},
-			want:    Result{Total: Amounts{0.75, 1}, Covered: 2},
+			want:    Result{Total: total(0.75, 1), Covered: 2},
 		},
 		{
 			name:    "leader alone (group being created)",
 			policy:  PolicyGroup,
 			members: []Member{m(0.25, 1*gi, 0.5, 2*gi), noMetrics(0.5, 2*gi), noMetrics(0.5, 2*gi)},
-			want:    Result{Total: Amounts{0.25, 1 * gi}, Covered: 1},
+			want:    Result{Total: total(0.25, 1*gi), Covered: 1},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got := Aggregate(tc.policy, tc.members[0], tc.members)
-			approx := cmp.Comparer(func(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) })
-			if diff := cmp.Diff(tc.want, got, approx); diff != "" {
+			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("Aggregate (-want +got):\n%s", diff)
 			}
 			// What the HPA computes from it: Total / leader request.
-			if tc.members[0].HasRequest[0] && tc.members[0].Request[0] > 0 && tc.policy == PolicyGroup {
-				var u, r float64
+			if tc.members[0].Has[CPU] && tc.members[0].Milli[CPU] > 0 && tc.policy == PolicyGroup {
+				var u, r int64
 				for _, x := range tc.members {
-					if x.HasUsage && x.HasRequest[0] {
-						u, r = u+x.Usage[0], r+x.Request[0]
+					if x.HasUsage && x.Has[CPU] {
+						u, r = u+x.Usage[CPU], r+x.Milli[CPU]
 					}
 				}
-				if hpa := got.Total[0] / tc.members[0].Request[0]; math.Abs(hpa-u/r) > 1e-9 {
-					t.Errorf("HPA utilization %v, want the group's %v", hpa, u/r)
+				// Within a nanocore of rounding over the leader's request.
+				hpa, want := Utilization(CPU, got.Total[CPU], tc.members[0].Milli[CPU]), Utilization(CPU, u, r)
+				if math.Abs(hpa-want) > 1e-9 {
+					t.Errorf("HPA utilization %v, want the group's %v", hpa, want)
 				}
 			}
 		})

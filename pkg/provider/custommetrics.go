@@ -6,7 +6,6 @@ import (
 	"math"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +16,7 @@ import (
 	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
 )
 
 // Group metrics served on custom.metrics.k8s.io, for a leader pod (its
@@ -52,8 +52,7 @@ func (p *Provider) CustomMetrics() *CustomMetrics { return &CustomMetrics{p: p} 
 // ListAllMetrics lists the group metrics while some LeaderWorkerSet pod
 // exists, and nothing otherwise.
 func (c *CustomMetrics) ListAllMetrics() []cmprovider.CustomMetricInfo {
-	idx, ok := c.p.groups.(interface{ ListIndexFuncValues(string) []string })
-	if c.p.groups == nil || (ok && len(idx.ListIndexFuncValues(group.IndexName)) == 0) {
+	if !c.p.groups || !c.p.pods.HasGroups() {
 		return nil
 	}
 	out := make([]cmprovider.CustomMetricInfo, 0, 2*len(metricNames))
@@ -81,14 +80,14 @@ func (c *CustomMetrics) GetMetricByName(_ context.Context, name types.Namespaced
 	}
 	switch info.GroupResource {
 	case podsResource:
-		pod, err := c.p.pods.Pods(name.Namespace).Get(name.Name)
-		if err != nil {
+		pod, ok := c.p.pods.Pod(name.Namespace, name.Name)
+		if !ok {
 			return nil, cmprovider.NewMetricNotFoundForError(info.GroupResource, info.Metric, name.Name)
 		}
 		return c.leaderValue(pod, info)
 	case LWSResource:
-		pods, err := c.p.pods.Pods(name.Namespace).List(labels.SelectorFromSet(labels.Set{group.LabelName: name.Name}))
-		if err != nil || len(pods) == 0 {
+		pods := c.p.pods.List(name.Namespace, labels.SelectorFromSet(labels.Set{group.LabelName: name.Name}))
+		if len(pods) == 0 {
 			return nil, notFoundWhy(info, name.Name, "no pods of this LeaderWorkerSet are known")
 		}
 		s := c.p.sums(pods)
@@ -113,13 +112,9 @@ func (c *CustomMetrics) GetMetricBySelector(_ context.Context, namespace string,
 	if !selectsUnlabelled(metricSelector) {
 		return &custom_metrics.MetricValueList{}, nil
 	}
-	pods, err := c.p.pods.Pods(namespace).List(selector)
-	if err != nil {
-		return nil, err
-	}
 	out := &custom_metrics.MetricValueList{}
-	for _, pod := range pods {
-		if !group.IsLeader(pod) {
+	for _, pod := range c.p.pods.List(namespace, selector) {
+		if !pod.Leader() {
 			continue
 		}
 		if v, err := c.leaderValue(pod, info); err == nil {
@@ -144,26 +139,16 @@ func checkMetric(info cmprovider.CustomMetricInfo) error {
 	return cmprovider.NewMetricNotFoundError(info.GroupResource, info.Metric)
 }
 
-func (c *CustomMetrics) leaderValue(pod *corev1.Pod, info cmprovider.CustomMetricInfo) (*custom_metrics.MetricValue, error) {
-	if !group.IsLeader(pod) {
+func (c *CustomMetrics) leaderValue(pod *podcache.Pod, info cmprovider.CustomMetricInfo) (*custom_metrics.MetricValue, error) {
+	if !pod.Leader() {
 		return nil, notFoundWhy(info, pod.Name, "only LeaderWorkerSet leader pods have group metrics")
 	}
 	if why := notRunning(pod); why != "" {
 		return nil, notFoundWhy(info, pod.Name, why)
 	}
-	key, _ := group.Key(pod)
-	objs, err := c.p.groups.ByIndex(group.IndexName, key)
-	if err != nil {
-		return nil, err
-	}
-	pods := make([]*corev1.Pod, 0, len(objs))
-	for _, o := range objs {
-		if mp, ok := o.(*corev1.Pod); ok {
-			pods = append(pods, mp)
-		}
-	}
+	key, _ := pod.GroupKey()
 	ref := custom_metrics.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name}
-	return value(ref, info, c.p.sums(pods), pod.Name)
+	return value(ref, info, c.p.sums(c.p.pods.Group(key)), pod.Name)
 }
 
 func notFoundWhy(info cmprovider.CustomMetricInfo, name, why string) error {
@@ -175,16 +160,16 @@ func notFoundWhy(info cmprovider.CustomMetricInfo, name, why string) error {
 // groupSums adds up the usage and requests of pods that have metrics.
 type groupSums struct {
 	covered int
-	usage   group.Amounts
-	// usageWithRequest and request cover only pods that request the
-	// resource, so their ratio is a utilization.
-	usageWithRequest group.Amounts
-	request          group.Amounts
+	usage   group.Usage
+	// usageWithRequest and request (group.Requests' units) cover only
+	// pods that request the resource, so their ratio is a utilization.
+	usageWithRequest group.Usage
+	request          [2]int64
 	timestamp        time.Time
 	window           time.Duration
 }
 
-func (p *Provider) sums(pods []*corev1.Pod) groupSums {
+func (p *Provider) sums(pods []*podcache.Pod) groupSums {
 	var s groupSums
 	for _, pod := range pods {
 		u, why := p.podUsage(pod)
@@ -195,9 +180,9 @@ func (p *Provider) sums(pods []*corev1.Pod) groupSums {
 		s.covered++
 		for i := range group.Resources {
 			s.usage[i] += m.Usage[i]
-			if m.HasRequest[i] {
+			if m.Has[i] {
 				s.usageWithRequest[i] += m.Usage[i]
-				s.request[i] += m.Request[i]
+				s.request[i] += m.Milli[i]
 			}
 		}
 		if s.timestamp.IsZero() || u.Timestamp.Before(s.timestamp) {
@@ -215,18 +200,19 @@ func value(ref custom_metrics.ObjectReference, info cmprovider.CustomMetricInfo,
 	var q resource.Quantity
 	switch info.Metric {
 	case MetricCPUUsage:
-		q = *resource.NewScaledQuantity(int64(math.Round(s.usage[0]*1e9)), resource.Nano)
+		q = *resource.NewScaledQuantity(s.usage[group.CPU], resource.Nano)
 	case MetricMemoryUsage:
-		q = *resource.NewQuantity(int64(math.Round(s.usage[1])), resource.BinarySI)
+		q = *resource.NewQuantity(s.usage[group.Memory], resource.BinarySI)
 	case MetricCPUUtilization, MetricMemoryUtilization:
-		i := 0
+		i := group.CPU
 		if info.Metric == MetricMemoryUtilization {
-			i = 1
+			i = group.Memory
 		}
 		if s.request[i] <= 0 {
 			return nil, notFoundWhy(info, name, "no pod of the group with metrics requests "+string(group.Resources[i]))
 		}
-		q = *resource.NewMilliQuantity(int64(math.Round(s.usageWithRequest[i]/s.request[i]*1000)), resource.DecimalSI)
+		util := group.Utilization(i, s.usageWithRequest[i], s.request[i])
+		q = *resource.NewMilliQuantity(int64(math.Round(util*1000)), resource.DecimalSI)
 	}
 	window := int64(s.window.Seconds())
 	return &custom_metrics.MetricValue{

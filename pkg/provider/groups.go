@@ -2,7 +2,6 @@ package provider
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 
@@ -11,65 +10,56 @@ import (
 	metricsapi "k8s.io/metrics/pkg/apis/metrics"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
 	"github.com/group-metrics-server/group-metrics-server/pkg/store"
 )
 
-// GroupIndex finds the pods of a LeaderWorkerSet group by group.Key; a
-// client-go cache.Indexer with group.IndexName satisfies it.
-type GroupIndex interface {
-	ByIndex(indexName, indexedValue string) ([]any, error)
+// groupPolicy returns the policy of a leader that reports for its group;
+// ok is false for every other pod, which reports its own usage.
+func (p *Provider) groupPolicy(pod *podcache.Pod) (group.Policy, bool) {
+	if !p.groups || !pod.Leader() {
+		return "", false
+	}
+	policy, err := group.ParsePolicy(pod.Annotation(group.AnnotationPolicy))
+	if err != nil {
+		policy = p.defaultPolicy // none, or an unknown one
+	}
+	return policy, policy != group.PolicyPod
 }
 
-// groupMetrics turns a leader's own metrics into its group's, when its
-// policy asks for that; any other pod's metrics come back unchanged. why is
-// not empty when the leader has no value to report: a member that the HPA
-// would count has no fresh metrics, or would have its CPU sample ignored as
-// not ready. The HPA then counts the leader as a pod without metrics, which
-// is at least as cautious as what it does with such a pod itself (see
-// docs/lws-autoscaling.md).
-func (p *Provider) groupMetrics(pod *corev1.Pod, own store.PodUsage, m metricsapi.PodMetrics, now time.Time) (out metricsapi.PodMetrics, why string) {
-	if p.groups == nil || !group.IsLeader(pod) {
-		return m, ""
-	}
-	policy := group.PolicyOf(pod, p.defaultPolicy)
-	if policy == group.PolicyPod {
-		return m, ""
-	}
-	key, _ := group.Key(pod)
-	objs, err := p.groups.ByIndex(group.IndexName, key)
-	if err != nil {
-		return m, fmt.Sprintf("the members of group %s cannot be listed: %v", key, err)
-	}
-	if notReady, ok := p.readiness.IgnoresCPU(pod, own.Timestamp, own.Window, now); ok {
-		return m, fmt.Sprintf("%s policy: the leader is not ready as the HPA counts pods, which ignores its CPU: %s", policy, notReady)
+// groupContainers is what a leader reports for its group under policy:
+// its containers carrying the group's total, and the annotations that say
+// how it was made. why is not empty when the leader has no value to
+// report: a member that the HPA would count has no fresh metrics, or would
+// have its CPU sample ignored as not ready. The HPA then counts the leader
+// as a pod without metrics, which is at least as cautious as what it does
+// with such a pod itself (see docs/lws-autoscaling.md).
+func (p *Provider) groupContainers(pod *podcache.Pod, policy group.Policy, own store.PodUsage, now time.Time) ([]metricsapi.ContainerMetrics, map[string]string, string) {
+	key, _ := pod.GroupKey()
+	if notReady, ok := p.readiness.IgnoresCPU(pod.ReadinessView(), own.Timestamp, own.Window, now); ok {
+		return nil, nil, fmt.Sprintf("%s policy: the leader is not ready as the HPA counts pods, which ignores its CPU: %s", policy, notReady)
 	}
 	leader := member(pod, &own)
-	members := make([]group.Member, 0, len(objs))
-	for _, o := range objs {
-		mp, ok := o.(*corev1.Pod)
-		if !ok {
-			continue
-		}
-		if mp.UID == pod.UID {
+	pods := p.pods.Group(key)
+	members := make([]group.Member, 0, len(pods))
+	for _, mp := range pods {
+		if mp.UIDString() == pod.UIDString() {
 			members = append(members, leader)
 			continue
 		}
 		mm, why := p.hpaMember(mp, now)
 		if why != "" {
-			return m, fmt.Sprintf("%s policy: group member %s %s", policy, mp.Name, why)
+			return nil, nil, fmt.Sprintf("%s policy: group member %s %s", policy, mp.Name, why)
 		}
 		members = append(members, mm)
 	}
 	res := group.Aggregate(policy, leader, members)
-
-	out = m
-	out.Annotations = map[string]string{
+	annotations := map[string]string{
 		group.AnnotationReportedPolicy: string(policy),
 		group.AnnotationCovered:        strconv.Itoa(res.Covered),
 		group.AnnotationMembers:        strconv.Itoa(len(members)),
 	}
-	out.Containers = spreadOverContainers(pod, own, res.Total)
-	return out, ""
+	return spreadOverContainers(pod, own, res.Total), annotations, ""
 }
 
 // hpaMember looks at a group member as the HPA's groupPods looks at a pod
@@ -78,52 +68,50 @@ func (p *Provider) groupMetrics(pod *corev1.Pod, own store.PodUsage, m metricsap
 // it from counting at face value: being deleted or failed (the HPA would
 // ignore it, and the group is incomplete), Pending, no fresh metrics, or a
 // CPU sample the readiness rule ignores.
-func (p *Provider) hpaMember(pod *corev1.Pod, now time.Time) (m group.Member, why string) {
+func (p *Provider) hpaMember(pod *podcache.Pod, now time.Time) (m group.Member, why string) {
 	switch {
-	case pod.DeletionTimestamp != nil:
+	case pod.Deleting():
 		return group.Member{}, "is being deleted: the group is incomplete"
-	case pod.Status.Phase == corev1.PodFailed:
+	case pod.Phase() == corev1.PodFailed:
 		return group.Member{}, "has failed: the group is incomplete"
-	case pod.Status.Phase == corev1.PodPending:
+	case pod.Phase() == corev1.PodPending:
 		return group.Member{}, "is Pending, which the HPA counts as not ready"
 	}
 	u, noMetrics := p.podUsage(pod)
 	if noMetrics != "" {
 		return group.Member{}, "has no metrics: " + noMetrics
 	}
-	if notReady, ok := p.readiness.IgnoresCPU(pod, u.Timestamp, u.Window, now); ok {
+	if notReady, ok := p.readiness.IgnoresCPU(pod.ReadinessView(), u.Timestamp, u.Window, now); ok {
 		return group.Member{}, "is not ready as the HPA counts pods, which ignores its CPU: " + notReady
 	}
 	return member(pod, &u), ""
 }
 
-func member(pod *corev1.Pod, u *store.PodUsage) group.Member {
-	var m group.Member
-	for i, r := range group.Resources {
-		if req, ok := group.Request(pod, r); ok {
-			m.HasRequest[i], m.Request[i] = true, float64(req)/1000
-		}
-	}
+// member is the pod as aggregation sees it; u is nil for a pod without
+// usage.
+func member(pod *podcache.Pod, u *store.PodUsage) group.Member {
+	m := group.Member{Requests: pod.Request()}
 	if u != nil {
 		m.HasUsage = true
 		for _, c := range u.Containers {
-			m.Usage[0] += float64(c.CPUNanoCores) / 1e9
-			m.Usage[1] += float64(c.MemoryBytes)
+			m.Usage[group.CPU] += int64(c.CPUNanoCores)
+			m.Usage[group.Memory] += int64(c.MemoryBytes)
 		}
 	}
 	return m
 }
 
-// spreadOverContainers divides the leader's totals (CPU in whole
-// millicores, memory in bytes) over its containers in proportion to their
-// requests, or to their own usage where a container has no request, so
-// `kubectl top pod --containers` adds up to the pod.
-func spreadOverContainers(pod *corev1.Pod, own store.PodUsage, total group.Amounts) []metricsapi.ContainerMetrics {
+// spreadOverContainers divides the leader's totals (CPU in nanocores,
+// memory in bytes) over its containers in proportion to their requests, or
+// to their own usage where a container has no request, so `kubectl top pod
+// --containers` adds up to the pod. CPU is spread in whole millicores: the
+// HPA reads each container's MilliValue, which rounds up, so finer parts
+// would add up to more than the total.
+func spreadOverContainers(pod *podcache.Pod, own store.PodUsage, total group.Usage) []metricsapi.ContainerMetrics {
 	n := len(own.Containers)
-	// Whole millicores: the HPA reads each container's MilliValue, which
-	// rounds up, so finer parts would add up to more than the total.
-	cpuParts := group.Spread(int64(math.Round(total[0]*1e3)), weights(pod, own, corev1.ResourceCPU))
-	memParts := group.Spread(int64(math.Round(total[1])), weights(pod, own, corev1.ResourceMemory))
+	milliCPU := (total[group.CPU] + 500_000) / 1_000_000
+	cpuParts := group.Spread(milliCPU, weights(pod, own, group.CPU))
+	memParts := group.Spread(total[group.Memory], weights(pod, own, group.Memory))
 	out := make([]metricsapi.ContainerMetrics, n)
 	for i, c := range own.Containers {
 		out[i] = metricsapi.ContainerMetrics{Name: c.Name, Usage: corev1.ResourceList{
@@ -134,10 +122,10 @@ func spreadOverContainers(pod *corev1.Pod, own store.PodUsage, total group.Amoun
 	return out
 }
 
-func weights(pod *corev1.Pod, own store.PodUsage, r corev1.ResourceName) []float64 {
+func weights(pod *podcache.Pod, own store.PodUsage, r int) []float64 {
 	w := make([]float64, len(own.Containers))
 	for i, c := range own.Containers {
-		req, ok := group.ContainerRequest(pod, c.Name, r)
+		req, ok := pod.ContainerRequest(c.Name, r)
 		if !ok {
 			return usageWeights(own, r)
 		}
@@ -146,10 +134,10 @@ func weights(pod *corev1.Pod, own store.PodUsage, r corev1.ResourceName) []float
 	return w
 }
 
-func usageWeights(own store.PodUsage, r corev1.ResourceName) []float64 {
+func usageWeights(own store.PodUsage, r int) []float64 {
 	w := make([]float64, len(own.Containers))
 	for i, c := range own.Containers {
-		if r == corev1.ResourceCPU {
+		if r == group.CPU {
 			w[i] = float64(c.CPUNanoCores)
 		} else {
 			w[i] = float64(c.MemoryBytes)

@@ -14,12 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
 	"github.com/group-metrics-server/group-metrics-server/pkg/store"
 )
 
@@ -80,13 +79,9 @@ func groupProvider(t *testing.T, leaderPolicy string, def group.Policy, withLead
 }
 
 func newGroupProvider(pods []*corev1.Pod, usage map[string]store.PodUsage, def group.Policy) *Provider {
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, group.IndexName: group.IndexFunc})
-	for _, p := range pods {
-		_ = idx.Add(p)
-	}
 	return New(Config{
-		Pods: corelisters.NewPodLister(idx), Nodes: corelisters.NewNodeLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, nil)),
-		Usage: &fakeUsage{pods: usage}, Clock: clocktesting.NewFakeClock(now), Groups: idx, DefaultPolicy: def,
+		Pods: podIndex(pods...), Nodes: podcache.NewNodeIndex(),
+		Usage: &fakeUsage{pods: usage}, Clock: clocktesting.NewFakeClock(now), Groups: true, DefaultPolicy: def,
 		Readiness: group.DefaultReadiness,
 	})
 }
@@ -222,7 +217,7 @@ func TestCustomMetrics(t *testing.T) {
 		t.Errorf("ListAllMetrics with LWS pods: %d metrics, want 8", got)
 	}
 	empty := newTestProvider(t)
-	empty.groups = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{group.IndexName: group.IndexFunc})
+	empty.groups = true // but no pod of a group
 	if got := empty.CustomMetrics().ListAllMetrics(); len(got) != 0 {
 		t.Errorf("ListAllMetrics without LWS pods = %v, want none", got)
 	}

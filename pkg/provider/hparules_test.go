@@ -88,6 +88,8 @@ func TestGroupCountsMembersAsTheHPA(t *testing.T) {
 			// no usage is not served, nor is its group.
 			name: "worker with a running sidecar without usage",
 			worker: func(p *corev1.Pod) {
+				always := corev1.ContainerRestartPolicyAlways
+				p.Spec.InitContainers = []corev1.Container{{Name: "proxy", RestartPolicy: &always}}
 				p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "proxy", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
 			},
 			usage:   &busy,

@@ -1,5 +1,16 @@
-// Package provider answers metrics.k8s.io reads: it joins the pod and node
-// caches with the usage in the store and shapes the result as the API types.
+// Package provider answers metrics.k8s.io reads: it joins the pod cache
+// (pkg/podcache, which lists and selects the pods, sorted by namespace and
+// name) with the usage in the store and shapes the result as the API
+// types. See pkg/podcache for why the provider, not the API layer, lists
+// the pods.
+//
+// The store knows samples, not API types. The one value the provider
+// derives per sample is a pod's containers as API types (ResourceList maps,
+// the bulk of a list's cost): it keeps them per cached pod under the
+// store's sample number (store.PodUsage.Sample), shares them between every
+// read of that sample, and drops them when the cache replaces or deletes
+// the pod. A leader that reports for its group builds its containers from
+// the group's totals at each read instead, and keeps nothing.
 package provider
 
 import (
@@ -15,7 +26,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 	metricsapi "k8s.io/metrics/pkg/apis/metrics"
@@ -23,6 +33,7 @@ import (
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/apiserver"
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
 	"github.com/group-metrics-server/group-metrics-server/pkg/store"
 )
 
@@ -34,12 +45,12 @@ type UsageReader interface {
 
 // Config configures a Provider.
 type Config struct {
-	Pods  corelisters.PodLister
-	Nodes corelisters.NodeLister
+	Pods  podcache.Pods
+	Nodes podcache.Nodes
 	Usage UsageReader
 	Clock clock.PassiveClock
-	// Groups, when not nil, enables LeaderWorkerSet group aggregation.
-	Groups GroupIndex
+	// Groups enables LeaderWorkerSet group aggregation.
+	Groups bool
 	// DefaultPolicy applies to leaders without a policy annotation.
 	DefaultPolicy group.Policy
 	// Readiness is the HPA's rule for CPU samples of pods not (yet) ready,
@@ -50,14 +61,26 @@ type Config struct {
 // Provider implements the metrics.k8s.io getters. It is safe for concurrent
 // use.
 type Provider struct {
-	pods  corelisters.PodLister
-	nodes corelisters.NodeLister
+	pods  podcache.Pods
+	nodes podcache.Nodes
 	usage UsageReader
 	clock clock.PassiveClock
 
-	groups        GroupIndex
+	groups        bool
 	defaultPolicy group.Policy
 	readiness     group.Readiness
+
+	// shaped keeps, per cached pod (*podcache.Pod, whose pointer is a key
+	// that costs no allocation), its containers shaped as the API types
+	// for one sample (*shapedPod): derived at the first read of the sample
+	// and shared by every read until the next.
+	shaped sync.Map
+}
+
+// shapedPod is a pod's containers as the API types, for one sample.
+type shapedPod struct {
+	sample     uint64
+	containers []metricsapi.ContainerMetrics
 }
 
 var (
@@ -79,6 +102,12 @@ func New(cfg Config) *Provider {
 	}
 }
 
+// Forget drops what the provider keeps for a pod that left the cache
+// (podcache.Cache.OnPodGone).
+func (p *Provider) Forget(pod *podcache.Pod) {
+	p.shaped.Delete(pod)
+}
+
 var (
 	podResource  = metricsapi.Resource("podmetrics")
 	nodeResource = metricsapi.Resource("nodemetrics")
@@ -93,33 +122,54 @@ func notFound(r schema.GroupResource, name, why string) error {
 
 // GetPodMetrics implements apiserver.PodMetricsGetter.
 func (p *Provider) GetPodMetrics(_ context.Context, namespace, name string) (*metricsapi.PodMetrics, error) {
-	pod, err := p.pods.Pods(namespace).Get(name)
-	if apierrors.IsNotFound(err) {
+	pod, ok := p.pods.Pod(namespace, name)
+	if !ok {
 		return nil, apierrors.NewNotFound(podResource, name)
 	}
-	if err != nil {
-		return nil, err
+	now := p.clock.Now()
+	m, why := p.podMetrics(pod, now)
+	if why != "" {
+		return nil, notFound(podResource, name, why)
 	}
+	observeAge("pods", now, m.Timestamp.Time)
+	return &m, nil
+}
+
+// podMetrics is what the pod reports, or why it reports nothing.
+func (p *Provider) podMetrics(pod *podcache.Pod, now time.Time) (metricsapi.PodMetrics, string) {
 	u, why := p.podUsage(pod)
 	if why != "" {
-		return nil, notFound(podResource, name, why)
+		return metricsapi.PodMetrics{}, why
 	}
-	now := p.clock.Now()
-	m, why := p.groupMetrics(pod, u, podMetrics(pod, u, now), now)
-	if why != "" {
-		return nil, notFound(podResource, name, why)
+	m := metricsapi.PodMetrics{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              pod.Name,
+			Namespace:         pod.Namespace,
+			Labels:            pod.Labels,
+			CreationTimestamp: metav1.NewTime(now),
+		},
+		Timestamp: metav1.NewTime(u.Timestamp),
+		Window:    metav1.Duration{Duration: u.Window},
 	}
-	observeAge("pods", now, u.Timestamp)
-	return &m, nil
+	if policy, ok := p.groupPolicy(pod); ok {
+		containers, annotations, why := p.groupContainers(pod, policy, u, now)
+		if why != "" {
+			return metricsapi.PodMetrics{}, why
+		}
+		m.Annotations, m.Containers = annotations, containers
+		return m, ""
+	}
+	m.Containers = p.containers(pod, u)
+	return m, ""
 }
 
 // podUsage is the pod's usage, or why it has none: it is not running, the
 // store has none, or a container the pod runs has none.
-func (p *Provider) podUsage(pod *corev1.Pod) (store.PodUsage, string) {
+func (p *Provider) podUsage(pod *podcache.Pod) (store.PodUsage, string) {
 	if why := notRunning(pod); why != "" {
 		return store.PodUsage{}, why
 	}
-	u, why := p.usage.Pod(pod.Namespace, pod.Name, string(pod.UID), pod.Spec.NodeName)
+	u, why := p.usage.Pod(pod.Namespace, pod.Name, pod.UIDString(), pod.NodeName())
 	if why != nil {
 		return store.PodUsage{}, why.Reason
 	}
@@ -133,7 +183,7 @@ func (p *Provider) podUsage(pod *corev1.Pod) (store.PodUsage, string) {
 // containers or a sidecar that is running, that has no usage; "" when
 // there is none. A pod served with some of its containers would read low
 // against its whole request, so metrics-server serves no such pod either.
-func missingContainer(pod *corev1.Pod, u store.PodUsage) string {
+func missingContainer(pod *podcache.Pod, u store.PodUsage) string {
 	has := func(name string) bool {
 		for i := range u.Containers {
 			if u.Containers[i].Name == name {
@@ -142,43 +192,33 @@ func missingContainer(pod *corev1.Pod, u store.PodUsage) string {
 		}
 		return false
 	}
-	for i := range pod.Spec.Containers {
-		if name := pod.Spec.Containers[i].Name; !has(name) {
+	for _, name := range pod.Containers() {
+		if !has(name) {
 			return name
 		}
 	}
-	for _, st := range pod.Status.InitContainerStatuses {
-		if st.State.Running != nil && !has(st.Name) {
-			return st.Name
+	for _, name := range pod.RunningSidecars() {
+		if !has(name) {
+			return name
 		}
 	}
 	return ""
 }
 
-func notRunning(pod *corev1.Pod) string {
+func notRunning(pod *podcache.Pod) string {
 	switch {
-	case pod.Spec.NodeName == "":
+	case pod.NodeName() == "":
 		return "the pod is not scheduled to a node yet"
-	case pod.Status.Phase != corev1.PodRunning:
-		return fmt.Sprintf("the pod is %s; only running pods have metrics", pod.Status.Phase)
+	case pod.Phase() != corev1.PodRunning:
+		return fmt.Sprintf("the pod is %s; only running pods have metrics", pod.Phase())
 	}
 	return ""
 }
 
-// ListPodMetrics implements apiserver.PodMetricsGetter.
+// ListPodMetrics implements apiserver.PodMetricsGetter. Items come sorted
+// by namespace and name, as the pod cache lists them.
 func (p *Provider) ListPodMetrics(_ context.Context, namespace string, ls labels.Selector, fs fields.Selector) ([]metricsapi.PodMetrics, error) {
-	var (
-		pods []*corev1.Pod
-		err  error
-	)
-	if namespace == "" {
-		pods, err = p.pods.List(ls)
-	} else {
-		pods, err = p.pods.Pods(namespace).List(ls)
-	}
-	if err != nil {
-		return nil, err
-	}
+	pods := p.pods.List(namespace, ls)
 	now := p.clock.Now()
 	oldest := now
 	out := make([]metricsapi.PodMetrics, 0, len(pods))
@@ -186,16 +226,12 @@ func (p *Provider) ListPodMetrics(_ context.Context, namespace string, ls labels
 		if !matches(fs, pod.Name, pod.Namespace) {
 			continue
 		}
-		u, why := p.podUsage(pod)
+		m, why := p.podMetrics(pod, now)
 		if why != "" {
 			continue
 		}
-		m, why := p.groupMetrics(pod, u, podMetrics(pod, u, now), now)
-		if why != "" {
-			continue
-		}
-		if u.Timestamp.Before(oldest) {
-			oldest = u.Timestamp
+		if m.Timestamp.Time.Before(oldest) {
+			oldest = m.Timestamp.Time
 		}
 		out = append(out, m)
 	}
@@ -206,44 +242,38 @@ func (p *Provider) ListPodMetrics(_ context.Context, namespace string, ls labels
 }
 
 func matches(fs fields.Selector, name, namespace string) bool {
-	if fs.Empty() {
+	if fs == nil || fs.Empty() {
 		return true
 	}
 	return fs.Matches(fields.Set{"metadata.name": name, "metadata.namespace": namespace})
 }
 
-func podMetrics(pod *corev1.Pod, u store.PodUsage, now time.Time) metricsapi.PodMetrics {
-	m := metricsapi.PodMetrics{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:              pod.Name,
-			Namespace:         pod.Namespace,
-			Labels:            pod.Labels,
-			CreationTimestamp: metav1.NewTime(now),
-		},
-		Timestamp:  metav1.NewTime(u.Timestamp),
-		Window:     metav1.Duration{Duration: u.Window},
-		Containers: containerMetrics(u),
-	}
-	return m
-}
-
-// containerMetrics shapes a pod's container usage as the API types. The
-// result is kept with the usage and shared by every answer until the next
-// sample: building the ResourceList maps was most of the cost of a list.
+// containers shapes a pod's container usage as the API types, once per
+// sample: the result is kept and shared by every answer until the next
+// sample (building the ResourceList maps was most of the cost of a list).
 // Nothing downstream modifies it.
-func containerMetrics(u store.PodUsage) []metricsapi.ContainerMetrics {
-	if u.Shaped != nil {
-		if v, ok := u.Shaped.Load().([]metricsapi.ContainerMetrics); ok {
-			return v
+func (p *Provider) containers(pod *podcache.Pod, u store.PodUsage) []metricsapi.ContainerMetrics {
+	if u.Sample == 0 {
+		return shape(u) // not from a Store: nothing to key it by
+	}
+	if v, ok := p.shaped.Load(pod); ok {
+		if s := v.(*shapedPod); s.sample == u.Sample {
+			return s.containers
 		}
 	}
+	out := shape(u)
+	p.shaped.Store(pod, &shapedPod{sample: u.Sample, containers: out})
+	if cur, ok := p.pods.Pod(pod.Namespace, pod.Name); !ok || cur != pod {
+		p.shaped.Delete(pod) // gone while this read was on its way
+	}
+	return out
+}
+
+func shape(u store.PodUsage) []metricsapi.ContainerMetrics {
 	out := make([]metricsapi.ContainerMetrics, len(u.Containers))
 	for i := range u.Containers {
 		c := &u.Containers[i]
 		out[i] = metricsapi.ContainerMetrics{Name: c.Name, Usage: resourceList(c.Usage)}
-	}
-	if u.Shaped != nil {
-		return u.Shaped.Keep(out).([]metricsapi.ContainerMetrics)
 	}
 	return out
 }
@@ -257,12 +287,9 @@ func resourceList(u store.Usage) corev1.ResourceList {
 
 // GetNodeMetrics implements apiserver.NodeMetricsGetter.
 func (p *Provider) GetNodeMetrics(_ context.Context, name string) (*metricsapi.NodeMetrics, error) {
-	node, err := p.nodes.Get(name)
-	if apierrors.IsNotFound(err) {
+	node, ok := p.nodes.Node(name)
+	if !ok {
 		return nil, apierrors.NewNotFound(nodeResource, name)
-	}
-	if err != nil {
-		return nil, err
 	}
 	u, why := p.usage.Node(name)
 	if why != nil {
@@ -274,12 +301,10 @@ func (p *Provider) GetNodeMetrics(_ context.Context, name string) (*metricsapi.N
 	return &m, nil
 }
 
-// ListNodeMetrics implements apiserver.NodeMetricsGetter.
+// ListNodeMetrics implements apiserver.NodeMetricsGetter. Items come
+// sorted by name.
 func (p *Provider) ListNodeMetrics(_ context.Context, ls labels.Selector, fs fields.Selector) ([]metricsapi.NodeMetrics, error) {
-	nodes, err := p.nodes.List(ls)
-	if err != nil {
-		return nil, err
-	}
+	nodes := p.nodes.List(ls)
 	now := p.clock.Now()
 	oldest := now
 	out := make([]metricsapi.NodeMetrics, 0, len(nodes))
@@ -302,7 +327,7 @@ func (p *Provider) ListNodeMetrics(_ context.Context, ls labels.Selector, fs fie
 	return out, nil
 }
 
-func nodeMetrics(node *corev1.Node, u store.Usage, now time.Time) metricsapi.NodeMetrics {
+func nodeMetrics(node *podcache.Node, u store.Usage, now time.Time) metricsapi.NodeMetrics {
 	return metricsapi.NodeMetrics{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:              node.Name,

@@ -12,10 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet/summarytest"
@@ -41,11 +40,11 @@ func benchProviderScrape(b *testing.B, nodes int) (*Provider, func()) {
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(t0)
 	st := store.New(store.Config{Clock: clk, Sources: []string{"kubelet"}, FirstWindowMax: 30 * time.Second, StaleAfter: time.Hour})
-	podIndex := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	nodeIndex := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	pods := podcache.NewPodIndex()
+	nodeIndex := podcache.NewNodeIndex()
 	for i := range nodes {
 		name := fmt.Sprintf("node-%d", i)
-		_ = nodeIndex.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		nodeIndex.Set(podcache.NewNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}))
 		for round, ts := range []time.Time{t0.Add(-15 * time.Second), t0} {
 			// The same seed in both rounds gives the same pods (and UIDs).
 			rng := rand.New(rand.NewPCG(uint64(i), 4))
@@ -59,11 +58,11 @@ func benchProviderScrape(b *testing.B, nodes int) (*Provider, func()) {
 			if round == 1 {
 				names, batches = append(names, name), append(batches, batch)
 				for _, pp := range batch.Pods {
-					_ = podIndex.Add(&corev1.Pod{
+					pods.Set(podcache.NewPod(&corev1.Pod{
 						ObjectMeta: metav1.ObjectMeta{Name: pp.Name, Namespace: pp.Namespace, UID: types.UID(pp.UID), Labels: map[string]string{"app": fmt.Sprintf("deploy-%d", i%1000)}},
 						Spec:       corev1.PodSpec{NodeName: name},
 						Status:     corev1.PodStatus{Phase: corev1.PodRunning},
-					})
+					}))
 				}
 			}
 		}
@@ -73,7 +72,7 @@ func benchProviderScrape(b *testing.B, nodes int) (*Provider, func()) {
 			st.Store("kubelet", names[i:i+1], batches[i], t0)
 		}
 	}
-	return New(Config{Pods: corelisters.NewPodLister(podIndex), Nodes: corelisters.NewNodeLister(nodeIndex), Usage: st, Clock: clk}), rescrape
+	return New(Config{Pods: pods, Nodes: nodeIndex, Usage: st, Clock: clk}), rescrape
 }
 
 // growCounters makes round 1 a later sample of round 0's series: same start

@@ -2,7 +2,6 @@ package provider
 
 import (
 	"context"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -15,11 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
 	metricsapi "k8s.io/metrics/pkg/apis/metrics"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 	"github.com/group-metrics-server/group-metrics-server/pkg/store"
 )
 
@@ -53,6 +52,15 @@ func testPod(ns, name, node string, phase corev1.PodPhase, lbls map[string]strin
 	}
 }
 
+// podIndex is a pod cache of pods.
+func podIndex(pods ...*corev1.Pod) *podcache.PodIndex {
+	idx := podcache.NewPodIndex()
+	for _, p := range pods {
+		idx.Set(podcache.NewPod(p))
+	}
+	return idx
+}
+
 func usage(cpuNano, mem uint64) store.PodUsage {
 	return store.PodUsage{Timestamp: now.Add(-5 * time.Second), Window: 15 * time.Second, Containers: []store.ContainerUsage{
 		{Name: "c", Usage: store.Usage{Timestamp: now.Add(-5 * time.Second), Window: 15 * time.Second, CPUNanoCores: cpuNano, MemoryBytes: mem}},
@@ -61,8 +69,7 @@ func usage(cpuNano, mem uint64) store.PodUsage {
 
 func newTestProvider(t *testing.T) *Provider {
 	t.Helper()
-	pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	for _, p := range []*corev1.Pod{
+	pods := podIndex(
 		testPod("a", "web-1", "n1", corev1.PodRunning, map[string]string{"app": "web"}),
 		testPod("a", "web-2", "n1", corev1.PodRunning, map[string]string{"app": "web"}),
 		testPod("a", "db", "n2", corev1.PodRunning, map[string]string{"app": "db"}),
@@ -70,18 +77,14 @@ func newTestProvider(t *testing.T) *Provider {
 		testPod("b", "pending", "", corev1.PodPending, nil),
 		testPod("b", "starting", "n2", corev1.PodPending, nil),
 		testPod("b", "nodata", "n2", corev1.PodRunning, nil),
-	} {
-		if err := pods.Add(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	nodes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	)
+	nodes := podcache.NewNodeIndex()
 	for _, n := range []string{"n1", "n2", "n3"} {
-		_ = nodes.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"zone": map[string]string{"n1": "x", "n2": "x", "n3": "y"}[n]}}})
+		nodes.Set(podcache.NewNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"zone": map[string]string{"n1": "x", "n2": "x", "n3": "y"}[n]}}}))
 	}
 	return New(Config{
-		Pods:  corelisters.NewPodLister(pods),
-		Nodes: corelisters.NewNodeLister(nodes),
+		Pods:  pods,
+		Nodes: nodes,
 		Usage: &fakeUsage{
 			pods: map[string]store.PodUsage{
 				"a/web-1": usage(250_000_000, 100<<20), "a/web-2": usage(1, 1), "a/db": usage(2, 2), "b/web-1": usage(3, 3),
@@ -170,7 +173,7 @@ func TestListPodMetrics(t *testing.T) {
 			for _, m := range items {
 				got = append(got, m.Namespace+"/"+m.Name)
 			}
-			sort.Strings(got)
+			// In the order served: by namespace, then name.
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("ListPodMetrics (-want +got):\n%s", diff)
 			}
@@ -202,75 +205,62 @@ func TestNodeMetrics(t *testing.T) {
 	for _, n := range items {
 		names = append(names, n.Name)
 	}
-	sort.Strings(names)
 	if diff := cmp.Diff([]string{"n1", "n2"}, names); diff != "" {
 		t.Errorf("ListNodeMetrics zone=x (-want +got):\n%s", diff)
 	}
 }
 
-func TestTrimPod(t *testing.T) {
-	always := corev1.ContainerRestartPolicyAlways
-	req := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}
-	mem := corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}
-	started, ready := metav1.NewTime(now.Add(-time.Hour)), metav1.NewTime(now.Add(-50*time.Minute))
-	in := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: "p", Namespace: "ns", UID: "u", ResourceVersion: "7",
-			Labels:        map[string]string{"app": "x"},
-			Annotations:   map[string]string{AnnotationPrefix + "policy": "group", "kubectl.kubernetes.io/last-applied-configuration": "{...}"},
-			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
-		},
-		Spec: corev1.PodSpec{
-			NodeName: "n1",
-			InitContainers: []corev1.Container{
-				{Name: "setup", Image: "busybox", Resources: corev1.ResourceRequirements{Requests: req}},
-				{Name: "proxy", Image: "envoy", RestartPolicy: &always, Resources: corev1.ResourceRequirements{Requests: req}},
-			},
-			Containers: []corev1.Container{{Name: "app", Image: "nginx", Command: []string{"nginx"}, Env: []corev1.EnvVar{{Name: "A", Value: "b"}},
-				Resources: corev1.ResourceRequirements{Requests: req, Limits: req}}},
-			Resources: &corev1.ResourceRequirements{Requests: mem, Limits: mem},
-			Overhead:  req,
-		},
-		Status: corev1.PodStatus{
-			Phase: corev1.PodRunning, PodIP: "10.0.0.1", StartTime: &started,
-			Conditions: []corev1.PodCondition{
-				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
-				{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: ready, Reason: "r", Message: "m"},
-			},
-			InitContainerStatuses: []corev1.ContainerStatus{
-				{Name: "setup", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}},
-				{Name: "proxy", Image: "envoy", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: ready}}},
-			},
-			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Image: "nginx"}},
-		},
+// TestShapedOncePerSample: every read of one sample shares the containers
+// shaped at the first, a new scrape shapes them again, and a pod replaced
+// in the cache is forgotten.
+func TestShapedOncePerSample(t *testing.T) {
+	clk := clocktesting.NewFakeClock(now)
+	st := store.New(store.Config{Clock: clk, Sources: []string{"kubelet"}, FirstWindowMax: time.Minute, StaleAfter: time.Minute})
+	scrape := func(cpu uint64) {
+		st.Store("kubelet", []string{"n1"}, &sources.Batch{Pods: []sources.PodPoint{{
+			Namespace: "a", Name: "web-1", UID: "web-1-uid", Node: "n1",
+			Containers: []sources.ContainerPoint{{Name: "c", Point: sources.Point{
+				Timestamp: clk.Now(), StartTime: now.Add(-10 * time.Second), CPUCoreNanos: cpu, MemoryBytes: 1,
+			}}},
+		}}}, clk.Now())
 	}
-	got, err := TrimPod(in)
-	if err != nil {
-		t.Fatal(err)
+	pods := podIndex(testPod("a", "web-1", "n1", corev1.PodRunning, nil))
+	p := New(Config{Pods: pods, Nodes: podcache.NewNodeIndex(), Usage: st, Clock: clk})
+	get := func() *metricsapi.PodMetrics {
+		t.Helper()
+		m, err := p.GetPodMetrics(context.Background(), "a", "web-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
 	}
-	want := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: "p", Namespace: "ns", UID: "u", ResourceVersion: "7",
-			Labels:      map[string]string{"app": "x"},
-			Annotations: map[string]string{AnnotationPrefix + "policy": "group"},
-		},
-		Spec: corev1.PodSpec{
-			NodeName: "n1",
-			InitContainers: []corev1.Container{
-				{Name: "setup", Resources: corev1.ResourceRequirements{Requests: req}},
-				{Name: "proxy", RestartPolicy: &always, Resources: corev1.ResourceRequirements{Requests: req}},
-			},
-			Containers: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{Requests: req}}},
-			Resources:  &corev1.ResourceRequirements{Requests: mem},
-			Overhead:   req,
-		},
-		Status: corev1.PodStatus{
-			Phase: corev1.PodRunning, StartTime: &started,
-			Conditions:            []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: ready}},
-			InitContainerStatuses: []corev1.ContainerStatus{{Name: "proxy", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}},
-		},
+	scrape(5e9)
+	first, again := get(), get()
+	if &first.Containers[0] != &again.Containers[0] {
+		t.Error("two reads of one sample shaped the containers twice")
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("TrimPod (-want +got):\n%s", diff)
+	clk.Step(15 * time.Second)
+	scrape(8e9)
+	next := get()
+	if &next.Containers[0] == &first.Containers[0] {
+		t.Error("a new sample was served with the old shape")
 	}
+	if cpu := next.Containers[0].Usage[corev1.ResourceCPU]; cpu.MilliValue() != 200 {
+		t.Errorf("CPU after the second scrape = %s, want 200m", cpu.String())
+	}
+	old, _ := pods.Pod("a", "web-1")
+	pods.Set(podcache.NewPod(testPod("a", "web-1", "n1", corev1.PodRunning, map[string]string{"v": "2"})))
+	p.Forget(old)
+	if _, kept := p.shaped.Load(old); kept {
+		t.Error("the replaced pod's shape is still kept")
+	}
+	if get(); countShaped(p) != 1 {
+		t.Errorf("%d shapes kept, want 1", countShaped(p))
+	}
+}
+
+func countShaped(p *Provider) int {
+	n := 0
+	p.shaped.Range(func(any, any) bool { n++; return true })
+	return n
 }

@@ -12,20 +12,17 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/apiserver/pkg/server/healthz"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/apiserver"
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
 	"github.com/group-metrics-server/group-metrics-server/pkg/provider"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet"
@@ -94,10 +91,9 @@ func (c *Config) Complete() CompletedConfig {
 
 // Server is the whole group-metrics-server.
 type Server struct {
-	api       *genericapiserver.GenericAPIServer
-	informers informers.SharedInformerFactory
-	scraper   *sources.Scraper
-	synced    []cache.InformerSynced
+	api     *genericapiserver.GenericAPIServer
+	cache   *podcache.Cache
+	scraper *sources.Scraper
 }
 
 // New builds the server; nothing runs until Run.
@@ -111,12 +107,11 @@ func (c CompletedConfig) New() (*Server, error) {
 	provider.RegisterMetrics()
 	apiserver.RegisterMetrics()
 
-	factory := informers.NewSharedInformerFactoryWithOptions(c.Kube, 0,
-		informers.WithTransform(trim))
-	pods := factory.InformerFor(&corev1.Pod{}, newPodInformer)
-	nodes := factory.Core().V1().Nodes()
-
-	srcs, names, err := c.sources(nodes.Lister(), podLister(pods))
+	pc, err := podcache.New(c.Kube)
+	if err != nil {
+		return nil, err
+	}
+	srcs, names, err := c.sources(pc.Nodes(), pc.Pods())
 	if err != nil {
 		return nil, err
 	}
@@ -137,18 +132,21 @@ func (c CompletedConfig) New() (*Server, error) {
 		// yield a rate, rather than at the next tick.
 		EarlyDelay: store.FirstWindowMin + time.Second,
 	})
-	if _, err := pods.AddEventHandler(startedPods(scraper.Soon)); err != nil {
+	if err := pc.OnPodStarted(scraper.Soon); err != nil {
 		return nil, err
 	}
 	p := provider.New(provider.Config{
-		Pods:          podLister(pods),
-		Nodes:         nodes.Lister(),
+		Pods:          pc.Pods(),
+		Nodes:         pc.Nodes(),
 		Usage:         st,
 		Clock:         c.Clock,
-		Groups:        pods.GetIndexer(),
+		Groups:        true,
 		DefaultPolicy: c.DefaultGroupPolicy,
 		Readiness:     c.Readiness,
 	})
+	if err := pc.OnPodGone(p.Forget); err != nil {
+		return nil, err
+	}
 
 	liveBound := 2*c.Resolution + c.Timeout
 	started := c.Clock.Now()
@@ -183,12 +181,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{
-		api:       api,
-		informers: factory,
-		scraper:   scraper,
-		synced:    []cache.InformerSynced{pods.HasSynced, nodes.Informer().HasSynced},
-	}, nil
+	return &Server{api: api, cache: pc, scraper: scraper}, nil
 }
 
 func notReadyReason(s *sources.Scraper, bound time.Duration) error {
@@ -237,7 +230,7 @@ func authenticationReady(api *genericapiserver.RecommendedConfig) func(*http.Req
 }
 
 // sources builds the configured sources, in lookup order.
-func (c CompletedConfig) sources(nodes corelisters.NodeLister, pods corelisters.PodLister) ([]sources.Source, []string, error) {
+func (c CompletedConfig) sources(nodes podcache.Nodes, pods podcache.Pods) ([]sources.Source, []string, error) {
 	names := c.Sources
 	if len(names) == 0 {
 		names = []string{kubelet.SourceName}
@@ -280,59 +273,14 @@ func (c CompletedConfig) sources(nodes corelisters.NodeLister, pods corelisters.
 	return out, names, nil
 }
 
-// podFieldSelector leaves out pods that have finished: they have no usage
-// and would only grow the cache.
-var podFieldSelector = fields.AndSelectors(
-	fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
-	fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)),
-).String()
-
-func trim(obj any) (any, error) {
-	switch obj.(type) {
-	case *corev1.Pod:
-		return provider.TrimPod(obj)
-	case *corev1.Node:
-		return provider.TrimNode(obj)
-	}
-	return obj, nil
-}
-
 // Run starts everything and blocks until ctx is done and the API server has
 // drained.
 func (s *Server) Run(ctx context.Context) error {
-	s.informers.Start(ctx.Done())
-	defer s.informers.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), s.synced...) {
-		return errors.New("pod and node caches did not sync")
+	defer s.cache.Shutdown()
+	if err := s.cache.Start(ctx); err != nil {
+		return err
 	}
 	klog.InfoS("Caches synced; starting the scrape loop")
 	go s.scraper.Run(ctx)
 	return s.api.PrepareRun().RunWithContext(ctx)
-}
-
-// startedPods calls soon with the node of every pod that starts running
-// after the informer's initial list (whose pods the first tick covers).
-func startedPods(soon func(node string)) cache.ResourceEventHandler {
-	running := func(obj any) (string, bool) {
-		pod, ok := obj.(*corev1.Pod)
-		if !ok || pod.Spec.NodeName == "" || pod.Status.Phase != corev1.PodRunning {
-			return "", false
-		}
-		return pod.Spec.NodeName, true
-	}
-	return cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc: func(obj any, initialList bool) {
-			if node, ok := running(obj); ok && !initialList {
-				soon(node)
-			}
-		},
-		UpdateFunc: func(oldObj, newObj any) {
-			if _, was := running(oldObj); was {
-				return
-			}
-			if node, ok := running(newObj); ok {
-				soon(node)
-			}
-		},
-	}
 }

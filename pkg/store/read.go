@@ -1,7 +1,6 @@
 package store
 
 import (
-	"sync/atomic"
 	"time"
 )
 
@@ -21,32 +20,11 @@ type PodUsage struct {
 	Timestamp  time.Time
 	Window     time.Duration
 	Containers []ContainerUsage
-	// Shaped, when not nil, keeps one value a reader derives from this
-	// usage (the API objects built from it), so that later reads of the
-	// same sample reuse it. It is nil for usage not from a Store.
-	Shaped *Shaped
-}
-
-// Shaped holds a value derived from one pod's usage. The usage it belongs
-// to never changes, so the value is derived once and shared by every read
-// until the next sample replaces the usage.
-type Shaped struct{ v atomic.Pointer[any] }
-
-// Load returns the value kept, or nil.
-func (s *Shaped) Load() any {
-	if p := s.v.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// Keep keeps v unless another reader kept a value first, and returns the
-// value kept.
-func (s *Shaped) Keep(v any) any {
-	if s.v.CompareAndSwap(nil, &v) {
-		return v
-	}
-	return *s.v.Load()
+	// Sample identifies the samples the usage was derived from: it is the
+	// same for every read of them and changes with the next scrape of the
+	// pod, so a reader may keep what it derives from the usage under it.
+	// Never zero for usage from a Store.
+	Sample uint64
 }
 
 // Pod returns the usage of the pod namespace/name running on node. uid, when
@@ -90,7 +68,7 @@ func first(a, b *Unavailable) *Unavailable {
 func (s *Store) podUsage(p *pod, now time.Time) (PodUsage, *Unavailable) {
 	r := p.read.Load()
 	if r == nil {
-		r = p.derive()
+		r = p.derive(s.samples.Add(1))
 		if !p.read.CompareAndSwap(nil, r) {
 			r = p.read.Load()
 		}
@@ -107,11 +85,11 @@ func (s *Store) podUsage(p *pod, now time.Time) (PodUsage, *Unavailable) {
 // derive makes the pod's usage from its containers'. Every container must
 // have usage, or the pod has none: a partial pod would mislead an
 // autoscaler.
-func (p *pod) derive() *podRead {
+func (p *pod) derive(sample uint64) *podRead {
 	if len(p.containers) == 0 {
 		return &podRead{why: unavailable("no container of the pod has been sampled yet")}
 	}
-	r := &podRead{usage: PodUsage{Containers: make([]ContainerUsage, len(p.containers)), Shaped: &Shaped{}}}
+	r := &podRead{usage: PodUsage{Containers: make([]ContainerUsage, len(p.containers)), Sample: sample}}
 	for i := range p.containers {
 		c := &p.containers[i]
 		if !c.hasUsage() {

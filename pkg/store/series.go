@@ -1,6 +1,7 @@
 package store
 
 import (
+	"math/bits"
 	"time"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
@@ -104,16 +105,23 @@ func restarted(prev, p sources.Point) bool {
 	return !p.StartTime.IsZero() && !p.StartTime.Before(prev.Timestamp)
 }
 
-// rate turns a counter delta over dt into usage ending at p.
+// rate turns a counter delta (core-nanoseconds) over dt into usage ending
+// at p, in whole nanocores (rounded down), computed in integers: delta ×
+// 10⁹ / dt, with the 128-bit product of math/bits.
 func rate(delta uint64, dt time.Duration, p sources.Point) (Usage, bool) {
-	cores := float64(delta) / float64(dt.Nanoseconds())
-	if cores > maxCores {
+	d := uint64(dt.Nanoseconds())
+	hi, lo := bits.Mul64(delta, 1e9)
+	if d == 0 || hi >= d {
+		return Usage{}, false // the quotient would not fit: far above maxCores
+	}
+	nanoCores, _ := bits.Div64(hi, lo, d)
+	if nanoCores > maxCores*1e9 {
 		return Usage{}, false
 	}
 	return Usage{
 		Timestamp:    p.Timestamp,
 		Window:       dt,
-		CPUNanoCores: uint64(cores * 1e9),
+		CPUNanoCores: nanoCores,
 		MemoryBytes:  p.MemoryBytes,
 	}, true
 }

@@ -128,3 +128,33 @@ func TestRatesNext(t *testing.T) {
 		})
 	}
 }
+
+// TestRateIntegers: nanocores come from integers, exact where float cores
+// lose digits, and rates above maxCores (or whose quotient would overflow)
+// are refused.
+func TestRateIntegers(t *testing.T) {
+	tests := []struct {
+		name   string
+		delta  uint64
+		dt     time.Duration
+		want   uint64
+		wantOK bool
+	}{
+		{name: "a third of a core", delta: 5_000_000_000, dt: 15 * time.Second, want: 333_333_333, wantOK: true},
+		// 1,000,000,080 / 15 = 66,666,672 exactly; through float64 cores
+		// it came out as 66,666,671.
+		{name: "exact where float cores are not", delta: 1_000_000_080, dt: 15 * time.Second, want: 66_666_672, wantOK: true},
+		{name: "just under the bound", delta: 863_999_999_999_913_600, dt: 24 * time.Hour, want: 9_999_999_999_999, wantOK: true},
+		{name: "above the bound", delta: 10_001 * 15_000_000_000, dt: 15 * time.Second},
+		{name: "quotient past 64 bits", delta: 1 << 63, dt: time.Nanosecond},
+		{name: "no time", delta: 1, dt: 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			u, ok := rate(tc.delta, tc.dt, sources.Point{MemoryBytes: 7})
+			if ok != tc.wantOK || u.CPUNanoCores != tc.want {
+				t.Errorf("rate = %d, %v; want %d, %v", u.CPUNanoCores, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}

@@ -41,6 +41,9 @@ type Store struct {
 	shards sync.Map // shardKey -> *shard
 
 	writeMu sync.Mutex // serialises the read-modify-write of a shard
+
+	// samples numbers the pods' derived usage (PodUsage.Sample).
+	samples atomic.Uint64
 }
 
 var _ sources.Sink = &Store{}
@@ -62,6 +65,9 @@ type shard struct {
 type pod struct {
 	uid        string
 	containers []container
+	// inline holds the containers of a pod of at most two, most pods, so
+	// that a pod is one allocation per scrape.
+	inline [2]container
 	// read is what readers make of the pod, derived at the first read: the
 	// pod never changes, so neither does its usage.
 	read atomic.Pointer[podRead]
@@ -112,7 +118,13 @@ func (s *Store) Store(source string, nodes []string, batch *sources.Batch, scrap
 
 	next := make(map[string]*shard, len(nodes))
 	for _, n := range nodes {
-		next[n] = &shard{scrapedAt: scrapedAt, pods: map[podKey]*pod{}}
+		// Sized for the pods of the batch, which are most often all on
+		// one node: no growth of the map while it fills.
+		size := len(batch.Pods)
+		if len(nodes) > 1 {
+			size /= len(nodes)
+		}
+		next[n] = &shard{scrapedAt: scrapedAt, pods: make(map[podKey]*pod, size)}
 	}
 	for i := range batch.Nodes {
 		np := &batch.Nodes[i]
@@ -151,7 +163,12 @@ func (s *Store) Store(source string, nodes []string, batch *sources.Batch, scrap
 }
 
 func (s *Store) nextPod(prev *pod, pp *sources.PodPoint, scrapedAt time.Time) *pod {
-	p := &pod{uid: pp.UID, containers: make([]container, len(pp.Containers))}
+	p := &pod{uid: pp.UID}
+	if n := len(pp.Containers); n <= len(p.inline) {
+		p.containers = p.inline[:n]
+	} else {
+		p.containers = make([]container, n)
+	}
 	for i := range pp.Containers {
 		cp := &pp.Containers[i]
 		var prevSeries *series

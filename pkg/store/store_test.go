@@ -42,8 +42,12 @@ func TestStorePodFirstScrape(t *testing.T) {
 	want := PodUsage{Timestamp: at(5 * time.Second), Window: 10 * time.Second, Containers: []ContainerUsage{
 		{Name: "c", Usage: Usage{Timestamp: at(5 * time.Second), Window: 10 * time.Second, CPUNanoCores: 500_000_000, MemoryBytes: 1 << 20}},
 	}}
-	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(PodUsage{}, "Shaped")); diff != "" {
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(PodUsage{}, "Sample")); diff != "" {
 		t.Errorf("Pod (-want +got):\n%s", diff)
+	}
+	// The same samples read again are the same sample.
+	if again, _ := s.Pod("ns", "p", "u1", "n1"); got.Sample == 0 || again.Sample != got.Sample {
+		t.Errorf("Sample = %d, then %d; want the same, not zero", got.Sample, again.Sample)
 	}
 	// The node started an hour ago: one sample is not enough.
 	if _, why := s.Node("n1"); why == nil || !strings.Contains(why.Reason, "needs a second") {
@@ -58,6 +62,10 @@ func TestStorePodFirstScrape(t *testing.T) {
 	}
 	if u.CPUNanoCores != 200_000_000 || u.Window != 15*time.Second {
 		t.Errorf("Node usage = %+v, want 0.2 cores over 15s", u)
+	}
+	// A new scrape is a new sample.
+	if next, why := s.Pod("ns", "p", "u1", "n1"); why != nil || next.Sample == got.Sample {
+		t.Errorf("after a new scrape: Sample %d (%v), want other than %d", next.Sample, why, got.Sample)
 	}
 }
 

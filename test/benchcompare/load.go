@@ -35,16 +35,35 @@ func (b *bench) listShapes() []listShape {
 				return "/apis/metrics.k8s.io/v1beta1/namespaces/" + a.namespace + "/pods?labelSelector=app%3D" + a.name
 			},
 		},
+		{
+			// The floor of the request above: the same handler chain
+			// (authentication, authorization, request info, the list
+			// handler, encoding) for a namespace without pods, where the
+			// provider has nothing to do.
+			name: "floor: namespaced label selector in a namespace without pods",
+			p50:  figFloorP50, p99: figFloorP99,
+			path: func(rng *rand.Rand) string {
+				a := b.apps[rng.IntN(len(b.apps))]
+				return "/apis/metrics.k8s.io/v1beta1/namespaces/" + floorNamespace + "/pods?labelSelector=app%3D" + a.name
+			},
+		},
 	}
 }
 
+// floorNamespace holds no pods and need not exist: both servers answer an
+// empty list for it.
+const floorNamespace = "bench-floor-empty"
+
 // listLoad checks what each list shape returns, then times each shape under
 // Clients concurrent clients for LoadDuration or LoadMaxRequests requests,
-// whichever ends first.
-func (b *bench) listLoad(ctx context.Context, s *runningServer, res *roundResult) error {
+// whichever ends first. With profiles asked for, a CPU profile covers the
+// first LoadDuration of the load (the list of all pods) and a heap profile
+// is taken after it.
+func (b *bench) listLoad(ctx context.Context, s *runningServer, res *roundResult, prof *profiler) error {
 	if err := b.checkLists(ctx, s, res); err != nil {
 		return err
 	}
+	waitProfile := prof.startCPU(ctx, "load", b.opts.LoadDuration)
 	for i, shape := range b.listShapes() {
 		// Seeded per round and shape, so both servers get the same requests.
 		seed := uint64(res.round*10 + i)
@@ -63,7 +82,10 @@ func (b *bench) listLoad(ctx context.Context, s *runningServer, res *roundResult
 			res.notef("FAILED requests: %d of %d (first: %s)", st.failed, st.ok+st.failed, st.firstErr)
 		}
 	}
-	return nil
+	if err := waitProfile(); err != nil {
+		return err
+	}
+	return prof.heap(ctx, "load")
 }
 
 // checkLists makes sure both shapes answer what they should before they are

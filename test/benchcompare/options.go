@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -46,6 +47,14 @@ type Options struct {
 	WorkDir, BinDir string
 	// BuildFleet builds bin/fake-kubelet-fleet from this checkout first.
 	BuildFleet bool
+	// ProfileDir, when set, runs both servers with --profiling and saves
+	// each round's CPU and heap profiles of the steady window and of the
+	// list load there.
+	ProfileDir string
+	// ServerEnv is added to group-metrics-server's environment (KEY=VALUE,
+	// such as GOGC=50), to measure runtime settings; metrics-server keeps
+	// the harness's.
+	ServerEnv []string
 }
 
 // NewOptions returns the defaults, with the environment applied.
@@ -94,6 +103,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.LoadMaxRequests, "load-max-requests", o.LoadMaxRequests, "Most requests of each list shape.")
 	fs.StringVar(&o.WorkDir, "work-dir", o.WorkDir, "Directory for the control plane's files; temporary when empty.")
 	fs.StringVar(&o.BinDir, "bin-dir", o.BinDir, "Directory of the binaries; $GMS_BIN_DIR or <repo>/bin when empty.")
+	fs.StringVar(&o.ProfileDir, "profile-dir", o.ProfileDir, "Directory for each round's CPU and heap profiles of the steady window and the list load; both servers run with --profiling when set.")
+	fs.StringSliceVar(&o.ServerEnv, "server-env", o.ServerEnv, "KEY=VALUE added to group-metrics-server's environment (e.g. GOGC=50,GOMEMLIMIT=150MiB); metrics-server keeps the harness's.")
 	fs.BoolVar(&o.BuildFleet, "build-fleet", o.BuildFleet, "Build "+fleetBinary+" into the bin directory first; when false, use the one there.")
 }
 
@@ -125,6 +136,11 @@ func (o *Options) Validate() []error {
 	}
 	if o.RequestTimeout <= 0 || o.RequestTimeout >= o.Resolution {
 		errs = append(errs, errors.New("--kubelet-request-timeout must be positive and below --metric-resolution"))
+	}
+	for _, kv := range o.ServerEnv {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			errs = append(errs, fmt.Errorf("--server-env %q: want KEY=VALUE", kv))
+		}
 	}
 	if o.LoadDuration <= 0 {
 		errs = append(errs, errors.New("--load-duration must be positive"))

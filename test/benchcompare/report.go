@@ -19,6 +19,8 @@ const (
 	figListAllP99  = "list-all-p99"
 	figSelectorP50 = "selector-p50"
 	figSelectorP99 = "selector-p99"
+	figFloorP50    = "floor-p50"
+	figFloorP99    = "floor-p99"
 	figReady       = "ready"
 	figFailures    = "failures"
 	figListed      = "listed"
@@ -40,8 +42,10 @@ var figures = []figure{
 	{figNewPod, "new pod: Running to first metrics (s)", "%.1f", 0.5},
 	{figListAllP50, "list all pods p50 (ms)", "%.1f", 0},
 	{figListAllP99, "list all pods p99 (ms)", "%.1f", 0.5},
-	{figSelectorP50, "namespaced selector list p50 (ms)", "%.2f", 0},
-	{figSelectorP99, "namespaced selector list p99 (ms)", "%.2f", 0.5},
+	{figSelectorP50, "namespaced selector list p50 (ms)", "%.2f", 0.9},
+	{figSelectorP99, "namespaced selector list p99 (ms)", "%.2f", 0.9},
+	{figFloorP50, "floor: empty namespaced list p50 (ms)", "%.2f", 0},
+	{figFloorP99, "floor: empty namespaced list p99 (ms)", "%.2f", 0},
 	{figReady, "start to ready (s)", "%.1f", 0},
 	{figFailures, "failed node scrapes in the window", "%.0f", 0},
 	{figListed, "pods in the list of all pods", "%.0f", 0},
@@ -73,6 +77,8 @@ func printReport(w io.Writer, results []*roundResult) {
 			formatRatio(ratio), target, met)
 	}
 
+	printFloor(w, ref, ours)
+
 	fmt.Fprintln(w, "\nPer round (raw values):")
 	fmt.Fprintf(w, "\n| figure |")
 	for _, r := range results {
@@ -96,6 +102,28 @@ func printReport(w io.Writer, results []*roundResult) {
 		for _, n := range r.notes {
 			fmt.Fprintf(w, "  %s\n", n)
 		}
+	}
+}
+
+// floorTarget is the highest acceptable ratio of a server's selector list
+// to its own floor (the same request with no pods to answer for).
+const floorTarget = 1.10
+
+// printFloor writes each server's selector list latency over its floor.
+func printFloor(w io.Writer, ref, ours []*roundResult) {
+	fmt.Fprintf(w, "\n| selector list / floor (same server) | metrics-server | group-metrics-server | target | met |\n")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | --- |")
+	for _, q := range []struct{ label, list, floor string }{
+		{"p50", figSelectorP50, figFloorP50},
+		{"p99", figSelectorP99, figFloorP99},
+	} {
+		a := medianOf(ref, q.list) / medianOf(ref, q.floor)
+		b := medianOf(ours, q.list) / medianOf(ours, q.floor)
+		met := "no"
+		if b <= floorTarget {
+			met = "yes"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | <= %.2f | %s |\n", q.label, formatRatio(a), formatRatio(b), floorTarget, met)
 	}
 }
 

@@ -11,6 +11,7 @@ func TestReport(t *testing.T) {
 	round := func(server string, n int, cpu, rss, newPod float64) *roundResult {
 		return &roundResult{server: server, round: n, values: map[string]float64{
 			figCPU: cpu, figPeakRSSAll: rss, figNewPod: newPod,
+			figSelectorP50: 2 * cpu, figFloorP50: 2 * 0.1,
 		}, notes: []string{"note " + server}}
 	}
 	results := []*roundResult{
@@ -34,6 +35,8 @@ func TestReport(t *testing.T) {
 		"| figure | ms 1 | gms 1 | ms 2 | gms 2 | ms 3 | gms 3 |",
 		"| CPU per scrape cycle (s) | 0.300 | 0.080 | 0.500 | 0.110 | 0.200 | 0.090 |",
 		"group-metrics-server round 2:\n  note group-metrics-server\n",
+		// Selector list over floor: 0.6 / 0.2 for metrics-server, 0.18 / 0.2 for ours.
+		"| p50 | 3.00 | 0.90 | <= 1.10 | yes |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)

@@ -50,13 +50,14 @@ func (b *bench) runRound(ctx context.Context, kind serverKind, round int) (res *
 	if err := b.sleep(ctx, time.Duration(b.opts.WarmupCycles)*b.opts.Resolution, s); err != nil {
 		return nil, err
 	}
-	if err := b.steadyWindow(ctx, s, res); err != nil {
+	prof := b.profiler(s, round)
+	if err := b.steadyWindow(ctx, s, res, prof); err != nil {
 		return nil, err
 	}
 	if err := b.probeNewPods(ctx, s, res); err != nil {
 		return nil, err
 	}
-	if err := b.listLoad(ctx, s, res); err != nil {
+	if err := b.listLoad(ctx, s, res, prof); err != nil {
 		return nil, err
 	}
 	mem, err := readMemory(s.proc.Pid())
@@ -124,7 +125,10 @@ func (b *bench) readWindowEnd(ctx context.Context, s *runningServer) (windowEnd,
 // periods holds that many cycles' worth of CPU whatever its phase. The
 // window starts and ends with the same reads (CPU, then /metrics), so one
 // /metrics request is inside it for both servers.
-func (b *bench) steadyWindow(ctx context.Context, s *runningServer, res *roundResult) error {
+//
+// With profiles asked for, a CPU profile covers the window but its last
+// second, and a heap profile is taken after it.
+func (b *bench) steadyWindow(ctx context.Context, s *runningServer, res *roundResult, prof *profiler) error {
 	k := b.opts.WindowCycles
 	length := time.Duration(k) * b.opts.Resolution
 	b.logf("round %d: %s: steady window of %d cycles (%v)", res.round, s.kind.name, k, length)
@@ -132,6 +136,7 @@ func (b *bench) steadyWindow(ctx context.Context, s *runningServer, res *roundRe
 	if err != nil {
 		return err
 	}
+	waitProfile := prof.startCPU(ctx, "steady", length-time.Second)
 
 	var (
 		mu   sync.Mutex
@@ -173,6 +178,12 @@ func (b *bench) steadyWindow(ctx context.Context, s *runningServer, res *roundRe
 	}
 	mem, err := readMemory(s.proc.Pid())
 	if err != nil {
+		return err
+	}
+	if err := waitProfile(); err != nil {
+		return err
+	}
+	if err := prof.heap(ctx, "steady"); err != nil {
 		return err
 	}
 	cycles := end.cycleCount - start.cycleCount

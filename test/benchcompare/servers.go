@@ -60,7 +60,7 @@ type runningServer struct {
 // status.
 func (b *bench) serverArgs(port int, certDir string) []string {
 	kubeconfig := b.cluster.KubeconfigPath()
-	return []string{
+	args := []string{
 		"--kubeconfig=" + kubeconfig,
 		"--authentication-kubeconfig=" + kubeconfig,
 		"--authorization-kubeconfig=" + kubeconfig,
@@ -75,6 +75,10 @@ func (b *bench) serverArgs(port int, certDir string) []string {
 		"--metric-resolution=" + b.opts.Resolution.String(),
 		"--kubelet-request-timeout=" + b.opts.RequestTimeout.String(),
 	}
+	if b.opts.ProfileDir != "" {
+		args = append(args, "--profiling")
+	}
+	return args
 }
 
 // startServer starts a fresh process of kind for round and waits until it
@@ -90,7 +94,11 @@ func (b *bench) startServer(ctx context.Context, kind serverKind, round int) (*r
 		return nil, 0, err
 	}
 	began := time.Now()
-	proc, err := b.cluster.StartProcess(name, filepath.Join(b.serverDir, kind.binary), b.serverArgs(ports[0], certDir)...)
+	var env []string // nil: the harness's environment
+	if kind.name == groupMetricsServer.name && len(b.opts.ServerEnv) > 0 {
+		env = append(os.Environ(), b.opts.ServerEnv...)
+	}
+	proc, err := b.cluster.StartProcessWithEnv(name, env, filepath.Join(b.serverDir, kind.binary), b.serverArgs(ports[0], certDir)...)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -20,6 +20,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
 	"github.com/group-metrics-server/group-metrics-server/pkg/provider"
 	"github.com/group-metrics-server/group-metrics-server/pkg/store"
 )
@@ -137,24 +138,22 @@ func leaderMetrics(t *testing.T, s *scenario) ([]metricsv1beta1.PodMetrics, []*c
 	for i := range times {
 		st.Store("kubelet", nodes[i], &batches[i], times[i])
 	}
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, group.IndexName: group.IndexFunc})
+	idx := podcache.NewPodIndex()
 	pods := make([]*corev1.Pod, 0, len(s.members))
 	for _, m := range s.members {
 		pods = append(pods, m.pod)
-		trimmed, err := provider.TrimPod(m.pod)
+		trimmed, err := podcache.TrimPod(m.pod)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := idx.Add(trimmed); err != nil {
-			t.Fatal(err)
-		}
+		idx.Set(trimmed.(*podcache.Pod))
 	}
 	p := provider.New(provider.Config{
-		Pods:          corelisters.NewPodLister(idx),
-		Nodes:         corelisters.NewNodeLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, nil)),
+		Pods:          idx,
+		Nodes:         podcache.NewNodeIndex(),
 		Usage:         st,
 		Clock:         clk,
-		Groups:        idx,
+		Groups:        true,
 		DefaultPolicy: group.PolicyGroup,
 		Readiness:     group.Readiness{CPUInitializationPeriod: cpuInitializationPeriod, InitialReadinessDelay: initialReadinessDelay},
 	})

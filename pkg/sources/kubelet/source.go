@@ -8,8 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	corelisters "k8s.io/client-go/listers/core/v1"
 
+	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 )
 
@@ -19,7 +19,7 @@ const SourceName = "kubelet"
 // SourceConfig configures the kubelet source.
 type SourceConfig struct {
 	Client *Client
-	Nodes  corelisters.NodeLister
+	Nodes  podcache.Nodes
 	// Selector picks the nodes to scrape (--node-selector).
 	Selector labels.Selector
 	// Exclude drops nodes that have no kubelet stats of their own, such as
@@ -51,10 +51,7 @@ func (s *Source) Name() string { return SourceName }
 
 // Targets implements sources.Source.
 func (s *Source) Targets() ([]sources.Target, error) {
-	nodes, err := s.cfg.Nodes.List(s.cfg.Selector)
-	if err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
-	}
+	nodes := s.cfg.Nodes.List(s.cfg.Selector)
 	targets := make([]sources.Target, 0, len(nodes))
 	for _, n := range nodes {
 		if s.cfg.Exclude != nil && s.cfg.Exclude.Matches(labels.Set(n.Labels)) {
@@ -71,13 +68,13 @@ func (s *Source) Targets() ([]sources.Target, error) {
 
 // hostPort picks the node's address by preferred type and its kubelet port;
 // an empty host means the node advertises no usable address.
-func (s *Source) hostPort(n *corev1.Node) string {
+func (s *Source) hostPort(n *podcache.Node) string {
 	port := s.cfg.Port
-	if s.cfg.UseNodeStatusPort && n.Status.DaemonEndpoints.KubeletEndpoint.Port > 0 {
-		port = int(n.Status.DaemonEndpoints.KubeletEndpoint.Port)
+	if p := n.KubeletPort(); s.cfg.UseNodeStatusPort && p > 0 {
+		port = p
 	}
 	for _, t := range s.cfg.AddressTypes {
-		for _, a := range n.Status.Addresses {
+		for _, a := range n.Addresses() {
 			if a.Type == t && a.Address != "" {
 				return net.JoinHostPort(a.Address, strconv.Itoa(port))
 			}

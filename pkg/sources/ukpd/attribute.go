@@ -5,10 +5,9 @@ import (
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
-	corelisters "k8s.io/client-go/listers/core/v1"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
 )
 
 // The tags kraftlet puts on the instance it runs for a container.
@@ -121,21 +120,22 @@ func plausibleCPU(inst *Instance, s Sample) bool {
 
 // IgnoreAnnotation lists, comma-separated, the containers of a pod that
 // kraftlet runs no instance for. They do not run, so they use nothing: the
-// source reports them at zero alongside the pod's other containers.
-const IgnoreAnnotation = "cloud.unikraft.v1.instances/ignore"
+// source reports them at zero alongside the pod's other containers. The pod
+// cache keeps it.
+const IgnoreAnnotation = podcache.IgnoreAnnotation
 
 // ignoredContainers returns the containers of the pod that its
 // IgnoreAnnotation names.
-func ignoredContainers(pod *corev1.Pod) []string {
-	v := pod.Annotations[IgnoreAnnotation]
+func ignoredContainers(pod *podcache.Pod) []string {
+	v := pod.Annotation(IgnoreAnnotation)
 	if v == "" {
 		return nil
 	}
 	var out []string
 	for name := range strings.SplitSeq(v, ",") {
 		name = strings.TrimSpace(name)
-		for _, c := range pod.Spec.Containers {
-			if c.Name == name && !slices.Contains(out, name) {
+		for _, c := range pod.Containers() {
+			if c == name && !slices.Contains(out, name) {
 				out = append(out, name)
 			}
 		}
@@ -174,35 +174,28 @@ func hasTags(tags, required []string) bool {
 // tag of that namespace asks for them, so attribution stays linear in the
 // instances and pods however many tags are cut.
 type podFinder struct {
-	pods corelisters.PodLister
+	pods podcache.Pods
 	// cut maps a namespace to its pods by the pod tag kraftlet would write.
-	cut map[string]map[string][]*corev1.Pod
+	cut map[string]map[string][]*podcache.Pod
 }
 
-func newPodFinder(pods corelisters.PodLister) *podFinder {
-	return &podFinder{pods: pods, cut: map[string]map[string][]*corev1.Pod{}}
+func newPodFinder(pods podcache.Pods) *podFinder {
+	return &podFinder{pods: pods, cut: map[string]map[string][]*podcache.Pod{}}
 }
 
 // find returns the pod an instance's tags name, or why there is none.
-func (f *podFinder) find(ref tagRef) (*corev1.Pod, string) {
-	ns := f.pods.Pods(ref.namespace)
-	pod, err := ns.Get(ref.pod)
+func (f *podFinder) find(ref tagRef) (*podcache.Pod, string) {
+	pod, ok := f.pods.Pod(ref.namespace, ref.pod)
 	switch {
-	case err == nil && TagFor(TagPod, pod.Name) == ref.podTag:
+	case ok && TagFor(TagPod, pod.Name) == ref.podTag:
 		return pod, ""
-	case err != nil && !apierrors.IsNotFound(err):
-		return nil, ignoredPodNotFound
 	case len(ref.podTag) < MaxTagBytes:
 		return nil, ignoredPodNotFound
 	}
 	byTag, done := f.cut[ref.namespace]
 	if !done {
-		all, err := ns.List(labels.Everything())
-		if err != nil {
-			return nil, ignoredPodNotFound
-		}
-		byTag = map[string][]*corev1.Pod{}
-		for _, p := range all {
+		byTag = map[string][]*podcache.Pod{}
+		for _, p := range f.pods.List(ref.namespace, labels.Everything()) {
 			if tag := TagFor(TagPod, p.Name); len(tag) == MaxTagBytes {
 				byTag[tag] = append(byTag[tag], p)
 			}
@@ -219,34 +212,15 @@ func (f *podFinder) find(ref tagRef) (*corev1.Pod, string) {
 	}
 }
 
-// hasContainer says whether the pod runs a container of that name. A pod
-// whose cached spec lists no containers is taken at its tags' word.
-func hasContainer(pod *corev1.Pod, name string) bool {
-	if len(pod.Spec.Containers) == 0 {
-		return true
-	}
-	for _, c := range pod.Spec.Containers {
-		if c.Name == name {
-			return true
-		}
-	}
-	for _, c := range pod.Spec.InitContainers {
-		if c.Name == name && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			return true // a sidecar
-		}
-	}
-	return false
-}
-
 // nodeOf returns the node the instance runs on: the kraftlet:node tag, read
 // as the pod's node name when that name yields the same tag (it may have
 // been cut), else the pod's spec.nodeName.
-func nodeOf(ref tagRef, pod *corev1.Pod) string {
+func nodeOf(ref tagRef, pod *podcache.Pod) string {
 	switch {
 	case ref.nodeTag == "":
-		return pod.Spec.NodeName
-	case pod.Spec.NodeName != "" && TagFor(TagNode, pod.Spec.NodeName) == ref.nodeTag:
-		return pod.Spec.NodeName
+		return pod.NodeName()
+	case pod.NodeName() != "" && TagFor(TagNode, pod.NodeName()) == ref.nodeTag:
+		return pod.NodeName()
 	}
 	return ref.node
 }

@@ -8,9 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
 
+	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
@@ -95,15 +94,21 @@ func newPod(ns, name, node string, containers ...string) *corev1.Pod {
 	return p
 }
 
-func podLister(t testing.TB, pods ...*corev1.Pod) corelisters.PodLister {
+// podLister is a pod cache of pods, trimmed as the server's cache trims
+// them.
+func podLister(t testing.TB, pods ...*corev1.Pod) podcache.Pods {
 	t.Helper()
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	idx := podcache.NewPodIndex()
 	for _, p := range pods {
-		if err := idx.Add(p); err != nil {
-			t.Fatal(err)
-		}
+		idx.Set(cached(t, p))
 	}
-	return corelisters.NewPodLister(idx)
+	return idx
+}
+
+// cached is pod as the server's cache holds it.
+func cached(t testing.TB, pod *corev1.Pod) *podcache.Pod {
+	t.Helper()
+	return podcache.NewPod(pod)
 }
 
 func TestFindPod(t *testing.T) {
@@ -147,20 +152,6 @@ func TestFindPod(t *testing.T) {
 	}
 }
 
-func TestHasContainer(t *testing.T) {
-	always := corev1.ContainerRestartPolicyAlways
-	pod := newPod("ns", "p", "n", "app")
-	pod.Spec.InitContainers = []corev1.Container{{Name: "init"}, {Name: "proxy", RestartPolicy: &always}}
-	for name, want := range map[string]bool{"app": true, "proxy": true, "init": false, "other": false} {
-		if got := hasContainer(pod, name); got != want {
-			t.Errorf("hasContainer(%q) = %v, want %v", name, got, want)
-		}
-	}
-	if !hasContainer(newPod("ns", "trimmed", "n"), "anything") {
-		t.Error("a pod without listed containers should be taken at its tags' word")
-	}
-}
-
 func TestNodeOf(t *testing.T) {
 	long := strings.Repeat("n", 250)
 	tests := []struct {
@@ -178,7 +169,7 @@ func TestNodeOf(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ref := tagRef{nodeTag: tc.nodeTag, node: strings.TrimPrefix(tc.nodeTag, TagNode+"=")}
-			if got := nodeOf(ref, newPod("ns", "p", tc.specNode)); got != tc.want {
+			if got := nodeOf(ref, cached(t, newPod("ns", "p", tc.specNode))); got != tc.want {
 				t.Errorf("nodeOf = %q, want %q", got, tc.want)
 			}
 		})

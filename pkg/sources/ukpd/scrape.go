@@ -9,11 +9,10 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 )
 
@@ -22,7 +21,7 @@ import (
 type endpoint struct {
 	cfg         EndpointConfig
 	client      *Client
-	pods        corelisters.PodLister
+	pods        podcache.Pods
 	clock       clock.PassiveClock
 	listRefresh time.Duration
 	required    []string // tags every attributed instance carries
@@ -40,7 +39,7 @@ type endpoint struct {
 	duplicates int
 }
 
-func newEndpoint(cfg EndpointConfig, client *Client, pods corelisters.PodLister, clk clock.PassiveClock, refresh time.Duration, required []string) *endpoint {
+func newEndpoint(cfg EndpointConfig, client *Client, pods podcache.Pods, clk clock.PassiveClock, refresh time.Duration, required []string) *endpoint {
 	return &endpoint{cfg: cfg, client: client, pods: pods, clock: clk, listRefresh: refresh, required: required}
 }
 
@@ -170,7 +169,7 @@ type podAt struct {
 }
 
 type podEntry struct {
-	pod        *corev1.Pod
+	pod        *podcache.Pod
 	containers map[string]candidate
 }
 
@@ -242,7 +241,7 @@ const attributeCtxCheck = 1024
 
 // resolve finds the pod, container and node of a running instance, or the
 // reason to leave it out.
-func (e *endpoint) resolve(finder *podFinder, inst *Instance, owned map[string]struct{}) (*corev1.Pod, string, string, string) {
+func (e *endpoint) resolve(finder *podFinder, inst *Instance, owned map[string]struct{}) (*podcache.Pod, string, string, string) {
 	if !hasTags(inst.Tags, e.required) {
 		return nil, "", "", ignoredMissingRequired
 	}
@@ -254,7 +253,7 @@ func (e *endpoint) resolve(finder *podFinder, inst *Instance, owned map[string]s
 	if reason != "" {
 		return nil, "", "", reason
 	}
-	if !hasContainer(pod, ref.container) {
+	if !pod.RunsContainer(ref.container) {
 		return nil, "", "", ignoredContainerNotFound
 	}
 	node := nodeOf(ref, pod)
@@ -279,7 +278,7 @@ func buildBatch(pods map[podAt]*podEntry) *sources.Batch {
 		pp := sources.PodPoint{
 			Namespace:  key.namespace,
 			Name:       key.name,
-			UID:        string(entry.pod.UID),
+			UID:        entry.pod.UIDString(),
 			Node:       key.node,
 			Containers: make([]sources.ContainerPoint, 0, len(entry.containers)),
 		}

@@ -23,15 +23,14 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 )
 
@@ -55,9 +54,9 @@ const DefaultListRefresh = time.Minute
 type SourceConfig struct {
 	Endpoints []EndpointConfig
 	// Nodes resolves the node selectors of endpoints.
-	Nodes corelisters.NodeLister
+	Nodes podcache.Nodes
 	// Pods resolves instance tags to pods.
-	Pods corelisters.PodLister
+	Pods podcache.Pods
 	// NodeSelector picks the nodes of endpoints that name neither nodes nor
 	// a selector; nil means DefaultNodeSelector.
 	NodeSelector labels.Selector
@@ -86,7 +85,7 @@ type SourceConfig struct {
 // concurrent use.
 type Source struct {
 	endpoints    []*endpoint
-	nodes        corelisters.NodeLister
+	nodes        podcache.Nodes
 	nodeSelector labels.Selector
 	// lastConflict is the node overlap logged last, so that a lasting
 	// misconfiguration is logged once.
@@ -184,14 +183,10 @@ func (s *Source) nodesOf(ep EndpointConfig) ([]string, error) {
 	if sel == nil {
 		sel = s.nodeSelector
 	}
-	nodes, err := s.nodes.List(sel)
-	if err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
-	}
+	nodes := s.nodes.List(sel)
 	names := make([]string, 0, len(nodes))
 	for _, n := range nodes {
-		names = append(names, n.Name)
+		names = append(names, n.Name) // sorted, as the cache lists them
 	}
-	slices.Sort(names)
 	return names, nil
 }

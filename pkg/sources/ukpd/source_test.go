@@ -10,24 +10,21 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/metrics/testutil"
 
+	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 	"github.com/group-metrics-server/group-metrics-server/pkg/store"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
-func nodeLister(t *testing.T, nodes map[string]map[string]string) corelisters.NodeLister {
+func nodeLister(t *testing.T, nodes map[string]map[string]string) podcache.Nodes {
 	t.Helper()
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	idx := podcache.NewNodeIndex()
 	for name, l := range nodes {
-		if err := idx.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}}); err != nil {
-			t.Fatal(err)
-		}
+		idx.Set(podcache.NewNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}}))
 	}
-	return corelisters.NewNodeLister(idx)
+	return idx
 }
 
 var kraftlet = map[string]string{"unikraft.com/virtual-kubelet": "true"}

@@ -1,4 +1,4 @@
-package server
+package podcache
 
 import (
 	"slices"
@@ -10,8 +10,8 @@ import (
 )
 
 func TestStartedPods(t *testing.T) {
-	pod := func(node string, phase corev1.PodPhase) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: phase}}
+	pod := func(node string, phase corev1.PodPhase) *Pod {
+		return NewPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: phase}})
 	}
 	var got []string
 	h := startedPods(func(node string) { got = append(got, node) }).(cache.ResourceEventHandlerDetailedFuncs)

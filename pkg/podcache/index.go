@@ -1,0 +1,277 @@
+package podcache
+
+import (
+	"slices"
+	"strings"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+)
+
+// Pods is the pod cache as the provider and the sources read it. Lists
+// come sorted by (namespace, name), as metrics-server sorts its answers.
+// Every Pod returned is shared and read-only. Safe for concurrent use.
+type Pods interface {
+	// Pod returns the cached pod namespace/name.
+	Pod(namespace, name string) (*Pod, bool)
+	// List returns the pods of namespace ("" for all) that sel matches. A
+	// selector with an equality or set requirement is answered from a
+	// label index, in time proportional to the pods that carry the label
+	// value rather than to the namespace.
+	List(namespace string, sel labels.Selector) []*Pod
+	// Group returns the members of a LeaderWorkerSet group by group.Key.
+	Group(key string) []*Pod
+	// HasGroups says whether any pod of a group is cached.
+	HasGroups() bool
+}
+
+// PodIndex holds pods by namespace and name, by label and by
+// LeaderWorkerSet group. The pod informer of a Cache feeds it; Set and
+// Delete may also be called directly, one caller at a time.
+type PodIndex struct {
+	mu         sync.RWMutex
+	namespaces map[string]*namespace
+	// names are the namespaces' names, sorted; nil when a namespace was
+	// added or removed since they were last sorted.
+	names  []string
+	groups map[string][]*Pod
+}
+
+var _ Pods = &PodIndex{}
+
+// namespace holds one namespace's pods sorted by name, and for each label
+// key and value the pods that carry it, sorted by name too.
+type namespace struct {
+	pods   []*Pod
+	labels map[string]map[string][]*Pod
+}
+
+// NewPodIndex returns an empty index.
+func NewPodIndex() *PodIndex {
+	return &PodIndex{namespaces: map[string]*namespace{}, groups: map[string][]*Pod{}}
+}
+
+func byName(a *Pod, name string) int { return strings.Compare(a.Name, name) }
+
+// insert puts p into s, sorted by name, replacing a pod of the same name.
+func insert(s []*Pod, p *Pod) []*Pod {
+	i, found := slices.BinarySearchFunc(s, p.Name, byName)
+	if found {
+		s[i] = p
+		return s
+	}
+	return slices.Insert(s, i, p)
+}
+
+// remove takes the pod named name out of s.
+func remove(s []*Pod, name string) []*Pod {
+	if i, found := slices.BinarySearchFunc(s, name, byName); found {
+		return slices.Delete(s, i, i+1)
+	}
+	return s
+}
+
+// Set adds p or replaces the pod of its namespace and name.
+func (x *PodIndex) Set(p *Pod) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	ns := x.namespaces[p.Namespace]
+	if ns == nil {
+		ns = &namespace{labels: map[string]map[string][]*Pod{}}
+		x.namespaces[p.Namespace] = ns
+		x.names = nil
+	}
+	if i, found := slices.BinarySearchFunc(ns.pods, p.Name, byName); found {
+		x.unindex(ns, ns.pods[i])
+		ns.pods[i] = p
+	} else {
+		ns.pods = slices.Insert(ns.pods, i, p)
+	}
+	for k, v := range p.Labels {
+		values := ns.labels[k]
+		if values == nil {
+			values = map[string][]*Pod{}
+			ns.labels[k] = values
+		}
+		values[v] = insert(values[v], p)
+	}
+	if key, ok := p.GroupKey(); ok {
+		x.groups[key] = insert(x.groups[key], p)
+	}
+}
+
+// unindex takes old out of the label and group indexes.
+func (x *PodIndex) unindex(ns *namespace, old *Pod) {
+	for k, v := range old.Labels {
+		values := ns.labels[k]
+		if values[v] = remove(values[v], old.Name); len(values[v]) == 0 {
+			delete(values, v)
+		}
+		if len(values) == 0 {
+			delete(ns.labels, k)
+		}
+	}
+	if key, ok := old.GroupKey(); ok {
+		members := remove(x.groups[key], old.Name)
+		if len(members) == 0 {
+			delete(x.groups, key)
+		} else {
+			x.groups[key] = members
+		}
+	}
+}
+
+// Delete removes the pod namespace/name.
+func (x *PodIndex) Delete(namespaceName, name string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	ns := x.namespaces[namespaceName]
+	if ns == nil {
+		return
+	}
+	i, found := slices.BinarySearchFunc(ns.pods, name, byName)
+	if !found {
+		return
+	}
+	x.unindex(ns, ns.pods[i])
+	ns.pods = slices.Delete(ns.pods, i, i+1)
+	if len(ns.pods) == 0 {
+		delete(x.namespaces, namespaceName)
+		x.names = nil
+	}
+}
+
+// Pod implements Pods.
+func (x *PodIndex) Pod(namespace, name string) (*Pod, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	ns := x.namespaces[namespace]
+	if ns == nil {
+		return nil, false
+	}
+	if i, found := slices.BinarySearchFunc(ns.pods, name, byName); found {
+		return ns.pods[i], true
+	}
+	return nil, false
+}
+
+// Group implements Pods.
+func (x *PodIndex) Group(key string) []*Pod {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return slices.Clone(x.groups[key])
+}
+
+// HasGroups implements Pods.
+func (x *PodIndex) HasGroups() bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return len(x.groups) > 0
+}
+
+// List implements Pods.
+func (x *PodIndex) List(namespace string, sel labels.Selector) []*Pod {
+	if sel == nil {
+		sel = labels.Everything()
+	}
+	reqs, selectable := sel.Requirements()
+	if !selectable {
+		return nil
+	}
+	if namespace != "" {
+		x.mu.RLock()
+		defer x.mu.RUnlock()
+		return x.namespaces[namespace].list(nil, sel, reqs)
+	}
+	names := x.sortedNames()
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	var out []*Pod
+	if sel.Empty() {
+		n := 0
+		for _, ns := range x.namespaces {
+			n += len(ns.pods)
+		}
+		out = make([]*Pod, 0, n)
+	}
+	for _, name := range names {
+		out = x.namespaces[name].list(out, sel, reqs)
+	}
+	return out
+}
+
+// sortedNames returns the namespaces' names, sorted once per change of the
+// set of namespaces. A namespace added after the names were taken is left
+// out of that list, as it would be had the list come a moment earlier.
+func (x *PodIndex) sortedNames() []string {
+	x.mu.RLock()
+	names := x.names
+	x.mu.RUnlock()
+	if names != nil {
+		return names
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.names == nil {
+		x.names = make([]string, 0, len(x.namespaces))
+		for name := range x.namespaces {
+			x.names = append(x.names, name)
+		}
+		slices.Sort(x.names)
+	}
+	return x.names
+}
+
+// list appends the namespace's pods that sel matches to out. The smallest
+// set of pods that an equality or set requirement allows is scanned; with
+// no such requirement, every pod of the namespace.
+func (ns *namespace) list(out []*Pod, sel labels.Selector, reqs labels.Requirements) []*Pod {
+	if ns == nil {
+		return out
+	}
+	if sel.Empty() {
+		return append(out, ns.pods...)
+	}
+	candidates, indexed := ns.candidates(reqs)
+	if !indexed {
+		candidates = ns.pods
+	}
+	for _, p := range candidates {
+		if sel.Matches(labels.Set(p.Labels)) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// candidates returns the pods allowed by the most selective requirement
+// that names values (=, ==, in), sorted by name; indexed is false when no
+// requirement does.
+func (ns *namespace) candidates(reqs labels.Requirements) (pods []*Pod, indexed bool) {
+	best := -1
+	for _, r := range reqs {
+		switch r.Operator() {
+		case selection.Equals, selection.DoubleEquals, selection.In:
+		default:
+			continue
+		}
+		values := ns.labels[r.Key()]
+		var set []*Pod
+		vs := r.ValuesUnsorted()
+		for _, v := range vs {
+			set = append(set, values[v]...)
+		}
+		if len(vs) > 1 {
+			slices.SortFunc(set, func(a, b *Pod) int { return strings.Compare(a.Name, b.Name) })
+			set = slices.Compact(set) // a value given twice
+		}
+		if best < 0 || len(set) < best {
+			pods, best = set, len(set)
+		}
+		if best == 0 {
+			break
+		}
+	}
+	return pods, best >= 0
+}

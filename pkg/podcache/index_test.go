@@ -1,0 +1,169 @@
+package podcache
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+)
+
+func pod(ns, name string, lbls map[string]string) *Pod {
+	return NewPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: lbls}})
+}
+
+func keys(pods []*Pod) []string {
+	out := []string{}
+	for _, p := range pods {
+		out = append(out, p.Namespace+"/"+p.Name)
+	}
+	return out
+}
+
+func TestPodIndexList(t *testing.T) {
+	x := NewPodIndex()
+	// Added out of order, and one replaced with other labels.
+	x.Set(pod("b", "web-2", map[string]string{"app": "web"}))
+	x.Set(pod("a", "web-1", map[string]string{"app": "web", "tier": "front"}))
+	x.Set(pod("b", "db", map[string]string{"app": "db"}))
+	x.Set(pod("a", "db", map[string]string{"app": "db"}))
+	x.Set(pod("b", "web-1", map[string]string{"app": "web"}))
+	x.Set(pod("c", "old", map[string]string{"app": "web"}))
+	x.Set(pod("b", "web-2", map[string]string{"app": "api"}))
+	x.Delete("c", "old")
+	x.Delete("c", "never-there")
+
+	tests := []struct {
+		name, namespace, selector string
+		want                      []string
+	}{
+		{name: "all", want: []string{"a/db", "a/web-1", "b/db", "b/web-1", "b/web-2"}},
+		{name: "namespace", namespace: "b", want: []string{"b/db", "b/web-1", "b/web-2"}},
+		{name: "equality", namespace: "b", selector: "app=web", want: []string{"b/web-1"}},
+		{name: "relabelled pod left its old value", selector: "app=api", want: []string{"b/web-2"}},
+		{name: "equality, all namespaces", selector: "app==web", want: []string{"a/web-1", "b/web-1"}},
+		{name: "two requirements", selector: "app=web,tier=front", want: []string{"a/web-1"}},
+		{name: "in, sorted, a value twice", namespace: "b", selector: "app in (web,db,web)", want: []string{"b/db", "b/web-1"}},
+		{name: "not in: a scan", namespace: "b", selector: "app notin (web)", want: []string{"b/db", "b/web-2"}},
+		{name: "exists: a scan", selector: "tier", want: []string{"a/web-1"}},
+		{name: "no such value", namespace: "a", selector: "app=none", want: []string{}},
+		{name: "deleted namespace", namespace: "c", want: []string{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			sel, err := labels.Parse(tc.selector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, keys(x.List(tc.namespace, sel))); diff != "" {
+				t.Errorf("List(%q, %q) (-want +got):\n%s", tc.namespace, tc.selector, diff)
+			}
+		})
+	}
+	if got := keys(x.List("", labels.Nothing())); len(got) != 0 {
+		t.Errorf("List(Nothing) = %v, want none", got)
+	}
+	if p, ok := x.Pod("b", "web-2"); !ok || p.Labels["app"] != "api" {
+		t.Errorf("Pod(b/web-2) = %v, %v; want the replaced pod", p, ok)
+	}
+	if _, ok := x.Pod("c", "old"); ok {
+		t.Error("Pod(c/old) found after Delete")
+	}
+}
+
+func TestPodIndexGroups(t *testing.T) {
+	x := NewPodIndex()
+	member := func(name, worker string) *Pod {
+		return pod("ml", name, map[string]string{group.LabelName: "inf", group.LabelGroupIndex: "0", group.LabelWorkerIndex: worker})
+	}
+	if x.HasGroups() {
+		t.Error("HasGroups of an empty index")
+	}
+	x.Set(member("inf-0-1", "1"))
+	x.Set(member("inf-0", "0"))
+	x.Set(pod("ml", "other", nil))
+	if diff := cmp.Diff([]string{"ml/inf-0", "ml/inf-0-1"}, keys(x.Group("ml/inf/0"))); diff != "" {
+		t.Errorf("Group (-want +got):\n%s", diff)
+	}
+	if p, _ := x.Pod("ml", "inf-0"); !p.Leader() {
+		t.Error("inf-0 is not a leader")
+	}
+	x.Delete("ml", "inf-0")
+	x.Set(pod("ml", "inf-0-1", nil)) // no longer in the group
+	if x.HasGroups() || len(x.Group("ml/inf/0")) != 0 {
+		t.Errorf("group left with %v", keys(x.Group("ml/inf/0")))
+	}
+}
+
+// TestPodIndexListNewNamespace: a namespace added after a list still
+// shows in the next.
+func TestPodIndexListNewNamespace(t *testing.T) {
+	x := NewPodIndex()
+	for i := range 3 {
+		x.Set(pod(fmt.Sprintf("ns-%d", 2-i), "p", nil))
+		if got := len(x.List("", labels.Everything())); got != i+1 {
+			t.Fatalf("after %d namespaces, List has %d pods", i+1, got)
+		}
+	}
+	if diff := cmp.Diff([]string{"ns-0/p", "ns-1/p", "ns-2/p"}, keys(x.List("", nil))); diff != "" {
+		t.Errorf("List (-want +got):\n%s", diff)
+	}
+}
+
+func TestNodeIndex(t *testing.T) {
+	x := NewNodeIndex()
+	for _, n := range []string{"n3", "n1", "n2"} {
+		x.Set(NewNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"zone": map[string]string{"n1": "x", "n2": "y", "n3": "x"}[n]}}}))
+	}
+	x.Delete("n2")
+	names := func(ns []*Node) []string {
+		out := []string{}
+		for _, n := range ns {
+			out = append(out, n.Name)
+		}
+		return out
+	}
+	if diff := cmp.Diff([]string{"n1", "n3"}, names(x.List(nil))); diff != "" {
+		t.Errorf("List (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"n1", "n3"}, names(x.List(labels.SelectorFromSet(labels.Set{"zone": "x"})))); diff != "" {
+		t.Errorf("List zone=x (-want +got):\n%s", diff)
+	}
+	if _, ok := x.Node("n2"); ok {
+		t.Error("n2 found after Delete")
+	}
+}
+
+// TestPodIndexConcurrent: lists are consistent while the informer writes
+// (run with -race). Every list is sorted and holds each pod once.
+func TestPodIndexConcurrent(t *testing.T) {
+	x := NewPodIndex()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 2000 {
+			name := fmt.Sprintf("p-%03d", i%300)
+			if i%7 == 0 {
+				x.Delete(fmt.Sprintf("ns-%d", i%5), name)
+				continue
+			}
+			x.Set(pod(fmt.Sprintf("ns-%d", i%5), name, map[string]string{"app": fmt.Sprintf("a%d", i%3)}))
+		}
+	}()
+	sel := labels.SelectorFromSet(labels.Set{"app": "a1"})
+	for range 200 {
+		for _, l := range [][]*Pod{x.List("", nil), x.List("ns-1", sel)} {
+			for i := 1; i < len(l); i++ {
+				a, b := l[i-1], l[i]
+				if a.Namespace > b.Namespace || (a.Namespace == b.Namespace && a.Name >= b.Name) {
+					t.Fatalf("list out of order or with a pod twice: %s/%s before %s/%s", a.Namespace, a.Name, b.Namespace, b.Name)
+				}
+			}
+		}
+	}
+	<-done
+}

@@ -1,0 +1,245 @@
+package podcache
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+)
+
+// Pod is one cached pod as the server reads it: what the server needs of
+// the API object, and what is derived from it, computed once when the
+// object changes. It is what the pod informer stores (TrimPod makes it),
+// so the cache holds no API pod at all: requests are kept as integers, not
+// as the ResourceList maps of the object, which were most of a cached
+// pod's size. A Pod is never modified after it is made.
+type Pod struct {
+	// ObjectMeta keeps name, namespace, UID, resource version, labels, the
+	// annotations the server reads and the deletion timestamp; read-only.
+	metav1.ObjectMeta
+
+	nodeName  string
+	phase     corev1.PodPhase
+	startTime *metav1.Time
+	// ready is the Ready condition (type, status, last transition), nil
+	// when the pod has none.
+	ready *corev1.PodCondition
+
+	// containers are the spec's containers in spec order, then its
+	// restartable init containers (sidecars), with their requests.
+	containers []container
+	sidecars   int
+	// runningSidecars names the sidecars that run.
+	runningSidecars []string
+	// names are the names of the spec's containers, in spec order.
+	names []string
+
+	request  group.Requests
+	groupKey string
+	inGroup  bool
+	leader   bool
+}
+
+type container struct {
+	name    string
+	request group.Requests
+}
+
+var (
+	_ metav1.Object  = &Pod{}
+	_ runtime.Object = &Pod{}
+)
+
+// NewPod makes the Pod of an API pod; it keeps no reference to obj's
+// spec or status.
+func NewPod(obj *corev1.Pod) *Pod {
+	p := &Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              obj.Name,
+			Namespace:         obj.Namespace,
+			UID:               obj.UID,
+			ResourceVersion:   obj.ResourceVersion,
+			Labels:            obj.Labels,
+			Annotations:       ownAnnotations(obj.Annotations),
+			DeletionTimestamp: obj.DeletionTimestamp,
+		},
+		nodeName:  obj.Spec.NodeName,
+		phase:     obj.Status.Phase,
+		startTime: obj.Status.StartTime,
+		ready:     readyCondition(obj.Status.Conditions),
+		request:   group.PodRequests(obj),
+	}
+	for i := range obj.Spec.Containers {
+		c := &obj.Spec.Containers[i]
+		p.containers = append(p.containers, container{name: c.Name, request: containerRequests(c)})
+		p.names = append(p.names, c.Name)
+	}
+	for i := range obj.Spec.InitContainers {
+		if c := &obj.Spec.InitContainers[i]; group.IsSidecar(c) {
+			p.containers = append(p.containers, container{name: c.Name, request: containerRequests(c)})
+			p.sidecars++
+		}
+	}
+	p.runningSidecars = runningSidecars(obj)
+	p.groupKey, p.inGroup = group.Key(obj)
+	p.leader = group.IsLeader(obj)
+	return p
+}
+
+func containerRequests(c *corev1.Container) group.Requests {
+	var r group.Requests
+	for i, name := range group.Resources {
+		if q, ok := c.Resources.Requests[name]; ok {
+			r.Milli[i], r.Has[i] = q.MilliValue(), true
+		}
+	}
+	return r
+}
+
+// GetObjectKind implements runtime.Object: a Pod carries no kind.
+func (p *Pod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject implements runtime.Object. A Pod is never modified, so
+// the copy shares what the original points to.
+func (p *Pod) DeepCopyObject() runtime.Object {
+	c := *p
+	return &c
+}
+
+// NodeName is the node the pod is bound to, "" before it is scheduled.
+func (p *Pod) NodeName() string { return p.nodeName }
+
+// UIDString is the pod's UID.
+func (p *Pod) UIDString() string { return string(p.UID) }
+
+// Annotation returns one of the annotations the cache keeps
+// (AnnotationPrefix, IgnoreAnnotation); "" for any other.
+func (p *Pod) Annotation(key string) string { return p.Annotations[key] }
+
+// Phase is the pod's phase; Deleting says whether it is being deleted.
+func (p *Pod) Phase() corev1.PodPhase { return p.phase }
+func (p *Pod) Deleting() bool         { return p.DeletionTimestamp != nil }
+
+// Containers are the names of the spec's containers, in spec order;
+// read-only.
+func (p *Pod) Containers() []string { return p.names }
+
+// RunningSidecars are the names of the restartable init containers that
+// run; read-only. A sidecar that runs has usage like any container.
+func (p *Pod) RunningSidecars() []string { return p.runningSidecars }
+
+// RunsContainer says whether the pod has a container or a sidecar of that
+// name. A pod whose spec lists no containers is taken to run any.
+func (p *Pod) RunsContainer(name string) bool {
+	if len(p.names) == 0 {
+		return true
+	}
+	for i := range p.containers {
+		if p.containers[i].name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Request is the pod's request as the HPA counts it (group.PodRequests).
+func (p *Pod) Request() group.Requests { return p.request }
+
+// ContainerRequest is the request of the named container or sidecar for
+// the resource at index r of group.Resources, in group.Requests' units.
+func (p *Pod) ContainerRequest(name string, r int) (int64, bool) {
+	for i := range p.containers {
+		if c := &p.containers[i]; c.name == name {
+			return c.request.Milli[r], c.request.Has[r]
+		}
+	}
+	return 0, false
+}
+
+// GroupKey is the pod's LeaderWorkerSet group (group.Key); ok is false for
+// a pod of no group. Leader says whether it leads its group.
+func (p *Pod) GroupKey() (key string, ok bool) { return p.groupKey, p.inGroup }
+func (p *Pod) Leader() bool                    { return p.leader }
+
+// ReadinessView is the part of the pod the HPA's readiness rule reads
+// (group.Readiness): its start time and Ready condition, as an API pod.
+func (p *Pod) ReadinessView() *corev1.Pod {
+	v := &corev1.Pod{Status: corev1.PodStatus{StartTime: p.startTime}}
+	if p.ready != nil {
+		v.Status.Conditions = []corev1.PodCondition{*p.ready}
+	}
+	return v
+}
+
+// readyCondition keeps the Ready condition's type, status and last
+// transition.
+func readyCondition(in []corev1.PodCondition) *corev1.PodCondition {
+	for _, c := range in {
+		if c.Type == corev1.PodReady {
+			return &corev1.PodCondition{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime}
+		}
+	}
+	return nil
+}
+
+// runningSidecars names the restartable init containers that are running.
+func runningSidecars(p *corev1.Pod) []string {
+	var out []string
+	for _, st := range p.Status.InitContainerStatuses {
+		if st.State.Running == nil {
+			continue
+		}
+		for i := range p.Spec.InitContainers {
+			if c := &p.Spec.InitContainers[i]; c.Name == st.Name && group.IsSidecar(c) {
+				out = append(out, st.Name)
+			}
+		}
+	}
+	return out
+}
+
+// Node is one cached node, what the node informer stores (TrimNode makes
+// it); read-only.
+type Node struct {
+	metav1.ObjectMeta
+	addresses   []corev1.NodeAddress
+	kubeletPort int
+}
+
+var (
+	_ metav1.Object  = &Node{}
+	_ runtime.Object = &Node{}
+)
+
+// NewNode makes the Node of an API node: name, UID, resource version,
+// labels, addresses and kubelet port.
+func NewNode(obj *corev1.Node) *Node {
+	return &Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            obj.Name,
+			UID:             obj.UID,
+			ResourceVersion: obj.ResourceVersion,
+			Labels:          obj.Labels,
+		},
+		addresses:   obj.Status.Addresses,
+		kubeletPort: int(obj.Status.DaemonEndpoints.KubeletEndpoint.Port),
+	}
+}
+
+// GetObjectKind implements runtime.Object.
+func (n *Node) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject implements runtime.Object; a Node is never modified.
+func (n *Node) DeepCopyObject() runtime.Object {
+	c := *n
+	return &c
+}
+
+// Addresses are the node's status addresses; read-only.
+func (n *Node) Addresses() []corev1.NodeAddress { return n.addresses }
+
+// KubeletPort is the port the node's status advertises for its kubelet, 0
+// when none.
+func (n *Node) KubeletPort() int { return n.kubeletPort }

@@ -1,0 +1,96 @@
+package podcache
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+)
+
+func TestNewPod(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	always := corev1.ContainerRestartPolicyAlways
+	req := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}
+	both := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("1Gi")}
+	started, ready := metav1.NewTime(now.Add(-time.Hour)), metav1.NewTime(now.Add(-50*time.Minute))
+	in := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "p", Namespace: "ns", UID: "u", ResourceVersion: "7",
+			Labels: map[string]string{"app": "x"},
+			Annotations: map[string]string{
+				AnnotationPrefix + "policy": "group", IgnoreAnnotation: "setup",
+				"kubectl.kubernetes.io/last-applied-configuration": "{...}",
+			},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
+		},
+		Spec: corev1.PodSpec{
+			NodeName: "n1",
+			InitContainers: []corev1.Container{
+				{Name: "setup", Image: "busybox", Resources: corev1.ResourceRequirements{Requests: req}},
+				{Name: "proxy", Image: "envoy", RestartPolicy: &always, Resources: corev1.ResourceRequirements{Requests: req}},
+			},
+			Containers: []corev1.Container{{Name: "app", Image: "nginx", Resources: corev1.ResourceRequirements{Requests: both, Limits: both}}},
+		},
+		Status: corev1.PodStatus{
+			Phase: corev1.PodRunning, PodIP: "10.0.0.1", StartTime: &started,
+			Conditions: []corev1.PodCondition{
+				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+				{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: ready, Reason: "r", Message: "m"},
+			},
+			InitContainerStatuses: []corev1.ContainerStatus{
+				{Name: "setup", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}},
+				{Name: "proxy", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: ready}}},
+			},
+		},
+	}
+	obj, err := TrimPod(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := obj.(*Pod)
+	type view struct {
+		Meta                        metav1.ObjectMeta
+		Node                        string
+		Phase                       corev1.PodPhase
+		Containers, RunningSidecars []string
+		Request                     group.Requests
+		AppMemory, ProxyCPU         int64
+		Readiness                   corev1.PodStatus
+	}
+	appMem, _ := p.ContainerRequest("app", group.Memory)
+	proxyCPU, _ := p.ContainerRequest("proxy", group.CPU)
+	got := view{p.ObjectMeta, p.NodeName(), p.Phase(), p.Containers(), p.RunningSidecars(), p.Request(), appMem, proxyCPU, p.ReadinessView().Status}
+	want := view{
+		Meta: metav1.ObjectMeta{
+			Name: "p", Namespace: "ns", UID: "u", ResourceVersion: "7",
+			Labels:      map[string]string{"app": "x"},
+			Annotations: map[string]string{AnnotationPrefix + "policy": "group", IgnoreAnnotation: "setup"},
+		},
+		Node: "n1", Phase: corev1.PodRunning,
+		Containers: []string{"app"}, RunningSidecars: []string{"proxy"},
+		// The HPA's sum: app and the sidecar; memory is missing on the
+		// sidecar, so missing for the pod.
+		Request:   group.Requests{Milli: [2]int64{350, 0}, Has: [2]bool{true, false}},
+		AppMemory: (1 << 30) * 1000, ProxyCPU: 100,
+		Readiness: corev1.PodStatus{StartTime: &started, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: ready}}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("NewPod (-want +got):\n%s", diff)
+	}
+	for name, runs := range map[string]bool{"app": true, "proxy": true, "setup": false, "other": false} {
+		if got := p.RunsContainer(name); got != runs {
+			t.Errorf("RunsContainer(%q) = %v, want %v", name, got, runs)
+		}
+	}
+	if !NewPod(&corev1.Pod{}).RunsContainer("anything") {
+		t.Error("a pod without listed containers should run any")
+	}
+	if other, err := TrimPod("not a pod"); err != nil || other != "not a pod" {
+		t.Errorf("TrimPod of a non-pod = %v, %v; want it unchanged", other, err)
+	}
+}
