@@ -3,7 +3,6 @@ package provider
 import (
 	"sort"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/component-base/metrics"
 
@@ -31,40 +30,29 @@ type GroupSample struct {
 // leader pod is known, sorted by namespace, LeaderWorkerSet and group. It
 // is nil without a group index.
 func (p *Provider) GroupSamples() []GroupSample {
-	if p.groups == nil {
+	if !p.groups {
 		return nil
 	}
 	sel := labels.SelectorFromSet(labels.Set{group.LabelWorkerIndex: "0"})
-	leaders, err := p.pods.List(sel)
-	if err != nil {
-		return nil
-	}
+	leaders := p.pods.List("", sel)
 	out := make([]GroupSample, 0, len(leaders))
 	for _, leader := range leaders {
-		key, ok := group.Key(leader)
+		key, ok := leader.GroupKey()
 		if !ok {
 			continue
 		}
-		objs, err := p.groups.ByIndex(group.IndexName, key)
-		if err != nil {
-			continue
-		}
-		pods := make([]*corev1.Pod, 0, len(objs))
-		for _, o := range objs {
-			if mp, ok := o.(*corev1.Pod); ok {
-				pods = append(pods, mp)
-			}
-		}
+		pods := p.pods.Group(key)
 		s := p.sums(pods)
 		gs := GroupSample{
 			Namespace: leader.Namespace, LeaderWorkerSet: leader.Labels[group.LabelName], Group: leader.Labels[group.LabelGroupIndex],
-			CPUCores: s.usage[0], MemoryBytes: s.usage[1], Members: len(pods), Counted: s.covered,
+			CPUCores: float64(s.usage[group.CPU]) / 1e9, MemoryBytes: float64(s.usage[group.Memory]),
+			Members: len(pods), Counted: s.covered,
 		}
-		if s.request[0] > 0 {
-			gs.CPUUtilization, gs.HasCPUUtilization = s.usageWithRequest[0]/s.request[0], true
+		if s.request[group.CPU] > 0 {
+			gs.CPUUtilization, gs.HasCPUUtilization = group.Utilization(group.CPU, s.usageWithRequest[group.CPU], s.request[group.CPU]), true
 		}
-		if s.request[1] > 0 {
-			gs.MemoryUtilization, gs.HasMemoryUtilization = s.usageWithRequest[1]/s.request[1], true
+		if s.request[group.Memory] > 0 {
+			gs.MemoryUtilization, gs.HasMemoryUtilization = group.Utilization(group.Memory, s.usageWithRequest[group.Memory], s.request[group.Memory]), true
 		}
 		out = append(out, gs)
 	}
