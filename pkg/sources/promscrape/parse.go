@@ -59,6 +59,10 @@ func (c *Config) allowList() allowed {
 // FuzzFilterMatchesFullParse checks that against a parse of the whole body.
 func filterLines(body []byte, allow allowed) []byte {
 	out := make([]byte, 0, 4096)
+	// familyKept is whether the family that the parser takes as current
+	// (named by the last sample, # TYPE or # HELP line) is kept: a sample
+	// line with labels but no name belongs to it.
+	familyKept := false
 	for len(body) > 0 {
 		line := body
 		if i := bytes.IndexByte(body, '\n'); i >= 0 {
@@ -66,7 +70,11 @@ func filterLines(body []byte, allow allowed) []byte {
 		} else {
 			body = nil
 		}
-		if keepLine(line, allow) {
+		keep, named := keepLine(line, allow, familyKept)
+		if named {
+			familyKept = keep
+		}
+		if keep {
 			out = append(out, line...)
 			if line[len(line)-1] != '\n' {
 				out = append(out, '\n')
@@ -76,38 +84,78 @@ func filterLines(body []byte, allow allowed) []byte {
 	return out
 }
 
-func keepLine(line []byte, allow allowed) bool {
+// keepLine says whether to keep line, and whether the line names a family
+// (so that it changes the parser's current family).
+func keepLine(line []byte, allow allowed, familyKept bool) (keep, named bool) {
 	s := bytes.TrimLeft(line, " \t")
 	if len(s) == 0 || s[0] == '\n' || s[0] == '\r' {
-		return false
+		return false, false
 	}
 	if s[0] == '#' {
 		f := bytes.Fields(s[1:])
 		if len(f) < 2 || (string(f[0]) != "TYPE" && string(f[0]) != "HELP") {
-			return false
+			return false, false
 		}
 		if f[1][0] == '"' {
-			return true
+			return true, true
 		}
-		_, ok := allow[string(f[1])]
-		return ok
+		_, ok := allow[string(f[1][:nameLen(f[1])])]
+		return ok, true
 	}
 	if s[0] == '{' {
-		return true
+		return keepBrace(s[1:], allow, familyKept)
 	}
-	end := bytes.IndexAny(s, "{ \t\r\n")
+	_, ok := allow[string(s[:nameLen(s)])]
+	return ok, true
+}
+
+// keepBrace decides a sample line that begins with a brace: either a
+// quoted name ({"name",...}), kept when the name is allowed or holds an
+// escape the filter does not read, or labels without a name, which the
+// parser adds to its current family. With no family kept before it such a
+// line is dropped; expfmt v0.70.0 panics on "{}" with no family at all
+// (found by FuzzFilterMatchesFullParse).
+func keepBrace(s []byte, allow allowed, familyKept bool) (keep, named bool) {
+	s = bytes.TrimLeft(s, " \t")
+	if len(s) == 0 || s[0] != '"' {
+		return familyKept, false
+	}
+	end := bytes.IndexByte(s[1:], '"')
 	if end < 0 {
-		end = len(s)
+		return familyKept, false
 	}
-	_, ok := allow[string(s[:end])]
-	return ok
+	name := s[1 : 1+end]
+	if bytes.IndexByte(name, '\\') >= 0 {
+		return true, true
+	}
+	_, ok := allow[string(name)]
+	return ok, true
+}
+
+// nameLen is the length of the metric name at the start of s, read as the
+// text parser reads it: up to the first byte that cannot be in a name
+// (a value may follow a name without a blank).
+func nameLen(s []byte) int {
+	for i, c := range s {
+		if c != '_' && c != ':' && (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (i == 0 || c < '0' || c > '9') {
+			return i
+		}
+	}
+	return len(s)
 }
 
 // parseFamilies parses a text exposition with expfmt after filtering it to
 // the allow-listed families, and returns those families only.
-func parseFamilies(body []byte, allow allowed) (map[string]*dto.MetricFamily, error) {
+func parseFamilies(body []byte, allow allowed) (fams map[string]*dto.MetricFamily, err error) {
+	// The parser reads bytes from the network; a panic in it must fail
+	// this target, not the server.
+	defer func() {
+		if r := recover(); r != nil {
+			fams, err = nil, fmt.Errorf("text parser panicked: %v", r)
+		}
+	}()
 	p := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(filterLines(body, allow)))
+	fams, err = p.TextToMetricFamilies(bytes.NewReader(filterLines(body, allow)))
 	if err != nil {
 		return nil, err
 	}
