@@ -33,9 +33,9 @@ func vllmText(waiting, running [2]float64, kv float64) string {
 // dcgmGPU is one GPU row of a DCGM-style exposition; pod "" is a GPU no
 // pod holds.
 type dcgmGPU struct {
-	gpu                      int
+	gpu                       int
 	namespace, pod, container string
-	util, fbUsed             float64
+	util, fbUsed              float64
 }
 
 func dcgmText(node string, gpus []dcgmGPU) string {

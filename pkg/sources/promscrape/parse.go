@@ -169,7 +169,7 @@ func parseFamilies(body []byte, allow allowed) (fams map[string]*dto.MetricFamil
 
 // attribution says how a target's series name their pod.
 type attribution struct {
-	pod                                  *Pod
+	pod                                 *Pod
 	namespaceLabel, podLabel, contLabel string
 }
 

@@ -73,7 +73,7 @@ func TestDecode(t *testing.T) {
 			want: []got{{"q", "ns", "web-0", "", 1, now}, {"q", "ns", "web-0", "", 8, now}},
 		},
 		{
-			name: "dcgm: series attributed by labels, a GPU held by no pod left out",
+			name:   "dcgm: series attributed by labels, a GPU held by no pod left out",
 			config: "presets: [dcgm]\nnodeExporters: [{name: dcgm, selector: app=dcgm, port: 9400}]\n", target: exporterTarget,
 			body: dcgmText("n1", []dcgmGPU{{0, "ns", "web-0", "vllm", 90, 70000}, {1, "", "", "", 0, 0}, {2, "ns", "web-1", "vllm", 30, 1000}}),
 			want: []got{

@@ -154,4 +154,3 @@ func (s *Source) fetch(ctx context.Context, url string) ([]byte, error) {
 	}
 	return body, nil
 }
-
