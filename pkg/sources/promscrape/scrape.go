@@ -31,7 +31,8 @@ type Source struct {
 // Options are a Source's collaborators.
 type Options struct {
 	// Client makes the requests; its TLS settings apply to https targets.
-	// Per-target timeouts come from the Config, not from the client.
+	// Per-target timeouts come from the Config, not from the client, and
+	// redirects are never followed. No credentials are sent to targets.
 	Client *http.Client
 	Clock  clock.PassiveClock
 	// Concurrency bounds the scrapes in flight; 16 when zero.
@@ -43,6 +44,10 @@ func NewSource(cfg *Config, pods PodLister, o Options) *Source {
 	if o.Client == nil {
 		o.Client = http.DefaultClient
 	}
+	// A pod's endpoint must not send the server elsewhere: a redirect is
+	// answered as its 3xx status (http_status), never followed.
+	client := *o.Client
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
@@ -50,7 +55,7 @@ func NewSource(cfg *Config, pods PodLister, o Options) *Source {
 		o.Concurrency = 16
 	}
 	return &Source{
-		cfg: cfg, pods: pods, client: o.Client, clock: o.Clock,
+		cfg: cfg, pods: pods, client: &client, clock: o.Clock,
 		allow: cfg.allowList(), rates: NewRates(), concurrency: o.Concurrency,
 	}
 }

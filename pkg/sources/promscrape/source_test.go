@@ -144,6 +144,9 @@ func TestCollectFaults(t *testing.T) {
 			}
 		},
 		"ok": textHandler(func() string { return "sglang:num_queue_reqs 3\n" }),
+		"redirect": func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "http://127.0.0.1:1/elsewhere", http.StatusFound)
+		},
 	}
 	var pods podList
 	for name, h := range handlers {
@@ -164,7 +167,7 @@ func TestCollectFaults(t *testing.T) {
 	}
 	want := map[string]string{
 		"pod/ns/status": "http_status", "pod/ns/large": "too_large", "pod/ns/decode": "decode",
-		"pod/ns/slow": "timeout", "pod/ns/refused": "connection",
+		"pod/ns/slow": "timeout", "pod/ns/refused": "connection", "pod/ns/redirect": "http_status",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("failure reasons (-want +got):\n%s", diff)
