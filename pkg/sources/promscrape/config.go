@@ -101,8 +101,8 @@ type NodeExporter struct {
 	// NamespaceLabel, PodLabel and ContainerLabel are the labels that
 	// attribute a series; "namespace", "pod" and "container" by default,
 	// the names NVIDIA/dcgm-exporter gives them
-	// (internal/pkg/transformation/const.go; its older form, with
-	// --use-old-namespace, is pod_namespace, pod_name, container_name).
+	// (internal/pkg/transformation/const.go, which also names the older
+	// pod_namespace, pod_name and container_name).
 	NamespaceLabel string `json:"namespaceLabel,omitempty"`
 	PodLabel       string `json:"podLabel,omitempty"`
 	ContainerLabel string `json:"containerLabel,omitempty"`
