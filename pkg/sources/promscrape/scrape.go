@@ -110,6 +110,7 @@ func (s *Source) Collect(ctx context.Context) (Batch, []TargetError) {
 		kept[t.Kind] += len(results[i])
 		all = append(all, s.rates.Apply(t.ID, s.cfg.Metrics, results[i])...)
 	}
+	all = dedupe(all)
 	s.rates.Sweep()
 	for k, n := range kept {
 		seriesKept.WithLabelValues(k).Set(float64(n))
@@ -158,4 +159,26 @@ func (s *Source) fetch(ctx context.Context, url string) ([]byte, error) {
 		return nil, fmt.Errorf("read %s: %w", url, err)
 	}
 	return body, nil
+}
+
+// dedupe keeps one sample per metric, pod, container and series: two
+// exporter pods on one node (a DaemonSet rolling) report the same GPUs,
+// which must not count twice. Targets are sorted by ID, so the first kept
+// is the same on every tick.
+func dedupe(samples []Sample) []Sample {
+	type key struct {
+		metric                       int
+		namespace, pod, cont, series string
+	}
+	seen := make(map[key]struct{}, len(samples))
+	out := samples[:0]
+	for _, s := range samples {
+		k := key{s.Metric, s.Namespace, s.Pod, s.Container, s.Series}
+		if _, dup := seen[k]; dup {
+			continue
+		}
+		seen[k] = struct{}{}
+		out = append(out, s)
+	}
+	return out
 }

@@ -66,6 +66,9 @@ func TestCollectVLLMAndDCGM(t *testing.T) {
 	pods := podList{
 		vllmPod("web-0", leader, nil), vllmPod("web-0-1", w1, nil), vllmPod("web-0-2", w2, nil),
 		{Namespace: "gpu", Name: "dcgm-x", IP: "127.0.0.1", Node: "n1", Running: true, Labels: map[string]string{"app": "dcgm"}},
+		// The DaemonSet's next pod on the same node, during a rollout: the
+		// same GPUs must not count twice.
+		{Namespace: "gpu", Name: "dcgm-y", IP: "127.0.0.1", Node: "n1", Running: true, Labels: map[string]string{"app": "dcgm"}},
 		{Namespace: "ns", Name: "pending", Annotations: map[string]string{AnnotationScrape: "true", AnnotationPort: "1"}},
 	}
 	cfg := mustParse(t, fmt.Sprintf("presets: [vllm, dcgm]\nnodeExporters: [{name: dcgm, selector: app=dcgm, port: %d}]\n", dcgm))
@@ -202,11 +205,11 @@ nodeExporters: [{name: dcgm, selector: app=dcgm, port: 9400, path: "/metrics?for
 		got[tg.ID] = tg.URL
 	}
 	want := map[string]string{
-		"pod/ns/selected":          "http://127.0.0.8:8000/metrics",
-		"pod/ns/own":               "https://127.0.0.3:9000/m",
-		"pod/ns/prom":              "http://127.0.0.4:8080/metrics",
-		"pod/ns/own-wins":          "http://127.0.0.8:8081/metrics",
-		"exporter/dcgm/n-exporter": "http://127.0.0.8:9400/metrics?format=text",
+		"pod/ns/selected":           "http://127.0.0.8:8000/metrics",
+		"pod/ns/own":                "https://127.0.0.3:9000/m",
+		"pod/ns/prom":               "http://127.0.0.4:8080/metrics",
+		"pod/ns/own-wins":           "http://127.0.0.8:8081/metrics",
+		"exporter/dcgm/ns/exporter": "http://127.0.0.8:9400/metrics?format=text",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("targets (-want +got):\n%s", diff)

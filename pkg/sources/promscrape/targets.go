@@ -60,7 +60,8 @@ const (
 
 // Target is one endpoint to scrape.
 type Target struct {
-	// ID names the target in logs: "pod/ns/name" or "exporter/dcgm/node".
+	// ID names the target in logs: "pod/<ns>/<name>" or
+	// "exporter/<exporter>/<ns>/<exporter pod>".
 	ID   string
 	Kind string
 	URL  string
@@ -87,7 +88,7 @@ func (c *Config) Targets(pods []Pod) ([]Target, []error) {
 			e := &c.NodeExporters[j]
 			if e.selector != nil && e.selector.Matches(labels.Set(p.Labels)) {
 				targets = append(targets, Target{
-					ID: fmt.Sprintf("exporter/%s/%s", e.Name, p.Node), Kind: KindExporter,
+					ID: fmt.Sprintf("exporter/%s/%s/%s", e.Name, p.Namespace, p.Name), Kind: KindExporter,
 					URL: endpoint(e.Scheme, p.IP, e.Port, e.Path), Exporter: e,
 				})
 			}
