@@ -1,0 +1,212 @@
+package promscrape
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+)
+
+// Type says how a source series is read.
+type Type string
+
+const (
+	// Gauge values are served as they are.
+	Gauge Type = "gauge"
+	// Counter values are cumulative; the served value is their per-second
+	// rate between the last two scrapes.
+	Counter Type = "counter"
+)
+
+// Combine says how several values become one: the series of one pod (two
+// engines, two GPUs) and the members of one group.
+type Combine string
+
+const (
+	CombineSum  Combine = "sum"
+	CombineMean Combine = "mean"
+	CombineMax  Combine = "max"
+)
+
+// MatchOp is the operator of a label matcher, as in PromQL.
+type MatchOp string
+
+const (
+	MatchEqual     MatchOp = "="
+	MatchNotEqual  MatchOp = "!="
+	MatchRegexp    MatchOp = "=~"
+	MatchNotRegexp MatchOp = "!~"
+)
+
+// Matcher filters the series of a metric by one label. A label the series
+// does not carry has the value "". Regular expressions are anchored at both
+// ends, as in PromQL.
+type Matcher struct {
+	Label string  `json:"label"`
+	Op    MatchOp `json:"op"`
+	Value string  `json:"value"`
+
+	re *regexp.Regexp
+}
+
+// Metric is one entry of the configuration: a source series and the name
+// under which it is served.
+type Metric struct {
+	// Name is the name served on custom.metrics.k8s.io.
+	Name string `json:"name"`
+	// Series is the sample name in the exposition, e.g.
+	// "vllm:num_requests_waiting".
+	Series string `json:"series"`
+	// Aliases are older names of the same series, read only from a target
+	// that exposes no sample of Series.
+	Aliases []string `json:"aliases,omitempty"`
+	// Matchers keep only the series whose labels match all of them.
+	Matchers []Matcher `json:"matchers,omitempty"`
+	// Type is gauge or counter.
+	Type Type `json:"type"`
+	// Combine is how the series of one pod, and then the members of a
+	// group, become one value.
+	Combine Combine `json:"combine"`
+}
+
+// PodTargets says which pods' own endpoints are scraped.
+type PodTargets struct {
+	// Selector, when set, selects pods to scrape whether or not they carry
+	// the scrape annotation; Port (and Path, Scheme) then give the endpoint
+	// unless the pod's annotations say otherwise.
+	Selector string `json:"selector,omitempty"`
+	// Port is the default port for pods matched by Selector.
+	Port int `json:"port,omitempty"`
+	// PrometheusAnnotations also honours the conventional prometheus.io/*
+	// annotations (see targets.go for why this is off by default).
+	PrometheusAnnotations bool `json:"prometheusAnnotations,omitempty"`
+
+	selector labels.Selector
+}
+
+// NodeExporter is a node-level exporter (DCGM exporter) whose series name
+// the pod and container they belong to by labels.
+type NodeExporter struct {
+	// Name names the exporter in logs and self-metrics: "dcgm".
+	Name string `json:"name"`
+	// Selector selects the exporter's own pods (one per node).
+	Selector string `json:"selector"`
+	Port     int    `json:"port"`
+	Path     string `json:"path,omitempty"`
+	Scheme   string `json:"scheme,omitempty"`
+	// NamespaceLabel, PodLabel and ContainerLabel are the labels that
+	// attribute a series; "namespace", "pod" and "container" by default,
+	// the names NVIDIA/dcgm-exporter gives them
+	// (internal/pkg/transformation/const.go, which also names the older
+	// pod_namespace, pod_name and container_name).
+	NamespaceLabel string `json:"namespaceLabel,omitempty"`
+	PodLabel       string `json:"podLabel,omitempty"`
+	ContainerLabel string `json:"containerLabel,omitempty"`
+
+	selector labels.Selector
+}
+
+// Config is the file given to the server.
+type Config struct {
+	// Presets names sets of metrics to serve in addition to Metrics:
+	// "vllm", "sglang", "dcgm".
+	Presets []string `json:"presets,omitempty"`
+	Metrics []Metric `json:"metrics,omitempty"`
+
+	Pods          PodTargets     `json:"pods,omitempty"`
+	NodeExporters []NodeExporter `json:"nodeExporters,omitempty"`
+
+	// Timeout bounds one scrape of one target; 5s when zero.
+	Timeout Duration `json:"timeout,omitempty"`
+	// MaxBytes caps one target's response body; 4 MiB when zero.
+	MaxBytes int64 `json:"maxBytes,omitempty"`
+}
+
+// Duration is a time.Duration written as "5s" in the file.
+type Duration struct{ time.Duration }
+
+// UnmarshalJSON reads a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string such as \"5s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalJSON writes the duration as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+const (
+	defaultTimeout  = 5 * time.Second
+	defaultMaxBytes = 4 << 20
+	defaultPath     = "/metrics"
+)
+
+// Parse reads a configuration file (YAML or JSON), expands its presets,
+// fills defaults and validates it. It returns every problem found, not only
+// the first; the Config is usable only when the slice is empty. Unknown
+// fields are errors, so a misspelt key is not silently ignored.
+func Parse(data []byte) (*Config, []error) {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, []error{fmt.Errorf("read configuration: %w", err)}
+	}
+	var c Config
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return nil, []error{fmt.Errorf("read configuration: %w", err)}
+	}
+	if errs := c.complete(); len(errs) > 0 {
+		return nil, errs
+	}
+	return &c, nil
+}
+
+// complete expands presets, fills defaults and validates.
+func (c *Config) complete() []error {
+	var errs []error
+	var expanded []Metric
+	for i, p := range c.Presets {
+		ms, ok := presets[p]
+		if !ok {
+			errs = append(errs, fmt.Errorf("presets[%d]: unknown preset %q (known: %s)", i, p, presetNames()))
+			continue
+		}
+		expanded = append(expanded, ms...)
+	}
+	c.Metrics = append(expanded, c.Metrics...)
+	c.Presets = nil
+	if c.Timeout.Duration == 0 {
+		c.Timeout.Duration = defaultTimeout
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = defaultMaxBytes
+	}
+	for i := range c.NodeExporters {
+		e := &c.NodeExporters[i]
+		e.Path = defaultString(e.Path, defaultPath)
+		e.Scheme = defaultString(e.Scheme, "http")
+		e.NamespaceLabel = defaultString(e.NamespaceLabel, "namespace")
+		e.PodLabel = defaultString(e.PodLabel, "pod")
+		e.ContainerLabel = defaultString(e.ContainerLabel, "container")
+	}
+	return append(errs, c.Validate()...)
+}
+
+func defaultString(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

@@ -1,0 +1,204 @@
+package promscrape
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+func TestParseValid(t *testing.T) {
+	tests := []struct {
+		name        string
+		file        string
+		wantMetrics []string
+		wantTimeout time.Duration
+		wantMax     int64
+	}{
+		{
+			name:        "presets expand in order, defaults filled",
+			file:        "presets: [vllm, dcgm]\n",
+			wantMetrics: []string{"vllm-num-requests-waiting", "vllm-num-requests-running", "vllm-kv-cache-usage", "gpu-utilization", "gpu-memory-used-mib"},
+			wantTimeout: 5 * time.Second, wantMax: 4 << 20,
+		},
+		{
+			name: "own metric with matchers, JSON accepted",
+			file: `{"metrics":[{"name":"queue-a","series":"vllm:num_requests_waiting","type":"gauge","combine":"max",
+				"matchers":[{"label":"model_name","op":"=~","value":"llama.*"}]}],"timeout":"2s","maxBytes":1000}`,
+			wantMetrics: []string{"queue-a"}, wantTimeout: 2 * time.Second, wantMax: 1000,
+		},
+		{
+			name:        "sglang preset and selector",
+			file:        "presets: [sglang]\npods:\n  selector: app=sglang\n  port: 30000\n",
+			wantMetrics: []string{"sglang-num-queue-reqs", "sglang-token-usage"},
+			wantTimeout: 5 * time.Second, wantMax: 4 << 20,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, errs := Parse([]byte(tt.file))
+			if len(errs) > 0 {
+				t.Fatalf("Parse: %v", errs)
+			}
+			var names []string
+			for _, m := range c.Metrics {
+				names = append(names, m.Name)
+			}
+			if diff := cmp.Diff(tt.wantMetrics, names); diff != "" {
+				t.Errorf("metrics (-want +got):\n%s", diff)
+			}
+			if c.Timeout.Duration != tt.wantTimeout || c.MaxBytes != tt.wantMax {
+				t.Errorf("timeout, maxBytes = %s, %d; want %s, %d", c.Timeout.Duration, c.MaxBytes, tt.wantTimeout, tt.wantMax)
+			}
+		})
+	}
+}
+
+// TestParseReportsEveryError checks that one bad file yields every problem
+// in it, not only the first.
+func TestParseReportsEveryError(t *testing.T) {
+	file := `
+presets: [vllm, tgi]
+timeout: 2m
+maxBytes: -1
+pods:
+  selector: "app in (a"
+  port: 70000
+metrics:
+- name: Bad_Name
+  series: "9lives"
+  aliases: ["ok:name", "bad name"]
+  type: histogram
+  combine: median
+  matchers:
+  - {label: "model-name", op: "=", value: x}
+  - {label: model, op: "=~", value: "("}
+  - {label: model, op: "~", value: x}
+- name: vllm-num-requests-waiting
+  series: vllm:num_requests_waiting
+  type: gauge
+  combine: sum
+nodeExporters:
+- name: dcgm
+  selector: ""
+  port: 0
+  path: metrics
+  scheme: ftp
+  podLabel: "bad-label"
+- name: dcgm
+  selector: app=dcgm
+  port: 9400
+`
+	_, errs := Parse([]byte(file))
+	var got []string
+	for _, e := range errs {
+		got = append(got, e.Error())
+	}
+	want := []string{
+		`presets[1]: unknown preset "tgi"`,
+		`metrics[3].name: "Bad_Name" is not a valid custom metric name`,
+		`metrics[3].series: "9lives" is not a Prometheus metric name`,
+		`metrics[3].aliases[1]: "bad name" is not a Prometheus metric name`,
+		`metrics[3].type: "histogram" must be gauge or counter`,
+		`metrics[3].combine: "median" must be sum, mean or max`,
+		`metrics[3].matchers[0]: label "model-name" is not a Prometheus label name`,
+		`metrics[3].matchers[1]: value "("`,
+		`metrics[3].matchers[2]: op "~" must be one of`,
+		`metrics[4].name: "vllm-num-requests-waiting" is already served by metrics[0]`,
+		`timeout: 2m0s must be above 0 and at most 1m0s`,
+		`maxBytes: -1 must be above 0`,
+		`pods.selector:`,
+		`pods.port: 70000 is not a port`,
+		`nodeExporters[0].selector: required`,
+		`nodeExporters[0].port: 0 is not a port`,
+		`nodeExporters[0].path: "metrics" must begin with /`,
+		`nodeExporters[0].scheme: "ftp" must be http or https`,
+		`nodeExporters[0]: attribution label "bad-label" is not a Prometheus label name`,
+		`nodeExporters[1].name: "dcgm" is used twice`,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d errors, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("error %d = %q, want prefix %q", i, got[i], want[i])
+		}
+	}
+}
+
+func TestParseRejectsUnreadableFiles(t *testing.T) {
+	tests := []struct{ name, file, want string }{
+		{"unknown field", "presets: [vllm]\nmetric: []\n", `unknown field "metric"`},
+		{"bad duration", "presets: [vllm]\ntimeout: 5\n", "duration must be a string"},
+		{"not yaml", "presets: [vllm\n", "read configuration"},
+		{"empty", "", "no metric configured"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, errs := Parse([]byte(tt.file))
+			if len(errs) == 0 || !strings.Contains(errs[0].Error(), tt.want) {
+				t.Fatalf("Parse errors = %v, want one containing %q", errs, tt.want)
+			}
+		})
+	}
+}
+
+func TestPresetsAreValidAndDistinct(t *testing.T) {
+	seen := map[string]string{}
+	for name := range presets {
+		ms, _ := Presets(name)
+		c := Config{Metrics: ms, Timeout: Duration{time.Second}, MaxBytes: 1}
+		if errs := c.Validate(); len(errs) > 0 {
+			t.Errorf("preset %s: %v", name, errs)
+		}
+		for _, m := range ms {
+			if other, dup := seen[m.Name]; dup {
+				t.Errorf("metric %s in presets %s and %s", m.Name, other, name)
+			}
+			seen[m.Name] = name
+		}
+	}
+	want := map[string]Metric{
+		"vllm-num-requests-waiting": {Series: "vllm:num_requests_waiting", Type: Gauge, Combine: CombineSum},
+		"vllm-num-requests-running": {Series: "vllm:num_requests_running", Type: Gauge, Combine: CombineSum},
+		"vllm-kv-cache-usage":       {Series: "vllm:kv_cache_usage_perc", Aliases: []string{"vllm:gpu_cache_usage_perc"}, Type: Gauge, Combine: CombineMean},
+		"sglang-num-queue-reqs":     {Series: "sglang:num_queue_reqs", Type: Gauge, Combine: CombineSum},
+		"sglang-token-usage":        {Series: "sglang:token_usage", Type: Gauge, Combine: CombineMean},
+		"gpu-utilization":           {Series: "DCGM_FI_DEV_GPU_UTIL", Type: Gauge, Combine: CombineMean},
+		"gpu-memory-used-mib":       {Series: "DCGM_FI_DEV_FB_USED", Type: Gauge, Combine: CombineSum},
+	}
+	got := map[string]Metric{}
+	for name := range presets {
+		for _, m := range presets[name] {
+			n := m.Name
+			m.Name = ""
+			got[n] = m
+		}
+	}
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Matcher{})); diff != "" {
+		t.Errorf("presets (-want +got):\n%s", diff)
+	}
+}
+
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte("presets: [vllm]\n"))
+	f.Add([]byte("metrics:\n- {name: a, series: b, type: counter, combine: sum, matchers: [{label: l, op: '=~', value: 'x|y'}]}\n"))
+	f.Add([]byte("presets: [dcgm]\nnodeExporters:\n- {name: dcgm, selector: app=dcgm, port: 9400}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, errs := Parse(data)
+		if len(errs) > 0 {
+			if c != nil {
+				t.Fatal("Parse returned a config with errors")
+			}
+			return
+		}
+		if len(c.Metrics) == 0 || c.Timeout.Duration <= 0 || c.MaxBytes <= 0 {
+			t.Fatalf("accepted config is incomplete: %+v", c)
+		}
+		if errs := c.Validate(); len(errs) > 0 {
+			t.Fatalf("accepted config fails Validate: %v", errs)
+		}
+	})
+}

@@ -1,0 +1,323 @@
+package promscrape
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// Sample is one series of an allow-listed family, attributed to a pod.
+type Sample struct {
+	// Metric indexes Config.Metrics.
+	Metric    int
+	Namespace string
+	Pod       string
+	// Container is "" when the series names no container.
+	Container string
+	// Series identifies the series within its target (its sorted labels),
+	// so a counter's points can be matched from one scrape to the next.
+	Series string
+	Value  float64
+	// Timestamp is the exposition's own timestamp, or the scrape time when
+	// the exposition has none.
+	Timestamp time.Time
+}
+
+// allowed maps an exposed family name to the metrics that read it.
+type allowed map[string][]allowEntry
+
+type allowEntry struct {
+	metric int
+	alias  bool
+}
+
+func (c *Config) allowList() allowed {
+	a := allowed{}
+	for i, m := range c.Metrics {
+		a[m.Series] = append(a[m.Series], allowEntry{metric: i})
+		for _, s := range m.Aliases {
+			a[s] = append(a[s], allowEntry{metric: i, alias: true})
+		}
+	}
+	return a
+}
+
+// filterLines keeps only the lines of a text exposition that can belong to
+// an allow-listed family: its samples and its # TYPE and # HELP lines. Every
+// other line (other families, comments, blank lines) is dropped before
+// parsing, so other families are never stored. A line whose name it cannot
+// read simply (a quoted name) is kept and left to the parser, so the filter
+// never drops what the parser would have attributed to an allowed family;
+// FuzzFilterMatchesFullParse checks that against a parse of the whole body.
+func filterLines(body []byte, allow allowed) ([]byte, error) {
+	out := make([]byte, 0, 4096)
+	// familyKept is whether the family that the parser takes as current
+	// (named by the last sample, # TYPE or # HELP line) is kept: a sample
+	// line with labels but no name belongs to it.
+	familyKept := false
+	for len(body) > 0 {
+		line := body
+		if i := bytes.IndexByte(body, '\n'); i >= 0 {
+			line, body = body[:i+1], body[i+1:]
+		} else {
+			body = nil
+		}
+		keep, named := keepLine(line, allow, familyKept)
+		if named {
+			familyKept = keep
+		}
+		if keep && len(line) > maxLineBytes {
+			return nil, fmt.Errorf("a line of an allow-listed family is longer than %d bytes", maxLineBytes)
+		}
+		if keep {
+			out = append(out, line...)
+			if line[len(line)-1] != '\n' {
+				out = append(out, '\n')
+			}
+		}
+	}
+	return out, nil
+}
+
+// maxLineBytes bounds a kept line. expfmt's time grows with the square of
+// a line's labels (docs/benchmarks.md, "ukpd decoding": 8,000 labels take it
+// 4 s), and a real engine's or exporter's line is a few hundred bytes; 8 KiB
+// holds no more than about 1,600 labels.
+const maxLineBytes = 8 << 10
+
+// keepLine says whether to keep line, and whether the line names a family
+// (so that it changes the parser's current family).
+func keepLine(line []byte, allow allowed, familyKept bool) (keep, named bool) {
+	s := bytes.TrimLeft(line, " \t")
+	if len(s) == 0 || s[0] == '\n' || s[0] == '\r' {
+		return false, false
+	}
+	if s[0] == '#' {
+		f := bytes.Fields(s[1:])
+		if len(f) < 2 || (string(f[0]) != "TYPE" && string(f[0]) != "HELP") {
+			return false, false
+		}
+		if f[1][0] == '"' {
+			return true, true
+		}
+		_, ok := allow[string(f[1][:nameLen(f[1])])]
+		return ok, true
+	}
+	if s[0] == '{' {
+		return keepBrace(s[1:], allow, familyKept)
+	}
+	_, ok := allow[string(s[:nameLen(s)])]
+	return ok, true
+}
+
+// keepBrace decides a sample line that begins with a brace: either a
+// quoted name ({"name",...}), kept when the name is allowed or holds an
+// escape the filter does not read, or labels without a name, which the
+// parser adds to its current family. With no family kept before it such a
+// line is dropped; expfmt v0.70.0 panics on "{}" with no family at all
+// (found by FuzzFilterMatchesFullParse).
+func keepBrace(s []byte, allow allowed, familyKept bool) (keep, named bool) {
+	s = bytes.TrimLeft(s, " \t")
+	if len(s) == 0 || s[0] != '"' {
+		return familyKept, false
+	}
+	end := bytes.IndexByte(s[1:], '"')
+	if end < 0 {
+		return familyKept, false
+	}
+	name := s[1 : 1+end]
+	if bytes.IndexByte(name, '\\') >= 0 {
+		return true, true
+	}
+	_, ok := allow[string(name)]
+	return ok, true
+}
+
+// nameLen is the length of the metric name at the start of s, read as the
+// text parser reads it: up to the first byte that cannot be in a name
+// (a value may follow a name without a blank).
+func nameLen(s []byte) int {
+	for i, c := range s {
+		if c != '_' && c != ':' && (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (i == 0 || c < '0' || c > '9') {
+			return i
+		}
+	}
+	return len(s)
+}
+
+// parseFamilies parses a text exposition with expfmt after filtering it to
+// the allow-listed families, and returns those families only.
+func parseFamilies(body []byte, allow allowed) (fams map[string]*dto.MetricFamily, err error) {
+	// The parser reads bytes from the network; a panic in it must fail
+	// this target, not the server.
+	defer func() {
+		if r := recover(); r != nil {
+			fams, err = nil, fmt.Errorf("text parser panicked: %v", r)
+		}
+	}()
+	kept, err := filterLines(body, allow)
+	if err != nil {
+		return nil, err
+	}
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err = p.TextToMetricFamilies(bytes.NewReader(kept))
+	if err != nil {
+		return nil, err
+	}
+	for name := range fams {
+		if _, ok := allow[name]; !ok {
+			delete(fams, name)
+		}
+	}
+	return fams, nil
+}
+
+// attribution says how a target's series name their pod.
+type attribution struct {
+	pod                                 *Pod
+	namespaceLabel, podLabel, contLabel string
+}
+
+func (t *Target) attribution() attribution {
+	if t.Pod != nil {
+		return attribution{pod: t.Pod, contLabel: "container"}
+	}
+	e := t.Exporter
+	return attribution{namespaceLabel: e.NamespaceLabel, podLabel: e.PodLabel, contLabel: e.ContainerLabel}
+}
+
+// errSkipped collects what a decode left out without failing.
+var errSkipped = errors.New("series left out")
+
+// decode turns a target's body into samples of allow-listed families. It
+// fails (ReasonDecode at the caller) only when the body does not parse; a
+// family of the wrong type or a series an exporter does not attribute is
+// left out and reported in the returned partial error.
+func (c *Config) decode(body []byte, t *Target, allow allowed, now time.Time) ([]Sample, error) {
+	fams, err := parseFamilies(body, allow)
+	if err != nil {
+		return nil, err
+	}
+	attr := t.attribution()
+	hasPrimary := map[int]bool{}
+	for name := range fams {
+		for _, e := range allow[name] {
+			if !e.alias && len(fams[name].Metric) > 0 {
+				hasPrimary[e.metric] = true
+			}
+		}
+	}
+	names := make([]string, 0, len(fams))
+	for name := range fams {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var (
+		out      []Sample
+		problems []string
+	)
+	for _, name := range names {
+		fam := fams[name]
+		for _, e := range allow[name] {
+			if e.alias && hasPrimary[e.metric] {
+				continue
+			}
+			m := &c.Metrics[e.metric]
+			if !typeAccepts(m.Type, fam.GetType()) {
+				problems = append(problems, fmt.Sprintf("%s is a %s, configured as %s", name, strings.ToLower(fam.GetType().String()), m.Type))
+				continue
+			}
+			for _, pm := range fam.Metric {
+				s, ok := sampleOf(m, pm, attr, now)
+				if !ok {
+					continue
+				}
+				s.Metric = e.metric
+				out = append(out, s)
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return out, fmt.Errorf("%w: %s", errSkipped, strings.Join(problems, "; "))
+	}
+	return out, nil
+}
+
+func typeAccepts(t Type, ft dto.MetricType) bool {
+	switch ft {
+	case dto.MetricType_UNTYPED:
+		return true
+	case dto.MetricType_GAUGE:
+		return t == Gauge
+	case dto.MetricType_COUNTER:
+		return t == Counter
+	}
+	return false
+}
+
+// sampleOf reads one series; false when the matchers reject it or an
+// exporter's series names no pod.
+func sampleOf(m *Metric, pm *dto.Metric, attr attribution, now time.Time) (Sample, bool) {
+	get := func(name string) string {
+		for _, l := range pm.Label {
+			if l.GetName() == name {
+				return l.GetValue()
+			}
+		}
+		return ""
+	}
+	for i := range m.Matchers {
+		if !m.Matchers[i].matches(get(m.Matchers[i].Label)) {
+			return Sample{}, false
+		}
+	}
+	var s Sample
+	if attr.pod != nil {
+		s.Namespace, s.Pod = attr.pod.Namespace, attr.pod.Name
+	} else {
+		s.Namespace, s.Pod = get(attr.namespaceLabel), get(attr.podLabel)
+		if s.Namespace == "" || s.Pod == "" {
+			return Sample{}, false
+		}
+	}
+	s.Container = get(attr.contLabel)
+	s.Series = seriesKey(pm)
+	switch {
+	case pm.Gauge != nil:
+		s.Value = pm.Gauge.GetValue()
+	case pm.Counter != nil:
+		s.Value = pm.Counter.GetValue()
+	case pm.Untyped != nil:
+		s.Value = pm.Untyped.GetValue()
+	default:
+		return Sample{}, false
+	}
+	if math.IsNaN(s.Value) || math.IsInf(s.Value, 0) {
+		return Sample{}, false
+	}
+	s.Timestamp = now
+	if pm.TimestampMs != nil {
+		s.Timestamp = time.UnixMilli(pm.GetTimestampMs())
+	}
+	return s, true
+}
+
+// seriesKey is the series' labels in the order expfmt sorts them.
+func seriesKey(pm *dto.Metric) string {
+	var b strings.Builder
+	for _, l := range pm.Label {
+		b.WriteString(l.GetName())
+		b.WriteByte('=')
+		b.WriteString(l.GetValue())
+		b.WriteByte(0)
+	}
+	return b.String()
+}

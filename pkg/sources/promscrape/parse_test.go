@@ -1,0 +1,225 @@
+package promscrape
+
+import (
+	"bytes"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+var now = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+
+func mustParse(t testing.TB, file string) *Config {
+	t.Helper()
+	c, errs := Parse([]byte(file))
+	if len(errs) > 0 {
+		t.Fatalf("Parse: %v", errs)
+	}
+	return c
+}
+
+func TestDecode(t *testing.T) {
+	pod := &Pod{Namespace: "ns", Name: "web-0", Running: true, IP: "127.0.0.1"}
+	podTarget := &Target{ID: "pod/ns/web-0", Kind: KindPod, Pod: pod}
+	dcgm := &NodeExporter{Name: "dcgm", NamespaceLabel: "namespace", PodLabel: "pod", ContainerLabel: "container"}
+	exporterTarget := &Target{ID: "exporter/dcgm/n1", Kind: KindExporter, Exporter: dcgm}
+	type got struct {
+		Metric                    string
+		Namespace, Pod, Container string
+		Value                     float64
+		Timestamp                 time.Time
+	}
+	tests := []struct {
+		name    string
+		config  string
+		target  *Target
+		body    string
+		want    []got
+		partial string
+	}{
+		{
+			name:   "vllm: allow-listed gauges per engine, current cache name wins over the older one",
+			config: "presets: [vllm]\n", target: podTarget,
+			body: vllmText([2]float64{3, 4}, [2]float64{1, 2}, 0.5),
+			want: []got{
+				{"vllm-kv-cache-usage", "ns", "web-0", "", 0.5, now},
+				{"vllm-num-requests-running", "ns", "web-0", "", 1, now},
+				{"vllm-num-requests-running", "ns", "web-0", "", 2, now},
+				{"vllm-num-requests-waiting", "ns", "web-0", "", 3, now},
+				{"vllm-num-requests-waiting", "ns", "web-0", "", 4, now},
+			},
+		},
+		{
+			name:   "vllm: an older server with only the deprecated cache name",
+			config: "presets: [vllm]\n", target: podTarget,
+			body: "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{model_name=\"m\"} 0.25 1764763200000\n",
+			want: []got{{"vllm-kv-cache-usage", "ns", "web-0", "", 0.25, time.UnixMilli(1764763200000)}},
+		},
+		{
+			name: "matchers select a model, untyped accepted, NaN dropped",
+			config: `metrics:
+- {name: q, series: "vllm:num_requests_waiting", type: gauge, combine: sum, matchers: [{label: model_name, op: "=~", value: "a|b"}, {label: engine, op: "!=", value: "1"}]}
+`,
+			target: podTarget,
+			body: "vllm:num_requests_waiting{model_name=\"a\",engine=\"0\"} 1\nvllm:num_requests_waiting{model_name=\"c\",engine=\"0\"} 2\n" +
+				"vllm:num_requests_waiting{model_name=\"b\",engine=\"1\"} 4\nvllm:num_requests_waiting{model_name=\"b\"} 8\nvllm:num_requests_waiting{model_name=\"a\",engine=\"2\"} NaN\n",
+			want: []got{{"q", "ns", "web-0", "", 1, now}, {"q", "ns", "web-0", "", 8, now}},
+		},
+		{
+			name:   "dcgm: series attributed by labels, a GPU held by no pod left out",
+			config: "presets: [dcgm]\nnodeExporters: [{name: dcgm, selector: app=dcgm, port: 9400}]\n", target: exporterTarget,
+			body: dcgmText("n1", []dcgmGPU{{0, "ns", "web-0", "vllm", 90, 70000}, {1, "", "", "", 0, 0}, {2, "ns", "web-1", "vllm", 30, 1000}}),
+			want: []got{
+				{"gpu-memory-used-mib", "ns", "web-0", "vllm", 70000, now},
+				{"gpu-memory-used-mib", "ns", "web-1", "vllm", 1000, now},
+				{"gpu-utilization", "ns", "web-0", "vllm", 90, now},
+				{"gpu-utilization", "ns", "web-1", "vllm", 30, now},
+			},
+		},
+		{
+			name:   "a family of the wrong type is left out and reported",
+			config: "metrics: [{name: q, series: queue, type: counter, combine: sum}, {name: r, series: running, type: gauge, combine: sum}]\n",
+			target: podTarget,
+			body:   "# TYPE queue gauge\nqueue 3\n# TYPE running gauge\nrunning 2\n",
+			want:   []got{{"r", "ns", "web-0", "", 2, now}}, partial: "queue is a gauge, configured as counter",
+		},
+		{
+			name:   "a malformed line in a family not allow-listed does not fail the target",
+			config: "presets: [sglang]\n", target: podTarget,
+			body: "python_gc{generation=\"0\" 1 garbage\n# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{model_name=\"m\"} 7\n",
+			want: []got{{"sglang-num-queue-reqs", "ns", "web-0", "", 7, now}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := mustParse(t, tt.config)
+			samples, err := c.decode([]byte(tt.body), tt.target, c.allowList(), now)
+			if tt.partial == "" && err != nil {
+				t.Fatalf("decode: %v", err)
+			}
+			if tt.partial != "" && (err == nil || !strings.Contains(err.Error(), tt.partial)) {
+				t.Fatalf("decode error = %v, want one containing %q", err, tt.partial)
+			}
+			var g []got
+			for _, s := range samples {
+				g = append(g, got{c.Metrics[s.Metric].Name, s.Namespace, s.Pod, s.Container, s.Value, s.Timestamp})
+			}
+			if diff := cmp.Diff(tt.want, g); diff != "" {
+				t.Errorf("samples (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDecodeFailsOnBadAllowListedLine(t *testing.T) {
+	c := mustParse(t, "presets: [sglang]\n")
+	tests := []struct{ name, body, want string }{
+		{"broken", "sglang:num_queue_reqs{model_name=\"m\" 7\n", "unexpected end of label value"},
+		{"too long", "sglang:num_queue_reqs{" + strings.Repeat(`a="",`, 2000) + "} 1\n", "longer than 8192 bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := c.decode([]byte(tt.body), &Target{Pod: &Pod{Namespace: "ns", Name: "p"}}, c.allowList(), now)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("decode error = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+	// A long line of another family is skipped, not read.
+	body := "other{" + strings.Repeat(`a="",`, 20000) + "} 1\nsglang:num_queue_reqs 2\n"
+	if s, err := c.decode([]byte(body), &Target{Pod: &Pod{Namespace: "ns", Name: "p"}}, c.allowList(), now); err != nil || len(s) != 1 {
+		t.Fatalf("decode = %v, %v; want the one sglang sample", s, err)
+	}
+}
+
+// FuzzFilterMatchesFullParse checks the line filter against expfmt on the
+// whole body: whenever the whole body parses, the filtered body parses too
+// and yields exactly the allow-listed families of the full parse.
+func FuzzFilterMatchesFullParse(f *testing.F) {
+	f.Add([]byte(vllmText([2]float64{1, 2}, [2]float64{3, 4}, 0.5)))
+	f.Add([]byte(dcgmText("n", []dcgmGPU{{0, "ns", "p", "c", 50, 10}})))
+	f.Add([]byte("# HELP vllm:num_requests_waiting x\n  vllm:num_requests_waiting 1\n\n# comment\nother 2\n"))
+	f.Add([]byte("{\"vllm:num_requests_waiting\",a=\"b\"} 1\n"))
+	f.Add([]byte("vllm:num_requests_waiting\t1 123\r\n"))
+	c := mustParse(f, "presets: [vllm, sglang, dcgm]\n")
+	allow := c.allowList()
+	f.Fuzz(func(t *testing.T, body []byte) {
+		full, err := fullParse(body)
+		if err != nil {
+			// The whole body does not parse (or the parser panics on it):
+			// the filtered parse may still succeed, but must not panic.
+			_, _ = parseFamilies(body, allow)
+			return
+		}
+		for name := range full {
+			if _, ok := allow[name]; !ok {
+				delete(full, name)
+			}
+		}
+		got, err := parseFamilies(body, allow)
+		if err != nil {
+			t.Fatalf("full body parses, filtered body does not: %v", err)
+		}
+		if diff := cmp.Diff(renderFamilies(t, full), renderFamilies(t, got)); diff != "" {
+			t.Fatalf("filtered parse differs (-full +filtered):\n%s", diff)
+		}
+	})
+}
+
+// FuzzDecode feeds arbitrary bodies through the decoder of both target
+// kinds: it must never panic, and every sample it returns is finite and
+// attributed.
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(vllmText([2]float64{1, 2}, [2]float64{3, 4}, 0.5)))
+	f.Add([]byte(dcgmText("n", []dcgmGPU{{0, "ns", "p", "c", 50, 10}})))
+	c := mustParse(f, "presets: [vllm, sglang, dcgm]\nnodeExporters: [{name: dcgm, selector: app=dcgm, port: 9400}]\n")
+	allow := c.allowList()
+	targets := []*Target{
+		{Pod: &Pod{Namespace: "ns", Name: "p"}, Kind: KindPod},
+		{Exporter: &c.NodeExporters[0], Kind: KindExporter},
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, tg := range targets {
+			samples, _ := c.decode(body, tg, allow, now)
+			for _, s := range samples {
+				if s.Namespace == "" || s.Pod == "" || s.Metric < 0 || s.Metric >= len(c.Metrics) {
+					t.Fatalf("unattributed sample %+v", s)
+				}
+			}
+		}
+	})
+}
+
+// renderFamilies writes families in name order in the text format, so two
+// parses compare as text.
+func renderFamilies(t *testing.T, fams map[string]*dto.MetricFamily) string {
+	names := make([]string, 0, len(fams))
+	for n := range fams {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b bytes.Buffer
+	for _, n := range names {
+		if _, err := expfmt.MetricFamilyToText(&b, fams[n]); err != nil {
+			t.Fatalf("render %s: %v", n, err)
+		}
+	}
+	return b.String()
+}
+
+func fullParse(body []byte) (fams map[string]*dto.MetricFamily, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			fams, err = nil, fmt.Errorf("panic: %v", r)
+		}
+	}()
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	return p.TextToMetricFamilies(bytes.NewReader(body))
+}

@@ -1,0 +1,234 @@
+package promscrape
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+type podList []Pod
+
+func (l podList) ListPods() []Pod { return l }
+
+// fakeEndpoint serves body() on 127.0.0.1 and returns the port.
+func fakeEndpoint(t *testing.T, h http.HandlerFunc) int {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := strconv.Atoi(port)
+	return p
+}
+
+func textHandler(body func() string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		_, _ = fmt.Fprint(w, body())
+	}
+}
+
+func vllmPod(name string, port int, labels map[string]string) Pod {
+	return Pod{
+		Namespace: "ns", Name: name, UID: "uid-" + name, IP: "127.0.0.1", Node: "n1", Running: true, Ready: true,
+		Labels:      labels,
+		Annotations: map[string]string{AnnotationScrape: "true", AnnotationPort: strconv.Itoa(port)},
+	}
+}
+
+// TestCollectVLLMAndDCGM scrapes three vLLM pods (leader and two workers of
+// one group) and a DCGM exporter on loopback, and checks every value of the
+// batch: no pod, container or metric more or less than expected.
+func TestCollectVLLMAndDCGM(t *testing.T) {
+	var waiting atomic.Int64
+	waiting.Store(4)
+	leader := fakeEndpoint(t, textHandler(func() string { return vllmText([2]float64{0, 0}, [2]float64{1, 1}, 0.1) }))
+	w1 := fakeEndpoint(t, textHandler(func() string {
+		w := float64(waiting.Load())
+		return vllmText([2]float64{w, w}, [2]float64{8, 8}, 0.9)
+	}))
+	w2 := fakeEndpoint(t, textHandler(func() string { return vllmText([2]float64{1, 2}, [2]float64{8, 8}, 0.7) }))
+	dcgm := fakeEndpoint(t, textHandler(func() string {
+		return dcgmText("n1", []dcgmGPU{{0, "ns", "web-0-1", "vllm", 90, 70000}, {1, "ns", "web-0-1", "vllm", 70, 60000}, {2, "", "", "", 0, 0}})
+	}))
+	pods := podList{
+		vllmPod("web-0", leader, nil), vllmPod("web-0-1", w1, nil), vllmPod("web-0-2", w2, nil),
+		{Namespace: "gpu", Name: "dcgm-x", IP: "127.0.0.1", Node: "n1", Running: true, Labels: map[string]string{"app": "dcgm"}},
+		// The DaemonSet's next pod on the same node, during a rollout: the
+		// same GPUs must not count twice.
+		{Namespace: "gpu", Name: "dcgm-y", IP: "127.0.0.1", Node: "n1", Running: true, Labels: map[string]string{"app": "dcgm"}},
+		{Namespace: "ns", Name: "pending", Annotations: map[string]string{AnnotationScrape: "true", AnnotationPort: "1"}},
+	}
+	cfg := mustParse(t, fmt.Sprintf("presets: [vllm, dcgm]\nnodeExporters: [{name: dcgm, selector: app=dcgm, port: %d}]\n", dcgm))
+	clk := clocktesting.NewFakeClock(now)
+	src := NewSource(cfg, pods, Options{Clock: clk})
+	batch, errs := src.Collect(t.Context())
+	if len(errs) > 0 {
+		t.Fatalf("Collect: %v", errs)
+	}
+	v := func(m string, x float64, n int) Value { return Value{Metric: m, Value: x, Timestamp: now, Series: n} }
+	want := Batch{Pods: []PodValues{
+		{Namespace: "ns", Name: "web-0", Values: []Value{
+			v("vllm-kv-cache-usage", 0.1, 1), v("vllm-num-requests-running", 2, 2), v("vllm-num-requests-waiting", 0, 2),
+		}},
+		{Namespace: "ns", Name: "web-0-1", Values: []Value{
+			v("gpu-memory-used-mib", 130000, 2), v("gpu-utilization", 80, 2),
+			v("vllm-kv-cache-usage", 0.9, 1), v("vllm-num-requests-running", 16, 2), v("vllm-num-requests-waiting", 8, 2),
+		}, Containers: []ContainerValues{{Name: "vllm", Values: []Value{v("gpu-memory-used-mib", 130000, 2), v("gpu-utilization", 80, 2)}}}},
+		{Namespace: "ns", Name: "web-0-2", Values: []Value{
+			v("vllm-kv-cache-usage", 0.7, 1), v("vllm-num-requests-running", 16, 2), v("vllm-num-requests-waiting", 3, 2),
+		}},
+	}}
+	if diff := cmp.Diff(want, batch, cmpopts.EquateEmpty()); diff != "" {
+		t.Fatalf("batch (-want +got):\n%s", diff)
+	}
+	// The queue of one worker grows; the next tick sees it.
+	waiting.Store(10)
+	clk.Step(15 * time.Second)
+	batch, _ = src.Collect(t.Context())
+	if got := batch.Pods[1].Values[4]; got.Metric != "vllm-num-requests-waiting" || got.Value != 20 {
+		t.Fatalf("after the queue grew: %+v, want vllm-num-requests-waiting 20", got)
+	}
+}
+
+func TestCollectCounterRate(t *testing.T) {
+	var total atomic.Int64
+	port := fakeEndpoint(t, textHandler(func() string {
+		return fmt.Sprintf("# TYPE vllm:prompt_tokens counter\nvllm:prompt_tokens_total{model_name=\"m\"} %d\n", total.Load())
+	}))
+	cfg := mustParse(t, "metrics: [{name: prompt-tokens-per-second, series: \"vllm:prompt_tokens_total\", type: counter, combine: sum}]\n")
+	clk := clocktesting.NewFakeClock(now)
+	src := NewSource(cfg, podList{vllmPod("p", port, nil)}, Options{Clock: clk})
+	total.Store(1000)
+	if b, errs := src.Collect(t.Context()); len(errs) > 0 || len(b.Pods) != 0 {
+		t.Fatalf("first tick = %+v, %v; want no rate yet", b, errs)
+	}
+	total.Store(1600)
+	clk.Step(10 * time.Second)
+	b, errs := src.Collect(t.Context())
+	want := Batch{Pods: []PodValues{{Namespace: "ns", Name: "p", Values: []Value{
+		{Metric: "prompt-tokens-per-second", Value: 60, Timestamp: now.Add(10 * time.Second), Series: 1},
+	}}}}
+	if diff := cmp.Diff(want, b, cmpopts.EquateEmpty()); diff != "" || len(errs) > 0 {
+		t.Fatalf("second tick (-want +got):\n%s\nerrors: %v", diff, errs)
+	}
+	total.Store(5) // restart: no rate, never negative
+	clk.Step(10 * time.Second)
+	if b, _ := src.Collect(t.Context()); len(b.Pods) != 0 {
+		t.Fatalf("after a reset: %+v, want no value", b)
+	}
+}
+
+// TestCollectFaults checks the reason of each way a target can fail, and
+// that the healthy target's values survive every one of them.
+func TestCollectFaults(t *testing.T) {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	handlers := map[string]http.HandlerFunc{
+		"status": func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "no", http.StatusServiceUnavailable) },
+		"large":  textHandler(func() string { return "# " + strings.Repeat("x", 2000) + "\n" }),
+		"decode": textHandler(func() string { return "sglang:num_queue_reqs{model_name=\"m\" 7\n" }),
+		"slow": func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+		},
+		"ok": textHandler(func() string { return "sglang:num_queue_reqs 3\n" }),
+		"redirect": func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "http://127.0.0.1:1/elsewhere", http.StatusFound)
+		},
+	}
+	var pods podList
+	for name, h := range handlers {
+		pods = append(pods, vllmPod(name, fakeEndpoint(t, h), nil))
+	}
+	// A closed server's port refuses connections.
+	srvClosed := httptest.NewServer(http.NotFoundHandler())
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(srvClosed.URL, "http://"))
+	srvClosed.Close()
+	p, _ := strconv.Atoi(port)
+	pods = append(pods, vllmPod("refused", p, nil))
+
+	cfg := mustParse(t, "presets: [sglang]\ntimeout: 200ms\nmaxBytes: 1000\n")
+	b, errs := NewSource(cfg, pods, Options{}).Collect(t.Context())
+	got := map[string]string{}
+	for _, e := range errs {
+		got[e.ID] = e.Reason
+	}
+	want := map[string]string{
+		"pod/ns/status": "http_status", "pod/ns/large": "too_large", "pod/ns/decode": "decode",
+		"pod/ns/slow": "timeout", "pod/ns/refused": "connection", "pod/ns/redirect": "http_status",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("failure reasons (-want +got):\n%s", diff)
+	}
+	if len(b.Pods) != 1 || b.Pods[0].Name != "ok" || b.Pods[0].Values[0].Value != 3 {
+		t.Errorf("healthy target lost: %+v", b)
+	}
+}
+
+func TestTargets(t *testing.T) {
+	cfg := mustParse(t, `presets: [vllm]
+pods: {selector: "app=vllm", port: 8000, prometheusAnnotations: true}
+nodeExporters: [{name: dcgm, selector: app=dcgm, port: 9400, path: "/metrics?format=text"}]
+`)
+	pod := func(name string, labels, ann map[string]string) Pod {
+		return Pod{Namespace: "ns", Name: name, IP: "127.0.0." + strconv.Itoa(len(name)), Node: "n-" + name, Running: true, Labels: labels, Annotations: ann}
+	}
+	pods := []Pod{
+		pod("selected", map[string]string{"app": "vllm"}, nil),
+		pod("opted-out", map[string]string{"app": "vllm"}, map[string]string{AnnotationScrape: "false"}),
+		pod("own", nil, map[string]string{AnnotationScrape: "true", AnnotationPort: "9000", AnnotationPath: "/m", AnnotationScheme: "https"}),
+		pod("prom", nil, map[string]string{"prometheus.io/scrape": "true", "prometheus.io/port": "8080"}),
+		pod("own-wins", nil, map[string]string{"prometheus.io/scrape": "true", "prometheus.io/port": "8080", AnnotationPort: "8081"}),
+		pod("badport", nil, map[string]string{AnnotationScrape: "true", AnnotationPort: "http"}),
+		pod("noport", nil, map[string]string{AnnotationScrape: "yes"}),
+		pod("exporter", map[string]string{"app": "dcgm"}, nil),
+		{Namespace: "ns", Name: "no-ip", Running: true, Annotations: map[string]string{AnnotationScrape: "true", AnnotationPort: "1"}},
+	}
+	targets, errs := cfg.Targets(pods)
+	got := map[string]string{}
+	for _, tg := range targets {
+		got[tg.ID] = tg.URL
+	}
+	want := map[string]string{
+		"pod/ns/selected":           "http://127.0.0.8:8000/metrics",
+		"pod/ns/own":                "https://127.0.0.3:9000/m",
+		"pod/ns/prom":               "http://127.0.0.4:8080/metrics",
+		"pod/ns/own-wins":           "http://127.0.0.8:8081/metrics",
+		"exporter/dcgm/ns/exporter": "http://127.0.0.8:9400/metrics?format=text",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("targets (-want +got):\n%s", diff)
+	}
+	var msgs []string
+	for _, e := range errs {
+		msgs = append(msgs, e.Error())
+	}
+	wantErrs := []string{
+		`pod ns/badport: port annotation "http" is not a port`,
+		`pod ns/noport: scrape annotation "yes" must be true or false`,
+	}
+	if diff := cmp.Diff(wantErrs, msgs); diff != "" {
+		t.Errorf("errors (-want +got):\n%s", diff)
+	}
+
+	// Without prometheusAnnotations, prometheus.io/* is not read.
+	cfg = mustParse(t, "presets: [vllm]\n")
+	if targets, _ := cfg.Targets(pods[3:4]); len(targets) != 0 {
+		t.Errorf("prometheus.io annotations honoured without the option: %+v", targets)
+	}
+}

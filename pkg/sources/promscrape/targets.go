@@ -1,0 +1,173 @@
+package promscrape
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Pod is what the source needs to know of a pod. The pod cache fills it; the
+// source never sees API objects.
+type Pod struct {
+	Namespace   string
+	Name        string
+	UID         string
+	Labels      map[string]string
+	Annotations map[string]string
+	// IP is the pod's IP, "" until it has one.
+	IP   string
+	Node string
+	// Running is true for phase Running; Ready mirrors the Ready condition.
+	Running bool
+	Ready   bool
+}
+
+// PodLister lists pods. Implementations must be safe for concurrent use and
+// return pods the caller may read but not change.
+type PodLister interface {
+	// ListPods returns every pod the server knows, in any order.
+	ListPods() []Pod
+}
+
+// Annotations by which a pod opts in. Our own prefix is honoured always; the
+// Prometheus community's conventional prometheus.io/scrape, /port, /path and
+// /scheme (a convention of the example Kubernetes scrape configuration in
+// prometheus/prometheus documentation/examples/prometheus-kubernetes.yml,
+// not a Kubernetes or Prometheus API) only with pods.prometheusAnnotations.
+// They are off by default because a pod annotated for Prometheus asked to
+// be collected by Prometheus, and many charts set them on every pod: reading
+// them would make this server scrape the whole cluster's exporters.
+const (
+	AnnotationScrape = "metrics.group-metrics-server.io/scrape"
+	AnnotationPort   = "metrics.group-metrics-server.io/port"
+	AnnotationPath   = "metrics.group-metrics-server.io/path"
+	AnnotationScheme = "metrics.group-metrics-server.io/scheme"
+
+	promAnnotationPrefix = "prometheus.io/"
+	ownAnnotationPrefix  = "metrics.group-metrics-server.io/"
+)
+
+// Kind of target, the "kind" label of the self-metrics.
+const (
+	KindPod      = "pod"
+	KindExporter = "exporter"
+)
+
+// Target is one endpoint to scrape.
+type Target struct {
+	// ID names the target in logs: "pod/<ns>/<name>" or
+	// "exporter/<exporter>/<ns>/<exporter pod>".
+	ID   string
+	Kind string
+	URL  string
+	// Pod is the pod whose series these are, for a pod target; nil for an
+	// exporter, whose series name their pods by labels.
+	Pod      *Pod
+	Exporter *NodeExporter
+}
+
+// Targets returns what to scrape, sorted by ID, and for each pod that asked
+// to be scraped but could not be, an error saying why (bad annotation, no
+// IP yet is not an error: the pod is skipped silently until it has one).
+func (c *Config) Targets(pods []Pod) ([]Target, []error) {
+	var (
+		targets []Target
+		errs    []error
+	)
+	for i := range pods {
+		p := &pods[i]
+		if !p.Running || p.IP == "" {
+			continue
+		}
+		for j := range c.NodeExporters {
+			e := &c.NodeExporters[j]
+			if e.selector != nil && e.selector.Matches(labels.Set(p.Labels)) {
+				targets = append(targets, Target{
+					ID: fmt.Sprintf("exporter/%s/%s/%s", e.Name, p.Namespace, p.Name), Kind: KindExporter,
+					URL: endpoint(e.Scheme, p.IP, e.Port, e.Path), Exporter: e,
+				})
+			}
+		}
+		t, ok, err := c.Pods.podTarget(p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err))
+		}
+		if ok {
+			targets = append(targets, t)
+		}
+	}
+	sort.Slice(targets, func(i, j int) bool { return targets[i].ID < targets[j].ID })
+	return targets, errs
+}
+
+func (p *PodTargets) podTarget(pod *Pod) (Target, bool, error) {
+	selected := p.selector != nil && p.Selector != "" && p.selector.Matches(labels.Set(pod.Labels))
+	get := func(key string) (string, bool) {
+		if v, ok := pod.Annotations[ownAnnotationPrefix+key]; ok {
+			return v, true
+		}
+		if p.PrometheusAnnotations {
+			v, ok := pod.Annotations[promAnnotationPrefix+key]
+			return v, ok
+		}
+		return "", false
+	}
+	if v, ok := get("scrape"); ok {
+		switch v {
+		case "true":
+			selected = true
+		case "false":
+			return Target{}, false, nil
+		default:
+			return Target{}, false, fmt.Errorf("scrape annotation %q must be true or false", v)
+		}
+	}
+	if !selected {
+		return Target{}, false, nil
+	}
+	port := p.Port
+	if v, ok := get("port"); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || !validPort(n) {
+			return Target{}, false, fmt.Errorf("port annotation %q is not a port", v)
+		}
+		port = n
+	}
+	if port == 0 {
+		return Target{}, false, fmt.Errorf("no port annotation")
+	}
+	path := defaultPath
+	if v, ok := get("path"); ok {
+		if !strings.HasPrefix(v, "/") {
+			return Target{}, false, fmt.Errorf("path annotation %q must begin with /", v)
+		}
+		path = v
+	}
+	scheme := "http"
+	if v, ok := get("scheme"); ok {
+		if v != "http" && v != "https" {
+			return Target{}, false, fmt.Errorf("scheme annotation %q must be http or https", v)
+		}
+		scheme = v
+	}
+	return Target{
+		ID: "pod/" + pod.Namespace + "/" + pod.Name, Kind: KindPod,
+		URL: endpoint(scheme, pod.IP, port, path), Pod: pod,
+	}, true, nil
+}
+
+func endpoint(scheme, ip string, port int, path string) string {
+	u := url.URL{Scheme: scheme, Host: net.JoinHostPort(ip, strconv.Itoa(port))}
+	// Path may carry a query (e.g. "/metrics?format=text"); keep it whole.
+	if p, q, ok := strings.Cut(path, "?"); ok {
+		u.Path, u.RawQuery = p, q
+	} else {
+		u.Path = path
+	}
+	return u.String()
+}

@@ -1,0 +1,178 @@
+package promscrape
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// maxTimeout keeps one target from holding a scrape tick for long.
+const maxTimeout = time.Minute
+
+// Validate checks the configuration and returns every error found. It also
+// compiles the selectors and regular expressions, so call it (or Parse)
+// before using c.
+func (c *Config) Validate() []error {
+	var errs []error
+	if len(c.Metrics) == 0 {
+		errs = append(errs, fmt.Errorf("metrics: no metric configured (set metrics or presets)"))
+	}
+	served := map[string]int{}
+	for i := range c.Metrics {
+		errs = append(errs, c.Metrics[i].validate(fmt.Sprintf("metrics[%d]", i))...)
+		if j, dup := served[c.Metrics[i].Name]; dup && c.Metrics[i].Name != "" {
+			errs = append(errs, fmt.Errorf("metrics[%d].name: %q is already served by metrics[%d]", i, c.Metrics[i].Name, j))
+		} else {
+			served[c.Metrics[i].Name] = i
+		}
+	}
+	if c.Timeout.Duration <= 0 || c.Timeout.Duration > maxTimeout {
+		errs = append(errs, fmt.Errorf("timeout: %s must be above 0 and at most %s", c.Timeout.Duration, maxTimeout))
+	}
+	if c.MaxBytes <= 0 {
+		errs = append(errs, fmt.Errorf("maxBytes: %d must be above 0", c.MaxBytes))
+	}
+	errs = append(errs, c.Pods.validate()...)
+	names := map[string]bool{}
+	for i := range c.NodeExporters {
+		e := &c.NodeExporters[i]
+		errs = append(errs, e.validate(fmt.Sprintf("nodeExporters[%d]", i))...)
+		if names[e.Name] {
+			errs = append(errs, fmt.Errorf("nodeExporters[%d].name: %q is used twice", i, e.Name))
+		}
+		names[e.Name] = true
+	}
+	return errs
+}
+
+func (m *Metric) validate(path string) []error {
+	var errs []error
+	if msgs := validation.IsDNS1123Subdomain(m.Name); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("%s.name: %q is not a valid custom metric name: %s", path, m.Name, strings.Join(msgs, "; ")))
+	}
+	for j, s := range append([]string{m.Series}, m.Aliases...) {
+		field := path + ".series"
+		if j > 0 {
+			field = fmt.Sprintf("%s.aliases[%d]", path, j-1)
+		}
+		if !model.LegacyValidation.IsValidMetricName(s) {
+			errs = append(errs, fmt.Errorf("%s: %q is not a Prometheus metric name", field, s))
+		}
+	}
+	switch m.Type {
+	case Gauge, Counter:
+	default:
+		errs = append(errs, fmt.Errorf("%s.type: %q must be gauge or counter", path, m.Type))
+	}
+	switch m.Combine {
+	case CombineSum, CombineMean, CombineMax:
+	default:
+		errs = append(errs, fmt.Errorf("%s.combine: %q must be sum, mean or max", path, m.Combine))
+	}
+	for j := range m.Matchers {
+		if err := m.Matchers[j].compile(); err != nil {
+			errs = append(errs, fmt.Errorf("%s.matchers[%d]: %w", path, j, err))
+		}
+	}
+	return errs
+}
+
+func (mt *Matcher) compile() error {
+	if !model.LegacyValidation.IsValidLabelName(mt.Label) {
+		return fmt.Errorf("label %q is not a Prometheus label name", mt.Label)
+	}
+	switch mt.Op {
+	case MatchEqual, MatchNotEqual:
+	case MatchRegexp, MatchNotRegexp:
+		re, err := regexp.Compile("^(?:" + mt.Value + ")$")
+		if err != nil {
+			return fmt.Errorf("value %q: %w", mt.Value, err)
+		}
+		mt.re = re
+	default:
+		return fmt.Errorf("op %q must be one of =, !=, =~, !~", mt.Op)
+	}
+	return nil
+}
+
+// matches reports whether value (the label's value, "" when absent) passes.
+func (mt *Matcher) matches(value string) bool {
+	switch mt.Op {
+	case MatchEqual:
+		return value == mt.Value
+	case MatchNotEqual:
+		return value != mt.Value
+	case MatchRegexp:
+		return mt.re.MatchString(value)
+	default:
+		return !mt.re.MatchString(value)
+	}
+}
+
+func (p *PodTargets) validate() []error {
+	var errs []error
+	p.selector = labels.Nothing()
+	if p.Selector != "" {
+		sel, err := labels.Parse(p.Selector)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pods.selector: %w", err))
+		} else {
+			p.selector = sel
+		}
+		if p.Port == 0 {
+			errs = append(errs, fmt.Errorf("pods.port: required with pods.selector"))
+		}
+	}
+	if p.Port != 0 && !validPort(p.Port) {
+		errs = append(errs, fmt.Errorf("pods.port: %d is not a port", p.Port))
+	}
+	return errs
+}
+
+func (e *NodeExporter) validate(path string) []error {
+	var errs []error
+	if msgs := validation.IsDNS1123Label(e.Name); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("%s.name: %q: %s", path, e.Name, strings.Join(msgs, "; ")))
+	}
+	sel, err := labels.Parse(e.Selector)
+	switch {
+	case err != nil:
+		errs = append(errs, fmt.Errorf("%s.selector: %w", path, err))
+	case sel.Empty():
+		errs = append(errs, fmt.Errorf("%s.selector: required, or every pod would be taken for an exporter", path))
+	default:
+		e.selector = sel
+	}
+	if !validPort(e.Port) {
+		errs = append(errs, fmt.Errorf("%s.port: %d is not a port", path, e.Port))
+	}
+	if !strings.HasPrefix(e.Path, "/") {
+		errs = append(errs, fmt.Errorf("%s.path: %q must begin with /", path, e.Path))
+	}
+	if e.Scheme != "http" && e.Scheme != "https" {
+		errs = append(errs, fmt.Errorf("%s.scheme: %q must be http or https", path, e.Scheme))
+	}
+	for _, l := range []string{e.NamespaceLabel, e.PodLabel, e.ContainerLabel} {
+		if !model.LegacyValidation.IsValidLabelName(l) {
+			errs = append(errs, fmt.Errorf("%s: attribution label %q is not a Prometheus label name", path, l))
+		}
+	}
+	return errs
+}
+
+func validPort(p int) bool { return p > 0 && p < 65536 }
+
+func presetNames() string {
+	names := make([]string, 0, len(presets))
+	for n := range presets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
