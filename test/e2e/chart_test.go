@@ -62,13 +62,15 @@ func TestHelmChart(t *testing.T) {
 	if err := env.CreateNamespace(ctx, client, ns); err != nil {
 		t.Fatal(err)
 	}
+	// The kraftlet node first: it is tainted only after it is created, so
+	// pods pending then could land there.
+	uni, uniUsage := kraftletWorkload(ctx, t, c, ns)
 	web := env.DeploymentSpec{Namespace: ns, Name: "web", Replicas: 2, CPURequest: "100m"}
 	webUsage := fakekubelet.Usage{CPUNanoCores: 200e6, MemoryBytes: 64 << 20}
 	fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: web.Selector()}, webUsage)
 	if err := env.CreateDeployment(ctx, client, web); err != nil {
 		t.Fatal(err)
 	}
-	uni, uniUsage := kraftletWorkload(ctx, t, c, ns)
 	webPods, err := env.WaitForRunningPods(ctx, client, ns, web.Selector(), int(web.Replicas))
 	if err != nil {
 		t.Fatal(err)
@@ -336,15 +338,22 @@ func waitTopOn(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string,
 	ctx, cancel := context.WithTimeout(ctx, topBound)
 	defer cancel()
 	var out string
+	var last error
 	err := env.Poll(ctx, "kubectl top pod -n "+ns, nil, func(ctx context.Context) error {
-		var err error
-		if out, _, err = c.Kubectl(ctx, "top", "pod", "-n", ns); err != nil {
-			return err
+		attempt, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		stdout, stderr, err := c.Kubectl(attempt, "top", "pod", "-n", ns)
+		if err != nil {
+			last = fmt.Errorf("%w: %s", err, stderr)
+			return last
 		}
-		return want.check(parseTable(out).byKey(1))
+		out = stdout
+		last = want.check(parseTable(out).byKey(1))
+		return last
 	})
 	if err != nil {
-		t.Fatalf("%v\nlast output:\n%s", err, out)
+		raw, stderr, rawErr := c.Kubectl(context.Background(), "get", "--raw", "/apis/metrics.k8s.io/v1beta1/namespaces/"+ns+"/pods")
+		t.Fatalf("%v\nlast attempt: %v\nlast output:\n%s\nthe API: %v %s %s", err, last, out, rawErr, stderr, raw)
 	}
 	t.Logf("kubectl top pod -n %s through the aggregator:\n%s", ns, out)
 }
