@@ -62,11 +62,11 @@ image-push: image-binaries ## Push the image to $(REGISTRY) (credentials from th
 	cd hack/image && GOWORK=off $(GO) run . $(IMAGE_ARGS) --push
 
 .PHONY: tools
-tools: ## Build the control-plane binaries (etcd, kube-*, kubectl, kwok, metrics-server) into bin/, once.
+tools: ## Build the control-plane binaries (etcd, kube-*, kubectl, kwok, metrics-server) and helm into bin/, once.
 	bash hack/tools.sh
 
 .PHONY: test
-test: test-unit fuzz-short e2e ## Everything CI runs: unit and in-process tests, short fuzzing, the e2e suite.
+test: test-unit fuzz-short test-chart e2e ## Everything CI runs: unit and in-process tests, short fuzzing, the Helm chart, the e2e suite.
 
 .PHONY: test-unit
 test-unit: ## Unit and in-process tests, with the race detector; then the HPA's own calculator on group values (test/hpacalc), the monitoring kit's rules and queries (test/monitoring) and the image builder (hack/image).
@@ -74,6 +74,10 @@ test-unit: ## Unit and in-process tests, with the race detector; then the HPA's 
 	cd test/hpacalc && GOWORK=off $(GO) test -count=1 -v ./...
 	cd test/monitoring && GOWORK=off $(GO) test -count=1 -v ./...
 	cd hack/image && GOWORK=off $(GO) test -count=1 -timeout 30m -v ./...
+
+.PHONY: test-chart
+test-chart: tools ## helm lint and template of the chart for every example values file, its schema, and the chart against manifests/.
+	$(GO) test -tags chart -count=1 -v ./test/chart/
 
 .PHONY: fuzz-short
 fuzz-short: ## Run every fuzz target for FUZZTIME (default 10s).
@@ -128,6 +132,7 @@ update-fmt: ## Apply gofmt and goimports.
 verify-vet: ## go vet, with the e2e files too.
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/...
+	$(GO) vet -tags chart ./test/chart/...
 	cd test/hpacalc && GOWORK=off $(GO) vet ./...
 	cd test/monitoring && GOWORK=off $(GO) vet ./...
 	cd hack/image && GOWORK=off $(GO) vet ./...
@@ -138,7 +143,7 @@ verify-lint: ## golangci-lint (v2 config in .golangci.yaml).
 
 .PHONY: verify-tidy
 verify-tidy: ## go.mod and go.sum are tidy, in every module.
-	@for m in . hack/tools hack/image test/tools test/tools/metrics-server test/tools/lws test/tools/k8s-v1.35.4 test/tools/k8s-v1.36.3 test/hpacalc test/monitoring; do \
+	@for m in . hack/tools hack/helm hack/image test/tools test/tools/metrics-server test/tools/lws test/tools/k8s-v1.35.4 test/tools/k8s-v1.36.3 test/hpacalc test/monitoring; do \
 		(cd $$m && cp go.mod /tmp/gms-go.mod.$$$$ && cp go.sum /tmp/gms-go.sum.$$$$ && GOWORK=off $(GO) mod tidy && \
 		 if ! diff -q go.mod /tmp/gms-go.mod.$$$$ >/dev/null || ! diff -q go.sum /tmp/gms-go.sum.$$$$ >/dev/null; then \
 		   cp /tmp/gms-go.mod.$$$$ go.mod; cp /tmp/gms-go.sum.$$$$ go.sum; echo "$$m: go mod tidy changes go.mod/go.sum"; exit 1; fi; \

@@ -2,16 +2,19 @@
 # Builds the control-plane binaries used by the e2e suite and the demo into
 # bin/ (or $GMS_BIN_DIR): etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubectl, kwok, metrics-server and lws-controller (the
-# LeaderWorkerSet controller).
+# LeaderWorkerSet controller), and helm.
 #
-# The binaries come from the tool modules under test/tools. A stamp file named
+# The binaries come from the tool modules under test/tools, and helm from
+# hack/helm (it needs k8s.io modules of another minor). A stamp file named
 # after a hash of those modules' go.mod and go.sum files marks a finished
-# build; while it exists the script does nothing.
+# build; while it exists the script does nothing. helm has a stamp of its
+# own, so that a change to one module rebuilds only its binaries.
 set -euo pipefail
 
 kube_version="v1.37.2"
 metrics_server_version="v0.8.0"
 lws_version="v0.9.0"
+helm_version="v4.3.2"
 binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok metrics-server lws-controller)
 
 # The tool modules stand alone; a go.work further up must not pull them in.
@@ -63,6 +66,27 @@ build() {
 	echo "tools: done in $((SECONDS - start))s" >&2
 }
 
+helm_up_to_date() {
+	[[ -f "${helm_stamp}" && -x "${bin_dir}/helm" ]]
+}
+
+build_helm() {
+	local start=${SECONDS}
+	echo "tools: building helm ${helm_version} into ${bin_dir}" >&2
+	rm -f "${bin_dir}"/.helm-*
+	(
+		cd "${root}/hack/helm"
+		GOBIN="${bin_dir}" go install -trimpath \
+			-ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=${helm_version}" tool
+	)
+	if [[ ! -x "${bin_dir}/helm" ]]; then
+		echo "tools: ${bin_dir}/helm was not built" >&2
+		return 1
+	fi
+	touch "${helm_stamp}"
+	echo "tools: helm done in $((SECONDS - start))s" >&2
+}
+
 main() {
 	root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 	bin_dir="${GMS_BIN_DIR:-${root}/bin}"
@@ -74,18 +98,22 @@ main() {
 		cat go.mod go.sum metrics-server/go.mod metrics-server/go.sum lws/go.mod lws/go.sum |
 		sha256sum | cut -c1-64)"
 	stamp="${bin_dir}/.tools-${key}"
+	key="$(cd "${root}/hack/helm" && cat go.mod go.sum | sha256sum | cut -c1-64)"
+	helm_stamp="${bin_dir}/.helm-${key}"
 
-	if up_to_date; then
+	if up_to_date && helm_up_to_date; then
 		return 0
 	fi
 
 	# Serialise concurrent runs (two make targets in parallel, say).
 	exec 9>"${bin_dir}/.tools.lock"
 	flock 9
-	if up_to_date; then
-		return 0
+	if ! up_to_date; then
+		build
 	fi
-	build
+	if ! helm_up_to_date; then
+		build_helm
+	fi
 }
 
 # Everything runs from functions, so the whole file is parsed before anything

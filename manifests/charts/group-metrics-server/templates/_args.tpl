@@ -1,0 +1,84 @@
+{{/*
+The server's args: --secure-port, defaultArgs, the serving pair, then what
+the values of this chart add (in the order manifests/components append
+theirs), then args, which come last and so override.
+*/}}
+{{- define "gms.serverArgs" -}}
+- --secure-port={{ .Values.containerPort }}
+{{- range .Values.defaultArgs }}
+- {{ . }}
+{{- end }}
+- --tls-cert-file=/var/run/serving-cert/tls.crt
+- --tls-private-key-file=/var/run/serving-cert/tls.key
+{{- if ne (join "," .Values.sources) "kubelet" }}
+- --sources={{ join "," .Values.sources }}
+{{- end }}
+{{- range .Values.ukpd.endpoints }}
+- --ukpd-endpoint={{ . }}
+{{- end }}
+{{- with .Values.ukpd.existingSecret }}
+- --ukpd-token-file=/var/run/ukpd-credentials/{{ $.Values.ukpd.tokenKey }}
+{{- with $.Values.ukpd.caKey }}
+- --ukpd-certificate-authority=/var/run/ukpd-credentials/{{ . }}
+{{- end }}
+{{- end }}
+{{- range .Values.ukpd.requiredTags }}
+- --ukpd-required-tag={{ . }}
+{{- end }}
+{{- if ne .Values.defaultGroupPolicy "pod" }}
+- --default-group-policy={{ .Values.defaultGroupPolicy }}
+{{- end }}
+{{- if .Values.metrics.enabled }}
+- --authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics
+{{- end }}
+{{- if .Values.customMetrics.enabled }}
+- --enable-custom-metrics
+{{- end }}
+{{- range .Values.args }}
+- {{ . }}
+{{- end }}
+{{- end }}
+
+{{/* The certificate controller's args. */}}
+{{- define "gms.controllerArgs" -}}
+{{- $ns := include "gms.namespace" . }}
+{{- $ctrl := include "gms.controllerName" . }}
+- cert-controller
+- --namespace={{ $ns }}
+- --ca-secret={{ include "gms.caSecret" . }}
+- --serving-secret={{ include "gms.servingSecret" . }}
+- --dns-names={{ include "gms.dnsNames" . }}
+- --service={{ $ns }}/{{ include "gms.fullname" . }}
+- --apiservices=v1beta1.metrics.k8s.io,v1.metrics.k8s.io
+- --owner-cluster-role=system:{{ $ctrl }}
+- --leader-elect-resource-namespace={{ $ns }}
+- --leader-elect-resource-name={{ $ctrl }}
+{{- if ne (int .Values.service.port) 443 }}
+- --service-port={{ .Values.service.port }}
+{{- end }}
+{{- if .Values.customMetrics.enabled }}
+- --apiservices=v1beta1.custom.metrics.k8s.io,v1beta2.custom.metrics.k8s.io
+{{- end }}
+{{- range .Values.certController.extraArgs }}
+- {{ . }}
+{{- end }}
+{{- end }}
+
+{{/* Refuse values that cannot work, with the reason. */}}
+{{- define "gms.validate" -}}
+{{- if and .Values.hostNetwork.enabled (eq (int .Values.containerPort) 10250) }}
+{{- fail "hostNetwork.enabled: the kubelet holds port 10250 in the node's network; set containerPort to another port (metrics-server's chart uses 4443)" }}
+{{- end }}
+{{- if and (has "ukpd" .Values.sources) (not .Values.ukpd.endpoints) }}
+{{- fail "sources holds ukpd: set ukpd.endpoints" }}
+{{- end }}
+{{- if and .Values.ukpd.endpoints (not (has "ukpd" .Values.sources)) }}
+{{- fail "ukpd.endpoints is set but sources does not hold ukpd" }}
+{{- end }}
+{{- if and .Values.apiService.caBundle (ne .Values.tls.type "existingSecret") }}
+{{- fail (printf "apiService.caBundle is for tls.type existingSecret; with %s the caBundle is written for you" .Values.tls.type) }}
+{{- end }}
+{{- if and .Values.serviceMonitor.enabled (not .Values.metrics.enabled) }}
+{{- fail "serviceMonitor.enabled needs metrics.enabled" }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,161 @@
+// Package chart renders the Helm chart in manifests/charts and the
+// kustomizations in manifests/ into objects, for the chart's tests and the
+// e2e suite's install of it.
+package chart
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/yaml"
+)
+
+// Name is the chart's name, and the release name that gives the objects
+// the names of manifests/base.
+const Name = "group-metrics-server"
+
+// HelmBinary is the name of helm in the bin directory (make tools).
+const HelmBinary = "helm"
+
+// Dir returns the chart's directory under the repository root.
+func Dir(root string) string { return filepath.Join(root, "manifests", "charts", Name) }
+
+// Helm runs bin/helm with its own configuration and cache directories
+// under a directory of its own, so that nothing the user's helm keeps
+// (repositories, plugins, registry logins) takes part.
+type Helm struct {
+	// Binary is the helm binary.
+	Binary string
+	// Home holds helm's config, cache and data directories.
+	Home string
+	// Kubeconfig is passed to commands that reach a cluster; empty for
+	// template and lint.
+	Kubeconfig string
+}
+
+// Run runs helm with args and returns its standard output; the error
+// carries its standard error.
+func (h Helm) Run(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, h.Binary, args...)
+	cmd.Env = append(os.Environ(),
+		"HELM_CONFIG_HOME="+filepath.Join(h.Home, "config"),
+		"HELM_CACHE_HOME="+filepath.Join(h.Home, "cache"),
+		"HELM_DATA_HOME="+filepath.Join(h.Home, "data"),
+	)
+	if h.Kubeconfig != "" {
+		cmd.Env = append(cmd.Env, "KUBECONFIG="+h.Kubeconfig)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("helm %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// Template renders the chart in dir as release Name in namespace, with the
+// values files and --set flags given, and decodes the objects.
+func (h Helm) Template(ctx context.Context, dir, namespace string, values []string, sets ...string) ([]*unstructured.Unstructured, error) {
+	args := []string{"template", Name, dir, "--namespace", namespace}
+	for _, v := range values {
+		args = append(args, "--values", v)
+	}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	out, err := h.Run(ctx, args...)
+	if err != nil {
+		return nil, err
+	}
+	return Decode(strings.NewReader(out))
+}
+
+// Kustomize renders the kustomization in dir with kubectl kustomize.
+func Kustomize(ctx context.Context, kubectl, dir string) ([]*unstructured.Unstructured, error) {
+	cmd := exec.CommandContext(ctx, kubectl, "kustomize", dir)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("kubectl kustomize %s: %w: %s", dir, err, strings.TrimSpace(stderr.String()))
+	}
+	return Decode(&stdout)
+}
+
+// Decode decodes a stream of YAML documents into objects, skipping empty
+// ones.
+func Decode(r io.Reader) ([]*unstructured.Unstructured, error) {
+	dec := yaml.NewYAMLOrJSONDecoder(r, 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		obj := map[string]any{}
+		err := dec.Decode(&obj)
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("decode manifests: %w", err)
+		}
+		if len(obj) == 0 {
+			continue
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: obj})
+	}
+}
+
+// ChartOnlyLabels are the labels the chart adds to every object's metadata
+// that manifests/ has not: they say which release and chart made it.
+var ChartOnlyLabels = []string{
+	"helm.sh/chart",
+	"app.kubernetes.io/instance",
+	"app.kubernetes.io/version",
+	"app.kubernetes.io/managed-by",
+}
+
+// WithoutChartLabels returns a copy of objs without ChartOnlyLabels in
+// their metadata (only there: selectors and pod labels are the same in
+// both), keyed by Key.
+func WithoutChartLabels(objs []*unstructured.Unstructured) (map[string]map[string]any, error) {
+	out := make(map[string]map[string]any, len(objs))
+	for _, o := range objs {
+		o = o.DeepCopy()
+		labels := o.GetLabels()
+		for _, l := range ChartOnlyLabels {
+			delete(labels, l)
+		}
+		if len(labels) == 0 {
+			unstructured.RemoveNestedField(o.Object, "metadata", "labels")
+		} else {
+			o.SetLabels(labels)
+		}
+		k := Key(o)
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("two objects %s", k)
+		}
+		out[k] = o.Object
+	}
+	return out, nil
+}
+
+// Key names an object by kind, namespace and name.
+func Key(o *unstructured.Unstructured) string {
+	return o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName()
+}
+
+// Keys returns the sorted keys of objs.
+func Keys(objs []*unstructured.Unstructured) []string {
+	keys := make([]string, 0, len(objs))
+	for _, o := range objs {
+		keys = append(keys, Key(o))
+	}
+	sort.Strings(keys)
+	return keys
+}

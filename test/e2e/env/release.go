@@ -1,0 +1,139 @@
+package env
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+)
+
+// RunRelease runs the Deployments of objs, the objects of an installed
+// Helm release (helm get manifest), as DeployServer runs the manifests'
+// ones: the certificate controller, if the release has one, and the server,
+// each with its Deployment's own args plus the flags a process on the host
+// needs, the server's Secret volumes kept in local directories. helm has
+// applied everything else, and the release's Service must already lead to
+// 127.0.0.1:port (type ExternalName, externalName localhost, port port,
+// which the APIServices name too). cfg.ManifestsDir and ForceConflicts are
+// not used. It returns once every APIService of the release is Available
+// and its caBundle verifies the server's certificate for the Service's
+// name.
+func RunRelease(ctx context.Context, c *cluster.Cluster, objs []*unstructured.Unstructured, port int, cfg ServerConfig) (*Server, error) {
+	if err := cfg.complete(); err != nil {
+		return nil, err
+	}
+	deploy, err := findNamed(objs, "Deployment", serverDeployment)
+	if err != nil {
+		return nil, err
+	}
+	args, sa, err := containerArgs(deploy, serverContainer)
+	if err != nil {
+		return nil, err
+	}
+	mounts, err := secretMounts(deploy, serverContainer)
+	if err != nil {
+		return nil, err
+	}
+	svc, err := find(objs, "Service")
+	if err != nil {
+		return nil, err
+	}
+	if typ, _, _ := unstructured.NestedString(svc.Object, "spec", "type"); typ != "ExternalName" {
+		return nil, fmt.Errorf("service %s is of type %q: the aggregator reaches a process on the host only through type ExternalName", svc.GetName(), typ)
+	}
+	s := &Server{
+		Port:        port,
+		ServiceHost: svc.GetName() + "." + svc.GetNamespace() + ".svc",
+		Namespace:   deploy.GetNamespace(),
+		cluster:     c,
+		name:        cfg.ProcessName,
+		binDir:      cfg.BinDir,
+	}
+	for _, o := range objs {
+		if o.GetKind() == "APIService" {
+			s.APIServices = append(s.APIServices, o.GetName())
+		}
+	}
+	if ctrl, _ := findNamed(objs, "Deployment", controllerDeployment); ctrl != nil {
+		ctrlArgs, ctrlSA, err := containerArgs(ctrl, controllerContainer)
+		if err != nil {
+			return nil, err
+		}
+		s.controllerArgs, s.controllerSA = append(ctrlArgs, cfg.ControllerArgs...), ctrlSA
+		if err := s.ensureController(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.mountVolumes(ctx, mounts, args); err != nil {
+		return s, err
+	}
+	kubeconfig, err := c.ServiceAccountKubeconfig(ctx, s.Namespace, sa)
+	if err != nil {
+		return s, err
+	}
+	args = append(args,
+		"--kubeconfig="+kubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(port),
+		"--kubelet-certificate-authority="+cfg.KubeletCAFile,
+		"--metric-resolution="+cfg.MetricResolution.String(),
+		"--kubelet-request-timeout="+cfg.KubeletRequestTimeout.String(),
+	)
+	args = append(args, cfg.ExtraArgs...)
+	proc, err := c.StartProcess(cfg.ProcessName, filepath.Join(cfg.BinDir, ServerBinary), args...)
+	if err != nil {
+		return s, err
+	}
+	s.Process, s.Args, s.ServiceAccount = proc, args, sa
+	return s, s.waitAvailable(ctx)
+}
+
+// mountVolumes keeps each Secret volume of the server in a local directory
+// and points the args that name a file in it there.
+func (s *Server) mountVolumes(ctx context.Context, mounts []secretMount, args []string) error {
+	volumeCtx, stopVolumes := context.WithCancel(context.Background())
+	s.stopVolumes = stopVolumes
+	for _, m := range mounts {
+		v := MountSecret(volumeCtx, s.cluster.Client(), s.Namespace, m.secret, filepath.Join(s.cluster.WorkDir(), s.name+"-volumes", m.secret))
+		s.Volumes = append(s.Volumes, v)
+		select {
+		case <-v.Exists():
+		case <-ctx.Done():
+			return fmt.Errorf("secret %s for the server's volume: %w", m.secret, ctx.Err())
+		}
+		for i, a := range args {
+			if name, val, ok := strings.Cut(a, "="); ok && strings.HasPrefix(val, m.path+"/") {
+				args[i] = name + "=" + filepath.Join(v.Dir, strings.TrimPrefix(val, m.path+"/"))
+			}
+		}
+	}
+	return nil
+}
+
+// Stop stops the server and its certificate controller, as the pods of
+// deleted Deployments stop, and its Secret volumes.
+func (s *Server) Stop() error {
+	var errs []error
+	controllers.Lock()
+	if s.Controller != nil {
+		errs = append(errs, s.Controller.Stop())
+		s.Controller = nil
+	}
+	if controllers.running[s.cluster] == s {
+		delete(controllers.running, s.cluster)
+	}
+	controllers.Unlock()
+	if s.Process != nil {
+		errs = append(errs, s.Process.Stop())
+	}
+	if s.stopVolumes != nil {
+		s.stopVolumes()
+	}
+	return errors.Join(errs...)
+}
