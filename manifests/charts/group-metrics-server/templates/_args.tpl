@@ -53,6 +53,9 @@ theirs), then args, which come last and so override.
 - --owner-cluster-role=system:{{ $ctrl }}
 - --leader-elect-resource-namespace={{ $ns }}
 - --leader-elect-resource-name={{ $ctrl }}
+{{- if .Values.certController.metricsPort }}
+- --metrics-bind-address=:{{ .Values.certController.metricsPort }}
+{{- end }}
 {{- if ne (int .Values.service.port) 443 }}
 - --service-port={{ .Values.service.port }}
 {{- end }}
