@@ -3,17 +3,16 @@ package env
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/group-metrics-server/group-metrics-server/test/chart"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 )
@@ -25,26 +24,7 @@ func Render(ctx context.Context, c *cluster.Cluster, dir string) ([]*unstructure
 	if err != nil {
 		return nil, err
 	}
-	return decodeObjects(strings.NewReader(out))
-}
-
-func decodeObjects(r io.Reader) ([]*unstructured.Unstructured, error) {
-	dec := yaml.NewYAMLOrJSONDecoder(r, 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		obj := map[string]any{}
-		err := dec.Decode(&obj)
-		if errors.Is(err, io.EOF) {
-			return objs, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("decode manifests: %w", err)
-		}
-		if len(obj) == 0 {
-			continue
-		}
-		objs = append(objs, &unstructured.Unstructured{Object: obj})
-	}
+	return chart.Decode(strings.NewReader(out))
 }
 
 // Apply writes objs as one List under <workdir>/manifests/<name>.json and

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -77,15 +76,7 @@ func RunRelease(ctx context.Context, c *cluster.Cluster, objs []*unstructured.Un
 	if err != nil {
 		return s, err
 	}
-	args = append(args,
-		"--kubeconfig="+kubeconfig,
-		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(port),
-		"--kubelet-certificate-authority="+cfg.KubeletCAFile,
-		"--metric-resolution="+cfg.MetricResolution.String(),
-		"--kubelet-request-timeout="+cfg.KubeletRequestTimeout.String(),
-	)
-	args = append(args, cfg.ExtraArgs...)
+	args = hostArgs(args, kubeconfig, port, cfg)
 	proc, err := c.StartProcess(cfg.ProcessName, filepath.Join(cfg.BinDir, ServerBinary), args...)
 	if err != nil {
 		return s, err

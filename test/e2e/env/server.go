@@ -225,17 +225,7 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 	if err != nil {
 		return s, err
 	}
-	args := append(append([]string{}, manifestArgs...),
-		// A process on the host rather than a pod: no in-cluster config, no
-		// pod network, and kubelets signed by the fleet's CA.
-		"--kubeconfig="+kubeconfig,
-		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(port),
-		"--kubelet-certificate-authority="+cfg.KubeletCAFile,
-		"--metric-resolution="+cfg.MetricResolution.String(),
-		"--kubelet-request-timeout="+cfg.KubeletRequestTimeout.String(),
-	)
-	args = append(args, cfg.ExtraArgs...)
+	args := hostArgs(manifestArgs, kubeconfig, port, cfg)
 	proc, err := c.StartProcess(cfg.ProcessName, filepath.Join(cfg.BinDir, ServerBinary), args...)
 	if err != nil {
 		return s, err
@@ -460,3 +450,18 @@ func (s *Server) RESTConfig() *rest.Config {
 
 // HTTPClient returns a client for RESTConfig.
 func (s *Server) HTTPClient() (*http.Client, error) { return rest.HTTPClientFor(s.RESTConfig()) }
+
+// hostArgs are the manifest's args of the server plus what a process on the
+// host rather than a pod needs: no in-cluster config, no pod network, and
+// kubelets signed by the fleet's CA; then cfg.ExtraArgs.
+func hostArgs(manifestArgs []string, kubeconfig string, port int, cfg ServerConfig) []string {
+	args := append(append([]string{}, manifestArgs...),
+		"--kubeconfig="+kubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(port),
+		"--kubelet-certificate-authority="+cfg.KubeletCAFile,
+		"--metric-resolution="+cfg.MetricResolution.String(),
+		"--kubelet-request-timeout="+cfg.KubeletRequestTimeout.String(),
+	)
+	return append(args, cfg.ExtraArgs...)
+}
