@@ -23,22 +23,42 @@ func (c *countingTarget) Scrape(ctx context.Context) (*Batch, error) {
 	return b, err
 }
 
+// earlyDelay is the fixture's EarlyDelay.
+const earlyDelay = 6 * time.Second
+
+// earlyFixture is a scraper with early scrapes on a fake clock, over two
+// counting targets; its resolution is an hour, so no second tick comes
+// during a test.
+type earlyFixture struct {
+	clk     *clocktesting.FakeClock
+	scraped chan string
+	a, b    *countingTarget
+	s       *Scraper
+}
+
+func newEarlyFixture() earlyFixture {
+	e := earlyFixture{
+		clk:     clocktesting.NewFakeClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)),
+		scraped: make(chan string, 16),
+	}
+	e.a = &countingTarget{fakeTarget: fakeTarget{id: "a", batch: &Batch{}}, scraped: e.scraped}
+	e.b = &countingTarget{fakeTarget: fakeTarget{id: "b", batch: &Batch{}}, scraped: e.scraped}
+	e.s = NewScraper(ScraperConfig{
+		Sources:    []Source{&fakeSource{name: "kubelet", targets: []Target{e.a, e.b}}},
+		Sink:       newRecordingSink(),
+		Clock:      e.clk,
+		Resolution: time.Hour,
+		Timeout:    time.Second,
+		EarlyDelay: earlyDelay,
+	})
+	return e
+}
+
 // TestEarlyScrapeSchedule: Soon schedules one scrape per covering target,
 // due EarlyDelay after the first request, and nothing is due before.
 func TestEarlyScrapeSchedule(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
-	scraped := make(chan string, 16)
-	a := &countingTarget{fakeTarget: fakeTarget{id: "a", batch: &Batch{}}, scraped: scraped}
-	b := &countingTarget{fakeTarget: fakeTarget{id: "b", batch: &Batch{}}, scraped: scraped}
-	const delay = 6 * time.Second
-	s := NewScraper(ScraperConfig{
-		Sources:    []Source{&fakeSource{name: "kubelet", targets: []Target{a, b}}},
-		Sink:       newRecordingSink(),
-		Clock:      clk,
-		Resolution: time.Hour,
-		Timeout:    time.Second,
-		EarlyDelay: delay,
-	})
+	e := newEarlyFixture()
+	clk, a, b, s := e.clk, e.a, e.b, e.s
 	// A tick scrapes both and learns which target covers which node.
 	s.Tick(context.Background())
 	if a.n.Load() != 1 || b.n.Load() != 1 {
@@ -55,14 +75,14 @@ func TestEarlyScrapeSchedule(t *testing.T) {
 	clk.Step(time.Second)
 	s.Soon("a")
 	s.Soon("unknown")
-	if next, ok := s.nextDue(); !ok || !next.Equal(start.Add(delay)) {
-		t.Fatalf("next early scrape at %v (%v), want %v", next, ok, start.Add(delay))
+	if next, ok := s.nextDue(); !ok || !next.Equal(start.Add(earlyDelay)) {
+		t.Fatalf("next early scrape at %v (%v), want %v", next, ok, start.Add(earlyDelay))
 	}
-	clk.SetTime(start.Add(delay - time.Millisecond))
+	clk.SetTime(start.Add(earlyDelay - time.Millisecond))
 	if due := s.takeDue(); len(due) != 0 {
 		t.Fatalf("%d scrapes due a millisecond before the delay", len(due))
 	}
-	clk.SetTime(start.Add(delay))
+	clk.SetTime(start.Add(earlyDelay))
 	due := s.takeDue()
 	if len(due) != 1 || due[0].target.ID() != "a" {
 		t.Fatalf("due at the delay: %v, want a only", due)
@@ -77,19 +97,8 @@ func TestEarlyScrapeSchedule(t *testing.T) {
 func TestEarlyScrape(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
-	scraped := make(chan string, 16)
-	a := &countingTarget{fakeTarget: fakeTarget{id: "a", batch: &Batch{}}, scraped: scraped}
-	b := &countingTarget{fakeTarget: fakeTarget{id: "b", batch: &Batch{}}, scraped: scraped}
-	const delay = 6 * time.Second
-	s := NewScraper(ScraperConfig{
-		Sources:    []Source{&fakeSource{name: "kubelet", targets: []Target{a, b}}},
-		Sink:       newRecordingSink(),
-		Clock:      clk,
-		Resolution: time.Hour, // no second tick during the test
-		Timeout:    time.Second,
-		EarlyDelay: delay,
-	})
+	e := newEarlyFixture()
+	clk, scraped, a, b, s := e.clk, e.scraped, e.a, e.b, e.s
 	go s.Run(ctx)
 	next := func() string {
 		t.Helper()
@@ -111,7 +120,7 @@ func TestEarlyScrape(t *testing.T) {
 	// either way the scrape falls due at the delay.
 	for _, node := range []string{"a", "b"} {
 		s.Soon(node)
-		clk.Step(delay)
+		clk.Step(earlyDelay)
 		if id := next(); id != node {
 			t.Fatalf("early scrape of %s, want %s", id, node)
 		}
