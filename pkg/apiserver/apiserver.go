@@ -110,6 +110,7 @@ func (c CompletedConfig) New() (*genericapiserver.GenericAPIServer, error) {
 		return nil, err
 	}
 	info := genericapiserver.NewDefaultAPIGroupInfo(metrics.GroupName, Scheme, metav1.ParameterCodec, Codecs)
+	info.NegotiatedSerializer = withFastJSON(info.NegotiatedSerializer)
 	storage := map[string]rest.Storage{
 		"pods":  &podREST{getter: c.pods},
 		"nodes": &nodeREST{getter: c.nodes},

@@ -278,11 +278,15 @@ func shape(u store.PodUsage) []metricsapi.ContainerMetrics {
 	return out
 }
 
+// resourceList is a usage as the API types. Each quantity carries its
+// canonical string, formatted here once per sample: both encodings write
+// that string (protobuf asks for it twice per quantity), and would format
+// it again at every read of a list otherwise.
 func resourceList(u store.Usage) corev1.ResourceList {
-	return corev1.ResourceList{
-		corev1.ResourceCPU:    *resource.NewScaledQuantity(int64(u.CPUNanoCores), resource.Nano),
-		corev1.ResourceMemory: *resource.NewQuantity(int64(u.MemoryBytes), resource.BinarySI),
-	}
+	cpu := resource.NewScaledQuantity(int64(u.CPUNanoCores), resource.Nano)
+	mem := resource.NewQuantity(int64(u.MemoryBytes), resource.BinarySI)
+	_, _ = cpu.String(), mem.String()
+	return corev1.ResourceList{corev1.ResourceCPU: *cpu, corev1.ResourceMemory: *mem}
 }
 
 // GetNodeMetrics implements apiserver.NodeMetricsGetter.

@@ -1,0 +1,222 @@
+package apiserver
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/metrics/pkg/apis/metrics"
+	metricsv1 "k8s.io/metrics/pkg/apis/metrics/v1"
+	"k8s.io/metrics/pkg/apis/metrics/v1beta1"
+)
+
+// groupJSON is the JSON serializer the metrics group is served with when
+// the fast path is not in front of it.
+func groupJSON(t testing.TB) runtime.NegotiatedSerializer {
+	t.Helper()
+	return genericapiserver.NewDefaultAPIGroupInfo(metrics.GroupName, Scheme, metav1.ParameterCodec, Codecs).NegotiatedSerializer
+}
+
+func jsonInfo(t testing.TB, ns runtime.NegotiatedSerializer) runtime.Serializer {
+	t.Helper()
+	for _, info := range ns.SupportedMediaTypes() {
+		if info.MediaType == runtime.ContentTypeJSON {
+			return info.Serializer
+		}
+	}
+	t.Fatal("no JSON serializer")
+	return nil
+}
+
+// encodeBoth encodes obj as the API layer would for gv, with and without
+// the fast path.
+func encodeBoth(t testing.TB, obj runtime.Object, gv schema.GroupVersion) (fast, std string) {
+	t.Helper()
+	ns := groupJSON(t)
+	inner := jsonInfo(t, ns)
+	var a, b bytes.Buffer
+	if err := ns.EncoderForVersion(jsonInfo(t, withFastJSON(ns)), gv).Encode(obj.DeepCopyObject(), &a); err != nil {
+		t.Fatalf("fast: %v", err)
+	}
+	if err := ns.EncoderForVersion(inner, gv).Encode(obj.DeepCopyObject(), &b); err != nil {
+		t.Fatalf("encoding/json: %v", err)
+	}
+	return a.String(), b.String()
+}
+
+var versions = []schema.GroupVersion{v1beta1.SchemeGroupVersion, metricsv1.SchemeGroupVersion}
+
+func TestFastJSONMatchesEncodingJSON(t *testing.T) {
+	at := time.Date(2026, 12, 1, 10, 0, 0, 123456789, time.FixedZone("x", 3600))
+	usage := corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewScaledQuantity(12345678, resource.Nano),
+		corev1.ResourceMemory: *resource.NewQuantity(50<<20, resource.BinarySI),
+	}
+	pod := func(mut func(*metrics.PodMetrics)) metrics.PodMetrics {
+		p := metrics.PodMetrics{
+			ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "prod", CreationTimestamp: metav1.NewTime(at), Labels: map[string]string{"b": "2", "a": "1"}},
+			Timestamp:  metav1.NewTime(at.Add(-time.Second)),
+			Window:     metav1.Duration{Duration: 15 * time.Second},
+			Containers: []metrics.ContainerMetrics{{Name: "app", Usage: usage}},
+		}
+		if mut != nil {
+			mut(&p)
+		}
+		return p
+	}
+	cases := map[string]runtime.Object{
+		"empty pod list": &metrics.PodMetricsList{},
+		"empty items":    &metrics.PodMetricsList{Items: []metrics.PodMetrics{}},
+		"one pod":        &metrics.PodMetricsList{Items: []metrics.PodMetrics{pod(nil)}},
+		"group leader annotations": &metrics.PodMetricsList{Items: []metrics.PodMetrics{pod(func(p *metrics.PodMetrics) {
+			p.Annotations = map[string]string{"metrics.group-metrics-server.io/group-size": "4"}
+		})}},
+		"nil containers and usage": &metrics.PodMetricsList{Items: []metrics.PodMetrics{
+			pod(func(p *metrics.PodMetrics) { p.Containers = nil }),
+			pod(func(p *metrics.PodMetrics) { p.Containers = []metrics.ContainerMetrics{{Name: "a"}} }),
+			pod(func(p *metrics.PodMetrics) { p.Containers = []metrics.ContainerMetrics{} }),
+			pod(func(p *metrics.PodMetrics) { p.Containers[0].Usage = corev1.ResourceList{} }),
+		}},
+		"zero times": &metrics.PodMetricsList{Items: []metrics.PodMetrics{pod(func(p *metrics.PodMetrics) {
+			p.CreationTimestamp, p.Timestamp, p.Window = metav1.Time{}, metav1.Time{}, metav1.Duration{}
+		})}},
+		"sub-millisecond window": &metrics.PodMetricsList{Items: []metrics.PodMetrics{pod(func(p *metrics.PodMetrics) {
+			p.Window = metav1.Duration{Duration: 1500 * time.Nanosecond}
+		})}},
+		"escaped strings fall back": &metrics.PodMetricsList{Items: []metrics.PodMetrics{pod(func(p *metrics.PodMetrics) {
+			p.Annotations = map[string]string{"note": "a<b> & \"c\" \u2028 é \x01"}
+		})}},
+		"other fields fall back": &metrics.PodMetricsList{Items: []metrics.PodMetrics{pod(func(p *metrics.PodMetrics) {
+			p.UID, p.ResourceVersion = "u-1", "7"
+		})}},
+		"other resources fall back": &metrics.PodMetricsList{Items: []metrics.PodMetrics{pod(func(p *metrics.PodMetrics) {
+			p.Containers[0].Usage = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+		})}},
+		"list metadata falls back": &metrics.PodMetricsList{ListMeta: metav1.ListMeta{ResourceVersion: "3"}},
+		"one pod, not a list":      func() runtime.Object { p := pod(nil); return &p }(),
+		"empty node list":          &metrics.NodeMetricsList{},
+		"nodes": &metrics.NodeMetricsList{Items: []metrics.NodeMetrics{
+			{ObjectMeta: metav1.ObjectMeta{Name: "n1", CreationTimestamp: metav1.NewTime(at), Labels: map[string]string{"kubernetes.io/hostname": "n1"}}, Timestamp: metav1.NewTime(at), Window: metav1.Duration{Duration: 10 * time.Second}, Usage: usage},
+			{ObjectMeta: metav1.ObjectMeta{Name: "n2"}},
+		}},
+	}
+	for name, obj := range cases {
+		for _, gv := range versions {
+			t.Run(name+"/"+gv.Version, func(t *testing.T) {
+				fast, std := encodeBoth(t, obj, gv)
+				if fast != std {
+					t.Errorf("fast path wrote\n%s\nencoding/json wrote\n%s", fast, std)
+				}
+			})
+		}
+	}
+}
+
+// TestFastJSONLargeList covers a list written to the writer in parts.
+func TestFastJSONLargeList(t *testing.T) {
+	l := randomPods(rand.New(rand.NewPCG(1, 2)), 3000)
+	for _, gv := range versions {
+		fast, std := encodeBoth(t, l, gv)
+		if len(std) < 2*flushAt {
+			t.Fatalf("the list is %d bytes, want more than %d to cover flushing", len(std), 2*flushAt)
+		}
+		if fast != std {
+			t.Errorf("%s: the fast path's %d bytes differ from encoding/json's %d", gv, len(fast), len(std))
+		}
+	}
+}
+
+type failingWriter struct{ n int }
+
+func (w *failingWriter) Write(p []byte) (int, error) {
+	if w.n += len(p); w.n > flushAt {
+		return 0, errors.New("client went away")
+	}
+	return len(p), nil
+}
+
+func TestFastJSONWriteError(t *testing.T) {
+	ns := groupJSON(t)
+	enc := ns.EncoderForVersion(jsonInfo(t, withFastJSON(ns)), v1beta1.SchemeGroupVersion)
+	if err := enc.Encode(randomPods(rand.New(rand.NewPCG(3, 4)), 3000), &failingWriter{}); err == nil {
+		t.Fatal("a list whose writer fails encoded without an error")
+	}
+}
+
+// randomPods are pods as the provider shapes them, with the values spread.
+func randomPods(rng *rand.Rand, n int) *metrics.PodMetricsList {
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	quantities := []func() resource.Quantity{
+		func() resource.Quantity { return *resource.NewScaledQuantity(rng.Int64N(1e12), resource.Nano) },
+		func() resource.Quantity { return *resource.NewMilliQuantity(rng.Int64N(1e6), resource.DecimalSI) },
+		func() resource.Quantity { return *resource.NewQuantity(rng.Int64N(1<<40), resource.BinarySI) },
+		func() resource.Quantity { return *resource.NewQuantity(0, resource.DecimalSI) },
+	}
+	q := func() resource.Quantity { return quantities[rng.IntN(len(quantities))]() }
+	l := &metrics.PodMetricsList{}
+	for i := range n {
+		p := metrics.PodMetrics{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: fmt.Sprintf("pod-%d", i), Namespace: fmt.Sprintf("ns-%d", rng.IntN(50)),
+				CreationTimestamp: metav1.NewTime(at.Add(time.Duration(rng.Int64N(1e12)))),
+			},
+			Timestamp: metav1.NewTime(at.Add(-time.Duration(rng.Int64N(1e11)))),
+			Window:    metav1.Duration{Duration: time.Duration(rng.Int64N(int64(time.Minute)))},
+		}
+		if k := rng.IntN(20); k > 0 {
+			p.Labels = map[string]string{}
+			for j := range k {
+				p.Labels[fmt.Sprintf("k%d.example.com/%s", j, strings.Repeat("x", rng.IntN(5)))] = fmt.Sprint(rng.IntN(1000))
+			}
+		}
+		for c := range rng.IntN(4) {
+			u := corev1.ResourceList{}
+			if rng.IntN(8) > 0 {
+				u[corev1.ResourceCPU] = q()
+			}
+			if rng.IntN(8) > 0 {
+				u[corev1.ResourceMemory] = q()
+			}
+			p.Containers = append(p.Containers, metrics.ContainerMetrics{Name: fmt.Sprintf("c%d", c), Usage: u})
+		}
+		l.Items = append(l.Items, p)
+	}
+	return l
+}
+
+func FuzzFastJSON(f *testing.F) {
+	for i := range uint64(8) {
+		f.Add(i, uint8(i*3))
+	}
+	f.Fuzz(func(t *testing.T, seed uint64, n uint8) {
+		l := randomPods(rand.New(rand.NewPCG(seed, uint64(n))), int(n)%40)
+		for _, gv := range versions {
+			if fast, std := encodeBoth(t, l, gv); fast != std {
+				t.Fatalf("%s: fast path wrote\n%s\nencoding/json wrote\n%s", gv, fast, std)
+			}
+		}
+	})
+}
+
+// TestFastJSONTakesThePlainPath makes sure the comparisons above compare the
+// fast path, not the fallback, for what the provider answers.
+func TestFastJSONTakesThePlainPath(t *testing.T) {
+	l := randomPods(rand.New(rand.NewPCG(5, 6)), 100)
+	if _, ok := appendPodList(nil, &metav1.TypeMeta{}, l, &bytes.Buffer{}); !ok {
+		t.Error("a list of plain pods fell back to encoding/json")
+	}
+	l.Items[7].Annotations = map[string]string{"a": "<"}
+	if _, ok := appendPodList(nil, &metav1.TypeMeta{}, l, &bytes.Buffer{}); ok {
+		t.Error("a list with a string to escape took the fast path")
+	}
+}
