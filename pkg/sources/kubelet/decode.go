@@ -76,6 +76,8 @@ type decoder struct {
 	// pod is the pod being read; its containers slice is reused.
 	pod      podStats
 	problems []error
+	// namespaces and containerNames repeat from pod to pod.
+	namespaces, containerNames recent
 }
 
 func (d *decoder) summary() error {
@@ -129,7 +131,7 @@ func (d *decoder) stats(s *stats, names []string, start int) error {
 		case i < 0:
 			return r.skip()
 		case i < start:
-			return r.str(&s.name)
+			return r.strFrom(&s.name, &d.containerNames)
 		case i == start:
 			return r.time(&s.startTime)
 		case i == start+1:
@@ -228,7 +230,7 @@ func (d *decoder) podRef() error {
 		case i == 0:
 			return r.str(&d.pod.name)
 		case i == 1:
-			return r.str(&d.pod.namespace)
+			return r.strFrom(&d.pod.namespace, &d.namespaces)
 		case i == 2:
 			return r.str(&d.pod.uid)
 		}

@@ -281,14 +281,22 @@ func (r *reader) stringBytes() ([]byte, error) {
 
 // str reads a string or null (which leaves *dst alone, as encoding/json
 // does).
-func (r *reader) str(dst *string) error {
+func (r *reader) str(dst *string) error { return r.strFrom(dst, nil) }
+
+// strFrom is str, taking the string from seen when it is there: for fields
+// whose few values repeat through a document.
+func (r *reader) strFrom(dst *string, seen *recent) error {
 	switch r.peek() {
 	case '"':
 		b, err := r.stringBytes()
 		if err != nil {
 			return err
 		}
-		*dst = string(b)
+		if seen != nil {
+			*dst = seen.intern(b)
+		} else {
+			*dst = string(b)
+		}
 		return nil
 	case 'n':
 		return r.literal("null")
@@ -453,4 +461,25 @@ func isASCII(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// recent holds the last few distinct values of a field that repeats within
+// a document, such as a pod's namespace or a container's name, so that each
+// is allocated once per document instead of once per pod. Comparing a
+// []byte with a string does not allocate.
+type recent struct {
+	s    [8]string
+	next int
+}
+
+func (t *recent) intern(b []byte) string {
+	for _, s := range t.s {
+		if s == string(b) {
+			return s
+		}
+	}
+	s := string(b)
+	t.s[t.next] = s
+	t.next = (t.next + 1) % len(t.s)
+	return s
 }
