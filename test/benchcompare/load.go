@@ -20,31 +20,37 @@ type listShape struct {
 	path func(rng *rand.Rand) string
 }
 
-func (b *bench) listShapes() []listShape {
-	return []listShape{
-		{
+// listLoads are the loads timed one after the other; the shapes of one
+// load are sent interleaved, each client alternating between them, so
+// that each sees the same conditions on the machine (a scrape cycle, the
+// garbage of the load before).
+func (b *bench) listLoads() [][]listShape {
+	return [][]listShape{
+		{{
 			name: "all pods, all namespaces",
 			p50:  figListAllP50, p99: figListAllP99,
 			path: func(*rand.Rand) string { return "/apis/metrics.k8s.io/v1beta1/pods" },
-		},
+		}},
 		{
-			name: "namespaced label selector (as the HPA sends)",
-			p50:  figSelectorP50, p99: figSelectorP99,
-			path: func(rng *rand.Rand) string {
-				a := b.apps[rng.IntN(len(b.apps))]
-				return "/apis/metrics.k8s.io/v1beta1/namespaces/" + a.namespace + "/pods?labelSelector=app%3D" + a.name
+			{
+				name: "namespaced label selector (as the HPA sends)",
+				p50:  figSelectorP50, p99: figSelectorP99,
+				path: func(rng *rand.Rand) string {
+					a := b.apps[rng.IntN(len(b.apps))]
+					return "/apis/metrics.k8s.io/v1beta1/namespaces/" + a.namespace + "/pods?labelSelector=app%3D" + a.name
+				},
 			},
-		},
-		{
-			// The floor of the request above: the same handler chain
-			// (authentication, authorization, request info, the list
-			// handler, encoding) for a namespace without pods, where the
-			// provider has nothing to do.
-			name: "floor: namespaced label selector in a namespace without pods",
-			p50:  figFloorP50, p99: figFloorP99,
-			path: func(rng *rand.Rand) string {
-				a := b.apps[rng.IntN(len(b.apps))]
-				return "/apis/metrics.k8s.io/v1beta1/namespaces/" + floorNamespace + "/pods?labelSelector=app%3D" + a.name
+			{
+				// The floor of the request above: the same handler chain
+				// (authentication, authorization, request info, the list
+				// handler, encoding) for a namespace without pods, where
+				// the provider has nothing to do.
+				name: "floor: namespaced label selector in a namespace without pods",
+				p50:  figFloorP50, p99: figFloorP99,
+				path: func(rng *rand.Rand) string {
+					a := b.apps[rng.IntN(len(b.apps))]
+					return "/apis/metrics.k8s.io/v1beta1/namespaces/" + floorNamespace + "/pods?labelSelector=app%3D" + a.name
+				},
 			},
 		},
 	}
@@ -64,22 +70,29 @@ func (b *bench) listLoad(ctx context.Context, s *runningServer, res *roundResult
 		return err
 	}
 	waitProfile := prof.startCPU(ctx, "load", b.opts.LoadDuration)
-	for i, shape := range b.listShapes() {
-		// Seeded per round and shape, so both servers get the same requests.
+	for i, shapes := range b.listLoads() {
+		// Seeded per round and load, so both servers get the same requests.
 		seed := uint64(res.round*10 + i)
-		st, err := runLoad(ctx, s, b.opts.Clients, b.opts.LoadDuration, b.opts.LoadMaxRequests, seed, shape.path)
+		paths := make([]func(*rand.Rand) string, len(shapes))
+		for j := range shapes {
+			paths[j] = shapes[j].path
+		}
+		stats, err := runLoad(ctx, s, b.opts.Clients, b.opts.LoadDuration, len(shapes)*b.opts.LoadMaxRequests, seed, paths)
 		if err != nil {
 			return err
 		}
-		res.set(shape.p50, st.p50)
-		res.set(shape.p99, st.p99)
-		res.notef("list %s: %d requests (%d failed) in %v, %.1f/s, p50 %.1f ms, p99 %.1f ms, max %.1f ms, %.0f KiB per answer",
-			shape.name, st.ok, st.failed, st.took.Round(time.Millisecond), float64(st.ok)/st.took.Seconds(),
-			st.p50, st.p99, st.max, st.meanBytes/1024)
-		b.logf("round %d: %s: list %s: %d requests, p50 %.1f ms, p99 %.1f ms", res.round, s.kind.name,
-			shape.name, st.ok, st.p50, st.p99)
-		if st.failed > 0 {
-			res.notef("FAILED requests: %d of %d (first: %s)", st.failed, st.ok+st.failed, st.firstErr)
+		for j, shape := range shapes {
+			st := stats[j]
+			res.set(shape.p50, st.p50)
+			res.set(shape.p99, st.p99)
+			res.notef("list %s: %d requests (%d failed) in %v, %.1f/s, p50 %.1f ms, p99 %.1f ms, max %.1f ms, %.0f KiB per answer",
+				shape.name, st.ok, st.failed, st.took.Round(time.Millisecond), float64(st.ok)/st.took.Seconds(),
+				st.p50, st.p99, st.max, st.meanBytes/1024)
+			b.logf("round %d: %s: list %s: %d requests, p50 %.1f ms, p99 %.1f ms", res.round, s.kind.name,
+				shape.name, st.ok, st.p50, st.p99)
+			if st.failed > 0 {
+				res.notef("FAILED requests: %d of %d (first: %s)", st.failed, st.ok+st.failed, st.firstErr)
+			}
 		}
 	}
 	if err := waitProfile(); err != nil {
@@ -137,15 +150,16 @@ type loadStats struct {
 }
 
 // runLoad runs clients goroutines that each send one request at a time until
-// duration has passed or maxRequests have been started in all.
-func runLoad(ctx context.Context, s *runningServer, clients int, duration time.Duration, maxRequests int, seed uint64, path func(*rand.Rand) string) (loadStats, error) {
+// duration has passed or maxRequests have been started in all. A client's
+// k-th request goes to paths[k % len(paths)]; the stats are per path.
+func runLoad(ctx context.Context, s *runningServer, clients int, duration time.Duration, maxRequests int, seed uint64, paths []func(*rand.Rand) string) ([]loadStats, error) {
 	const requestTimeout = 30 * time.Second
 	var (
 		started atomic.Int64
 		mu      sync.Mutex
-		lat     []float64
-		bytes   int64
-		st      loadStats
+		lat     = make([][]float64, len(paths))
+		bytes   = make([]int64, len(paths))
+		st      = make([]loadStats, len(paths))
 		wg      sync.WaitGroup
 	)
 	began := time.Now()
@@ -153,8 +167,9 @@ func runLoad(ctx context.Context, s *runningServer, clients int, duration time.D
 	for c := range clients {
 		rng := rand.New(rand.NewPCG(seed, uint64(c)))
 		wg.Go(func() {
-			for time.Now().Before(deadline) && started.Add(1) <= int64(maxRequests) && ctx.Err() == nil {
-				p := path(rng)
+			for k := 0; time.Now().Before(deadline) && started.Add(1) <= int64(maxRequests) && ctx.Err() == nil; k++ {
+				which := k % len(paths)
+				p := paths[which](rng)
 				reqCtx, cancel := context.WithTimeout(ctx, requestTimeout)
 				t0 := time.Now()
 				var n int64
@@ -164,12 +179,12 @@ func runLoad(ctx context.Context, s *runningServer, clients int, duration time.D
 				mu.Lock()
 				switch {
 				case err == nil && code == http.StatusOK:
-					lat = append(lat, millis(d))
-					bytes += n
+					lat[which] = append(lat[which], millis(d))
+					bytes[which] += n
 				default:
-					st.failed++
-					if st.firstErr == "" {
-						st.firstErr = fmt.Sprintf("GET %s: code %d, error %v", p, code, err)
+					st[which].failed++
+					if st[which].firstErr == "" {
+						st[which].firstErr = fmt.Sprintf("GET %s: code %d, error %v", p, code, err)
 					}
 				}
 				mu.Unlock()
@@ -180,14 +195,17 @@ func runLoad(ctx context.Context, s *runningServer, clients int, duration time.D
 	if err := ctx.Err(); err != nil {
 		return st, err
 	}
-	st.took = time.Since(began)
-	st.ok = len(lat)
-	if st.ok == 0 {
-		return st, fmt.Errorf("%s: no request succeeded (%d failed; first: %s)", s.kind.name, st.failed, st.firstErr)
+	took := time.Since(began)
+	for i := range st {
+		st[i].took = took
+		st[i].ok = len(lat[i])
+		if st[i].ok == 0 {
+			return st, fmt.Errorf("%s: no request succeeded (%d failed; first: %s)", s.kind.name, st[i].failed, st[i].firstErr)
+		}
+		st[i].p50 = percentile(lat[i], 50)
+		st[i].p99 = percentile(lat[i], 99)
+		st[i].max = percentile(lat[i], 100)
+		st[i].meanBytes = float64(bytes[i]) / float64(st[i].ok)
 	}
-	st.p50 = percentile(lat, 50)
-	st.p99 = percentile(lat, 99)
-	st.max = percentile(lat, 100)
-	st.meanBytes = float64(bytes) / float64(st.ok)
 	return st, nil
 }
