@@ -1,13 +1,16 @@
 package sources
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
+	"sync"
 )
 
 // Reasons a scrape failed, used as the "reason" label of the failure counter.
@@ -84,15 +87,42 @@ func TransportReason(err error) string {
 // ReadCapped reads all of r, failing with ReasonTooLarge once it passes max
 // bytes (0 = no cap).
 func ReadCapped(r io.Reader, max int64) ([]byte, error) {
-	if max <= 0 {
-		return io.ReadAll(r)
-	}
-	body, err := io.ReadAll(io.LimitReader(r, max+1))
-	if err != nil {
-		return nil, WithReason(TransportReason(err), fmt.Errorf("read body: %w", err))
-	}
-	if int64(len(body)) > max {
-		return nil, WithReason(ReasonTooLarge, fmt.Errorf("response larger than %d bytes", max))
-	}
-	return body, nil
+	var body []byte
+	err := ReadCappedTo(r, max, func(b []byte) error {
+		body = bytes.Clone(b)
+		return nil
+	})
+	return body, err
 }
+
+// ReadCappedTo is ReadCapped into a buffer reused from read to read, handed
+// to use, which must not keep body (or any slice of it) after it returns. A
+// scrape cycle reads a body per node; read by io.ReadAll, each one grew a
+// new buffer from 512 bytes by doubling, and garbage collection paid for
+// every step.
+func ReadCappedTo(r io.Reader, max int64, use func(body []byte) error) error {
+	buf := bodies.Get().(*bytes.Buffer)
+	defer func() {
+		// A buffer grown by an outsized body is not kept for the next.
+		if buf.Cap() <= maxPooledBody {
+			buf.Reset()
+			bodies.Put(buf)
+		}
+	}()
+	buf.Reset()
+	limit := max
+	if limit <= 0 {
+		limit = math.MaxInt64 - 1
+	}
+	if _, err := buf.ReadFrom(io.LimitReader(r, limit+1)); err != nil {
+		return WithReason(TransportReason(err), fmt.Errorf("read body: %w", err))
+	}
+	if max > 0 && int64(buf.Len()) > max {
+		return WithReason(ReasonTooLarge, fmt.Errorf("response larger than %d bytes", max))
+	}
+	return use(buf.Bytes())
+}
+
+const maxPooledBody = 1 << 20
+
+var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}

@@ -71,9 +71,16 @@ func (c *Client) Summary(ctx context.Context, node, host string) (*sources.Batch
 		return nil, sources.WithReason(sources.ReasonHTTPStatus,
 			fmt.Errorf("scrape node %q: %s returned %s", node, u.Path, resp.Status))
 	}
-	body, err := sources.ReadCapped(resp.Body, c.maxBytes)
-	if err != nil {
+	// Decode keeps nothing of the body: the buffer is reused.
+	var (
+		batch     *sources.Batch
+		decodeErr error
+	)
+	if err := sources.ReadCappedTo(resp.Body, c.maxBytes, func(body []byte) error {
+		batch, decodeErr = Decode(node, body)
+		return nil
+	}); err != nil {
 		return nil, fmt.Errorf("scrape node %q: %w", node, err)
 	}
-	return Decode(node, body)
+	return batch, decodeErr
 }
