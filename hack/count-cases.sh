@@ -18,7 +18,8 @@ cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--json" ]; then
 	# go test -json: one "pass", "fail" or "skip" action per test or subtest.
 	grep -o '"Action":"\(pass\|fail\|skip\)","Package":"[^"]*","Test":"[^"]*"' |
-		sed 's/"Action":"\([a-z]*\)".*/\1/' | sort | uniq -c
+		sed 's/"Action":"\([a-z]*\)","Package":"\([^"]*\)".*/\2 \1/' | sort | uniq -c |
+		awk '{print; n[$3] += $1} END {for (a in n) printf "%s total: %d\n", a, n[a]}'
 	exit 0
 fi
 
