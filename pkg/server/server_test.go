@@ -28,8 +28,8 @@ import (
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
-	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
 	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/apiserver"
