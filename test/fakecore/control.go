@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 )
 
 // maxControlBody caps a control request's body.
@@ -52,4 +53,20 @@ func WriteJSON(w http.ResponseWriter, code int, v any) {
 // WriteError answers code with {"error": err}.
 func WriteError(w http.ResponseWriter, code int, err error) {
 	WriteJSON(w, code, map[string]string{"error": err.Error()})
+}
+
+// ParseTimings reads the Go durations of a fault request, delay (for Slow)
+// and offset (for the clock faults); an empty one is zero.
+func ParseTimings(delay, offset string) (d, o time.Duration, err error) {
+	if delay != "" {
+		if d, err = time.ParseDuration(delay); err != nil {
+			return 0, 0, fmt.Errorf("delay: %w", err)
+		}
+	}
+	if offset != "" {
+		if o, err = time.ParseDuration(offset); err != nil {
+			return 0, 0, fmt.Errorf("offset: %w", err)
+		}
+	}
+	return d, o, nil
 }
