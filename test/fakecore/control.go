@@ -1,9 +1,11 @@
 package fakecore
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"time"
 )
@@ -69,4 +71,41 @@ func ParseTimings(delay, offset string) (d, o time.Duration, err error) {
 		}
 	}
 	return d, o, nil
+}
+
+// HTTPServer is an API a fake's program serves, until Stop.
+type HTTPServer struct {
+	srv  *http.Server
+	done chan struct{}
+	err  error
+}
+
+// Serve serves h on ln.
+func Serve(ln net.Listener, h http.Handler) *HTTPServer {
+	s := &HTTPServer{srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, done: make(chan struct{})}
+	go func() {
+		s.err = s.srv.Serve(ln)
+		close(s.done)
+	}()
+	return s
+}
+
+// Done is closed when the server stopped serving; Err then says why.
+func (s *HTTPServer) Done() <-chan struct{} { return s.done }
+
+// Err waits until the server stopped serving and returns Serve's error.
+func (s *HTTPServer) Err() error {
+	<-s.done
+	return s.err
+}
+
+// Stop shuts the server down and waits for Serve to return.
+func (s *HTTPServer) Stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	if serr := s.Err(); !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	return err
 }
