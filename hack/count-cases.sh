@@ -47,8 +47,8 @@ between() {
 
 cd "$root"
 echo "pkg, cmd (unit):     $(find pkg cmd -name '*_test.go' -print0 | funcs)"
-echo "test/ but test/e2e:  $(find test -name '*_test.go' ! -path 'test/e2e/*' -print0 | funcs)"
-echo "test/e2e:            $(find test/e2e -name '*_test.go' -print0 | funcs)"
+echo "test/ but the suite: $(find test -name '*_test.go' \( ! -path 'test/e2e/*' -o -path 'test/e2e/env/*' \) -print0 | funcs)"
+echo "e2e suite (test/e2e): $(find test/e2e -maxdepth 1 -name '*_test.go' -print0 | funcs)"
 echo "hack:                $(find hack -name '*_test.go' -print0 | funcs)"
 kubelet=$(between test/e2e/faults_test.go 'rounds := ' 'began := time.Now\(\)' '(^|[^A-Za-z])fault\(')
 ukpd=$(between test/e2e/faults_ukpd_test.go 'cases := \[\]faultCase\{' 'began := time.Now\(\)' '(^|[^A-Za-z])(transport|handler)\(')
