@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -29,12 +28,14 @@ import (
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/apiserver"
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet/summarytest"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/ukpd"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
@@ -63,29 +64,24 @@ func (f *fakeKubelet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	now := time.Now()
+	// A Summary's times are whole seconds (metav1.Time), so the counters
+	// are those of whole seconds too.
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
 	elapsed := now.Sub(f.start).Seconds()
-	type stats map[string]any
-	sample := func(cores float64) stats {
-		return stats{
-			"startTime": f.start.Format(time.RFC3339Nano),
-			"cpu":       stats{"time": now.Format(time.RFC3339Nano), "usageCoreNanoSeconds": uint64(cores * elapsed * 1e9)},
-			"memory":    stats{"time": now.Format(time.RFC3339Nano), "workingSetBytes": f.mem},
-		}
+	entry := func(name string, cores float64) stats.ContainerStats {
+		return stats.ContainerStats{Name: name, StartTime: metav1.NewTime(f.start),
+			CPU: summarytest.CPU(now, uint64(cores*1e9), uint64(cores*elapsed*1e9)), Memory: summarytest.Memory(now, f.mem, 0)}
 	}
-	node := sample(2)
-	node["nodeName"] = f.node
-	var pods []stats
+	node := entry("", 2)
+	s := &stats.Summary{Node: stats.NodeStats{NodeName: f.node, StartTime: node.StartTime, CPU: node.CPU, Memory: node.Memory}}
 	for _, p := range f.pods {
-		var cs []stats
+		ps := stats.PodStats{PodRef: stats.PodReference{Name: p.Name, Namespace: p.Namespace, UID: string(p.UID)}, StartTime: metav1.NewTime(f.start)}
 		for _, c := range p.Spec.Containers {
-			s := sample(f.cores[p.Namespace+"/"+p.Name+"/"+c.Name])
-			s["name"] = c.Name
-			cs = append(cs, s)
+			ps.Containers = append(ps.Containers, entry(c.Name, f.cores[p.Namespace+"/"+p.Name+"/"+c.Name]))
 		}
-		pods = append(pods, stats{"podRef": stats{"name": p.Name, "namespace": p.Namespace, "uid": string(p.UID)}, "containers": cs})
+		s.Pods = append(s.Pods, ps)
 	}
-	_ = json.NewEncoder(w).Encode(stats{"node": node, "pods": pods})
+	_, _ = w.Write(summarytest.Encode(s))
 }
 
 // lwsMember is a pod of group 0 of LeaderWorkerSet "inf" in namespace ml,
@@ -152,7 +148,7 @@ func startServer(t *testing.T, opts ...envOption) *testEnv {
 
 	kubeletCA := newTestCA(t)
 	kubeletCert, kubeletKey := kubeletCA.issue(t, "kubelet", nil, true)
-	start := time.Now().Add(-10 * time.Second)
+	start := time.Now().Add(-10 * time.Second).Truncate(time.Second)
 	pods := []*corev1.Pod{
 		runningPod("default", "web-1", "n1", map[string]string{"app": "web"}, "app", "proxy"),
 		runningPod("default", "web-2", "n2", map[string]string{"app": "web"}, "app"),

@@ -117,7 +117,7 @@ func (b *bench) readWindowEnd(ctx context.Context, s *runningServer) (windowEnd,
 	if !ok {
 		return windowEnd{}, fmt.Errorf("%s /metrics has no %s", s.kind.name, s.kind.cycleMetric)
 	}
-	return windowEnd{at: at, cpu: cpu, cycleSum: sum, cycleCount: count, failures: m.total(s.kind.failureMetric, s.kind.failureMatch...)}, nil
+	return windowEnd{at: at, cpu: cpu, cycleSum: sum, cycleCount: count, failures: m.total(s.kind.failureMetric, s.kind.failureMatch)}, nil
 }
 
 // steadyWindow measures WindowCycles × resolution of the server left alone.

@@ -25,7 +25,7 @@ type serverKind struct {
 	cycleMetric string
 	// failureMetric and failureMatch count failed scrapes of a node.
 	failureMetric string
-	failureMatch  []string
+	failureMatch  map[string]string
 }
 
 var (
@@ -34,7 +34,7 @@ var (
 		binary:        cluster.MetricsServerBinary,
 		cycleMetric:   "metrics_server_manager_tick_duration_seconds",
 		failureMetric: "metrics_server_kubelet_request_total",
-		failureMatch:  []string{`success="false"`},
+		failureMatch:  map[string]string{"success": "false"},
 	}
 	groupMetricsServer = serverKind{
 		name:          "group-metrics-server",

@@ -312,12 +312,6 @@ func (c *Cluster) CACertFile() string { return c.pki.ca.certFile }
 // CACertPEM returns the cluster CA certificate in PEM form.
 func (c *Cluster) CACertPEM() []byte { return c.pki.ca.certPEM() }
 
-// FrontProxyCACertFile returns the CA that signs the aggregator's proxy client
-// certificate (kube-apiserver's --requestheader-client-ca-file). Aggregated
-// servers normally read it from the kube-system/extension-apiserver-
-// authentication ConfigMap instead.
-func (c *Cluster) FrontProxyCACertFile() string { return c.pki.frontProxyCA.certFile }
-
 // IssueServingCert signs a serving certificate with the cluster CA for hosts
 // (IP addresses or DNS names), writes <workdir>/pki/issued/<name>.crt and
 // <name>.key, and returns their paths. A fake kubelet, for instance, can serve

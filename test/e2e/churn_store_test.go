@@ -14,6 +14,7 @@ import (
 
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
+	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
 
 // storePoints is the store's series gauge, by kind.
@@ -115,7 +116,7 @@ func settledMemory(ctx context.Context, t *testing.T, ep endpoint, pid int) (rss
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, _, err := env.PromValue(body, "go_memstats_heap_inuse_bytes")
+	h, _, err := promtext.Value(body, "go_memstats_heap_inuse_bytes")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
+	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
 
 const (
@@ -185,7 +186,7 @@ func metricsRequests(ctx context.Context, c *env.PinnedClient) (float64, error) 
 	if err != nil {
 		return 0, err
 	}
-	n, _, err := env.PromValue(body, "apiserver_request_total", `group="metrics.k8s.io"`)
+	n, _, err := promtext.Value(body, "apiserver_request_total", `group="metrics.k8s.io"`)
 	return n, err
 }
 

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
 
 // endpoint is one way to reach the metrics API: through kube-apiserver's
@@ -299,7 +300,7 @@ func selfMetrics(ctx context.Context, ep endpoint) (string, error) {
 
 // mustValue is env.PromValue for a metric that must be present.
 func mustValue(body, name string, labels ...string) (float64, error) {
-	v, ok, err := env.PromValue(body, name, labels...)
+	v, ok, err := promtext.Value(body, name, labels...)
 	if err == nil && !ok {
 		err = fmt.Errorf("no sample of %s%v in /metrics", name, labels)
 	}

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
 
 // TestCredentialsNotLeaked rotates the ukpd token file to a token ukpd
@@ -189,7 +190,7 @@ func ukpdMetric(ctx context.Context, client *http.Client, base, name string, lab
 	if code != http.StatusOK {
 		return 0, fmt.Errorf("/metrics: %d: %.200s", code, body)
 	}
-	v, _, err := env.PromValue(body, name, labels...)
+	v, _, err := promtext.Value(body, name, labels...)
 	return v, err
 }
 

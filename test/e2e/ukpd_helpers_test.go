@@ -19,6 +19,7 @@ import (
 
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
+	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
 
 // topRow is a pod's expected kubectl top row.
@@ -100,7 +101,7 @@ func serverMetric(ctx context.Context, name string, labels ...string) (float64, 
 	if code != http.StatusOK {
 		return 0, fmt.Errorf("/metrics: status %d: %.200s", code, body)
 	}
-	v, _, err := env.PromValue(body, name, labels...)
+	v, _, err := promtext.Value(body, name, labels...)
 	return v, err
 }
 

@@ -1,7 +1,8 @@
 // Package fakecore is what the fake kubelet fleet and the fake ukpd have in
 // common as programs: the command's shape (flags with klog's, every
 // validation error at once, a signal-aware run), loopback checks for their
-// control APIs, and atomic writes of the files their users poll for.
+// control APIs, the HTTP servers they run (Serve), and atomic writes of the
+// files their users poll for.
 package fakecore
 
 import (

@@ -1,10 +1,13 @@
 package fakecore
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"time"
 )
 
 // maxControlBody caps a control request's body.
@@ -52,4 +55,57 @@ func WriteJSON(w http.ResponseWriter, code int, v any) {
 // WriteError answers code with {"error": err}.
 func WriteError(w http.ResponseWriter, code int, err error) {
 	WriteJSON(w, code, map[string]string{"error": err.Error()})
+}
+
+// ParseTimings reads the Go durations of a fault request, delay (for Slow)
+// and offset (for the clock faults); an empty one is zero.
+func ParseTimings(delay, offset string) (d, o time.Duration, err error) {
+	if delay != "" {
+		if d, err = time.ParseDuration(delay); err != nil {
+			return 0, 0, fmt.Errorf("delay: %w", err)
+		}
+	}
+	if offset != "" {
+		if o, err = time.ParseDuration(offset); err != nil {
+			return 0, 0, fmt.Errorf("offset: %w", err)
+		}
+	}
+	return d, o, nil
+}
+
+// HTTPServer is an API a fake's program serves, until Stop.
+type HTTPServer struct {
+	srv  *http.Server
+	done chan struct{}
+	err  error
+}
+
+// Serve serves h on ln.
+func Serve(ln net.Listener, h http.Handler) *HTTPServer {
+	s := &HTTPServer{srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, done: make(chan struct{})}
+	go func() {
+		s.err = s.srv.Serve(ln)
+		close(s.done)
+	}()
+	return s
+}
+
+// Done is closed when the server stopped serving; Err then says why.
+func (s *HTTPServer) Done() <-chan struct{} { return s.done }
+
+// Err waits until the server stopped serving and returns Serve's error.
+func (s *HTTPServer) Err() error {
+	<-s.done
+	return s.err
+}
+
+// Stop shuts the server down and waits for Serve to return.
+func (s *HTTPServer) Stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	if serr := s.Err(); !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	return err
 }

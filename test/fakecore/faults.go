@@ -45,15 +45,6 @@ const (
 // none: over every client cap the server sets.
 const DefaultHugeBodyBytes = 64 << 20
 
-// IsResponseFault says whether k answers requests in place of the fake.
-func IsResponseFault(k FaultKind) bool {
-	switch k {
-	case FaultStatus500, FaultGarbage, FaultHugeBody, FaultTruncated, FaultStall, FaultResetConnection:
-		return true
-	}
-	return false
-}
-
 // IsTransportFault says whether k breaks TLS below HTTP.
 func IsTransportFault(k FaultKind) bool {
 	switch k {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 
@@ -39,19 +38,10 @@ func (c *controlAPI) setFault(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fault := Fault{Kind: req.Kind, Bytes: req.Bytes, Pod: req.Pod}
-	for _, d := range []struct {
-		name, text string
-		dst        *time.Duration
-	}{{"delay", req.Delay, &fault.Delay}, {"offset", req.Offset, &fault.Offset}} {
-		if d.text == "" {
-			continue
-		}
-		v, err := time.ParseDuration(d.text)
-		if err != nil {
-			fakecore.WriteError(w, http.StatusBadRequest, fmt.Errorf("%s: %w", d.name, err))
-			return
-		}
-		*d.dst = v
+	var err error
+	if fault.Delay, fault.Offset, err = fakecore.ParseTimings(req.Delay, req.Offset); err != nil {
+		fakecore.WriteError(w, http.StatusBadRequest, err)
+		return
 	}
 	c.forNodes(w, r.PathValue("node"), func(n *Node) error { return n.SetFault(fault) })
 }

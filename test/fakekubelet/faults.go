@@ -104,22 +104,9 @@ func (s *FaultState) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &in); err != nil {
 		return err
 	}
-	s.Delay, s.ClockOffset = 0, 0
-	for _, d := range []struct {
-		name string
-		text string
-		dst  *time.Duration
-	}{{"delay", in.Delay, &s.Delay}, {"clockOffset", in.ClockOffset, &s.ClockOffset}} {
-		if d.text == "" {
-			continue
-		}
-		v, err := time.ParseDuration(d.text)
-		if err != nil {
-			return fmt.Errorf("%s: %w", d.name, err)
-		}
-		*d.dst = v
-	}
-	return nil
+	var err error
+	s.Delay, s.ClockOffset, err = fakecore.ParseTimings(in.Delay, in.ClockOffset)
+	return err
 }
 
 // Faults returns the faults in force.

@@ -3,6 +3,8 @@ package fakekubelet
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet/summarytest"
 )
 
 // applyDataFaults changes a node's Summary at instant t as its data faults
@@ -67,12 +69,13 @@ func doubleMemory(m *stats.MemoryStats) *stats.MemoryStats {
 	if m == nil {
 		return nil
 	}
-	out := *m
-	if m.WorkingSetBytes != nil {
-		ws := 2 * *m.WorkingSetBytes
-		out.WorkingSetBytes = &ws
-		out.UsageBytes = u64(ws + ws/8)
-		out.RSSBytes = u64(ws - ws/4)
+	if m.WorkingSetBytes == nil {
+		out := *m
+		return &out
 	}
-	return &out
+	out := summarytest.Memory(m.Time, 2**m.WorkingSetBytes, 0)
+	out.AvailableBytes = m.AvailableBytes
+	return out
 }
+
+func u64(v uint64) *uint64 { return &v }

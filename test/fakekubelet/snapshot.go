@@ -6,6 +6,8 @@ import (
 	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet/summarytest"
 )
 
 // Summary returns the node's stats at the current sample instant, as
@@ -66,8 +68,8 @@ func (n *Node) summaryAt(t instant, onlyCPUAndMemory bool) *stats.Summary {
 		Memory:    memoryStats(ts, node),
 	}
 	if !onlyCPUAndMemory {
-		out.Node.Network = networkStats(ts)
-		out.Node.Fs = fsStats(ts, 8<<30)
+		out.Node.Network = summarytest.Network(ts)
+		out.Node.Fs = summarytest.Fs(ts, 8<<30)
 		maxPID, procs := int64(4194304), int64(100+5*len(out.Pods))
 		out.Node.Rlimit = &stats.RlimitStats{Time: ts, MaxPID: &maxPID, NumOfRunningProcesses: &procs}
 	}
@@ -96,8 +98,8 @@ func (f *Fleet) podStats(ps *podState, t instant, ts metav1.Time, onlyCPUAndMemo
 			Memory:    memoryStats(ts, cs),
 		}
 		if !onlyCPUAndMemory {
-			stats.Rootfs = fsStats(ts, 4<<20)
-			stats.Logs = fsStats(ts, 64<<10)
+			stats.Rootfs = summarytest.Fs(ts, 4<<20)
+			stats.Logs = summarytest.Fs(ts, 64<<10)
 		}
 		pod.Containers = append(pod.Containers, stats)
 	}
@@ -107,54 +109,16 @@ func (f *Fleet) podStats(ps *podState, t instant, ts metav1.Time, onlyCPUAndMemo
 	pod.CPU = cpuStats(ts, total)
 	pod.Memory = memoryStats(ts, total)
 	if !onlyCPUAndMemory {
-		pod.Network = networkStats(ts)
-		pod.EphemeralStorage = fsStats(ts, uint64(len(ps.containers))*(4<<20+64<<10))
+		pod.Network = summarytest.Network(ts)
+		pod.EphemeralStorage = summarytest.Fs(ts, uint64(len(ps.containers))*(4<<20+64<<10))
 	}
 	return pod
 }
 
 func cpuStats(ts metav1.Time, s sample) *stats.CPUStats {
-	return &stats.CPUStats{Time: ts, UsageNanoCores: u64(s.rate), UsageCoreNanoSeconds: u64(s.cumulative)}
+	return summarytest.CPU(ts, s.rate, s.cumulative)
 }
 
-// memoryStats derives the kubelet's memory fields from a working set: page
-// cache on top of it for usage, anonymous memory below it for RSS.
 func memoryStats(ts metav1.Time, s sample) *stats.MemoryStats {
-	ws := s.workingSet
-	m := &stats.MemoryStats{
-		Time:            ts,
-		UsageBytes:      u64(ws + ws/8),
-		WorkingSetBytes: u64(ws),
-		RSSBytes:        u64(ws - ws/4),
-		PageFaults:      u64(ws / 4096),
-		MajorPageFaults: u64(0),
-	}
-	if s.limit > 0 {
-		avail := uint64(0)
-		if s.limit > ws {
-			avail = s.limit - ws
-		}
-		m.AvailableBytes = u64(avail)
-	}
-	return m
+	return summarytest.Memory(ts, s.workingSet, s.limit)
 }
-
-func fsStats(ts metav1.Time, used uint64) *stats.FsStats {
-	const capacity, inodes = 100 << 30, 6 << 20
-	return &stats.FsStats{
-		Time:           ts,
-		AvailableBytes: u64(capacity - used),
-		CapacityBytes:  u64(capacity),
-		UsedBytes:      u64(used),
-		InodesFree:     u64(inodes - used/4096),
-		Inodes:         u64(inodes),
-		InodesUsed:     u64(used / 4096),
-	}
-}
-
-func networkStats(ts metav1.Time) *stats.NetworkStats {
-	eth := stats.InterfaceStats{Name: "eth0", RxBytes: u64(0), RxErrors: u64(0), TxBytes: u64(0), TxErrors: u64(0)}
-	return &stats.NetworkStats{Time: ts, InterfaceStats: eth, Interfaces: []stats.InterfaceStats{eth}}
-}
-
-func u64(v uint64) *uint64 { return &v }

@@ -2,9 +2,7 @@ package fakeukpd
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 
@@ -199,19 +197,10 @@ func (c *control) setFault(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := Fault{Kind: req.Kind, Path: req.Path, Bytes: req.Bytes}
-	for _, d := range []struct {
-		name, text string
-		dst        *time.Duration
-	}{{"delay", req.Delay, &f.Delay}, {"offset", req.Offset, &f.Offset}} {
-		if d.text == "" {
-			continue
-		}
-		v, err := time.ParseDuration(d.text)
-		if err != nil {
-			fakecore.WriteError(w, http.StatusBadRequest, fmt.Errorf("%s: %w", d.name, err))
-			return
-		}
-		*d.dst = v
+	var err error
+	if f.Delay, f.Offset, err = fakecore.ParseTimings(req.Delay, req.Offset); err != nil {
+		fakecore.WriteError(w, http.StatusBadRequest, err)
+		return
 	}
 	if err := c.s.SetFault(f); err != nil {
 		fakecore.WriteError(w, http.StatusBadRequest, err)

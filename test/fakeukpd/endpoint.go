@@ -46,14 +46,6 @@ func (e *Endpoint) Addr() string { return e.ep.Addr() }
 // URL is the endpoint's base URL.
 func (e *Endpoint) URL() string { return "https://" + e.Addr() }
 
-// TransportFault is the fault in force, or "".
-func (e *Endpoint) TransportFault() FaultKind {
-	if e.ep.Down() {
-		return FaultRefused
-	}
-	return e.ep.Fault()
-}
-
 // SetTransportFault sets one transport fault, replacing any other.
 func (e *Endpoint) SetTransportFault(kind FaultKind) error {
 	if kind == FaultRefused {

@@ -17,8 +17,6 @@ type ClientConfig struct {
 	// REST carries TLS and credentials: CA, client certificate, bearer token
 	// (or token file, re-read as it rotates). Its Host is ignored.
 	REST *rest.Config
-	// Scheme is "https" unless a test says otherwise.
-	Scheme string
 	// MaxResponseBytes caps a Summary response; a larger one is an error.
 	MaxResponseBytes int64
 }
@@ -26,7 +24,6 @@ type ClientConfig struct {
 // Client fetches Summary API responses. It is safe for concurrent use.
 type Client struct {
 	http     *http.Client
-	scheme   string
 	maxBytes int64
 	hints    hinter
 }
@@ -45,16 +42,14 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubelet transport: %w", err)
 	}
-	scheme := cfg.Scheme
-	if scheme == "" {
-		scheme = "https"
-	}
-	return &Client{http: &http.Client{Transport: rt}, scheme: scheme, maxBytes: cfg.MaxResponseBytes}, nil
+	return &Client{http: &http.Client{Transport: rt}, maxBytes: cfg.MaxResponseBytes}, nil
 }
 
-// Summary returns the decoded Summary of node at host (host:port).
+// Summary returns the decoded Summary of node at host (host:port), always
+// over HTTPS: kubelets serve their API on TLS only, and tests reach the fake
+// kubelets through certificates of test/pki.
 func (c *Client) Summary(ctx context.Context, node, host string) (*sources.Batch, error) {
-	u := url.URL{Scheme: c.scheme, Host: host, Path: "/stats/summary", RawQuery: "only_cpu_and_memory=true"}
+	u := url.URL{Scheme: "https", Host: host, Path: "/stats/summary", RawQuery: "only_cpu_and_memory=true"}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("scrape node %q: %w", node, err)

@@ -1,101 +1,131 @@
 package kubelet
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet/summarytest"
 )
 
-// The Summary as encoding/json reads it: the oracle the reader is checked
-// against. Pointers tell a missing field from a zero one.
-type refSummary struct {
-	Node *refStats `json:"node"`
-	Pods []refPod  `json:"pods"`
-}
+// readShape is the part of a Summary that Decode reads, as nested keys;
+// a nil shape keeps the value whole. Arrays take their elements' shape.
+type readShape map[string]readShape
 
-type refPod struct {
-	PodRef struct {
-		Name      string `json:"name"`
-		Namespace string `json:"namespace"`
-		UID       string `json:"uid"`
-	} `json:"podRef"`
-	Containers []refStats `json:"containers"`
-}
-
-type refStats struct {
-	Name      string     `json:"name"`
-	StartTime refTime    `json:"startTime"`
-	CPU       *refSample `json:"cpu"`
-	Memory    *refMemory `json:"memory"`
-}
-
-type refSample struct {
-	Time  refTime `json:"time"`
-	Value *uint64 `json:"usageCoreNanoSeconds"`
-}
-
-type refMemory struct {
-	Time  refTime `json:"time"`
-	Value *uint64 `json:"workingSetBytes"`
-}
-
-// refTime is a time as the reader takes it: the JSON string it spells,
-// escapes read, in RFC 3339 by time.Time's rules. It is spelled out here
-// because encoding/json's own reading of a time.Time differs between Go
-// releases on escaped strings (the reader must not depend on which Go
-// built the tests).
-type refTime struct{ time.Time }
-
-func (t *refTime) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		return nil
+var (
+	cpuShape       = readShape{"time": nil, "usageCoreNanoSeconds": nil}
+	memoryShape    = readShape{"time": nil, "workingSetBytes": nil}
+	containerShape = readShape{"name": nil, "startTime": nil, "cpu": cpuShape, "memory": memoryShape}
+	summaryShape   = readShape{
+		"node": {"startTime": nil, "cpu": cpuShape, "memory": memoryShape},
+		"pods": {"podRef": {"name": nil, "namespace": nil, "uid": nil}, "containers": containerShape},
 	}
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return err
+)
+
+// keepRead returns v with only the keys of shape, and an error for a time
+// string that is not RFC 3339 by time.Time's rules. The kubelet's types
+// decode every field, and metav1.Time parses with time.Parse, which takes
+// some spellings RFC 3339 does not (go.dev/issue/54580: a one-digit hour, a
+// comma before the fraction, a zone out of range); Decode reads only its
+// fields and holds times to RFC 3339, so the reference does too.
+func keepRead(v any, shape readShape, key string) (any, error) {
+	switch x := v.(type) {
+	case map[string]any:
+		if shape == nil {
+			return x, nil
+		}
+		out := make(map[string]any, len(shape))
+		for k, sub := range shape {
+			if e, ok := x[k]; ok {
+				kept, err := keepRead(e, sub, k)
+				if err != nil {
+					return nil, err
+				}
+				out[k] = kept
+			}
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			kept, err := keepRead(e, shape, key)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = kept
+		}
+		return out, nil
+	case string:
+		if key == "time" || key == "startTime" {
+			var t time.Time
+			if err := t.UnmarshalJSON([]byte(`"` + x + `"`)); err != nil {
+				return nil, err
+			}
+		}
 	}
-	return t.Time.UnmarshalJSON([]byte(`"` + s + `"`))
+	return v, nil
 }
 
-func (s *refStats) stats() stats {
-	out := stats{name: s.Name, startTime: s.StartTime.Time}
-	if s.CPU != nil && s.CPU.Value != nil {
-		out.cpu = sample{time: s.CPU.Time.Time, value: *s.CPU.Value, ok: true}
-	}
-	if s.Memory != nil && s.Memory.Value != nil {
-		out.mem = sample{time: s.Memory.Time.Time, value: *s.Memory.Value, ok: true}
-	}
-	return out
-}
-
-// referenceDecode is Decode with encoding/json doing the reading; what it
-// makes of the values is Decode's own code.
+// referenceDecode is Decode with encoding/json reading the body into the
+// kubelet's own types (k8s.io/kubelet stats/v1alpha1), after keepRead took
+// out what Decode does not read; what it makes of the values is Decode's
+// own code. Numbers stay as written (json.Number) on the way through.
 func referenceDecode(node string, body []byte) (*sources.Batch, error) {
-	var s refSummary
-	if err := json.Unmarshal(body, &s); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
 		return nil, err
 	}
-	if s.Node == nil {
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("data after the document")
+	}
+	kept, err := keepRead(v, summaryShape, "")
+	if err != nil {
+		return nil, err
+	}
+	read, err := json.Marshal(kept)
+	if err != nil {
+		return nil, err
+	}
+	var s statsv1alpha1.Summary
+	if err := json.Unmarshal(read, &s); err != nil {
+		return nil, err
+	}
+	if m, _ := kept.(map[string]any); m["node"] == nil {
 		return nil, errors.New("no node stats")
 	}
-	d := decoder{node: node, hasNode: true, nodeStat: s.Node.stats()}
+	n := &s.Node
+	d := decoder{node: node, hasNode: true, nodeStat: refStats(&statsv1alpha1.ContainerStats{StartTime: n.StartTime, CPU: n.CPU, Memory: n.Memory})}
 	for i := range s.Pods {
 		p := &s.Pods[i]
 		d.pod = podStats{namespace: p.PodRef.Namespace, name: p.PodRef.Name, uid: p.PodRef.UID}
 		for j := range p.Containers {
-			d.pod.containers = append(d.pod.containers, p.Containers[j].stats())
+			d.pod.containers = append(d.pod.containers, refStats(&p.Containers[j]))
 		}
 		d.addPod(i)
 	}
 	return d.finish()
+}
+
+func refStats(c *statsv1alpha1.ContainerStats) stats {
+	out := stats{name: c.Name, startTime: c.StartTime.Time}
+	if c.CPU != nil && c.CPU.UsageCoreNanoSeconds != nil {
+		out.cpu = sample{time: c.CPU.Time.Time, value: *c.CPU.UsageCoreNanoSeconds, ok: true}
+	}
+	if c.Memory != nil && c.Memory.WorkingSetBytes != nil {
+		out.mem = sample{time: c.Memory.Time.Time, value: *c.Memory.WorkingSetBytes, ok: true}
+	}
+	return out
 }
 
 // sameAsReference fails t unless Decode and referenceDecode agree on body:
@@ -180,6 +210,16 @@ func referenceCases() []string {
 		`{"node": {"cpu": {"time": 5, "usageCoreNanoSeconds": 1}}}`,
 		`{"node": {"cpu": {"time": "2026-12-01T10:00:00+01:00", "usageCoreNanoSeconds": 1}, "memory": {"time": null, "workingSetBytes": 1}}}`,
 		`{"node": {"cpu": {"time": "2026-12-01 10:00:00Z", "usageCoreNanoSeconds": 1}}}`,
+		// Spellings metav1.Time takes and RFC 3339 does not.
+		`{"node": {"cpu": {"time": "2026-12-01T1:00:00Z", "usageCoreNanoSeconds": 1}, "memory": {"workingSetBytes": 1}}}`,
+		`{"node": {"cpu": {"time": "2026-12-01T10:00:00,5Z", "usageCoreNanoSeconds": 1}, "memory": {"workingSetBytes": 1}}}`,
+		`{"node": {"cpu": {"time": "2026-12-01T10:00:00+24:00", "usageCoreNanoSeconds": 1}, "memory": {"workingSetBytes": 1}}}`,
+		// Fields of the kubelet's types Decode does not read, with values
+		// those types refuse: skipped, as the rest of the unread document.
+		`{"node": {"nodeName": 5, "systemContainers": {}, "network": {"time": "x"}, "startTime": "2026-11-30T10:00:00Z", ` +
+			`"cpu": {"time": "2026-12-01T10:00:00Z", "usageCoreNanoSeconds": 1, "usageNanoCores": "x"}, "memory": {"time": "2026-12-01T10:00:00Z", "workingSetBytes": 1, "rssBytes": -1}}}`,
+		nodeOK + `, "pods": [{"podRef": {"name": "p", "namespace": "ns", "uid": "u"}, "cpu": "x", "ephemeral-storage": 1, "containers": [` +
+			`{"name": "c", "rootfs": [], "cpu": {"time": "2026-12-01T10:00:00Z", "usageCoreNanoSeconds": 1}, "memory": {"time": "2026-12-01T10:00:00Z", "workingSetBytes": 1}}]}]}`,
 		`{"node": {"cpu": {"time": "2026-12-01T10:00:00\u005a", "usageCoreNanoSeconds": 1}}}`,
 		`{"node": {"startTime": null, "cpu": null, "memory": {"time": "2026-12-01T10:00:00Z", "workingSetBytes": null}}}`,
 		nodeOK + `, "pods": [` + okPod + `, ` + okPod + `]}`,

@@ -1,6 +1,7 @@
 package kubelet
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet/summarytest"
 )
 
 const validSummary = `{
@@ -177,6 +179,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(nodeOK + `, "pods": [` + pod("p", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 1`) + `]}`))
 	f.Add([]byte(`{"node": null, "pods": null}`))
 	f.Add([]byte(`{}`))
+	f.Add(summarytest.Generate(rand.New(rand.NewPCG(2, 2)), summarytest.Node{Name: "n1", Pods: 3, Containers: 2, Time: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		b, err := Decode("n1", body)
 		if b == nil {

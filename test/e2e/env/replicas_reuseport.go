@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
 
 // PermitPortSharing is the server flag (from k8s.io/apiserver's secure
@@ -166,7 +167,7 @@ func ProcStartTime(pid int) (float64, error) {
 // gaugeValue returns the value of the sample name in a Prometheus text
 // exposition.
 func gaugeValue(body, name string) (float64, error) {
-	v, ok, err := PromValue(body, name)
+	v, ok, err := promtext.Value(body, name)
 	if err == nil && !ok {
 		err = fmt.Errorf("no sample %s", name)
 	}

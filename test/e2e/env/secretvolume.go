@@ -3,7 +3,6 @@ package env
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -29,9 +28,7 @@ type SecretVolume struct {
 	mu      sync.Mutex
 	written map[string][]byte
 	version int
-	updates int
 	exists  chan struct{}
-	done    chan struct{}
 }
 
 // secretVolumePoll is how often a SecretVolume reads its Secret: well
@@ -41,9 +38,8 @@ const secretVolumePoll = 500 * time.Millisecond
 // MountSecret starts following namespace/name into dir until ctx is done.
 // The directory appears once the Secret exists, as a pod's volume does.
 func MountSecret(ctx context.Context, client kubernetes.Interface, namespace, name, dir string) *SecretVolume {
-	v := &SecretVolume{Dir: dir, exists: make(chan struct{}), done: make(chan struct{})}
+	v := &SecretVolume{Dir: dir, exists: make(chan struct{})}
 	go func() {
-		defer close(v.done)
 		t := time.NewTicker(secretVolumePoll)
 		defer t.Stop()
 		for {
@@ -68,16 +64,6 @@ func MountSecret(ctx context.Context, client kubernetes.Interface, namespace, na
 
 // Exists is closed once the directory holds the Secret.
 func (v *SecretVolume) Exists() <-chan struct{} { return v.exists }
-
-// Done is closed once the volume stopped following its Secret.
-func (v *SecretVolume) Done() <-chan struct{} { return v.done }
-
-// Updates is how many times the content changed after the first write.
-func (v *SecretVolume) Updates() int {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.updates
-}
 
 func (v *SecretVolume) write(data map[string][]byte) error {
 	v.mu.Lock()
@@ -122,13 +108,9 @@ func (v *SecretVolume) write(data map[string][]byte) error {
 	}
 	if v.version > 1 {
 		_ = os.RemoveAll(filepath.Join(v.Dir, ".."+strconv.Itoa(v.version-1)))
-		v.updates++
 	} else {
 		close(v.exists)
 	}
 	v.written = maps.Clone(data)
 	return nil
 }
-
-// String names the volume for errors.
-func (v *SecretVolume) String() string { return fmt.Sprintf("secret volume %s", v.Dir) }

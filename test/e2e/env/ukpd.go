@@ -15,16 +15,13 @@ import (
 	"sync"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
@@ -176,35 +173,7 @@ func KraftletPodSpec(spec *corev1.PodSpec) {
 // CreateKraftletDeployment creates a Deployment like CreateDeployment whose
 // pods run on kraftlet nodes.
 func CreateKraftletDeployment(ctx context.Context, client kubernetes.Interface, d DeploymentSpec) error {
-	names := d.Containers
-	if len(names) == 0 {
-		names = []string{"app"}
-	}
-	var containers []corev1.Container
-	for _, n := range names {
-		ctr := corev1.Container{Name: n, Image: "unikraft.org/nginx:latest"}
-		if d.CPURequest != "" {
-			ctr.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(d.CPURequest)}
-		}
-		if d.MemoryLimit != "" {
-			ctr.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(d.MemoryLimit)}
-		}
-		containers = append(containers, ctr)
-	}
-	pod := corev1.PodSpec{Containers: containers, TerminationGracePeriodSeconds: ptr.To[int64](0)}
-	KraftletPodSpec(&pod)
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace, Labels: d.Labels()},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(d.Replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: d.Labels()},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: d.Labels()}, Spec: pod},
-		},
-	}
-	if _, err := client.AppsV1().Deployments(d.Namespace).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create deployment %s/%s: %w", d.Namespace, d.Name, err)
-	}
-	return nil
+	return createDeployment(ctx, client, d, "unikraft.org/nginx:latest", KraftletPodSpec)
 }
 
 // UkpdUsage is what one instance (one container) reports.

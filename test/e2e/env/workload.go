@@ -48,41 +48,42 @@ func (d DeploymentSpec) Selector() labels.Selector { return labels.SelectorFromS
 // CreateDeployment creates a Deployment whose pods kwok runs on the fake
 // nodes.
 func CreateDeployment(ctx context.Context, client kubernetes.Interface, d DeploymentSpec) error {
+	return createDeployment(ctx, client, d, "registry.k8s.io/pause:3.10", func(spec *corev1.PodSpec) {
+		spec.NodeSelector = map[string]string{"type": "kwok"}
+		spec.Tolerations = []corev1.Toleration{{
+			Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule,
+		}}
+	})
+}
+
+// createDeployment creates d's Deployment, its containers of image, its
+// pod spec pinned to nodes by pin.
+func createDeployment(ctx context.Context, client kubernetes.Interface, d DeploymentSpec, image string, pin func(*corev1.PodSpec)) error {
 	names := d.Containers
 	if len(names) == 0 {
 		names = []string{"app"}
 	}
-	var containers []corev1.Container
+	pod := corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To[int64](0)}
 	for _, n := range names {
-		ctr := corev1.Container{Name: n, Image: "registry.k8s.io/pause:3.10"}
+		ctr := corev1.Container{Name: n, Image: image}
 		if d.CPURequest != "" {
 			ctr.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(d.CPURequest)}
 		}
 		if d.MemoryLimit != "" {
 			ctr.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(d.MemoryLimit)}
 		}
-		containers = append(containers, ctr)
+		pod.Containers = append(pod.Containers, ctr)
 	}
+	pin(&pod)
 	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace, Labels: d.Labels()},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(d.Replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: d.Labels()},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: d.Labels()},
-				Spec: corev1.PodSpec{
-					Containers:                    containers,
-					TerminationGracePeriodSeconds: ptr.To[int64](0),
-					NodeSelector:                  map[string]string{"type": "kwok"},
-					Tolerations: []corev1.Toleration{{
-						Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule,
-					}},
-				},
-			},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: d.Labels()}, Spec: pod},
 		},
 	}
-	_, err := client.AppsV1().Deployments(d.Namespace).Create(ctx, dep, metav1.CreateOptions{})
-	if err != nil {
+	if _, err := client.AppsV1().Deployments(d.Namespace).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create deployment %s/%s: %w", d.Namespace, d.Name, err)
 	}
 	return nil

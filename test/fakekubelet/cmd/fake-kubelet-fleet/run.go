@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -53,11 +52,12 @@ func run(ctx context.Context, cfg *Config) (err error) {
 			return err
 		}
 	}
-	control, err := startControl(cfg.ControlAddress, fleet)
+	ln, err := net.Listen("tcp", cfg.ControlAddress)
 	if err != nil {
-		return err
+		return fmt.Errorf("listen on control address: %w", err)
 	}
-	defer func() { err = errors.Join(err, control.stop()) }()
+	control, controlAddress := fakecore.Serve(ln, fakekubelet.NewControlHandler(fleet)), ln.Addr().String()
+	defer func() { err = errors.Join(err, control.Stop()) }()
 
 	if cfg.PodInformer {
 		if err := fleet.StartPodInformer(ctx, client); err != nil {
@@ -70,17 +70,16 @@ func run(ctx context.Context, cfg *Config) (err error) {
 		}
 	}
 	if cfg.CertDir != "" {
-		if err := writeCertDir(cfg.CertDir, fleet, control.address); err != nil {
+		if err := writeCertDir(cfg.CertDir, fleet, controlAddress); err != nil {
 			return err
 		}
 	}
-	klog.InfoS("Fake kubelet fleet ready", "nodes", len(cfg.NodeNames), "controlAddress", control.address)
+	klog.InfoS("Fake kubelet fleet ready", "nodes", len(cfg.NodeNames), "controlAddress", controlAddress)
 	select {
 	case <-ctx.Done():
 		return nil
-	case err := <-control.done:
-		control.done <- err
-		return fmt.Errorf("control API stopped: %w", err)
+	case <-control.Done():
+		return fmt.Errorf("control API stopped: %w", control.Err())
 	}
 }
 
@@ -99,38 +98,6 @@ func clusterClient(kubeconfig string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("build client: %w", err)
 	}
 	return client, nil
-}
-
-// controlServer is the running control API.
-type controlServer struct {
-	address string
-	srv     *http.Server
-	done    chan error // receives the result of Serve
-}
-
-func startControl(address string, fleet *fakekubelet.Fleet) (*controlServer, error) {
-	ln, err := net.Listen("tcp", address)
-	if err != nil {
-		return nil, fmt.Errorf("listen on control address: %w", err)
-	}
-	c := &controlServer{
-		address: ln.Addr().String(),
-		srv:     &http.Server{Handler: fakekubelet.NewControlHandler(fleet), ReadHeaderTimeout: 10 * time.Second},
-		done:    make(chan error, 1),
-	}
-	go func() { c.done <- c.srv.Serve(ln) }()
-	return c, nil
-}
-
-// stop shuts the control API down and waits for Serve to return.
-func (c *controlServer) stop() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err := c.srv.Shutdown(ctx)
-	if serr := <-c.done; !errors.Is(serr, http.ErrServerClosed) {
-		err = errors.Join(err, serr)
-	}
-	return err
 }
 
 // writeCertDir writes the CA, a client certificate the nodes accept and,

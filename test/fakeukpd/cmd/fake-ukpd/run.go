@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -47,18 +46,18 @@ func run(ctx context.Context, cfg *Config, ready chan<- fakeukpd.State) (err err
 		state.URL = "https://" + apiLn.Addr().String()
 		state.CAFile = filepath.Join(cfg.TLSCertDir, "ca.crt")
 	}
-	api := start(apiLn, srv)
+	api := fakecore.Serve(apiLn, srv)
 	defer func() {
 		srv.Close() // release requests held by a slow fault
-		err = errors.Join(err, api.stop())
+		err = errors.Join(err, api.Stop())
 	}()
 
 	ctlLn, err := net.Listen("tcp", cfg.ControlAddress)
 	if err != nil {
 		return fmt.Errorf("listen on control address: %w", err)
 	}
-	ctl := start(ctlLn, fakeukpd.NewControlHandler(srv, caPEM))
-	defer func() { err = errors.Join(err, ctl.stop()) }()
+	ctl := fakecore.Serve(ctlLn, fakeukpd.NewControlHandler(srv, caPEM))
+	defer func() { err = errors.Join(err, ctl.Stop()) }()
 	state.ControlAddress = ctlLn.Addr().String()
 
 	if cfg.StateFile != "" {
@@ -77,12 +76,10 @@ func run(ctx context.Context, cfg *Config, ready chan<- fakeukpd.State) (err err
 	select {
 	case <-ctx.Done():
 		return nil
-	case err := <-api.done:
-		api.done <- err
-		return fmt.Errorf("platform API stopped: %w", err)
-	case err := <-ctl.done:
-		ctl.done <- err
-		return fmt.Errorf("control API stopped: %w", err)
+	case <-api.Done():
+		return fmt.Errorf("platform API stopped: %w", api.Err())
+	case <-ctl.Done():
+		return fmt.Errorf("control API stopped: %w", ctl.Err())
 	}
 }
 
@@ -111,27 +108,4 @@ func serveTLS(ln net.Listener, dir string) (net.Listener, []byte, error) {
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	return tls.NewListener(ln, cfg), ca.CertPEM(), nil
-}
-
-// server is a running HTTP server.
-type server struct {
-	srv  *http.Server
-	done chan error // receives the result of Serve
-}
-
-func start(ln net.Listener, h http.Handler) *server {
-	s := &server{srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, done: make(chan error, 1)}
-	go func() { s.done <- s.srv.Serve(ln) }()
-	return s
-}
-
-// stop shuts the server down and waits for Serve to return.
-func (s *server) stop() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err := s.srv.Shutdown(ctx)
-	if serr := <-s.done; !errors.Is(serr, http.ErrServerClosed) {
-		err = errors.Join(err, serr)
-	}
-	return err
 }

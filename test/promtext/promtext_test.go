@@ -1,10 +1,13 @@
-package env
+package promtext
 
 import (
+	"sort"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
-func TestPromValue(t *testing.T) {
+func TestValue(t *testing.T) {
 	const body = `# TYPE requests_total counter
 requests_total{code="200",group="metrics.k8s.io"} 7
 requests_total{code="429",group="metrics.k8s.io"} 2
@@ -38,7 +41,7 @@ latency_seconds_count 4
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, found, err := PromValue(body, tc.metric, tc.labels...)
+			got, found, err := Value(body, tc.metric, tc.labels...)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("error %v, want error %v", err, tc.wantErr)
 			}
@@ -47,7 +50,53 @@ latency_seconds_count 4
 			}
 		})
 	}
-	if _, _, err := PromValue("not { prometheus", "x"); err == nil {
+	if _, _, err := Value("not { prometheus", "x"); err == nil {
 		t.Error("malformed text parsed")
+	}
+}
+
+// TestFamiliesFilter: with family names, only their lines are parsed, and
+// what they keep reads as in a parse of the whole text.
+func TestFamiliesFilter(t *testing.T) {
+	const body = `# HELP cycle_seconds Time of a cycle.
+# TYPE cycle_seconds histogram
+cycle_seconds_bucket{le="0.05"} 3
+cycle_seconds_bucket{le="+Inf"} 7
+cycle_seconds_sum 1.75
+cycle_seconds_count 7
+failures_total{reason="timeout",source="kubelet"} 2
+failures_total{reason="connection",source="kubelet"} 3
+failures{x="y"} 1
+node_duration_seconds_bucket{node="n1",le="0.005"} 1
+this line { is not prometheus
+`
+	fams, err := Families(body, "cycle_seconds", "failures_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for n := range fams {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if diff := cmp.Diff([]string{"cycle_seconds", "failures_total"}, names); diff != "" {
+		t.Errorf("families (-want +got):\n%s", diff)
+	}
+	for _, tc := range []struct {
+		name string
+		want map[string]string
+		v    float64
+	}{
+		{"cycle_seconds_sum", nil, 1.75},
+		{"cycle_seconds_count", nil, 7},
+		{"failures_total", nil, 5},
+		{"failures_total", map[string]string{"reason": "timeout"}, 2},
+	} {
+		if v, ok := Sum(fams, tc.name, tc.want); !ok || v != tc.v {
+			t.Errorf("Sum(%s, %v) = %v, %v; want %v, true", tc.name, tc.want, v, ok, tc.v)
+		}
+	}
+	if _, err := Families("cycle_seconds_sum\n", "cycle_seconds"); err == nil {
+		t.Error("a sample without a value parsed without error")
 	}
 }
