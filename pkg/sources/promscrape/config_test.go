@@ -62,6 +62,7 @@ func TestParseReportsEveryError(t *testing.T) {
 	file := `
 presets: [vllm, tgi]
 timeout: 2m
+interval: 500ms
 maxBytes: -1
 pods:
   selector: "app in (a"
@@ -108,6 +109,7 @@ nodeExporters:
 		`metrics[3].matchers[2]: op "~" must be one of`,
 		`metrics[4].name: "vllm-num-requests-waiting" is already served by metrics[0]`,
 		`timeout: 2m0s must be above 0 and at most 1m0s`,
+		`interval: 500ms must be at least 1s and above the timeout 2m0s`,
 		`maxBytes: -1 must be above 0`,
 		`pods.selector:`,
 		`pods.port: 70000 is not a port`,
