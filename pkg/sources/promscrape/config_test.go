@@ -1,6 +1,8 @@
 package promscrape
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -203,4 +205,20 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatalf("accepted config fails Validate: %v", errs)
 		}
 	})
+}
+
+// TestShippedConfig: the file manifests/components/pod-metrics ships (and
+// the e2e suite runs) parses without an error.
+func TestShippedConfig(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "manifests", "components", "pod-metrics", "pod-metrics.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, errs := Parse(data)
+	if len(errs) > 0 {
+		t.Fatalf("Parse: %v", errs)
+	}
+	if len(cfg.Metrics) != 7 || len(cfg.NodeExporters) != 1 {
+		t.Errorf("%d metrics and %d exporters, want the 7 of the three presets and DCGM's exporter", len(cfg.Metrics), len(cfg.NodeExporters))
+	}
 }
