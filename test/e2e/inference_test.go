@@ -35,7 +35,9 @@ import (
 
 const (
 	inferenceGroupSize = 3
-	inferenceModel     = "meta-llama/Llama-3.1-70B-Instruct"
+	// A label value, so that a metricLabelSelector can name it (a
+	// Hugging Face name with a slash cannot be selected by equality).
+	inferenceModel = "llama-3.1-70b-instruct"
 	// dcgmNamespace holds the fake DCGM exporter's pod.
 	dcgmNamespace = "e2e-inference-dcgm"
 )
