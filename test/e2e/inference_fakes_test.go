@@ -30,7 +30,8 @@ type podEndpoints struct {
 	// serve are the namespaces whose pods get an endpoint; listed are
 	// listed too (running) but not served.
 	serve, listed []string
-	render        func(pod *corev1.Pod) string
+	// render is a pod's body; ok false answers 500.
+	render func(pod *corev1.Pod) (body string, ok bool)
 
 	mu sync.Mutex
 	// byIP is the pod each listening IP stands for.
@@ -44,7 +45,7 @@ type podEndpoints struct {
 // startPodEndpoints serves the Running pods of the serve namespaces on
 // port, and lists those of listed too, polling the pods every 200 ms until
 // the test ends.
-func startPodEndpoints(t *testing.T, port int, render func(*corev1.Pod) string, serve []string, listed ...string) *podEndpoints {
+func startPodEndpoints(t *testing.T, port int, render func(*corev1.Pod) (string, bool), serve []string, listed ...string) *podEndpoints {
 	t.Helper()
 	e := &podEndpoints{
 		port: port, serve: serve, listed: listed, render: render,
@@ -147,8 +148,13 @@ func (e *podEndpoints) listen(ip string) error {
 			http.NotFound(w, r)
 			return
 		}
+		body, ok := e.render(pod)
+		if !ok {
+			http.Error(w, "engine failing", http.StatusInternalServerError)
+			return
+		}
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		_, _ = fmt.Fprint(w, e.render(pod))
+		_, _ = fmt.Fprint(w, body)
 	})}
 	e.servers[ip] = srv
 	go func() { _ = srv.Serve(ln) }()

@@ -71,7 +71,7 @@ func TestInferenceAutoscaling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ie := &inferenceEnv{lwsEnv: e, port: ports[0], exporterPort: cfg.NodeExporters[0].Port}
+	ie := &inferenceEnv{lwsEnv: e, server: s, metrics: cfg.Metrics, port: ports[0], exporterPort: cfg.NodeExporters[0].Port}
 
 	t.Run("vLLM queue depth", func(t *testing.T) { testVLLMQueue(ctx, t, ie, hpas["vllm"]) })
 	t.Run("GPU utilization", func(t *testing.T) { testGPUUtilization(ctx, t, ie, hpas["vllm-gpu"]) })
@@ -80,6 +80,9 @@ func TestInferenceAutoscaling(t *testing.T) {
 
 type inferenceEnv struct {
 	*lwsEnv
+	server *env.Server
+	// metrics are those of the shipped file.
+	metrics []promscrape.Metric
 	// port is the port the serving pods announce; exporterPort the DCGM
 	// exporter's, from the shipped file.
 	port, exporterPort int
@@ -91,17 +94,24 @@ type inferenceEnv struct {
 func testVLLMQueue(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *autoscalingv2.HorizontalPodAutoscaler) {
 	const ns = "e2e-inference-vllm"
 	newNamespace(ctx, t, ns)
-	var queue atomic.Int64
-	startPodEndpoints(t, e.port, func(p *corev1.Pod) string {
-		if p.Labels[group.LabelWorkerIndex] == "0" {
-			return vllmText(inferenceModel, 0, 1, 0.1)
+	var (
+		queue  atomic.Int64
+		broken atomic.Pointer[string]
+	)
+	startPodEndpoints(t, e.port, func(p *corev1.Pod) (string, bool) {
+		if b := broken.Load(); b != nil && *b == p.Name {
+			return "", false
 		}
-		return vllmText(inferenceModel, float64(queue.Load()), 8, 0.6)
+		if p.Labels[group.LabelWorkerIndex] == "0" {
+			return vllmText(inferenceModel, 0, 1, 0.1), true
+		}
+		return vllmText(inferenceModel, float64(queue.Load()), 8, 0.6), true
 	}, []string{ns})
 	name := hpa.Spec.ScaleTargetRef.Name
 	e.createInferenceLWS(ctx, t, ns, name, e.scrapeAnnotations())
 	metric := hpa.Spec.Metrics[0].Pods.Metric.Name
 
+	e.waitListed(ctx, t, e.metrics)
 	// Served values before any HPA: the leader's group sum, each worker's
 	// own, the LWS object, and a metricLabelSelector.
 	leader := types.NamespacedName{Namespace: ns, Name: name + "-0"}
@@ -125,6 +135,84 @@ func testVLLMQueue(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *auto
 			queue.Store(0)
 		}
 	})
+	e.checkFailingMember(ctx, t, ns, leader, metric, func(name string) { broken.Store(&name) }, func() { broken.Store(nil) })
+}
+
+// checkFailingMember breaks one worker's endpoint (500): the leader's group
+// value goes missing, the failure is counted under http_status and logged
+// once however many ticks it lasts; mended, the value is back and the
+// recovery logged once.
+func (e *inferenceEnv) checkFailingMember(ctx context.Context, t *testing.T, ns string, leader types.NamespacedName, metric string, breakPod func(string), mend func()) {
+	t.Helper()
+	worker := leader.Name + "-1"
+	target := "pod/" + ns + "/" + worker
+	client, err := e.server.HTTPClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "https://" + e.server.Address()
+	failures := func(ctx context.Context) (float64, error) {
+		return ukpdMetric(ctx, client, base, "group_metrics_server_endpoints_target_failures_total", `kind="pod"`, `reason="http_status"`)
+	}
+	before, err := failures(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Only what the server logs from here on counts: the worker may have
+	// been refused once before its fake endpoint listened.
+	logStart, err := os.Stat(e.server.Process.LogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	breakPod(worker)
+	e.waitAbsent(ctx, t, podPath(leader, metric, ""))
+	// Three more failed ticks at least, then one log line for them all.
+	err = e.poll(ctx, 5*suite.resolution+suite.timeout+10*time.Second, "three failed scrapes of "+worker, func(ctx context.Context) error {
+		n, err := failures(ctx)
+		if err != nil {
+			return err
+		}
+		if n < before+3 {
+			return fmt.Errorf("%v failures counted, want %v", n, before+3)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mend()
+	e.waitRaw(ctx, t, podPath(leader, metric, ""), 0)
+	// The recovery is logged by the tick that served the value again, just
+	// after it stored the value.
+	count := func(log []byte, msg string) int {
+		n := 0
+		for _, line := range strings.Split(string(log), "\n") {
+			if strings.Contains(line, msg) && strings.Contains(line, `target="`+target+`"`) {
+				n++
+			}
+		}
+		return n
+	}
+	var failed, recovered int
+	err = e.poll(ctx, 10*time.Second, "the recovery of "+target+" in the server's log", func(context.Context) error {
+		whole, err := os.ReadFile(e.server.Process.LogPath())
+		if err != nil {
+			return err
+		}
+		log := whole[logStart.Size():]
+		failed, recovered = count(log, "Scrape of a pod endpoint failed"), count(log, "Pod endpoint scraped again")
+		if recovered == 0 {
+			return fmt.Errorf("%d failure lines, no recovery line yet", failed)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failed != 1 || recovered != 1 {
+		t.Errorf("log has %d failure and %d recovery lines for %s, want one of each", failed, recovered, target)
+	}
+	t.Logf("a failing worker made its leader's value missing, counted under http_status and logged once; mended, the value is back")
 }
 
 // testGPUUtilization: every pod's GPU goes from 10% to 100%; each group's
@@ -141,8 +229,8 @@ func testGPUUtilization(ctx context.Context, t *testing.T, e *inferenceEnv, hpa 
 	// The exporter's pod is served; the LWS's pods are listed, for the
 	// exporter to attribute a GPU to each.
 	var exporter atomic.Pointer[podEndpoints]
-	exporter.Store(startPodEndpoints(t, e.exporterPort, func(p *corev1.Pod) string {
-		return dcgmText(p.Spec.NodeName, exporter.Load().running(ns), func(*corev1.Pod) float64 { return float64(util.Load()) })
+	exporter.Store(startPodEndpoints(t, e.exporterPort, func(p *corev1.Pod) (string, bool) {
+		return dcgmText(p.Spec.NodeName, exporter.Load().running(ns), func(*corev1.Pod) float64 { return float64(util.Load()) }), true
 	}, []string{dcgmNamespace}, ns))
 	e.createExporterPod(ctx, t)
 	name := hpa.Spec.ScaleTargetRef.Name
@@ -169,11 +257,11 @@ func testGPUUtilization(ctx context.Context, t *testing.T, e *inferenceEnv, hpa 
 func testSGLangQueue(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *autoscalingv2.HorizontalPodAutoscaler) {
 	const ns = "e2e-inference-sglang"
 	newNamespace(ctx, t, ns)
-	startPodEndpoints(t, e.port, func(p *corev1.Pod) string {
+	startPodEndpoints(t, e.port, func(p *corev1.Pod) (string, bool) {
 		if p.Labels[group.LabelWorkerIndex] == "0" {
-			return sglangText(inferenceModel, 0, 0.1)
+			return sglangText(inferenceModel, 0, 0.1), true
 		}
-		return sglangText(inferenceModel, 2, 0.5)
+		return sglangText(inferenceModel, 2, 0.5), true
 	}, []string{ns})
 	name := hpa.Spec.ScaleTargetRef.Name
 	e.createInferenceLWS(ctx, t, ns, name, e.scrapeAnnotations())
@@ -181,6 +269,37 @@ func testSGLangQueue(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *au
 	began := time.Now()
 	e.waitPodsReading(ctx, t, ns, hpa.Name, 4_000, e.bounds.read)
 	t.Logf("HPA %s read %s=4 per group %v after it was created", hpa.Name, hpa.Spec.Metrics[0].Pods.Metric.Name, since(began))
+}
+
+// waitListed waits until discovery of custom.metrics.k8s.io lists every
+// configured metric on pods and on leaderworkersets.
+func (e *inferenceEnv) waitListed(ctx context.Context, t *testing.T, metrics []promscrape.Metric) {
+	t.Helper()
+	err := e.poll(ctx, e.bounds.up, "custom.metrics.k8s.io to list the pod-endpoint metrics", func(ctx context.Context) error {
+		out, _, err := suite.cluster.Kubectl(ctx, "get", "--raw", "/apis/custom.metrics.k8s.io/v1beta2")
+		if err != nil {
+			return err
+		}
+		var list metav1.APIResourceList
+		if err := json.Unmarshal([]byte(out), &list); err != nil {
+			return err
+		}
+		have := map[string]bool{}
+		for _, r := range list.APIResources {
+			have[r.Name] = true
+		}
+		for _, m := range metrics {
+			for _, gr := range []string{"pods", "leaderworkersets.leaderworkerset.x-k8s.io"} {
+				if !have[gr+"/"+m.Name] {
+					return fmt.Errorf("%s/%s not listed among %d resources", gr, m.Name, len(list.APIResources))
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (e *inferenceEnv) scrapeAnnotations() map[string]string {
