@@ -51,8 +51,12 @@ func TestValidatePodMetricsConfig(t *testing.T) {
 			wants: []string{"--pod-metrics-config needs --enable-custom-metrics"},
 		},
 		{
-			name:  "a timeout at the resolution when the file sets no interval",
-			set:   func(o *Options) { o.PodMetricsConfig = slow; o.EnableCustomMetrics = true; o.MetricResolution = 15 * time.Second },
+			name: "a timeout at the resolution when the file sets no interval",
+			set: func(o *Options) {
+				o.PodMetricsConfig = slow
+				o.EnableCustomMetrics = true
+				o.MetricResolution = 15 * time.Second
+			},
 			wants: []string{"--pod-metrics-config " + slow + ": timeout 20s must be below the interval"},
 		},
 	}
