@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
 	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
@@ -229,5 +231,28 @@ func TestEndpointMetricsListed(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"pods/kv", "pods/peak", "pods/waiting"}, names); diff != "" {
 		t.Errorf("ListAllMetrics without groups (-want +got):\n%s", diff)
+	}
+}
+
+// TestEndpointGroupSeries: one series per group and metric where the group
+// has a value; none for inf's group 1 (a member without a value) nor old's
+// (a member being deleted).
+func TestEndpointGroupSeries(t *testing.T) {
+	c := endpointProvider()
+	reg := metrics.NewKubeRegistry()
+	reg.CustomMustRegister(NewEndpointGroupSeriesCollector(c.EndpointGroupSamples))
+	series := func(lws, g, metric, v string) string {
+		return `group_metrics_server_lws_group_endpoint_value{group="` + g + `",leaderworkerset="` + lws + `",metric="` + metric + `",namespace="ml"} ` + v + "\n"
+	}
+	want := `# HELP group_metrics_server_lws_group_endpoint_value [ALPHA] A LeaderWorkerSet group's value of a metric read from pod endpoints or node exporters (--pod-metrics-config), by served metric name; absent while a member has none.
+# TYPE group_metrics_server_lws_group_endpoint_value gauge
+` + series("chat", "0", "kv", "2") + series("chat", "0", "peak", "3") + series("chat", "0", "waiting", "4") +
+		series("chat", "1", "kv", "4") + series("chat", "1", "peak", "6") + series("chat", "1", "waiting", "8") +
+		series("inf", "0", "kv", "2.6666666666666665") + series("inf", "0", "peak", "6") + series("inf", "0", "waiting", "10")
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+	if got := newGroupProvider(nil, nil, group.PolicyPod).CustomMetrics().EndpointGroupSamples(); got != nil {
+		t.Errorf("EndpointGroupSamples without endpoints = %v, want nil", got)
 	}
 }

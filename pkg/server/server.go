@@ -185,6 +185,9 @@ func (c CompletedConfig) New() (*Server, error) {
 		cm := p.CustomMetrics()
 		if endpoints != nil {
 			cm = cm.WithEndpoints(endpoints.store, endpoints.cfg.Metrics, endpoints.interval)
+			if c.GroupMetricsSeries {
+				exposeEndpointSeries(cm)
+			}
 		}
 		apiCfg.CustomMetrics = cm
 	}

@@ -63,7 +63,7 @@ func TestInferenceAutoscaling(t *testing.T) {
 	configFile := filepath.Join(root, "manifests", "components", "pod-metrics", "pod-metrics.yaml")
 	cfg := shippedPodMetricsConfig(t, configFile)
 
-	s := deployOwnServer(ctx, t, "group-metrics-server-inference", []string{"--pod-metrics-config=" + configFile},
+	s := deployOwnServer(ctx, t, "group-metrics-server-inference", []string{"--pod-metrics-config=" + configFile, "--group-metrics-series"},
 		filepath.Join(root, "manifests", "examples", "inference-autoscaling"))
 	e.watch = append(e.watch, s.Process)
 
@@ -122,6 +122,7 @@ func testVLLMQueue(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *auto
 	t.Logf("leader %s serves its group's %s=20 %v after the workers' queues grew", leader.Name, metric, since(began))
 	e.waitRaw(ctx, t, podPath(types.NamespacedName{Namespace: ns, Name: name + "-0-1"}, metric, ""), 10_000)
 	e.waitRaw(ctx, t, lwsPath(ns, name, metric, ""), 20_000)
+	e.waitGroupSeries(ctx, t, ns, name, metric, 20)
 	e.waitRaw(ctx, t, podPath(leader, metric, "model_name="+inferenceModel), 20_000)
 	e.waitAbsent(ctx, t, podPath(leader, metric, "model_name=other"))
 	queue.Store(0)
@@ -294,6 +295,30 @@ func (e *inferenceEnv) waitListed(ctx context.Context, t *testing.T, metrics []p
 					return fmt.Errorf("%s/%s not listed among %d resources", gr, m.Name, len(list.APIResources))
 				}
 			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitGroupSeries waits until the server's /metrics (--group-metrics-series)
+// has group 0's value of metric.
+func (e *inferenceEnv) waitGroupSeries(ctx context.Context, t *testing.T, ns, lwsName, metric string, want float64) {
+	t.Helper()
+	client, err := e.server.HTTPClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = e.poll(ctx, e.bounds.up, "the group series of "+metric, func(ctx context.Context) error {
+		v, err := ukpdMetric(ctx, client, "https://"+e.server.Address(), "group_metrics_server_lws_group_endpoint_value",
+			`namespace="`+ns+`"`, `leaderworkerset="`+lwsName+`"`, `group="0"`, `metric="`+metric+`"`)
+		if err != nil {
+			return err
+		}
+		if v != want {
+			return fmt.Errorf("series at %v, want %v", v, want)
 		}
 		return nil
 	})
