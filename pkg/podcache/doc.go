@@ -7,7 +7,7 @@
 // starts an informer on pods or nodes.
 //
 // What a Pod keeps is what the server reads: identity, labels, the
-// annotations it reads, node, phase, start time, the Ready condition, the
+// annotations it reads, node, pod IP, phase, start time, the Ready condition, the
 // names of the containers and of the sidecars that run, and the requests
 // as the HPA counts them (group.PodRequests, through
 // k8s.io/component-helpers), computed once per change of the object as

@@ -21,6 +21,7 @@ type Pod struct {
 	metav1.ObjectMeta
 
 	nodeName  string
+	podIP     string
 	phase     corev1.PodPhase
 	startTime *metav1.Time
 	// ready is the Ready condition (type, status, last transition), nil
@@ -66,6 +67,7 @@ func NewPod(obj *corev1.Pod) *Pod {
 			DeletionTimestamp: obj.DeletionTimestamp,
 		},
 		nodeName:  obj.Spec.NodeName,
+		podIP:     obj.Status.PodIP,
 		phase:     obj.Status.Phase,
 		startTime: obj.Status.StartTime,
 		ready:     readyCondition(obj.Status.Conditions),
@@ -111,11 +113,19 @@ func (p *Pod) DeepCopyObject() runtime.Object {
 // NodeName is the node the pod is bound to, "" before it is scheduled.
 func (p *Pod) NodeName() string { return p.nodeName }
 
+// IP is the pod's primary IP (status.podIP), "" until it has one; the
+// pod-endpoint source scrapes it.
+func (p *Pod) IP() string { return p.podIP }
+
+// Ready says whether the pod's Ready condition is True.
+func (p *Pod) Ready() bool { return p.ready != nil && p.ready.Status == corev1.ConditionTrue }
+
 // UIDString is the pod's UID.
 func (p *Pod) UIDString() string { return string(p.UID) }
 
 // Annotation returns one of the annotations the cache keeps
-// (AnnotationPrefix, IgnoreAnnotation); "" for any other.
+// (AnnotationPrefix, ScrapeAnnotationPrefix, the four prometheus.io scrape
+// annotations, IgnoreAnnotation); "" for any other.
 func (p *Pod) Annotation(key string) string { return p.Annotations[key] }
 
 // Phase is the pod's phase; Deleting says whether it is being deleted.

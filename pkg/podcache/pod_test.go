@@ -25,6 +25,7 @@ func TestNewPod(t *testing.T) {
 			Annotations: map[string]string{
 				AnnotationPrefix + "policy": "group", IgnoreAnnotation: "setup",
 				"kubectl.kubernetes.io/last-applied-configuration": "{...}",
+				ScrapeAnnotationPrefix + "port":                    "8000", "prometheus.io/scrape": "true", "prometheus.io/other": "x",
 			},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
 		},
@@ -61,15 +62,20 @@ func TestNewPod(t *testing.T) {
 		Request                     group.Requests
 		AppMemory, ProxyCPU         int64
 		Readiness                   corev1.PodStatus
+		IP                          string
+		Ready                       bool
 	}
 	appMem, _ := p.ContainerRequest("app", group.Memory)
 	proxyCPU, _ := p.ContainerRequest("proxy", group.CPU)
-	got := view{p.ObjectMeta, p.NodeName(), p.Phase(), p.Containers(), p.RunningSidecars(), p.Request(), appMem, proxyCPU, p.ReadinessView().Status}
+	got := view{p.ObjectMeta, p.NodeName(), p.Phase(), p.Containers(), p.RunningSidecars(), p.Request(), appMem, proxyCPU, p.ReadinessView().Status, p.IP(), p.Ready()}
 	want := view{
 		Meta: metav1.ObjectMeta{
 			Name: "p", Namespace: "ns", UID: "u", ResourceVersion: "7",
-			Labels:      map[string]string{"app": "x"},
-			Annotations: map[string]string{AnnotationPrefix + "policy": "group", IgnoreAnnotation: "setup"},
+			Labels: map[string]string{"app": "x"},
+			Annotations: map[string]string{
+				AnnotationPrefix + "policy": "group", IgnoreAnnotation: "setup",
+				ScrapeAnnotationPrefix + "port": "8000", "prometheus.io/scrape": "true",
+			},
 		},
 		Node: "n1", Phase: corev1.PodRunning,
 		Containers: []string{"app"}, RunningSidecars: []string{"proxy"},
@@ -78,6 +84,7 @@ func TestNewPod(t *testing.T) {
 		Request:   group.Requests{Milli: [2]int64{350, 0}, Has: [2]bool{true, false}},
 		AppMemory: (1 << 30) * 1000, ProxyCPU: 100,
 		Readiness: corev1.PodStatus{StartTime: &started, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: ready}}},
+		IP:        "10.0.0.1", Ready: true,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("NewPod (-want +got):\n%s", diff)

@@ -14,6 +14,18 @@ const AnnotationPrefix = "group-metrics-server.io/"
 // kraftlet runs no instance for; the ukpd source reads it.
 const IgnoreAnnotation = "cloud.unikraft.v1.instances/ignore"
 
+// ScrapeAnnotationPrefix marks the annotations by which a pod asks the
+// pod-endpoint source (pkg/sources/promscrape) to scrape it; they are kept.
+const ScrapeAnnotationPrefix = "metrics.group-metrics-server.io/"
+
+// prometheusAnnotations are the conventional prometheus.io/* scrape
+// annotations, which the pod-endpoint source honours when configured to
+// (promscrape's PodTargets.PrometheusAnnotations): only these four keys are
+// kept, not the whole prefix.
+var prometheusAnnotations = map[string]bool{
+	"prometheus.io/scrape": true, "prometheus.io/port": true, "prometheus.io/path": true, "prometheus.io/scheme": true,
+}
+
 // TrimPod is the pod informer's transform: it turns a *corev1.Pod into
 // the *Pod the cache stores (NewPod), which keeps identity, labels, the
 // annotations the server reads, node, phase, start time, the Ready
@@ -39,7 +51,8 @@ func TrimNode(obj any) (any, error) {
 func ownAnnotations(in map[string]string) map[string]string {
 	var out map[string]string
 	for k, v := range in {
-		if strings.HasPrefix(k, AnnotationPrefix) || k == IgnoreAnnotation {
+		if strings.HasPrefix(k, AnnotationPrefix) || strings.HasPrefix(k, ScrapeAnnotationPrefix) ||
+			k == IgnoreAnnotation || prometheusAnnotations[k] {
 			if out == nil {
 				out = map[string]string{}
 			}

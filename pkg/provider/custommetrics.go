@@ -41,7 +41,12 @@ var (
 
 // CustomMetrics serves group metrics; it implements the
 // custom-metrics-apiserver provider interface over a Provider.
-type CustomMetrics struct{ p *Provider }
+type CustomMetrics struct {
+	p *Provider
+	// endpoints, when set (WithEndpoints), serves the pod-endpoint
+	// metrics too (endpointmetrics.go).
+	endpoints *endpointMetrics
+}
 
 var _ cmprovider.CustomMetricsProvider = &CustomMetrics{}
 
@@ -49,13 +54,15 @@ var _ cmprovider.CustomMetricsProvider = &CustomMetrics{}
 // index.
 func (p *Provider) CustomMetrics() *CustomMetrics { return &CustomMetrics{p: p} }
 
-// ListAllMetrics lists the group metrics while some LeaderWorkerSet pod
-// exists, and nothing otherwise.
+// ListAllMetrics lists the pod-endpoint metrics on pods, and while some
+// LeaderWorkerSet pod exists the group metrics and the pod-endpoint
+// metrics on LeaderWorkerSets too.
 func (c *CustomMetrics) ListAllMetrics() []cmprovider.CustomMetricInfo {
-	if !c.p.groups || !c.p.pods.HasGroups() {
-		return nil
+	hasGroups := c.p.groups && c.p.pods.HasGroups()
+	out := c.endpoints.infos(hasGroups)
+	if !hasGroups {
+		return out
 	}
-	out := make([]cmprovider.CustomMetricInfo, 0, 2*len(metricNames))
 	for _, gr := range []schema.GroupResource{podsResource, LWSResource} {
 		for _, m := range metricNames {
 			out = append(out, cmprovider.CustomMetricInfo{GroupResource: gr, Namespaced: true, Metric: m})
@@ -69,6 +76,9 @@ func (c *CustomMetrics) ListAllMetrics() []cmprovider.CustomMetricInfo {
 // a metricLabelSelector that an empty label set does not match selects
 // nothing.
 func (c *CustomMetrics) GetMetricByName(_ context.Context, name types.NamespacedName, info cmprovider.CustomMetricInfo, metricSelector labels.Selector) (*custom_metrics.MetricValue, error) {
+	if c.endpoints.serves(info.Metric) {
+		return c.endpointByName(name, info, metricSelector)
+	}
 	if err := checkMetric(info); err != nil {
 		return nil, err
 	}
@@ -100,7 +110,7 @@ func (c *CustomMetrics) GetMetricByName(_ context.Context, name types.Namespaced
 // GetMetricBySelector implements cmprovider.CustomMetricsProvider: for pods,
 // the leaders among the selected pods (workers have no group metrics).
 func (c *CustomMetrics) GetMetricBySelector(_ context.Context, namespace string, selector labels.Selector, info cmprovider.CustomMetricInfo, metricSelector labels.Selector) (*custom_metrics.MetricValueList, error) {
-	if err := checkMetric(info); err != nil {
+	if err := checkMetric(info); err != nil && !c.endpoints.serves(info.Metric) {
 		return nil, err
 	}
 	if info.GroupResource != podsResource {
@@ -108,6 +118,9 @@ func (c *CustomMetrics) GetMetricBySelector(_ context.Context, namespace string,
 	}
 	if !info.Namespaced || namespace == "" {
 		return nil, notFoundWhy(info, "*", "group metrics are namespaced: ask in the namespace of the pods")
+	}
+	if c.endpoints.serves(info.Metric) {
+		return c.endpointBySelector(namespace, selector, info, metricSelector)
 	}
 	if !selectsUnlabelled(metricSelector) {
 		return &custom_metrics.MetricValueList{}, nil

@@ -29,3 +29,25 @@ func exposeGroupSeries(p *provider.Provider) {
 		}))
 	})
 }
+
+// endpointSeries is the one pod-endpoint group-series collector of the
+// process, fed by the newest server built with both GroupMetricsSeries
+// and PodMetrics.
+var endpointSeries struct {
+	once    sync.Once
+	current atomic.Pointer[provider.CustomMetrics]
+}
+
+// exposeEndpointSeries makes /metrics serve the groups' pod-endpoint
+// values of cm (group_metrics_server_lws_group_endpoint_value).
+func exposeEndpointSeries(cm *provider.CustomMetrics) {
+	endpointSeries.current.Store(cm)
+	endpointSeries.once.Do(func() {
+		legacyregistry.CustomMustRegister(provider.NewEndpointGroupSeriesCollector(func() []provider.EndpointGroupSample {
+			if cur := endpointSeries.current.Load(); cur != nil {
+				return cur.EndpointGroupSamples()
+			}
+			return nil
+		}))
+	})
+}

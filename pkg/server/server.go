@@ -26,6 +26,7 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/pkg/provider"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources/promscrape"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/ukpd"
 	"github.com/group-metrics-server/group-metrics-server/pkg/store"
 )
@@ -62,6 +63,10 @@ type Config struct {
 	// GroupMetricsSeries serves every LeaderWorkerSet group's usage,
 	// utilization and member counts as series on /metrics.
 	GroupMetricsSeries bool
+	// PodMetrics, when set (a configuration from promscrape.Parse), runs
+	// the pod-endpoint source and serves its metrics on
+	// custom.metrics.k8s.io.
+	PodMetrics *promscrape.Config
 
 	Resolution  time.Duration
 	Timeout     time.Duration
@@ -91,9 +96,10 @@ func (c *Config) Complete() CompletedConfig {
 
 // Server is the whole group-metrics-server.
 type Server struct {
-	api     *genericapiserver.GenericAPIServer
-	cache   *podcache.Cache
-	scraper *sources.Scraper
+	api       *genericapiserver.GenericAPIServer
+	cache     *podcache.Cache
+	scraper   *sources.Scraper
+	endpoints *podEndpoints
 }
 
 // New builds the server; nothing runs until Run.
@@ -170,9 +176,20 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil
 	}))
 
+	var endpoints *podEndpoints
+	if c.PodMetrics != nil {
+		endpoints = c.newPodEndpoints(pc.Pods())
+	}
 	apiCfg := apiserver.Config{Generic: c.API, Pods: p, Nodes: p, Reads: c.Reads}
 	if c.CustomMetrics {
-		apiCfg.CustomMetrics = p.CustomMetrics()
+		cm := p.CustomMetrics()
+		if endpoints != nil {
+			cm = cm.WithEndpoints(endpoints.store, endpoints.cfg.Metrics, endpoints.interval)
+			if c.GroupMetricsSeries {
+				exposeEndpointSeries(cm)
+			}
+		}
+		apiCfg.CustomMetrics = cm
 	}
 	if c.GroupMetricsSeries {
 		exposeGroupSeries(p)
@@ -181,7 +198,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{api: api, cache: pc, scraper: scraper}, nil
+	return &Server{api: api, cache: pc, scraper: scraper, endpoints: endpoints}, nil
 }
 
 func notReadyReason(s *sources.Scraper, bound time.Duration) error {
@@ -282,5 +299,8 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	klog.InfoS("Caches synced; starting the scrape loop")
 	go s.scraper.Run(ctx)
+	if s.endpoints != nil {
+		go s.endpoints.loop.Run(ctx)
+	}
 	return s.api.PrepareRun().RunWithContext(ctx)
 }

@@ -120,6 +120,9 @@ type Config struct {
 	Pods          PodTargets     `json:"pods,omitempty"`
 	NodeExporters []NodeExporter `json:"nodeExporters,omitempty"`
 
+	// Interval is the time between two collections of every target; the
+	// server's --metric-resolution when zero. Above Timeout.
+	Interval Duration `json:"interval,omitempty"`
 	// Timeout bounds one scrape of one target; 5s when zero.
 	Timeout Duration `json:"timeout,omitempty"`
 	// MaxBytes caps one target's response body; 4 MiB when zero.

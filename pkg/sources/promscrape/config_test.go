@@ -1,6 +1,8 @@
 package promscrape
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +64,7 @@ func TestParseReportsEveryError(t *testing.T) {
 	file := `
 presets: [vllm, tgi]
 timeout: 2m
+interval: 500ms
 maxBytes: -1
 pods:
   selector: "app in (a"
@@ -108,6 +111,7 @@ nodeExporters:
 		`metrics[3].matchers[2]: op "~" must be one of`,
 		`metrics[4].name: "vllm-num-requests-waiting" is already served by metrics[0]`,
 		`timeout: 2m0s must be above 0 and at most 1m0s`,
+		`interval: 500ms must be at least 1s and above the timeout 2m0s`,
 		`maxBytes: -1 must be above 0`,
 		`pods.selector:`,
 		`pods.port: 70000 is not a port`,
@@ -201,4 +205,20 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatalf("accepted config fails Validate: %v", errs)
 		}
 	})
+}
+
+// TestShippedConfig: the file manifests/components/pod-metrics ships (and
+// the e2e suite runs) parses without an error.
+func TestShippedConfig(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "manifests", "components", "pod-metrics", "pod-metrics.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, errs := Parse(data)
+	if len(errs) > 0 {
+		t.Fatalf("Parse: %v", errs)
+	}
+	if len(cfg.Metrics) != 7 || len(cfg.NodeExporters) != 1 {
+		t.Errorf("%d metrics and %d exporters, want the 7 of the three presets and DCGM's exporter", len(cfg.Metrics), len(cfg.NodeExporters))
+	}
 }

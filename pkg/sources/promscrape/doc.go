@@ -14,6 +14,7 @@
 // docs/bench/2026-12-03-promscrape.txt). FuzzFilterMatchesFullParse holds
 // the filter to expfmt's reading of the whole body.
 //
-// The source is not yet wired into the server nor served on
-// custom.metrics.k8s.io; docs/inference-autoscaling.md says what is planned.
+// The server runs it with --pod-metrics-config (pkg/podvalues keeps the
+// latest values, pkg/provider serves them on custom.metrics.k8s.io); see
+// docs/inference-autoscaling.md.
 package promscrape

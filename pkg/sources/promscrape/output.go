@@ -2,7 +2,10 @@ package promscrape
 
 import (
 	"sort"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // Value is one configured metric of one pod or container.
@@ -16,6 +19,34 @@ type Value struct {
 	Timestamp time.Time
 	// Series counts the series combined.
 	Series int
+	// Points are the combined series one by one, with their labels, so a
+	// reader can combine a subset (a metricLabelSelector) by the same rule.
+	Points []Point
+}
+
+// Point is one series of a Value: its labels as the exposition gave them
+// and its value (a counter's rate).
+type Point struct {
+	Labels map[string]string
+	Value  float64
+}
+
+// Select combines, by rule, the points whose labels sel matches; false when
+// none does. A nil selector selects every point.
+func (v *Value) Select(sel labels.Selector, rule Combine) (float64, bool) {
+	if sel == nil || sel.Empty() {
+		return v.Value, v.Series > 0
+	}
+	a := acc{combine: rule}
+	for _, p := range v.Points {
+		if sel.Matches(labels.Set(p.Labels)) {
+			a.add(p.Value, v.Timestamp)
+		}
+	}
+	if a.n == 0 {
+		return 0, false
+	}
+	return a.value("").Value, true
 }
 
 // ContainerValues are the values of series labelled with a container.
@@ -47,6 +78,12 @@ type acc struct {
 	max     float64
 	n       int
 	ts      time.Time
+	points  []Point
+}
+
+func (a *acc) addPoint(v float64, ts time.Time, series string) {
+	a.add(v, ts)
+	a.points = append(a.points, Point{Labels: seriesLabels(series), Value: v})
 }
 
 func (a *acc) add(v float64, ts time.Time) {
@@ -61,7 +98,7 @@ func (a *acc) add(v float64, ts time.Time) {
 }
 
 func (a *acc) value(name string) Value {
-	v := Value{Metric: name, Timestamp: a.ts, Series: a.n}
+	v := Value{Metric: name, Timestamp: a.ts, Series: a.n, Points: a.points}
 	switch a.combine {
 	case CombineMax:
 		v.Value = a.max
@@ -81,13 +118,18 @@ func Collate(metrics []Metric, samples []Sample) Batch {
 		containers map[string]map[int]*acc
 	}
 	pods := map[podKey]*podAcc{}
-	add := func(m map[int]*acc, s Sample) {
+	// Points are kept for the pod's values only, not again per container.
+	add := func(m map[int]*acc, s Sample, points bool) {
 		a, ok := m[s.Metric]
 		if !ok {
 			a = &acc{combine: metrics[s.Metric].Combine}
 			m[s.Metric] = a
 		}
-		a.add(s.Value, s.Timestamp)
+		if points {
+			a.addPoint(s.Value, s.Timestamp, s.Series)
+		} else {
+			a.add(s.Value, s.Timestamp)
+		}
 	}
 	for _, s := range samples {
 		k := podKey{s.Namespace, s.Pod}
@@ -96,14 +138,14 @@ func Collate(metrics []Metric, samples []Sample) Batch {
 			p = &podAcc{all: map[int]*acc{}, containers: map[string]map[int]*acc{}}
 			pods[k] = p
 		}
-		add(p.all, s)
+		add(p.all, s, true)
 		if s.Container != "" {
 			c, ok := p.containers[s.Container]
 			if !ok {
 				c = map[int]*acc{}
 				p.containers[s.Container] = c
 			}
-			add(c, s)
+			add(c, s, false)
 		}
 	}
 	values := func(m map[int]*acc) []Value {
@@ -130,4 +172,19 @@ func Collate(metrics []Metric, samples []Sample) Batch {
 		return b.Pods[i].Name < b.Pods[j].Name
 	})
 	return b
+}
+
+// seriesLabels reads back a Sample's Series key (name=value pairs, each
+// ended by a NUL byte; a label name holds no '=').
+func seriesLabels(series string) map[string]string {
+	if series == "" {
+		return nil
+	}
+	out := map[string]string{}
+	for _, pair := range strings.Split(strings.TrimSuffix(series, "\x00"), "\x00") {
+		if k, v, ok := strings.Cut(pair, "="); ok {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -88,6 +88,10 @@ func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
 	if len(errs) > 0 {
 		return nil, errs[0]
 	}
+	podMetrics, errs := o.podMetricsConfig()
+	if len(errs) > 0 {
+		return nil, errs[0]
+	}
 	return &server.Config{
 		API:  api,
 		Kube: kube,
@@ -116,6 +120,7 @@ func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
 		},
 		CustomMetrics:      o.EnableCustomMetrics,
 		GroupMetricsSeries: o.GroupMetricsSeries,
+		PodMetrics:         podMetrics,
 		Resolution:         o.MetricResolution,
 		Timeout:            o.KubeletRequestTimeout,
 		Concurrency:        o.MaxConcurrentScrapes,

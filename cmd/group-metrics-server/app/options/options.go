@@ -63,6 +63,9 @@ type Options struct {
 	DefaultGroupPolicy  string
 	EnableCustomMetrics bool
 	GroupMetricsSeries  bool
+	// PodMetricsConfig is the file of the pod-endpoint source; off when
+	// empty.
+	PodMetricsConfig string
 	// The HPA's readiness rule, as kube-controller-manager's flags set it.
 	HPACPUInitializationPeriod time.Duration
 	HPAInitialReadinessDelay   time.Duration
@@ -147,8 +150,9 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 
 	fs.DurationVar(&o.HPACPUInitializationPeriod, "horizontal-pod-autoscaler-cpu-initialization-period", o.HPACPUInitializationPeriod, "As kube-controller-manager's flag of this name, and set it to the same value: for this long after a group member starts, its CPU sample counts only while it is Ready and the sample began after it became Ready. Until every member's counts, a group-policy leader reports no value.")
 	fs.DurationVar(&o.HPAInitialReadinessDelay, "horizontal-pod-autoscaler-initial-readiness-delay", o.HPAInitialReadinessDelay, "As kube-controller-manager's flag of this name, and set it to the same value: after the CPU initialization period, a group member that is not Ready and whose readiness last changed within this long of its start (never Ready) keeps its group-policy leader from reporting.")
-	fs.BoolVar(&o.GroupMetricsSeries, "group-metrics-series", o.GroupMetricsSeries, "Serve every LeaderWorkerSet group's CPU and memory usage, utilization and member counts as series on /metrics (group_metrics_server_lws_group_*, six per group), for Prometheus, KEDA or prometheus-adapter.")
+	fs.BoolVar(&o.GroupMetricsSeries, "group-metrics-series", o.GroupMetricsSeries, "Serve every LeaderWorkerSet group's CPU and memory usage, utilization and member counts as series on /metrics (group_metrics_server_lws_group_*, six per group), and with --pod-metrics-config each group's value of every pod-endpoint metric (group_metrics_server_lws_group_endpoint_value, one per group and metric), for Prometheus, KEDA or prometheus-adapter.")
 	fs.BoolVar(&o.EnableCustomMetrics, "enable-custom-metrics", o.EnableCustomMetrics, "Serve LeaderWorkerSet group metrics on custom.metrics.k8s.io (a cluster has one custom metrics APIService: enable only when this server owns it).")
+	fs.StringVar(&o.PodMetricsConfig, "pod-metrics-config", o.PodMetricsConfig, "File (YAML or JSON) of the pod-endpoint source: which pods' Prometheus endpoints and node exporters to scrape, and which of their series to serve on custom.metrics.k8s.io, per pod and per LeaderWorkerSet group (needs --enable-custom-metrics). Read and validated at start; off when empty. See docs/inference-autoscaling.md.")
 
 	o.SecureServing.AddFlags(fss.FlagSet("secure serving"))
 	o.Authentication.AddFlags(fss.FlagSet("authentication"))
@@ -200,6 +204,7 @@ func (o *Options) Validate() []error {
 		errs = append(errs, fmt.Errorf("--node-selector: %w", err))
 	}
 	errs = append(errs, o.validateSources()...)
+	errs = append(errs, o.validatePodMetrics()...)
 	if _, err := group.ParsePolicy(o.DefaultGroupPolicy); err != nil {
 		errs = append(errs, fmt.Errorf("--default-group-policy: %w", err))
 	}

@@ -34,6 +34,9 @@ theirs), then args, which come last and so override.
 {{- if .Values.customMetrics.enabled }}
 - --enable-custom-metrics
 {{- end }}
+{{- if .Values.podMetrics.enabled }}
+- --pod-metrics-config=/etc/group-metrics-server/pod-metrics/config.yaml
+{{- end }}
 {{- range .Values.args }}
 - {{ . }}
 {{- end }}
@@ -83,5 +86,11 @@ theirs), then args, which come last and so override.
 {{- end }}
 {{- if and .Values.serviceMonitor.enabled (not .Values.metrics.enabled) }}
 {{- fail "serviceMonitor.enabled needs metrics.enabled" }}
+{{- end }}
+{{- if and .Values.podMetrics.enabled (not .Values.customMetrics.enabled) }}
+{{- fail "podMetrics.enabled needs customMetrics.enabled: its metrics are served on custom.metrics.k8s.io" }}
+{{- end }}
+{{- if and .Values.podMetrics.enabled (not .Values.podMetrics.config) }}
+{{- fail "podMetrics.enabled: set podMetrics.config (the --pod-metrics-config file, docs/inference-autoscaling.md)" }}
 {{- end }}
 {{- end }}

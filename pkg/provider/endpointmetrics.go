@@ -1,0 +1,222 @@
+package provider
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/metrics/pkg/apis/custom_metrics"
+	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources/promscrape"
+)
+
+// EndpointValues is the pod-endpoint store (pkg/podvalues) as the provider
+// reads it: a pod's latest value of a served metric, and whether it has one
+// that is not stale. Safe for concurrent use.
+type EndpointValues interface {
+	Value(namespace, name, metric string) (promscrape.Value, bool)
+}
+
+// endpointMetrics serves the metrics of the pod-endpoint source
+// (promscrape.Config.Metrics) on custom.metrics.k8s.io:
+//
+//   - Pods, on every pod: its own value, the metric's series in the pod
+//     combined by the metric's rule; on a LeaderWorkerSet leader: its
+//     group's value instead (promscrape.GroupValue over every member, the
+//     leader included), so that an HPA on the LWS, whose scale selector
+//     matches the leaders only, sees one value per group.
+//   - Object, on a LeaderWorkerSet: its groups' values combined by the
+//     same rule.
+//
+// How the HPA reads them (k8s.io/kubernetes v1.37.2
+// pkg/controller/podautoscaler/replica_calculator.go): for a Pods metric,
+// GetMetricReplicas lists the pods of the scale selector and
+// calcPlainMetricReplicas averages the values it got over them; a Running
+// pod without a value is "missing" (groupPods) and counted as the target
+// on a scale-down and as 0 on a scale-up, a Pending one is ignored. A
+// group with a missing or Pending member therefore has no value here, so
+// that its leader is counted by that rule rather than by a partial sum
+// that looks like low load. For an Object metric, GetObjectMetricReplicas
+// (Value target) or GetObjectPerPodMetricReplicas (AverageValue, divided by
+// the current replicas) has no missing rule: the LWS value is absent while
+// any group has none, and the HPA then keeps its replicas.
+//
+// metricLabelSelector picks series by their own labels (model_name, engine,
+// gpu, ...) before they are combined, as prometheus-adapter adds it to the
+// series matchers of its query (pkg/custom-provider/series_registry.go,
+// QueryForMetric); a pod none of whose series match has no value.
+type endpointMetrics struct {
+	values  EndpointValues
+	metrics map[string]promscrape.Metric
+	names   []string
+	window  int64
+}
+
+// WithEndpoints returns c serving also the pod-endpoint metrics from
+// values. window is the collection interval, reported as each value's
+// window.
+func (c *CustomMetrics) WithEndpoints(values EndpointValues, metrics []promscrape.Metric, window time.Duration) *CustomMetrics {
+	e := &endpointMetrics{values: values, metrics: map[string]promscrape.Metric{}, window: int64(window.Seconds())}
+	for _, m := range metrics {
+		e.metrics[m.Name] = m
+		e.names = append(e.names, m.Name)
+	}
+	sort.Strings(e.names)
+	return &CustomMetrics{p: c.p, endpoints: e}
+}
+
+func (e *endpointMetrics) serves(name string) bool {
+	if e == nil {
+		return false
+	}
+	_, ok := e.metrics[name]
+	return ok
+}
+
+// infos lists the metrics on pods, and on LeaderWorkerSets when groups
+// exist.
+func (e *endpointMetrics) infos(groups bool) []cmprovider.CustomMetricInfo {
+	if e == nil {
+		return nil
+	}
+	out := make([]cmprovider.CustomMetricInfo, 0, 2*len(e.names))
+	for _, n := range e.names {
+		out = append(out, cmprovider.CustomMetricInfo{GroupResource: podsResource, Namespaced: true, Metric: n})
+	}
+	if groups {
+		for _, n := range e.names {
+			out = append(out, cmprovider.CustomMetricInfo{GroupResource: LWSResource, Namespaced: true, Metric: n})
+		}
+	}
+	return out
+}
+
+// endpointByName answers GetMetricByName for a pod-endpoint metric.
+func (c *CustomMetrics) endpointByName(name types.NamespacedName, info cmprovider.CustomMetricInfo, sel labels.Selector) (*custom_metrics.MetricValue, error) {
+	m := c.endpoints.metrics[info.Metric]
+	if !info.Namespaced || name.Namespace == "" {
+		return nil, notFoundWhy(info, name.Name, "pod endpoint metrics are namespaced: ask in the namespace of the "+info.GroupResource.String())
+	}
+	switch info.GroupResource {
+	case podsResource:
+		pod, ok := c.p.pods.Pod(name.Namespace, name.Name)
+		if !ok {
+			return nil, cmprovider.NewMetricNotFoundForError(info.GroupResource, info.Metric, name.Name)
+		}
+		return c.endpointPodValue(pod, m, info, sel)
+	case LWSResource:
+		return c.endpointLWSValue(name, m, info, sel)
+	}
+	return nil, cmprovider.NewMetricNotFoundError(info.GroupResource, info.Metric)
+}
+
+// endpointBySelector answers GetMetricBySelector for pods: every selected
+// pod that has a value (its own, or its group's for a leader).
+func (c *CustomMetrics) endpointBySelector(namespace string, selector labels.Selector, info cmprovider.CustomMetricInfo, sel labels.Selector) (*custom_metrics.MetricValueList, error) {
+	m := c.endpoints.metrics[info.Metric]
+	out := &custom_metrics.MetricValueList{}
+	for _, pod := range c.p.pods.List(namespace, selector) {
+		if v, err := c.endpointPodValue(pod, m, info, sel); err == nil {
+			out.Items = append(out.Items, *v)
+		}
+	}
+	return out, nil
+}
+
+// endpointPodValue is a pod's value: its group's for a leader, its own
+// otherwise.
+func (c *CustomMetrics) endpointPodValue(pod *podcache.Pod, m promscrape.Metric, info cmprovider.CustomMetricInfo, sel labels.Selector) (*custom_metrics.MetricValue, error) {
+	ref := custom_metrics.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name}
+	if c.p.groups && pod.Leader() {
+		key, _ := pod.GroupKey()
+		v, ts, err := c.groupValue(c.p.pods.Group(key), m, sel)
+		if err != nil {
+			return nil, notFoundWhy(info, pod.Name, "the leader's group has no value: "+err.Error())
+		}
+		return c.endpoints.metricValue(ref, info, v, ts), nil
+	}
+	v, ts, ok := c.ownValue(pod, m, sel)
+	if !ok {
+		return nil, notFoundWhy(info, pod.Name, "no value from the pod's endpoint or a node exporter (not scraped yet, failing, or no matching series)")
+	}
+	return c.endpoints.metricValue(ref, info, v, ts), nil
+}
+
+func (c *CustomMetrics) ownValue(pod *podcache.Pod, m promscrape.Metric, sel labels.Selector) (float64, time.Time, bool) {
+	v, ok := c.endpoints.values.Value(pod.Namespace, pod.Name, m.Name)
+	if !ok {
+		return 0, time.Time{}, false
+	}
+	x, ok := v.Select(sel, m.Combine)
+	return x, v.Timestamp, ok
+}
+
+// groupValue combines a group's members as promscrape.GroupValue does,
+// each counted as the HPA's groupPods counts a pod for a metric that is
+// not CPU; the timestamp is the oldest member's.
+func (c *CustomMetrics) groupValue(pods []*podcache.Pod, m promscrape.Metric, sel labels.Selector) (float64, time.Time, error) {
+	members := make([]promscrape.Member, 0, len(pods))
+	var oldest time.Time
+	for _, mp := range pods {
+		v, ts, has := c.ownValue(mp, m, sel)
+		state := promscrape.MemberStateOf(string(mp.Phase()), mp.Deleting(), has && mp.Phase() == corev1.PodRunning)
+		members = append(members, promscrape.Member{Name: mp.Name, State: state, Value: v})
+		if has && (oldest.IsZero() || ts.Before(oldest)) {
+			oldest = ts
+		}
+	}
+	v, err := promscrape.GroupValue(m.Combine, members)
+	return v, oldest, err
+}
+
+// endpointLWSValue combines the values of every group of a LeaderWorkerSet
+// by the metric's rule; absent while any group has none.
+func (c *CustomMetrics) endpointLWSValue(name types.NamespacedName, m promscrape.Metric, info cmprovider.CustomMetricInfo, sel labels.Selector) (*custom_metrics.MetricValue, error) {
+	leaders := c.p.pods.List(name.Namespace, labels.SelectorFromSet(labels.Set{group.LabelName: name.Name, group.LabelWorkerIndex: "0"}))
+	if len(leaders) == 0 {
+		return nil, notFoundWhy(info, name.Name, "no leader pod of this LeaderWorkerSet is known")
+	}
+	groups := make([]promscrape.Member, 0, len(leaders))
+	var oldest time.Time
+	for _, l := range leaders {
+		key, ok := l.GroupKey()
+		if !ok {
+			continue
+		}
+		v, ts, err := c.groupValue(c.p.pods.Group(key), m, sel)
+		if err != nil {
+			return nil, notFoundWhy(info, name.Name, fmt.Sprintf("group of leader %s has no value: %v", l.Name, err))
+		}
+		groups = append(groups, promscrape.Member{Name: l.Name, State: promscrape.MemberCounted, Value: v})
+		if oldest.IsZero() || ts.Before(oldest) {
+			oldest = ts
+		}
+	}
+	v, err := promscrape.GroupValue(m.Combine, groups)
+	if err != nil {
+		return nil, notFoundWhy(info, name.Name, err.Error())
+	}
+	ref := custom_metrics.ObjectReference{Kind: "LeaderWorkerSet", APIVersion: "leaderworkerset.x-k8s.io/v1", Namespace: name.Namespace, Name: name.Name}
+	return c.endpoints.metricValue(ref, info, v, oldest), nil
+}
+
+// metricValue shapes a value, in milli-units (the HPA reads MilliValue).
+func (e *endpointMetrics) metricValue(ref custom_metrics.ObjectReference, info cmprovider.CustomMetricInfo, v float64, ts time.Time) *custom_metrics.MetricValue {
+	window := e.window
+	return &custom_metrics.MetricValue{
+		DescribedObject: ref,
+		Metric:          custom_metrics.MetricIdentifier{Name: info.Metric},
+		Timestamp:       metav1.NewTime(ts),
+		WindowSeconds:   &window,
+		Value:           *resource.NewMilliQuantity(int64(math.Round(v*1000)), resource.DecimalSI),
+	}
+}

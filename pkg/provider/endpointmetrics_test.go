@@ -1,0 +1,258 @@
+package provider
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
+	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources/promscrape"
+)
+
+var endpointTestMetrics = []promscrape.Metric{
+	{Name: "waiting", Series: "vllm:num_requests_waiting", Type: promscrape.Gauge, Combine: promscrape.CombineSum},
+	{Name: "kv", Series: "vllm:kv_cache_usage_perc", Type: promscrape.Gauge, Combine: promscrape.CombineMean},
+	{Name: "peak", Series: "vllm:num_requests_running", Type: promscrape.Gauge, Combine: promscrape.CombineMax},
+}
+
+// fakeValues serves a batch as the pod-endpoint store would.
+type fakeValues map[string]promscrape.PodValues
+
+func (f fakeValues) Value(namespace, name, metric string) (promscrape.Value, bool) {
+	for _, v := range f[namespace+"/"+name].Values {
+		if v.Metric == metric {
+			return v, true
+		}
+	}
+	return promscrape.Value{}, false
+}
+
+// series are one pod's series: per model, the same value for every metric.
+type series map[string]float64
+
+func endpointValues(pods map[string]series) fakeValues {
+	var samples []promscrape.Sample
+	for key, byModel := range pods {
+		ns, name, _ := strings.Cut(key, "/")
+		for model, v := range byModel {
+			for m := range endpointTestMetrics {
+				samples = append(samples, promscrape.Sample{
+					Metric: m, Namespace: ns, Pod: name, Series: "model_name=" + model + "\x00", Value: v, Timestamp: now,
+				})
+			}
+		}
+	}
+	out := fakeValues{}
+	for _, p := range promscrape.Collate(endpointTestMetrics, samples).Pods {
+		out[p.Namespace+"/"+p.Name] = p
+	}
+	return out
+}
+
+// groupMember is worker of group g of LWS lws in ns ml.
+func groupMember(lws, g, worker string, phase corev1.PodPhase) *corev1.Pod {
+	name := lws + "-" + g
+	if worker != "0" {
+		name += "-" + worker
+	}
+	return testPod("ml", name, "n1", phase, map[string]string{
+		group.LabelName: lws, group.LabelGroupIndex: g, group.LabelWorkerIndex: worker,
+	})
+}
+
+func endpointProvider() *CustomMetrics {
+	deleting := groupMember("old", "0", "1", corev1.PodRunning)
+	deleting.DeletionTimestamp = &metav1.Time{Time: now}
+	pods := []*corev1.Pod{
+		testPod("ml", "solo", "n1", corev1.PodRunning, map[string]string{"app": "solo"}),
+		// inf group 0: complete; the leader's queue is empty.
+		groupMember("inf", "0", "0", corev1.PodRunning), groupMember("inf", "0", "1", corev1.PodRunning), groupMember("inf", "0", "2", corev1.PodRunning),
+		// inf group 1: worker 1 has no value, worker 2 is Pending.
+		groupMember("inf", "1", "0", corev1.PodRunning), groupMember("inf", "1", "1", corev1.PodRunning), groupMember("inf", "1", "2", corev1.PodPending),
+		// chat: two complete groups.
+		groupMember("chat", "0", "0", corev1.PodRunning), groupMember("chat", "0", "1", corev1.PodRunning),
+		groupMember("chat", "1", "0", corev1.PodRunning), groupMember("chat", "1", "1", corev1.PodRunning),
+		// old: a member being deleted.
+		groupMember("old", "0", "0", corev1.PodRunning), deleting,
+	}
+	values := endpointValues(map[string]series{
+		"ml/solo":    {"a": 2},
+		"ml/inf-0":   {"a": 0},
+		"ml/inf-0-1": {"a": 1, "b": 3},
+		"ml/inf-0-2": {"a": 6},
+		"ml/inf-1":   {"a": 1},
+		"ml/chat-0":  {"a": 1}, "ml/chat-0-1": {"a": 3},
+		"ml/chat-1": {"a": 2}, "ml/chat-1-1": {"a": 6},
+		"ml/old-0": {"a": 1}, "ml/old-0-1": {"a": 1},
+	})
+	p := newGroupProvider(pods, nil, group.PolicyPod)
+	return p.CustomMetrics().WithEndpoints(values, endpointTestMetrics, 15*time.Second)
+}
+
+type endpointAnswer struct {
+	Milli    int64
+	NotFound string // a substring of the NotFound message, "" for a value
+}
+
+func TestEndpointMetricByName(t *testing.T) {
+	c := endpointProvider()
+	pod := func(m string) cmprovider.CustomMetricInfo {
+		return cmprovider.CustomMetricInfo{GroupResource: podsResource, Namespaced: true, Metric: m}
+	}
+	lws := func(m string) cmprovider.CustomMetricInfo {
+		return cmprovider.CustomMetricInfo{GroupResource: LWSResource, Namespaced: true, Metric: m}
+	}
+	tests := []struct {
+		name, object, selector string
+		info                   cmprovider.CustomMetricInfo
+		want                   endpointAnswer
+	}{
+		{"a plain pod's own value", "solo", "", pod("waiting"), endpointAnswer{Milli: 2000}},
+		{"a worker's own value, its series summed", "inf-0-1", "", pod("waiting"), endpointAnswer{Milli: 4000}},
+		{"a leader's group value: 0 + 4 + 6", "inf-0", "", pod("waiting"), endpointAnswer{Milli: 10000}},
+		{"mean: each member's mean (0, 2, 6), then their mean", "inf-0", "", pod("kv"), endpointAnswer{Milli: 2667}},
+		{"max over the members' max", "inf-0", "", pod("peak"), endpointAnswer{Milli: 6000}},
+		{"metricLabelSelector picks series before combining", "inf-0", "model_name=a", pod("waiting"), endpointAnswer{Milli: 7000}},
+		{"on a worker too", "inf-0-1", "model_name=b", pod("waiting"), endpointAnswer{Milli: 3000}},
+		{"a member with no matching series makes the group absent", "inf-0", "model_name=b", pod("waiting"), endpointAnswer{NotFound: "member inf-0 is missing"}},
+		{"a selector nothing matches", "solo", "model_name=c", pod("waiting"), endpointAnswer{NotFound: "no matching series"}},
+		{"a member without a value makes the group absent", "inf-1", "", pod("waiting"), endpointAnswer{NotFound: "member inf-1-1 is missing"}},
+		{"a member being deleted makes the group absent", "old-0", "", pod("waiting"), endpointAnswer{NotFound: "member old-0-1 is ignored"}},
+		{"a pod without a value", "inf-1-1", "", pod("waiting"), endpointAnswer{NotFound: "no value from the pod's endpoint"}},
+		{"an unknown pod", "nope", "", pod("waiting"), endpointAnswer{NotFound: "nope"}},
+		{"the LWS: its groups' sum", "chat", "", lws("waiting"), endpointAnswer{Milli: 12000}},
+		{"the LWS: its groups' mean", "chat", "", lws("kv"), endpointAnswer{Milli: 3000}},
+		{"the LWS: the selector applies", "chat", "model_name=a", lws("peak"), endpointAnswer{Milli: 6000}},
+		{"an LWS with a group without a value", "inf", "", lws("waiting"), endpointAnswer{NotFound: "group of leader inf-1 has no value"}},
+		{"an LWS with no pods", "none", "", lws("waiting"), endpointAnswer{NotFound: "no leader pod"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sel := labels.Everything()
+			if tt.selector != "" {
+				var err error
+				if sel, err = labels.Parse(tt.selector); err != nil {
+					t.Fatal(err)
+				}
+			}
+			v, err := c.GetMetricByName(context.Background(), types.NamespacedName{Namespace: "ml", Name: tt.object}, tt.info, sel)
+			var got endpointAnswer
+			switch {
+			case err == nil:
+				got.Milli = v.Value.MilliValue()
+				if v.Metric.Name != tt.info.Metric || v.DescribedObject.Name != tt.object || *v.WindowSeconds != 15 || !v.Timestamp.Time.Equal(now) {
+					t.Errorf("value %+v does not describe %s %s at %v over 15s", v, tt.info.Metric, tt.object, now)
+				}
+			case apierrors.IsNotFound(err):
+				got.NotFound = tt.want.NotFound
+				if !strings.Contains(err.Error(), tt.want.NotFound) || tt.want.NotFound == "" {
+					got.NotFound = err.Error()
+				}
+			default:
+				t.Fatalf("error %v is not NotFound", err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("GetMetricByName (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestEndpointMetricBySelector is the HPA's read on an LWS: its scale
+// selector matches the leaders, one value per group that has one.
+func TestEndpointMetricBySelector(t *testing.T) {
+	c := endpointProvider()
+	info := cmprovider.CustomMetricInfo{GroupResource: podsResource, Namespaced: true, Metric: "waiting"}
+	tests := []struct {
+		name, selector, metricSelector string
+		want                           map[string]int64
+	}{
+		{"leaders of inf: group 1 is absent", "leaderworkerset.sigs.k8s.io/name=inf,leaderworkerset.sigs.k8s.io/worker-index=0", "", map[string]int64{"inf-0": 10000}},
+		{"leaders of chat", "leaderworkerset.sigs.k8s.io/name=chat,leaderworkerset.sigs.k8s.io/worker-index=0", "", map[string]int64{"chat-0": 4000, "chat-1": 8000}},
+		{"every pod of chat: leaders give groups, workers themselves", "leaderworkerset.sigs.k8s.io/name=chat", "", map[string]int64{"chat-0": 4000, "chat-0-1": 3000, "chat-1": 8000, "chat-1-1": 6000}},
+		{"with a metricLabelSelector", "app=solo", "model_name=a", map[string]int64{"solo": 2000}},
+		{"a metricLabelSelector nothing matches", "app=solo", "model_name=b", map[string]int64{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sel, err := labels.Parse(tt.selector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msel, err := labels.Parse(tt.metricSelector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			list, err := c.GetMetricBySelector(context.Background(), "ml", sel, info, msel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]int64{}
+			for _, v := range list.Items {
+				got[v.DescribedObject.Name] = v.Value.MilliValue()
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("GetMetricBySelector (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestEndpointMetricsListed(t *testing.T) {
+	got := map[string]bool{}
+	for _, m := range endpointProvider().ListAllMetrics() {
+		got[m.GroupResource.String()+"/"+m.Metric] = m.Namespaced
+	}
+	want := map[string]bool{}
+	for _, gr := range []string{"pods", "leaderworkersets.leaderworkerset.x-k8s.io"} {
+		for _, m := range append([]string{"kv", "peak", "waiting"}, metricNames...) {
+			want[gr+"/"+m] = true
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ListAllMetrics (-want +got):\n%s", diff)
+	}
+	// Without groups, the pod-endpoint metrics on pods only.
+	p := newGroupProvider([]*corev1.Pod{testPod("ml", "solo", "n1", corev1.PodRunning, nil)}, nil, group.PolicyPod)
+	var names []string
+	for _, m := range p.CustomMetrics().WithEndpoints(fakeValues{}, endpointTestMetrics, time.Second).ListAllMetrics() {
+		names = append(names, m.GroupResource.String()+"/"+m.Metric)
+	}
+	if diff := cmp.Diff([]string{"pods/kv", "pods/peak", "pods/waiting"}, names); diff != "" {
+		t.Errorf("ListAllMetrics without groups (-want +got):\n%s", diff)
+	}
+}
+
+// TestEndpointGroupSeries: one series per group and metric where the group
+// has a value; none for inf's group 1 (a member without a value) nor old's
+// (a member being deleted).
+func TestEndpointGroupSeries(t *testing.T) {
+	c := endpointProvider()
+	reg := metrics.NewKubeRegistry()
+	reg.CustomMustRegister(NewEndpointGroupSeriesCollector(c.EndpointGroupSamples))
+	series := func(lws, g, metric, v string) string {
+		return `group_metrics_server_lws_group_endpoint_value{group="` + g + `",leaderworkerset="` + lws + `",metric="` + metric + `",namespace="ml"} ` + v + "\n"
+	}
+	want := `# HELP group_metrics_server_lws_group_endpoint_value [ALPHA] A LeaderWorkerSet group's value of a metric read from pod endpoints or node exporters (--pod-metrics-config), by served metric name; absent while a member has none.
+# TYPE group_metrics_server_lws_group_endpoint_value gauge
+` + series("chat", "0", "kv", "2") + series("chat", "0", "peak", "3") + series("chat", "0", "waiting", "4") +
+		series("chat", "1", "kv", "4") + series("chat", "1", "peak", "6") + series("chat", "1", "waiting", "8") +
+		series("inf", "0", "kv", "2.6666666666666665") + series("inf", "0", "peak", "6") + series("inf", "0", "waiting", "10")
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+	if got := newGroupProvider(nil, nil, group.PolicyPod).CustomMetrics().EndpointGroupSamples(); got != nil {
+		t.Errorf("EndpointGroupSamples without endpoints = %v, want nil", got)
+	}
+}

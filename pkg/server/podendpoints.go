@@ -1,0 +1,77 @@
+package server
+
+import (
+	"net/http"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
+	"github.com/group-metrics-server/group-metrics-server/pkg/podvalues"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources/promscrape"
+)
+
+// podEndpoints is the pod-endpoint source as the server runs it: its loop
+// and the store the provider reads.
+type podEndpoints struct {
+	cfg      *promscrape.Config
+	store    *podvalues.Store
+	loop     *podvalues.Loop
+	interval time.Duration
+}
+
+// newPodEndpoints builds the source of a parsed configuration, collecting
+// every interval (the configuration's, else the resolution).
+func (c CompletedConfig) newPodEndpoints(pods podcache.Pods) *podEndpoints {
+	promscrape.RegisterMetrics()
+	podvalues.RegisterMetrics()
+	interval := c.PodMetrics.Interval.Duration
+	if interval == 0 {
+		interval = c.Resolution
+	}
+	// A plain transport: no proxy from the environment (pod IPs are
+	// reached directly) and no credentials of any kind; https targets
+	// are verified against the system roots.
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.Proxy = nil
+	transport.MaxIdleConnsPerHost = 1
+	src := promscrape.NewSource(c.PodMetrics, endpointPods{pods}, promscrape.Options{
+		Client:      &http.Client{Transport: transport},
+		Clock:       c.Clock,
+		Concurrency: c.Concurrency,
+	})
+	st := podvalues.NewStore(podvalues.StoreConfig{
+		Clock:      c.Clock,
+		StaleAfter: 2*interval + c.PodMetrics.Timeout.Duration,
+		PodExists: func(namespace, name string) bool {
+			_, ok := pods.Pod(namespace, name)
+			return ok
+		},
+	})
+	loop := podvalues.NewLoop(podvalues.LoopConfig{Source: src, Store: st, Clock: c.Clock, Interval: interval})
+	return &podEndpoints{cfg: c.PodMetrics, store: st, loop: loop, interval: interval}
+}
+
+// endpointPods is the pod cache as the pod-endpoint source lists it.
+type endpointPods struct{ pods podcache.Pods }
+
+var _ promscrape.PodLister = endpointPods{}
+
+// ListPods implements promscrape.PodLister. Only Running pods with an IP
+// can be targets, so only those are handed over.
+func (l endpointPods) ListPods() []promscrape.Pod {
+	all := l.pods.List("", labels.Everything())
+	out := make([]promscrape.Pod, 0, len(all))
+	for _, p := range all {
+		if p.Phase() != corev1.PodRunning || p.IP() == "" || p.Deleting() {
+			continue
+		}
+		out = append(out, promscrape.Pod{
+			Namespace: p.Namespace, Name: p.Name, UID: p.UIDString(),
+			Labels: p.Labels, Annotations: p.Annotations,
+			IP: p.IP(), Node: p.NodeName(), Running: true, Ready: p.Ready(),
+		})
+	}
+	return out
+}

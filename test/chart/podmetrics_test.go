@@ -1,0 +1,133 @@
+//go:build chart
+
+package chart_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources/promscrape"
+	"github.com/group-metrics-server/group-metrics-server/test/chart"
+)
+
+const podMetricsConfigMap = "group-metrics-server-pod-metrics"
+
+// TestChartMatchesPodMetricsManifests: the chart with
+// ci/pod-metrics-values.yaml and manifests/examples/inference-autoscaling
+// render the same objects, but for what each tool does its own way to roll
+// the pods when the file changes (kustomize's hash suffix on the
+// ConfigMap's name, the chart's checksum annotation), and the file itself,
+// which must parse to the same configuration as the one
+// manifests/components/pod-metrics ships.
+func TestChartMatchesPodMetricsManifests(t *testing.T) {
+	tc := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fromChart, err := tc.helm.Template(ctx, tc.chartDir, "kube-system", []string{filepath.Join(tc.chartDir, "ci", "pod-metrics-values.yaml")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromKustomize, err := chart.Kustomize(ctx, tc.kubectl, filepath.Join(tc.root, "manifests", "examples", "inference-autoscaling"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chartFile := normalisePodMetrics(t, fromChart)
+	kustomizeFile := normalisePodMetrics(t, fromKustomize)
+	got, err := chart.WithoutChartLabels(fromChart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := chart.WithoutChartLabels(fromKustomize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("chart with ci/pod-metrics-values.yaml differs from manifests/examples/inference-autoscaling (-kustomize +chart):\n%s", diff)
+	}
+	shipped, err := os.ReadFile(filepath.Join(tc.root, "manifests", "components", "pod-metrics", "pod-metrics.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want0 := parsePodMetrics(t, "shipped", shipped)
+	for name, f := range map[string]string{"chart": chartFile, "kustomize": kustomizeFile} {
+		if diff := cmp.Diff(want0, parsePodMetrics(t, name, []byte(f)), cmpopts.IgnoreUnexported(promscrape.PodTargets{}, promscrape.NodeExporter{}, promscrape.Matcher{})); diff != "" {
+			t.Errorf("%s's pod-metrics file differs from the shipped one (-shipped +%s):\n%s", name, name, diff)
+		}
+	}
+	if !t.Failed() {
+		t.Logf("%d objects, equal to manifests/examples/inference-autoscaling's", len(fromChart))
+	}
+}
+
+// TestPodMetricsValuesThatCannotWork: the chart refuses the source without
+// custom metrics, and without a file.
+func TestPodMetricsValuesThatCannotWork(t *testing.T) {
+	tc := setup(t)
+	for _, c := range []struct {
+		sets []string
+		want string
+	}{
+		{[]string{"podMetrics.enabled=true", "podMetrics.config.presets={vllm}"}, "podMetrics.enabled needs customMetrics.enabled"},
+		{[]string{"podMetrics.enabled=true", "customMetrics.enabled=true"}, "set podMetrics.config"},
+	} {
+		t.Run(c.want, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, err := tc.helm.Template(ctx, tc.chartDir, "kube-system", nil, c.sets...)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("helm template --set %v: want an error naming %q, got %v", c.sets, c.want, err)
+			}
+		})
+	}
+}
+
+// normalisePodMetrics names the pod-metrics ConfigMap (and the volume that
+// mounts it) without kustomize's suffix, drops the chart's checksum
+// annotation, takes the file out of the ConfigMap, and returns the file.
+func normalisePodMetrics(t *testing.T, objs []*unstructured.Unstructured) string {
+	t.Helper()
+	var file string
+	for _, o := range objs {
+		switch {
+		case o.GetKind() == "ConfigMap" && strings.HasPrefix(o.GetName(), podMetricsConfigMap):
+			o.SetName(podMetricsConfigMap)
+			file, _, _ = unstructured.NestedString(o.Object, "data", "config.yaml")
+			unstructured.RemoveNestedField(o.Object, "data")
+		case o.GetKind() == "Deployment" && o.GetName() == chart.Name:
+			unstructured.RemoveNestedField(o.Object, "spec", "template", "metadata", "annotations", "checksum/pod-metrics-config")
+			if a, _, _ := unstructured.NestedMap(o.Object, "spec", "template", "metadata", "annotations"); len(a) == 0 {
+				unstructured.RemoveNestedField(o.Object, "spec", "template", "metadata", "annotations")
+			}
+			vols, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "volumes")
+			for _, v := range vols {
+				if cm, ok := v.(map[string]any)["configMap"].(map[string]any); ok && strings.HasPrefix(cm["name"].(string), podMetricsConfigMap) {
+					cm["name"] = podMetricsConfigMap
+				}
+			}
+			if err := unstructured.SetNestedSlice(o.Object, vols, "spec", "template", "spec", "volumes"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if file == "" {
+		t.Fatal("no pod-metrics ConfigMap with a config.yaml")
+	}
+	return file
+}
+
+func parsePodMetrics(t *testing.T, name string, data []byte) *promscrape.Config {
+	t.Helper()
+	cfg, errs := promscrape.Parse(data)
+	if len(errs) > 0 {
+		t.Fatalf("%s pod-metrics file: %v", name, errs)
+	}
+	return cfg
+}

@@ -1,0 +1,372 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources/promscrape"
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/lws"
+)
+
+// waitListed waits until discovery of custom.metrics.k8s.io lists every
+// configured metric on pods and on leaderworkersets.
+func (e *inferenceEnv) waitListed(ctx context.Context, t *testing.T, metrics []promscrape.Metric) {
+	t.Helper()
+	err := e.poll(ctx, e.bounds.up, "custom.metrics.k8s.io to list the pod-endpoint metrics", func(ctx context.Context) error {
+		out, _, err := suite.cluster.Kubectl(ctx, "get", "--raw", "/apis/custom.metrics.k8s.io/v1beta2")
+		if err != nil {
+			return err
+		}
+		var list metav1.APIResourceList
+		if err := json.Unmarshal([]byte(out), &list); err != nil {
+			return err
+		}
+		have := map[string]bool{}
+		for _, r := range list.APIResources {
+			have[r.Name] = true
+		}
+		for _, m := range metrics {
+			for _, gr := range []string{"pods", "leaderworkersets.leaderworkerset.x-k8s.io"} {
+				if !have[gr+"/"+m.Name] {
+					return fmt.Errorf("%s/%s not listed among %d resources", gr, m.Name, len(list.APIResources))
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitGroupSeries waits until the server's /metrics (--group-metrics-series)
+// has group 0's value of metric.
+func (e *inferenceEnv) waitGroupSeries(ctx context.Context, t *testing.T, ns, lwsName, metric string, want float64) {
+	t.Helper()
+	client, err := e.server.HTTPClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = e.poll(ctx, e.bounds.up, "the group series of "+metric, func(ctx context.Context) error {
+		v, err := ukpdMetric(ctx, client, "https://"+e.server.Address(), "group_metrics_server_lws_group_endpoint_value",
+			`namespace="`+ns+`"`, `leaderworkerset="`+lwsName+`"`, `group="0"`, `metric="`+metric+`"`)
+		if err != nil {
+			return err
+		}
+		if v != want {
+			return fmt.Errorf("series at %v, want %v", v, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *inferenceEnv) scrapeAnnotations() map[string]string {
+	return map[string]string{promscrape.AnnotationScrape: "true", promscrape.AnnotationPort: strconv.Itoa(e.port)}
+}
+
+// scaleOnLoad waits for the HPA to read its metric, puts load on, waits
+// until the LWS wants the HPA's maximum and every group's pods run, then
+// takes it off and waits for the minimum, logging the times.
+func (e *inferenceEnv) scaleOnLoad(ctx context.Context, t *testing.T, ns string, hpa *autoscalingv2.HorizontalPodAutoscaler, load func(on bool)) {
+	t.Helper()
+	name, maxGroups, minGroups := hpa.Spec.ScaleTargetRef.Name, hpa.Spec.MaxReplicas, *hpa.Spec.MinReplicas
+	e.waitPodsReading(ctx, t, ns, hpa.Name, -1, e.bounds.read)
+	b := e.bounds
+	began := time.Now()
+	load(true)
+	// One HPA step per group when each step needs the new group's value:
+	// up to maxGroups - minGroups steps, each bounded as one scale-up and
+	// the new group's pods starting.
+	steps := time.Duration(maxGroups - minGroups)
+	up := e.waitScale(ctx, t, ns, name, hpa.Name, maxGroups, steps*b.running)
+	if _, err := e.waitInferencePods(ctx, ns, name, int(maxGroups), b.running); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("load on -> %d groups wanted in %v (bound %v), their %d pods Running %v after the load started",
+		maxGroups, up.Round(time.Millisecond), steps*b.running, int(maxGroups)*inferenceGroupSize, since(began))
+
+	began = time.Now()
+	load(false)
+	down := e.waitScale(ctx, t, ns, name, hpa.Name, minGroups, b.down)
+	if _, err := e.waitInferencePods(ctx, ns, name, int(minGroups), b.running); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("load off -> %d group wanted in %v (bound %v, patched scale-down window %v), extra groups gone %v after",
+		minGroups, down.Round(time.Millisecond), b.down, testScaleDownWindow, since(began))
+}
+
+// createInferenceLWS creates a LeaderWorkerSet of one group of
+// inferenceGroupSize pods, with annotations on both templates, and waits
+// until its pods run.
+func (e *inferenceEnv) createInferenceLWS(ctx context.Context, t *testing.T, ns, name string, annotations map[string]string) {
+	t.Helper()
+	obj := lws.NewLeaderWorkerSet(ns, name, 1, inferenceGroupSize, lwsCPURequest, annotations)
+	if len(annotations) > 0 {
+		if err := unstructured.SetNestedStringMap(obj.Object, annotations, "spec", "leaderWorkerTemplate", "workerTemplate", "metadata", "annotations"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	began := time.Now()
+	if _, err := e.dyn.Resource(lws.GroupVersionResource).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create LeaderWorkerSet: %v", err)
+	}
+	pods, err := e.waitInferencePods(ctx, ns, name, 1, e.bounds.running)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ips []string
+	for _, p := range pods {
+		ips = append(ips, p.Name+"="+p.Status.PodIP)
+	}
+	t.Logf("LeaderWorkerSet %s/%s: %d pods Running %v after it was created (%s)", ns, name, len(pods), since(began), strings.Join(ips, ", "))
+}
+
+func (e *inferenceEnv) waitInferencePods(ctx context.Context, ns, name string, groups int, d time.Duration) ([]corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	sel := labels.SelectorFromSet(labels.Set{group.LabelName: name})
+	return env.WaitForRunningPods(ctx, suite.cluster.Client(), ns, sel, groups*inferenceGroupSize)
+}
+
+// createExporterPod runs the fake DCGM exporter's pod, labelled as the
+// shipped file selects it, on a fleet node.
+func (e *inferenceEnv) createExporterPod(ctx context.Context, t *testing.T) {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "dcgm-exporter", Namespace: dcgmNamespace, Labels: map[string]string{"app.kubernetes.io/name": "dcgm-exporter"}},
+		Spec: corev1.PodSpec{
+			NodeName:                      suite.fleet.NodeNames[0],
+			Containers:                    []corev1.Container{{Name: "exporter", Image: "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"}},
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			Tolerations:                   []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+		},
+	}
+	if _, err := suite.cluster.Client().CoreV1().Pods(dcgmNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.waitRunning(ctx, dcgmNamespace, labels.SelectorFromSet(pod.Labels), 1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *inferenceEnv) waitRunning(ctx context.Context, ns string, sel labels.Selector, n int) ([]corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.bounds.running)
+	defer cancel()
+	return env.WaitForRunningPods(ctx, suite.cluster.Client(), ns, sel, n)
+}
+
+// testScaleDownWindow replaces the documented 600 s so that the
+// scale-down is measured in seconds; the suite's controller manager has
+// the same default.
+const testScaleDownWindow = 5 * time.Second
+
+// applyHPA creates the documented HPA in ns with a short scale-down
+// window and policy.
+func (e *inferenceEnv) applyHPA(ctx context.Context, t *testing.T, ns string, hpa *autoscalingv2.HorizontalPodAutoscaler) {
+	t.Helper()
+	h := hpa.DeepCopy()
+	h.Namespace = ns
+	h.Spec.Behavior.ScaleDown = &autoscalingv2.HPAScalingRules{
+		StabilizationWindowSeconds: ptr.To(int32(testScaleDownWindow.Seconds())),
+		Policies:                   []autoscalingv2.HPAScalingPolicy{{Type: autoscalingv2.PercentScalingPolicy, Value: 100, PeriodSeconds: 15}},
+	}
+	if _, err := suite.cluster.Client().AutoscalingV2().HorizontalPodAutoscalers(ns).Create(ctx, h, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create HPA %s/%s: %v", ns, h.Name, err)
+	}
+}
+
+// waitPodsReading waits until the HPA reads its Pods metric at wantMilli
+// (any value when wantMilli < 0).
+func (e *inferenceEnv) waitPodsReading(ctx context.Context, t *testing.T, ns, name string, wantMilli int64, d time.Duration) {
+	t.Helper()
+	err := e.poll(ctx, d, fmt.Sprintf("HPA %s/%s to read its metric", ns, name), func(ctx context.Context) error {
+		hpa, err := e.getHPA(ctx, ns, name)
+		if err != nil {
+			return err
+		}
+		for _, m := range hpa.Status.CurrentMetrics {
+			if m.Pods != nil && m.Pods.Current.AverageValue != nil {
+				if got := m.Pods.Current.AverageValue.MilliValue(); wantMilli >= 0 && got != wantMilli {
+					return fmt.Errorf("reads %dm, want %dm", got, wantMilli)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no reading; conditions %s", conditions(hpa))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitScale waits until the LWS wants groups groups and returns how long
+// that took.
+func (e *inferenceEnv) waitScale(ctx context.Context, t *testing.T, ns, name, hpaName string, groups int32, d time.Duration) time.Duration {
+	t.Helper()
+	began := time.Now()
+	last := int32(-1)
+	err := e.poll(ctx, d, fmt.Sprintf("LeaderWorkerSet %s/%s to want %d groups", ns, name, groups), func(ctx context.Context) error {
+		scale, err := lws.GetScale(ctx, e.dyn, ns, name)
+		if err != nil {
+			return err
+		}
+		if scale.Spec.Replicas != last {
+			t.Logf("  %v: %s wants %d groups", since(began), name, scale.Spec.Replicas)
+			last = scale.Spec.Replicas
+		}
+		if scale.Spec.Replicas != groups {
+			hpa, err := e.getHPA(ctx, ns, hpaName)
+			if err != nil {
+				return err
+			}
+			return fmt.Errorf("replicas %d; HPA desired %d, conditions %s", scale.Spec.Replicas, hpa.Status.DesiredReplicas, conditions(hpa))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Since(began)
+}
+
+func podPath(pod types.NamespacedName, metric, metricSelector string) string {
+	return customPath(fmt.Sprintf("namespaces/%s/pods/%s/%s", pod.Namespace, pod.Name, metric), metricSelector)
+}
+
+func lwsPath(ns, name, metric, metricSelector string) string {
+	return customPath(fmt.Sprintf("namespaces/%s/leaderworkersets.leaderworkerset.x-k8s.io/%s/%s", ns, name, metric), metricSelector)
+}
+
+func customPath(rest, metricSelector string) string {
+	p := "/apis/custom.metrics.k8s.io/v1beta2/" + rest
+	if metricSelector != "" {
+		p += "?metricLabelSelector=" + url.QueryEscape(metricSelector)
+	}
+	return p
+}
+
+// rawValues reads a custom metrics path through the aggregator.
+func rawValues(ctx context.Context, path string) ([]int64, error) {
+	out, _, err := suite.cluster.Kubectl(ctx, "get", "--raw", path)
+	if err != nil {
+		return nil, err
+	}
+	var list struct {
+		Items []struct {
+			Value resource.Quantity `json:"value"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", out, err)
+	}
+	var vs []int64
+	for _, it := range list.Items {
+		vs = append(vs, it.Value.MilliValue())
+	}
+	return vs, nil
+}
+
+// waitRaw waits until path serves exactly one value, wantMilli.
+func (e *inferenceEnv) waitRaw(ctx context.Context, t *testing.T, path string, wantMilli int64) {
+	t.Helper()
+	err := e.poll(ctx, e.bounds.up, fmt.Sprintf("%s to serve %dm", path, wantMilli), func(ctx context.Context) error {
+		vs, err := rawValues(ctx, path)
+		if err != nil {
+			return err
+		}
+		if len(vs) != 1 || vs[0] != wantMilli {
+			return fmt.Errorf("values %v", vs)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitAbsent waits until path answers NotFound (a metricLabelSelector that
+// matches no series).
+func (e *inferenceEnv) waitAbsent(ctx context.Context, t *testing.T, path string) {
+	t.Helper()
+	err := e.poll(ctx, e.bounds.up, path+" to be NotFound", func(ctx context.Context) error {
+		vs, err := rawValues(ctx, path)
+		if err == nil {
+			return fmt.Errorf("served %v", vs)
+		}
+		if !strings.Contains(err.Error(), "NotFound") && !strings.Contains(err.Error(), "not found") {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// docHPAs are the HorizontalPodAutoscalers of the page's yaml blocks, by
+// name; the test fails unless there are the three the page promises.
+func docHPAs(t *testing.T, path string) map[string]*autoscalingv2.HorizontalPodAutoscaler {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*autoscalingv2.HorizontalPodAutoscaler{}
+	for _, m := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(data), -1) {
+		if !strings.Contains(m[1], "kind: HorizontalPodAutoscaler") {
+			continue
+		}
+		var h autoscalingv2.HorizontalPodAutoscaler
+		if err := yaml.UnmarshalStrict([]byte(m[1]), &h); err != nil {
+			t.Fatalf("an HPA of %s: %v", path, err)
+		}
+		if h.Spec.ScaleTargetRef.Kind != "LeaderWorkerSet" || len(h.Spec.Metrics) != 1 || h.Spec.Metrics[0].Pods == nil || h.Spec.MinReplicas == nil || h.Spec.Behavior == nil {
+			t.Fatalf("HPA %s of %s: want one Pods metric on a LeaderWorkerSet, minReplicas and behavior", h.Name, path)
+		}
+		out[h.Name] = &h
+	}
+	for _, name := range []string{"vllm", "sglang", "vllm-gpu"} {
+		if out[name] == nil {
+			t.Fatalf("%s has no HPA %q (it has %d)", path, name, len(out))
+		}
+	}
+	return out
+}
+
+func shippedPodMetricsConfig(t *testing.T, path string) *promscrape.Config {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, errs := promscrape.Parse(data)
+	if len(errs) > 0 || len(cfg.NodeExporters) != 1 {
+		t.Fatalf("%s: %v (want one node exporter)", path, errs)
+	}
+	return cfg
+}
