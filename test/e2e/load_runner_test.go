@@ -298,7 +298,7 @@ func selfMetrics(ctx context.Context, ep endpoint) (string, error) {
 	return body, nil
 }
 
-// mustValue is env.PromValue for a metric that must be present.
+// mustValue is promtext.Value for a metric that must be present.
 func mustValue(body, name string, labels ...string) (float64, error) {
 	v, ok, err := promtext.Value(body, name, labels...)
 	if err == nil && !ok {
