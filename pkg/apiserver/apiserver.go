@@ -5,9 +5,8 @@
 //
 // One piece is written by hand: the JSON of the metrics.k8s.io lists
 // (encode.go), because BenchmarkListHandler showed encoding/json's
-// reflection to be most of a list's cost (15,000 pods: 62 ms against 19 ms,
-// and 1.0 against 0.34 thousand allocations for the HPA's 30-pod selector
-// list). A differential test and a fuzz target hold it to encoding/json's
+// reflection to be most of a list's cost (15,000 pods: 62 ms against 19 ms;
+// the HPA's 30-pod selector list: 1,044 allocations against 337). A differential test and a fuzz target hold it to encoding/json's
 // bytes; everything it does not know goes to the standard serializer.
 package apiserver
 

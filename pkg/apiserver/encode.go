@@ -308,12 +308,14 @@ func plainStringMap(m map[string]string) bool {
 }
 
 func emptyListMeta(m *metav1.ListMeta) bool {
+	//nolint:staticcheck // deprecated, but encoding/json would write a set SelfLink: leave such a list to it
 	return m.SelfLink == "" && m.ResourceVersion == "" && m.Continue == "" && m.RemainingItemCount == nil
 }
 
 // plainMeta is true of metadata with only the fields the provider fills:
 // name, namespace, creation time, labels and annotations.
 func plainMeta(m *metav1.ObjectMeta) bool {
+	//nolint:staticcheck // deprecated, but encoding/json would write a set SelfLink: leave such an object to it
 	return m.GenerateName == "" && m.SelfLink == "" && m.UID == "" && m.ResourceVersion == "" &&
 		m.Generation == 0 && m.DeletionTimestamp == nil && m.DeletionGracePeriodSeconds == nil &&
 		m.OwnerReferences == nil && m.Finalizers == nil && m.ManagedFields == nil &&
