@@ -38,30 +38,34 @@ func (s metricsJSON) Encode(obj runtime.Object, w io.Writer) error {
 	var (
 		out []byte
 		ok  bool
+		err error
 	)
 	switch o := obj.(type) {
 	case *v1beta1.PodMetricsList:
 		var in metrics.PodMetricsList
 		_ = v1beta1.Convert_v1beta1_PodMetricsList_To_metrics_PodMetricsList(o, &in, nil)
-		out, ok = appendPodList((*b)[:0], &o.TypeMeta, &in, w)
+		out, ok, err = appendPodList((*b)[:0], &o.TypeMeta, &in, w)
 	case *metricsv1.PodMetricsList:
 		var in metrics.PodMetricsList
 		_ = metricsv1.Convert_v1_PodMetricsList_To_metrics_PodMetricsList(o, &in, nil)
-		out, ok = appendPodList((*b)[:0], &o.TypeMeta, &in, w)
+		out, ok, err = appendPodList((*b)[:0], &o.TypeMeta, &in, w)
 	case *v1beta1.NodeMetricsList:
 		var in metrics.NodeMetricsList
 		_ = v1beta1.Convert_v1beta1_NodeMetricsList_To_metrics_NodeMetricsList(o, &in, nil)
-		out, ok = appendNodeList((*b)[:0], &o.TypeMeta, &in, w)
+		out, ok, err = appendNodeList((*b)[:0], &o.TypeMeta, &in, w)
 	case *metricsv1.NodeMetricsList:
 		var in metrics.NodeMetricsList
 		_ = metricsv1.Convert_v1_NodeMetricsList_To_metrics_NodeMetricsList(o, &in, nil)
-		out, ok = appendNodeList((*b)[:0], &o.TypeMeta, &in, w)
+		out, ok, err = appendNodeList((*b)[:0], &o.TypeMeta, &in, w)
 	}
-	if !ok {
+	switch {
+	case !ok:
 		return s.Serializer.Encode(obj, w)
+	case err != nil:
+		return err
 	}
 	*b = out[:0]
-	_, err := w.Write(out)
+	_, err = w.Write(out)
 	return err
 }
 
@@ -71,70 +75,67 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &
 // next item: a list of every pod does not have to fit in memory twice.
 const flushAt = 256 << 10
 
-// A list whose first items went to the writer cannot fall back anymore; the
-// checks that decide the fallback therefore run over every item first.
+// A list whose first items went to the writer cannot fall back anymore: the
+// checks that decide the fallback run over every item first, and a write
+// error after that is returned as it is.
 
-func appendPodList(b []byte, tm *metav1.TypeMeta, l *metrics.PodMetricsList, w io.Writer) ([]byte, bool) {
+func appendPodList(b []byte, tm *metav1.TypeMeta, l *metrics.PodMetricsList, w io.Writer) ([]byte, bool, error) {
 	if !emptyListMeta(&l.ListMeta) {
-		return b, false
+		return b, false, nil
 	}
 	for i := range l.Items {
 		if !plainPod(&l.Items[i]) {
-			return b, false
+			return b, false, nil
 		}
 	}
-	b = appendListHead(b, tm)
-	if l.Items == nil {
-		return append(b, "null}\n"...), true
-	}
-	b = append(b, '[')
-	for i := range l.Items {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendPod(b, &l.Items[i])
-		if len(b) >= flushAt {
-			if _, err := w.Write(b); err != nil {
-				return b[:0], false
-			}
-			b = b[:0]
-		}
-	}
-	return append(b, "]}\n"...), true
+	b, err := appendItems(appendListHead(b, tm), l.Items == nil, len(l.Items), w, func(b []byte, i int) []byte {
+		return appendPod(b, &l.Items[i])
+	})
+	return b, true, err
 }
 
-func appendNodeList(b []byte, tm *metav1.TypeMeta, l *metrics.NodeMetricsList, w io.Writer) ([]byte, bool) {
+func appendNodeList(b []byte, tm *metav1.TypeMeta, l *metrics.NodeMetricsList, w io.Writer) ([]byte, bool, error) {
 	if !emptyListMeta(&l.ListMeta) {
-		return b, false
+		return b, false, nil
 	}
 	for i := range l.Items {
 		n := &l.Items[i]
 		if !plainMeta(&n.ObjectMeta) || !plainUsage(n.Usage) {
-			return b, false
+			return b, false, nil
 		}
 	}
-	b = appendListHead(b, tm)
-	if l.Items == nil {
-		return append(b, "null}\n"...), true
-	}
-	b = append(b, '[')
-	for i := range l.Items {
-		if i > 0 {
-			b = append(b, ',')
-		}
+	b, err := appendItems(appendListHead(b, tm), l.Items == nil, len(l.Items), w, func(b []byte, i int) []byte {
 		n := &l.Items[i]
 		b = appendSample(b, &n.ObjectMeta, n.Timestamp, n.Window)
 		b = append(b, `,"usage":`...)
 		b = appendUsage(b, n.Usage)
-		b = append(b, '}')
+		return append(b, '}')
+	})
+	return b, true, err
+}
+
+// appendItems writes a list's n items with item and closes the list,
+// handing what it has to w whenever it passes flushAt. A nil list is null,
+// as encoding/json writes it. Once bytes went to w an error is final: the
+// list cannot be written again.
+func appendItems(b []byte, null bool, n int, w io.Writer, item func(b []byte, i int) []byte) ([]byte, error) {
+	if null {
+		return append(b, "null}\n"...), nil
+	}
+	b = append(b, '[')
+	for i := range n {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = item(b, i)
 		if len(b) >= flushAt {
 			if _, err := w.Write(b); err != nil {
-				return b[:0], false
+				return b[:0], err
 			}
 			b = b[:0]
 		}
 	}
-	return append(b, "]}\n"...), true
+	return append(b, "]}\n"...), nil
 }
 
 func appendListHead(b []byte, tm *metav1.TypeMeta) []byte {

@@ -136,20 +136,36 @@ func TestFastJSONLargeList(t *testing.T) {
 	}
 }
 
-type failingWriter struct{ n int }
+// failingWriter fails every write once more than flushAt bytes were
+// written, and counts the writes tried after its first failure.
+type failingWriter struct {
+	n, afterFailure int
+	failed          bool
+}
 
 func (w *failingWriter) Write(p []byte) (int, error) {
+	if w.failed {
+		w.afterFailure++
+		return 0, errors.New("client went away")
+	}
 	if w.n += len(p); w.n > flushAt {
+		w.failed = true
 		return 0, errors.New("client went away")
 	}
 	return len(p), nil
 }
 
+// TestFastJSONWriteError: a list whose writer fails part way is not
+// written again by the standard serializer after the bytes already sent.
 func TestFastJSONWriteError(t *testing.T) {
 	ns := groupJSON(t)
 	enc := ns.EncoderForVersion(jsonInfo(t, withFastJSON(ns)), v1beta1.SchemeGroupVersion)
-	if err := enc.Encode(randomPods(rand.New(rand.NewPCG(3, 4)), 3000), &failingWriter{}); err == nil {
+	w := &failingWriter{}
+	if err := enc.Encode(randomPods(rand.New(rand.NewPCG(3, 4)), 3000), w); err == nil {
 		t.Fatal("a list whose writer fails encoded without an error")
+	}
+	if !w.failed || w.afterFailure != 0 {
+		t.Errorf("writer failed: %v, writes after the failure: %d; want one failure and no write after it", w.failed, w.afterFailure)
 	}
 }
 
@@ -212,11 +228,11 @@ func FuzzFastJSON(f *testing.F) {
 // fast path, not the fallback, for what the provider answers.
 func TestFastJSONTakesThePlainPath(t *testing.T) {
 	l := randomPods(rand.New(rand.NewPCG(5, 6)), 100)
-	if _, ok := appendPodList(nil, &metav1.TypeMeta{}, l, &bytes.Buffer{}); !ok {
+	if _, ok, _ := appendPodList(nil, &metav1.TypeMeta{}, l, &bytes.Buffer{}); !ok {
 		t.Error("a list of plain pods fell back to encoding/json")
 	}
 	l.Items[7].Annotations = map[string]string{"a": "<"}
-	if _, ok := appendPodList(nil, &metav1.TypeMeta{}, l, &bytes.Buffer{}); ok {
+	if _, ok, _ := appendPodList(nil, &metav1.TypeMeta{}, l, &bytes.Buffer{}); ok {
 		t.Error("a list with a string to escape took the fast path")
 	}
 }
