@@ -41,12 +41,12 @@ func TestParseStatCPU(t *testing.T) {
 }
 
 func TestParseStatusMemory(t *testing.T) {
-	status := "Name:\tkube-apiserver\nVmPeak:\t 2000000 kB\nVmHWM:\t  300000 kB\nVmRSS:\t  250000 kB\nThreads:\t12\n"
+	status := "Name:\tkube-apiserver\nVmPeak:\t 2000000 kB\nVmHWM:\t  300000 kB\nVmRSS:\t  250000 kB\nRssAnon:\t  200000 kB\nRssFile:\t   50000 kB\nThreads:\t12\n"
 	got, err := parseStatusMemory([]byte(status))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(memory{RSS: 250000 << 10, Peak: 300000 << 10}, got, cmp.AllowUnexported(memory{})); diff != "" {
+	if diff := cmp.Diff(memory{RSS: 250000 << 10, Peak: 300000 << 10, Anon: 200000 << 10, File: 50000 << 10}, got, cmp.AllowUnexported(memory{})); diff != "" {
 		t.Errorf("memory (-want +got):\n%s", diff)
 	}
 	if _, err := parseStatusMemory([]byte("Name:\tkthreadd\nThreads:\t1\n")); err == nil {

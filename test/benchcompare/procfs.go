@@ -53,9 +53,13 @@ func parseStatCPU(data []byte) (float64, error) {
 type memory struct {
 	RSS  uint64 // VmRSS: now
 	Peak uint64 // VmHWM: the highest VmRSS so far
+	// Anon and File split VmRSS: the heap, stacks and runtime, and the
+	// pages of mapped files (the binary's text and data), which the kernel
+	// can drop and read back.
+	Anon, File uint64
 }
 
-// readMemory reads VmRSS and VmHWM from /proc/<pid>/status.
+// readMemory reads VmRSS, VmHWM, RssAnon and RssFile from /proc/<pid>/status.
 func readMemory(pid int) (memory, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -66,11 +70,13 @@ func readMemory(pid int) (memory, error) {
 
 func parseStatusMemory(data []byte) (memory, error) {
 	var m memory
+	fieldOf := map[string]*uint64{"VmRSS": &m.RSS, "VmHWM": &m.Peak, "RssAnon": &m.Anon, "RssFile": &m.File}
 	var seen int
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
 		key, rest, ok := strings.Cut(sc.Text(), ":")
-		if !ok || (key != "VmRSS" && key != "VmHWM") {
+		dst := fieldOf[key]
+		if !ok || dst == nil {
 			continue
 		}
 		fields := strings.Fields(rest)
@@ -81,12 +87,10 @@ func parseStatusMemory(data []byte) (memory, error) {
 		if err != nil {
 			return memory{}, fmt.Errorf("%s: %w", key, err)
 		}
-		if key == "VmRSS" {
-			m.RSS = kb << 10
-		} else {
-			m.Peak = kb << 10
+		*dst = kb << 10
+		if key == "VmRSS" || key == "VmHWM" {
+			seen++
 		}
-		seen++
 	}
 	if seen != 2 {
 		return memory{}, fmt.Errorf("status has no VmRSS or VmHWM (a kernel thread or a zombie?)")

@@ -197,6 +197,8 @@ func (b *bench) steadyWindow(ctx context.Context, s *runningServer, res *roundRe
 	res.set(figSteadyRSS, median(rss))
 	res.set(figCycle, (end.cycleSum-start.cycleSum)/cycles)
 	res.set(figFailures, end.failures-start.failures)
+	res.notef("at the end of the steady window: RSS %.0f MiB, of it %.0f MiB anonymous (heap, stacks, runtime) and %.0f MiB of mapped files (the binary)",
+		mib(mem.RSS), mib(mem.Anon), mib(mem.File))
 	res.notef("steady window: %.0f cycles completed, %d RSS samples (min %.0f, max %.0f MiB)",
 		cycles, len(rss), minOf(rss), maxOf(rss))
 	b.logf("round %d: %s: CPU %.3f s/cycle, cycle %.3f s, RSS %.0f MiB (peak %.0f), failed scrapes %.0f",
