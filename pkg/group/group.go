@@ -87,10 +87,10 @@ func IndexFunc(obj any) ([]string, error) {
 	return nil, nil
 }
 
-// PolicyOf returns the leader's policy: its annotation, or def when it has
-// none or an unknown one.
-func PolicyOf(leader *corev1.Pod, def Policy) Policy {
-	if p, err := ParsePolicy(leader.Annotations[AnnotationPolicy]); err == nil {
+// PolicyOf returns the policy a leader's AnnotationPolicy value names, or
+// def when it is empty or unknown.
+func PolicyOf(annotation string, def Policy) Policy {
+	if p, err := ParsePolicy(annotation); err == nil {
 		return p
 	}
 	return def
@@ -145,21 +145,4 @@ func Request(pod *corev1.Pod, r corev1.ResourceName) (milli int64, ok bool) {
 // alongside the pod's containers, and its requests count with theirs.
 func IsSidecar(c *corev1.Container) bool {
 	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
-}
-
-// ContainerRequest returns the request of the named container or sidecar
-// for r, in Request's units.
-func ContainerRequest(pod *corev1.Pod, container string, r corev1.ResourceName) (int64, bool) {
-	for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
-		for i := range cs {
-			if cs[i].Name == container {
-				q, ok := cs[i].Resources.Requests[r]
-				if !ok {
-					return 0, false
-				}
-				return q.MilliValue(), true
-			}
-		}
-	}
-	return 0, false
 }

@@ -283,14 +283,14 @@ func TestKeyAndPolicy(t *testing.T) {
 	if !IsLeader(leader) || IsLeader(worker) || IsLeader(plain) {
 		t.Error("IsLeader wrong")
 	}
-	if got := PolicyOf(leader, PolicyPod); got != PolicyGroupMax {
+	if got := PolicyOf(leader.Annotations[AnnotationPolicy], PolicyPod); got != PolicyGroupMax {
 		t.Errorf("PolicyOf(annotated) = %q", got)
 	}
-	if got := PolicyOf(worker, PolicyGroup); got != PolicyGroup {
+	if got := PolicyOf(worker.Annotations[AnnotationPolicy], PolicyGroup); got != PolicyGroup {
 		t.Errorf("PolicyOf(unannotated) = %q, want the default", got)
 	}
 	leader.Annotations[AnnotationPolicy] = "bogus"
-	if got := PolicyOf(leader, PolicyPod); got != PolicyPod {
+	if got := PolicyOf(leader.Annotations[AnnotationPolicy], PolicyPod); got != PolicyPod {
 		t.Errorf("PolicyOf(bogus) = %q, want the default", got)
 	}
 	if _, err := ParsePolicy("bogus"); err == nil {

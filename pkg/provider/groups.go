@@ -20,10 +20,7 @@ func (p *Provider) groupPolicy(pod *podcache.Pod) (group.Policy, bool) {
 	if !p.groups || !pod.Leader() {
 		return "", false
 	}
-	policy, err := group.ParsePolicy(pod.Annotation(group.AnnotationPolicy))
-	if err != nil {
-		policy = p.defaultPolicy // none, or an unknown one
-	}
+	policy := group.PolicyOf(pod.Annotation(group.AnnotationPolicy), p.defaultPolicy)
 	return policy, policy != group.PolicyPod
 }
 
