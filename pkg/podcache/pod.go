@@ -1,6 +1,8 @@
 package podcache
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -20,32 +22,63 @@ type Pod struct {
 	// annotations the server reads and the deletion timestamp; read-only.
 	metav1.ObjectMeta
 
+	// labels holds ObjectMeta.Labels, shared with every cached pod of the
+	// same labels (labelSets), alive while a pod holds it.
+	labels *labelSet
+
 	nodeName  string
 	podIP     string
 	phase     corev1.PodPhase
 	startTime *metav1.Time
-	// ready is the Ready condition (type, status, last transition), nil
-	// when the pod has none.
-	ready *corev1.PodCondition
+	// readySince is when the Ready condition last changed: kept inline
+	// with its status (ready), not as the condition, which is an
+	// allocation of 128 bytes.
+	readySince metav1.Time
 
-	// containers are the spec's containers in spec order, then its
-	// restartable init containers (sidecars), with their requests.
-	containers []container
-	sidecars   int
+	// names are the names of the spec's containers in spec order, then of
+	// its restartable init containers (sidecars); requests are theirs.
+	names    []string
+	requests []group.Requests
 	// runningSidecars names the sidecars that run.
 	runningSidecars []string
-	// names are the names of the spec's containers, in spec order.
-	names []string
 
 	request  group.Requests
 	groupKey string
+	// sidecars is how many of names are sidecars, at the end.
+	sidecars int32
+	ready    readyStatus
 	inGroup  bool
 	leader   bool
 }
 
-type container struct {
-	name    string
-	request group.Requests
+// readyStatus is the status of a pod's Ready condition, in a byte.
+type readyStatus uint8
+
+const (
+	readyNone readyStatus = iota // no Ready condition
+	readyTrue
+	readyFalse
+	readyUnknown // Unknown, or a status the API does not define
+)
+
+func readyStatusOf(s corev1.ConditionStatus) readyStatus {
+	switch s {
+	case corev1.ConditionTrue:
+		return readyTrue
+	case corev1.ConditionFalse:
+		return readyFalse
+	}
+	return readyUnknown
+}
+
+func (r readyStatus) condition() corev1.ConditionStatus {
+	switch r {
+	case readyTrue:
+		return corev1.ConditionTrue
+	case readyFalse:
+		return corev1.ConditionFalse
+	}
+	return corev1.ConditionUnknown
 }
 
 var (
@@ -56,32 +89,48 @@ var (
 // NewPod makes the Pod of an API pod; it keeps no reference to obj's
 // spec or status.
 func NewPod(obj *corev1.Pod) *Pod {
+	labels := internedLabels.intern(obj.Labels)
 	p := &Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:              obj.Name,
 			Namespace:         obj.Namespace,
 			UID:               obj.UID,
 			ResourceVersion:   obj.ResourceVersion,
-			Labels:            obj.Labels,
 			Annotations:       ownAnnotations(obj.Annotations),
 			DeletionTimestamp: obj.DeletionTimestamp,
 		},
+		labels:    labels,
 		nodeName:  obj.Spec.NodeName,
 		podIP:     obj.Status.PodIP,
 		phase:     obj.Status.Phase,
 		startTime: obj.Status.StartTime,
-		ready:     readyCondition(obj.Status.Conditions),
 		request:   group.PodRequests(obj),
+	}
+	if labels != nil {
+		p.Labels = labels.labels
+	}
+	for _, c := range obj.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			p.ready, p.readySince = readyStatusOf(c.Status), c.LastTransitionTime
+			break
+		}
+	}
+	n := len(obj.Spec.Containers)
+	for i := range obj.Spec.InitContainers {
+		if group.IsSidecar(&obj.Spec.InitContainers[i]) {
+			p.sidecars++
+		}
+	}
+	if total := n + int(p.sidecars); total > 0 {
+		p.names, p.requests = make([]string, 0, total), make([]group.Requests, 0, total)
 	}
 	for i := range obj.Spec.Containers {
 		c := &obj.Spec.Containers[i]
-		p.containers = append(p.containers, container{name: c.Name, request: containerRequests(c)})
-		p.names = append(p.names, c.Name)
+		p.names, p.requests = append(p.names, c.Name), append(p.requests, containerRequests(c))
 	}
 	for i := range obj.Spec.InitContainers {
 		if c := &obj.Spec.InitContainers[i]; group.IsSidecar(c) {
-			p.containers = append(p.containers, container{name: c.Name, request: containerRequests(c)})
-			p.sidecars++
+			p.names, p.requests = append(p.names, c.Name), append(p.requests, containerRequests(c))
 		}
 	}
 	p.runningSidecars = runningSidecars(obj)
@@ -118,7 +167,7 @@ func (p *Pod) NodeName() string { return p.nodeName }
 func (p *Pod) IP() string { return p.podIP }
 
 // Ready says whether the pod's Ready condition is True.
-func (p *Pod) Ready() bool { return p.ready != nil && p.ready.Status == corev1.ConditionTrue }
+func (p *Pod) Ready() bool { return p.ready == readyTrue }
 
 // UIDString is the pod's UID.
 func (p *Pod) UIDString() string { return string(p.UID) }
@@ -134,7 +183,7 @@ func (p *Pod) Deleting() bool         { return p.DeletionTimestamp != nil }
 
 // Containers are the names of the spec's containers, in spec order;
 // read-only.
-func (p *Pod) Containers() []string { return p.names }
+func (p *Pod) Containers() []string { return p.names[:len(p.names)-int(p.sidecars)] }
 
 // RunningSidecars are the names of the restartable init containers that
 // run; read-only. A sidecar that runs has usage like any container.
@@ -143,15 +192,10 @@ func (p *Pod) RunningSidecars() []string { return p.runningSidecars }
 // RunsContainer says whether the pod has a container or a sidecar of that
 // name. A pod whose spec lists no containers is taken to run any.
 func (p *Pod) RunsContainer(name string) bool {
-	if len(p.names) == 0 {
+	if len(p.names) == int(p.sidecars) {
 		return true
 	}
-	for i := range p.containers {
-		if p.containers[i].name == name {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(p.names, name)
 }
 
 // Request is the pod's request as the HPA counts it (group.PodRequests).
@@ -160,10 +204,8 @@ func (p *Pod) Request() group.Requests { return p.request }
 // ContainerRequest is the request of the named container or sidecar for
 // the resource at index r of group.Resources, in group.Requests' units.
 func (p *Pod) ContainerRequest(name string, r int) (int64, bool) {
-	for i := range p.containers {
-		if c := &p.containers[i]; c.name == name {
-			return c.request.Milli[r], c.request.Has[r]
-		}
+	if i := slices.Index(p.names, name); i >= 0 {
+		return p.requests[i].Milli[r], p.requests[i].Has[r]
 	}
 	return 0, false
 }
@@ -177,21 +219,10 @@ func (p *Pod) Leader() bool                    { return p.leader }
 // (group.Readiness): its start time and Ready condition, as an API pod.
 func (p *Pod) ReadinessView() *corev1.Pod {
 	v := &corev1.Pod{Status: corev1.PodStatus{StartTime: p.startTime}}
-	if p.ready != nil {
-		v.Status.Conditions = []corev1.PodCondition{*p.ready}
+	if p.ready != readyNone {
+		v.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: p.ready.condition(), LastTransitionTime: p.readySince}}
 	}
 	return v
-}
-
-// readyCondition keeps the Ready condition's type, status and last
-// transition.
-func readyCondition(in []corev1.PodCondition) *corev1.PodCondition {
-	for _, c := range in {
-		if c.Type == corev1.PodReady {
-			return &corev1.PodCondition{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime}
-		}
-	}
-	return nil
 }
 
 // runningSidecars names the restartable init containers that are running.
