@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
 
 // roundResult holds one round's figures, keyed by figure key (see figures),
@@ -199,6 +201,11 @@ func (b *bench) steadyWindow(ctx context.Context, s *runningServer, res *roundRe
 	res.set(figFailures, end.failures-start.failures)
 	res.notef("at the end of the steady window: RSS %.0f MiB, of it %.0f MiB anonymous (heap, stacks, runtime) and %.0f MiB of mapped files (the binary)",
 		mib(mem.RSS), mib(mem.Anon), mib(mem.File))
+	if note, err := b.goMemory(ctx, s); err != nil {
+		return err
+	} else if note != "" {
+		res.notef("%s", note)
+	}
 	res.notef("steady window: %.0f cycles completed, %d RSS samples (min %.0f, max %.0f MiB)",
 		cycles, len(rss), minOf(rss), maxOf(rss))
 	b.logf("round %d: %s: CPU %.3f s/cycle, cycle %.3f s, RSS %.0f MiB (peak %.0f), failed scrapes %.0f",
@@ -221,4 +228,47 @@ func maxOf(v []float64) float64 {
 		m = math.Max(m, x)
 	}
 	return m
+}
+
+// goMemoryClasses are the Go runtime's memory classes (runtime/metrics
+// /memory/classes/...) that are resident: what the anonymous part of the
+// RSS is made of. Both servers export them through component-base's Go
+// collector; the heap's released pages are left out, as they are not
+// resident.
+var goMemoryClasses = []struct{ family, label string }{
+	{"go_memory_classes_heap_objects_bytes", "live and not yet swept heap objects"},
+	{"go_memory_classes_heap_unused_bytes", "unused in heap spans"},
+	{"go_memory_classes_heap_free_bytes", "free heap not yet returned"},
+	{"go_memory_classes_os_stacks_bytes", "OS thread stacks"},
+	{"go_memory_classes_heap_stacks_bytes", "goroutine stacks"},
+	{"go_memory_classes_metadata_other_bytes", "runtime metadata"},
+	{"go_memory_classes_metadata_mspan_inuse_bytes", "span metadata"},
+	{"go_memory_classes_metadata_mcache_inuse_bytes", "mcache metadata"},
+	{"go_memory_classes_profiling_buckets_bytes", "profiling buckets"},
+	{"go_memory_classes_other_bytes", "other"},
+}
+
+// goMemory describes what the Go runtime holds at the end of the steady
+// window, class by class, and the number of goroutines; "" when the
+// server exports none of it.
+func (b *bench) goMemory(ctx context.Context, s *runningServer) (string, error) {
+	families := []string{"go_goroutines"}
+	for _, c := range goMemoryClasses {
+		families = append(families, c.family)
+	}
+	m, err := s.metrics(ctx, families...)
+	if err != nil {
+		return "", err
+	}
+	var parts []string
+	for _, c := range goMemoryClasses {
+		if v, ok := promtext.Sum(m, c.family, nil); ok {
+			parts = append(parts, fmt.Sprintf("%s %.1f", c.label, v/(1<<20)))
+		}
+	}
+	if len(parts) == 0 {
+		return "", nil
+	}
+	goroutines, _ := promtext.Sum(m, "go_goroutines", nil)
+	return fmt.Sprintf("Go memory at the end of the steady window (MiB): %s; %.0f goroutines", strings.Join(parts, ", "), goroutines), nil
 }
