@@ -59,7 +59,7 @@ type CompletedConfig struct{ *completedConfig }
 func (c *Config) Complete() CompletedConfig {
 	roots := []openapicommon.GetOpenAPIDefinitions{generatedopenapi.GetOpenAPIDefinitions}
 	if c.CustomMetrics != nil {
-		roots = append(roots, cmopenapi.GetOpenAPIDefinitions)
+		roots = append(roots, customMetricsDefinitions)
 	}
 	getDefs := mergeDefinitions(roots, cmopenapicore.GetOpenAPIDefinitions)
 	namer := openapinamer.NewDefinitionNamer(Scheme, cmapiserver.Scheme)
@@ -92,6 +92,17 @@ func (c *Config) Complete() CompletedConfig {
 		nodes:         c.Nodes,
 		customMetrics: c.CustomMetrics,
 	}}
+}
+
+// customMetricsDefinitions are the definitions of custom.metrics.k8s.io's
+// own types: custom-metrics-apiserver generates them together with all of
+// core/v1, which its core package holds alone.
+func customMetricsDefinitions(ref openapicommon.ReferenceCallback) map[string]openapicommon.OpenAPIDefinition {
+	defs := cmopenapi.GetOpenAPIDefinitions(ref)
+	for name := range cmopenapicore.GetOpenAPIDefinitions(ref) {
+		delete(defs, name)
+	}
+	return defs
 }
 
 // mergeDefinitions returns the roots' definitions and, of the pool's, those
