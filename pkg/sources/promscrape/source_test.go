@@ -190,6 +190,17 @@ func TestCollectFaults(t *testing.T) {
 			case <-release:
 			}
 		},
+		// Headers and a first line at once, then nothing: the timeout
+		// bounds reading the body too, not only the wait for headers.
+		"trickle": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+			_, _ = fmt.Fprint(w, "# TYPE sglang:num_queue_reqs gauge\n")
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+		},
 		"ok": textHandler(func() string { return "sglang:num_queue_reqs 3\n" }),
 		"redirect": func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "http://127.0.0.1:1/elsewhere", http.StatusFound)
@@ -214,7 +225,7 @@ func TestCollectFaults(t *testing.T) {
 	}
 	want := map[string]string{
 		"pod/ns/status": "http_status", "pod/ns/large": "too_large", "pod/ns/decode": "decode",
-		"pod/ns/slow": "timeout", "pod/ns/refused": "connection", "pod/ns/redirect": "http_status",
+		"pod/ns/slow": "timeout", "pod/ns/trickle": "timeout", "pod/ns/refused": "connection", "pod/ns/redirect": "http_status",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("failure reasons (-want +got):\n%s", diff)
