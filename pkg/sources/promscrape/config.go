@@ -1,13 +1,13 @@
 package promscrape
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"regexp"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -157,20 +157,28 @@ const (
 
 // Parse reads a configuration file (YAML or JSON), expands its presets,
 // fills defaults and validates it. It returns every problem found, not only
-// the first; the Config is usable only when the slice is empty. Unknown
-// fields are errors, so a misspelt key is not silently ignored.
+// the first; the Config is usable only when the slice is empty. Keys match
+// case-sensitively, and unknown or repeated keys are errors reported beside
+// the other problems of the file, so a misspelt key is neither silently
+// ignored nor hiding the rest (sigs.k8s.io/json's strict decoding, as
+// apimachinery's strict serializer reads API objects).
 func Parse(data []byte) (*Config, []error) {
 	js, err := yaml.YAMLToJSON(data)
 	if err != nil {
 		return nil, []error{fmt.Errorf("read configuration: %w", err)}
 	}
 	var c Config
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return nil, []error{fmt.Errorf("read configuration: %w", err)}
+	strict, err := kjson.UnmarshalStrict(js, &c)
+	var errs []error
+	for _, e := range strict {
+		errs = append(errs, fmt.Errorf("read configuration: %w", e))
 	}
-	if errs := c.complete(); len(errs) > 0 {
+	if err != nil {
+		// A value of the wrong shape: what was read is not worth
+		// validating.
+		return nil, append(errs, fmt.Errorf("read configuration: %w", err))
+	}
+	if errs = append(errs, c.complete()...); len(errs) > 0 {
 		return nil, errs
 	}
 	return &c, nil

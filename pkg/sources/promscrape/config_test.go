@@ -132,6 +132,38 @@ nodeExporters:
 	}
 }
 
+// TestParseReportsUnknownKeysWithTheRest: a misspelt key is reported beside
+// the file's other problems, not instead of them, and keys match
+// case-sensitively (encoding/json would take "Presets" for "presets").
+func TestParseReportsUnknownKeysWithTheRest(t *testing.T) {
+	file := `
+Presets: [vllm]
+presets: [tgi]
+intervall: 5s
+metrics:
+- {name: q, series: "vllm:num_requests_waiting", type: gauge, combine: sum, matcher: []}
+nodeExporters:
+- {name: dcgm, selector: app=dcgm, port: 0}
+`
+	_, errs := Parse([]byte(file))
+	var got []string
+	for _, e := range errs {
+		got = append(got, e.Error())
+	}
+	want := []string{
+		`read configuration: unknown field "Presets"`,
+		`read configuration: unknown field "intervall"`,
+		`read configuration: unknown field "metrics[0].matcher"`,
+		`presets[0]: unknown preset "tgi"`,
+		`nodeExporters[0].port: 0 is not a port`,
+	}
+	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b string) bool {
+		return strings.HasPrefix(a, b) || strings.HasPrefix(b, a)
+	})); diff != "" {
+		t.Errorf("errors (-want +got):\n%s", diff)
+	}
+}
+
 func TestParseRejectsUnreadableFiles(t *testing.T) {
 	tests := []struct{ name, file, want string }{
 		{"unknown field", "presets: [vllm]\nmetric: []\n", `unknown field "metric"`},

@@ -1,6 +1,7 @@
 package promscrape
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -63,5 +64,36 @@ func TestMemberStateOf(t *testing.T) {
 		if got := MemberStateOf(tt.phase, tt.deleting, tt.hasValue); got != tt.want {
 			t.Errorf("MemberStateOf(%s, deleting=%v, value=%v) = %s, want %s", tt.phase, tt.deleting, tt.hasValue, got, tt.want)
 		}
+	}
+}
+
+// TestGroupValueEveryRuleAndState: for each rule, a complete group's value,
+// and that one member in each state the HPA does not count at face value
+// (Pending, no value, being deleted or failed), wherever it stands in the
+// group, the leader included, withholds the value under every rule.
+func TestGroupValueEveryRuleAndState(t *testing.T) {
+	values := []float64{0, 10, 2.5, 7.5} // leader first, idle
+	want := map[Combine]float64{CombineSum: 20, CombineMean: 5, CombineMax: 10}
+	for _, rule := range []Combine{CombineSum, CombineMean, CombineMax} {
+		members := make([]Member, len(values))
+		for i, v := range values {
+			members[i] = Member{Name: fmt.Sprintf("g-0-%d", i), State: MemberCounted, Value: v}
+		}
+		t.Run(string(rule), func(t *testing.T) {
+			if got, err := GroupValue(rule, members); err != nil || got != want[rule] {
+				t.Fatalf("complete group: %v, %v; want %v", got, err, want[rule])
+			}
+			for _, state := range []MemberState{MemberUnready, MemberMissing, MemberIgnored} {
+				for i := range members {
+					withheld := append([]Member(nil), members...)
+					withheld[i].State = state
+					got, err := GroupValue(rule, withheld)
+					wantErr := fmt.Sprintf("member g-0-%d is %s", i, state)
+					if err == nil || err.Error() != wantErr {
+						t.Errorf("member %d %s: %v, %v; want error %q", i, state, got, err, wantErr)
+					}
+				}
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package promscrape
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"testing"
@@ -191,6 +192,9 @@ func FuzzDecode(f *testing.F) {
 			for _, s := range samples {
 				if s.Namespace == "" || s.Pod == "" || s.Metric < 0 || s.Metric >= len(c.Metrics) {
 					t.Fatalf("unattributed sample %+v", s)
+				}
+				if math.IsNaN(s.Value) || math.IsInf(s.Value, 0) {
+					t.Fatalf("sample %+v is not finite", s)
 				}
 			}
 		}

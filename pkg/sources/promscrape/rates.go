@@ -26,7 +26,10 @@ type seriesID struct {
 // new one is read, so "the last two points" are the kept one and the one
 // being added). A value going back is a reset: no rate for that scrape, the
 // new value becomes the base. A zero or negative time step, or a rate above
-// maxRate, gives no rate either. Not safe for concurrent use.
+// maxRate, gives no rate either. Series are kept per target incarnation
+// (Target.incarnation: the pod's UID with the target's ID), so a pod
+// recreated under its old name begins new series rather than continuing
+// the old pod's. Not safe for concurrent use.
 type Rates struct {
 	last map[seriesID]point
 	gen  uint64

@@ -108,7 +108,7 @@ func (s *Source) Collect(ctx context.Context) (Batch, []TargetError) {
 			klog.V(2).InfoS("Scrape left out series", "target", t.ID, "err", errs[i])
 		}
 		kept[t.Kind] += len(results[i])
-		all = append(all, s.rates.Apply(t.ID, s.cfg.Metrics, results[i])...)
+		all = append(all, s.rates.Apply(t.incarnation(), s.cfg.Metrics, results[i])...)
 	}
 	all = dedupe(all)
 	s.rates.Sweep()

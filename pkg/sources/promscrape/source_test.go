@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,7 +115,8 @@ func TestCollectCounterRate(t *testing.T) {
 	}))
 	cfg := mustParse(t, "metrics: [{name: prompt-tokens-per-second, series: \"vllm:prompt_tokens_total\", type: counter, combine: sum}]\n")
 	clk := clocktesting.NewFakeClock(now)
-	src := NewSource(cfg, podList{vllmPod("p", port, nil)}, Options{Clock: clk})
+	pods := &podsNow{pods: podList{vllmPod("p", port, nil)}}
+	src := NewSource(cfg, pods, Options{Clock: clk})
 	total.Store(1000)
 	if b, errs := src.Collect(t.Context()); len(errs) > 0 || len(b.Pods) != 0 {
 		t.Fatalf("first tick = %+v, %v; want no rate yet", b, errs)
@@ -133,6 +135,44 @@ func TestCollectCounterRate(t *testing.T) {
 	if b, _ := src.Collect(t.Context()); len(b.Pods) != 0 {
 		t.Fatalf("after a reset: %+v, want no value", b)
 	}
+	// The pod is recreated under its name (a new UID) and its new counter
+	// is already past the old one: a new series, not a rate of 599.5/s
+	// across two pods.
+	recreated := vllmPod("p", port, nil)
+	recreated.UID = "uid-p-2"
+	pods.set(podList{recreated})
+	total.Store(6000)
+	clk.Step(10 * time.Second)
+	if b, _ := src.Collect(t.Context()); len(b.Pods) != 0 {
+		t.Fatalf("first tick of the recreated pod: %+v, want no value", b)
+	}
+	total.Store(6600)
+	clk.Step(10 * time.Second)
+	b, errs = src.Collect(t.Context())
+	want = Batch{Pods: []PodValues{{Namespace: "ns", Name: "p", Values: []Value{
+		{Metric: "prompt-tokens-per-second", Value: 60, Timestamp: now.Add(40 * time.Second), Series: 1},
+	}}}}
+	if diff := cmp.Diff(want, b, cmpopts.EquateEmpty(), ignorePoints); diff != "" || len(errs) > 0 {
+		t.Fatalf("second tick of the recreated pod (-want +got):\n%s\nerrors: %v", diff, errs)
+	}
+}
+
+// podsNow is a PodLister whose pods a test replaces between ticks.
+type podsNow struct {
+	mu   sync.Mutex
+	pods podList
+}
+
+func (p *podsNow) ListPods() []Pod {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pods
+}
+
+func (p *podsNow) set(pods podList) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pods = pods
 }
 
 // TestCollectFaults checks the reason of each way a target can fail, and
@@ -145,6 +185,17 @@ func TestCollectFaults(t *testing.T) {
 		"large":  textHandler(func() string { return "# " + strings.Repeat("x", 2000) + "\n" }),
 		"decode": textHandler(func() string { return "sglang:num_queue_reqs{model_name=\"m\" 7\n" }),
 		"slow": func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+		},
+		// Headers and a first line at once, then nothing: the timeout
+		// bounds reading the body too, not only the wait for headers.
+		"trickle": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+			_, _ = fmt.Fprint(w, "# TYPE sglang:num_queue_reqs gauge\n")
+			w.(http.Flusher).Flush()
 			select {
 			case <-r.Context().Done():
 			case <-release:
@@ -174,7 +225,7 @@ func TestCollectFaults(t *testing.T) {
 	}
 	want := map[string]string{
 		"pod/ns/status": "http_status", "pod/ns/large": "too_large", "pod/ns/decode": "decode",
-		"pod/ns/slow": "timeout", "pod/ns/refused": "connection", "pod/ns/redirect": "http_status",
+		"pod/ns/slow": "timeout", "pod/ns/trickle": "timeout", "pod/ns/refused": "connection", "pod/ns/redirect": "http_status",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("failure reasons (-want +got):\n%s", diff)

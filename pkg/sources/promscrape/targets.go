@@ -69,7 +69,17 @@ type Target struct {
 	// exporter, whose series name their pods by labels.
 	Pod      *Pod
 	Exporter *NodeExporter
+	// UID is the UID of the pod scraped (the serving pod, or the
+	// exporter's own pod).
+	UID string
 }
+
+// incarnation names the target as counters live: its ID and the UID of the
+// pod scraped. A pod recreated under the same name (a LeaderWorkerSet
+// recreates a group's pods with their names) starts its counters afresh,
+// so its series are new ones, as the store takes a start time after the
+// previous sample for a restart, and never a rate across two pods.
+func (t *Target) incarnation() string { return t.ID + "\x00" + t.UID }
 
 // Targets returns what to scrape, sorted by ID, and for each pod that asked
 // to be scraped but could not be, an error saying why (bad annotation, no
@@ -89,7 +99,7 @@ func (c *Config) Targets(pods []Pod) ([]Target, []error) {
 			if e.selector != nil && e.selector.Matches(labels.Set(p.Labels)) {
 				targets = append(targets, Target{
 					ID: fmt.Sprintf("exporter/%s/%s/%s", e.Name, p.Namespace, p.Name), Kind: KindExporter,
-					URL: endpoint(e.Scheme, p.IP, e.Port, e.Path), Exporter: e,
+					URL: endpoint(e.Scheme, p.IP, e.Port, e.Path), Exporter: e, UID: p.UID,
 				})
 			}
 		}
@@ -157,7 +167,7 @@ func (p *PodTargets) podTarget(pod *Pod) (Target, bool, error) {
 	}
 	return Target{
 		ID: "pod/" + pod.Namespace + "/" + pod.Name, Kind: KindPod,
-		URL: endpoint(scheme, pod.IP, port, path), Pod: pod,
+		URL: endpoint(scheme, pod.IP, port, path), Pod: pod, UID: pod.UID,
 	}, true, nil
 }
 
