@@ -6,6 +6,7 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // UsageRequest is the body of the control API's usage calls. CPU is in
@@ -35,11 +36,11 @@ type ContainerRequest struct {
 
 // FaultRequest is the body of PUT /v1/nodes/{node}/fault.
 type FaultRequest struct {
-	Kind  FaultKind `json:"kind"`
-	Delay string    `json:"delay,omitempty"` // Go duration, for Slow
-	Bytes int64     `json:"bytes,omitempty"` // for HugeBody
+	Kind  FaultKind       `json:"kind"`
+	Delay metav1.Duration `json:"delay,omitzero"`  // Go duration, for Slow
+	Bytes int64           `json:"bytes,omitempty"` // for HugeBody
 	// Offset is a Go duration, for ClockBackwards.
-	Offset string `json:"offset,omitempty"`
+	Offset metav1.Duration `json:"offset,omitzero"`
 	// Pod is "namespace/name", for DuplicatePods; empty means every pod.
 	Pod string `json:"pod,omitempty"`
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestControlAPI(t *testing.T) {
@@ -89,7 +90,7 @@ func TestControlAPI(t *testing.T) {
 		{name: "forget usage", method: "DELETE", path: "/v1/usage", wantCode: 200},
 		{name: "slow fault", method: "PUT", path: "/v1/nodes/n1/fault", body: `{"kind":"Slow","delay":"2s"}`, wantCode: 200, wantBody: `"delay": "2s"`, check: func(t *testing.T) {
 			n, _ := f.Node("n1")
-			if diff := cmp.Diff(FaultState{Delay: 2 * time.Second}, n.Faults()); diff != "" {
+			if diff := cmp.Diff(FaultState{Delay: metav1.Duration{Duration: 2 * time.Second}}, n.Faults()); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		}},
@@ -102,7 +103,7 @@ func TestControlAPI(t *testing.T) {
 		{name: "data faults", method: "PUT", path: "/v1/nodes/n2/fault", body: `{"kind":"ClockBackwards","offset":"20s"}`, wantCode: 200, wantBody: `"clockOffset": "20s"`},
 		{name: "duplicate one pod", method: "PUT", path: "/v1/nodes/n2/fault", body: `{"kind":"DuplicatePods","pod":"shop/web-2"}`, wantCode: 200, check: func(t *testing.T) {
 			n, _ := f.Node("n2")
-			want := FaultState{Response: fakecore.FaultHugeBody, HugeBodyBytes: 1024, ClockOffset: 20 * time.Second, DuplicatePods: "shop/web-2"}
+			want := FaultState{Response: fakecore.FaultHugeBody, HugeBodyBytes: 1024, ClockOffset: metav1.Duration{Duration: 20 * time.Second}, DuplicatePods: "shop/web-2"}
 			if diff := cmp.Diff(want, n.Faults()); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
