@@ -138,6 +138,25 @@ func (e *Endpoint) SetFault(kind FaultKind) error {
 	return e.listenLocked()
 }
 
+// SetTransportFault sets one transport fault, replacing any other: Refused
+// (down) or one that breaks TLS (IsTransportFault); "" serves normally
+// again, on the same address.
+func (e *Endpoint) SetTransportFault(kind FaultKind) error {
+	if kind == FaultRefused {
+		if err := e.SetDown(true); err != nil {
+			return err
+		}
+		return e.SetFault("")
+	}
+	if kind != "" && !IsTransportFault(kind) {
+		return UnknownTransportFault(kind)
+	}
+	if err := e.SetFault(kind); err != nil {
+		return err
+	}
+	return e.SetDown(false)
+}
+
 // SetDown closes the listener and every connection (down), or listens
 // again on the same port.
 func (e *Endpoint) SetDown(down bool) error {
