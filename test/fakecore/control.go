@@ -74,6 +74,16 @@ func Serve(ln net.Listener, h http.Handler) *HTTPServer {
 	return s
 }
 
+// Listen serves h on addr, a fake program's API, and returns the address
+// it listens on (the port picked when addr has port 0).
+func Listen(addr string, h http.Handler) (*HTTPServer, string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	return Serve(ln, h), ln.Addr().String(), nil
+}
+
 // Done is closed when the server stopped serving; Err then says why.
 func (s *HTTPServer) Done() <-chan struct{} { return s.done }
 

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -53,7 +52,7 @@ type Ukpd struct {
 	Control UkpdControl
 
 	api     *fakecore.Endpoint
-	control *http.Server
+	control *fakecore.HTTPServer
 }
 
 // UkpdPageSize is the most instances one answer of the suite's fake ukpd
@@ -88,13 +87,11 @@ func StartUkpd(dir string) (*Ukpd, error) {
 		return nil, err
 	}
 	u.URL = "https://" + u.api.Addr()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	control, addr, err := fakecore.Listen("127.0.0.1:0", fakeukpd.NewControlHandler(u.Server, ca.CertPEM()))
 	if err != nil {
 		return nil, errors.Join(err, u.Close())
 	}
-	u.control = &http.Server{Handler: fakeukpd.NewControlHandler(u.Server, ca.CertPEM()), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = u.control.Serve(ln) }()
-	u.Control = UkpdControl{Address: ln.Addr().String()}
+	u.control, u.Control = control, UkpdControl{Address: addr}
 	return u, nil
 }
 
@@ -132,7 +129,7 @@ func (u *Ukpd) Close() error {
 	u.Server.Close()
 	err := u.api.Close()
 	if u.control != nil {
-		err = errors.Join(err, u.control.Close())
+		err = errors.Join(err, u.control.Stop())
 	}
 	return err
 }
