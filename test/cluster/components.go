@@ -53,31 +53,30 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 }
 
 func (c *Cluster) startAPIServer(ctx context.Context) error {
-	pki := c.pki
 	args := []string{
 		"--etcd-servers=http://" + hostPort(c.ports.etcdClient),
 		"--bind-address=" + loopback,
 		"--advertise-address=" + loopback,
 		"--secure-port=" + strconv.Itoa(c.ports.apiServer),
-		"--tls-cert-file=" + pki.apiServerCert,
-		"--tls-private-key-file=" + pki.apiServerKey,
-		"--client-ca-file=" + pki.ca.certFile,
+		"--tls-cert-file=" + c.pki.file("apiserver.crt"),
+		"--tls-private-key-file=" + c.pki.file("apiserver.key"),
+		"--client-ca-file=" + c.pki.file("ca.crt"),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + pki.serviceAccountPub,
-		"--service-account-signing-key-file=" + pki.serviceAccountKey,
+		"--service-account-key-file=" + c.pki.file("sa.key"),
+		"--service-account-signing-key-file=" + c.pki.file("sa.key"),
 		"--service-cluster-ip-range=" + c.opts.ServiceClusterIPRange,
 		"--authorization-mode=Node,RBAC",
 		"--allow-privileged=true",
 		"--endpoint-reconciler-type=none",
 		"--enable-aggregator-routing=false",
-		"--requestheader-client-ca-file=" + pki.frontProxyCA.certFile,
+		"--requestheader-client-ca-file=" + c.pki.file("front-proxy-ca.crt"),
 		"--requestheader-allowed-names=front-proxy-client",
 		"--requestheader-username-headers=X-Remote-User",
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--requestheader-uid-headers=X-Remote-Uid",
-		"--proxy-client-cert-file=" + pki.frontProxyClientCert,
-		"--proxy-client-key-file=" + pki.frontProxyClientKey,
+		"--proxy-client-cert-file=" + c.pki.file("front-proxy-client.crt"),
+		"--proxy-client-key-file=" + c.pki.file("front-proxy-client.key"),
 		"--max-requests-inflight=" + strconv.Itoa(c.opts.MaxRequestsInflight),
 		"--max-mutating-requests-inflight=" + strconv.Itoa(c.opts.MaxMutatingRequestsInflight),
 		"--profiling=false",
@@ -185,12 +184,12 @@ func (c *Cluster) startControllerManager() (*Process, error) {
 		"--authorization-kubeconfig=" + kubeconfig,
 		"--bind-address=" + loopback,
 		"--secure-port=" + strconv.Itoa(c.ports.controllerManager),
-		"--tls-cert-file=" + c.pki.controllerManagerCert,
-		"--tls-private-key-file=" + c.pki.controllerManagerKey,
+		"--tls-cert-file=" + c.pki.file("controller-manager-serving.crt"),
+		"--tls-private-key-file=" + c.pki.file("controller-manager-serving.key"),
 		"--leader-elect=false",
 		"--use-service-account-credentials=true",
-		"--service-account-private-key-file=" + c.pki.serviceAccountKey,
-		"--root-ca-file=" + c.pki.ca.certFile,
+		"--service-account-private-key-file=" + c.pki.file("sa.key"),
+		"--root-ca-file=" + c.pki.file("ca.crt"),
 		"--controllers=" + strings.Join(controllers, ","),
 		"--kube-api-qps=200",
 		"--kube-api-burst=400",
@@ -225,8 +224,8 @@ leaderElection:
 		"--authorization-kubeconfig=" + kubeconfig,
 		"--bind-address=" + loopback,
 		"--secure-port=" + strconv.Itoa(c.ports.scheduler),
-		"--tls-cert-file=" + c.pki.schedulerCert,
-		"--tls-private-key-file=" + c.pki.schedulerKey,
+		"--tls-cert-file=" + c.pki.file("scheduler-serving.crt"),
+		"--tls-private-key-file=" + c.pki.file("scheduler-serving.key"),
 		"--profiling=false",
 	}
 	return c.startProcess(tierController, "kube-scheduler", nil, c.bin(SchedulerBinary),
@@ -283,7 +282,7 @@ func (c *Cluster) checkHTTPS(ctx context.Context, port int) error {
 // httpsClient trusts the cluster CA only.
 func (c *Cluster) httpsClient() (*http.Client, error) {
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(c.pki.ca.certPEM()) {
+	if !pool.AppendCertsFromPEM(c.pki.ca.CertPEM()) {
 		return nil, fmt.Errorf("parse cluster CA")
 	}
 	return &http.Client{
