@@ -1,9 +1,8 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 )
 
 func hostPort(port int) string { return net.JoinHostPort(loopback, strconv.Itoa(port)) }
@@ -41,14 +41,7 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 		return err
 	}
 	return waitUntil(ctx, "etcd to be healthy", []*Process{p}, func(ctx context.Context) error {
-		body, err := httpGet(ctx, plainHTTP, clientURL+"/health")
-		if err != nil {
-			return err
-		}
-		if !strings.Contains(body, `"health":"true"`) {
-			return fmt.Errorf("etcd health: %s", body)
-		}
-		return nil
+		return c.checkHealth(ctx, clientURL+"/health", `"health":"true"`)
 	})
 }
 
@@ -141,7 +134,7 @@ func (c *Cluster) startControllers(ctx context.Context) error {
 		return err
 	}
 	all = append(all, started{kcm, "kube-controller-manager /healthz", func(ctx context.Context) error {
-		return c.checkHTTPS(ctx, c.ports.controllerManager)
+		return c.checkHealth(ctx, "https://"+hostPort(c.ports.controllerManager)+"/healthz", "ok")
 	}})
 
 	if !c.opts.WithoutScheduler {
@@ -150,7 +143,7 @@ func (c *Cluster) startControllers(ctx context.Context) error {
 			return err
 		}
 		all = append(all, started{sched, "kube-scheduler /healthz", func(ctx context.Context) error {
-			return c.checkHTTPS(ctx, c.ports.scheduler)
+			return c.checkHealth(ctx, "https://"+hostPort(c.ports.scheduler)+"/healthz", "ok")
 		}})
 	}
 
@@ -159,8 +152,7 @@ func (c *Cluster) startControllers(ctx context.Context) error {
 		return err
 	}
 	all = append(all, started{kwok, "kwok /healthz", func(ctx context.Context) error {
-		_, err := httpGet(ctx, plainHTTP, "http://"+hostPort(c.ports.kwok)+"/healthz")
-		return err
+		return c.checkHealth(ctx, "http://"+hostPort(c.ports.kwok)+"/healthz", "")
 	}})
 
 	core := []*Process{c.process("etcd"), c.process("kube-apiserver")}
@@ -264,57 +256,25 @@ func (c *Cluster) process(name string) *Process {
 	return nil
 }
 
-func (c *Cluster) checkHTTPS(ctx context.Context, port int) error {
-	client, err := c.httpsClient()
+// checkHealth GETs a component's health endpoint, trusting the cluster CA
+// only, and wants 200 and a body that holds want.
+func (c *Cluster) checkHealth(ctx context.Context, url, want string) error {
+	client, err := rest.HTTPClientFor(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: c.pki.ca.CertPEM()}, Timeout: 5 * time.Second})
 	if err != nil {
 		return err
 	}
-	body, err := httpGet(ctx, client, "https://"+hostPort(port)+"/healthz")
-	if err != nil {
-		return err
-	}
-	if strings.TrimSpace(body) != "ok" {
-		return fmt.Errorf("healthz: %s", body)
-	}
-	return nil
-}
-
-// httpsClient trusts the cluster CA only.
-func (c *Cluster) httpsClient() (*http.Client, error) {
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(c.pki.ca.CertPEM()) {
-		return nil, fmt.Errorf("parse cluster CA")
-	}
-	return &http.Client{
-		Timeout: 5 * time.Second,
-		Transport: &http.Transport{
-			TLSClientConfig:   &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
-			DisableKeepAlives: true,
-		},
-	}, nil
-}
-
-var plainHTTP = &http.Client{
-	Timeout:   5 * time.Second,
-	Transport: &http.Transport{DisableKeepAlives: true},
-}
-
-func httpGet(ctx context.Context, client *http.Client, url string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return "", err
+		return err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if err != nil {
-		return "", err
+	if err == nil && (resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want)) {
+		err = fmt.Errorf("GET %s: %s: %s", url, resp.Status, bytes.TrimSpace(body))
 	}
-	if resp.StatusCode != http.StatusOK {
-		return string(body), fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
-	}
-	return string(body), nil
+	return err
 }
