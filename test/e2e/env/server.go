@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -130,11 +129,7 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 	if err != nil {
 		return nil, err
 	}
-	objs, deploy, manifestArgs, sa := w.objs, w.deploy, w.args, w.serviceAccount
-	mounts, err := secretMounts(deploy, serverContainer)
-	if err != nil {
-		return nil, err
-	}
+	objs, deploy := w.objs, w.deploy
 	svc, err := find(objs, "Service")
 	if err != nil {
 		return nil, err
@@ -188,53 +183,51 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 		binDir:       cfg.BinDir,
 		registration: registration,
 	}
-	if ctrl, _ := findNamed(objs, "Deployment", controllerDeployment); ctrl != nil {
-		args, ctrlSA, err := containerArgs(ctrl, controllerContainer)
-		if err != nil {
-			return nil, err
-		}
-		// The APIServices name the server's port (above), and so must one
-		// the controller creates again.
-		args = append(args, "--service-port="+strconv.Itoa(port))
-		// Its metrics port on loopback and picked by the kernel, so that
-		// suites on one machine never collide on the manifests' :8080.
-		args = append(args, "--metrics-bind-address=127.0.0.1:0")
-		s.controllerArgs, s.controllerSA = append(args, cfg.ControllerArgs...), ctrlSA
-		if err := s.ensureController(ctx); err != nil {
-			return nil, err
-		}
-	}
-	volumeCtx, stopVolumes := context.WithCancel(context.Background())
-	s.stopVolumes = stopVolumes
-	for _, m := range mounts {
-		v := MountSecret(volumeCtx, c.Client(), deploy.GetNamespace(), m.secret, filepath.Join(c.WorkDir(), cfg.ProcessName+"-volumes", m.secret))
-		s.Volumes = append(s.Volumes, v)
-		select {
-		case <-v.Exists():
-		case <-ctx.Done():
-			return s, fmt.Errorf("secret %s for the server's volume: %w", m.secret, ctx.Err())
-		}
-		for i, a := range manifestArgs {
-			if name, val, ok := strings.Cut(a, "="); ok && strings.HasPrefix(val, m.path+"/") {
-				manifestArgs[i] = name + "=" + filepath.Join(v.Dir, strings.TrimPrefix(val, m.path+"/"))
-			}
-		}
-	}
+	// The APIServices name the server's port (above), and so must one the
+	// controller creates again; its metrics port is on loopback and picked
+	// by the kernel, so that suites on one machine never collide on the
+	// manifests' :8080.
+	return s, s.start(ctx, objs, deploy, cfg, "--service-port="+strconv.Itoa(port), "--metrics-bind-address=127.0.0.1:0")
+}
 
-	kubeconfig, err := c.ServiceAccountKubeconfig(ctx, deploy.GetNamespace(), sa)
-	if err != nil {
-		return s, err
+// start runs the certificate controller of objs, if they have one, with
+// its Deployment's args, then ctrlArgs and cfg.ControllerArgs, and the
+// server with the args of deploy's container plus the flags a process on
+// the host needs (hostArgs), its Secret volumes kept in local directories;
+// it waits until the server's APIServices are Available.
+func (s *Server) start(ctx context.Context, objs []*unstructured.Unstructured, deploy *unstructured.Unstructured, cfg ServerConfig, ctrlArgs ...string) error {
+	if ctrl, _ := findNamed(objs, "Deployment", controllerDeployment); ctrl != nil {
+		args, sa, err := containerArgs(ctrl, controllerContainer)
+		if err != nil {
+			return err
+		}
+		s.controllerArgs, s.controllerSA = append(append(args, ctrlArgs...), cfg.ControllerArgs...), sa
+		if err := s.ensureController(ctx); err != nil {
+			return err
+		}
 	}
-	args := hostArgs(manifestArgs, kubeconfig, port, cfg)
-	proc, err := c.StartProcess(cfg.ProcessName, filepath.Join(cfg.BinDir, ServerBinary), args...)
+	args, sa, err := containerArgs(deploy, serverContainer)
 	if err != nil {
-		return s, err
+		return err
+	}
+	mounts, err := secretMounts(deploy, serverContainer)
+	if err != nil {
+		return err
+	}
+	if err := s.mountVolumes(ctx, mounts, args); err != nil {
+		return err
+	}
+	kubeconfig, err := s.cluster.ServiceAccountKubeconfig(ctx, s.Namespace, sa)
+	if err != nil {
+		return err
+	}
+	args = hostArgs(args, kubeconfig, s.Port, cfg)
+	proc, err := s.cluster.StartProcess(cfg.ProcessName, filepath.Join(cfg.BinDir, ServerBinary), args...)
+	if err != nil {
+		return err
 	}
 	s.Process, s.Args, s.ServiceAccount = proc, args, sa
-	if err := s.waitAvailable(ctx); err != nil {
-		return s, err
-	}
-	return s, nil
+	return s.waitAvailable(ctx)
 }
 
 func (cfg *ServerConfig) complete() error {
