@@ -15,6 +15,10 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
+// CAValidity is how long a fake's CA is valid: longer than any run, even
+// one whose fake clock moves ahead.
+const CAValidity = 10 * 365 * 24 * time.Hour
+
 // EndpointConfig configures an Endpoint.
 type EndpointConfig struct {
 	// Addr is the loopback host:port to listen on; port 0 picks one, which
