@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/util/workqueue"
 )
 
 // KwokNodeAnnotation marks a Node as managed by kwok (with the usual
@@ -96,28 +96,10 @@ func (f *Fleet) RegisterNodes(ctx context.Context, client kubernetes.Interface, 
 		workers = 16
 	}
 	nodes := f.Nodes()
-	work := make(chan *Node)
 	errs := make([]error, len(nodes))
-	index := map[*Node]int{}
-	for i, n := range nodes {
-		index[n] = i
-	}
-	var wg sync.WaitGroup
-	for range min(workers, len(nodes)) {
-		wg.Go(func() {
-			for n := range work {
-				errs[index[n]] = registerNode(ctx, client, n, reg)
-			}
-		})
-	}
-	for _, n := range nodes {
-		select {
-		case work <- n:
-		case <-ctx.Done():
-		}
-	}
-	close(work)
-	wg.Wait()
+	workqueue.ParallelizeUntil(ctx, workers, len(nodes), func(i int) {
+		errs[i] = registerNode(ctx, client, nodes[i], reg)
+	})
 	if err := ctx.Err(); err != nil {
 		return err
 	}
