@@ -162,6 +162,12 @@ var apiServiceResource = schema.GroupVersionResource{
 	Resource: "apiservices",
 }
 
+// APIServices is a client of apiregistration.k8s.io/v1 APIServices, as the
+// admin.
+func (c *Cluster) APIServices() dynamic.ResourceInterface {
+	return c.dynamic.Resource(apiServiceResource)
+}
+
 // WaitForAPIServiceAvailable waits until the APIService name (for example
 // v1beta1.metrics.k8s.io) has the condition Available=True. If ctx has no
 // deadline the wait is bounded by two minutes. The error carries the last
@@ -169,12 +175,8 @@ var apiServiceResource = schema.GroupVersionResource{
 func (c *Cluster) WaitForAPIServiceAvailable(ctx context.Context, name string) error {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	client, err := dynamic.NewForConfig(c.RESTConfig())
-	if err != nil {
-		return fmt.Errorf("dynamic client: %w", err)
-	}
 	return waitUntil(ctx, "APIService "+name+" to be Available", c.coreProcesses(), func(ctx context.Context) error {
-		obj, err := client.Resource(apiServiceResource).Get(ctx, name, metav1.GetOptions{})
+		obj, err := c.APIServices().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}

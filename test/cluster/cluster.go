@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -43,6 +44,7 @@ type Cluster struct {
 	adminKubeconfig string
 	restConfig      *rest.Config
 	client          kubernetes.Interface
+	dynamic         dynamic.Interface
 
 	mu       sync.Mutex
 	procs    []*Process

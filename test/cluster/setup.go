@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -77,6 +78,9 @@ func (c *Cluster) writeKubeconfigs() error {
 	c.restConfig = cfg
 	if c.client, err = kubernetes.NewForConfig(rest.CopyConfig(cfg)); err != nil {
 		return fmt.Errorf("admin client: %w", err)
+	}
+	if c.dynamic, err = dynamic.NewForConfig(rest.CopyConfig(cfg)); err != nil {
+		return fmt.Errorf("admin dynamic client: %w", err)
 	}
 	return nil
 }

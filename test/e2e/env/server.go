@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -18,8 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
@@ -287,8 +284,6 @@ func exposeOnLoopback(svc *unstructured.Unstructured, port int) error {
 	return unstructured.SetNestedField(svc.Object, "localhost", "spec", "externalName")
 }
 
-var apiServiceResource = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
-
 // Register applies the server's Service and APIServices again, so that the
 // aggregator sends their requests to this server, runs its certificate
 // controller in place of any other, and waits as DeployServer does.
@@ -344,16 +339,12 @@ func (s *Server) Undeploy(ctx context.Context, prev *Server) error {
 	if err := prev.Register(ctx); err != nil {
 		return err
 	}
-	dyn, err := dynamic.NewForConfig(s.cluster.RESTConfig())
-	if err != nil {
-		return err
-	}
 	var errs []error
 	for _, name := range s.APIServices {
 		if slices.Contains(prev.APIServices, name) {
 			continue
 		}
-		err := dyn.Resource(apiServiceResource).Delete(ctx, name, metav1.DeleteOptions{})
+		err := s.cluster.APIServices().Delete(ctx, name, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete APIService %s: %w", name, err))
 		}
@@ -371,21 +362,12 @@ func (s *Server) Undeploy(ctx context.Context, prev *Server) error {
 // caBundle that verifies the server's certificate for ServiceHost, and is
 // Available.
 func (s *Server) waitAvailable(ctx context.Context) error {
-	dyn, err := dynamic.NewForConfig(s.cluster.RESTConfig())
-	if err != nil {
-		return err
-	}
 	watch := []*cluster.Process{s.Process}
 	for _, name := range s.APIServices {
 		err := Poll(ctx, "APIService "+name+" to carry a caBundle that verifies the server", watch, func(ctx context.Context) error {
-			obj, err := dyn.Resource(apiServiceResource).Get(ctx, name, metav1.GetOptions{})
+			bundle, err := CABundle(ctx, s.cluster, name)
 			if err != nil {
 				return err
-			}
-			b64, _, _ := unstructured.NestedString(obj.Object, "spec", "caBundle")
-			bundle, err := base64.StdEncoding.DecodeString(b64)
-			if err != nil {
-				return fmt.Errorf("caBundle: %w", err)
 			}
 			if len(bundle) == 0 {
 				return errors.New("no caBundle yet")
