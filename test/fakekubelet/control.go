@@ -55,12 +55,6 @@ type NodeState struct {
 	NumPods int        `json:"numPods"`
 }
 
-// UsageState is a current rate (nanocores) and working set (bytes).
-type UsageState struct {
-	CPUNanoCores uint64 `json:"cpuNanoCores"`
-	MemoryBytes  uint64 `json:"memoryBytes"`
-}
-
 // PodUsage describes a pod and its containers' usage.
 type PodUsage struct {
 	Namespace  string           `json:"namespace"`
@@ -72,7 +66,7 @@ type PodUsage struct {
 // ContainerUsage describes one container's usage.
 type ContainerUsage struct {
 	Name string `json:"name"`
-	UsageState
+	Usage
 }
 
 // State returns the node's state; withPods adds every pod's usage.
@@ -87,7 +81,7 @@ func (n *Node) State(withPods bool) NodeState {
 	for _, ps := range n.sortedPodsLocked() {
 		pu := PodUsage{Namespace: ps.pod.Namespace, Name: ps.pod.Name, UID: ps.pod.UID}
 		for _, c := range ps.containers {
-			pu.Containers = append(pu.Containers, ContainerUsage{Name: c.name, UsageState: UsageState{c.cpu.rate, c.memory}})
+			pu.Containers = append(pu.Containers, ContainerUsage{Name: c.name, Usage: Usage{c.cpu.rate, c.memory}})
 		}
 		st.Pods = append(st.Pods, pu)
 	}
