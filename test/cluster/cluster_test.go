@@ -108,7 +108,6 @@ func TestKwokConfig(t *testing.T) {
 		"Stage/node-initialize",
 		"Stage/node-heartbeat-with-lease",
 		"Stage/pod-ready",
-		"Stage/pod-complete",
 		"Stage/pod-delete",
 	}
 	if diff := cmp.Diff(want, kinds); diff != "" {
