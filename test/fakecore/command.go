@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/pflag"
@@ -94,6 +95,18 @@ func CheckLoopback(flagName, addr string) error {
 		return fmt.Errorf("--%s %q is not a loopback address", flagName, addr)
 	}
 	return nil
+}
+
+// ParseTokens reads a token file: one token a line, skipping blank lines
+// and "#" comments.
+func ParseTokens(text string) []string {
+	var out []string
+	for line := range strings.Lines(text) {
+		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "#") {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // WriteState writes v as indented JSON to path, atomically: what a fake's

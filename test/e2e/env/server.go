@@ -408,14 +408,18 @@ func (s *Server) Address() string { return net.JoinHostPort("127.0.0.1", strconv
 // through the aggregator) as the cluster admin, verifying its certificate
 // against the caBundle for ServiceHost.
 func (s *Server) RESTConfig() *rest.Config {
-	admin := s.cluster.RESTConfig()
+	return adminConfig(s.cluster, s.Address(), s.ServiceHost, s.CABundle)
+}
+
+// adminConfig reaches addr directly with the cluster admin's credentials,
+// verifying its certificate against ca for serverName ("": addr's host).
+func adminConfig(c *cluster.Cluster, addr, serverName string, ca []byte) *rest.Config {
+	admin := c.RESTConfig()
 	return &rest.Config{
-		Host: "https://" + s.Address(),
+		Host: "https://" + addr,
 		TLSClientConfig: rest.TLSClientConfig{
-			ServerName: s.ServiceHost,
-			CAData:     s.CABundle,
-			CertFile:   admin.CertFile,
-			KeyFile:    admin.KeyFile,
+			ServerName: serverName,
+			CAData:     ca,
 			CertData:   admin.CertData,
 			KeyData:    admin.KeyData,
 		},

@@ -10,8 +10,6 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 
 	"github.com/spf13/pflag"
-
-	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
 // Options are the command-line options of fake-ukpd.
@@ -55,7 +53,7 @@ func (o *Options) Validate() []error {
 		errs = append(errs, errors.New("--token-file is required"))
 	} else if b, err := os.ReadFile(o.TokenFile); err != nil {
 		errs = append(errs, fmt.Errorf("--token-file: %w", err))
-	} else if len(fakeukpd.ParseTokens(string(b))) == 0 {
+	} else if len(fakecore.ParseTokens(string(b))) == 0 {
 		errs = append(errs, fmt.Errorf("--token-file %s holds no token", o.TokenFile))
 	}
 	return errs
