@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -89,20 +90,6 @@ func (e *Endpoint) Addr() string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.addr
-}
-
-// Fault is the transport fault in force, or "".
-func (e *Endpoint) Fault() FaultKind {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.fault
-}
-
-// Down says whether the endpoint refuses connections.
-func (e *Endpoint) Down() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.down
 }
 
 // Held is how many connections a HandshakeStall holds now.
@@ -244,7 +231,7 @@ func (e *Endpoint) listenLocked() error {
 	}
 	errorLog := e.cfg.ErrorLog
 	if errorLog == nil {
-		errorLog = log.New(discard{}, "", 0)
+		errorLog = log.New(io.Discard, "", 0)
 	}
 	stop, done := make(chan struct{}), make(chan struct{})
 	srv := &http.Server{
@@ -311,7 +298,3 @@ func (l *stallListener) Accept() (net.Conn, error) {
 		}()
 	}
 }
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
