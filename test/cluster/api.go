@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"os/exec"
 	"path/filepath"
@@ -73,33 +74,7 @@ func (c *Cluster) AddNode(ctx context.Context, name string, labels map[string]st
 	if kubeletPort <= 0 || kubeletPort > 65535 {
 		return fmt.Errorf("node %s: kubelet port %d out of range", name, kubeletPort)
 	}
-	nodeLabels := map[string]string{
-		corev1.LabelHostname:   name,
-		corev1.LabelOSStable:   "linux",
-		corev1.LabelArchStable: "amd64",
-		"type":                 "kwok",
-	}
-	for k, v := range labels {
-		nodeLabels[k] = v
-	}
-	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        name,
-			Labels:      nodeLabels,
-			Annotations: map[string]string{KwokNodeAnnotation: KwokNodeAnnotationValue},
-		},
-		Status: corev1.NodeStatus{
-			Capacity:    nodeResources.DeepCopy(),
-			Allocatable: nodeResources.DeepCopy(),
-			Addresses: []corev1.NodeAddress{
-				{Type: corev1.NodeInternalIP, Address: kubeletAddr},
-				{Type: corev1.NodeHostName, Address: name},
-			},
-			DaemonEndpoints: corev1.NodeDaemonEndpoints{
-				KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(kubeletPort)},
-			},
-		},
-	}
+	node := NodeObject(name, labels, kubeletAddr, kubeletPort)
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	if _, err := c.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
@@ -117,6 +92,38 @@ func (c *Cluster) AddNode(ctx context.Context, name string, labels map[string]st
 		}
 		return fmt.Errorf("node %s is not Ready yet", name)
 	})
+}
+
+// NodeObject is the Node AddNode creates: kwok-managed, with the usual
+// kubernetes.io/hostname, os and arch labels and labels, far more capacity
+// than tests schedule, InternalIP kubeletAddr and kubeletPort as its
+// kubelet endpoint.
+func NodeObject(name string, labels map[string]string, kubeletAddr string, kubeletPort int) *corev1.Node {
+	nodeLabels := map[string]string{
+		corev1.LabelHostname:   name,
+		corev1.LabelOSStable:   "linux",
+		corev1.LabelArchStable: "amd64",
+		"type":                 "kwok",
+	}
+	maps.Copy(nodeLabels, labels)
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Labels:      nodeLabels,
+			Annotations: map[string]string{KwokNodeAnnotation: KwokNodeAnnotationValue},
+		},
+		Status: corev1.NodeStatus{
+			Capacity:    nodeResources.DeepCopy(),
+			Allocatable: nodeResources.DeepCopy(),
+			Addresses: []corev1.NodeAddress{
+				{Type: corev1.NodeInternalIP, Address: kubeletAddr},
+				{Type: corev1.NodeHostName, Address: name},
+			},
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{
+				KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(kubeletPort)},
+			},
+		},
+	}
 }
 
 // coreProcesses returns etcd, kube-apiserver and the named extra processes
