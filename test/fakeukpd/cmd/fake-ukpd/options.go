@@ -59,21 +59,12 @@ func (o *Options) Validate() []error {
 	return errs
 }
 
-// Config is what a run needs.
-type Config struct {
-	Listen         string
-	TokenFile      string
-	TLSCertDir     string
-	ControlAddress string
-	StateFile      string
-	PageSize       int
-}
-
-// Config returns the run configuration of validated options.
-func (o *Options) Config() *Config {
-	c := &Config{Listen: o.Listen, TokenFile: o.TokenFile, TLSCertDir: o.TLSCertDir, ControlAddress: o.ControlAddress, StateFile: o.StateFile, PageSize: o.PageSize}
+// Config returns the run configuration of validated options: a copy with
+// the state file's default filled in.
+func (o *Options) Config() *Options {
+	c := *o
 	if c.StateFile == "" && c.TLSCertDir != "" {
 		c.StateFile = filepath.Join(c.TLSCertDir, "ukpd.json")
 	}
-	return c
+	return &c
 }

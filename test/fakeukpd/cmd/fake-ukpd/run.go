@@ -26,7 +26,7 @@ func newCommand() *fakecore.Command {
 
 // run serves until ctx ends. ready, if not nil, receives the state once
 // serving.
-func run(ctx context.Context, cfg *Config, ready chan<- fakeukpd.State) (err error) {
+func run(ctx context.Context, cfg *Options, ready chan<- fakeukpd.State) (err error) {
 	srv := fakeukpd.New(fakeukpd.Config{TokenFile: cfg.TokenFile, PageSize: cfg.PageSize})
 
 	apiLn, err := net.Listen("tcp", cfg.Listen)
