@@ -14,7 +14,7 @@ import (
 // GET /stats/summary would serve them: with the data faults in force.
 func (n *Node) Summary(onlyCPUAndMemory bool) *stats.Summary {
 	faults := n.Faults()
-	t := n.fleet.tl.now() - instant(faults.ClockOffset.Duration.Truncate(time.Second))
+	t := n.fleet.tl.now() - instant(faults.ClockOffset.Truncate(time.Second))
 	s := n.summaryAt(t, onlyCPUAndMemory)
 	n.applyDataFaults(s, faults, t, onlyCPUAndMemory)
 	return s
