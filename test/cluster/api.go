@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"os/exec"
 	"path/filepath"
@@ -73,33 +74,7 @@ func (c *Cluster) AddNode(ctx context.Context, name string, labels map[string]st
 	if kubeletPort <= 0 || kubeletPort > 65535 {
 		return fmt.Errorf("node %s: kubelet port %d out of range", name, kubeletPort)
 	}
-	nodeLabels := map[string]string{
-		corev1.LabelHostname:   name,
-		corev1.LabelOSStable:   "linux",
-		corev1.LabelArchStable: "amd64",
-		"type":                 "kwok",
-	}
-	for k, v := range labels {
-		nodeLabels[k] = v
-	}
-	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        name,
-			Labels:      nodeLabels,
-			Annotations: map[string]string{KwokNodeAnnotation: KwokNodeAnnotationValue},
-		},
-		Status: corev1.NodeStatus{
-			Capacity:    nodeResources.DeepCopy(),
-			Allocatable: nodeResources.DeepCopy(),
-			Addresses: []corev1.NodeAddress{
-				{Type: corev1.NodeInternalIP, Address: kubeletAddr},
-				{Type: corev1.NodeHostName, Address: name},
-			},
-			DaemonEndpoints: corev1.NodeDaemonEndpoints{
-				KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(kubeletPort)},
-			},
-		},
-	}
+	node := NodeObject(name, labels, kubeletAddr, kubeletPort)
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	if _, err := c.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
@@ -117,6 +92,38 @@ func (c *Cluster) AddNode(ctx context.Context, name string, labels map[string]st
 		}
 		return fmt.Errorf("node %s is not Ready yet", name)
 	})
+}
+
+// NodeObject is the Node AddNode creates: kwok-managed, with the usual
+// kubernetes.io/hostname, os and arch labels and labels, far more capacity
+// than tests schedule, InternalIP kubeletAddr and kubeletPort as its
+// kubelet endpoint.
+func NodeObject(name string, labels map[string]string, kubeletAddr string, kubeletPort int) *corev1.Node {
+	nodeLabels := map[string]string{
+		corev1.LabelHostname:   name,
+		corev1.LabelOSStable:   "linux",
+		corev1.LabelArchStable: "amd64",
+		"type":                 "kwok",
+	}
+	maps.Copy(nodeLabels, labels)
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Labels:      nodeLabels,
+			Annotations: map[string]string{KwokNodeAnnotation: KwokNodeAnnotationValue},
+		},
+		Status: corev1.NodeStatus{
+			Capacity:    nodeResources.DeepCopy(),
+			Allocatable: nodeResources.DeepCopy(),
+			Addresses: []corev1.NodeAddress{
+				{Type: corev1.NodeInternalIP, Address: kubeletAddr},
+				{Type: corev1.NodeHostName, Address: name},
+			},
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{
+				KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(kubeletPort)},
+			},
+		},
+	}
 }
 
 // coreProcesses returns etcd, kube-apiserver and the named extra processes
@@ -162,6 +169,12 @@ var apiServiceResource = schema.GroupVersionResource{
 	Resource: "apiservices",
 }
 
+// APIServices is a client of apiregistration.k8s.io/v1 APIServices, as the
+// admin.
+func (c *Cluster) APIServices() dynamic.ResourceInterface {
+	return c.dynamic.Resource(apiServiceResource)
+}
+
 // WaitForAPIServiceAvailable waits until the APIService name (for example
 // v1beta1.metrics.k8s.io) has the condition Available=True. If ctx has no
 // deadline the wait is bounded by two minutes. The error carries the last
@@ -169,12 +182,8 @@ var apiServiceResource = schema.GroupVersionResource{
 func (c *Cluster) WaitForAPIServiceAvailable(ctx context.Context, name string) error {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	client, err := dynamic.NewForConfig(c.RESTConfig())
-	if err != nil {
-		return fmt.Errorf("dynamic client: %w", err)
-	}
 	return waitUntil(ctx, "APIService "+name+" to be Available", c.coreProcesses(), func(ctx context.Context) error {
-		obj, err := client.Resource(apiServiceResource).Get(ctx, name, metav1.GetOptions{})
+		obj, err := c.APIServices().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}

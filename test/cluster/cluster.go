@@ -12,7 +12,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -42,6 +44,7 @@ type Cluster struct {
 	adminKubeconfig string
 	restConfig      *rest.Config
 	client          kubernetes.Interface
+	dynamic         dynamic.Interface
 
 	mu       sync.Mutex
 	procs    []*Process
@@ -307,10 +310,10 @@ func (c *Cluster) Ports() map[string]int {
 
 // CACertFile returns the cluster CA certificate, which signs the serving and
 // client certificates of the control plane and is kube-apiserver's client CA.
-func (c *Cluster) CACertFile() string { return c.pki.ca.certFile }
+func (c *Cluster) CACertFile() string { return c.pki.file("ca.crt") }
 
 // CACertPEM returns the cluster CA certificate in PEM form.
-func (c *Cluster) CACertPEM() []byte { return c.pki.ca.certPEM() }
+func (c *Cluster) CACertPEM() []byte { return c.pki.ca.CertPEM() }
 
 // IssueServingCert signs a serving certificate with the cluster CA for hosts
 // (IP addresses or DNS names), writes <workdir>/pki/issued/<name>.crt and
@@ -321,5 +324,5 @@ func (c *Cluster) IssueServingCert(name string, hosts ...string) (certFile, keyF
 		return "", "", fmt.Errorf("invalid certificate name %q", name)
 	}
 	dir := filepath.Join(c.pkiDir, "issued")
-	return c.pki.ca.issue(dir, name, pki.Leaf{CommonName: name, Hosts: hosts, Server: true})
+	return c.pki.ca.IssueFiles(time.Now(), dir, name, pki.Leaf{CommonName: name, Hosts: hosts, Server: true})
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
 func TestClusterPKI(t *testing.T) {
@@ -27,24 +29,24 @@ func TestClusterPKI(t *testing.T) {
 	tests := []struct {
 		name     string
 		certFile string
-		roots    *authority
+		roots    *pki.CA
 		usage    x509.ExtKeyUsage
 		host     string
 		wantCN   string
 		wantOrgs []string
 	}{
-		{name: "apiserver by IP", certFile: p.apiServerCert, roots: p.ca, usage: x509.ExtKeyUsageServerAuth, host: "127.0.0.1", wantCN: "kube-apiserver"},
-		{name: "apiserver by service name", certFile: p.apiServerCert, roots: p.ca, usage: x509.ExtKeyUsageServerAuth, host: "kubernetes.default.svc", wantCN: "kube-apiserver"},
-		{name: "scheduler serving", certFile: p.schedulerCert, roots: p.ca, usage: x509.ExtKeyUsageServerAuth, host: "localhost", wantCN: "kube-scheduler"},
-		{name: "front-proxy client", certFile: p.frontProxyClientCert, roots: p.frontProxyCA, usage: x509.ExtKeyUsageClientAuth, wantCN: "front-proxy-client"},
-		{name: "admin client", certFile: p.clients["admin"][0], roots: p.ca, usage: x509.ExtKeyUsageClientAuth, wantCN: "kubernetes-admin", wantOrgs: []string{"system:masters"}},
-		{name: "controller-manager client", certFile: p.clients["kube-controller-manager"][0], roots: p.ca, usage: x509.ExtKeyUsageClientAuth, wantCN: "system:kube-controller-manager"},
+		{name: "apiserver by IP", certFile: p.file("apiserver.crt"), roots: p.ca, usage: x509.ExtKeyUsageServerAuth, host: "127.0.0.1", wantCN: "kube-apiserver"},
+		{name: "apiserver by service name", certFile: p.file("apiserver.crt"), roots: p.ca, usage: x509.ExtKeyUsageServerAuth, host: "kubernetes.default.svc", wantCN: "kube-apiserver"},
+		{name: "scheduler serving", certFile: p.file("scheduler-serving.crt"), roots: p.ca, usage: x509.ExtKeyUsageServerAuth, host: "localhost", wantCN: "kube-scheduler"},
+		{name: "front-proxy client", certFile: p.file("front-proxy-client.crt"), roots: p.frontProxyCA, usage: x509.ExtKeyUsageClientAuth, wantCN: "front-proxy-client"},
+		{name: "admin client", certFile: p.file("admin-client.crt"), roots: p.ca, usage: x509.ExtKeyUsageClientAuth, wantCN: "kubernetes-admin", wantOrgs: []string{"system:masters"}},
+		{name: "controller-manager client", certFile: p.file("kube-controller-manager-client.crt"), roots: p.ca, usage: x509.ExtKeyUsageClientAuth, wantCN: "system:kube-controller-manager"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cert := readCert(t, tt.certFile)
 			pool := x509.NewCertPool()
-			pool.AppendCertsFromPEM(tt.roots.certPEM())
+			pool.AppendCertsFromPEM(tt.roots.CertPEM())
 			_, err := cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: tt.host, KeyUsages: []x509.ExtKeyUsage{tt.usage}})
 			if err != nil {
 				t.Errorf("verify: %v", err)
@@ -57,7 +59,7 @@ func TestClusterPKI(t *testing.T) {
 			}
 		})
 	}
-	if info, err := os.Stat(p.serviceAccountKey); err != nil || info.Mode().Perm() != 0o600 {
+	if info, err := os.Stat(p.file("sa.key")); err != nil || info.Mode().Perm() != 0o600 {
 		t.Errorf("service-account key: %v, mode %v", err, info.Mode())
 	}
 }
@@ -106,7 +108,6 @@ func TestKwokConfig(t *testing.T) {
 		"Stage/node-initialize",
 		"Stage/node-heartbeat-with-lease",
 		"Stage/pod-ready",
-		"Stage/pod-complete",
 		"Stage/pod-delete",
 	}
 	if diff := cmp.Diff(want, kinds); diff != "" {

@@ -1,9 +1,8 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 )
 
 func hostPort(port int) string { return net.JoinHostPort(loopback, strconv.Itoa(port)) }
@@ -41,43 +41,35 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 		return err
 	}
 	return waitUntil(ctx, "etcd to be healthy", []*Process{p}, func(ctx context.Context) error {
-		body, err := httpGet(ctx, plainHTTP, clientURL+"/health")
-		if err != nil {
-			return err
-		}
-		if !strings.Contains(body, `"health":"true"`) {
-			return fmt.Errorf("etcd health: %s", body)
-		}
-		return nil
+		return c.checkHealth(ctx, clientURL+"/health", `"health":"true"`)
 	})
 }
 
 func (c *Cluster) startAPIServer(ctx context.Context) error {
-	pki := c.pki
 	args := []string{
 		"--etcd-servers=http://" + hostPort(c.ports.etcdClient),
 		"--bind-address=" + loopback,
 		"--advertise-address=" + loopback,
 		"--secure-port=" + strconv.Itoa(c.ports.apiServer),
-		"--tls-cert-file=" + pki.apiServerCert,
-		"--tls-private-key-file=" + pki.apiServerKey,
-		"--client-ca-file=" + pki.ca.certFile,
+		"--tls-cert-file=" + c.pki.file("apiserver.crt"),
+		"--tls-private-key-file=" + c.pki.file("apiserver.key"),
+		"--client-ca-file=" + c.pki.file("ca.crt"),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + pki.serviceAccountPub,
-		"--service-account-signing-key-file=" + pki.serviceAccountKey,
+		"--service-account-key-file=" + c.pki.file("sa.key"),
+		"--service-account-signing-key-file=" + c.pki.file("sa.key"),
 		"--service-cluster-ip-range=" + c.opts.ServiceClusterIPRange,
 		"--authorization-mode=Node,RBAC",
 		"--allow-privileged=true",
 		"--endpoint-reconciler-type=none",
 		"--enable-aggregator-routing=false",
-		"--requestheader-client-ca-file=" + pki.frontProxyCA.certFile,
+		"--requestheader-client-ca-file=" + c.pki.file("front-proxy-ca.crt"),
 		"--requestheader-allowed-names=front-proxy-client",
 		"--requestheader-username-headers=X-Remote-User",
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--requestheader-uid-headers=X-Remote-Uid",
-		"--proxy-client-cert-file=" + pki.frontProxyClientCert,
-		"--proxy-client-key-file=" + pki.frontProxyClientKey,
+		"--proxy-client-cert-file=" + c.pki.file("front-proxy-client.crt"),
+		"--proxy-client-key-file=" + c.pki.file("front-proxy-client.key"),
 		"--max-requests-inflight=" + strconv.Itoa(c.opts.MaxRequestsInflight),
 		"--max-mutating-requests-inflight=" + strconv.Itoa(c.opts.MaxMutatingRequestsInflight),
 		"--profiling=false",
@@ -142,7 +134,7 @@ func (c *Cluster) startControllers(ctx context.Context) error {
 		return err
 	}
 	all = append(all, started{kcm, "kube-controller-manager /healthz", func(ctx context.Context) error {
-		return c.checkHTTPS(ctx, c.ports.controllerManager)
+		return c.checkHealth(ctx, "https://"+hostPort(c.ports.controllerManager)+"/healthz", "ok")
 	}})
 
 	if !c.opts.WithoutScheduler {
@@ -151,7 +143,7 @@ func (c *Cluster) startControllers(ctx context.Context) error {
 			return err
 		}
 		all = append(all, started{sched, "kube-scheduler /healthz", func(ctx context.Context) error {
-			return c.checkHTTPS(ctx, c.ports.scheduler)
+			return c.checkHealth(ctx, "https://"+hostPort(c.ports.scheduler)+"/healthz", "ok")
 		}})
 	}
 
@@ -160,8 +152,7 @@ func (c *Cluster) startControllers(ctx context.Context) error {
 		return err
 	}
 	all = append(all, started{kwok, "kwok /healthz", func(ctx context.Context) error {
-		_, err := httpGet(ctx, plainHTTP, "http://"+hostPort(c.ports.kwok)+"/healthz")
-		return err
+		return c.checkHealth(ctx, "http://"+hostPort(c.ports.kwok)+"/healthz", "")
 	}})
 
 	core := []*Process{c.process("etcd"), c.process("kube-apiserver")}
@@ -185,12 +176,12 @@ func (c *Cluster) startControllerManager() (*Process, error) {
 		"--authorization-kubeconfig=" + kubeconfig,
 		"--bind-address=" + loopback,
 		"--secure-port=" + strconv.Itoa(c.ports.controllerManager),
-		"--tls-cert-file=" + c.pki.controllerManagerCert,
-		"--tls-private-key-file=" + c.pki.controllerManagerKey,
+		"--tls-cert-file=" + c.pki.file("controller-manager-serving.crt"),
+		"--tls-private-key-file=" + c.pki.file("controller-manager-serving.key"),
 		"--leader-elect=false",
 		"--use-service-account-credentials=true",
-		"--service-account-private-key-file=" + c.pki.serviceAccountKey,
-		"--root-ca-file=" + c.pki.ca.certFile,
+		"--service-account-private-key-file=" + c.pki.file("sa.key"),
+		"--root-ca-file=" + c.pki.file("ca.crt"),
 		"--controllers=" + strings.Join(controllers, ","),
 		"--kube-api-qps=200",
 		"--kube-api-burst=400",
@@ -225,8 +216,8 @@ leaderElection:
 		"--authorization-kubeconfig=" + kubeconfig,
 		"--bind-address=" + loopback,
 		"--secure-port=" + strconv.Itoa(c.ports.scheduler),
-		"--tls-cert-file=" + c.pki.schedulerCert,
-		"--tls-private-key-file=" + c.pki.schedulerKey,
+		"--tls-cert-file=" + c.pki.file("scheduler-serving.crt"),
+		"--tls-private-key-file=" + c.pki.file("scheduler-serving.key"),
 		"--profiling=false",
 	}
 	return c.startProcess(tierController, "kube-scheduler", nil, c.bin(SchedulerBinary),
@@ -265,57 +256,25 @@ func (c *Cluster) process(name string) *Process {
 	return nil
 }
 
-func (c *Cluster) checkHTTPS(ctx context.Context, port int) error {
-	client, err := c.httpsClient()
+// checkHealth GETs a component's health endpoint, trusting the cluster CA
+// only, and wants 200 and a body that holds want.
+func (c *Cluster) checkHealth(ctx context.Context, url, want string) error {
+	client, err := rest.HTTPClientFor(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: c.pki.ca.CertPEM()}, Timeout: 5 * time.Second})
 	if err != nil {
 		return err
 	}
-	body, err := httpGet(ctx, client, "https://"+hostPort(port)+"/healthz")
-	if err != nil {
-		return err
-	}
-	if strings.TrimSpace(body) != "ok" {
-		return fmt.Errorf("healthz: %s", body)
-	}
-	return nil
-}
-
-// httpsClient trusts the cluster CA only.
-func (c *Cluster) httpsClient() (*http.Client, error) {
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(c.pki.ca.certPEM()) {
-		return nil, fmt.Errorf("parse cluster CA")
-	}
-	return &http.Client{
-		Timeout: 5 * time.Second,
-		Transport: &http.Transport{
-			TLSClientConfig:   &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
-			DisableKeepAlives: true,
-		},
-	}, nil
-}
-
-var plainHTTP = &http.Client{
-	Timeout:   5 * time.Second,
-	Transport: &http.Transport{DisableKeepAlives: true},
-}
-
-func httpGet(ctx context.Context, client *http.Client, url string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return "", err
+		return err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if err != nil {
-		return "", err
+	if err == nil && (resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want)) {
+		err = fmt.Errorf("GET %s: %s: %s", url, resp.Status, bytes.TrimSpace(body))
 	}
-	if resp.StatusCode != http.StatusOK {
-		return string(body), fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
-	}
-	return string(body), nil
+	return err
 }

@@ -37,7 +37,6 @@ options:
 		nodeInitializeStage,
 		nodeHeartbeatStage,
 		podReadyStage,
-		podCompleteStage,
 		podDeleteStage,
 	}, "---\n")
 }
@@ -219,45 +218,6 @@ spec:
       {{ range . }}
       - ip: {{ . | Quote }}
       {{ end }}
-      {{ end }}
-`
-
-// podCompleteStage finishes running pods that belong to a Job.
-const podCompleteStage = `apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: pod-complete
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: .metadata.deletionTimestamp
-      operator: DoesNotExist
-    - key: .status.phase
-      operator: In
-      values: ["Running"]
-    - key: '.metadata.ownerReferences.[].kind'
-      operator: In
-      values: ["Job"]
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      phase: Succeeded
-      containerStatuses:
-      {{ range .spec.containers }}
-      - name: {{ .name | Quote }}
-        image: {{ .image | Quote }}
-        ready: false
-        started: false
-        restartCount: 0
-        state:
-          terminated:
-            exitCode: 0
-            reason: Completed
-            startedAt: {{ $now | Quote }}
-            finishedAt: {{ $now | Quote }}
       {{ end }}
 `
 

@@ -1,11 +1,6 @@
 package cluster
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,59 +15,71 @@ import (
 // forgotten work directory does not hold credentials that matter.
 const certValidity = 7 * 24 * time.Hour
 
-// authority is a certificate authority whose certificate and key live in PEM
-// files under the cluster's PKI directory.
-type authority struct {
-	ca       *pki.CA
-	certFile string
-	keyFile  string
+// clusterPKI holds the certificates and keys of the control plane as
+// <name>.crt and <name>.key files in dir: the two CAs (ca, front-proxy-ca),
+// the leaves of leaves and clientIdentities, and sa.key, the key that signs
+// service-account tokens (kube-apiserver verifies them with its public half).
+type clusterPKI struct {
+	dir              string
+	ca, frontProxyCA *pki.CA
 }
 
-// newAuthority creates a CA and writes <name>.crt and <name>.key into dir.
-func newAuthority(dir, name string) (*authority, error) {
-	ca, err := pki.NewCA(name, time.Now(), certValidity)
-	if err != nil {
+// clientIdentities are the users the control plane's own kubeconfigs act as;
+// each has <name>-client.crt.
+var clientIdentities = map[string]pki.Leaf{
+	"admin":                   {CommonName: "kubernetes-admin", Organizations: []string{"system:masters"}, Client: true},
+	"kube-controller-manager": {CommonName: "system:kube-controller-manager", Client: true},
+	"kube-scheduler":          {CommonName: "system:kube-scheduler", Client: true},
+	"kwok":                    {CommonName: "kwok-controller", Organizations: []string{"system:masters"}, Client: true},
+}
+
+func newClusterPKI(dir string) (*clusterPKI, error) {
+	now := time.Now()
+	p := &clusterPKI{dir: dir}
+	var err error
+	if p.ca, err = pki.NewCA("ca", now, certValidity); err != nil {
 		return nil, err
 	}
-	certFile, keyFile, err := ca.WriteCA(dir, name)
-	if err != nil {
+	if p.frontProxyCA, err = pki.NewCA("front-proxy-ca", now, certValidity); err != nil {
 		return nil, err
 	}
-	return &authority{ca: ca, certFile: certFile, keyFile: keyFile}, nil
+	for name, ca := range map[string]*pki.CA{"ca": p.ca, "front-proxy-ca": p.frontProxyCA} {
+		if _, _, err := ca.WriteCA(dir, name); err != nil {
+			return nil, err
+		}
+	}
+	local := []string{loopback, "localhost"}
+	serving := append(local, "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local")
+	leaves := map[string]pki.Leaf{
+		"apiserver":                  {CommonName: "kube-apiserver", Hosts: serving, Server: true},
+		"controller-manager-serving": {CommonName: "kube-controller-manager", Hosts: local, Server: true},
+		"scheduler-serving":          {CommonName: "kube-scheduler", Hosts: local, Server: true},
+	}
+	for name, l := range clientIdentities {
+		leaves[name+"-client"] = l
+	}
+	for name, l := range leaves {
+		if _, _, err := p.ca.IssueFiles(now, dir, name, l); err != nil {
+			return nil, err
+		}
+	}
+	if _, _, err := p.frontProxyCA.IssueFiles(now, dir, "front-proxy-client", pki.Leaf{CommonName: "front-proxy-client", Client: true}); err != nil {
+		return nil, err
+	}
+	key, err := keyutil.MakeEllipticPrivateKeyPEM()
+	if err != nil {
+		return nil, fmt.Errorf("generate service-account key: %w", err)
+	}
+	return p, keyutil.WriteKey(p.file("sa.key"), key)
 }
 
-// certPEM returns the CA certificate in PEM form.
-func (a *authority) certPEM() []byte { return a.ca.CertPEM() }
+// file is the path of the PKI file name, "apiserver.crt" say.
+func (p *clusterPKI) file(name string) string { return filepath.Join(p.dir, name) }
 
-// issue signs a leaf certificate and writes <name>.crt and <name>.key into
-// dir. It returns the two file paths.
-func (a *authority) issue(dir, name string, l pki.Leaf) (certFile, keyFile string, err error) {
-	return a.ca.IssueFiles(time.Now(), dir, name, l)
-}
-
-// writeServiceAccountKeys writes the key pair that signs service-account
-// tokens: sa.key (private) and sa.pub (public).
-func writeServiceAccountKeys(dir string) (privFile, pubFile string, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return "", "", fmt.Errorf("generate service-account key: %w", err)
+// readPair reads <name>.crt and <name>.key.
+func (p *clusterPKI) readPair(name string) (certPEM, keyPEM []byte, err error) {
+	if certPEM, err = os.ReadFile(p.file(name + ".crt")); err == nil {
+		keyPEM, err = os.ReadFile(p.file(name + ".key"))
 	}
-	privPEM, err := keyutil.MarshalPrivateKeyToPEM(key)
-	if err != nil {
-		return "", "", fmt.Errorf("encode service-account key: %w", err)
-	}
-	pubDER, err := x509.MarshalPKIXPublicKey(key.Public())
-	if err != nil {
-		return "", "", fmt.Errorf("encode service-account public key: %w", err)
-	}
-	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})
-	privFile = filepath.Join(dir, "sa.key")
-	pubFile = filepath.Join(dir, "sa.pub")
-	if err := os.WriteFile(privFile, privPEM, 0o600); err != nil {
-		return "", "", fmt.Errorf("write %s: %w", privFile, err)
-	}
-	if err := os.WriteFile(pubFile, pubPEM, 0o644); err != nil {
-		return "", "", fmt.Errorf("write %s: %w", pubFile, err)
-	}
-	return privFile, pubFile, nil
+	return certPEM, keyPEM, err
 }

@@ -3,16 +3,14 @@ package cluster
 import (
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-
-	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
 // ports are the loopback ports of the control plane.
@@ -53,74 +51,6 @@ func FreePorts(n int) ([]int, error) {
 	return out, nil
 }
 
-// clusterPKI holds the certificates and keys of the control plane, as files.
-type clusterPKI struct {
-	ca           *authority
-	frontProxyCA *authority
-
-	apiServerCert, apiServerKey                 string
-	frontProxyClientCert, frontProxyClientKey   string
-	controllerManagerCert, controllerManagerKey string
-	schedulerCert, schedulerKey                 string
-	serviceAccountKey, serviceAccountPub        string
-
-	// client certificates, by kubeconfig name
-	clients map[string][2]string
-}
-
-// clientIdentities are the users the control plane's own kubeconfigs act as.
-var clientIdentities = map[string]pki.Leaf{
-	"admin":                   {CommonName: "kubernetes-admin", Organizations: []string{"system:masters"}, Client: true},
-	"kube-controller-manager": {CommonName: "system:kube-controller-manager", Client: true},
-	"kube-scheduler":          {CommonName: "system:kube-scheduler", Client: true},
-	"kwok":                    {CommonName: "kwok-controller", Organizations: []string{"system:masters"}, Client: true},
-}
-
-func newClusterPKI(dir string) (*clusterPKI, error) {
-	var (
-		p   = &clusterPKI{clients: map[string][2]string{}}
-		err error
-	)
-	if p.ca, err = newAuthority(dir, "ca"); err != nil {
-		return nil, err
-	}
-	if p.frontProxyCA, err = newAuthority(dir, "front-proxy-ca"); err != nil {
-		return nil, err
-	}
-	serving := []string{
-		loopback, "localhost",
-		"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
-	}
-	if p.apiServerCert, p.apiServerKey, err = p.ca.issue(dir, "apiserver",
-		pki.Leaf{CommonName: "kube-apiserver", Hosts: serving, Server: true}); err != nil {
-		return nil, err
-	}
-	if p.frontProxyClientCert, p.frontProxyClientKey, err = p.frontProxyCA.issue(dir, "front-proxy-client",
-		pki.Leaf{CommonName: "front-proxy-client", Client: true}); err != nil {
-		return nil, err
-	}
-	local := []string{loopback, "localhost"}
-	if p.controllerManagerCert, p.controllerManagerKey, err = p.ca.issue(dir, "controller-manager-serving",
-		pki.Leaf{CommonName: "kube-controller-manager", Hosts: local, Server: true}); err != nil {
-		return nil, err
-	}
-	if p.schedulerCert, p.schedulerKey, err = p.ca.issue(dir, "scheduler-serving",
-		pki.Leaf{CommonName: "kube-scheduler", Hosts: local, Server: true}); err != nil {
-		return nil, err
-	}
-	for name, req := range clientIdentities {
-		certFile, keyFile, err := p.ca.issue(dir, name+"-client", req)
-		if err != nil {
-			return nil, err
-		}
-		p.clients[name] = [2]string{certFile, keyFile}
-	}
-	if p.serviceAccountKey, p.serviceAccountPub, err = writeServiceAccountKeys(dir); err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-
 func (c *Cluster) kubeconfigPath(name string) string {
 	return filepath.Join(c.workDir, "kubeconfigs", name+".kubeconfig")
 }
@@ -128,12 +58,8 @@ func (c *Cluster) kubeconfigPath(name string) string {
 // writeKubeconfigs writes a kubeconfig for each client identity and builds the
 // admin client.
 func (c *Cluster) writeKubeconfigs() error {
-	for name, files := range c.pki.clients {
-		certPEM, err := os.ReadFile(files[0])
-		if err != nil {
-			return err
-		}
-		keyPEM, err := os.ReadFile(files[1])
+	for name := range clientIdentities {
+		certPEM, keyPEM, err := c.pki.readPair(name + "-client")
 		if err != nil {
 			return err
 		}
@@ -153,6 +79,9 @@ func (c *Cluster) writeKubeconfigs() error {
 	if c.client, err = kubernetes.NewForConfig(rest.CopyConfig(cfg)); err != nil {
 		return fmt.Errorf("admin client: %w", err)
 	}
+	if c.dynamic, err = dynamic.NewForConfig(rest.CopyConfig(cfg)); err != nil {
+		return fmt.Errorf("admin dynamic client: %w", err)
+	}
 	return nil
 }
 
@@ -161,7 +90,7 @@ func (c *Cluster) writeKubeconfig(path, user string, auth *clientcmdapi.AuthInfo
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters[clusterName] = &clientcmdapi.Cluster{
 		Server:                   c.ports.apiServerURL(),
-		CertificateAuthorityData: c.pki.ca.certPEM(),
+		CertificateAuthorityData: c.pki.ca.CertPEM(),
 	}
 	cfg.AuthInfos[user] = auth
 	cfg.Contexts[user] = &clientcmdapi.Context{Cluster: clusterName, AuthInfo: user}

@@ -85,7 +85,7 @@ func TestUkpdFaults(t *testing.T) {
 		return tc
 	}
 	cases := []faultCase{
-		transport(fakeukpd.FaultRefused, "connection"),
+		transport(fakecore.FaultRefused, "connection"),
 		transport(fakecore.FaultUntrustedCertificate, "tls"),
 		transport(fakecore.FaultHandshakeStall, "timeout"),
 		gone(handler(fakeukpd.Fault{Kind: fakecore.FaultStall}), "timeout"),

@@ -7,12 +7,14 @@ package fakecore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/pflag"
@@ -93,6 +95,42 @@ func CheckLoopback(flagName, addr string) error {
 		return fmt.Errorf("--%s %q is not a loopback address", flagName, addr)
 	}
 	return nil
+}
+
+// ParseTokens reads a token file: one token a line, skipping blank lines
+// and "#" comments.
+func ParseTokens(text string) []string {
+	var out []string
+	for line := range strings.Lines(text) {
+		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "#") {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// WriteState writes v as indented JSON to path, atomically: what a fake's
+// program writes last, once it serves, to tell its users where it is.
+func WriteState(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return WriteAtomic(path, append(b, '\n'), 0o644)
+}
+
+// ReadState reads what WriteState wrote to path; it fails until the fake
+// has written it.
+func ReadState[T any](path string) (*T, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var s T
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &s, nil
 }
 
 // WriteAtomic writes data to path through a temporary file and a rename,

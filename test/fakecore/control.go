@@ -57,22 +57,6 @@ func WriteError(w http.ResponseWriter, code int, err error) {
 	WriteJSON(w, code, map[string]string{"error": err.Error()})
 }
 
-// ParseTimings reads the Go durations of a fault request, delay (for Slow)
-// and offset (for the clock faults); an empty one is zero.
-func ParseTimings(delay, offset string) (d, o time.Duration, err error) {
-	if delay != "" {
-		if d, err = time.ParseDuration(delay); err != nil {
-			return 0, 0, fmt.Errorf("delay: %w", err)
-		}
-	}
-	if offset != "" {
-		if o, err = time.ParseDuration(offset); err != nil {
-			return 0, 0, fmt.Errorf("offset: %w", err)
-		}
-	}
-	return d, o, nil
-}
-
 // HTTPServer is an API a fake's program serves, until Stop.
 type HTTPServer struct {
 	srv  *http.Server
@@ -88,6 +72,16 @@ func Serve(ln net.Listener, h http.Handler) *HTTPServer {
 		close(s.done)
 	}()
 	return s
+}
+
+// Listen serves h on addr, a fake program's API, and returns the address
+// it listens on (the port picked when addr has port 0).
+func Listen(addr string, h http.Handler) (*HTTPServer, string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	return Serve(ln, h), ln.Addr().String(), nil
 }
 
 // Done is closed when the server stopped serving; Err then says why.

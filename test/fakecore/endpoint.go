@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -14,6 +15,10 @@ import (
 
 	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
+
+// CAValidity is how long a fake's CA is valid: longer than any run, even
+// one whose fake clock moves ahead.
+const CAValidity = 10 * 365 * 24 * time.Hour
 
 // EndpointConfig configures an Endpoint.
 type EndpointConfig struct {
@@ -87,20 +92,6 @@ func (e *Endpoint) Addr() string {
 	return e.addr
 }
 
-// Fault is the transport fault in force, or "".
-func (e *Endpoint) Fault() FaultKind {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.fault
-}
-
-// Down says whether the endpoint refuses connections.
-func (e *Endpoint) Down() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.down
-}
-
 // Held is how many connections a HandshakeStall holds now.
 func (e *Endpoint) Held() int { return int(e.held.Load()) }
 
@@ -136,6 +127,25 @@ func (e *Endpoint) SetFault(kind FaultKind) error {
 	}
 	e.stopLocked()
 	return e.listenLocked()
+}
+
+// SetTransportFault sets one transport fault, replacing any other: Refused
+// (down) or one that breaks TLS (IsTransportFault); "" serves normally
+// again, on the same address.
+func (e *Endpoint) SetTransportFault(kind FaultKind) error {
+	if kind == FaultRefused {
+		if err := e.SetDown(true); err != nil {
+			return err
+		}
+		return e.SetFault("")
+	}
+	if kind != "" && !IsTransportFault(kind) {
+		return UnknownTransportFault(kind)
+	}
+	if err := e.SetFault(kind); err != nil {
+		return err
+	}
+	return e.SetDown(false)
 }
 
 // SetDown closes the listener and every connection (down), or listens
@@ -221,7 +231,7 @@ func (e *Endpoint) listenLocked() error {
 	}
 	errorLog := e.cfg.ErrorLog
 	if errorLog == nil {
-		errorLog = log.New(discard{}, "", 0)
+		errorLog = log.New(io.Discard, "", 0)
 	}
 	stop, done := make(chan struct{}), make(chan struct{})
 	srv := &http.Server{
@@ -288,7 +298,3 @@ func (l *stallListener) Accept() (net.Conn, error) {
 		}()
 	}
 }
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }

@@ -20,8 +20,9 @@ type FaultKind string
 //   - Response faults answer a request in place of the fake: Status500,
 //     Garbage, HugeBody, Truncated, Stall, ResetConnection. Slow delays the
 //     answer, whatever it is.
-//   - Transport faults break TLS below HTTP: UntrustedCertificate,
-//     WrongNameCertificate, HandshakeStall.
+//   - Transport faults act below HTTP: Refused closes the listener, and
+//     UntrustedCertificate, WrongNameCertificate and HandshakeStall break
+//     TLS.
 //   - ClockBackwards moves the times a fake reports back; CounterReset
 //     restarts its CPU counters once and is not kept.
 const (
@@ -33,6 +34,7 @@ const (
 	FaultStall           FaultKind = "Stall"
 	FaultResetConnection FaultKind = "ResetConnection"
 
+	FaultRefused              FaultKind = "Refused"
 	FaultUntrustedCertificate FaultKind = "UntrustedCertificate"
 	FaultWrongNameCertificate FaultKind = "WrongNameCertificate"
 	FaultHandshakeStall       FaultKind = "HandshakeStall"

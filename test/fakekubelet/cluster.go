@@ -119,25 +119,6 @@ func (f *Fleet) forgetPod(obj any) {
 	}
 }
 
-// removePodUID removes a pod only if it is still the same incarnation.
-func (f *Fleet) removePodUID(namespace, name, uid string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	k := podKey{namespace, name}
-	n, ok := f.pods[k]
-	if !ok {
-		return
-	}
-	n.mu.RLock()
-	ps, ok := n.pods[k]
-	same := ok && ps.pod.UID == uid
-	n.mu.RUnlock()
-	if same {
-		delete(f.pods, k)
-		n.removePod(k, f.tl.now())
-	}
-}
-
 // TokenReviewAuthenticator accepts bearer tokens that the cluster's
 // TokenReview API authenticates, caching answers for ttl.
 type TokenReviewAuthenticator struct {

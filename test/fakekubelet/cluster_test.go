@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 )
 
 func podObject(name, node string, phase corev1.PodPhase, uid string) *corev1.Pod {
@@ -132,7 +134,7 @@ func TestRegisterNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v := view{Annotation: obj.Annotations[KwokNodeAnnotation], Pool: obj.Labels["pool"], Port: obj.Status.DaemonEndpoints.KubeletEndpoint.Port}
+		v := view{Annotation: obj.Annotations[cluster.KwokNodeAnnotation], Pool: obj.Labels["pool"], Port: obj.Status.DaemonEndpoints.KubeletEndpoint.Port}
 		for _, a := range obj.Status.Addresses {
 			if a.Type == corev1.NodeInternalIP {
 				v.IP = a.Address

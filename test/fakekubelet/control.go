@@ -6,6 +6,7 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // UsageRequest is the body of the control API's usage calls. CPU is in
@@ -35,11 +36,11 @@ type ContainerRequest struct {
 
 // FaultRequest is the body of PUT /v1/nodes/{node}/fault.
 type FaultRequest struct {
-	Kind  FaultKind `json:"kind"`
-	Delay string    `json:"delay,omitempty"` // Go duration, for Slow
-	Bytes int64     `json:"bytes,omitempty"` // for HugeBody
+	Kind  FaultKind       `json:"kind"`
+	Delay metav1.Duration `json:"delay,omitzero"`  // Go duration, for Slow
+	Bytes int64           `json:"bytes,omitempty"` // for HugeBody
 	// Offset is a Go duration, for ClockBackwards.
-	Offset string `json:"offset,omitempty"`
+	Offset metav1.Duration `json:"offset,omitzero"`
 	// Pod is "namespace/name", for DuplicatePods; empty means every pod.
 	Pod string `json:"pod,omitempty"`
 }
@@ -54,12 +55,6 @@ type NodeState struct {
 	NumPods int        `json:"numPods"`
 }
 
-// UsageState is a current rate (nanocores) and working set (bytes).
-type UsageState struct {
-	CPUNanoCores uint64 `json:"cpuNanoCores"`
-	MemoryBytes  uint64 `json:"memoryBytes"`
-}
-
 // PodUsage describes a pod and its containers' usage.
 type PodUsage struct {
 	Namespace  string           `json:"namespace"`
@@ -71,7 +66,7 @@ type PodUsage struct {
 // ContainerUsage describes one container's usage.
 type ContainerUsage struct {
 	Name string `json:"name"`
-	UsageState
+	Usage
 }
 
 // State returns the node's state; withPods adds every pod's usage.
@@ -86,7 +81,7 @@ func (n *Node) State(withPods bool) NodeState {
 	for _, ps := range n.sortedPodsLocked() {
 		pu := PodUsage{Namespace: ps.pod.Namespace, Name: ps.pod.Name, UID: ps.pod.UID}
 		for _, c := range ps.containers {
-			pu.Containers = append(pu.Containers, ContainerUsage{Name: c.name, UsageState: UsageState{c.cpu.rate, c.memory}})
+			pu.Containers = append(pu.Containers, ContainerUsage{Name: c.name, Usage: Usage{c.cpu.rate, c.memory}})
 		}
 		st.Pods = append(st.Pods, pu)
 	}

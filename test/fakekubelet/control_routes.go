@@ -37,12 +37,7 @@ func (c *controlAPI) setFault(w http.ResponseWriter, r *http.Request) {
 	if !fakecore.ReadJSON(w, r, &req) {
 		return
 	}
-	fault := Fault{Kind: req.Kind, Bytes: req.Bytes, Pod: req.Pod}
-	var err error
-	if fault.Delay, fault.Offset, err = fakecore.ParseTimings(req.Delay, req.Offset); err != nil {
-		fakecore.WriteError(w, http.StatusBadRequest, err)
-		return
-	}
+	fault := Fault{Kind: req.Kind, Delay: req.Delay.Duration, Bytes: req.Bytes, Offset: req.Offset.Duration, Pod: req.Pod}
 	c.forNodes(w, r.PathValue("node"), func(n *Node) error { return n.SetFault(fault) })
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestControlAPI(t *testing.T) {
@@ -38,12 +39,12 @@ func TestControlAPI(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	usageOf := func(node string) map[string]UsageState {
+	usageOf := func(node string) map[string]Usage {
 		n, _ := f.Node(node)
-		out := map[string]UsageState{}
+		out := map[string]Usage{}
 		for _, p := range n.State(true).Pods {
 			for _, c := range p.Containers {
-				out[p.Namespace+"/"+p.Name+"/"+c.Name] = c.UsageState
+				out[p.Namespace+"/"+p.Name+"/"+c.Name] = c.Usage
 			}
 		}
 		return out
@@ -63,21 +64,21 @@ func TestControlAPI(t *testing.T) {
 		{name: "place pod on unknown node", method: "PUT", path: "/v1/nodes/n9/pods/shop/x", body: `{}`, wantCode: 404},
 		{name: "pod usage with quantities", method: "PUT", path: "/v1/namespaces/shop/pods/web-1/usage",
 			body: `{"cpu":"500m","memory":"64Mi"}`, wantCode: 200, wantBody: `"matched": 1`, check: func(t *testing.T) {
-				want := map[string]UsageState{"shop/web-1/a": {250e6, 32 << 20}, "shop/web-1/b": {250e6, 32 << 20}}
+				want := map[string]Usage{"shop/web-1/a": {250e6, 32 << 20}, "shop/web-1/b": {250e6, 32 << 20}}
 				if diff := cmp.Diff(want, usageOf("n1")); diff != "" {
 					t.Errorf("(-want +got):\n%s", diff)
 				}
 			}},
 		{name: "container cpu only, as a number of cores", method: "PUT", path: "/v1/namespaces/shop/pods/web-1/usage",
 			body: `{"container":"b","cpu":1.5}`, wantCode: 200, check: func(t *testing.T) {
-				want := map[string]UsageState{"shop/web-1/a": {250e6, 32 << 20}, "shop/web-1/b": {1500e6, 32 << 20}}
+				want := map[string]Usage{"shop/web-1/a": {250e6, 32 << 20}, "shop/web-1/b": {1500e6, 32 << 20}}
 				if diff := cmp.Diff(want, usageOf("n1")); diff != "" {
 					t.Errorf("(-want +got):\n%s", diff)
 				}
 			}},
 		{name: "selector usage", method: "PUT", path: "/v1/usage",
 			body: `{"namespace":"shop","selector":"app=web","memory":"100Mi"}`, wantCode: 200, wantBody: `"matched": 2`, check: func(t *testing.T) {
-				want := map[string]UsageState{"shop/web-2/main": {DefaultContainerCPU, 100 << 20}}
+				want := map[string]Usage{"shop/web-2/main": {DefaultContainerCPU, 100 << 20}}
 				if diff := cmp.Diff(want, usageOf("n2")); diff != "" {
 					t.Errorf("(-want +got):\n%s", diff)
 				}
@@ -89,7 +90,7 @@ func TestControlAPI(t *testing.T) {
 		{name: "forget usage", method: "DELETE", path: "/v1/usage", wantCode: 200},
 		{name: "slow fault", method: "PUT", path: "/v1/nodes/n1/fault", body: `{"kind":"Slow","delay":"2s"}`, wantCode: 200, wantBody: `"delay": "2s"`, check: func(t *testing.T) {
 			n, _ := f.Node("n1")
-			if diff := cmp.Diff(FaultState{Delay: 2 * time.Second}, n.Faults()); diff != "" {
+			if diff := cmp.Diff(FaultState{Delay: metav1.Duration{Duration: 2 * time.Second}}, n.Faults()); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		}},
@@ -102,7 +103,7 @@ func TestControlAPI(t *testing.T) {
 		{name: "data faults", method: "PUT", path: "/v1/nodes/n2/fault", body: `{"kind":"ClockBackwards","offset":"20s"}`, wantCode: 200, wantBody: `"clockOffset": "20s"`},
 		{name: "duplicate one pod", method: "PUT", path: "/v1/nodes/n2/fault", body: `{"kind":"DuplicatePods","pod":"shop/web-2"}`, wantCode: 200, check: func(t *testing.T) {
 			n, _ := f.Node("n2")
-			want := FaultState{Response: fakecore.FaultHugeBody, HugeBodyBytes: 1024, ClockOffset: 20 * time.Second, DuplicatePods: "shop/web-2"}
+			want := FaultState{Response: fakecore.FaultHugeBody, HugeBodyBytes: 1024, ClockOffset: metav1.Duration{Duration: 20 * time.Second}, DuplicatePods: "shop/web-2"}
 			if diff := cmp.Diff(want, n.Faults()); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}

@@ -157,15 +157,15 @@ func TestUsageSpreadAndRules(t *testing.T) {
 	setPod(t, f, "n2", Pod{Namespace: "ns", Name: "web-2", Labels: map[string]string{"app": "web"}})
 	f.SetContainerUsage("ns", "db-1", "main", Usage{CPUNanoCores: 7, MemoryBytes: 8})
 
-	usage := map[string]UsageState{}
+	usage := map[string]Usage{}
 	for _, n := range f.Nodes() {
 		for _, p := range n.State(true).Pods {
 			for _, c := range p.Containers {
-				usage[p.Name+"/"+c.Name] = c.UsageState
+				usage[p.Name+"/"+c.Name] = c.Usage
 			}
 		}
 	}
-	want := map[string]UsageState{
+	want := map[string]Usage{
 		"web-1/a":    {CPUNanoCores: 333333334, MemoryBytes: 34},
 		"web-1/b":    {CPUNanoCores: 333333334, MemoryBytes: 33},
 		"web-1/c":    {CPUNanoCores: 333333333, MemoryBytes: 33},

@@ -1,11 +1,12 @@
 package fakekubelet
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
@@ -61,52 +62,19 @@ func ClockBackwards(d time.Duration) Fault {
 
 // FaultState is the set of faults in force on a node.
 type FaultState struct {
-	Delay         time.Duration `json:"delay,omitempty"`
-	Response      FaultKind     `json:"response,omitempty"`
-	HugeBodyBytes int64         `json:"hugeBodyBytes,omitempty"`
-	Dead          bool          `json:"dead,omitempty"`
+	Delay         metav1.Duration `json:"delay,omitzero"`
+	Response      FaultKind       `json:"response,omitempty"`
+	HugeBodyBytes int64           `json:"hugeBodyBytes,omitempty"`
+	Dead          bool            `json:"dead,omitempty"`
 	// Connection is the connection fault in force.
 	Connection FaultKind `json:"connection,omitempty"`
 	// ClockOffset is how far back the node's clock is.
-	ClockOffset time.Duration `json:"clockOffset,omitempty"`
+	ClockOffset metav1.Duration `json:"clockOffset,omitzero"`
 	// DuplicatePods is "namespace/name" of the pod listed twice, AllPods,
 	// or empty.
 	DuplicatePods string `json:"duplicatePods,omitempty"`
 	// ForeignPods lists the pods of the fleet's other nodes too.
 	ForeignPods bool `json:"foreignPods,omitempty"`
-}
-
-// MarshalJSON writes Delay and ClockOffset as Go duration strings.
-func (s FaultState) MarshalJSON() ([]byte, error) {
-	type plain FaultState
-	out := struct {
-		plain
-		Delay       string `json:"delay,omitempty"`
-		ClockOffset string `json:"clockOffset,omitempty"`
-	}{plain: plain(s)}
-	if s.Delay > 0 {
-		out.Delay = s.Delay.String()
-	}
-	if s.ClockOffset > 0 {
-		out.ClockOffset = s.ClockOffset.String()
-	}
-	return json.Marshal(out)
-}
-
-// UnmarshalJSON reads what MarshalJSON writes.
-func (s *FaultState) UnmarshalJSON(b []byte) error {
-	type plain FaultState
-	in := struct {
-		*plain
-		Delay       string `json:"delay,omitempty"`
-		ClockOffset string `json:"clockOffset,omitempty"`
-	}{plain: (*plain)(s)}
-	if err := json.Unmarshal(b, &in); err != nil {
-		return err
-	}
-	var err error
-	s.Delay, s.ClockOffset, err = fakecore.ParseTimings(in.Delay, in.ClockOffset)
-	return err
 }
 
 // Faults returns the faults in force.
@@ -127,7 +95,7 @@ func (n *Node) SetFault(f Fault) error {
 			return fmt.Errorf("fault %s needs a positive delay", f.Kind)
 		}
 		n.mu.Lock()
-		n.faults.Delay = f.Delay
+		n.faults.Delay.Duration = f.Delay
 		n.mu.Unlock()
 	case fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultHugeBody, fakecore.FaultResetConnection, fakecore.FaultStall, fakecore.FaultTruncated:
 		size := int64(0)
@@ -151,7 +119,7 @@ func (n *Node) SetFault(f Fault) error {
 			return fmt.Errorf("fault %s needs an offset of at least 1s", f.Kind)
 		}
 		n.mu.Lock()
-		n.faults.ClockOffset = f.Offset
+		n.faults.ClockOffset.Duration = f.Offset
 		n.mu.Unlock()
 	case FaultDuplicatePods:
 		pod := f.Pod
@@ -191,7 +159,7 @@ func (n *Node) ClearFault(kind FaultKind) error {
 	case "":
 		n.faults = FaultState{}
 	case fakecore.FaultSlow:
-		n.faults.Delay = 0
+		n.faults.Delay.Duration = 0
 	case fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultHugeBody, fakecore.FaultResetConnection, fakecore.FaultStall, fakecore.FaultTruncated:
 		if n.faults.Response == kind {
 			n.faults.Response, n.faults.HugeBodyBytes = "", 0
@@ -201,7 +169,7 @@ func (n *Node) ClearFault(kind FaultKind) error {
 			n.faults.Connection = ""
 		}
 	case fakecore.FaultClockBackwards:
-		n.faults.ClockOffset = 0
+		n.faults.ClockOffset.Duration = 0
 	case FaultDuplicatePods:
 		n.faults.DuplicatePods = ""
 	case FaultForeignPods:

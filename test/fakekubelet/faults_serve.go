@@ -11,8 +11,8 @@ import (
 func (n *Node) serveFault(w http.ResponseWriter, r *http.Request, path string) bool {
 	faults := n.Faults()
 	rs := fakecore.Responder{Clock: n.fleet.cfg.Clock, Stop: n.ep.Stopped()}
-	if faults.Delay > 0 {
-		rs.Wait(r.Context(), faults.Delay)
+	if faults.Delay.Duration > 0 {
+		rs.Wait(r.Context(), faults.Delay.Duration)
 	}
 	if faults.Response == "" {
 		return false

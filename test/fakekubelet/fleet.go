@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/utils/clock"
 
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
@@ -125,7 +126,9 @@ func NewFleet(cfg Config) (*Fleet, error) {
 	if cfg.NodeMemoryCapacityBytes == 0 {
 		cfg.NodeMemoryCapacityBytes = DefaultNodeMemoryCapacity
 	}
-	ca, err := newAuthority(cfg.Clock.Now())
+	// The fleet's CA signs every node's serving certificate and, on
+	// request, client certificates.
+	ca, err := pki.NewCA(fmt.Sprintf("fake-kubelet-ca@%d", cfg.Clock.Now().Unix()), cfg.Clock.Now(), fakecore.CAValidity)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
@@ -130,7 +131,7 @@ func clientCertificate(t *testing.T, certPEM, keyPEM []byte) tls.Certificate {
 // otherCA returns a CA unrelated to the fleet's.
 func otherCA(t *testing.T) *pki.CA {
 	t.Helper()
-	a, err := newAuthority(t0)
+	a, err := pki.NewCA("other-ca", t0, fakecore.CAValidity)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
+	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
 // Node is one fake kubelet: a TLS endpoint on 127.0.0.1 and the pods bound
@@ -70,7 +71,7 @@ func (n *Node) listen(port int) error {
 		Addr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		Handler: n,
 		CA:      n.fleet.ca,
-		Leaf:    servingLeaf(n.name),
+		Leaf:    pki.Leaf{CommonName: n.name, Hosts: []string{"127.0.0.1", "localhost", n.name}, Server: true},
 		Now:     n.fleet.cfg.Clock.Now,
 		// Verified per request, so that a bad certificate yields 401
 		// rather than a failed handshake, as on a real kubelet.

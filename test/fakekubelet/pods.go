@@ -117,7 +117,10 @@ func (f *Fleet) SetPod(nodeName string, p Pod) error {
 }
 
 // RemovePod removes a pod from whichever node it is on.
-func (f *Fleet) RemovePod(namespace, name string) bool {
+func (f *Fleet) RemovePod(namespace, name string) bool { return f.removePodUID(namespace, name, "") }
+
+// removePodUID removes a pod if it is the incarnation uid ("": any).
+func (f *Fleet) removePodUID(namespace, name, uid string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k := podKey{namespace, name}
@@ -125,9 +128,15 @@ func (f *Fleet) RemovePod(namespace, name string) bool {
 	if !ok {
 		return false
 	}
-	delete(f.pods, k)
-	n.removePod(k, f.tl.now())
-	return true
+	n.mu.RLock()
+	ps, ok := n.pods[k]
+	same := uid == "" || ok && ps.pod.UID == uid
+	n.mu.RUnlock()
+	if same {
+		delete(f.pods, k)
+		n.removePod(k, f.tl.now())
+	}
+	return same
 }
 
 // ResetPodCounters restarts the CPU counters of one pod's containers from

@@ -1,14 +1,12 @@
 package fakekubelet
 
 import (
-	"bytes"
 	"io"
-	"math"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 )
 
@@ -16,35 +14,49 @@ import (
 const ResourceMetricsContentType = "text/plain; version=0.0.4; charset=utf-8; escaping=underscores"
 
 type family struct {
-	name, help, kind string
-	labels           []string // sorted by name, as the exposition writes them
+	name, help string
+	kind       dto.MetricType
+	labels     []string // sorted by name, as the exposition writes them
 }
 
 var (
-	containerCPUFamily = family{"container_cpu_usage_seconds_total", "[STABLE] Cumulative cpu time consumed by the container in core-seconds", "counter", []string{"container", "namespace", "pod"}}
-	containerMemFamily = family{"container_memory_working_set_bytes", "[STABLE] Current working set of the container in bytes", "gauge", []string{"container", "namespace", "pod"}}
-	containerStart     = family{"container_start_time_seconds", "[STABLE] Start time of the container since unix epoch in seconds", "gauge", []string{"container", "namespace", "pod"}}
-	nodeCPUFamily      = family{"node_cpu_usage_seconds_total", "[STABLE] Cumulative cpu time consumed by the node in core-seconds", "counter", nil}
-	nodeMemFamily      = family{"node_memory_working_set_bytes", "[STABLE] Current working set of the node in bytes", "gauge", nil}
-	podCPUFamily       = family{"pod_cpu_usage_seconds_total", "[STABLE] Cumulative cpu time consumed by the pod in core-seconds", "counter", []string{"namespace", "pod"}}
-	podMemFamily       = family{"pod_memory_working_set_bytes", "[STABLE] Current working set of the pod in bytes", "gauge", []string{"namespace", "pod"}}
-	scrapeErrorFamily  = family{"resource_scrape_error", "[STABLE] 1 if there was an error while getting container metrics, 0 otherwise", "gauge", nil}
+	containerCPUFamily = family{"container_cpu_usage_seconds_total", "[STABLE] Cumulative cpu time consumed by the container in core-seconds", dto.MetricType_COUNTER, []string{"container", "namespace", "pod"}}
+	containerMemFamily = family{"container_memory_working_set_bytes", "[STABLE] Current working set of the container in bytes", dto.MetricType_GAUGE, []string{"container", "namespace", "pod"}}
+	containerStart     = family{"container_start_time_seconds", "[STABLE] Start time of the container since unix epoch in seconds", dto.MetricType_GAUGE, []string{"container", "namespace", "pod"}}
+	nodeCPUFamily      = family{"node_cpu_usage_seconds_total", "[STABLE] Cumulative cpu time consumed by the node in core-seconds", dto.MetricType_COUNTER, nil}
+	nodeMemFamily      = family{"node_memory_working_set_bytes", "[STABLE] Current working set of the node in bytes", dto.MetricType_GAUGE, nil}
+	podCPUFamily       = family{"pod_cpu_usage_seconds_total", "[STABLE] Cumulative cpu time consumed by the pod in core-seconds", dto.MetricType_COUNTER, []string{"namespace", "pod"}}
+	podMemFamily       = family{"pod_memory_working_set_bytes", "[STABLE] Current working set of the pod in bytes", dto.MetricType_GAUGE, []string{"namespace", "pod"}}
+	scrapeErrorFamily  = family{"resource_scrape_error", "[STABLE] 1 if there was an error while getting container metrics, 0 otherwise", dto.MetricType_GAUGE, nil}
 )
 
-type promSample struct {
-	labels []string // values, in family.labels order
-	value  float64
-	ts     *time.Time
-}
-
 // WriteResourceMetrics writes s in the Prometheus text format the kubelet's
-// /metrics/resource endpoint uses: families sorted by name, samples sorted by
-// label values, counters in seconds, timestamps in milliseconds, and
-// container start times without a timestamp.
+// /metrics/resource endpoint uses, with the encoder the kubelet's registry
+// uses (expfmt): families sorted by name, samples sorted by label values,
+// counters in seconds, timestamps in milliseconds, and container start
+// times without a timestamp.
 func WriteResourceMetrics(w io.Writer, s *stats.Summary) error {
-	bySeries := map[string][]promSample{}
-	add := func(f family, v float64, ts *time.Time, labels ...string) {
-		bySeries[f.name] = append(bySeries[f.name], promSample{labels: labels, value: v, ts: ts})
+	byName := map[string]*dto.MetricFamily{}
+	add := func(f family, v float64, ts *time.Time, values ...string) {
+		mf := byName[f.name]
+		if mf == nil {
+			mf = &dto.MetricFamily{Name: &f.name, Help: &f.help, Type: f.kind.Enum()}
+			byName[f.name] = mf
+		}
+		m := &dto.Metric{}
+		for i := range f.labels {
+			m.Label = append(m.Label, &dto.LabelPair{Name: &f.labels[i], Value: &values[i]})
+		}
+		if f.kind == dto.MetricType_COUNTER {
+			m.Counter = &dto.Counter{Value: &v}
+		} else {
+			m.Gauge = &dto.Gauge{Value: &v}
+		}
+		if ts != nil {
+			ms := ts.UnixMilli()
+			m.TimestampMs = &ms
+		}
+		mf.Metric = append(mf.Metric, m)
 	}
 	if c := s.Node.CPU; c != nil && c.UsageCoreNanoSeconds != nil {
 		add(nodeCPUFamily, seconds(*c.UsageCoreNanoSeconds), &c.Time.Time)
@@ -74,75 +86,25 @@ func WriteResourceMetrics(w io.Writer, s *stats.Summary) error {
 	}
 	add(scrapeErrorFamily, 0, nil)
 
-	var out bytes.Buffer
 	for _, f := range []family{containerCPUFamily, containerMemFamily, containerStart, nodeCPUFamily, nodeMemFamily, podCPUFamily, podMemFamily, scrapeErrorFamily} {
-		samples := bySeries[f.name]
-		if len(samples) == 0 {
+		mf := byName[f.name]
+		if mf == nil {
 			continue
 		}
-		sort.SliceStable(samples, func(i, j int) bool {
-			a, b := samples[i].labels, samples[j].labels
+		sort.SliceStable(mf.Metric, func(i, j int) bool {
+			a, b := mf.Metric[i].Label, mf.Metric[j].Label
 			for k := range a {
-				if a[k] != b[k] {
-					return a[k] < b[k]
+				if a[k].GetValue() != b[k].GetValue() {
+					return a[k].GetValue() < b[k].GetValue()
 				}
 			}
 			return false
 		})
-		writeFamily(&out, f, samples)
-	}
-	_, err := w.Write(out.Bytes())
-	return err
-}
-
-func writeFamily(w *bytes.Buffer, f family, samples []promSample) {
-	w.WriteString("# HELP " + f.name + " " + escapeHelp(f.help) + "\n")
-	w.WriteString("# TYPE " + f.name + " " + f.kind + "\n")
-	var buf []byte
-	for _, s := range samples {
-		buf = append(buf[:0], f.name...)
-		if len(f.labels) > 0 {
-			buf = append(buf, '{')
-			for i, l := range f.labels {
-				if i > 0 {
-					buf = append(buf, ',')
-				}
-				buf = append(buf, l...)
-				buf = append(buf, '=', '"')
-				buf = append(buf, escapeLabel(s.labels[i])...)
-				buf = append(buf, '"')
-			}
-			buf = append(buf, '}')
+		if _, err := expfmt.MetricFamilyToText(w, mf); err != nil {
+			return err
 		}
-		buf = append(buf, ' ')
-		buf = appendFloat(buf, s.value)
-		if s.ts != nil {
-			buf = append(buf, ' ')
-			buf = strconv.AppendInt(buf, s.ts.UnixMilli(), 10)
-		}
-		buf = append(buf, '\n')
-		w.Write(buf)
 	}
+	return nil
 }
 
 func seconds(coreNanoSeconds uint64) float64 { return float64(coreNanoSeconds) / float64(time.Second) }
-
-func appendFloat(b []byte, f float64) []byte {
-	switch {
-	case math.IsNaN(f):
-		return append(b, "NaN"...)
-	case math.IsInf(f, 1):
-		return append(b, "+Inf"...)
-	case math.IsInf(f, -1):
-		return append(b, "-Inf"...)
-	}
-	return strconv.AppendFloat(b, f, 'g', -1, 64)
-}
-
-var (
-	labelEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`)
-	helpEscaper  = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
-)
-
-func escapeLabel(s string) string { return labelEscaper.Replace(s) }
-func escapeHelp(s string) string  { return helpEscaper.Replace(s) }

@@ -4,67 +4,35 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
-)
+	"k8s.io/client-go/util/workqueue"
 
-// KwokNodeAnnotation marks a Node as managed by kwok (with the usual
-// manageNodesWithAnnotationSelector of kwok.x-k8s.io/node=fake).
-const KwokNodeAnnotation = "kwok.x-k8s.io/node"
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+)
 
 // NodeRegistration describes the Node objects RegisterNodes creates.
 type NodeRegistration struct {
 	// Labels are added to the standard kubernetes.io labels.
 	Labels map[string]string
-	// Capacity defaults to 32 CPUs, 256Gi of memory and 110 pods.
+	// Capacity replaces cluster.NodeObject's, resource by resource.
 	Capacity corev1.ResourceList
 	// Parallelism bounds concurrent API calls; 0 means 16.
 	Parallelism int
 }
 
-// NodeObject returns the Node object for a fleet node: kwok-managed, with
-// InternalIP 127.0.0.1 and the node's port as the kubelet endpoint.
+// NodeObject returns the Node object for a fleet node: cluster.NodeObject
+// with InternalIP 127.0.0.1, the node's port as the kubelet endpoint, and
+// reg's labels and capacity.
 func (n *Node) NodeObject(reg NodeRegistration) *corev1.Node {
-	capacity := corev1.ResourceList{
-		corev1.ResourceCPU:    resource.MustParse("32"),
-		corev1.ResourceMemory: resource.MustParse("256Gi"),
-		corev1.ResourcePods:   resource.MustParse("110"),
-	}
-	for k, v := range reg.Capacity {
-		capacity[k] = v
-	}
-	labels := map[string]string{
-		"kubernetes.io/hostname": n.name,
-		"kubernetes.io/os":       "linux",
-		"kubernetes.io/arch":     "amd64",
-		"type":                   "kwok",
-	}
-	for k, v := range reg.Labels {
-		labels[k] = v
-	}
-	obj := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        n.name,
-			Labels:      labels,
-			Annotations: map[string]string{KwokNodeAnnotation: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-		},
-		Status: corev1.NodeStatus{
-			Capacity:    capacity,
-			Allocatable: capacity.DeepCopy(),
-			NodeInfo: corev1.NodeSystemInfo{
-				Architecture:    "amd64",
-				OperatingSystem: "linux",
-				KubeletVersion:  "fake",
-			},
-		},
-	}
-	setEndpoint(obj, n.Port())
+	obj := cluster.NodeObject(n.name, reg.Labels, "127.0.0.1", n.Port())
+	maps.Copy(obj.Status.Capacity, reg.Capacity)
+	maps.Copy(obj.Status.Allocatable, reg.Capacity)
 	return obj
 }
 
@@ -96,28 +64,10 @@ func (f *Fleet) RegisterNodes(ctx context.Context, client kubernetes.Interface, 
 		workers = 16
 	}
 	nodes := f.Nodes()
-	work := make(chan *Node)
 	errs := make([]error, len(nodes))
-	index := map[*Node]int{}
-	for i, n := range nodes {
-		index[n] = i
-	}
-	var wg sync.WaitGroup
-	for range min(workers, len(nodes)) {
-		wg.Go(func() {
-			for n := range work {
-				errs[index[n]] = registerNode(ctx, client, n, reg)
-			}
-		})
-	}
-	for _, n := range nodes {
-		select {
-		case work <- n:
-		case <-ctx.Done():
-		}
-	}
-	close(work)
-	wg.Wait()
+	workqueue.ParallelizeUntil(ctx, workers, len(nodes), func(i int) {
+		errs[i] = registerNode(ctx, client, nodes[i], reg)
+	})
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -1,10 +1,9 @@
 package fakekubelet
 
 import (
-	"encoding/json"
-	"fmt"
-	"os"
 	"path/filepath"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
 // StateFileName is the file in its --cert-dir where the fake-kubelet-fleet
@@ -30,13 +29,5 @@ type FleetNode struct {
 // ReadFleetState reads the FleetState in dir; it fails until the fleet has
 // written it.
 func ReadFleetState(dir string) (*FleetState, error) {
-	data, err := os.ReadFile(filepath.Join(dir, StateFileName))
-	if err != nil {
-		return nil, err
-	}
-	var s FleetState
-	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("%s: %w", StateFileName, err)
-	}
-	return &s, nil
+	return fakecore.ReadState[FleetState](filepath.Join(dir, StateFileName))
 }

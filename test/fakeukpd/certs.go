@@ -3,21 +3,18 @@ package fakeukpd
 import (
 	"time"
 
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
-// CA is the certificate authority the fake serves TLS with.
-type CA = pki.CA
-
-const validity = 5 * 365 * 24 * time.Hour
-
-// NewCA generates a CA valid from an hour before now.
-func NewCA(now time.Time) (*CA, error) {
-	return pki.NewCA("fake-ukpd-ca", now, validity)
+// NewCA generates the CA the fake serves TLS with, valid from an hour
+// before now.
+func NewCA(now time.Time) (*pki.CA, error) {
+	return pki.NewCA("fake-ukpd-ca", now, fakecore.CAValidity)
 }
 
 // ServingLeaf is the fake's serving certificate for hosts (IP addresses or
-// DNS names), for CA.TLSCertificate.
+// DNS names).
 func ServingLeaf(hosts ...string) pki.Leaf {
 	return pki.Leaf{CommonName: "fake-ukpd", Hosts: hosts, Server: true}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // InstanceRequest is the body of POST /v1/instances on the control API.
@@ -35,12 +36,12 @@ type UsageRequest struct {
 
 // FaultRequest is the body of PUT /v1/fault.
 type FaultRequest struct {
-	Kind  FaultKind `json:"kind"`
-	Path  string    `json:"path,omitempty"`
-	Delay string    `json:"delay,omitempty"` // Go duration, for Slow
-	Bytes int64     `json:"bytes,omitempty"` // for HugeBody
+	Kind  FaultKind       `json:"kind"`
+	Path  string          `json:"path,omitempty"`
+	Delay metav1.Duration `json:"delay,omitzero"`  // Go duration, for Slow
+	Bytes int64           `json:"bytes,omitempty"` // for HugeBody
 	// Offset is a Go duration, for ClockBackwards and ClockOffset.
-	Offset string `json:"offset,omitempty"`
+	Offset metav1.Duration `json:"offset,omitzero"`
 }
 
 // NewControlHandler returns the plain-HTTP control API of s (see
@@ -196,12 +197,7 @@ func (c *control) setFault(w http.ResponseWriter, r *http.Request) {
 	if !fakecore.ReadJSON(w, r, &req) {
 		return
 	}
-	f := Fault{Kind: req.Kind, Path: req.Path, Bytes: req.Bytes}
-	var err error
-	if f.Delay, f.Offset, err = fakecore.ParseTimings(req.Delay, req.Offset); err != nil {
-		fakecore.WriteError(w, http.StatusBadRequest, err)
-		return
-	}
+	f := Fault{Kind: req.Kind, Path: req.Path, Delay: req.Delay.Duration, Bytes: req.Bytes, Offset: req.Offset.Duration}
 	if err := c.s.SetFault(f); err != nil {
 		fakecore.WriteError(w, http.StatusBadRequest, err)
 		return
@@ -212,14 +208,7 @@ func (c *control) setFault(w http.ResponseWriter, r *http.Request) {
 func faultStates(faults []Fault) []FaultRequest {
 	out := make([]FaultRequest, 0, len(faults))
 	for _, f := range faults {
-		fr := FaultRequest{Kind: f.Kind, Path: f.Path, Bytes: f.Bytes}
-		if f.Delay > 0 {
-			fr.Delay = f.Delay.String()
-		}
-		if f.Offset != 0 {
-			fr.Offset = f.Offset.String()
-		}
-		out = append(out, fr)
+		out = append(out, FaultRequest{Kind: f.Kind, Path: f.Path, Delay: metav1.Duration{Duration: f.Delay}, Bytes: f.Bytes, Offset: metav1.Duration{Duration: f.Offset}})
 	}
 	return out
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 type controlHarness struct {
@@ -143,7 +144,7 @@ func TestControlFaults(t *testing.T) {
 		t.Fatalf("PUT fault = %d", code)
 	}
 	c.call(t, "PUT", "/v1/fault", `{"kind":"HugeBody","bytes":1024,"path":"/v1/instances/metrics"}`, &state)
-	want := []FaultRequest{{Kind: fakecore.FaultSlow, Delay: "5s"}, {Kind: fakecore.FaultHugeBody, Path: metricsPath, Bytes: 1024}}
+	want := []FaultRequest{{Kind: fakecore.FaultSlow, Delay: metav1.Duration{Duration: 5 * time.Second}}, {Kind: fakecore.FaultHugeBody, Path: metricsPath, Bytes: 1024}}
 	if diff := cmp.Diff(want, state); diff != "" {
 		t.Errorf("faults (-want +got):\n%s", diff)
 	}

@@ -19,7 +19,7 @@ func TestEndpointTransportFaults(t *testing.T) {
 		kind  FaultKind
 		check func(t *testing.T, err error)
 	}{
-		{kind: FaultRefused, check: func(t *testing.T, err error) {
+		{kind: fakecore.FaultRefused, check: func(t *testing.T, err error) {
 			if !errors.Is(err, syscall.ECONNREFUSED) {
 				t.Errorf("got %v; want connection refused", err)
 			}
@@ -50,7 +50,7 @@ func TestEndpointTransportFaults(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ep, err := NewEndpoint(s, EndpointConfig{Addr: "127.0.0.1:0", CA: ca, Hosts: []string{"127.0.0.1"}})
+			ep, err := fakecore.NewEndpoint(fakecore.EndpointConfig{Handler: s, CA: ca, Leaf: ServingLeaf("127.0.0.1")})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -63,7 +63,7 @@ func TestEndpointTransportFaults(t *testing.T) {
 			get := func(d time.Duration) (int, error) {
 				ctx, cancel := context.WithTimeout(context.Background(), d)
 				defer cancel()
-				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ep.URL()+listPath, nil)
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+ep.Addr()+listPath, nil)
 				req.Header.Set("Authorization", "Bearer "+token)
 				resp, err := c.Do(req)
 				if err != nil {
@@ -88,7 +88,7 @@ func TestEndpointTransportFaults(t *testing.T) {
 				t.Fatalf("got %d and no error; want a failed connection", code)
 			}
 			tt.check(t, err)
-			if err := ep.ClearTransportFault(); err != nil {
+			if err := ep.SetTransportFault(""); err != nil {
 				t.Fatal(err)
 			}
 			if ep.Addr() != addr {
@@ -107,7 +107,7 @@ func TestEndpointRejects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep, err := NewEndpoint(s, EndpointConfig{CA: ca, Hosts: []string{"127.0.0.1"}})
+	ep, err := fakecore.NewEndpoint(fakecore.EndpointConfig{Handler: s, CA: ca, Leaf: ServingLeaf("127.0.0.1")})
 	if err != nil {
 		t.Fatal(err)
 	}

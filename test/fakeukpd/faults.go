@@ -23,7 +23,7 @@ type FaultKind = fakecore.FaultKind
 // data faults (ClockBackwards, ClockOffset, DuplicateInstances, OlderForm)
 // change what both paths report and compose with everything. CounterReset
 // acts once and is not kept. The transport faults (Refused and fakecore's)
-// live below HTTP, in an Endpoint.
+// live below HTTP, in a fakecore.Endpoint.
 const (
 	// FaultDuplicateInstances reports a second instance for every
 	// container, with twice the values.

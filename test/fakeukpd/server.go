@@ -13,6 +13,8 @@ import (
 
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
 // Config configures a Server.
@@ -219,20 +221,8 @@ func (s *Server) fileTokensLocked() []string {
 		klog.V(2).InfoS("Token file unreadable", "err", err)
 		return nil
 	}
-	s.fileInfo, s.fileToks = fi, ParseTokens(string(b))
+	s.fileInfo, s.fileToks = fi, fakecore.ParseTokens(string(b))
 	return s.fileToks
-}
-
-// ParseTokens reads one token a line, skipping blank lines and "#"
-// comments.
-func ParseTokens(text string) []string {
-	var out []string
-	for line := range strings.Lines(text) {
-		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "#") {
-			out = append(out, t)
-		}
-	}
-	return out
 }
 
 // writeAPIError answers in the API's envelope with status "error".

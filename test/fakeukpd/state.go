@@ -1,10 +1,6 @@
 package fakeukpd
 
-import (
-	"encoding/json"
-	"fmt"
-	"os"
-)
+import "github.com/group-metrics-server/group-metrics-server/test/fakecore"
 
 // State is how a fake ukpd running as its own process (the fake-ukpd
 // command's --state-file) tells its users where it serves.
@@ -16,14 +12,4 @@ type State struct {
 
 // ReadState reads a State from path; it fails until the fake has written
 // it.
-func ReadState(path string) (*State, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var s State
-	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return &s, nil
-}
+func ReadState(path string) (*State, error) { return fakecore.ReadState[State](path) }

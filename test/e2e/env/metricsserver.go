@@ -92,16 +92,5 @@ func metricsServerArgs(kubeconfig string, port int, certDir, kubeletCAFile strin
 
 // RESTConfig reaches metrics-server directly as the cluster admin.
 func (m *MetricsServer) RESTConfig() *rest.Config {
-	admin := m.cluster.RESTConfig()
-	return &rest.Config{
-		Host: "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(m.Port)),
-		TLSClientConfig: rest.TLSClientConfig{
-			CAData:   m.cluster.CACertPEM(),
-			CertFile: admin.CertFile,
-			KeyFile:  admin.KeyFile,
-			CertData: admin.CertData,
-			KeyData:  admin.KeyData,
-		},
-		Timeout: 30 * time.Second,
-	}
+	return adminConfig(m.cluster, net.JoinHostPort("127.0.0.1", strconv.Itoa(m.Port)), "", m.cluster.CACertPEM())
 }

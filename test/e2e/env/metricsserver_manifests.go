@@ -2,11 +2,12 @@ package env
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -88,24 +89,19 @@ func DeployMetricsServerManifests(ctx context.Context, c *cluster.Cluster, binDi
 // moduleDir returns the directory of module in the module cache, as
 // required by the tools module in toolsDir, downloading it if needed.
 func moduleDir(ctx context.Context, toolsDir, module string) (string, error) {
-	run := func(args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, "go", args...)
-		cmd.Dir = toolsDir
-		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
-		out, err := cmd.Output()
-		if err != nil {
-			return "", fmt.Errorf("go %s in %s: %w", strings.Join(args, " "), toolsDir, err)
-		}
-		return strings.TrimSpace(string(out)), nil
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", module)
+	cmd.Dir = toolsDir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	out, err := cmd.Output()
+	var m struct{ Dir string }
+	if err == nil {
+		err = json.Unmarshal(out, &m)
 	}
-	dir, err := run("list", "-m", "-f", "{{.Dir}}", module)
-	if err == nil && dir == "" {
-		if _, err = run("mod", "download", module); err == nil {
-			dir, err = run("list", "-m", "-f", "{{.Dir}}", module)
-		}
+	if err == nil && m.Dir == "" {
+		err = errors.New("no directory")
 	}
-	if err == nil && dir == "" {
-		err = fmt.Errorf("module %s has no directory", module)
+	if err != nil {
+		return "", fmt.Errorf("go mod download %s in %s: %w", module, toolsDir, err)
 	}
-	return dir, err
+	return m.Dir, nil
 }

@@ -31,14 +31,6 @@ func RunRelease(ctx context.Context, c *cluster.Cluster, objs []*unstructured.Un
 	if err != nil {
 		return nil, err
 	}
-	args, sa, err := containerArgs(deploy, serverContainer)
-	if err != nil {
-		return nil, err
-	}
-	mounts, err := secretMounts(deploy, serverContainer)
-	if err != nil {
-		return nil, err
-	}
 	svc, err := find(objs, "Service")
 	if err != nil {
 		return nil, err
@@ -59,30 +51,7 @@ func RunRelease(ctx context.Context, c *cluster.Cluster, objs []*unstructured.Un
 			s.APIServices = append(s.APIServices, o.GetName())
 		}
 	}
-	if ctrl, _ := findNamed(objs, "Deployment", controllerDeployment); ctrl != nil {
-		ctrlArgs, ctrlSA, err := containerArgs(ctrl, controllerContainer)
-		if err != nil {
-			return nil, err
-		}
-		s.controllerArgs, s.controllerSA = append(ctrlArgs, cfg.ControllerArgs...), ctrlSA
-		if err := s.ensureController(ctx); err != nil {
-			return nil, err
-		}
-	}
-	if err := s.mountVolumes(ctx, mounts, args); err != nil {
-		return s, err
-	}
-	kubeconfig, err := c.ServiceAccountKubeconfig(ctx, s.Namespace, sa)
-	if err != nil {
-		return s, err
-	}
-	args = hostArgs(args, kubeconfig, port, cfg)
-	proc, err := c.StartProcess(cfg.ProcessName, filepath.Join(cfg.BinDir, ServerBinary), args...)
-	if err != nil {
-		return s, err
-	}
-	s.Process, s.Args, s.ServiceAccount = proc, args, sa
-	return s, s.waitAvailable(ctx)
+	return s, s.start(ctx, objs, deploy, cfg)
 }
 
 // mountVolumes keeps each Secret volume of the server in a local directory

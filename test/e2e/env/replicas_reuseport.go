@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -125,43 +122,6 @@ func (s *Server) PinnedClients(ctx context.Context, procs []*cluster.Process, ma
 		return nil, fmt.Errorf("reached %d of %d replicas in %d connections (last error: %w)", len(out), len(procs), maxDials, lastErr)
 	}
 	return out, nil
-}
-
-// ProcStartTime returns when pid started, in Unix seconds, computed as the
-// Prometheus process collector does: the boot time from /proc/stat plus the
-// start time in ticks from /proc/<pid>/stat.
-func ProcStartTime(pid int) (float64, error) {
-	stat, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, err
-	}
-	var boot float64
-	for _, line := range strings.Split(string(stat), "\n") {
-		if v, ok := strings.CutPrefix(line, "btime "); ok {
-			if boot, err = strconv.ParseFloat(strings.TrimSpace(v), 64); err != nil {
-				return 0, fmt.Errorf("/proc/stat btime: %w", err)
-			}
-		}
-	}
-	if boot == 0 {
-		return 0, errors.New("/proc/stat has no btime")
-	}
-	pstat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	s := string(pstat)
-	i := strings.LastIndexByte(s, ')')
-	f := strings.Fields(s[i+1:])
-	// f[0] is field 3; starttime is field 22.
-	if i < 0 || len(f) < 20 {
-		return 0, fmt.Errorf("/proc/%d/stat: too short", pid)
-	}
-	ticks, err := strconv.ParseUint(f[19], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("/proc/%d/stat starttime: %w", pid, err)
-	}
-	return boot + float64(ticks)/userHZ, nil
 }
 
 // gaugeValue returns the value of the sample name in a Prometheus text

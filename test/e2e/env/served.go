@@ -12,7 +12,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
@@ -60,11 +59,7 @@ func (s *Server) ServedCertificate(ctx context.Context, procs []*cluster.Process
 
 // CABundle returns the caBundle of the APIService name.
 func CABundle(ctx context.Context, c *cluster.Cluster, name string) ([]byte, error) {
-	dyn, err := dynamic.NewForConfig(c.RESTConfig())
-	if err != nil {
-		return nil, err
-	}
-	obj, err := dyn.Resource(apiServiceResource).Get(ctx, name, metav1.GetOptions{})
+	obj, err := c.APIServices().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -12,15 +11,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
@@ -130,11 +126,7 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 	if err != nil {
 		return nil, err
 	}
-	objs, deploy, manifestArgs, sa := w.objs, w.deploy, w.args, w.serviceAccount
-	mounts, err := secretMounts(deploy, serverContainer)
-	if err != nil {
-		return nil, err
-	}
+	objs, deploy := w.objs, w.deploy
 	svc, err := find(objs, "Service")
 	if err != nil {
 		return nil, err
@@ -188,53 +180,51 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 		binDir:       cfg.BinDir,
 		registration: registration,
 	}
-	if ctrl, _ := findNamed(objs, "Deployment", controllerDeployment); ctrl != nil {
-		args, ctrlSA, err := containerArgs(ctrl, controllerContainer)
-		if err != nil {
-			return nil, err
-		}
-		// The APIServices name the server's port (above), and so must one
-		// the controller creates again.
-		args = append(args, "--service-port="+strconv.Itoa(port))
-		// Its metrics port on loopback and picked by the kernel, so that
-		// suites on one machine never collide on the manifests' :8080.
-		args = append(args, "--metrics-bind-address=127.0.0.1:0")
-		s.controllerArgs, s.controllerSA = append(args, cfg.ControllerArgs...), ctrlSA
-		if err := s.ensureController(ctx); err != nil {
-			return nil, err
-		}
-	}
-	volumeCtx, stopVolumes := context.WithCancel(context.Background())
-	s.stopVolumes = stopVolumes
-	for _, m := range mounts {
-		v := MountSecret(volumeCtx, c.Client(), deploy.GetNamespace(), m.secret, filepath.Join(c.WorkDir(), cfg.ProcessName+"-volumes", m.secret))
-		s.Volumes = append(s.Volumes, v)
-		select {
-		case <-v.Exists():
-		case <-ctx.Done():
-			return s, fmt.Errorf("secret %s for the server's volume: %w", m.secret, ctx.Err())
-		}
-		for i, a := range manifestArgs {
-			if name, val, ok := strings.Cut(a, "="); ok && strings.HasPrefix(val, m.path+"/") {
-				manifestArgs[i] = name + "=" + filepath.Join(v.Dir, strings.TrimPrefix(val, m.path+"/"))
-			}
-		}
-	}
+	// The APIServices name the server's port (above), and so must one the
+	// controller creates again; its metrics port is on loopback and picked
+	// by the kernel, so that suites on one machine never collide on the
+	// manifests' :8080.
+	return s, s.start(ctx, objs, deploy, cfg, "--service-port="+strconv.Itoa(port), "--metrics-bind-address=127.0.0.1:0")
+}
 
-	kubeconfig, err := c.ServiceAccountKubeconfig(ctx, deploy.GetNamespace(), sa)
-	if err != nil {
-		return s, err
+// start runs the certificate controller of objs, if they have one, with
+// its Deployment's args, then ctrlArgs and cfg.ControllerArgs, and the
+// server with the args of deploy's container plus the flags a process on
+// the host needs (hostArgs), its Secret volumes kept in local directories;
+// it waits until the server's APIServices are Available.
+func (s *Server) start(ctx context.Context, objs []*unstructured.Unstructured, deploy *unstructured.Unstructured, cfg ServerConfig, ctrlArgs ...string) error {
+	if ctrl, _ := findNamed(objs, "Deployment", controllerDeployment); ctrl != nil {
+		args, sa, err := containerArgs(ctrl, controllerContainer)
+		if err != nil {
+			return err
+		}
+		s.controllerArgs, s.controllerSA = append(append(args, ctrlArgs...), cfg.ControllerArgs...), sa
+		if err := s.ensureController(ctx); err != nil {
+			return err
+		}
 	}
-	args := hostArgs(manifestArgs, kubeconfig, port, cfg)
-	proc, err := c.StartProcess(cfg.ProcessName, filepath.Join(cfg.BinDir, ServerBinary), args...)
+	args, sa, err := containerArgs(deploy, serverContainer)
 	if err != nil {
-		return s, err
+		return err
+	}
+	mounts, err := secretMounts(deploy, serverContainer)
+	if err != nil {
+		return err
+	}
+	if err := s.mountVolumes(ctx, mounts, args); err != nil {
+		return err
+	}
+	kubeconfig, err := s.cluster.ServiceAccountKubeconfig(ctx, s.Namespace, sa)
+	if err != nil {
+		return err
+	}
+	args = hostArgs(args, kubeconfig, s.Port, cfg)
+	proc, err := s.cluster.StartProcess(cfg.ProcessName, filepath.Join(cfg.BinDir, ServerBinary), args...)
+	if err != nil {
+		return err
 	}
 	s.Process, s.Args, s.ServiceAccount = proc, args, sa
-	if err := s.waitAvailable(ctx); err != nil {
-		return s, err
-	}
-	return s, nil
+	return s.waitAvailable(ctx)
 }
 
 func (cfg *ServerConfig) complete() error {
@@ -294,8 +284,6 @@ func exposeOnLoopback(svc *unstructured.Unstructured, port int) error {
 	return unstructured.SetNestedField(svc.Object, "localhost", "spec", "externalName")
 }
 
-var apiServiceResource = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
-
 // Register applies the server's Service and APIServices again, so that the
 // aggregator sends their requests to this server, runs its certificate
 // controller in place of any other, and waits as DeployServer does.
@@ -351,16 +339,12 @@ func (s *Server) Undeploy(ctx context.Context, prev *Server) error {
 	if err := prev.Register(ctx); err != nil {
 		return err
 	}
-	dyn, err := dynamic.NewForConfig(s.cluster.RESTConfig())
-	if err != nil {
-		return err
-	}
 	var errs []error
 	for _, name := range s.APIServices {
 		if slices.Contains(prev.APIServices, name) {
 			continue
 		}
-		err := dyn.Resource(apiServiceResource).Delete(ctx, name, metav1.DeleteOptions{})
+		err := s.cluster.APIServices().Delete(ctx, name, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete APIService %s: %w", name, err))
 		}
@@ -378,21 +362,12 @@ func (s *Server) Undeploy(ctx context.Context, prev *Server) error {
 // caBundle that verifies the server's certificate for ServiceHost, and is
 // Available.
 func (s *Server) waitAvailable(ctx context.Context) error {
-	dyn, err := dynamic.NewForConfig(s.cluster.RESTConfig())
-	if err != nil {
-		return err
-	}
 	watch := []*cluster.Process{s.Process}
 	for _, name := range s.APIServices {
 		err := Poll(ctx, "APIService "+name+" to carry a caBundle that verifies the server", watch, func(ctx context.Context) error {
-			obj, err := dyn.Resource(apiServiceResource).Get(ctx, name, metav1.GetOptions{})
+			bundle, err := CABundle(ctx, s.cluster, name)
 			if err != nil {
 				return err
-			}
-			b64, _, _ := unstructured.NestedString(obj.Object, "spec", "caBundle")
-			bundle, err := base64.StdEncoding.DecodeString(b64)
-			if err != nil {
-				return fmt.Errorf("caBundle: %w", err)
 			}
 			if len(bundle) == 0 {
 				return errors.New("no caBundle yet")
@@ -433,14 +408,18 @@ func (s *Server) Address() string { return net.JoinHostPort("127.0.0.1", strconv
 // through the aggregator) as the cluster admin, verifying its certificate
 // against the caBundle for ServiceHost.
 func (s *Server) RESTConfig() *rest.Config {
-	admin := s.cluster.RESTConfig()
+	return adminConfig(s.cluster, s.Address(), s.ServiceHost, s.CABundle)
+}
+
+// adminConfig reaches addr directly with the cluster admin's credentials,
+// verifying its certificate against ca for serverName ("": addr's host).
+func adminConfig(c *cluster.Cluster, addr, serverName string, ca []byte) *rest.Config {
+	admin := c.RESTConfig()
 	return &rest.Config{
-		Host: "https://" + s.Address(),
+		Host: "https://" + addr,
 		TLSClientConfig: rest.TLSClientConfig{
-			ServerName: s.ServiceHost,
-			CAData:     s.CABundle,
-			CertFile:   admin.CertFile,
-			KeyFile:    admin.KeyFile,
+			ServerName: serverName,
+			CAData:     ca,
 			CertData:   admin.CertData,
 			KeyData:    admin.KeyData,
 		},

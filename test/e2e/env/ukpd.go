@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -24,6 +23,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
@@ -51,8 +51,8 @@ type Ukpd struct {
 	// Control is a client of the control API.
 	Control UkpdControl
 
-	api     *fakeukpd.Endpoint
-	control *http.Server
+	api     *fakecore.Endpoint
+	control *fakecore.HTTPServer
 }
 
 // UkpdPageSize is the most instances one answer of the suite's fake ukpd
@@ -82,17 +82,16 @@ func StartUkpd(dir string) (*Ukpd, error) {
 	if err := os.WriteFile(u.CAFile, ca.CertPEM(), 0o644); err != nil {
 		return nil, err
 	}
-	if u.api, err = fakeukpd.NewEndpoint(u.Server, fakeukpd.EndpointConfig{CA: ca, Hosts: []string{"127.0.0.1", "localhost"}}); err != nil {
+	u.api, err = fakecore.NewEndpoint(fakecore.EndpointConfig{Handler: u.Server, CA: ca, Leaf: fakeukpd.ServingLeaf("127.0.0.1", "localhost")})
+	if err != nil {
 		return nil, err
 	}
-	u.URL = u.api.URL()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	u.URL = "https://" + u.api.Addr()
+	control, addr, err := fakecore.Listen("127.0.0.1:0", fakeukpd.NewControlHandler(u.Server, ca.CertPEM()))
 	if err != nil {
 		return nil, errors.Join(err, u.Close())
 	}
-	u.control = &http.Server{Handler: fakeukpd.NewControlHandler(u.Server, ca.CertPEM()), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = u.control.Serve(ln) }()
-	u.Control = UkpdControl{Address: ln.Addr().String()}
+	u.control, u.Control = control, UkpdControl{Address: addr}
 	return u, nil
 }
 
@@ -109,16 +108,16 @@ func (u *Ukpd) ServerArgs() []string {
 
 // Up serves the platform API again, on the same address, without a
 // transport fault.
-func (u *Ukpd) Up() error { return u.api.ClearTransportFault() }
+func (u *Ukpd) Up() error { return u.api.SetTransportFault("") }
 
 // Down closes the platform API's listener and connections: clients get
 // "connection refused" until Up.
-func (u *Ukpd) Down() error { return u.api.SetTransportFault(fakeukpd.FaultRefused) }
+func (u *Ukpd) Down() error { return u.api.SetTransportFault(fakecore.FaultRefused) }
 
 // BreakTransport breaks the platform API below HTTP with a transport fault
-// (fakeukpd.FaultRefused or one of fakecore's); the returned heal puts it
+// (fakecore.FaultRefused or one that breaks TLS); the returned heal puts it
 // back as it was.
-func (u *Ukpd) BreakTransport(kind fakeukpd.FaultKind) (heal func() error, err error) {
+func (u *Ukpd) BreakTransport(kind fakecore.FaultKind) (heal func() error, err error) {
 	if err := u.api.SetTransportFault(kind); err != nil {
 		return nil, errors.Join(err, u.Up())
 	}
@@ -130,7 +129,7 @@ func (u *Ukpd) Close() error {
 	u.Server.Close()
 	err := u.api.Close()
 	if u.control != nil {
-		err = errors.Join(err, u.control.Close())
+		err = errors.Join(err, u.control.Stop())
 	}
 	return err
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
@@ -150,11 +149,7 @@ func (o *Options) Config() (*Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read --token-file: %w", err)
 		}
-		for line := range strings.Lines(string(b)) {
-			if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "#") {
-				tokens = append(tokens, t)
-			}
-		}
+		tokens = append(tokens, fakecore.ParseTokens(string(b))...)
 	}
 	fc := fakekubelet.Config{
 		SampleInterval:          o.SampleInterval,

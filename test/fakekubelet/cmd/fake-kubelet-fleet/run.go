@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -52,11 +50,10 @@ func run(ctx context.Context, cfg *Config) (err error) {
 			return err
 		}
 	}
-	ln, err := net.Listen("tcp", cfg.ControlAddress)
+	control, controlAddress, err := fakecore.Listen(cfg.ControlAddress, fakekubelet.NewControlHandler(fleet))
 	if err != nil {
-		return fmt.Errorf("listen on control address: %w", err)
+		return err
 	}
-	control, controlAddress := fakecore.Serve(ln, fakekubelet.NewControlHandler(fleet)), ln.Addr().String()
 	defer func() { err = errors.Join(err, control.Stop()) }()
 
 	if cfg.PodInformer {
@@ -119,10 +116,6 @@ func writeCertDir(dir string, fleet *fakekubelet.Fleet, controlAddress string) e
 	for _, n := range fleet.Nodes() {
 		f.Nodes = append(f.Nodes, fakekubelet.FleetNode{Name: n.Name(), Port: n.Port()})
 	}
-	state, err := json.MarshalIndent(f, "", "  ")
-	if err != nil {
-		return err
-	}
 	for _, w := range []struct {
 		path string
 		data []byte
@@ -131,11 +124,10 @@ func writeCertDir(dir string, fleet *fakekubelet.Fleet, controlAddress string) e
 		{f.CAFile, fleet.CACertPEM(), 0o644},
 		{f.ClientCertFile, certPEM, 0o644},
 		{f.ClientKeyFile, keyPEM, 0o600},
-		{filepath.Join(dir, fakekubelet.StateFileName), append(state, '\n'), 0o644},
 	} {
 		if err := fakecore.WriteAtomic(w.path, w.data, w.mode); err != nil {
 			return err
 		}
 	}
-	return nil
+	return fakecore.WriteState(filepath.Join(dir, fakekubelet.StateFileName), f)
 }

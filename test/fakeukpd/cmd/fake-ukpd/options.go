@@ -10,8 +10,6 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 
 	"github.com/spf13/pflag"
-
-	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
 // Options are the command-line options of fake-ukpd.
@@ -55,27 +53,18 @@ func (o *Options) Validate() []error {
 		errs = append(errs, errors.New("--token-file is required"))
 	} else if b, err := os.ReadFile(o.TokenFile); err != nil {
 		errs = append(errs, fmt.Errorf("--token-file: %w", err))
-	} else if len(fakeukpd.ParseTokens(string(b))) == 0 {
+	} else if len(fakecore.ParseTokens(string(b))) == 0 {
 		errs = append(errs, fmt.Errorf("--token-file %s holds no token", o.TokenFile))
 	}
 	return errs
 }
 
-// Config is what a run needs.
-type Config struct {
-	Listen         string
-	TokenFile      string
-	TLSCertDir     string
-	ControlAddress string
-	StateFile      string
-	PageSize       int
-}
-
-// Config returns the run configuration of validated options.
-func (o *Options) Config() *Config {
-	c := &Config{Listen: o.Listen, TokenFile: o.TokenFile, TLSCertDir: o.TLSCertDir, ControlAddress: o.ControlAddress, StateFile: o.StateFile, PageSize: o.PageSize}
+// Config returns the run configuration of validated options: a copy with
+// the state file's default filled in.
+func (o *Options) Config() *Options {
+	c := *o
 	if c.StateFile == "" && c.TLSCertDir != "" {
 		c.StateFile = filepath.Join(c.TLSCertDir, "ukpd.json")
 	}
-	return c
+	return &c
 }

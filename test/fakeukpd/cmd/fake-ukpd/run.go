@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -27,7 +26,7 @@ func newCommand() *fakecore.Command {
 
 // run serves until ctx ends. ready, if not nil, receives the state once
 // serving.
-func run(ctx context.Context, cfg *Config, ready chan<- fakeukpd.State) (err error) {
+func run(ctx context.Context, cfg *Options, ready chan<- fakeukpd.State) (err error) {
 	srv := fakeukpd.New(fakeukpd.Config{TokenFile: cfg.TokenFile, PageSize: cfg.PageSize})
 
 	apiLn, err := net.Listen("tcp", cfg.Listen)
@@ -52,20 +51,15 @@ func run(ctx context.Context, cfg *Config, ready chan<- fakeukpd.State) (err err
 		err = errors.Join(err, api.Stop())
 	}()
 
-	ctlLn, err := net.Listen("tcp", cfg.ControlAddress)
+	ctl, ctlAddress, err := fakecore.Listen(cfg.ControlAddress, fakeukpd.NewControlHandler(srv, caPEM))
 	if err != nil {
-		return fmt.Errorf("listen on control address: %w", err)
+		return err
 	}
-	ctl := fakecore.Serve(ctlLn, fakeukpd.NewControlHandler(srv, caPEM))
 	defer func() { err = errors.Join(err, ctl.Stop()) }()
-	state.ControlAddress = ctlLn.Addr().String()
+	state.ControlAddress = ctlAddress
 
 	if cfg.StateFile != "" {
-		b, err := json.MarshalIndent(state, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := fakecore.WriteAtomic(cfg.StateFile, append(b, '\n'), 0o644); err != nil {
+		if err := fakecore.WriteState(cfg.StateFile, state); err != nil {
 			return err
 		}
 	}
