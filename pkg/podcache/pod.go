@@ -183,7 +183,10 @@ func (p *Pod) Deleting() bool         { return p.DeletionTimestamp != nil }
 
 // Containers are the names of the spec's containers, in spec order;
 // read-only.
-func (p *Pod) Containers() []string { return p.names[:len(p.names)-int(p.sidecars)] }
+func (p *Pod) Containers() []string {
+	n := len(p.names) - int(p.sidecars)
+	return p.names[:n:n] // an append copies rather than overwrite the sidecars
+}
 
 // RunningSidecars are the names of the restartable init containers that
 // run; read-only. A sidecar that runs has usage like any container.
