@@ -58,27 +58,6 @@ func (c *Cache) OnPodStarted(started func(node string)) error {
 	return err
 }
 
-// OnPodGone calls gone with every Pod that leaves the cache: replaced by a
-// newer Pod of the same object, or deleted. Call it before Start.
-func (c *Cache) OnPodGone(gone func(*Pod)) error {
-	_, err := c.podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(oldObj, newObj any) {
-			if old, ok := oldObj.(*Pod); ok && oldObj != newObj {
-				gone(old)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if old, ok := obj.(*Pod); ok {
-				gone(old)
-			}
-		},
-	})
-	return err
-}
-
 // Start starts the informers and waits until the indexes hold their first
 // lists, or ctx ends. Stop them with Shutdown.
 func (c *Cache) Start(ctx context.Context) error {

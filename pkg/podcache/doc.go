@@ -14,7 +14,12 @@
 // integers. The ResourceList maps of the API object were most of a cached
 // pod's size. Pods of the same labels share one label map (labelSets), and
 // the Ready condition is kept as its status and transition time:
-// BenchmarkPodCacheMemory measures what a pod costs.
+// BenchmarkPodCacheMemory measures what a pod costs. A Pod also carries
+// one memo slot (Pod.SetMemo), in which the provider keeps the pod's usage
+// shaped as the API types for the current sample: it goes with the Pod
+// when the cache replaces or drops it, where a map keyed by pod cost a
+// hash-trie look-up per pod of a list and needed to hear of every pod that
+// left.
 //
 // Indexes: pods by namespace, sorted by name, so every list comes sorted by
 // (namespace, name) as metrics-server v0.8.0 sorts its answers

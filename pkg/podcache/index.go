@@ -11,7 +11,8 @@ import (
 
 // Pods is the pod cache as the provider and the sources read it. Lists
 // come sorted by (namespace, name), as metrics-server sorts its answers.
-// Every Pod returned is shared and read-only. Safe for concurrent use.
+// Every Pod returned is shared and read-only but for its memo
+// (Pod.SetMemo). Safe for concurrent use.
 type Pods interface {
 	// Pod returns the cached pod namespace/name.
 	Pod(namespace, name string) (*Pod, bool)

@@ -2,6 +2,7 @@ package podcache
 
 import (
 	"slices"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,8 +17,17 @@ import (
 // object changes. It is what the pod informer stores (TrimPod makes it),
 // so the cache holds no API pod at all: requests are kept as integers, not
 // as the ResourceList maps of the object, which were most of a cached
-// pod's size. A Pod is never modified after it is made.
+// pod's size. A Pod is never modified after it is made, but for its memo.
 type Pod struct {
+	podData
+
+	// memo is what a reader derived from the pod and a sample of its
+	// usage (Memo, SetMemo).
+	memo atomic.Pointer[Memo]
+}
+
+// podData is what a Pod holds of the object.
+type podData struct {
 	// ObjectMeta keeps name, namespace, UID, resource version, labels, the
 	// annotations the server reads and the deletion timestamp; read-only.
 	metav1.ObjectMeta
@@ -50,6 +60,24 @@ type Pod struct {
 	inGroup  bool
 	leader   bool
 }
+
+// Memo is a value a reader derived from a Pod and from something that
+// changes without the Pod, such as a sample of the pod's usage, named by
+// Key.
+type Memo struct {
+	Key   uint64
+	Value any
+}
+
+// Memo returns what SetMemo last kept on the pod, or nil.
+func (p *Pod) Memo() *Memo { return p.memo.Load() }
+
+// SetMemo keeps m on the pod, in place of the previous memo. The memo
+// lives and dies with the Pod, which the cache replaces when the object
+// changes and drops when it is deleted: its reader needs no map of its own
+// keyed by pod, nor to hear of pods that leave. One reader owns the slot:
+// the provider, for a pod's containers shaped as the API types.
+func (p *Pod) SetMemo(m *Memo) { p.memo.Store(m) }
 
 // readyStatus is the status of a pod's Ready condition, in a byte.
 type readyStatus uint8
@@ -90,7 +118,7 @@ var (
 // spec or status.
 func NewPod(obj *corev1.Pod) *Pod {
 	labels := internedLabels.intern(obj.Labels)
-	p := &Pod{
+	p := &Pod{podData: podData{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:              obj.Name,
 			Namespace:         obj.Namespace,
@@ -105,7 +133,7 @@ func NewPod(obj *corev1.Pod) *Pod {
 		phase:     obj.Status.Phase,
 		startTime: obj.Status.StartTime,
 		request:   group.PodRequests(obj),
-	}
+	}}
 	if labels != nil {
 		p.Labels = labels.labels
 	}
@@ -153,10 +181,9 @@ func containerRequests(c *corev1.Container) group.Requests {
 func (p *Pod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
 // DeepCopyObject implements runtime.Object. A Pod is never modified, so
-// the copy shares what the original points to.
+// the copy shares what the original points to; it starts without a memo.
 func (p *Pod) DeepCopyObject() runtime.Object {
-	c := *p
-	return &c
+	return &Pod{podData: p.podData}
 }
 
 // NodeName is the node the pod is bound to, "" before it is scheduled.

@@ -6,10 +6,10 @@
 //
 // The store knows samples, not API types. The one value the provider
 // derives per sample is a pod's containers as API types (ResourceList maps,
-// the bulk of a list's cost): it keeps them per cached pod under the
-// store's sample number (store.PodUsage.Sample), shares them between every
-// read of that sample, and drops them when the cache replaces or deletes
-// the pod. A leader that reports for its group builds its containers from
+// the bulk of a list's cost): it keeps them in the cached pod's memo
+// (podcache.Pod.SetMemo) under the store's sample number
+// (store.PodUsage.Sample), shares them between every read of that sample,
+// and loses them with the pod when the cache replaces or deletes it. A leader that reports for its group builds its containers from
 // the group's totals at each read instead, and keeps nothing.
 package provider
 
@@ -69,18 +69,6 @@ type Provider struct {
 	groups        bool
 	defaultPolicy group.Policy
 	readiness     group.Readiness
-
-	// shaped keeps, per cached pod (*podcache.Pod, whose pointer is a key
-	// that costs no allocation), its containers shaped as the API types
-	// for one sample (*shapedPod): derived at the first read of the sample
-	// and shared by every read until the next.
-	shaped sync.Map
-}
-
-// shapedPod is a pod's containers as the API types, for one sample.
-type shapedPod struct {
-	sample     uint64
-	containers []metricsapi.ContainerMetrics
 }
 
 var (
@@ -100,12 +88,6 @@ func New(cfg Config) *Provider {
 		pods: cfg.Pods, nodes: cfg.Nodes, usage: cfg.Usage, clock: cfg.Clock,
 		groups: cfg.Groups, defaultPolicy: cfg.DefaultPolicy, readiness: cfg.Readiness,
 	}
-}
-
-// Forget drops what the provider keeps for a pod that left the cache
-// (podcache.Cache.OnPodGone).
-func (p *Provider) Forget(pod *podcache.Pod) {
-	p.shaped.Delete(pod)
 }
 
 var (
@@ -159,7 +141,7 @@ func (p *Provider) podMetrics(pod *podcache.Pod, now time.Time) (metricsapi.PodM
 		m.Annotations, m.Containers = annotations, containers
 		return m, ""
 	}
-	m.Containers = p.containers(pod, u)
+	m.Containers = containers(pod, u)
 	return m, ""
 }
 
@@ -249,23 +231,18 @@ func matches(fs fields.Selector, name, namespace string) bool {
 }
 
 // containers shapes a pod's container usage as the API types, once per
-// sample: the result is kept and shared by every answer until the next
-// sample (building the ResourceList maps was most of the cost of a list).
-// Nothing downstream modifies it.
-func (p *Provider) containers(pod *podcache.Pod, u store.PodUsage) []metricsapi.ContainerMetrics {
+// sample: the result is kept in the pod's memo and shared by every answer
+// until the next sample (building the ResourceList maps was most of the
+// cost of a list). Nothing downstream modifies it.
+func containers(pod *podcache.Pod, u store.PodUsage) []metricsapi.ContainerMetrics {
 	if u.Sample == 0 {
 		return shape(u) // not from a Store: nothing to key it by
 	}
-	if v, ok := p.shaped.Load(pod); ok {
-		if s := v.(*shapedPod); s.sample == u.Sample {
-			return s.containers
-		}
+	if m := pod.Memo(); m != nil && m.Key == u.Sample {
+		return m.Value.([]metricsapi.ContainerMetrics)
 	}
 	out := shape(u)
-	p.shaped.Store(pod, &shapedPod{sample: u.Sample, containers: out})
-	if cur, ok := p.pods.Pod(pod.Namespace, pod.Name); !ok || cur != pod {
-		p.shaped.Delete(pod) // gone while this read was on its way
-	}
+	pod.SetMemo(&podcache.Memo{Key: u.Sample, Value: out})
 	return out
 }
 

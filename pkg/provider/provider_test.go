@@ -248,19 +248,8 @@ func TestShapedOncePerSample(t *testing.T) {
 	if cpu := next.Containers[0].Usage[corev1.ResourceCPU]; cpu.MilliValue() != 200 {
 		t.Errorf("CPU after the second scrape = %s, want 200m", cpu.String())
 	}
-	old, _ := pods.Pod("a", "web-1")
 	pods.Set(podcache.NewPod(testPod("a", "web-1", "n1", corev1.PodRunning, map[string]string{"v": "2"})))
-	p.Forget(old)
-	if _, kept := p.shaped.Load(old); kept {
-		t.Error("the replaced pod's shape is still kept")
+	if replaced := get(); &replaced.Containers[0] == &next.Containers[0] {
+		t.Error("a replaced pod was served with its predecessor's shape")
 	}
-	if get(); countShaped(p) != 1 {
-		t.Errorf("%d shapes kept, want 1", countShaped(p))
-	}
-}
-
-func countShaped(p *Provider) int {
-	n := 0
-	p.shaped.Range(func(any, any) bool { n++; return true })
-	return n
 }

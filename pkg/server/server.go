@@ -150,9 +150,6 @@ func (c CompletedConfig) New() (*Server, error) {
 		DefaultPolicy: c.DefaultGroupPolicy,
 		Readiness:     c.Readiness,
 	})
-	if err := pc.OnPodGone(p.Forget); err != nil {
-		return nil, err
-	}
 
 	liveBound := 2*c.Resolution + c.Timeout
 	started := c.Clock.Now()

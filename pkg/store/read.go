@@ -35,8 +35,12 @@ func (s *Store) Pod(namespace, name, uid, node string) (PodUsage, *Unavailable) 
 	now := s.clock.Now()
 	key := podKey{namespace, name}
 	var why *Unavailable
-	for _, src := range s.sources {
-		sh := s.load(shardKey{src, node})
+	n := s.node(node)
+	for src := range s.sources {
+		var sh *shard
+		if n != nil {
+			sh = n.bySource[src].Load()
+		}
 		if r := s.shardReason(sh, node, now); r != nil {
 			why = first(why, r)
 			continue
@@ -110,8 +114,12 @@ func (p *pod) derive(sample uint64) *podRead {
 func (s *Store) Node(name string) (Usage, *Unavailable) {
 	now := s.clock.Now()
 	var why *Unavailable
-	for _, src := range s.sources {
-		sh := s.load(shardKey{src, name})
+	n := s.node(name)
+	for src := range s.sources {
+		var sh *shard
+		if n != nil {
+			sh = n.bySource[src].Load()
+		}
 		if sh == nil {
 			continue
 		}

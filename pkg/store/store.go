@@ -38,7 +38,9 @@ type Store struct {
 	rates      rates
 	staleAfter time.Duration
 
-	shards sync.Map // shardKey -> *shard
+	// nodes holds every node's shards by node name (*nodeShards): one
+	// look-up of a string per read, then a slot per source.
+	nodes sync.Map
 
 	writeMu sync.Mutex // serialises the read-modify-write of a shard
 
@@ -48,7 +50,9 @@ type Store struct {
 
 var _ sources.Sink = &Store{}
 
-type shardKey struct{ source, node string }
+// nodeShards is what every source knows of one node: a shard per source,
+// in the order of Config.Sources.
+type nodeShards struct{ bySource []atomic.Pointer[shard] }
 
 type podKey struct{ namespace, name string }
 
@@ -103,16 +107,48 @@ func New(cfg Config) *Store {
 	}
 }
 
-func (s *Store) load(k shardKey) *shard {
-	v, ok := s.shards.Load(k)
+// sourceIndex is the index of source in Config.Sources. A source that is
+// not there is a wiring error: its samples could never be read.
+func (s *Store) sourceIndex(source string) int {
+	for i, name := range s.sources {
+		if name == source {
+			return i
+		}
+	}
+	panic(fmt.Sprintf("store: source %q is not in Config.Sources %q", source, s.sources))
+}
+
+// node returns the node's shards, nil when no source has written it.
+func (s *Store) node(name string) *nodeShards {
+	v, ok := s.nodes.Load(name)
 	if !ok {
 		return nil
 	}
-	return v.(*shard)
+	return v.(*nodeShards)
+}
+
+// load returns the shard of source (an index in Config.Sources) for node.
+func (s *Store) load(source int, node string) *shard {
+	if n := s.node(node); n != nil {
+		return n.bySource[source].Load()
+	}
+	return nil
+}
+
+// publish makes sh the shard of source for node and returns the one it
+// replaced. Callers hold writeMu.
+func (s *Store) publish(source int, node string, sh *shard) *shard {
+	n := s.node(node)
+	if n == nil {
+		n = &nodeShards{bySource: make([]atomic.Pointer[shard], len(s.sources))}
+		s.nodes.Store(node, n)
+	}
+	return n.bySource[source].Swap(sh)
 }
 
 // Store implements sources.Sink.
 func (s *Store) Store(source string, nodes []string, batch *sources.Batch, scrapedAt time.Time) {
+	src := s.sourceIndex(source)
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 
@@ -133,7 +169,7 @@ func (s *Store) Store(source string, nodes []string, batch *sources.Batch, scrap
 			continue // not a node this target owns
 		}
 		var prev *series
-		if old := s.load(shardKey{source, np.Name}); old != nil {
+		if old := s.load(src, np.Name); old != nil {
 			prev = old.node
 		}
 		ns := s.rates.next(prev, np.Point, scrapedAt)
@@ -147,7 +183,7 @@ func (s *Store) Store(source string, nodes []string, batch *sources.Batch, scrap
 		}
 		key := podKey{pp.Namespace, pp.Name}
 		var prevPod *pod
-		if old := s.load(shardKey{source, pp.Node}); old != nil {
+		if old := s.load(src, pp.Node); old != nil {
 			prevPod = old.pods[key]
 			if prevPod != nil && pp.UID != "" && prevPod.uid != "" && prevPod.uid != pp.UID {
 				prevPod = nil // same name, new pod
@@ -156,9 +192,7 @@ func (s *Store) Store(source string, nodes []string, batch *sources.Batch, scrap
 		sh.pods[key] = s.nextPod(prevPod, pp, scrapedAt)
 	}
 	for n, sh := range next {
-		old := s.load(shardKey{source, n})
-		s.shards.Store(shardKey{source, n}, sh)
-		pointsDelta(old, sh)
+		pointsDelta(s.publish(src, n, sh), sh)
 	}
 }
 
@@ -187,31 +221,50 @@ func (s *Store) nextPod(prev *pod, pp *sources.PodPoint, scrapedAt time.Time) *p
 
 // Failed implements sources.Sink.
 func (s *Store) Failed(source string, nodes []string, err error, failedAt time.Time) {
+	src := s.sourceIndex(source)
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	for _, n := range nodes {
-		k := shardKey{source, n}
 		sh := &shard{}
-		if old := s.load(k); old != nil {
+		if old := s.load(src, n); old != nil {
 			*sh = *old
 		}
 		sh.failedAt, sh.err = failedAt, err
-		s.shards.Store(k, sh)
+		s.publish(src, n, sh)
 	}
 }
 
 // Prune implements sources.Sink.
 func (s *Store) Prune(source string, keep map[string]struct{}) {
+	src := s.sourceIndex(source)
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	s.shards.Range(func(k, v any) bool {
-		sk := k.(shardKey)
-		if sk.source != source {
+	s.nodes.Range(func(k, v any) bool {
+		if _, ok := keep[k.(string)]; ok {
 			return true
 		}
-		if _, ok := keep[sk.node]; !ok {
-			s.shards.Delete(sk)
-			pointsDelta(v.(*shard), nil)
+		n := v.(*nodeShards)
+		if old := n.bySource[src].Swap(nil); old != nil {
+			pointsDelta(old, nil)
+		}
+		for i := range n.bySource {
+			if n.bySource[i].Load() != nil {
+				return true
+			}
+		}
+		s.nodes.Delete(k) // no source knows the node anymore
+		return true
+	})
+}
+
+// eachShard calls f with every shard until f returns false.
+func (s *Store) eachShard(f func(*shard) bool) {
+	s.nodes.Range(func(_, v any) bool {
+		n := v.(*nodeShards)
+		for i := range n.bySource {
+			if sh := n.bySource[i].Load(); sh != nil && !f(sh) {
+				return false
+			}
 		}
 		return true
 	})
@@ -227,8 +280,8 @@ func (s *Store) fresh(t, now time.Time) bool {
 func (s *Store) HasFreshData() bool {
 	now := s.clock.Now()
 	found := false
-	s.shards.Range(func(_, v any) bool {
-		found = s.fresh(v.(*shard).scrapedAt, now)
+	s.eachShard(func(sh *shard) bool {
+		found = s.fresh(sh.scrapedAt, now)
 		return !found
 	})
 	return found
@@ -239,8 +292,7 @@ func (s *Store) HasFreshData() bool {
 func (s *Store) HasFreshUsage() bool {
 	now := s.clock.Now()
 	found := false
-	s.shards.Range(func(_, v any) bool {
-		sh := v.(*shard)
+	s.eachShard(func(sh *shard) bool {
 		if !s.fresh(sh.scrapedAt, now) {
 			return true
 		}

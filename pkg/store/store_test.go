@@ -191,6 +191,36 @@ func TestStoreSourceOrder(t *testing.T) {
 	}
 }
 
+// TestPruneOneSource: pruning a source's node keeps what another source
+// knows of it, and a node no source knows any more is forgotten.
+func TestPruneOneSource(t *testing.T) {
+	clk := clocktesting.NewFakeClock(at(10 * time.Second))
+	s := newTestStore(clk, "ukpd", "kubelet")
+	for _, step := range []time.Duration{0, 5 * time.Second} {
+		clk.Step(step)
+		s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second+step, 5e9+uint64(step)), clk.Now())
+		s.Store("ukpd", []string{"n1"}, podBatch("n1", 5*time.Second+step, 1e9+2*uint64(step)), clk.Now())
+	}
+	if u, why := s.Pod("ns", "p", "u1", "n1"); why != nil || u.Containers[0].CPUNanoCores != 2e9 {
+		t.Fatalf("before pruning: %+v, %v; want ukpd's 2000000000", u, why)
+	}
+	s.Prune("ukpd", map[string]struct{}{})
+	u, why := s.Pod("ns", "p", "u1", "n1")
+	if why != nil {
+		t.Fatalf("after pruning ukpd: %v; want the kubelet's usage", why)
+	}
+	if got := u.Containers[0].CPUNanoCores; got != 1e9 {
+		t.Errorf("CPU = %d nanocores, want the kubelet's 1000000000", got)
+	}
+	s.Prune("kubelet", map[string]struct{}{})
+	if _, ok := s.nodes.Load("n1"); ok {
+		t.Error("a node no source knows is still held")
+	}
+	if _, why := s.Pod("ns", "p", "u1", "n1"); why == nil || !strings.Contains(why.Reason, "not been scraped") {
+		t.Errorf("after pruning both: %v; want not scraped yet", why)
+	}
+}
+
 func TestStoreHasFreshData(t *testing.T) {
 	clk := clocktesting.NewFakeClock(at(0))
 	s := newTestStore(clk)
