@@ -109,40 +109,47 @@ func (p *Provider) GetPodMetrics(_ context.Context, namespace, name string) (*me
 		return nil, apierrors.NewNotFound(podResource, name)
 	}
 	now := p.clock.Now()
-	m, why := p.podMetrics(pod, now)
-	if why != "" {
+	m := &metricsapi.PodMetrics{}
+	if why := p.podMetrics(m, pod, now); why != "" {
 		return nil, notFound(podResource, name, why)
 	}
 	observeAge("pods", now, m.Timestamp.Time)
-	return &m, nil
+	return m, nil
 }
 
-// podMetrics is what the pod reports, or why it reports nothing.
-func (p *Provider) podMetrics(pod *podcache.Pod, now time.Time) (metricsapi.PodMetrics, string) {
+// podMetrics writes what the pod reports to m, or says why it reports
+// nothing (and leaves m as it was). It writes in place, so that each item
+// of a list is written once, where it lies in the list (an item is about
+// 330 bytes, and a list of every pod holds them all).
+func (p *Provider) podMetrics(m *metricsapi.PodMetrics, pod *podcache.Pod, now time.Time) string {
 	u, why := p.podUsage(pod)
 	if why != "" {
-		return metricsapi.PodMetrics{}, why
+		return why
 	}
-	m := metricsapi.PodMetrics{
+	var (
+		containers  []metricsapi.ContainerMetrics
+		annotations map[string]string
+	)
+	if policy, ok := p.groupPolicy(pod); ok {
+		if containers, annotations, why = p.groupContainers(pod, policy, u, now); why != "" {
+			return why
+		}
+	} else {
+		containers = shapedContainers(pod, u)
+	}
+	*m = metricsapi.PodMetrics{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:              pod.Name,
 			Namespace:         pod.Namespace,
 			Labels:            pod.Labels,
+			Annotations:       annotations,
 			CreationTimestamp: metav1.NewTime(now),
 		},
-		Timestamp: metav1.NewTime(u.Timestamp),
-		Window:    metav1.Duration{Duration: u.Window},
+		Timestamp:  metav1.NewTime(u.Timestamp),
+		Window:     metav1.Duration{Duration: u.Window},
+		Containers: containers,
 	}
-	if policy, ok := p.groupPolicy(pod); ok {
-		containers, annotations, why := p.groupContainers(pod, policy, u, now)
-		if why != "" {
-			return metricsapi.PodMetrics{}, why
-		}
-		m.Annotations, m.Containers = annotations, containers
-		return m, ""
-	}
-	m.Containers = containers(pod, u)
-	return m, ""
+	return ""
 }
 
 // podUsage is the pod's usage, or why it has none: it is not running, the
@@ -208,14 +215,15 @@ func (p *Provider) ListPodMetrics(_ context.Context, namespace string, ls labels
 		if !matches(fs, pod.Name, pod.Namespace) {
 			continue
 		}
-		m, why := p.podMetrics(pod, now)
-		if why != "" {
+		out = append(out, metricsapi.PodMetrics{})
+		m := &out[len(out)-1]
+		if why := p.podMetrics(m, pod, now); why != "" {
+			out = out[:len(out)-1]
 			continue
 		}
 		if m.Timestamp.Time.Before(oldest) {
 			oldest = m.Timestamp.Time
 		}
-		out = append(out, m)
 	}
 	if len(out) > 0 {
 		observeAge("pods", now, oldest)
@@ -230,11 +238,11 @@ func matches(fs fields.Selector, name, namespace string) bool {
 	return fs.Matches(fields.Set{"metadata.name": name, "metadata.namespace": namespace})
 }
 
-// containers shapes a pod's container usage as the API types, once per
+// shapedContainers shapes a pod's container usage as the API types, once per
 // sample: the result is kept in the pod's memo and shared by every answer
 // until the next sample (building the ResourceList maps was most of the
 // cost of a list). Nothing downstream modifies it.
-func containers(pod *podcache.Pod, u store.PodUsage) []metricsapi.ContainerMetrics {
+func shapedContainers(pod *podcache.Pod, u store.PodUsage) []metricsapi.ContainerMetrics {
 	if u.Sample == 0 {
 		return shape(u) // not from a Store: nothing to key it by
 	}
