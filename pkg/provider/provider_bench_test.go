@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -143,6 +144,28 @@ func BenchmarkListAllPodsAfterScrape(b *testing.B) {
 				items, err := p.ListPodMetrics(context.Background(), "", labels.Everything(), fields.Everything())
 				if err != nil || len(items) != n*30 {
 					b.Fatalf("got %d items, %v; want %d", len(items), err, n*30)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("nodes=%d/floor", n), func(b *testing.B) {
+			// What a list after a scrape costs whatever the provider
+			// does: the items, and per container the ResourceList map of
+			// the API type with its two quantities.
+			p := benchProvider(b, n)
+			cpu, mem := resource.MustParse("100m"), resource.MustParse("1Mi")
+			b.ReportAllocs()
+			for b.Loop() {
+				pods := p.pods.List("", labels.Everything())
+				out := make([]metricsapi.PodMetrics, 0, len(pods))
+				for _, pod := range pods {
+					cs := make([]metricsapi.ContainerMetrics, 2) // the fixture's containers a pod
+					for i := range cs {
+						cs[i] = metricsapi.ContainerMetrics{Name: "c", Usage: corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem}}
+					}
+					out = append(out, metricsapi.PodMetrics{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, Labels: pod.Labels}, Containers: cs})
+				}
+				if len(out) != n*30 {
+					b.Fatalf("got %d items, want %d", len(out), n*30)
 				}
 			}
 		})
