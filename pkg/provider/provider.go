@@ -244,18 +244,34 @@ func matches(fs fields.Selector, name, namespace string) bool {
 // cost of a list). Nothing downstream modifies it.
 func shapedContainers(pod *podcache.Pod, u store.PodUsage) []metricsapi.ContainerMetrics {
 	if u.Sample == 0 {
-		return shape(u) // not from a Store: nothing to key it by
+		return shape(make([]metricsapi.ContainerMetrics, len(u.Containers)), u) // not from a Store: nothing to key it by
 	}
 	if m := pod.Memo(); m != nil && m.Key == u.Sample {
-		return m.Value.([]metricsapi.ContainerMetrics)
+		return m.Value.(*shapedPod).containers
 	}
-	out := shape(u)
-	pod.SetMemo(&podcache.Memo{Key: u.Sample, Value: out})
-	return out
+	s := &shapedPod{}
+	if n := len(u.Containers); n <= len(s.inline) {
+		s.containers = s.inline[:n]
+	} else {
+		s.containers = make([]metricsapi.ContainerMetrics, n)
+	}
+	shape(s.containers, u)
+	s.memo = podcache.Memo{Key: u.Sample, Value: s}
+	pod.SetMemo(&s.memo)
+	return s.containers
 }
 
-func shape(u store.PodUsage) []metricsapi.ContainerMetrics {
-	out := make([]metricsapi.ContainerMetrics, len(u.Containers))
+// shapedPod is a pod's containers shaped for one sample, with the memo
+// that keeps them on the pod: one allocation, and none more for the
+// containers of a pod of at most two.
+type shapedPod struct {
+	memo       podcache.Memo
+	containers []metricsapi.ContainerMetrics
+	inline     [2]metricsapi.ContainerMetrics
+}
+
+// shape writes u's containers to out, which has room for them all.
+func shape(out []metricsapi.ContainerMetrics, u store.PodUsage) []metricsapi.ContainerMetrics {
 	for i := range u.Containers {
 		c := &u.Containers[i]
 		out[i] = metricsapi.ContainerMetrics{Name: c.Name, Usage: resourceList(c.Usage)}

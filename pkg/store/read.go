@@ -93,7 +93,12 @@ func (p *pod) derive(sample uint64) *podRead {
 	if len(p.containers) == 0 {
 		return &podRead{why: unavailable("no container of the pod has been sampled yet")}
 	}
-	r := &podRead{usage: PodUsage{Containers: make([]ContainerUsage, len(p.containers)), Sample: sample}}
+	r := &podRead{usage: PodUsage{Sample: sample}}
+	if n := len(p.containers); n <= len(r.inline) {
+		r.usage.Containers = r.inline[:n]
+	} else {
+		r.usage.Containers = make([]ContainerUsage, n)
+	}
 	for i := range p.containers {
 		c := &p.containers[i]
 		if !c.hasUsage() {

@@ -81,7 +81,9 @@ type pod struct {
 // which depends on when it is read.
 type podRead struct {
 	usage PodUsage
-	why   *Unavailable
+	// inline holds the containers of a pod of at most two.
+	inline [2]ContainerUsage
+	why    *Unavailable
 	// derivedAt is the oldest of its containers' derivedAt: the pod is
 	// fresh while that is.
 	derivedAt time.Time
