@@ -38,16 +38,17 @@ func (s *scripted) Collect(context.Context) (promscrape.Batch, []promscrape.Targ
 func batch(pods ...promscrape.PodValues) promscrape.Batch { return promscrape.Batch{Pods: pods} }
 
 func pod(name string, waiting float64) promscrape.PodValues {
-	return promscrape.PodValues{Namespace: "ns", Name: name, Values: []promscrape.Value{
+	return promscrape.PodValues{Namespace: "ns", Name: name, UID: name + "-1", Values: []promscrape.Value{
 		{Metric: "waiting", Value: waiting, Timestamp: t0, Series: 1},
 	}}
 }
 
-// read is what the store serves for the pods and metric asked.
-func read(s *Store, metric string, names ...string) map[string]float64 {
+// read is what the store serves for the pods and metric asked, the pods
+// read as the cache knows them (uids; "" for any pod).
+func read(s *Store, metric string, uids map[string]string, names ...string) map[string]float64 {
 	out := map[string]float64{}
 	for _, n := range names {
-		if v, ok := s.Value("ns", n, metric); ok {
+		if v, ok := s.Value("ns", n, uids[n], metric); ok {
 			out[n] = v.Value
 		}
 	}
@@ -56,39 +57,51 @@ func read(s *Store, metric string, names ...string) map[string]float64 {
 
 func TestStoreUpdate(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
-	known := map[string]bool{"a": true, "b": true, "c": true}
-	st := NewStore(StoreConfig{Clock: clk, StaleAfter: 25 * time.Second, PodExists: func(_, name string) bool { return known[name] }})
+	// cached is the pod cache: name -> UID.
+	cached := map[string]string{"a": "a-1", "b": "b-1", "c": "c-1"}
+	st := NewStore(StoreConfig{Clock: clk, StaleAfter: 25 * time.Second, PodUID: func(_, name string) (string, bool) {
+		uid, ok := cached[name]
+		return uid, ok
+	}})
 	all := []string{"a", "b", "c"}
 	steps := []struct {
 		name    string
 		advance time.Duration
 		update  *promscrape.Batch
-		gone    string
-		want    map[string]float64
-		wantLen int
+		// gone leaves the cache; recreated is replaced by a pod of the
+		// same name and another UID.
+		gone, recreated string
+		want            map[string]float64
+		wantLen         int
 	}{
-		{"first batch", 0, ptr(batch(pod("a", 1), pod("b", 2))), "", map[string]float64{"a": 1, "b": 2}, 2},
-		{"a pod missing from a batch keeps its value", 10 * time.Second, ptr(batch(pod("a", 3))), "", map[string]float64{"a": 3, "b": 2}, 2},
-		{"until it is stale on read", 16 * time.Second, nil, "", map[string]float64{"a": 3}, 2},
-		{"and dropped at the next update", 0, ptr(batch(pod("a", 4), pod("c", 5))), "", map[string]float64{"a": 4, "c": 5}, 2},
-		{"a pod gone from the cache is dropped", 5 * time.Second, ptr(batch(pod("a", 6))), "c", map[string]float64{"a": 6}, 1},
+		{"first batch", 0, ptr(batch(pod("a", 1), pod("b", 2))), "", "", map[string]float64{"a": 1, "b": 2}, 2},
+		{"a pod missing from a batch keeps its value", 10 * time.Second, ptr(batch(pod("a", 3))), "", "", map[string]float64{"a": 3, "b": 2}, 2},
+		{"until it is stale on read", 16 * time.Second, nil, "", "", map[string]float64{"a": 3}, 2},
+		{"and dropped at the next update", 0, ptr(batch(pod("a", 4), pod("c", 5))), "", "", map[string]float64{"a": 4, "c": 5}, 2},
+		{"a pod gone from the cache is dropped", 5 * time.Second, ptr(batch(pod("a", 6))), "c", "", map[string]float64{"a": 6}, 1},
+		{"a recreated pod is not served its predecessor's values", time.Second, nil, "", "a", map[string]float64{}, 1},
+		{"which go at the next update", time.Second, ptr(batch()), "", "", map[string]float64{}, 0},
 	}
 	for _, s := range steps {
 		clk.Step(s.advance)
 		if s.gone != "" {
-			delete(known, s.gone)
+			delete(cached, s.gone)
+		}
+		if s.recreated != "" {
+			cached[s.recreated] = s.recreated + "-2"
 		}
 		if s.update != nil {
 			st.Update(*s.update)
 		}
-		if diff := cmp.Diff(s.want, read(st, "waiting", all...)); diff != "" {
+		if diff := cmp.Diff(s.want, read(st, "waiting", cached, all...)); diff != "" {
 			t.Errorf("%s: values (-want +got):\n%s", s.name, diff)
 		}
 		if got := st.Len(); got != s.wantLen {
 			t.Errorf("%s: Len = %d, want %d", s.name, got, s.wantLen)
 		}
 	}
-	if _, ok := st.Value("ns", "a", "other"); ok {
+	st.Update(batch(pod("b", 7)))
+	if _, ok := st.Value("ns", "b", "", "other"); ok {
 		t.Error("a metric the pod has no value of was served")
 	}
 }
@@ -135,9 +148,9 @@ func TestLoopTicks(t *testing.T) {
 	}
 	// The store is updated after Collect returns; wait for it, bounded.
 	deadline := time.Now().Add(10 * time.Second)
-	for read(st, "waiting", "a")["a"] != 3 {
+	for read(st, "waiting", nil, "a")["a"] != 3 {
 		if time.Now().After(deadline) {
-			t.Fatalf("store holds %v, want a=3", read(st, "waiting", "a"))
+			t.Fatalf("store holds %v, want a=3", read(st, "waiting", nil, "a"))
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -23,7 +23,7 @@ import (
 // reads it: a pod's latest value of a served metric, and whether it has one
 // that is not stale. Safe for concurrent use.
 type EndpointValues interface {
-	Value(namespace, name, metric string) (promscrape.Value, bool)
+	Value(namespace, name, uid, metric string) (promscrape.Value, bool)
 }
 
 // endpointMetrics serves the metrics of the pod-endpoint source
@@ -152,7 +152,7 @@ func (c *CustomMetrics) endpointPodValue(pod *podcache.Pod, m promscrape.Metric,
 }
 
 func (c *CustomMetrics) ownValue(pod *podcache.Pod, m promscrape.Metric, sel labels.Selector) (float64, time.Time, bool) {
-	v, ok := c.endpoints.values.Value(pod.Namespace, pod.Name, m.Name)
+	v, ok := c.endpoints.values.Value(pod.Namespace, pod.Name, pod.UIDString(), m.Name)
 	if !ok {
 		return 0, time.Time{}, false
 	}

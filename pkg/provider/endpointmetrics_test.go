@@ -26,11 +26,16 @@ var endpointTestMetrics = []promscrape.Metric{
 	{Name: "peak", Series: "vllm:num_requests_running", Type: promscrape.Gauge, Combine: promscrape.CombineMax},
 }
 
-// fakeValues serves a batch as the pod-endpoint store would.
+// fakeValues serves a batch as the pod-endpoint store would: a pod's
+// values only to the pod of their UID, when both are known.
 type fakeValues map[string]promscrape.PodValues
 
-func (f fakeValues) Value(namespace, name, metric string) (promscrape.Value, bool) {
-	for _, v := range f[namespace+"/"+name].Values {
+func (f fakeValues) Value(namespace, name, uid, metric string) (promscrape.Value, bool) {
+	p := f[namespace+"/"+name]
+	if p.UID != "" && uid != "" && p.UID != uid {
+		return promscrape.Value{}, false
+	}
+	for _, v := range p.Values {
 		if v.Metric == metric {
 			return v, true
 		}
@@ -76,6 +81,7 @@ func endpointProvider() *CustomMetrics {
 	deleting.DeletionTimestamp = &metav1.Time{Time: now}
 	pods := []*corev1.Pod{
 		testPod("ml", "solo", "n1", corev1.PodRunning, map[string]string{"app": "solo"}),
+		testPod("ml", "reborn", "n1", corev1.PodRunning, nil),
 		// inf group 0: complete; the leader's queue is empty.
 		groupMember("inf", "0", "0", corev1.PodRunning), groupMember("inf", "0", "1", corev1.PodRunning), groupMember("inf", "0", "2", corev1.PodRunning),
 		// inf group 1: worker 1 has no value, worker 2 is Pending.
@@ -95,7 +101,12 @@ func endpointProvider() *CustomMetrics {
 		"ml/chat-0":  {"a": 1}, "ml/chat-0-1": {"a": 3},
 		"ml/chat-1": {"a": 2}, "ml/chat-1-1": {"a": 6},
 		"ml/old-0": {"a": 1}, "ml/old-0-1": {"a": 1},
+		"ml/reborn": {"a": 5},
 	})
+	// reborn was recreated under its name since the values were collected.
+	reborn := values["ml/reborn"]
+	reborn.UID = "reborn-predecessor-uid"
+	values["ml/reborn"] = reborn
 	p := newGroupProvider(pods, nil, group.PolicyPod)
 	return p.CustomMetrics().WithEndpoints(values, endpointTestMetrics, 15*time.Second)
 }
@@ -130,6 +141,7 @@ func TestEndpointMetricByName(t *testing.T) {
 		{"a member without a value makes the group absent", "inf-1", "", pod("waiting"), endpointAnswer{NotFound: "member inf-1-1 is missing"}},
 		{"a member being deleted makes the group absent", "old-0", "", pod("waiting"), endpointAnswer{NotFound: "member old-0-1 is ignored"}},
 		{"a pod without a value", "inf-1-1", "", pod("waiting"), endpointAnswer{NotFound: "no value from the pod's endpoint"}},
+		{"a pod recreated under its name, not its predecessor's value", "reborn", "", pod("waiting"), endpointAnswer{NotFound: "no value from the pod's endpoint"}},
 		{"an unknown pod", "nope", "", pod("waiting"), endpointAnswer{NotFound: "nope"}},
 		{"the LWS: its groups' sum", "chat", "", lws("waiting"), endpointAnswer{Milli: 12000}},
 		{"the LWS: its groups' mean", "chat", "", lws("kv"), endpointAnswer{Milli: 3000}},

@@ -44,9 +44,11 @@ func (c CompletedConfig) newPodEndpoints(pods podcache.Pods) *podEndpoints {
 	st := podvalues.NewStore(podvalues.StoreConfig{
 		Clock:      c.Clock,
 		StaleAfter: 2*interval + c.PodMetrics.Timeout.Duration,
-		PodExists: func(namespace, name string) bool {
-			_, ok := pods.Pod(namespace, name)
-			return ok
+		PodUID: func(namespace, name string) (string, bool) {
+			if p, ok := pods.Pod(namespace, name); ok {
+				return p.UIDString(), true
+			}
+			return "", false
 		},
 	})
 	loop := podvalues.NewLoop(podvalues.LoopConfig{Source: src, Store: st, Clock: c.Clock, Interval: interval})

@@ -58,8 +58,14 @@ type ContainerValues struct {
 // PodValues are a pod's values: Values over all its series (labelled with
 // a container or not), and per container where series name one.
 type PodValues struct {
-	Namespace  string
-	Name       string
+	Namespace string
+	Name      string
+	// UID is the UID of the pod the values were collected for, as the
+	// collection listed the pods; "" when the list did not hold it (an
+	// exporter named a pod that does not run). A pod recreated under the
+	// same name has another UID, so a reader can tell its values from its
+	// predecessor's.
+	UID        string
 	Values     []Value
 	Containers []ContainerValues
 }

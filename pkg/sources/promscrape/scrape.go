@@ -73,7 +73,8 @@ func (e TargetError) Error() string { return fmt.Sprintf("scrape %s (%s): %v", e
 // at a time, and returns what they gave: one failing target never loses the
 // others. The errors name each failed target with its reason.
 func (s *Source) Collect(ctx context.Context) (Batch, []TargetError) {
-	targets, terrs := s.cfg.Targets(s.pods.ListPods())
+	pods := s.pods.ListPods()
+	targets, terrs := s.cfg.Targets(pods)
 	for _, err := range terrs {
 		klog.V(2).InfoS("Pod asks to be scraped but cannot be", "err", err)
 	}
@@ -115,7 +116,21 @@ func (s *Source) Collect(ctx context.Context) (Batch, []TargetError) {
 	for k, n := range kept {
 		seriesKept.WithLabelValues(k).Set(float64(n))
 	}
-	return Collate(s.cfg.Metrics, all), failed
+	b := Collate(s.cfg.Metrics, all)
+	withUIDs(b, pods)
+	return b, failed
+}
+
+// withUIDs gives each pod of b its UID from pods, the list the collection
+// started from.
+func withUIDs(b Batch, pods []Pod) {
+	uids := make(map[podKey]string, len(pods))
+	for i := range pods {
+		uids[podKey{pods[i].Namespace, pods[i].Name}] = pods[i].UID
+	}
+	for i := range b.Pods {
+		b.Pods[i].UID = uids[podKey{b.Pods[i].Namespace, b.Pods[i].Name}]
+	}
 }
 
 // scrapeTarget fetches and decodes one target. Its error carries a

@@ -85,14 +85,16 @@ func TestCollectVLLMAndDCGM(t *testing.T) {
 	}
 	v := func(m string, x float64, n int) Value { return Value{Metric: m, Value: x, Timestamp: now, Series: n} }
 	want := Batch{Pods: []PodValues{
-		{Namespace: "ns", Name: "web-0", Values: []Value{
+		{Namespace: "ns", Name: "web-0", UID: "uid-web-0", Values: []Value{
 			v("vllm-kv-cache-usage", 0.1, 1), v("vllm-num-requests-running", 2, 2), v("vllm-num-requests-waiting", 0, 2),
 		}},
-		{Namespace: "ns", Name: "web-0-1", Values: []Value{
+		// web-0-1 has the exporter's GPU values too, under the UID of the
+		// pod the exporter named, from the same list.
+		{Namespace: "ns", Name: "web-0-1", UID: "uid-web-0-1", Values: []Value{
 			v("gpu-memory-used-mib", 130000, 2), v("gpu-utilization", 80, 2),
 			v("vllm-kv-cache-usage", 0.9, 1), v("vllm-num-requests-running", 16, 2), v("vllm-num-requests-waiting", 8, 2),
 		}, Containers: []ContainerValues{{Name: "vllm", Values: []Value{v("gpu-memory-used-mib", 130000, 2), v("gpu-utilization", 80, 2)}}}},
-		{Namespace: "ns", Name: "web-0-2", Values: []Value{
+		{Namespace: "ns", Name: "web-0-2", UID: "uid-web-0-2", Values: []Value{
 			v("vllm-kv-cache-usage", 0.7, 1), v("vllm-num-requests-running", 16, 2), v("vllm-num-requests-waiting", 3, 2),
 		}},
 	}}
@@ -124,7 +126,7 @@ func TestCollectCounterRate(t *testing.T) {
 	total.Store(1600)
 	clk.Step(10 * time.Second)
 	b, errs := src.Collect(t.Context())
-	want := Batch{Pods: []PodValues{{Namespace: "ns", Name: "p", Values: []Value{
+	want := Batch{Pods: []PodValues{{Namespace: "ns", Name: "p", UID: "uid-p", Values: []Value{
 		{Metric: "prompt-tokens-per-second", Value: 60, Timestamp: now.Add(10 * time.Second), Series: 1},
 	}}}}
 	if diff := cmp.Diff(want, b, cmpopts.EquateEmpty(), ignorePoints); diff != "" || len(errs) > 0 {
@@ -149,7 +151,7 @@ func TestCollectCounterRate(t *testing.T) {
 	total.Store(6600)
 	clk.Step(10 * time.Second)
 	b, errs = src.Collect(t.Context())
-	want = Batch{Pods: []PodValues{{Namespace: "ns", Name: "p", Values: []Value{
+	want = Batch{Pods: []PodValues{{Namespace: "ns", Name: "p", UID: "uid-p-2", Values: []Value{
 		{Metric: "prompt-tokens-per-second", Value: 60, Timestamp: now.Add(40 * time.Second), Series: 1},
 	}}}}
 	if diff := cmp.Diff(want, b, cmpopts.EquateEmpty(), ignorePoints); diff != "" || len(errs) > 0 {
