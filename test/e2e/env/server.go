@@ -137,30 +137,15 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 	}
 	port := ports[0]
 
-	var apply, registration []*unstructured.Unstructured
+	apply, registration, err := onLoopback(objs, port)
+	if err != nil {
+		return nil, err
+	}
 	var apiServices []string
-	for _, o := range objs {
-		if o.GetKind() == "Deployment" {
-			continue
-		}
-		o = o.DeepCopy()
-		switch o.GetKind() {
-		case "Service":
-			if err := exposeOnLoopback(o, port); err != nil {
-				return nil, err
-			}
-		case "APIService":
-			// The aggregator dials an ExternalName Service's host on the
-			// APIService's port, so that port must be the server's.
-			if err := unstructured.SetNestedField(o.Object, int64(port), "spec", "service", "port"); err != nil {
-				return nil, err
-			}
+	for _, o := range registration {
+		if o.GetKind() == "APIService" {
 			apiServices = append(apiServices, o.GetName())
 		}
-		if o.GetKind() == "Service" || o.GetKind() == "APIService" {
-			registration = append(registration, o)
-		}
-		apply = append(apply, o)
 	}
 	var flags []string
 	if cfg.ForceConflicts {
@@ -255,6 +240,32 @@ func (cfg *ServerConfig) complete() error {
 		cfg.ProcessName = ServerBinary
 	}
 	return CheckBinaries(cfg.BinDir, ServerBinary)
+}
+
+// onLoopback copies objs but the Deployments, with the Service exposed on
+// loopback and the APIServices on port (the aggregator dials an ExternalName
+// Service's host on the APIService's port); registration are the Service and
+// APIServices among them.
+func onLoopback(objs []*unstructured.Unstructured, port int) (apply, registration []*unstructured.Unstructured, err error) {
+	for _, o := range objs {
+		o = o.DeepCopy()
+		switch o.GetKind() {
+		case "Deployment":
+			continue
+		case "Service":
+			err = exposeOnLoopback(o, port)
+		case "APIService":
+			err = unstructured.SetNestedField(o.Object, int64(port), "spec", "service", "port")
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		if o.GetKind() == "Service" || o.GetKind() == "APIService" {
+			registration = append(registration, o)
+		}
+		apply = append(apply, o)
+	}
+	return apply, registration, nil
 }
 
 // exposeOnLoopback turns the Service into one kube-apiserver can follow to a
