@@ -41,6 +41,18 @@ options:
 	}, "---\n")
 }
 
+// nodeConditions starts a node's status template: every condition kwok
+// keeps, heartbeat now; the range is left open for the stage to add to.
+const nodeConditions = `      {{ $now := Now }}
+      conditions:
+      {{ range NodeConditions }}
+      - type: {{ .type | Quote }}
+        status: {{ .status | Quote }}
+        reason: {{ .reason | Quote }}
+        message: {{ .message | Quote }}
+        lastHeartbeatTime: {{ $now | Quote }}
+`
+
 // nodeInitializeStage turns a node that is not Ready into a Ready, Running
 // node. Addresses, daemon endpoints and resources set by the creator are kept;
 // missing ones get defaults.
@@ -59,15 +71,7 @@ spec:
       values: ["True"]
   next:
     statusTemplate: |
-      {{ $now := Now }}
-      conditions:
-      {{ range NodeConditions }}
-      - type: {{ .type | Quote }}
-        status: {{ .status | Quote }}
-        reason: {{ .reason | Quote }}
-        message: {{ .message | Quote }}
-        lastHeartbeatTime: {{ $now | Quote }}
-        lastTransitionTime: {{ $now | Quote }}
+` + nodeConditions + `        lastTransitionTime: {{ $now | Quote }}
       {{ end }}
       {{ if not .status.addresses }}
       addresses:
@@ -121,15 +125,7 @@ spec:
     jitterDurationMilliseconds: 360000
   next:
     statusTemplate: |
-      {{ $now := Now }}
-      conditions:
-      {{ range NodeConditions }}
-      - type: {{ .type | Quote }}
-        status: {{ .status | Quote }}
-        reason: {{ .reason | Quote }}
-        message: {{ .message | Quote }}
-        lastHeartbeatTime: {{ $now | Quote }}
-      {{ end }}
+` + nodeConditions + `      {{ end }}
 `
 
 // podReadyStage marks a pending, scheduled pod Running and Ready, with every
