@@ -297,13 +297,7 @@ func (s *InstanceSync) SetUsage(ctx context.Context, namespace string, u UkpdUsa
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.usage[namespace] = u
-	var errs []error
-	for _, p := range s.pods {
-		if p.Namespace == namespace {
-			errs = append(errs, s.control.SetPodUsage(ctx, p.Namespace, p.Name, u))
-		}
-	}
-	return errors.Join(errs...)
+	return s.forPods(namespace, func(pod string) error { return s.control.SetPodUsage(ctx, namespace, pod, u) })
 }
 
 // SetStandby puts the instances of the pods of namespace in standby, now and
@@ -312,15 +306,20 @@ func (s *InstanceSync) SetStandby(ctx context.Context, namespace string, standby
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.standby[namespace] = standby
+	op := s.control.WakePod
+	if standby {
+		op = s.control.StandbyPod
+	}
+	return s.forPods(namespace, func(pod string) error { return op(ctx, namespace, pod) })
+}
+
+// forPods calls call for every pod of namespace with instances; s.mu must
+// be held.
+func (s *InstanceSync) forPods(namespace string, call func(pod string) error) error {
 	var errs []error
 	for _, p := range s.pods {
-		if p.Namespace != namespace {
-			continue
-		}
-		if standby {
-			errs = append(errs, s.control.StandbyPod(ctx, p.Namespace, p.Name))
-		} else {
-			errs = append(errs, s.control.WakePod(ctx, p.Namespace, p.Name))
+		if p.Namespace == namespace {
+			errs = append(errs, call(p.Name))
 		}
 	}
 	return errors.Join(errs...)
