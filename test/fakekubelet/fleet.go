@@ -28,7 +28,7 @@ const (
 )
 
 // ErrNotFound is returned for a node or pod the fleet does not know.
-var ErrNotFound = errors.New("not found")
+var ErrNotFound = fakecore.ErrNotFound
 
 // TokenAuthenticator decides whether a bearer token is accepted. It is called
 // concurrently from request handlers.
