@@ -72,7 +72,6 @@ type Fleet struct {
 	tl       *timeline
 	ca       *pki.CA
 	clientCA *x509.CertPool
-	tokens   map[string]bool
 
 	mu    sync.Mutex
 	nodes map[string]*Node
@@ -126,6 +125,7 @@ func NewFleet(cfg Config) (*Fleet, error) {
 	if cfg.NodeMemoryCapacityBytes == 0 {
 		cfg.NodeMemoryCapacityBytes = DefaultNodeMemoryCapacity
 	}
+	cfg.Tokens = slices.Clone(cfg.Tokens)
 	// The fleet's CA signs every node's serving certificate and, on
 	// request, client certificates.
 	ca, err := pki.NewCA(fmt.Sprintf("fake-kubelet-ca@%d", cfg.Clock.Now().Unix()), cfg.Clock.Now(), fakecore.CAValidity)
@@ -142,15 +142,9 @@ func NewFleet(cfg Config) (*Fleet, error) {
 		tl:         newTimeline(cfg.Clock, cfg.SampleInterval),
 		ca:         ca,
 		clientCA:   pool,
-		tokens:     map[string]bool{},
 		nodes:      map[string]*Node{},
 		pods:       map[podKey]*Node{},
 		stopInform: make(chan struct{}),
-	}
-	for _, t := range cfg.Tokens {
-		if t != "" {
-			f.tokens[t] = true
-		}
 	}
 	return f, nil
 }
