@@ -1,7 +1,6 @@
 package fakekubelet
 
 import (
-	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/client-go/informers"
 	"k8s.io/utils/clock"
 
@@ -30,12 +30,6 @@ const (
 // ErrNotFound is returned for a node or pod the fleet does not know.
 var ErrNotFound = fakecore.ErrNotFound
 
-// TokenAuthenticator decides whether a bearer token is accepted. It is called
-// concurrently from request handlers.
-type TokenAuthenticator interface {
-	AuthenticateToken(ctx context.Context, token string) (bool, error)
-}
-
 // Usage is a container or pod resource usage: a CPU rate in nanocores
 // (1 core = 1e9) and a memory working set in bytes.
 type Usage struct {
@@ -52,8 +46,9 @@ type Config struct {
 	SampleInterval time.Duration
 	// Tokens are the accepted bearer tokens.
 	Tokens []string
-	// TokenAuthenticator, if set, is asked about tokens not in Tokens.
-	TokenAuthenticator TokenAuthenticator
+	// TokenAuthenticator, if set, is asked about tokens not in Tokens,
+	// concurrently from request handlers.
+	TokenAuthenticator authenticator.Token
 	// ClientCAPEM holds CA certificates, in PEM, that client certificates
 	// may chain to, in addition to the fleet CA.
 	ClientCAPEM []byte

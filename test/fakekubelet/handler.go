@@ -117,7 +117,7 @@ func (f *Fleet) authenticated(r *http.Request) bool {
 		return true
 	}
 	if f.cfg.TokenAuthenticator != nil {
-		ok, err := f.cfg.TokenAuthenticator.AuthenticateToken(r.Context(), token)
+		_, ok, err := f.cfg.TokenAuthenticator.AuthenticateToken(r.Context(), token)
 		if err != nil {
 			klog.V(2).InfoS("Token review failed", "err", err)
 		}
