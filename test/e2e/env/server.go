@@ -141,12 +141,6 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 	if err != nil {
 		return nil, err
 	}
-	var apiServices []string
-	for _, o := range registration {
-		if o.GetKind() == "APIService" {
-			apiServices = append(apiServices, o.GetName())
-		}
-	}
 	var flags []string
 	if cfg.ForceConflicts {
 		flags = append(flags, "--force-conflicts")
@@ -155,21 +149,32 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 		return nil, err
 	}
 
-	s := &Server{
-		Port:         port,
-		ServiceHost:  svc.GetName() + "." + svc.GetNamespace() + ".svc",
-		Namespace:    deploy.GetNamespace(),
-		APIServices:  apiServices,
-		cluster:      c,
-		name:         cfg.ProcessName,
-		binDir:       cfg.BinDir,
-		registration: registration,
-	}
+	s := newServer(c, cfg, objs, deploy, svc, port)
+	s.registration = registration
 	// The APIServices name the server's port (above), and so must one the
 	// controller creates again; its metrics port is on loopback and picked
 	// by the kernel, so that suites on one machine never collide on the
 	// manifests' :8080.
 	return s, s.start(ctx, objs, deploy, cfg, "--service-port="+strconv.Itoa(port), "--metrics-bind-address=127.0.0.1:0")
+}
+
+// newServer is the server of objs' Deployment deploy and Service svc on
+// port, with the APIServices of objs, before it starts.
+func newServer(c *cluster.Cluster, cfg ServerConfig, objs []*unstructured.Unstructured, deploy, svc *unstructured.Unstructured, port int) *Server {
+	s := &Server{
+		Port:        port,
+		ServiceHost: svc.GetName() + "." + svc.GetNamespace() + ".svc",
+		Namespace:   deploy.GetNamespace(),
+		cluster:     c,
+		name:        cfg.ProcessName,
+		binDir:      cfg.BinDir,
+	}
+	for _, o := range objs {
+		if o.GetKind() == "APIService" {
+			s.APIServices = append(s.APIServices, o.GetName())
+		}
+	}
+	return s
 }
 
 // start runs the certificate controller of objs, if they have one, with
