@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
@@ -143,21 +142,9 @@ func AddKraftletNode(ctx context.Context, c *cluster.Cluster, name string) error
 	if err != nil {
 		return err
 	}
-	if err := c.AddNode(ctx, name, map[string]string{KraftletNodeLabel: "true"}, "127.0.0.1", ports[0]); err != nil {
-		return err
-	}
-	nodes := c.Client().CoreV1().Nodes()
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := nodes.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{
-			Key: KraftletTaintKey, Value: KraftletTaintValue, Effect: corev1.TaintEffectNoSchedule,
-		})
-		_, err = nodes.Update(ctx, n, metav1.UpdateOptions{})
-		return err
-	})
+	node := cluster.NodeObject(name, map[string]string{KraftletNodeLabel: "true"}, "127.0.0.1", ports[0])
+	node.Spec.Taints = []corev1.Taint{{Key: KraftletTaintKey, Value: KraftletTaintValue, Effect: corev1.TaintEffectNoSchedule}}
+	return c.CreateNode(ctx, node)
 }
 
 // KraftletPodSpec pins a pod spec to kraftlet nodes: it selects their label
