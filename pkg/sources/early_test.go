@@ -9,15 +9,20 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
-// countingTarget counts its scrapes and reports each on scraped.
+// countingTarget counts its scrapes and reports each on scraped once it
+// ends, and on started, when not nil, as it begins.
 type countingTarget struct {
 	fakeTarget
 	n       atomic.Int32
 	scraped chan string
+	started chan string
 }
 
 func (c *countingTarget) Scrape(ctx context.Context) (*Batch, error) {
 	c.n.Add(1)
+	if c.started != nil {
+		c.started <- c.id
+	}
 	b, err := c.fakeTarget.Scrape(ctx)
 	c.scraped <- c.id
 	return b, err
@@ -136,19 +141,17 @@ func TestEarlyScrape(t *testing.T) {
 // TestScrapeOneAtATime: a target being scraped is not scraped again until
 // that scrape ends, so its results are stored in order.
 func TestScrapeOneAtATime(t *testing.T) {
-	scraped := make(chan string, 4)
+	scraped, started := make(chan string, 4), make(chan string, 4)
 	block := make(chan struct{})
-	a := &countingTarget{fakeTarget: fakeTarget{id: "a", batch: &Batch{}, block: block}, scraped: scraped}
+	a := &countingTarget{fakeTarget: fakeTarget{id: "a", batch: &Batch{}, block: block}, scraped: scraped, started: started}
 	s := NewScraper(ScraperConfig{Sink: newRecordingSink(), Resolution: time.Minute, Timeout: 10 * time.Second})
 	j := job{source: "kubelet", target: a}
 	done := make(chan struct{})
 	go func() { s.scrape(context.Background(), j); close(done) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for a.n.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("first scrape did not start")
-		}
-		time.Sleep(time.Millisecond)
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("first scrape did not start")
 	}
 	s.scrape(context.Background(), j) // returns at once: a is busy
 	if n := a.n.Load(); n != 1 {

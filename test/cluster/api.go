@@ -74,9 +74,15 @@ func (c *Cluster) AddNode(ctx context.Context, name string, labels map[string]st
 	if kubeletPort <= 0 || kubeletPort > 65535 {
 		return fmt.Errorf("node %s: kubelet port %d out of range", name, kubeletPort)
 	}
-	node := NodeObject(name, labels, kubeletAddr, kubeletPort)
+	return c.CreateNode(ctx, NodeObject(name, labels, kubeletAddr, kubeletPort))
+}
+
+// CreateNode creates node, a NodeObject changed as a test needs, and waits
+// as AddNode does until kwok has made it Ready.
+func (c *Cluster) CreateNode(ctx context.Context, node *corev1.Node) error {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
+	name := node.Name
 	if _, err := c.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create node %s: %w", name, err)
 	}

@@ -203,11 +203,7 @@ func stopAll(procs []*Process) []error {
 	errs := make([]error, len(procs))
 	var wg sync.WaitGroup
 	for i, p := range procs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = p.Stop()
-		}()
+		wg.Go(func() { errs[i] = p.Stop() })
 	}
 	wg.Wait()
 	return errs

@@ -170,27 +170,20 @@ func (c *Cluster) startControllers(ctx context.Context) error {
 func (c *Cluster) startControllerManager() (*Process, error) {
 	o := c.opts
 	kubeconfig := c.kubeconfigPath("kube-controller-manager")
-	args := []string{
-		"--kubeconfig=" + kubeconfig,
-		"--authentication-kubeconfig=" + kubeconfig,
-		"--authorization-kubeconfig=" + kubeconfig,
-		"--bind-address=" + loopback,
-		"--secure-port=" + strconv.Itoa(c.ports.controllerManager),
-		"--tls-cert-file=" + c.pki.file("controller-manager-serving.crt"),
-		"--tls-private-key-file=" + c.pki.file("controller-manager-serving.key"),
+	args := append(c.servingArgs(kubeconfig, c.ports.controllerManager, "controller-manager-serving"),
+		"--kubeconfig="+kubeconfig,
 		"--leader-elect=false",
 		"--use-service-account-credentials=true",
-		"--service-account-private-key-file=" + c.pki.file("sa.key"),
-		"--root-ca-file=" + c.pki.file("ca.crt"),
-		"--controllers=" + strings.Join(controllers, ","),
+		"--service-account-private-key-file="+c.pki.file("sa.key"),
+		"--root-ca-file="+c.pki.file("ca.crt"),
+		"--controllers="+strings.Join(controllers, ","),
 		"--kube-api-qps=200",
 		"--kube-api-burst=400",
-		"--horizontal-pod-autoscaler-sync-period=" + o.HPASyncPeriod.String(),
-		"--horizontal-pod-autoscaler-downscale-stabilization=" + o.HPADownscaleStabilization.String(),
-		"--horizontal-pod-autoscaler-cpu-initialization-period=" + o.HPACPUInitializationPeriod.String(),
-		"--horizontal-pod-autoscaler-initial-readiness-delay=" + o.HPAInitialReadinessDelay.String(),
-		"--profiling=false",
-	}
+		"--horizontal-pod-autoscaler-sync-period="+o.HPASyncPeriod.String(),
+		"--horizontal-pod-autoscaler-downscale-stabilization="+o.HPADownscaleStabilization.String(),
+		"--horizontal-pod-autoscaler-cpu-initialization-period="+o.HPACPUInitializationPeriod.String(),
+		"--horizontal-pod-autoscaler-initial-readiness-delay="+o.HPAInitialReadinessDelay.String(),
+	)
 	return c.startProcess(tierController, "kube-controller-manager", nil, c.bin(ControllerManagerBinary),
 		append(args, o.ControllerManagerArgs...)...)
 }
@@ -210,16 +203,7 @@ leaderElection:
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
 		return nil, fmt.Errorf("write scheduler config: %w", err)
 	}
-	args := []string{
-		"--config=" + configPath,
-		"--authentication-kubeconfig=" + kubeconfig,
-		"--authorization-kubeconfig=" + kubeconfig,
-		"--bind-address=" + loopback,
-		"--secure-port=" + strconv.Itoa(c.ports.scheduler),
-		"--tls-cert-file=" + c.pki.file("scheduler-serving.crt"),
-		"--tls-private-key-file=" + c.pki.file("scheduler-serving.key"),
-		"--profiling=false",
-	}
+	args := append(c.servingArgs(kubeconfig, c.ports.scheduler, "scheduler-serving"), "--config="+configPath)
 	return c.startProcess(tierController, "kube-scheduler", nil, c.bin(SchedulerBinary),
 		append(args, c.opts.SchedulerArgs...)...)
 }
@@ -242,6 +226,21 @@ func (c *Cluster) startKwok() (*Process, error) {
 		"--config=" + configPath,
 	}
 	return c.startProcess(tierController, "kwok", env, c.bin(KwokBinary), append(args, c.opts.KwokArgs...)...)
+}
+
+// servingArgs are the flags kube-controller-manager and kube-scheduler
+// share: delegated authentication and authorization through kubeconfig,
+// and a secure port on loopback with the serving pair named pair.
+func (c *Cluster) servingArgs(kubeconfig string, port int, pair string) []string {
+	return []string{
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--bind-address=" + loopback,
+		"--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + c.pki.file(pair+".crt"),
+		"--tls-private-key-file=" + c.pki.file(pair+".key"),
+		"--profiling=false",
+	}
 }
 
 // process returns the cluster's process with the given name, or nil.

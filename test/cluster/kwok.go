@@ -41,25 +41,25 @@ options:
 	}, "---\n")
 }
 
-// nodeInitializeStage turns a node that is not Ready into a Ready, Running
-// node. Addresses, daemon endpoints and resources set by the creator are kept;
-// missing ones get defaults.
-const nodeInitializeStage = `apiVersion: kwok.x-k8s.io/v1alpha1
+// stage is the kwok Stage name for objects of kind (a core/v1 kind): the
+// header up to its selector's match expressions, then rest.
+func stage(name, kind, rest string) string {
+	return fmt.Sprintf(`apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
-  name: node-initialize
+  name: %s
 spec:
   resourceRef:
     apiGroup: v1
-    kind: Node
+    kind: %s
   selector:
     matchExpressions:
-    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
-      operator: NotIn
-      values: ["True"]
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
+`, name, kind) + rest
+}
+
+// nodeConditions starts a node's status template: every condition kwok
+// keeps, heartbeat now; the range is left open for the stage to add to.
+const nodeConditions = `      {{ $now := Now }}
       conditions:
       {{ range NodeConditions }}
       - type: {{ .type | Quote }}
@@ -67,7 +67,17 @@ spec:
         reason: {{ .reason | Quote }}
         message: {{ .message | Quote }}
         lastHeartbeatTime: {{ $now | Quote }}
-        lastTransitionTime: {{ $now | Quote }}
+`
+
+// nodeInitializeStage turns a node that is not Ready into a Ready, Running
+// node. Addresses, daemon endpoints and resources set by the creator are kept;
+// missing ones get defaults.
+var nodeInitializeStage = stage("node-initialize", "Node", `    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: NotIn
+      values: ["True"]
+  next:
+    statusTemplate: |
+`+nodeConditions+`        lastTransitionTime: {{ $now | Quote }}
       {{ end }}
       {{ if not .status.addresses }}
       addresses:
@@ -96,21 +106,11 @@ spec:
         kubeletVersion: v1.37.2
         kubeProxyVersion: v1.37.2
       phase: Running
-`
+`)
 
 // nodeHeartbeatStage refreshes the conditions of Ready nodes now and then.
 // Liveness itself comes from the node lease that kwok renews.
-const nodeHeartbeatStage = `apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: node-heartbeat-with-lease
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Node
-  selector:
-    matchExpressions:
-    - key: .status.phase
+var nodeHeartbeatStage = stage("node-heartbeat-with-lease", "Node", `    - key: .status.phase
       operator: In
       values: ["Running"]
     - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
@@ -121,31 +121,13 @@ spec:
     jitterDurationMilliseconds: 360000
   next:
     statusTemplate: |
-      {{ $now := Now }}
-      conditions:
-      {{ range NodeConditions }}
-      - type: {{ .type | Quote }}
-        status: {{ .status | Quote }}
-        reason: {{ .reason | Quote }}
-        message: {{ .message | Quote }}
-        lastHeartbeatTime: {{ $now | Quote }}
-      {{ end }}
-`
+`+nodeConditions+`      {{ end }}
+`)
 
 // podReadyStage marks a pending, scheduled pod Running and Ready, with every
 // container running, every init container finished (sidecars running), and
 // host and pod IPs filled in.
-const podReadyStage = `apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: pod-ready
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: .metadata.deletionTimestamp
+var podReadyStage = stage("pod-ready", "Pod", `    - key: .metadata.deletionTimestamp
       operator: DoesNotExist
     - key: .status.phase
       operator: In
@@ -219,24 +201,14 @@ spec:
       - ip: {{ . | Quote }}
       {{ end }}
       {{ end }}
-`
+`)
 
 // podDeleteStage plays the kubelet's part in graceful deletion: a pod marked
 // for deletion loses its finalizers and is removed.
-const podDeleteStage = `apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: pod-delete
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: .metadata.deletionTimestamp
+var podDeleteStage = stage("pod-delete", "Pod", `    - key: .metadata.deletionTimestamp
       operator: Exists
   next:
     finalizers:
       empty: true
     delete: true
-`
+`)

@@ -165,11 +165,7 @@ func tailFile(path string, n int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	offset := info.Size() - maxRead
-	if offset < 0 {
-		offset = 0
-	}
-	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+	if _, err := f.Seek(max(info.Size()-maxRead, 0), io.SeekStart); err != nil {
 		return "", err
 	}
 	data, err := io.ReadAll(f)

@@ -7,11 +7,13 @@ package fakecore
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -107,6 +109,28 @@ func ParseTokens(text string) []string {
 		}
 	}
 	return out
+}
+
+// BearerToken returns the token of a request's "Authorization: Bearer"
+// header (the scheme in any case), or "" without one.
+func BearerToken(r *http.Request) string {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "bearer") {
+		return ""
+	}
+	return strings.TrimSpace(token)
+}
+
+// KnownToken says whether token, not empty, is one of known; each is
+// compared in constant time.
+func KnownToken(token string, known ...string) bool {
+	found := false
+	for _, k := range known {
+		if subtle.ConstantTimeCompare([]byte(k), []byte(token)) == 1 {
+			found = true
+		}
+	}
+	return found && token != ""
 }
 
 // WriteState writes v as indented JSON to path, atomically: what a fake's

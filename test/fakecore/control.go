@@ -21,7 +21,7 @@ func NewControlMux(caPEM []byte) *http.ServeMux {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /v1/ca.crt", func(w http.ResponseWriter, _ *http.Request) {
 		if caPEM == nil {
-			WriteError(w, http.StatusNotFound, errors.New("serving plain HTTP: no CA"))
+			writeError(w, http.StatusNotFound, errors.New("serving plain HTTP: no CA"))
 			return
 		}
 		w.Header().Set("Content-Type", "application/x-pem-file")
@@ -30,21 +30,52 @@ func NewControlMux(caPEM []byte) *http.ServeMux {
 	return mux
 }
 
-// ReadJSON decodes a control request's body into v, refusing unknown
+// ErrNotFound is what a control route answers 404 for: a node, pod or
+// instance the fake does not know.
+var ErrNotFound = errors.New("not found")
+
+// None is the request type of a route that reads no body.
+type None struct{}
+
+// Matched is the answer of a route that acted on n objects.
+func Matched(n int) map[string]int { return map[string]int{"matched": n} }
+
+// Route makes a control route of do: the request's body is read into a Req
+// (not for None), and do's answer is sent with code, or its error with 404
+// when it wraps ErrNotFound and 400 otherwise.
+func Route[Req any](code int, do func(r *http.Request, req Req) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req Req
+		if _, none := any(req).(None); !none && !readJSON(w, r, &req) {
+			return
+		}
+		v, err := do(r, req)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			writeError(w, http.StatusNotFound, err)
+		case err != nil:
+			writeError(w, http.StatusBadRequest, err)
+		default:
+			writeJSON(w, code, v)
+		}
+	}
+}
+
+// readJSON decodes a control request's body into v, refusing unknown
 // fields and bodies over 1 MiB; on failure it answers 400 and returns
 // false.
-func ReadJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxControlBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		WriteError(w, http.StatusBadRequest, fmt.Errorf("decode request: %w", err))
+		writeError(w, http.StatusBadRequest, fmt.Errorf("decode request: %w", err))
 		return false
 	}
 	return true
 }
 
-// WriteJSON answers code with v as indented JSON.
-func WriteJSON(w http.ResponseWriter, code int, v any) {
+// writeJSON answers code with v as indented JSON.
+func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	enc := json.NewEncoder(w)
@@ -52,9 +83,9 @@ func WriteJSON(w http.ResponseWriter, code int, v any) {
 	_ = enc.Encode(v)
 }
 
-// WriteError answers code with {"error": err}.
-func WriteError(w http.ResponseWriter, code int, err error) {
-	WriteJSON(w, code, map[string]string{"error": err.Error()})
+// writeError answers code with {"error": err}.
+func writeError(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, map[string]string{"error": err.Error()})
 }
 
 // HTTPServer is an API a fake's program serves, until Stop.

@@ -7,14 +7,15 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
 
 	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
 type staticAuthenticator map[string]bool
 
-func (a staticAuthenticator) AuthenticateToken(_ context.Context, token string) (bool, error) {
-	return a[token], nil
+func (a staticAuthenticator) AuthenticateToken(_ context.Context, token string) (*authenticator.Response, bool, error) {
+	return &authenticator.Response{}, a[token], nil
 }
 
 func TestAuthentication(t *testing.T) {

@@ -4,18 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	tokencache "k8s.io/apiserver/pkg/authentication/token/cache"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 )
 
 // PodFromObject converts a pod object into a fleet Pod: its UID, labels,
@@ -119,53 +119,17 @@ func (f *Fleet) forgetPod(obj any) {
 	}
 }
 
-// TokenReviewAuthenticator accepts bearer tokens that the cluster's
-// TokenReview API authenticates, caching answers for ttl.
-type TokenReviewAuthenticator struct {
-	client kubernetes.Interface
-	ttl    time.Duration
-	clock  clock.PassiveClock
-
-	mu    sync.Mutex
-	cache map[string]tokenAnswer
-}
-
-type tokenAnswer struct {
-	ok      bool
-	expires time.Time
-}
-
-const maxCachedTokens = 4096
-
-// NewTokenReviewAuthenticator returns an authenticator backed by the
-// TokenReview API of client.
-func NewTokenReviewAuthenticator(client kubernetes.Interface, ttl time.Duration) *TokenReviewAuthenticator {
-	return &TokenReviewAuthenticator{client: client, ttl: ttl, clock: clock.RealClock{}, cache: map[string]tokenAnswer{}}
-}
-
-var _ TokenAuthenticator = &TokenReviewAuthenticator{}
-
-// AuthenticateToken implements TokenAuthenticator.
-func (a *TokenReviewAuthenticator) AuthenticateToken(ctx context.Context, token string) (bool, error) {
-	now := a.clock.Now()
-	a.mu.Lock()
-	if ans, ok := a.cache[token]; ok && now.Before(ans.expires) {
-		a.mu.Unlock()
-		return ans.ok, nil
+// NewTokenReviewAuthenticator returns an authenticator that accepts the
+// bearer tokens the TokenReview API of client authenticates, its answers
+// cached for ttl by k8s.io/apiserver's token cache, as a kubelet's are.
+func NewTokenReviewAuthenticator(client kubernetes.Interface, ttl time.Duration) authenticator.Token {
+	review := func(ctx context.Context, token string) (*authenticator.Response, bool, error) {
+		tr, err := client.AuthenticationV1().TokenReviews().Create(ctx,
+			&authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+		if err != nil {
+			return nil, false, fmt.Errorf("token review: %w", err)
+		}
+		return &authenticator.Response{}, tr.Status.Authenticated, nil
 	}
-	a.mu.Unlock()
-
-	tr, err := a.client.AuthenticationV1().TokenReviews().Create(ctx,
-		&authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
-	if err != nil {
-		return false, fmt.Errorf("token review: %w", err)
-	}
-	res := tr.Status.Authenticated
-	a.mu.Lock()
-	if len(a.cache) >= maxCachedTokens {
-		clear(a.cache)
-	}
-	a.cache[token] = tokenAnswer{ok: res, expires: now.Add(a.ttl)}
-	a.mu.Unlock()
-	return res, nil
+	return tokencache.New(authenticator.TokenFunc(review), false, ttl, ttl)
 }

@@ -180,7 +180,7 @@ func TestTokenReviewAuthenticator(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := a.AuthenticateToken(context.Background(), tt.token)
+			_, got, err := a.AuthenticateToken(context.Background(), tt.token)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -93,16 +93,17 @@ func (n *Node) State(withPods bool) NodeState {
 func NewControlHandler(f *Fleet) http.Handler {
 	c := &controlAPI{fleet: f}
 	mux := fakecore.NewControlMux(f.CACertPEM())
-	mux.HandleFunc("GET /v1/nodes", c.listNodes)
-	mux.HandleFunc("GET /v1/nodes/{node}", c.getNode)
-	mux.HandleFunc("PUT /v1/nodes/{node}/fault", c.setFault)
-	mux.HandleFunc("DELETE /v1/nodes/{node}/fault", c.clearFault)
-	mux.HandleFunc("POST /v1/nodes/{node}/counter-reset", c.resetNode)
-	mux.HandleFunc("PUT /v1/nodes/{node}/pods/{namespace}/{name}", c.putPod)
-	mux.HandleFunc("DELETE /v1/namespaces/{namespace}/pods/{name}", c.deletePod)
-	mux.HandleFunc("PUT /v1/namespaces/{namespace}/pods/{name}/usage", c.setPodUsage)
-	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{name}/counter-reset", c.resetPod)
-	mux.HandleFunc("PUT /v1/usage", c.setSelectorUsage)
-	mux.HandleFunc("DELETE /v1/usage", c.forgetUsage)
+	ok := http.StatusOK
+	mux.HandleFunc("GET /v1/nodes", fakecore.Route(ok, c.listNodes))
+	mux.HandleFunc("GET /v1/nodes/{node}", fakecore.Route(ok, c.getNode))
+	mux.HandleFunc("PUT /v1/nodes/{node}/fault", fakecore.Route(ok, c.setFault))
+	mux.HandleFunc("DELETE /v1/nodes/{node}/fault", fakecore.Route(ok, c.clearFault))
+	mux.HandleFunc("POST /v1/nodes/{node}/counter-reset", fakecore.Route(ok, c.resetNode))
+	mux.HandleFunc("PUT /v1/nodes/{node}/pods/{namespace}/{name}", fakecore.Route(ok, c.putPod))
+	mux.HandleFunc("DELETE /v1/namespaces/{namespace}/pods/{name}", fakecore.Route(ok, c.deletePod))
+	mux.HandleFunc("PUT /v1/namespaces/{namespace}/pods/{name}/usage", fakecore.Route(ok, c.setPodUsage))
+	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{name}/counter-reset", fakecore.Route(ok, c.resetPod))
+	mux.HandleFunc("PUT /v1/usage", fakecore.Route(ok, c.setSelectorUsage))
+	mux.HandleFunc("DELETE /v1/usage", fakecore.Route(ok, c.forgetUsage))
 	return mux
 }

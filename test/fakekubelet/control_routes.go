@@ -11,50 +11,42 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-// controlAPI implements the routes of NewControlHandler.
+// controlAPI implements the routes of NewControlHandler, for
+// fakecore.Route.
 type controlAPI struct{ fleet *Fleet }
 
-func (c *controlAPI) listNodes(w http.ResponseWriter, r *http.Request) {
+func (c *controlAPI) listNodes(r *http.Request, _ fakecore.None) (any, error) {
 	withPods := r.URL.Query().Get("pods") == "true"
 	out := []NodeState{}
 	for _, n := range c.fleet.Nodes() {
 		out = append(out, n.State(withPods))
 	}
-	fakecore.WriteJSON(w, http.StatusOK, out)
+	return out, nil
 }
 
-func (c *controlAPI) getNode(w http.ResponseWriter, r *http.Request) {
+func (c *controlAPI) getNode(r *http.Request, _ fakecore.None) (any, error) {
 	n, ok := c.fleet.Node(r.PathValue("node"))
 	if !ok {
-		fakecore.WriteError(w, http.StatusNotFound, fmt.Errorf("node %q: %w", r.PathValue("node"), ErrNotFound))
-		return
+		return nil, fmt.Errorf("node %q: %w", r.PathValue("node"), ErrNotFound)
 	}
-	fakecore.WriteJSON(w, http.StatusOK, n.State(true))
+	return n.State(true), nil
 }
 
-func (c *controlAPI) setFault(w http.ResponseWriter, r *http.Request) {
-	var req FaultRequest
-	if !fakecore.ReadJSON(w, r, &req) {
-		return
-	}
+func (c *controlAPI) setFault(r *http.Request, req FaultRequest) (any, error) {
 	fault := Fault{Kind: req.Kind, Delay: req.Delay.Duration, Bytes: req.Bytes, Offset: req.Offset.Duration, Pod: req.Pod}
-	c.forNodes(w, r.PathValue("node"), func(n *Node) error { return n.SetFault(fault) })
+	return c.forNodes(r.PathValue("node"), func(n *Node) error { return n.SetFault(fault) })
 }
 
-func (c *controlAPI) clearFault(w http.ResponseWriter, r *http.Request) {
+func (c *controlAPI) clearFault(r *http.Request, _ fakecore.None) (any, error) {
 	kind := FaultKind(r.URL.Query().Get("kind"))
-	c.forNodes(w, r.PathValue("node"), func(n *Node) error { return n.ClearFault(kind) })
+	return c.forNodes(r.PathValue("node"), func(n *Node) error { return n.ClearFault(kind) })
 }
 
-func (c *controlAPI) resetNode(w http.ResponseWriter, r *http.Request) {
-	c.forNodes(w, r.PathValue("node"), func(n *Node) error { n.ResetCounters(); return nil })
+func (c *controlAPI) resetNode(r *http.Request, _ fakecore.None) (any, error) {
+	return c.forNodes(r.PathValue("node"), func(n *Node) error { n.ResetCounters(); return nil })
 }
 
-func (c *controlAPI) putPod(w http.ResponseWriter, r *http.Request) {
-	var req PodRequest
-	if !fakecore.ReadJSON(w, r, &req) {
-		return
-	}
+func (c *controlAPI) putPod(r *http.Request, req PodRequest) (any, error) {
 	p := Pod{Namespace: r.PathValue("namespace"), Name: r.PathValue("name"), UID: req.UID, Labels: req.Labels}
 	for _, ct := range req.Containers {
 		var limit uint64
@@ -63,98 +55,77 @@ func (c *controlAPI) putPod(w http.ResponseWriter, r *http.Request) {
 		}
 		p.Containers = append(p.Containers, Container{Name: ct.Name, MemoryLimitBytes: limit})
 	}
-	node := r.PathValue("node")
-	if err := c.fleet.SetPod(node, p); err != nil {
-		fakecore.WriteError(w, http.StatusNotFound, err)
-		return
+	if err := c.fleet.SetPod(r.PathValue("node"), p); err != nil {
+		return nil, err
 	}
-	n, _ := c.fleet.Node(node)
-	fakecore.WriteJSON(w, http.StatusOK, n.State(true))
+	return c.getNode(r, fakecore.None{})
 }
 
-func (c *controlAPI) deletePod(w http.ResponseWriter, r *http.Request) {
+func (c *controlAPI) deletePod(r *http.Request, _ fakecore.None) (any, error) {
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
 	if !c.fleet.RemovePod(ns, name) {
-		fakecore.WriteError(w, http.StatusNotFound, fmt.Errorf("pod %s/%s: %w", ns, name, ErrNotFound))
-		return
+		return nil, fmt.Errorf("pod %s/%s: %w", ns, name, ErrNotFound)
 	}
-	fakecore.WriteJSON(w, http.StatusOK, map[string]int{"matched": 1})
+	return fakecore.Matched(1), nil
 }
 
-func (c *controlAPI) setPodUsage(w http.ResponseWriter, r *http.Request) {
-	var req UsageRequest
-	if !fakecore.ReadJSON(w, r, &req) {
-		return
-	}
-	c.setUsage(w, UsageTarget{Namespace: r.PathValue("namespace"), Name: r.PathValue("name"), Container: req.Container}, req)
+func (c *controlAPI) setPodUsage(r *http.Request, req UsageRequest) (any, error) {
+	return c.setUsage(UsageTarget{Namespace: r.PathValue("namespace"), Name: r.PathValue("name"), Container: req.Container}, req)
 }
 
-func (c *controlAPI) resetPod(w http.ResponseWriter, r *http.Request) {
-	if err := c.fleet.ResetPodCounters(r.PathValue("namespace"), r.PathValue("name")); err != nil {
-		fakecore.WriteError(w, http.StatusNotFound, err)
-		return
-	}
-	fakecore.WriteJSON(w, http.StatusOK, map[string]int{"matched": 1})
+func (c *controlAPI) resetPod(r *http.Request, _ fakecore.None) (any, error) {
+	return fakecore.Matched(1), c.fleet.ResetPodCounters(r.PathValue("namespace"), r.PathValue("name"))
 }
 
-func (c *controlAPI) setSelectorUsage(w http.ResponseWriter, r *http.Request) {
-	var req UsageRequest
-	if !fakecore.ReadJSON(w, r, &req) {
-		return
-	}
+func (c *controlAPI) setSelectorUsage(_ *http.Request, req UsageRequest) (any, error) {
 	t := UsageTarget{Namespace: req.Namespace, Container: req.Container}
 	if req.Selector != "" {
 		sel, err := labels.Parse(req.Selector)
 		if err != nil {
-			fakecore.WriteError(w, http.StatusBadRequest, fmt.Errorf("selector: %w", err))
-			return
+			return nil, fmt.Errorf("selector: %w", err)
 		}
 		t.Selector = sel
 	}
-	c.setUsage(w, t, req)
+	return c.setUsage(t, req)
 }
 
-func (c *controlAPI) forgetUsage(w http.ResponseWriter, _ *http.Request) {
+func (c *controlAPI) forgetUsage(*http.Request, fakecore.None) (any, error) {
 	c.fleet.ForgetUsage()
-	fakecore.WriteJSON(w, http.StatusOK, map[string]string{})
+	return map[string]string{}, nil
 }
 
-func (c *controlAPI) setUsage(w http.ResponseWriter, t UsageTarget, req UsageRequest) {
+func (c *controlAPI) setUsage(t UsageTarget, req UsageRequest) (any, error) {
 	var p usagePatch
 	if req.CPU != nil {
 		if req.CPU.Sign() < 0 {
-			fakecore.WriteError(w, http.StatusBadRequest, errors.New("cpu must not be negative"))
-			return
+			return nil, errors.New("cpu must not be negative")
 		}
 		v := uint64(req.CPU.ScaledValue(resource.Nano))
 		p.cpu = &v
 	}
 	if req.Memory != nil {
 		if req.Memory.Sign() < 0 {
-			fakecore.WriteError(w, http.StatusBadRequest, errors.New("memory must not be negative"))
-			return
+			return nil, errors.New("memory must not be negative")
 		}
 		v := uint64(req.Memory.Value())
 		p.memory = &v
 	}
 	if p.cpu == nil && p.memory == nil {
-		fakecore.WriteError(w, http.StatusBadRequest, errors.New("set cpu, memory or both"))
-		return
+		return nil, errors.New("set cpu, memory or both")
 	}
-	fakecore.WriteJSON(w, http.StatusOK, map[string]int{"matched": c.fleet.setUsage(t, p)})
+	return fakecore.Matched(c.fleet.setUsage(t, p)), nil
 }
 
 // forNodes applies fn to one node, or to every node for "*", and answers
 // with the resulting states.
-func (c *controlAPI) forNodes(w http.ResponseWriter, name string, fn func(*Node) error) {
+func (c *controlAPI) forNodes(name string, fn func(*Node) error) (any, error) {
 	var nodes []*Node
 	if name == "*" {
 		nodes = c.fleet.Nodes()
 	} else if n, ok := c.fleet.Node(name); ok {
 		nodes = []*Node{n}
 	} else {
-		fakecore.WriteError(w, http.StatusNotFound, fmt.Errorf("node %q: %w", name, ErrNotFound))
-		return
+		return nil, fmt.Errorf("node %q: %w", name, ErrNotFound)
 	}
 	out := []NodeState{}
 	var errs []error
@@ -164,9 +135,5 @@ func (c *controlAPI) forNodes(w http.ResponseWriter, name string, fn func(*Node)
 		}
 		out = append(out, n.State(false))
 	}
-	if err := errors.Join(errs...); err != nil {
-		fakecore.WriteError(w, http.StatusBadRequest, err)
-		return
-	}
-	fakecore.WriteJSON(w, http.StatusOK, out)
+	return out, errors.Join(errs...)
 }

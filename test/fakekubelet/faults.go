@@ -1,6 +1,7 @@
 package fakekubelet
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strings"
@@ -89,61 +90,49 @@ func (n *Node) Faults() FaultState {
 func (n *Node) SetFault(f Fault) error {
 	n.opMu.Lock()
 	defer n.opMu.Unlock()
+	var set func(s *FaultState)
 	switch f.Kind {
 	case fakecore.FaultSlow:
 		if f.Delay <= 0 {
 			return fmt.Errorf("fault %s needs a positive delay", f.Kind)
 		}
-		n.mu.Lock()
-		n.faults.Delay.Duration = f.Delay
-		n.mu.Unlock()
+		set = func(s *FaultState) { s.Delay.Duration = f.Delay }
 	case fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultHugeBody, fakecore.FaultResetConnection, fakecore.FaultStall, fakecore.FaultTruncated:
 		size := int64(0)
 		if f.Kind == fakecore.FaultHugeBody {
-			if size = f.Bytes; size <= 0 {
-				size = fakecore.DefaultHugeBodyBytes
-			}
+			size = cmp.Or(max(f.Bytes, 0), fakecore.DefaultHugeBodyBytes)
 		}
-		n.mu.Lock()
-		n.faults.Response, n.faults.HugeBodyBytes = f.Kind, size
-		n.mu.Unlock()
+		set = func(s *FaultState) { s.Response, s.HugeBodyBytes = f.Kind, size }
 	case fakecore.FaultUntrustedCertificate, fakecore.FaultWrongNameCertificate, fakecore.FaultHandshakeStall:
 		if err := n.ep.SetFault(f.Kind); err != nil {
 			return fmt.Errorf("node %q: %w", n.name, err)
 		}
-		n.mu.Lock()
-		n.faults.Connection = f.Kind
-		n.mu.Unlock()
+		set = func(s *FaultState) { s.Connection = f.Kind }
 	case fakecore.FaultClockBackwards:
 		if f.Offset < time.Second {
 			return fmt.Errorf("fault %s needs an offset of at least 1s", f.Kind)
 		}
-		n.mu.Lock()
-		n.faults.ClockOffset.Duration = f.Offset
-		n.mu.Unlock()
+		set = func(s *FaultState) { s.ClockOffset.Duration = f.Offset }
 	case FaultDuplicatePods:
-		pod := f.Pod
-		if pod == "" {
-			pod = AllPods
-		} else if ns, name, ok := strings.Cut(pod, "/"); !ok || ns == "" || name == "" {
-			return fmt.Errorf("fault %s: pod %q is not namespace/name", f.Kind, pod)
+		if ns, name, ok := strings.Cut(f.Pod, "/"); f.Pod != "" && (!ok || ns == "" || name == "") {
+			return fmt.Errorf("fault %s: pod %q is not namespace/name", f.Kind, f.Pod)
 		}
-		n.mu.Lock()
-		n.faults.DuplicatePods = pod
-		n.mu.Unlock()
+		set = func(s *FaultState) { s.DuplicatePods = cmp.Or(f.Pod, AllPods) }
 	case FaultForeignPods:
-		n.mu.Lock()
-		n.faults.ForeignPods = true
-		n.mu.Unlock()
+		set = func(s *FaultState) { s.ForeignPods = true }
 	case FaultDead:
-		n.mu.Lock()
-		n.faults.Dead = true
-		n.mu.Unlock()
-		return n.ep.SetDown(true)
+		set = func(s *FaultState) { s.Dead = true }
 	case fakecore.FaultCounterReset:
 		n.ResetCounters()
+		return nil
 	default:
 		return fmt.Errorf("unknown fault kind %q", f.Kind)
+	}
+	n.mu.Lock()
+	set(&n.faults)
+	n.mu.Unlock()
+	if f.Kind == FaultDead {
+		return n.ep.SetDown(true)
 	}
 	return nil
 }

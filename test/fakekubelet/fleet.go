@@ -1,7 +1,6 @@
 package fakekubelet
 
 import (
-	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/client-go/informers"
 	"k8s.io/utils/clock"
 
@@ -28,13 +28,7 @@ const (
 )
 
 // ErrNotFound is returned for a node or pod the fleet does not know.
-var ErrNotFound = errors.New("not found")
-
-// TokenAuthenticator decides whether a bearer token is accepted. It is called
-// concurrently from request handlers.
-type TokenAuthenticator interface {
-	AuthenticateToken(ctx context.Context, token string) (bool, error)
-}
+var ErrNotFound = fakecore.ErrNotFound
 
 // Usage is a container or pod resource usage: a CPU rate in nanocores
 // (1 core = 1e9) and a memory working set in bytes.
@@ -52,8 +46,9 @@ type Config struct {
 	SampleInterval time.Duration
 	// Tokens are the accepted bearer tokens.
 	Tokens []string
-	// TokenAuthenticator, if set, is asked about tokens not in Tokens.
-	TokenAuthenticator TokenAuthenticator
+	// TokenAuthenticator, if set, is asked about tokens not in Tokens,
+	// concurrently from request handlers.
+	TokenAuthenticator authenticator.Token
 	// ClientCAPEM holds CA certificates, in PEM, that client certificates
 	// may chain to, in addition to the fleet CA.
 	ClientCAPEM []byte
@@ -72,7 +67,6 @@ type Fleet struct {
 	tl       *timeline
 	ca       *pki.CA
 	clientCA *x509.CertPool
-	tokens   map[string]bool
 
 	mu    sync.Mutex
 	nodes map[string]*Node
@@ -126,6 +120,7 @@ func NewFleet(cfg Config) (*Fleet, error) {
 	if cfg.NodeMemoryCapacityBytes == 0 {
 		cfg.NodeMemoryCapacityBytes = DefaultNodeMemoryCapacity
 	}
+	cfg.Tokens = slices.Clone(cfg.Tokens)
 	// The fleet's CA signs every node's serving certificate and, on
 	// request, client certificates.
 	ca, err := pki.NewCA(fmt.Sprintf("fake-kubelet-ca@%d", cfg.Clock.Now().Unix()), cfg.Clock.Now(), fakecore.CAValidity)
@@ -142,15 +137,9 @@ func NewFleet(cfg Config) (*Fleet, error) {
 		tl:         newTimeline(cfg.Clock, cfg.SampleInterval),
 		ca:         ca,
 		clientCA:   pool,
-		tokens:     map[string]bool{},
 		nodes:      map[string]*Node{},
 		pods:       map[podKey]*Node{},
 		stopInform: make(chan struct{}),
-	}
-	for _, t := range cfg.Tokens {
-		if t != "" {
-			f.tokens[t] = true
-		}
 	}
 	return f, nil
 }

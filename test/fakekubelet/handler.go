@@ -3,7 +3,6 @@ package fakekubelet
 import (
 	"bytes"
 	"compress/gzip"
-	"crypto/subtle"
 	"crypto/x509"
 	"encoding/json"
 	"io"
@@ -12,6 +11,8 @@ import (
 	"strings"
 
 	"k8s.io/klog/v2"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
 const (
@@ -107,23 +108,16 @@ func (f *Fleet) authenticated(r *http.Request) bool {
 			return true
 		}
 	}
-	auth := r.Header.Get("Authorization")
-	scheme, token, ok := strings.Cut(auth, " ")
-	if !ok || !strings.EqualFold(scheme, "bearer") {
-		return false
-	}
-	token = strings.TrimSpace(token)
+	token := fakecore.BearerToken(r)
 	if token == "" {
 		return false
 	}
-	for known := range f.tokens {
-		if subtle.ConstantTimeCompare([]byte(known), []byte(token)) == 1 {
-			f.recordPresented(token)
-			return true
-		}
+	if fakecore.KnownToken(token, f.cfg.Tokens...) {
+		f.recordPresented(token)
+		return true
 	}
 	if f.cfg.TokenAuthenticator != nil {
-		ok, err := f.cfg.TokenAuthenticator.AuthenticateToken(r.Context(), token)
+		_, ok, err := f.cfg.TokenAuthenticator.AuthenticateToken(r.Context(), token)
 		if err != nil {
 			klog.V(2).InfoS("Token review failed", "err", err)
 		}

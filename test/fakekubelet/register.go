@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,24 +37,9 @@ func (n *Node) NodeObject(reg NodeRegistration) *corev1.Node {
 	return obj
 }
 
-func setEndpoint(obj *corev1.Node, port int) {
-	obj.Status.Addresses = []corev1.NodeAddress{
-		{Type: corev1.NodeInternalIP, Address: "127.0.0.1"},
-		{Type: corev1.NodeHostName, Address: obj.Name},
-	}
-	obj.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(port)
-}
-
-func endpointSet(obj *corev1.Node, port int) bool {
-	if obj.Status.DaemonEndpoints.KubeletEndpoint.Port != int32(port) {
-		return false
-	}
-	for _, a := range obj.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP && a.Address == "127.0.0.1" {
-			return true
-		}
-	}
-	return false
+// endpointSet says whether obj has want's kubelet endpoint and InternalIP.
+func endpointSet(obj, want *corev1.Node) bool {
+	return obj.Status.DaemonEndpoints == want.Status.DaemonEndpoints && slices.Contains(obj.Status.Addresses, want.Status.Addresses[0])
 }
 
 // RegisterNodes creates a Node object for every node of the fleet, or, for
@@ -76,9 +62,8 @@ func (f *Fleet) RegisterNodes(ctx context.Context, client kubernetes.Interface, 
 
 func registerNode(ctx context.Context, client kubernetes.Interface, n *Node, reg NodeRegistration) error {
 	want := n.NodeObject(reg)
-	port := n.Port()
 	got, err := client.CoreV1().Nodes().Create(ctx, want, metav1.CreateOptions{})
-	if err == nil && endpointSet(got, port) {
+	if err == nil && endpointSet(got, want) {
 		return nil
 	}
 	if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -89,10 +74,10 @@ func registerNode(ctx context.Context, client kubernetes.Interface, n *Node, reg
 		if err != nil {
 			return err
 		}
-		if endpointSet(cur, port) {
+		if endpointSet(cur, want) {
 			return nil
 		}
-		setEndpoint(cur, port)
+		cur.Status.Addresses, cur.Status.DaemonEndpoints = want.Status.Addresses, want.Status.DaemonEndpoints
 		_, err = client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 		return err
 	})

@@ -2,6 +2,7 @@ package fakeukpd
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
@@ -49,40 +50,36 @@ type FaultRequest struct {
 // loopback address only.
 func NewControlHandler(s *Server, caPEM []byte) http.Handler {
 	c := &control{s: s}
+	ok := http.StatusOK
 	mux := fakecore.NewControlMux(caPEM)
-	mux.HandleFunc("GET /v1/instances", func(w http.ResponseWriter, _ *http.Request) { fakecore.WriteJSON(w, http.StatusOK, s.Instances()) })
-	mux.HandleFunc("POST /v1/instances", c.addInstance)
-	mux.HandleFunc("GET /v1/instances/{id}", c.getInstance)
-	mux.HandleFunc("DELETE /v1/instances/{id}", c.byID(s.Remove))
-	mux.HandleFunc("PUT /v1/instances/{id}/usage", c.instanceUsage)
-	mux.HandleFunc("POST /v1/instances/{id}/restart", c.byID(s.Restart))
-	mux.HandleFunc("POST /v1/instances/{id}/standby", c.byID(s.Standby))
-	mux.HandleFunc("POST /v1/instances/{id}/stop", c.byID(s.Stop))
-	mux.HandleFunc("POST /v1/instances/{id}/drain", c.byID(s.Drain))
-	mux.HandleFunc("PUT /v1/namespaces/{namespace}/pods/{pod}/usage", c.podUsage)
-	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/restart", c.byPod(s.Restart))
-	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/standby", c.byPod(s.Standby))
-	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/stop", c.byPod(s.Stop))
-	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/drain", c.byPod(s.Drain))
-	mux.HandleFunc("DELETE /v1/namespaces/{namespace}/pods/{pod}", c.byPod(s.Remove))
-	mux.HandleFunc("GET /v1/fault", func(w http.ResponseWriter, _ *http.Request) {
-		fakecore.WriteJSON(w, http.StatusOK, faultStates(s.Faults()))
-	})
-	mux.HandleFunc("PUT /v1/fault", c.setFault)
-	mux.HandleFunc("DELETE /v1/fault", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /v1/instances", fakecore.Route(ok, func(*http.Request, fakecore.None) (any, error) { return s.Instances(), nil }))
+	mux.HandleFunc("POST /v1/instances", fakecore.Route(http.StatusCreated, c.addInstance))
+	mux.HandleFunc("GET /v1/instances/{id}", fakecore.Route(ok, c.byID(nil)))
+	mux.HandleFunc("DELETE /v1/instances/{id}", fakecore.Route(ok, c.byID(s.Remove)))
+	mux.HandleFunc("PUT /v1/instances/{id}/usage", fakecore.Route(ok, c.instanceUsage))
+	mux.HandleFunc("POST /v1/instances/{id}/restart", fakecore.Route(ok, c.byID(s.Restart)))
+	mux.HandleFunc("POST /v1/instances/{id}/standby", fakecore.Route(ok, c.byID(s.Standby)))
+	mux.HandleFunc("POST /v1/instances/{id}/stop", fakecore.Route(ok, c.byID(s.Stop)))
+	mux.HandleFunc("POST /v1/instances/{id}/drain", fakecore.Route(ok, c.byID(s.Drain)))
+	mux.HandleFunc("PUT /v1/namespaces/{namespace}/pods/{pod}/usage", fakecore.Route(ok, c.podUsage))
+	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/restart", fakecore.Route(ok, c.byPod(s.Restart)))
+	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/standby", fakecore.Route(ok, c.byPod(s.Standby)))
+	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/stop", fakecore.Route(ok, c.byPod(s.Stop)))
+	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/drain", fakecore.Route(ok, c.byPod(s.Drain)))
+	mux.HandleFunc("DELETE /v1/namespaces/{namespace}/pods/{pod}", fakecore.Route(ok, c.byPod(s.Remove)))
+	mux.HandleFunc("GET /v1/fault", fakecore.Route(ok, func(*http.Request, fakecore.None) (any, error) { return faultStates(s.Faults()), nil }))
+	mux.HandleFunc("PUT /v1/fault", fakecore.Route(ok, c.setFault))
+	mux.HandleFunc("DELETE /v1/fault", fakecore.Route(ok, func(r *http.Request, _ fakecore.None) (any, error) {
 		s.ClearFault(FaultKind(r.URL.Query().Get("kind")))
-		fakecore.WriteJSON(w, http.StatusOK, faultStates(s.Faults()))
-	})
+		return faultStates(s.Faults()), nil
+	}))
 	return mux
 }
 
+// control implements the routes of NewControlHandler, for fakecore.Route.
 type control struct{ s *Server }
 
-func (c *control) addInstance(w http.ResponseWriter, r *http.Request) {
-	var req InstanceRequest
-	if !fakecore.ReadJSON(w, r, &req) {
-		return
-	}
+func (c *control) addInstance(_ *http.Request, req InstanceRequest) (any, error) {
 	spec := InstanceSpec{
 		Namespace: req.Namespace, Pod: req.Pod, Container: req.Container, Node: req.Node,
 		Name: req.Name, UUID: req.UUID, Tags: req.Tags, State: req.State,
@@ -93,88 +90,60 @@ func (c *control) addInstance(w http.ResponseWriter, r *http.Request) {
 	if req.Memory != nil {
 		spec.RSSBytes = uint64(max(req.Memory.Value(), 0))
 	}
-	in, err := c.s.AddInstance(spec)
-	if err != nil {
-		fakecore.WriteError(w, http.StatusBadRequest, err)
-		return
-	}
-	fakecore.WriteJSON(w, http.StatusCreated, in)
+	return c.s.AddInstance(spec)
 }
 
-func (c *control) getInstance(w http.ResponseWriter, r *http.Request) {
-	in, err := c.s.Instance(r.PathValue("id"))
-	if err != nil {
-		fakecore.WriteError(w, http.StatusNotFound, err)
-		return
-	}
-	fakecore.WriteJSON(w, http.StatusOK, in)
-}
-
-// byID runs op on the instance named in the path and answers its state.
-func (c *control) byID(op func(string) error) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+// byID runs op, if not nil, on the instance named in the path and answers
+// its state, or for a removal how many it matched.
+func (c *control) byID(op func(string) error) func(*http.Request, fakecore.None) (any, error) {
+	return func(r *http.Request, _ fakecore.None) (any, error) {
 		id := r.PathValue("id")
-		if err := op(id); err != nil {
-			fakecore.WriteError(w, http.StatusNotFound, err)
-			return
+		if op != nil {
+			if err := op(id); err != nil {
+				return nil, err
+			}
 		}
 		if r.Method == http.MethodDelete {
-			fakecore.WriteJSON(w, http.StatusOK, map[string]int{"matched": 1})
-			return
+			return fakecore.Matched(1), nil
 		}
-		c.getInstance(w, r)
+		return c.s.Instance(id)
 	}
 }
 
 // byPod runs op on every instance of the pod in the path, or of one
 // container with ?container=.
-func (c *control) byPod(op func(string) error) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		ids := c.s.InstancesOf(r.PathValue("namespace"), r.PathValue("pod"), r.URL.Query().Get("container"))
-		if len(ids) == 0 {
-			fakecore.WriteError(w, http.StatusNotFound, errors.New("no instance of that pod"))
-			return
-		}
-		for _, id := range ids {
-			if err := op(id); err != nil {
-				fakecore.WriteError(w, http.StatusNotFound, err)
-				return
-			}
-		}
-		fakecore.WriteJSON(w, http.StatusOK, map[string]int{"matched": len(ids)})
+func (c *control) byPod(op func(string) error) func(*http.Request, fakecore.None) (any, error) {
+	return func(r *http.Request, _ fakecore.None) (any, error) {
+		return c.forPod(r, r.URL.Query().Get("container"), op)
 	}
 }
 
-func (c *control) instanceUsage(w http.ResponseWriter, r *http.Request) {
-	var req UsageRequest
-	if !fakecore.ReadJSON(w, r, &req) {
-		return
-	}
-	id := r.PathValue("id")
-	if err := c.setUsage(id, req); err != nil {
-		fakecore.WriteError(w, statusOf(err), err)
-		return
-	}
-	c.getInstance(w, r)
-}
-
-func (c *control) podUsage(w http.ResponseWriter, r *http.Request) {
-	var req UsageRequest
-	if !fakecore.ReadJSON(w, r, &req) {
-		return
-	}
-	ids := c.s.InstancesOf(r.PathValue("namespace"), r.PathValue("pod"), req.Container)
+// forPod runs op on every instance of the pod in the path (of container,
+// if not empty) and answers how many it matched.
+func (c *control) forPod(r *http.Request, container string, op func(string) error) (any, error) {
+	ns, pod := r.PathValue("namespace"), r.PathValue("pod")
+	ids := c.s.InstancesOf(ns, pod, container)
 	if len(ids) == 0 {
-		fakecore.WriteError(w, http.StatusNotFound, errors.New("no instance of that pod"))
-		return
+		return nil, fmt.Errorf("instances of pod %s/%s: %w", ns, pod, ErrNotFound)
 	}
 	for _, id := range ids {
-		if err := c.setUsage(id, req); err != nil {
-			fakecore.WriteError(w, statusOf(err), err)
-			return
+		if err := op(id); err != nil {
+			return nil, err
 		}
 	}
-	fakecore.WriteJSON(w, http.StatusOK, map[string]int{"matched": len(ids)})
+	return fakecore.Matched(len(ids)), nil
+}
+
+func (c *control) instanceUsage(r *http.Request, req UsageRequest) (any, error) {
+	id := r.PathValue("id")
+	if err := c.setUsage(id, req); err != nil {
+		return nil, err
+	}
+	return c.s.Instance(id)
+}
+
+func (c *control) podUsage(r *http.Request, req UsageRequest) (any, error) {
+	return c.forPod(r, req.Container, func(id string) error { return c.setUsage(id, req) })
 }
 
 func (c *control) setUsage(id string, req UsageRequest) error {
@@ -192,17 +161,12 @@ func (c *control) setUsage(id string, req UsageRequest) error {
 	return nil
 }
 
-func (c *control) setFault(w http.ResponseWriter, r *http.Request) {
-	var req FaultRequest
-	if !fakecore.ReadJSON(w, r, &req) {
-		return
-	}
+func (c *control) setFault(_ *http.Request, req FaultRequest) (any, error) {
 	f := Fault{Kind: req.Kind, Path: req.Path, Delay: req.Delay.Duration, Bytes: req.Bytes, Offset: req.Offset.Duration}
 	if err := c.s.SetFault(f); err != nil {
-		fakecore.WriteError(w, http.StatusBadRequest, err)
-		return
+		return nil, err
 	}
-	fakecore.WriteJSON(w, http.StatusOK, faultStates(c.s.Faults()))
+	return faultStates(c.s.Faults()), nil
 }
 
 func faultStates(faults []Fault) []FaultRequest {
@@ -211,11 +175,4 @@ func faultStates(faults []Fault) []FaultRequest {
 		out = append(out, FaultRequest{Kind: f.Kind, Path: f.Path, Delay: metav1.Duration{Duration: f.Delay}, Bytes: f.Bytes, Offset: metav1.Duration{Duration: f.Offset}})
 	}
 	return out
-}
-
-func statusOf(err error) int {
-	if errors.Is(err, ErrNotFound) {
-		return http.StatusNotFound
-	}
-	return http.StatusBadRequest
 }

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
 // Instance states, as the platform API names them.
@@ -232,14 +234,14 @@ func (s *Server) update(id string, fn func(in *instance, now time.Time)) error {
 	defer s.mu.Unlock()
 	in := s.find(id)
 	if in == nil {
-		return fmt.Errorf("%w: %q", ErrNotFound, id)
+		return fmt.Errorf("instance %q: %w", id, ErrNotFound)
 	}
 	fn(in, s.clock.Now())
 	return nil
 }
 
 // ErrNotFound is returned for an instance that does not exist.
-var ErrNotFound = errors.New("no such instance")
+var ErrNotFound = fakecore.ErrNotFound
 
 // Instance returns the instance with that UUID or name.
 func (s *Server) Instance(id string) (Instance, error) {
@@ -247,7 +249,7 @@ func (s *Server) Instance(id string) (Instance, error) {
 	defer s.mu.Unlock()
 	in := s.find(id)
 	if in == nil {
-		return Instance{}, fmt.Errorf("%w: %q", ErrNotFound, id)
+		return Instance{}, fmt.Errorf("instance %q: %w", id, ErrNotFound)
 	}
 	return in.public(s.clock.Now()), nil
 }
@@ -341,7 +343,7 @@ func (s *Server) Remove(id string) error {
 	defer s.mu.Unlock()
 	in := s.find(id)
 	if in == nil {
-		return fmt.Errorf("%w: %q", ErrNotFound, id)
+		return fmt.Errorf("instance %q: %w", id, ErrNotFound)
 	}
 	delete(s.instances, in.uuid)
 	return nil

@@ -1,7 +1,6 @@
 package fakeukpd
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"mime"
@@ -183,23 +182,9 @@ func wantsJSON(accept string) bool {
 
 // authenticated accepts "Authorization: Bearer <token>" with a known token.
 func (s *Server) authenticated(r *http.Request) bool {
-	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
-	}
-	token = strings.TrimSpace(token)
-	if token == "" {
-		return false
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	accepted := false
-	for _, known := range append(s.fileTokensLocked(), s.tokens...) {
-		if subtle.ConstantTimeCompare([]byte(known), []byte(token)) == 1 {
-			accepted = true
-		}
-	}
-	return accepted
+	return fakecore.KnownToken(fakecore.BearerToken(r), append(s.fileTokensLocked(), s.tokens...)...)
 }
 
 // fileTokensLocked returns the tokens of the token file, read again if it

@@ -17,9 +17,14 @@ type ProcStats struct {
 	RSS uint64
 	// CPU is user plus system time from /proc/<pid>/stat.
 	CPU time.Duration
+	// Start is when the process started, in Unix seconds, computed as the
+	// Prometheus process collector does (with the same library): the boot
+	// time from /proc/stat plus the start time in ticks from
+	// /proc/<pid>/stat.
+	Start float64
 }
 
-// ReadProc reads the resident set size and CPU time of pid.
+// ReadProc reads the resident set size, CPU time and start time of pid.
 func ReadProc(pid int) (ProcStats, error) {
 	p, err := procfs.NewProc(pid)
 	if err != nil {
@@ -33,20 +38,9 @@ func ReadProc(pid int) (ProcStats, error) {
 	if err != nil {
 		return ProcStats{}, err
 	}
-	return ProcStats{RSS: status.VmRSS, CPU: time.Duration(stat.UTime+stat.STime) * time.Second / userHZ}, nil
-}
-
-// ProcStartTime returns when pid started, in Unix seconds, computed as the
-// Prometheus process collector does (with the same library): the boot time
-// from /proc/stat plus the start time in ticks from /proc/<pid>/stat.
-func ProcStartTime(pid int) (float64, error) {
-	p, err := procfs.NewProc(pid)
+	start, err := stat.StartTime()
 	if err != nil {
-		return 0, err
+		return ProcStats{}, err
 	}
-	stat, err := p.Stat()
-	if err != nil {
-		return 0, err
-	}
-	return stat.StartTime()
+	return ProcStats{RSS: status.VmRSS, CPU: time.Duration(stat.UTime+stat.STime) * time.Second / userHZ, Start: start}, nil
 }

@@ -1,6 +1,7 @@
 package env
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/group-metrics-server/group-metrics-server/test/chart"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -96,13 +98,9 @@ type secretMount struct{ path, secret string }
 
 // secretMounts returns the Secret volumes the container named name mounts.
 func secretMounts(deploy *unstructured.Unstructured, name string) ([]secretMount, error) {
-	var spec corev1.PodSpec
-	raw, _, err := unstructured.NestedMap(deploy.Object, "spec", "template", "spec")
+	ctr, spec, err := container(deploy, name)
 	if err != nil {
 		return nil, err
-	}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &spec); err != nil {
-		return nil, fmt.Errorf("deployment %s: %w", deploy.GetName(), err)
 	}
 	secrets := map[string]string{}
 	for _, v := range spec.Volumes {
@@ -111,14 +109,9 @@ func secretMounts(deploy *unstructured.Unstructured, name string) ([]secretMount
 		}
 	}
 	var out []secretMount
-	for _, c := range spec.Containers {
-		if c.Name != name {
-			continue
-		}
-		for _, m := range c.VolumeMounts {
-			if s, ok := secrets[m.Name]; ok {
-				out = append(out, secretMount{path: m.MountPath, secret: s})
-			}
+	for _, m := range ctr.VolumeMounts {
+		if s, ok := secrets[m.Name]; ok {
+			out = append(out, secretMount{path: m.MountPath, secret: s})
 		}
 	}
 	return out, nil
@@ -145,24 +138,25 @@ func find(objs []*unstructured.Unstructured, kind string) (*unstructured.Unstruc
 // containerArgs returns the args of the container named name in a
 // Deployment, and the Deployment's service account.
 func containerArgs(deploy *unstructured.Unstructured, name string) (args []string, serviceAccount string, err error) {
-	containers, _, err := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")
+	ctr, spec, err := container(deploy, name)
 	if err != nil {
-		return nil, "", fmt.Errorf("deployment %s: %w", deploy.GetName(), err)
+		return nil, "", err
 	}
-	serviceAccount, _, _ = unstructured.NestedString(deploy.Object, "spec", "template", "spec", "serviceAccountName")
-	if serviceAccount == "" {
-		serviceAccount = "default"
+	return ctr.Args, cmp.Or(spec.ServiceAccountName, "default"), nil
+}
+
+// container returns the container named name of a Deployment's pod
+// template, and the template's pod spec.
+func container(deploy *unstructured.Unstructured, name string) (*corev1.Container, *corev1.PodSpec, error) {
+	var d appsv1.Deployment
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(deploy.Object, &d); err != nil {
+		return nil, nil, fmt.Errorf("deployment %s: %w", deploy.GetName(), err)
 	}
-	for _, raw := range containers {
-		ctr, ok := raw.(map[string]any)
-		if !ok || ctr["name"] != name {
-			continue
+	spec := &d.Spec.Template.Spec
+	for i := range spec.Containers {
+		if spec.Containers[i].Name == name {
+			return &spec.Containers[i], spec, nil
 		}
-		args, _, err := unstructured.NestedStringSlice(ctr, "args")
-		if err != nil {
-			return nil, "", fmt.Errorf("deployment %s container %s args: %w", deploy.GetName(), name, err)
-		}
-		return args, serviceAccount, nil
 	}
-	return nil, "", fmt.Errorf("deployment %s has no container %s", deploy.GetName(), name)
+	return nil, nil, fmt.Errorf("deployment %s has no container %s", deploy.GetName(), name)
 }

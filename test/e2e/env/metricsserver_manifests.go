@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 )
 
@@ -48,23 +46,9 @@ func DeployMetricsServerManifests(ctx context.Context, c *cluster.Cluster, binDi
 	if err != nil {
 		return nil, err
 	}
-	var apply []*unstructured.Unstructured
-	for _, o := range objs {
-		if o.GetKind() == "Deployment" {
-			continue
-		}
-		o = o.DeepCopy()
-		switch o.GetKind() {
-		case "Service":
-			if err := exposeOnLoopback(o, ports[0]); err != nil {
-				return nil, err
-			}
-		case "APIService":
-			if err := unstructured.SetNestedField(o.Object, int64(ports[0]), "spec", "service", "port"); err != nil {
-				return nil, err
-			}
-		}
-		apply = append(apply, o)
+	apply, _, err := onLoopback(objs, ports[0])
+	if err != nil {
+		return nil, err
 	}
 	if err := Apply(ctx, c, "metrics-server-release", apply, "--server-side=false"); err != nil {
 		return nil, err

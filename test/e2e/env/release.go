@@ -38,19 +38,7 @@ func RunRelease(ctx context.Context, c *cluster.Cluster, objs []*unstructured.Un
 	if typ, _, _ := unstructured.NestedString(svc.Object, "spec", "type"); typ != "ExternalName" {
 		return nil, fmt.Errorf("service %s is of type %q: the aggregator reaches a process on the host only through type ExternalName", svc.GetName(), typ)
 	}
-	s := &Server{
-		Port:        port,
-		ServiceHost: svc.GetName() + "." + svc.GetNamespace() + ".svc",
-		Namespace:   deploy.GetNamespace(),
-		cluster:     c,
-		name:        cfg.ProcessName,
-		binDir:      cfg.BinDir,
-	}
-	for _, o := range objs {
-		if o.GetKind() == "APIService" {
-			s.APIServices = append(s.APIServices, o.GetName())
-		}
-	}
+	s := newServer(c, cfg, objs, deploy, svc, port)
 	return s, s.start(ctx, objs, deploy, cfg)
 }
 

@@ -80,13 +80,13 @@ func replicaOf(procs []*cluster.Process, body string) (*cluster.Process, error) 
 	}
 	var errs []error
 	for _, p := range procs {
-		started, err := ProcStartTime(p.Pid())
+		st, err := ReadProc(p.Pid())
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		// Both come from /proc in USER_HZ ticks.
-		if math.Abs(started-reported) < 0.5/userHZ {
+		if math.Abs(st.Start-reported) < 0.5/userHZ {
 			return p, nil
 		}
 	}

@@ -2,11 +2,10 @@ package env
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"time"
 
@@ -30,31 +29,20 @@ func (s *Server) ServedCertificate(ctx context.Context, procs []*cluster.Process
 	if !pool.AppendCertsFromPEM(caBundle) {
 		return nil, nil, errors.New("caBundle holds no certificate")
 	}
+	var served *x509.Certificate
 	tlsCfg.RootCAs = pool
+	tlsCfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		served = cs.PeerCertificates[0]
+		return nil
+	}
 	tr := &http.Transport{TLSClientConfig: tlsCfg, DisableKeepAlives: true}
 	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+s.Address()+"/metrics", nil)
+	c := &PinnedClient{Client: &http.Client{Transport: tr, Timeout: 10 * time.Second}, Base: "https://" + s.Address()}
+	p, err := c.Replica(ctx, procs)
 	if err != nil {
 		return nil, nil, err
 	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return nil, nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, nil, fmt.Errorf("/metrics: status %d", resp.StatusCode)
-	}
-	p, err := replicaOf(procs, string(body))
-	if err != nil {
-		return nil, nil, err
-	}
-	return p, resp.TLS.PeerCertificates[0], nil
+	return p, served, nil
 }
 
 // CABundle returns the caBundle of the APIService name.

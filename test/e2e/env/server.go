@@ -137,30 +137,9 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 	}
 	port := ports[0]
 
-	var apply, registration []*unstructured.Unstructured
-	var apiServices []string
-	for _, o := range objs {
-		if o.GetKind() == "Deployment" {
-			continue
-		}
-		o = o.DeepCopy()
-		switch o.GetKind() {
-		case "Service":
-			if err := exposeOnLoopback(o, port); err != nil {
-				return nil, err
-			}
-		case "APIService":
-			// The aggregator dials an ExternalName Service's host on the
-			// APIService's port, so that port must be the server's.
-			if err := unstructured.SetNestedField(o.Object, int64(port), "spec", "service", "port"); err != nil {
-				return nil, err
-			}
-			apiServices = append(apiServices, o.GetName())
-		}
-		if o.GetKind() == "Service" || o.GetKind() == "APIService" {
-			registration = append(registration, o)
-		}
-		apply = append(apply, o)
+	apply, registration, err := onLoopback(objs, port)
+	if err != nil {
+		return nil, err
 	}
 	var flags []string
 	if cfg.ForceConflicts {
@@ -170,21 +149,32 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 		return nil, err
 	}
 
-	s := &Server{
-		Port:         port,
-		ServiceHost:  svc.GetName() + "." + svc.GetNamespace() + ".svc",
-		Namespace:    deploy.GetNamespace(),
-		APIServices:  apiServices,
-		cluster:      c,
-		name:         cfg.ProcessName,
-		binDir:       cfg.BinDir,
-		registration: registration,
-	}
+	s := newServer(c, cfg, objs, deploy, svc, port)
+	s.registration = registration
 	// The APIServices name the server's port (above), and so must one the
 	// controller creates again; its metrics port is on loopback and picked
 	// by the kernel, so that suites on one machine never collide on the
 	// manifests' :8080.
 	return s, s.start(ctx, objs, deploy, cfg, "--service-port="+strconv.Itoa(port), "--metrics-bind-address=127.0.0.1:0")
+}
+
+// newServer is the server of objs' Deployment deploy and Service svc on
+// port, with the APIServices of objs, before it starts.
+func newServer(c *cluster.Cluster, cfg ServerConfig, objs []*unstructured.Unstructured, deploy, svc *unstructured.Unstructured, port int) *Server {
+	s := &Server{
+		Port:        port,
+		ServiceHost: svc.GetName() + "." + svc.GetNamespace() + ".svc",
+		Namespace:   deploy.GetNamespace(),
+		cluster:     c,
+		name:        cfg.ProcessName,
+		binDir:      cfg.BinDir,
+	}
+	for _, o := range objs {
+		if o.GetKind() == "APIService" {
+			s.APIServices = append(s.APIServices, o.GetName())
+		}
+	}
+	return s
 }
 
 // start runs the certificate controller of objs, if they have one, with
@@ -255,6 +245,32 @@ func (cfg *ServerConfig) complete() error {
 		cfg.ProcessName = ServerBinary
 	}
 	return CheckBinaries(cfg.BinDir, ServerBinary)
+}
+
+// onLoopback copies objs but the Deployments, with the Service exposed on
+// loopback and the APIServices on port (the aggregator dials an ExternalName
+// Service's host on the APIService's port); registration are the Service and
+// APIServices among them.
+func onLoopback(objs []*unstructured.Unstructured, port int) (apply, registration []*unstructured.Unstructured, err error) {
+	for _, o := range objs {
+		o = o.DeepCopy()
+		switch o.GetKind() {
+		case "Deployment":
+			continue
+		case "Service":
+			err = exposeOnLoopback(o, port)
+		case "APIService":
+			err = unstructured.SetNestedField(o.Object, int64(port), "spec", "service", "port")
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		if o.GetKind() == "Service" || o.GetKind() == "APIService" {
+			registration = append(registration, o)
+		}
+		apply = append(apply, o)
+	}
+	return apply, registration, nil
 }
 
 // exposeOnLoopback turns the Service into one kube-apiserver can follow to a

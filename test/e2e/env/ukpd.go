@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
@@ -143,21 +142,9 @@ func AddKraftletNode(ctx context.Context, c *cluster.Cluster, name string) error
 	if err != nil {
 		return err
 	}
-	if err := c.AddNode(ctx, name, map[string]string{KraftletNodeLabel: "true"}, "127.0.0.1", ports[0]); err != nil {
-		return err
-	}
-	nodes := c.Client().CoreV1().Nodes()
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := nodes.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{
-			Key: KraftletTaintKey, Value: KraftletTaintValue, Effect: corev1.TaintEffectNoSchedule,
-		})
-		_, err = nodes.Update(ctx, n, metav1.UpdateOptions{})
-		return err
-	})
+	node := cluster.NodeObject(name, map[string]string{KraftletNodeLabel: "true"}, "127.0.0.1", ports[0])
+	node.Spec.Taints = []corev1.Taint{{Key: KraftletTaintKey, Value: KraftletTaintValue, Effect: corev1.TaintEffectNoSchedule}}
+	return c.CreateNode(ctx, node)
 }
 
 // KraftletPodSpec pins a pod spec to kraftlet nodes: it selects their label
@@ -297,13 +284,7 @@ func (s *InstanceSync) SetUsage(ctx context.Context, namespace string, u UkpdUsa
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.usage[namespace] = u
-	var errs []error
-	for _, p := range s.pods {
-		if p.Namespace == namespace {
-			errs = append(errs, s.control.SetPodUsage(ctx, p.Namespace, p.Name, u))
-		}
-	}
-	return errors.Join(errs...)
+	return s.forPods(namespace, func(pod string) error { return s.control.SetPodUsage(ctx, namespace, pod, u) })
 }
 
 // SetStandby puts the instances of the pods of namespace in standby, now and
@@ -312,15 +293,20 @@ func (s *InstanceSync) SetStandby(ctx context.Context, namespace string, standby
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.standby[namespace] = standby
+	op := s.control.WakePod
+	if standby {
+		op = s.control.StandbyPod
+	}
+	return s.forPods(namespace, func(pod string) error { return op(ctx, namespace, pod) })
+}
+
+// forPods calls call for every pod of namespace with instances; s.mu must
+// be held.
+func (s *InstanceSync) forPods(namespace string, call func(pod string) error) error {
 	var errs []error
 	for _, p := range s.pods {
-		if p.Namespace != namespace {
-			continue
-		}
-		if standby {
-			errs = append(errs, s.control.StandbyPod(ctx, p.Namespace, p.Name))
-		} else {
-			errs = append(errs, s.control.WakePod(ctx, p.Namespace, p.Name))
+		if p.Namespace == namespace {
+			errs = append(errs, call(p.Name))
 		}
 	}
 	return errors.Join(errs...)

@@ -127,18 +127,14 @@ func (o *Options) nodeNames() []string {
 	return names
 }
 
-// Config is what a run needs, derived from validated options.
+// Config is what a run needs: the validated options (the pod informer off
+// without a kubeconfig) and what they derive.
 type Config struct {
-	Fleet          fakekubelet.Config
-	NodeNames      []string
-	BasePort       int
-	Kubeconfig     string
-	TokenReview    bool
-	PodInformer    bool
-	RegisterNodes  bool
-	Registration   fakekubelet.NodeRegistration
-	CertDir        string
-	ControlAddress string
+	Options
+	Fleet fakekubelet.Config
+	// NodeNames are --node-names, or the names --nodes makes.
+	NodeNames    []string
+	Registration fakekubelet.NodeRegistration
 }
 
 // Config reads the token and CA files and builds the run configuration.
@@ -165,14 +161,10 @@ func (o *Options) Config() (*Config, error) {
 		}
 		fc.ClientCAPEM = b
 	}
-	return &Config{
-		Fleet:         fc,
-		NodeNames:     o.nodeNames(),
-		BasePort:      o.BasePort,
-		Kubeconfig:    o.Kubeconfig,
-		TokenReview:   o.TokenReview,
-		PodInformer:   o.PodInformer && o.Kubeconfig != "",
-		RegisterNodes: o.RegisterNodes,
+	cfg := &Config{
+		Options:   *o,
+		Fleet:     fc,
+		NodeNames: o.nodeNames(),
 		Registration: fakekubelet.NodeRegistration{
 			Labels: o.NodeLabels,
 			Capacity: corev1.ResourceList{
@@ -181,9 +173,9 @@ func (o *Options) Config() (*Config, error) {
 				corev1.ResourcePods:   resource.MustParse(o.NodeMaxPods),
 			},
 		},
-		CertDir:        o.CertDir,
-		ControlAddress: o.ControlAddress,
-	}, nil
+	}
+	cfg.PodInformer = o.PodInformer && o.Kubeconfig != ""
+	return cfg, nil
 }
 
 func usage(cpu, memory string) fakekubelet.Usage {
