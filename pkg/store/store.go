@@ -137,15 +137,14 @@ func (s *Store) load(source int, node string) *shard {
 	return nil
 }
 
-// publish makes sh the shard of source for node and returns the one it
-// replaced. Callers hold writeMu.
-func (s *Store) publish(source int, node string, sh *shard) *shard {
+// publish makes sh the shard of source for node. Callers hold writeMu.
+func (s *Store) publish(source int, node string, sh *shard) {
 	n := s.node(node)
 	if n == nil {
 		n = &nodeShards{bySource: make([]atomic.Pointer[shard], len(s.sources))}
 		s.nodes.Store(node, n)
 	}
-	return n.bySource[source].Swap(sh)
+	n.bySource[source].Store(sh)
 }
 
 // Store implements sources.Sink.
@@ -154,7 +153,10 @@ func (s *Store) Store(source string, nodes []string, batch *sources.Batch, scrap
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 
-	next := make(map[string]*shard, len(nodes))
+	// Each node's next shard, and the one it replaces, looked up once
+	// per node rather than once per pod.
+	type change struct{ next, prev *shard }
+	changes := make(map[string]change, len(nodes))
 	for _, n := range nodes {
 		// Sized for the pods of the batch, which are most often all on
 		// one node: no growth of the map while it fills.
@@ -162,39 +164,43 @@ func (s *Store) Store(source string, nodes []string, batch *sources.Batch, scrap
 		if len(nodes) > 1 {
 			size /= len(nodes)
 		}
-		next[n] = &shard{scrapedAt: scrapedAt, pods: make(map[podKey]*pod, size)}
+		changes[n] = change{
+			next: &shard{scrapedAt: scrapedAt, pods: make(map[podKey]*pod, size)},
+			prev: s.load(src, n),
+		}
 	}
 	for i := range batch.Nodes {
 		np := &batch.Nodes[i]
-		sh := next[np.Name]
-		if sh == nil {
+		c, ok := changes[np.Name]
+		if !ok {
 			continue // not a node this target owns
 		}
 		var prev *series
-		if old := s.load(src, np.Name); old != nil {
-			prev = old.node
+		if c.prev != nil {
+			prev = c.prev.node
 		}
 		ns := s.rates.next(prev, np.Point, scrapedAt)
-		sh.node = &ns
+		c.next.node = &ns
 	}
 	for i := range batch.Pods {
 		pp := &batch.Pods[i]
-		sh := next[pp.Node]
-		if sh == nil {
+		c, ok := changes[pp.Node]
+		if !ok {
 			continue
 		}
 		key := podKey{pp.Namespace, pp.Name}
 		var prevPod *pod
-		if old := s.load(src, pp.Node); old != nil {
-			prevPod = old.pods[key]
+		if c.prev != nil {
+			prevPod = c.prev.pods[key]
 			if prevPod != nil && pp.UID != "" && prevPod.uid != "" && prevPod.uid != pp.UID {
 				prevPod = nil // same name, new pod
 			}
 		}
-		sh.pods[key] = s.nextPod(prevPod, pp, scrapedAt)
+		c.next.pods[key] = s.nextPod(prevPod, pp, scrapedAt)
 	}
-	for n, sh := range next {
-		pointsDelta(s.publish(src, n, sh), sh)
+	for n, c := range changes {
+		s.publish(src, n, c.next)
+		pointsDelta(c.prev, c.next)
 	}
 }
 
