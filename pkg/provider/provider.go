@@ -9,8 +9,9 @@
 // the bulk of a list's cost): it keeps them in the cached pod's memo
 // (podcache.Pod.SetMemo) under the store's sample number
 // (store.PodUsage.Sample), shares them between every read of that sample,
-// and loses them with the pod when the cache replaces or deletes it. A leader that reports for its group builds its containers from
-// the group's totals at each read instead, and keeps nothing.
+// and loses them with the pod when the cache replaces or deletes it. A
+// leader that reports for its group builds its containers from the group's
+// totals at each read instead, and keeps nothing.
 package provider
 
 import (
