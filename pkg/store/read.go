@@ -37,10 +37,7 @@ func (s *Store) Pod(namespace, name, uid, node string) (PodUsage, *Unavailable) 
 	var why *Unavailable
 	n := s.node(node)
 	for src := range s.sources {
-		var sh *shard
-		if n != nil {
-			sh = n.bySource[src].Load()
-		}
+		sh := n.shard(src)
 		if r := s.shardReason(sh, node, now); r != nil {
 			why = first(why, r)
 			continue
@@ -121,10 +118,7 @@ func (s *Store) Node(name string) (Usage, *Unavailable) {
 	var why *Unavailable
 	n := s.node(name)
 	for src := range s.sources {
-		var sh *shard
-		if n != nil {
-			sh = n.bySource[src].Load()
-		}
+		sh := n.shard(src)
 		if sh == nil {
 			continue
 		}

@@ -54,6 +54,15 @@ var _ sources.Sink = &Store{}
 // in the order of Config.Sources.
 type nodeShards struct{ bySource []atomic.Pointer[shard] }
 
+// shard is source's shard (an index in Config.Sources); nil when n is nil
+// or the source has not written the node.
+func (n *nodeShards) shard(source int) *shard {
+	if n == nil {
+		return nil
+	}
+	return n.bySource[source].Load()
+}
+
 type podKey struct{ namespace, name string }
 
 // shard is everything one source knows of one node. Never mutated after it
@@ -131,10 +140,7 @@ func (s *Store) node(name string) *nodeShards {
 
 // load returns the shard of source (an index in Config.Sources) for node.
 func (s *Store) load(source int, node string) *shard {
-	if n := s.node(node); n != nil {
-		return n.bySource[source].Load()
-	}
-	return nil
+	return s.node(node).shard(source)
 }
 
 // publish makes sh the shard of source for node. Callers hold writeMu.
