@@ -185,7 +185,7 @@ type groupSums struct {
 func (p *Provider) sums(pods []*podcache.Pod) groupSums {
 	var s groupSums
 	for _, pod := range pods {
-		u, why := p.podUsage(pod)
+		u, _, why := p.podUsage(pod)
 		if why != "" {
 			continue
 		}

@@ -74,7 +74,7 @@ func (p *Provider) hpaMember(pod *podcache.Pod, now time.Time) (m group.Member, 
 	case pod.Phase() == corev1.PodPending:
 		return group.Member{}, "is Pending, which the HPA counts as not ready"
 	}
-	u, noMetrics := p.podUsage(pod)
+	u, _, noMetrics := p.podUsage(pod)
 	if noMetrics != "" {
 		return group.Member{}, "has no metrics: " + noMetrics
 	}

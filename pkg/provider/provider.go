@@ -9,7 +9,11 @@
 // the bulk of a list's cost): it keeps them in the cached pod's memo
 // (podcache.Pod.SetMemo) under the store's sample number
 // (store.PodUsage.Sample), shares them between every read of that sample,
-// and loses them with the pod when the cache replaces or deletes it. A
+// and loses them with the pod when the cache replaces or deletes it. The
+// memo also keeps where the store found the sample (store.PodRef): the
+// next read of the pod skips the store's look-ups of node and pod while no
+// source has written the node since, which halves the time of a list of
+// every pod between scrapes (docs/benchmarks.md). A
 // leader that reports for its group builds its containers from the group's
 // totals at each read instead, and keeps nothing.
 package provider
@@ -40,7 +44,7 @@ import (
 
 // UsageReader is the store as the provider reads it.
 type UsageReader interface {
-	Pod(namespace, name, uid, node string) (store.PodUsage, *store.Unavailable)
+	Pod(namespace, name, uid, node string, ref store.PodRef) (store.PodUsage, store.PodRef, *store.Unavailable)
 	Node(name string) (store.Usage, *store.Unavailable)
 }
 
@@ -123,7 +127,7 @@ func (p *Provider) GetPodMetrics(_ context.Context, namespace, name string) (*me
 // of a list is written once, where it lies in the list (an item is about
 // 330 bytes, and a list of every pod holds them all).
 func (p *Provider) podMetrics(m *metricsapi.PodMetrics, pod *podcache.Pod, now time.Time) string {
-	u, why := p.podUsage(pod)
+	u, ref, why := p.podUsage(pod)
 	if why != "" {
 		return why
 	}
@@ -136,7 +140,7 @@ func (p *Provider) podMetrics(m *metricsapi.PodMetrics, pod *podcache.Pod, now t
 			return why
 		}
 	} else {
-		containers = shapedContainers(pod, u)
+		containers = shapedContainers(pod, u, ref)
 	}
 	*m = metricsapi.PodMetrics{
 		ObjectMeta: metav1.ObjectMeta{
@@ -153,20 +157,26 @@ func (p *Provider) podMetrics(m *metricsapi.PodMetrics, pod *podcache.Pod, now t
 	return ""
 }
 
-// podUsage is the pod's usage, or why it has none: it is not running, the
-// store has none, or a container the pod runs has none.
-func (p *Provider) podUsage(pod *podcache.Pod) (store.PodUsage, string) {
+// podUsage is the pod's usage and where the store found it, or why it has
+// none: it is not running, the store has none, or a container the pod runs
+// has none. The look-up starts from where the pod's memo says the last
+// one found it.
+func (p *Provider) podUsage(pod *podcache.Pod) (store.PodUsage, store.PodRef, string) {
 	if why := notRunning(pod); why != "" {
-		return store.PodUsage{}, why
+		return store.PodUsage{}, store.PodRef{}, why
 	}
-	u, why := p.usage.Pod(pod.Namespace, pod.Name, pod.UIDString(), pod.NodeName())
+	var ref store.PodRef
+	if s := shapedOf(pod); s != nil {
+		ref = s.ref
+	}
+	u, ref, why := p.usage.Pod(pod.Namespace, pod.Name, pod.UIDString(), pod.NodeName(), ref)
 	if why != nil {
-		return store.PodUsage{}, why.Reason
+		return store.PodUsage{}, store.PodRef{}, why.Reason
 	}
 	if c := missingContainer(pod, u); c != "" {
-		return store.PodUsage{}, fmt.Sprintf("container %q of the pod has no usage: a pod is served only with every container it runs", c)
+		return store.PodUsage{}, store.PodRef{}, fmt.Sprintf("container %q of the pod has no usage: a pod is served only with every container it runs", c)
 	}
-	return u, ""
+	return u, ref, ""
 }
 
 // missingContainer names a container the pod runs, one of its spec's
@@ -211,21 +221,24 @@ func (p *Provider) ListPodMetrics(_ context.Context, namespace string, ls labels
 	pods := p.pods.List(namespace, ls)
 	now := p.clock.Now()
 	oldest := now
-	out := make([]metricsapi.PodMetrics, 0, len(pods))
+	byField := fs != nil && !fs.Empty()
+	out := make([]metricsapi.PodMetrics, len(pods))
+	n := 0
 	for _, pod := range pods {
-		if !matches(fs, pod.Name, pod.Namespace) {
+		if byField && !matches(fs, pod.Name, pod.Namespace) {
 			continue
 		}
-		out = append(out, metricsapi.PodMetrics{})
-		m := &out[len(out)-1]
+		// out[n] is zero: make's, or left so by a pod with no metrics.
+		m := &out[n]
 		if why := p.podMetrics(m, pod, now); why != "" {
-			out = out[:len(out)-1]
 			continue
 		}
+		n++
 		if m.Timestamp.Time.Before(oldest) {
 			oldest = m.Timestamp.Time
 		}
 	}
+	out = out[:n]
 	if len(out) > 0 {
 		observeAge("pods", now, oldest)
 	}
@@ -240,33 +253,46 @@ func matches(fs fields.Selector, name, namespace string) bool {
 }
 
 // shapedContainers shapes a pod's container usage as the API types, once per
-// sample: the result is kept in the pod's memo and shared by every answer
-// until the next sample (building the ResourceList maps was most of the
-// cost of a list). Nothing downstream modifies it.
-func shapedContainers(pod *podcache.Pod, u store.PodUsage) []metricsapi.ContainerMetrics {
+// sample: the result is kept in the pod's memo with ref, where the store
+// found the sample, and shared by every answer until the next sample
+// (building the ResourceList maps was most of the cost of a list). Nothing
+// downstream modifies it.
+func shapedContainers(pod *podcache.Pod, u store.PodUsage, ref store.PodRef) []metricsapi.ContainerMetrics {
 	if u.Sample == 0 {
 		return shape(make([]metricsapi.ContainerMetrics, len(u.Containers)), u) // not from a Store: nothing to key it by
 	}
-	if m := pod.Memo(); m != nil && m.Key == u.Sample {
-		return m.Value.(*shapedPod).containers
+	old := shapedOf(pod)
+	if old != nil && old.memo.Key == u.Sample && old.ref == ref {
+		return old.containers
 	}
-	s := &shapedPod{}
-	if n := len(u.Containers); n <= len(s.inline) {
-		s.containers = s.inline[:n]
-	} else {
-		s.containers = make([]metricsapi.ContainerMetrics, n)
+	s := &shapedPod{ref: ref}
+	switch n := len(u.Containers); {
+	case old != nil && old.memo.Key == u.Sample:
+		s.containers = old.containers // the same sample, found anew
+	case n <= len(s.inline):
+		s.containers = shape(s.inline[:n], u)
+	default:
+		s.containers = shape(make([]metricsapi.ContainerMetrics, n), u)
 	}
-	shape(s.containers, u)
 	s.memo = podcache.Memo{Key: u.Sample, Value: s}
 	pod.SetMemo(&s.memo)
 	return s.containers
 }
 
-// shapedPod is a pod's containers shaped for one sample, with the memo
-// that keeps them on the pod: one allocation, and none more for the
-// containers of a pod of at most two.
+// shapedOf is what the pod's memo keeps, or nil.
+func shapedOf(pod *podcache.Pod) *shapedPod {
+	if m := pod.Memo(); m != nil {
+		return m.Value.(*shapedPod)
+	}
+	return nil
+}
+
+// shapedPod is a pod's containers shaped for one sample, where the store
+// found it, and the memo that keeps them on the pod: one allocation, and
+// none more for the containers of a pod of at most two.
 type shapedPod struct {
 	memo       podcache.Memo
+	ref        store.PodRef
 	containers []metricsapi.ContainerMetrics
 	inline     [2]metricsapi.ContainerMetrics
 }

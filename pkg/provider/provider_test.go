@@ -30,11 +30,11 @@ type fakeUsage struct {
 	nodes map[string]store.Usage
 }
 
-func (f *fakeUsage) Pod(namespace, name, _, node string) (store.PodUsage, *store.Unavailable) {
+func (f *fakeUsage) Pod(namespace, name, _, node string, _ store.PodRef) (store.PodUsage, store.PodRef, *store.Unavailable) {
 	if u, ok := f.pods[namespace+"/"+name]; ok {
-		return u, nil
+		return u, store.PodRef{}, nil
 	}
-	return store.PodUsage{}, &store.Unavailable{Reason: "node " + node + " did not report it"}
+	return store.PodUsage{}, store.PodRef{}, &store.Unavailable{Reason: "node " + node + " did not report it"}
 }
 
 func (f *fakeUsage) Node(name string) (store.Usage, *store.Unavailable) {

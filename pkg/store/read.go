@@ -27,15 +27,35 @@ type PodUsage struct {
 	Sample uint64
 }
 
+// PodRef is where a read found a pod's usage. Given to the next read of the
+// same pod (the same namespace, name, uid and node), it spares that read
+// the look-ups of the node and the pod while no source has written the node
+// since: the usage is then the same, and only its freshness is checked
+// again. The zero PodRef refers to nothing.
+type PodRef struct {
+	node   *nodeShards
+	gen    uint64 // node.gen before the read looked at the shards
+	source int
+	read   *podRead
+}
+
 // Pod returns the usage of the pod namespace/name running on node. uid, when
 // not empty, must match what the source reported. Every container must have
 // fresh usage, or the pod has none: a partial pod would mislead an
-// autoscaler.
-func (s *Store) Pod(namespace, name, uid, node string) (PodUsage, *Unavailable) {
+// autoscaler. ref is where an earlier read of the pod found it, or zero;
+// Pod returns where this one did.
+func (s *Store) Pod(namespace, name, uid, node string, ref PodRef) (PodUsage, PodRef, *Unavailable) {
 	now := s.clock.Now()
+	if u, ok := s.podAt(ref, node, now); ok {
+		return u, ref, nil
+	}
 	key := podKey{namespace, name}
 	var why *Unavailable
 	n := s.node(node)
+	var gen uint64
+	if n != nil {
+		gen = n.gen.Load()
+	}
 	for src := range s.sources {
 		sh := n.shard(src)
 		if r := s.shardReason(sh, node, now); r != nil {
@@ -47,16 +67,30 @@ func (s *Store) Pod(namespace, name, uid, node string) (PodUsage, *Unavailable) 
 			why = first(why, unavailable("node %q did not report pod %s/%s in its last scrape", node, namespace, name))
 			continue
 		}
-		if u, r := s.podUsage(p, now); r != nil {
+		read := s.podRead(p)
+		if r := s.usable(read, now); r != nil {
 			why = first(why, r)
-		} else {
-			return u, nil
+			continue
 		}
+		return read.usage, PodRef{node: n, gen: gen, source: src, read: read}, nil
 	}
 	if why == nil {
 		why = unavailable("no source reports node %q", node)
 	}
-	return PodUsage{}, why
+	return PodUsage{}, PodRef{}, why
+}
+
+// podAt returns the usage ref found, if it still holds: no source has
+// written the node since, so no source before ref's has the pod now and
+// ref's has the same samples of it; and they are fresh at now.
+func (s *Store) podAt(ref PodRef, node string, now time.Time) (PodUsage, bool) {
+	if ref.read == nil || ref.node.gen.Load() != ref.gen {
+		return PodUsage{}, false
+	}
+	if s.shardReason(ref.node.shard(ref.source), node, now) != nil || s.usable(ref.read, now) != nil {
+		return PodUsage{}, false
+	}
+	return ref.read.usage, true
 }
 
 func first(a, b *Unavailable) *Unavailable {
@@ -66,7 +100,8 @@ func first(a, b *Unavailable) *Unavailable {
 	return b
 }
 
-func (s *Store) podUsage(p *pod, now time.Time) (PodUsage, *Unavailable) {
+// podRead is what readers make of p, derived at its first read.
+func (s *Store) podRead(p *pod) *podRead {
 	r := p.read.Load()
 	if r == nil {
 		r = p.derive(s.samples.Add(1))
@@ -74,13 +109,18 @@ func (s *Store) podUsage(p *pod, now time.Time) (PodUsage, *Unavailable) {
 			r = p.read.Load()
 		}
 	}
+	return r
+}
+
+// usable says why r cannot be served at now, or nil.
+func (s *Store) usable(r *podRead, now time.Time) *Unavailable {
 	switch {
 	case r.why != nil:
-		return PodUsage{}, r.why
+		return r.why
 	case !s.fresh(r.derivedAt, now):
-		return PodUsage{}, unavailable("usage of container %q is stale: its samples stopped advancing", r.staleContainer)
+		return unavailable("usage of container %q is stale: its samples stopped advancing", r.staleContainer)
 	}
-	return r.usage, nil
+	return nil
 }
 
 // derive makes the pod's usage from its containers'. Every container must

@@ -51,8 +51,21 @@ type Store struct {
 var _ sources.Sink = &Store{}
 
 // nodeShards is what every source knows of one node: a shard per source,
-// in the order of Config.Sources.
-type nodeShards struct{ bySource []atomic.Pointer[shard] }
+// in the order of Config.Sources. gen counts the changes of bySource: a
+// reader that saw gen before it read the shards knows they are the same
+// while gen is (see PodRef).
+type nodeShards struct {
+	bySource []atomic.Pointer[shard]
+	gen      atomic.Uint64
+}
+
+// set makes sh the shard of source, and returns the one it replaces.
+// Callers hold writeMu.
+func (n *nodeShards) set(source int, sh *shard) *shard {
+	old := n.bySource[source].Swap(sh)
+	n.gen.Add(1)
+	return old
+}
 
 // shard is source's shard (an index in Config.Sources); nil when n is nil
 // or the source has not written the node.
@@ -150,7 +163,7 @@ func (s *Store) publish(source int, node string, sh *shard) {
 		n = &nodeShards{bySource: make([]atomic.Pointer[shard], len(s.sources))}
 		s.nodes.Store(node, n)
 	}
-	n.bySource[source].Store(sh)
+	n.set(source, sh)
 }
 
 // Store implements sources.Sink.
@@ -258,7 +271,7 @@ func (s *Store) Prune(source string, keep map[string]struct{}) {
 			return true
 		}
 		n := v.(*nodeShards)
-		if old := n.bySource[src].Swap(nil); old != nil {
+		if old := n.set(src, nil); old != nil {
 			pointsDelta(old, nil)
 		}
 		for i := range n.bySource {

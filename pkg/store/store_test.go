@@ -35,7 +35,7 @@ func TestStorePodFirstScrape(t *testing.T) {
 	s := newTestStore(clk)
 	s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now()) // 5 core-s over 10 s
 
-	got, why := s.Pod("ns", "p", "u1", "n1")
+	got, _, why := s.Pod("ns", "p", "u1", "n1", PodRef{})
 	if why != nil {
 		t.Fatalf("Pod: %v", why)
 	}
@@ -46,7 +46,7 @@ func TestStorePodFirstScrape(t *testing.T) {
 		t.Errorf("Pod (-want +got):\n%s", diff)
 	}
 	// The same samples read again are the same sample.
-	if again, _ := s.Pod("ns", "p", "u1", "n1"); got.Sample == 0 || again.Sample != got.Sample {
+	if again, _, _ := s.Pod("ns", "p", "u1", "n1", PodRef{}); got.Sample == 0 || again.Sample != got.Sample {
 		t.Errorf("Sample = %d, then %d; want the same, not zero", got.Sample, again.Sample)
 	}
 	// The node started an hour ago: one sample is not enough.
@@ -64,7 +64,7 @@ func TestStorePodFirstScrape(t *testing.T) {
 		t.Errorf("Node usage = %+v, want 0.2 cores over 15s", u)
 	}
 	// A new scrape is a new sample.
-	if next, why := s.Pod("ns", "p", "u1", "n1"); why != nil || next.Sample == got.Sample {
+	if next, _, why := s.Pod("ns", "p", "u1", "n1", PodRef{}); why != nil || next.Sample == got.Sample {
 		t.Errorf("after a new scrape: Sample %d (%v), want other than %d", next.Sample, why, got.Sample)
 	}
 }
@@ -159,7 +159,7 @@ func TestStoreUnavailable(t *testing.T) {
 			if uid == "" {
 				uid = "u1"
 			}
-			_, why := s.Pod("ns", "p", uid, "n1")
+			_, _, why := s.Pod("ns", "p", uid, "n1", PodRef{})
 			switch {
 			case tc.wantErr == "" && why != nil:
 				t.Fatalf("Pod: %v, want usage", why)
@@ -175,7 +175,7 @@ func TestStoreSourceOrder(t *testing.T) {
 	s := newTestStore(clk, "ukpd", "kubelet")
 	s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now())
 	s.Store("ukpd", []string{"n1"}, podBatch("n1", 5*time.Second, 1e9), clk.Now())
-	u, why := s.Pod("ns", "p", "u1", "n1")
+	u, _, why := s.Pod("ns", "p", "u1", "n1", PodRef{})
 	if why != nil {
 		t.Fatal(why)
 	}
@@ -186,8 +186,54 @@ func TestStoreSourceOrder(t *testing.T) {
 	b := podBatch("n1", 5*time.Second, 1e9)
 	b.Pods = nil
 	s.Store("ukpd", []string{"n1"}, b, clk.Now())
-	if u, why = s.Pod("ns", "p", "u1", "n1"); why != nil || u.Containers[0].CPUNanoCores != 500_000_000 {
+	if u, _, why = s.Pod("ns", "p", "u1", "n1", PodRef{}); why != nil || u.Containers[0].CPUNanoCores != 500_000_000 {
 		t.Errorf("Pod = %+v, %v; want the kubelet's 500000000", u, why)
+	}
+}
+
+// TestPodRef: a read given where the last read found the pod answers as a
+// read without it would, whatever the node's sources did since.
+func TestPodRef(t *testing.T) {
+	clk := clocktesting.NewFakeClock(at(10 * time.Second))
+	s := newTestStore(clk, "ukpd", "kubelet")
+	s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now())
+	read := func(step string, ref PodRef) (PodUsage, PodRef, *Unavailable) {
+		t.Helper()
+		want, _, wantWhy := s.Pod("ns", "p", "u1", "n1", PodRef{})
+		got, next, why := s.Pod("ns", "p", "u1", "n1", ref)
+		if diff := cmp.Diff(want, got); diff != "" || !cmp.Equal(why, wantWhy) {
+			t.Errorf("%s: given the last read's ref, %v and (-without +with):\n%s; without it, %v", step, why, diff, wantWhy)
+		}
+		return got, next, why
+	}
+	cpu := func(step string, u PodUsage, want uint64) {
+		t.Helper()
+		if len(u.Containers) != 1 || u.Containers[0].CPUNanoCores != want {
+			t.Errorf("%s: %+v, want %d nanocores", step, u, want)
+		}
+	}
+
+	u, ref, _ := read("first read", PodRef{})
+	cpu("first read", u, 500_000_000)
+	if _, again, _ := read("nothing changed", ref); again != ref {
+		t.Error("the ref changed though no source wrote the node")
+	}
+	s.Store("ukpd", []string{"n1"}, podBatch("n1", 5*time.Second, 1e9), clk.Now())
+	u, ref, _ = read("the first source reports the pod too", ref)
+	cpu("the first source reports the pod too", u, 100_000_000)
+	s.Failed("ukpd", []string{"n1"}, errors.New("connection refused"), clk.Now())
+	u, ref, _ = read("a failed scrape of the first source", ref)
+	cpu("a failed scrape of the first source", u, 100_000_000)
+	s.Prune("ukpd", map[string]struct{}{})
+	u, ref, _ = read("the first source pruned", ref)
+	cpu("the first source pruned", u, 500_000_000)
+	s.Prune("kubelet", map[string]struct{}{})
+	s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 2e9), clk.Now())
+	u, ref, _ = read("the node forgotten, then scraped again", ref)
+	cpu("the node forgotten, then scraped again", u, 200_000_000)
+	clk.Step(time.Minute)
+	if _, _, why := read("a minute later", ref); why == nil {
+		t.Error("a minute later: usage, want none: it is stale")
 	}
 }
 
@@ -201,11 +247,11 @@ func TestPruneOneSource(t *testing.T) {
 		s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second+step, 5e9+uint64(step)), clk.Now())
 		s.Store("ukpd", []string{"n1"}, podBatch("n1", 5*time.Second+step, 1e9+2*uint64(step)), clk.Now())
 	}
-	if u, why := s.Pod("ns", "p", "u1", "n1"); why != nil || u.Containers[0].CPUNanoCores != 2e9 {
+	if u, _, why := s.Pod("ns", "p", "u1", "n1", PodRef{}); why != nil || u.Containers[0].CPUNanoCores != 2e9 {
 		t.Fatalf("before pruning: %+v, %v; want ukpd's 2000000000", u, why)
 	}
 	s.Prune("ukpd", map[string]struct{}{})
-	u, why := s.Pod("ns", "p", "u1", "n1")
+	u, _, why := s.Pod("ns", "p", "u1", "n1", PodRef{})
 	if why != nil {
 		t.Fatalf("after pruning ukpd: %v; want the kubelet's usage", why)
 	}
@@ -216,7 +262,7 @@ func TestPruneOneSource(t *testing.T) {
 	if _, ok := s.nodes.Load("n1"); ok {
 		t.Error("a node no source knows is still held")
 	}
-	if _, why := s.Pod("ns", "p", "u1", "n1"); why == nil || !strings.Contains(why.Reason, "not been scraped") {
+	if _, _, why := s.Pod("ns", "p", "u1", "n1", PodRef{}); why == nil || !strings.Contains(why.Reason, "not been scraped") {
 		t.Errorf("after pruning both: %v; want not scraped yet", why)
 	}
 }
@@ -293,7 +339,7 @@ func TestPodTimestampEarliest(t *testing.T) {
 		{Name: "long", Point: pt(10*time.Second, -10*time.Second, 10e9, 1)}, // 20 s since start
 	}}}}
 	s.Store("kubelet", []string{"n1"}, batch, clk.Now())
-	got, why := s.Pod("ns", "p", "", "n1")
+	got, _, why := s.Pod("ns", "p", "", "n1", PodRef{})
 	if why != nil {
 		t.Fatalf("Pod: %v", why)
 	}

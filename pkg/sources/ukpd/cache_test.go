@@ -236,7 +236,7 @@ func TestScrapeStartCountWithoutNewStart(t *testing.T) {
 	if got := b.Pods[0].Containers[0].StartTime; !got.Equal(prevScrape) {
 		t.Errorf("StartTime = %s, want the previous scrape %s", got, prevScrape)
 	}
-	u, why := st.Pod("ns", "p-u1", "", "n1")
+	u, _, why := st.Pod("ns", "p-u1", "", "n1", store.PodRef{})
 	if why != nil {
 		t.Fatalf("no usage after the reset: %v", why)
 	}
@@ -252,7 +252,7 @@ func TestScrapeStartCountWithoutNewStart(t *testing.T) {
 	if got := b.Pods[0].Containers[0].StartTime; !got.Equal(prevScrape) {
 		t.Errorf("StartTime = %s, want it kept at %s", got, prevScrape)
 	}
-	if u, _ := st.Pod("ns", "p-u1", "", "n1"); u.Containers[0].CPUNanoCores != 500_000_000 {
+	if u, _, _ := st.Pod("ns", "p-u1", "", "n1", store.PodRef{}); u.Containers[0].CPUNanoCores != 500_000_000 {
 		t.Errorf("usage = %+v, want 0.5 cores", u.Containers[0].Usage)
 	}
 }

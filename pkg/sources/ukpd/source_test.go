@@ -253,7 +253,8 @@ func TestScrapeIntoStore(t *testing.T) {
 		st.Store(SourceName, e.target.Nodes(), e.scrape(t), e.clk.Now())
 	}
 	usage := func() (store.PodUsage, *store.Unavailable) {
-		return st.Pod("default", "web-0", "uid-web-0", "kraftlet-a")
+		u, _, why := st.Pod("default", "web-0", "uid-web-0", "kraftlet-a", store.PodRef{})
+		return u, why
 	}
 	wantCores := func(step string, nanoCores uint64, window time.Duration) {
 		t.Helper()
@@ -352,7 +353,7 @@ func TestScrapeClockOffset(t *testing.T) {
 			}{{10 * time.Second, 10 * time.Second}, {15 * time.Second, 15 * time.Second}} {
 				e.clk.Step(step.after)
 				st.Store(SourceName, e.target.Nodes(), e.scrape(t), e.clk.Now())
-				u, why := st.Pod("default", "web-0", "uid-web-0", "kraftlet-a")
+				u, _, why := st.Pod("default", "web-0", "uid-web-0", "kraftlet-a", store.PodRef{})
 				if why != nil {
 					t.Fatalf("no usage: %v", why)
 				}
@@ -398,7 +399,7 @@ func TestScrapeStartedAtMovesAlone(t *testing.T) {
 		}
 		e.clk.Step(15 * time.Second)
 		st.Store(SourceName, e.target.Nodes(), e.scrape(t), e.clk.Now())
-		u, why := st.Pod("default", "web-0", "uid-web-0", "kraftlet-a")
+		u, _, why := st.Pod("default", "web-0", "uid-web-0", "kraftlet-a", store.PodRef{})
 		if why != nil {
 			t.Fatalf("scrape %d: no usage: %v", i, why)
 		}
