@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -21,16 +22,6 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
-// Stop order: processes in a lower tier are stopped, all at once, before the
-// next tier is signalled.
-const (
-	tierUser = iota
-	tierController
-	tierAPIServer
-	tierEtcd
-	numTiers
-)
-
 // Cluster is a running control plane. Its methods are safe for concurrent use.
 type Cluster struct {
 	opts       Options
@@ -38,7 +29,7 @@ type Cluster struct {
 	ownWorkDir bool
 	pkiDir     string
 	logDir     string
-	ports      ports
+	ports      map[string]int // by component, as Ports
 	pki        *clusterPKI
 
 	adminKubeconfig string
@@ -48,7 +39,6 @@ type Cluster struct {
 
 	mu       sync.Mutex
 	procs    []*Process
-	tiers    map[*Process]int
 	stopping bool
 
 	stopOnce sync.Once
@@ -83,7 +73,6 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 func startOnce(ctx context.Context, opts Options) (*Cluster, error) {
 	c := &Cluster{
 		opts:    opts,
-		tiers:   map[*Process]int{},
 		stopped: make(chan struct{}),
 	}
 	if err := c.prepareWorkDir(); err != nil {
@@ -143,17 +132,17 @@ func (c *Cluster) prepareWorkDir() error {
 }
 
 func (c *Cluster) start(ctx context.Context) error {
-	p, err := FreePorts(6)
+	names := []string{"etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kwok"}
+	if !c.opts.WithoutScheduler {
+		names = append(names, "kube-scheduler")
+	}
+	p, err := FreePorts(len(names))
 	if err != nil {
 		return err
 	}
-	c.ports = ports{
-		etcdClient:        p[0],
-		etcdPeer:          p[1],
-		apiServer:         p[2],
-		controllerManager: p[3],
-		scheduler:         p[4],
-		kwok:              p[5],
+	c.ports = map[string]int{}
+	for i, name := range names {
+		c.ports[name] = p[i]
 	}
 	if c.pki, err = newClusterPKI(c.pkiDir); err != nil {
 		return err
@@ -177,9 +166,11 @@ func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
 		c.mu.Lock()
 		c.stopping = true
-		byTier := make([][]*Process, numTiers)
+		// Every other process first, all at once; then kube-apiserver, then
+		// etcd.
+		byTier := make([][]*Process, 3)
 		for _, p := range c.procs {
-			t := c.tiers[p]
+			t := map[string]int{"kube-apiserver": 1, "etcd": 2}[p.name]
 			byTier[t] = append(byTier[t], p)
 		}
 		c.mu.Unlock()
@@ -216,16 +207,12 @@ func (c *Cluster) Stopped() <-chan struct{} { return c.stopped }
 // <workdir>/logs/<name>.log. The process inherits this process's environment
 // and is stopped by Stop. name must be unique within the cluster.
 func (c *Cluster) StartProcess(name, path string, args ...string) (*Process, error) {
-	return c.startProcess(tierUser, name, nil, path, args...)
+	return c.StartProcessWithEnv(name, nil, path, args...)
 }
 
 // StartProcessWithEnv is StartProcess with an explicit environment (as for
 // os/exec.Cmd.Env: nil inherits, a non-nil slice replaces).
 func (c *Cluster) StartProcessWithEnv(name string, env []string, path string, args ...string) (*Process, error) {
-	return c.startProcess(tierUser, name, env, path, args...)
-}
-
-func (c *Cluster) startProcess(tier int, name string, env []string, path string, args ...string) (*Process, error) {
 	if name == "" || filepath.Base(name) != name {
 		return nil, fmt.Errorf("invalid process name %q", name)
 	}
@@ -239,12 +226,11 @@ func (c *Cluster) startProcess(tier int, name string, env []string, path string,
 			return nil, fmt.Errorf("start %s: a process with that name already exists", name)
 		}
 	}
-	p, err := startProcess(name, filepath.Join(c.logDir, name+".log"), env, path, args...)
+	p, err := startProcess(name, filepath.Join(c.logDir, name+".log"), stopGracePeriod, env, path, args...)
 	if err != nil {
 		return nil, err
 	}
 	c.procs = append(c.procs, p)
-	c.tiers[p] = tier
 	return p, nil
 }
 
@@ -271,7 +257,7 @@ func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.restConfi
 func (c *Cluster) Client() kubernetes.Interface { return c.client }
 
 // APIServerURL returns kube-apiserver's base URL, https://127.0.0.1:<port>.
-func (c *Cluster) APIServerURL() string { return c.ports.apiServerURL() }
+func (c *Cluster) APIServerURL() string { return "https://" + hostPort(c.ports["kube-apiserver"]) }
 
 // WorkDir returns the directory holding PKI, kubeconfigs, data and logs.
 func (c *Cluster) WorkDir() string { return c.workDir }
@@ -290,19 +276,7 @@ func (c *Cluster) BinDir() string { return c.opts.BinDir }
 // Ports returns the loopback ports the control plane listens on, keyed by
 // etcd, etcd-peer, kube-apiserver, kube-controller-manager, kube-scheduler
 // (absent with Options.WithoutScheduler) and kwok (its health endpoint).
-func (c *Cluster) Ports() map[string]int {
-	m := map[string]int{
-		"etcd":                    c.ports.etcdClient,
-		"etcd-peer":               c.ports.etcdPeer,
-		"kube-apiserver":          c.ports.apiServer,
-		"kube-controller-manager": c.ports.controllerManager,
-		"kwok":                    c.ports.kwok,
-	}
-	if !c.opts.WithoutScheduler {
-		m["kube-scheduler"] = c.ports.scheduler
-	}
-	return m
-}
+func (c *Cluster) Ports() map[string]int { return maps.Clone(c.ports) }
 
 // CACertFile returns the cluster CA certificate, which signs the serving and
 // client certificates of the control plane and is kube-apiserver's client CA.

@@ -42,31 +42,13 @@ type Options struct {
 	// --horizontal-pod-autoscaler-initial-readiness-delay. Default 5s.
 	HPAInitialReadinessDelay time.Duration
 
-	// MaxRequestsInflight and MaxMutatingRequestsInflight are passed to
-	// kube-apiserver. Defaults 3000 and 1000.
-	MaxRequestsInflight         int
-	MaxMutatingRequestsInflight int
-
-	// ServiceClusterIPRange is kube-apiserver's --service-cluster-ip-range.
-	// Default 127.96.0.0/16, a loopback range: nothing proxies Services here,
-	// and a component that dials a ClusterIP by mistake stays on the machine.
-	ServiceClusterIPRange string
-
-	// PodCIDR is the range kwok takes pod IPs from. Default 127.16.0.0/16, a
-	// loopback range, so that a pod IP used by mistake never leaves the
-	// machine.
-	PodCIDR string
-
 	// WithoutScheduler skips kube-scheduler; pods then need spec.nodeName.
 	WithoutScheduler bool
 
-	// Extra arguments appended to each component's command line. A flag
-	// given here overrides the same flag set by this package.
-	EtcdArgs              []string
-	APIServerArgs         []string
+	// ControllerManagerArgs are appended to kube-controller-manager's
+	// command line; a flag given here overrides the same flag set by this
+	// package.
 	ControllerManagerArgs []string
-	SchedulerArgs         []string
-	KwokArgs              []string
 }
 
 // Binary names expected in Options.BinDir.
@@ -86,18 +68,6 @@ func (o Options) withDefaults() Options {
 	setDuration(&o.HPADownscaleStabilization, 5*time.Second)
 	setDuration(&o.HPACPUInitializationPeriod, 5*time.Second)
 	setDuration(&o.HPAInitialReadinessDelay, 5*time.Second)
-	if o.MaxRequestsInflight == 0 {
-		o.MaxRequestsInflight = 3000
-	}
-	if o.MaxMutatingRequestsInflight == 0 {
-		o.MaxMutatingRequestsInflight = 1000
-	}
-	if o.ServiceClusterIPRange == "" {
-		o.ServiceClusterIPRange = "127.96.0.0/16"
-	}
-	if o.PodCIDR == "" {
-		o.PodCIDR = "127.16.0.0/16"
-	}
 	return o
 }
 
@@ -155,9 +125,6 @@ func (o Options) validate() error {
 		if d.value < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %v", d.name, d.value))
 		}
-	}
-	if o.MaxRequestsInflight < 0 || o.MaxMutatingRequestsInflight < 0 {
-		errs = append(errs, errors.New("MaxRequestsInflight and MaxMutatingRequestsInflight must not be negative"))
 	}
 	return errors.Join(errs...)
 }

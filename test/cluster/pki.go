@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -17,15 +16,16 @@ const certValidity = 7 * 24 * time.Hour
 
 // clusterPKI holds the certificates and keys of the control plane as
 // <name>.crt and <name>.key files in dir: the two CAs (ca, front-proxy-ca),
-// the leaves of leaves and clientIdentities, and sa.key, the key that signs
-// service-account tokens (kube-apiserver verifies them with its public half).
+// the serving leaves and the front proxy's client, and sa.key, the key that
+// signs service-account tokens (kube-apiserver verifies them with its public
+// half). The clientIdentities' certificates live in their kubeconfigs only.
 type clusterPKI struct {
 	dir              string
 	ca, frontProxyCA *pki.CA
 }
 
-// clientIdentities are the users the control plane's own kubeconfigs act as;
-// each has <name>-client.crt.
+// clientIdentities are the users the control plane's own kubeconfigs act as,
+// by kubeconfig name.
 var clientIdentities = map[string]pki.Leaf{
 	"admin":                   {CommonName: "kubernetes-admin", Organizations: []string{"system:masters"}, Client: true},
 	"kube-controller-manager": {CommonName: "system:kube-controller-manager", Client: true},
@@ -55,9 +55,6 @@ func newClusterPKI(dir string) (*clusterPKI, error) {
 		"controller-manager-serving": {CommonName: "kube-controller-manager", Hosts: local, Server: true},
 		"scheduler-serving":          {CommonName: "kube-scheduler", Hosts: local, Server: true},
 	}
-	for name, l := range clientIdentities {
-		leaves[name+"-client"] = l
-	}
 	for name, l := range leaves {
 		if _, _, err := p.ca.IssueFiles(now, dir, name, l); err != nil {
 			return nil, err
@@ -75,11 +72,3 @@ func newClusterPKI(dir string) (*clusterPKI, error) {
 
 // file is the path of the PKI file name, "apiserver.crt" say.
 func (p *clusterPKI) file(name string) string { return filepath.Join(p.dir, name) }
-
-// readPair reads <name>.crt and <name>.key.
-func (p *clusterPKI) readPair(name string) (certPEM, keyPEM []byte, err error) {
-	if certPEM, err = os.ReadFile(p.file(name + ".crt")); err == nil {
-		keyPEM, err = os.ReadFile(p.file(name + ".key"))
-	}
-	return certPEM, keyPEM, err
-}
