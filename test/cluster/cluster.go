@@ -123,7 +123,7 @@ func (c *Cluster) prepareWorkDir() error {
 			return fmt.Errorf("clean %s: %w", d, err)
 		}
 	}
-	for _, d := range []string{c.pkiDir, filepath.Join(c.pkiDir, "issued"), c.logDir, filepath.Join(abs, "kubeconfigs")} {
+	for _, d := range []string{c.pkiDir, c.logDir, filepath.Join(abs, "kubeconfigs")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("create %s: %w", d, err)
 		}

@@ -5,8 +5,9 @@ import (
 	"strings"
 )
 
-// KwokNodeAnnotation marks the nodes kwok manages. AddNode sets it; nodes
-// created some other way need it too.
+// KwokNodeAnnotation marks the nodes kwok manages. NodeObject sets it; a
+// node made some other way needs it too, and NodeObject's addresses,
+// daemon endpoints and resources, which kwok keeps.
 const (
 	KwokNodeAnnotation      = "kwok.x-k8s.io/node"
 	KwokNodeAnnotationValue = "fake"
@@ -70,33 +71,14 @@ const nodeConditions = `      {{ $now := Now }}
 `
 
 // nodeInitializeStage turns a node that is not Ready into a Ready, Running
-// node. Addresses, daemon endpoints and resources set by the creator are kept;
-// missing ones get defaults.
+// node. Addresses, daemon endpoints and resources are the creator's: every
+// node kwok manages here is a NodeObject.
 var nodeInitializeStage = stage("node-initialize", "Node", `    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
       operator: NotIn
       values: ["True"]
   next:
     statusTemplate: |
 `+nodeConditions+`        lastTransitionTime: {{ $now | Quote }}
-      {{ end }}
-      {{ if not .status.addresses }}
-      addresses:
-      - type: InternalIP
-        address: {{ NodeIP | Quote }}
-      - type: Hostname
-        address: {{ .metadata.name | Quote }}
-      {{ end }}
-      {{ if not .status.allocatable }}
-      allocatable:
-        cpu: "64"
-        memory: 256Gi
-        pods: "250"
-      {{ end }}
-      {{ if not .status.capacity }}
-      capacity:
-        cpu: "64"
-        memory: 256Gi
-        pods: "250"
       {{ end }}
       nodeInfo:
         architecture: amd64
