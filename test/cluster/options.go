@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -63,11 +64,11 @@ const (
 )
 
 func (o Options) withDefaults() Options {
-	setDuration(&o.StartTimeout, 2*time.Minute)
-	setDuration(&o.HPASyncPeriod, 2*time.Second)
-	setDuration(&o.HPADownscaleStabilization, 5*time.Second)
-	setDuration(&o.HPACPUInitializationPeriod, 5*time.Second)
-	setDuration(&o.HPAInitialReadinessDelay, 5*time.Second)
+	o.StartTimeout = cmp.Or(o.StartTimeout, 2*time.Minute)
+	o.HPASyncPeriod = cmp.Or(o.HPASyncPeriod, 2*time.Second)
+	o.HPADownscaleStabilization = cmp.Or(o.HPADownscaleStabilization, 5*time.Second)
+	o.HPACPUInitializationPeriod = cmp.Or(o.HPACPUInitializationPeriod, 5*time.Second)
+	o.HPAInitialReadinessDelay = cmp.Or(o.HPAInitialReadinessDelay, 5*time.Second)
 	return o
 }
 
@@ -83,12 +84,6 @@ func (o Options) binPath(name string) string {
 // kubeBinaries are those KubeBinDir replaces.
 var kubeBinaries = map[string]bool{
 	APIServerBinary: true, ControllerManagerBinary: true, SchedulerBinary: true, KubectlBinary: true,
-}
-
-func setDuration(d *time.Duration, def time.Duration) {
-	if *d == 0 {
-		*d = def
-	}
 }
 
 // validate reports every problem with the options, not only the first.

@@ -14,6 +14,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
 )
@@ -91,7 +92,7 @@ func restart(ctx context.Context, t *testing.T, s *env.Server, suffix, ns string
 	if !atReady.failed() {
 		firstOK, firstOKMissing = atReady.end.Sub(started), servesAll(atReady, want)
 	}
-	err = env.PollUntil(ctx, "the restarted server to serve every pod", 100*time.Millisecond, append(watched(), proc), func(ctx context.Context) error {
+	err = cluster.PollUntil(ctx, "the restarted server to serve every pod", 100*time.Millisecond, 10*time.Second, append(watched(), proc), func(ctx context.Context) error {
 		r := fetch(ctx, direct, nsList)
 		err := servesAll(r, want)
 		if !r.failed() && firstOK == 0 {

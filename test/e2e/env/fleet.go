@@ -1,6 +1,7 @@
 package env
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -46,12 +47,8 @@ const tokenReviewTTL = 10 * time.Second
 // cluster's Running pods until ctx ends or the fleet is closed. Close it when
 // done.
 func StartFleet(ctx context.Context, c *cluster.Cluster, cfg FleetConfig) (*Fleet, error) {
-	if cfg.Nodes == 0 {
-		cfg.Nodes = 3
-	}
-	if cfg.NamePrefix == "" {
-		cfg.NamePrefix = "fake-node-"
-	}
+	cfg.Nodes = cmp.Or(cfg.Nodes, 3)
+	cfg.NamePrefix = cmp.Or(cfg.NamePrefix, "fake-node-")
 	ff, err := fakekubelet.NewFleet(fakekubelet.Config{
 		TokenAuthenticator: fakekubelet.NewTokenReviewAuthenticator(c.Client(), tokenReviewTTL),
 		ClientCAPEM:        c.CACertPEM(),

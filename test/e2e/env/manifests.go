@@ -55,32 +55,12 @@ func Apply(ctx context.Context, c *cluster.Cluster, name string, objs []*unstruc
 	return err
 }
 
-// workload is a kustomization rendered for running one of its Deployments'
-// containers as a local process.
-type workload struct {
-	objs   []*unstructured.Unstructured
-	deploy *unstructured.Unstructured
-	// args and serviceAccount are the container's and the Deployment's.
-	args           []string
-	serviceAccount string
-}
-
-// renderWorkload renders dir and finds the container of the Deployment
-// named deployment.
-func renderWorkload(ctx context.Context, c *cluster.Cluster, dir, deployment, container string) (*workload, error) {
-	objs, err := Render(ctx, c, dir)
-	if err != nil {
-		return nil, err
+// renderWorkload renders dir and finds the Deployment named deployment.
+func renderWorkload(ctx context.Context, c *cluster.Cluster, dir, deployment string) (objs []*unstructured.Unstructured, deploy *unstructured.Unstructured, err error) {
+	if objs, err = Render(ctx, c, dir); err == nil {
+		deploy, err = findNamed(objs, "Deployment", deployment)
 	}
-	deploy, err := findNamed(objs, "Deployment", deployment)
-	if err != nil {
-		return nil, err
-	}
-	args, sa, err := containerArgs(deploy, container)
-	if err != nil {
-		return nil, err
-	}
-	return &workload{objs: objs, deploy: deploy, args: args, serviceAccount: sa}, nil
+	return objs, deploy, err
 }
 
 // findNamed returns the object of kind named name in objs.

@@ -74,7 +74,10 @@ func (c *PinnedClient) Replica(ctx context.Context, procs []*cluster.Process) (*
 // replicaOf returns which of procs reported the /metrics body, by its
 // process start time.
 func replicaOf(procs []*cluster.Process, body string) (*cluster.Process, error) {
-	reported, err := gaugeValue(body, "process_start_time_seconds")
+	reported, ok, err := promtext.Value(body, "process_start_time_seconds")
+	if err == nil && !ok {
+		err = errors.New("no sample process_start_time_seconds")
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -122,14 +125,4 @@ func (s *Server) PinnedClients(ctx context.Context, procs []*cluster.Process, ma
 		return nil, fmt.Errorf("reached %d of %d replicas in %d connections (last error: %w)", len(out), len(procs), maxDials, lastErr)
 	}
 	return out, nil
-}
-
-// gaugeValue returns the value of the sample name in a Prometheus text
-// exposition.
-func gaugeValue(body, name string) (float64, error) {
-	v, ok, err := promtext.Value(body, name)
-	if err == nil && !ok {
-		err = fmt.Errorf("no sample %s", name)
-	}
-	return v, err
 }

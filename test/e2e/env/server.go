@@ -1,6 +1,7 @@
 package env
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -122,11 +123,10 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 	if err := cfg.complete(); err != nil {
 		return nil, err
 	}
-	w, err := renderWorkload(ctx, c, cfg.ManifestsDir, serverDeployment, serverContainer)
+	objs, deploy, err := renderWorkload(ctx, c, cfg.ManifestsDir, serverDeployment)
 	if err != nil {
 		return nil, err
 	}
-	objs, deploy := w.objs, w.deploy
 	svc, err := find(objs, "Service")
 	if err != nil {
 		return nil, err
@@ -235,15 +235,9 @@ func (cfg *ServerConfig) complete() error {
 			}
 		}
 	}
-	if cfg.MetricResolution == 0 {
-		cfg.MetricResolution = 5 * time.Second
-	}
-	if cfg.KubeletRequestTimeout == 0 {
-		cfg.KubeletRequestTimeout = 3 * time.Second
-	}
-	if cfg.ProcessName == "" {
-		cfg.ProcessName = ServerBinary
-	}
+	cfg.MetricResolution = cmp.Or(cfg.MetricResolution, 5*time.Second)
+	cfg.KubeletRequestTimeout = cmp.Or(cfg.KubeletRequestTimeout, 3*time.Second)
+	cfg.ProcessName = cmp.Or(cfg.ProcessName, ServerBinary)
 	return CheckBinaries(cfg.BinDir, ServerBinary)
 }
 
@@ -349,8 +343,8 @@ func (s *Server) ensureController(ctx context.Context) error {
 }
 
 // Undeploy hands the Service and APIServices back to prev (Register), deletes
-// the APIServices s registered that prev does not, and stops s. The other
-// objects s applied stay.
+// the APIServices s registered that prev does not, and stops s (Stop). The
+// other objects s applied stay.
 func (s *Server) Undeploy(ctx context.Context, prev *Server) error {
 	if err := prev.Register(ctx); err != nil {
 		return err
@@ -365,13 +359,7 @@ func (s *Server) Undeploy(ctx context.Context, prev *Server) error {
 			errs = append(errs, fmt.Errorf("delete APIService %s: %w", name, err))
 		}
 	}
-	if err := s.Process.Stop(); err != nil {
-		errs = append(errs, err)
-	}
-	if s.stopVolumes != nil {
-		s.stopVolumes()
-	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, s.Stop())...)
 }
 
 // waitAvailable waits until every APIService of the server carries a
