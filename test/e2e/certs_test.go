@@ -58,7 +58,7 @@ func TestCertificateRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := s.StartAgain(suite.binDir, "gms-rotation-1")
+	second, err := s.StartAgain("gms-rotation-1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,7 +73,7 @@ func TestHighAvailability(t *testing.T) {
 	s := deployOwnServer(ctx, t, "group-metrics-server-ha-0", []string{env.PermitPortSharing}, dir)
 	procs := []*cluster.Process{s.Process}
 	for i := 1; i < replicas; i++ {
-		p, err := s.StartAgain(suite.binDir, fmt.Sprintf("group-metrics-server-ha-%d", i))
+		p, err := s.StartAgain(fmt.Sprintf("group-metrics-server-ha-%d", i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,7 +89,7 @@ func TestHighAvailability(t *testing.T) {
 	// Replace it, then stop the replica now serving the aggregator as a
 	// rolling update or a drain would: SIGTERM.
 	i := slices.Index(procs, victim)
-	p, err := s.StartAgain(suite.binDir, victim.Name()+"-replaced")
+	p, err := s.StartAgain(victim.Name()+"-replaced")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,6 @@ func (s *Server) mountVolumes(ctx context.Context, mounts []secretMount, args []
 	s.stopVolumes = stopVolumes
 	for _, m := range mounts {
 		v := MountSecret(volumeCtx, s.cluster.Client(), s.Namespace, m.secret, filepath.Join(s.cluster.WorkDir(), s.name+"-volumes", m.secret))
-		s.Volumes = append(s.Volumes, v)
 		select {
 		case <-v.Exists():
 		case <-ctx.Done():

@@ -27,10 +27,9 @@ const PermitPortSharing = "--permit-port-sharing"
 // process named name, with the same address, port, flags and serving
 // certificate Secret. With PermitPortSharing in Args it runs next to the
 // current process, as a second replica; otherwise the current process must
-// have exited first. binDir is the ServerConfig's BinDir. It does not wait
-// for the new process to be ready.
-func (s *Server) StartAgain(binDir, name string) (*cluster.Process, error) {
-	return s.cluster.StartProcess(name, filepath.Join(binDir, ServerBinary), s.Args...)
+// have exited first. It does not wait for the new process to be ready.
+func (s *Server) StartAgain(name string) (*cluster.Process, error) {
+	return s.cluster.StartProcess(name, filepath.Join(s.binDir, ServerBinary), s.Args...)
 }
 
 // PinnedClient sends every request over a single connection to the

@@ -77,8 +77,6 @@ type Server struct {
 	// Controller is the certificate controller of the manifests, while it
 	// runs; nil when the manifests have none.
 	Controller *cluster.Process
-	// Volumes are the Secret volumes of the server's container.
-	Volumes []*SecretVolume
 
 	cluster *cluster.Cluster
 	name    string
