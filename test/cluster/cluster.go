@@ -122,8 +122,6 @@ func (c *Cluster) prepareWorkDir() error {
 		if err := os.RemoveAll(d); err != nil {
 			return fmt.Errorf("clean %s: %w", d, err)
 		}
-	}
-	for _, d := range []string{c.pkiDir, c.logDir, filepath.Join(abs, "kubeconfigs")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("create %s: %w", d, err)
 		}

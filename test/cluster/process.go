@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -126,31 +125,20 @@ func (p *Process) Stop() error {
 	return nil
 }
 
-// tailFile returns the last n lines of the file at path.
+// tailFile returns the last n lines of the file at path, looking at its
+// last MiB only.
 func tailFile(path string, n int) (string, error) {
-	const maxRead = 1 << 20
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err
 	}
 	defer func() { _ = f.Close() }()
-	info, err := f.Stat()
-	if err != nil {
-		return "", err
-	}
-	if _, err := f.Seek(max(info.Size()-maxRead, 0), io.SeekStart); err != nil {
-		return "", err
+	if info, err := f.Stat(); err == nil && info.Size() > 1<<20 {
+		_, _ = f.Seek(-1<<20, io.SeekEnd)
 	}
 	data, err := io.ReadAll(f)
-	if err != nil {
-		return "", err
-	}
-	data = bytes.TrimRight(data, "\n")
-	lines := bytes.Split(data, []byte("\n"))
-	if n >= 0 && len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte("\n"))), nil
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	return strings.Join(lines[len(lines)-min(n, len(lines)):], "\n"), err
 }
 
 // logTails formats the last n lines of every process's log, in order.
