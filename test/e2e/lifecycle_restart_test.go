@@ -70,7 +70,7 @@ func failingChecks(body string) string {
 // ready within readyBound and, once ready, serves every pod of want.
 func restart(ctx context.Context, t *testing.T, s *env.Server, suffix, ns string, want []string) {
 	t.Helper()
-	proc, err := s.StartAgain(s.Process.Name()+"-"+suffix)
+	proc, err := s.StartAgain(s.Process.Name() + "-" + suffix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func restartWithSlowKubelets(ctx context.Context, t *testing.T, s *env.Server) {
 		}
 	}
 	t.Cleanup(clear)
-	proc, err := s.StartAgain(s.Process.Name()+"-slow")
+	proc, err := s.StartAgain(s.Process.Name() + "-slow")
 	if err != nil {
 		t.Fatal(err)
 	}

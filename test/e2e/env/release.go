@@ -2,7 +2,6 @@ package env
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -61,26 +60,4 @@ func (s *Server) mountVolumes(ctx context.Context, mounts []secretMount, args []
 		}
 	}
 	return nil
-}
-
-// Stop stops the server and its certificate controller, as the pods of
-// deleted Deployments stop, and its Secret volumes.
-func (s *Server) Stop() error {
-	var errs []error
-	controllers.Lock()
-	if s.Controller != nil {
-		errs = append(errs, s.Controller.Stop())
-		s.Controller = nil
-	}
-	if controllers.running[s.cluster] == s {
-		delete(controllers.running, s.cluster)
-	}
-	controllers.Unlock()
-	if s.Process != nil {
-		errs = append(errs, s.Process.Stop())
-	}
-	if s.stopVolumes != nil {
-		s.stopVolumes()
-	}
-	return errors.Join(errs...)
 }

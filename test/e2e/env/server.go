@@ -5,17 +5,15 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
@@ -97,13 +95,6 @@ const (
 	controllerDeployment = "group-metrics-server-cert-controller"
 	controllerContainer  = "cert-controller"
 )
-
-// controllers holds, per cluster, the server whose certificate controller
-// runs: one at a time, as one leads in a cluster.
-var controllers = struct {
-	sync.Mutex
-	running map[*cluster.Cluster]*Server
-}{running: map[*cluster.Cluster]*Server{}}
 
 // DeployServer deploys group-metrics-server from the manifests. Every object
 // but the Deployments is applied unchanged except the Service and the
@@ -292,74 +283,6 @@ func exposeOnLoopback(svc *unstructured.Unstructured, port int) error {
 	return unstructured.SetNestedField(svc.Object, "localhost", "spec", "externalName")
 }
 
-// Register applies the server's Service and APIServices again, so that the
-// aggregator sends their requests to this server, runs its certificate
-// controller in place of any other, and waits as DeployServer does.
-func (s *Server) Register(ctx context.Context) error {
-	if err := Apply(ctx, s.cluster, s.Process.Name()+"-register", s.registration); err != nil {
-		return err
-	}
-	if err := s.ensureController(ctx); err != nil {
-		return err
-	}
-	return s.waitAvailable(ctx)
-}
-
-// ensureController makes s's certificate controller the one that runs in
-// its cluster: it stops another's, and starts s's unless it runs.
-func (s *Server) ensureController(ctx context.Context) error {
-	if s.controllerArgs == nil {
-		return nil
-	}
-	controllers.Lock()
-	defer controllers.Unlock()
-	cur := controllers.running[s.cluster]
-	if cur == s && s.Controller != nil && s.Controller.Err() == nil {
-		return nil
-	}
-	if cur != nil && cur.Controller != nil {
-		if err := cur.Controller.Stop(); err != nil {
-			return fmt.Errorf("stop the certificate controller of %s: %w", cur.name, err)
-		}
-		cur.Controller = nil
-	}
-	delete(controllers.running, s.cluster)
-	kubeconfig, err := s.cluster.ServiceAccountKubeconfig(ctx, s.Namespace, s.controllerSA)
-	if err != nil {
-		return err
-	}
-	s.controllerRuns++
-	name := fmt.Sprintf("%s-cert-controller-%d", s.name, s.controllerRuns)
-	args := append(append([]string{}, s.controllerArgs...), "--kubeconfig="+kubeconfig)
-	proc, err := s.cluster.StartProcess(name, filepath.Join(s.binDir, ServerBinary), args...)
-	if err != nil {
-		return err
-	}
-	s.Controller = proc
-	controllers.running[s.cluster] = s
-	return nil
-}
-
-// Undeploy hands the Service and APIServices back to prev (Register), deletes
-// the APIServices s registered that prev does not, and stops s (Stop). The
-// other objects s applied stay.
-func (s *Server) Undeploy(ctx context.Context, prev *Server) error {
-	if err := prev.Register(ctx); err != nil {
-		return err
-	}
-	var errs []error
-	for _, name := range s.APIServices {
-		if slices.Contains(prev.APIServices, name) {
-			continue
-		}
-		err := s.cluster.APIServices().Delete(ctx, name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete APIService %s: %w", name, err))
-		}
-	}
-	return errors.Join(append(errs, s.Stop())...)
-}
-
 // waitAvailable waits until every APIService of the server carries a
 // caBundle that verifies the server's certificate for ServiceHost, and is
 // Available.
@@ -445,4 +368,31 @@ func hostArgs(manifestArgs []string, kubeconfig string, port int, cfg ServerConf
 		"--kubelet-request-timeout="+cfg.KubeletRequestTimeout.String(),
 	)
 	return append(args, cfg.ExtraArgs...)
+}
+
+// PermitPortSharing is the server flag (from k8s.io/apiserver's secure
+// serving options) that binds the secure port with SO_REUSEPORT. Deploy a
+// server with it in ExtraArgs to run replicas of it on the same address and
+// port: the aggregator dials the ExternalName Service's host, localhost,
+// which resolves to 127.0.0.1 only, and the kernel spreads the new
+// connections over every replica listening there.
+const PermitPortSharing = "--permit-port-sharing"
+
+// StartAgain starts the server's command line (Args) once more as a new
+// process named name, with the same address, port, flags and serving
+// certificate Secret. With PermitPortSharing in Args it runs next to the
+// current process, as a second replica; otherwise the current process must
+// have exited first. It does not wait for the new process to be ready.
+func (s *Server) StartAgain(name string) (*cluster.Process, error) {
+	return s.cluster.StartProcess(name, filepath.Join(s.binDir, ServerBinary), s.Args...)
+}
+
+// CABundle returns the caBundle of the APIService name.
+func CABundle(ctx context.Context, c *cluster.Cluster, name string) ([]byte, error) {
+	obj, err := c.APIServices().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	b64, _, _ := unstructured.NestedString(obj.Object, "spec", "caBundle")
+	return base64.StdEncoding.DecodeString(b64)
 }
