@@ -148,13 +148,12 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := c.writeKubeconfigs(); err != nil {
 		return err
 	}
-	if err := c.startEtcd(ctx); err != nil {
-		return err
+	for _, start := range []func(context.Context) error{c.startEtcd, c.startAPIServer, c.startControllers} {
+		if err := start(ctx); err != nil {
+			return err
+		}
 	}
-	if err := c.startAPIServer(ctx); err != nil {
-		return err
-	}
-	return c.startControllers(ctx)
+	return nil
 }
 
 // Stop stops every process the cluster started, its own and those from

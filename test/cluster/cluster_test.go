@@ -121,7 +121,6 @@ func TestKwokConfig(t *testing.T) {
 	want := []string{
 		"KwokConfiguration",
 		"Stage/node-initialize",
-		"Stage/node-heartbeat-with-lease",
 		"Stage/pod-ready",
 		"Stage/pod-delete",
 	}

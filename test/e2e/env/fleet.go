@@ -74,22 +74,17 @@ func (f *Fleet) start(ctx context.Context, c *cluster.Cluster, cfg FleetConfig) 
 	if err := os.WriteFile(f.CAFile, f.CACertPEM(), 0o644); err != nil {
 		return err
 	}
-	nodes := make([]*fakekubelet.Node, cfg.Nodes)
-	for i := range nodes {
+	errs := make([]error, cfg.Nodes)
+	var wg sync.WaitGroup
+	for i := range cfg.Nodes {
 		name := fmt.Sprintf("%s%d", cfg.NamePrefix, i)
+		f.NodeNames = append(f.NodeNames, name)
 		n, err := f.AddNode(name, 0)
 		if err != nil {
-			return err
+			errs[i] = err
+			continue
 		}
-		nodes[i] = n
-		f.NodeNames = append(f.NodeNames, name)
-	}
-	errs := make([]error, len(nodes))
-	var wg sync.WaitGroup
-	for i, n := range nodes {
-		wg.Go(func() {
-			errs[i] = c.AddNode(ctx, n.Name(), cfg.Labels, "127.0.0.1", n.Port())
-		})
+		wg.Go(func() { errs[i] = c.AddNode(ctx, name, cfg.Labels, "127.0.0.1", n.Port()) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {

@@ -14,8 +14,11 @@ import (
 	"strconv"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
@@ -261,26 +264,21 @@ func onLoopback(objs []*unstructured.Unstructured, port int) (apply, registratio
 // EndpointSlices may not name loopback addresses), on the server's port
 // (loopback forces a port nobody else holds; 443 needs privileges).
 func exposeOnLoopback(svc *unstructured.Unstructured, port int) error {
-	ports, _, err := unstructured.NestedSlice(svc.Object, "spec", "ports")
-	if err != nil {
+	raw, _, _ := unstructured.NestedMap(svc.Object, "spec")
+	var spec corev1.ServiceSpec
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &spec); err != nil {
 		return fmt.Errorf("service %s: %w", svc.GetName(), err)
 	}
-	if len(ports) != 1 {
-		return fmt.Errorf("service %s: want exactly one port, got %d", svc.GetName(), len(ports))
+	if len(spec.Ports) != 1 {
+		return fmt.Errorf("service %s: want exactly one port, got %d", svc.GetName(), len(spec.Ports))
 	}
-	p, ok := ports[0].(map[string]any)
-	if !ok {
-		return fmt.Errorf("service %s: malformed port", svc.GetName())
-	}
-	p["port"] = int64(port)
-	p["targetPort"] = int64(port)
-	if err := unstructured.SetNestedSlice(svc.Object, []any{p}, "spec", "ports"); err != nil {
+	spec.Ports[0].Port, spec.Ports[0].TargetPort = int32(port), intstr.FromInt32(int32(port))
+	spec.Type, spec.ExternalName = corev1.ServiceTypeExternalName, "localhost"
+	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&spec)
+	if err != nil {
 		return err
 	}
-	if err := unstructured.SetNestedField(svc.Object, "ExternalName", "spec", "type"); err != nil {
-		return err
-	}
-	return unstructured.SetNestedField(svc.Object, "localhost", "spec", "externalName")
+	return unstructured.SetNestedMap(svc.Object, raw, "spec")
 }
 
 // waitAvailable waits until every APIService of the server carries a

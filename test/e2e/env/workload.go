@@ -3,6 +3,7 @@ package env
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -117,30 +118,18 @@ func CreateCPUHPA(ctx context.Context, client kubernetes.Interface, namespace, n
 	return nil
 }
 
-// RunningPods returns the Running pods in namespace matching selector.
-func RunningPods(ctx context.Context, client kubernetes.Interface, namespace string, selector labels.Selector) ([]corev1.Pod, error) {
-	list, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
-	if err != nil {
-		return nil, err
-	}
-	var out []corev1.Pod
-	for _, p := range list.Items {
-		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-			out = append(out, p)
-		}
-	}
-	return out, nil
-}
-
 // WaitForRunningPods waits until exactly n pods in namespace matching
-// selector are Running.
+// selector are Running, and returns them.
 func WaitForRunningPods(ctx context.Context, client kubernetes.Interface, namespace string, selector labels.Selector, n int) ([]corev1.Pod, error) {
 	var pods []corev1.Pod
 	err := Poll(ctx, fmt.Sprintf("%d Running pods %s in %s", n, selector, namespace), nil, func(ctx context.Context) error {
-		var err error
-		if pods, err = RunningPods(ctx, client, namespace, selector); err != nil {
+		list, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
+		if err != nil {
 			return err
 		}
+		pods = slices.DeleteFunc(list.Items, func(p corev1.Pod) bool {
+			return p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil
+		})
 		if len(pods) != n {
 			return fmt.Errorf("%d Running", len(pods))
 		}
