@@ -38,7 +38,7 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (stdout, stderr s
 		"--kubeconfig=" + c.adminKubeconfig,
 		"--cache-dir=" + filepath.Join(c.workDir, "kubectl-cache"),
 	}, args...)
-	cmd := exec.CommandContext(ctx, c.bin(KubectlBinary), full...)
+	cmd := exec.CommandContext(ctx, c.BinaryPath(KubectlBinary), full...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &errOut

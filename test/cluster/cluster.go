@@ -265,7 +265,7 @@ func (c *Cluster) LogDir() string { return c.logDir }
 // BinaryPath returns the path of the named binary (APIServerBinary, say) this
 // cluster runs: from Options.KubeBinDir for the Kubernetes binaries when it is
 // set, from Options.BinDir otherwise.
-func (c *Cluster) BinaryPath(name string) string { return c.bin(name) }
+func (c *Cluster) BinaryPath(name string) string { return c.opts.binPath(name) }
 
 // BinDir returns Options.BinDir.
 func (c *Cluster) BinDir() string { return c.opts.BinDir }

@@ -23,12 +23,10 @@ const (
 	podCIDR = "127.16.0.0/16"
 )
 
-func (c *Cluster) bin(name string) string { return c.opts.binPath(name) }
-
 func (c *Cluster) startEtcd(ctx context.Context) error {
 	clientURL := "http://" + hostPort(c.ports["etcd"])
 	peerURL := "http://" + hostPort(c.ports["etcd-peer"])
-	p, err := c.StartProcessWithEnv("etcd", nil, c.bin(EtcdBinary),
+	p, err := c.StartProcessWithEnv("etcd", nil, c.BinaryPath(EtcdBinary),
 		"--name=etcd",
 		"--data-dir="+filepath.Join(c.workDir, "etcd"),
 		"--listen-client-urls="+clientURL,
@@ -47,7 +45,7 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 }
 
 func (c *Cluster) startAPIServer(ctx context.Context) error {
-	p, err := c.StartProcessWithEnv("kube-apiserver", nil, c.bin(APIServerBinary),
+	p, err := c.StartProcessWithEnv("kube-apiserver", nil, c.BinaryPath(APIServerBinary),
 		"--etcd-servers=http://"+hostPort(c.ports["etcd"]),
 		"--bind-address="+loopback,
 		"--advertise-address="+loopback,
@@ -162,7 +160,7 @@ func (c *Cluster) startControllerManager() (*Process, error) {
 		"--horizontal-pod-autoscaler-cpu-initialization-period="+o.HPACPUInitializationPeriod.String(),
 		"--horizontal-pod-autoscaler-initial-readiness-delay="+o.HPAInitialReadinessDelay.String(),
 	)
-	return c.StartProcessWithEnv("kube-controller-manager", nil, c.bin(ControllerManagerBinary),
+	return c.StartProcessWithEnv("kube-controller-manager", nil, c.BinaryPath(ControllerManagerBinary),
 		append(args, o.ControllerManagerArgs...)...)
 }
 
@@ -182,7 +180,7 @@ leaderElection:
 		return nil, fmt.Errorf("write scheduler config: %w", err)
 	}
 	args := append(c.servingArgs(kubeconfig, c.ports["kube-scheduler"], "scheduler-serving"), "--config="+configPath)
-	return c.StartProcessWithEnv("kube-scheduler", nil, c.bin(SchedulerBinary), args...)
+	return c.StartProcessWithEnv("kube-scheduler", nil, c.BinaryPath(SchedulerBinary), args...)
 }
 
 func (c *Cluster) startKwok() (*Process, error) {
@@ -196,7 +194,7 @@ func (c *Cluster) startKwok() (*Process, error) {
 	if err := os.MkdirAll(home, 0o755); err != nil {
 		return nil, fmt.Errorf("create kwok home: %w", err)
 	}
-	return c.StartProcessWithEnv("kwok", append(os.Environ(), "HOME="+home), c.bin(KwokBinary),
+	return c.StartProcessWithEnv("kwok", append(os.Environ(), "HOME="+home), c.BinaryPath(KwokBinary),
 		"--kubeconfig="+c.kubeconfigPath("kwok"), "--config="+configPath)
 }
 

@@ -55,14 +55,6 @@ func Apply(ctx context.Context, c *cluster.Cluster, name string, objs []*unstruc
 	return err
 }
 
-// renderWorkload renders dir and finds the Deployment named deployment.
-func renderWorkload(ctx context.Context, c *cluster.Cluster, dir, deployment string) (objs []*unstructured.Unstructured, deploy *unstructured.Unstructured, err error) {
-	if objs, err = Render(ctx, c, dir); err == nil {
-		deploy, err = findNamed(objs, "Deployment", deployment)
-	}
-	return objs, deploy, err
-}
-
 // findNamed returns the object of kind named name in objs.
 func findNamed(objs []*unstructured.Unstructured, kind, name string) (*unstructured.Unstructured, error) {
 	for _, o := range objs {

@@ -80,7 +80,11 @@ func DeployMetricsServerManifests(ctx context.Context, c *cluster.Cluster, binDi
 	if err != nil {
 		return nil, err
 	}
-	objs, deploy, err := renderWorkload(ctx, c, filepath.Join(dir, metricsServerManifests), metricsServerDeployment)
+	objs, err := Render(ctx, c, filepath.Join(dir, metricsServerManifests))
+	if err != nil {
+		return nil, err
+	}
+	deploy, err := findNamed(objs, "Deployment", metricsServerDeployment)
 	if err != nil {
 		return nil, err
 	}

@@ -26,18 +26,14 @@ func RunRelease(ctx context.Context, c *cluster.Cluster, objs []*unstructured.Un
 	if err := cfg.complete(); err != nil {
 		return nil, err
 	}
-	deploy, err := findNamed(objs, "Deployment", serverDeployment)
+	s, deploy, err := newServer(c, cfg, objs, port)
 	if err != nil {
 		return nil, err
 	}
-	svc, err := find(objs, "Service")
-	if err != nil {
-		return nil, err
-	}
+	svc, _ := find(objs, "Service") // newServer found it
 	if typ, _, _ := unstructured.NestedString(svc.Object, "spec", "type"); typ != "ExternalName" {
 		return nil, fmt.Errorf("service %s is of type %q: the aggregator reaches a process on the host only through type ExternalName", svc.GetName(), typ)
 	}
-	s := newServer(c, cfg, objs, deploy, svc, port)
 	return s, s.start(ctx, objs, deploy, cfg)
 }
 

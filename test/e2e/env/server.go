@@ -115,11 +115,7 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 	if err := cfg.complete(); err != nil {
 		return nil, err
 	}
-	objs, deploy, err := renderWorkload(ctx, c, cfg.ManifestsDir, serverDeployment)
-	if err != nil {
-		return nil, err
-	}
-	svc, err := find(objs, "Service")
+	objs, err := Render(ctx, c, cfg.ManifestsDir)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +124,10 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 		return nil, err
 	}
 	port := ports[0]
-
+	s, deploy, err := newServer(c, cfg, objs, port)
+	if err != nil {
+		return nil, err
+	}
 	apply, registration, err := onLoopback(objs, port)
 	if err != nil {
 		return nil, err
@@ -140,8 +139,6 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 	if err := Apply(ctx, c, cfg.ProcessName, apply, flags...); err != nil {
 		return nil, err
 	}
-
-	s := newServer(c, cfg, objs, deploy, svc, port)
 	s.registration = registration
 	// The APIServices name the server's port (above), and so must one the
 	// controller creates again; its metrics port is on loopback and picked
@@ -150,10 +147,18 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 	return s, s.start(ctx, objs, deploy, cfg, "--service-port="+strconv.Itoa(port), "--metrics-bind-address=127.0.0.1:0")
 }
 
-// newServer is the server of objs' Deployment deploy and Service svc on
-// port, with the APIServices of objs, before it starts.
-func newServer(c *cluster.Cluster, cfg ServerConfig, objs []*unstructured.Unstructured, deploy, svc *unstructured.Unstructured, port int) *Server {
-	s := &Server{
+// newServer is the server of the Deployment and Service of objs on port,
+// with the APIServices of objs, before it starts; deploy is its Deployment.
+func newServer(c *cluster.Cluster, cfg ServerConfig, objs []*unstructured.Unstructured, port int) (s *Server, deploy *unstructured.Unstructured, err error) {
+	deploy, err = findNamed(objs, "Deployment", serverDeployment)
+	if err != nil {
+		return nil, nil, err
+	}
+	svc, err := find(objs, "Service")
+	if err != nil {
+		return nil, nil, err
+	}
+	s = &Server{
 		Port:        port,
 		ServiceHost: svc.GetName() + "." + svc.GetNamespace() + ".svc",
 		Namespace:   deploy.GetNamespace(),
@@ -166,7 +171,7 @@ func newServer(c *cluster.Cluster, cfg ServerConfig, objs []*unstructured.Unstru
 			s.APIServices = append(s.APIServices, o.GetName())
 		}
 	}
-	return s
+	return s, deploy, nil
 }
 
 // start runs the certificate controller of objs, if they have one, with
