@@ -1,6 +1,7 @@
 package env
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -88,7 +89,7 @@ func DeployMetricsServerManifests(ctx context.Context, c *cluster.Cluster, binDi
 	if err != nil {
 		return nil, err
 	}
-	args, sa, err := containerArgs(deploy, metricsServerDeployment)
+	ctr, spec, err := container(deploy, metricsServerDeployment)
 	if err != nil {
 		return nil, err
 	}
@@ -103,11 +104,11 @@ func DeployMetricsServerManifests(ctx context.Context, c *cluster.Cluster, binDi
 	if err := Apply(ctx, c, "metrics-server-release", apply, "--server-side=false"); err != nil {
 		return nil, err
 	}
-	kubeconfig, err := c.ServiceAccountKubeconfig(ctx, deploy.GetNamespace(), sa)
+	kubeconfig, err := c.ServiceAccountKubeconfig(ctx, deploy.GetNamespace(), cmp.Or(spec.ServiceAccountName, "default"))
 	if err != nil {
 		return nil, err
 	}
-	m, err := runMetricsServer(c, "metrics-server-release", binDir, kubeconfig, ports[0], kubeletCAFile, resolution, timeout, args...)
+	m, err := runMetricsServer(c, "metrics-server-release", binDir, kubeconfig, ports[0], kubeletCAFile, resolution, timeout, ctr.Args...)
 	if err != nil {
 		return nil, err
 	}

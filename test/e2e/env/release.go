@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
@@ -37,21 +39,26 @@ func RunRelease(ctx context.Context, c *cluster.Cluster, objs []*unstructured.Un
 	return s, s.start(ctx, objs, deploy, cfg)
 }
 
-// mountVolumes keeps each Secret volume of the server in a local directory
-// and points the args that name a file in it there.
-func (s *Server) mountVolumes(ctx context.Context, mounts []secretMount, args []string) error {
+// mountVolumes keeps each Secret volume ctr mounts in a local directory and
+// points the args of ctr that name a file in it there.
+func (s *Server) mountVolumes(ctx context.Context, ctr *corev1.Container, volumes []corev1.Volume) error {
 	volumeCtx, stopVolumes := context.WithCancel(context.Background())
 	s.stopVolumes = stopVolumes
-	for _, m := range mounts {
-		v := MountSecret(volumeCtx, s.cluster.Client(), s.Namespace, m.secret, filepath.Join(s.cluster.WorkDir(), s.name+"-volumes", m.secret))
+	for _, m := range ctr.VolumeMounts {
+		i := slices.IndexFunc(volumes, func(v corev1.Volume) bool { return v.Name == m.Name && v.Secret != nil })
+		if i < 0 {
+			continue
+		}
+		secret := volumes[i].Secret.SecretName
+		v := MountSecret(volumeCtx, s.cluster.Client(), s.Namespace, secret, filepath.Join(s.cluster.WorkDir(), s.name+"-volumes", secret))
 		select {
 		case <-v.Exists():
 		case <-ctx.Done():
-			return fmt.Errorf("secret %s for the server's volume: %w", m.secret, ctx.Err())
+			return fmt.Errorf("secret %s for the server's volume: %w", secret, ctx.Err())
 		}
-		for i, a := range args {
-			if name, val, ok := strings.Cut(a, "="); ok && strings.HasPrefix(val, m.path+"/") {
-				args[i] = name + "=" + filepath.Join(v.Dir, strings.TrimPrefix(val, m.path+"/"))
+		for i, a := range ctr.Args {
+			if name, val, ok := strings.Cut(a, "="); ok && strings.HasPrefix(val, m.MountPath+"/") {
+				ctr.Args[i] = name + "=" + filepath.Join(v.Dir, strings.TrimPrefix(val, m.MountPath+"/"))
 			}
 		}
 	}

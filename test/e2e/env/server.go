@@ -181,31 +181,29 @@ func newServer(c *cluster.Cluster, cfg ServerConfig, objs []*unstructured.Unstru
 // it waits until the server's APIServices are Available.
 func (s *Server) start(ctx context.Context, objs []*unstructured.Unstructured, deploy *unstructured.Unstructured, cfg ServerConfig, ctrlArgs ...string) error {
 	if ctrl, _ := findNamed(objs, "Deployment", controllerDeployment); ctrl != nil {
-		args, sa, err := containerArgs(ctrl, controllerContainer)
+		ctr, spec, err := container(ctrl, controllerContainer)
 		if err != nil {
 			return err
 		}
-		s.controllerArgs, s.controllerSA = append(append(args, ctrlArgs...), cfg.ControllerArgs...), sa
+		s.controllerArgs = append(append(ctr.Args, ctrlArgs...), cfg.ControllerArgs...)
+		s.controllerSA = cmp.Or(spec.ServiceAccountName, "default")
 		if err := s.ensureController(ctx); err != nil {
 			return err
 		}
 	}
-	args, sa, err := containerArgs(deploy, serverContainer)
+	ctr, spec, err := container(deploy, serverContainer)
 	if err != nil {
 		return err
 	}
-	mounts, err := secretMounts(deploy, serverContainer)
-	if err != nil {
+	if err := s.mountVolumes(ctx, ctr, spec.Volumes); err != nil {
 		return err
 	}
-	if err := s.mountVolumes(ctx, mounts, args); err != nil {
-		return err
-	}
+	sa := cmp.Or(spec.ServiceAccountName, "default")
 	kubeconfig, err := s.cluster.ServiceAccountKubeconfig(ctx, s.Namespace, sa)
 	if err != nil {
 		return err
 	}
-	args = hostArgs(args, kubeconfig, s.Port, cfg)
+	args := hostArgs(ctr.Args, kubeconfig, s.Port, cfg)
 	proc, err := s.cluster.StartProcess(cfg.ProcessName, filepath.Join(cfg.BinDir, ServerBinary), args...)
 	if err != nil {
 		return err
