@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
 
 	"github.com/group-metrics-server/group-metrics-server/test/pki"
@@ -14,11 +15,12 @@ import (
 // forgotten work directory does not hold credentials that matter.
 const certValidity = 7 * 24 * time.Hour
 
-// clusterPKI holds the certificates and keys of the control plane as
-// <name>.crt and <name>.key files in dir: the two CAs (ca, front-proxy-ca),
-// the serving leaves and the front proxy's client, and sa.key, the key that
-// signs service-account tokens (kube-apiserver verifies them with its public
-// half). The clientIdentities' certificates live in their kubeconfigs only.
+// clusterPKI holds the certificates and keys of the control plane in dir:
+// ca.crt and front-proxy-ca.crt (their keys stay in memory), <name>.crt and
+// <name>.key for the serving leaves and the front proxy's client, and
+// sa.key, the key that signs service-account tokens (kube-apiserver
+// verifies them with its public half). The clientIdentities' certificates
+// live in their kubeconfigs only.
 type clusterPKI struct {
 	dir              string
 	ca, frontProxyCA *pki.CA
@@ -44,7 +46,7 @@ func newClusterPKI(dir string) (*clusterPKI, error) {
 		return nil, err
 	}
 	for name, ca := range map[string]*pki.CA{"ca": p.ca, "front-proxy-ca": p.frontProxyCA} {
-		if _, _, err := ca.WriteCA(dir, name); err != nil {
+		if err := cert.WriteCert(p.file(name+".crt"), ca.CertPEM()); err != nil {
 			return nil, err
 		}
 	}

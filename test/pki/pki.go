@@ -140,17 +140,6 @@ func (ca *CA) TLSCertificate(now time.Time, l Leaf) (tls.Certificate, error) {
 	return tls.X509KeyPair(certPEM, keyPEM)
 }
 
-// WriteCA writes the CA's certificate and key to <dir>/<name>.crt and
-// <dir>/<name>.key, for processes that sign with it (kube-apiserver's
-// client CA, kube-controller-manager's signer).
-func (ca *CA) WriteCA(dir, name string) (certFile, keyFile string, err error) {
-	keyPEM, err := keyutil.MarshalPrivateKeyToPEM(ca.key)
-	if err != nil {
-		return "", "", fmt.Errorf("encode key of CA %s: %w", name, err)
-	}
-	return WritePair(dir, name, ca.certPEM, keyPEM)
-}
-
 // IssueFiles is Issue, written to <dir>/<name>.crt and <dir>/<name>.key.
 func (ca *CA) IssueFiles(now time.Time, dir, name string, l Leaf) (certFile, keyFile string, err error) {
 	certPEM, keyPEM, err := ca.Issue(now, l)
