@@ -12,6 +12,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -156,25 +157,28 @@ func (c *Cluster) start(ctx context.Context) error {
 	return nil
 }
 
+// stopTiers orders Stop: every other process first, all at once; then
+// kube-apiserver, then etcd.
+var stopTiers = map[string]int{"kube-apiserver": 1, "etcd": 2}
+
 // Stop stops every process the cluster started, its own and those from
 // StartProcess, and waits for them to exit. It removes the work directory if
 // Start created it. Calling it again returns the first result.
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
 		c.mu.Lock()
-		c.stopping = true
-		// Every other process first, all at once; then kube-apiserver, then
-		// etcd.
-		byTier := make([][]*Process, 3)
-		for _, p := range c.procs {
-			t := map[string]int{"kube-apiserver": 1, "etcd": 2}[p.name]
-			byTier[t] = append(byTier[t], p)
-		}
+		c.stopping = true // c.procs changes no more
 		c.mu.Unlock()
 
-		var errs []error
-		for _, procs := range byTier {
-			errs = append(errs, stopAll(procs)...)
+		errs := make([]error, len(c.procs))
+		for tier := range 3 {
+			var wg sync.WaitGroup
+			for i, p := range c.procs {
+				if stopTiers[p.name] == tier {
+					wg.Go(func() { errs[i] = p.Stop() })
+				}
+			}
+			wg.Wait()
 		}
 		if c.ownWorkDir {
 			if err := os.RemoveAll(c.workDir); err != nil {
@@ -185,16 +189,6 @@ func (c *Cluster) Stop() error {
 		close(c.stopped)
 	})
 	return c.stopErr
-}
-
-func stopAll(procs []*Process) []error {
-	errs := make([]error, len(procs))
-	var wg sync.WaitGroup
-	for i, p := range procs {
-		wg.Go(func() { errs[i] = p.Stop() })
-	}
-	wg.Wait()
-	return errs
 }
 
 // Stopped is closed when Stop has finished.
@@ -241,7 +235,18 @@ func (c *Cluster) Processes() []*Process {
 // LogTails returns the last n lines of every process log, in start order,
 // each under a header naming the process.
 func (c *Cluster) LogTails(n int) string {
-	return logTails(c.Processes(), n)
+	var b strings.Builder
+	for _, p := range c.Processes() {
+		fmt.Fprintf(&b, "==> %s (%s) <==\n", p.name, filepath.Base(p.logPath))
+		tail, err := tailFile(p.logPath, n)
+		if err != nil {
+			fmt.Fprintf(&b, "(cannot read log: %v)\n", err)
+			continue
+		}
+		b.WriteString(tail)
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 // KubeconfigPath returns the admin (system:masters) kubeconfig file.

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -139,20 +138,4 @@ func tailFile(path string, n int) (string, error) {
 	data, err := io.ReadAll(f)
 	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
 	return strings.Join(lines[len(lines)-min(n, len(lines)):], "\n"), err
-}
-
-// logTails formats the last n lines of every process's log, in order.
-func logTails(procs []*Process, n int) string {
-	var b strings.Builder
-	for _, p := range procs {
-		fmt.Fprintf(&b, "==> %s (%s) <==\n", p.name, filepath.Base(p.logPath))
-		tail, err := tailFile(p.logPath, n)
-		if err != nil {
-			fmt.Fprintf(&b, "(cannot read log: %v)\n", err)
-			continue
-		}
-		b.WriteString(tail)
-		b.WriteString("\n")
-	}
-	return b.String()
 }
