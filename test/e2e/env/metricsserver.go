@@ -40,7 +40,11 @@ func StartMetricsServer(ctx context.Context, c *cluster.Cluster, binDir, kubelet
 	if err != nil {
 		return nil, err
 	}
-	m, err := runMetricsServer(c, "metrics-server", binDir, c.KubeconfigPath(), 0, kubeletCAFile, resolution, timeout,
+	ports, err := cluster.FreePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	m, err := runMetricsServer(c, "metrics-server", binDir, c.KubeconfigPath(), ports[0], kubeletCAFile, resolution, timeout,
 		"--tls-cert-file="+certFile,
 		"--tls-private-key-file="+keyFile,
 		"--kubelet-use-node-status-port",
@@ -117,16 +121,9 @@ func DeployMetricsServerManifests(ctx context.Context, c *cluster.Cluster, binDi
 
 // runMetricsServer starts bin/metrics-server as the process name with args
 // and then what a process on the host needs: kubeconfig for its client and
-// delegated checks, port on loopback (a free one if 0), a certificate
+// delegated checks, port on loopback, a certificate
 // directory, the fleet's CA.
 func runMetricsServer(c *cluster.Cluster, name, binDir, kubeconfig string, port int, kubeletCAFile string, resolution, timeout time.Duration, args ...string) (*MetricsServer, error) {
-	if port == 0 {
-		ports, err := cluster.FreePorts(1)
-		if err != nil {
-			return nil, err
-		}
-		port = ports[0]
-	}
 	certDir := filepath.Join(c.WorkDir(), name+"-certs")
 	if err := os.MkdirAll(certDir, 0o755); err != nil {
 		return nil, err

@@ -216,19 +216,19 @@ func (cfg *ServerConfig) complete() error {
 	if cfg.KubeletCAFile == "" {
 		return errors.New("ServerConfig.KubeletCAFile is required")
 	}
-	if cfg.ManifestsDir == "" || cfg.BinDir == "" {
+	if cfg.ManifestsDir == "" {
 		root, err := RepoRoot()
 		if err != nil {
 			return err
 		}
-		if cfg.ManifestsDir == "" {
-			cfg.ManifestsDir = filepath.Join(root, "manifests", "base")
+		cfg.ManifestsDir = filepath.Join(root, "manifests", "base")
+	}
+	if cfg.BinDir == "" {
+		dir, err := BinDir()
+		if err != nil {
+			return err
 		}
-		if cfg.BinDir == "" {
-			if cfg.BinDir, err = BinDir(); err != nil {
-				return err
-			}
-		}
+		cfg.BinDir = dir
 	}
 	cfg.MetricResolution = cmp.Or(cfg.MetricResolution, 5*time.Second)
 	cfg.KubeletRequestTimeout = cmp.Or(cfg.KubeletRequestTimeout, 3*time.Second)
