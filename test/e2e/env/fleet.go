@@ -16,14 +16,11 @@ import (
 
 // FleetConfig configures StartFleet.
 type FleetConfig struct {
-	// Nodes is how many fake nodes to create. Default 3.
+	// Nodes is how many fake nodes to create, named fake-node-<i>. Default 3.
 	Nodes int
-	// NamePrefix names them <prefix><i>. Default fake-node-.
-	NamePrefix string
-	// Labels are added to every Node.
-	Labels map[string]string
-	// DefaultUsage and NodeBaseUsage are the fleet's usage defaults.
-	DefaultUsage, NodeBaseUsage fakekubelet.Usage
+	// NodeBaseUsage is fakekubelet.Config.NodeBaseUsage: what each node
+	// uses beyond its pods.
+	NodeBaseUsage fakekubelet.Usage
 }
 
 // Fleet is an in-process fake kubelet fleet whose nodes are registered in a
@@ -48,11 +45,9 @@ const tokenReviewTTL = 10 * time.Second
 // done.
 func StartFleet(ctx context.Context, c *cluster.Cluster, cfg FleetConfig) (*Fleet, error) {
 	cfg.Nodes = cmp.Or(cfg.Nodes, 3)
-	cfg.NamePrefix = cmp.Or(cfg.NamePrefix, "fake-node-")
 	ff, err := fakekubelet.NewFleet(fakekubelet.Config{
 		TokenAuthenticator: fakekubelet.NewTokenReviewAuthenticator(c.Client(), tokenReviewTTL),
 		ClientCAPEM:        c.CACertPEM(),
-		DefaultUsage:       cfg.DefaultUsage,
 		NodeBaseUsage:      cfg.NodeBaseUsage,
 	})
 	if err != nil {
@@ -77,14 +72,14 @@ func (f *Fleet) start(ctx context.Context, c *cluster.Cluster, cfg FleetConfig) 
 	errs := make([]error, cfg.Nodes)
 	var wg sync.WaitGroup
 	for i := range cfg.Nodes {
-		name := fmt.Sprintf("%s%d", cfg.NamePrefix, i)
+		name := fmt.Sprintf("fake-node-%d", i)
 		f.NodeNames = append(f.NodeNames, name)
 		n, err := f.AddNode(name, 0)
 		if err != nil {
 			errs[i] = err
 			continue
 		}
-		wg.Go(func() { errs[i] = c.AddNode(ctx, name, cfg.Labels, "127.0.0.1", n.Port()) })
+		wg.Go(func() { errs[i] = c.AddNode(ctx, name, nil, "127.0.0.1", n.Port()) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {

@@ -135,8 +135,8 @@ func (u *Ukpd) Close() error {
 
 // AddKraftletNode registers a kwok node as kraftlet would: labelled
 // KraftletNodeLabel=true and tainted with KraftletTaintKey, so that only
-// pods that tolerate it (KraftletPodSpec) land there. No kubelet listens
-// behind its kubelet port.
+// pods that tolerate it (CreateKraftletDeployment's) land there. No kubelet
+// listens behind its kubelet port.
 func AddKraftletNode(ctx context.Context, c *cluster.Cluster, name string) error {
 	ports, err := cluster.FreePorts(1)
 	if err != nil {
@@ -147,19 +147,13 @@ func AddKraftletNode(ctx context.Context, c *cluster.Cluster, name string) error
 	return c.CreateNode(ctx, node)
 }
 
-// KraftletPodSpec pins a pod spec to kraftlet nodes: it selects their label
-// and tolerates their taint.
-func KraftletPodSpec(spec *corev1.PodSpec) {
-	spec.NodeSelector = map[string]string{KraftletNodeLabel: "true"}
-	spec.Tolerations = append(spec.Tolerations, corev1.Toleration{
+// CreateKraftletDeployment creates a Deployment like CreateDeployment whose
+// pods run on kraftlet nodes: they select their label and tolerate their
+// taint.
+func CreateKraftletDeployment(ctx context.Context, client kubernetes.Interface, d DeploymentSpec) error {
+	return createDeployment(ctx, client, d, "unikraft.org/nginx:latest", map[string]string{KraftletNodeLabel: "true"}, corev1.Toleration{
 		Key: KraftletTaintKey, Operator: corev1.TolerationOpEqual, Value: KraftletTaintValue, Effect: corev1.TaintEffectNoSchedule,
 	})
-}
-
-// CreateKraftletDeployment creates a Deployment like CreateDeployment whose
-// pods run on kraftlet nodes.
-func CreateKraftletDeployment(ctx context.Context, client kubernetes.Interface, d DeploymentSpec) error {
-	return createDeployment(ctx, client, d, "unikraft.org/nginx:latest", KraftletPodSpec)
 }
 
 // UkpdUsage is what one instance (one container) reports.
