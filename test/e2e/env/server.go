@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -315,12 +314,11 @@ func (s *Server) waitAvailable(ctx context.Context) error {
 }
 
 func (s *Server) verifyServing(ctx context.Context, caBundle []byte) error {
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caBundle) {
-		return errors.New("caBundle holds no certificate")
+	tlsCfg, err := rest.TLSConfigFor(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: caBundle, ServerName: s.ServiceHost}})
+	if err != nil {
+		return err
 	}
-	d := tls.Dialer{Config: &tls.Config{RootCAs: pool, ServerName: s.ServiceHost, MinVersion: tls.VersionTLS12}}
-	conn, err := d.DialContext(ctx, "tcp", s.Address())
+	conn, err := (&tls.Dialer{Config: tlsCfg}).DialContext(ctx, "tcp", s.Address())
 	if err != nil {
 		return fmt.Errorf("TLS to %s as %s: %w", s.Address(), s.ServiceHost, err)
 	}
