@@ -40,8 +40,7 @@ const ukpdToken = "e2e-ukpd-token"
 
 // Ukpd is an in-process fake ukpd: the platform API over TLS on 127.0.0.1,
 // and its control API (test/fakeukpd/README.md) in plain HTTP on another
-// loopback port. Down and Up take the platform API off the network and put
-// it back on the same address.
+// loopback port.
 type Ukpd struct {
 	*fakeukpd.Server
 	// URL is the platform API's base URL; TokenFile and CAFile are what a
@@ -105,23 +104,11 @@ func (u *Ukpd) ServerArgs() []string {
 	}
 }
 
-// Up serves the platform API again, on the same address, without a
-// transport fault.
-func (u *Ukpd) Up() error { return u.api.SetTransportFault("") }
-
-// Down closes the platform API's listener and connections: clients get
-// "connection refused" until Up.
-func (u *Ukpd) Down() error { return u.api.SetTransportFault(fakecore.FaultRefused) }
-
-// BreakTransport breaks the platform API below HTTP with a transport fault
-// (fakecore.FaultRefused or one that breaks TLS); the returned heal puts it
-// back as it was.
-func (u *Ukpd) BreakTransport(kind fakecore.FaultKind) (heal func() error, err error) {
-	if err := u.api.SetTransportFault(kind); err != nil {
-		return nil, errors.Join(err, u.Up())
-	}
-	return u.Up, nil
-}
+// SetTransportFault breaks the platform API below HTTP with a transport
+// fault: fakecore.FaultRefused closes its listener and connections, so that
+// clients get "connection refused", others break TLS. "" serves it again,
+// on the same address.
+func (u *Ukpd) SetTransportFault(kind fakecore.FaultKind) error { return u.api.SetTransportFault(kind) }
 
 // Close stops both APIs.
 func (u *Ukpd) Close() error {
