@@ -13,17 +13,12 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 )
 
-// RunRelease runs the Deployments of objs, the objects of an installed
-// Helm release (helm get manifest), as DeployServer runs the manifests'
-// ones: the certificate controller, if the release has one, and the server,
-// each with its Deployment's own args plus the flags a process on the host
-// needs, the server's Secret volumes kept in local directories. helm has
-// applied everything else, and the release's Service must already lead to
-// 127.0.0.1:port (type ExternalName, externalName localhost, port port,
-// which the APIServices name too). cfg.ManifestsDir and ForceConflicts are
-// not used. It returns once every APIService of the release is Available
-// and its caBundle verifies the server's certificate for the Service's
-// name.
+// RunRelease runs the Deployments of objs, the objects of an installed Helm
+// release (helm get manifest), as DeployServer runs the manifests' ones, and
+// returns as it does. helm has applied everything else, and the release's
+// Service must already lead to 127.0.0.1:port (type ExternalName,
+// externalName localhost, port port, which the APIServices name too);
+// cfg.ManifestsDir and ForceConflicts are not used.
 func RunRelease(ctx context.Context, c *cluster.Cluster, objs []*unstructured.Unstructured, port int, cfg ServerConfig) (*Server, error) {
 	if err := cfg.complete(); err != nil {
 		return nil, err
