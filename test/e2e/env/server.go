@@ -335,20 +335,16 @@ func (s *Server) RESTConfig() *rest.Config {
 	return adminConfig(s.cluster, s.Address(), s.ServiceHost, s.CABundle)
 }
 
-// adminConfig reaches addr directly with the cluster admin's credentials,
-// verifying its certificate against ca for serverName ("": addr's host).
+// adminConfig reaches addr directly with the cluster admin's credentials
+// and client settings, verifying its certificate against ca for serverName
+// ("": addr's host).
 func adminConfig(c *cluster.Cluster, addr, serverName string, ca []byte) *rest.Config {
-	admin := c.RESTConfig()
-	return &rest.Config{
-		Host: "https://" + addr,
-		TLSClientConfig: rest.TLSClientConfig{
-			ServerName: serverName,
-			CAData:     ca,
-			CertData:   admin.CertData,
-			KeyData:    admin.KeyData,
-		},
-		Timeout: 30 * time.Second,
-	}
+	cfg := c.RESTConfig()
+	cfg.Host = "https://" + addr
+	cfg.ServerName = serverName
+	cfg.CAData = ca
+	cfg.Timeout = 30 * time.Second
+	return cfg
 }
 
 // HTTPClient returns a client for RESTConfig.
