@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -38,7 +39,7 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (stdout, stderr s
 		"--kubeconfig=" + c.adminKubeconfig,
 		"--cache-dir=" + filepath.Join(c.workDir, "kubectl-cache"),
 	}, args...)
-	cmd := exec.CommandContext(ctx, c.bin(KubectlBinary), full...)
+	cmd := exec.CommandContext(ctx, c.BinaryPath(KubectlBinary), full...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &errOut
@@ -65,9 +66,7 @@ var nodeResources = corev1.ResourceList{
 // deadline the wait is bounded by two minutes. It is safe to call
 // concurrently, which is how to add many nodes quickly.
 func (c *Cluster) AddNode(ctx context.Context, name string, labels map[string]string, kubeletAddr string, kubeletPort int) error {
-	if kubeletAddr == "" {
-		kubeletAddr = loopback
-	}
+	kubeletAddr = cmp.Or(kubeletAddr, loopback)
 	if ip := net.ParseIP(kubeletAddr); ip == nil || !ip.IsLoopback() {
 		return fmt.Errorf("node %s: kubelet address %q is not a loopback IP", name, kubeletAddr)
 	}

@@ -9,8 +9,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,16 +23,6 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
-// Stop order: processes in a lower tier are stopped, all at once, before the
-// next tier is signalled.
-const (
-	tierUser = iota
-	tierController
-	tierAPIServer
-	tierEtcd
-	numTiers
-)
-
 // Cluster is a running control plane. Its methods are safe for concurrent use.
 type Cluster struct {
 	opts       Options
@@ -38,7 +30,7 @@ type Cluster struct {
 	ownWorkDir bool
 	pkiDir     string
 	logDir     string
-	ports      ports
+	ports      map[string]int // by component, as Ports
 	pki        *clusterPKI
 
 	adminKubeconfig string
@@ -48,7 +40,6 @@ type Cluster struct {
 
 	mu       sync.Mutex
 	procs    []*Process
-	tiers    map[*Process]int
 	stopping bool
 
 	stopOnce sync.Once
@@ -83,7 +74,6 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 func startOnce(ctx context.Context, opts Options) (*Cluster, error) {
 	c := &Cluster{
 		opts:    opts,
-		tiers:   map[*Process]int{},
 		stopped: make(chan struct{}),
 	}
 	if err := c.prepareWorkDir(); err != nil {
@@ -133,8 +123,6 @@ func (c *Cluster) prepareWorkDir() error {
 		if err := os.RemoveAll(d); err != nil {
 			return fmt.Errorf("clean %s: %w", d, err)
 		}
-	}
-	for _, d := range []string{c.pkiDir, filepath.Join(c.pkiDir, "issued"), c.logDir, filepath.Join(abs, "kubeconfigs")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("create %s: %w", d, err)
 		}
@@ -143,17 +131,17 @@ func (c *Cluster) prepareWorkDir() error {
 }
 
 func (c *Cluster) start(ctx context.Context) error {
-	p, err := FreePorts(6)
+	names := []string{"etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kwok"}
+	if !c.opts.WithoutScheduler {
+		names = append(names, "kube-scheduler")
+	}
+	p, err := FreePorts(len(names))
 	if err != nil {
 		return err
 	}
-	c.ports = ports{
-		etcdClient:        p[0],
-		etcdPeer:          p[1],
-		apiServer:         p[2],
-		controllerManager: p[3],
-		scheduler:         p[4],
-		kwok:              p[5],
+	c.ports = map[string]int{}
+	for i, name := range names {
+		c.ports[name] = p[i]
 	}
 	if c.pki, err = newClusterPKI(c.pkiDir); err != nil {
 		return err
@@ -161,14 +149,17 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := c.writeKubeconfigs(); err != nil {
 		return err
 	}
-	if err := c.startEtcd(ctx); err != nil {
-		return err
+	for _, start := range []func(context.Context) error{c.startEtcd, c.startAPIServer, c.startControllers} {
+		if err := start(ctx); err != nil {
+			return err
+		}
 	}
-	if err := c.startAPIServer(ctx); err != nil {
-		return err
-	}
-	return c.startControllers(ctx)
+	return nil
 }
+
+// stopTiers orders Stop: every other process first, all at once; then
+// kube-apiserver, then etcd.
+var stopTiers = map[string]int{"kube-apiserver": 1, "etcd": 2}
 
 // Stop stops every process the cluster started, its own and those from
 // StartProcess, and waits for them to exit. It removes the work directory if
@@ -176,17 +167,18 @@ func (c *Cluster) start(ctx context.Context) error {
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
 		c.mu.Lock()
-		c.stopping = true
-		byTier := make([][]*Process, numTiers)
-		for _, p := range c.procs {
-			t := c.tiers[p]
-			byTier[t] = append(byTier[t], p)
-		}
+		c.stopping = true // c.procs changes no more
 		c.mu.Unlock()
 
-		var errs []error
-		for _, procs := range byTier {
-			errs = append(errs, stopAll(procs)...)
+		errs := make([]error, len(c.procs))
+		for tier := range 3 {
+			var wg sync.WaitGroup
+			for i, p := range c.procs {
+				if stopTiers[p.name] == tier {
+					wg.Go(func() { errs[i] = p.Stop() })
+				}
+			}
+			wg.Wait()
 		}
 		if c.ownWorkDir {
 			if err := os.RemoveAll(c.workDir); err != nil {
@@ -199,16 +191,6 @@ func (c *Cluster) Stop() error {
 	return c.stopErr
 }
 
-func stopAll(procs []*Process) []error {
-	errs := make([]error, len(procs))
-	var wg sync.WaitGroup
-	for i, p := range procs {
-		wg.Go(func() { errs[i] = p.Stop() })
-	}
-	wg.Wait()
-	return errs
-}
-
 // Stopped is closed when Stop has finished.
 func (c *Cluster) Stopped() <-chan struct{} { return c.stopped }
 
@@ -216,16 +198,12 @@ func (c *Cluster) Stopped() <-chan struct{} { return c.stopped }
 // <workdir>/logs/<name>.log. The process inherits this process's environment
 // and is stopped by Stop. name must be unique within the cluster.
 func (c *Cluster) StartProcess(name, path string, args ...string) (*Process, error) {
-	return c.startProcess(tierUser, name, nil, path, args...)
+	return c.StartProcessWithEnv(name, nil, path, args...)
 }
 
 // StartProcessWithEnv is StartProcess with an explicit environment (as for
 // os/exec.Cmd.Env: nil inherits, a non-nil slice replaces).
 func (c *Cluster) StartProcessWithEnv(name string, env []string, path string, args ...string) (*Process, error) {
-	return c.startProcess(tierUser, name, env, path, args...)
-}
-
-func (c *Cluster) startProcess(tier int, name string, env []string, path string, args ...string) (*Process, error) {
 	if name == "" || filepath.Base(name) != name {
 		return nil, fmt.Errorf("invalid process name %q", name)
 	}
@@ -239,12 +217,11 @@ func (c *Cluster) startProcess(tier int, name string, env []string, path string,
 			return nil, fmt.Errorf("start %s: a process with that name already exists", name)
 		}
 	}
-	p, err := startProcess(name, filepath.Join(c.logDir, name+".log"), env, path, args...)
+	p, err := startProcess(name, filepath.Join(c.logDir, name+".log"), stopGracePeriod, env, path, args...)
 	if err != nil {
 		return nil, err
 	}
 	c.procs = append(c.procs, p)
-	c.tiers[p] = tier
 	return p, nil
 }
 
@@ -258,7 +235,18 @@ func (c *Cluster) Processes() []*Process {
 // LogTails returns the last n lines of every process log, in start order,
 // each under a header naming the process.
 func (c *Cluster) LogTails(n int) string {
-	return logTails(c.Processes(), n)
+	var b strings.Builder
+	for _, p := range c.Processes() {
+		fmt.Fprintf(&b, "==> %s (%s) <==\n", p.name, filepath.Base(p.logPath))
+		tail, err := tailFile(p.logPath, n)
+		if err != nil {
+			fmt.Fprintf(&b, "(cannot read log: %v)\n", err)
+			continue
+		}
+		b.WriteString(tail)
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 // KubeconfigPath returns the admin (system:masters) kubeconfig file.
@@ -271,7 +259,7 @@ func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.restConfi
 func (c *Cluster) Client() kubernetes.Interface { return c.client }
 
 // APIServerURL returns kube-apiserver's base URL, https://127.0.0.1:<port>.
-func (c *Cluster) APIServerURL() string { return c.ports.apiServerURL() }
+func (c *Cluster) APIServerURL() string { return "https://" + hostPort(c.ports["kube-apiserver"]) }
 
 // WorkDir returns the directory holding PKI, kubeconfigs, data and logs.
 func (c *Cluster) WorkDir() string { return c.workDir }
@@ -282,7 +270,7 @@ func (c *Cluster) LogDir() string { return c.logDir }
 // BinaryPath returns the path of the named binary (APIServerBinary, say) this
 // cluster runs: from Options.KubeBinDir for the Kubernetes binaries when it is
 // set, from Options.BinDir otherwise.
-func (c *Cluster) BinaryPath(name string) string { return c.bin(name) }
+func (c *Cluster) BinaryPath(name string) string { return c.opts.binPath(name) }
 
 // BinDir returns Options.BinDir.
 func (c *Cluster) BinDir() string { return c.opts.BinDir }
@@ -290,19 +278,7 @@ func (c *Cluster) BinDir() string { return c.opts.BinDir }
 // Ports returns the loopback ports the control plane listens on, keyed by
 // etcd, etcd-peer, kube-apiserver, kube-controller-manager, kube-scheduler
 // (absent with Options.WithoutScheduler) and kwok (its health endpoint).
-func (c *Cluster) Ports() map[string]int {
-	m := map[string]int{
-		"etcd":                    c.ports.etcdClient,
-		"etcd-peer":               c.ports.etcdPeer,
-		"kube-apiserver":          c.ports.apiServer,
-		"kube-controller-manager": c.ports.controllerManager,
-		"kwok":                    c.ports.kwok,
-	}
-	if !c.opts.WithoutScheduler {
-		m["kube-scheduler"] = c.ports.scheduler
-	}
-	return m
-}
+func (c *Cluster) Ports() map[string]int { return maps.Clone(c.ports) }
 
 // CACertFile returns the cluster CA certificate, which signs the serving and
 // client certificates of the control plane and is kube-apiserver's client CA.

@@ -29,6 +29,7 @@ func TestClusterPKI(t *testing.T) {
 	tests := []struct {
 		name     string
 		certFile string
+		identity string // instead of certFile, a clientIdentities entry
 		roots    *pki.CA
 		usage    x509.ExtKeyUsage
 		host     string
@@ -39,12 +40,21 @@ func TestClusterPKI(t *testing.T) {
 		{name: "apiserver by service name", certFile: p.file("apiserver.crt"), roots: p.ca, usage: x509.ExtKeyUsageServerAuth, host: "kubernetes.default.svc", wantCN: "kube-apiserver"},
 		{name: "scheduler serving", certFile: p.file("scheduler-serving.crt"), roots: p.ca, usage: x509.ExtKeyUsageServerAuth, host: "localhost", wantCN: "kube-scheduler"},
 		{name: "front-proxy client", certFile: p.file("front-proxy-client.crt"), roots: p.frontProxyCA, usage: x509.ExtKeyUsageClientAuth, wantCN: "front-proxy-client"},
-		{name: "admin client", certFile: p.file("admin-client.crt"), roots: p.ca, usage: x509.ExtKeyUsageClientAuth, wantCN: "kubernetes-admin", wantOrgs: []string{"system:masters"}},
-		{name: "controller-manager client", certFile: p.file("kube-controller-manager-client.crt"), roots: p.ca, usage: x509.ExtKeyUsageClientAuth, wantCN: "system:kube-controller-manager"},
+		{name: "admin client", identity: "admin", roots: p.ca, usage: x509.ExtKeyUsageClientAuth, wantCN: "kubernetes-admin", wantOrgs: []string{"system:masters"}},
+		{name: "controller-manager client", identity: "kube-controller-manager", roots: p.ca, usage: x509.ExtKeyUsageClientAuth, wantCN: "system:kube-controller-manager"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cert := readCert(t, tt.certFile)
+			var cert *x509.Certificate
+			if tt.identity != "" {
+				certPEM, _, err := p.ca.Issue(time.Now(), clientIdentities[tt.identity])
+				if err != nil {
+					t.Fatal(err)
+				}
+				cert = parseCert(t, certPEM)
+			} else {
+				cert = readCert(t, tt.certFile)
+			}
 			pool := x509.NewCertPool()
 			pool.AppendCertsFromPEM(tt.roots.CertPEM())
 			_, err := cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: tt.host, KeyUsages: []x509.ExtKeyUsage{tt.usage}})
@@ -70,9 +80,14 @@ func readCert(t *testing.T, path string) *x509.Certificate {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return parseCert(t, data)
+}
+
+func parseCert(t *testing.T, data []byte) *x509.Certificate {
+	t.Helper()
 	block, _ := pem.Decode(data)
 	if block == nil {
-		t.Fatalf("%s holds no PEM block", path)
+		t.Fatal("no PEM block")
 	}
 	cert, err := x509.ParseCertificate(block.Bytes)
 	if err != nil {
@@ -106,7 +121,6 @@ func TestKwokConfig(t *testing.T) {
 	want := []string{
 		"KwokConfiguration",
 		"Stage/node-initialize",
-		"Stage/node-heartbeat-with-lease",
 		"Stage/pod-ready",
 		"Stage/pod-delete",
 	}
@@ -189,7 +203,7 @@ func TestProcessStopKillsGroup(t *testing.T) {
 	// The shell ignores SIGTERM, so Stop has to escalate; its child must die
 	// with it because it shares the process group.
 	script := `trap '' TERM; sleep 300 & echo $! > ` + pidFile + `; wait`
-	p, err := startProcess("sh", filepath.Join(dir, "sh.log"), nil, "/bin/sh", "-c", script)
+	p, err := startProcess("sh", filepath.Join(dir, "sh.log"), 200*time.Millisecond, nil, "/bin/sh", "-c", script)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +218,6 @@ func TestProcessStopKillsGroup(t *testing.T) {
 	if childPid == 0 {
 		t.Fatal("child did not start")
 	}
-	p.grace = 200 * time.Millisecond
 	if err := p.Stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,98 +1,88 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 )
 
-func hostPort(port int) string { return net.JoinHostPort(loopback, strconv.Itoa(port)) }
-
-func (c *Cluster) bin(name string) string { return c.opts.binPath(name) }
+const (
+	// serviceClusterIPRange is a loopback range: nothing proxies Services
+	// here, and a component that dials a ClusterIP by mistake stays on the
+	// machine.
+	serviceClusterIPRange = "127.96.0.0/16"
+	// podCIDR is the range kwok takes pod IPs from, a loopback range for the
+	// same reason.
+	podCIDR = "127.16.0.0/16"
+)
 
 func (c *Cluster) startEtcd(ctx context.Context) error {
-	clientURL := "http://" + hostPort(c.ports.etcdClient)
-	peerURL := "http://" + hostPort(c.ports.etcdPeer)
-	args := []string{
+	clientURL := "http://" + hostPort(c.ports["etcd"])
+	peerURL := "http://" + hostPort(c.ports["etcd-peer"])
+	p, err := c.StartProcessWithEnv("etcd", nil, c.BinaryPath(EtcdBinary),
 		"--name=etcd",
-		"--data-dir=" + filepath.Join(c.workDir, "etcd"),
-		"--listen-client-urls=" + clientURL,
-		"--advertise-client-urls=" + clientURL,
-		"--listen-peer-urls=" + peerURL,
-		"--initial-advertise-peer-urls=" + peerURL,
-		"--initial-cluster=etcd=" + peerURL,
+		"--data-dir="+filepath.Join(c.workDir, "etcd"),
+		"--listen-client-urls="+clientURL,
+		"--advertise-client-urls="+clientURL,
+		"--listen-peer-urls="+peerURL,
+		"--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=etcd="+peerURL,
 		"--initial-cluster-state=new",
 		"--unsafe-no-fsync",
 		"--log-level=warn",
-	}
-	p, err := c.startProcess(tierEtcd, "etcd", nil, c.bin(EtcdBinary), append(args, c.opts.EtcdArgs...)...)
+	)
 	if err != nil {
 		return err
 	}
-	return waitUntil(ctx, "etcd to be healthy", []*Process{p}, func(ctx context.Context) error {
-		return c.checkHealth(ctx, clientURL+"/health", `"health":"true"`)
-	})
+	return c.waitHealthy(ctx, p, clientURL+"/health")
 }
 
 func (c *Cluster) startAPIServer(ctx context.Context) error {
-	args := []string{
-		"--etcd-servers=http://" + hostPort(c.ports.etcdClient),
-		"--bind-address=" + loopback,
-		"--advertise-address=" + loopback,
-		"--secure-port=" + strconv.Itoa(c.ports.apiServer),
-		"--tls-cert-file=" + c.pki.file("apiserver.crt"),
-		"--tls-private-key-file=" + c.pki.file("apiserver.key"),
-		"--client-ca-file=" + c.pki.file("ca.crt"),
+	p, err := c.StartProcessWithEnv("kube-apiserver", nil, c.BinaryPath(APIServerBinary),
+		"--etcd-servers=http://"+hostPort(c.ports["etcd"]),
+		"--bind-address="+loopback,
+		"--advertise-address="+loopback,
+		"--secure-port="+strconv.Itoa(c.ports["kube-apiserver"]),
+		"--tls-cert-file="+c.pki.file("apiserver.crt"),
+		"--tls-private-key-file="+c.pki.file("apiserver.key"),
+		"--client-ca-file="+c.pki.file("ca.crt"),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + c.pki.file("sa.key"),
-		"--service-account-signing-key-file=" + c.pki.file("sa.key"),
-		"--service-cluster-ip-range=" + c.opts.ServiceClusterIPRange,
+		"--service-account-key-file="+c.pki.file("sa.key"),
+		"--service-account-signing-key-file="+c.pki.file("sa.key"),
+		"--service-cluster-ip-range="+serviceClusterIPRange,
 		"--authorization-mode=Node,RBAC",
 		"--allow-privileged=true",
 		"--endpoint-reconciler-type=none",
 		"--enable-aggregator-routing=false",
-		"--requestheader-client-ca-file=" + c.pki.file("front-proxy-ca.crt"),
+		"--requestheader-client-ca-file="+c.pki.file("front-proxy-ca.crt"),
 		"--requestheader-allowed-names=front-proxy-client",
 		"--requestheader-username-headers=X-Remote-User",
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--requestheader-uid-headers=X-Remote-Uid",
-		"--proxy-client-cert-file=" + c.pki.file("front-proxy-client.crt"),
-		"--proxy-client-key-file=" + c.pki.file("front-proxy-client.key"),
-		"--max-requests-inflight=" + strconv.Itoa(c.opts.MaxRequestsInflight),
-		"--max-mutating-requests-inflight=" + strconv.Itoa(c.opts.MaxMutatingRequestsInflight),
+		"--proxy-client-cert-file="+c.pki.file("front-proxy-client.crt"),
+		"--proxy-client-key-file="+c.pki.file("front-proxy-client.key"),
+		"--max-requests-inflight=3000",
+		"--max-mutating-requests-inflight=1000",
 		"--profiling=false",
 		// Nothing runs the node lifecycle controller, which would lift the
 		// not-ready taint this plugin puts on every new node.
 		"--disable-admission-plugins=TaintNodesByCondition",
-	}
-	p, err := c.startProcess(tierAPIServer, "kube-apiserver", nil, c.bin(APIServerBinary),
-		append(args, c.opts.APIServerArgs...)...)
+	)
 	if err != nil {
 		return err
 	}
-	watch := []*Process{p, c.process("etcd")}
-	if err := waitUntil(ctx, "kube-apiserver /readyz", watch, func(ctx context.Context) error {
-		body, err := c.client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Raw()
-		if err != nil {
-			return fmt.Errorf("%w: %s", err, body)
-		}
-		return nil
-	}); err != nil {
+	if err := c.waitHealthy(ctx, p, c.APIServerURL()+"/readyz"); err != nil {
 		return err
 	}
-	return waitUntil(ctx, "system namespaces and the authentication ConfigMap", watch, func(ctx context.Context) error {
+	return waitUntil(ctx, "system namespaces and the authentication ConfigMap", c.coreProcesses(), func(ctx context.Context) error {
 		for _, ns := range []string{metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic, "kube-node-lease"} {
 			if _, err := c.client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
 				return err
@@ -121,47 +111,33 @@ var controllers = []string{
 	"clusterrole-aggregation",
 }
 
+// startControllers starts kube-controller-manager, kube-scheduler and kwok,
+// and waits until each is healthy and the default ServiceAccount exists.
 func (c *Cluster) startControllers(ctx context.Context) error {
-	type started struct {
-		proc  *Process
-		what  string
-		check func(context.Context) error
-	}
-	var all []started
-
+	health := map[*Process]string{}
 	kcm, err := c.startControllerManager()
 	if err != nil {
 		return err
 	}
-	all = append(all, started{kcm, "kube-controller-manager /healthz", func(ctx context.Context) error {
-		return c.checkHealth(ctx, "https://"+hostPort(c.ports.controllerManager)+"/healthz", "ok")
-	}})
-
+	health[kcm] = "https://" + hostPort(c.ports["kube-controller-manager"]) + "/healthz"
 	if !c.opts.WithoutScheduler {
 		sched, err := c.startScheduler()
 		if err != nil {
 			return err
 		}
-		all = append(all, started{sched, "kube-scheduler /healthz", func(ctx context.Context) error {
-			return c.checkHealth(ctx, "https://"+hostPort(c.ports.scheduler)+"/healthz", "ok")
-		}})
+		health[sched] = "https://" + hostPort(c.ports["kube-scheduler"]) + "/healthz"
 	}
-
 	kwok, err := c.startKwok()
 	if err != nil {
 		return err
 	}
-	all = append(all, started{kwok, "kwok /healthz", func(ctx context.Context) error {
-		return c.checkHealth(ctx, "http://"+hostPort(c.ports.kwok)+"/healthz", "")
-	}})
-
-	core := []*Process{c.process("etcd"), c.process("kube-apiserver")}
-	for _, s := range all {
-		if err := waitUntil(ctx, s.what, append([]*Process{s.proc}, core...), s.check); err != nil {
+	health[kwok] = "http://" + hostPort(c.ports["kwok"]) + "/healthz"
+	for p, url := range health {
+		if err := c.waitHealthy(ctx, p, url); err != nil {
 			return err
 		}
 	}
-	return waitUntil(ctx, "the default ServiceAccount", append(core, kcm), func(ctx context.Context) error {
+	return waitUntil(ctx, "the default ServiceAccount", c.coreProcesses(kcm.name), func(ctx context.Context) error {
 		_, err := c.client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{})
 		return err
 	})
@@ -170,7 +146,7 @@ func (c *Cluster) startControllers(ctx context.Context) error {
 func (c *Cluster) startControllerManager() (*Process, error) {
 	o := c.opts
 	kubeconfig := c.kubeconfigPath("kube-controller-manager")
-	args := append(c.servingArgs(kubeconfig, c.ports.controllerManager, "controller-manager-serving"),
+	args := append(c.servingArgs(kubeconfig, c.ports["kube-controller-manager"], "controller-manager-serving"),
 		"--kubeconfig="+kubeconfig,
 		"--leader-elect=false",
 		"--use-service-account-credentials=true",
@@ -184,7 +160,7 @@ func (c *Cluster) startControllerManager() (*Process, error) {
 		"--horizontal-pod-autoscaler-cpu-initialization-period="+o.HPACPUInitializationPeriod.String(),
 		"--horizontal-pod-autoscaler-initial-readiness-delay="+o.HPAInitialReadinessDelay.String(),
 	)
-	return c.startProcess(tierController, "kube-controller-manager", nil, c.bin(ControllerManagerBinary),
+	return c.StartProcessWithEnv("kube-controller-manager", nil, c.BinaryPath(ControllerManagerBinary),
 		append(args, o.ControllerManagerArgs...)...)
 }
 
@@ -203,15 +179,13 @@ leaderElection:
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
 		return nil, fmt.Errorf("write scheduler config: %w", err)
 	}
-	args := append(c.servingArgs(kubeconfig, c.ports.scheduler, "scheduler-serving"), "--config="+configPath)
-	return c.startProcess(tierController, "kube-scheduler", nil, c.bin(SchedulerBinary),
-		append(args, c.opts.SchedulerArgs...)...)
+	args := append(c.servingArgs(kubeconfig, c.ports["kube-scheduler"], "scheduler-serving"), "--config="+configPath)
+	return c.StartProcessWithEnv("kube-scheduler", nil, c.BinaryPath(SchedulerBinary), args...)
 }
 
 func (c *Cluster) startKwok() (*Process, error) {
 	configPath := filepath.Join(c.workDir, "kwok.yaml")
-	config := kwokConfig(c.opts.PodCIDR, hostPort(c.ports.kwok))
-	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
+	if err := os.WriteFile(configPath, []byte(kwokConfig(podCIDR, hostPort(c.ports["kwok"]))), 0o644); err != nil {
 		return nil, fmt.Errorf("write kwok config: %w", err)
 	}
 	// kwok also reads ~/.kwok/kwok.yaml when it exists; a private HOME keeps
@@ -220,12 +194,8 @@ func (c *Cluster) startKwok() (*Process, error) {
 	if err := os.MkdirAll(home, 0o755); err != nil {
 		return nil, fmt.Errorf("create kwok home: %w", err)
 	}
-	env := append(os.Environ(), "HOME="+home)
-	args := []string{
-		"--kubeconfig=" + c.kubeconfigPath("kwok"),
-		"--config=" + configPath,
-	}
-	return c.startProcess(tierController, "kwok", env, c.bin(KwokBinary), append(args, c.opts.KwokArgs...)...)
+	return c.StartProcessWithEnv("kwok", append(os.Environ(), "HOME="+home), c.BinaryPath(KwokBinary),
+		"--kubeconfig="+c.kubeconfigPath("kwok"), "--config="+configPath)
 }
 
 // servingArgs are the flags kube-controller-manager and kube-scheduler
@@ -255,25 +225,27 @@ func (c *Cluster) process(name string) *Process {
 	return nil
 }
 
-// checkHealth GETs a component's health endpoint, trusting the cluster CA
-// only, and wants 200 and a body that holds want.
-func (c *Cluster) checkHealth(ctx context.Context, url, want string) error {
-	client, err := rest.HTTPClientFor(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: c.pki.ca.CertPEM()}, Timeout: 5 * time.Second})
+// waitHealthy waits until the health endpoint url of p answers 200,
+// trusting the cluster CA only, and fails early if p, etcd or
+// kube-apiserver exits.
+func (c *Cluster) waitHealthy(ctx context.Context, p *Process, url string) error {
+	client, err := rest.HTTPClientFor(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: c.pki.ca.CertPEM()}, Timeout: checkTimeout})
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if err == nil && (resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want)) {
-		err = fmt.Errorf("GET %s: %s: %s", url, resp.Status, bytes.TrimSpace(body))
-	}
-	return err
+	return waitUntil(ctx, p.name+" "+url, append(c.coreProcesses(), p), func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		return nil
+	})
 }

@@ -5,8 +5,9 @@ import (
 	"strings"
 )
 
-// KwokNodeAnnotation marks the nodes kwok manages. AddNode sets it; nodes
-// created some other way need it too.
+// KwokNodeAnnotation marks the nodes kwok manages. NodeObject sets it; a
+// node made some other way needs it too, and NodeObject's addresses,
+// daemon endpoints and resources, which kwok keeps.
 const (
 	KwokNodeAnnotation      = "kwok.x-k8s.io/node"
 	KwokNodeAnnotationValue = "fake"
@@ -35,7 +36,6 @@ options:
 	return strings.Join([]string{
 		options,
 		nodeInitializeStage,
-		nodeHeartbeatStage,
 		podReadyStage,
 		podDeleteStage,
 	}, "---\n")
@@ -57,9 +57,17 @@ spec:
 `, name, kind) + rest
 }
 
-// nodeConditions starts a node's status template: every condition kwok
-// keeps, heartbeat now; the range is left open for the stage to add to.
-const nodeConditions = `      {{ $now := Now }}
+// nodeInitializeStage turns a node that is not Ready into a Ready, Running
+// node. Addresses, daemon endpoints and resources are the creator's: every
+// node kwok manages here is a NodeObject. No stage refreshes the conditions
+// later: kwok renews the node's lease, and no node lifecycle controller runs
+// to read heartbeats.
+var nodeInitializeStage = stage("node-initialize", "Node", `    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: NotIn
+      values: ["True"]
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
       conditions:
       {{ range NodeConditions }}
       - type: {{ .type | Quote }}
@@ -67,36 +75,7 @@ const nodeConditions = `      {{ $now := Now }}
         reason: {{ .reason | Quote }}
         message: {{ .message | Quote }}
         lastHeartbeatTime: {{ $now | Quote }}
-`
-
-// nodeInitializeStage turns a node that is not Ready into a Ready, Running
-// node. Addresses, daemon endpoints and resources set by the creator are kept;
-// missing ones get defaults.
-var nodeInitializeStage = stage("node-initialize", "Node", `    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
-      operator: NotIn
-      values: ["True"]
-  next:
-    statusTemplate: |
-`+nodeConditions+`        lastTransitionTime: {{ $now | Quote }}
-      {{ end }}
-      {{ if not .status.addresses }}
-      addresses:
-      - type: InternalIP
-        address: {{ NodeIP | Quote }}
-      - type: Hostname
-        address: {{ .metadata.name | Quote }}
-      {{ end }}
-      {{ if not .status.allocatable }}
-      allocatable:
-        cpu: "64"
-        memory: 256Gi
-        pods: "250"
-      {{ end }}
-      {{ if not .status.capacity }}
-      capacity:
-        cpu: "64"
-        memory: 256Gi
-        pods: "250"
+        lastTransitionTime: {{ $now | Quote }}
       {{ end }}
       nodeInfo:
         architecture: amd64
@@ -106,22 +85,6 @@ var nodeInitializeStage = stage("node-initialize", "Node", `    - key: '.status.
         kubeletVersion: v1.37.2
         kubeProxyVersion: v1.37.2
       phase: Running
-`)
-
-// nodeHeartbeatStage refreshes the conditions of Ready nodes now and then.
-// Liveness itself comes from the node lease that kwok renews.
-var nodeHeartbeatStage = stage("node-heartbeat-with-lease", "Node", `    - key: .status.phase
-      operator: In
-      values: ["Running"]
-    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
-      operator: In
-      values: ["True"]
-  delay:
-    durationMilliseconds: 300000
-    jitterDurationMilliseconds: 360000
-  next:
-    statusTemplate: |
-`+nodeConditions+`      {{ end }}
 `)
 
 // podReadyStage marks a pending, scheduled pod Running and Ready, with every

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -42,31 +43,13 @@ type Options struct {
 	// --horizontal-pod-autoscaler-initial-readiness-delay. Default 5s.
 	HPAInitialReadinessDelay time.Duration
 
-	// MaxRequestsInflight and MaxMutatingRequestsInflight are passed to
-	// kube-apiserver. Defaults 3000 and 1000.
-	MaxRequestsInflight         int
-	MaxMutatingRequestsInflight int
-
-	// ServiceClusterIPRange is kube-apiserver's --service-cluster-ip-range.
-	// Default 127.96.0.0/16, a loopback range: nothing proxies Services here,
-	// and a component that dials a ClusterIP by mistake stays on the machine.
-	ServiceClusterIPRange string
-
-	// PodCIDR is the range kwok takes pod IPs from. Default 127.16.0.0/16, a
-	// loopback range, so that a pod IP used by mistake never leaves the
-	// machine.
-	PodCIDR string
-
 	// WithoutScheduler skips kube-scheduler; pods then need spec.nodeName.
 	WithoutScheduler bool
 
-	// Extra arguments appended to each component's command line. A flag
-	// given here overrides the same flag set by this package.
-	EtcdArgs              []string
-	APIServerArgs         []string
+	// ControllerManagerArgs are appended to kube-controller-manager's
+	// command line; a flag given here overrides the same flag set by this
+	// package.
 	ControllerManagerArgs []string
-	SchedulerArgs         []string
-	KwokArgs              []string
 }
 
 // Binary names expected in Options.BinDir.
@@ -81,23 +64,11 @@ const (
 )
 
 func (o Options) withDefaults() Options {
-	setDuration(&o.StartTimeout, 2*time.Minute)
-	setDuration(&o.HPASyncPeriod, 2*time.Second)
-	setDuration(&o.HPADownscaleStabilization, 5*time.Second)
-	setDuration(&o.HPACPUInitializationPeriod, 5*time.Second)
-	setDuration(&o.HPAInitialReadinessDelay, 5*time.Second)
-	if o.MaxRequestsInflight == 0 {
-		o.MaxRequestsInflight = 3000
-	}
-	if o.MaxMutatingRequestsInflight == 0 {
-		o.MaxMutatingRequestsInflight = 1000
-	}
-	if o.ServiceClusterIPRange == "" {
-		o.ServiceClusterIPRange = "127.96.0.0/16"
-	}
-	if o.PodCIDR == "" {
-		o.PodCIDR = "127.16.0.0/16"
-	}
+	o.StartTimeout = cmp.Or(o.StartTimeout, 2*time.Minute)
+	o.HPASyncPeriod = cmp.Or(o.HPASyncPeriod, 2*time.Second)
+	o.HPADownscaleStabilization = cmp.Or(o.HPADownscaleStabilization, 5*time.Second)
+	o.HPACPUInitializationPeriod = cmp.Or(o.HPACPUInitializationPeriod, 5*time.Second)
+	o.HPAInitialReadinessDelay = cmp.Or(o.HPAInitialReadinessDelay, 5*time.Second)
 	return o
 }
 
@@ -113,12 +84,6 @@ func (o Options) binPath(name string) string {
 // kubeBinaries are those KubeBinDir replaces.
 var kubeBinaries = map[string]bool{
 	APIServerBinary: true, ControllerManagerBinary: true, SchedulerBinary: true, KubectlBinary: true,
-}
-
-func setDuration(d *time.Duration, def time.Duration) {
-	if *d == 0 {
-		*d = def
-	}
 }
 
 // validate reports every problem with the options, not only the first.
@@ -155,9 +120,6 @@ func (o Options) validate() error {
 		if d.value < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %v", d.name, d.value))
 		}
-	}
-	if o.MaxRequestsInflight < 0 || o.MaxMutatingRequestsInflight < 0 {
-		errs = append(errs, errors.New("MaxRequestsInflight and MaxMutatingRequestsInflight must not be negative"))
 	}
 	return errors.Join(errs...)
 }

@@ -2,10 +2,10 @@ package cluster
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
+	"k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
 
 	"github.com/group-metrics-server/group-metrics-server/test/pki"
@@ -15,17 +15,19 @@ import (
 // forgotten work directory does not hold credentials that matter.
 const certValidity = 7 * 24 * time.Hour
 
-// clusterPKI holds the certificates and keys of the control plane as
-// <name>.crt and <name>.key files in dir: the two CAs (ca, front-proxy-ca),
-// the leaves of leaves and clientIdentities, and sa.key, the key that signs
-// service-account tokens (kube-apiserver verifies them with its public half).
+// clusterPKI holds the certificates and keys of the control plane in dir:
+// ca.crt and front-proxy-ca.crt (their keys stay in memory), <name>.crt and
+// <name>.key for the serving leaves and the front proxy's client, and
+// sa.key, the key that signs service-account tokens (kube-apiserver
+// verifies them with its public half). The clientIdentities' certificates
+// live in their kubeconfigs only.
 type clusterPKI struct {
 	dir              string
 	ca, frontProxyCA *pki.CA
 }
 
-// clientIdentities are the users the control plane's own kubeconfigs act as;
-// each has <name>-client.crt.
+// clientIdentities are the users the control plane's own kubeconfigs act as,
+// by kubeconfig name.
 var clientIdentities = map[string]pki.Leaf{
 	"admin":                   {CommonName: "kubernetes-admin", Organizations: []string{"system:masters"}, Client: true},
 	"kube-controller-manager": {CommonName: "system:kube-controller-manager", Client: true},
@@ -44,7 +46,7 @@ func newClusterPKI(dir string) (*clusterPKI, error) {
 		return nil, err
 	}
 	for name, ca := range map[string]*pki.CA{"ca": p.ca, "front-proxy-ca": p.frontProxyCA} {
-		if _, _, err := ca.WriteCA(dir, name); err != nil {
+		if err := cert.WriteCert(p.file(name+".crt"), ca.CertPEM()); err != nil {
 			return nil, err
 		}
 	}
@@ -54,9 +56,6 @@ func newClusterPKI(dir string) (*clusterPKI, error) {
 		"apiserver":                  {CommonName: "kube-apiserver", Hosts: serving, Server: true},
 		"controller-manager-serving": {CommonName: "kube-controller-manager", Hosts: local, Server: true},
 		"scheduler-serving":          {CommonName: "kube-scheduler", Hosts: local, Server: true},
-	}
-	for name, l := range clientIdentities {
-		leaves[name+"-client"] = l
 	}
 	for name, l := range leaves {
 		if _, _, err := p.ca.IssueFiles(now, dir, name, l); err != nil {
@@ -75,11 +74,3 @@ func newClusterPKI(dir string) (*clusterPKI, error) {
 
 // file is the path of the PKI file name, "apiserver.crt" say.
 func (p *clusterPKI) file(name string) string { return filepath.Join(p.dir, name) }
-
-// readPair reads <name>.crt and <name>.key.
-func (p *clusterPKI) readPair(name string) (certPEM, keyPEM []byte, err error) {
-	if certPEM, err = os.ReadFile(p.file(name + ".crt")); err == nil {
-		keyPEM, err = os.ReadFile(p.file(name + ".key"))
-	}
-	return certPEM, keyPEM, err
-}

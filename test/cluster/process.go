@@ -1,15 +1,13 @@
 package cluster
 
 import (
-	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -26,51 +24,41 @@ type Process struct {
 	name    string
 	logPath string
 	cmd     *exec.Cmd
-	logFile *os.File
-	grace   time.Duration
+	cancel  context.CancelFunc
 
 	done chan struct{}
 	err  error // set before done is closed
-
-	stopOnce sync.Once
-	stopErr  error
 }
 
-// startProcess starts path with args, appending its output to logPath.
-func startProcess(name, logPath string, env []string, path string, args ...string) (*Process, error) {
+// startProcess starts path with args, appending its output to logPath. Stop
+// gives it grace to exit after SIGTERM.
+func startProcess(name, logPath string, grace time.Duration, env []string, path string, args ...string) (*Process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open log for %s: %w", name, err)
 	}
+	// The child holds its own copy of the file.
+	defer func() { _ = logFile.Close() }()
 	fmt.Fprintf(logFile, "### %s %s\n", path, strings.Join(args, " "))
 
-	cmd := exec.Command(path, args...)
-	cmd.Stdout = logFile
-	cmd.Stderr = logFile
-	cmd.Stdin = nil
-	if env != nil {
-		cmd.Env = env
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setpgid:   true,
-		Pdeathsig: syscall.SIGKILL,
-	}
+	// Cancelling ctx sends SIGTERM to the group; after grace, os/exec kills
+	// the leader.
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Stdout, cmd.Stderr, cmd.Env = logFile, logFile, env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	cmd.WaitDelay = grace
 	if err := cmd.Start(); err != nil {
-		_ = logFile.Close()
+		cancel()
 		return nil, fmt.Errorf("start %s (%s): %w", name, path, err)
 	}
-	p := &Process{
-		name:    name,
-		logPath: logPath,
-		cmd:     cmd,
-		logFile: logFile,
-		grace:   stopGracePeriod,
-		done:    make(chan struct{}),
-	}
+	p := &Process{name: name, logPath: logPath, cmd: cmd, cancel: cancel, done: make(chan struct{})}
 	go func() {
-		err := cmd.Wait()
-		_ = logFile.Close()
-		p.err = err
+		p.err = cmd.Wait()
+		if errors.Is(p.err, context.Canceled) {
+			p.err = nil // exited with status 0 once Stop asked
+		}
 		close(p.done)
 	}()
 	return p, nil
@@ -91,11 +79,18 @@ func (p *Process) Done() <-chan struct{} { return p.done }
 // Err returns how the process exited (nil for exit status 0). It is only
 // meaningful once Done is closed.
 func (p *Process) Err() error {
+	if p.exited() {
+		return p.err
+	}
+	return nil
+}
+
+func (p *Process) exited() bool {
 	select {
 	case <-p.done:
-		return p.err
+		return true
 	default:
-		return nil
+		return false
 	}
 }
 
@@ -115,83 +110,32 @@ func (p *Process) exitedError() error {
 	return err
 }
 
-// Stop sends SIGTERM to the process group, waits up to ten seconds, then kills
-// the group with SIGKILL and waits for the process to be reaped. It is safe to
-// call more than once and from several goroutines. The returned error is nil
-// when the process exited on its own or because of the signal.
+// Stop sends SIGTERM to the process group, waits up to the grace period
+// (ten seconds in a cluster) for the process to exit, kills it with SIGKILL
+// if it has not, and then kills what is left of its group. It is safe to call
+// more than once and from several goroutines. The returned error is nil when
+// the process exited on its own or because of the signal.
 func (p *Process) Stop() error {
-	p.stopOnce.Do(func() {
-		p.stopErr = p.stop()
-	})
-	return p.stopErr
-}
-
-func (p *Process) stop() error {
-	pgid := p.cmd.Process.Pid
-	select {
-	case <-p.done:
-		// The leader is gone but children in its group may remain.
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		return nil
-	default:
-	}
-	if err := syscall.Kill(-pgid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("signal %s: %w", p.name, err)
-	}
-	timer := time.NewTimer(p.grace)
-	defer timer.Stop()
-	select {
-	case <-p.done:
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		return nil
-	case <-timer.C:
-	}
-	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("kill %s: %w", p.name, err)
-	}
+	p.cancel()
 	<-p.done
+	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("kill the group of %s: %w", p.name, err)
+	}
 	return nil
 }
 
-// tailFile returns the last n lines of the file at path.
+// tailFile returns the last n lines of the file at path, looking at its
+// last MiB only.
 func tailFile(path string, n int) (string, error) {
-	const maxRead = 1 << 20
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err
 	}
 	defer func() { _ = f.Close() }()
-	info, err := f.Stat()
-	if err != nil {
-		return "", err
-	}
-	if _, err := f.Seek(max(info.Size()-maxRead, 0), io.SeekStart); err != nil {
-		return "", err
+	if info, err := f.Stat(); err == nil && info.Size() > 1<<20 {
+		_, _ = f.Seek(-1<<20, io.SeekEnd)
 	}
 	data, err := io.ReadAll(f)
-	if err != nil {
-		return "", err
-	}
-	data = bytes.TrimRight(data, "\n")
-	lines := bytes.Split(data, []byte("\n"))
-	if n >= 0 && len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte("\n"))), nil
-}
-
-// logTails formats the last n lines of every process's log, in order.
-func logTails(procs []*Process, n int) string {
-	var b strings.Builder
-	for _, p := range procs {
-		fmt.Fprintf(&b, "==> %s (%s) <==\n", p.name, filepath.Base(p.logPath))
-		tail, err := tailFile(p.logPath, n)
-		if err != nil {
-			fmt.Fprintf(&b, "(cannot read log: %v)\n", err)
-			continue
-		}
-		b.WriteString(tail)
-		b.WriteString("\n")
-	}
-	return b.String()
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	return strings.Join(lines[len(lines)-min(n, len(lines)):], "\n"), err
 }

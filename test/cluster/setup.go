@@ -5,6 +5,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -13,21 +14,9 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// ports are the loopback ports of the control plane.
-type ports struct {
-	etcdClient        int
-	etcdPeer          int
-	apiServer         int
-	controllerManager int
-	scheduler         int
-	kwok              int
-}
-
-func (p ports) apiServerURL() string {
-	return "https://" + net.JoinHostPort(loopback, strconv.Itoa(p.apiServer))
-}
-
 const loopback = "127.0.0.1"
+
+func hostPort(port int) string { return net.JoinHostPort(loopback, strconv.Itoa(port)) }
 
 // FreePorts returns n distinct TCP ports that were free on 127.0.0.1 a moment
 // ago, for servers started next to the cluster. All listeners are held until
@@ -58,8 +47,8 @@ func (c *Cluster) kubeconfigPath(name string) string {
 // writeKubeconfigs writes a kubeconfig for each client identity and builds the
 // admin client.
 func (c *Cluster) writeKubeconfigs() error {
-	for name := range clientIdentities {
-		certPEM, keyPEM, err := c.pki.readPair(name + "-client")
+	for name, leaf := range clientIdentities {
+		certPEM, keyPEM, err := c.pki.ca.Issue(time.Now(), leaf)
 		if err != nil {
 			return err
 		}
@@ -89,7 +78,7 @@ func (c *Cluster) writeKubeconfig(path, user string, auth *clientcmdapi.AuthInfo
 	const clusterName = "gms-local"
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters[clusterName] = &clientcmdapi.Cluster{
-		Server:                   c.ports.apiServerURL(),
+		Server:                   c.APIServerURL(),
 		CertificateAuthorityData: c.pki.ca.CertPEM(),
 	}
 	cfg.AuthInfos[user] = auth

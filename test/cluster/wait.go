@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 const (
@@ -21,31 +23,22 @@ func waitUntil(ctx context.Context, what string, watch []*Process, check func(co
 // until it returns nil. It fails early when one of the watched processes
 // exits, and otherwise when ctx is done, reporting the last error from check.
 func PollUntil(ctx context.Context, what string, interval, callTimeout time.Duration, watch []*Process, check func(context.Context) error) error {
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
 	var lastErr error
-	for {
+	err := wait.PollUntilContextCancel(ctx, interval, true, func(ctx context.Context) (bool, error) {
 		checkCtx, cancel := context.WithTimeout(ctx, callTimeout)
-		err := check(checkCtx)
-		cancel()
-		if err == nil {
-			return nil
+		defer cancel()
+		if lastErr = check(checkCtx); lastErr == nil {
+			return true, nil
 		}
-		lastErr = err
 		for _, p := range watch {
-			if p == nil {
-				continue
-			}
-			select {
-			case <-p.Done():
-				return fmt.Errorf("waiting for %s: %w; last error: %w", what, p.exitedError(), lastErr)
-			default:
+			if p != nil && p.exited() {
+				return false, p.exitedError()
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w (last error: %w)", what, ctx.Err(), lastErr)
-		case <-ticker.C:
-		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %s: %w (last error: %w)", what, err, lastErr)
 	}
+	return nil
 }

@@ -58,7 +58,7 @@ func TestCertificateRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := s.StartAgain(suite.binDir, "gms-rotation-1")
+	second, err := s.StartAgain("gms-rotation-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestCertificateRotation(t *testing.T) {
 		}
 		seen := map[*cluster.Process]bool{}
 		for dial := 0; dial < 16 && len(seen) < len(procs); dial++ {
-			p, leaf, err := s.ServedCertificate(ctx, procs, bundle)
+			p, leaf, err := servedCertificate(ctx, s, procs, bundle)
 			if err != nil {
 				sampleFails = append(sampleFails, fmt.Sprintf("+%v: %v", time.Since(began).Round(time.Millisecond), err))
 				continue

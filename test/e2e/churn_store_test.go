@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
@@ -100,7 +99,7 @@ func settledMemory(ctx context.Context, t *testing.T, ep endpoint, pid int) (rss
 	ticker := time.NewTicker(time.Second)
 	defer ticker.Stop()
 	for range int(2 * suite.resolution / time.Second) {
-		st, err := env.ReadProc(pid)
+		st, err := readProc(pid)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -117,7 +117,7 @@ func (c *churn) runAll(ctx context.Context, agg endpoint, listers []*churnLister
 		ticker := time.NewTicker(time.Second)
 		defer ticker.Stop()
 		for churnCtx.Err() == nil {
-			if st, err := env.ReadProc(pid); err == nil {
+			if st, err := readProc(pid); err == nil {
 				peakRSS = max(peakRSS, st.RSS)
 			}
 			select {

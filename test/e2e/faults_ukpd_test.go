@@ -63,14 +63,10 @@ func TestUkpdFaults(t *testing.T) {
 
 	u := suite.ukpd
 	transport := func(kind fakeukpd.FaultKind, reason string) faultCase {
-		var heal func() error
 		return faultCase{
 			name: string(kind), reason: reason, outcome: faultGone,
-			set: func() (err error) {
-				heal, err = u.BreakTransport(kind)
-				return err
-			},
-			clear: func() error { return heal() },
+			set:   func() error { return u.SetTransportFault(kind) },
+			clear: func() error { return u.SetTransportFault("") },
 		}
 	}
 	handler := func(f fakeukpd.Fault) faultCase {

@@ -20,7 +20,7 @@ import (
 // nodes with the same values: the fleet's usage is constant, so the replicas'
 // rates agree within cpuTolerance (see differential_test.go) although they
 // scrape at different instants.
-func compareReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*cluster.Process, pinned map[*cluster.Process]*env.PinnedClient, ns string, want []string, settled time.Time) {
+func compareReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*cluster.Process, pinned map[*cluster.Process]endpoint, ns string, want []string, settled time.Time) {
 	t.Helper()
 	began := time.Now()
 	snaps := make([]metricsSnapshot, len(procs))
@@ -32,7 +32,7 @@ func compareReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*
 	err := env.Poll(cctx, "the replicas to serve every pod from settled windows", procs, func(ctx context.Context) error {
 		for i, p := range procs {
 			c := pinned[p]
-			mc, err := metricsclient.NewForConfigAndClient(s.RESTConfig(), c.Client)
+			mc, err := metricsclient.NewForConfigAndClient(s.RESTConfig(), c.client)
 			if err != nil {
 				return err
 			}
@@ -40,7 +40,7 @@ func compareReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*
 			if err != nil {
 				return fmt.Errorf("%s: %w", p.Name(), err)
 			}
-			if got, err := c.Replica(ctx, procs); err != nil || got != p {
+			if got, err := replicaOf(ctx, c, procs); err != nil || got != p {
 				return fmt.Errorf("the connection to %s moved: %w", p.Name(), err)
 			}
 			for _, k := range want {

@@ -73,7 +73,7 @@ func TestHighAvailability(t *testing.T) {
 	s := deployOwnServer(ctx, t, "group-metrics-server-ha-0", []string{env.PermitPortSharing}, dir)
 	procs := []*cluster.Process{s.Process}
 	for i := 1; i < replicas; i++ {
-		p, err := s.StartAgain(suite.binDir, fmt.Sprintf("group-metrics-server-ha-%d", i))
+		p, err := s.StartAgain(fmt.Sprintf("group-metrics-server-ha-%d", i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,7 +89,7 @@ func TestHighAvailability(t *testing.T) {
 	// Replace it, then stop the replica now serving the aggregator as a
 	// rolling update or a drain would: SIGTERM.
 	i := slices.Index(procs, victim)
-	p, err := s.StartAgain(suite.binDir, victim.Name()+"-replaced")
+	p, err := s.StartAgain(victim.Name() + "-replaced")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,14 +141,14 @@ func deletePDB(t *testing.T) {
 
 // connectReplicas returns a client pinned to each replica, once each is
 // ready.
-func connectReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*cluster.Process) map[*cluster.Process]*env.PinnedClient {
+func connectReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*cluster.Process) map[*cluster.Process]endpoint {
 	t.Helper()
-	var pinned map[*cluster.Process]*env.PinnedClient
+	var pinned map[*cluster.Process]endpoint
 	err := env.Poll(ctx, "a connection to every replica", procs, func(ctx context.Context) error {
 		var err error
 		// Each connection reaches one of the replicas listening, so 32
 		// connections miss one of two with probability 2^-31.
-		pinned, err = s.PinnedClients(ctx, procs, 32)
+		pinned, err = pinnedEndpoints(ctx, s, procs, 32)
 		return err
 	})
 	if err != nil {
@@ -156,12 +156,12 @@ func connectReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*
 	}
 	t.Cleanup(func() {
 		for _, c := range pinned {
-			c.Close()
+			c.client.CloseIdleConnections()
 		}
 	})
 	for p, c := range pinned {
 		err := env.Poll(ctx, p.Name()+" to be ready", procs, func(ctx context.Context) error {
-			code, body, err := env.Get(ctx, c.Client, c.Base+"/readyz")
+			code, body, err := env.Get(ctx, c.client, c.base+"/readyz")
 			if err == nil && code != 200 {
 				err = fmt.Errorf("/readyz %d: %s", code, body)
 			}
@@ -181,8 +181,8 @@ const stopMargin = time.Second
 
 // metricsRequests sums the metrics.k8s.io requests a replica has counted (0
 // before the first).
-func metricsRequests(ctx context.Context, c *env.PinnedClient) (float64, error) {
-	body, err := selfMetrics(ctx, endpoint{name: "replica", base: c.Base, client: c.Client})
+func metricsRequests(ctx context.Context, c endpoint) (float64, error) {
+	body, err := selfMetrics(ctx, c)
 	if err != nil {
 		return 0, err
 	}
@@ -198,7 +198,7 @@ func metricsRequests(ctx context.Context, c *env.PinnedClient) (float64, error) 
 // flight on it, and connections the aggregator opens to its listener before
 // the kernel has closed it. Any request sent more than stopMargin after the
 // process was reaped must succeed.
-func stopDuringLoad(ctx context.Context, t *testing.T, procs []*cluster.Process, pinned map[*cluster.Process]*env.PinnedClient, shapes []shape, sig syscall.Signal) *cluster.Process {
+func stopDuringLoad(ctx context.Context, t *testing.T, procs []*cluster.Process, pinned map[*cluster.Process]endpoint, shapes []shape, sig syscall.Signal) *cluster.Process {
 	t.Helper()
 	counts := func() map[*cluster.Process]float64 {
 		out := map[*cluster.Process]float64{}

@@ -14,6 +14,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
 )
@@ -69,7 +70,7 @@ func failingChecks(body string) string {
 // ready within readyBound and, once ready, serves every pod of want.
 func restart(ctx context.Context, t *testing.T, s *env.Server, suffix, ns string, want []string) {
 	t.Helper()
-	proc, err := s.StartAgain(suite.binDir, s.Process.Name()+"-"+suffix)
+	proc, err := s.StartAgain(s.Process.Name() + "-" + suffix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +92,7 @@ func restart(ctx context.Context, t *testing.T, s *env.Server, suffix, ns string
 	if !atReady.failed() {
 		firstOK, firstOKMissing = atReady.end.Sub(started), servesAll(atReady, want)
 	}
-	err = env.PollUntil(ctx, "the restarted server to serve every pod", 100*time.Millisecond, append(watched(), proc), func(ctx context.Context) error {
+	err = cluster.PollUntil(ctx, "the restarted server to serve every pod", 100*time.Millisecond, 10*time.Second, append(watched(), proc), func(ctx context.Context) error {
 		r := fetch(ctx, direct, nsList)
 		err := servesAll(r, want)
 		if !r.failed() && firstOK == 0 {
@@ -136,7 +137,7 @@ func restartWithSlowKubelets(ctx context.Context, t *testing.T, s *env.Server) {
 		}
 	}
 	t.Cleanup(clear)
-	proc, err := s.StartAgain(suite.binDir, s.Process.Name()+"-slow")
+	proc, err := s.StartAgain(s.Process.Name() + "-slow")
 	if err != nil {
 		t.Fatal(err)
 	}

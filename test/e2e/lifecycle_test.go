@@ -264,7 +264,7 @@ const drainAttempts = 3
 // serves every pod of want.
 func startServing(ctx context.Context, t *testing.T, s *env.Server, suffix, ns string, want []string) {
 	t.Helper()
-	proc, err := s.StartAgain(suite.binDir, s.Process.Name()+"-"+suffix)
+	proc, err := s.StartAgain(s.Process.Name() + "-" + suffix)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,14 +60,14 @@ func TestLoad(t *testing.T) {
 	shapes := []shape{listAllPods(), selected, getPod(ns, pods[0].Name)}
 	stop := watchScrapeLoop(ctx, t, direct, selected, want)
 	pid := suite.server.Process.Pid()
-	before, err := env.ReadProc(pid)
+	before, err := readProc(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	began := time.Now()
 	results := runLoad(ctx, eps, shapes, loadClients, loadDuration)
 	elapsed := time.Since(began)
-	after, err := env.ReadProc(pid)
+	after, err := readProc(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func watchScrapeLoop(ctx context.Context, t *testing.T, ep endpoint, sh shape, w
 			for _, e := range r.answer.entries() {
 				w.maxAge = max(w.maxAge, r.end.Sub(e.timestamp))
 			}
-			if st, err := env.ReadProc(suite.server.Process.Pid()); err == nil {
+			if st, err := readProc(suite.server.Process.Pid()); err == nil {
 				w.peakRSS = max(w.peakRSS, st.RSS)
 			}
 			body, err := selfMetrics(ctx, ep)

@@ -115,7 +115,9 @@ func TestUkpdPods(t *testing.T) {
 			{"status-500", "http_status",
 				func() error { return suite.ukpd.SetFault(fakeukpd.Fault{Kind: fakecore.FaultStatus500}) },
 				func() error { suite.ukpd.ClearFault(""); return nil }},
-			{"closed", "connection", suite.ukpd.Down, suite.ukpd.Up},
+			{"closed", "connection",
+				func() error { return suite.ukpd.SetTransportFault(fakecore.FaultRefused) },
+				func() error { return suite.ukpd.SetTransportFault("") }},
 		} {
 			t.Run(fault.name, func(t *testing.T) {
 				testUkpdDown(ctx, t, ns, webPods, fault.reason, fault.breakIt, fault.heal)

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -40,12 +39,7 @@ type CA struct {
 // NewCA makes a CA named commonName, valid from Backdate before now until
 // validity after it.
 func NewCA(commonName string, now time.Time, validity time.Duration) (*CA, error) {
-	key, err := newKey()
-	if err != nil {
-		return nil, fmt.Errorf("generate key of CA %s: %w", commonName, err)
-	}
 	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
 		Subject:               pkix.Name{CommonName: commonName},
 		NotBefore:             now.Add(-Backdate),
 		NotAfter:              now.Add(validity),
@@ -53,15 +47,37 @@ func NewCA(commonName string, now time.Time, validity time.Duration) (*CA, error
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	ca := &CA{}
+	der, key, err := ca.sign(tmpl)
 	if err != nil {
-		return nil, fmt.Errorf("self-sign CA %s: %w", commonName, err)
+		return nil, fmt.Errorf("CA %s: %w", commonName, err)
 	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
+	if ca.cert, err = x509.ParseCertificate(der); err != nil {
 		return nil, fmt.Errorf("parse CA %s: %w", commonName, err)
 	}
-	return &CA{cert: c, key: key, certPEM: encodeCert(der)}, nil
+	ca.key, ca.certPEM = key, encodeCert(der)
+	return ca, nil
+}
+
+// sign makes a key and a certificate of tmpl for it, signed by ca, or
+// self-signed when ca has no key yet.
+func (ca *CA) sign(tmpl *x509.Certificate) (der []byte, key *ecdsa.PrivateKey, err error) {
+	if key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
+		return nil, nil, fmt.Errorf("generate key: %w", err)
+	}
+	// A random 120-bit serial; crypto/rand does not fail on the platforms
+	// Go supports.
+	if tmpl.SerialNumber, err = rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120)); err != nil {
+		return nil, nil, err
+	}
+	parent, signer := tmpl, crypto.Signer(key)
+	if ca.key != nil {
+		parent, signer = ca.cert, ca.key
+	}
+	if der, err = x509.CreateCertificate(rand.Reader, tmpl, parent, key.Public(), signer); err != nil {
+		return nil, nil, fmt.Errorf("sign: %w", err)
+	}
+	return der, key, nil
 }
 
 // CertPEM is the CA's certificate, for clients and servers to verify
@@ -85,16 +101,11 @@ type Leaf struct {
 // Issue signs l with a new key, valid from Backdate before now until the
 // CA's own expiry, and returns both in PEM.
 func (ca *CA) Issue(now time.Time, l Leaf) (certPEM, keyPEM []byte, err error) {
-	key, err := newKey()
-	if err != nil {
-		return nil, nil, fmt.Errorf("generate key for %s: %w", l.CommonName, err)
-	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: l.CommonName, Organization: l.Organizations},
-		NotBefore:    now.Add(-Backdate),
-		NotAfter:     ca.cert.NotAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		Subject:   pkix.Name{CommonName: l.CommonName, Organization: l.Organizations},
+		NotBefore: now.Add(-Backdate),
+		NotAfter:  ca.cert.NotAfter,
+		KeyUsage:  x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 	}
 	if l.Client {
 		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
@@ -109,9 +120,9 @@ func (ca *CA) Issue(now time.Time, l Leaf) (certPEM, keyPEM []byte, err error) {
 			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
+	der, key, err := ca.sign(tmpl)
 	if err != nil {
-		return nil, nil, fmt.Errorf("sign certificate for %s: %w", l.CommonName, err)
+		return nil, nil, fmt.Errorf("certificate for %s: %w", l.CommonName, err)
 	}
 	keyPEM, err = keyutil.MarshalPrivateKeyToPEM(key)
 	if err != nil {
@@ -129,17 +140,6 @@ func (ca *CA) TLSCertificate(now time.Time, l Leaf) (tls.Certificate, error) {
 	return tls.X509KeyPair(certPEM, keyPEM)
 }
 
-// WriteCA writes the CA's certificate and key to <dir>/<name>.crt and
-// <dir>/<name>.key, for processes that sign with it (kube-apiserver's
-// client CA, kube-controller-manager's signer).
-func (ca *CA) WriteCA(dir, name string) (certFile, keyFile string, err error) {
-	keyPEM, err := keyutil.MarshalPrivateKeyToPEM(ca.key)
-	if err != nil {
-		return "", "", fmt.Errorf("encode key of CA %s: %w", name, err)
-	}
-	return WritePair(dir, name, ca.certPEM, keyPEM)
-}
-
 // IssueFiles is Issue, written to <dir>/<name>.crt and <dir>/<name>.key.
 func (ca *CA) IssueFiles(now time.Time, dir, name string, l Leaf) (certFile, keyFile string, err error) {
 	certPEM, keyPEM, err := ca.Issue(now, l)
@@ -150,33 +150,15 @@ func (ca *CA) IssueFiles(now time.Time, dir, name string, l Leaf) (certFile, key
 }
 
 // WritePair writes a certificate (0644) and its key (0600) to
-// <dir>/<name>.crt and <dir>/<name>.key.
+// <dir>/<name>.crt and <dir>/<name>.key, making dir if needed.
 func WritePair(dir, name string, certPEM, keyPEM []byte) (certFile, keyFile string, err error) {
-	certFile = filepath.Join(dir, name+".crt")
-	keyFile = filepath.Join(dir, name+".key")
-	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
-		return "", "", fmt.Errorf("write %s: %w", keyFile, err)
+	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	if err = keyutil.WriteKey(keyFile, keyPEM); err == nil {
+		err = cert.WriteCert(certFile, certPEM)
 	}
-	if err := os.WriteFile(certFile, certPEM, 0o644); err != nil {
-		return "", "", fmt.Errorf("write %s: %w", certFile, err)
-	}
-	return certFile, keyFile, nil
-}
-
-func newKey() (*ecdsa.PrivateKey, error) {
-	return ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	return certFile, keyFile, err
 }
 
 func encodeCert(der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: cert.CertificateBlockType, Bytes: der})
-}
-
-// serial is a random 120-bit serial number; crypto/rand does not fail on
-// the platforms Go supports.
-func serial() *big.Int {
-	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
-	if err != nil {
-		panic(fmt.Sprintf("serial number: %v", err))
-	}
-	return n
 }

@@ -1,6 +1,7 @@
 package env
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,14 +16,11 @@ import (
 
 // FleetConfig configures StartFleet.
 type FleetConfig struct {
-	// Nodes is how many fake nodes to create. Default 3.
+	// Nodes is how many fake nodes to create, named fake-node-<i>. Default 3.
 	Nodes int
-	// NamePrefix names them <prefix><i>. Default fake-node-.
-	NamePrefix string
-	// Labels are added to every Node.
-	Labels map[string]string
-	// DefaultUsage and NodeBaseUsage are the fleet's usage defaults.
-	DefaultUsage, NodeBaseUsage fakekubelet.Usage
+	// NodeBaseUsage is fakekubelet.Config.NodeBaseUsage: what each node
+	// uses beyond its pods.
+	NodeBaseUsage fakekubelet.Usage
 }
 
 // Fleet is an in-process fake kubelet fleet whose nodes are registered in a
@@ -46,16 +44,10 @@ const tokenReviewTTL = 10 * time.Second
 // cluster's Running pods until ctx ends or the fleet is closed. Close it when
 // done.
 func StartFleet(ctx context.Context, c *cluster.Cluster, cfg FleetConfig) (*Fleet, error) {
-	if cfg.Nodes == 0 {
-		cfg.Nodes = 3
-	}
-	if cfg.NamePrefix == "" {
-		cfg.NamePrefix = "fake-node-"
-	}
+	cfg.Nodes = cmp.Or(cfg.Nodes, 3)
 	ff, err := fakekubelet.NewFleet(fakekubelet.Config{
 		TokenAuthenticator: fakekubelet.NewTokenReviewAuthenticator(c.Client(), tokenReviewTTL),
 		ClientCAPEM:        c.CACertPEM(),
-		DefaultUsage:       cfg.DefaultUsage,
 		NodeBaseUsage:      cfg.NodeBaseUsage,
 	})
 	if err != nil {
@@ -77,22 +69,17 @@ func (f *Fleet) start(ctx context.Context, c *cluster.Cluster, cfg FleetConfig) 
 	if err := os.WriteFile(f.CAFile, f.CACertPEM(), 0o644); err != nil {
 		return err
 	}
-	nodes := make([]*fakekubelet.Node, cfg.Nodes)
-	for i := range nodes {
-		name := fmt.Sprintf("%s%d", cfg.NamePrefix, i)
+	errs := make([]error, cfg.Nodes)
+	var wg sync.WaitGroup
+	for i := range cfg.Nodes {
+		name := fmt.Sprintf("fake-node-%d", i)
+		f.NodeNames = append(f.NodeNames, name)
 		n, err := f.AddNode(name, 0)
 		if err != nil {
-			return err
+			errs[i] = err
+			continue
 		}
-		nodes[i] = n
-		f.NodeNames = append(f.NodeNames, name)
-	}
-	errs := make([]error, len(nodes))
-	var wg sync.WaitGroup
-	for i, n := range nodes {
-		wg.Go(func() {
-			errs[i] = c.AddNode(ctx, n.Name(), cfg.Labels, "127.0.0.1", n.Port())
-		})
+		wg.Go(func() { errs[i] = c.AddNode(ctx, name, nil, "127.0.0.1", n.Port()) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {

@@ -1,7 +1,6 @@
 package env
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -55,34 +54,6 @@ func Apply(ctx context.Context, c *cluster.Cluster, name string, objs []*unstruc
 	return err
 }
 
-// workload is a kustomization rendered for running one of its Deployments'
-// containers as a local process.
-type workload struct {
-	objs   []*unstructured.Unstructured
-	deploy *unstructured.Unstructured
-	// args and serviceAccount are the container's and the Deployment's.
-	args           []string
-	serviceAccount string
-}
-
-// renderWorkload renders dir and finds the container of the Deployment
-// named deployment.
-func renderWorkload(ctx context.Context, c *cluster.Cluster, dir, deployment, container string) (*workload, error) {
-	objs, err := Render(ctx, c, dir)
-	if err != nil {
-		return nil, err
-	}
-	deploy, err := findNamed(objs, "Deployment", deployment)
-	if err != nil {
-		return nil, err
-	}
-	args, sa, err := containerArgs(deploy, container)
-	if err != nil {
-		return nil, err
-	}
-	return &workload{objs: objs, deploy: deploy, args: args, serviceAccount: sa}, nil
-}
-
 // findNamed returns the object of kind named name in objs.
 func findNamed(objs []*unstructured.Unstructured, kind, name string) (*unstructured.Unstructured, error) {
 	for _, o := range objs {
@@ -91,30 +62,6 @@ func findNamed(objs []*unstructured.Unstructured, kind, name string) (*unstructu
 		}
 	}
 	return nil, fmt.Errorf("manifests hold no %s %s", kind, name)
-}
-
-// secretMount is a Secret volume of a container, by its mount path.
-type secretMount struct{ path, secret string }
-
-// secretMounts returns the Secret volumes the container named name mounts.
-func secretMounts(deploy *unstructured.Unstructured, name string) ([]secretMount, error) {
-	ctr, spec, err := container(deploy, name)
-	if err != nil {
-		return nil, err
-	}
-	secrets := map[string]string{}
-	for _, v := range spec.Volumes {
-		if v.Secret != nil {
-			secrets[v.Name] = v.Secret.SecretName
-		}
-	}
-	var out []secretMount
-	for _, m := range ctr.VolumeMounts {
-		if s, ok := secrets[m.Name]; ok {
-			out = append(out, secretMount{path: m.MountPath, secret: s})
-		}
-	}
-	return out, nil
 }
 
 // find returns the only object of kind in objs.
@@ -135,18 +82,9 @@ func find(objs []*unstructured.Unstructured, kind string) (*unstructured.Unstruc
 	return found, nil
 }
 
-// containerArgs returns the args of the container named name in a
-// Deployment, and the Deployment's service account.
-func containerArgs(deploy *unstructured.Unstructured, name string) (args []string, serviceAccount string, err error) {
-	ctr, spec, err := container(deploy, name)
-	if err != nil {
-		return nil, "", err
-	}
-	return ctr.Args, cmp.Or(spec.ServiceAccountName, "default"), nil
-}
-
 // container returns the container named name of a Deployment's pod
-// template, and the template's pod spec.
+// template, and the template's pod spec; the pod runs as the spec's
+// ServiceAccountName or, if that is empty, default.
 func container(deploy *unstructured.Unstructured, name string) (*corev1.Container, *corev1.PodSpec, error) {
 	var d appsv1.Deployment
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(deploy.Object, &d); err != nil {

@@ -1,22 +1,25 @@
 package env
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 )
 
-// MetricsServer is a metrics-server process serving on 127.0.0.1 but not
-// registered with the aggregator.
+// MetricsServer is a metrics-server process serving on 127.0.0.1.
 type MetricsServer struct {
 	Process *cluster.Process
 	Port    int
@@ -26,71 +29,144 @@ type MetricsServer struct {
 
 // StartMetricsServer runs bin/metrics-server as the cluster admin against the
 // fleet whose CA is kubeletCAFile, with a serving certificate from the
-// cluster CA, and waits until it is ready (has scraped every node once).
-// metrics-server v0.8.0 wants resolution at least 10s and above timeout.
+// cluster CA, not registered with the aggregator, and waits until it is
+// ready (has scraped every node once). metrics-server v0.8.0 wants
+// resolution at least 10s and above timeout.
 func StartMetricsServer(ctx context.Context, c *cluster.Cluster, binDir, kubeletCAFile string, resolution, timeout time.Duration) (*MetricsServer, error) {
 	if err := CheckBinaries(binDir, cluster.MetricsServerBinary); err != nil {
-		return nil, err
-	}
-	ports, err := cluster.FreePorts(1)
-	if err != nil {
 		return nil, err
 	}
 	certFile, keyFile, err := c.IssueServingCert("metrics-server", "127.0.0.1", "localhost")
 	if err != nil {
 		return nil, err
 	}
-	certDir := filepath.Join(c.WorkDir(), "metrics-server")
-	if err := os.MkdirAll(certDir, 0o755); err != nil {
+	ports, err := cluster.FreePorts(1)
+	if err != nil {
 		return nil, err
 	}
-	kubeconfig := c.KubeconfigPath()
-	args := append(metricsServerArgs(kubeconfig, ports[0], certDir, kubeletCAFile, resolution, timeout),
+	m, err := runMetricsServer(c, "metrics-server", binDir, c.KubeconfigPath(), ports[0], kubeletCAFile, resolution, timeout,
 		"--tls-cert-file="+certFile,
 		"--tls-private-key-file="+keyFile,
 		"--kubelet-use-node-status-port",
 	)
-	proc, err := c.StartProcess("metrics-server", filepath.Join(binDir, cluster.MetricsServerBinary), args...)
 	if err != nil {
 		return nil, err
 	}
-	m := &MetricsServer{Process: proc, Port: ports[0], cluster: c}
-	client, err := rest.HTTPClientFor(m.RESTConfig())
+	client, err := kubernetes.NewForConfig(m.RESTConfig())
 	if err != nil {
 		return m, err
 	}
-	err = Poll(ctx, "metrics-server to be ready", []*cluster.Process{proc}, func(ctx context.Context) error {
-		code, body, err := Get(ctx, client, m.RESTConfig().Host+"/readyz")
-		if err != nil {
-			return err
-		}
-		if code != http.StatusOK {
-			return fmt.Errorf("readyz %d: %s", code, body)
-		}
-		return nil
+	return m, Poll(ctx, "metrics-server to be ready", []*cluster.Process{m.Process}, func(ctx context.Context) error {
+		return client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error()
 	})
-	return m, err
 }
 
-// metricsServerArgs are the flags a metrics-server process on the host
-// needs: the cluster's kubeconfig for its client and delegated checks, a
-// loopback port, a certificate directory, the fleet's CA.
-func metricsServerArgs(kubeconfig string, port int, certDir, kubeletCAFile string, resolution, timeout time.Duration) []string {
-	return []string{
-		"--kubeconfig=" + kubeconfig,
-		"--authentication-kubeconfig=" + kubeconfig,
-		"--authorization-kubeconfig=" + kubeconfig,
-		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(port),
-		"--cert-dir=" + certDir,
-		"--kubelet-preferred-address-types=InternalIP",
-		"--kubelet-certificate-authority=" + kubeletCAFile,
-		"--metric-resolution=" + resolution.String(),
-		"--kubelet-request-timeout=" + timeout.String(),
+// metricsServerModule is where metrics-server's own manifests come from:
+// the module that make tools builds metrics-server from.
+const (
+	metricsServerModule     = "sigs.k8s.io/metrics-server"
+	metricsServerToolsDir   = "test/tools/metrics-server"
+	metricsServerManifests  = "manifests/overlays/release"
+	metricsServerDeployment = "metrics-server"
+)
+
+// DeployMetricsServerManifests installs metrics-server v0.8.0 as its users
+// do, from its own release manifests applied client-side (kubectl apply -f
+// components.yaml): every object but the Deployment unchanged except the
+// Service and APIService port, and the Deployment's container run as a
+// local process with its own args plus what a process outside the cluster
+// needs. It returns once v1beta1.metrics.k8s.io is Available.
+func DeployMetricsServerManifests(ctx context.Context, c *cluster.Cluster, binDir, kubeletCAFile string, resolution, timeout time.Duration) (*MetricsServer, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
 	}
+	dir, err := moduleDir(ctx, filepath.Join(root, metricsServerToolsDir), metricsServerModule)
+	if err != nil {
+		return nil, err
+	}
+	objs, err := Render(ctx, c, filepath.Join(dir, metricsServerManifests))
+	if err != nil {
+		return nil, err
+	}
+	deploy, err := findNamed(objs, "Deployment", metricsServerDeployment)
+	if err != nil {
+		return nil, err
+	}
+	ctr, spec, err := container(deploy, metricsServerDeployment)
+	if err != nil {
+		return nil, err
+	}
+	ports, err := cluster.FreePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	apply, _, err := onLoopback(objs, ports[0])
+	if err != nil {
+		return nil, err
+	}
+	if err := Apply(ctx, c, "metrics-server-release", apply, "--server-side=false"); err != nil {
+		return nil, err
+	}
+	kubeconfig, err := c.ServiceAccountKubeconfig(ctx, deploy.GetNamespace(), cmp.Or(spec.ServiceAccountName, "default"))
+	if err != nil {
+		return nil, err
+	}
+	m, err := runMetricsServer(c, "metrics-server-release", binDir, kubeconfig, ports[0], kubeletCAFile, resolution, timeout, ctr.Args...)
+	if err != nil {
+		return nil, err
+	}
+	return m, c.WaitForAPIServiceAvailable(ctx, MetricsAPIServices[0])
+}
+
+// runMetricsServer starts bin/metrics-server as the process name with args
+// and then what a process on the host needs: kubeconfig for its client and
+// delegated checks, port on loopback, a certificate
+// directory, the fleet's CA.
+func runMetricsServer(c *cluster.Cluster, name, binDir, kubeconfig string, port int, kubeletCAFile string, resolution, timeout time.Duration, args ...string) (*MetricsServer, error) {
+	certDir := filepath.Join(c.WorkDir(), name+"-certs")
+	if err := os.MkdirAll(certDir, 0o755); err != nil {
+		return nil, err
+	}
+	proc, err := c.StartProcess(name, filepath.Join(binDir, cluster.MetricsServerBinary), append(args,
+		"--kubeconfig="+kubeconfig,
+		"--authentication-kubeconfig="+kubeconfig,
+		"--authorization-kubeconfig="+kubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(port),
+		"--cert-dir="+certDir,
+		"--kubelet-preferred-address-types=InternalIP",
+		"--kubelet-certificate-authority="+kubeletCAFile,
+		"--metric-resolution="+resolution.String(),
+		"--kubelet-request-timeout="+timeout.String(),
+	)...)
+	if err != nil {
+		return nil, err
+	}
+	return &MetricsServer{Process: proc, Port: port, cluster: c}, nil
 }
 
 // RESTConfig reaches metrics-server directly as the cluster admin.
 func (m *MetricsServer) RESTConfig() *rest.Config {
 	return adminConfig(m.cluster, net.JoinHostPort("127.0.0.1", strconv.Itoa(m.Port)), "", m.cluster.CACertPEM())
+}
+
+// moduleDir returns the directory of module in the module cache, as
+// required by the tools module in toolsDir, downloading it if needed.
+func moduleDir(ctx context.Context, toolsDir, module string) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", module)
+	cmd.Dir = toolsDir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	out, err := cmd.Output()
+	var m struct{ Dir string }
+	if err == nil {
+		err = json.Unmarshal(out, &m)
+	}
+	if err == nil && m.Dir == "" {
+		err = errors.New("no directory")
+	}
+	if err != nil {
+		return "", fmt.Errorf("go mod download %s in %s: %w", module, toolsDir, err)
+	}
+	return m.Dir, nil
 }

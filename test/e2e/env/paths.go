@@ -5,6 +5,7 @@
 package env
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -26,7 +27,7 @@ func RepoRoot() (string, error) {
 	}
 	for {
 		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && isMainModule(data) {
+		if err == nil && bytes.HasPrefix(data, []byte("module "+modulePath+"\n")) {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
@@ -38,11 +39,6 @@ func RepoRoot() (string, error) {
 }
 
 const modulePath = "github.com/group-metrics-server/group-metrics-server"
-
-func isMainModule(goMod []byte) bool {
-	want := "module " + modulePath + "\n"
-	return len(goMod) >= len(want) && string(goMod[:len(want)]) == want
-}
 
 // BinDir returns $GMS_BIN_DIR, or <repo>/bin.
 func BinDir() (string, error) {

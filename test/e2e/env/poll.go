@@ -22,12 +22,6 @@ func Poll(ctx context.Context, what string, watch []*cluster.Process, check func
 	return cluster.PollUntil(ctx, what, PollInterval, checkTimeout, watch, check)
 }
 
-// PollUntil is Poll with its own interval, for waits that measure how soon
-// something happens.
-func PollUntil(ctx context.Context, what string, interval time.Duration, watch []*cluster.Process, check func(context.Context) error) error {
-	return cluster.PollUntil(ctx, what, interval, checkTimeout, watch, check)
-}
-
 // Get fetches url with client and returns the status code and body.
 func Get(ctx context.Context, client *http.Client, url string) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

@@ -13,6 +13,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 )
@@ -39,26 +40,17 @@ const secretVolumePoll = 500 * time.Millisecond
 // The directory appears once the Secret exists, as a pod's volume does.
 func MountSecret(ctx context.Context, client kubernetes.Interface, namespace, name, dir string) *SecretVolume {
 	v := &SecretVolume{Dir: dir, exists: make(chan struct{})}
-	go func() {
-		t := time.NewTicker(secretVolumePoll)
-		defer t.Stop()
-		for {
-			s, err := client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
-			switch {
-			case err == nil:
-				if err := v.write(s.Data); err != nil {
-					klog.ErrorS(err, "Secret volume write failed", "secret", klog.KRef(namespace, name))
-				}
-			case !apierrors.IsNotFound(err) && ctx.Err() == nil:
-				klog.V(2).InfoS("Secret volume read failed", "secret", klog.KRef(namespace, name), "err", err)
+	go wait.UntilWithContext(ctx, func(ctx context.Context) {
+		s, err := client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			if err := v.write(s.Data); err != nil {
+				klog.ErrorS(err, "Secret volume write failed", "secret", klog.KRef(namespace, name))
 			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		case !apierrors.IsNotFound(err) && ctx.Err() == nil:
+			klog.V(2).InfoS("Secret volume read failed", "secret", klog.KRef(namespace, name), "err", err)
 		}
-	}()
+	}, secretVolumePoll)
 	return v
 }
 

@@ -1,22 +1,23 @@
 package env
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
@@ -76,8 +77,6 @@ type Server struct {
 	// Controller is the certificate controller of the manifests, while it
 	// runs; nil when the manifests have none.
 	Controller *cluster.Process
-	// Volumes are the Secret volumes of the server's container.
-	Volumes []*SecretVolume
 
 	cluster *cluster.Cluster
 	name    string
@@ -99,13 +98,6 @@ const (
 	controllerContainer  = "cert-controller"
 )
 
-// controllers holds, per cluster, the server whose certificate controller
-// runs: one at a time, as one leads in a cluster.
-var controllers = struct {
-	sync.Mutex
-	running map[*cluster.Cluster]*Server
-}{running: map[*cluster.Cluster]*Server{}}
-
 // DeployServer deploys group-metrics-server from the manifests. Every object
 // but the Deployments is applied unchanged except the Service and the
 // APIServices' port; each Deployment's container runs as a local process
@@ -122,12 +114,7 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 	if err := cfg.complete(); err != nil {
 		return nil, err
 	}
-	w, err := renderWorkload(ctx, c, cfg.ManifestsDir, serverDeployment, serverContainer)
-	if err != nil {
-		return nil, err
-	}
-	objs, deploy := w.objs, w.deploy
-	svc, err := find(objs, "Service")
+	objs, err := Render(ctx, c, cfg.ManifestsDir)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +123,10 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 		return nil, err
 	}
 	port := ports[0]
-
+	s, deploy, err := newServer(c, cfg, objs, port)
+	if err != nil {
+		return nil, err
+	}
 	apply, registration, err := onLoopback(objs, port)
 	if err != nil {
 		return nil, err
@@ -148,8 +138,6 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 	if err := Apply(ctx, c, cfg.ProcessName, apply, flags...); err != nil {
 		return nil, err
 	}
-
-	s := newServer(c, cfg, objs, deploy, svc, port)
 	s.registration = registration
 	// The APIServices name the server's port (above), and so must one the
 	// controller creates again; its metrics port is on loopback and picked
@@ -158,10 +146,18 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 	return s, s.start(ctx, objs, deploy, cfg, "--service-port="+strconv.Itoa(port), "--metrics-bind-address=127.0.0.1:0")
 }
 
-// newServer is the server of objs' Deployment deploy and Service svc on
-// port, with the APIServices of objs, before it starts.
-func newServer(c *cluster.Cluster, cfg ServerConfig, objs []*unstructured.Unstructured, deploy, svc *unstructured.Unstructured, port int) *Server {
-	s := &Server{
+// newServer is the server of the Deployment and Service of objs on port,
+// with the APIServices of objs, before it starts; deploy is its Deployment.
+func newServer(c *cluster.Cluster, cfg ServerConfig, objs []*unstructured.Unstructured, port int) (s *Server, deploy *unstructured.Unstructured, err error) {
+	deploy, err = findNamed(objs, "Deployment", serverDeployment)
+	if err != nil {
+		return nil, nil, err
+	}
+	svc, err := find(objs, "Service")
+	if err != nil {
+		return nil, nil, err
+	}
+	s = &Server{
 		Port:        port,
 		ServiceHost: svc.GetName() + "." + svc.GetNamespace() + ".svc",
 		Namespace:   deploy.GetNamespace(),
@@ -174,7 +170,7 @@ func newServer(c *cluster.Cluster, cfg ServerConfig, objs []*unstructured.Unstru
 			s.APIServices = append(s.APIServices, o.GetName())
 		}
 	}
-	return s
+	return s, deploy, nil
 }
 
 // start runs the certificate controller of objs, if they have one, with
@@ -184,31 +180,29 @@ func newServer(c *cluster.Cluster, cfg ServerConfig, objs []*unstructured.Unstru
 // it waits until the server's APIServices are Available.
 func (s *Server) start(ctx context.Context, objs []*unstructured.Unstructured, deploy *unstructured.Unstructured, cfg ServerConfig, ctrlArgs ...string) error {
 	if ctrl, _ := findNamed(objs, "Deployment", controllerDeployment); ctrl != nil {
-		args, sa, err := containerArgs(ctrl, controllerContainer)
+		ctr, spec, err := container(ctrl, controllerContainer)
 		if err != nil {
 			return err
 		}
-		s.controllerArgs, s.controllerSA = append(append(args, ctrlArgs...), cfg.ControllerArgs...), sa
+		s.controllerArgs = append(append(ctr.Args, ctrlArgs...), cfg.ControllerArgs...)
+		s.controllerSA = cmp.Or(spec.ServiceAccountName, "default")
 		if err := s.ensureController(ctx); err != nil {
 			return err
 		}
 	}
-	args, sa, err := containerArgs(deploy, serverContainer)
+	ctr, spec, err := container(deploy, serverContainer)
 	if err != nil {
 		return err
 	}
-	mounts, err := secretMounts(deploy, serverContainer)
-	if err != nil {
+	if err := s.mountVolumes(ctx, ctr, spec.Volumes); err != nil {
 		return err
 	}
-	if err := s.mountVolumes(ctx, mounts, args); err != nil {
-		return err
-	}
+	sa := cmp.Or(spec.ServiceAccountName, "default")
 	kubeconfig, err := s.cluster.ServiceAccountKubeconfig(ctx, s.Namespace, sa)
 	if err != nil {
 		return err
 	}
-	args = hostArgs(args, kubeconfig, s.Port, cfg)
+	args := hostArgs(ctr.Args, kubeconfig, s.Port, cfg)
 	proc, err := s.cluster.StartProcess(cfg.ProcessName, filepath.Join(cfg.BinDir, ServerBinary), args...)
 	if err != nil {
 		return err
@@ -221,29 +215,23 @@ func (cfg *ServerConfig) complete() error {
 	if cfg.KubeletCAFile == "" {
 		return errors.New("ServerConfig.KubeletCAFile is required")
 	}
-	if cfg.ManifestsDir == "" || cfg.BinDir == "" {
+	if cfg.ManifestsDir == "" {
 		root, err := RepoRoot()
 		if err != nil {
 			return err
 		}
-		if cfg.ManifestsDir == "" {
-			cfg.ManifestsDir = filepath.Join(root, "manifests", "base")
+		cfg.ManifestsDir = filepath.Join(root, "manifests", "base")
+	}
+	if cfg.BinDir == "" {
+		dir, err := BinDir()
+		if err != nil {
+			return err
 		}
-		if cfg.BinDir == "" {
-			if cfg.BinDir, err = BinDir(); err != nil {
-				return err
-			}
-		}
+		cfg.BinDir = dir
 	}
-	if cfg.MetricResolution == 0 {
-		cfg.MetricResolution = 5 * time.Second
-	}
-	if cfg.KubeletRequestTimeout == 0 {
-		cfg.KubeletRequestTimeout = 3 * time.Second
-	}
-	if cfg.ProcessName == "" {
-		cfg.ProcessName = ServerBinary
-	}
+	cfg.MetricResolution = cmp.Or(cfg.MetricResolution, 5*time.Second)
+	cfg.KubeletRequestTimeout = cmp.Or(cfg.KubeletRequestTimeout, 3*time.Second)
+	cfg.ProcessName = cmp.Or(cfg.ProcessName, ServerBinary)
 	return CheckBinaries(cfg.BinDir, ServerBinary)
 }
 
@@ -278,100 +266,21 @@ func onLoopback(objs []*unstructured.Unstructured, port int) (apply, registratio
 // EndpointSlices may not name loopback addresses), on the server's port
 // (loopback forces a port nobody else holds; 443 needs privileges).
 func exposeOnLoopback(svc *unstructured.Unstructured, port int) error {
-	ports, _, err := unstructured.NestedSlice(svc.Object, "spec", "ports")
-	if err != nil {
+	raw, _, _ := unstructured.NestedMap(svc.Object, "spec")
+	var spec corev1.ServiceSpec
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &spec); err != nil {
 		return fmt.Errorf("service %s: %w", svc.GetName(), err)
 	}
-	if len(ports) != 1 {
-		return fmt.Errorf("service %s: want exactly one port, got %d", svc.GetName(), len(ports))
+	if len(spec.Ports) != 1 {
+		return fmt.Errorf("service %s: want exactly one port, got %d", svc.GetName(), len(spec.Ports))
 	}
-	p, ok := ports[0].(map[string]any)
-	if !ok {
-		return fmt.Errorf("service %s: malformed port", svc.GetName())
-	}
-	p["port"] = int64(port)
-	p["targetPort"] = int64(port)
-	if err := unstructured.SetNestedSlice(svc.Object, []any{p}, "spec", "ports"); err != nil {
-		return err
-	}
-	if err := unstructured.SetNestedField(svc.Object, "ExternalName", "spec", "type"); err != nil {
-		return err
-	}
-	return unstructured.SetNestedField(svc.Object, "localhost", "spec", "externalName")
-}
-
-// Register applies the server's Service and APIServices again, so that the
-// aggregator sends their requests to this server, runs its certificate
-// controller in place of any other, and waits as DeployServer does.
-func (s *Server) Register(ctx context.Context) error {
-	if err := Apply(ctx, s.cluster, s.Process.Name()+"-register", s.registration); err != nil {
-		return err
-	}
-	if err := s.ensureController(ctx); err != nil {
-		return err
-	}
-	return s.waitAvailable(ctx)
-}
-
-// ensureController makes s's certificate controller the one that runs in
-// its cluster: it stops another's, and starts s's unless it runs.
-func (s *Server) ensureController(ctx context.Context) error {
-	if s.controllerArgs == nil {
-		return nil
-	}
-	controllers.Lock()
-	defer controllers.Unlock()
-	cur := controllers.running[s.cluster]
-	if cur == s && s.Controller != nil && s.Controller.Err() == nil {
-		return nil
-	}
-	if cur != nil && cur.Controller != nil {
-		if err := cur.Controller.Stop(); err != nil {
-			return fmt.Errorf("stop the certificate controller of %s: %w", cur.name, err)
-		}
-		cur.Controller = nil
-	}
-	delete(controllers.running, s.cluster)
-	kubeconfig, err := s.cluster.ServiceAccountKubeconfig(ctx, s.Namespace, s.controllerSA)
+	spec.Ports[0].Port, spec.Ports[0].TargetPort = int32(port), intstr.FromInt32(int32(port))
+	spec.Type, spec.ExternalName = corev1.ServiceTypeExternalName, "localhost"
+	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&spec)
 	if err != nil {
 		return err
 	}
-	s.controllerRuns++
-	name := fmt.Sprintf("%s-cert-controller-%d", s.name, s.controllerRuns)
-	args := append(append([]string{}, s.controllerArgs...), "--kubeconfig="+kubeconfig)
-	proc, err := s.cluster.StartProcess(name, filepath.Join(s.binDir, ServerBinary), args...)
-	if err != nil {
-		return err
-	}
-	s.Controller = proc
-	controllers.running[s.cluster] = s
-	return nil
-}
-
-// Undeploy hands the Service and APIServices back to prev (Register), deletes
-// the APIServices s registered that prev does not, and stops s. The other
-// objects s applied stay.
-func (s *Server) Undeploy(ctx context.Context, prev *Server) error {
-	if err := prev.Register(ctx); err != nil {
-		return err
-	}
-	var errs []error
-	for _, name := range s.APIServices {
-		if slices.Contains(prev.APIServices, name) {
-			continue
-		}
-		err := s.cluster.APIServices().Delete(ctx, name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete APIService %s: %w", name, err))
-		}
-	}
-	if err := s.Process.Stop(); err != nil {
-		errs = append(errs, err)
-	}
-	if s.stopVolumes != nil {
-		s.stopVolumes()
-	}
-	return errors.Join(errs...)
+	return unstructured.SetNestedMap(svc.Object, raw, "spec")
 }
 
 // waitAvailable waits until every APIService of the server carries a
@@ -405,12 +314,11 @@ func (s *Server) waitAvailable(ctx context.Context) error {
 }
 
 func (s *Server) verifyServing(ctx context.Context, caBundle []byte) error {
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caBundle) {
-		return errors.New("caBundle holds no certificate")
+	tlsCfg, err := rest.TLSConfigFor(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: caBundle, ServerName: s.ServiceHost}})
+	if err != nil {
+		return err
 	}
-	d := tls.Dialer{Config: &tls.Config{RootCAs: pool, ServerName: s.ServiceHost, MinVersion: tls.VersionTLS12}}
-	conn, err := d.DialContext(ctx, "tcp", s.Address())
+	conn, err := (&tls.Dialer{Config: tlsCfg}).DialContext(ctx, "tcp", s.Address())
 	if err != nil {
 		return fmt.Errorf("TLS to %s as %s: %w", s.Address(), s.ServiceHost, err)
 	}
@@ -427,20 +335,16 @@ func (s *Server) RESTConfig() *rest.Config {
 	return adminConfig(s.cluster, s.Address(), s.ServiceHost, s.CABundle)
 }
 
-// adminConfig reaches addr directly with the cluster admin's credentials,
-// verifying its certificate against ca for serverName ("": addr's host).
+// adminConfig reaches addr directly with the cluster admin's credentials
+// and client settings, verifying its certificate against ca for serverName
+// ("": addr's host).
 func adminConfig(c *cluster.Cluster, addr, serverName string, ca []byte) *rest.Config {
-	admin := c.RESTConfig()
-	return &rest.Config{
-		Host: "https://" + addr,
-		TLSClientConfig: rest.TLSClientConfig{
-			ServerName: serverName,
-			CAData:     ca,
-			CertData:   admin.CertData,
-			KeyData:    admin.KeyData,
-		},
-		Timeout: 30 * time.Second,
-	}
+	cfg := c.RESTConfig()
+	cfg.Host = "https://" + addr
+	cfg.ServerName = serverName
+	cfg.CAData = ca
+	cfg.Timeout = 30 * time.Second
+	return cfg
 }
 
 // HTTPClient returns a client for RESTConfig.
@@ -459,4 +363,31 @@ func hostArgs(manifestArgs []string, kubeconfig string, port int, cfg ServerConf
 		"--kubelet-request-timeout="+cfg.KubeletRequestTimeout.String(),
 	)
 	return append(args, cfg.ExtraArgs...)
+}
+
+// PermitPortSharing is the server flag (from k8s.io/apiserver's secure
+// serving options) that binds the secure port with SO_REUSEPORT. Deploy a
+// server with it in ExtraArgs to run replicas of it on the same address and
+// port: the aggregator dials the ExternalName Service's host, localhost,
+// which resolves to 127.0.0.1 only, and the kernel spreads the new
+// connections over every replica listening there.
+const PermitPortSharing = "--permit-port-sharing"
+
+// StartAgain starts the server's command line (Args) once more as a new
+// process named name, with the same address, port, flags and serving
+// certificate Secret. With PermitPortSharing in Args it runs next to the
+// current process, as a second replica; otherwise the current process must
+// have exited first. It does not wait for the new process to be ready.
+func (s *Server) StartAgain(name string) (*cluster.Process, error) {
+	return s.cluster.StartProcess(name, filepath.Join(s.binDir, ServerBinary), s.Args...)
+}
+
+// CABundle returns the caBundle of the APIService name.
+func CABundle(ctx context.Context, c *cluster.Cluster, name string) ([]byte, error) {
+	obj, err := c.APIServices().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	b64, _, _ := unstructured.NestedString(obj.Object, "spec", "caBundle")
+	return base64.StdEncoding.DecodeString(b64)
 }

@@ -40,8 +40,7 @@ const ukpdToken = "e2e-ukpd-token"
 
 // Ukpd is an in-process fake ukpd: the platform API over TLS on 127.0.0.1,
 // and its control API (test/fakeukpd/README.md) in plain HTTP on another
-// loopback port. Down and Up take the platform API off the network and put
-// it back on the same address.
+// loopback port.
 type Ukpd struct {
 	*fakeukpd.Server
 	// URL is the platform API's base URL; TokenFile and CAFile are what a
@@ -105,23 +104,11 @@ func (u *Ukpd) ServerArgs() []string {
 	}
 }
 
-// Up serves the platform API again, on the same address, without a
-// transport fault.
-func (u *Ukpd) Up() error { return u.api.SetTransportFault("") }
-
-// Down closes the platform API's listener and connections: clients get
-// "connection refused" until Up.
-func (u *Ukpd) Down() error { return u.api.SetTransportFault(fakecore.FaultRefused) }
-
-// BreakTransport breaks the platform API below HTTP with a transport fault
-// (fakecore.FaultRefused or one that breaks TLS); the returned heal puts it
-// back as it was.
-func (u *Ukpd) BreakTransport(kind fakecore.FaultKind) (heal func() error, err error) {
-	if err := u.api.SetTransportFault(kind); err != nil {
-		return nil, errors.Join(err, u.Up())
-	}
-	return u.Up, nil
-}
+// SetTransportFault breaks the platform API below HTTP with a transport
+// fault: fakecore.FaultRefused closes its listener and connections, so that
+// clients get "connection refused", others break TLS. "" serves it again,
+// on the same address.
+func (u *Ukpd) SetTransportFault(kind fakecore.FaultKind) error { return u.api.SetTransportFault(kind) }
 
 // Close stops both APIs.
 func (u *Ukpd) Close() error {
@@ -135,8 +122,8 @@ func (u *Ukpd) Close() error {
 
 // AddKraftletNode registers a kwok node as kraftlet would: labelled
 // KraftletNodeLabel=true and tainted with KraftletTaintKey, so that only
-// pods that tolerate it (KraftletPodSpec) land there. No kubelet listens
-// behind its kubelet port.
+// pods that tolerate it (CreateKraftletDeployment's) land there. No kubelet
+// listens behind its kubelet port.
 func AddKraftletNode(ctx context.Context, c *cluster.Cluster, name string) error {
 	ports, err := cluster.FreePorts(1)
 	if err != nil {
@@ -147,19 +134,13 @@ func AddKraftletNode(ctx context.Context, c *cluster.Cluster, name string) error
 	return c.CreateNode(ctx, node)
 }
 
-// KraftletPodSpec pins a pod spec to kraftlet nodes: it selects their label
-// and tolerates their taint.
-func KraftletPodSpec(spec *corev1.PodSpec) {
-	spec.NodeSelector = map[string]string{KraftletNodeLabel: "true"}
-	spec.Tolerations = append(spec.Tolerations, corev1.Toleration{
+// CreateKraftletDeployment creates a Deployment like CreateDeployment whose
+// pods run on kraftlet nodes: they select their label and tolerate their
+// taint.
+func CreateKraftletDeployment(ctx context.Context, client kubernetes.Interface, d DeploymentSpec) error {
+	return createDeployment(ctx, client, d, "unikraft.org/nginx:latest", map[string]string{KraftletNodeLabel: "true"}, corev1.Toleration{
 		Key: KraftletTaintKey, Operator: corev1.TolerationOpEqual, Value: KraftletTaintValue, Effect: corev1.TaintEffectNoSchedule,
 	})
-}
-
-// CreateKraftletDeployment creates a Deployment like CreateDeployment whose
-// pods run on kraftlet nodes.
-func CreateKraftletDeployment(ctx context.Context, client kubernetes.Interface, d DeploymentSpec) error {
-	return createDeployment(ctx, client, d, "unikraft.org/nginx:latest", KraftletPodSpec)
 }
 
 // UkpdUsage is what one instance (one container) reports.

@@ -3,6 +3,7 @@ package env
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -12,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 )
 
 // CreateNamespace creates a namespace and waits for its default
@@ -48,22 +51,19 @@ func (d DeploymentSpec) Selector() labels.Selector { return labels.SelectorFromS
 // CreateDeployment creates a Deployment whose pods kwok runs on the fake
 // nodes.
 func CreateDeployment(ctx context.Context, client kubernetes.Interface, d DeploymentSpec) error {
-	return createDeployment(ctx, client, d, "registry.k8s.io/pause:3.10", func(spec *corev1.PodSpec) {
-		spec.NodeSelector = map[string]string{"type": "kwok"}
-		spec.Tolerations = []corev1.Toleration{{
-			Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule,
-		}}
+	return createDeployment(ctx, client, d, "registry.k8s.io/pause:3.10", map[string]string{"type": "kwok"}, corev1.Toleration{
+		Key: cluster.KwokNodeAnnotation, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule,
 	})
 }
 
 // createDeployment creates d's Deployment, its containers of image, its
-// pod spec pinned to nodes by pin.
-func createDeployment(ctx context.Context, client kubernetes.Interface, d DeploymentSpec, image string, pin func(*corev1.PodSpec)) error {
+// pods pinned to the nodes nodeSelector selects, tolerating toleration.
+func createDeployment(ctx context.Context, client kubernetes.Interface, d DeploymentSpec, image string, nodeSelector map[string]string, toleration corev1.Toleration) error {
 	names := d.Containers
 	if len(names) == 0 {
 		names = []string{"app"}
 	}
-	pod := corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To[int64](0)}
+	pod := corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To[int64](0), NodeSelector: nodeSelector, Tolerations: []corev1.Toleration{toleration}}
 	for _, n := range names {
 		ctr := corev1.Container{Name: n, Image: image}
 		if d.CPURequest != "" {
@@ -74,7 +74,6 @@ func createDeployment(ctx context.Context, client kubernetes.Interface, d Deploy
 		}
 		pod.Containers = append(pod.Containers, ctr)
 	}
-	pin(&pod)
 	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace, Labels: d.Labels()},
 		Spec: appsv1.DeploymentSpec{
@@ -117,30 +116,18 @@ func CreateCPUHPA(ctx context.Context, client kubernetes.Interface, namespace, n
 	return nil
 }
 
-// RunningPods returns the Running pods in namespace matching selector.
-func RunningPods(ctx context.Context, client kubernetes.Interface, namespace string, selector labels.Selector) ([]corev1.Pod, error) {
-	list, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
-	if err != nil {
-		return nil, err
-	}
-	var out []corev1.Pod
-	for _, p := range list.Items {
-		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-			out = append(out, p)
-		}
-	}
-	return out, nil
-}
-
 // WaitForRunningPods waits until exactly n pods in namespace matching
-// selector are Running.
+// selector are Running, and returns them.
 func WaitForRunningPods(ctx context.Context, client kubernetes.Interface, namespace string, selector labels.Selector, n int) ([]corev1.Pod, error) {
 	var pods []corev1.Pod
 	err := Poll(ctx, fmt.Sprintf("%d Running pods %s in %s", n, selector, namespace), nil, func(ctx context.Context) error {
-		var err error
-		if pods, err = RunningPods(ctx, client, namespace, selector); err != nil {
+		list, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
+		if err != nil {
 			return err
 		}
+		pods = slices.DeleteFunc(list.Items, func(p corev1.Pod) bool {
+			return p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil
+		})
 		if len(pods) != n {
 			return fmt.Errorf("%d Running", len(pods))
 		}
