@@ -10,7 +10,6 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
@@ -50,12 +49,6 @@ func run(ctx context.Context, cfg *Config) (err error) {
 			return err
 		}
 	}
-	control, controlAddress, err := fakecore.Listen(cfg.ControlAddress, fakekubelet.NewControlHandler(fleet))
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, control.Stop()) }()
-
 	if cfg.PodInformer {
 		if err := fleet.StartPodInformer(ctx, client); err != nil {
 			return err
@@ -66,18 +59,12 @@ func run(ctx context.Context, cfg *Config) (err error) {
 			return err
 		}
 	}
-	if cfg.CertDir != "" {
-		if err := writeCertDir(cfg.CertDir, fleet, controlAddress); err != nil {
-			return err
+	return fakecore.ServeControl(ctx, "fake kubelet fleet", cfg.ControlAddress, fakekubelet.NewControlHandler(fleet), func(addr string) error {
+		if cfg.CertDir == "" {
+			return nil
 		}
-	}
-	klog.InfoS("Fake kubelet fleet ready", "nodes", len(cfg.NodeNames), "controlAddress", controlAddress)
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-control.Done():
-		return fmt.Errorf("control API stopped: %w", control.Err())
-	}
+		return writeCertDir(cfg.CertDir, fleet, addr)
+	})
 }
 
 // clusterClient returns a client for kubeconfig, or nil without one.
