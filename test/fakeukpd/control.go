@@ -8,23 +8,15 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// InstanceRequest is the body of POST /v1/instances on the control API.
-// CPU is in cores and Memory (the resident set) in bytes, each a number or
-// a Kubernetes quantity ("250m", "1.5", "64Mi").
+// InstanceRequest is the body of POST /v1/instances on the control API:
+// an InstanceSpec whose CPU is in cores and Memory (the resident set) in
+// bytes, each a number or a Kubernetes quantity ("250m", "1.5", "64Mi").
 type InstanceRequest struct {
-	Namespace string             `json:"namespace,omitempty"`
-	Pod       string             `json:"pod,omitempty"`
-	Container string             `json:"container,omitempty"`
-	Node      string             `json:"node,omitempty"`
-	Name      string             `json:"name,omitempty"`
-	UUID      string             `json:"uuid,omitempty"`
-	Tags      []string           `json:"tags,omitempty"`
-	State     string             `json:"state,omitempty"`
-	CPU       *resource.Quantity `json:"cpu,omitempty"`
-	Memory    *resource.Quantity `json:"memory,omitempty"`
+	InstanceSpec
+	CPU    *resource.Quantity `json:"cpu,omitempty"`
+	Memory *resource.Quantity `json:"memory,omitempty"`
 }
 
 // UsageRequest is the body of the control API's usage calls; an absent
@@ -33,16 +25,6 @@ type UsageRequest struct {
 	Container string             `json:"container,omitempty"`
 	CPU       *resource.Quantity `json:"cpu,omitempty"`
 	Memory    *resource.Quantity `json:"memory,omitempty"`
-}
-
-// FaultRequest is the body of PUT /v1/fault.
-type FaultRequest struct {
-	Kind  FaultKind       `json:"kind"`
-	Path  string          `json:"path,omitempty"`
-	Delay metav1.Duration `json:"delay,omitzero"`  // Go duration, for Slow
-	Bytes int64           `json:"bytes,omitempty"` // for HugeBody
-	// Offset is a Go duration, for ClockBackwards and ClockOffset.
-	Offset metav1.Duration `json:"offset,omitzero"`
 }
 
 // NewControlHandler returns the plain-HTTP control API of s (see
@@ -67,11 +49,11 @@ func NewControlHandler(s *Server, caPEM []byte) http.Handler {
 	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/stop", fakecore.Route(ok, c.byPod(s.Stop)))
 	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/drain", fakecore.Route(ok, c.byPod(s.Drain)))
 	mux.HandleFunc("DELETE /v1/namespaces/{namespace}/pods/{pod}", fakecore.Route(ok, c.byPod(s.Remove)))
-	mux.HandleFunc("GET /v1/fault", fakecore.Route(ok, func(*http.Request, fakecore.None) (any, error) { return faultStates(s.Faults()), nil }))
+	mux.HandleFunc("GET /v1/fault", fakecore.Route(ok, func(*http.Request, fakecore.None) (any, error) { return s.Faults(), nil }))
 	mux.HandleFunc("PUT /v1/fault", fakecore.Route(ok, c.setFault))
 	mux.HandleFunc("DELETE /v1/fault", fakecore.Route(ok, func(r *http.Request, _ fakecore.None) (any, error) {
 		s.ClearFault(FaultKind(r.URL.Query().Get("kind")))
-		return faultStates(s.Faults()), nil
+		return s.Faults(), nil
 	}))
 	return mux
 }
@@ -80,10 +62,7 @@ func NewControlHandler(s *Server, caPEM []byte) http.Handler {
 type control struct{ s *Server }
 
 func (c *control) addInstance(_ *http.Request, req InstanceRequest) (any, error) {
-	spec := InstanceSpec{
-		Namespace: req.Namespace, Pod: req.Pod, Container: req.Container, Node: req.Node,
-		Name: req.Name, UUID: req.UUID, Tags: req.Tags, State: req.State,
-	}
+	spec := req.InstanceSpec
 	if req.CPU != nil {
 		spec.CPUCores = req.CPU.AsApproximateFloat64()
 	}
@@ -161,18 +140,9 @@ func (c *control) setUsage(id string, req UsageRequest) error {
 	return nil
 }
 
-func (c *control) setFault(_ *http.Request, req FaultRequest) (any, error) {
-	f := Fault{Kind: req.Kind, Path: req.Path, Delay: req.Delay.Duration, Bytes: req.Bytes, Offset: req.Offset.Duration}
+func (c *control) setFault(_ *http.Request, f Fault) (any, error) {
 	if err := c.s.SetFault(f); err != nil {
 		return nil, err
 	}
-	return faultStates(c.s.Faults()), nil
-}
-
-func faultStates(faults []Fault) []FaultRequest {
-	out := make([]FaultRequest, 0, len(faults))
-	for _, f := range faults {
-		out = append(out, FaultRequest{Kind: f.Kind, Path: f.Path, Delay: metav1.Duration{Duration: f.Delay}, Bytes: f.Bytes, Offset: metav1.Duration{Duration: f.Offset}})
-	}
-	return out
+	return c.s.Faults(), nil
 }
