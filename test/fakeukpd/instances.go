@@ -102,7 +102,11 @@ func (in *instance) counterNS(now time.Time) float64 {
 	return in.cpuNS + in.CPUCores*float64(now.Sub(in.since))
 }
 
-// uptime is the accumulated uptime at now.
+// uptime is the uptime accumulated over every start at now, which stands
+// still while the instance does not run: what the platform's metrics
+// example shows (a standby instance with start_count 2 and more uptime than
+// its last run lasted) and its instance-metrics tutorial says ("total
+// accumulated uptime of the instance ... across all starts").
 func (in *instance) uptime(now time.Time) time.Duration {
 	if !in.runs() {
 		return in.upNS

@@ -69,15 +69,6 @@ func rfc3339(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// uptimeMS is the uptime accumulated over every start, which stands still
-// while the instance does not run: what the platform's metrics example
-// shows (a standby instance with start_count 2 and more uptime than its
-// last run lasted) and its instance-metrics tutorial says ("total
-// accumulated uptime of the instance ... across all starts").
-func (in *instance) uptimeMS(now time.Time) int64 {
-	return in.uptime(now).Milliseconds()
-}
-
 func (in *instance) stoppedAt(df dataFaults) string {
 	if in.runs() {
 		return ""
@@ -104,7 +95,7 @@ func (s *Server) writeList(w http.ResponseWriter, r *http.Request, start time.Ti
 			Image:    "fake.unikraft.io/" + cmp.Or(in.Container, "app") + ":latest",
 			MemoryMB: 256, VCPUs: in.vcpus(),
 			StartCount: in.StartCount, StartedAt: rfc3339(df.back(in.StartedAt)), StoppedAt: in.stoppedAt(df),
-			UptimeMS: in.uptimeMS(now), RestartPolicy: "never", Tags: in.Tags,
+			UptimeMS: in.uptime(now).Milliseconds(), RestartPolicy: "never", Tags: in.Tags,
 		}
 		entries = append(entries, e)
 		if df.duplicate && in.runs() {
@@ -182,7 +173,7 @@ func (s *Server) metrics(ids []string) ([]metricsEntry, bool) {
 		e := metricsEntry{
 			Status: "success", UUID: in.UUID, Name: in.Name, State: in.State,
 			StartCount: in.StartCount, StartedAt: rfc3339(df.back(in.StartedAt)), StoppedAt: in.stoppedAt(df),
-			UptimeMS: in.uptimeMS(now), BootTimeUS: 9000, NetTimeUS: 12000,
+			UptimeMS: in.uptime(now).Milliseconds(), BootTimeUS: 9000, NetTimeUS: 12000,
 			CPUTimeMS: in.cpuTimeMS(now),
 		}
 		if in.runs() {
