@@ -1,6 +1,7 @@
 // Package fakecore is what the fake kubelet fleet and the fake ukpd have in
-// common as programs: the command's shape (flags with klog's, every
-// validation error at once, a signal-aware run), loopback checks for their
+// common as programs: the command's shape (a cobra command run by
+// component-base's cli.Run, every validation error at once, a signal-aware
+// run, the control API served last), loopback checks for their
 // control APIs, the HTTP servers they run (Serve), and atomic writes of the
 // files their users poll for.
 package fakecore
@@ -10,17 +11,16 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"k8s.io/klog/v2"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/component-base/cli"
 )
 
 // Options are a fake command's flags.
@@ -30,59 +30,28 @@ type Options interface {
 	Validate() []error
 }
 
-// Command is a fake's program: its options and what runs once they are
-// valid.
-type Command struct {
-	name string
-	opts Options
-	run  func(ctx context.Context) error
-	fs   *pflag.FlagSet
-}
-
-// NewCommand makes the command name with opts' flags and klog's; run sees
-// the options parsed and valid.
-func NewCommand(name string, opts Options, run func(ctx context.Context) error) *Command {
-	c := &Command{name: name, opts: opts, run: run, fs: pflag.NewFlagSet(name, pflag.ContinueOnError)}
-	opts.AddFlags(c.fs)
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	c.fs.AddGoFlagSet(klogFlags)
-	return c
-}
-
-// Execute parses args, validates them and runs until ctx ends. --help
-// prints the flags and returns nil.
-func (c *Command) Execute(ctx context.Context, args []string) error {
-	errs := c.Check(args)
-	switch {
-	case len(errs) == 1 && errors.Is(errs[0], pflag.ErrHelp):
-		return nil
-	case len(errs) > 0:
-		return errors.Join(errs...)
+// NewCommand makes the command name with opts' flags; run sees the options
+// parsed and valid, and the command's context.
+func NewCommand(name string, opts Options, run func(ctx context.Context) error) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:  name,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if errs := opts.Validate(); len(errs) > 0 {
+				return errors.Join(errs...)
+			}
+			return run(cmd.Context())
+		},
 	}
-	return c.run(ctx)
+	opts.AddFlags(cmd.Flags())
+	return cmd
 }
 
-// Check parses args and returns the parse error or every validation error,
-// without running anything.
-func (c *Command) Check(args []string) []error {
-	if err := c.fs.Parse(args); err != nil {
-		return []error{err}
-	}
-	return c.opts.Validate()
-}
-
-// Main executes the command with the process's arguments until SIGINT or
-// SIGTERM, and exits 1 when it fails.
-func (c *Command) Main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := c.Execute(ctx, os.Args[1:])
-	stop()
-	if err != nil {
-		klog.ErrorS(err, c.name+" failed")
-		klog.Flush()
-		os.Exit(1)
-	}
+// Main runs cmd, with klog's flags, until SIGINT or SIGTERM, and exits 1
+// when it fails.
+func Main(cmd *cobra.Command) {
+	cmd.SetContext(genericapiserver.SetupSignalContext())
+	os.Exit(cli.Run(cmd))
 }
 
 // CheckLoopback returns an error unless addr is host:port on a loopback

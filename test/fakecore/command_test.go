@@ -45,8 +45,10 @@ func TestExecute(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ran := false
 			c := NewCommand("test", &testOptions{}, func(context.Context) error { ran = true; return nil })
-			c.fs.SetOutput(&strings.Builder{})
-			err := c.Execute(context.Background(), tc.args)
+			c.SetOut(&strings.Builder{})
+			c.SetErr(&strings.Builder{})
+			c.SetArgs(tc.args)
+			err := c.ExecuteContext(context.Background())
 			if ran != tc.wantRun {
 				t.Errorf("ran %v, want %v", ran, tc.wantRun)
 			}
