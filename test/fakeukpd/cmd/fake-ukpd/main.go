@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -47,8 +48,9 @@ func run(ctx context.Context, cfg *Options, ready chan<- fakeukpd.State) (err er
 		if err != nil {
 			return err
 		}
+		host, _, _ := net.SplitHostPort(cfg.Listen)
 		api, err := fakecore.NewEndpoint(fakecore.EndpointConfig{
-			Addr: cfg.Listen, Handler: srv, CA: ca, Leaf: fakeukpd.ServingLeaf("127.0.0.1", "::1", "localhost"),
+			Addr: cfg.Listen, Handler: srv, CA: ca, Leaf: fakeukpd.ServingLeaf("127.0.0.1", "::1", "localhost", host),
 		})
 		if err != nil {
 			return err
