@@ -240,14 +240,9 @@ func (s *Server) update(id string, fn func(in *instance, now time.Time)) error {
 var ErrNotFound = fakecore.ErrNotFound
 
 // Instance returns the instance with that UUID or name.
-func (s *Server) Instance(id string) (Instance, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	in := s.find(id)
-	if in == nil {
-		return Instance{}, fmt.Errorf("instance %q: %w", id, ErrNotFound)
-	}
-	return in.public(s.clock.Now()), nil
+func (s *Server) Instance(id string) (out Instance, err error) {
+	err = s.update(id, func(in *instance, now time.Time) { out = in.public(now) })
+	return out, err
 }
 
 // Instances returns every instance, by UUID.
@@ -335,12 +330,5 @@ func (s *Server) Stop(id string) error {
 
 // Remove deletes an instance.
 func (s *Server) Remove(id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	in := s.find(id)
-	if in == nil {
-		return fmt.Errorf("instance %q: %w", id, ErrNotFound)
-	}
-	delete(s.instances, in.UUID)
-	return nil
+	return s.update(id, func(in *instance, _ time.Time) { delete(s.instances, in.UUID) })
 }
