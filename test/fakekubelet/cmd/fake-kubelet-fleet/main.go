@@ -6,14 +6,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-
-	"github.com/spf13/cobra"
+	"k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/keyutil"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
@@ -91,11 +91,8 @@ func clusterClient(kubeconfig string) (kubernetes.Interface, error) {
 }
 
 // writeCertDir writes the CA, a client certificate the nodes accept and,
-// last, fleet.json, each atomically.
+// last and atomically, fleet.json.
 func writeCertDir(dir string, fleet *fakekubelet.Fleet, controlAddress string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create cert dir: %w", err)
-	}
 	certPEM, keyPEM, err := fleet.IssueClientCertificate("fake-kubelet-client")
 	if err != nil {
 		return err
@@ -109,18 +106,9 @@ func writeCertDir(dir string, fleet *fakekubelet.Fleet, controlAddress string) e
 	for _, n := range fleet.Nodes() {
 		f.Nodes = append(f.Nodes, fakekubelet.FleetNode{Name: n.Name(), Port: n.Port()})
 	}
-	for _, w := range []struct {
-		path string
-		data []byte
-		mode os.FileMode
-	}{
-		{f.CAFile, fleet.CACertPEM(), 0o644},
-		{f.ClientCertFile, certPEM, 0o644},
-		{f.ClientKeyFile, keyPEM, 0o600},
-	} {
-		if err := fakecore.WriteAtomic(w.path, w.data, w.mode); err != nil {
-			return err
-		}
+	err = errors.Join(cert.WriteCert(f.CAFile, fleet.CACertPEM()), cert.WriteCert(f.ClientCertFile, certPEM), keyutil.WriteKey(f.ClientKeyFile, keyPEM))
+	if err != nil {
+		return err
 	}
 	return fakecore.WriteState(filepath.Join(dir, fakekubelet.StateFileName), f)
 }

@@ -5,13 +5,12 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/util/cert"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
@@ -57,10 +56,7 @@ func run(ctx context.Context, cfg *Options, ready chan<- fakeukpd.State) (err er
 		}
 		defer func() { err = errors.Join(err, api.Close()) }()
 		caPEM, state.URL, state.CAFile = ca.CertPEM(), "https://"+api.Addr(), filepath.Join(cfg.TLSCertDir, "ca.crt")
-		if err := os.MkdirAll(cfg.TLSCertDir, 0o755); err != nil {
-			return fmt.Errorf("create TLS cert dir: %w", err)
-		}
-		if err := fakecore.WriteAtomic(state.CAFile, caPEM, 0o644); err != nil {
+		if err := cert.WriteCert(state.CAFile, caPEM); err != nil {
 			return err
 		}
 	}
