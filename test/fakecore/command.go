@@ -109,7 +109,7 @@ func WriteState(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	return WriteAtomic(path, append(b, '\n'), 0o644)
+	return writeAtomic(path, append(b, '\n'), 0o644)
 }
 
 // ReadState reads what WriteState wrote to path; it fails until the fake
@@ -126,9 +126,9 @@ func ReadState[T any](path string) (*T, error) {
 	return &s, nil
 }
 
-// WriteAtomic writes data to path through a temporary file and a rename,
+// writeAtomic writes data to path through a temporary file and a rename,
 // so a reader polling for path never sees part of it.
-func WriteAtomic(path string, data []byte, mode os.FileMode) error {
+func writeAtomic(path string, data []byte, mode os.FileMode) error {
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, data, mode); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
