@@ -99,7 +99,7 @@ func (c *control) forPod(r *http.Request, container string, op func(string) erro
 	ns, pod := r.PathValue("namespace"), r.PathValue("pod")
 	ids := c.s.InstancesOf(ns, pod, container)
 	if len(ids) == 0 {
-		return nil, fmt.Errorf("instances of pod %s/%s: %w", ns, pod, ErrNotFound)
+		return nil, fmt.Errorf("instances of pod %s/%s: %w", ns, pod, fakecore.ErrNotFound)
 	}
 	for _, id := range ids {
 		if err := op(id); err != nil {

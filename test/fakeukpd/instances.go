@@ -230,14 +230,11 @@ func (s *Server) update(id string, fn func(in *instance, now time.Time)) error {
 	defer s.mu.Unlock()
 	in := s.find(id)
 	if in == nil {
-		return fmt.Errorf("instance %q: %w", id, ErrNotFound)
+		return fmt.Errorf("instance %q: %w", id, fakecore.ErrNotFound)
 	}
 	fn(in, s.clock.Now())
 	return nil
 }
-
-// ErrNotFound is returned for an instance that does not exist.
-var ErrNotFound = fakecore.ErrNotFound
 
 // Instance returns the instance with that UUID or name.
 func (s *Server) Instance(id string) (out Instance, err error) {
