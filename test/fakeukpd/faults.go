@@ -140,7 +140,7 @@ func (s *Server) ClearFault(kind FaultKind) {
 func (s *Server) Faults() []Fault {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []Fault
+	out := make([]Fault, 0, len(s.faults))
 	for _, k := range faultOrder {
 		if f, ok := s.faults[k]; ok {
 			out = append(out, f)
