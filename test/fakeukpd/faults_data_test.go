@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 
 	"github.com/google/go-cmp/cmp"
@@ -79,7 +77,7 @@ func TestClockBackwardsFault(t *testing.T) {
 	if diff := cmp.Diff(want, metricsView(t, h)); diff != "" {
 		t.Errorf("after clearing (-want +got):\n%s", diff)
 	}
-	for _, f := range []Fault{{Kind: fakecore.FaultClockBackwards}, {Kind: fakecore.FaultClockBackwards, Offset: metav1.Duration{Duration: time.Minute}, Path: listPath}} {
+	for _, f := range []Fault{{Kind: fakecore.FaultClockBackwards}, {Kind: fakecore.FaultClockBackwards, Offset: time.Minute, Path: listPath}} {
 		if err := h.s.SetFault(f); err == nil {
 			t.Errorf("SetFault(%+v) accepted", f)
 		}

@@ -33,10 +33,10 @@ type dataFaults struct {
 func (s *Server) dataFaultsLocked() dataFaults {
 	var d dataFaults
 	if f, ok := s.faults[fakecore.FaultClockBackwards]; ok {
-		d.offset = f.Offset.Duration
+		d.offset = f.Offset
 	}
 	if f, ok := s.faults[FaultClockOffset]; ok {
-		d.offset -= f.Offset.Duration
+		d.offset -= f.Offset
 	}
 	_, d.duplicate = s.faults[FaultDuplicateInstances]
 	return d

@@ -83,6 +83,13 @@ func (s *Server) ListRequests() int {
 	return s.listRequests
 }
 
+// SetTokens replaces the accepted tokens given in Config.Tokens.
+func (s *Server) SetTokens(tokens ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tokens = append([]string(nil), tokens...)
+}
+
 const (
 	listPath    = "/v1/instances"
 	metricsPath = "/v1/instances/metrics"

@@ -388,10 +388,3 @@ func TestKraftletTag(t *testing.T) {
 		}
 	}
 }
-
-// SetTokens replaces the accepted tokens given in Config.Tokens.
-func (s *Server) SetTokens(tokens ...string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tokens = append([]string(nil), tokens...)
-}
