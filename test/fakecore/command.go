@@ -2,8 +2,8 @@
 // common as programs: the command's shape (a cobra command run by
 // component-base's cli.Run, every validation error at once, a signal-aware
 // run, the control API served last), loopback checks for their
-// control APIs, the HTTP servers they run (Serve), and atomic writes of the
-// files their users poll for.
+// control APIs, the HTTP servers they run (Listen), the one client of those
+// APIs (Control), and atomic writes of the files their users poll for.
 package fakecore
 
 import (
