@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
 )
 
@@ -345,27 +344,11 @@ func (b *bench) podObject(namespace, name, node string, labels map[string]string
 
 // fleetPods returns how many pods the fleet serves, over all its nodes.
 func (b *bench) fleetPods(ctx context.Context) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.fleet.ControlAddress+"/v1/nodes", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return 0, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("fleet /v1/nodes: %s", resp.Status)
-	}
 	var nodes []struct {
 		NumPods int `json:"numPods"`
 	}
-	if err := json.Unmarshal(body, &nodes); err != nil {
-		return 0, fmt.Errorf("fleet /v1/nodes: %w", err)
+	if err := (fakecore.Control{Address: b.fleet.ControlAddress}).Do(ctx, http.MethodGet, "/v1/nodes", nil, &nodes); err != nil {
+		return 0, err
 	}
 	n := 0
 	for _, node := range nodes {

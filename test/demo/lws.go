@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -40,7 +41,7 @@ func startLWS(ctx context.Context, c *cluster.Cluster, root, bin, control string
 	usage := func(selector, cpu string) string {
 		return fmt.Sprintf(`{"namespace":%q,"selector":%q,"cpu":%q,"memory":"64Mi"}`, lwsNS, selector, cpu)
 	}
-	if err := controlPut(ctx, control, "/v1/usage", usage(pods.String(), "10m")); err != nil {
+	if err := controlPut(ctx, control, "/v1/usage", json.RawMessage(usage(pods.String(), "10m"))); err != nil {
 		return err
 	}
 	example := filepath.Join(root, "manifests", "examples", "lws-group-hpa")

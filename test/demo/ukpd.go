@@ -10,6 +10,7 @@ import (
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
@@ -62,7 +63,7 @@ func startUnikernels(ctx, runCtx context.Context, c *cluster.Cluster, root, bin 
 		return nil, err
 	}
 	err = env.Poll(ctx, "the fake ukpd to write ukpd.json", []*cluster.Process{p}, func(context.Context) error {
-		state, err := fakeukpd.ReadState(filepath.Join(dir, "ukpd.json"))
+		state, err := fakecore.ReadState[fakeukpd.State](filepath.Join(dir, "ukpd.json"))
 		u.state = state
 		return err
 	})

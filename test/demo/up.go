@@ -17,6 +17,7 @@ import (
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
 )
 
@@ -228,8 +229,8 @@ func deploySample(ctx context.Context, c *cluster.Cluster, control string) error
 		return err
 	}
 	spec := env.DeploymentSpec{Namespace: demoNS, Name: "web", Replicas: 3, CPURequest: "100m"}
-	if err := controlPut(ctx, control, "/v1/usage",
-		fmt.Sprintf(`{"namespace":%q,"selector":%q,"cpu":"50m","memory":"64Mi"}`, demoNS, spec.Selector().String())); err != nil {
+	usage := map[string]string{"namespace": demoNS, "selector": spec.Selector().String(), "cpu": "50m", "memory": "64Mi"}
+	if err := controlPut(ctx, control, "/v1/usage", usage); err != nil {
 		return err
 	}
 	if err := env.CreateDeployment(ctx, c.Client(), spec); err != nil {
@@ -242,20 +243,9 @@ func deploySample(ctx context.Context, c *cluster.Cluster, control string) error
 	return err
 }
 
-func controlPut(ctx context.Context, control, path, body string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+control+path, strings.NewReader(body))
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("PUT %s: %s", path, resp.Status)
-	}
-	return nil
+// controlPut sends PUT path with body, JSON, to the fleet's control API.
+func controlPut(ctx context.Context, control, path string, body any) error {
+	return fakecore.Control{Address: control}.Do(ctx, http.MethodPut, path, body, nil)
 }
 
 // waitForTop waits until kubectl top pods prints the sample's pods.

@@ -1,8 +1,9 @@
 // Package fakecore is what the fake kubelet fleet and the fake ukpd have in
-// common as programs: the command's shape (flags with klog's, every
-// validation error at once, a signal-aware run), loopback checks for their
-// control APIs, the HTTP servers they run (Serve), and atomic writes of the
-// files their users poll for.
+// common as programs: the command's shape (a cobra command run by
+// component-base's cli.Run, every validation error at once, a signal-aware
+// run, the control API served last), loopback checks for their
+// control APIs, the HTTP servers they run (Listen), the one client of those
+// APIs (Control), and atomic writes of the files their users poll for.
 package fakecore
 
 import (
@@ -10,17 +11,16 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"k8s.io/klog/v2"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/component-base/cli"
 )
 
 // Options are a fake command's flags.
@@ -30,59 +30,28 @@ type Options interface {
 	Validate() []error
 }
 
-// Command is a fake's program: its options and what runs once they are
-// valid.
-type Command struct {
-	name string
-	opts Options
-	run  func(ctx context.Context) error
-	fs   *pflag.FlagSet
-}
-
-// NewCommand makes the command name with opts' flags and klog's; run sees
-// the options parsed and valid.
-func NewCommand(name string, opts Options, run func(ctx context.Context) error) *Command {
-	c := &Command{name: name, opts: opts, run: run, fs: pflag.NewFlagSet(name, pflag.ContinueOnError)}
-	opts.AddFlags(c.fs)
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	c.fs.AddGoFlagSet(klogFlags)
-	return c
-}
-
-// Execute parses args, validates them and runs until ctx ends. --help
-// prints the flags and returns nil.
-func (c *Command) Execute(ctx context.Context, args []string) error {
-	errs := c.Check(args)
-	switch {
-	case len(errs) == 1 && errors.Is(errs[0], pflag.ErrHelp):
-		return nil
-	case len(errs) > 0:
-		return errors.Join(errs...)
+// NewCommand makes the command name with opts' flags; run sees the options
+// parsed and valid, and the command's context.
+func NewCommand(name string, opts Options, run func(ctx context.Context) error) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:  name,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if errs := opts.Validate(); len(errs) > 0 {
+				return errors.Join(errs...)
+			}
+			return run(cmd.Context())
+		},
 	}
-	return c.run(ctx)
+	opts.AddFlags(cmd.Flags())
+	return cmd
 }
 
-// Check parses args and returns the parse error or every validation error,
-// without running anything.
-func (c *Command) Check(args []string) []error {
-	if err := c.fs.Parse(args); err != nil {
-		return []error{err}
-	}
-	return c.opts.Validate()
-}
-
-// Main executes the command with the process's arguments until SIGINT or
-// SIGTERM, and exits 1 when it fails.
-func (c *Command) Main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := c.Execute(ctx, os.Args[1:])
-	stop()
-	if err != nil {
-		klog.ErrorS(err, c.name+" failed")
-		klog.Flush()
-		os.Exit(1)
-	}
+// Main runs cmd, with klog's flags, until SIGINT or SIGTERM, and exits 1
+// when it fails.
+func Main(cmd *cobra.Command) {
+	cmd.SetContext(genericapiserver.SetupSignalContext())
+	os.Exit(cli.Run(cmd))
 }
 
 // CheckLoopback returns an error unless addr is host:port on a loopback
@@ -140,7 +109,7 @@ func WriteState(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	return WriteAtomic(path, append(b, '\n'), 0o644)
+	return writeAtomic(path, append(b, '\n'), 0o644)
 }
 
 // ReadState reads what WriteState wrote to path; it fails until the fake
@@ -157,9 +126,9 @@ func ReadState[T any](path string) (*T, error) {
 	return &s, nil
 }
 
-// WriteAtomic writes data to path through a temporary file and a rename,
+// writeAtomic writes data to path through a temporary file and a rename,
 // so a reader polling for path never sees part of it.
-func WriteAtomic(path string, data []byte, mode os.FileMode) error {
+func writeAtomic(path string, data []byte, mode os.FileMode) error {
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, data, mode); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)

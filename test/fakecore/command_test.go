@@ -45,8 +45,10 @@ func TestExecute(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ran := false
 			c := NewCommand("test", &testOptions{}, func(context.Context) error { ran = true; return nil })
-			c.fs.SetOutput(&strings.Builder{})
-			err := c.Execute(context.Background(), tc.args)
+			c.SetOut(&strings.Builder{})
+			c.SetErr(&strings.Builder{})
+			c.SetArgs(tc.args)
+			err := c.ExecuteContext(context.Background())
 			if ran != tc.wantRun {
 				t.Errorf("ran %v, want %v", ran, tc.wantRun)
 			}
@@ -76,7 +78,7 @@ func TestCheckLoopback(t *testing.T) {
 func TestWriteAtomic(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.json")
 	for _, data := range []string{"first", "second"} {
-		if err := WriteAtomic(path, []byte(data), 0o600); err != nil {
+		if err := writeAtomic(path, []byte(data), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		got, err := os.ReadFile(path)
@@ -87,7 +89,7 @@ func TestWriteAtomic(t *testing.T) {
 	if _, err := os.Stat(path + ".tmp"); !os.IsNotExist(err) {
 		t.Errorf("temporary file left: %v", err)
 	}
-	if err := WriteAtomic(filepath.Join(t.TempDir(), "no", "dir"), nil, 0o600); err == nil {
+	if err := writeAtomic(filepath.Join(t.TempDir(), "no", "dir"), nil, 0o600); err == nil {
 		t.Error("wrote into a missing directory")
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"k8s.io/klog/v2"
 )
 
 // maxControlBody caps a control request's body.
@@ -95,16 +97,6 @@ type HTTPServer struct {
 	err  error
 }
 
-// Serve serves h on ln.
-func Serve(ln net.Listener, h http.Handler) *HTTPServer {
-	s := &HTTPServer{srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, done: make(chan struct{})}
-	go func() {
-		s.err = s.srv.Serve(ln)
-		close(s.done)
-	}()
-	return s
-}
-
 // Listen serves h on addr, a fake program's API, and returns the address
 // it listens on (the port picked when addr has port 0).
 func Listen(addr string, h http.Handler) (*HTTPServer, string, error) {
@@ -112,16 +104,12 @@ func Listen(addr string, h http.Handler) (*HTTPServer, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	return Serve(ln, h), ln.Addr().String(), nil
-}
-
-// Done is closed when the server stopped serving; Err then says why.
-func (s *HTTPServer) Done() <-chan struct{} { return s.done }
-
-// Err waits until the server stopped serving and returns Serve's error.
-func (s *HTTPServer) Err() error {
-	<-s.done
-	return s.err
+	s := &HTTPServer{srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, done: make(chan struct{})}
+	go func() {
+		s.err = s.srv.Serve(ln)
+		close(s.done)
+	}()
+	return s, ln.Addr().String(), nil
 }
 
 // Stop shuts the server down and waits for Serve to return.
@@ -129,8 +117,31 @@ func (s *HTTPServer) Stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := s.srv.Shutdown(ctx)
-	if serr := s.Err(); !errors.Is(serr, http.ErrServerClosed) {
-		err = errors.Join(err, serr)
+	<-s.done
+	if !errors.Is(s.err, http.ErrServerClosed) {
+		err = errors.Join(err, s.err)
 	}
 	return err
+}
+
+// ServeControl is the end of a fake's program, once the fake is up: it
+// serves control, the fake's control API, on address until ctx ends or
+// that server stops. ready gets the address it listens on, to tell the
+// fake's users (in a state file) where it is.
+func ServeControl(ctx context.Context, name, address string, control http.Handler, ready func(address string) error) (err error) {
+	ctl, addr, err := Listen(address, control)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, ctl.Stop()) }()
+	if err := ready(addr); err != nil {
+		return err
+	}
+	klog.InfoS("Fake ready", "fake", name, "controlAddress", addr)
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-ctl.done:
+		return fmt.Errorf("control API stopped: %w", ctl.err)
+	}
 }

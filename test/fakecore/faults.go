@@ -1,6 +1,7 @@
 package fakecore
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
@@ -106,7 +107,8 @@ func (rs Responder) Serve(w http.ResponseWriter, r *http.Request, kind FaultKind
 		if size <= 0 {
 			size = DefaultHugeBodyBytes
 		}
-		StreamHugeBody(r.Context(), w, size)
+		// A JSON-looking array that never ends.
+		StreamBody(r.Context(), w, "application/json", bytes.Repeat([]byte("[0,"), 10<<10), size)
 	case FaultTruncated:
 		code, body := f.Render()
 		cut := body[:len(body)/2]
@@ -133,20 +135,14 @@ func (rs Responder) Serve(w http.ResponseWriter, r *http.Request, kind FaultKind
 	return true
 }
 
-// StreamHugeBody writes size bytes of a JSON-looking array from a small
-// reused buffer, without a Content-Length.
-func StreamHugeBody(ctx context.Context, w http.ResponseWriter, size int64) {
-	w.Header().Set("Content-Type", "application/json")
+// StreamBody answers 200 with size bytes of chunk over and over, without
+// a Content-Length: a body bigger than any client's cap, from a small
+// buffer.
+func StreamBody(ctx context.Context, w http.ResponseWriter, contentType string, chunk []byte, size int64) {
+	w.Header().Set("Content-Type", contentType)
 	w.WriteHeader(http.StatusOK)
-	chunk := make([]byte, 32<<10)
-	for i := range chunk {
-		chunk[i] = "[0,"[i%3]
-	}
 	for size > 0 {
-		c := chunk
-		if int64(len(c)) > size {
-			c = c[:size]
-		}
+		c := chunk[:min(int64(len(chunk)), size)]
 		if _, err := w.Write(c); err != nil || ctx.Err() != nil {
 			// Abort, so that a cut-short body never looks complete.
 			panic(http.ErrAbortHandler)

@@ -11,20 +11,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// InstanceRequest is the body of POST /v1/instances on the control API.
-// CPU is in cores and Memory (the resident set) in bytes, each a number or
-// a Kubernetes quantity ("250m", "1.5", "64Mi").
+// InstanceRequest is the body of POST /v1/instances on the control API:
+// an InstanceSpec whose CPU is in cores and Memory (the resident set) in
+// bytes, each a number or a Kubernetes quantity ("250m", "1.5", "64Mi").
 type InstanceRequest struct {
-	Namespace string             `json:"namespace,omitempty"`
-	Pod       string             `json:"pod,omitempty"`
-	Container string             `json:"container,omitempty"`
-	Node      string             `json:"node,omitempty"`
-	Name      string             `json:"name,omitempty"`
-	UUID      string             `json:"uuid,omitempty"`
-	Tags      []string           `json:"tags,omitempty"`
-	State     string             `json:"state,omitempty"`
-	CPU       *resource.Quantity `json:"cpu,omitempty"`
-	Memory    *resource.Quantity `json:"memory,omitempty"`
+	InstanceSpec
+	CPU    *resource.Quantity `json:"cpu,omitempty"`
+	Memory *resource.Quantity `json:"memory,omitempty"`
 }
 
 // UsageRequest is the body of the control API's usage calls; an absent
@@ -57,15 +50,11 @@ func NewControlHandler(s *Server, caPEM []byte) http.Handler {
 	mux.HandleFunc("GET /v1/instances/{id}", fakecore.Route(ok, c.byID(nil)))
 	mux.HandleFunc("DELETE /v1/instances/{id}", fakecore.Route(ok, c.byID(s.Remove)))
 	mux.HandleFunc("PUT /v1/instances/{id}/usage", fakecore.Route(ok, c.instanceUsage))
-	mux.HandleFunc("POST /v1/instances/{id}/restart", fakecore.Route(ok, c.byID(s.Restart)))
-	mux.HandleFunc("POST /v1/instances/{id}/standby", fakecore.Route(ok, c.byID(s.Standby)))
-	mux.HandleFunc("POST /v1/instances/{id}/stop", fakecore.Route(ok, c.byID(s.Stop)))
-	mux.HandleFunc("POST /v1/instances/{id}/drain", fakecore.Route(ok, c.byID(s.Drain)))
+	for op, do := range map[string]func(id string) error{"restart": s.Restart, "standby": s.Standby, "stop": s.Stop, "drain": s.Drain} {
+		mux.HandleFunc("POST /v1/instances/{id}/"+op, fakecore.Route(ok, c.byID(do)))
+		mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/"+op, fakecore.Route(ok, c.byPod(do)))
+	}
 	mux.HandleFunc("PUT /v1/namespaces/{namespace}/pods/{pod}/usage", fakecore.Route(ok, c.podUsage))
-	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/restart", fakecore.Route(ok, c.byPod(s.Restart)))
-	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/standby", fakecore.Route(ok, c.byPod(s.Standby)))
-	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/stop", fakecore.Route(ok, c.byPod(s.Stop)))
-	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/drain", fakecore.Route(ok, c.byPod(s.Drain)))
 	mux.HandleFunc("DELETE /v1/namespaces/{namespace}/pods/{pod}", fakecore.Route(ok, c.byPod(s.Remove)))
 	mux.HandleFunc("GET /v1/fault", fakecore.Route(ok, func(*http.Request, fakecore.None) (any, error) { return faultStates(s.Faults()), nil }))
 	mux.HandleFunc("PUT /v1/fault", fakecore.Route(ok, c.setFault))
@@ -80,10 +69,7 @@ func NewControlHandler(s *Server, caPEM []byte) http.Handler {
 type control struct{ s *Server }
 
 func (c *control) addInstance(_ *http.Request, req InstanceRequest) (any, error) {
-	spec := InstanceSpec{
-		Namespace: req.Namespace, Pod: req.Pod, Container: req.Container, Node: req.Node,
-		Name: req.Name, UUID: req.UUID, Tags: req.Tags, State: req.State,
-	}
+	spec := req.InstanceSpec
 	if req.CPU != nil {
 		spec.CPUCores = req.CPU.AsApproximateFloat64()
 	}
@@ -124,7 +110,7 @@ func (c *control) forPod(r *http.Request, container string, op func(string) erro
 	ns, pod := r.PathValue("namespace"), r.PathValue("pod")
 	ids := c.s.InstancesOf(ns, pod, container)
 	if len(ids) == 0 {
-		return nil, fmt.Errorf("instances of pod %s/%s: %w", ns, pod, ErrNotFound)
+		return nil, fmt.Errorf("instances of pod %s/%s: %w", ns, pod, fakecore.ErrNotFound)
 	}
 	for _, id := range ids {
 		if err := op(id); err != nil {

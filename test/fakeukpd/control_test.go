@@ -155,8 +155,8 @@ func TestControlFaults(t *testing.T) {
 	}
 	state = nil
 	c.call(t, "DELETE", "/v1/fault", "", &state)
-	if len(state) != 0 {
-		t.Errorf("after clearing all: %v", state)
+	if state == nil || len(state) != 0 {
+		t.Errorf("after clearing all: %#v, want []", state)
 	}
 
 	resp, err := c.ctl.Client().Get(c.ctl.URL + "/v1/ca.crt")

@@ -2,7 +2,6 @@ package fakeukpd
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -181,7 +180,7 @@ func (s *Server) serveFault(w http.ResponseWriter, r *http.Request, path string,
 	}
 	f := active[0]
 	if f.Kind == FaultHostileText {
-		streamHostileText(r.Context(), w, f.Bytes)
+		fakecore.StreamBody(r.Context(), w, contentTypeText, hostileLine(), f.Bytes)
 		return true
 	}
 	format := fakecore.Format{
@@ -205,22 +204,13 @@ func (s *Server) serveFault(w http.ResponseWriter, r *http.Request, path string,
 	return rs.Serve(w, r, f.Kind, f.Bytes, format)
 }
 
-// streamHostileText writes size bytes of Prometheus text, in lines of
-// 100,000 labels each, without a Content-Length.
-func streamHostileText(ctx context.Context, w http.ResponseWriter, size int64) {
-	w.Header().Set("Content-Type", contentTypeText)
-	w.WriteHeader(http.StatusOK)
+// hostileLine is a line of Prometheus text with 100,000 labels.
+func hostileLine() []byte {
 	var line bytes.Buffer
 	line.WriteString(`instance_cpu_time_s{instance_uuid="hostile"`)
 	for i := range 100_000 {
 		fmt.Fprintf(&line, `,l%d="v"`, i)
 	}
 	line.WriteString("} 1\n")
-	for size > 0 {
-		c := line.Bytes()[:min(int64(line.Len()), size)]
-		if _, err := w.Write(c); err != nil || ctx.Err() != nil {
-			panic(http.ErrAbortHandler)
-		}
-		size -= int64(len(c))
-	}
+	return line.Bytes()
 }

@@ -15,7 +15,7 @@ func (s *Server) resetCounters() {
 	now := s.clock.Now()
 	for _, in := range s.instances {
 		if in.runs() {
-			in.startCount++
+			in.StartCount++
 			in.upNS = in.uptime(now) // uptime goes on over the reset
 			in.cpuNS, in.since = 0, now
 		}

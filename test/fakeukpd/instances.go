@@ -33,22 +33,22 @@ const (
 
 // InstanceSpec describes an instance to add.
 type InstanceSpec struct {
-	Namespace string
-	Pod       string
-	Container string
-	Node      string
+	Namespace string `json:"namespace,omitempty"`
+	Pod       string `json:"pod,omitempty"`
+	Container string `json:"container,omitempty"`
+	Node      string `json:"node,omitempty"`
 	// Name and UUID are generated when empty.
-	Name string
-	UUID string
+	Name string `json:"name,omitempty"`
+	UUID string `json:"uuid,omitempty"`
 	// Tags, when not nil, replace the kraftlet tags built from Namespace,
 	// Pod, Container and Node (to test instances kraftlet did not tag).
-	Tags []string
+	Tags []string `json:"tags,omitempty"`
 	// CPUCores is the CPU rate; RSSBytes the resident set while running.
-	CPUCores float64
-	RSSBytes uint64
+	CPUCores float64 `json:"-"`
+	RSSBytes uint64  `json:"-"`
 	// State is StateRunning (the default), StateStandby, StateStopped or
 	// StateDraining.
-	State string
+	State string `json:"state,omitempty"`
 }
 
 // Instance is the state of an instance, for tests and the control API.
@@ -68,22 +68,17 @@ type Instance struct {
 	StartedAt  time.Time `json:"startedAt,omitzero"`
 }
 
-// instance is the server's record of one instance.
+// instance is the server's record of one instance: its public state (but
+// for CPUTimeMS, which public computes) and what drives its counters.
 type instance struct {
-	uuid, name, state         string
-	namespace, pod, container string
-	node                      string
-	tags                      []string
-	cpuCores                  float64
+	Instance
 	// maxCores is the highest CPU rate the instance was given: its vCPUs
 	// are that, rounded up, and at least 1.
-	maxCores                      float64
-	rssBytes                      uint64
-	startCount                    uint64
-	createdAt, startedAt, stopped time.Time
-	seq                           int // creation order
+	maxCores           float64
+	createdAt, stopped time.Time
+	seq                int // creation order
 	// cpuNS is the counter in core-nanoseconds at since; while running it
-	// grows at cpuCores.
+	// grows at CPUCores.
 	cpuNS float64
 	since time.Time
 	// upNS is the uptime at since, accumulated over every start, as ukpd
@@ -97,17 +92,21 @@ func (in *instance) vcpus() int { return max(1, int(math.Ceil(in.maxCores))) }
 
 // runs says whether the instance's VM runs: running, or draining its
 // connections before it stops.
-func (in *instance) runs() bool { return in.state == StateRunning || in.state == StateDraining }
+func (in *instance) runs() bool { return in.State == StateRunning || in.State == StateDraining }
 
 // counterNS is the CPU counter at now.
 func (in *instance) counterNS(now time.Time) float64 {
 	if !in.runs() {
 		return in.cpuNS
 	}
-	return in.cpuNS + in.cpuCores*float64(now.Sub(in.since))
+	return in.cpuNS + in.CPUCores*float64(now.Sub(in.since))
 }
 
-// uptime is the accumulated uptime at now.
+// uptime is the uptime accumulated over every start at now, which stands
+// still while the instance does not run: what the platform's metrics
+// example shows (a standby instance with start_count 2 and more uptime than
+// its last run lasted) and its instance-metrics tutorial says ("total
+// accumulated uptime of the instance ... across all starts").
 func (in *instance) uptime(now time.Time) time.Duration {
 	if !in.runs() {
 		return in.upNS
@@ -127,20 +126,16 @@ func (in *instance) settle(now time.Time) {
 
 func (in *instance) start(now time.Time) {
 	in.settle(now)
-	in.state = StateRunning
-	in.startCount++
-	in.startedAt = now
+	in.State = StateRunning
+	in.StartCount++
+	in.StartedAt = now
 	in.cpuNS, in.since = 0, now
 }
 
 func (in *instance) public(now time.Time) Instance {
-	return Instance{
-		UUID: in.uuid, Name: in.name, State: in.state,
-		Namespace: in.namespace, Pod: in.pod, Container: in.container, Node: in.node,
-		Tags:     slices.Clone(in.tags),
-		CPUCores: in.cpuCores, RSSBytes: in.rssBytes, CPUTimeMS: in.cpuTimeMS(now),
-		StartCount: in.startCount, StartedAt: in.startedAt,
-	}
+	p := in.Instance
+	p.Tags, p.CPUTimeMS = slices.Clone(in.Tags), in.cpuTimeMS(now)
+	return p
 }
 
 // KraftletTag returns the tag kraftlet writes: "key=value" with every
@@ -182,36 +177,37 @@ func (s *Server) AddInstance(spec InstanceSpec) (Instance, error) {
 	now := s.clock.Now()
 	s.seq++
 	in := &instance{
-		uuid: spec.UUID, name: spec.Name,
-		namespace: spec.Namespace, pod: spec.Pod, container: spec.Container, node: spec.Node,
-		tags:     spec.Tags,
-		cpuCores: spec.CPUCores, maxCores: spec.CPUCores, rssBytes: spec.RSSBytes,
-		createdAt: now, seq: s.seq,
+		Instance: Instance{
+			UUID: spec.UUID, Name: spec.Name,
+			Namespace: spec.Namespace, Pod: spec.Pod, Container: spec.Container, Node: spec.Node,
+			Tags: spec.Tags, CPUCores: spec.CPUCores, RSSBytes: spec.RSSBytes,
+		},
+		maxCores: spec.CPUCores, createdAt: now, seq: s.seq,
 	}
-	if in.uuid == "" {
-		in.uuid = fmt.Sprintf("00000000-0000-4000-8000-%012x", s.seq)
+	if in.UUID == "" {
+		in.UUID = fmt.Sprintf("00000000-0000-4000-8000-%012x", s.seq)
 	}
-	if in.name == "" {
-		in.name = fmt.Sprintf("%s-%s-%d", cmp.Or(spec.Pod, "instance"), cmp.Or(spec.Container, "c"), s.seq)
+	if in.Name == "" {
+		in.Name = fmt.Sprintf("%s-%s-%d", cmp.Or(spec.Pod, "instance"), cmp.Or(spec.Container, "c"), s.seq)
 	}
-	if s.find(in.uuid) != nil || s.find(in.name) != nil {
-		return Instance{}, fmt.Errorf("an instance %q or %q exists", in.uuid, in.name)
+	if s.find(in.UUID) != nil || s.find(in.Name) != nil {
+		return Instance{}, fmt.Errorf("an instance %q or %q exists", in.UUID, in.Name)
 	}
-	if in.tags == nil {
-		in.tags = []string{
+	if in.Tags == nil {
+		in.Tags = []string{
 			KraftletTag(TagNamespace, spec.Namespace),
 			KraftletTag(TagPod, spec.Pod),
 			KraftletTag(TagContainer, spec.Container),
 		}
 		if spec.Node != "" {
-			in.tags = append(in.tags, KraftletTag(TagNode, spec.Node))
+			in.Tags = append(in.Tags, KraftletTag(TagNode, spec.Node))
 		}
 	}
 	in.start(now)
 	if state != StateRunning {
-		in.state, in.stopped = state, now
+		in.State, in.stopped = state, now
 	}
-	s.instances[in.uuid] = in
+	s.instances[in.UUID] = in
 	return in.public(now), nil
 }
 
@@ -221,7 +217,7 @@ func (s *Server) find(id string) *instance {
 		return in
 	}
 	for _, in := range s.instances {
-		if in.name == id {
+		if in.Name == id {
 			return in
 		}
 	}
@@ -234,24 +230,16 @@ func (s *Server) update(id string, fn func(in *instance, now time.Time)) error {
 	defer s.mu.Unlock()
 	in := s.find(id)
 	if in == nil {
-		return fmt.Errorf("instance %q: %w", id, ErrNotFound)
+		return fmt.Errorf("instance %q: %w", id, fakecore.ErrNotFound)
 	}
 	fn(in, s.clock.Now())
 	return nil
 }
 
-// ErrNotFound is returned for an instance that does not exist.
-var ErrNotFound = fakecore.ErrNotFound
-
 // Instance returns the instance with that UUID or name.
-func (s *Server) Instance(id string) (Instance, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	in := s.find(id)
-	if in == nil {
-		return Instance{}, fmt.Errorf("instance %q: %w", id, ErrNotFound)
-	}
-	return in.public(s.clock.Now()), nil
+func (s *Server) Instance(id string) (out Instance, err error) {
+	err = s.update(id, func(in *instance, now time.Time) { out = in.public(now) })
+	return out, err
 }
 
 // Instances returns every instance, by UUID.
@@ -273,8 +261,8 @@ func (s *Server) InstancesOf(namespace, pod, container string) []string {
 	defer s.mu.Unlock()
 	var ids []string
 	for _, in := range s.sortedLocked() {
-		if in.namespace == namespace && in.pod == pod && (container == "" || in.container == container) {
-			ids = append(ids, in.uuid)
+		if in.Namespace == namespace && in.Pod == pod && (container == "" || in.Container == container) {
+			ids = append(ids, in.UUID)
 		}
 	}
 	return ids
@@ -285,7 +273,7 @@ func (s *Server) sortedLocked() []*instance {
 	for _, in := range s.instances {
 		out = append(out, in)
 	}
-	slices.SortFunc(out, func(a, b *instance) int { return strings.Compare(a.uuid, b.uuid) })
+	slices.SortFunc(out, func(a, b *instance) int { return strings.Compare(a.UUID, b.UUID) })
 	return out
 }
 
@@ -296,13 +284,13 @@ func (s *Server) SetCPU(id string, cores float64) error {
 	}
 	return s.update(id, func(in *instance, now time.Time) {
 		in.settle(now)
-		in.cpuCores, in.maxCores = cores, max(in.maxCores, cores)
+		in.CPUCores, in.maxCores = cores, max(in.maxCores, cores)
 	})
 }
 
 // SetRSS sets an instance's resident set while it runs.
 func (s *Server) SetRSS(id string, bytes uint64) error {
-	return s.update(id, func(in *instance, _ time.Time) { in.rssBytes = bytes })
+	return s.update(id, func(in *instance, _ time.Time) { in.RSSBytes = bytes })
 }
 
 // Restart starts an instance again, whatever its state: start_count+1,
@@ -316,7 +304,7 @@ func (s *Server) Restart(id string) error {
 func (s *Server) Standby(id string) error {
 	return s.update(id, func(in *instance, now time.Time) {
 		in.settle(now)
-		in.state, in.stopped = StateStandby, now
+		in.State, in.stopped = StateStandby, now
 	})
 }
 
@@ -325,7 +313,7 @@ func (s *Server) Standby(id string) error {
 func (s *Server) Drain(id string) error {
 	return s.update(id, func(in *instance, now time.Time) {
 		in.settle(now)
-		in.state = StateDraining
+		in.State = StateDraining
 	})
 }
 
@@ -333,18 +321,11 @@ func (s *Server) Drain(id string) error {
 func (s *Server) Stop(id string) error {
 	return s.update(id, func(in *instance, now time.Time) {
 		in.settle(now)
-		in.state, in.stopped = StateStopped, now
+		in.State, in.stopped = StateStopped, now
 	})
 }
 
 // Remove deletes an instance.
 func (s *Server) Remove(id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	in := s.find(id)
-	if in == nil {
-		return fmt.Errorf("instance %q: %w", id, ErrNotFound)
-	}
-	delete(s.instances, in.uuid)
-	return nil
+	return s.update(id, func(in *instance, _ time.Time) { delete(s.instances, in.UUID) })
 }

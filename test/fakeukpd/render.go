@@ -69,15 +69,6 @@ func rfc3339(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// uptimeMS is the uptime accumulated over every start, which stands still
-// while the instance does not run: what the platform's metrics example
-// shows (a standby instance with start_count 2 and more uptime than its
-// last run lasted) and its instance-metrics tutorial says ("total
-// accumulated uptime of the instance ... across all starts").
-func (in *instance) uptimeMS(now time.Time) int64 {
-	return in.uptime(now).Milliseconds()
-}
-
 func (in *instance) stoppedAt(df dataFaults) string {
 	if in.runs() {
 		return ""
@@ -99,16 +90,16 @@ func (s *Server) writeList(w http.ResponseWriter, r *http.Request, start time.Ti
 	entries := make([]listEntry, 0, len(chosen))
 	for _, in := range chosen {
 		e := listEntry{
-			Status: "success", UUID: in.uuid, Name: in.name,
-			CreatedAt: rfc3339(df.back(in.createdAt)), State: in.state,
-			Image:    "fake.unikraft.io/" + cmp.Or(in.container, "app") + ":latest",
+			Status: "success", UUID: in.UUID, Name: in.Name,
+			CreatedAt: rfc3339(df.back(in.createdAt)), State: in.State,
+			Image:    "fake.unikraft.io/" + cmp.Or(in.Container, "app") + ":latest",
 			MemoryMB: 256, VCPUs: in.vcpus(),
-			StartCount: in.startCount, StartedAt: rfc3339(df.back(in.startedAt)), StoppedAt: in.stoppedAt(df),
-			UptimeMS: in.uptimeMS(now), RestartPolicy: "never", Tags: in.tags,
+			StartCount: in.StartCount, StartedAt: rfc3339(df.back(in.StartedAt)), StoppedAt: in.stoppedAt(df),
+			UptimeMS: in.uptime(now).Milliseconds(), RestartPolicy: "never", Tags: in.Tags,
 		}
 		entries = append(entries, e)
 		if df.duplicate && in.runs() {
-			e.UUID, e.Name = duplicateUUID(in.uuid), duplicateName(in.name)
+			e.UUID, e.Name = duplicateUUID(in.UUID), duplicateName(in.Name)
 			entries = append(entries, e)
 		}
 	}
@@ -129,7 +120,7 @@ func (s *Server) pageLocked(q url.Values) ([]*instance, error) {
 	if from := q.Get("from"); from != "" {
 		// A copy that DuplicateInstances reports stands for its original.
 		from = strings.TrimPrefix(from, duplicateUUID(""))
-		i := slices.IndexFunc(all, func(in *instance) bool { return in.uuid == from })
+		i := slices.IndexFunc(all, func(in *instance) bool { return in.UUID == from })
 		if i < 0 {
 			t, err := time.Parse(time.RFC3339, from)
 			if err != nil {
@@ -176,22 +167,22 @@ func (s *Server) metrics(ids []string) ([]metricsEntry, bool) {
 	}
 	out := make([]metricsEntry, 0, len(chosen))
 	for _, in := range chosen {
-		if in.state == StateStopped {
+		if in.State == StateStopped {
 			continue
 		}
 		e := metricsEntry{
-			Status: "success", UUID: in.uuid, Name: in.name, State: in.state,
-			StartCount: in.startCount, StartedAt: rfc3339(df.back(in.startedAt)), StoppedAt: in.stoppedAt(df),
-			UptimeMS: in.uptimeMS(now), BootTimeUS: 9000, NetTimeUS: 12000,
+			Status: "success", UUID: in.UUID, Name: in.Name, State: in.State,
+			StartCount: in.StartCount, StartedAt: rfc3339(df.back(in.StartedAt)), StoppedAt: in.stoppedAt(df),
+			UptimeMS: in.uptime(now).Milliseconds(), BootTimeUS: 9000, NetTimeUS: 12000,
 			CPUTimeMS: in.cpuTimeMS(now),
 		}
 		if in.runs() {
-			e.RSSBytes, e.cpuLastSecond = in.rssBytes, in.cpuCores
+			e.RSSBytes, e.cpuLastSecond = in.RSSBytes, in.CPUCores
 		}
 		out = append(out, e)
 		if df.duplicate && in.runs() {
 			// The same pod and container, twice the CPU time and memory.
-			e.UUID, e.Name = duplicateUUID(in.uuid), duplicateName(in.name)
+			e.UUID, e.Name = duplicateUUID(in.UUID), duplicateName(in.Name)
 			e.CPUTimeMS, e.RSSBytes = 2*e.CPUTimeMS, 2*e.RSSBytes
 			out = append(out, e)
 		}

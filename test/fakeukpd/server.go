@@ -6,6 +6,7 @@ import (
 	"mime"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -40,8 +41,6 @@ type Server struct {
 
 	mu        sync.Mutex
 	tokens    []string
-	fileInfo  os.FileInfo
-	fileToks  []string
 	instances map[string]*instance // by UUID
 	seq       int
 	faults    map[FaultKind]Fault
@@ -181,33 +180,21 @@ func wantsJSON(accept string) bool {
 }
 
 // authenticated accepts "Authorization: Bearer <token>" with a known token.
+// The token file is read on every request (it costs about what a check
+// that it changed would), so a rotated file counts at once; an unreadable
+// one accepts nothing.
 func (s *Server) authenticated(r *http.Request) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return fakecore.KnownToken(fakecore.BearerToken(r), append(s.fileTokensLocked(), s.tokens...)...)
-}
-
-// fileTokensLocked returns the tokens of the token file, read again if it
-// changed. An unreadable file accepts nothing.
-func (s *Server) fileTokensLocked() []string {
-	if s.tokenFile == "" {
-		return nil
+	known := slices.Clone(s.tokens)
+	s.mu.Unlock()
+	if s.tokenFile != "" {
+		b, err := os.ReadFile(s.tokenFile)
+		if err != nil {
+			klog.V(2).InfoS("Token file unreadable", "err", err)
+		}
+		known = append(known, fakecore.ParseTokens(string(b))...)
 	}
-	fi, err := os.Stat(s.tokenFile)
-	if err != nil {
-		klog.V(2).InfoS("Token file unreadable", "err", err)
-		return nil
-	}
-	if s.fileInfo != nil && os.SameFile(fi, s.fileInfo) && fi.Size() == s.fileInfo.Size() && fi.ModTime().Equal(s.fileInfo.ModTime()) {
-		return s.fileToks
-	}
-	b, err := os.ReadFile(s.tokenFile)
-	if err != nil {
-		klog.V(2).InfoS("Token file unreadable", "err", err)
-		return nil
-	}
-	s.fileInfo, s.fileToks = fi, fakecore.ParseTokens(string(b))
-	return s.fileToks
+	return fakecore.KnownToken(fakecore.BearerToken(r), known...)
 }
 
 // writeAPIError answers in the API's envelope with status "error".

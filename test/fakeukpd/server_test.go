@@ -15,6 +15,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
 const token = "fake-token"
@@ -204,7 +206,7 @@ func TestMetricsLifecycle(t *testing.T) {
 	if _, _, body := h.get(t, listPath, ""); len(decodeEnvelope[listEntry](t, body)) != 0 {
 		t.Errorf("removed instance still listed: %s", body)
 	}
-	if err := h.s.Restart(in.UUID); !errors.Is(err, ErrNotFound) {
+	if err := h.s.Restart(in.UUID); !errors.Is(err, fakecore.ErrNotFound) {
 		t.Errorf("Restart of a removed instance: %v, want ErrNotFound", err)
 	}
 }

@@ -1,16 +1,13 @@
 package env
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
@@ -185,33 +182,12 @@ func (c UkpdControl) RemovePod(ctx context.Context, namespace, pod string) error
 }
 
 func (c UkpdControl) do(ctx context.Context, method, path string, body map[string]string, okCodes ...int) error {
-	var r io.Reader
+	var in any
 	if body != nil {
-		for k, v := range body {
-			if v == "" {
-				delete(body, k)
-			}
-		}
-		b, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		r = bytes.NewReader(b)
+		maps.DeleteFunc(body, func(_, v string) bool { return v == "" })
+		in = body
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+c.Address+path, r)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("fake ukpd control: %w", err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if !slices.Contains(okCodes, resp.StatusCode) {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return fmt.Errorf("fake ukpd control: %s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(msg))
-	}
-	return nil
+	return fakecore.Control{Address: c.Address}.Do(ctx, method, path, in, nil, okCodes...)
 }
 
 // InstanceSync plays kraftlet's part for one node: it keeps one fake ukpd

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/pflag"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
@@ -44,7 +45,13 @@ func TestValidate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			errs := newCommand().Check(tc.args)
+			o := NewOptions()
+			fs := pflag.NewFlagSet("fake-ukpd", pflag.ContinueOnError)
+			o.AddFlags(fs)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			errs := o.Validate()
 			var got []string
 			for i, err := range errs {
 				if i < len(tc.want) && !strings.Contains(err.Error(), tc.want[i]) {

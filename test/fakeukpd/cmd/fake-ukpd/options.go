@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 
@@ -29,7 +28,7 @@ func NewOptions() *Options {
 
 // AddFlags registers the options on fs.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Listen, "listen", o.Listen, "host:port of the platform API; port 0 picks a free one.")
+	fs.StringVar(&o.Listen, "listen", o.Listen, "Loopback host:port of the platform API; port 0 picks a free one.")
 	fs.StringVar(&o.TokenFile, "token-file", o.TokenFile, "File of accepted bearer tokens, one a line; read again when it changes.")
 	fs.StringVar(&o.TLSCertDir, "tls-cert-dir", o.TLSCertDir, "Serve TLS with a generated CA and write its certificate to <dir>/ca.crt; plain HTTP when empty.")
 	fs.StringVar(&o.ControlAddress, "control-address", o.ControlAddress, "Loopback host:port of the plain-HTTP control API.")
@@ -40,11 +39,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate returns every problem with the options.
 func (o *Options) Validate() []error {
 	var errs []error
-	if _, _, err := net.SplitHostPort(o.Listen); err != nil {
-		errs = append(errs, fmt.Errorf("--listen: %w", err))
-	}
-	if err := fakecore.CheckLoopback("control-address", o.ControlAddress); err != nil {
-		errs = append(errs, err)
+	for _, a := range []struct{ flag, addr string }{{"listen", o.Listen}, {"control-address", o.ControlAddress}} {
+		if err := fakecore.CheckLoopback(a.flag, a.addr); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if o.PageSize < 0 {
 		errs = append(errs, fmt.Errorf("--page-size must not be negative, got %d", o.PageSize))
