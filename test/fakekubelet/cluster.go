@@ -26,11 +26,7 @@ func PodFromObject(p *corev1.Pod) Pod {
 		out.StartTime = p.Status.StartTime.Time
 	}
 	for _, c := range p.Spec.Containers {
-		var limit uint64
-		if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok && q.Sign() > 0 {
-			limit = uint64(q.Value())
-		}
-		out.Containers = append(out.Containers, Container{Name: c.Name, MemoryLimitBytes: limit})
+		out.Containers = append(out.Containers, Container{Name: c.Name, MemoryLimit: c.Resources.Limits[corev1.ResourceMemory]})
 	}
 	return out
 }
@@ -61,7 +57,7 @@ func (f *Fleet) StartPodInformer(ctx context.Context, client kubernetes.Interfac
 			).String()
 		}),
 		informers.WithTransform(func(obj any) (any, error) {
-			if m, err := meta(obj); err == nil {
+			if m, ok := obj.(metav1.Object); ok {
 				m.SetManagedFields(nil)
 			}
 			return obj, nil
@@ -87,13 +83,6 @@ func (f *Fleet) StartPodInformer(ctx context.Context, client kubernetes.Interfac
 		return fmt.Errorf("pod informer did not sync: %w", context.Cause(ictx))
 	}
 	return nil
-}
-
-func meta(obj any) (metav1.Object, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		return m, nil
-	}
-	return nil, fmt.Errorf("unexpected object %T", obj)
 }
 
 func (f *Fleet) observePod(obj any) {

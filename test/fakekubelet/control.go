@@ -1,12 +1,14 @@
 package fakekubelet
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 
-	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
-
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
 // UsageRequest is the body of the control API's usage calls. CPU is in
@@ -20,37 +22,12 @@ type UsageRequest struct {
 	Memory    *resource.Quantity `json:"memory,omitempty"`
 }
 
-// PodRequest is the body of PUT /v1/nodes/{node}/pods/{namespace}/{name},
-// which places a pod without a cluster.
-type PodRequest struct {
-	UID        string             `json:"uid,omitempty"`
-	Labels     map[string]string  `json:"labels,omitempty"`
-	Containers []ContainerRequest `json:"containers,omitempty"`
-}
-
-// ContainerRequest describes a container of a PodRequest.
-type ContainerRequest struct {
-	Name        string             `json:"name"`
-	MemoryLimit *resource.Quantity `json:"memoryLimit,omitempty"`
-}
-
-// FaultRequest is the body of PUT /v1/nodes/{node}/fault.
-type FaultRequest struct {
-	Kind  FaultKind       `json:"kind"`
-	Delay metav1.Duration `json:"delay,omitzero"`  // Go duration, for Slow
-	Bytes int64           `json:"bytes,omitempty"` // for HugeBody
-	// Offset is a Go duration, for ClockBackwards.
-	Offset metav1.Duration `json:"offset,omitzero"`
-	// Pod is "namespace/name", for DuplicatePods; empty means every pod.
-	Pod string `json:"pod,omitempty"`
-}
-
 // NodeState describes a node for the control API.
 type NodeState struct {
 	Name    string     `json:"name"`
 	Address string     `json:"address"`
 	Port    int        `json:"port"`
-	Faults  FaultState `json:"faults"`
+	Faults  []Fault    `json:"faults,omitempty"`
 	Pods    []PodUsage `json:"pods,omitempty"`
 	NumPods int        `json:"numPods"`
 }
@@ -106,4 +83,123 @@ func NewControlHandler(f *Fleet) http.Handler {
 	mux.HandleFunc("PUT /v1/usage", fakecore.Route(ok, c.setSelectorUsage))
 	mux.HandleFunc("DELETE /v1/usage", fakecore.Route(ok, c.forgetUsage))
 	return mux
+}
+
+// controlAPI implements the routes of NewControlHandler, for
+// fakecore.Route.
+type controlAPI struct{ fleet *Fleet }
+
+func (c *controlAPI) listNodes(r *http.Request, _ fakecore.None) (any, error) {
+	withPods := r.URL.Query().Get("pods") == "true"
+	out := []NodeState{}
+	for _, n := range c.fleet.Nodes() {
+		out = append(out, n.State(withPods))
+	}
+	return out, nil
+}
+
+func (c *controlAPI) getNode(r *http.Request, _ fakecore.None) (any, error) {
+	n, ok := c.fleet.Node(r.PathValue("node"))
+	if !ok {
+		return nil, fmt.Errorf("node %q: %w", r.PathValue("node"), ErrNotFound)
+	}
+	return n.State(true), nil
+}
+
+func (c *controlAPI) setFault(r *http.Request, fault Fault) (any, error) {
+	return c.forNodes(r.PathValue("node"), func(n *Node) error { return n.SetFault(fault) })
+}
+
+func (c *controlAPI) clearFault(r *http.Request, _ fakecore.None) (any, error) {
+	kind := FaultKind(r.URL.Query().Get("kind"))
+	return c.forNodes(r.PathValue("node"), func(n *Node) error { return n.ClearFault(kind) })
+}
+
+func (c *controlAPI) resetNode(r *http.Request, _ fakecore.None) (any, error) {
+	return c.forNodes(r.PathValue("node"), func(n *Node) error { n.ResetCounters(); return nil })
+}
+
+func (c *controlAPI) putPod(r *http.Request, p Pod) (any, error) {
+	p.Namespace, p.Name = r.PathValue("namespace"), r.PathValue("name")
+	if err := c.fleet.SetPod(r.PathValue("node"), p); err != nil {
+		return nil, err
+	}
+	return c.getNode(r, fakecore.None{})
+}
+
+func (c *controlAPI) deletePod(r *http.Request, _ fakecore.None) (any, error) {
+	ns, name := r.PathValue("namespace"), r.PathValue("name")
+	if !c.fleet.RemovePod(ns, name) {
+		return nil, fmt.Errorf("pod %s/%s: %w", ns, name, ErrNotFound)
+	}
+	return fakecore.Matched(1), nil
+}
+
+func (c *controlAPI) setPodUsage(r *http.Request, req UsageRequest) (any, error) {
+	return c.setUsage(UsageTarget{Namespace: r.PathValue("namespace"), Name: r.PathValue("name"), Container: req.Container}, req)
+}
+
+func (c *controlAPI) resetPod(r *http.Request, _ fakecore.None) (any, error) {
+	return fakecore.Matched(1), c.fleet.ResetPodCounters(r.PathValue("namespace"), r.PathValue("name"))
+}
+
+func (c *controlAPI) setSelectorUsage(_ *http.Request, req UsageRequest) (any, error) {
+	t := UsageTarget{Namespace: req.Namespace, Container: req.Container}
+	if req.Selector != "" {
+		sel, err := labels.Parse(req.Selector)
+		if err != nil {
+			return nil, fmt.Errorf("selector: %w", err)
+		}
+		t.Selector = sel
+	}
+	return c.setUsage(t, req)
+}
+
+func (c *controlAPI) forgetUsage(*http.Request, fakecore.None) (any, error) {
+	c.fleet.ForgetUsage()
+	return map[string]string{}, nil
+}
+
+func (c *controlAPI) setUsage(t UsageTarget, req UsageRequest) (any, error) {
+	var p usagePatch
+	if req.CPU != nil {
+		if req.CPU.Sign() < 0 {
+			return nil, errors.New("cpu must not be negative")
+		}
+		v := uint64(req.CPU.ScaledValue(resource.Nano))
+		p.cpu = &v
+	}
+	if req.Memory != nil {
+		if req.Memory.Sign() < 0 {
+			return nil, errors.New("memory must not be negative")
+		}
+		v := uint64(req.Memory.Value())
+		p.memory = &v
+	}
+	if p.cpu == nil && p.memory == nil {
+		return nil, errors.New("set cpu, memory or both")
+	}
+	return fakecore.Matched(c.fleet.setUsage(t, p)), nil
+}
+
+// forNodes applies fn to one node, or to every node for "*", and answers
+// with the resulting states.
+func (c *controlAPI) forNodes(name string, fn func(*Node) error) (any, error) {
+	var nodes []*Node
+	if name == "*" {
+		nodes = c.fleet.Nodes()
+	} else if n, ok := c.fleet.Node(name); ok {
+		nodes = []*Node{n}
+	} else {
+		return nil, fmt.Errorf("node %q: %w", name, ErrNotFound)
+	}
+	out := []NodeState{}
+	var errs []error
+	for _, n := range nodes {
+		if err := fn(n); err != nil {
+			errs = append(errs, err)
+		}
+		out = append(out, n.State(false))
+	}
+	return out, errors.Join(errs...)
 }

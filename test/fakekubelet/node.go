@@ -25,8 +25,8 @@ type Node struct {
 	pods    map[podKey]*podState
 	kubelet counter // constant-rate system containers
 	runtime counter
-	podsCPU counter // sum of the pods' rates
-	faults  FaultState
+	podsCPU counter             // sum of the pods' rates
+	faults  map[FaultKind]Fault // by group (faultGroup)
 
 	// opMu serialises changes of the serving state (faults, shutdown).
 	opMu sync.Mutex
@@ -42,6 +42,7 @@ func newNode(f *Fleet, name string) *Node {
 		name:    name,
 		start:   now,
 		pods:    map[podKey]*podState{},
+		faults:  map[FaultKind]Fault{},
 		kubelet: counter{accAt: now, rate: base / 2},
 		runtime: counter{accAt: now, rate: base - base/2},
 		podsCPU: counter{accAt: now},

@@ -1,31 +1,38 @@
 package fakekubelet
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// Pod is a pod placed on a node.
+// Pod is a pod placed on a node; as JSON, the body of
+// PUT /v1/nodes/{node}/pods/{namespace}/{name}, which places a pod without
+// a cluster.
 type Pod struct {
-	Namespace string
-	Name      string
+	Namespace string `json:"-"`
+	Name      string `json:"-"`
 	// UID defaults to a stable value derived from namespace and name.
-	UID    string
-	Labels map[string]string
+	UID    string            `json:"uid,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
 	// Containers default to a single container named "main".
-	Containers []Container
+	Containers []Container `json:"containers,omitempty"`
 	// StartTime defaults to the current sample instant. CPU counters count
 	// from it, so a pod that started earlier has already used some CPU.
-	StartTime time.Time
+	StartTime time.Time `json:"-"`
 }
 
 // Container is a container of a Pod.
 type Container struct {
-	Name string
-	// MemoryLimitBytes, if set, makes availableBytes = limit - working set.
-	MemoryLimitBytes uint64
+	Name string `json:"name"`
+	// MemoryLimit, if positive, makes availableBytes = limit - working set.
+	MemoryLimit resource.Quantity `json:"memoryLimit,omitzero"`
 }
 
 type podKey struct{ namespace, name string }
@@ -70,7 +77,7 @@ func (f *Fleet) newPodState(p Pod, now instant) *podState {
 	for _, c := range p.Containers {
 		ps.containers = append(ps.containers, &containerState{
 			name:   c.Name,
-			limit:  c.MemoryLimitBytes,
+			limit:  uint64(max(c.MemoryLimit.Value(), 0)),
 			start:  start,
 			cpu:    counter{accAt: start, rate: f.cfg.DefaultUsage.CPUNanoCores},
 			memory: f.cfg.DefaultUsage.MemoryBytes,
@@ -195,18 +202,9 @@ func (n *Node) updatePodsRateLocked(now instant) {
 	n.podsCPU.setRate(now, sum)
 }
 
-// sortedPods returns the node's pods ordered by namespace and name.
+// sortedPodsLocked returns the node's pods ordered by namespace and name.
 func (n *Node) sortedPodsLocked() []*podState {
-	out := make([]*podState, 0, len(n.pods))
-	for _, ps := range n.pods {
-		out = append(out, ps)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i].pod, out[j].pod
-		if a.Namespace != b.Namespace {
-			return a.Namespace < b.Namespace
-		}
-		return a.Name < b.Name
+	return slices.SortedFunc(maps.Values(n.pods), func(a, b *podState) int {
+		return cmp.Or(strings.Compare(a.pod.Namespace, b.pod.Namespace), strings.Compare(a.pod.Name, b.pod.Name))
 	})
-	return out
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 func TestResourceMetricsText(t *testing.T) {
@@ -54,7 +55,7 @@ resource_scrape_error 0
 func TestWriteResourceMetricsOrderAndEscaping(t *testing.T) {
 	ts := metav1.NewTime(t0)
 	cs := func(name string, ns uint64) stats.ContainerStats {
-		return stats.ContainerStats{Name: name, StartTime: ts, CPU: &stats.CPUStats{Time: ts, UsageCoreNanoSeconds: u64(ns)}}
+		return stats.ContainerStats{Name: name, StartTime: ts, CPU: &stats.CPUStats{Time: ts, UsageCoreNanoSeconds: ptr.To(ns)}}
 	}
 	s := &stats.Summary{Pods: []stats.PodStats{
 		{PodRef: stats.PodReference{Name: "b", Namespace: "z"}, Containers: []stats.ContainerStats{cs("c", 1)}},

@@ -3,20 +3,36 @@ package fakekubelet
 import (
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet/summarytest"
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
 // Summary returns the node's stats at the current sample instant, as
-// GET /stats/summary would serve them: with the data faults in force.
+// GET /stats/summary would serve them: with the data faults in force. A pod
+// listed twice (DuplicatePods) is followed by a copy, and the pods of every
+// other node of the fleet (ForeignPods) come at the end; copies report twice
+// the CPU and memory of the pod they copy, so whoever reads them can tell
+// them from the real pod.
 func (n *Node) Summary(onlyCPUAndMemory bool) *stats.Summary {
-	faults := n.Faults()
-	t := n.fleet.tl.now() - instant(faults.ClockOffset.Truncate(time.Second))
-	s := n.summaryAt(t, onlyCPUAndMemory)
-	n.applyDataFaults(s, faults, t, onlyCPUAndMemory)
+	faults := n.faultsNow()
+	t := n.fleet.tl.now() - instant(faults[fakecore.FaultClockBackwards].Offset.Truncate(time.Second))
+	s := n.summaryAt(t, onlyCPUAndMemory, faults[FaultDuplicatePods].Pod)
+	if _, ok := faults[FaultForeignPods]; ok {
+		ts := metav1.NewTime(n.fleet.tl.wall(t))
+		for _, o := range n.fleet.Nodes() {
+			if o == n {
+				continue
+			}
+			o.mu.RLock()
+			for _, ps := range o.sortedPodsLocked() {
+				s.Pods = append(s.Pods, n.fleet.podStats(ps, t, ts, onlyCPUAndMemory, 2))
+			}
+			o.mu.RUnlock()
+		}
+	}
 	return s
 }
 
@@ -33,7 +49,9 @@ func (s *sample) add(o sample) {
 	s.workingSet += o.workingSet
 }
 
-func (n *Node) summaryAt(t instant, onlyCPUAndMemory bool) *stats.Summary {
+// summaryAt renders the node at instant t, each pod dup names
+// ("namespace/name", or AllPods) followed by its copy.
+func (n *Node) summaryAt(t instant, onlyCPUAndMemory bool, dup string) *stats.Summary {
 	f := n.fleet
 	ts := metav1.NewTime(f.tl.wall(t))
 	base := f.cfg.NodeBaseUsage.MemoryBytes
@@ -43,9 +61,12 @@ func (n *Node) summaryAt(t instant, onlyCPUAndMemory bool) *stats.Summary {
 	out := &stats.Summary{Pods: make([]stats.PodStats, 0, len(pods))}
 	podsTotal := sample{rate: n.podsCPU.rate, cumulative: n.podsCPU.at(t)}
 	for _, ps := range pods {
-		pod := f.podStats(ps, t, ts, onlyCPUAndMemory)
+		pod := f.podStats(ps, t, ts, onlyCPUAndMemory, 1)
 		podsTotal.workingSet += *pod.Memory.WorkingSetBytes
 		out.Pods = append(out.Pods, pod)
+		if dup == AllPods || dup == ps.pod.Namespace+"/"+ps.pod.Name {
+			out.Pods = append(out.Pods, f.podStats(ps, t, ts, onlyCPUAndMemory, 2))
+		}
 	}
 	kubelet := sample{rate: n.kubelet.rate, cumulative: n.kubelet.at(t), workingSet: base / 2}
 	runtime := sample{rate: n.runtime.rate, cumulative: n.runtime.at(t), workingSet: base - base/2}
@@ -76,9 +97,10 @@ func (n *Node) summaryAt(t instant, onlyCPUAndMemory bool) *stats.Summary {
 	return out
 }
 
-// podStats renders one pod at instant t; the pod's cgroup is the sum of its
-// containers. Callers hold the node's lock.
-func (f *Fleet) podStats(ps *podState, t instant, ts metav1.Time, onlyCPUAndMemory bool) stats.PodStats {
+// podStats renders one pod at instant t, its CPU and memory times scale;
+// the pod's cgroup is the sum of its containers. Callers hold the node's
+// lock.
+func (f *Fleet) podStats(ps *podState, t instant, ts metav1.Time, onlyCPUAndMemory bool, scale uint64) stats.PodStats {
 	var total sample
 	limit, limited := uint64(0), true
 	pod := stats.PodStats{
@@ -87,7 +109,7 @@ func (f *Fleet) podStats(ps *podState, t instant, ts metav1.Time, onlyCPUAndMemo
 		Containers: make([]stats.ContainerStats, 0, len(ps.containers)),
 	}
 	for _, c := range ps.containers {
-		cs := sample{rate: c.cpu.rate, cumulative: c.cpu.at(t), workingSet: c.memory, limit: c.limit}
+		cs := sample{rate: scale * c.cpu.rate, cumulative: scale * c.cpu.at(t), workingSet: scale * c.memory, limit: c.limit}
 		total.add(cs)
 		limit += c.limit
 		limited = limited && c.limit > 0
