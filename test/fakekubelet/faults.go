@@ -1,6 +1,7 @@
 package fakekubelet
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
@@ -190,18 +191,19 @@ func (n *Node) serveFault(w http.ResponseWriter, r *http.Request, path string) b
 		return false
 	}
 	f := fakecore.Format{
-		ContentType: "application/json",
+		ContentType: contentType(path),
 		Status500: func(w http.ResponseWriter) {
 			http.Error(w, "Internal Error: failed to get node info: fake kubelet fault", http.StatusInternalServerError)
 		},
 		Garbage:     `{"node":{"nodeName":"` + n.name + `","cpu":{"time":"yesterday","usageNanoCores":-"}},"pods":[{` + "\x00\xff",
 		StallPrefix: `{"node":{"nodeName":"` + n.name + `",`,
 		Render: func() (int, []byte) {
-			return http.StatusOK, n.render(r, path, false).body
+			var body bytes.Buffer
+			_ = n.render(&body, r, path)
+			return http.StatusOK, body.Bytes()
 		},
 	}
 	if path != summaryPath {
-		f.ContentType = ResourceMetricsContentType
 		f.Garbage = "# TYPE node_cpu_usage_seconds_total counter\nnode_cpu_usage_seconds_total{ 1.0.0 not-a-number\n\x00\xff"
 		f.StallPrefix = "# HELP "
 	}

@@ -52,7 +52,7 @@ func do(ctx context.Context, c *http.Client, url string, keepBody bool) result {
 func http1Client(t *testing.T, f *Fleet) *http.Client {
 	t.Helper()
 	tr := &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: f.CertPool(), MinVersion: tls.VersionTLS12},
+		TLSClientConfig: &tls.Config{RootCAs: certPool(f), MinVersion: tls.VersionTLS12},
 		TLSNextProto:    map[string]func(string, *tls.Conn) http.RoundTripper{},
 	}
 	t.Cleanup(tr.CloseIdleConnections)

@@ -148,13 +148,6 @@ func NewFleet(cfg Config) (*Fleet, error) {
 // certificate (what --kubelet-certificate-authority should point at).
 func (f *Fleet) CACertPEM() []byte { return f.ca.CertPEM() }
 
-// CertPool returns a pool holding the fleet CA.
-func (f *Fleet) CertPool() *x509.CertPool {
-	p := x509.NewCertPool()
-	p.AppendCertsFromPEM(f.ca.CertPEM())
-	return p
-}
-
 // IssueClientCertificate returns a client certificate and key, in PEM, signed
 // by the fleet CA, which every node accepts.
 func (f *Fleet) IssueClientCertificate(user string, groups ...string) (certPEM, keyPEM []byte, err error) {

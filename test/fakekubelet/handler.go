@@ -1,10 +1,10 @@
 package fakekubelet
 
 import (
-	"bytes"
 	"compress/gzip"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -44,50 +44,38 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if handled := n.serveFault(w, r, path); handled {
 		return
 	}
-	gz := path == resourceMetricsPath && strings.Contains(r.Header.Get("Accept-Encoding"), "gzip")
-	b := n.render(r, path, gz)
-	w.Header().Set("Content-Type", b.contentType)
-	if gz {
+	var out io.Writer = w
+	var zw *gzip.Writer
+	w.Header().Set("Content-Type", contentType(path))
+	if path == resourceMetricsPath && strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
 		w.Header().Set("Content-Encoding", "gzip")
+		zw = gzip.NewWriter(w)
+		out = zw
 	}
-	if _, err := w.Write(b.body); err != nil {
+	err := n.render(out, r, path)
+	if zw != nil {
+		err = errors.Join(err, zw.Close())
+	}
+	if err != nil {
 		klog.V(4).InfoS("Writing response failed", "node", n.name, "path", path, "err", err)
 	}
 }
 
-// rendered is a response body and its content type.
-type rendered struct {
-	body        []byte
-	contentType string
+// contentType is the Content-Type of path's answer.
+func contentType(path string) string {
+	if path == summaryPath {
+		return "application/json"
+	}
+	return ResourceMetricsContentType
 }
 
-// render renders path as the node serves it now, data faults included,
-// gzip-compressed if asked.
-func (n *Node) render(r *http.Request, path string, gz bool) rendered {
+// render writes path as the node serves it now, data faults included.
+func (n *Node) render(w io.Writer, r *http.Request, path string) error {
 	if path == summaryPath {
 		only, _ := strconv.ParseBool(r.URL.Query().Get("only_cpu_and_memory"))
-		var buf bytes.Buffer
-		if err := json.NewEncoder(&buf).Encode(n.Summary(only)); err != nil {
-			klog.V(4).InfoS("Encoding summary failed", "node", n.name, "err", err)
-		}
-		return rendered{body: buf.Bytes(), contentType: "application/json"}
+		return json.NewEncoder(w).Encode(n.Summary(only))
 	}
-	var buf bytes.Buffer
-	var out io.Writer = &buf
-	var zw *gzip.Writer
-	if gz {
-		zw = gzip.NewWriter(&buf)
-		out = zw
-	}
-	if err := WriteResourceMetrics(out, n.Summary(true)); err != nil {
-		klog.V(4).InfoS("Writing resource metrics failed", "node", n.name, "err", err)
-	}
-	if zw != nil {
-		if err := zw.Close(); err != nil {
-			klog.V(4).InfoS("Closing gzip stream failed", "node", n.name, "err", err)
-		}
-	}
-	return rendered{body: buf.Bytes(), contentType: ResourceMetricsContentType}
+	return WriteResourceMetrics(w, n.Summary(true))
 }
 
 // authenticated accepts a verified client certificate or a known bearer

@@ -3,6 +3,7 @@ package fakekubelet
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net/http"
 	"testing"
@@ -74,12 +75,19 @@ func setPod(t *testing.T, f *Fleet, node string, p Pod) {
 	}
 }
 
+// certPool returns a pool holding the fleet CA.
+func certPool(f *Fleet) *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AppendCertsFromPEM(f.CACertPEM())
+	return p
+}
+
 // newClient returns a client that trusts the fleet CA, optionally with a
 // client certificate.
 func newClient(t *testing.T, f *Fleet, certs ...tls.Certificate) *http.Client {
 	t.Helper()
 	tr := &http.Transport{
-		TLSClientConfig:   &tls.Config{RootCAs: f.CertPool(), Certificates: certs, MinVersion: tls.VersionTLS12},
+		TLSClientConfig:   &tls.Config{RootCAs: certPool(f), Certificates: certs, MinVersion: tls.VersionTLS12},
 		ForceAttemptHTTP2: true,
 	}
 	t.Cleanup(tr.CloseIdleConnections)

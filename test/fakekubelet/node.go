@@ -36,15 +36,12 @@ type Node struct {
 
 func newNode(f *Fleet, name string) *Node {
 	now := f.tl.now()
-	base := f.cfg.NodeBaseUsage.CPUNanoCores
 	return &Node{
 		fleet:   f,
 		name:    name,
 		start:   now,
 		pods:    map[podKey]*podState{},
 		faults:  map[FaultKind]Fault{},
-		kubelet: counter{accAt: now, rate: base / 2},
-		runtime: counter{accAt: now, rate: base - base/2},
 		podsCPU: counter{accAt: now},
 	}
 }

@@ -135,8 +135,12 @@ func TestSummaryAndResourceMetricsAgree(t *testing.T) {
 		step  time.Duration
 	}{
 		{name: "defaults", step: 7 * time.Second},
-		{name: "pod usage", setup: func(f *Fleet) { f.SetPodUsage("ns1", "p1", Usage{CPUNanoCores: 1234567, MemoryBytes: 98765432}) }, step: 1500 * time.Millisecond},
-		{name: "container usage", setup: func(f *Fleet) { f.SetContainerUsage("ns2", "p2", "b", Usage{CPUNanoCores: 3e9, MemoryBytes: 1 << 30}) }, step: 61 * time.Second},
+		{name: "pod usage", setup: func(f *Fleet) {
+			f.SetUsage(UsageTarget{Namespace: "ns1", Name: "p1"}, Usage{CPUNanoCores: 1234567, MemoryBytes: 98765432})
+		}, step: 1500 * time.Millisecond},
+		{name: "container usage", setup: func(f *Fleet) {
+			f.SetUsage(UsageTarget{Namespace: "ns2", Name: "p2", Container: "b"}, Usage{CPUNanoCores: 3e9, MemoryBytes: 1 << 30})
+		}, step: 61 * time.Second},
 		{name: "counter reset", setup: func(f *Fleet) {
 			n, _ := f.Node("n1")
 			n.ResetCounters()

@@ -23,18 +23,6 @@ type NodeRegistration struct {
 	Labels map[string]string
 	// Capacity replaces cluster.NodeObject's, resource by resource.
 	Capacity corev1.ResourceList
-	// Parallelism bounds concurrent API calls; 0 means 16.
-	Parallelism int
-}
-
-// NodeObject returns the Node object for a fleet node: cluster.NodeObject
-// with InternalIP 127.0.0.1, the node's port as the kubelet endpoint, and
-// reg's labels and capacity.
-func (n *Node) NodeObject(reg NodeRegistration) *corev1.Node {
-	obj := cluster.NodeObject(n.name, reg.Labels, "127.0.0.1", n.Port())
-	maps.Copy(obj.Status.Capacity, reg.Capacity)
-	maps.Copy(obj.Status.Allocatable, reg.Capacity)
-	return obj
 }
 
 // endpointSet says whether obj has want's kubelet endpoint and InternalIP.
@@ -45,13 +33,9 @@ func endpointSet(obj, want *corev1.Node) bool {
 // RegisterNodes creates a Node object for every node of the fleet, or, for
 // one that exists, sets its address and kubelet port.
 func (f *Fleet) RegisterNodes(ctx context.Context, client kubernetes.Interface, reg NodeRegistration) error {
-	workers := reg.Parallelism
-	if workers <= 0 {
-		workers = 16
-	}
 	nodes := f.Nodes()
 	errs := make([]error, len(nodes))
-	workqueue.ParallelizeUntil(ctx, workers, len(nodes), func(i int) {
+	workqueue.ParallelizeUntil(ctx, 16, len(nodes), func(i int) {
 		errs[i] = registerNode(ctx, client, nodes[i], reg)
 	})
 	if err := ctx.Err(); err != nil {
@@ -60,8 +44,13 @@ func (f *Fleet) RegisterNodes(ctx context.Context, client kubernetes.Interface, 
 	return errors.Join(errs...)
 }
 
+// registerNode creates or updates the Node of n: cluster.NodeObject with
+// InternalIP 127.0.0.1, n's port as the kubelet endpoint, and reg's labels
+// and capacity.
 func registerNode(ctx context.Context, client kubernetes.Interface, n *Node, reg NodeRegistration) error {
-	want := n.NodeObject(reg)
+	want := cluster.NodeObject(n.name, reg.Labels, "127.0.0.1", n.Port())
+	maps.Copy(want.Status.Capacity, reg.Capacity)
+	maps.Copy(want.Status.Allocatable, reg.Capacity)
 	got, err := client.CoreV1().Nodes().Create(ctx, want, metav1.CreateOptions{})
 	if err == nil && endpointSet(got, want) {
 		return nil

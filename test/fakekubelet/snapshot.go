@@ -49,12 +49,21 @@ func (s *sample) add(o sample) {
 	s.workingSet += o.workingSet
 }
 
+// stats renders s as the container name started at start, sampled at ts.
+func (s sample) stats(name string, start, ts metav1.Time) stats.ContainerStats {
+	return stats.ContainerStats{Name: name, StartTime: start, CPU: summarytest.CPU(ts, s.rate, s.cumulative), Memory: summarytest.Memory(ts, s.workingSet, s.limit)}
+}
+
 // summaryAt renders the node at instant t, each pod dup names
 // ("namespace/name", or AllPods) followed by its copy.
 func (n *Node) summaryAt(t instant, onlyCPUAndMemory bool, dup string) *stats.Summary {
 	f := n.fleet
 	ts := metav1.NewTime(f.tl.wall(t))
-	base := f.cfg.NodeBaseUsage.MemoryBytes
+	cpu, mem := f.cfg.NodeBaseUsage.CPUNanoCores, f.cfg.NodeBaseUsage.MemoryBytes
+	// The kubelet and the runtime share the node's base usage, at a
+	// constant rate since the node started.
+	kubelet := sample{rate: cpu / 2, cumulative: counter{accAt: n.start, rate: cpu / 2}.at(t), workingSet: mem / 2}
+	runtime := sample{rate: cpu - cpu/2, cumulative: counter{accAt: n.start, rate: cpu - cpu/2}.at(t), workingSet: mem - mem/2}
 
 	n.mu.RLock()
 	pods := n.sortedPodsLocked()
@@ -68,25 +77,20 @@ func (n *Node) summaryAt(t instant, onlyCPUAndMemory bool, dup string) *stats.Su
 			out.Pods = append(out.Pods, f.podStats(ps, t, ts, onlyCPUAndMemory, 2))
 		}
 	}
-	kubelet := sample{rate: n.kubelet.rate, cumulative: n.kubelet.at(t), workingSet: base / 2}
-	runtime := sample{rate: n.runtime.rate, cumulative: n.runtime.at(t), workingSet: base - base/2}
-	start := metav1.NewTime(f.tl.wall(n.start))
 	n.mu.RUnlock()
 
+	start := metav1.NewTime(f.tl.wall(n.start))
 	node := sample{limit: f.cfg.NodeMemoryCapacityBytes}
 	node.add(kubelet)
 	node.add(runtime)
 	node.add(podsTotal)
+	total := node.stats("", start, ts)
 	out.Node = stats.NodeStats{
-		NodeName: n.name,
-		SystemContainers: []stats.ContainerStats{
-			{Name: "kubelet", StartTime: start, CPU: cpuStats(ts, kubelet), Memory: memoryStats(ts, kubelet)},
-			{Name: "pods", StartTime: start, CPU: cpuStats(ts, podsTotal), Memory: memoryStats(ts, podsTotal)},
-			{Name: "runtime", StartTime: start, CPU: cpuStats(ts, runtime), Memory: memoryStats(ts, runtime)},
-		},
-		StartTime: start,
-		CPU:       cpuStats(ts, node),
-		Memory:    memoryStats(ts, node),
+		NodeName:         n.name,
+		SystemContainers: []stats.ContainerStats{kubelet.stats("kubelet", start, ts), podsTotal.stats("pods", start, ts), runtime.stats("runtime", start, ts)},
+		StartTime:        start,
+		CPU:              total.CPU,
+		Memory:           total.Memory,
 	}
 	if !onlyCPUAndMemory {
 		out.Node.Network = summarytest.Network(ts)
@@ -113,12 +117,7 @@ func (f *Fleet) podStats(ps *podState, t instant, ts metav1.Time, onlyCPUAndMemo
 		total.add(cs)
 		limit += c.limit
 		limited = limited && c.limit > 0
-		stats := stats.ContainerStats{
-			Name:      c.name,
-			StartTime: metav1.NewTime(f.tl.wall(c.start)),
-			CPU:       cpuStats(ts, cs),
-			Memory:    memoryStats(ts, cs),
-		}
+		stats := cs.stats(c.name, metav1.NewTime(f.tl.wall(c.start)), ts)
 		if !onlyCPUAndMemory {
 			stats.Rootfs = summarytest.Fs(ts, 4<<20)
 			stats.Logs = summarytest.Fs(ts, 64<<10)
@@ -128,19 +127,11 @@ func (f *Fleet) podStats(ps *podState, t instant, ts metav1.Time, onlyCPUAndMemo
 	if limited {
 		total.limit = limit
 	}
-	pod.CPU = cpuStats(ts, total)
-	pod.Memory = memoryStats(ts, total)
+	sum := total.stats("", pod.StartTime, ts)
+	pod.CPU, pod.Memory = sum.CPU, sum.Memory
 	if !onlyCPUAndMemory {
 		pod.Network = summarytest.Network(ts)
 		pod.EphemeralStorage = summarytest.Fs(ts, uint64(len(ps.containers))*(4<<20+64<<10))
 	}
 	return pod
-}
-
-func cpuStats(ts metav1.Time, s sample) *stats.CPUStats {
-	return summarytest.CPU(ts, s.rate, s.cumulative)
-}
-
-func memoryStats(ts metav1.Time, s sample) *stats.MemoryStats {
-	return summarytest.Memory(ts, s.workingSet, s.limit)
 }

@@ -25,8 +25,8 @@ func fixture(t *testing.T) (*Fleet, *Node) {
 		Labels:     map[string]string{"app": "web"},
 		Containers: []Container{{Name: "app", MemoryLimit: *resource.NewQuantity(256<<20, resource.BinarySI)}, {Name: "sidecar"}},
 	})
-	if got := f.SetPodUsage("default", "web-0", Usage{CPUNanoCores: 500e6, MemoryBytes: 200 << 20}); got != 1 {
-		t.Fatalf("SetPodUsage matched %d pods, want 1", got)
+	if got := f.SetUsage(UsageTarget{Namespace: "default", Name: "web-0"}, Usage{CPUNanoCores: 500e6, MemoryBytes: 200 << 20}); got != 1 {
+		t.Fatalf("SetUsage matched %d pods, want 1", got)
 	}
 	fc.Step(10 * time.Second)
 	return f, n

@@ -61,7 +61,7 @@ type counter struct {
 
 // at returns the counter's value at instant t. Instants before the current
 // segment report the value at its start.
-func (c *counter) at(t instant) uint64 {
+func (c counter) at(t instant) uint64 {
 	if t <= c.accAt {
 		return c.acc
 	}

@@ -60,16 +60,6 @@ func (f *Fleet) SetUsage(t UsageTarget, u Usage) int {
 	return f.setUsage(t, usagePatch{cpu: &u.CPUNanoCores, memory: &u.MemoryBytes})
 }
 
-// SetPodUsage sets the usage of one pod, spread evenly over its containers.
-func (f *Fleet) SetPodUsage(namespace, name string, u Usage) int {
-	return f.SetUsage(UsageTarget{Namespace: namespace, Name: name}, u)
-}
-
-// SetContainerUsage sets the usage of one container of one pod.
-func (f *Fleet) SetContainerUsage(namespace, name, container string, u Usage) int {
-	return f.SetUsage(UsageTarget{Namespace: namespace, Name: name, Container: container}, u)
-}
-
 // ForgetUsage drops every remembered usage. Placed pods keep their usage;
 // pods placed later start with the default.
 func (f *Fleet) ForgetUsage() {
