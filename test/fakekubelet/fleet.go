@@ -4,8 +4,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -187,13 +188,8 @@ func (f *Fleet) Node(nodeName string) (*Node, bool) {
 // Nodes returns all nodes sorted by name.
 func (f *Fleet) Nodes() []*Node {
 	f.mu.Lock()
-	out := make([]*Node, 0, len(f.nodes))
-	for _, n := range f.nodes {
-		out = append(out, n)
-	}
-	f.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
-	return out
+	defer f.mu.Unlock()
+	return slices.SortedFunc(maps.Values(f.nodes), func(a, b *Node) int { return strings.Compare(a.name, b.name) })
 }
 
 // Close stops every listener and informer and waits for in-flight requests,

@@ -61,9 +61,6 @@ func defaultUID(k podKey) string {
 
 // newPodState builds the model of a pod first seen at instant now.
 func (f *Fleet) newPodState(p Pod, now instant) *podState {
-	if p.UID == "" {
-		p.UID = defaultUID(podKey{p.Namespace, p.Name})
-	}
 	if len(p.Containers) == 0 {
 		p.Containers = []Container{{Name: "main"}}
 	}

@@ -2,7 +2,9 @@ package fakekubelet
 
 import (
 	"io"
-	"sort"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -86,19 +88,10 @@ func WriteResourceMetrics(w io.Writer, s *stats.Summary) error {
 	}
 	add(scrapeErrorFamily, 0, nil)
 
-	for _, f := range []family{containerCPUFamily, containerMemFamily, containerStart, nodeCPUFamily, nodeMemFamily, podCPUFamily, podMemFamily, scrapeErrorFamily} {
-		mf := byName[f.name]
-		if mf == nil {
-			continue
-		}
-		sort.SliceStable(mf.Metric, func(i, j int) bool {
-			a, b := mf.Metric[i].Label, mf.Metric[j].Label
-			for k := range a {
-				if a[k].GetValue() != b[k].GetValue() {
-					return a[k].GetValue() < b[k].GetValue()
-				}
-			}
-			return false
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		mf := byName[name]
+		slices.SortStableFunc(mf.Metric, func(a, b *dto.Metric) int {
+			return slices.CompareFunc(a.Label, b.Label, func(x, y *dto.LabelPair) int { return strings.Compare(x.GetValue(), y.GetValue()) })
 		})
 		if _, err := expfmt.MetricFamilyToText(w, mf); err != nil {
 			return err

@@ -1,6 +1,8 @@
 package fakekubelet
 
 import (
+	"slices"
+
 	"k8s.io/apimachinery/pkg/labels"
 )
 
@@ -29,28 +31,10 @@ type usageRule struct {
 	patch  usagePatch
 }
 
+// matches says whether the rule's target, its Selector set, selects p.
 func (r usageRule) matches(p Pod) bool {
 	t := r.target
-	if t.Namespace != "" && t.Namespace != p.Namespace {
-		return false
-	}
-	if t.Name != "" && t.Name != p.Name {
-		return false
-	}
-	return t.Selector == nil || t.Selector.Matches(labels.Set(p.Labels))
-}
-
-func (r usageRule) sameTarget(o usageRule) bool {
-	a, b := r.target, o.target
-	return a.Namespace == b.Namespace && a.Name == b.Name && a.Container == b.Container &&
-		selectorString(a.Selector) == selectorString(b.Selector)
-}
-
-func selectorString(s labels.Selector) string {
-	if s == nil {
-		return ""
-	}
-	return s.String()
+	return (t.Namespace == "" || t.Namespace == p.Namespace) && (t.Name == "" || t.Name == p.Name) && t.Selector.Matches(labels.Set(p.Labels))
 }
 
 // SetUsage sets the usage of every placed pod matching the target, from the
@@ -69,16 +53,16 @@ func (f *Fleet) ForgetUsage() {
 }
 
 func (f *Fleet) setUsage(t UsageTarget, p usagePatch) int {
+	if t.Selector == nil {
+		t.Selector = labels.Everything()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	rule := usageRule{target: t, patch: p}
-	kept := f.rules[:0]
-	for _, r := range f.rules {
-		if !r.sameTarget(rule) {
-			kept = append(kept, r)
-		}
-	}
-	f.rules = append(kept, rule)
+	f.rules = append(slices.DeleteFunc(f.rules, func(r usageRule) bool {
+		o := r.target
+		return o.Namespace == t.Namespace && o.Name == t.Name && o.Container == t.Container && o.Selector.String() == t.Selector.String()
+	}), rule)
 
 	now := f.tl.now()
 	byNode := map[*Node][]podKey{}
