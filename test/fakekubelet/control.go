@@ -49,8 +49,8 @@ type ContainerUsage struct {
 // State returns the node's state; withPods adds every pod's usage.
 func (n *Node) State(withPods bool) NodeState {
 	st := NodeState{Name: n.name, Address: n.Address(), Port: n.Port(), Faults: n.Faults()}
-	n.mu.RLock()
-	defer n.mu.RUnlock()
+	n.fleet.mu.RLock()
+	defer n.fleet.mu.RUnlock()
 	st.NumPods = len(n.pods)
 	if !withPods {
 		return st

@@ -91,16 +91,9 @@ func faultGroup(k FaultKind) (FaultKind, bool) {
 
 // Faults returns the faults in force, ordered by kind.
 func (n *Node) Faults() []Fault {
-	n.mu.RLock()
-	defer n.mu.RUnlock()
+	n.fleet.mu.RLock()
+	defer n.fleet.mu.RUnlock()
 	return slices.SortedFunc(maps.Values(n.faults), func(a, b Fault) int { return strings.Compare(string(a.Kind), string(b.Kind)) })
-}
-
-// faultsNow returns the faults in force by group.
-func (n *Node) faultsNow() map[FaultKind]Fault {
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	return maps.Clone(n.faults)
 }
 
 // SetFault sets a fault, effective for requests that arrive afterwards
@@ -132,9 +125,9 @@ func (n *Node) SetFault(f Fault) error {
 			return fmt.Errorf("node %q: %w", n.name, err)
 		}
 	}
-	n.mu.Lock()
+	n.fleet.mu.Lock()
 	n.faults[group] = f
-	n.mu.Unlock()
+	n.fleet.mu.Unlock()
 	if f.Kind == FaultDead {
 		return n.ep.SetDown(true)
 	}
@@ -150,7 +143,7 @@ func (n *Node) ClearFault(kind FaultKind) error {
 	}
 	n.opMu.Lock()
 	defer n.opMu.Unlock()
-	n.mu.Lock()
+	n.fleet.mu.Lock()
 	_, wasDead := n.faults[FaultDead]
 	for g, f := range n.faults {
 		if kind == "" || g == group && f.Kind == kind {
@@ -159,7 +152,7 @@ func (n *Node) ClearFault(kind FaultKind) error {
 	}
 	transport := n.faults[transportFaults].Kind
 	_, dead := n.faults[FaultDead]
-	n.mu.Unlock()
+	n.fleet.mu.Unlock()
 	if err := n.ep.SetFault(transport); err != nil {
 		return fmt.Errorf("node %q: %w", n.name, err)
 	}
@@ -170,9 +163,9 @@ func (n *Node) ClearFault(kind FaultKind) error {
 		return errors.New("fleet is closed")
 	}
 	if err := n.ep.SetDown(false); err != nil {
-		n.mu.Lock()
+		n.fleet.mu.Lock()
 		n.faults[FaultDead] = Fault{Kind: FaultDead}
-		n.mu.Unlock()
+		n.fleet.mu.Unlock()
 		return fmt.Errorf("revive node %q: %w", n.name, err)
 	}
 	return nil
@@ -181,7 +174,9 @@ func (n *Node) ClearFault(kind FaultKind) error {
 // serveFault applies the node's response faults to a request. It reports
 // whether the request was answered (or abandoned) by a fault.
 func (n *Node) serveFault(w http.ResponseWriter, r *http.Request, path string) bool {
-	faults := n.faultsNow()
+	n.fleet.mu.RLock()
+	faults := maps.Clone(n.faults)
+	n.fleet.mu.RUnlock()
 	rs := fakecore.Responder{Clock: n.fleet.cfg.Clock, Stop: n.ep.Stopped()}
 	if d := faults[fakecore.FaultSlow].Delay.Duration; d > 0 {
 		rs.Wait(r.Context(), d)

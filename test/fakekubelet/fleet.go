@@ -69,7 +69,8 @@ type Fleet struct {
 	ca       *pki.CA
 	clientCA *x509.CertPool
 
-	mu    sync.Mutex
+	// mu guards the nodes, their pods and faults, and the usage rules.
+	mu    sync.RWMutex
 	nodes map[string]*Node
 	pods  map[podKey]*Node
 	rules []usageRule
@@ -179,16 +180,20 @@ func (f *Fleet) AddNode(nodeName string, port int) (*Node, error) {
 
 // Node returns the node with the given name.
 func (f *Fleet) Node(nodeName string) (*Node, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.mu.RLock()
+	defer f.mu.RUnlock()
 	n, ok := f.nodes[nodeName]
 	return n, ok
 }
 
 // Nodes returns all nodes sorted by name.
 func (f *Fleet) Nodes() []*Node {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.nodesLocked()
+}
+
+func (f *Fleet) nodesLocked() []*Node {
 	return slices.SortedFunc(maps.Values(f.nodes), func(a, b *Node) int { return strings.Compare(a.name, b.name) })
 }
 

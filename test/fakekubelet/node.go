@@ -19,12 +19,9 @@ type Node struct {
 	fleet *Fleet
 	name  string
 
-	// mu guards the pod model and the faults.
-	mu      sync.RWMutex
+	// The pod model and the faults, guarded by the fleet's mu.
 	start   instant
 	pods    map[podKey]*podState
-	kubelet counter // constant-rate system containers
-	runtime counter
 	podsCPU counter             // sum of the pods' rates
 	faults  map[FaultKind]Fault // by group (faultGroup)
 
@@ -62,8 +59,7 @@ func (n *Node) Address() string { return n.ep.Addr() }
 // URL returns the base URL of the node's endpoint.
 func (n *Node) URL() string { return "https://" + n.Address() }
 
-// listen starts serving on 127.0.0.1:port (0 picks a port). Callers hold no
-// node locks.
+// listen starts serving on 127.0.0.1:port (0 picks a port).
 func (n *Node) listen(port int) error {
 	ep, err := fakecore.NewEndpoint(fakecore.EndpointConfig{
 		Addr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),

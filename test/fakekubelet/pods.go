@@ -98,13 +98,11 @@ func (f *Fleet) SetPod(nodeName string, p Pod) error {
 	if p.UID == "" {
 		p.UID = defaultUID(k)
 	}
+	now := f.tl.now()
 	if old, ok := f.pods[k]; ok && old != n {
-		old.removePod(k, f.tl.now())
+		old.removePodLocked(k, now)
 	}
 	f.pods[k] = n
-	now := f.tl.now()
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	if ps, ok := n.pods[k]; ok && ps.pod.UID == p.UID {
 		ps.pod.Labels = p.Labels
 		return nil
@@ -129,18 +127,12 @@ func (f *Fleet) removePodUID(namespace, name, uid string) bool {
 	defer f.mu.Unlock()
 	k := podKey{namespace, name}
 	n, ok := f.pods[k]
-	if !ok {
+	if !ok || uid != "" && n.pods[k].pod.UID != uid {
 		return false
 	}
-	n.mu.RLock()
-	ps, ok := n.pods[k]
-	same := uid == "" || ok && ps.pod.UID == uid
-	n.mu.RUnlock()
-	if same {
-		delete(f.pods, k)
-		n.removePod(k, f.tl.now())
-	}
-	return same
+	delete(f.pods, k)
+	n.removePodLocked(k, f.tl.now())
+	return true
 }
 
 // ResetPodCounters restarts the CPU counters of one pod's containers from
@@ -153,27 +145,20 @@ func (f *Fleet) ResetPodCounters(namespace, name string) error {
 	if !ok {
 		return fmt.Errorf("pod %s: %w", k, ErrNotFound)
 	}
-	now := f.tl.now()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if ps, ok := n.pods[k]; ok {
-		ps.restart(now)
-	}
+	n.pods[k].restart(f.tl.now())
 	return nil
 }
 
-func (n *Node) removePod(k podKey, now instant) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+func (n *Node) removePodLocked(k podKey, now instant) {
 	delete(n.pods, k)
 	n.updatePodsRateLocked(now)
 }
 
 // ResetCounters restarts the counters of every pod on the node.
 func (n *Node) ResetCounters() {
+	n.fleet.mu.Lock()
+	defer n.fleet.mu.Unlock()
 	now := n.fleet.tl.now()
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	for _, ps := range n.pods {
 		ps.restart(now)
 	}

@@ -17,20 +17,20 @@ import (
 // the CPU and memory of the pod they copy, so whoever reads them can tell
 // them from the real pod.
 func (n *Node) Summary(onlyCPUAndMemory bool) *stats.Summary {
-	faults := n.faultsNow()
-	t := n.fleet.tl.now() - instant(faults[fakecore.FaultClockBackwards].Offset.Truncate(time.Second))
-	s := n.summaryAt(t, onlyCPUAndMemory, faults[FaultDuplicatePods].Pod)
-	if _, ok := faults[FaultForeignPods]; ok {
-		ts := metav1.NewTime(n.fleet.tl.wall(t))
-		for _, o := range n.fleet.Nodes() {
+	f := n.fleet
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	t := f.tl.now() - instant(n.faults[fakecore.FaultClockBackwards].Offset.Truncate(time.Second))
+	s := n.summaryLocked(t, onlyCPUAndMemory, n.faults[FaultDuplicatePods].Pod)
+	if _, ok := n.faults[FaultForeignPods]; ok {
+		ts := metav1.NewTime(f.tl.wall(t))
+		for _, o := range f.nodesLocked() {
 			if o == n {
 				continue
 			}
-			o.mu.RLock()
 			for _, ps := range o.sortedPodsLocked() {
-				s.Pods = append(s.Pods, n.fleet.podStats(ps, t, ts, onlyCPUAndMemory, 2))
+				s.Pods = append(s.Pods, f.podStats(ps, t, ts, onlyCPUAndMemory, 2))
 			}
-			o.mu.RUnlock()
 		}
 	}
 	return s
@@ -54,9 +54,9 @@ func (s sample) stats(name string, start, ts metav1.Time) stats.ContainerStats {
 	return stats.ContainerStats{Name: name, StartTime: start, CPU: summarytest.CPU(ts, s.rate, s.cumulative), Memory: summarytest.Memory(ts, s.workingSet, s.limit)}
 }
 
-// summaryAt renders the node at instant t, each pod dup names
+// summaryLocked renders the node at instant t, each pod dup names
 // ("namespace/name", or AllPods) followed by its copy.
-func (n *Node) summaryAt(t instant, onlyCPUAndMemory bool, dup string) *stats.Summary {
+func (n *Node) summaryLocked(t instant, onlyCPUAndMemory bool, dup string) *stats.Summary {
 	f := n.fleet
 	ts := metav1.NewTime(f.tl.wall(t))
 	cpu, mem := f.cfg.NodeBaseUsage.CPUNanoCores, f.cfg.NodeBaseUsage.MemoryBytes
@@ -65,7 +65,6 @@ func (n *Node) summaryAt(t instant, onlyCPUAndMemory bool, dup string) *stats.Su
 	kubelet := sample{rate: cpu / 2, cumulative: counter{accAt: n.start, rate: cpu / 2}.at(t), workingSet: mem / 2}
 	runtime := sample{rate: cpu - cpu/2, cumulative: counter{accAt: n.start, rate: cpu - cpu/2}.at(t), workingSet: mem - mem/2}
 
-	n.mu.RLock()
 	pods := n.sortedPodsLocked()
 	out := &stats.Summary{Pods: make([]stats.PodStats, 0, len(pods))}
 	podsTotal := sample{rate: n.podsCPU.rate, cumulative: n.podsCPU.at(t)}
@@ -77,7 +76,6 @@ func (n *Node) summaryAt(t instant, onlyCPUAndMemory bool, dup string) *stats.Su
 			out.Pods = append(out.Pods, f.podStats(ps, t, ts, onlyCPUAndMemory, 2))
 		}
 	}
-	n.mu.RUnlock()
 
 	start := metav1.NewTime(f.tl.wall(n.start))
 	node := sample{limit: f.cfg.NodeMemoryCapacityBytes}
@@ -102,7 +100,7 @@ func (n *Node) summaryAt(t instant, onlyCPUAndMemory bool, dup string) *stats.Su
 }
 
 // podStats renders one pod at instant t, its CPU and memory times scale;
-// the pod's cgroup is the sum of its containers. Callers hold the node's
+// the pod's cgroup is the sum of its containers. Callers hold the fleet's
 // lock.
 func (f *Fleet) podStats(ps *podState, t instant, ts metav1.Time, onlyCPUAndMemory bool, scale uint64) stats.PodStats {
 	var total sample

@@ -65,28 +65,17 @@ func (f *Fleet) setUsage(t UsageTarget, p usagePatch) int {
 	}), rule)
 
 	now := f.tl.now()
-	byNode := map[*Node][]podKey{}
-	for k, n := range f.pods {
-		byNode[n] = append(byNode[n], k)
-	}
 	matched := 0
-	for n, keys := range byNode {
-		n.mu.Lock()
-		changed := false
-		for _, k := range keys {
-			ps, ok := n.pods[k]
-			if !ok || !rule.matches(ps.pod) {
-				continue
-			}
-			if applyPatch(ps, t.Container, p, now) {
+	for _, n := range f.nodes {
+		before := matched
+		for _, ps := range n.pods {
+			if rule.matches(ps.pod) && applyPatch(ps, t.Container, p, now) {
 				matched++
-				changed = true
 			}
 		}
-		if changed {
+		if matched > before {
 			n.updatePodsRateLocked(now)
 		}
-		n.mu.Unlock()
 	}
 	return matched
 }
