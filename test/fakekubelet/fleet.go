@@ -1,6 +1,7 @@
 package fakekubelet
 
 import (
+	"cmp"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -107,21 +108,11 @@ func (f *Fleet) recordPresented(token string) {
 
 // NewFleet creates an empty fleet and its CA.
 func NewFleet(cfg Config) (*Fleet, error) {
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
-	if cfg.SampleInterval == 0 {
-		cfg.SampleInterval = DefaultSampleInterval
-	}
-	if cfg.DefaultUsage == (Usage{}) {
-		cfg.DefaultUsage = Usage{CPUNanoCores: DefaultContainerCPU, MemoryBytes: DefaultContainerMemory}
-	}
-	if cfg.NodeBaseUsage == (Usage{}) {
-		cfg.NodeBaseUsage = Usage{CPUNanoCores: DefaultNodeBaseCPU, MemoryBytes: DefaultNodeBaseMemory}
-	}
-	if cfg.NodeMemoryCapacityBytes == 0 {
-		cfg.NodeMemoryCapacityBytes = DefaultNodeMemoryCapacity
-	}
+	cfg.Clock = cmp.Or[clock.Clock](cfg.Clock, clock.RealClock{})
+	cfg.SampleInterval = cmp.Or(cfg.SampleInterval, DefaultSampleInterval)
+	cfg.DefaultUsage = cmp.Or(cfg.DefaultUsage, Usage{CPUNanoCores: DefaultContainerCPU, MemoryBytes: DefaultContainerMemory})
+	cfg.NodeBaseUsage = cmp.Or(cfg.NodeBaseUsage, Usage{CPUNanoCores: DefaultNodeBaseCPU, MemoryBytes: DefaultNodeBaseMemory})
+	cfg.NodeMemoryCapacityBytes = cmp.Or(cfg.NodeMemoryCapacityBytes, DefaultNodeMemoryCapacity)
 	cfg.Tokens = slices.Clone(cfg.Tokens)
 	// The fleet's CA signs every node's serving certificate and, on
 	// request, client certificates.

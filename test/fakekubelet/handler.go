@@ -97,22 +97,16 @@ func (f *Fleet) authenticated(r *http.Request) bool {
 		}
 	}
 	token := fakecore.BearerToken(r)
-	if token == "" {
-		return false
-	}
-	if fakecore.KnownToken(token, f.cfg.Tokens...) {
-		f.recordPresented(token)
-		return true
-	}
-	if f.cfg.TokenAuthenticator != nil {
-		_, ok, err := f.cfg.TokenAuthenticator.AuthenticateToken(r.Context(), token)
-		if err != nil {
+	ok := fakecore.KnownToken(token, f.cfg.Tokens...)
+	if !ok && token != "" && f.cfg.TokenAuthenticator != nil {
+		var err error
+		if _, ok, err = f.cfg.TokenAuthenticator.AuthenticateToken(r.Context(), token); err != nil {
 			klog.V(2).InfoS("Token review failed", "err", err)
+			ok = false
 		}
-		if ok && err == nil {
-			f.recordPresented(token)
-		}
-		return ok && err == nil
 	}
-	return false
+	if ok {
+		f.recordPresented(token)
+	}
+	return ok
 }

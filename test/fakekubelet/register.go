@@ -2,16 +2,15 @@ package fakekubelet
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
@@ -25,13 +24,9 @@ type NodeRegistration struct {
 	Capacity corev1.ResourceList
 }
 
-// endpointSet says whether obj has want's kubelet endpoint and InternalIP.
-func endpointSet(obj, want *corev1.Node) bool {
-	return obj.Status.DaemonEndpoints == want.Status.DaemonEndpoints && slices.Contains(obj.Status.Addresses, want.Status.Addresses[0])
-}
-
 // RegisterNodes creates a Node object for every node of the fleet, or, for
-// one that exists, sets its address and kubelet port.
+// one that exists, sets its addresses and kubelet port with a strategic
+// merge patch of its status.
 func (f *Fleet) RegisterNodes(ctx context.Context, client kubernetes.Interface, reg NodeRegistration) error {
 	nodes := f.Nodes()
 	errs := make([]error, len(nodes))
@@ -51,27 +46,16 @@ func registerNode(ctx context.Context, client kubernetes.Interface, n *Node, reg
 	want := cluster.NodeObject(n.name, reg.Labels, "127.0.0.1", n.Port())
 	maps.Copy(want.Status.Capacity, reg.Capacity)
 	maps.Copy(want.Status.Allocatable, reg.Capacity)
-	got, err := client.CoreV1().Nodes().Create(ctx, want, metav1.CreateOptions{})
-	if err == nil && endpointSet(got, want) {
-		return nil
-	}
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create node %q: %w", n.name, err)
-	}
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
-		if err != nil {
-			return err
+	_, err := client.CoreV1().Nodes().Create(ctx, want, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		var patch []byte
+		patch, err = json.Marshal(map[string]any{"status": map[string]any{"addresses": want.Status.Addresses, "daemonEndpoints": want.Status.DaemonEndpoints}})
+		if err == nil {
+			_, err = client.CoreV1().Nodes().PatchStatus(ctx, n.name, patch)
 		}
-		if endpointSet(cur, want) {
-			return nil
-		}
-		cur.Status.Addresses, cur.Status.DaemonEndpoints = want.Status.Addresses, want.Status.DaemonEndpoints
-		_, err = client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
-		return err
-	})
+	}
 	if err != nil {
-		return fmt.Errorf("set endpoint of node %q: %w", n.name, err)
+		return fmt.Errorf("register node %q: %w", n.name, err)
 	}
 	return nil
 }

@@ -86,12 +86,7 @@ func (f *Fleet) setUsage(t UsageTarget, p usagePatch) int {
 func applyPatch(ps *podState, container string, p usagePatch, t instant) bool {
 	targets := ps.containers
 	if container != "" {
-		targets = nil
-		for _, c := range ps.containers {
-			if c.name == container {
-				targets = append(targets, c)
-			}
-		}
+		targets = slices.DeleteFunc(slices.Clone(targets), func(c *containerState) bool { return c.name != container })
 		if len(targets) == 0 {
 			return false
 		}
