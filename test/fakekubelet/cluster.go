@@ -35,20 +35,6 @@ func PodFromObject(p *corev1.Pod) Pod {
 // serves them on those nodes. It returns once the informer has synced; the
 // informer stops when ctx ends or the fleet closes.
 func (f *Fleet) StartPodInformer(ctx context.Context, client kubernetes.Interface) error {
-	f.informerMu.Lock()
-	if f.isClosed() {
-		f.informerMu.Unlock()
-		return errors.New("fleet is closed")
-	}
-	ictx, cancel := context.WithCancel(ctx)
-	stop := f.stopInform
-	go func() {
-		defer cancel()
-		select {
-		case <-stop:
-		case <-ictx.Done():
-		}
-	}()
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.AndSelectors(
@@ -70,13 +56,19 @@ func (f *Fleet) StartPodInformer(ctx context.Context, client kubernetes.Interfac
 		DeleteFunc: func(obj any) { f.forgetPod(obj) },
 	})
 	if err != nil {
-		f.informerMu.Unlock()
-		cancel()
 		return fmt.Errorf("add pod handler: %w", err)
+	}
+	// The informer runs until ctx ends or the fleet closes.
+	ictx, cancel := context.WithCancel(ctx)
+	context.AfterFunc(f.ctx, cancel)
+	f.lifeMu.Lock()
+	if f.ctx.Err() != nil {
+		f.lifeMu.Unlock()
+		return errors.New("fleet is closed")
 	}
 	factory.StartWithContext(ictx)
 	f.factories = append(f.factories, factory)
-	f.informerMu.Unlock()
+	f.lifeMu.Unlock()
 
 	// The registration has synced once the handler saw the initial list.
 	if !cache.WaitForCacheSync(ictx.Done(), reg.HasSynced) {

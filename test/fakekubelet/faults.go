@@ -159,7 +159,7 @@ func (n *Node) ClearFault(kind FaultKind) error {
 	if !wasDead || dead {
 		return nil
 	}
-	if n.fleet.isClosed() {
+	if n.fleet.ctx.Err() != nil {
 		return errors.New("fleet is closed")
 	}
 	if err := n.ep.SetDown(false); err != nil {

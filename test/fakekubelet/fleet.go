@@ -2,6 +2,7 @@ package fakekubelet
 
 import (
 	"cmp"
+	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -76,13 +77,13 @@ type Fleet struct {
 	pods  map[podKey]*Node
 	rules []usageRule
 
-	informerMu sync.Mutex
-	factories  []informers.SharedInformerFactory
-	stopInform chan struct{}
-
-	lifeMu   sync.Mutex
-	closed   bool
-	handlers sync.WaitGroup
+	// ctx ends when Close starts; the pod informers run until it does.
+	ctx  context.Context
+	stop context.CancelFunc
+	// lifeMu orders Close after the informers started and requests entered.
+	lifeMu    sync.Mutex
+	factories []informers.SharedInformerFactory
+	handlers  sync.WaitGroup
 
 	// presented are the bearer tokens of authenticated requests, for
 	// tests of what a scraper sends a kubelet.
@@ -126,14 +127,14 @@ func NewFleet(cfg Config) (*Fleet, error) {
 		return nil, errors.New("client CA PEM holds no certificate")
 	}
 	f := &Fleet{
-		cfg:        cfg,
-		tl:         newTimeline(cfg.Clock, cfg.SampleInterval),
-		ca:         ca,
-		clientCA:   pool,
-		nodes:      map[string]*Node{},
-		pods:       map[podKey]*Node{},
-		stopInform: make(chan struct{}),
+		cfg:      cfg,
+		tl:       newTimeline(cfg.Clock, cfg.SampleInterval),
+		ca:       ca,
+		clientCA: pool,
+		nodes:    map[string]*Node{},
+		pods:     map[podKey]*Node{},
 	}
+	f.ctx, f.stop = context.WithCancel(context.Background())
 	return f, nil
 }
 
@@ -155,7 +156,7 @@ func (f *Fleet) AddNode(nodeName string, port int) (*Node, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.isClosed() {
+	if f.ctx.Err() != nil {
 		return nil, errors.New("fleet is closed")
 	}
 	if _, ok := f.nodes[nodeName]; ok {
@@ -192,18 +193,13 @@ func (f *Fleet) nodesLocked() []*Node {
 // including stalled and slow ones, to return.
 func (f *Fleet) Close() error {
 	f.lifeMu.Lock()
-	if f.closed {
+	if f.ctx.Err() != nil {
 		f.lifeMu.Unlock()
 		return nil
 	}
-	f.closed = true
-	f.lifeMu.Unlock()
-
-	f.informerMu.Lock()
-	close(f.stopInform)
+	f.stop()
 	factories := f.factories
-	f.factories = nil
-	f.informerMu.Unlock()
+	f.lifeMu.Unlock()
 	for _, fac := range factories {
 		fac.Shutdown()
 	}
@@ -218,17 +214,11 @@ func (f *Fleet) Close() error {
 	return errors.Join(errs...)
 }
 
-func (f *Fleet) isClosed() bool {
-	f.lifeMu.Lock()
-	defer f.lifeMu.Unlock()
-	return f.closed
-}
-
 // enterHandler registers an in-flight request; it fails once Close started.
 func (f *Fleet) enterHandler() bool {
 	f.lifeMu.Lock()
 	defer f.lifeMu.Unlock()
-	if f.closed {
+	if f.ctx.Err() != nil {
 		return false
 	}
 	f.handlers.Add(1)
