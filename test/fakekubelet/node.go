@@ -2,12 +2,9 @@ package fakekubelet
 
 import (
 	"crypto/tls"
-	"log"
 	"net"
 	"strconv"
 	"sync"
-
-	"k8s.io/klog/v2"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/pki"
@@ -70,7 +67,6 @@ func (n *Node) listen(port int) error {
 		// Verified per request, so that a bad certificate yields 401
 		// rather than a failed handshake, as on a real kubelet.
 		ClientAuth: tls.RequestClientCert,
-		ErrorLog:   log.New(debugWriter{node: n.name}, "", 0),
 	})
 	if err != nil {
 		return err
@@ -83,13 +79,4 @@ func (n *Node) shutdown() error {
 	n.opMu.Lock()
 	defer n.opMu.Unlock()
 	return n.ep.Close()
-}
-
-// debugWriter sends net/http's own log lines (TLS handshake errors from
-// clients that hang up, and the like) to klog at high verbosity.
-type debugWriter struct{ node string }
-
-func (w debugWriter) Write(p []byte) (int, error) {
-	klog.V(4).InfoS("Fake kubelet server log", "node", w.node, "message", string(p))
-	return len(p), nil
 }

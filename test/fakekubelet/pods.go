@@ -45,10 +45,10 @@ type podState struct {
 	containers []*containerState
 }
 
+// containerState is a container's usage; it starts with its pod.
 type containerState struct {
 	name   string
 	limit  uint64
-	start  instant
 	cpu    counter
 	memory uint64
 }
@@ -75,7 +75,6 @@ func (f *Fleet) newPodState(p Pod, now instant) *podState {
 		ps.containers = append(ps.containers, &containerState{
 			name:   c.Name,
 			limit:  uint64(max(c.MemoryLimit.Value(), 0)),
-			start:  start,
 			cpu:    counter{accAt: start, rate: f.cfg.DefaultUsage.CPUNanoCores},
 			memory: f.cfg.DefaultUsage.MemoryBytes,
 		})
@@ -167,7 +166,6 @@ func (n *Node) ResetCounters() {
 func (ps *podState) restart(now instant) {
 	ps.start = now
 	for _, c := range ps.containers {
-		c.start = now
 		c.cpu.restart(now)
 	}
 }

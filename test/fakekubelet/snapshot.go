@@ -115,7 +115,7 @@ func (f *Fleet) podStats(ps *podState, t instant, ts metav1.Time, onlyCPUAndMemo
 		total.add(cs)
 		limit += c.limit
 		limited = limited && c.limit > 0
-		stats := cs.stats(c.name, metav1.NewTime(f.tl.wall(c.start)), ts)
+		stats := cs.stats(c.name, pod.StartTime, ts)
 		if !onlyCPUAndMemory {
 			stats.Rootfs = summarytest.Fs(ts, 4<<20)
 			stats.Logs = summarytest.Fs(ts, 64<<10)
