@@ -148,28 +148,6 @@ func (f *Fleet) IssueClientCertificate(user string, groups ...string) (certPEM, 
 	return f.ca.Issue(f.cfg.Clock.Now(), pki.Leaf{CommonName: user, Organizations: groups, Client: true})
 }
 
-// AddNode starts a fake kubelet for nodeName on 127.0.0.1:port; port 0 picks
-// a free port, reported by Node.Port.
-func (f *Fleet) AddNode(nodeName string, port int) (*Node, error) {
-	if nodeName == "" {
-		return nil, errors.New("node name must not be empty")
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.ctx.Err() != nil {
-		return nil, errors.New("fleet is closed")
-	}
-	if _, ok := f.nodes[nodeName]; ok {
-		return nil, fmt.Errorf("node %q already exists", nodeName)
-	}
-	n := newNode(f, nodeName)
-	if err := n.listen(port); err != nil {
-		return nil, fmt.Errorf("node %q: %w", nodeName, err)
-	}
-	f.nodes[nodeName] = n
-	return n, nil
-}
-
 // Node returns the node with the given name.
 func (f *Fleet) Node(nodeName string) (*Node, bool) {
 	f.mu.RLock()
@@ -206,9 +184,9 @@ func (f *Fleet) Close() error {
 
 	var errs []error
 	for _, n := range f.Nodes() {
-		if err := n.shutdown(); err != nil {
-			errs = append(errs, err)
-		}
+		n.opMu.Lock()
+		errs = append(errs, n.ep.Close())
+		n.opMu.Unlock()
 	}
 	f.handlers.Wait()
 	return errors.Join(errs...)

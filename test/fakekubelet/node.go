@@ -2,6 +2,8 @@ package fakekubelet
 
 import (
 	"crypto/tls"
+	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"sync"
@@ -28,18 +30,6 @@ type Node struct {
 	ep *fakecore.Endpoint
 }
 
-func newNode(f *Fleet, name string) *Node {
-	now := f.tl.now()
-	return &Node{
-		fleet:   f,
-		name:    name,
-		start:   now,
-		pods:    map[podKey]*podState{},
-		faults:  map[FaultKind]Fault{},
-		podsCPU: counter{accAt: now},
-	}
-}
-
 // Name returns the node name.
 func (n *Node) Name() string { return n.name }
 
@@ -56,27 +46,43 @@ func (n *Node) Address() string { return n.ep.Addr() }
 // URL returns the base URL of the node's endpoint.
 func (n *Node) URL() string { return "https://" + n.Address() }
 
-// listen starts serving on 127.0.0.1:port (0 picks a port).
-func (n *Node) listen(port int) error {
+// AddNode starts a fake kubelet for nodeName on 127.0.0.1:port; port 0 picks
+// a free port, reported by Node.Port.
+func (f *Fleet) AddNode(nodeName string, port int) (*Node, error) {
+	if nodeName == "" {
+		return nil, errors.New("node name must not be empty")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ctx.Err() != nil {
+		return nil, errors.New("fleet is closed")
+	}
+	if _, ok := f.nodes[nodeName]; ok {
+		return nil, fmt.Errorf("node %q already exists", nodeName)
+	}
+	now := f.tl.now()
+	n := &Node{
+		fleet:   f,
+		name:    nodeName,
+		start:   now,
+		pods:    map[podKey]*podState{},
+		faults:  map[FaultKind]Fault{},
+		podsCPU: counter{accAt: now},
+	}
 	ep, err := fakecore.NewEndpoint(fakecore.EndpointConfig{
 		Addr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		Handler: n,
-		CA:      n.fleet.ca,
-		Leaf:    pki.Leaf{CommonName: n.name, Hosts: []string{"127.0.0.1", "localhost", n.name}, Server: true},
-		Now:     n.fleet.cfg.Clock.Now,
+		CA:      f.ca,
+		Leaf:    pki.Leaf{CommonName: nodeName, Hosts: []string{"127.0.0.1", "localhost", nodeName}, Server: true},
+		Now:     f.cfg.Clock.Now,
 		// Verified per request, so that a bad certificate yields 401
 		// rather than a failed handshake, as on a real kubelet.
 		ClientAuth: tls.RequestClientCert,
 	})
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("node %q: %w", nodeName, err)
 	}
 	n.ep = ep
-	return nil
-}
-
-func (n *Node) shutdown() error {
-	n.opMu.Lock()
-	defer n.opMu.Unlock()
-	return n.ep.Close()
+	f.nodes[nodeName] = n
+	return n, nil
 }
