@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
+	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
@@ -32,11 +33,10 @@ type NodeState struct {
 	NumPods int        `json:"numPods"`
 }
 
-// PodUsage describes a pod and its containers' usage.
+// PodUsage describes a pod, as the Summary API refers to it, and its
+// containers' usage.
 type PodUsage struct {
-	Namespace  string           `json:"namespace"`
-	Name       string           `json:"name"`
-	UID        string           `json:"uid"`
+	stats.PodReference
 	Containers []ContainerUsage `json:"containers"`
 }
 
@@ -56,7 +56,7 @@ func (n *Node) State(withPods bool) NodeState {
 		return st
 	}
 	for _, ps := range n.sortedPodsLocked() {
-		pu := PodUsage{Namespace: ps.pod.Namespace, Name: ps.pod.Name, UID: ps.pod.UID}
+		pu := PodUsage{PodReference: stats.PodReference{Namespace: ps.pod.Namespace, Name: ps.pod.Name, UID: ps.pod.UID}}
 		for _, c := range ps.containers {
 			pu.Containers = append(pu.Containers, ContainerUsage{Name: c.name, Usage: Usage{c.cpu.rate, c.memory}})
 		}
@@ -90,33 +90,28 @@ func NewControlHandler(f *Fleet) http.Handler {
 type controlAPI struct{ fleet *Fleet }
 
 func (c *controlAPI) listNodes(r *http.Request, _ fakecore.None) (any, error) {
-	withPods := r.URL.Query().Get("pods") == "true"
-	out := []NodeState{}
-	for _, n := range c.fleet.Nodes() {
-		out = append(out, n.State(withPods))
-	}
-	return out, nil
+	return c.forNodes("*", r.URL.Query().Get("pods") == "true", nil)
 }
 
 func (c *controlAPI) getNode(r *http.Request, _ fakecore.None) (any, error) {
 	n, ok := c.fleet.Node(r.PathValue("node"))
 	if !ok {
-		return nil, fmt.Errorf("node %q: %w", r.PathValue("node"), ErrNotFound)
+		return nil, fmt.Errorf("node %q: %w", r.PathValue("node"), fakecore.ErrNotFound)
 	}
 	return n.State(true), nil
 }
 
 func (c *controlAPI) setFault(r *http.Request, fault Fault) (any, error) {
-	return c.forNodes(r.PathValue("node"), func(n *Node) error { return n.SetFault(fault) })
+	return c.forNodes(r.PathValue("node"), false, func(n *Node) error { return n.SetFault(fault) })
 }
 
 func (c *controlAPI) clearFault(r *http.Request, _ fakecore.None) (any, error) {
 	kind := FaultKind(r.URL.Query().Get("kind"))
-	return c.forNodes(r.PathValue("node"), func(n *Node) error { return n.ClearFault(kind) })
+	return c.forNodes(r.PathValue("node"), false, func(n *Node) error { return n.ClearFault(kind) })
 }
 
 func (c *controlAPI) resetNode(r *http.Request, _ fakecore.None) (any, error) {
-	return c.forNodes(r.PathValue("node"), func(n *Node) error { n.ResetCounters(); return nil })
+	return c.forNodes(r.PathValue("node"), false, func(n *Node) error { n.ResetCounters(); return nil })
 }
 
 func (c *controlAPI) putPod(r *http.Request, p Pod) (any, error) {
@@ -130,7 +125,7 @@ func (c *controlAPI) putPod(r *http.Request, p Pod) (any, error) {
 func (c *controlAPI) deletePod(r *http.Request, _ fakecore.None) (any, error) {
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
 	if !c.fleet.RemovePod(ns, name) {
-		return nil, fmt.Errorf("pod %s/%s: %w", ns, name, ErrNotFound)
+		return nil, fmt.Errorf("pod %s/%s: %w", ns, name, fakecore.ErrNotFound)
 	}
 	return fakecore.Matched(1), nil
 }
@@ -182,24 +177,24 @@ func (c *controlAPI) setUsage(t UsageTarget, req UsageRequest) (any, error) {
 	return fakecore.Matched(c.fleet.setUsage(t, p)), nil
 }
 
-// forNodes applies fn to one node, or to every node for "*", and answers
-// with the resulting states.
-func (c *controlAPI) forNodes(name string, fn func(*Node) error) (any, error) {
+// forNodes applies fn, if set, to one node, or to every node for "*", and
+// answers with the resulting states, with their pods if withPods.
+func (c *controlAPI) forNodes(name string, withPods bool, fn func(*Node) error) (any, error) {
 	var nodes []*Node
 	if name == "*" {
 		nodes = c.fleet.Nodes()
 	} else if n, ok := c.fleet.Node(name); ok {
 		nodes = []*Node{n}
 	} else {
-		return nil, fmt.Errorf("node %q: %w", name, ErrNotFound)
+		return nil, fmt.Errorf("node %q: %w", name, fakecore.ErrNotFound)
 	}
 	out := []NodeState{}
 	var errs []error
 	for _, n := range nodes {
-		if err := fn(n); err != nil {
-			errs = append(errs, err)
+		if fn != nil {
+			errs = append(errs, fn(n))
 		}
-		out = append(out, n.State(false))
+		out = append(out, n.State(withPods))
 	}
 	return out, errors.Join(errs...)
 }

@@ -30,9 +30,6 @@ const (
 	DefaultNodeMemoryCapacity = 64 << 30
 )
 
-// ErrNotFound is returned for a node or pod the fleet does not know.
-var ErrNotFound = fakecore.ErrNotFound
-
 // Usage is a container or pod resource usage: a CPU rate in nanocores
 // (1 core = 1e9) and a memory working set in bytes.
 type Usage struct {

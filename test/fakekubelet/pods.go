@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
 // Pod is a pod placed on a node; as JSON, the body of
@@ -82,7 +84,8 @@ func (f *Fleet) newPodState(p Pod, now instant) *podState {
 	return ps
 }
 
-// SetPod places a pod on a node, or updates it. A pod with the same
+// SetPod places a pod on a node, or updates it; for an unknown node it
+// returns an error wrapping fakecore.ErrNotFound. A pod with the same
 // namespace and name on another node is moved; one with a different UID is
 // replaced, with fresh counters. Remembered usage (see SetUsage) is applied
 // to pods the fleet has not seen before.
@@ -91,7 +94,7 @@ func (f *Fleet) SetPod(nodeName string, p Pod) error {
 	defer f.mu.Unlock()
 	n, ok := f.nodes[nodeName]
 	if !ok {
-		return fmt.Errorf("node %q: %w", nodeName, ErrNotFound)
+		return fmt.Errorf("node %q: %w", nodeName, fakecore.ErrNotFound)
 	}
 	k := podKey{p.Namespace, p.Name}
 	if p.UID == "" {
@@ -135,14 +138,15 @@ func (f *Fleet) removePodUID(namespace, name, uid string) bool {
 }
 
 // ResetPodCounters restarts the CPU counters of one pod's containers from
-// zero, with a new start time, as after a container restart.
+// zero, with a new start time, as after a container restart; for an
+// unknown pod it returns an error wrapping fakecore.ErrNotFound.
 func (f *Fleet) ResetPodCounters(namespace, name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k := podKey{namespace, name}
 	n, ok := f.pods[k]
 	if !ok {
-		return fmt.Errorf("pod %s: %w", k, ErrNotFound)
+		return fmt.Errorf("pod %s: %w", k, fakecore.ErrNotFound)
 	}
 	n.pods[k].restart(f.tl.now())
 	return nil
