@@ -156,7 +156,7 @@ func (c *controlAPI) forgetUsage(*http.Request, fakecore.None) (any, error) {
 }
 
 func (c *controlAPI) setUsage(t UsageTarget, req UsageRequest) (any, error) {
-	var p usagePatch
+	p := usageRule{UsageTarget: t}
 	if req.CPU != nil {
 		if req.CPU.Sign() < 0 {
 			return nil, errors.New("cpu must not be negative")
@@ -174,7 +174,7 @@ func (c *controlAPI) setUsage(t UsageTarget, req UsageRequest) (any, error) {
 	if p.cpu == nil && p.memory == nil {
 		return nil, errors.New("set cpu, memory or both")
 	}
-	return fakecore.Matched(c.fleet.setUsage(t, p)), nil
+	return fakecore.Matched(c.fleet.setUsage(p)), nil
 }
 
 // forNodes applies fn, if set, to one node, or to every node for "*", and

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
@@ -37,9 +38,8 @@ type Container struct {
 	MemoryLimit resource.Quantity `json:"memoryLimit,omitzero"`
 }
 
-type podKey struct{ namespace, name string }
-
-func (k podKey) String() string { return k.namespace + "/" + k.name }
+// podKey is a pod's namespace and name.
+type podKey = types.NamespacedName
 
 type podState struct {
 	pod        Pod
@@ -96,7 +96,7 @@ func (f *Fleet) SetPod(nodeName string, p Pod) error {
 	if !ok {
 		return fmt.Errorf("node %q: %w", nodeName, fakecore.ErrNotFound)
 	}
-	k := podKey{p.Namespace, p.Name}
+	k := podKey{Namespace: p.Namespace, Name: p.Name}
 	if p.UID == "" {
 		p.UID = defaultUID(k)
 	}
@@ -113,7 +113,7 @@ func (f *Fleet) SetPod(nodeName string, p Pod) error {
 	n.pods[k] = ps
 	for _, r := range f.rules {
 		if r.matches(ps.pod) {
-			applyPatch(ps, r.target.Container, r.patch, ps.start)
+			r.apply(ps, ps.start)
 		}
 	}
 	n.updatePodsRateLocked(now)
@@ -127,7 +127,7 @@ func (f *Fleet) RemovePod(namespace, name string) bool { return f.removePodUID(n
 func (f *Fleet) removePodUID(namespace, name, uid string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	k := podKey{namespace, name}
+	k := podKey{Namespace: namespace, Name: name}
 	n, ok := f.pods[k]
 	if !ok || uid != "" && n.pods[k].pod.UID != uid {
 		return false
@@ -143,7 +143,7 @@ func (f *Fleet) removePodUID(namespace, name, uid string) bool {
 func (f *Fleet) ResetPodCounters(namespace, name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	k := podKey{namespace, name}
+	k := podKey{Namespace: namespace, Name: name}
 	n, ok := f.pods[k]
 	if !ok {
 		return fmt.Errorf("pod %s: %w", k, fakecore.ErrNotFound)

@@ -20,28 +20,23 @@ type UsageTarget struct {
 	Container string
 }
 
-// usagePatch is a usage with optional parts: nil leaves a value unchanged.
-type usagePatch struct {
-	cpu    *uint64
-	memory *uint64
-}
-
+// usageRule is a usage set for a target, and remembered for matching pods
+// placed later: nil leaves a value unchanged.
 type usageRule struct {
-	target UsageTarget
-	patch  usagePatch
+	UsageTarget
+	cpu, memory *uint64
 }
 
 // matches says whether the rule's target, its Selector set, selects p.
 func (r usageRule) matches(p Pod) bool {
-	t := r.target
-	return (t.Namespace == "" || t.Namespace == p.Namespace) && (t.Name == "" || t.Name == p.Name) && t.Selector.Matches(labels.Set(p.Labels))
+	return (r.Namespace == "" || r.Namespace == p.Namespace) && (r.Name == "" || r.Name == p.Name) && r.Selector.Matches(labels.Set(p.Labels))
 }
 
 // SetUsage sets the usage of every placed pod matching the target, from the
 // current sample instant on, and remembers it for matching pods placed later
 // (for example new replicas). It returns how many pods matched now.
 func (f *Fleet) SetUsage(t UsageTarget, u Usage) int {
-	return f.setUsage(t, usagePatch{cpu: &u.CPUNanoCores, memory: &u.MemoryBytes})
+	return f.setUsage(usageRule{UsageTarget: t, cpu: &u.CPUNanoCores, memory: &u.MemoryBytes})
 }
 
 // ForgetUsage drops every remembered usage. Placed pods keep their usage;
@@ -52,16 +47,14 @@ func (f *Fleet) ForgetUsage() {
 	f.rules = nil
 }
 
-func (f *Fleet) setUsage(t UsageTarget, p usagePatch) int {
-	if t.Selector == nil {
-		t.Selector = labels.Everything()
+func (f *Fleet) setUsage(rule usageRule) int {
+	if rule.Selector == nil {
+		rule.Selector = labels.Everything()
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	rule := usageRule{target: t, patch: p}
 	f.rules = append(slices.DeleteFunc(f.rules, func(r usageRule) bool {
-		o := r.target
-		return o.Namespace == t.Namespace && o.Name == t.Name && o.Container == t.Container && o.Selector.String() == t.Selector.String()
+		return r.Namespace == rule.Namespace && r.Name == rule.Name && r.Container == rule.Container && r.Selector.String() == rule.Selector.String()
 	}), rule)
 
 	now := f.tl.now()
@@ -69,7 +62,7 @@ func (f *Fleet) setUsage(t UsageTarget, p usagePatch) int {
 	for _, n := range f.nodes {
 		before := matched
 		for _, ps := range n.pods {
-			if rule.matches(ps.pod) && applyPatch(ps, t.Container, p, now) {
+			if rule.matches(ps.pod) && rule.apply(ps, now) {
 				matched++
 			}
 		}
@@ -80,24 +73,24 @@ func (f *Fleet) setUsage(t UsageTarget, p usagePatch) int {
 	return matched
 }
 
-// applyPatch sets a pod's usage from instant t on: on one container, or
+// apply sets a pod's usage from instant t on: on the rule's container, or
 // spread over all containers with any remainder on the first ones. It
 // reports whether the pod had the container.
-func applyPatch(ps *podState, container string, p usagePatch, t instant) bool {
+func (r usageRule) apply(ps *podState, t instant) bool {
 	targets := ps.containers
-	if container != "" {
-		targets = slices.DeleteFunc(slices.Clone(targets), func(c *containerState) bool { return c.name != container })
+	if r.Container != "" {
+		targets = slices.DeleteFunc(slices.Clone(targets), func(c *containerState) bool { return c.name != r.Container })
 		if len(targets) == 0 {
 			return false
 		}
 	}
 	k := uint64(len(targets))
 	for i, c := range targets {
-		if p.cpu != nil {
-			c.cpu.setRate(t, share(*p.cpu, k, uint64(i)))
+		if r.cpu != nil {
+			c.cpu.setRate(t, share(*r.cpu, k, uint64(i)))
 		}
-		if p.memory != nil {
-			c.memory = share(*p.memory, k, uint64(i))
+		if r.memory != nil {
+			c.memory = share(*r.memory, k, uint64(i))
 		}
 	}
 	return true
