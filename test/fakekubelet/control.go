@@ -156,25 +156,28 @@ func (c *controlAPI) forgetUsage(*http.Request, fakecore.None) (any, error) {
 }
 
 func (c *controlAPI) setUsage(t UsageTarget, req UsageRequest) (any, error) {
-	p := usageRule{UsageTarget: t}
-	if req.CPU != nil {
-		if req.CPU.Sign() < 0 {
-			return nil, errors.New("cpu must not be negative")
-		}
-		v := uint64(req.CPU.ScaledValue(resource.Nano))
-		p.cpu = &v
+	cpu, errCPU := nonNegative("cpu", req.CPU, resource.Nano)
+	memory, errMemory := nonNegative("memory", req.Memory, 0)
+	if err := errors.Join(errCPU, errMemory); err != nil {
+		return nil, err
 	}
-	if req.Memory != nil {
-		if req.Memory.Sign() < 0 {
-			return nil, errors.New("memory must not be negative")
-		}
-		v := uint64(req.Memory.Value())
-		p.memory = &v
-	}
-	if p.cpu == nil && p.memory == nil {
+	if cpu == nil && memory == nil {
 		return nil, errors.New("set cpu, memory or both")
 	}
-	return fakecore.Matched(c.fleet.setUsage(p)), nil
+	return fakecore.Matched(c.fleet.setUsage(usageRule{UsageTarget: t, cpu: cpu, memory: memory})), nil
+}
+
+// nonNegative returns q in units of scale (nil for nil), or an error
+// naming what for a negative q.
+func nonNegative(what string, q *resource.Quantity, scale resource.Scale) (*uint64, error) {
+	switch {
+	case q == nil:
+		return nil, nil
+	case q.Sign() < 0:
+		return nil, fmt.Errorf("%s must not be negative", what)
+	}
+	v := uint64(q.ScaledValue(scale))
+	return &v, nil
 }
 
 // forNodes applies fn, if set, to one node, or to every node for "*", and

@@ -67,10 +67,8 @@ func (f *Fleet) newPodState(p Pod, now instant) *podState {
 		p.Containers = []Container{{Name: "main"}}
 	}
 	start := now
-	if !p.StartTime.IsZero() {
-		if s := f.tl.instantOf(p.StartTime); s < now {
-			start = s
-		}
+	if s := f.tl.instantOf(p.StartTime); !p.StartTime.IsZero() && s < now {
+		start = s
 	}
 	ps := &podState{pod: p, start: start}
 	for _, c := range p.Containers {
