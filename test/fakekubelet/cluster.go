@@ -55,11 +55,10 @@ func (f *Fleet) StartPodInformer(ctx context.Context, client kubernetes.Interfac
 			return obj, nil
 		}),
 	)
-	informer := factory.Core().V1().Pods().Informer()
-	reg, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { f.observePod(obj) },
-		UpdateFunc: func(_, obj any) { f.observePod(obj) },
-		DeleteFunc: func(obj any) { f.forgetPod(obj) },
+	reg, err := factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { f.followPod(obj, false) },
+		UpdateFunc: func(_, obj any) { f.followPod(obj, false) },
+		DeleteFunc: func(obj any) { f.followPod(obj, true) },
 	})
 	if err != nil {
 		return fmt.Errorf("add pod handler: %w", err)
@@ -83,26 +82,20 @@ func (f *Fleet) StartPodInformer(ctx context.Context, client kubernetes.Interfac
 	return nil
 }
 
-func (f *Fleet) observePod(obj any) {
+// followPod places a Running pod bound to a node of the fleet, and removes
+// the incarnation of a pod that is deleted or no longer both.
+func (f *Fleet) followPod(obj any, deleted bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
 		return
 	}
-	if _, known := f.Node(p.Spec.NodeName); !known || p.Status.Phase != corev1.PodRunning {
+	if _, known := f.Node(p.Spec.NodeName); deleted || !known || p.Status.Phase != corev1.PodRunning {
 		f.removePodUID(p.Namespace, p.Name, string(p.UID))
-		return
-	}
-	if err := f.SetPod(p.Spec.NodeName, PodFromObject(p)); err != nil {
+	} else if err := f.SetPod(p.Spec.NodeName, PodFromObject(p)); err != nil {
 		klog.V(2).InfoS("Could not place pod", "pod", klog.KObj(p), "node", p.Spec.NodeName, "err", err)
-	}
-}
-
-func (f *Fleet) forgetPod(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	if p, ok := obj.(*corev1.Pod); ok {
-		f.removePodUID(p.Namespace, p.Name, string(p.UID))
 	}
 }
 

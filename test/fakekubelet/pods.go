@@ -67,7 +67,8 @@ func (f *Fleet) newPodState(p Pod, now instant) *podState {
 		p.Containers = []Container{{Name: "main"}}
 	}
 	start := now
-	if s := f.tl.instantOf(p.StartTime); !p.StartTime.IsZero() && s < now {
+	// Whole seconds, as the Summary API cannot carry more precision.
+	if s := instant(p.StartTime.Truncate(time.Second).Sub(f.tl.epoch)); !p.StartTime.IsZero() && s < now {
 		start = s
 	}
 	ps := &podState{pod: p, start: start}

@@ -46,12 +46,6 @@ func (tl *timeline) now() instant {
 // wall returns the wall-clock time of an instant.
 func (tl *timeline) wall(i instant) time.Time { return tl.epoch.Add(time.Duration(i)) }
 
-// instantOf converts a wall-clock time into an instant, truncated to whole
-// seconds because the Summary API cannot carry more precision.
-func (tl *timeline) instantOf(t time.Time) instant {
-	return instant(t.Truncate(time.Second).Sub(tl.epoch))
-}
-
 // counter integrates a CPU rate (nanocores) into core-nanoseconds.
 type counter struct {
 	acc   uint64  // value at accAt
