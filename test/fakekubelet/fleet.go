@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"k8s.io/apiserver/pkg/authentication/authenticator"
+	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
 	"k8s.io/client-go/informers"
 	"k8s.io/utils/clock"
 
@@ -63,10 +64,12 @@ type Config struct {
 // Fleet is a set of fake kubelets sharing a CA, credentials and clock.
 // All methods are safe for concurrent use.
 type Fleet struct {
-	cfg      Config
-	tl       *timeline
-	ca       *pki.CA
-	clientCA *x509.CertPool
+	cfg Config
+	tl  *timeline
+	ca  *pki.CA
+	// clientCerts verifies client certificates as a kubelet does, on the
+	// fleet's clock.
+	clientCerts authenticator.Request
 
 	// mu guards the nodes, their pods and faults, and the usage rules.
 	mu    sync.RWMutex
@@ -124,12 +127,14 @@ func NewFleet(cfg Config) (*Fleet, error) {
 		return nil, errors.New("client CA PEM holds no certificate")
 	}
 	f := &Fleet{
-		cfg:      cfg,
-		tl:       newTimeline(cfg.Clock, cfg.SampleInterval),
-		ca:       ca,
-		clientCA: pool,
-		nodes:    map[string]*Node{},
-		pods:     map[podKey]*Node{},
+		cfg: cfg,
+		tl:  newTimeline(cfg.Clock, cfg.SampleInterval),
+		ca:  ca,
+		clientCerts: x509request.NewDynamic(func() (x509.VerifyOptions, bool) {
+			return x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, CurrentTime: cfg.Clock.Now()}, true
+		}, x509request.CommonNameUserConversion),
+		nodes: map[string]*Node{},
+		pods:  map[podKey]*Node{},
 	}
 	f.ctx, f.stop = context.WithCancel(context.Background())
 	return f, nil

@@ -2,7 +2,6 @@ package fakekubelet
 
 import (
 	"compress/gzip"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"io"
@@ -81,20 +80,8 @@ func (n *Node) render(w io.Writer, r *http.Request, path string) error {
 // authenticated accepts a verified client certificate or a known bearer
 // token.
 func (f *Fleet) authenticated(r *http.Request) bool {
-	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
-		certs := r.TLS.PeerCertificates
-		opts := x509.VerifyOptions{
-			Roots:         f.clientCA,
-			Intermediates: x509.NewCertPool(),
-			KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-			CurrentTime:   f.cfg.Clock.Now(),
-		}
-		for _, c := range certs[1:] {
-			opts.Intermediates.AddCert(c)
-		}
-		if _, err := certs[0].Verify(opts); err == nil {
-			return true
-		}
+	if _, ok, _ := f.clientCerts.AuthenticateRequest(r); ok {
+		return true
 	}
 	token := fakecore.BearerToken(r)
 	ok := fakecore.KnownToken(token, f.cfg.Tokens...)
