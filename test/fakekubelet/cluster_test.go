@@ -36,7 +36,7 @@ func placement(f *Fleet) []string {
 	var out []string
 	for _, n := range f.Nodes() {
 		for _, p := range n.State(true).Pods {
-			out = append(out, n.Name()+"/"+p.Namespace+"/"+p.Name+"/"+p.UID)
+			out = append(out, n.Name()+"/"+p.PodRef.Namespace+"/"+p.PodRef.Name+"/"+p.PodRef.UID)
 		}
 	}
 	return out

@@ -23,27 +23,15 @@ type UsageRequest struct {
 	Memory    *resource.Quantity `json:"memory,omitempty"`
 }
 
-// NodeState describes a node for the control API.
+// NodeState describes a node for the control API; its pods are as the
+// Summary API lists them now, without data faults.
 type NodeState struct {
-	Name    string     `json:"name"`
-	Address string     `json:"address"`
-	Port    int        `json:"port"`
-	Faults  []Fault    `json:"faults,omitempty"`
-	Pods    []PodUsage `json:"pods,omitempty"`
-	NumPods int        `json:"numPods"`
-}
-
-// PodUsage describes a pod, as the Summary API refers to it, and its
-// containers' usage.
-type PodUsage struct {
-	stats.PodReference
-	Containers []ContainerUsage `json:"containers"`
-}
-
-// ContainerUsage describes one container's usage.
-type ContainerUsage struct {
-	Name string `json:"name"`
-	Usage
+	Name    string           `json:"name"`
+	Address string           `json:"address"`
+	Port    int              `json:"port"`
+	Faults  []Fault          `json:"faults,omitempty"`
+	Pods    []stats.PodStats `json:"pods,omitempty"`
+	NumPods int              `json:"numPods"`
 }
 
 // State returns the node's state; withPods adds every pod's usage.
@@ -52,15 +40,8 @@ func (n *Node) State(withPods bool) NodeState {
 	n.fleet.mu.RLock()
 	defer n.fleet.mu.RUnlock()
 	st.NumPods = len(n.pods)
-	if !withPods {
-		return st
-	}
-	for _, ps := range n.sortedPodsLocked() {
-		pu := PodUsage{PodReference: stats.PodReference{Namespace: ps.pod.Namespace, Name: ps.pod.Name, UID: ps.pod.UID}}
-		for _, c := range ps.containers {
-			pu.Containers = append(pu.Containers, ContainerUsage{Name: c.name, Usage: Usage{c.cpu.rate, c.memory}})
-		}
-		st.Pods = append(st.Pods, pu)
+	if withPods {
+		st.Pods = n.summaryLocked(n.fleet.tl.now(), true, "").Pods
 	}
 	return st
 }

@@ -41,7 +41,7 @@ func TestControlAPI(t *testing.T) {
 		out := map[string]Usage{}
 		for _, p := range n.State(true).Pods {
 			for _, c := range p.Containers {
-				out[p.Namespace+"/"+p.Name+"/"+c.Name] = c.Usage
+				out[p.PodRef.Namespace+"/"+p.PodRef.Name+"/"+c.Name] = containerUsage(c)
 			}
 		}
 		return out

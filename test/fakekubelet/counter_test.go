@@ -161,7 +161,7 @@ func TestUsageSpreadAndRules(t *testing.T) {
 	for _, n := range f.Nodes() {
 		for _, p := range n.State(true).Pods {
 			for _, c := range p.Containers {
-				usage[p.Name+"/"+c.Name] = c.Usage
+				usage[p.PodRef.Name+"/"+c.Name] = containerUsage(c)
 			}
 		}
 	}

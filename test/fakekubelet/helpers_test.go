@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 
@@ -73,6 +74,11 @@ func setPod(t *testing.T, f *Fleet, node string, p Pod) {
 	if err := f.SetPod(node, p); err != nil {
 		t.Fatalf("SetPod(%s/%s): %v", p.Namespace, p.Name, err)
 	}
+}
+
+// containerUsage is a container's usage as a Summary reports it.
+func containerUsage(c stats.ContainerStats) Usage {
+	return Usage{CPUNanoCores: *c.CPU.UsageNanoCores, MemoryBytes: *c.Memory.WorkingSetBytes}
 }
 
 // certPool returns a pool holding the fleet CA.
