@@ -41,7 +41,7 @@ func (n *Node) State(withPods bool) NodeState {
 	defer n.fleet.mu.RUnlock()
 	st.NumPods = len(n.pods)
 	if withPods {
-		st.Pods = n.summaryLocked(n.fleet.tl.now(), true, "").Pods
+		st.Pods = n.summaryLocked(n.fleet.tl.now(), true, Fault{}).Pods
 	}
 	return st
 }

@@ -34,10 +34,6 @@ const (
 	FaultForeignPods FaultKind = "ForeignPods"
 )
 
-// AllPods is Fault.Pod of a DuplicatePods fault in force when every pod of
-// the node is listed twice.
-const AllPods = "*"
-
 // Fault is a fault to set on a node, or one in force; as JSON, the body of
 // PUT /v1/nodes/{node}/fault.
 type Fault struct {
@@ -111,7 +107,6 @@ func (n *Node) SetFault(f Fault) error {
 		if ns, name, ok := strings.Cut(f.Pod, "/"); f.Pod != "" && (!ok || ns == "" || name == "") {
 			return fmt.Errorf("fault %s: pod %q is not namespace/name", f.Kind, f.Pod)
 		}
-		f.Pod = cmp.Or(f.Pod, AllPods)
 	case f.Kind == fakecore.FaultHugeBody:
 		f.Bytes = cmp.Or(max(f.Bytes, 0), fakecore.DefaultHugeBodyBytes)
 	case f.Kind == fakecore.FaultCounterReset:

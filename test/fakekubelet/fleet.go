@@ -193,14 +193,3 @@ func (f *Fleet) Close() error {
 	f.handlers.Wait()
 	return errors.Join(errs...)
 }
-
-// enterHandler registers an in-flight request; it fails once Close started.
-func (f *Fleet) enterHandler() bool {
-	f.lifeMu.Lock()
-	defer f.lifeMu.Unlock()
-	if f.ctx.Err() != nil {
-		return false
-	}
-	f.handlers.Add(1)
-	return true
-}

@@ -21,11 +21,19 @@ const (
 
 // ServeHTTP serves the kubelet endpoints of this node.
 func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !n.fleet.enterHandler() {
+	// Close waits for the requests that entered before it started.
+	f := n.fleet
+	f.lifeMu.Lock()
+	closed := f.ctx.Err() != nil
+	if !closed {
+		f.handlers.Add(1)
+	}
+	f.lifeMu.Unlock()
+	if closed {
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		return
 	}
-	defer n.fleet.handlers.Done()
+	defer f.handlers.Done()
 	if !n.fleet.authenticated(r) {
 		http.Error(w, "Unauthorized", http.StatusUnauthorized)
 		return

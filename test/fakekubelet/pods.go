@@ -169,7 +169,7 @@ func (n *Node) ResetCounters() {
 func (ps *podState) restart(now instant) {
 	ps.start = now
 	for _, c := range ps.containers {
-		c.cpu.restart(now)
+		c.cpu.acc, c.cpu.accAt = 0, now // from zero, at the same rate
 	}
 }
 

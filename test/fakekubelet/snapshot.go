@@ -21,7 +21,7 @@ func (n *Node) Summary(onlyCPUAndMemory bool) *stats.Summary {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	t := f.tl.now() - instant(n.faults[fakecore.FaultClockBackwards].Offset.Truncate(time.Second))
-	s := n.summaryLocked(t, onlyCPUAndMemory, n.faults[FaultDuplicatePods].Pod)
+	s := n.summaryLocked(t, onlyCPUAndMemory, n.faults[FaultDuplicatePods])
 	if _, ok := n.faults[FaultForeignPods]; ok {
 		ts := metav1.NewTime(f.tl.wall(t))
 		for _, o := range f.nodesLocked() {
@@ -54,9 +54,9 @@ func (s sample) stats(name string, start, ts metav1.Time) stats.ContainerStats {
 	return stats.ContainerStats{Name: name, StartTime: start, CPU: summarytest.CPU(ts, s.rate, s.cumulative), Memory: summarytest.Memory(ts, s.workingSet, s.limit)}
 }
 
-// summaryLocked renders the node at instant t, each pod dup names
-// ("namespace/name", or AllPods) followed by its copy.
-func (n *Node) summaryLocked(t instant, onlyCPUAndMemory bool, dup string) *stats.Summary {
+// summaryLocked renders the node at instant t, each pod a DuplicatePods
+// fault dup names (every pod, without a name) followed by its copy.
+func (n *Node) summaryLocked(t instant, onlyCPUAndMemory bool, dup Fault) *stats.Summary {
 	f := n.fleet
 	ts := metav1.NewTime(f.tl.wall(t))
 	cpu, mem := f.cfg.NodeBaseUsage.CPUNanoCores, f.cfg.NodeBaseUsage.MemoryBytes
@@ -72,7 +72,7 @@ func (n *Node) summaryLocked(t instant, onlyCPUAndMemory bool, dup string) *stat
 		pod := f.podStats(ps, t, ts, onlyCPUAndMemory, 1)
 		podsTotal.workingSet += *pod.Memory.WorkingSetBytes
 		out.Pods = append(out.Pods, pod)
-		if dup == AllPods || dup == ps.pod.Namespace+"/"+ps.pod.Name {
+		if dup.Kind != "" && (dup.Pod == "" || dup.Pod == ps.pod.Namespace+"/"+ps.pod.Name) {
 			out.Pods = append(out.Pods, f.podStats(ps, t, ts, onlyCPUAndMemory, 2))
 		}
 	}

@@ -71,11 +71,6 @@ func (c *counter) setRate(t instant, rate uint64) {
 	c.rate = rate
 }
 
-// restart sets the counter to zero at instant t, keeping the rate.
-func (c *counter) restart(t instant) {
-	c.acc, c.accAt = 0, t
-}
-
 // mulDiv returns rate*ns/1e9 without overflow for any realistic inputs.
 func mulDiv(rate, ns uint64) uint64 {
 	hi, lo := bits.Mul64(rate, ns)
