@@ -114,7 +114,7 @@ func writeCertDir(dir string, fleet *fakekubelet.Fleet, controlAddress string) e
 		ClientKeyFile:  filepath.Join(dir, "client.key"),
 	}
 	for _, n := range fleet.Nodes() {
-		f.Nodes = append(f.Nodes, fakekubelet.FleetNode{Name: n.Name(), Port: n.Port()})
+		f.Nodes = append(f.Nodes, n.State(false))
 	}
 	for _, w := range []struct {
 		path string
