@@ -181,7 +181,7 @@ func (n *Node) serveFault(w http.ResponseWriter, r *http.Request, path string) b
 		return false
 	}
 	f := fakecore.Format{
-		ContentType: contentType(path),
+		ContentType: contentTypes[path],
 		Status500: func(w http.ResponseWriter) {
 			http.Error(w, "Internal Error: failed to get node info: fake kubelet fault", http.StatusInternalServerError)
 		},

@@ -19,6 +19,9 @@ const (
 	resourceMetricsPath = "/metrics/resource"
 )
 
+// contentTypes are the Content-Types of the paths' answers.
+var contentTypes = map[string]string{summaryPath: "application/json", resourceMetricsPath: ResourceMetricsContentType}
+
 // ServeHTTP serves the kubelet endpoints of this node.
 func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Close waits for the requests that entered before it started.
@@ -34,12 +37,12 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer f.handlers.Done()
-	if !n.fleet.authenticated(r) {
+	if !f.authenticated(r) {
 		http.Error(w, "Unauthorized", http.StatusUnauthorized)
 		return
 	}
 	path := strings.TrimSuffix(r.URL.Path, "/")
-	if path != summaryPath && path != resourceMetricsPath {
+	if _, ok := contentTypes[path]; !ok {
 		http.NotFound(w, r)
 		return
 	}
@@ -53,7 +56,7 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var out io.Writer = w
 	var zw *gzip.Writer
-	w.Header().Set("Content-Type", contentType(path))
+	w.Header().Set("Content-Type", contentTypes[path])
 	if path == resourceMetricsPath && strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
 		w.Header().Set("Content-Encoding", "gzip")
 		zw = gzip.NewWriter(w)
@@ -66,14 +69,6 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		klog.V(4).InfoS("Writing response failed", "node", n.name, "path", path, "err", err)
 	}
-}
-
-// contentType is the Content-Type of path's answer.
-func contentType(path string) string {
-	if path == summaryPath {
-		return "application/json"
-	}
-	return ResourceMetricsContentType
 }
 
 // render writes path as the node serves it now, data faults included.

@@ -2,7 +2,6 @@ package fakekubelet
 
 import (
 	"cmp"
-	"crypto/sha256"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,6 +10,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/google/uuid"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
@@ -21,7 +22,7 @@ import (
 type Pod struct {
 	Namespace string `json:"-"`
 	Name      string `json:"-"`
-	// UID defaults to a stable value derived from namespace and name.
+	// UID defaults to a UUID derived from namespace and name.
 	UID    string            `json:"uid,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
 	// Containers default to a single container named "main".
@@ -53,12 +54,6 @@ type containerState struct {
 	limit  uint64
 	cpu    counter
 	memory uint64
-}
-
-// defaultUID returns a UUID-shaped identifier derived from the pod's key.
-func defaultUID(k podKey) string {
-	s := sha256.Sum256([]byte(k.String()))
-	return fmt.Sprintf("%x-%x-%x-%x-%x", s[0:4], s[4:6], s[6:8], s[8:10], s[10:16])
 }
 
 // newPodState builds the model of a pod first seen at instant now.
@@ -97,7 +92,7 @@ func (f *Fleet) SetPod(nodeName string, p Pod) error {
 	}
 	k := podKey{Namespace: p.Namespace, Name: p.Name}
 	if p.UID == "" {
-		p.UID = defaultUID(k)
+		p.UID = uuid.NewSHA1(uuid.NameSpaceURL, []byte(k.String())).String() // stable for the key
 	}
 	now := f.tl.now()
 	if old, ok := f.pods[k]; ok && old != n {
