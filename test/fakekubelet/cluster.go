@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 )
@@ -28,9 +29,7 @@ import (
 // spec containers (with memory limits) and start time.
 func PodFromObject(p *corev1.Pod) Pod {
 	out := Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Labels: p.Labels}
-	if p.Status.StartTime != nil {
-		out.StartTime = p.Status.StartTime.Time
-	}
+	out.StartTime = ptr.Deref(p.Status.StartTime, metav1.Time{}).Time
 	for _, c := range p.Spec.Containers {
 		out.Containers = append(out.Containers, Container{Name: c.Name, MemoryLimit: c.Resources.Limits[corev1.ResourceMemory]})
 	}

@@ -2,7 +2,6 @@ package fakekubelet
 
 import (
 	"bytes"
-	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -107,8 +106,6 @@ func (n *Node) SetFault(f Fault) error {
 		if ns, name, ok := strings.Cut(f.Pod, "/"); f.Pod != "" && (!ok || ns == "" || name == "") {
 			return fmt.Errorf("fault %s: pod %q is not namespace/name", f.Kind, f.Pod)
 		}
-	case f.Kind == fakecore.FaultHugeBody:
-		f.Bytes = cmp.Or(max(f.Bytes, 0), fakecore.DefaultHugeBodyBytes)
 	case f.Kind == fakecore.FaultCounterReset:
 		n.ResetCounters()
 		return nil

@@ -80,28 +80,27 @@ type Fleet struct {
 	// ctx ends when Close starts; the pod informers run until it does.
 	ctx  context.Context
 	stop context.CancelFunc
-	// lifeMu orders Close after the informers started and requests entered.
+	// lifeMu orders Close after the informers started and requests entered,
+	// and guards presented.
 	lifeMu    sync.Mutex
 	factories []informers.SharedInformerFactory
 	handlers  sync.WaitGroup
-
-	// presented are the bearer tokens of authenticated requests, for
-	// tests of what a scraper sends a kubelet.
-	presentedMu sync.Mutex
-	presented   []string
+	// presented are the bearer tokens of authenticated requests, for tests
+	// of what a scraper sends a kubelet.
+	presented []string
 }
 
 // PresentedTokens returns every distinct bearer token the fleet has
 // accepted, in the order first seen: the credentials its scrapers sent.
 func (f *Fleet) PresentedTokens() []string {
-	f.presentedMu.Lock()
-	defer f.presentedMu.Unlock()
+	f.lifeMu.Lock()
+	defer f.lifeMu.Unlock()
 	return append([]string(nil), f.presented...)
 }
 
 func (f *Fleet) recordPresented(token string) {
-	f.presentedMu.Lock()
-	defer f.presentedMu.Unlock()
+	f.lifeMu.Lock()
+	defer f.lifeMu.Unlock()
 	if !slices.Contains(f.presented, token) {
 		f.presented = append(f.presented, token)
 	}
