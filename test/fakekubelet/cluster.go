@@ -92,7 +92,7 @@ func (f *Fleet) followPod(obj any, deleted bool) {
 		return
 	}
 	if _, known := f.Node(p.Spec.NodeName); deleted || !known || p.Status.Phase != corev1.PodRunning {
-		f.removePodUID(p.Namespace, p.Name, string(p.UID))
+		f.RemovePod(p.Namespace, p.Name, string(p.UID))
 	} else if err := f.SetPod(p.Spec.NodeName, PodFromObject(p)); err != nil {
 		klog.V(2).InfoS("Could not place pod", "pod", klog.KObj(p), "node", p.Spec.NodeName, "err", err)
 	}
@@ -145,11 +145,9 @@ func registerNode(ctx context.Context, client kubernetes.Interface, n *Node, reg
 	maps.Copy(want.Status.Allocatable, reg.Capacity)
 	_, err := client.CoreV1().Nodes().Create(ctx, want, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		var patch []byte
-		patch, err = json.Marshal(map[string]any{"status": map[string]any{"addresses": want.Status.Addresses, "daemonEndpoints": want.Status.DaemonEndpoints}})
-		if err == nil {
-			_, err = client.CoreV1().Nodes().PatchStatus(ctx, n.name, patch)
-		}
+		// Addresses and endpoints always marshal.
+		patch, _ := json.Marshal(map[string]any{"status": map[string]any{"addresses": want.Status.Addresses, "daemonEndpoints": want.Status.DaemonEndpoints}})
+		_, err = client.CoreV1().Nodes().PatchStatus(ctx, n.name, patch)
 	}
 	if err != nil {
 		return fmt.Errorf("register node %q: %w", n.name, err)

@@ -105,7 +105,7 @@ func (c *controlAPI) putPod(r *http.Request, p Pod) (any, error) {
 
 func (c *controlAPI) deletePod(r *http.Request, _ fakecore.None) (any, error) {
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
-	if !c.fleet.RemovePod(ns, name) {
+	if !c.fleet.RemovePod(ns, name, "") {
 		return nil, fmt.Errorf("pod %s/%s: %w", ns, name, fakecore.ErrNotFound)
 	}
 	return fakecore.Matched(1), nil

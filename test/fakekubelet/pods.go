@@ -91,9 +91,7 @@ func (f *Fleet) SetPod(nodeName string, p Pod) error {
 		return fmt.Errorf("node %q: %w", nodeName, fakecore.ErrNotFound)
 	}
 	k := podKey{Namespace: p.Namespace, Name: p.Name}
-	if p.UID == "" {
-		p.UID = uuid.NewSHA1(uuid.NameSpaceURL, []byte(k.String())).String() // stable for the key
-	}
+	p.UID = cmp.Or(p.UID, uuid.NewSHA1(uuid.NameSpaceURL, []byte(k.String())).String())
 	now := f.tl.now()
 	if old, ok := f.pods[k]; ok && old != n {
 		old.removePodLocked(k, now)
@@ -114,11 +112,9 @@ func (f *Fleet) SetPod(nodeName string, p Pod) error {
 	return nil
 }
 
-// RemovePod removes a pod from whichever node it is on.
-func (f *Fleet) RemovePod(namespace, name string) bool { return f.removePodUID(namespace, name, "") }
-
-// removePodUID removes a pod if it is the incarnation uid ("": any).
-func (f *Fleet) removePodUID(namespace, name, uid string) bool {
+// RemovePod removes a pod from whichever node it is on, if it is the
+// incarnation uid (any for ""), and reports whether it did.
+func (f *Fleet) RemovePod(namespace, name, uid string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k := podKey{Namespace: namespace, Name: name}
