@@ -81,6 +81,9 @@ func containerUsage(c stats.ContainerStats) Usage {
 	return Usage{CPUNanoCores: *c.CPU.UsageNanoCores, MemoryBytes: *c.Memory.WorkingSetBytes}
 }
 
+// URL returns the base URL of the node's endpoint.
+func (n *Node) URL() string { return "https://" + n.Address() }
+
 // certPool returns a pool holding the fleet CA.
 func certPool(f *Fleet) *x509.CertPool {
 	p := x509.NewCertPool()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"sync"
 
@@ -34,17 +35,10 @@ type Node struct {
 func (n *Node) Name() string { return n.name }
 
 // Port returns the TCP port the node listens on (also while Dead).
-func (n *Node) Port() int {
-	_, port, _ := net.SplitHostPort(n.ep.Addr())
-	p, _ := strconv.Atoi(port)
-	return p
-}
+func (n *Node) Port() int { return int(netip.MustParseAddrPort(n.ep.Addr()).Port()) }
 
 // Address returns host:port of the node's endpoint.
 func (n *Node) Address() string { return n.ep.Addr() }
-
-// URL returns the base URL of the node's endpoint.
-func (n *Node) URL() string { return "https://" + n.Address() }
 
 // AddNode starts a fake kubelet for nodeName on 127.0.0.1:port; port 0 picks
 // a free port, reported by Node.Port.

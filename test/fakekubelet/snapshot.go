@@ -11,11 +11,9 @@ import (
 )
 
 // Summary returns the node's stats at the current sample instant, as
-// GET /stats/summary would serve them: with the data faults in force. A pod
-// listed twice (DuplicatePods) is followed by a copy, and the pods of every
-// other node of the fleet (ForeignPods) come at the end; copies report twice
-// the CPU and memory of the pod they copy, so whoever reads them can tell
-// them from the real pod.
+// GET /stats/summary would serve them: with the data faults in force, a
+// pod's copy (DuplicatePods) right after it and other nodes' pods
+// (ForeignPods) at the end, copies with twice the usage of the pod.
 func (n *Node) Summary(onlyCPUAndMemory bool) *stats.Summary {
 	f := n.fleet
 	f.mu.RLock()
@@ -47,6 +45,7 @@ func (s *sample) add(o sample) {
 	s.rate += o.rate
 	s.cumulative += o.cumulative
 	s.workingSet += o.workingSet
+	s.limit += o.limit
 }
 
 // stats renders s as the container name started at start, sampled at ts.
@@ -104,7 +103,7 @@ func (n *Node) summaryLocked(t instant, onlyCPUAndMemory bool, dup Fault) *stats
 // lock.
 func (f *Fleet) podStats(ps *podState, t instant, ts metav1.Time, onlyCPUAndMemory bool, scale uint64) stats.PodStats {
 	var total sample
-	limit, limited := uint64(0), true
+	limited := true
 	pod := stats.PodStats{
 		PodRef:     stats.PodReference{Name: ps.pod.Name, Namespace: ps.pod.Namespace, UID: ps.pod.UID},
 		StartTime:  metav1.NewTime(f.tl.wall(ps.start)),
@@ -113,7 +112,6 @@ func (f *Fleet) podStats(ps *podState, t instant, ts metav1.Time, onlyCPUAndMemo
 	for _, c := range ps.containers {
 		cs := sample{rate: scale * c.cpu.rate, cumulative: scale * c.cpu.at(t), workingSet: scale * c.memory, limit: c.limit}
 		total.add(cs)
-		limit += c.limit
 		limited = limited && c.limit > 0
 		stats := cs.stats(c.name, pod.StartTime, ts)
 		if !onlyCPUAndMemory {
@@ -122,8 +120,8 @@ func (f *Fleet) podStats(ps *podState, t instant, ts metav1.Time, onlyCPUAndMemo
 		}
 		pod.Containers = append(pod.Containers, stats)
 	}
-	if limited {
-		total.limit = limit
+	if !limited {
+		total.limit = 0 // a pod is limited only if all its containers are
 	}
 	sum := total.stats("", pod.StartTime, ts)
 	pod.CPU, pod.Memory = sum.CPU, sum.Memory
