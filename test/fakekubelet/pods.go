@@ -94,7 +94,8 @@ func (f *Fleet) SetPod(nodeName string, p Pod) error {
 	p.UID = cmp.Or(p.UID, uuid.NewSHA1(uuid.NameSpaceURL, []byte(k.String())).String())
 	now := f.tl.now()
 	if old, ok := f.pods[k]; ok && old != n {
-		old.removePodLocked(k, now)
+		delete(old.pods, k)
+		old.updatePodsRateLocked(now)
 	}
 	f.pods[k] = n
 	if ps, ok := n.pods[k]; ok && ps.pod.UID == p.UID {
@@ -123,7 +124,8 @@ func (f *Fleet) RemovePod(namespace, name, uid string) bool {
 		return false
 	}
 	delete(f.pods, k)
-	n.removePodLocked(k, f.tl.now())
+	delete(n.pods, k)
+	n.updatePodsRateLocked(f.tl.now())
 	return true
 }
 
@@ -140,11 +142,6 @@ func (f *Fleet) ResetPodCounters(namespace, name string) error {
 	}
 	n.pods[k].restart(f.tl.now())
 	return nil
-}
-
-func (n *Node) removePodLocked(k podKey, now instant) {
-	delete(n.pods, k)
-	n.updatePodsRateLocked(now)
 }
 
 // ResetCounters restarts the counters of every pod on the node.

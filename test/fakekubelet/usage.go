@@ -1,6 +1,7 @@
 package fakekubelet
 
 import (
+	"cmp"
 	"slices"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -48,9 +49,7 @@ func (f *Fleet) ForgetUsage() {
 }
 
 func (f *Fleet) setUsage(rule usageRule) int {
-	if rule.Selector == nil {
-		rule.Selector = labels.Everything()
-	}
+	rule.Selector = cmp.Or[labels.Selector](rule.Selector, labels.Everything())
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.rules = append(slices.DeleteFunc(f.rules, func(r usageRule) bool {
