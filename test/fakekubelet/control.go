@@ -120,15 +120,11 @@ func (c *controlAPI) resetPod(r *http.Request, _ fakecore.None) (any, error) {
 }
 
 func (c *controlAPI) setSelectorUsage(_ *http.Request, req UsageRequest) (any, error) {
-	t := UsageTarget{Namespace: req.Namespace, Container: req.Container}
-	if req.Selector != "" {
-		sel, err := labels.Parse(req.Selector)
-		if err != nil {
-			return nil, fmt.Errorf("selector: %w", err)
-		}
-		t.Selector = sel
+	sel, err := labels.Parse(req.Selector) // "" selects every pod
+	if err != nil {
+		return nil, fmt.Errorf("selector: %w", err)
 	}
-	return c.setUsage(t, req)
+	return c.setUsage(UsageTarget{Namespace: req.Namespace, Selector: sel, Container: req.Container}, req)
 }
 
 func (c *controlAPI) forgetUsage(*http.Request, fakecore.None) (any, error) {
