@@ -14,12 +14,15 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/certs"
 )
 
 // defaultWaitTimeout bounds waits whose context has no deadline.
@@ -168,16 +171,10 @@ func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, namespace, name 
 	return path, nil
 }
 
-var apiServiceResource = schema.GroupVersionResource{
-	Group:    "apiregistration.k8s.io",
-	Version:  "v1",
-	Resource: "apiservices",
-}
-
 // APIServices is a client of apiregistration.k8s.io/v1 APIServices, as the
 // admin.
 func (c *Cluster) APIServices() dynamic.ResourceInterface {
-	return c.dynamic.Resource(apiServiceResource)
+	return c.dynamic.Resource(certs.APIServiceResource)
 }
 
 // WaitForAPIServiceAvailable waits until the APIService name (for example
@@ -197,19 +194,18 @@ func (c *Cluster) WaitForAPIServiceAvailable(ctx context.Context, name string) e
 }
 
 func apiServiceAvailable(obj *unstructured.Unstructured) error {
-	conditions, _, err := unstructured.NestedSlice(obj.Object, "status", "conditions")
-	if err != nil {
+	var status struct {
+		Conditions []metav1.Condition `json:"conditions"`
+	}
+	raw, _, _ := unstructured.NestedMap(obj.Object, "status")
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &status); err != nil {
 		return fmt.Errorf("read APIService conditions: %w", err)
 	}
-	for _, raw := range conditions {
-		cond, ok := raw.(map[string]any)
-		if !ok || cond["type"] != "Available" {
-			continue
-		}
-		if cond["status"] == "True" {
-			return nil
-		}
-		return fmt.Errorf("APIService %s is not available: %v: %v", obj.GetName(), cond["reason"], cond["message"])
+	switch cond := meta.FindStatusCondition(status.Conditions, "Available"); {
+	case cond == nil:
+		return fmt.Errorf("APIService %s has no Available condition yet", obj.GetName())
+	case cond.Status != metav1.ConditionTrue:
+		return fmt.Errorf("APIService %s is not available: %s: %s", obj.GetName(), cond.Reason, cond.Message)
 	}
-	return fmt.Errorf("APIService %s has no Available condition yet", obj.GetName())
+	return nil
 }
