@@ -140,20 +140,15 @@ func (ca *CA) TLSCertificate(now time.Time, l Leaf) (tls.Certificate, error) {
 	return tls.X509KeyPair(certPEM, keyPEM)
 }
 
-// IssueFiles is Issue, written to <dir>/<name>.crt and <dir>/<name>.key.
+// IssueFiles is Issue, written to <dir>/<name>.crt (0644) and
+// <dir>/<name>.key (0600), making dir if needed.
 func (ca *CA) IssueFiles(now time.Time, dir, name string, l Leaf) (certFile, keyFile string, err error) {
 	certPEM, keyPEM, err := ca.Issue(now, l)
-	if err != nil {
-		return "", "", err
-	}
-	return WritePair(dir, name, certPEM, keyPEM)
-}
-
-// WritePair writes a certificate (0644) and its key (0600) to
-// <dir>/<name>.crt and <dir>/<name>.key, making dir if needed.
-func WritePair(dir, name string, certPEM, keyPEM []byte) (certFile, keyFile string, err error) {
 	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-	if err = keyutil.WriteKey(keyFile, keyPEM); err == nil {
+	if err == nil {
+		err = keyutil.WriteKey(keyFile, keyPEM)
+	}
+	if err == nil {
 		err = cert.WriteCert(certFile, certPEM)
 	}
 	return certFile, keyFile, err
