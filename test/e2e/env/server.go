@@ -13,11 +13,8 @@ import (
 	"strconv"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
@@ -266,21 +263,13 @@ func onLoopback(objs []*unstructured.Unstructured, port int) (apply, registratio
 // EndpointSlices may not name loopback addresses), on the server's port
 // (loopback forces a port nobody else holds; 443 needs privileges).
 func exposeOnLoopback(svc *unstructured.Unstructured, port int) error {
-	raw, _, _ := unstructured.NestedMap(svc.Object, "spec")
-	var spec corev1.ServiceSpec
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &spec); err != nil {
-		return fmt.Errorf("service %s: %w", svc.GetName(), err)
+	ports, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
+	if len(ports) != 1 {
+		return fmt.Errorf("service %s: want exactly one port, got %d", svc.GetName(), len(ports))
 	}
-	if len(spec.Ports) != 1 {
-		return fmt.Errorf("service %s: want exactly one port, got %d", svc.GetName(), len(spec.Ports))
-	}
-	spec.Ports[0].Port, spec.Ports[0].TargetPort = int32(port), intstr.FromInt32(int32(port))
-	spec.Type, spec.ExternalName = corev1.ServiceTypeExternalName, "localhost"
-	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&spec)
-	if err != nil {
-		return err
-	}
-	return unstructured.SetNestedMap(svc.Object, raw, "spec")
+	p, _ := ports[0].(map[string]any)
+	p["port"], p["targetPort"] = int64(port), int64(port)
+	return unstructured.SetNestedMap(svc.Object, map[string]any{"type": "ExternalName", "externalName": "localhost", "ports": ports}, "spec")
 }
 
 // waitAvailable waits until every APIService of the server carries a
