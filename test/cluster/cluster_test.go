@@ -97,7 +97,22 @@ func parseCert(t *testing.T, data []byte) *x509.Certificate {
 }
 
 func TestKwokConfig(t *testing.T) {
-	cfg := kwokConfig("127.16.0.0/16", "127.0.0.1:12345")
+	// kwok's own stages come from its source; stand-ins here.
+	src := t.TempDir()
+	for name, file := range map[string]string{"node-initialize": "node/fast/node-initialize.yaml", "pod-ready": "pod/fast/pod-ready.yaml"} {
+		path := filepath.Join(src, "kustomize", "stage", filepath.FromSlash(file))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte("apiVersion: kwok.x-k8s.io/v1alpha1\nkind: Stage\nmetadata:\n  name: "+name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stages, err := kwokStages(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := kwokConfig("127.16.0.0/16", "127.0.0.1:12345", stages)
 	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(cfg), 4096)
 	var kinds []string
 	var options map[string]any

@@ -127,7 +127,7 @@ func (c *Cluster) startControllers(ctx context.Context) error {
 		}
 		health[sched] = "https://" + hostPort(c.ports["kube-scheduler"]) + "/healthz"
 	}
-	kwok, err := c.startKwok()
+	kwok, err := c.startKwok(ctx)
 	if err != nil {
 		return err
 	}
@@ -183,9 +183,17 @@ leaderElection:
 	return c.StartProcessWithEnv("kube-scheduler", nil, c.BinaryPath(SchedulerBinary), args...)
 }
 
-func (c *Cluster) startKwok() (*Process, error) {
+func (c *Cluster) startKwok(ctx context.Context) (*Process, error) {
+	src, err := SourceDir(ctx, c.BinaryPath(KwokBinary))
+	if err != nil {
+		return nil, err
+	}
+	stages, err := kwokStages(src)
+	if err != nil {
+		return nil, err
+	}
 	configPath := filepath.Join(c.workDir, "kwok.yaml")
-	if err := os.WriteFile(configPath, []byte(kwokConfig(podCIDR, hostPort(c.ports["kwok"]))), 0o644); err != nil {
+	if err := os.WriteFile(configPath, []byte(kwokConfig(podCIDR, hostPort(c.ports["kwok"]), stages)), 0o644); err != nil {
 		return nil, fmt.Errorf("write kwok config: %w", err)
 	}
 	// kwok also reads ~/.kwok/kwok.yaml when it exists; a private HOME keeps

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -14,9 +16,9 @@ const (
 )
 
 // kwokConfig returns kwok's --config file: the controller options followed by
-// the stages that move nodes and pods through their lifecycle. kwok's health
-// server listens on healthAddr.
-func kwokConfig(podCIDR, healthAddr string) string {
+// stages, the Stages that move nodes and pods through their lifecycle.
+// kwok's health server listens on healthAddr.
+func kwokConfig(podCIDR, healthAddr string, stages []string) string {
 	options := fmt.Sprintf(`apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokConfiguration
 options:
@@ -33,145 +35,44 @@ options:
   enableDebuggingHandlers: false
   enableProfilingHandler: false
 `, podCIDR, healthAddr, KwokNodeAnnotation, KwokNodeAnnotationValue)
-	return strings.Join([]string{
-		options,
-		nodeInitializeStage,
-		podReadyStage,
-		podDeleteStage,
-	}, "---\n")
+	return strings.Join(append([]string{options}, stages...), "---\n")
 }
 
-// stage is the kwok Stage name for objects of kind (a core/v1 kind): the
-// header up to its selector's match expressions, then rest.
-func stage(name, kind, rest string) string {
-	return fmt.Sprintf(`apiVersion: kwok.x-k8s.io/v1alpha1
+// kwokStages are kwok's own stages, from the source of its release in dir
+// (SourceDir), that make a node Ready and a scheduled pod Running and Ready
+// at once, then podDeleteStage. kwok's node stage keeps the addresses,
+// daemon endpoints and resources of a NodeObject and reports kwok's version
+// as the kubelet's. No stage refreshes a node's conditions later: kwok renews
+// the node's lease, and no node lifecycle controller runs to read heartbeats.
+func kwokStages(dir string) ([]string, error) {
+	var stages []string
+	for _, name := range []string{"node/fast/node-initialize.yaml", "pod/fast/pod-ready.yaml"} {
+		data, err := os.ReadFile(filepath.Join(dir, "kustomize", "stage", filepath.FromSlash(name)))
+		if err != nil {
+			return nil, fmt.Errorf("kwok stage: %w", err)
+		}
+		stages = append(stages, strings.TrimRight(string(data), "\n")+"\n")
+	}
+	return append(stages, podDeleteStage), nil
+}
+
+// podDeleteStage plays the kubelet's part in graceful deletion: a pod marked
+// for deletion loses its finalizers and is removed. (kwok's own pod-delete
+// stage leaves the finalizers, and with them the pod.)
+const podDeleteStage = `apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
-  name: %s
+  name: pod-delete
 spec:
   resourceRef:
     apiGroup: v1
-    kind: %s
+    kind: Pod
   selector:
     matchExpressions:
-`, name, kind) + rest
-}
-
-// nodeInitializeStage turns a node that is not Ready into a Ready, Running
-// node. Addresses, daemon endpoints and resources are the creator's: every
-// node kwok manages here is a NodeObject. No stage refreshes the conditions
-// later: kwok renews the node's lease, and no node lifecycle controller runs
-// to read heartbeats.
-var nodeInitializeStage = stage("node-initialize", "Node", `    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
-      operator: NotIn
-      values: ["True"]
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      conditions:
-      {{ range NodeConditions }}
-      - type: {{ .type | Quote }}
-        status: {{ .status | Quote }}
-        reason: {{ .reason | Quote }}
-        message: {{ .message | Quote }}
-        lastHeartbeatTime: {{ $now | Quote }}
-        lastTransitionTime: {{ $now | Quote }}
-      {{ end }}
-      nodeInfo:
-        architecture: amd64
-        operatingSystem: linux
-        kernelVersion: kwok
-        containerRuntimeVersion: kwok
-        kubeletVersion: v1.37.2
-        kubeProxyVersion: v1.37.2
-      phase: Running
-`)
-
-// podReadyStage marks a pending, scheduled pod Running and Ready, with every
-// container running, every init container finished (sidecars running), and
-// host and pod IPs filled in.
-var podReadyStage = stage("pod-ready", "Pod", `    - key: .metadata.deletionTimestamp
-      operator: DoesNotExist
-    - key: .status.phase
-      operator: In
-      values: ["Pending"]
-    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
-      operator: NotIn
-      values: ["True"]
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      phase: Running
-      startTime: {{ $now | Quote }}
-      conditions:
-      - type: Initialized
-        status: "True"
-        lastTransitionTime: {{ $now | Quote }}
-      - type: ContainersReady
-        status: "True"
-        lastTransitionTime: {{ $now | Quote }}
-      - type: Ready
-        status: "True"
-        lastTransitionTime: {{ $now | Quote }}
-      {{ range .spec.readinessGates }}
-      - type: {{ .conditionType | Quote }}
-        status: "True"
-        lastTransitionTime: {{ $now | Quote }}
-      {{ end }}
-      containerStatuses:
-      {{ range .spec.containers }}
-      - name: {{ .name | Quote }}
-        image: {{ .image | Quote }}
-        ready: true
-        started: true
-        restartCount: 0
-        state:
-          running:
-            startedAt: {{ $now | Quote }}
-      {{ end }}
-      initContainerStatuses:
-      {{ range .spec.initContainers }}
-      - name: {{ .name | Quote }}
-        image: {{ .image | Quote }}
-        ready: true
-        restartCount: 0
-        {{ if eq (or .restartPolicy "") "Always" }}
-        started: true
-        state:
-          running:
-            startedAt: {{ $now | Quote }}
-        {{ else }}
-        started: false
-        state:
-          terminated:
-            exitCode: 0
-            reason: Completed
-            startedAt: {{ $now | Quote }}
-            finishedAt: {{ $now | Quote }}
-        {{ end }}
-      {{ end }}
-      {{ with NodeIPsWith .spec.nodeName }}
-      hostIP: {{ index . 0 | Quote }}
-      hostIPs:
-      {{ range . }}
-      - ip: {{ . | Quote }}
-      {{ end }}
-      {{ end }}
-      {{ with PodIPsWith .spec.nodeName (or .spec.hostNetwork false) (or .metadata.uid "") (or .metadata.name "") (or .metadata.namespace "") }}
-      podIP: {{ index . 0 | Quote }}
-      podIPs:
-      {{ range . }}
-      - ip: {{ . | Quote }}
-      {{ end }}
-      {{ end }}
-`)
-
-// podDeleteStage plays the kubelet's part in graceful deletion: a pod marked
-// for deletion loses its finalizers and is removed.
-var podDeleteStage = stage("pod-delete", "Pod", `    - key: .metadata.deletionTimestamp
+    - key: .metadata.deletionTimestamp
       operator: Exists
   next:
     finalizers:
       empty: true
     delete: true
-`)
+`
