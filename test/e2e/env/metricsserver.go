@@ -3,12 +3,8 @@ package env
 import (
 	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -61,11 +57,9 @@ func StartMetricsServer(ctx context.Context, c *cluster.Cluster, binDir, kubelet
 	})
 }
 
-// metricsServerModule is where metrics-server's own manifests come from:
-// the module that make tools builds metrics-server from.
 const (
-	metricsServerModule     = "sigs.k8s.io/metrics-server"
-	metricsServerToolsDir   = "test/tools/metrics-server"
+	// metricsServerManifests are the release manifests in metrics-server's
+	// module, which make tools builds bin/metrics-server from.
 	metricsServerManifests  = "manifests/overlays/release"
 	metricsServerDeployment = "metrics-server"
 )
@@ -77,11 +71,7 @@ const (
 // local process with its own args plus what a process outside the cluster
 // needs. It returns once v1beta1.metrics.k8s.io is Available.
 func DeployMetricsServerManifests(ctx context.Context, c *cluster.Cluster, binDir, kubeletCAFile string, resolution, timeout time.Duration) (*MetricsServer, error) {
-	root, err := RepoRoot()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := moduleDir(ctx, filepath.Join(root, metricsServerToolsDir), metricsServerModule)
+	dir, err := cluster.SourceDir(ctx, filepath.Join(binDir, cluster.MetricsServerBinary))
 	if err != nil {
 		return nil, err
 	}
@@ -149,24 +139,4 @@ func runMetricsServer(c *cluster.Cluster, name, binDir, kubeconfig string, port 
 // RESTConfig reaches metrics-server directly as the cluster admin.
 func (m *MetricsServer) RESTConfig() *rest.Config {
 	return adminConfig(m.cluster, net.JoinHostPort("127.0.0.1", strconv.Itoa(m.Port)), "", m.cluster.CACertPEM())
-}
-
-// moduleDir returns the directory of module in the module cache, as
-// required by the tools module in toolsDir, downloading it if needed.
-func moduleDir(ctx context.Context, toolsDir, module string) (string, error) {
-	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", module)
-	cmd.Dir = toolsDir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
-	out, err := cmd.Output()
-	var m struct{ Dir string }
-	if err == nil {
-		err = json.Unmarshal(out, &m)
-	}
-	if err == nil && m.Dir == "" {
-		err = errors.New("no directory")
-	}
-	if err != nil {
-		return "", fmt.Errorf("go mod download %s in %s: %w", module, toolsDir, err)
-	}
-	return m.Dir, nil
 }
