@@ -5,10 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
+
+	"k8s.io/client-go/util/cert"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
@@ -61,12 +62,8 @@ func StartFleet(ctx context.Context, c *cluster.Cluster, cfg FleetConfig) (*Flee
 }
 
 func (f *Fleet) start(ctx context.Context, c *cluster.Cluster, cfg FleetConfig) error {
-	dir := filepath.Join(c.WorkDir(), "fleet")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	f.CAFile = filepath.Join(dir, "ca.crt")
-	if err := os.WriteFile(f.CAFile, f.CACertPEM(), 0o644); err != nil {
+	f.CAFile = filepath.Join(c.WorkDir(), "fleet", "ca.crt")
+	if err := cert.WriteCert(f.CAFile, f.CACertPEM()); err != nil {
 		return err
 	}
 	errs := make([]error, cfg.Nodes)
