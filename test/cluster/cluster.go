@@ -272,9 +272,6 @@ func (c *Cluster) LogDir() string { return c.logDir }
 // set, from Options.BinDir otherwise.
 func (c *Cluster) BinaryPath(name string) string { return c.opts.binPath(name) }
 
-// BinDir returns Options.BinDir.
-func (c *Cluster) BinDir() string { return c.opts.BinDir }
-
 // Ports returns the loopback ports the control plane listens on, keyed by
 // etcd, etcd-peer, kube-apiserver, kube-controller-manager, kube-scheduler
 // (absent with Options.WithoutScheduler) and kwok (its health endpoint).

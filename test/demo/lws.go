@@ -67,7 +67,7 @@ func startLWS(ctx context.Context, c *cluster.Cluster, root, bin, control string
 		return err
 	}
 
-	kubectl := filepath.Join(c.BinDir(), cluster.KubectlBinary)
+	kubectl := c.BinaryPath(cluster.KubectlBinary)
 	if rel, err := filepath.Rel(root, kubectl); err == nil && !strings.HasPrefix(rel, "..") {
 		kubectl = rel
 	}

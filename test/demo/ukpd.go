@@ -115,7 +115,7 @@ func (u *unikernels) ready(ctx context.Context, c *cluster.Cluster, root string)
 	if err != nil {
 		return err
 	}
-	kubectl := filepath.Join(c.BinDir(), cluster.KubectlBinary)
+	kubectl := c.BinaryPath(cluster.KubectlBinary)
 	if rel, err := filepath.Rel(root, kubectl); err == nil && !strings.HasPrefix(rel, "..") {
 		kubectl = rel
 	}

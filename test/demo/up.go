@@ -263,7 +263,7 @@ func waitForTop(ctx context.Context, c *cluster.Cluster) error {
 }
 
 func printHowTo(c *cluster.Cluster, root, control string, srv *env.Server, took time.Duration) {
-	kubectl := filepath.Join(c.BinDir(), cluster.KubectlBinary)
+	kubectl := c.BinaryPath(cluster.KubectlBinary)
 	if rel, err := filepath.Rel(root, kubectl); err == nil && !strings.HasPrefix(rel, "..") {
 		kubectl = rel
 	}
