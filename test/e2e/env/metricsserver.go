@@ -87,22 +87,15 @@ func DeployMetricsServerManifests(ctx context.Context, c *cluster.Cluster, binDi
 	if err != nil {
 		return nil, err
 	}
-	ports, err := cluster.FreePorts(1)
+	port, _, err := applyOnLoopback(ctx, c, "metrics-server-release", objs, "--server-side=false")
 	if err != nil {
-		return nil, err
-	}
-	apply, _, err := onLoopback(objs, ports[0])
-	if err != nil {
-		return nil, err
-	}
-	if err := Apply(ctx, c, "metrics-server-release", apply, "--server-side=false"); err != nil {
 		return nil, err
 	}
 	kubeconfig, err := c.ServiceAccountKubeconfig(ctx, deploy.GetNamespace(), cmp.Or(spec.ServiceAccountName, "default"))
 	if err != nil {
 		return nil, err
 	}
-	m, err := runMetricsServer(c, "metrics-server-release", binDir, kubeconfig, ports[0], kubeletCAFile, resolution, timeout, ctr.Args...)
+	m, err := runMetricsServer(c, "metrics-server-release", binDir, kubeconfig, port, kubeletCAFile, resolution, timeout, ctr.Args...)
 	if err != nil {
 		return nil, err
 	}

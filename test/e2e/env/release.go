@@ -23,10 +23,11 @@ func RunRelease(ctx context.Context, c *cluster.Cluster, objs []*unstructured.Un
 	if err := cfg.complete(); err != nil {
 		return nil, err
 	}
-	s, deploy, err := newServer(c, cfg, objs, port)
+	s, deploy, err := newServer(c, cfg, objs)
 	if err != nil {
 		return nil, err
 	}
+	s.Port = port
 	svc, _ := find(objs, "Service") // newServer found it
 	if typ, _, _ := unstructured.NestedString(svc.Object, "spec", "type"); typ != "ExternalName" {
 		return nil, fmt.Errorf("service %s is of type %q: the aggregator reaches a process on the host only through type ExternalName", svc.GetName(), typ)

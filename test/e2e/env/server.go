@@ -115,16 +115,7 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 	if err != nil {
 		return nil, err
 	}
-	ports, err := cluster.FreePorts(1)
-	if err != nil {
-		return nil, err
-	}
-	port := ports[0]
-	s, deploy, err := newServer(c, cfg, objs, port)
-	if err != nil {
-		return nil, err
-	}
-	apply, registration, err := onLoopback(objs, port)
+	s, deploy, err := newServer(c, cfg, objs)
 	if err != nil {
 		return nil, err
 	}
@@ -132,20 +123,20 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 	if cfg.ForceConflicts {
 		flags = append(flags, "--force-conflicts")
 	}
-	if err := Apply(ctx, c, cfg.ProcessName, apply, flags...); err != nil {
+	if s.Port, s.registration, err = applyOnLoopback(ctx, c, cfg.ProcessName, objs, flags...); err != nil {
 		return nil, err
 	}
-	s.registration = registration
 	// The APIServices name the server's port (above), and so must one the
 	// controller creates again; its metrics port is on loopback and picked
 	// by the kernel, so that suites on one machine never collide on the
 	// manifests' :8080.
-	return s, s.start(ctx, objs, deploy, cfg, "--service-port="+strconv.Itoa(port), "--metrics-bind-address=127.0.0.1:0")
+	return s, s.start(ctx, objs, deploy, cfg, "--service-port="+strconv.Itoa(s.Port), "--metrics-bind-address=127.0.0.1:0")
 }
 
-// newServer is the server of the Deployment and Service of objs on port,
-// with the APIServices of objs, before it starts; deploy is its Deployment.
-func newServer(c *cluster.Cluster, cfg ServerConfig, objs []*unstructured.Unstructured, port int) (s *Server, deploy *unstructured.Unstructured, err error) {
+// newServer is the server of the Deployment and Service of objs, with the
+// APIServices of objs, before it has a port and starts; deploy is its
+// Deployment.
+func newServer(c *cluster.Cluster, cfg ServerConfig, objs []*unstructured.Unstructured) (s *Server, deploy *unstructured.Unstructured, err error) {
 	deploy, err = findNamed(objs, "Deployment", serverDeployment)
 	if err != nil {
 		return nil, nil, err
@@ -155,7 +146,6 @@ func newServer(c *cluster.Cluster, cfg ServerConfig, objs []*unstructured.Unstru
 		return nil, nil, err
 	}
 	s = &Server{
-		Port:        port,
 		ServiceHost: svc.GetName() + "." + svc.GetNamespace() + ".svc",
 		Namespace:   deploy.GetNamespace(),
 		cluster:     c,
@@ -232,30 +222,35 @@ func (cfg *ServerConfig) complete() error {
 	return CheckBinaries(cfg.BinDir, ServerBinary)
 }
 
-// onLoopback copies objs but the Deployments, with the Service exposed on
-// loopback and the APIServices on port (the aggregator dials an ExternalName
-// Service's host on the APIService's port); registration are the Service and
-// APIServices among them.
-func onLoopback(objs []*unstructured.Unstructured, port int) (apply, registration []*unstructured.Unstructured, err error) {
+// applyOnLoopback applies objs but the Deployments under name (Apply, with
+// flags), the Service exposed on loopback and the APIServices on a free port
+// (the aggregator dials an ExternalName Service's host on the APIService's
+// port). It returns the port and the Service and APIServices as applied.
+func applyOnLoopback(ctx context.Context, c *cluster.Cluster, name string, objs []*unstructured.Unstructured, flags ...string) (port int, registration []*unstructured.Unstructured, err error) {
+	ports, err := cluster.FreePorts(1)
+	if err != nil {
+		return 0, nil, err
+	}
+	var apply []*unstructured.Unstructured
 	for _, o := range objs {
 		o = o.DeepCopy()
 		switch o.GetKind() {
 		case "Deployment":
 			continue
 		case "Service":
-			err = exposeOnLoopback(o, port)
+			err = exposeOnLoopback(o, ports[0])
 		case "APIService":
-			err = unstructured.SetNestedField(o.Object, int64(port), "spec", "service", "port")
+			err = unstructured.SetNestedField(o.Object, int64(ports[0]), "spec", "service", "port")
 		}
 		if err != nil {
-			return nil, nil, err
+			return 0, nil, err
 		}
 		if o.GetKind() == "Service" || o.GetKind() == "APIService" {
 			registration = append(registration, o)
 		}
 		apply = append(apply, o)
 	}
-	return apply, registration, nil
+	return ports[0], registration, Apply(ctx, c, name, apply, flags...)
 }
 
 // exposeOnLoopback turns the Service into one kube-apiserver can follow to a
