@@ -92,9 +92,3 @@ func CheckBinaries(dir string, names ...string) error {
 	}
 	return errors.Join(errs...)
 }
-
-// ControlPlaneBinaries are the binaries cluster.Start needs.
-var ControlPlaneBinaries = []string{
-	cluster.EtcdBinary, cluster.APIServerBinary, cluster.ControllerManagerBinary,
-	cluster.SchedulerBinary, cluster.KubectlBinary, cluster.KwokBinary,
-}
