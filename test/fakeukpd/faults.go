@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // FaultKind names a misbehaviour of the server: one of fakecore's, or one
@@ -51,12 +52,12 @@ type Fault struct {
 	// (which covers /v1/instances/{uuid}/metrics); empty means both.
 	Path string `json:"path,omitempty"`
 	// Delay is the wait before answering, for Slow.
-	Delay time.Duration `json:"-"`
+	Delay metav1.Duration `json:"delay,omitzero"`
 	// Bytes is the body size for HugeBody; 0 means fakecore.DefaultHugeBodyBytes.
 	Bytes int64 `json:"bytes,omitempty"`
 	// Offset is how far the platform's wall clock is behind, for
 	// ClockBackwards, or ahead (negative: behind), for ClockOffset.
-	Offset time.Duration `json:"-"`
+	Offset metav1.Duration `json:"offset,omitzero"`
 }
 
 // ClockBackwards sets the platform's wall clock d behind (whole seconds):
@@ -64,22 +65,26 @@ type Fault struct {
 // from a daemon that derives them from the wall clock and an uptime. CPU
 // time and uptime do not follow the wall clock and stay as they are.
 func ClockBackwards(d time.Duration) Fault {
-	return Fault{Kind: fakecore.FaultClockBackwards, Offset: d}
+	return Fault{Kind: fakecore.FaultClockBackwards, Offset: metav1.Duration{Duration: d}}
 }
 
 // ClockOffset sets the platform's wall clock d ahead, or -d behind for a
 // negative d (whole seconds): every started_at, stopped_at and created_at
 // it reports moves by d. CPU time and uptime stay as they are.
-func ClockOffset(d time.Duration) Fault { return Fault{Kind: FaultClockOffset, Offset: d} }
+func ClockOffset(d time.Duration) Fault {
+	return Fault{Kind: FaultClockOffset, Offset: metav1.Duration{Duration: d}}
+}
 
 // Slow delays answers by d, on the server's clock.
-func Slow(d time.Duration) Fault { return Fault{Kind: fakecore.FaultSlow, Delay: d} }
+func Slow(d time.Duration) Fault {
+	return Fault{Kind: fakecore.FaultSlow, Delay: metav1.Duration{Duration: d}}
+}
 
 // SetFault sets a fault, replacing one of the same kind.
 func (s *Server) SetFault(f Fault) error {
 	switch f.Kind {
 	case fakecore.FaultSlow:
-		if f.Delay <= 0 {
+		if f.Delay.Duration <= 0 {
 			return fmt.Errorf("fault %s needs a positive delay", f.Kind)
 		}
 	case fakecore.FaultHugeBody:
@@ -95,10 +100,10 @@ func (s *Server) SetFault(f Fault) error {
 		if f.Path != "" {
 			return fmt.Errorf("fault %s applies to both paths; it takes no path", f.Kind)
 		}
-		if f.Kind == fakecore.FaultClockBackwards && f.Offset < time.Second {
+		if f.Kind == fakecore.FaultClockBackwards && f.Offset.Duration < time.Second {
 			return fmt.Errorf("fault %s needs an offset of at least 1s", f.Kind)
 		}
-		if f.Kind == FaultClockOffset && f.Offset.Abs() < time.Second {
+		if f.Kind == FaultClockOffset && f.Offset.Duration.Abs() < time.Second {
 			return fmt.Errorf("fault %s needs an offset of at least 1s either way", f.Kind)
 		}
 		if f.Kind == fakecore.FaultCounterReset {
@@ -111,7 +116,7 @@ func (s *Server) SetFault(f Fault) error {
 	if f.Path != "" && f.Path != listPath && f.Path != metricsPath {
 		return fmt.Errorf("fault path %q is neither %s nor %s", f.Path, listPath, metricsPath)
 	}
-	f.Offset = f.Offset.Truncate(time.Second)
+	f.Offset.Duration = f.Offset.Truncate(time.Second)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.faults[f.Kind] = f
@@ -133,7 +138,7 @@ func (s *Server) ClearFault(kind FaultKind) {
 func (s *Server) Faults() []Fault {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []Fault
+	out := make([]Fault, 0, len(s.faults))
 	for _, k := range faultOrder {
 		if f, ok := s.faults[k]; ok {
 			out = append(out, f)
@@ -172,7 +177,7 @@ func (s *Server) serveFault(w http.ResponseWriter, r *http.Request, path string,
 	}
 	rs := fakecore.Responder{Clock: s.clock, Stop: s.closed}
 	if i := slices.IndexFunc(active, func(f Fault) bool { return f.Kind == fakecore.FaultSlow }); i >= 0 {
-		rs.Wait(r.Context(), active[i].Delay)
+		rs.Wait(r.Context(), active[i].Delay.Duration)
 		active = slices.Delete(active, i, i+1)
 	}
 	if len(active) == 0 {

@@ -33,10 +33,10 @@ type dataFaults struct {
 func (s *Server) dataFaultsLocked() dataFaults {
 	var d dataFaults
 	if f, ok := s.faults[fakecore.FaultClockBackwards]; ok {
-		d.offset = f.Offset
+		d.offset = f.Offset.Duration
 	}
 	if f, ok := s.faults[FaultClockOffset]; ok {
-		d.offset -= f.Offset
+		d.offset -= f.Offset.Duration
 	}
 	_, d.duplicate = s.faults[FaultDuplicateInstances]
 	return d

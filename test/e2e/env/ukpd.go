@@ -37,17 +37,13 @@ const ukpdToken = "e2e-ukpd-token"
 
 // Ukpd is an in-process fake ukpd: the platform API over TLS on 127.0.0.1,
 // and its control API (test/fakeukpd/README.md) in plain HTTP on another
-// loopback port.
+// loopback port. URL, CAFile and TokenFile are what a client needs to reach
+// the platform API.
 type Ukpd struct {
-	*fakeukpd.Server
-	// URL is the platform API's base URL; TokenFile and CAFile are what a
-	// client needs to reach it.
-	URL, TokenFile, CAFile string
+	*fakeukpd.Running
+	TokenFile string
 	// Control is a client of the control API.
 	Control UkpdControl
-
-	api     *fakecore.Endpoint
-	control *fakecore.HTTPServer
 }
 
 // UkpdPageSize is the most instances one answer of the suite's fake ukpd
@@ -57,37 +53,21 @@ const UkpdPageSize = 100
 // StartUkpd starts a fake ukpd, writing its token and CA into dir. Close it
 // when done.
 func StartUkpd(dir string) (*Ukpd, error) {
+	tokenFile := filepath.Join(dir, "token")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	ca, err := fakeukpd.NewCA(time.Now())
+	if err := os.WriteFile(tokenFile, []byte(ukpdToken+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	// The fake's own token, not the file's, so that a test can rewrite the
+	// file; and a page of at most 100 instances, whatever a list request
+	// asks: the server must read the list in pages.
+	r, err := fakeukpd.Start(fakeukpd.Options{Config: fakeukpd.Config{Tokens: []string{ukpdToken}, PageSize: UkpdPageSize}, CertDir: dir})
 	if err != nil {
 		return nil, err
 	}
-	u := &Ukpd{
-		// A page of at most 100 instances, whatever a list request asks:
-		// the server must read the list in pages.
-		Server:    fakeukpd.New(fakeukpd.Config{Tokens: []string{ukpdToken}, PageSize: UkpdPageSize}),
-		TokenFile: filepath.Join(dir, "token"),
-		CAFile:    filepath.Join(dir, "ca.crt"),
-	}
-	if err := os.WriteFile(u.TokenFile, []byte(ukpdToken+"\n"), 0o600); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(u.CAFile, ca.CertPEM(), 0o644); err != nil {
-		return nil, err
-	}
-	u.api, err = fakecore.NewEndpoint(fakecore.EndpointConfig{Handler: u.Server, CA: ca, Leaf: fakeukpd.ServingLeaf("127.0.0.1", "localhost")})
-	if err != nil {
-		return nil, err
-	}
-	u.URL = "https://" + u.api.Addr()
-	control, addr, err := fakecore.Listen("127.0.0.1:0", fakeukpd.NewControlHandler(u.Server, ca.CertPEM()))
-	if err != nil {
-		return nil, errors.Join(err, u.Close())
-	}
-	u.control, u.Control = control, UkpdControl{Address: addr}
-	return u, nil
+	return &Ukpd{Running: r, TokenFile: tokenFile, Control: UkpdControl{Address: r.ControlAddress}}, nil
 }
 
 // ServerArgs are the server flags that add the ukpd source with this fake
@@ -99,22 +79,6 @@ func (u *Ukpd) ServerArgs() []string {
 		"--ukpd-token-file=" + u.TokenFile,
 		"--ukpd-certificate-authority=" + u.CAFile,
 	}
-}
-
-// SetTransportFault breaks the platform API below HTTP with a transport
-// fault: fakecore.FaultRefused closes its listener and connections, so that
-// clients get "connection refused", others break TLS. "" serves it again,
-// on the same address.
-func (u *Ukpd) SetTransportFault(kind fakecore.FaultKind) error { return u.api.SetTransportFault(kind) }
-
-// Close stops both APIs.
-func (u *Ukpd) Close() error {
-	u.Server.Close()
-	err := u.api.Close()
-	if u.control != nil {
-		err = errors.Join(err, u.control.Stop())
-	}
-	return err
 }
 
 // AddKraftletNode registers a kwok node as kraftlet would: labelled
