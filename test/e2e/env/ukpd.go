@@ -127,16 +127,11 @@ func (c UkpdControl) SetPodUsage(ctx context.Context, namespace, pod string, u U
 	return c.do(ctx, http.MethodPut, "/v1/namespaces/"+namespace+"/pods/"+pod+"/usage", map[string]string{"cpu": u.CPU, "memory": u.Memory}, http.StatusOK)
 }
 
-// StandbyPod puts every instance of a pod in standby, as scale-to-zero
-// does when the pod gets no traffic.
-func (c UkpdControl) StandbyPod(ctx context.Context, namespace, pod string) error {
-	return c.do(ctx, http.MethodPost, "/v1/namespaces/"+namespace+"/pods/"+pod+"/standby", nil, http.StatusOK)
-}
-
-// WakePod starts every instance of a pod again, as a request to a pod in
+// PodOp runs op on every instance of a pod: "standby", as scale-to-zero
+// does when the pod gets no traffic, or "restart", as a request to a pod in
 // standby does.
-func (c UkpdControl) WakePod(ctx context.Context, namespace, pod string) error {
-	return c.do(ctx, http.MethodPost, "/v1/namespaces/"+namespace+"/pods/"+pod+"/restart", nil, http.StatusOK)
+func (c UkpdControl) PodOp(ctx context.Context, namespace, pod, op string) error {
+	return c.do(ctx, http.MethodPost, "/v1/namespaces/"+namespace+"/pods/"+pod+"/"+op, nil, http.StatusOK)
 }
 
 // RemovePod removes every instance of a pod; a pod without any is not an
@@ -214,11 +209,11 @@ func (s *InstanceSync) SetStandby(ctx context.Context, namespace string, standby
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.standby[namespace] = standby
-	op := s.control.WakePod
+	op := "restart"
 	if standby {
-		op = s.control.StandbyPod
+		op = "standby"
 	}
-	return s.forPods(namespace, func(pod string) error { return op(ctx, namespace, pod) })
+	return s.forPods(namespace, func(pod string) error { return s.control.PodOp(ctx, namespace, pod, op) })
 }
 
 // forPods calls call for every pod of namespace with instances; s.mu must
@@ -271,20 +266,18 @@ func (s *InstanceSync) observe(ctx context.Context, obj any, deleted bool) {
 	if !ok {
 		u = s.usage[""]
 	}
-	for _, c := range p.Spec.Containers {
-		if err := s.control.AddInstance(ctx, p.Namespace, p.Name, c.Name, s.node, u); err != nil {
-			s.lastErr = err
-			// Start over on the next resync rather than leave half a pod.
-			_ = s.control.RemovePod(ctx, p.Namespace, p.Name)
-			return
-		}
+	var err error
+	for i := 0; i < len(p.Spec.Containers) && err == nil; i++ {
+		err = s.control.AddInstance(ctx, p.Namespace, p.Name, p.Spec.Containers[i].Name, s.node, u)
 	}
-	if s.standby[p.Namespace] {
-		if err := s.control.StandbyPod(ctx, p.Namespace, p.Name); err != nil {
-			s.lastErr = err
-			_ = s.control.RemovePod(ctx, p.Namespace, p.Name)
-			return
-		}
+	if err == nil && s.standby[p.Namespace] {
+		err = s.control.PodOp(ctx, p.Namespace, p.Name, "standby")
+	}
+	if err != nil {
+		s.lastErr = err
+		// Start over on the next resync rather than leave half a pod.
+		_ = s.control.RemovePod(ctx, p.Namespace, p.Name)
+		return
 	}
 	s.pods[key] = p
 }
