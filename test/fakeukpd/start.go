@@ -3,6 +3,7 @@ package fakeukpd
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"net"
 	"path/filepath"
 	"time"
@@ -89,7 +90,7 @@ func Start(opts Options) (_ *Running, err error) {
 // again, on the same address. A fake serving plain HTTP has none.
 func (r *Running) SetTransportFault(kind fakecore.FaultKind) error {
 	if r.api == nil {
-		return fakecore.UnknownTransportFault(kind)
+		return fmt.Errorf("transport fault %q: serving plain HTTP", kind)
 	}
 	return r.api.SetTransportFault(kind)
 }

@@ -26,10 +26,7 @@ func newCommand() *cobra.Command {
 // run serves until ctx ends. ready, if not nil, receives the state once
 // serving.
 func run(ctx context.Context, cfg *Options, ready chan<- fakeukpd.State) (err error) {
-	u, err := fakeukpd.Start(fakeukpd.Options{
-		Config: fakeukpd.Config{TokenFile: cfg.TokenFile, PageSize: cfg.PageSize},
-		Listen: cfg.Listen, ControlAddress: cfg.ControlAddress, CertDir: cfg.TLSCertDir,
-	})
+	u, err := fakeukpd.Start(cfg.Options)
 	if err != nil {
 		return err
 	}
