@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"time"
 
@@ -134,7 +133,7 @@ func (s *Server) ClearFault(kind FaultKind) {
 	delete(s.faults, kind)
 }
 
-// Faults returns the faults in force, slow first.
+// Faults returns the faults in force in faultOrder.
 func (s *Server) Faults() []Fault {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -147,19 +146,11 @@ func (s *Server) Faults() []Fault {
 	return out
 }
 
+// faultOrder is Slow, the response faults in order of precedence, then the
+// data faults.
 var faultOrder = []FaultKind{
 	fakecore.FaultSlow, fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultHugeBody, FaultHostileText, fakecore.FaultTruncated, fakecore.FaultStall,
 	fakecore.FaultClockBackwards, FaultClockOffset, FaultDuplicateInstances, FaultOlderForm,
-}
-
-// responseFault says whether a fault answers requests in place of the
-// server.
-func responseFault(k FaultKind) bool {
-	switch k {
-	case fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultHugeBody, FaultHostileText, fakecore.FaultTruncated, fakecore.FaultStall:
-		return true
-	}
-	return false
 }
 
 // serveFault applies the faults that cover path. It reports whether the
@@ -168,25 +159,6 @@ func (s *Server) serveFault(w http.ResponseWriter, r *http.Request, path string,
 	key := listPath
 	if isMetrics {
 		key = metricsPath
-	}
-	var active []Fault
-	for _, f := range s.Faults() {
-		if (f.Kind == fakecore.FaultSlow || responseFault(f.Kind)) && (f.Path == "" || f.Path == key) {
-			active = append(active, f)
-		}
-	}
-	rs := fakecore.Responder{Clock: s.clock, Stop: s.closed}
-	if i := slices.IndexFunc(active, func(f Fault) bool { return f.Kind == fakecore.FaultSlow }); i >= 0 {
-		rs.Wait(r.Context(), active[i].Delay.Duration)
-		active = slices.Delete(active, i, i+1)
-	}
-	if len(active) == 0 {
-		return false
-	}
-	f := active[0]
-	if f.Kind == FaultHostileText {
-		fakecore.StreamBody(r.Context(), w, contentTypeText, hostileLine(), f.Bytes)
-		return true
 	}
 	format := fakecore.Format{
 		ContentType: contentTypeText,
@@ -206,7 +178,21 @@ func (s *Server) serveFault(w http.ResponseWriter, r *http.Request, path string,
 		format.Garbage = `{"status":"success","data":{"instances":[{"uuid":` + "\x00\xff{{"
 		format.StallPrefix = `{"status":"success","data":{"instances":[`
 	}
-	return rs.Serve(w, r, f.Kind, f.Bytes, format)
+	// Slow comes first, then the response faults in order of precedence.
+	rs := fakecore.Responder{Clock: s.clock, Stop: s.closed}
+	for _, f := range s.Faults() {
+		switch {
+		case f.Path != "" && f.Path != key:
+		case f.Kind == fakecore.FaultSlow:
+			rs.Wait(r.Context(), f.Delay.Duration)
+		case f.Kind == FaultHostileText:
+			fakecore.StreamBody(r.Context(), w, contentTypeText, hostileLine(), f.Bytes)
+			return true
+		case rs.Serve(w, r, f.Kind, f.Bytes, format):
+			return true
+		}
+	}
+	return false
 }
 
 // hostileLine is a line of Prometheus text with 100,000 labels.
