@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -106,8 +105,8 @@ func CreateKraftletDeployment(ctx context.Context, client kubernetes.Interface, 
 
 // UkpdUsage is what one instance (one container) reports.
 type UkpdUsage struct {
-	CPU    string // cores, as a quantity: "250m"
-	Memory string // resident set, as a quantity: "64Mi"
+	CPU    string `json:"cpu,omitempty"`    // cores, as a quantity: "250m"
+	Memory string `json:"memory,omitempty"` // resident set, as a quantity: "64Mi"
 }
 
 // UkpdControl is a client of a fake ukpd's control API.
@@ -118,13 +117,16 @@ type UkpdControl struct {
 
 // AddInstance adds a running instance for a pod's container.
 func (c UkpdControl) AddInstance(ctx context.Context, namespace, pod, container, node string, u UkpdUsage) error {
-	body := map[string]string{"namespace": namespace, "pod": pod, "container": container, "node": node, "cpu": u.CPU, "memory": u.Memory}
+	body := struct {
+		fakeukpd.InstanceSpec
+		UkpdUsage
+	}{fakeukpd.InstanceSpec{Namespace: namespace, Pod: pod, Container: container, Node: node}, u}
 	return c.do(ctx, http.MethodPost, "/v1/instances", body, http.StatusCreated)
 }
 
 // SetPodUsage sets the usage of every instance of a pod.
 func (c UkpdControl) SetPodUsage(ctx context.Context, namespace, pod string, u UkpdUsage) error {
-	return c.do(ctx, http.MethodPut, "/v1/namespaces/"+namespace+"/pods/"+pod+"/usage", map[string]string{"cpu": u.CPU, "memory": u.Memory}, http.StatusOK)
+	return c.do(ctx, http.MethodPut, "/v1/namespaces/"+namespace+"/pods/"+pod+"/usage", u, http.StatusOK)
 }
 
 // PodOp runs op on every instance of a pod: "standby", as scale-to-zero
@@ -140,13 +142,8 @@ func (c UkpdControl) RemovePod(ctx context.Context, namespace, pod string) error
 	return c.do(ctx, http.MethodDelete, "/v1/namespaces/"+namespace+"/pods/"+pod, nil, http.StatusOK, http.StatusNotFound)
 }
 
-func (c UkpdControl) do(ctx context.Context, method, path string, body map[string]string, okCodes ...int) error {
-	var in any
-	if body != nil {
-		maps.DeleteFunc(body, func(_, v string) bool { return v == "" })
-		in = body
-	}
-	return fakecore.Control{Address: c.Address}.Do(ctx, method, path, in, nil, okCodes...)
+func (c UkpdControl) do(ctx context.Context, method, path string, body any, okCodes ...int) error {
+	return fakecore.Control{Address: c.Address}.Do(ctx, method, path, body, nil, okCodes...)
 }
 
 // InstanceSync plays kraftlet's part for one node: it keeps one fake ukpd
