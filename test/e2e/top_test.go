@@ -223,8 +223,8 @@ func expectedNodeRows() map[string][]string {
 		cpu, mem := nodeBase.CPUNanoCores, nodeBase.MemoryBytes
 		for _, p := range n.State(true).Pods {
 			for _, c := range p.Containers {
-				cpu += c.CPUNanoCores
-				mem += c.MemoryBytes
+				cpu += *c.CPU.UsageNanoCores
+				mem += *c.Memory.WorkingSetBytes
 			}
 		}
 		want[n.Name()] = []string{milli(cpu), mebi(mem)}

@@ -36,7 +36,7 @@ func placement(f *Fleet) []string {
 	var out []string
 	for _, n := range f.Nodes() {
 		for _, p := range n.State(true).Pods {
-			out = append(out, n.Name()+"/"+p.Namespace+"/"+p.Name+"/"+p.UID)
+			out = append(out, n.Name()+"/"+p.PodRef.Namespace+"/"+p.PodRef.Name+"/"+p.PodRef.UID)
 		}
 	}
 	return out
@@ -45,7 +45,7 @@ func placement(f *Fleet) []string {
 func TestPodFromObject(t *testing.T) {
 	want := Pod{
 		Namespace: "ns", Name: "p", UID: "u1", Labels: map[string]string{"app": "p"},
-		Containers: []Container{{Name: "app", MemoryLimitBytes: 64 << 20}, {Name: "log"}},
+		Containers: []Container{{Name: "app", MemoryLimit: resource.MustParse("64Mi")}, {Name: "log"}},
 		StartTime:  t0.Add(-time.Minute),
 	}
 	if diff := cmp.Diff(want, PodFromObject(podObject("p", "n1", corev1.PodRunning, "u1"))); diff != "" {

@@ -1,12 +1,15 @@
 package fakekubelet
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 
-	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
-
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
 // UsageRequest is the body of the control API's usage calls. CPU is in
@@ -20,70 +23,25 @@ type UsageRequest struct {
 	Memory    *resource.Quantity `json:"memory,omitempty"`
 }
 
-// PodRequest is the body of PUT /v1/nodes/{node}/pods/{namespace}/{name},
-// which places a pod without a cluster.
-type PodRequest struct {
-	UID        string             `json:"uid,omitempty"`
-	Labels     map[string]string  `json:"labels,omitempty"`
-	Containers []ContainerRequest `json:"containers,omitempty"`
-}
-
-// ContainerRequest describes a container of a PodRequest.
-type ContainerRequest struct {
-	Name        string             `json:"name"`
-	MemoryLimit *resource.Quantity `json:"memoryLimit,omitempty"`
-}
-
-// FaultRequest is the body of PUT /v1/nodes/{node}/fault.
-type FaultRequest struct {
-	Kind  FaultKind       `json:"kind"`
-	Delay metav1.Duration `json:"delay,omitzero"`  // Go duration, for Slow
-	Bytes int64           `json:"bytes,omitempty"` // for HugeBody
-	// Offset is a Go duration, for ClockBackwards.
-	Offset metav1.Duration `json:"offset,omitzero"`
-	// Pod is "namespace/name", for DuplicatePods; empty means every pod.
-	Pod string `json:"pod,omitempty"`
-}
-
-// NodeState describes a node for the control API.
+// NodeState describes a node for the control API; its pods are as the
+// Summary API lists them now, without data faults.
 type NodeState struct {
-	Name    string     `json:"name"`
-	Address string     `json:"address"`
-	Port    int        `json:"port"`
-	Faults  FaultState `json:"faults"`
-	Pods    []PodUsage `json:"pods,omitempty"`
-	NumPods int        `json:"numPods"`
-}
-
-// PodUsage describes a pod and its containers' usage.
-type PodUsage struct {
-	Namespace  string           `json:"namespace"`
-	Name       string           `json:"name"`
-	UID        string           `json:"uid"`
-	Containers []ContainerUsage `json:"containers"`
-}
-
-// ContainerUsage describes one container's usage.
-type ContainerUsage struct {
-	Name string `json:"name"`
-	Usage
+	Name    string           `json:"name"`
+	Address string           `json:"address"`
+	Port    int              `json:"port"`
+	Faults  []Fault          `json:"faults,omitempty"`
+	Pods    []stats.PodStats `json:"pods,omitempty"`
+	NumPods int              `json:"numPods"`
 }
 
 // State returns the node's state; withPods adds every pod's usage.
 func (n *Node) State(withPods bool) NodeState {
 	st := NodeState{Name: n.name, Address: n.Address(), Port: n.Port(), Faults: n.Faults()}
-	n.mu.RLock()
-	defer n.mu.RUnlock()
+	n.fleet.mu.RLock()
+	defer n.fleet.mu.RUnlock()
 	st.NumPods = len(n.pods)
-	if !withPods {
-		return st
-	}
-	for _, ps := range n.sortedPodsLocked() {
-		pu := PodUsage{Namespace: ps.pod.Namespace, Name: ps.pod.Name, UID: ps.pod.UID}
-		for _, c := range ps.containers {
-			pu.Containers = append(pu.Containers, ContainerUsage{Name: c.name, Usage: Usage{c.cpu.rate, c.memory}})
-		}
-		st.Pods = append(st.Pods, pu)
+	if withPods {
+		st.Pods = n.summaryLocked(n.fleet.tl.now(), true, Fault{}).Pods
 	}
 	return st
 }
@@ -106,4 +64,117 @@ func NewControlHandler(f *Fleet) http.Handler {
 	mux.HandleFunc("PUT /v1/usage", fakecore.Route(ok, c.setSelectorUsage))
 	mux.HandleFunc("DELETE /v1/usage", fakecore.Route(ok, c.forgetUsage))
 	return mux
+}
+
+// controlAPI implements the routes of NewControlHandler, for
+// fakecore.Route.
+type controlAPI struct{ fleet *Fleet }
+
+func (c *controlAPI) listNodes(r *http.Request, _ fakecore.None) (any, error) {
+	return c.forNodes("*", r.URL.Query().Get("pods") == "true", nil)
+}
+
+func (c *controlAPI) getNode(r *http.Request, _ fakecore.None) (any, error) {
+	n, ok := c.fleet.Node(r.PathValue("node"))
+	if !ok {
+		return nil, fmt.Errorf("node %q: %w", r.PathValue("node"), fakecore.ErrNotFound)
+	}
+	return n.State(true), nil
+}
+
+func (c *controlAPI) setFault(r *http.Request, fault Fault) (any, error) {
+	return c.forNodes(r.PathValue("node"), false, func(n *Node) error { return n.SetFault(fault) })
+}
+
+func (c *controlAPI) clearFault(r *http.Request, _ fakecore.None) (any, error) {
+	kind := FaultKind(r.URL.Query().Get("kind"))
+	return c.forNodes(r.PathValue("node"), false, func(n *Node) error { return n.ClearFault(kind) })
+}
+
+func (c *controlAPI) resetNode(r *http.Request, _ fakecore.None) (any, error) {
+	return c.forNodes(r.PathValue("node"), false, func(n *Node) error { n.ResetCounters(); return nil })
+}
+
+func (c *controlAPI) putPod(r *http.Request, p Pod) (any, error) {
+	p.Namespace, p.Name = r.PathValue("namespace"), r.PathValue("name")
+	if err := c.fleet.SetPod(r.PathValue("node"), p); err != nil {
+		return nil, err
+	}
+	return c.getNode(r, fakecore.None{})
+}
+
+func (c *controlAPI) deletePod(r *http.Request, _ fakecore.None) (any, error) {
+	ns, name := r.PathValue("namespace"), r.PathValue("name")
+	if !c.fleet.RemovePod(ns, name, "") {
+		return nil, fmt.Errorf("pod %s/%s: %w", ns, name, fakecore.ErrNotFound)
+	}
+	return fakecore.Matched(1), nil
+}
+
+func (c *controlAPI) setPodUsage(r *http.Request, req UsageRequest) (any, error) {
+	return c.setUsage(UsageTarget{Namespace: r.PathValue("namespace"), Name: r.PathValue("name"), Container: req.Container}, req)
+}
+
+func (c *controlAPI) resetPod(r *http.Request, _ fakecore.None) (any, error) {
+	return fakecore.Matched(1), c.fleet.ResetPodCounters(r.PathValue("namespace"), r.PathValue("name"))
+}
+
+func (c *controlAPI) setSelectorUsage(_ *http.Request, req UsageRequest) (any, error) {
+	sel, err := labels.Parse(req.Selector) // "" selects every pod
+	if err != nil {
+		return nil, fmt.Errorf("selector: %w", err)
+	}
+	return c.setUsage(UsageTarget{Namespace: req.Namespace, Selector: sel, Container: req.Container}, req)
+}
+
+func (c *controlAPI) forgetUsage(*http.Request, fakecore.None) (any, error) {
+	c.fleet.ForgetUsage()
+	return map[string]string{}, nil
+}
+
+func (c *controlAPI) setUsage(t UsageTarget, req UsageRequest) (any, error) {
+	cpu, errCPU := nonNegative("cpu", req.CPU, resource.Nano)
+	memory, errMemory := nonNegative("memory", req.Memory, 0)
+	if err := errors.Join(errCPU, errMemory); err != nil {
+		return nil, err
+	}
+	if cpu == nil && memory == nil {
+		return nil, errors.New("set cpu, memory or both")
+	}
+	return fakecore.Matched(c.fleet.setUsage(usageRule{UsageTarget: t, cpu: cpu, memory: memory})), nil
+}
+
+// nonNegative returns q in units of scale (nil for nil), or an error
+// naming what for a negative q.
+func nonNegative(what string, q *resource.Quantity, scale resource.Scale) (*uint64, error) {
+	switch {
+	case q == nil:
+		return nil, nil
+	case q.Sign() < 0:
+		return nil, fmt.Errorf("%s must not be negative", what)
+	}
+	v := uint64(q.ScaledValue(scale))
+	return &v, nil
+}
+
+// forNodes applies fn, if set, to one node, or to every node for "*", and
+// answers with the resulting states, with their pods if withPods.
+func (c *controlAPI) forNodes(name string, withPods bool, fn func(*Node) error) (any, error) {
+	var nodes []*Node
+	if name == "*" {
+		nodes = c.fleet.Nodes()
+	} else if n, ok := c.fleet.Node(name); ok {
+		nodes = []*Node{n}
+	} else {
+		return nil, fmt.Errorf("node %q: %w", name, fakecore.ErrNotFound)
+	}
+	out := []NodeState{}
+	var errs []error
+	for _, n := range nodes {
+		if fn != nil {
+			errs = append(errs, fn(n))
+		}
+		out = append(out, n.State(withPods))
+	}
+	return out, errors.Join(errs...)
 }

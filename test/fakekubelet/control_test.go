@@ -10,10 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
-
 	"github.com/google/go-cmp/cmp"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestControlAPI(t *testing.T) {
@@ -44,7 +41,7 @@ func TestControlAPI(t *testing.T) {
 		out := map[string]Usage{}
 		for _, p := range n.State(true).Pods {
 			for _, c := range p.Containers {
-				out[p.Namespace+"/"+p.Name+"/"+c.Name] = c.Usage
+				out[p.PodRef.Namespace+"/"+p.PodRef.Name+"/"+c.Name] = containerUsage(c)
 			}
 		}
 		return out
@@ -90,20 +87,20 @@ func TestControlAPI(t *testing.T) {
 		{name: "forget usage", method: "DELETE", path: "/v1/usage", wantCode: 200},
 		{name: "slow fault", method: "PUT", path: "/v1/nodes/n1/fault", body: `{"kind":"Slow","delay":"2s"}`, wantCode: 200, wantBody: `"delay": "2s"`, check: func(t *testing.T) {
 			n, _ := f.Node("n1")
-			if diff := cmp.Diff(FaultState{Delay: metav1.Duration{Duration: 2 * time.Second}}, n.Faults()); diff != "" {
+			if diff := cmp.Diff([]Fault{Slow(2 * time.Second)}, n.Faults()); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		}},
 		{name: "huge body fault on all nodes", method: "PUT", path: "/v1/nodes/*/fault", body: `{"kind":"HugeBody","bytes":1024}`, wantCode: 200, check: func(t *testing.T) {
 			n, _ := f.Node("n2")
-			if diff := cmp.Diff(FaultState{Response: fakecore.FaultHugeBody, HugeBodyBytes: 1024}, n.Faults()); diff != "" {
+			if diff := cmp.Diff([]Fault{HugeBody(1024)}, n.Faults()); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		}},
-		{name: "data faults", method: "PUT", path: "/v1/nodes/n2/fault", body: `{"kind":"ClockBackwards","offset":"20s"}`, wantCode: 200, wantBody: `"clockOffset": "20s"`},
+		{name: "data faults", method: "PUT", path: "/v1/nodes/n2/fault", body: `{"kind":"ClockBackwards","offset":"20s"}`, wantCode: 200, wantBody: `"offset": "20s"`},
 		{name: "duplicate one pod", method: "PUT", path: "/v1/nodes/n2/fault", body: `{"kind":"DuplicatePods","pod":"shop/web-2"}`, wantCode: 200, check: func(t *testing.T) {
 			n, _ := f.Node("n2")
-			want := FaultState{Response: fakecore.FaultHugeBody, HugeBodyBytes: 1024, ClockOffset: metav1.Duration{Duration: 20 * time.Second}, DuplicatePods: "shop/web-2"}
+			want := []Fault{ClockBackwards(20 * time.Second), {Kind: FaultDuplicatePods, Pod: "shop/web-2"}, HugeBody(1024)}
 			if diff := cmp.Diff(want, n.Faults()); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
@@ -115,13 +112,13 @@ func TestControlAPI(t *testing.T) {
 		{name: "fault on unknown node", method: "PUT", path: "/v1/nodes/n9/fault", body: `{"kind":"Status500"}`, wantCode: 404},
 		{name: "clear one fault", method: "DELETE", path: "/v1/nodes/n1/fault?kind=Slow", wantCode: 200, check: func(t *testing.T) {
 			n, _ := f.Node("n1")
-			if diff := cmp.Diff(FaultState{Response: fakecore.FaultHugeBody, HugeBodyBytes: 1024}, n.Faults()); diff != "" {
+			if diff := cmp.Diff([]Fault{HugeBody(1024)}, n.Faults()); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		}},
 		{name: "clear all faults everywhere", method: "DELETE", path: "/v1/nodes/*/fault", wantCode: 200, check: func(t *testing.T) {
 			for _, n := range f.Nodes() {
-				if diff := cmp.Diff(FaultState{}, n.Faults()); diff != "" {
+				if diff := cmp.Diff([]Fault(nil), n.Faults()); diff != "" {
 					t.Errorf("%s (-want +got):\n%s", n.Name(), diff)
 				}
 			}

@@ -46,7 +46,7 @@ func TestCounterIntegration(t *testing.T) {
 	}
 	cores := func(nano uint64) step {
 		return func(t *testing.T, f *Fleet, _ *testingclock.FakeClock) {
-			if f.SetPodUsage("ns", "p", Usage{CPUNanoCores: nano, MemoryBytes: 1 << 20}) != 1 {
+			if f.SetUsage(UsageTarget{Namespace: "ns", Name: "p"}, Usage{CPUNanoCores: nano, MemoryBytes: 1 << 20}) != 1 {
 				t.Fatal("pod not matched")
 			}
 		}
@@ -155,13 +155,13 @@ func TestUsageSpreadAndRules(t *testing.T) {
 	}
 	// A replica placed later picks the remembered usage up.
 	setPod(t, f, "n2", Pod{Namespace: "ns", Name: "web-2", Labels: map[string]string{"app": "web"}})
-	f.SetContainerUsage("ns", "db-1", "main", Usage{CPUNanoCores: 7, MemoryBytes: 8})
+	f.SetUsage(UsageTarget{Namespace: "ns", Name: "db-1", Container: "main"}, Usage{CPUNanoCores: 7, MemoryBytes: 8})
 
 	usage := map[string]Usage{}
 	for _, n := range f.Nodes() {
 		for _, p := range n.State(true).Pods {
 			for _, c := range p.Containers {
-				usage[p.Name+"/"+c.Name] = c.Usage
+				usage[p.PodRef.Name+"/"+c.Name] = containerUsage(c)
 			}
 		}
 	}
@@ -175,7 +175,7 @@ func TestUsageSpreadAndRules(t *testing.T) {
 	if diff := cmp.Diff(want, usage); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
-	if got := f.SetContainerUsage("ns", "db-1", "missing", Usage{CPUNanoCores: 1}); got != 0 {
+	if got := f.SetUsage(UsageTarget{Namespace: "ns", Name: "db-1", Container: "missing"}, Usage{CPUNanoCores: 1}); got != 0 {
 		t.Errorf("missing container matched %d pods", got)
 	}
 }

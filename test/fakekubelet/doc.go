@@ -17,5 +17,5 @@
 // listeners, counter resets) can be set and cleared per node at run time.
 //
 // In library mode pods are placed with Fleet.SetPod; in cluster mode
-// Fleet.RunPodInformer follows Running pods bound to the fleet's nodes.
+// Fleet.StartPodInformer follows Running pods bound to the fleet's nodes.
 package fakekubelet

@@ -1,9 +1,12 @@
 package fakekubelet
 
 import (
-	"cmp"
+	"bytes"
 	"errors"
 	"fmt"
+	"maps"
+	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,26 +33,25 @@ const (
 	FaultForeignPods FaultKind = "ForeignPods"
 )
 
-// AllPods is FaultState.DuplicatePods when every pod of the node is listed
-// twice.
-const AllPods = "*"
-
-// Fault is a fault to set on a node.
+// Fault is a fault to set on a node, or one in force; as JSON, the body of
+// PUT /v1/nodes/{node}/fault.
 type Fault struct {
-	Kind FaultKind
+	Kind FaultKind `json:"kind"`
 	// Delay is the wait before responding, for Slow.
-	Delay time.Duration
+	Delay metav1.Duration `json:"delay,omitzero"`
 	// Bytes is the body size for HugeBody; 0 means fakecore.DefaultHugeBodyBytes.
-	Bytes int64
+	Bytes int64 `json:"bytes,omitempty"`
 	// Offset is how far the node's clock goes back, for ClockBackwards.
-	Offset time.Duration
+	Offset metav1.Duration `json:"offset,omitzero"`
 	// Pod limits DuplicatePods to one pod, "namespace/name"; empty means
 	// every pod of the node.
-	Pod string
+	Pod string `json:"pod,omitempty"`
 }
 
 // Slow delays every response by d (until the request is cancelled).
-func Slow(d time.Duration) Fault { return Fault{Kind: fakecore.FaultSlow, Delay: d} }
+func Slow(d time.Duration) Fault {
+	return Fault{Kind: fakecore.FaultSlow, Delay: metav1.Duration{Duration: d}}
+}
 
 // HugeBody answers 200 with a body of n bytes, streamed.
 func HugeBody(n int64) Fault { return Fault{Kind: fakecore.FaultHugeBody, Bytes: n} }
@@ -58,79 +60,66 @@ func HugeBody(n int64) Fault { return Fault{Kind: fakecore.FaultHugeBody, Bytes:
 // earlier than the fleet's clock (whole seconds), and counters read at those
 // times, until the fault is cleared.
 func ClockBackwards(d time.Duration) Fault {
-	return Fault{Kind: fakecore.FaultClockBackwards, Offset: d}
+	return Fault{Kind: fakecore.FaultClockBackwards, Offset: metav1.Duration{Duration: d}}
 }
 
-// FaultState is the set of faults in force on a node.
-type FaultState struct {
-	Delay         metav1.Duration `json:"delay,omitzero"`
-	Response      FaultKind       `json:"response,omitempty"`
-	HugeBodyBytes int64           `json:"hugeBodyBytes,omitempty"`
-	Dead          bool            `json:"dead,omitempty"`
-	// Connection is the connection fault in force.
-	Connection FaultKind `json:"connection,omitempty"`
-	// ClockOffset is how far back the node's clock is.
-	ClockOffset metav1.Duration `json:"clockOffset,omitzero"`
-	// DuplicatePods is "namespace/name" of the pod listed twice, AllPods,
-	// or empty.
-	DuplicatePods string `json:"duplicatePods,omitempty"`
-	// ForeignPods lists the pods of the fleet's other nodes too.
-	ForeignPods bool `json:"foreignPods,omitempty"`
+// Groups of faults of which one at most is in force; every other kind is a
+// group of its own.
+const (
+	responseFaults  FaultKind = "response"
+	transportFaults FaultKind = "transport"
+)
+
+// faultGroup returns the group of a known kind, and false for an unknown
+// one.
+func faultGroup(k FaultKind) (FaultKind, bool) {
+	switch k {
+	case fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultHugeBody, fakecore.FaultResetConnection, fakecore.FaultStall, fakecore.FaultTruncated:
+		return responseFaults, true
+	case fakecore.FaultUntrustedCertificate, fakecore.FaultWrongNameCertificate, fakecore.FaultHandshakeStall:
+		return transportFaults, true
+	case fakecore.FaultSlow, fakecore.FaultClockBackwards, fakecore.FaultCounterReset, FaultDead, FaultDuplicatePods, FaultForeignPods:
+		return k, true
+	}
+	return "", false
 }
 
-// Faults returns the faults in force.
-func (n *Node) Faults() FaultState {
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	return n.faults
+// Faults returns the faults in force, ordered by kind.
+func (n *Node) Faults() []Fault {
+	n.fleet.mu.RLock()
+	defer n.fleet.mu.RUnlock()
+	return slices.SortedFunc(maps.Values(n.faults), func(a, b Fault) int { return strings.Compare(string(a.Kind), string(b.Kind)) })
 }
 
 // SetFault sets a fault, effective for requests that arrive afterwards
 // (connections, for connection faults).
 func (n *Node) SetFault(f Fault) error {
-	n.opMu.Lock()
-	defer n.opMu.Unlock()
-	var set func(s *FaultState)
-	switch f.Kind {
-	case fakecore.FaultSlow:
-		if f.Delay <= 0 {
-			return fmt.Errorf("fault %s needs a positive delay", f.Kind)
-		}
-		set = func(s *FaultState) { s.Delay.Duration = f.Delay }
-	case fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultHugeBody, fakecore.FaultResetConnection, fakecore.FaultStall, fakecore.FaultTruncated:
-		size := int64(0)
-		if f.Kind == fakecore.FaultHugeBody {
-			size = cmp.Or(max(f.Bytes, 0), fakecore.DefaultHugeBodyBytes)
-		}
-		set = func(s *FaultState) { s.Response, s.HugeBodyBytes = f.Kind, size }
-	case fakecore.FaultUntrustedCertificate, fakecore.FaultWrongNameCertificate, fakecore.FaultHandshakeStall:
-		if err := n.ep.SetFault(f.Kind); err != nil {
-			return fmt.Errorf("node %q: %w", n.name, err)
-		}
-		set = func(s *FaultState) { s.Connection = f.Kind }
-	case fakecore.FaultClockBackwards:
-		if f.Offset < time.Second {
-			return fmt.Errorf("fault %s needs an offset of at least 1s", f.Kind)
-		}
-		set = func(s *FaultState) { s.ClockOffset.Duration = f.Offset }
-	case FaultDuplicatePods:
+	group, ok := faultGroup(f.Kind)
+	switch {
+	case !ok:
+		return fmt.Errorf("unknown fault kind %q", f.Kind)
+	case f.Kind == fakecore.FaultSlow && f.Delay.Duration <= 0:
+		return fmt.Errorf("fault %s needs a positive delay", f.Kind)
+	case f.Kind == fakecore.FaultClockBackwards && f.Offset.Duration < time.Second:
+		return fmt.Errorf("fault %s needs an offset of at least 1s", f.Kind)
+	case f.Kind == FaultDuplicatePods:
 		if ns, name, ok := strings.Cut(f.Pod, "/"); f.Pod != "" && (!ok || ns == "" || name == "") {
 			return fmt.Errorf("fault %s: pod %q is not namespace/name", f.Kind, f.Pod)
 		}
-		set = func(s *FaultState) { s.DuplicatePods = cmp.Or(f.Pod, AllPods) }
-	case FaultForeignPods:
-		set = func(s *FaultState) { s.ForeignPods = true }
-	case FaultDead:
-		set = func(s *FaultState) { s.Dead = true }
-	case fakecore.FaultCounterReset:
+	case f.Kind == fakecore.FaultCounterReset:
 		n.ResetCounters()
 		return nil
-	default:
-		return fmt.Errorf("unknown fault kind %q", f.Kind)
 	}
-	n.mu.Lock()
-	set(&n.faults)
-	n.mu.Unlock()
+	n.opMu.Lock()
+	defer n.opMu.Unlock()
+	if group == transportFaults {
+		if err := n.ep.SetFault(f.Kind); err != nil {
+			return fmt.Errorf("node %q: %w", n.name, err)
+		}
+	}
+	n.fleet.mu.Lock()
+	n.faults[group] = f
+	n.fleet.mu.Unlock()
 	if f.Kind == FaultDead {
 		return n.ep.SetDown(true)
 	}
@@ -140,53 +129,70 @@ func (n *Node) SetFault(f Fault) error {
 // ClearFault removes one fault; an empty kind removes them all. Clearing
 // Dead listens again on the same port.
 func (n *Node) ClearFault(kind FaultKind) error {
-	n.opMu.Lock()
-	defer n.opMu.Unlock()
-	n.mu.Lock()
-	was := n.faults
-	switch kind {
-	case "":
-		n.faults = FaultState{}
-	case fakecore.FaultSlow:
-		n.faults.Delay.Duration = 0
-	case fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultHugeBody, fakecore.FaultResetConnection, fakecore.FaultStall, fakecore.FaultTruncated:
-		if n.faults.Response == kind {
-			n.faults.Response, n.faults.HugeBodyBytes = "", 0
-		}
-	case fakecore.FaultUntrustedCertificate, fakecore.FaultWrongNameCertificate, fakecore.FaultHandshakeStall:
-		if n.faults.Connection == kind {
-			n.faults.Connection = ""
-		}
-	case fakecore.FaultClockBackwards:
-		n.faults.ClockOffset.Duration = 0
-	case FaultDuplicatePods:
-		n.faults.DuplicatePods = ""
-	case FaultForeignPods:
-		n.faults.ForeignPods = false
-	case FaultDead:
-		n.faults.Dead = false
-	case fakecore.FaultCounterReset:
-	default:
-		n.mu.Unlock()
+	group, ok := faultGroup(kind)
+	if !ok && kind != "" {
 		return fmt.Errorf("unknown fault kind %q", kind)
 	}
-	now := n.faults
-	n.mu.Unlock()
-	if was.Connection != now.Connection {
-		if err := n.ep.SetFault(now.Connection); err != nil {
-			return fmt.Errorf("node %q: %w", n.name, err)
+	n.opMu.Lock()
+	defer n.opMu.Unlock()
+	n.fleet.mu.Lock()
+	_, wasDead := n.faults[FaultDead]
+	for g, f := range n.faults {
+		if kind == "" || g == group && f.Kind == kind {
+			delete(n.faults, g)
 		}
 	}
-	if was.Dead && !now.Dead {
-		if n.fleet.isClosed() {
-			return errors.New("fleet is closed")
-		}
-		if err := n.ep.SetDown(false); err != nil {
-			n.mu.Lock()
-			n.faults.Dead = true
-			n.mu.Unlock()
-			return fmt.Errorf("revive node %q: %w", n.name, err)
-		}
+	transport := n.faults[transportFaults].Kind
+	_, dead := n.faults[FaultDead]
+	n.fleet.mu.Unlock()
+	if err := n.ep.SetFault(transport); err != nil {
+		return fmt.Errorf("node %q: %w", n.name, err)
+	}
+	if !wasDead || dead {
+		return nil
+	}
+	if n.fleet.ctx.Err() != nil {
+		return errors.New("fleet is closed")
+	}
+	if err := n.ep.SetDown(false); err != nil {
+		n.fleet.mu.Lock()
+		n.faults[FaultDead] = Fault{Kind: FaultDead}
+		n.fleet.mu.Unlock()
+		return fmt.Errorf("revive node %q: %w", n.name, err)
 	}
 	return nil
+}
+
+// serveFault applies the node's response faults to a request. It reports
+// whether the request was answered (or abandoned) by a fault.
+func (n *Node) serveFault(w http.ResponseWriter, r *http.Request, path string) bool {
+	n.fleet.mu.RLock()
+	faults := maps.Clone(n.faults)
+	n.fleet.mu.RUnlock()
+	rs := fakecore.Responder{Clock: n.fleet.cfg.Clock, Stop: n.ep.Stopped()}
+	if d := faults[fakecore.FaultSlow].Delay.Duration; d > 0 {
+		rs.Wait(r.Context(), d)
+	}
+	fault, ok := faults[responseFaults]
+	if !ok {
+		return false
+	}
+	f := fakecore.Format{
+		ContentType: contentTypes[path],
+		Status500: func(w http.ResponseWriter) {
+			http.Error(w, "Internal Error: failed to get node info: fake kubelet fault", http.StatusInternalServerError)
+		},
+		Garbage:     `{"node":{"nodeName":"` + n.name + `","cpu":{"time":"yesterday","usageNanoCores":-"}},"pods":[{` + "\x00\xff",
+		StallPrefix: `{"node":{"nodeName":"` + n.name + `",`,
+		Render: func() (int, []byte) {
+			var body bytes.Buffer
+			_ = n.render(&body, r, path)
+			return http.StatusOK, body.Bytes()
+		},
+	}
+	if path != summaryPath {
+		f.Garbage = "# TYPE node_cpu_usage_seconds_total counter\nnode_cpu_usage_seconds_total{ 1.0.0 not-a-number\n\x00\xff"
+		f.StallPrefix = "# HELP "
+	}
+	return rs.Serve(w, r, fault.Kind, fault.Bytes, f)
 }

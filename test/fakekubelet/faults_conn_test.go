@@ -75,7 +75,7 @@ func TestHandshakeStallSendsNothing(t *testing.T) {
 	if err := n.SetFault(Fault{Kind: fakecore.FaultHandshakeStall}); err != nil {
 		t.Fatal(err)
 	}
-	d := tls.Dialer{Config: &tls.Config{RootCAs: f.CertPool(), MinVersion: tls.VersionTLS12}}
+	d := tls.Dialer{Config: &tls.Config{RootCAs: certPool(f), MinVersion: tls.VersionTLS12}}
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	done := make(chan error, 1)

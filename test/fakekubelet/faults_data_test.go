@@ -63,7 +63,7 @@ func TestClockBackwardsFault(t *testing.T) {
 	if diff := cmp.Diff([]podView{at(65 * time.Second)}, summaryView(t, f, n)); diff != "" {
 		t.Errorf("after clearing (-want +got):\n%s", diff)
 	}
-	if err := n.SetFault(Fault{Kind: fakecore.FaultClockBackwards, Offset: time.Millisecond}); err == nil {
+	if err := n.SetFault(ClockBackwards(time.Millisecond)); err == nil {
 		t.Error("an offset below one second was accepted")
 	}
 }

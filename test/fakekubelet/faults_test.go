@@ -52,7 +52,7 @@ func do(ctx context.Context, c *http.Client, url string, keepBody bool) result {
 func http1Client(t *testing.T, f *Fleet) *http.Client {
 	t.Helper()
 	tr := &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: f.CertPool(), MinVersion: tls.VersionTLS12},
+		TLSClientConfig: &tls.Config{RootCAs: certPool(f), MinVersion: tls.VersionTLS12},
 		TLSNextProto:    map[string]func(string, *tls.Conn) http.RoundTripper{},
 	}
 	t.Cleanup(tr.CloseIdleConnections)
@@ -127,7 +127,7 @@ func TestFaults(t *testing.T) {
 			if err := n.ClearFault(tt.fault.Kind); err != nil {
 				t.Fatalf("ClearFault: %v", err)
 			}
-			if diff := cmp.Diff(FaultState{}, n.Faults()); diff != "" {
+			if diff := cmp.Diff([]Fault(nil), n.Faults()); diff != "" {
 				t.Errorf("faults after clear (-want +got):\n%s", diff)
 			}
 			if n.Port() != port {
@@ -278,7 +278,7 @@ func TestNodeCounterResetFault(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(FaultState{}, n.Faults()); diff != "" {
+	if diff := cmp.Diff([]Fault(nil), n.Faults()); diff != "" {
 		t.Errorf("CounterReset was kept as a fault (-want +got):\n%s", diff)
 	}
 }

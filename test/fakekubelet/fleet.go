@@ -1,15 +1,19 @@
 package fakekubelet
 
 import (
+	"cmp"
+	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"k8s.io/apiserver/pkg/authentication/authenticator"
+	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
 	"k8s.io/client-go/informers"
 	"k8s.io/utils/clock"
 
@@ -26,9 +30,6 @@ const (
 	DefaultNodeBaseMemory     = 512 << 20
 	DefaultNodeMemoryCapacity = 64 << 30
 )
-
-// ErrNotFound is returned for a node or pod the fleet does not know.
-var ErrNotFound = fakecore.ErrNotFound
 
 // Usage is a container or pod resource usage: a CPU rate in nanocores
 // (1 core = 1e9) and a memory working set in bytes.
@@ -63,41 +64,43 @@ type Config struct {
 // Fleet is a set of fake kubelets sharing a CA, credentials and clock.
 // All methods are safe for concurrent use.
 type Fleet struct {
-	cfg      Config
-	tl       *timeline
-	ca       *pki.CA
-	clientCA *x509.CertPool
+	cfg Config
+	tl  *timeline
+	ca  *pki.CA
+	// clientCerts verifies client certificates as a kubelet does, on the
+	// fleet's clock.
+	clientCerts authenticator.Request
 
-	mu    sync.Mutex
+	// mu guards the nodes, their pods and faults, and the usage rules.
+	mu    sync.RWMutex
 	nodes map[string]*Node
 	pods  map[podKey]*Node
 	rules []usageRule
 
-	informerMu sync.Mutex
-	factories  []informers.SharedInformerFactory
-	stopInform chan struct{}
-
-	lifeMu   sync.Mutex
-	closed   bool
-	handlers sync.WaitGroup
-
-	// presented are the bearer tokens of authenticated requests, for
-	// tests of what a scraper sends a kubelet.
-	presentedMu sync.Mutex
-	presented   []string
+	// ctx ends when Close starts; the pod informers run until it does.
+	ctx  context.Context
+	stop context.CancelFunc
+	// lifeMu orders Close after the informers started and requests entered,
+	// and guards presented.
+	lifeMu    sync.Mutex
+	factories []informers.SharedInformerFactory
+	handlers  sync.WaitGroup
+	// presented are the bearer tokens of authenticated requests, for tests
+	// of what a scraper sends a kubelet.
+	presented []string
 }
 
 // PresentedTokens returns every distinct bearer token the fleet has
 // accepted, in the order first seen: the credentials its scrapers sent.
 func (f *Fleet) PresentedTokens() []string {
-	f.presentedMu.Lock()
-	defer f.presentedMu.Unlock()
+	f.lifeMu.Lock()
+	defer f.lifeMu.Unlock()
 	return append([]string(nil), f.presented...)
 }
 
 func (f *Fleet) recordPresented(token string) {
-	f.presentedMu.Lock()
-	defer f.presentedMu.Unlock()
+	f.lifeMu.Lock()
+	defer f.lifeMu.Unlock()
 	if !slices.Contains(f.presented, token) {
 		f.presented = append(f.presented, token)
 	}
@@ -105,21 +108,11 @@ func (f *Fleet) recordPresented(token string) {
 
 // NewFleet creates an empty fleet and its CA.
 func NewFleet(cfg Config) (*Fleet, error) {
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
-	if cfg.SampleInterval == 0 {
-		cfg.SampleInterval = DefaultSampleInterval
-	}
-	if cfg.DefaultUsage == (Usage{}) {
-		cfg.DefaultUsage = Usage{CPUNanoCores: DefaultContainerCPU, MemoryBytes: DefaultContainerMemory}
-	}
-	if cfg.NodeBaseUsage == (Usage{}) {
-		cfg.NodeBaseUsage = Usage{CPUNanoCores: DefaultNodeBaseCPU, MemoryBytes: DefaultNodeBaseMemory}
-	}
-	if cfg.NodeMemoryCapacityBytes == 0 {
-		cfg.NodeMemoryCapacityBytes = DefaultNodeMemoryCapacity
-	}
+	cfg.Clock = cmp.Or[clock.Clock](cfg.Clock, clock.RealClock{})
+	cfg.SampleInterval = cmp.Or(cfg.SampleInterval, DefaultSampleInterval)
+	cfg.DefaultUsage = cmp.Or(cfg.DefaultUsage, Usage{CPUNanoCores: DefaultContainerCPU, MemoryBytes: DefaultContainerMemory})
+	cfg.NodeBaseUsage = cmp.Or(cfg.NodeBaseUsage, Usage{CPUNanoCores: DefaultNodeBaseCPU, MemoryBytes: DefaultNodeBaseMemory})
+	cfg.NodeMemoryCapacityBytes = cmp.Or(cfg.NodeMemoryCapacityBytes, DefaultNodeMemoryCapacity)
 	cfg.Tokens = slices.Clone(cfg.Tokens)
 	// The fleet's CA signs every node's serving certificate and, on
 	// request, client certificates.
@@ -133,14 +126,16 @@ func NewFleet(cfg Config) (*Fleet, error) {
 		return nil, errors.New("client CA PEM holds no certificate")
 	}
 	f := &Fleet{
-		cfg:        cfg,
-		tl:         newTimeline(cfg.Clock, cfg.SampleInterval),
-		ca:         ca,
-		clientCA:   pool,
-		nodes:      map[string]*Node{},
-		pods:       map[podKey]*Node{},
-		stopInform: make(chan struct{}),
+		cfg: cfg,
+		tl:  newTimeline(cfg.Clock, cfg.SampleInterval),
+		ca:  ca,
+		clientCerts: x509request.NewDynamic(func() (x509.VerifyOptions, bool) {
+			return x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, CurrentTime: cfg.Clock.Now()}, true
+		}, x509request.CommonNameUserConversion),
+		nodes: map[string]*Node{},
+		pods:  map[podKey]*Node{},
 	}
+	f.ctx, f.stop = context.WithCancel(context.Background())
 	return f, nil
 }
 
@@ -148,104 +143,52 @@ func NewFleet(cfg Config) (*Fleet, error) {
 // certificate (what --kubelet-certificate-authority should point at).
 func (f *Fleet) CACertPEM() []byte { return f.ca.CertPEM() }
 
-// CertPool returns a pool holding the fleet CA.
-func (f *Fleet) CertPool() *x509.CertPool {
-	p := x509.NewCertPool()
-	p.AppendCertsFromPEM(f.ca.CertPEM())
-	return p
-}
-
 // IssueClientCertificate returns a client certificate and key, in PEM, signed
 // by the fleet CA, which every node accepts.
 func (f *Fleet) IssueClientCertificate(user string, groups ...string) (certPEM, keyPEM []byte, err error) {
 	return f.ca.Issue(f.cfg.Clock.Now(), pki.Leaf{CommonName: user, Organizations: groups, Client: true})
 }
 
-// AddNode starts a fake kubelet for nodeName on 127.0.0.1:port; port 0 picks
-// a free port, reported by Node.Port.
-func (f *Fleet) AddNode(nodeName string, port int) (*Node, error) {
-	if nodeName == "" {
-		return nil, errors.New("node name must not be empty")
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.isClosed() {
-		return nil, errors.New("fleet is closed")
-	}
-	if _, ok := f.nodes[nodeName]; ok {
-		return nil, fmt.Errorf("node %q already exists", nodeName)
-	}
-	n := newNode(f, nodeName)
-	if err := n.listen(port); err != nil {
-		return nil, fmt.Errorf("node %q: %w", nodeName, err)
-	}
-	f.nodes[nodeName] = n
-	return n, nil
-}
-
 // Node returns the node with the given name.
 func (f *Fleet) Node(nodeName string) (*Node, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.mu.RLock()
+	defer f.mu.RUnlock()
 	n, ok := f.nodes[nodeName]
 	return n, ok
 }
 
 // Nodes returns all nodes sorted by name.
 func (f *Fleet) Nodes() []*Node {
-	f.mu.Lock()
-	out := make([]*Node, 0, len(f.nodes))
-	for _, n := range f.nodes {
-		out = append(out, n)
-	}
-	f.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
-	return out
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.nodesLocked()
+}
+
+func (f *Fleet) nodesLocked() []*Node {
+	return slices.SortedFunc(maps.Values(f.nodes), func(a, b *Node) int { return strings.Compare(a.name, b.name) })
 }
 
 // Close stops every listener and informer and waits for in-flight requests,
 // including stalled and slow ones, to return.
 func (f *Fleet) Close() error {
 	f.lifeMu.Lock()
-	if f.closed {
+	if f.ctx.Err() != nil {
 		f.lifeMu.Unlock()
 		return nil
 	}
-	f.closed = true
-	f.lifeMu.Unlock()
-
-	f.informerMu.Lock()
-	close(f.stopInform)
+	f.stop()
 	factories := f.factories
-	f.factories = nil
-	f.informerMu.Unlock()
+	f.lifeMu.Unlock()
 	for _, fac := range factories {
 		fac.Shutdown()
 	}
 
 	var errs []error
 	for _, n := range f.Nodes() {
-		if err := n.shutdown(); err != nil {
-			errs = append(errs, err)
-		}
+		n.opMu.Lock()
+		errs = append(errs, n.ep.Close())
+		n.opMu.Unlock()
 	}
 	f.handlers.Wait()
 	return errors.Join(errs...)
-}
-
-func (f *Fleet) isClosed() bool {
-	f.lifeMu.Lock()
-	defer f.lifeMu.Unlock()
-	return f.closed
-}
-
-// enterHandler registers an in-flight request; it fails once Close started.
-func (f *Fleet) enterHandler() bool {
-	f.lifeMu.Lock()
-	defer f.lifeMu.Unlock()
-	if f.closed {
-		return false
-	}
-	f.handlers.Add(1)
-	return true
 }

@@ -1,10 +1,9 @@
 package fakekubelet
 
 import (
-	"bytes"
 	"compress/gzip"
-	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -20,19 +19,30 @@ const (
 	resourceMetricsPath = "/metrics/resource"
 )
 
+// contentTypes are the Content-Types of the paths' answers.
+var contentTypes = map[string]string{summaryPath: "application/json", resourceMetricsPath: ResourceMetricsContentType}
+
 // ServeHTTP serves the kubelet endpoints of this node.
 func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !n.fleet.enterHandler() {
+	// Close waits for the requests that entered before it started.
+	f := n.fleet
+	f.lifeMu.Lock()
+	closed := f.ctx.Err() != nil
+	if !closed {
+		f.handlers.Add(1)
+	}
+	f.lifeMu.Unlock()
+	if closed {
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		return
 	}
-	defer n.fleet.handlers.Done()
-	if !n.fleet.authenticated(r) {
+	defer f.handlers.Done()
+	if !f.authenticated(r) {
 		http.Error(w, "Unauthorized", http.StatusUnauthorized)
 		return
 	}
 	path := strings.TrimSuffix(r.URL.Path, "/")
-	if path != summaryPath && path != resourceMetricsPath {
+	if _, ok := contentTypes[path]; !ok {
 		http.NotFound(w, r)
 		return
 	}
@@ -44,87 +54,49 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if handled := n.serveFault(w, r, path); handled {
 		return
 	}
-	gz := path == resourceMetricsPath && strings.Contains(r.Header.Get("Accept-Encoding"), "gzip")
-	b := n.render(r, path, gz)
-	w.Header().Set("Content-Type", b.contentType)
-	if gz {
+	var out io.Writer = w
+	var zw *gzip.Writer
+	w.Header().Set("Content-Type", contentTypes[path])
+	if path == resourceMetricsPath && strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
 		w.Header().Set("Content-Encoding", "gzip")
+		zw = gzip.NewWriter(w)
+		out = zw
 	}
-	if _, err := w.Write(b.body); err != nil {
+	err := n.render(out, r, path)
+	if zw != nil {
+		err = errors.Join(err, zw.Close())
+	}
+	if err != nil {
 		klog.V(4).InfoS("Writing response failed", "node", n.name, "path", path, "err", err)
 	}
 }
 
-// rendered is a response body and its content type.
-type rendered struct {
-	body        []byte
-	contentType string
-}
-
-// render renders path as the node serves it now, data faults included,
-// gzip-compressed if asked.
-func (n *Node) render(r *http.Request, path string, gz bool) rendered {
+// render writes path as the node serves it now, data faults included.
+func (n *Node) render(w io.Writer, r *http.Request, path string) error {
 	if path == summaryPath {
 		only, _ := strconv.ParseBool(r.URL.Query().Get("only_cpu_and_memory"))
-		var buf bytes.Buffer
-		if err := json.NewEncoder(&buf).Encode(n.Summary(only)); err != nil {
-			klog.V(4).InfoS("Encoding summary failed", "node", n.name, "err", err)
-		}
-		return rendered{body: buf.Bytes(), contentType: "application/json"}
+		return json.NewEncoder(w).Encode(n.Summary(only))
 	}
-	var buf bytes.Buffer
-	var out io.Writer = &buf
-	var zw *gzip.Writer
-	if gz {
-		zw = gzip.NewWriter(&buf)
-		out = zw
-	}
-	if err := WriteResourceMetrics(out, n.Summary(true)); err != nil {
-		klog.V(4).InfoS("Writing resource metrics failed", "node", n.name, "err", err)
-	}
-	if zw != nil {
-		if err := zw.Close(); err != nil {
-			klog.V(4).InfoS("Closing gzip stream failed", "node", n.name, "err", err)
-		}
-	}
-	return rendered{body: buf.Bytes(), contentType: ResourceMetricsContentType}
+	return WriteResourceMetrics(w, n.Summary(true))
 }
 
 // authenticated accepts a verified client certificate or a known bearer
 // token.
 func (f *Fleet) authenticated(r *http.Request) bool {
-	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
-		certs := r.TLS.PeerCertificates
-		opts := x509.VerifyOptions{
-			Roots:         f.clientCA,
-			Intermediates: x509.NewCertPool(),
-			KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-			CurrentTime:   f.cfg.Clock.Now(),
-		}
-		for _, c := range certs[1:] {
-			opts.Intermediates.AddCert(c)
-		}
-		if _, err := certs[0].Verify(opts); err == nil {
-			return true
-		}
-	}
-	token := fakecore.BearerToken(r)
-	if token == "" {
-		return false
-	}
-	if fakecore.KnownToken(token, f.cfg.Tokens...) {
-		f.recordPresented(token)
+	if _, ok, _ := f.clientCerts.AuthenticateRequest(r); ok {
 		return true
 	}
-	if f.cfg.TokenAuthenticator != nil {
-		_, ok, err := f.cfg.TokenAuthenticator.AuthenticateToken(r.Context(), token)
-		if err != nil {
+	token := fakecore.BearerToken(r)
+	ok := fakecore.KnownToken(token, f.cfg.Tokens...)
+	if !ok && token != "" && f.cfg.TokenAuthenticator != nil {
+		var err error
+		if _, ok, err = f.cfg.TokenAuthenticator.AuthenticateToken(r.Context(), token); err != nil {
 			klog.V(2).InfoS("Token review failed", "err", err)
+			ok = false
 		}
-		if ok && err == nil {
-			f.recordPresented(token)
-		}
-		return ok && err == nil
 	}
-	return false
+	if ok {
+		f.recordPresented(token)
+	}
+	return ok
 }

@@ -3,11 +3,13 @@ package fakekubelet
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net/http"
 	"testing"
 	"time"
 
+	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 
@@ -74,12 +76,27 @@ func setPod(t *testing.T, f *Fleet, node string, p Pod) {
 	}
 }
 
+// containerUsage is a container's usage as a Summary reports it.
+func containerUsage(c stats.ContainerStats) Usage {
+	return Usage{CPUNanoCores: *c.CPU.UsageNanoCores, MemoryBytes: *c.Memory.WorkingSetBytes}
+}
+
+// URL returns the base URL of the node's endpoint.
+func (n *Node) URL() string { return "https://" + n.Address() }
+
+// certPool returns a pool holding the fleet CA.
+func certPool(f *Fleet) *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AppendCertsFromPEM(f.CACertPEM())
+	return p
+}
+
 // newClient returns a client that trusts the fleet CA, optionally with a
 // client certificate.
 func newClient(t *testing.T, f *Fleet, certs ...tls.Certificate) *http.Client {
 	t.Helper()
 	tr := &http.Transport{
-		TLSClientConfig:   &tls.Config{RootCAs: f.CertPool(), Certificates: certs, MinVersion: tls.VersionTLS12},
+		TLSClientConfig:   &tls.Config{RootCAs: certPool(f), Certificates: certs, MinVersion: tls.VersionTLS12},
 		ForceAttemptHTTP2: true,
 	}
 	t.Cleanup(tr.CloseIdleConnections)

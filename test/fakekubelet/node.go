@@ -2,12 +2,12 @@ package fakekubelet
 
 import (
 	"crypto/tls"
-	"log"
+	"errors"
+	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"sync"
-
-	"k8s.io/klog/v2"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/pki"
@@ -19,14 +19,11 @@ type Node struct {
 	fleet *Fleet
 	name  string
 
-	// mu guards the pod model and the faults.
-	mu      sync.RWMutex
+	// The pod model and the faults, guarded by the fleet's mu.
 	start   instant
 	pods    map[podKey]*podState
-	kubelet counter // constant-rate system containers
-	runtime counter
-	podsCPU counter // sum of the pods' rates
-	faults  FaultState
+	podsCPU counter             // sum of the pods' rates
+	faults  map[FaultKind]Fault // by group (faultGroup)
 
 	// opMu serialises changes of the serving state (faults, shutdown).
 	opMu sync.Mutex
@@ -34,68 +31,52 @@ type Node struct {
 	ep *fakecore.Endpoint
 }
 
-func newNode(f *Fleet, name string) *Node {
-	now := f.tl.now()
-	base := f.cfg.NodeBaseUsage.CPUNanoCores
-	return &Node{
-		fleet:   f,
-		name:    name,
-		start:   now,
-		pods:    map[podKey]*podState{},
-		kubelet: counter{accAt: now, rate: base / 2},
-		runtime: counter{accAt: now, rate: base - base/2},
-		podsCPU: counter{accAt: now},
-	}
-}
-
 // Name returns the node name.
 func (n *Node) Name() string { return n.name }
 
 // Port returns the TCP port the node listens on (also while Dead).
-func (n *Node) Port() int {
-	_, port, _ := net.SplitHostPort(n.ep.Addr())
-	p, _ := strconv.Atoi(port)
-	return p
-}
+func (n *Node) Port() int { return int(netip.MustParseAddrPort(n.ep.Addr()).Port()) }
 
 // Address returns host:port of the node's endpoint.
 func (n *Node) Address() string { return n.ep.Addr() }
 
-// URL returns the base URL of the node's endpoint.
-func (n *Node) URL() string { return "https://" + n.Address() }
-
-// listen starts serving on 127.0.0.1:port (0 picks a port). Callers hold no
-// node locks.
-func (n *Node) listen(port int) error {
+// AddNode starts a fake kubelet for nodeName on 127.0.0.1:port; port 0 picks
+// a free port, reported by Node.Port.
+func (f *Fleet) AddNode(nodeName string, port int) (*Node, error) {
+	if nodeName == "" {
+		return nil, errors.New("node name must not be empty")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ctx.Err() != nil {
+		return nil, errors.New("fleet is closed")
+	}
+	if _, ok := f.nodes[nodeName]; ok {
+		return nil, fmt.Errorf("node %q already exists", nodeName)
+	}
+	now := f.tl.now()
+	n := &Node{
+		fleet:   f,
+		name:    nodeName,
+		start:   now,
+		pods:    map[podKey]*podState{},
+		faults:  map[FaultKind]Fault{},
+		podsCPU: counter{accAt: now},
+	}
 	ep, err := fakecore.NewEndpoint(fakecore.EndpointConfig{
 		Addr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		Handler: n,
-		CA:      n.fleet.ca,
-		Leaf:    pki.Leaf{CommonName: n.name, Hosts: []string{"127.0.0.1", "localhost", n.name}, Server: true},
-		Now:     n.fleet.cfg.Clock.Now,
+		CA:      f.ca,
+		Leaf:    pki.Leaf{CommonName: nodeName, Hosts: []string{"127.0.0.1", "localhost", nodeName}, Server: true},
+		Now:     f.cfg.Clock.Now,
 		// Verified per request, so that a bad certificate yields 401
 		// rather than a failed handshake, as on a real kubelet.
 		ClientAuth: tls.RequestClientCert,
-		ErrorLog:   log.New(debugWriter{node: n.name}, "", 0),
 	})
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("node %q: %w", nodeName, err)
 	}
 	n.ep = ep
-	return nil
-}
-
-func (n *Node) shutdown() error {
-	n.opMu.Lock()
-	defer n.opMu.Unlock()
-	return n.ep.Close()
-}
-
-// debugWriter sends net/http's own log lines (TLS handshake errors from
-// clients that hang up, and the like) to klog at high verbosity.
-type debugWriter struct{ node string }
-
-func (w debugWriter) Write(p []byte) (int, error) {
-	klog.V(4).InfoS("Fake kubelet server log", "node", w.node, "message", string(p))
-	return len(p), nil
+	f.nodes[nodeName] = n
+	return n, nil
 }

@@ -1,36 +1,46 @@
 package fakekubelet
 
 import (
-	"crypto/sha256"
+	"cmp"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/google/uuid"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
-// Pod is a pod placed on a node.
+// Pod is a pod placed on a node; as JSON, the body of
+// PUT /v1/nodes/{node}/pods/{namespace}/{name}, which places a pod without
+// a cluster.
 type Pod struct {
-	Namespace string
-	Name      string
-	// UID defaults to a stable value derived from namespace and name.
-	UID    string
-	Labels map[string]string
+	Namespace string `json:"-"`
+	Name      string `json:"-"`
+	// UID defaults to a UUID derived from namespace and name.
+	UID    string            `json:"uid,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
 	// Containers default to a single container named "main".
-	Containers []Container
+	Containers []Container `json:"containers,omitempty"`
 	// StartTime defaults to the current sample instant. CPU counters count
 	// from it, so a pod that started earlier has already used some CPU.
-	StartTime time.Time
+	StartTime time.Time `json:"-"`
 }
 
 // Container is a container of a Pod.
 type Container struct {
-	Name string
-	// MemoryLimitBytes, if set, makes availableBytes = limit - working set.
-	MemoryLimitBytes uint64
+	Name string `json:"name"`
+	// MemoryLimit, if positive, makes availableBytes = limit - working set.
+	MemoryLimit resource.Quantity `json:"memoryLimit,omitzero"`
 }
 
-type podKey struct{ namespace, name string }
-
-func (k podKey) String() string { return k.namespace + "/" + k.name }
+// podKey is a pod's namespace and name.
+type podKey = types.NamespacedName
 
 type podState struct {
 	pod        Pod
@@ -38,40 +48,29 @@ type podState struct {
 	containers []*containerState
 }
 
+// containerState is a container's usage; it starts with its pod.
 type containerState struct {
 	name   string
 	limit  uint64
-	start  instant
 	cpu    counter
 	memory uint64
 }
 
-// defaultUID returns a UUID-shaped identifier derived from the pod's key.
-func defaultUID(k podKey) string {
-	s := sha256.Sum256([]byte(k.String()))
-	return fmt.Sprintf("%x-%x-%x-%x-%x", s[0:4], s[4:6], s[6:8], s[8:10], s[10:16])
-}
-
 // newPodState builds the model of a pod first seen at instant now.
 func (f *Fleet) newPodState(p Pod, now instant) *podState {
-	if p.UID == "" {
-		p.UID = defaultUID(podKey{p.Namespace, p.Name})
-	}
 	if len(p.Containers) == 0 {
 		p.Containers = []Container{{Name: "main"}}
 	}
 	start := now
-	if !p.StartTime.IsZero() {
-		if s := f.tl.instantOf(p.StartTime); s < now {
-			start = s
-		}
+	// Whole seconds, as the Summary API cannot carry more precision.
+	if s := instant(p.StartTime.Truncate(time.Second).Sub(f.tl.epoch)); !p.StartTime.IsZero() && s < now {
+		start = s
 	}
 	ps := &podState{pod: p, start: start}
 	for _, c := range p.Containers {
 		ps.containers = append(ps.containers, &containerState{
 			name:   c.Name,
-			limit:  c.MemoryLimitBytes,
-			start:  start,
+			limit:  uint64(max(c.MemoryLimit.Value(), 0)),
 			cpu:    counter{accAt: start, rate: f.cfg.DefaultUsage.CPUNanoCores},
 			memory: f.cfg.DefaultUsage.MemoryBytes,
 		})
@@ -79,7 +78,8 @@ func (f *Fleet) newPodState(p Pod, now instant) *podState {
 	return ps
 }
 
-// SetPod places a pod on a node, or updates it. A pod with the same
+// SetPod places a pod on a node, or updates it; for an unknown node it
+// returns an error wrapping fakecore.ErrNotFound. A pod with the same
 // namespace and name on another node is moved; one with a different UID is
 // replaced, with fresh counters. Remembered usage (see SetUsage) is applied
 // to pods the fleet has not seen before.
@@ -88,19 +88,16 @@ func (f *Fleet) SetPod(nodeName string, p Pod) error {
 	defer f.mu.Unlock()
 	n, ok := f.nodes[nodeName]
 	if !ok {
-		return fmt.Errorf("node %q: %w", nodeName, ErrNotFound)
+		return fmt.Errorf("node %q: %w", nodeName, fakecore.ErrNotFound)
 	}
-	k := podKey{p.Namespace, p.Name}
-	if p.UID == "" {
-		p.UID = defaultUID(k)
-	}
+	k := podKey{Namespace: p.Namespace, Name: p.Name}
+	p.UID = cmp.Or(p.UID, uuid.NewSHA1(uuid.NameSpaceURL, []byte(k.String())).String())
+	now := f.tl.now()
 	if old, ok := f.pods[k]; ok && old != n {
-		old.removePod(k, f.tl.now())
+		delete(old.pods, k)
+		old.updatePodsRateLocked(now)
 	}
 	f.pods[k] = n
-	now := f.tl.now()
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	if ps, ok := n.pods[k]; ok && ps.pod.UID == p.UID {
 		ps.pod.Labels = p.Labels
 		return nil
@@ -109,67 +106,49 @@ func (f *Fleet) SetPod(nodeName string, p Pod) error {
 	n.pods[k] = ps
 	for _, r := range f.rules {
 		if r.matches(ps.pod) {
-			applyPatch(ps, r.target.Container, r.patch, ps.start)
+			r.apply(ps, ps.start)
 		}
 	}
 	n.updatePodsRateLocked(now)
 	return nil
 }
 
-// RemovePod removes a pod from whichever node it is on.
-func (f *Fleet) RemovePod(namespace, name string) bool { return f.removePodUID(namespace, name, "") }
-
-// removePodUID removes a pod if it is the incarnation uid ("": any).
-func (f *Fleet) removePodUID(namespace, name, uid string) bool {
+// RemovePod removes a pod from whichever node it is on, if it is the
+// incarnation uid (any for ""), and reports whether it did.
+func (f *Fleet) RemovePod(namespace, name, uid string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	k := podKey{namespace, name}
+	k := podKey{Namespace: namespace, Name: name}
 	n, ok := f.pods[k]
-	if !ok {
+	if !ok || uid != "" && n.pods[k].pod.UID != uid {
 		return false
 	}
-	n.mu.RLock()
-	ps, ok := n.pods[k]
-	same := uid == "" || ok && ps.pod.UID == uid
-	n.mu.RUnlock()
-	if same {
-		delete(f.pods, k)
-		n.removePod(k, f.tl.now())
-	}
-	return same
+	delete(f.pods, k)
+	delete(n.pods, k)
+	n.updatePodsRateLocked(f.tl.now())
+	return true
 }
 
 // ResetPodCounters restarts the CPU counters of one pod's containers from
-// zero, with a new start time, as after a container restart.
+// zero, with a new start time, as after a container restart; for an
+// unknown pod it returns an error wrapping fakecore.ErrNotFound.
 func (f *Fleet) ResetPodCounters(namespace, name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	k := podKey{namespace, name}
+	k := podKey{Namespace: namespace, Name: name}
 	n, ok := f.pods[k]
 	if !ok {
-		return fmt.Errorf("pod %s: %w", k, ErrNotFound)
+		return fmt.Errorf("pod %s: %w", k, fakecore.ErrNotFound)
 	}
-	now := f.tl.now()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if ps, ok := n.pods[k]; ok {
-		ps.restart(now)
-	}
+	n.pods[k].restart(f.tl.now())
 	return nil
-}
-
-func (n *Node) removePod(k podKey, now instant) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	delete(n.pods, k)
-	n.updatePodsRateLocked(now)
 }
 
 // ResetCounters restarts the counters of every pod on the node.
 func (n *Node) ResetCounters() {
+	n.fleet.mu.Lock()
+	defer n.fleet.mu.Unlock()
 	now := n.fleet.tl.now()
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	for _, ps := range n.pods {
 		ps.restart(now)
 	}
@@ -178,8 +157,7 @@ func (n *Node) ResetCounters() {
 func (ps *podState) restart(now instant) {
 	ps.start = now
 	for _, c := range ps.containers {
-		c.start = now
-		c.cpu.restart(now)
+		c.cpu.acc, c.cpu.accAt = 0, now // from zero, at the same rate
 	}
 }
 
@@ -195,18 +173,9 @@ func (n *Node) updatePodsRateLocked(now instant) {
 	n.podsCPU.setRate(now, sum)
 }
 
-// sortedPods returns the node's pods ordered by namespace and name.
+// sortedPodsLocked returns the node's pods ordered by namespace and name.
 func (n *Node) sortedPodsLocked() []*podState {
-	out := make([]*podState, 0, len(n.pods))
-	for _, ps := range n.pods {
-		out = append(out, ps)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i].pod, out[j].pod
-		if a.Namespace != b.Namespace {
-			return a.Namespace < b.Namespace
-		}
-		return a.Name < b.Name
+	return slices.SortedFunc(maps.Values(n.pods), func(a, b *podState) int {
+		return cmp.Or(strings.Compare(a.pod.Namespace, b.pod.Namespace), strings.Compare(a.pod.Name, b.pod.Name))
 	})
-	return out
 }

@@ -2,7 +2,9 @@ package fakekubelet
 
 import (
 	"io"
-	"sort"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -58,47 +60,32 @@ func WriteResourceMetrics(w io.Writer, s *stats.Summary) error {
 		}
 		mf.Metric = append(mf.Metric, m)
 	}
-	if c := s.Node.CPU; c != nil && c.UsageCoreNanoSeconds != nil {
-		add(nodeCPUFamily, seconds(*c.UsageCoreNanoSeconds), &c.Time.Time)
+	// usage adds a cgroup's CPU counter, in seconds, and working set.
+	usage := func(cpuFamily, memFamily family, c *stats.CPUStats, m *stats.MemoryStats, values ...string) {
+		if c != nil && c.UsageCoreNanoSeconds != nil {
+			add(cpuFamily, float64(*c.UsageCoreNanoSeconds)/float64(time.Second), &c.Time.Time, values...)
+		}
+		if m != nil && m.WorkingSetBytes != nil {
+			add(memFamily, float64(*m.WorkingSetBytes), &m.Time.Time, values...)
+		}
 	}
-	if m := s.Node.Memory; m != nil && m.WorkingSetBytes != nil {
-		add(nodeMemFamily, float64(*m.WorkingSetBytes), &m.Time.Time)
-	}
+	usage(nodeCPUFamily, nodeMemFamily, s.Node.CPU, s.Node.Memory)
 	for _, p := range s.Pods {
 		ns, name := p.PodRef.Namespace, p.PodRef.Name
 		for _, c := range p.Containers {
 			if c.StartTime.Unix() > 0 {
 				add(containerStart, float64(c.StartTime.UnixNano())/float64(time.Second), nil, c.Name, ns, name)
 			}
-			if c.CPU != nil && c.CPU.UsageCoreNanoSeconds != nil {
-				add(containerCPUFamily, seconds(*c.CPU.UsageCoreNanoSeconds), &c.CPU.Time.Time, c.Name, ns, name)
-			}
-			if c.Memory != nil && c.Memory.WorkingSetBytes != nil {
-				add(containerMemFamily, float64(*c.Memory.WorkingSetBytes), &c.Memory.Time.Time, c.Name, ns, name)
-			}
+			usage(containerCPUFamily, containerMemFamily, c.CPU, c.Memory, c.Name, ns, name)
 		}
-		if p.CPU != nil && p.CPU.UsageCoreNanoSeconds != nil {
-			add(podCPUFamily, seconds(*p.CPU.UsageCoreNanoSeconds), &p.CPU.Time.Time, ns, name)
-		}
-		if p.Memory != nil && p.Memory.WorkingSetBytes != nil {
-			add(podMemFamily, float64(*p.Memory.WorkingSetBytes), &p.Memory.Time.Time, ns, name)
-		}
+		usage(podCPUFamily, podMemFamily, p.CPU, p.Memory, ns, name)
 	}
 	add(scrapeErrorFamily, 0, nil)
 
-	for _, f := range []family{containerCPUFamily, containerMemFamily, containerStart, nodeCPUFamily, nodeMemFamily, podCPUFamily, podMemFamily, scrapeErrorFamily} {
-		mf := byName[f.name]
-		if mf == nil {
-			continue
-		}
-		sort.SliceStable(mf.Metric, func(i, j int) bool {
-			a, b := mf.Metric[i].Label, mf.Metric[j].Label
-			for k := range a {
-				if a[k].GetValue() != b[k].GetValue() {
-					return a[k].GetValue() < b[k].GetValue()
-				}
-			}
-			return false
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		mf := byName[name]
+		slices.SortStableFunc(mf.Metric, func(a, b *dto.Metric) int {
+			return slices.CompareFunc(a.Label, b.Label, func(x, y *dto.LabelPair) int { return strings.Compare(x.GetValue(), y.GetValue()) })
 		})
 		if _, err := expfmt.MetricFamilyToText(w, mf); err != nil {
 			return err
@@ -106,5 +93,3 @@ func WriteResourceMetrics(w io.Writer, s *stats.Summary) error {
 	}
 	return nil
 }
-
-func seconds(coreNanoSeconds uint64) float64 { return float64(coreNanoSeconds) / float64(time.Second) }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 func TestResourceMetricsText(t *testing.T) {
@@ -54,7 +55,7 @@ resource_scrape_error 0
 func TestWriteResourceMetricsOrderAndEscaping(t *testing.T) {
 	ts := metav1.NewTime(t0)
 	cs := func(name string, ns uint64) stats.ContainerStats {
-		return stats.ContainerStats{Name: name, StartTime: ts, CPU: &stats.CPUStats{Time: ts, UsageCoreNanoSeconds: u64(ns)}}
+		return stats.ContainerStats{Name: name, StartTime: ts, CPU: &stats.CPUStats{Time: ts, UsageCoreNanoSeconds: ptr.To(ns)}}
 	}
 	s := &stats.Summary{Pods: []stats.PodStats{
 		{PodRef: stats.PodReference{Name: "b", Namespace: "z"}, Containers: []stats.ContainerStats{cs("c", 1)}},
@@ -134,8 +135,12 @@ func TestSummaryAndResourceMetricsAgree(t *testing.T) {
 		step  time.Duration
 	}{
 		{name: "defaults", step: 7 * time.Second},
-		{name: "pod usage", setup: func(f *Fleet) { f.SetPodUsage("ns1", "p1", Usage{CPUNanoCores: 1234567, MemoryBytes: 98765432}) }, step: 1500 * time.Millisecond},
-		{name: "container usage", setup: func(f *Fleet) { f.SetContainerUsage("ns2", "p2", "b", Usage{CPUNanoCores: 3e9, MemoryBytes: 1 << 30}) }, step: 61 * time.Second},
+		{name: "pod usage", setup: func(f *Fleet) {
+			f.SetUsage(UsageTarget{Namespace: "ns1", Name: "p1"}, Usage{CPUNanoCores: 1234567, MemoryBytes: 98765432})
+		}, step: 1500 * time.Millisecond},
+		{name: "container usage", setup: func(f *Fleet) {
+			f.SetUsage(UsageTarget{Namespace: "ns2", Name: "p2", Container: "b"}, Usage{CPUNanoCores: 3e9, MemoryBytes: 1 << 30})
+		}, step: 61 * time.Second},
 		{name: "counter reset", setup: func(f *Fleet) {
 			n, _ := f.Node("n1")
 			n.ResetCounters()

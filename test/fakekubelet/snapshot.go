@@ -3,20 +3,34 @@ package fakekubelet
 import (
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet/summarytest"
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
 // Summary returns the node's stats at the current sample instant, as
-// GET /stats/summary would serve them: with the data faults in force.
+// GET /stats/summary would serve them: with the data faults in force, a
+// pod's copy (DuplicatePods) right after it and other nodes' pods
+// (ForeignPods) at the end, copies with twice the usage of the pod.
 func (n *Node) Summary(onlyCPUAndMemory bool) *stats.Summary {
-	faults := n.Faults()
-	t := n.fleet.tl.now() - instant(faults.ClockOffset.Truncate(time.Second))
-	s := n.summaryAt(t, onlyCPUAndMemory)
-	n.applyDataFaults(s, faults, t, onlyCPUAndMemory)
+	f := n.fleet
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	t := f.tl.now() - instant(n.faults[fakecore.FaultClockBackwards].Offset.Truncate(time.Second))
+	s := n.summaryLocked(t, onlyCPUAndMemory, n.faults[FaultDuplicatePods])
+	if _, ok := n.faults[FaultForeignPods]; ok {
+		ts := metav1.NewTime(f.tl.wall(t))
+		for _, o := range f.nodesLocked() {
+			if o == n {
+				continue
+			}
+			for _, ps := range o.sortedPodsLocked() {
+				s.Pods = append(s.Pods, f.podStats(ps, t, ts, onlyCPUAndMemory, 2))
+			}
+		}
+	}
 	return s
 }
 
@@ -31,41 +45,49 @@ func (s *sample) add(o sample) {
 	s.rate += o.rate
 	s.cumulative += o.cumulative
 	s.workingSet += o.workingSet
+	s.limit += o.limit
 }
 
-func (n *Node) summaryAt(t instant, onlyCPUAndMemory bool) *stats.Summary {
+// stats renders s as the container name started at start, sampled at ts.
+func (s sample) stats(name string, start, ts metav1.Time) stats.ContainerStats {
+	return stats.ContainerStats{Name: name, StartTime: start, CPU: summarytest.CPU(ts, s.rate, s.cumulative), Memory: summarytest.Memory(ts, s.workingSet, s.limit)}
+}
+
+// summaryLocked renders the node at instant t, each pod a DuplicatePods
+// fault dup names (every pod, without a name) followed by its copy.
+func (n *Node) summaryLocked(t instant, onlyCPUAndMemory bool, dup Fault) *stats.Summary {
 	f := n.fleet
 	ts := metav1.NewTime(f.tl.wall(t))
-	base := f.cfg.NodeBaseUsage.MemoryBytes
+	cpu, mem := f.cfg.NodeBaseUsage.CPUNanoCores, f.cfg.NodeBaseUsage.MemoryBytes
+	// The kubelet and the runtime share the node's base usage, at a
+	// constant rate since the node started.
+	kubelet := sample{rate: cpu / 2, cumulative: counter{accAt: n.start, rate: cpu / 2}.at(t), workingSet: mem / 2}
+	runtime := sample{rate: cpu - cpu/2, cumulative: counter{accAt: n.start, rate: cpu - cpu/2}.at(t), workingSet: mem - mem/2}
 
-	n.mu.RLock()
 	pods := n.sortedPodsLocked()
 	out := &stats.Summary{Pods: make([]stats.PodStats, 0, len(pods))}
 	podsTotal := sample{rate: n.podsCPU.rate, cumulative: n.podsCPU.at(t)}
 	for _, ps := range pods {
-		pod := f.podStats(ps, t, ts, onlyCPUAndMemory)
+		pod := f.podStats(ps, t, ts, onlyCPUAndMemory, 1)
 		podsTotal.workingSet += *pod.Memory.WorkingSetBytes
 		out.Pods = append(out.Pods, pod)
+		if dup.Kind != "" && (dup.Pod == "" || dup.Pod == ps.pod.Namespace+"/"+ps.pod.Name) {
+			out.Pods = append(out.Pods, f.podStats(ps, t, ts, onlyCPUAndMemory, 2))
+		}
 	}
-	kubelet := sample{rate: n.kubelet.rate, cumulative: n.kubelet.at(t), workingSet: base / 2}
-	runtime := sample{rate: n.runtime.rate, cumulative: n.runtime.at(t), workingSet: base - base/2}
-	start := metav1.NewTime(f.tl.wall(n.start))
-	n.mu.RUnlock()
 
+	start := metav1.NewTime(f.tl.wall(n.start))
 	node := sample{limit: f.cfg.NodeMemoryCapacityBytes}
 	node.add(kubelet)
 	node.add(runtime)
 	node.add(podsTotal)
+	total := node.stats("", start, ts)
 	out.Node = stats.NodeStats{
-		NodeName: n.name,
-		SystemContainers: []stats.ContainerStats{
-			{Name: "kubelet", StartTime: start, CPU: cpuStats(ts, kubelet), Memory: memoryStats(ts, kubelet)},
-			{Name: "pods", StartTime: start, CPU: cpuStats(ts, podsTotal), Memory: memoryStats(ts, podsTotal)},
-			{Name: "runtime", StartTime: start, CPU: cpuStats(ts, runtime), Memory: memoryStats(ts, runtime)},
-		},
-		StartTime: start,
-		CPU:       cpuStats(ts, node),
-		Memory:    memoryStats(ts, node),
+		NodeName:         n.name,
+		SystemContainers: []stats.ContainerStats{kubelet.stats("kubelet", start, ts), podsTotal.stats("pods", start, ts), runtime.stats("runtime", start, ts)},
+		StartTime:        start,
+		CPU:              total.CPU,
+		Memory:           total.Memory,
 	}
 	if !onlyCPUAndMemory {
 		out.Node.Network = summarytest.Network(ts)
@@ -76,49 +98,36 @@ func (n *Node) summaryAt(t instant, onlyCPUAndMemory bool) *stats.Summary {
 	return out
 }
 
-// podStats renders one pod at instant t; the pod's cgroup is the sum of its
-// containers. Callers hold the node's lock.
-func (f *Fleet) podStats(ps *podState, t instant, ts metav1.Time, onlyCPUAndMemory bool) stats.PodStats {
+// podStats renders one pod at instant t, its CPU and memory times scale;
+// the pod's cgroup is the sum of its containers. Callers hold the fleet's
+// lock.
+func (f *Fleet) podStats(ps *podState, t instant, ts metav1.Time, onlyCPUAndMemory bool, scale uint64) stats.PodStats {
 	var total sample
-	limit, limited := uint64(0), true
+	limited := true
 	pod := stats.PodStats{
 		PodRef:     stats.PodReference{Name: ps.pod.Name, Namespace: ps.pod.Namespace, UID: ps.pod.UID},
 		StartTime:  metav1.NewTime(f.tl.wall(ps.start)),
 		Containers: make([]stats.ContainerStats, 0, len(ps.containers)),
 	}
 	for _, c := range ps.containers {
-		cs := sample{rate: c.cpu.rate, cumulative: c.cpu.at(t), workingSet: c.memory, limit: c.limit}
+		cs := sample{rate: scale * c.cpu.rate, cumulative: scale * c.cpu.at(t), workingSet: scale * c.memory, limit: c.limit}
 		total.add(cs)
-		limit += c.limit
 		limited = limited && c.limit > 0
-		stats := stats.ContainerStats{
-			Name:      c.name,
-			StartTime: metav1.NewTime(f.tl.wall(c.start)),
-			CPU:       cpuStats(ts, cs),
-			Memory:    memoryStats(ts, cs),
-		}
+		stats := cs.stats(c.name, pod.StartTime, ts)
 		if !onlyCPUAndMemory {
 			stats.Rootfs = summarytest.Fs(ts, 4<<20)
 			stats.Logs = summarytest.Fs(ts, 64<<10)
 		}
 		pod.Containers = append(pod.Containers, stats)
 	}
-	if limited {
-		total.limit = limit
+	if !limited {
+		total.limit = 0 // a pod is limited only if all its containers are
 	}
-	pod.CPU = cpuStats(ts, total)
-	pod.Memory = memoryStats(ts, total)
+	sum := total.stats("", pod.StartTime, ts)
+	pod.CPU, pod.Memory = sum.CPU, sum.Memory
 	if !onlyCPUAndMemory {
 		pod.Network = summarytest.Network(ts)
 		pod.EphemeralStorage = summarytest.Fs(ts, uint64(len(ps.containers))*(4<<20+64<<10))
 	}
 	return pod
-}
-
-func cpuStats(ts metav1.Time, s sample) *stats.CPUStats {
-	return summarytest.CPU(ts, s.rate, s.cumulative)
-}
-
-func memoryStats(ts metav1.Time, s sample) *stats.MemoryStats {
-	return summarytest.Memory(ts, s.workingSet, s.limit)
 }

@@ -13,17 +13,12 @@ const StateFileName = "fleet.json"
 // FleetState is how a fleet running as its own process tells its users
 // (the demo, bench-compare) where it is.
 type FleetState struct {
-	ControlAddress string      `json:"controlAddress"`
-	CAFile         string      `json:"caFile"`
-	ClientCertFile string      `json:"clientCertFile"`
-	ClientKeyFile  string      `json:"clientKeyFile"`
-	Nodes          []FleetNode `json:"nodes"`
-}
-
-// FleetNode is one node of a FleetState.
-type FleetNode struct {
-	Name string `json:"name"`
-	Port int    `json:"port"`
+	ControlAddress string `json:"controlAddress"`
+	CAFile         string `json:"caFile"`
+	ClientCertFile string `json:"clientCertFile"`
+	ClientKeyFile  string `json:"clientKeyFile"`
+	// Nodes are the nodes as they were once every node served.
+	Nodes []NodeState `json:"nodes"`
 }
 
 // ReadFleetState reads the FleetState in dir; it fails until the fleet has

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/google/go-cmp/cmp"
@@ -22,10 +23,10 @@ func fixture(t *testing.T) (*Fleet, *Node) {
 	setPod(t, f, "node-a", Pod{
 		Namespace: "default", Name: "web-0", UID: "uid-web-0",
 		Labels:     map[string]string{"app": "web"},
-		Containers: []Container{{Name: "app", MemoryLimitBytes: 256 << 20}, {Name: "sidecar"}},
+		Containers: []Container{{Name: "app", MemoryLimit: *resource.NewQuantity(256<<20, resource.BinarySI)}, {Name: "sidecar"}},
 	})
-	if got := f.SetPodUsage("default", "web-0", Usage{CPUNanoCores: 500e6, MemoryBytes: 200 << 20}); got != 1 {
-		t.Fatalf("SetPodUsage matched %d pods, want 1", got)
+	if got := f.SetUsage(UsageTarget{Namespace: "default", Name: "web-0"}, Usage{CPUNanoCores: 500e6, MemoryBytes: 200 << 20}); got != 1 {
+		t.Fatalf("SetUsage matched %d pods, want 1", got)
 	}
 	fc.Step(10 * time.Second)
 	return f, n

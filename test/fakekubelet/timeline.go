@@ -46,12 +46,6 @@ func (tl *timeline) now() instant {
 // wall returns the wall-clock time of an instant.
 func (tl *timeline) wall(i instant) time.Time { return tl.epoch.Add(time.Duration(i)) }
 
-// instantOf converts a wall-clock time into an instant, truncated to whole
-// seconds because the Summary API cannot carry more precision.
-func (tl *timeline) instantOf(t time.Time) instant {
-	return instant(t.Truncate(time.Second).Sub(tl.epoch))
-}
-
 // counter integrates a CPU rate (nanocores) into core-nanoseconds.
 type counter struct {
 	acc   uint64  // value at accAt
@@ -61,7 +55,7 @@ type counter struct {
 
 // at returns the counter's value at instant t. Instants before the current
 // segment report the value at its start.
-func (c *counter) at(t instant) uint64 {
+func (c counter) at(t instant) uint64 {
 	if t <= c.accAt {
 		return c.acc
 	}
@@ -75,11 +69,6 @@ func (c *counter) setRate(t instant, rate uint64) {
 		c.accAt = t
 	}
 	c.rate = rate
-}
-
-// restart sets the counter to zero at instant t, keeping the rate.
-func (c *counter) restart(t instant) {
-	c.acc, c.accAt = 0, t
 }
 
 // mulDiv returns rate*ns/1e9 without overflow for any realistic inputs.

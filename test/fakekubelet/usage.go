@@ -1,6 +1,9 @@
 package fakekubelet
 
 import (
+	"cmp"
+	"slices"
+
 	"k8s.io/apimachinery/pkg/labels"
 )
 
@@ -18,56 +21,23 @@ type UsageTarget struct {
 	Container string
 }
 
-// usagePatch is a usage with optional parts: nil leaves a value unchanged.
-type usagePatch struct {
-	cpu    *uint64
-	memory *uint64
-}
-
+// usageRule is a usage set for a target, and remembered for matching pods
+// placed later: nil leaves a value unchanged.
 type usageRule struct {
-	target UsageTarget
-	patch  usagePatch
+	UsageTarget
+	cpu, memory *uint64
 }
 
+// matches says whether the rule's target, its Selector set, selects p.
 func (r usageRule) matches(p Pod) bool {
-	t := r.target
-	if t.Namespace != "" && t.Namespace != p.Namespace {
-		return false
-	}
-	if t.Name != "" && t.Name != p.Name {
-		return false
-	}
-	return t.Selector == nil || t.Selector.Matches(labels.Set(p.Labels))
-}
-
-func (r usageRule) sameTarget(o usageRule) bool {
-	a, b := r.target, o.target
-	return a.Namespace == b.Namespace && a.Name == b.Name && a.Container == b.Container &&
-		selectorString(a.Selector) == selectorString(b.Selector)
-}
-
-func selectorString(s labels.Selector) string {
-	if s == nil {
-		return ""
-	}
-	return s.String()
+	return (r.Namespace == "" || r.Namespace == p.Namespace) && (r.Name == "" || r.Name == p.Name) && r.Selector.Matches(labels.Set(p.Labels))
 }
 
 // SetUsage sets the usage of every placed pod matching the target, from the
 // current sample instant on, and remembers it for matching pods placed later
 // (for example new replicas). It returns how many pods matched now.
 func (f *Fleet) SetUsage(t UsageTarget, u Usage) int {
-	return f.setUsage(t, usagePatch{cpu: &u.CPUNanoCores, memory: &u.MemoryBytes})
-}
-
-// SetPodUsage sets the usage of one pod, spread evenly over its containers.
-func (f *Fleet) SetPodUsage(namespace, name string, u Usage) int {
-	return f.SetUsage(UsageTarget{Namespace: namespace, Name: name}, u)
-}
-
-// SetContainerUsage sets the usage of one container of one pod.
-func (f *Fleet) SetContainerUsage(namespace, name, container string, u Usage) int {
-	return f.SetUsage(UsageTarget{Namespace: namespace, Name: name, Container: container}, u)
+	return f.setUsage(usageRule{UsageTarget: t, cpu: &u.CPUNanoCores, memory: &u.MemoryBytes})
 }
 
 // ForgetUsage drops every remembered usage. Placed pods keep their usage;
@@ -78,68 +48,48 @@ func (f *Fleet) ForgetUsage() {
 	f.rules = nil
 }
 
-func (f *Fleet) setUsage(t UsageTarget, p usagePatch) int {
+func (f *Fleet) setUsage(rule usageRule) int {
+	rule.Selector = cmp.Or[labels.Selector](rule.Selector, labels.Everything())
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	rule := usageRule{target: t, patch: p}
-	kept := f.rules[:0]
-	for _, r := range f.rules {
-		if !r.sameTarget(rule) {
-			kept = append(kept, r)
-		}
-	}
-	f.rules = append(kept, rule)
+	f.rules = append(slices.DeleteFunc(f.rules, func(r usageRule) bool {
+		return r.Namespace == rule.Namespace && r.Name == rule.Name && r.Container == rule.Container && r.Selector.String() == rule.Selector.String()
+	}), rule)
 
 	now := f.tl.now()
-	byNode := map[*Node][]podKey{}
-	for k, n := range f.pods {
-		byNode[n] = append(byNode[n], k)
-	}
 	matched := 0
-	for n, keys := range byNode {
-		n.mu.Lock()
-		changed := false
-		for _, k := range keys {
-			ps, ok := n.pods[k]
-			if !ok || !rule.matches(ps.pod) {
-				continue
-			}
-			if applyPatch(ps, t.Container, p, now) {
+	for _, n := range f.nodes {
+		before := matched
+		for _, ps := range n.pods {
+			if rule.matches(ps.pod) && rule.apply(ps, now) {
 				matched++
-				changed = true
 			}
 		}
-		if changed {
+		if matched > before {
 			n.updatePodsRateLocked(now)
 		}
-		n.mu.Unlock()
 	}
 	return matched
 }
 
-// applyPatch sets a pod's usage from instant t on: on one container, or
+// apply sets a pod's usage from instant t on: on the rule's container, or
 // spread over all containers with any remainder on the first ones. It
 // reports whether the pod had the container.
-func applyPatch(ps *podState, container string, p usagePatch, t instant) bool {
+func (r usageRule) apply(ps *podState, t instant) bool {
 	targets := ps.containers
-	if container != "" {
-		targets = nil
-		for _, c := range ps.containers {
-			if c.name == container {
-				targets = append(targets, c)
-			}
-		}
+	if r.Container != "" {
+		targets = slices.DeleteFunc(slices.Clone(targets), func(c *containerState) bool { return c.name != r.Container })
 		if len(targets) == 0 {
 			return false
 		}
 	}
 	k := uint64(len(targets))
 	for i, c := range targets {
-		if p.cpu != nil {
-			c.cpu.setRate(t, share(*p.cpu, k, uint64(i)))
+		if r.cpu != nil {
+			c.cpu.setRate(t, share(*r.cpu, k, uint64(i)))
 		}
-		if p.memory != nil {
-			c.memory = share(*p.memory, k, uint64(i))
+		if r.memory != nil {
+			c.memory = share(*r.memory, k, uint64(i))
 		}
 	}
 	return true

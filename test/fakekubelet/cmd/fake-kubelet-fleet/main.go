@@ -104,7 +104,7 @@ func writeCertDir(dir string, fleet *fakekubelet.Fleet, controlAddress string) e
 		ClientKeyFile:  filepath.Join(dir, "client.key"),
 	}
 	for _, n := range fleet.Nodes() {
-		f.Nodes = append(f.Nodes, fakekubelet.FleetNode{Name: n.Name(), Port: n.Port()})
+		f.Nodes = append(f.Nodes, n.State(false))
 	}
 	err = errors.Join(cert.WriteCert(f.CAFile, fleet.CACertPEM()), cert.WriteCert(f.ClientCertFile, certPEM), keyutil.WriteKey(f.ClientKeyFile, keyPEM))
 	if err != nil {
