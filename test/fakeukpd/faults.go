@@ -8,8 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
 // FaultKind names a misbehaviour of the server: one of fakecore's, or one
@@ -102,7 +103,7 @@ func (s *Server) SetFault(f Fault) error {
 		if f.Kind == fakecore.FaultClockBackwards && f.Offset.Duration < time.Second {
 			return fmt.Errorf("fault %s needs an offset of at least 1s", f.Kind)
 		}
-		if f.Kind == FaultClockOffset && f.Offset.Duration.Abs() < time.Second {
+		if f.Kind == FaultClockOffset && f.Offset.Abs() < time.Second {
 			return fmt.Errorf("fault %s needs an offset of at least 1s either way", f.Kind)
 		}
 		if f.Kind == fakecore.FaultCounterReset {
