@@ -108,9 +108,38 @@ func (e *Endpoint) Stopped() <-chan struct{} {
 	return e.stop
 }
 
-// SetFault sets one transport fault (IsTransportFault), replacing any
-// other; "" clears it.
+// SetFault sets one transport fault that breaks TLS (UntrustedCertificate,
+// WrongNameCertificate or HandshakeStall), replacing any other; "" clears
+// it.
 func (e *Endpoint) SetFault(kind FaultKind) error {
+	return e.update(kind, func() { e.fault = kind })
+}
+
+// SetTransportFault sets one transport fault, replacing any other: Refused
+// (down) or one that breaks TLS (as SetFault); "" serves normally
+// again, on the same address.
+func (e *Endpoint) SetTransportFault(kind FaultKind) error {
+	if kind == FaultRefused {
+		return e.update("", func() { e.fault, e.down = "", true })
+	}
+	return e.update(kind, func() { e.fault, e.down = kind, false })
+}
+
+// SetDown closes the listener and every connection (down), or listens
+// again on the same port.
+func (e *Endpoint) SetDown(down bool) error {
+	return e.update("", func() { e.down = down })
+}
+
+// Close stops serving for good.
+func (e *Endpoint) Close() error {
+	return e.update("", func() { e.down = true })
+}
+
+// update makes the certificate of kind, if not "", then applies change to
+// the fault and down state and, if they changed, stops the server and
+// listens again unless down.
+func (e *Endpoint) update(kind FaultKind, change func()) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if kind != "" {
@@ -118,59 +147,16 @@ func (e *Endpoint) SetFault(kind FaultKind) error {
 			return err
 		}
 	}
-	if kind == e.fault {
+	fault, down := e.fault, e.down
+	change()
+	if fault == e.fault && down == e.down {
 		return nil
 	}
-	e.fault = kind
+	e.stopLocked()
 	if e.down {
 		return nil
 	}
-	e.stopLocked()
 	return e.listenLocked()
-}
-
-// SetTransportFault sets one transport fault, replacing any other: Refused
-// (down) or one that breaks TLS (IsTransportFault); "" serves normally
-// again, on the same address.
-func (e *Endpoint) SetTransportFault(kind FaultKind) error {
-	if kind == FaultRefused {
-		if err := e.SetDown(true); err != nil {
-			return err
-		}
-		return e.SetFault("")
-	}
-	if kind != "" && !IsTransportFault(kind) {
-		return UnknownTransportFault(kind)
-	}
-	if err := e.SetFault(kind); err != nil {
-		return err
-	}
-	return e.SetDown(false)
-}
-
-// SetDown closes the listener and every connection (down), or listens
-// again on the same port.
-func (e *Endpoint) SetDown(down bool) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if down == e.down {
-		return nil
-	}
-	e.down = down
-	if down {
-		e.stopLocked()
-		return nil
-	}
-	return e.listenLocked()
-}
-
-// Close stops serving for good.
-func (e *Endpoint) Close() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.down = true
-	e.stopLocked()
-	return nil
 }
 
 func (e *Endpoint) prepareLocked(kind FaultKind) error {
@@ -179,7 +165,7 @@ func (e *Endpoint) prepareLocked(kind FaultKind) error {
 		return nil
 	case FaultUntrustedCertificate, FaultWrongNameCertificate:
 	default:
-		return UnknownTransportFault(kind)
+		return fmt.Errorf("unknown transport fault %q", kind)
 	}
 	if e.bad[kind] != nil {
 		return nil
@@ -210,12 +196,6 @@ func (e *Endpoint) prepareLocked(kind FaultKind) error {
 	}
 	e.bad[kind] = &c
 	return nil
-}
-
-// UnknownTransportFault is the error for a kind that is not a transport
-// fault.
-func UnknownTransportFault(kind FaultKind) error {
-	return fmt.Errorf("unknown transport fault %q", kind)
 }
 
 // listenLocked listens on the endpoint's address (its port, once known).

@@ -48,15 +48,6 @@ const (
 // none: over every client cap the server sets.
 const DefaultHugeBodyBytes = 64 << 20
 
-// IsTransportFault says whether k breaks TLS below HTTP.
-func IsTransportFault(k FaultKind) bool {
-	switch k {
-	case FaultUntrustedCertificate, FaultWrongNameCertificate, FaultHandshakeStall:
-		return true
-	}
-	return false
-}
-
 // Format is what a fake renders for the response faults, in its own wire
 // format.
 type Format struct {

@@ -8,7 +8,6 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // InstanceRequest is the body of POST /v1/instances on the control API:
@@ -26,16 +25,6 @@ type UsageRequest struct {
 	Container string             `json:"container,omitempty"`
 	CPU       *resource.Quantity `json:"cpu,omitempty"`
 	Memory    *resource.Quantity `json:"memory,omitempty"`
-}
-
-// FaultRequest is the body of PUT /v1/fault.
-type FaultRequest struct {
-	Kind  FaultKind       `json:"kind"`
-	Path  string          `json:"path,omitempty"`
-	Delay metav1.Duration `json:"delay,omitzero"`  // Go duration, for Slow
-	Bytes int64           `json:"bytes,omitempty"` // for HugeBody
-	// Offset is a Go duration, for ClockBackwards and ClockOffset.
-	Offset metav1.Duration `json:"offset,omitzero"`
 }
 
 // NewControlHandler returns the plain-HTTP control API of s (see
@@ -56,11 +45,11 @@ func NewControlHandler(s *Server, caPEM []byte) http.Handler {
 	}
 	mux.HandleFunc("PUT /v1/namespaces/{namespace}/pods/{pod}/usage", fakecore.Route(ok, c.podUsage))
 	mux.HandleFunc("DELETE /v1/namespaces/{namespace}/pods/{pod}", fakecore.Route(ok, c.byPod(s.Remove)))
-	mux.HandleFunc("GET /v1/fault", fakecore.Route(ok, func(*http.Request, fakecore.None) (any, error) { return faultStates(s.Faults()), nil }))
+	mux.HandleFunc("GET /v1/fault", fakecore.Route(ok, func(*http.Request, fakecore.None) (any, error) { return s.Faults(), nil }))
 	mux.HandleFunc("PUT /v1/fault", fakecore.Route(ok, c.setFault))
 	mux.HandleFunc("DELETE /v1/fault", fakecore.Route(ok, func(r *http.Request, _ fakecore.None) (any, error) {
 		s.ClearFault(FaultKind(r.URL.Query().Get("kind")))
-		return faultStates(s.Faults()), nil
+		return s.Faults(), nil
 	}))
 	return mux
 }
@@ -147,18 +136,9 @@ func (c *control) setUsage(id string, req UsageRequest) error {
 	return nil
 }
 
-func (c *control) setFault(_ *http.Request, req FaultRequest) (any, error) {
-	f := Fault{Kind: req.Kind, Path: req.Path, Delay: req.Delay.Duration, Bytes: req.Bytes, Offset: req.Offset.Duration}
+func (c *control) setFault(_ *http.Request, f Fault) (any, error) {
 	if err := c.s.SetFault(f); err != nil {
 		return nil, err
 	}
-	return faultStates(c.s.Faults()), nil
-}
-
-func faultStates(faults []Fault) []FaultRequest {
-	out := make([]FaultRequest, 0, len(faults))
-	for _, f := range faults {
-		out = append(out, FaultRequest{Kind: f.Kind, Path: f.Path, Delay: metav1.Duration{Duration: f.Delay}, Bytes: f.Bytes, Offset: metav1.Duration{Duration: f.Offset}})
-	}
-	return out
+	return c.s.Faults(), nil
 }

@@ -139,12 +139,12 @@ func TestControlErrors(t *testing.T) {
 
 func TestControlFaults(t *testing.T) {
 	c := newControlHarness(t, []byte("PEM"))
-	var state []FaultRequest
+	var state []Fault
 	if code := c.call(t, "PUT", "/v1/fault", `{"kind":"Slow","delay":"5s"}`, &state); code != 200 {
 		t.Fatalf("PUT fault = %d", code)
 	}
 	c.call(t, "PUT", "/v1/fault", `{"kind":"HugeBody","bytes":1024,"path":"/v1/instances/metrics"}`, &state)
-	want := []FaultRequest{{Kind: fakecore.FaultSlow, Delay: metav1.Duration{Duration: 5 * time.Second}}, {Kind: fakecore.FaultHugeBody, Path: metricsPath, Bytes: 1024}}
+	want := []Fault{{Kind: fakecore.FaultSlow, Delay: metav1.Duration{Duration: 5 * time.Second}}, {Kind: fakecore.FaultHugeBody, Path: metricsPath, Bytes: 1024}}
 	if diff := cmp.Diff(want, state); diff != "" {
 		t.Errorf("faults (-want +got):\n%s", diff)
 	}

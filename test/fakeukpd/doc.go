@@ -20,6 +20,7 @@
 // the metrics) or removed. Faults (500, garbage, huge bodies, slow answers)
 // can be set per path.
 //
-// Server is an http.Handler: serve it with httptest.NewServer or
-// httptest.NewTLSServer, or with the fake-ukpd command.
+// Server is an http.Handler: serve it with httptest.NewServer, or with
+// Start (as the fake-ukpd command does) for TLS, transport faults and the
+// control API.
 package fakeukpd

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -44,19 +45,18 @@ func TestEndpointTransportFaults(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.kind), func(t *testing.T) {
-			s := New(Config{Tokens: []string{token}})
-			t.Cleanup(s.Close)
-			ca, err := NewCA(time.Now())
+			r, err := Start(Options{Config: Config{Tokens: []string{token}}, CertDir: t.TempDir()})
 			if err != nil {
 				t.Fatal(err)
 			}
-			ep, err := fakecore.NewEndpoint(fakecore.EndpointConfig{Handler: s, CA: ca, Leaf: ServingLeaf("127.0.0.1")})
+			t.Cleanup(func() { _ = r.Close() })
+			ep := r.api
+			caPEM, err := os.ReadFile(r.CAFile)
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { _ = ep.Close() })
 			pool := x509.NewCertPool()
-			pool.AppendCertsFromPEM(ca.CertPEM())
+			pool.AppendCertsFromPEM(caPEM)
 			tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: true}
 			t.Cleanup(tr.CloseIdleConnections)
 			c := &http.Client{Transport: tr}
@@ -78,7 +78,7 @@ func TestEndpointTransportFaults(t *testing.T) {
 			if code, err := get(30 * time.Second); err != nil || code != http.StatusOK {
 				t.Fatalf("before the fault: %d, %v", code, err)
 			}
-			if err := ep.SetTransportFault(tt.kind); err != nil {
+			if err := r.SetTransportFault(tt.kind); err != nil {
 				t.Fatal(err)
 			}
 			// The stall holds the handshake until this deadline; it is the
@@ -88,7 +88,7 @@ func TestEndpointTransportFaults(t *testing.T) {
 				t.Fatalf("got %d and no error; want a failed connection", code)
 			}
 			tt.check(t, err)
-			if err := ep.SetTransportFault(""); err != nil {
+			if err := r.SetTransportFault(""); err != nil {
 				t.Fatal(err)
 			}
 			if ep.Addr() != addr {
@@ -102,19 +102,22 @@ func TestEndpointTransportFaults(t *testing.T) {
 }
 
 func TestEndpointRejects(t *testing.T) {
-	s := New(Config{})
-	ca, err := NewCA(time.Now())
+	secure, err := Start(Options{CertDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep, err := fakecore.NewEndpoint(fakecore.EndpointConfig{Handler: s, CA: ca, Leaf: ServingLeaf("127.0.0.1")})
+	defer func() { _ = secure.Close() }()
+	plain, err := Start(Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = ep.Close() }()
+	defer func() { _ = plain.Close() }()
 	for _, k := range []FaultKind{fakecore.FaultStatus500, "Melt"} {
-		if err := ep.SetTransportFault(k); err == nil {
+		if err := secure.SetTransportFault(k); err == nil {
 			t.Errorf("SetTransportFault(%s) accepted", k)
 		}
+	}
+	if err := plain.SetTransportFault(fakecore.FaultUntrustedCertificate); err == nil {
+		t.Error("SetTransportFault accepted over plain HTTP")
 	}
 }

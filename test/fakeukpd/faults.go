@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
@@ -51,12 +52,12 @@ type Fault struct {
 	// (which covers /v1/instances/{uuid}/metrics); empty means both.
 	Path string `json:"path,omitempty"`
 	// Delay is the wait before answering, for Slow.
-	Delay time.Duration `json:"-"`
+	Delay metav1.Duration `json:"delay,omitzero"`
 	// Bytes is the body size for HugeBody; 0 means fakecore.DefaultHugeBodyBytes.
 	Bytes int64 `json:"bytes,omitempty"`
 	// Offset is how far the platform's wall clock is behind, for
 	// ClockBackwards, or ahead (negative: behind), for ClockOffset.
-	Offset time.Duration `json:"-"`
+	Offset metav1.Duration `json:"offset,omitzero"`
 }
 
 // ClockBackwards sets the platform's wall clock d behind (whole seconds):
@@ -64,22 +65,26 @@ type Fault struct {
 // from a daemon that derives them from the wall clock and an uptime. CPU
 // time and uptime do not follow the wall clock and stay as they are.
 func ClockBackwards(d time.Duration) Fault {
-	return Fault{Kind: fakecore.FaultClockBackwards, Offset: d}
+	return Fault{Kind: fakecore.FaultClockBackwards, Offset: metav1.Duration{Duration: d}}
 }
 
 // ClockOffset sets the platform's wall clock d ahead, or -d behind for a
 // negative d (whole seconds): every started_at, stopped_at and created_at
 // it reports moves by d. CPU time and uptime stay as they are.
-func ClockOffset(d time.Duration) Fault { return Fault{Kind: FaultClockOffset, Offset: d} }
+func ClockOffset(d time.Duration) Fault {
+	return Fault{Kind: FaultClockOffset, Offset: metav1.Duration{Duration: d}}
+}
 
 // Slow delays answers by d, on the server's clock.
-func Slow(d time.Duration) Fault { return Fault{Kind: fakecore.FaultSlow, Delay: d} }
+func Slow(d time.Duration) Fault {
+	return Fault{Kind: fakecore.FaultSlow, Delay: metav1.Duration{Duration: d}}
+}
 
 // SetFault sets a fault, replacing one of the same kind.
 func (s *Server) SetFault(f Fault) error {
 	switch f.Kind {
 	case fakecore.FaultSlow:
-		if f.Delay <= 0 {
+		if f.Delay.Duration <= 0 {
 			return fmt.Errorf("fault %s needs a positive delay", f.Kind)
 		}
 	case fakecore.FaultHugeBody:
@@ -95,7 +100,7 @@ func (s *Server) SetFault(f Fault) error {
 		if f.Path != "" {
 			return fmt.Errorf("fault %s applies to both paths; it takes no path", f.Kind)
 		}
-		if f.Kind == fakecore.FaultClockBackwards && f.Offset < time.Second {
+		if f.Kind == fakecore.FaultClockBackwards && f.Offset.Duration < time.Second {
 			return fmt.Errorf("fault %s needs an offset of at least 1s", f.Kind)
 		}
 		if f.Kind == FaultClockOffset && f.Offset.Abs() < time.Second {
@@ -111,7 +116,7 @@ func (s *Server) SetFault(f Fault) error {
 	if f.Path != "" && f.Path != listPath && f.Path != metricsPath {
 		return fmt.Errorf("fault path %q is neither %s nor %s", f.Path, listPath, metricsPath)
 	}
-	f.Offset = f.Offset.Truncate(time.Second)
+	f.Offset.Duration = f.Offset.Truncate(time.Second)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.faults[f.Kind] = f
@@ -129,11 +134,11 @@ func (s *Server) ClearFault(kind FaultKind) {
 	delete(s.faults, kind)
 }
 
-// Faults returns the faults in force, slow first.
+// Faults returns the faults in force in faultOrder.
 func (s *Server) Faults() []Fault {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []Fault
+	out := make([]Fault, 0, len(s.faults))
 	for _, k := range faultOrder {
 		if f, ok := s.faults[k]; ok {
 			out = append(out, f)
@@ -142,19 +147,11 @@ func (s *Server) Faults() []Fault {
 	return out
 }
 
+// faultOrder is Slow, the response faults in order of precedence, then the
+// data faults.
 var faultOrder = []FaultKind{
 	fakecore.FaultSlow, fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultHugeBody, FaultHostileText, fakecore.FaultTruncated, fakecore.FaultStall,
 	fakecore.FaultClockBackwards, FaultClockOffset, FaultDuplicateInstances, FaultOlderForm,
-}
-
-// responseFault says whether a fault answers requests in place of the
-// server.
-func responseFault(k FaultKind) bool {
-	switch k {
-	case fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultHugeBody, FaultHostileText, fakecore.FaultTruncated, fakecore.FaultStall:
-		return true
-	}
-	return false
 }
 
 // serveFault applies the faults that cover path. It reports whether the
@@ -163,25 +160,6 @@ func (s *Server) serveFault(w http.ResponseWriter, r *http.Request, path string,
 	key := listPath
 	if isMetrics {
 		key = metricsPath
-	}
-	var active []Fault
-	for _, f := range s.Faults() {
-		if (f.Kind == fakecore.FaultSlow || responseFault(f.Kind)) && (f.Path == "" || f.Path == key) {
-			active = append(active, f)
-		}
-	}
-	rs := fakecore.Responder{Clock: s.clock, Stop: s.closed}
-	if i := slices.IndexFunc(active, func(f Fault) bool { return f.Kind == fakecore.FaultSlow }); i >= 0 {
-		rs.Wait(r.Context(), active[i].Delay)
-		active = slices.Delete(active, i, i+1)
-	}
-	if len(active) == 0 {
-		return false
-	}
-	f := active[0]
-	if f.Kind == FaultHostileText {
-		fakecore.StreamBody(r.Context(), w, contentTypeText, hostileLine(), f.Bytes)
-		return true
 	}
 	format := fakecore.Format{
 		ContentType: contentTypeText,
@@ -201,7 +179,21 @@ func (s *Server) serveFault(w http.ResponseWriter, r *http.Request, path string,
 		format.Garbage = `{"status":"success","data":{"instances":[{"uuid":` + "\x00\xff{{"
 		format.StallPrefix = `{"status":"success","data":{"instances":[`
 	}
-	return rs.Serve(w, r, f.Kind, f.Bytes, format)
+	// Slow comes first, then the response faults in order of precedence.
+	rs := fakecore.Responder{Clock: s.clock, Stop: s.closed}
+	for _, f := range s.Faults() {
+		switch {
+		case f.Path != "" && f.Path != key:
+		case f.Kind == fakecore.FaultSlow:
+			rs.Wait(r.Context(), f.Delay.Duration)
+		case f.Kind == FaultHostileText:
+			fakecore.StreamBody(r.Context(), w, contentTypeText, hostileLine(), f.Bytes)
+			return true
+		case rs.Serve(w, r, f.Kind, f.Bytes, format):
+			return true
+		}
+	}
+	return false
 }
 
 // hostileLine is a line of Prometheus text with 100,000 labels.

@@ -12,6 +12,7 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // sampleView is what the data-fault tests read of a metrics entry.
@@ -77,7 +78,7 @@ func TestClockBackwardsFault(t *testing.T) {
 	if diff := cmp.Diff(want, metricsView(t, h)); diff != "" {
 		t.Errorf("after clearing (-want +got):\n%s", diff)
 	}
-	for _, f := range []Fault{{Kind: fakecore.FaultClockBackwards}, {Kind: fakecore.FaultClockBackwards, Offset: time.Minute, Path: listPath}} {
+	for _, f := range []Fault{{Kind: fakecore.FaultClockBackwards}, {Kind: fakecore.FaultClockBackwards, Offset: metav1.Duration{Duration: time.Minute}, Path: listPath}} {
 		if err := h.s.SetFault(f); err == nil {
 			t.Errorf("SetFault(%+v) accepted", f)
 		}

@@ -28,17 +28,20 @@ type dataFaults struct {
 	offset time.Duration
 	// duplicate reports a second instance for each running one.
 	duplicate bool
+	// older answers the JSON metrics in the older form.
+	older bool
 }
 
 func (s *Server) dataFaultsLocked() dataFaults {
 	var d dataFaults
 	if f, ok := s.faults[fakecore.FaultClockBackwards]; ok {
-		d.offset = f.Offset
+		d.offset = f.Offset.Duration
 	}
 	if f, ok := s.faults[FaultClockOffset]; ok {
-		d.offset -= f.Offset
+		d.offset -= f.Offset.Duration
 	}
 	_, d.duplicate = s.faults[FaultDuplicateInstances]
+	_, d.older = s.faults[FaultOlderForm]
 	return d
 }
 
@@ -55,14 +58,6 @@ func (d dataFaults) back(t time.Time) time.Time {
 // UUID the server generates, so it loses a tie on UUID order.
 func duplicateUUID(uuid string) string { return "ffffffff-dup-" + uuid }
 func duplicateName(name string) string { return name + "-dup" }
-
-// olderForm says whether the JSON metrics take the older form.
-func (s *Server) olderForm() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.faults[FaultOlderForm]
-	return ok
-}
 
 // olderEntry is a metrics entry in the JSON form of older ukpd releases, as
 // the platform's instance-metrics tutorial shows it.

@@ -44,8 +44,8 @@ type InstanceSpec struct {
 	// Pod, Container and Node (to test instances kraftlet did not tag).
 	Tags []string `json:"tags,omitempty"`
 	// CPUCores is the CPU rate; RSSBytes the resident set while running.
-	CPUCores float64 `json:"-"`
-	RSSBytes uint64  `json:"-"`
+	CPUCores float64 `json:"cpuCores"`
+	RSSBytes uint64  `json:"rssBytes"`
 	// State is StateRunning (the default), StateStandby, StateStopped or
 	// StateDraining.
 	State string `json:"state,omitempty"`
@@ -53,16 +53,7 @@ type InstanceSpec struct {
 
 // Instance is the state of an instance, for tests and the control API.
 type Instance struct {
-	UUID       string    `json:"uuid"`
-	Name       string    `json:"name"`
-	State      string    `json:"state"`
-	Namespace  string    `json:"namespace,omitempty"`
-	Pod        string    `json:"pod,omitempty"`
-	Container  string    `json:"container,omitempty"`
-	Node       string    `json:"node,omitempty"`
-	Tags       []string  `json:"tags"`
-	CPUCores   float64   `json:"cpuCores"`
-	RSSBytes   uint64    `json:"rssBytes"`
+	InstanceSpec
 	CPUTimeMS  int64     `json:"cpuTimeMs"`
 	StartCount uint64    `json:"startCount"`
 	StartedAt  time.Time `json:"startedAt,omitzero"`
@@ -177,11 +168,7 @@ func (s *Server) AddInstance(spec InstanceSpec) (Instance, error) {
 	now := s.clock.Now()
 	s.seq++
 	in := &instance{
-		Instance: Instance{
-			UUID: spec.UUID, Name: spec.Name,
-			Namespace: spec.Namespace, Pod: spec.Pod, Container: spec.Container, Node: spec.Node,
-			Tags: spec.Tags, CPUCores: spec.CPUCores, RSSBytes: spec.RSSBytes,
-		},
+		Instance: Instance{InstanceSpec: spec},
 		maxCores: spec.CPUCores, createdAt: now, seq: s.seq,
 	}
 	if in.UUID == "" {

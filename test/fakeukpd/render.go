@@ -147,9 +147,10 @@ func (s *Server) pageLocked(q url.Values) ([]*instance, error) {
 }
 
 // metrics returns the entries of the instances named by ids (UUIDs or
-// names), or of all of them; stopped instances are left out. ok is false
-// when an id names no instance.
-func (s *Server) metrics(ids []string) ([]metricsEntry, bool) {
+// names), or of all of them; stopped instances are left out. older says
+// whether they take the older JSON form; ok is false when an id names no
+// instance.
+func (s *Server) metrics(ids []string) (_ []metricsEntry, older, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
@@ -161,7 +162,7 @@ func (s *Server) metrics(ids []string) ([]metricsEntry, bool) {
 	for _, id := range ids {
 		in := s.find(id)
 		if in == nil {
-			return nil, false
+			return nil, false, false
 		}
 		chosen = append(chosen, in)
 	}
@@ -187,7 +188,7 @@ func (s *Server) metrics(ids []string) ([]metricsEntry, bool) {
 			out = append(out, e)
 		}
 	}
-	return out, true
+	return out, df.older, true
 }
 
 // writeEnvelope answers {"status": "success", "data": {"instances": ...}}.

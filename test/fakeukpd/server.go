@@ -139,13 +139,13 @@ func (s *Server) serveData(w http.ResponseWriter, r *http.Request, path string, 
 	case r.URL.Query().Get("uuid") != "":
 		ids = strings.Split(r.URL.Query().Get("uuid"), ",")
 	}
-	entries, ok := s.metrics(ids)
+	entries, older, ok := s.metrics(ids)
 	if !ok {
 		writeAPIError(w, http.StatusNotFound, "No instance "+strings.Join(ids, ","), start, s.clock)
 		return
 	}
 	if asJSON {
-		if s.olderForm() {
+		if older {
 			writeEnvelope(w, olderEntries(entries), start, s.clock)
 			return
 		}

@@ -14,9 +14,11 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
+	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
 func TestClientReadsBothForms(t *testing.T) {
@@ -117,7 +119,7 @@ func TestClientFollowsTheAnswer(t *testing.T) {
 func TestClientFailures(t *testing.T) {
 	e := newEnv(t)
 	e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: "p", Container: "c"})
-	ca, err := fakeukpd.NewCA(time.Now())
+	ca, err := pki.NewCA("other-ca", time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,14 +145,14 @@ func TestClientFailures(t *testing.T) {
 			wantReason: sources.ReasonTooLarge, wantErr: "larger than 65536 bytes",
 		},
 		{
-			name: "slow past the deadline", fault: &fakeukpd.Fault{Kind: fakecore.FaultSlow, Delay: time.Hour},
+			name: "slow past the deadline", fault: ptr.To(fakeukpd.Slow(time.Hour)),
 			ctx: func() (context.Context, context.CancelFunc) {
 				return context.WithTimeout(context.Background(), 20*time.Millisecond)
 			},
 			wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded",
 		},
 		{
-			name: "slow past the request timeout", fault: &fakeukpd.Fault{Kind: fakecore.FaultSlow, Delay: time.Hour},
+			name: "slow past the request timeout", fault: ptr.To(fakeukpd.Slow(time.Hour)),
 			cfg:        func(c *ClientConfig) { c.RequestTimeout = 20 * time.Millisecond },
 			wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded",
 		},

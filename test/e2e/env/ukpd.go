@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -37,17 +36,13 @@ const ukpdToken = "e2e-ukpd-token"
 
 // Ukpd is an in-process fake ukpd: the platform API over TLS on 127.0.0.1,
 // and its control API (test/fakeukpd/README.md) in plain HTTP on another
-// loopback port.
+// loopback port. URL, CAFile and TokenFile are what a client needs to reach
+// the platform API.
 type Ukpd struct {
-	*fakeukpd.Server
-	// URL is the platform API's base URL; TokenFile and CAFile are what a
-	// client needs to reach it.
-	URL, TokenFile, CAFile string
+	*fakeukpd.Running
+	TokenFile string
 	// Control is a client of the control API.
 	Control UkpdControl
-
-	api     *fakecore.Endpoint
-	control *fakecore.HTTPServer
 }
 
 // UkpdPageSize is the most instances one answer of the suite's fake ukpd
@@ -57,37 +52,21 @@ const UkpdPageSize = 100
 // StartUkpd starts a fake ukpd, writing its token and CA into dir. Close it
 // when done.
 func StartUkpd(dir string) (*Ukpd, error) {
+	tokenFile := filepath.Join(dir, "token")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	ca, err := fakeukpd.NewCA(time.Now())
+	if err := os.WriteFile(tokenFile, []byte(ukpdToken+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	// The fake's own token, not the file's, so that a test can rewrite the
+	// file; and a page of at most 100 instances, whatever a list request
+	// asks: the server must read the list in pages.
+	r, err := fakeukpd.Start(fakeukpd.Options{Config: fakeukpd.Config{Tokens: []string{ukpdToken}, PageSize: UkpdPageSize}, CertDir: dir})
 	if err != nil {
 		return nil, err
 	}
-	u := &Ukpd{
-		// A page of at most 100 instances, whatever a list request asks:
-		// the server must read the list in pages.
-		Server:    fakeukpd.New(fakeukpd.Config{Tokens: []string{ukpdToken}, PageSize: UkpdPageSize}),
-		TokenFile: filepath.Join(dir, "token"),
-		CAFile:    filepath.Join(dir, "ca.crt"),
-	}
-	if err := os.WriteFile(u.TokenFile, []byte(ukpdToken+"\n"), 0o600); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(u.CAFile, ca.CertPEM(), 0o644); err != nil {
-		return nil, err
-	}
-	u.api, err = fakecore.NewEndpoint(fakecore.EndpointConfig{Handler: u.Server, CA: ca, Leaf: fakeukpd.ServingLeaf("127.0.0.1", "localhost")})
-	if err != nil {
-		return nil, err
-	}
-	u.URL = "https://" + u.api.Addr()
-	control, addr, err := fakecore.Listen("127.0.0.1:0", fakeukpd.NewControlHandler(u.Server, ca.CertPEM()))
-	if err != nil {
-		return nil, errors.Join(err, u.Close())
-	}
-	u.control, u.Control = control, UkpdControl{Address: addr}
-	return u, nil
+	return &Ukpd{Running: r, TokenFile: tokenFile, Control: UkpdControl{Address: r.ControlAddress}}, nil
 }
 
 // ServerArgs are the server flags that add the ukpd source with this fake
@@ -99,22 +78,6 @@ func (u *Ukpd) ServerArgs() []string {
 		"--ukpd-token-file=" + u.TokenFile,
 		"--ukpd-certificate-authority=" + u.CAFile,
 	}
-}
-
-// SetTransportFault breaks the platform API below HTTP with a transport
-// fault: fakecore.FaultRefused closes its listener and connections, so that
-// clients get "connection refused", others break TLS. "" serves it again,
-// on the same address.
-func (u *Ukpd) SetTransportFault(kind fakecore.FaultKind) error { return u.api.SetTransportFault(kind) }
-
-// Close stops both APIs.
-func (u *Ukpd) Close() error {
-	u.Server.Close()
-	err := u.api.Close()
-	if u.control != nil {
-		err = errors.Join(err, u.control.Stop())
-	}
-	return err
 }
 
 // AddKraftletNode registers a kwok node as kraftlet would: labelled
@@ -142,8 +105,8 @@ func CreateKraftletDeployment(ctx context.Context, client kubernetes.Interface, 
 
 // UkpdUsage is what one instance (one container) reports.
 type UkpdUsage struct {
-	CPU    string // cores, as a quantity: "250m"
-	Memory string // resident set, as a quantity: "64Mi"
+	CPU    string `json:"cpu,omitempty"`    // cores, as a quantity: "250m"
+	Memory string `json:"memory,omitempty"` // resident set, as a quantity: "64Mi"
 }
 
 // UkpdControl is a client of a fake ukpd's control API.
@@ -154,25 +117,23 @@ type UkpdControl struct {
 
 // AddInstance adds a running instance for a pod's container.
 func (c UkpdControl) AddInstance(ctx context.Context, namespace, pod, container, node string, u UkpdUsage) error {
-	body := map[string]string{"namespace": namespace, "pod": pod, "container": container, "node": node, "cpu": u.CPU, "memory": u.Memory}
+	body := struct {
+		fakeukpd.InstanceSpec
+		UkpdUsage
+	}{fakeukpd.InstanceSpec{Namespace: namespace, Pod: pod, Container: container, Node: node}, u}
 	return c.do(ctx, http.MethodPost, "/v1/instances", body, http.StatusCreated)
 }
 
 // SetPodUsage sets the usage of every instance of a pod.
 func (c UkpdControl) SetPodUsage(ctx context.Context, namespace, pod string, u UkpdUsage) error {
-	return c.do(ctx, http.MethodPut, "/v1/namespaces/"+namespace+"/pods/"+pod+"/usage", map[string]string{"cpu": u.CPU, "memory": u.Memory}, http.StatusOK)
+	return c.do(ctx, http.MethodPut, "/v1/namespaces/"+namespace+"/pods/"+pod+"/usage", u, http.StatusOK)
 }
 
-// StandbyPod puts every instance of a pod in standby, as scale-to-zero
-// does when the pod gets no traffic.
-func (c UkpdControl) StandbyPod(ctx context.Context, namespace, pod string) error {
-	return c.do(ctx, http.MethodPost, "/v1/namespaces/"+namespace+"/pods/"+pod+"/standby", nil, http.StatusOK)
-}
-
-// WakePod starts every instance of a pod again, as a request to a pod in
+// PodOp runs op on every instance of a pod: "standby", as scale-to-zero
+// does when the pod gets no traffic, or "restart", as a request to a pod in
 // standby does.
-func (c UkpdControl) WakePod(ctx context.Context, namespace, pod string) error {
-	return c.do(ctx, http.MethodPost, "/v1/namespaces/"+namespace+"/pods/"+pod+"/restart", nil, http.StatusOK)
+func (c UkpdControl) PodOp(ctx context.Context, namespace, pod, op string) error {
+	return c.do(ctx, http.MethodPost, "/v1/namespaces/"+namespace+"/pods/"+pod+"/"+op, nil, http.StatusOK)
 }
 
 // RemovePod removes every instance of a pod; a pod without any is not an
@@ -181,13 +142,8 @@ func (c UkpdControl) RemovePod(ctx context.Context, namespace, pod string) error
 	return c.do(ctx, http.MethodDelete, "/v1/namespaces/"+namespace+"/pods/"+pod, nil, http.StatusOK, http.StatusNotFound)
 }
 
-func (c UkpdControl) do(ctx context.Context, method, path string, body map[string]string, okCodes ...int) error {
-	var in any
-	if body != nil {
-		maps.DeleteFunc(body, func(_, v string) bool { return v == "" })
-		in = body
-	}
-	return fakecore.Control{Address: c.Address}.Do(ctx, method, path, in, nil, okCodes...)
+func (c UkpdControl) do(ctx context.Context, method, path string, body any, okCodes ...int) error {
+	return fakecore.Control{Address: c.Address}.Do(ctx, method, path, body, nil, okCodes...)
 }
 
 // InstanceSync plays kraftlet's part for one node: it keeps one fake ukpd
@@ -250,11 +206,11 @@ func (s *InstanceSync) SetStandby(ctx context.Context, namespace string, standby
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.standby[namespace] = standby
-	op := s.control.WakePod
+	op := "restart"
 	if standby {
-		op = s.control.StandbyPod
+		op = "standby"
 	}
-	return s.forPods(namespace, func(pod string) error { return op(ctx, namespace, pod) })
+	return s.forPods(namespace, func(pod string) error { return s.control.PodOp(ctx, namespace, pod, op) })
 }
 
 // forPods calls call for every pod of namespace with instances; s.mu must
@@ -307,20 +263,18 @@ func (s *InstanceSync) observe(ctx context.Context, obj any, deleted bool) {
 	if !ok {
 		u = s.usage[""]
 	}
-	for _, c := range p.Spec.Containers {
-		if err := s.control.AddInstance(ctx, p.Namespace, p.Name, c.Name, s.node, u); err != nil {
-			s.lastErr = err
-			// Start over on the next resync rather than leave half a pod.
-			_ = s.control.RemovePod(ctx, p.Namespace, p.Name)
-			return
-		}
+	var err error
+	for i := 0; i < len(p.Spec.Containers) && err == nil; i++ {
+		err = s.control.AddInstance(ctx, p.Namespace, p.Name, p.Spec.Containers[i].Name, s.node, u)
 	}
-	if s.standby[p.Namespace] {
-		if err := s.control.StandbyPod(ctx, p.Namespace, p.Name); err != nil {
-			s.lastErr = err
-			_ = s.control.RemovePod(ctx, p.Namespace, p.Name)
-			return
-		}
+	if err == nil && s.standby[p.Namespace] {
+		err = s.control.PodOp(ctx, p.Namespace, p.Name, "standby")
+	}
+	if err != nil {
+		s.lastErr = err
+		// Start over on the next resync rather than leave half a pod.
+		_ = s.control.RemovePod(ctx, p.Namespace, p.Name)
+		return
 	}
 	s.pods[key] = p
 }

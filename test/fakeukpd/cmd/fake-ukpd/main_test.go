@@ -72,7 +72,9 @@ func TestRunServesTLS(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte("secret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := (&Options{Listen: "127.0.0.1:0", ControlAddress: "127.0.0.1:0", TokenFile: tokenFile, TLSCertDir: filepath.Join(dir, "tls")}).Config()
+	cfg := (&Options{Options: fakeukpd.Options{
+		Config: fakeukpd.Config{TokenFile: tokenFile}, Listen: "127.0.0.1:0", ControlAddress: "127.0.0.1:0", CertDir: filepath.Join(dir, "tls"),
+	}}).Config()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan fakeukpd.State, 1)
 	done := make(chan error, 1)

@@ -7,30 +7,28 @@ import (
 	"path/filepath"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
+	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 
 	"github.com/spf13/pflag"
 )
 
-// Options are the command-line options of fake-ukpd.
+// Options are the command-line options of fake-ukpd: how to serve, and
+// where to say so.
 type Options struct {
-	Listen         string
-	TokenFile      string
-	TLSCertDir     string
-	ControlAddress string
-	StateFile      string
-	PageSize       int
+	fakeukpd.Options
+	StateFile string
 }
 
 // NewOptions returns the default options.
 func NewOptions() *Options {
-	return &Options{Listen: "127.0.0.1:0", ControlAddress: "127.0.0.1:0"}
+	return &Options{Options: fakeukpd.Options{Listen: "127.0.0.1:0", ControlAddress: "127.0.0.1:0"}}
 }
 
 // AddFlags registers the options on fs.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Listen, "listen", o.Listen, "Loopback host:port of the platform API; port 0 picks a free one.")
 	fs.StringVar(&o.TokenFile, "token-file", o.TokenFile, "File of accepted bearer tokens, one a line; read again when it changes.")
-	fs.StringVar(&o.TLSCertDir, "tls-cert-dir", o.TLSCertDir, "Serve TLS with a generated CA and write its certificate to <dir>/ca.crt; plain HTTP when empty.")
+	fs.StringVar(&o.CertDir, "tls-cert-dir", o.CertDir, "Serve TLS with a generated CA and write its certificate to <dir>/ca.crt; plain HTTP when empty.")
 	fs.StringVar(&o.ControlAddress, "control-address", o.ControlAddress, "Loopback host:port of the plain-HTTP control API.")
 	fs.IntVar(&o.PageSize, "page-size", o.PageSize, "Most instances one answer of GET /v1/instances holds, whatever its count asks; 0 means no limit.")
 	fs.StringVar(&o.StateFile, "state-file", o.StateFile, "Write the API URL, control address and CA file here as JSON once serving (default <tls-cert-dir>/ukpd.json with TLS).")
@@ -61,8 +59,8 @@ func (o *Options) Validate() []error {
 // the state file's default filled in.
 func (o *Options) Config() *Options {
 	c := *o
-	if c.StateFile == "" && c.TLSCertDir != "" {
-		c.StateFile = filepath.Join(c.TLSCertDir, "ukpd.json")
+	if c.StateFile == "" && c.CertDir != "" {
+		c.StateFile = filepath.Join(c.CertDir, "ukpd.json")
 	}
 	return &c
 }
