@@ -55,7 +55,7 @@ func run(ctx context.Context, cfg *Config) (err error) {
 			return err
 		}
 	}
-	if cfg.PodInformer {
+	if client != nil {
 		if err := fleet.StartPodInformer(ctx, client); err != nil {
 			return err
 		}

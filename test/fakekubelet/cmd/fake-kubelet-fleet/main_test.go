@@ -33,9 +33,9 @@ func TestValidate(t *testing.T) {
 		{name: "port range overflow", modify: func(o *Options) { o.BasePort = 65535 }, want: []string{"--base-port"}},
 		{name: "register without kubeconfig", modify: func(o *Options) { o.RegisterNodes = true }, want: []string{"need --kubeconfig"}},
 		{name: "control on a public address", modify: func(o *Options) { o.ControlAddress = "0.0.0.0:8080" }, want: []string{"not a loopback"}},
-		{name: "bad quantity", modify: func(o *Options) { o.DefaultCPU = "lots" }, want: []string{"--default-cpu"}},
-		{name: "every error at once", modify: func(o *Options) { o.Nodes, o.Tokens, o.NodeMemory = 0, nil, "-1Gi" },
-			want: []string{"set --nodes", "set at least one of", "--node-memory must not be negative"}},
+		{name: "bad quantity", modify: func(o *Options) { o.NodeMaxPods = "lots" }, want: []string{"--node-max-pods"}},
+		{name: "every error at once", modify: func(o *Options) { o.Nodes, o.Tokens, o.NodeMaxPods = 0, nil, "-1" },
+			want: []string{"set --nodes", "set at least one of", "--node-max-pods must not be negative"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 
@@ -30,37 +29,30 @@ type Options struct {
 	ControlAddress string
 	RegisterNodes  bool
 	NodeLabels     map[string]string
-	PodInformer    bool
-	SampleInterval time.Duration
-	DefaultCPU     string
-	DefaultMemory  string
-	NodeBaseCPU    string
-	NodeBaseMemory string
-	NodeCPU        string
-	NodeMemory     string
 	NodeMaxPods    string
 }
+
+// What the fleet serves until the control API says otherwise, and the
+// capacity its registered nodes declare.
+var (
+	defaultUsage  = fakekubelet.Usage{CPUNanoCores: 1e6, MemoryBytes: 10 << 20}  // 1m, 10Mi a container
+	nodeBaseUsage = fakekubelet.Usage{CPUNanoCores: 1e8, MemoryBytes: 512 << 20} // 100m, 512Mi a node, on top of its pods
+	nodeCPU       = resource.MustParse("32")
+	nodeMemory    = resource.MustParse("256Gi")
+)
 
 // NewOptions returns the default options.
 func NewOptions() *Options {
 	return &Options{
 		NodeNamePrefix: "fake-node-",
 		ControlAddress: "127.0.0.1:0",
-		PodInformer:    true,
-		SampleInterval: fakekubelet.DefaultSampleInterval,
-		DefaultCPU:     "1m",
-		DefaultMemory:  "10Mi",
-		NodeBaseCPU:    "100m",
-		NodeBaseMemory: "512Mi",
-		NodeCPU:        "32",
-		NodeMemory:     "256Gi",
 		NodeMaxPods:    "110",
 	}
 }
 
 // AddFlags registers the options on fs.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the cluster; enables the pod informer, --register-nodes and --authentication-token-webhook.")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the cluster; the fleet then serves the Running pods bound to its nodes, and --register-nodes and --authentication-token-webhook work.")
 	fs.IntVar(&o.Nodes, "nodes", o.Nodes, "Number of nodes, named <node-name-prefix><i> from 0. Ignored when --node-names is set.")
 	fs.StringSliceVar(&o.NodeNames, "node-names", o.NodeNames, "Comma-separated node names.")
 	fs.StringVar(&o.NodeNamePrefix, "node-name-prefix", o.NodeNamePrefix, "Prefix of generated node names.")
@@ -73,14 +65,6 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ControlAddress, "control-address", o.ControlAddress, "Loopback host:port of the plain-HTTP control API.")
 	fs.BoolVar(&o.RegisterNodes, "register-nodes", o.RegisterNodes, "Create kwok-managed Node objects with InternalIP 127.0.0.1 and each node's kubelet port.")
 	fs.StringToStringVar(&o.NodeLabels, "node-labels", o.NodeLabels, "Extra labels of registered nodes, k=v,...")
-	fs.BoolVar(&o.PodInformer, "pod-informer", o.PodInformer, "Serve the Running pods bound to the fleet's nodes (needs --kubeconfig).")
-	fs.DurationVar(&o.SampleInterval, "sample-interval", o.SampleInterval, "Quantum of sample timestamps; negative means exact times.")
-	fs.StringVar(&o.DefaultCPU, "default-cpu", o.DefaultCPU, "CPU rate of a container until one is set (quantity, cores).")
-	fs.StringVar(&o.DefaultMemory, "default-memory", o.DefaultMemory, "Working set of a container until one is set (quantity, bytes).")
-	fs.StringVar(&o.NodeBaseCPU, "node-base-cpu", o.NodeBaseCPU, "CPU rate of each node on top of its pods.")
-	fs.StringVar(&o.NodeBaseMemory, "node-base-memory", o.NodeBaseMemory, "Working set of each node on top of its pods.")
-	fs.StringVar(&o.NodeCPU, "node-cpu", o.NodeCPU, "CPU capacity of registered nodes.")
-	fs.StringVar(&o.NodeMemory, "node-memory", o.NodeMemory, "Memory capacity of registered nodes (and of every node's availableBytes).")
 	fs.StringVar(&o.NodeMaxPods, "node-max-pods", o.NodeMaxPods, "Pod capacity of registered nodes.")
 }
 
@@ -102,16 +86,10 @@ func (o *Options) Validate() []error {
 	if err := fakecore.CheckLoopback("control-address", o.ControlAddress); err != nil {
 		errs = append(errs, err)
 	}
-	for _, q := range []struct{ flag, value string }{
-		{"default-cpu", o.DefaultCPU}, {"default-memory", o.DefaultMemory},
-		{"node-base-cpu", o.NodeBaseCPU}, {"node-base-memory", o.NodeBaseMemory},
-		{"node-cpu", o.NodeCPU}, {"node-memory", o.NodeMemory}, {"node-max-pods", o.NodeMaxPods},
-	} {
-		if v, err := resource.ParseQuantity(q.value); err != nil {
-			errs = append(errs, fmt.Errorf("--%s: %w", q.flag, err))
-		} else if v.Sign() < 0 {
-			errs = append(errs, fmt.Errorf("--%s must not be negative", q.flag))
-		}
+	if v, err := resource.ParseQuantity(o.NodeMaxPods); err != nil {
+		errs = append(errs, fmt.Errorf("--node-max-pods: %w", err))
+	} else if v.Sign() < 0 {
+		errs = append(errs, errors.New("--node-max-pods must not be negative"))
 	}
 	return errs
 }
@@ -127,8 +105,7 @@ func (o *Options) nodeNames() []string {
 	return names
 }
 
-// Config is what a run needs: the validated options (the pod informer off
-// without a kubeconfig) and what they derive.
+// Config is what a run needs: the validated options and what they derive.
 type Config struct {
 	Options
 	Fleet fakekubelet.Config
@@ -148,11 +125,11 @@ func (o *Options) Config() (*Config, error) {
 		tokens = append(tokens, fakecore.ParseTokens(string(b))...)
 	}
 	fc := fakekubelet.Config{
-		SampleInterval:          o.SampleInterval,
+		SampleInterval:          fakekubelet.DefaultSampleInterval,
 		Tokens:                  tokens,
-		DefaultUsage:            usage(o.DefaultCPU, o.DefaultMemory),
-		NodeBaseUsage:           usage(o.NodeBaseCPU, o.NodeBaseMemory),
-		NodeMemoryCapacityBytes: usage("0", o.NodeMemory).MemoryBytes,
+		DefaultUsage:            defaultUsage,
+		NodeBaseUsage:           nodeBaseUsage,
+		NodeMemoryCapacityBytes: uint64(nodeMemory.Value()),
 	}
 	if o.ClientCAFile != "" {
 		b, err := os.ReadFile(o.ClientCAFile)
@@ -168,17 +145,11 @@ func (o *Options) Config() (*Config, error) {
 		Registration: fakekubelet.NodeRegistration{
 			Labels: o.NodeLabels,
 			Capacity: corev1.ResourceList{
-				corev1.ResourceCPU:    resource.MustParse(o.NodeCPU),
-				corev1.ResourceMemory: resource.MustParse(o.NodeMemory),
+				corev1.ResourceCPU:    nodeCPU,
+				corev1.ResourceMemory: nodeMemory,
 				corev1.ResourcePods:   resource.MustParse(o.NodeMaxPods),
 			},
 		},
 	}
-	cfg.PodInformer = o.PodInformer && o.Kubeconfig != ""
 	return cfg, nil
-}
-
-func usage(cpu, memory string) fakekubelet.Usage {
-	c, m := resource.MustParse(cpu), resource.MustParse(memory)
-	return fakekubelet.Usage{CPUNanoCores: uint64(c.ScaledValue(resource.Nano)), MemoryBytes: uint64(m.Value())}
 }
