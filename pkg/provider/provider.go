@@ -12,8 +12,8 @@
 // and loses them with the pod when the cache replaces or deletes it. The
 // memo also keeps where the store found the sample (store.PodRef): the
 // next read of the pod skips the store's look-ups of node and pod while no
-// source has written the node since, which halves the time of a list of
-// every pod between scrapes (docs/benchmarks.md). A
+// source has written the node since, which takes about a third off a
+// list of every pod between scrapes (docs/benchmarks.md). A
 // leader that reports for its group builds its containers from the group's
 // totals at each read instead, and keeps nothing.
 package provider
