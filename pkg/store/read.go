@@ -46,7 +46,7 @@ type PodRef struct {
 // Pod returns where this one did.
 func (s *Store) Pod(namespace, name, uid, node string, ref PodRef) (PodUsage, PodRef, *Unavailable) {
 	now := s.clock.Now()
-	if u, ok := s.podAt(ref, node, now); ok {
+	if u, ok := s.podAt(ref, now); ok {
 		return u, ref, nil
 	}
 	key := podKey{namespace, name}
@@ -82,12 +82,15 @@ func (s *Store) Pod(namespace, name, uid, node string, ref PodRef) (PodUsage, Po
 
 // podAt returns the usage ref found, if it still holds: no source has
 // written the node since, so no source before ref's has the pod now and
-// ref's has the same samples of it; and they are fresh at now.
-func (s *Store) podAt(ref PodRef, node string, now time.Time) (PodUsage, bool) {
+// ref's has the same samples of it; and they are fresh at now. Only time
+// can have changed what made them usable, so only freshness is checked
+// again; a read that fails it takes the full look-up, which says why.
+func (s *Store) podAt(ref PodRef, now time.Time) (PodUsage, bool) {
 	if ref.read == nil || ref.node.gen.Load() != ref.gen {
 		return PodUsage{}, false
 	}
-	if s.shardReason(ref.node.shard(ref.source), node, now) != nil || s.usable(ref.read, now) != nil {
+	sh := ref.node.shard(ref.source)
+	if sh == nil || !s.fresh(sh.scrapedAt, now) || !s.fresh(ref.read.derivedAt, now) {
 		return PodUsage{}, false
 	}
 	return ref.read.usage, true
