@@ -84,7 +84,7 @@ func BenchmarkParseOneTarget(b *testing.B) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(body)))
 		for b.Loop() {
-			fams, err := parseFamilies(body, allow)
+			fams, _, err := parseFamilies(body, allow)
 			if err != nil || len(fams) != benchAllowed {
 				b.Fatalf("kept %d families: %v", len(fams), err)
 			}

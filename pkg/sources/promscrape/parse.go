@@ -54,14 +54,21 @@ func (c *Config) allowList() allowed {
 // an allow-listed family: its samples and its # TYPE and # HELP lines. Every
 // other line (other families, comments, blank lines) is dropped before
 // parsing, so other families are never stored. A line whose name it cannot
-// read simply (a quoted name) is kept and left to the parser, so the filter
-// never drops what the parser would have attributed to an allowed family;
-// FuzzFilterMatchesFullParse checks that against a parse of the whole body.
-func filterLines(body []byte, allow allowed) ([]byte, error) {
+// read simply (a quoted name with an escape) is kept and left to the parser,
+// so the filter never drops what the parser would have attributed to an
+// allowed family; FuzzFilterMatchesFullParse checks that against a parse of
+// the whole body.
+//
+// A sample line with labels but no metric name ({a="b"} 1) is always
+// dropped: the format requires a name, and expfmt v0.70.0 appends such a
+// line's labels to the series read before it, whichever family that series
+// is in, and lists that series a second time (found by
+// FuzzFilterMatchesFullParse). nameless counts those lines that follow an
+// allow-listed family's line, so decode can report them.
+func filterLines(body []byte, allow allowed) (kept []byte, nameless int, err error) {
 	out := make([]byte, 0, 4096)
-	// familyKept is whether the family that the parser takes as current
-	// (named by the last sample, # TYPE or # HELP line) is kept: a sample
-	// line with labels but no name belongs to it.
+	// familyKept is whether the last line that named a family named an
+	// allow-listed one.
 	familyKept := false
 	for len(body) > 0 {
 		line := body
@@ -70,21 +77,25 @@ func filterLines(body []byte, allow allowed) ([]byte, error) {
 		} else {
 			body = nil
 		}
-		keep, named := keepLine(line, allow, familyKept)
-		if named {
-			familyKept = keep
-		}
-		if keep && len(line) > maxLineBytes {
-			return nil, fmt.Errorf("a line of an allow-listed family is longer than %d bytes", maxLineBytes)
-		}
-		if keep {
+		switch classify(line, allow) {
+		case lineTheirs:
+			familyKept = false
+		case lineNameless:
+			if familyKept {
+				nameless++
+			}
+		case lineOurs:
+			familyKept = true
+			if len(line) > maxLineBytes {
+				return nil, 0, fmt.Errorf("a line of an allow-listed family is longer than %d bytes", maxLineBytes)
+			}
 			out = append(out, line...)
 			if line[len(line)-1] != '\n' {
 				out = append(out, '\n')
 			}
 		}
 	}
-	return out, nil
+	return out, nameless, nil
 }
 
 // maxLineBytes bounds a kept line. expfmt's time grows with the square of
@@ -93,52 +104,67 @@ func filterLines(body []byte, allow allowed) ([]byte, error) {
 // holds no more than about 1,600 labels.
 const maxLineBytes = 8 << 10
 
-// keepLine says whether to keep line, and whether the line names a family
-// (so that it changes the parser's current family).
-func keepLine(line []byte, allow allowed, familyKept bool) (keep, named bool) {
+// lineKind is what filterLines makes of one line.
+type lineKind uint8
+
+const (
+	// lineOther is a blank line or a comment other than # TYPE and # HELP.
+	lineOther lineKind = iota
+	// lineOurs is a sample, # TYPE or # HELP line of an allow-listed family.
+	lineOurs
+	// lineTheirs names a family that is not allow-listed.
+	lineTheirs
+	// lineNameless is a sample line with labels and no metric name.
+	lineNameless
+)
+
+func classify(line []byte, allow allowed) lineKind {
 	s := bytes.TrimLeft(line, " \t")
 	if len(s) == 0 || s[0] == '\n' || s[0] == '\r' {
-		return false, false
+		return lineOther
 	}
-	if s[0] == '#' {
+	var name []byte
+	switch s[0] {
+	case '#':
 		f := bytes.Fields(s[1:])
 		if len(f) < 2 || (string(f[0]) != "TYPE" && string(f[0]) != "HELP") {
-			return false, false
+			return lineOther
 		}
 		if f[1][0] == '"' {
-			return true, true
+			return lineOurs
 		}
-		_, ok := allow[string(f[1][:nameLen(f[1])])]
-		return ok, true
+		name = f[1][:nameLen(f[1])]
+	case '{':
+		var ok bool
+		if name, ok = quotedName(s[1:]); !ok {
+			return lineNameless
+		}
+		if bytes.IndexByte(name, '\\') >= 0 {
+			return lineOurs
+		}
+	default:
+		name = s[:nameLen(s)]
 	}
-	if s[0] == '{' {
-		return keepBrace(s[1:], allow, familyKept)
+	if _, ok := allow[string(name)]; ok {
+		return lineOurs
 	}
-	_, ok := allow[string(s[:nameLen(s)])]
-	return ok, true
+	return lineTheirs
 }
 
-// keepBrace decides a sample line that begins with a brace: either a
-// quoted name ({"name",...}), kept when the name is allowed or holds an
-// escape the filter does not read, or labels without a name, which the
-// parser adds to its current family. With no family kept before it such a
-// line is dropped; expfmt v0.70.0 panics on "{}" with no family at all
-// (found by FuzzFilterMatchesFullParse).
-func keepBrace(s []byte, allow allowed, familyKept bool) (keep, named bool) {
+// quotedName reads the quoted metric name that opens the labels of a line
+// in the form {"name",...}, up to its first quote after the opening one
+// (so a name with an escape comes back holding a backslash); false when the
+// labels open with no quoted name.
+func quotedName(s []byte) ([]byte, bool) {
 	s = bytes.TrimLeft(s, " \t")
 	if len(s) == 0 || s[0] != '"' {
-		return familyKept, false
+		return nil, false
 	}
 	end := bytes.IndexByte(s[1:], '"')
 	if end < 0 {
-		return familyKept, false
+		return nil, false
 	}
-	name := s[1 : 1+end]
-	if bytes.IndexByte(name, '\\') >= 0 {
-		return true, true
-	}
-	_, ok := allow[string(name)]
-	return ok, true
+	return s[1 : 1+end], true
 }
 
 // nameLen is the length of the metric name at the start of s, read as the
@@ -154,30 +180,31 @@ func nameLen(s []byte) int {
 }
 
 // parseFamilies parses a text exposition with expfmt after filtering it to
-// the allow-listed families, and returns those families only.
-func parseFamilies(body []byte, allow allowed) (fams map[string]*dto.MetricFamily, err error) {
+// the allow-listed families, and returns those families only, with the
+// count of nameless sample lines filterLines dropped among them.
+func parseFamilies(body []byte, allow allowed) (fams map[string]*dto.MetricFamily, nameless int, err error) {
 	// The parser reads bytes from the network; a panic in it must fail
 	// this target, not the server.
 	defer func() {
 		if r := recover(); r != nil {
-			fams, err = nil, fmt.Errorf("text parser panicked: %v", r)
+			fams, nameless, err = nil, 0, fmt.Errorf("text parser panicked: %v", r)
 		}
 	}()
-	kept, err := filterLines(body, allow)
+	kept, nameless, err := filterLines(body, allow)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	p := expfmt.NewTextParser(model.LegacyValidation)
 	fams, err = p.TextToMetricFamilies(bytes.NewReader(kept))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	for name := range fams {
 		if _, ok := allow[name]; !ok {
 			delete(fams, name)
 		}
 	}
-	return fams, nil
+	return fams, nameless, nil
 }
 
 // attribution says how a target's series name their pod.
@@ -202,7 +229,7 @@ var errSkipped = errors.New("series left out")
 // family of the wrong type or a series an exporter does not attribute is
 // left out and reported in the returned partial error.
 func (c *Config) decode(body []byte, t *Target, allow allowed, now time.Time) ([]Sample, error) {
-	fams, err := parseFamilies(body, allow)
+	fams, nameless, err := parseFamilies(body, allow)
 	if err != nil {
 		return nil, err
 	}
@@ -224,6 +251,9 @@ func (c *Config) decode(body []byte, t *Target, allow allowed, now time.Time) ([
 		out      []Sample
 		problems []string
 	)
+	if nameless > 0 {
+		problems = append(problems, fmt.Sprintf("sample lines naming no metric: %d", nameless))
+	}
 	for _, name := range names {
 		fam := fams[name]
 		for _, e := range allow[name] {

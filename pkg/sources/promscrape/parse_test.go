@@ -97,6 +97,18 @@ func TestDecode(t *testing.T) {
 			body: "python_gc{generation=\"0\" 1 garbage\n# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{model_name=\"m\"} 7\n",
 			want: []got{{"sglang-num-queue-reqs", "ns", "web-0", "", 7, now}},
 		},
+		{
+			name:   "a nameless sample line after an allow-listed series is left out and reported, the series kept whole",
+			config: "presets: [vllm]\n", target: podTarget,
+			body: "vllm:num_requests_running{A=\"00\"} 1\n{A=\"\"} 2\n",
+			want: []got{{"vllm-num-requests-running", "ns", "web-0", "", 1, now}}, partial: "sample lines naming no metric: 1",
+		},
+		{
+			name:   "a nameless sample line after another family's line is left out unreported",
+			config: "presets: [vllm]\n", target: podTarget,
+			body: "vllm:num_requests_running{A=\"00\"} 1\n# TYPE other\n{A=\"\"} 2\n",
+			want: []got{{"vllm-num-requests-running", "ns", "web-0", "", 1, now}},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -141,22 +153,24 @@ func TestDecodeFailsOnBadAllowListedLine(t *testing.T) {
 }
 
 // FuzzFilterMatchesFullParse checks the line filter against expfmt on the
-// whole body: whenever the whole body parses, the filtered body parses too
-// and yields exactly the allow-listed families of the full parse.
+// whole body less its nameless sample lines (expfmt would add their labels
+// to the series before them): whenever that parses, the filtered body parses
+// too and yields exactly the allow-listed families of that parse.
 func FuzzFilterMatchesFullParse(f *testing.F) {
 	f.Add([]byte(vllmText([2]float64{1, 2}, [2]float64{3, 4}, 0.5)))
 	f.Add([]byte(dcgmText("n", []dcgmGPU{{0, "ns", "p", "c", 50, 10}})))
 	f.Add([]byte("# HELP vllm:num_requests_waiting x\n  vllm:num_requests_waiting 1\n\n# comment\nother 2\n"))
 	f.Add([]byte("{\"vllm:num_requests_waiting\",a=\"b\"} 1\n"))
 	f.Add([]byte("vllm:num_requests_waiting\t1 123\r\n"))
+	f.Add([]byte("vllm:num_requests_running{A=\"00\"} 0\n# TYPE other\n{A=\"\"} 0\n"))
 	c := mustParse(f, "presets: [vllm, sglang, dcgm]\n")
 	allow := c.allowList()
 	f.Fuzz(func(t *testing.T, body []byte) {
-		full, err := fullParse(body)
+		full, err := fullParse(withoutNameless(body))
 		if err != nil {
 			// The whole body does not parse (or the parser panics on it):
 			// the filtered parse may still succeed, but must not panic.
-			_, _ = parseFamilies(body, allow)
+			_, _, _ = parseFamilies(body, allow)
 			return
 		}
 		for name := range full {
@@ -164,7 +178,7 @@ func FuzzFilterMatchesFullParse(f *testing.F) {
 				delete(full, name)
 			}
 		}
-		got, err := parseFamilies(body, allow)
+		got, _, err := parseFamilies(body, allow)
 		if err != nil {
 			t.Fatalf("full body parses, filtered body does not: %v", err)
 		}
@@ -216,6 +230,23 @@ func renderFamilies(t *testing.T, fams map[string]*dto.MetricFamily) string {
 		}
 	}
 	return b.String()
+}
+
+// withoutNameless drops the sample lines that open with labels and no
+// quoted metric name.
+func withoutNameless(body []byte) []byte {
+	var out []byte
+	for _, line := range bytes.SplitAfter(body, []byte("\n")) {
+		s := bytes.TrimLeft(line, " \t")
+		if len(s) > 0 && s[0] == '{' {
+			r := bytes.TrimLeft(s[1:], " \t")
+			if len(r) == 0 || r[0] != '"' || bytes.IndexByte(r[1:], '"') < 0 {
+				continue
+			}
+		}
+		out = append(out, line...)
+	}
+	return out
 }
 
 func fullParse(body []byte) (fams map[string]*dto.MetricFamily, err error) {
