@@ -91,12 +91,12 @@ func TestNodeFaults(t *testing.T) {
 	// together: the failure counter has no per-node label.
 	rounds := [][2]func(string) faultCase{
 		{with(fault(kind(fakekubelet.FaultDead)), gone("connection")), with(fault(kind(fakecore.FaultStatus500)), gone("http_status"))},
-		{with(fault(kind(fakecore.FaultUntrustedCertificate)), gone("tls")), with(fault(fakekubelet.Slow(suite.timeout+5*time.Second)), gone("timeout"))},
+		{with(fault(kind(fakecore.FaultUntrustedCertificate)), gone("tls")), with(fault(fakecore.Slow(suite.timeout+5*time.Second)), gone("timeout"))},
 		{with(fault(kind(fakecore.FaultWrongNameCertificate)), gone("tls")), with(fault(kind(fakecore.FaultGarbage)), gone("decode"))},
-		{with(fault(kind(fakecore.FaultHandshakeStall)), gone("timeout")), with(fault(fakekubelet.HugeBody(maxBytes+1<<20)), gone("too_large"))},
+		{with(fault(kind(fakecore.FaultHandshakeStall)), gone("timeout")), with(fault(fakecore.HugeBody(maxBytes+1<<20)), gone("too_large"))},
 		{with(fault(kind(fakecore.FaultStall)), gone("timeout")), with(fault(kind(fakecore.FaultResetConnection)), gone("connection"))},
 		{with(fault(kind(fakecore.FaultTruncated)), gone("decode")), with(fault(kind(fakecore.FaultCounterReset)), right)},
-		{with(fault(fakekubelet.ClockBackwards(3*suite.resolution)), right), func(node string) faultCase {
+		{with(fault(fakecore.ClockBackwards(3*suite.resolution)), right), func(node string) faultCase {
 			dup := pods[node][1]
 			tc := fault(fakekubelet.Fault{Kind: fakekubelet.FaultDuplicatePods, Pod: ns + "/" + dup})(node)
 			tc.partial, tc.outcome, tc.dropped = true, faultDropped, map[string]bool{dup: true}

@@ -100,7 +100,7 @@ func TestUkpdFaults(t *testing.T) {
 	reset.outcome, reset.low = faultRight, true
 	// Every started_at an hour back: a start that changed without a
 	// restart.
-	back := handler(fakeukpd.ClockBackwards(time.Hour))
+	back := handler(fakecore.ClockBackwards(time.Hour))
 	back.outcome = faultRight
 	// A second instance for every container, with twice the values: the
 	// pod is served with its right values or not at all.

@@ -16,7 +16,6 @@ import (
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
-	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
 )
 
 // readyzPoll is what polling a server's /readyz saw.
@@ -127,7 +126,7 @@ func restartWithSlowKubelets(ctx context.Context, t *testing.T, s *env.Server) {
 	t.Helper()
 	nodes := suite.fleet.Nodes()
 	for _, n := range nodes {
-		if err := n.SetFault(fakekubelet.Slow(suite.timeout + suite.resolution)); err != nil {
+		if err := n.SetFault(fakecore.Slow(suite.timeout + suite.resolution)); err != nil {
 			t.Fatal(err)
 		}
 	}

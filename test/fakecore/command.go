@@ -1,7 +1,7 @@
 // Package fakecore is what the fake kubelet fleet and the fake ukpd have in
 // common as programs: the command's shape (a cobra command run by
 // component-base's cli.Run, every validation error at once, a signal-aware
-// run, the control API served last), loopback checks for their
+// run), loopback checks for their
 // control APIs, the HTTP servers they run (Listen), the one client of those
 // APIs (Control), and atomic writes of the files their users poll for.
 package fakecore

@@ -8,8 +8,6 @@ import (
 	"net"
 	"net/http"
 	"time"
-
-	"k8s.io/klog/v2"
 )
 
 // maxControlBody caps a control request's body.
@@ -122,26 +120,4 @@ func (s *HTTPServer) Stop() error {
 		err = errors.Join(err, s.err)
 	}
 	return err
-}
-
-// ServeControl is the end of a fake's program, once the fake is up: it
-// serves control, the fake's control API, on address until ctx ends or
-// that server stops. ready gets the address it listens on, to tell the
-// fake's users (in a state file) where it is.
-func ServeControl(ctx context.Context, name, address string, control http.Handler, ready func(address string) error) (err error) {
-	ctl, addr, err := Listen(address, control)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, ctl.Stop()) }()
-	if err := ready(addr); err != nil {
-		return err
-	}
-	klog.InfoS("Fake ready", "fake", name, "controlAddress", addr)
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-ctl.done:
-		return fmt.Errorf("control API stopped: %w", ctl.err)
-	}
 }

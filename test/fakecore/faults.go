@@ -3,12 +3,14 @@ package fakecore
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 )
 
@@ -47,6 +49,51 @@ const (
 // DefaultHugeBodyBytes is the body size of a HugeBody fault that names
 // none: over every client cap the server sets.
 const DefaultHugeBodyBytes = 64 << 20
+
+// Fault is a fault to set on a fake, or one in force; as JSON, the body of
+// a fake's fault calls. Each fake refuses the scope of the other.
+type Fault struct {
+	Kind FaultKind `json:"kind"`
+	// Delay is the wait before answering, for Slow.
+	Delay metav1.Duration `json:"delay,omitzero"`
+	// Bytes is the body size of HugeBody (DefaultHugeBodyBytes when 0), and
+	// of the fake ukpd's HostileText.
+	Bytes int64 `json:"bytes,omitempty"`
+	// Offset is how far the fake's wall clock is behind, for
+	// ClockBackwards, or ahead, for the fake ukpd's ClockOffset.
+	Offset metav1.Duration `json:"offset,omitzero"`
+	// Pod limits the fake kubelet's DuplicatePods to one pod,
+	// "namespace/name"; empty means every pod of the node.
+	Pod string `json:"pod,omitempty"`
+	// Path limits a fake ukpd's fault to "/v1/instances" or
+	// "/v1/instances/metrics" (which covers /v1/instances/{uuid}/metrics);
+	// empty means both.
+	Path string `json:"path,omitempty"`
+}
+
+// Slow delays every answer by d, on the fake's clock (until the request
+// ends).
+func Slow(d time.Duration) Fault { return Fault{Kind: FaultSlow, Delay: metav1.Duration{Duration: d}} }
+
+// HugeBody answers 200 with a body of n bytes, streamed.
+func HugeBody(n int64) Fault { return Fault{Kind: FaultHugeBody, Bytes: n} }
+
+// ClockBackwards sets the fake's wall clock d back (whole seconds): the
+// times it reports are d earlier, as each fake says.
+func ClockBackwards(d time.Duration) Fault {
+	return Fault{Kind: FaultClockBackwards, Offset: metav1.Duration{Duration: d}}
+}
+
+// Check returns what is wrong with the fields every fake reads alike.
+func (f Fault) Check() error {
+	switch {
+	case f.Kind == FaultSlow && f.Delay.Duration <= 0:
+		return fmt.Errorf("fault %s needs a positive delay", f.Kind)
+	case f.Kind == FaultClockBackwards && f.Offset.Duration < time.Second:
+		return fmt.Errorf("fault %s needs an offset of at least 1s", f.Kind)
+	}
+	return nil
+}
 
 // Format is what a fake renders for the response faults, in its own wire
 // format.

@@ -48,7 +48,7 @@ func TestCloseStopsEverything(t *testing.T) {
 	if err := nodes[1].SetFault(Fault{Kind: fakecore.FaultStall}); err != nil {
 		t.Fatal(err)
 	}
-	if err := nodes[2].SetFault(Slow(time.Hour)); err != nil {
+	if err := nodes[2].SetFault(fakecore.Slow(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if err := nodes[3].SetFault(Fault{Kind: FaultDead}); err != nil {

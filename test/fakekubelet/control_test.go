@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
 func TestControlAPI(t *testing.T) {
@@ -87,20 +89,20 @@ func TestControlAPI(t *testing.T) {
 		{name: "forget usage", method: "DELETE", path: "/v1/usage", wantCode: 200},
 		{name: "slow fault", method: "PUT", path: "/v1/nodes/n1/fault", body: `{"kind":"Slow","delay":"2s"}`, wantCode: 200, wantBody: `"delay": "2s"`, check: func(t *testing.T) {
 			n, _ := f.Node("n1")
-			if diff := cmp.Diff([]Fault{Slow(2 * time.Second)}, n.Faults()); diff != "" {
+			if diff := cmp.Diff([]Fault{fakecore.Slow(2 * time.Second)}, n.Faults()); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		}},
 		{name: "huge body fault on all nodes", method: "PUT", path: "/v1/nodes/*/fault", body: `{"kind":"HugeBody","bytes":1024}`, wantCode: 200, check: func(t *testing.T) {
 			n, _ := f.Node("n2")
-			if diff := cmp.Diff([]Fault{HugeBody(1024)}, n.Faults()); diff != "" {
+			if diff := cmp.Diff([]Fault{fakecore.HugeBody(1024)}, n.Faults()); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		}},
 		{name: "data faults", method: "PUT", path: "/v1/nodes/n2/fault", body: `{"kind":"ClockBackwards","offset":"20s"}`, wantCode: 200, wantBody: `"offset": "20s"`},
 		{name: "duplicate one pod", method: "PUT", path: "/v1/nodes/n2/fault", body: `{"kind":"DuplicatePods","pod":"shop/web-2"}`, wantCode: 200, check: func(t *testing.T) {
 			n, _ := f.Node("n2")
-			want := []Fault{ClockBackwards(20 * time.Second), {Kind: FaultDuplicatePods, Pod: "shop/web-2"}, HugeBody(1024)}
+			want := []Fault{fakecore.ClockBackwards(20 * time.Second), {Kind: FaultDuplicatePods, Pod: "shop/web-2"}, fakecore.HugeBody(1024)}
 			if diff := cmp.Diff(want, n.Faults()); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
@@ -112,7 +114,7 @@ func TestControlAPI(t *testing.T) {
 		{name: "fault on unknown node", method: "PUT", path: "/v1/nodes/n9/fault", body: `{"kind":"Status500"}`, wantCode: 404},
 		{name: "clear one fault", method: "DELETE", path: "/v1/nodes/n1/fault?kind=Slow", wantCode: 200, check: func(t *testing.T) {
 			n, _ := f.Node("n1")
-			if diff := cmp.Diff([]Fault{HugeBody(1024)}, n.Faults()); diff != "" {
+			if diff := cmp.Diff([]Fault{fakecore.HugeBody(1024)}, n.Faults()); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		}},

@@ -8,9 +8,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
@@ -20,7 +17,9 @@ import (
 type FaultKind = fakecore.FaultKind
 
 // The faults a node can be given are fakecore's, in its groups, and these;
-// faults of different groups compose. Of the response faults the last one
+// faults of different groups compose. Under ClockBackwards a node's samples
+// carry times earlier than the fleet's clock, and counters read at those
+// times. Of the response faults the last one
 // set wins, and so of the transport faults; setting or clearing one of
 // those drops the node's open connections, so that clients meet it on
 // their next request.
@@ -34,34 +33,8 @@ const (
 )
 
 // Fault is a fault to set on a node, or one in force; as JSON, the body of
-// PUT /v1/nodes/{node}/fault.
-type Fault struct {
-	Kind FaultKind `json:"kind"`
-	// Delay is the wait before responding, for Slow.
-	Delay metav1.Duration `json:"delay,omitzero"`
-	// Bytes is the body size for HugeBody; 0 means fakecore.DefaultHugeBodyBytes.
-	Bytes int64 `json:"bytes,omitempty"`
-	// Offset is how far the node's clock goes back, for ClockBackwards.
-	Offset metav1.Duration `json:"offset,omitzero"`
-	// Pod limits DuplicatePods to one pod, "namespace/name"; empty means
-	// every pod of the node.
-	Pod string `json:"pod,omitempty"`
-}
-
-// Slow delays every response by d (until the request is cancelled).
-func Slow(d time.Duration) Fault {
-	return Fault{Kind: fakecore.FaultSlow, Delay: metav1.Duration{Duration: d}}
-}
-
-// HugeBody answers 200 with a body of n bytes, streamed.
-func HugeBody(n int64) Fault { return Fault{Kind: fakecore.FaultHugeBody, Bytes: n} }
-
-// ClockBackwards sets the node's clock d back: its samples carry times d
-// earlier than the fleet's clock (whole seconds), and counters read at those
-// times, until the fault is cleared.
-func ClockBackwards(d time.Duration) Fault {
-	return Fault{Kind: fakecore.FaultClockBackwards, Offset: metav1.Duration{Duration: d}}
-}
+// PUT /v1/nodes/{node}/fault. A node's faults take no Path.
+type Fault = fakecore.Fault
 
 // Groups of faults of which one at most is in force; every other kind is a
 // group of its own.
@@ -98,10 +71,10 @@ func (n *Node) SetFault(f Fault) error {
 	switch {
 	case !ok:
 		return fmt.Errorf("unknown fault kind %q", f.Kind)
-	case f.Kind == fakecore.FaultSlow && f.Delay.Duration <= 0:
-		return fmt.Errorf("fault %s needs a positive delay", f.Kind)
-	case f.Kind == fakecore.FaultClockBackwards && f.Offset.Duration < time.Second:
-		return fmt.Errorf("fault %s needs an offset of at least 1s", f.Kind)
+	case f.Path != "":
+		return fmt.Errorf("fault %s: a node's faults take no path", f.Kind)
+	case f.Check() != nil:
+		return f.Check()
 	case f.Kind == FaultDuplicatePods:
 		if ns, name, ok := strings.Cut(f.Pod, "/"); f.Pod != "" && (!ok || ns == "" || name == "") {
 			return fmt.Errorf("fault %s: pod %q is not namespace/name", f.Kind, f.Pod)

@@ -47,7 +47,7 @@ func TestClockBackwardsFault(t *testing.T) {
 	if diff := cmp.Diff([]podView{at(60 * time.Second)}, summaryView(t, f, n)); diff != "" {
 		t.Errorf("before the fault (-want +got):\n%s", diff)
 	}
-	if err := n.SetFault(ClockBackwards(20 * time.Second)); err != nil {
+	if err := n.SetFault(fakecore.ClockBackwards(20 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff([]podView{at(40 * time.Second)}, summaryView(t, f, n)); diff != "" {
@@ -63,7 +63,7 @@ func TestClockBackwardsFault(t *testing.T) {
 	if diff := cmp.Diff([]podView{at(65 * time.Second)}, summaryView(t, f, n)); diff != "" {
 		t.Errorf("after clearing (-want +got):\n%s", diff)
 	}
-	if err := n.SetFault(ClockBackwards(time.Millisecond)); err == nil {
+	if err := n.SetFault(fakecore.ClockBackwards(time.Millisecond)); err == nil {
 		t.Error("an offset below one second was accepted")
 	}
 }

@@ -86,7 +86,7 @@ func TestFaults(t *testing.T) {
 				t.Errorf("got status %d, err %v, body %q; want 200 with garbage", r.status, r.err, r.body)
 			}
 		}},
-		{name: "HugeBody", fault: HugeBody(16 << 20), path: summaryPath, check: func(t *testing.T, r result) {
+		{name: "HugeBody", fault: fakecore.HugeBody(16 << 20), path: summaryPath, check: func(t *testing.T, r result) {
 			if r.err != nil || r.status != http.StatusOK || r.size != 16<<20 {
 				t.Errorf("got status %d, err %v, %d bytes; want 200 with %d bytes", r.status, r.err, r.size, 16<<20)
 			}
@@ -157,7 +157,7 @@ func TestSlowFault(t *testing.T) {
 	sc := &signalClock{FakeClock: testingclock.NewFakeClock(t0), timers: make(chan time.Duration, 4)}
 	f, _ := newTestFleet(t, Config{Clock: sc})
 	n := addNode(t, f, "node-a")
-	if err := n.SetFault(Slow(time.Minute)); err != nil {
+	if err := n.SetFault(fakecore.Slow(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	c := newClient(t, f)
@@ -286,7 +286,7 @@ func TestNodeCounterResetFault(t *testing.T) {
 func TestSetFaultRejectsBadInput(t *testing.T) {
 	f, _ := newTestFleet(t, Config{})
 	n := addNode(t, f, "node-a")
-	for _, fault := range []Fault{{Kind: "Melt"}, {Kind: fakecore.FaultSlow}, Slow(-time.Second)} {
+	for _, fault := range []Fault{{Kind: "Melt"}, {Kind: fakecore.FaultSlow}, fakecore.Slow(-time.Second), {Kind: fakecore.FaultGarbage, Path: "/stats/summary"}} {
 		if err := n.SetFault(fault); err == nil {
 			t.Errorf("SetFault(%+v) succeeded", fault)
 		}

@@ -21,7 +21,10 @@ type FaultKind = fakecore.FaultKind
 // the response faults (Status500, Garbage, HugeBody, HostileText,
 // Truncated, Stall) the first in that order wins when several apply. The
 // data faults (ClockBackwards, ClockOffset, DuplicateInstances, OlderForm)
-// change what both paths report and compose with everything. CounterReset
+// change what both paths report and compose with everything; the clock
+// faults move every started_at, stopped_at and created_at, as from a daemon
+// that derives them from the wall clock and an uptime, while CPU time and
+// uptime stay as they are. CounterReset
 // acts once and is not kept. The transport faults (Refused and fakecore's)
 // live below HTTP, in a fakecore.Endpoint.
 const (
@@ -45,28 +48,8 @@ const (
 // names none.
 const DefaultHostileTextBytes = 60 << 20
 
-// Fault is a fault to set.
-type Fault struct {
-	Kind FaultKind `json:"kind"`
-	// Path limits the fault to "/v1/instances" or "/v1/instances/metrics"
-	// (which covers /v1/instances/{uuid}/metrics); empty means both.
-	Path string `json:"path,omitempty"`
-	// Delay is the wait before answering, for Slow.
-	Delay metav1.Duration `json:"delay,omitzero"`
-	// Bytes is the body size for HugeBody; 0 means fakecore.DefaultHugeBodyBytes.
-	Bytes int64 `json:"bytes,omitempty"`
-	// Offset is how far the platform's wall clock is behind, for
-	// ClockBackwards, or ahead (negative: behind), for ClockOffset.
-	Offset metav1.Duration `json:"offset,omitzero"`
-}
-
-// ClockBackwards sets the platform's wall clock d behind (whole seconds):
-// every started_at, stopped_at and created_at it reports is d earlier, as
-// from a daemon that derives them from the wall clock and an uptime. CPU
-// time and uptime do not follow the wall clock and stay as they are.
-func ClockBackwards(d time.Duration) Fault {
-	return Fault{Kind: fakecore.FaultClockBackwards, Offset: metav1.Duration{Duration: d}}
-}
+// Fault is a fault to set; it takes no Pod.
+type Fault = fakecore.Fault
 
 // ClockOffset sets the platform's wall clock d ahead, or -d behind for a
 // negative d (whole seconds): every started_at, stopped_at and created_at
@@ -75,33 +58,23 @@ func ClockOffset(d time.Duration) Fault {
 	return Fault{Kind: FaultClockOffset, Offset: metav1.Duration{Duration: d}}
 }
 
-// Slow delays answers by d, on the server's clock.
-func Slow(d time.Duration) Fault {
-	return Fault{Kind: fakecore.FaultSlow, Delay: metav1.Duration{Duration: d}}
-}
-
 // SetFault sets a fault, replacing one of the same kind.
 func (s *Server) SetFault(f Fault) error {
+	if err := f.Check(); err != nil {
+		return err
+	}
+	if f.Pod != "" {
+		return fmt.Errorf("fault %s: the platform's faults take no pod", f.Kind)
+	}
 	switch f.Kind {
-	case fakecore.FaultSlow:
-		if f.Delay.Duration <= 0 {
-			return fmt.Errorf("fault %s needs a positive delay", f.Kind)
-		}
-	case fakecore.FaultHugeBody:
-		if f.Bytes <= 0 {
-			f.Bytes = fakecore.DefaultHugeBodyBytes
-		}
 	case FaultHostileText:
 		if f.Bytes <= 0 {
 			f.Bytes = DefaultHostileTextBytes
 		}
-	case fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultTruncated, fakecore.FaultStall:
+	case fakecore.FaultSlow, fakecore.FaultHugeBody, fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultTruncated, fakecore.FaultStall:
 	case fakecore.FaultClockBackwards, FaultDuplicateInstances, fakecore.FaultCounterReset, FaultClockOffset, FaultOlderForm:
 		if f.Path != "" {
 			return fmt.Errorf("fault %s applies to both paths; it takes no path", f.Kind)
-		}
-		if f.Kind == fakecore.FaultClockBackwards && f.Offset.Duration < time.Second {
-			return fmt.Errorf("fault %s needs an offset of at least 1s", f.Kind)
 		}
 		if f.Kind == FaultClockOffset && f.Offset.Abs() < time.Second {
 			return fmt.Errorf("fault %s needs an offset of at least 1s either way", f.Kind)

@@ -60,7 +60,7 @@ func TestClockBackwardsFault(t *testing.T) {
 	h := newHarness(t, Config{})
 	in := h.add(t, InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", CPUCores: 1})
 	h.clk.Step(60 * time.Second)
-	if err := h.s.SetFault(ClockBackwards(30*time.Second + 400*time.Millisecond)); err != nil {
+	if err := h.s.SetFault(fakecore.ClockBackwards(30*time.Second + 400*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	// Times go back by whole seconds; CPU time does not follow the clock.

@@ -55,7 +55,7 @@ func TestFaults(t *testing.T) {
 
 func TestFaultRejects(t *testing.T) {
 	h := newHarness(t, Config{})
-	for _, f := range []Fault{{Kind: "Explode"}, {Kind: fakecore.FaultSlow}, {Kind: fakecore.FaultGarbage, Path: "/v1/images"}} {
+	for _, f := range []Fault{{Kind: "Explode"}, {Kind: fakecore.FaultSlow}, {Kind: fakecore.FaultGarbage, Path: "/v1/images"}, {Kind: fakecore.FaultGarbage, Pod: "ns/p"}} {
 		if err := h.s.SetFault(f); err == nil {
 			t.Errorf("SetFault(%+v) accepted", f)
 		}
@@ -64,7 +64,7 @@ func TestFaultRejects(t *testing.T) {
 
 func TestSlowFault(t *testing.T) {
 	h := newHarness(t, Config{})
-	if err := h.s.SetFault(Slow(30 * time.Second)); err != nil {
+	if err := h.s.SetFault(fakecore.Slow(30 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	// Answered once the fake clock passes the delay.

@@ -145,14 +145,14 @@ func TestClientFailures(t *testing.T) {
 			wantReason: sources.ReasonTooLarge, wantErr: "larger than 65536 bytes",
 		},
 		{
-			name: "slow past the deadline", fault: ptr.To(fakeukpd.Slow(time.Hour)),
+			name: "slow past the deadline", fault: ptr.To(fakecore.Slow(time.Hour)),
 			ctx: func() (context.Context, context.CancelFunc) {
 				return context.WithTimeout(context.Background(), 20*time.Millisecond)
 			},
 			wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded",
 		},
 		{
-			name: "slow past the request timeout", fault: ptr.To(fakeukpd.Slow(time.Hour)),
+			name: "slow past the request timeout", fault: ptr.To(fakecore.Slow(time.Hour)),
 			cfg:        func(c *ClientConfig) { c.RequestTimeout = 20 * time.Millisecond },
 			wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded",
 		},

@@ -15,6 +15,7 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 	"github.com/group-metrics-server/group-metrics-server/pkg/store"
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
@@ -393,7 +394,7 @@ func TestScrapeStartedAtMovesAlone(t *testing.T) {
 	var lastWindowEnd time.Time
 	for i := range 10 {
 		if i == 3 {
-			if err := e.fake.SetFault(fakeukpd.ClockBackwards(time.Hour)); err != nil {
+			if err := e.fake.SetFault(fakecore.ClockBackwards(time.Hour)); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
+	"k8s.io/klog/v2"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
@@ -65,12 +66,19 @@ func run(ctx context.Context, cfg *Config) (err error) {
 			return err
 		}
 	}
-	return fakecore.ServeControl(ctx, "fake kubelet fleet", cfg.ControlAddress, fakekubelet.NewControlHandler(fleet), func(addr string) error {
-		if cfg.CertDir == "" {
-			return nil
+	ctl, addr, err := fakecore.Listen(cfg.ControlAddress, fakekubelet.NewControlHandler(fleet))
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, ctl.Stop()) }()
+	if cfg.CertDir != "" {
+		if err := writeCertDir(cfg.CertDir, fleet, addr); err != nil {
+			return err
 		}
-		return writeCertDir(cfg.CertDir, fleet, addr)
-	})
+	}
+	klog.InfoS("Fake ready", "fake", "fake kubelet fleet", "controlAddress", addr)
+	<-ctx.Done()
+	return nil
 }
 
 // clusterClient returns a client for kubeconfig, or nil without one.
