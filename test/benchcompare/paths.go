@@ -80,7 +80,7 @@ func (b *bench) createNamespace(ctx context.Context, name string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	return cluster.PollUntil(ctx, "the default ServiceAccount of "+name, 250*time.Millisecond, 10*time.Second, nil,
+	return cluster.Poll(ctx, "the default ServiceAccount of "+name, nil,
 		func(ctx context.Context) error {
 			_, err := client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
 			return err

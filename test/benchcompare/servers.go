@@ -114,7 +114,7 @@ func (b *bench) startServer(ctx context.Context, kind serverKind, round int) (*r
 	wait := 2*time.Minute + 2*b.opts.Resolution + time.Duration(b.opts.totalPods())*time.Millisecond
 	waitCtx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	err = cluster.PollUntil(waitCtx, name+" to be ready", 250*time.Millisecond, 10*time.Second,
+	err = cluster.Poll(waitCtx, name+" to be ready",
 		[]*cluster.Process{proc, b.fleetProc}, func(ctx context.Context) error {
 			code, body, err := s.get(ctx, "/readyz", nil)
 			if err != nil {

@@ -106,11 +106,9 @@ func (b *bench) startFleet(ctx context.Context) error {
 			return err
 		}
 		ready := 0
-		for _, n := range nodes.Items {
-			for _, cond := range n.Status.Conditions {
-				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-					ready++
-				}
+		for i := range nodes.Items {
+			if cluster.NodeReady(&nodes.Items[i]) {
+				ready++
 			}
 		}
 		if ready < b.opts.Nodes {
@@ -153,7 +151,7 @@ func (b *bench) launchFleet(ctx context.Context, attempt int) error {
 		return err
 	}
 	b.fleetProc = p
-	return cluster.PollUntil(ctx, "the fleet to write "+fakekubelet.StateFileName, 250*time.Millisecond, 10*time.Second, []*cluster.Process{p}, func(context.Context) error {
+	return cluster.Poll(ctx, "the fleet to write "+fakekubelet.StateFileName, []*cluster.Process{p}, func(context.Context) error {
 		state, err := fakekubelet.ReadFleetState(certDir)
 		b.fleet = state
 		return err

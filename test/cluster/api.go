@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	nodeutil "k8s.io/component-helpers/node/util"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/certs"
 )
@@ -88,18 +89,22 @@ func (c *Cluster) CreateNode(ctx context.Context, node *corev1.Node) error {
 	if _, err := c.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create node %s: %w", name, err)
 	}
-	return waitUntil(ctx, "node "+name+" to be Ready", c.coreProcesses("kwok"), func(ctx context.Context) error {
+	return Poll(ctx, "node "+name+" to be Ready", c.coreProcesses("kwok"), func(ctx context.Context) error {
 		n, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		for _, cond := range n.Status.Conditions {
-			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-				return nil
-			}
+		if NodeReady(n) {
+			return nil
 		}
 		return fmt.Errorf("node %s is not Ready yet", name)
 	})
+}
+
+// NodeReady says whether n has the condition Ready=True.
+func NodeReady(n *corev1.Node) bool {
+	_, c := nodeutil.GetNodeCondition(&n.Status, corev1.NodeReady)
+	return c != nil && c.Status == corev1.ConditionTrue
 }
 
 // NodeObject is the Node AddNode creates: kwok-managed, with the usual
@@ -184,7 +189,7 @@ func (c *Cluster) APIServices() dynamic.ResourceInterface {
 func (c *Cluster) WaitForAPIServiceAvailable(ctx context.Context, name string) error {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	return waitUntil(ctx, "APIService "+name+" to be Available", c.coreProcesses(), func(ctx context.Context) error {
+	return Poll(ctx, "APIService "+name+" to be Available", c.coreProcesses(), func(ctx context.Context) error {
 		obj, err := c.APIServices().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err

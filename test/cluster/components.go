@@ -82,7 +82,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	if err := c.waitHealthy(ctx, p, c.APIServerURL()+"/readyz"); err != nil {
 		return err
 	}
-	return waitUntil(ctx, "system namespaces and the authentication ConfigMap", c.coreProcesses(), func(ctx context.Context) error {
+	return Poll(ctx, "system namespaces and the authentication ConfigMap", c.coreProcesses(), func(ctx context.Context) error {
 		for _, ns := range []string{metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic, "kube-node-lease"} {
 			if _, err := c.client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
 				return err
@@ -137,7 +137,7 @@ func (c *Cluster) startControllers(ctx context.Context) error {
 			return err
 		}
 	}
-	return waitUntil(ctx, "the default ServiceAccount", c.coreProcesses(kcm.name), func(ctx context.Context) error {
+	return Poll(ctx, "the default ServiceAccount", c.coreProcesses(kcm.name), func(ctx context.Context) error {
 		_, err := c.client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{})
 		return err
 	})
@@ -241,7 +241,7 @@ func (c *Cluster) waitHealthy(ctx context.Context, p *Process, url string) error
 	if err != nil {
 		return err
 	}
-	return waitUntil(ctx, p.name+" "+url, append(c.coreProcesses(), p), func(ctx context.Context) error {
+	return Poll(ctx, p.name+" "+url, append(c.coreProcesses(), p), func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return err

@@ -9,14 +9,14 @@ import (
 )
 
 const (
-	pollInterval = 100 * time.Millisecond
-	checkTimeout = 5 * time.Second
+	// PollInterval is how often Poll checks.
+	PollInterval = 250 * time.Millisecond
+	checkTimeout = 10 * time.Second
 )
 
-// waitUntil polls check every pollInterval, each call bounded by
-// checkTimeout; see PollUntil.
-func waitUntil(ctx context.Context, what string, watch []*Process, check func(context.Context) error) error {
-	return PollUntil(ctx, what, pollInterval, checkTimeout, watch, check)
+// Poll is PollUntil every PollInterval, each call bounded by ten seconds.
+func Poll(ctx context.Context, what string, watch []*Process, check func(context.Context) error) error {
+	return PollUntil(ctx, what, PollInterval, checkTimeout, watch, check)
 }
 
 // PollUntil calls check every interval, each call bounded by callTimeout,

@@ -62,7 +62,7 @@ func startUnikernels(ctx, runCtx context.Context, c *cluster.Cluster, root, bin 
 	if err != nil {
 		return nil, err
 	}
-	err = env.Poll(ctx, "the fake ukpd to write ukpd.json", []*cluster.Process{p}, func(context.Context) error {
+	err = cluster.Poll(ctx, "the fake ukpd to write ukpd.json", []*cluster.Process{p}, func(context.Context) error {
 		state, err := fakecore.ReadState[fakeukpd.State](filepath.Join(dir, "ukpd.json"))
 		u.state = state
 		return err
@@ -102,7 +102,7 @@ func startUnikernels(ctx, runCtx context.Context, c *cluster.Cluster, root, bin 
 // ready waits until kubectl top shows the unikernel pods, then says how to
 // drive them.
 func (u *unikernels) ready(ctx context.Context, c *cluster.Cluster, root string) error {
-	err := env.Poll(ctx, "kubectl top pods -n "+unikraftNS, nil, func(ctx context.Context) error {
+	err := cluster.Poll(ctx, "kubectl top pods -n "+unikraftNS, nil, func(ctx context.Context) error {
 		out, _, err := c.Kubectl(ctx, "top", "pods", "-n", unikraftNS)
 		if err != nil {
 			return err

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
@@ -190,7 +189,7 @@ func startFleet(ctx context.Context, c *cluster.Cluster, bin string, o options) 
 		return nil, err
 	}
 	var info *fakekubelet.FleetState
-	err = env.Poll(ctx, "the fleet to write "+fakekubelet.StateFileName, []*cluster.Process{p}, func(context.Context) error {
+	err = cluster.Poll(ctx, "the fleet to write "+fakekubelet.StateFileName, []*cluster.Process{p}, func(context.Context) error {
 		state, err := fakekubelet.ReadFleetState(certDir)
 		info = state
 		return err
@@ -198,28 +197,19 @@ func startFleet(ctx context.Context, c *cluster.Cluster, bin string, o options) 
 	if err != nil {
 		return nil, err
 	}
-	err = env.Poll(ctx, "the fleet's nodes to be Ready", []*cluster.Process{p}, func(ctx context.Context) error {
+	err = cluster.Poll(ctx, "the fleet's nodes to be Ready", []*cluster.Process{p}, func(ctx context.Context) error {
 		for _, n := range info.Nodes {
 			node, err := c.Client().CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
-			if !nodeReady(node) {
+			if !cluster.NodeReady(node) {
 				return fmt.Errorf("node %s is not Ready", n.Name)
 			}
 		}
 		return nil
 	})
 	return info, err
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // deploySample creates the demo namespace, a Deployment of three pods
@@ -251,7 +241,7 @@ func controlPut(ctx context.Context, control, path string, body any) error {
 
 // waitForTop waits until kubectl top pods prints the sample's pods.
 func waitForTop(ctx context.Context, c *cluster.Cluster) error {
-	return env.Poll(ctx, "kubectl top pods -n "+demoNS, nil, func(ctx context.Context) error {
+	return cluster.Poll(ctx, "kubectl top pods -n "+demoNS, nil, func(ctx context.Context) error {
 		out, _, err := c.Kubectl(ctx, "top", "pods", "-n", demoNS)
 		if err != nil {
 			return err

@@ -271,7 +271,7 @@ func checkUninstalled(ctx context.Context, t *testing.T, c *cluster.Cluster, obj
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kubernetes.NewForConfigOrDie(c.RESTConfig()).Discovery()))
 	waitCtx, cancel := context.WithTimeout(ctx, uninstallBound)
 	defer cancel()
-	err = env.Poll(waitCtx, "no object of the release left", nil, func(ctx context.Context) error {
+	err = cluster.Poll(waitCtx, "no object of the release left", nil, func(ctx context.Context) error {
 		var left []string
 		for _, o := range objs {
 			gvk := o.GroupVersionKind()
@@ -339,7 +339,7 @@ func waitTopOn(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string,
 	defer cancel()
 	var out string
 	var last error
-	err := env.Poll(ctx, "kubectl top pod -n "+ns, nil, func(ctx context.Context) error {
+	err := cluster.Poll(ctx, "kubectl top pod -n "+ns, nil, func(ctx context.Context) error {
 		attempt, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
 		stdout, stderr, err := c.Kubectl(attempt, "top", "pod", "-n", ns)

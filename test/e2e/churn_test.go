@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
 )
@@ -271,7 +272,7 @@ func (c *churn) probe(churnCtx, ctx context.Context, ep endpoint) {
 			return
 		}
 		stepCtx, cancel := context.WithTimeout(ctx, time.Minute)
-		err := env.Poll(stepCtx, name+" to run", watched(), func(ctx context.Context) error {
+		err := cluster.Poll(stepCtx, name+" to run", watched(), func(ctx context.Context) error {
 			p, err := client.CoreV1().Pods(c.ns).Get(ctx, name, metav1.GetOptions{})
 			if err == nil && p.Status.Phase != corev1.PodRunning {
 				err = fmt.Errorf("phase %s", p.Status.Phase)
@@ -286,7 +287,7 @@ func (c *churn) probe(churnCtx, ctx context.Context, ep endpoint) {
 		running := time.Now()
 		// Wait past the bound, so that a late answer is measured.
 		stepCtx, cancel = context.WithTimeout(ctx, 2*newPodBound())
-		err = env.Poll(stepCtx, "metrics of "+name, watched(), func(ctx context.Context) error {
+		err = cluster.Poll(stepCtx, "metrics of "+name, watched(), func(ctx context.Context) error {
 			if r := fetch(ctx, ep, getPod(c.ns, name)); r.failed() {
 				return fmt.Errorf("%v", r)
 			}

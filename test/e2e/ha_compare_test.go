@@ -29,7 +29,7 @@ func compareReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*
 	bound := 2*(suite.resolution+suite.timeout) + 20*time.Second
 	cctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	err := env.Poll(cctx, "the replicas to serve every pod from settled windows", procs, func(ctx context.Context) error {
+	err := cluster.Poll(cctx, "the replicas to serve every pod from settled windows", procs, func(ctx context.Context) error {
 		for i, p := range procs {
 			c := pinned[p]
 			mc, err := metricsclient.NewForConfigAndClient(s.RESTConfig(), c.client)

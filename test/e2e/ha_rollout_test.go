@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
 
@@ -85,7 +86,7 @@ func TestHighAvailabilityRollout(t *testing.T) {
 	defer func() { _ = l.Close() }()
 	go k.serve(l)
 	agg := aggregatorEndpoint(t)
-	if err := env.Poll(ctx, "a list through the aggregator", nil, func(ctx context.Context) error {
+	if err := cluster.Poll(ctx, "a list through the aggregator", nil, func(ctx context.Context) error {
 		r := runLoad(ctx, []endpoint{agg}, []shape{listAllPods()}, 1, time.Second)
 		for _, x := range r {
 			if !x.failed() {
@@ -179,7 +180,7 @@ func rolloutDeployment(ctx context.Context, t *testing.T, dir string) *appsv1.De
 func waitRolledOut(ctx context.Context, client kubernetes.Interface, kerrs <-chan error, gen int64) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	return env.Poll(ctx, "the rollout", nil, func(ctx context.Context) error {
+	return cluster.Poll(ctx, "the rollout", nil, func(ctx context.Context) error {
 		select {
 		case err := <-kerrs:
 			return fmt.Errorf("kubelet stand-in: %w", err)

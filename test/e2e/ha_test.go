@@ -144,7 +144,7 @@ func deletePDB(t *testing.T) {
 func connectReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*cluster.Process) map[*cluster.Process]endpoint {
 	t.Helper()
 	var pinned map[*cluster.Process]endpoint
-	err := env.Poll(ctx, "a connection to every replica", procs, func(ctx context.Context) error {
+	err := cluster.Poll(ctx, "a connection to every replica", procs, func(ctx context.Context) error {
 		var err error
 		// Each connection reaches one of the replicas listening, so 32
 		// connections miss one of two with probability 2^-31.
@@ -160,7 +160,7 @@ func connectReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*
 		}
 	})
 	for p, c := range pinned {
-		err := env.Poll(ctx, p.Name()+" to be ready", procs, func(ctx context.Context) error {
+		err := cluster.Poll(ctx, p.Name()+" to be ready", procs, func(ctx context.Context) error {
 			code, body, err := env.Get(ctx, c.client, c.base+"/readyz")
 			if err == nil && code != 200 {
 				err = fmt.Errorf("/readyz %d: %s", code, body)

@@ -58,7 +58,7 @@ func watched() []*cluster.Process {
 
 // poll is env.Poll watching the control plane and the server.
 func poll(ctx context.Context, what string, check func(context.Context) error) error {
-	return env.Poll(ctx, what, watched(), check)
+	return cluster.Poll(ctx, what, watched(), check)
 }
 
 // table is the output of a kubectl command that prints columns.

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
 )
@@ -273,7 +274,7 @@ func startServing(ctx context.Context, t *testing.T, s *env.Server, suffix, ns s
 	nsList := shape{"list-namespace", metricsV1beta1 + "/namespaces/" + ns + "/pods"}
 	ctx, cancel := context.WithTimeout(ctx, readyBound()+time.Minute)
 	defer cancel()
-	err = env.Poll(ctx, proc.Name()+" to serve every pod", append(watched(), proc), func(ctx context.Context) error {
+	err = cluster.Poll(ctx, proc.Name()+" to serve every pod", append(watched(), proc), func(ctx context.Context) error {
 		return servesAll(fetch(ctx, direct, nsList), want)
 	})
 	if err != nil {

@@ -129,7 +129,7 @@ func newLWSEnv(ctx context.Context, t *testing.T) *lwsEnv {
 func (e *lwsEnv) poll(ctx context.Context, d time.Duration, what string, check func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	return env.Poll(ctx, what, e.watch, check)
+	return cluster.Poll(ctx, what, e.watch, check)
 }
 
 // deployCustomMetricsServer deploys a second server from
@@ -283,7 +283,7 @@ func (e *lwsEnv) hpaState(ctx context.Context, ns string) string {
 func (e *lwsEnv) holdMinimum(ctx context.Context, t *testing.T, ns string, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(d)
-	ticker := time.NewTicker(env.PollInterval)
+	ticker := time.NewTicker(cluster.PollInterval)
 	defer ticker.Stop()
 	var hpa *autoscalingv2.HorizontalPodAutoscaler
 	for time.Now().Before(deadline) {

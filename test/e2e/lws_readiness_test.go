@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
-	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
 	"github.com/group-metrics-server/group-metrics-server/test/lws"
 )
@@ -117,7 +117,7 @@ func (e *lwsEnv) setWorkersReady(ctx context.Context, t *testing.T, ns string, r
 func (e *lwsEnv) holdUnscaled(ctx context.Context, t *testing.T, ns string, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(d)
-	ticker := time.NewTicker(env.PollInterval)
+	ticker := time.NewTicker(cluster.PollInterval)
 	defer ticker.Stop()
 	for time.Now().Before(deadline) {
 		scale, err := lws.GetScale(ctx, e.dyn, ns, lwsName)

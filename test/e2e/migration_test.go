@@ -125,7 +125,7 @@ func TestMigrationFromMetricsServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	recreateCtx, cancel := context.WithTimeout(ctx, recreateBound)
-	err = env.Poll(recreateCtx, "the deleted APIService to come back", []*cluster.Process{s.Process, s.Controller}, func(ctx context.Context) error {
+	err = cluster.Poll(recreateCtx, "the deleted APIService to come back", []*cluster.Process{s.Process, s.Controller}, func(ctx context.Context) error {
 		_, err := dyn.Resource(certs.APIServiceResource).Get(ctx, env.MetricsAPIServices[0], metav1.GetOptions{})
 		return err
 	})
@@ -157,7 +157,7 @@ func TestMigrationFromMetricsServer(t *testing.T) {
 		t.Fatalf("kubectl delete -k manifests/base: %v: %s", err, stderr)
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	err = env.Poll(waitCtx, "the controller to run without its rights", nil, func(context.Context) error {
+	err = cluster.Poll(waitCtx, "the controller to run without its rights", nil, func(context.Context) error {
 		select {
 		case <-s.Controller.Done():
 			return nil
@@ -181,7 +181,7 @@ func TestMigrationFromMetricsServer(t *testing.T) {
 	goneCtx, cancel := context.WithTimeout(ctx, uninstallBound)
 	defer cancel()
 	var left []string
-	err = env.Poll(goneCtx, "no object of ours left", nil, func(ctx context.Context) error {
+	err = cluster.Poll(goneCtx, "no object of ours left", nil, func(ctx context.Context) error {
 		left, err = labelled(ctx, dyn, ourLabel)
 		if err != nil {
 			return err

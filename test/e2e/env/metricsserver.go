@@ -52,7 +52,7 @@ func StartMetricsServer(ctx context.Context, c *cluster.Cluster, binDir, kubelet
 	if err != nil {
 		return m, err
 	}
-	return m, Poll(ctx, "metrics-server to be ready", []*cluster.Process{m.Process}, func(ctx context.Context) error {
+	return m, cluster.Poll(ctx, "metrics-server to be ready", []*cluster.Process{m.Process}, func(ctx context.Context) error {
 		return client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error()
 	})
 }

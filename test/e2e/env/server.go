@@ -273,7 +273,7 @@ func exposeOnLoopback(svc *unstructured.Unstructured, port int) error {
 func (s *Server) waitAvailable(ctx context.Context) error {
 	watch := []*cluster.Process{s.Process}
 	for _, name := range s.APIServices {
-		err := Poll(ctx, "APIService "+name+" to carry a caBundle that verifies the server", watch, func(ctx context.Context) error {
+		err := cluster.Poll(ctx, "APIService "+name+" to carry a caBundle that verifies the server", watch, func(ctx context.Context) error {
 			bundle, err := CABundle(ctx, s.cluster, name)
 			if err != nil {
 				return err

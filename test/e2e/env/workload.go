@@ -24,7 +24,7 @@ func CreateNamespace(ctx context.Context, client kubernetes.Interface, name stri
 	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create namespace %s: %w", name, err)
 	}
-	return Poll(ctx, "default ServiceAccount in "+name, nil, func(ctx context.Context) error {
+	return cluster.Poll(ctx, "default ServiceAccount in "+name, nil, func(ctx context.Context) error {
 		_, err := client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
 		return err
 	})
@@ -120,7 +120,7 @@ func CreateCPUHPA(ctx context.Context, client kubernetes.Interface, namespace, n
 // selector are Running, and returns them.
 func WaitForRunningPods(ctx context.Context, client kubernetes.Interface, namespace string, selector labels.Selector, n int) ([]corev1.Pod, error) {
 	var pods []corev1.Pod
-	err := Poll(ctx, fmt.Sprintf("%d Running pods %s in %s", n, selector, namespace), nil, func(ctx context.Context) error {
+	err := cluster.Poll(ctx, fmt.Sprintf("%d Running pods %s in %s", n, selector, namespace), nil, func(ctx context.Context) error {
 		list, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
 		if err != nil {
 			return err
