@@ -9,12 +9,10 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
@@ -28,19 +26,19 @@ func TestValidate(t *testing.T) {
 	}{
 		{name: "valid", modify: func(o *Options) {}},
 		{name: "no nodes", modify: func(o *Options) { o.Nodes = 0 }, want: []string{"set --nodes"}},
-		{name: "node names instead of count", modify: func(o *Options) { o.Nodes, o.NodeNames = 0, []string{"a", "b"} }},
-		{name: "no credentials", modify: func(o *Options) { o.Tokens = nil }, want: []string{"set at least one of"}},
+		{name: "no credentials", modify: func(o *Options) { o.CertDir = "" }, want: []string{"set at least one of"}},
+		{name: "a client CA is a credential", modify: func(o *Options) { o.CertDir, o.ClientCAFile = "", "ca.crt" }},
 		{name: "port range overflow", modify: func(o *Options) { o.BasePort = 65535 }, want: []string{"--base-port"}},
 		{name: "register without kubeconfig", modify: func(o *Options) { o.RegisterNodes = true }, want: []string{"need --kubeconfig"}},
 		{name: "control on a public address", modify: func(o *Options) { o.ControlAddress = "0.0.0.0:8080" }, want: []string{"not a loopback"}},
 		{name: "bad quantity", modify: func(o *Options) { o.NodeMaxPods = "lots" }, want: []string{"--node-max-pods"}},
-		{name: "every error at once", modify: func(o *Options) { o.Nodes, o.Tokens, o.NodeMaxPods = 0, nil, "-1" },
+		{name: "every error at once", modify: func(o *Options) { o.Nodes, o.CertDir, o.NodeMaxPods = 0, "", "-1" },
 			want: []string{"set --nodes", "set at least one of", "--node-max-pods must not be negative"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			o := NewOptions()
-			o.Nodes, o.Tokens = 2, []string{"t"}
+			o.Nodes, o.CertDir = 2, "certs"
 			tt.modify(o)
 			errs := o.Validate()
 			if len(errs) != len(tt.want) {
@@ -55,30 +53,10 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestConfigReadsTokenFile(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(file, []byte("# comment\nfirst\n\n  second  \n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	o := NewOptions()
-	o.Nodes, o.Tokens, o.TokenFile = 1, []string{"flag"}, file
-	cfg, err := o.Config()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff([]string{"flag", "first", "second"}, cfg.Fleet.Tokens); diff != "" {
-		t.Errorf("(-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff([]string{"fake-node-0"}, cfg.NodeNames); diff != "" {
-		t.Errorf("(-want +got):\n%s", diff)
-	}
-}
-
 func TestRunWritesCertDirAndServes(t *testing.T) {
 	dir := t.TempDir()
 	o := NewOptions()
-	o.Nodes, o.Tokens, o.CertDir = 3, []string{"secret"}, dir
+	o.Nodes, o.CertDir = 3, dir
 	cfg, err := o.Config()
 	if err != nil {
 		t.Fatal(err)

@@ -18,11 +18,8 @@ import (
 type Options struct {
 	Kubeconfig     string
 	Nodes          int
-	NodeNames      []string
 	NodeNamePrefix string
 	BasePort       int
-	Tokens         []string
-	TokenFile      string
 	TokenReview    bool
 	ClientCAFile   string
 	CertDir        string
@@ -53,15 +50,12 @@ func NewOptions() *Options {
 // AddFlags registers the options on fs.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the cluster; the fleet then serves the Running pods bound to its nodes, and --register-nodes and --authentication-token-webhook work.")
-	fs.IntVar(&o.Nodes, "nodes", o.Nodes, "Number of nodes, named <node-name-prefix><i> from 0. Ignored when --node-names is set.")
-	fs.StringSliceVar(&o.NodeNames, "node-names", o.NodeNames, "Comma-separated node names.")
-	fs.StringVar(&o.NodeNamePrefix, "node-name-prefix", o.NodeNamePrefix, "Prefix of generated node names.")
+	fs.IntVar(&o.Nodes, "nodes", o.Nodes, "Number of nodes, named <node-name-prefix><i> from 0.")
+	fs.StringVar(&o.NodeNamePrefix, "node-name-prefix", o.NodeNamePrefix, "Prefix of the node names.")
 	fs.IntVar(&o.BasePort, "base-port", o.BasePort, "Port of the first node; node i listens on base-port+i. 0 picks free ports.")
-	fs.StringArrayVar(&o.Tokens, "token", o.Tokens, "Accepted bearer token (repeatable).")
-	fs.StringVar(&o.TokenFile, "token-file", o.TokenFile, "File of accepted bearer tokens, one a line.")
 	fs.BoolVar(&o.TokenReview, "authentication-token-webhook", o.TokenReview, "Also accept tokens that the cluster's TokenReview API authenticates.")
 	fs.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile, "CA bundle that client certificates may chain to (the fleet CA is always accepted).")
-	fs.StringVar(&o.CertDir, "cert-dir", o.CertDir, "Directory to write ca.crt, client.crt, client.key and fleet.json into.")
+	fs.StringVar(&o.CertDir, "cert-dir", o.CertDir, "Directory to write ca.crt, client.crt and client.key (a client certificate every node accepts) and fleet.json into.")
 	fs.StringVar(&o.ControlAddress, "control-address", o.ControlAddress, "Loopback host:port of the plain-HTTP control API.")
 	fs.BoolVar(&o.RegisterNodes, "register-nodes", o.RegisterNodes, "Create kwok-managed Node objects with InternalIP 127.0.0.1 and each node's kubelet port.")
 	fs.StringToStringVar(&o.NodeLabels, "node-labels", o.NodeLabels, "Extra labels of registered nodes, k=v,...")
@@ -71,14 +65,14 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate returns every problem with the options.
 func (o *Options) Validate() []error {
 	var errs []error
-	if len(o.NodeNames) == 0 && o.Nodes <= 0 {
-		errs = append(errs, errors.New("set --nodes to a positive number or --node-names"))
+	if o.Nodes <= 0 {
+		errs = append(errs, errors.New("set --nodes to a positive number"))
 	}
-	if o.BasePort < 0 || o.BasePort > 65535 || (o.BasePort > 0 && o.BasePort+len(o.nodeNames())-1 > 65535) {
-		errs = append(errs, fmt.Errorf("--base-port %d does not leave room for %d nodes", o.BasePort, len(o.nodeNames())))
+	if o.BasePort < 0 || o.BasePort > 65535 || (o.BasePort > 0 && o.BasePort+o.Nodes-1 > 65535) {
+		errs = append(errs, fmt.Errorf("--base-port %d does not leave room for %d nodes", o.BasePort, o.Nodes))
 	}
-	if len(o.Tokens) == 0 && o.TokenFile == "" && o.ClientCAFile == "" && !o.TokenReview {
-		errs = append(errs, errors.New("set at least one of --token, --token-file, --client-ca-file, --authentication-token-webhook"))
+	if o.CertDir == "" && o.ClientCAFile == "" && !o.TokenReview {
+		errs = append(errs, errors.New("set at least one of --cert-dir, --client-ca-file, --authentication-token-webhook"))
 	}
 	if o.Kubeconfig == "" && (o.RegisterNodes || o.TokenReview) {
 		errs = append(errs, errors.New("--register-nodes and --authentication-token-webhook need --kubeconfig"))
@@ -95,9 +89,6 @@ func (o *Options) Validate() []error {
 }
 
 func (o *Options) nodeNames() []string {
-	if len(o.NodeNames) > 0 {
-		return o.NodeNames
-	}
 	names := make([]string, o.Nodes)
 	for i := range names {
 		names[i] = fmt.Sprintf("%s%d", o.NodeNamePrefix, i)
@@ -109,24 +100,15 @@ func (o *Options) nodeNames() []string {
 type Config struct {
 	Options
 	Fleet fakekubelet.Config
-	// NodeNames are --node-names, or the names --nodes makes.
+	// NodeNames are the names --nodes makes.
 	NodeNames    []string
 	Registration fakekubelet.NodeRegistration
 }
 
-// Config reads the token and CA files and builds the run configuration.
+// Config reads the CA file and builds the run configuration.
 func (o *Options) Config() (*Config, error) {
-	tokens := append([]string(nil), o.Tokens...)
-	if o.TokenFile != "" {
-		b, err := os.ReadFile(o.TokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("read --token-file: %w", err)
-		}
-		tokens = append(tokens, fakecore.ParseTokens(string(b))...)
-	}
 	fc := fakekubelet.Config{
 		SampleInterval:          fakekubelet.DefaultSampleInterval,
-		Tokens:                  tokens,
 		DefaultUsage:            defaultUsage,
 		NodeBaseUsage:           nodeBaseUsage,
 		NodeMemoryCapacityBytes: uint64(nodeMemory.Value()),
