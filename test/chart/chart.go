@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -148,14 +147,4 @@ func WithoutChartLabels(objs []*unstructured.Unstructured) (map[string]map[strin
 // Key names an object by kind, namespace and name.
 func Key(o *unstructured.Unstructured) string {
 	return o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName()
-}
-
-// Keys returns the sorted keys of objs.
-func Keys(objs []*unstructured.Unstructured) []string {
-	keys := make([]string, 0, len(objs))
-	for _, o := range objs {
-		keys = append(keys, Key(o))
-	}
-	sort.Strings(keys)
-	return keys
 }

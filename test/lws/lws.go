@@ -18,7 +18,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,11 +56,11 @@ type Controller struct {
 // registers its mutating and validating webhooks. It returns once the
 // controller reports ready and its webhooks admit a dry-run LeaderWorkerSet.
 //
-// The lws module is located through the tools module test/tools/lws, found
-// from the working directory upwards. Files Install writes (configuration,
-// manifests, webhook certificate) go to <cluster work dir>/lws. If ctx has no
-// deadline, Install gives up after two minutes. On error the controller is
-// not left running.
+// The CRDs, RBAC rules and webhook configurations come from the source of
+// the release the binary was built from (cluster.SourceDir). Files Install
+// writes (configuration, manifests, webhook certificate) go to <cluster work
+// dir>/lws. If ctx has no deadline, Install gives up after two minutes. On
+// error the controller is not left running.
 func Install(ctx context.Context, c *cluster.Cluster, binDir string) (*Controller, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -74,7 +73,7 @@ func Install(ctx context.Context, c *cluster.Cluster, binDir string) (*Controlle
 	} else if info.IsDir() || info.Mode()&0o111 == 0 {
 		return nil, fmt.Errorf("lws controller binary %s is not executable", bin)
 	}
-	moduleDir, err := ModuleDir(ctx)
+	moduleDir, err := cluster.SourceDir(ctx, bin)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +185,7 @@ func writeServingCert(c *cluster.Cluster, certDir string) error {
 
 func (ctrl *Controller) waitReady(ctx context.Context, c *cluster.Cluster) error {
 	httpClient := &http.Client{Timeout: 5 * time.Second}
-	if err := poll(ctx, "lws-controller /readyz", ctrl.proc, func(ctx context.Context) error {
+	if err := cluster.Poll(ctx, "lws-controller /readyz", []*cluster.Process{ctrl.proc}, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, ctrl.HealthURL()+"/readyz", nil)
 		if err != nil {
 			return err
@@ -209,46 +208,11 @@ func (ctrl *Controller) waitReady(ctx context.Context, c *cluster.Cluster) error
 		return fmt.Errorf("dynamic client: %w", err)
 	}
 	probe := NewLeaderWorkerSet(metav1.NamespaceDefault, "lws-webhook-probe", 1, 1, "", nil)
-	return poll(ctx, "the lws webhooks to admit a dry-run LeaderWorkerSet", ctrl.proc, func(ctx context.Context) error {
+	return cluster.Poll(ctx, "the lws webhooks to admit a dry-run LeaderWorkerSet", []*cluster.Process{ctrl.proc}, func(ctx context.Context) error {
 		_, err := client.Resource(GroupVersionResource).Namespace(probe.GetNamespace()).
 			Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	})
-}
-
-// poll calls check until it returns nil, failing early if proc (when not
-// nil) exits and otherwise when ctx is done.
-func poll(ctx context.Context, what string, proc *cluster.Process, check func(context.Context) error) error {
-	var exited <-chan struct{}
-	if proc != nil {
-		exited = proc.Done()
-	}
-	ticker := time.NewTicker(200 * time.Millisecond)
-	defer ticker.Stop()
-	for {
-		checkCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := check(checkCtx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			status := "with status 0"
-			if err := proc.Err(); err != nil {
-				status = err.Error()
-			}
-			return fmt.Errorf("waiting for %s: %s exited (%s); log tail:\n%s",
-				what, proc.Name(), status, logTail(proc.LogPath(), 30))
-		case <-ctx.Done():
-			err = fmt.Errorf("waiting for %s: %w (last error: %w)", what, ctx.Err(), err)
-			if proc != nil {
-				err = fmt.Errorf("%w; %s log tail:\n%s", err, proc.Name(), logTail(proc.LogPath(), 30))
-			}
-			return err
-		case <-ticker.C:
-		}
-	}
 }
 
 // Stop stops the controller and waits for it to exit. The CRDs and webhook
@@ -270,22 +234,4 @@ func (ctrl *Controller) WebhookURL() string { return "https://" + loopbackAddr(c
 // HealthURL returns the base URL of /healthz and /readyz, plain HTTP.
 func (ctrl *Controller) HealthURL() string { return "http://" + loopbackAddr(ctrl.healthPort) }
 
-// MetricsURL returns the metrics endpoint's base URL. It serves HTTPS with a
-// self-signed certificate and authorizes callers through kube-apiserver.
-func (ctrl *Controller) MetricsURL() string { return "https://" + loopbackAddr(ctrl.metricsPort) }
-
 func loopbackAddr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
-
-// logTail returns the last n lines of the file at path, or a note saying why
-// it cannot.
-func logTail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(cannot read %s: %v)", path, err)
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}

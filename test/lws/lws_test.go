@@ -179,13 +179,3 @@ func TestNewLeaderWorkerSet(t *testing.T) {
 		})
 	}
 }
-
-func TestToolsModuleDir(t *testing.T) {
-	dir, err := toolsModuleDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.HasSuffix(dir, "/test/tools/lws") {
-		t.Errorf("tools module dir %s", dir)
-	}
-}

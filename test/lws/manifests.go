@@ -9,10 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -29,8 +26,6 @@ import (
 const (
 	// Module is the Go module of the LeaderWorkerSet controller.
 	Module = "sigs.k8s.io/lws"
-	// toolsModule pins Module's version, relative to the repository root.
-	toolsModule = "test/tools/lws"
 	// namePrefix is what the lws release manifests put before the names of
 	// cluster-scoped objects.
 	namePrefix = "lws-"
@@ -43,69 +38,6 @@ const (
 var crdNames = []string{
 	"leaderworkersets.leaderworkerset.x-k8s.io",
 	"disaggregatedsets.disaggregatedset.x-k8s.io",
-}
-
-// ModuleDir returns the directory of the sigs.k8s.io/lws module that the
-// tools module test/tools/lws requires, downloading it into the module cache
-// if needed. It runs the go command.
-func ModuleDir(ctx context.Context) (string, error) {
-	tools, err := toolsModuleDir()
-	if err != nil {
-		return "", err
-	}
-	goCmd := func(args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, "go", args...)
-		cmd.Dir = tools
-		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			return "", fmt.Errorf("go %s in %s: %w: %s", strings.Join(args, " "), tools, err, strings.TrimSpace(stderr.String()))
-		}
-		return strings.TrimSpace(string(out)), nil
-	}
-	list := []string{"list", "-m", "-f", "{{.Dir}}", Module}
-	dir, err := goCmd(list...)
-	if err == nil && dir == "" {
-		// go list reports no directory for a module not yet downloaded.
-		if _, err = goCmd("mod", "download", Module); err == nil {
-			dir, err = goCmd(list...)
-		}
-	}
-	if err != nil {
-		return "", err
-	}
-	if dir == "" {
-		return "", fmt.Errorf("module %s has no directory", Module)
-	}
-	return dir, nil
-}
-
-// toolsModuleDir finds test/tools/lws from the working directory upwards,
-// and failing that next to this source file.
-func toolsModuleDir() (string, error) {
-	var starts []string
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
-	}
-	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-		starts = append(starts, filepath.Dir(file))
-	}
-	for _, dir := range starts {
-		for {
-			candidate := filepath.Join(dir, filepath.FromSlash(toolsModule))
-			if _, err := os.Stat(filepath.Join(candidate, "go.mod")); err == nil {
-				return candidate, nil
-			}
-			parent := filepath.Dir(dir)
-			if parent == dir {
-				break
-			}
-			dir = parent
-		}
-	}
-	return "", fmt.Errorf("cannot find %s/go.mod above %v", toolsModule, starts)
 }
 
 // applyCRDs applies the module's CRDs as they are, without the conversion
@@ -124,7 +56,7 @@ func applyCRDs(ctx context.Context, c *cluster.Cluster, moduleDir string) error 
 		return fmt.Errorf("dynamic client: %w", err)
 	}
 	for _, name := range crdNames {
-		if err := poll(ctx, "CRD "+name+" to be established", nil, func(ctx context.Context) error {
+		if err := cluster.Poll(ctx, "CRD "+name+" to be established", nil, func(ctx context.Context) error {
 			crd, err := client.Resource(crdResource).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return err
