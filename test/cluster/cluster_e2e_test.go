@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
 
 const kubeVersion = "v1.37.2"
@@ -36,21 +37,14 @@ const kubeVersion = "v1.37.2"
 // the cluster needs is missing.
 func binDir(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("GMS_BIN_DIR")
-	if dir == "" {
-		abs, err := filepath.Abs(filepath.Join("..", "..", "bin"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir = abs
+	dir, err := env.BinDir()
+	if err == nil {
+		err = env.CheckBinaries(dir,
+			cluster.EtcdBinary, cluster.APIServerBinary, cluster.ControllerManagerBinary,
+			cluster.SchedulerBinary, cluster.KubectlBinary, cluster.KwokBinary)
 	}
-	for _, b := range []string{
-		cluster.EtcdBinary, cluster.APIServerBinary, cluster.ControllerManagerBinary,
-		cluster.SchedulerBinary, cluster.KubectlBinary, cluster.KwokBinary,
-	} {
-		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
-			t.Fatalf("control-plane binary missing: %v; run `make tools` (or set GMS_BIN_DIR)", err)
-		}
+	if err != nil {
+		t.Fatal(err)
 	}
 	return dir
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"syscall"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/lws"
 )
 
@@ -30,21 +30,14 @@ import (
 // it needs is missing.
 func binDir(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("GMS_BIN_DIR")
-	if dir == "" {
-		abs, err := filepath.Abs(filepath.Join("..", "..", "bin"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir = abs
+	dir, err := env.BinDir()
+	if err == nil {
+		err = env.CheckBinaries(dir,
+			cluster.EtcdBinary, cluster.APIServerBinary, cluster.ControllerManagerBinary,
+			cluster.SchedulerBinary, cluster.KubectlBinary, cluster.KwokBinary, lws.ControllerBinary)
 	}
-	for _, b := range []string{
-		cluster.EtcdBinary, cluster.APIServerBinary, cluster.ControllerManagerBinary,
-		cluster.SchedulerBinary, cluster.KubectlBinary, cluster.KwokBinary, lws.ControllerBinary,
-	} {
-		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
-			t.Fatalf("binary missing: %v; run `make tools` (or set GMS_BIN_DIR)", err)
-		}
+	if err != nil {
+		t.Fatal(err)
 	}
 	return dir
 }
