@@ -2,9 +2,11 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -291,5 +293,41 @@ func TestTailFile(t *testing.T) {
 				t.Errorf("tail (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestPoll(t *testing.T) {
+	calls := 0
+	err := Poll(context.Background(), "the third call", nil, func(context.Context) error {
+		if calls++; calls < 3 {
+			return fmt.Errorf("call %d", calls)
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Fatalf("Poll = %v after %d calls, want nil after 3", err, calls)
+	}
+
+	// A watched process that exits ends the wait at once, long before the
+	// context's deadline, naming the process and the check's last error.
+	dir := t.TempDir()
+	p, err := startProcess("quitter", filepath.Join(dir, "quitter.log"), time.Second, nil, "/bin/sh", "-c", "exit 3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.Done()
+	long, cancelLong := context.WithTimeout(context.Background(), time.Minute)
+	defer cancelLong()
+	err = Poll(long, "a process that quit", []*Process{p}, func(context.Context) error { return errors.New("not yet") })
+	if err == nil || long.Err() != nil || !strings.Contains(err.Error(), "quitter exited: exit status 3") || !strings.Contains(err.Error(), "not yet") {
+		t.Errorf("Poll with an exited process = %v", err)
+	}
+
+	// Otherwise the context's end does, with the check's last error.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*PollInterval)
+	defer cancel()
+	err = Poll(ctx, "a check that never passes", nil, func(context.Context) error { return errors.New("still failing") })
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "still failing") {
+		t.Errorf("Poll past its deadline = %v", err)
 	}
 }
