@@ -12,7 +12,9 @@
 // 4.74 ms and 430 KB, expfmt's streaming decoder 1.72 ms, and the filter
 // then expfmt 0.32 ms and 47 KB (go test -bench . ./pkg/sources/promscrape/,
 // docs/bench/2026-12-03-promscrape.txt). FuzzFilterMatchesFullParse holds
-// the filter to expfmt's reading of the whole body.
+// the filter to expfmt's reading of the whole body. The filter also drops
+// sample lines that name no metric, which expfmt would add to the series
+// read before them.
 //
 // The server runs it with --pod-metrics-config (pkg/podvalues keeps the
 // latest values, pkg/provider serves them on custom.metrics.k8s.io); see
