@@ -186,19 +186,7 @@ func writeServingCert(c *cluster.Cluster, certDir string) error {
 func (ctrl *Controller) waitReady(ctx context.Context, c *cluster.Cluster) error {
 	httpClient := &http.Client{Timeout: 5 * time.Second}
 	if err := cluster.Poll(ctx, "lws-controller /readyz", []*cluster.Process{ctrl.proc}, func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, ctrl.HealthURL()+"/readyz", nil)
-		if err != nil {
-			return err
-		}
-		resp, err := httpClient.Do(req)
-		if err != nil {
-			return err
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("readyz: %s", resp.Status)
-		}
-		return nil
+		return cluster.CheckOK(ctx, httpClient, ctrl.HealthURL()+"/readyz")
 	}); err != nil {
 		return err
 	}
