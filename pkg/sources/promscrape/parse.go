@@ -154,7 +154,7 @@ func classify(line []byte, allow allowed) lineKind {
 // quotedName reads the quoted metric name that opens the labels of a line
 // in the form {"name",...}, up to its first quote after the opening one
 // (so a name with an escape comes back holding a backslash); false when the
-// labels open with no quoted name.
+// labels open with no quoted name, or with a quoted label name ({"a"="b"}).
 func quotedName(s []byte) ([]byte, bool) {
 	s = bytes.TrimLeft(s, " \t")
 	if len(s) == 0 || s[0] != '"' {
@@ -164,7 +164,11 @@ func quotedName(s []byte) ([]byte, bool) {
 	if end < 0 {
 		return nil, false
 	}
-	return s[1 : 1+end], true
+	name, rest := s[1:1+end], bytes.TrimLeft(s[2+end:], " \t")
+	if bytes.IndexByte(name, '\\') < 0 && len(rest) > 0 && rest[0] == '=' {
+		return nil, false
+	}
+	return name, true
 }
 
 // nameLen is the length of the metric name at the start of s, read as the

@@ -109,6 +109,12 @@ func TestDecode(t *testing.T) {
 			body: "vllm:num_requests_running{A=\"00\"} 1\n# TYPE other\n{A=\"\"} 2\n",
 			want: []got{{"vllm-num-requests-running", "ns", "web-0", "", 1, now}},
 		},
+		{
+			name:   "a sample line whose first label name is quoted names no metric either",
+			config: "presets: [vllm]\n", target: podTarget,
+			body: "vllm:num_requests_running{A=\"00\"} 1\n{\"vllm:num_requests_running\"=\"x\"} 2\n",
+			want: []got{{"vllm-num-requests-running", "ns", "web-0", "", 1, now}}, partial: "sample lines naming no metric: 1",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -233,15 +239,19 @@ func renderFamilies(t *testing.T, fams map[string]*dto.MetricFamily) string {
 }
 
 // withoutNameless drops the sample lines that open with labels and no
-// quoted metric name.
+// quoted metric name ({a="b"}, {"a"="b"}).
 func withoutNameless(body []byte) []byte {
 	var out []byte
 	for _, line := range bytes.SplitAfter(body, []byte("\n")) {
 		s := bytes.TrimLeft(line, " \t")
 		if len(s) > 0 && s[0] == '{' {
 			r := bytes.TrimLeft(s[1:], " \t")
-			if len(r) == 0 || r[0] != '"' || bytes.IndexByte(r[1:], '"') < 0 {
+			end := bytes.IndexByte(r[min(1, len(r)):], '"')
+			if len(r) == 0 || r[0] != '"' || end < 0 {
 				continue
+			}
+			if after := bytes.TrimLeft(r[2+end:], " \t"); !bytes.Contains(r[1:1+end], []byte(`\`)) && len(after) > 0 && after[0] == '=' {
+				continue // a quoted label name, no metric name
 			}
 		}
 		out = append(out, line...)
