@@ -16,6 +16,12 @@ import (
 type Pods interface {
 	// Pod returns the cached pod namespace/name.
 	Pod(namespace, name string) (*Pod, bool)
+	// Namespaces returns the names of the namespaces that hold pods,
+	// sorted; read-only.
+	Namespaces() []string
+	// Version returns a number that changes whenever a pod of namespace
+	// is added, replaced or deleted; 0 when it holds none.
+	Version(namespace string) uint64
 	// List returns the pods of namespace ("" for all) that sel matches. A
 	// selector with an equality or set requirement is answered from a
 	// label index, in time proportional to the pods that carry the label
@@ -37,6 +43,8 @@ type PodIndex struct {
 	// added or removed since they were last sorted.
 	names  []string
 	groups map[string][]*Pod
+	// versions counts the changes of every namespace (Version).
+	versions uint64
 }
 
 var _ Pods = &PodIndex{}
@@ -46,6 +54,8 @@ var _ Pods = &PodIndex{}
 type namespace struct {
 	pods   []*Pod
 	labels map[string]map[string][]*Pod
+	// version is the index's count of changes at the namespace's last.
+	version uint64
 }
 
 // NewPodIndex returns an empty index.
@@ -83,6 +93,8 @@ func (x *PodIndex) Set(p *Pod) {
 		x.namespaces[p.Namespace] = ns
 		x.names = nil
 	}
+	x.versions++
+	ns.version = x.versions
 	if i, found := slices.BinarySearchFunc(ns.pods, p.Name, byName); found {
 		x.unindex(ns, ns.pods[i])
 		ns.pods[i] = p
@@ -137,6 +149,8 @@ func (x *PodIndex) Delete(namespaceName, name string) {
 	}
 	x.unindex(ns, ns.pods[i])
 	ns.pods = slices.Delete(ns.pods, i, i+1)
+	x.versions++
+	ns.version = x.versions
 	if len(ns.pods) == 0 {
 		delete(x.namespaces, namespaceName)
 		x.names = nil
@@ -169,6 +183,21 @@ func (x *PodIndex) HasGroups() bool {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return len(x.groups) > 0
+}
+
+// Namespaces implements Pods.
+func (x *PodIndex) Namespaces() []string { return x.sortedNames() }
+
+// Version implements Pods. Versions come from one count for the whole
+// index, so a namespace emptied and filled again never shows an earlier
+// version.
+func (x *PodIndex) Version(namespace string) uint64 {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if ns := x.namespaces[namespace]; ns != nil {
+		return ns.version
+	}
+	return 0
 }
 
 // List implements Pods.

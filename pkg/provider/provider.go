@@ -16,6 +16,11 @@
 // list of every pod between scrapes (docs/benchmarks.md). A
 // leader that reports for its group builds its containers from the group's
 // totals at each read instead, and keeps nothing.
+//
+// A list without selectors (kubectl top pods) is copied from a snapshot
+// of each namespace's items, joined once and kept until the namespace's
+// pods, the store or the freshness of an item changes (snapshot.go); the
+// HPA's lists, which carry a selector, are joined at each read.
 package provider
 
 import (
@@ -46,6 +51,7 @@ import (
 type UsageReader interface {
 	Pod(namespace, name, uid, node string, ref store.PodRef) (store.PodUsage, store.PodRef, *store.Unavailable)
 	Node(name string) (store.Usage, *store.Unavailable)
+	Generation() uint64
 }
 
 // Config configures a Provider.
@@ -74,6 +80,8 @@ type Provider struct {
 	groups        bool
 	defaultPolicy group.Policy
 	readiness     group.Readiness
+
+	snaps snapshots
 }
 
 var (
@@ -114,22 +122,50 @@ func (p *Provider) GetPodMetrics(_ context.Context, namespace, name string) (*me
 		return nil, apierrors.NewNotFound(podResource, name)
 	}
 	now := p.clock.Now()
-	m := &metricsapi.PodMetrics{}
-	if why := p.podMetrics(m, pod, now); why != "" {
+	var it item
+	if _, why := p.item(&it, pod, now); why != "" {
 		return nil, notFound(podResource, name, why)
 	}
-	observeAge("pods", now, m.Timestamp.Time)
+	observeAge("pods", now, it.timestamp)
+	m := &metricsapi.PodMetrics{}
+	it.writeTo(m, metav1.NewTime(now))
 	return m, nil
 }
 
-// podMetrics writes what the pod reports to m, or says why it reports
-// nothing (and leaves m as it was). It writes in place, so that each item
-// of a list is written once, where it lies in the list (an item is about
-// 330 bytes, and a list of every pod holds them all).
-func (p *Provider) podMetrics(m *metricsapi.PodMetrics, pod *podcache.Pod, now time.Time) string {
+// item is what a pod reports, as a list keeps it: the fields of its
+// PodMetrics that are not zero but for the creation time, which is the
+// request's. An item is a third of a PodMetrics' size, so a list of
+// items kept between requests is copied out in a third of the reads.
+type item struct {
+	name, namespace     string
+	labels, annotations map[string]string
+	timestamp           time.Time
+	window              time.Duration
+	containers          []metricsapi.ContainerMetrics
+}
+
+// writeTo writes the item to m, which is zero. Field by field: m is in a
+// list of hundreds of MB, written while the collector may be marking,
+// and assigning a whole PodMetrics puts every pointer slot of its 344
+// bytes through the write barrier, not only the few set here.
+func (it *item) writeTo(m *metricsapi.PodMetrics, created metav1.Time) {
+	m.Name, m.Namespace, m.Labels = it.name, it.namespace, it.labels
+	if it.annotations != nil {
+		m.Annotations = it.annotations
+	}
+	m.CreationTimestamp = created
+	m.Timestamp = metav1.NewTime(it.timestamp)
+	m.Window = metav1.Duration{Duration: it.window}
+	m.Containers = it.containers
+}
+
+// item writes what the pod reports to it, or says why it reports nothing
+// (and leaves it as it was). freshUntil is the last instant the usage may
+// be served (store.PodUsage.FreshUntil).
+func (p *Provider) item(it *item, pod *podcache.Pod, now time.Time) (freshUntil time.Time, why string) {
 	u, ref, why := p.podUsage(pod)
 	if why != "" {
-		return why
+		return time.Time{}, why
 	}
 	var (
 		containers  []metricsapi.ContainerMetrics
@@ -137,24 +173,18 @@ func (p *Provider) podMetrics(m *metricsapi.PodMetrics, pod *podcache.Pod, now t
 	)
 	if policy, ok := p.groupPolicy(pod); ok {
 		if containers, annotations, why = p.groupContainers(pod, policy, u, now); why != "" {
-			return why
+			return time.Time{}, why
 		}
 	} else {
 		containers = shapedContainers(pod, u, ref)
 	}
-	*m = metricsapi.PodMetrics{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:              pod.Name,
-			Namespace:         pod.Namespace,
-			Labels:            pod.Labels,
-			Annotations:       annotations,
-			CreationTimestamp: metav1.NewTime(now),
-		},
-		Timestamp:  metav1.NewTime(u.Timestamp),
-		Window:     metav1.Duration{Duration: u.Window},
-		Containers: containers,
+	*it = item{
+		name: pod.Name, namespace: pod.Namespace,
+		labels: pod.Labels, annotations: annotations,
+		timestamp: u.Timestamp, window: u.Window,
+		containers: containers,
 	}
-	return ""
+	return u.FreshUntil, ""
 }
 
 // podUsage is the pod's usage and where the store found it, or why it has
@@ -216,33 +246,87 @@ func notRunning(pod *podcache.Pod) string {
 }
 
 // ListPodMetrics implements apiserver.PodMetricsGetter. Items come sorted
-// by namespace and name, as the pod cache lists them.
+// by namespace and name, as the pod cache lists them. A list without
+// selectors is served from the namespaces' snapshots (snapshot.go).
 func (p *Provider) ListPodMetrics(_ context.Context, namespace string, ls labels.Selector, fs fields.Selector) ([]metricsapi.PodMetrics, error) {
-	pods := p.pods.List(namespace, ls)
 	now := p.clock.Now()
+	var parts []joined
+	if (ls == nil || ls.Empty()) && (fs == nil || fs.Empty()) {
+		parts = p.snapshots(namespace, now)
+	} else {
+		parts = []joined{p.join(p.pods.List(namespace, ls), fs, now)}
+	}
+	n := 0
 	oldest := now
+	for i := range parts {
+		n += len(parts[i].items)
+		if parts[i].oldest.Before(oldest) {
+			oldest = parts[i].oldest
+		}
+	}
+	// Every item is written once, in place: a list of every pod is
+	// several hundred bytes a pod, and most of its cost is writing them.
+	out := make([]metricsapi.PodMetrics, n)
+	created := metav1.NewTime(now)
+	n = 0
+	for i := range parts {
+		for j := range parts[i].items {
+			parts[i].items[j].writeTo(&out[n], created)
+			n++
+		}
+	}
+	if n > 0 {
+		observeAge("pods", now, oldest)
+	}
+	return out, nil
+}
+
+// joined is what a list's pods report: the items of those that report,
+// in their order, the oldest sample among them, the first instant one of
+// them turns stale, and whether one of them may answer otherwise at any
+// moment (a leader reporting for its group, which the HPA's readiness
+// rule reads against the time).
+type joined struct {
+	items      []item
+	oldest     time.Time
+	freshUntil time.Time
+	live       bool
+}
+
+// forever is later than any sample turns stale: a list of pods none of
+// which reports holds until the pod cache or the store changes.
+var forever = time.Unix(1<<62, 0)
+
+// join looks up the usage of each of pods that fs matches (nil: every
+// one) and keeps the items of those that report.
+func (p *Provider) join(pods []*podcache.Pod, fs fields.Selector, now time.Time) joined {
+	j := joined{oldest: now, freshUntil: forever}
 	byField := fs != nil && !fs.Empty()
-	out := make([]metricsapi.PodMetrics, len(pods))
+	items := make([]item, len(pods))
 	n := 0
 	for _, pod := range pods {
 		if byField && !matches(fs, pod.Name, pod.Namespace) {
 			continue
 		}
-		// out[n] is zero: make's, or left so by a pod with no metrics.
-		m := &out[n]
-		if why := p.podMetrics(m, pod, now); why != "" {
+		if _, ok := p.groupPolicy(pod); ok {
+			j.live = true
+		}
+		// items[n] is zero: make's, or left so by a pod that reports nothing.
+		it := &items[n]
+		freshUntil, why := p.item(it, pod, now)
+		if why != "" {
 			continue
 		}
 		n++
-		if m.Timestamp.Time.Before(oldest) {
-			oldest = m.Timestamp.Time
+		if it.timestamp.Before(j.oldest) {
+			j.oldest = it.timestamp
+		}
+		if freshUntil.Before(j.freshUntil) {
+			j.freshUntil = freshUntil
 		}
 	}
-	out = out[:n]
-	if len(out) > 0 {
-		observeAge("pods", now, oldest)
-	}
-	return out, nil
+	j.items = items[:n]
+	return j
 }
 
 func matches(fs fields.Selector, name, namespace string) bool {

@@ -37,6 +37,10 @@ func (f *fakeUsage) Pod(namespace, name, _, node string, _ store.PodRef) (store.
 	return store.PodUsage{}, store.PodRef{}, &store.Unavailable{Reason: "node " + node + " did not report it"}
 }
 
+// Generation never moves: the fake's usage carries no FreshUntil, so the
+// provider keeps no snapshot of it and reads it again at every list.
+func (f *fakeUsage) Generation() uint64 { return 0 }
+
 func (f *fakeUsage) Node(name string) (store.Usage, *store.Unavailable) {
 	if u, ok := f.nodes[name]; ok {
 		return u, nil

@@ -25,6 +25,10 @@ type PodUsage struct {
 	// pod, so a reader may keep what it derives from the usage under it.
 	// Never zero for usage from a Store.
 	Sample uint64
+	// FreshUntil is the last instant the usage may be served: while the
+	// store's Generation is unchanged, every read of the pod until then
+	// returns this usage. Zero when not known.
+	FreshUntil time.Time
 }
 
 // PodRef is where a read found a pod's usage. Given to the next read of the
@@ -72,7 +76,7 @@ func (s *Store) Pod(namespace, name, uid, node string, ref PodRef) (PodUsage, Po
 			why = first(why, r)
 			continue
 		}
-		return read.usage, PodRef{node: n, gen: gen, source: src, read: read}, nil
+		return s.served(sh, read), PodRef{node: n, gen: gen, source: src, read: read}, nil
 	}
 	if why == nil {
 		why = unavailable("no source reports node %q", node)
@@ -93,7 +97,19 @@ func (s *Store) podAt(ref PodRef, now time.Time) (PodUsage, bool) {
 	if sh == nil || !s.fresh(sh.scrapedAt, now) || !s.fresh(ref.read.derivedAt, now) {
 		return PodUsage{}, false
 	}
-	return ref.read.usage, true
+	return s.served(sh, ref.read), true
+}
+
+// served is r's usage as read from sh: fresh until the scrape or the
+// samples it comes from turn stale, whichever is first.
+func (s *Store) served(sh *shard, r *podRead) PodUsage {
+	u := r.usage
+	u.FreshUntil = sh.scrapedAt
+	if r.derivedAt.Before(u.FreshUntil) {
+		u.FreshUntil = r.derivedAt
+	}
+	u.FreshUntil = u.FreshUntil.Add(s.staleAfter)
+	return u
 }
 
 func first(a, b *Unavailable) *Unavailable {

@@ -46,6 +46,8 @@ type Store struct {
 
 	// samples numbers the pods' derived usage (PodUsage.Sample).
 	samples atomic.Uint64
+	// gen counts the changes of every node's shards (Generation).
+	gen atomic.Uint64
 }
 
 var _ sources.Sink = &Store{}
@@ -163,8 +165,23 @@ func (s *Store) publish(source int, node string, sh *shard) {
 		n = &nodeShards{bySource: make([]atomic.Pointer[shard], len(s.sources))}
 		s.nodes.Store(node, n)
 	}
-	n.set(source, sh)
+	s.set(n, source, sh)
 }
+
+// set makes sh the shard of source on n, and returns the one it replaces;
+// the store's generation moves after the shard does, so that a reader that
+// saw the generation before its reads knows they are no older than it.
+// Callers hold writeMu.
+func (s *Store) set(n *nodeShards, source int, sh *shard) *shard {
+	old := n.set(source, sh)
+	s.gen.Add(1)
+	return old
+}
+
+// Generation counts the store's writes: every scrape stored, failed or
+// pruned moves it. While it is unchanged, every read returns what it
+// returned before, until that turns stale (PodUsage.FreshUntil).
+func (s *Store) Generation() uint64 { return s.gen.Load() }
 
 // Store implements sources.Sink.
 func (s *Store) Store(source string, nodes []string, batch *sources.Batch, scrapedAt time.Time) {
@@ -271,7 +288,7 @@ func (s *Store) Prune(source string, keep map[string]struct{}) {
 			return true
 		}
 		n := v.(*nodeShards)
-		if old := n.set(src, nil); old != nil {
+		if old := s.set(n, src, nil); old != nil {
 			pointsDelta(old, nil)
 		}
 		for i := range n.bySource {

@@ -41,7 +41,7 @@ func TestStorePodFirstScrape(t *testing.T) {
 	}
 	want := PodUsage{Timestamp: at(5 * time.Second), Window: 10 * time.Second, Containers: []ContainerUsage{
 		{Name: "c", Usage: Usage{Timestamp: at(5 * time.Second), Window: 10 * time.Second, CPUNanoCores: 500_000_000, MemoryBytes: 1 << 20}},
-	}}
+	}, FreshUntil: at(50 * time.Second)} // scraped at 10 s, stale after 40 s
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(PodUsage{}, "Sample")); diff != "" {
 		t.Errorf("Pod (-want +got):\n%s", diff)
 	}
@@ -66,6 +66,57 @@ func TestStorePodFirstScrape(t *testing.T) {
 	// A new scrape is a new sample.
 	if next, _, why := s.Pod("ns", "p", "u1", "n1", PodRef{}); why != nil || next.Sample == got.Sample {
 		t.Errorf("after a new scrape: Sample %d (%v), want other than %d", next.Sample, why, got.Sample)
+	}
+}
+
+// TestGenerationAndFreshUntil checks what a reader that keeps an answer
+// relies on: every write moves the generation, and a pod's usage is served
+// up to its FreshUntil and not a moment after.
+func TestGenerationAndFreshUntil(t *testing.T) {
+	clk := clocktesting.NewFakeClock(at(10 * time.Second))
+	s := newTestStore(clk, "kubelet", "ukpd")
+	gen := s.Generation()
+	moved := func(what string) {
+		t.Helper()
+		if g := s.Generation(); g == gen {
+			t.Errorf("%s: generation stayed %d", what, g)
+		} else {
+			gen = g
+		}
+	}
+	s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now())
+	moved("Store")
+	s.Failed("kubelet", []string{"n1"}, errors.New("refused"), clk.Now())
+	moved("Failed")
+	clk.Step(5 * time.Second)
+	s.Store("kubelet", []string{"n1"}, podBatch("n1", 10*time.Second, 6e9), clk.Now())
+	moved("Store after Failed")
+	s.Store("ukpd", []string{"n2"}, podBatch("n2", 10*time.Second, 6e9), clk.Now())
+	moved("Store of another source and node")
+	s.Prune("ukpd", map[string]struct{}{})
+	moved("Prune")
+	s.Prune("kubelet", map[string]struct{}{"n1": {}})
+	if g := s.Generation(); g != gen {
+		t.Errorf("Prune that keeps every node: generation %d, want %d", g, gen)
+	}
+	if _, _, why := s.Pod("ns", "p", "u1", "n1", PodRef{}); why != nil || s.Generation() != gen {
+		t.Errorf("a read: %v, generation %d; want usage, %d", why, s.Generation(), gen)
+	}
+
+	u, ref, why := s.Pod("ns", "p", "u1", "n1", PodRef{})
+	if why != nil {
+		t.Fatalf("Pod: %v", why)
+	}
+	if want := clk.Now().Add(40 * time.Second); !u.FreshUntil.Equal(want) {
+		t.Fatalf("FreshUntil = %v, want %v (scraped now, stale after 40 s)", u.FreshUntil, want)
+	}
+	clk.SetTime(u.FreshUntil)
+	if again, _, why := s.Pod("ns", "p", "u1", "n1", ref); why != nil || again.Sample != u.Sample {
+		t.Errorf("at FreshUntil: %v, sample %d; want the same usage", why, again.Sample)
+	}
+	clk.Step(time.Nanosecond)
+	if _, _, why := s.Pod("ns", "p", "u1", "n1", ref); why == nil {
+		t.Error("after FreshUntil: usage, want none (stale)")
 	}
 }
 
