@@ -92,10 +92,11 @@ func growCounters(b *sources.Batch, round int) {
 }
 
 // BenchmarkListAllPods is a full list once every pod's usage is derived
-// and shaped: one list before the timer starts does that. Its floor
-// is what the getter's shape costs whatever the provider does: the
-// []PodMetrics of every listed pod, holding only the pod's name, namespace
-// and labels.
+// and shaped, and each namespace's snapshot joined: one list before the
+// timer starts does that (a collection may drop a snapshot, and the next
+// list joins it again). Its floor is what the getter's shape costs
+// whatever the provider does: the []PodMetrics of every listed pod,
+// holding only the pod's name, namespace and labels.
 func BenchmarkListAllPods(b *testing.B) {
 	for _, n := range []int{1000, 5000} {
 		p := benchProvider(b, n)
