@@ -68,13 +68,15 @@ func (n *Node) Faults() []Fault {
 // (connections, for connection faults).
 func (n *Node) SetFault(f Fault) error {
 	group, ok := faultGroup(f.Kind)
-	switch {
-	case !ok:
+	if !ok {
 		return fmt.Errorf("unknown fault kind %q", f.Kind)
+	}
+	if err := f.Check(); err != nil {
+		return err
+	}
+	switch {
 	case f.Path != "":
 		return fmt.Errorf("fault %s: a node's faults take no path", f.Kind)
-	case f.Check() != nil:
-		return f.Check()
 	case f.Kind == FaultDuplicatePods:
 		if ns, name, ok := strings.Cut(f.Pod, "/"); f.Pod != "" && (!ok || ns == "" || name == "") {
 			return fmt.Errorf("fault %s: pod %q is not namespace/name", f.Kind, f.Pod)
