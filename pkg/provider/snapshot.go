@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"runtime"
 	"sync"
 	"time"
 	"weak"
@@ -29,7 +30,8 @@ import (
 // A snapshot is held weakly: it lives as long as a list uses it or until
 // the next garbage collection, so the items, and the containers of
 // samples the store has since replaced, are not kept for a list that may
-// never come.
+// never come. The collection of a snapshot also removes its entry, so
+// that a namespace deleted after it was listed leaves nothing behind.
 type snapshots struct {
 	mu          sync.Mutex
 	byNamespace map[string]weak.Pointer[nsSnapshot]
@@ -58,12 +60,31 @@ func (s *snapshots) get(namespace string) *nsSnapshot {
 }
 
 func (s *snapshots) put(namespace string, v *nsSnapshot) {
+	w := weak.Make(v)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.byNamespace == nil {
 		s.byNamespace = map[string]weak.Pointer[nsSnapshot]{}
 	}
-	s.byNamespace[namespace] = weak.Make(v)
+	s.byNamespace[namespace] = w
+	s.mu.Unlock()
+	runtime.AddCleanup(v, s.drop, snapshotEntry{namespace, w})
+}
+
+// snapshotEntry names a snapshot's entry for its cleanup, which must not
+// hold the snapshot itself.
+type snapshotEntry struct {
+	namespace string
+	w         weak.Pointer[nsSnapshot]
+}
+
+// drop removes a collected snapshot's entry, unless a newer snapshot of
+// the namespace has taken its place.
+func (s *snapshots) drop(e snapshotEntry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byNamespace[e.namespace] == e.w {
+		delete(s.byNamespace, e.namespace)
+	}
 }
 
 // snapshots returns the snapshot of namespace, or of every namespace

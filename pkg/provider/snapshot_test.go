@@ -185,12 +185,33 @@ func TestListSnapshot(t *testing.T) {
 		t.Errorf("n2 stale: b lists %d pods, want none", len(got))
 	}
 
-	// Nothing but a list holds a snapshot: a collection drops it.
+	// Nothing but a list holds a snapshot: a collection drops it, and
+	// its cleanup the entry, looked up again or not.
 	kept = nil
 	runtime.GC()
 	if s := w.p.snaps.get("a"); s != nil {
 		t.Errorf("after a collection, a's snapshot is still kept: %+v", s)
 	}
+	if n := w.p.snaps.awaitEntries(t); n != 0 {
+		t.Errorf("after a collection, %d snapshot entries are left, want none", n)
+	}
+}
+
+// awaitEntries returns how many entries are left once the cleanups of
+// collected snapshots have run, or after a bounded wait for them: they
+// run on a goroutine of their own after a collection.
+func (s *snapshots) awaitEntries(t *testing.T) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	n := -1
+	for i := 0; i < 10_000 && n != 0 && time.Now().Before(deadline); i++ {
+		runtime.GC()
+		runtime.Gosched()
+		s.mu.Lock()
+		n = len(s.byNamespace)
+		s.mu.Unlock()
+	}
+	return n
 }
 
 // TestListSnapshotConcurrent lists while pods and scrapes change, for the
