@@ -1,4 +1,16 @@
 // Package kubelet reads CPU and memory from each node's kubelet Summary API.
+//
+// A Summary is read by a small validating JSON reader of this package
+// (jsonread.go) rather than by encoding/json into k8s.io/kubelet's own
+// Summary type, because decoding is most of a scrape cycle's cost.
+// BenchmarkDecode has both on one node's Summary of 30 pods × 2
+// containers (2026-12-05, go1.27.3, medians of 6,
+// docs/bench/2026-12-05-kubelet-decode.txt): the reader 75 µs, 16.7 KB,
+// 135 allocations; the kubelet's types 270 µs, 72 KB, 1,298 allocations.
+// At 500 nodes the difference is about 0.1 CPU-second a cycle, half of
+// what a whole cycle costs with the reader. The differential tests and
+// FuzzDecodeMatchesEncodingJSON hold the reader to what encoding/json and
+// the kubelet's types read from the same bytes (decode_reference_test.go).
 package kubelet
 
 import (

@@ -1,23 +1,48 @@
 package kubelet
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"testing"
 	"time"
 
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet/summarytest"
 )
 
-// BenchmarkDecode decodes one node's Summary of 30 pods × 2 containers.
+// BenchmarkDecode decodes one node's Summary of 30 pods × 2 containers:
+// with the package's reader, and with what it stands in for, encoding/json
+// into k8s.io/kubelet's Summary type and then the same batch.
 func BenchmarkDecode(b *testing.B) {
 	body := summarytest.Generate(rand.New(rand.NewPCG(1, 2)), summarytest.Node{
 		Name: "node-0", Pods: 30, Containers: 2, Time: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC),
 	})
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := Decode("node-0", body); err != nil {
-			b.Fatal(err)
-		}
+	want, err := Decode("node-0", body)
+	if err != nil {
+		b.Fatal(err)
 	}
+	b.Run("reader", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := Decode("node-0", body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("stats-types", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			var s statsv1alpha1.Summary
+			if err := json.Unmarshal(body, &s); err != nil {
+				b.Fatal(err)
+			}
+			got, err := fromSummary("node-0", &s)
+			if err != nil || len(got.Pods) != len(want.Pods) {
+				b.Fatalf("got %v pods, %v; want %d", got, err, len(want.Pods))
+			}
+		}
+	})
 }

@@ -104,6 +104,13 @@ func referenceDecode(node string, body []byte) (*sources.Batch, error) {
 	if m, _ := kept.(map[string]any); m["node"] == nil {
 		return nil, errors.New("no node stats")
 	}
+	return fromSummary(node, &s)
+}
+
+// fromSummary makes a batch of the kubelet's own Summary type with
+// Decode's code: what the server would do with encoding/json and
+// k8s.io/kubelet's types in place of its reader.
+func fromSummary(node string, s *statsv1alpha1.Summary) (*sources.Batch, error) {
 	n := &s.Node
 	d := decoder{node: node, hasNode: true, nodeStat: refStats(&statsv1alpha1.ContainerStats{StartTime: n.StartTime, CPU: n.CPU, Memory: n.Memory})}
 	for i := range s.Pods {
