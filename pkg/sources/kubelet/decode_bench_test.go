@@ -40,8 +40,11 @@ func BenchmarkDecode(b *testing.B) {
 				b.Fatal(err)
 			}
 			got, err := fromSummary("node-0", &s)
-			if err != nil || len(got.Pods) != len(want.Pods) {
-				b.Fatalf("got %v pods, %v; want %d", got, err, len(want.Pods))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(got.Pods) != len(want.Pods) {
+				b.Fatalf("got %d pods, want %d", len(got.Pods), len(want.Pods))
 			}
 		}
 	})
