@@ -3,10 +3,12 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
@@ -55,8 +57,18 @@ func TestUkpdPages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(suite.ukpd.Instances()); n < 2000 {
-		t.Fatalf("the account holds %d instances, want at least 2,000", n)
+	// The sync creates each Running pod's instance from its informer, so the
+	// last ones may still be on their way: wait for them, bounded.
+	instancesCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err = cluster.Poll(instancesCtx, "the account to hold 2,000 instances", watched(), func(context.Context) error {
+		if n := len(suite.ukpd.Instances()); n < 2000 {
+			return fmt.Errorf("the account holds %d instances, want at least 2,000", n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	running := time.Now()
 	listsBefore := suite.ukpd.ListRequests()
