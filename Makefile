@@ -11,6 +11,7 @@ REGISTRY ?= ghcr.io/group-metrics-server
 IMAGE_TAG ?= $(VERSION)
 IMAGE ?= $(REGISTRY)/group-metrics-server:$(IMAGE_TAG)
 IMAGE_ARCHS ?= amd64 arm64
+comma := ,
 IMAGE_DIR ?= $(BIN_DIR)/image
 IMAGE_SOURCE ?= https://github.com/group-metrics-server/group-metrics-server
 # Every file and the image are dated at the commit (or SOURCE_DATE_EPOCH),
@@ -18,6 +19,7 @@ IMAGE_SOURCE ?= https://github.com/group-metrics-server/group-metrics-server
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 E2E_TIMEOUT ?= 45m
+E2E_SHARDS ?= 3
 FUZZTIME ?= 10s
 BENCH_COUNT ?= 6
 # The release hack/tools.sh builds into bin/, and those make e2e-compat runs
@@ -69,11 +71,15 @@ tools: ## Build the control-plane binaries (etcd, kube-*, kubectl, kwok, metrics
 test: test-unit fuzz-short test-chart e2e ## Everything CI runs: unit and in-process tests, short fuzzing, the Helm chart, the e2e suite.
 
 .PHONY: test-unit
-test-unit: ## Unit and in-process tests, with the race detector; then the HPA's own calculator on group values (test/hpacalc), the monitoring kit's rules and queries (test/monitoring) and the image builder (hack/image).
+test-unit: ## Unit and in-process tests, with the race detector; then the HPA's own calculator on group values (test/hpacalc), the monitoring kit's rules and queries (test/monitoring) and the image builder for this machine's platform (hack/image).
 	$(GO) test -race -count=1 ./...
 	cd test/hpacalc && GOWORK=off $(GO) test -count=1 -v ./...
 	cd test/monitoring && GOWORK=off $(GO) test -count=1 -v ./...
 	cd hack/image && GOWORK=off $(GO) test -count=1 -timeout 30m -v ./...
+
+.PHONY: verify-image
+verify-image: ## The image builder's test for every platform make image ships (IMAGE_ARCHS): cross builds, so not in make test-unit.
+	cd hack/image && GOWORK=off $(GO) test -count=1 -timeout 30m -v -run '^TestImage$$' ./... -args -archs=$(subst $(eval ) ,$(comma),$(IMAGE_ARCHS))
 
 .PHONY: test-chart
 test-chart: tools ## helm lint and template of the chart for every example values file, its schema, and the chart against manifests/.
@@ -88,8 +94,8 @@ fuzz: ## Longer fuzzing: every target for 5 minutes.
 	FUZZTIME=5m bash hack/fuzz.sh
 
 .PHONY: e2e
-e2e: tools build ## The e2e suite on a real local control plane.
-	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) ./test/...
+e2e: tools build ## The e2e suite on real local control planes, in E2E_SHARDS processes at once (hack/e2e.sh; E2E_RUN picks tests).
+	E2E_SHARDS=$(E2E_SHARDS) E2E_TIMEOUT=$(E2E_TIMEOUT) bash hack/e2e.sh
 
 .PHONY: tools-compat
 tools-compat: ## Build the control planes of COMPAT_VERSIONS into bin/k8s-<version>/, once each.
@@ -143,12 +149,7 @@ verify-lint: ## golangci-lint (v2 config in .golangci.yaml).
 
 .PHONY: verify-tidy
 verify-tidy: ## go.mod and go.sum are tidy, in every module.
-	@for m in . hack/tools hack/helm hack/image test/tools test/tools/metrics-server test/tools/lws test/tools/k8s-v1.35.4 test/tools/k8s-v1.36.3 test/hpacalc test/monitoring; do \
-		(cd $$m && cp go.mod /tmp/gms-go.mod.$$$$ && cp go.sum /tmp/gms-go.sum.$$$$ && GOWORK=off $(GO) mod tidy && \
-		 if ! diff -q go.mod /tmp/gms-go.mod.$$$$ >/dev/null || ! diff -q go.sum /tmp/gms-go.sum.$$$$ >/dev/null; then \
-		   cp /tmp/gms-go.mod.$$$$ go.mod; cp /tmp/gms-go.sum.$$$$ go.sum; echo "$$m: go mod tidy changes go.mod/go.sum"; exit 1; fi; \
-		 rm -f /tmp/gms-go.mod.$$$$ /tmp/gms-go.sum.$$$$) || exit 1; \
-	done
+	bash hack/verify-tidy.sh
 
 .PHONY: verify-vuln
 verify-vuln: ## govulncheck against a pinned, locally built vulnerability database (docs/security.md).
