@@ -1,0 +1,151 @@
+package kubelet
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
+	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
+)
+
+const testToken = "kubelet-tok-5d1e-very-secret"
+
+// fleetEnv is a fleet of fake kubelets on a fake clock, which only the test
+// moves: a Slow fault holds its answer until the request ends.
+type fleetEnv struct {
+	clk   *testingclock.FakeClock
+	fleet *fakekubelet.Fleet
+}
+
+func newFleetEnv(t *testing.T) *fleetEnv {
+	t.Helper()
+	// The fleet's certificates are valid from its clock's now, and the
+	// client checks them against the real one.
+	clk := testingclock.NewFakeClock(time.Now().Truncate(time.Second))
+	fleet, err := fakekubelet.NewFleet(fakekubelet.Config{Clock: clk, Tokens: []string{testToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := fleet.Close(); err != nil {
+			t.Errorf("close the fleet: %v", err)
+		}
+	})
+	return &fleetEnv{clk: clk, fleet: fleet}
+}
+
+func (e *fleetEnv) addNode(t *testing.T, name string, pods ...string) *fakekubelet.Node {
+	t.Helper()
+	n, err := e.fleet.AddNode(name, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		if err := e.fleet.SetPod(name, fakekubelet.Pod{Namespace: "ns", Name: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
+}
+
+// client returns a client that trusts the fleet's CA and presents the
+// fleet's token, as the source builds it from --kubelet-* flags; mod
+// adjusts its config.
+func (e *fleetEnv) client(t *testing.T, mod func(*ClientConfig)) *Client {
+	t.Helper()
+	cfg := ClientConfig{
+		REST:             &rest.Config{BearerToken: testToken, TLSClientConfig: rest.TLSClientConfig{CAData: e.fleet.CACertPEM()}},
+		MaxResponseBytes: 10 << 20,
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	c, err := NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.http.CloseIdleConnections)
+	return c
+}
+
+// TestClientFailures gives a kubelet each fault that fails a scrape and
+// checks the reason the failure is counted under, and that the error names
+// the node and never the token.
+func TestClientFailures(t *testing.T) {
+	// The request timeout is the scraper's per-target deadline on the
+	// context; tiny, as nothing answers within it.
+	const timeout = 50 * time.Millisecond
+	e := newFleetEnv(t)
+	node := e.addNode(t, "node-a", "web-0")
+	tests := []struct {
+		name       string
+		fault      fakekubelet.Fault
+		maxBytes   int64
+		wantReason string
+		wantErr    string
+	}{
+		{name: "dead", fault: fakekubelet.Fault{Kind: fakekubelet.FaultDead}, wantReason: sources.ReasonConnection, wantErr: "connection refused"},
+		{name: "500", fault: fakekubelet.Fault{Kind: fakecore.FaultStatus500}, wantReason: sources.ReasonHTTPStatus, wantErr: "/stats/summary returned 500 Internal Server Error"},
+		{name: "untrusted certificate", fault: fakekubelet.Fault{Kind: fakecore.FaultUntrustedCertificate}, wantReason: sources.ReasonTLS, wantErr: "unknown authority"},
+		{name: "wrong-name certificate", fault: fakekubelet.Fault{Kind: fakecore.FaultWrongNameCertificate}, wantReason: sources.ReasonTLS, wantErr: "certificate is valid for"},
+		{name: "slow past the timeout", fault: fakecore.Slow(time.Hour), wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded"},
+		{name: "handshake stall", fault: fakekubelet.Fault{Kind: fakecore.FaultHandshakeStall}, wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded"},
+		{name: "stall", fault: fakekubelet.Fault{Kind: fakecore.FaultStall}, wantReason: sources.ReasonTimeout, wantErr: "read body"},
+		{name: "reset connection", fault: fakekubelet.Fault{Kind: fakecore.FaultResetConnection}, wantReason: sources.ReasonConnection, wantErr: "/stats/summary"},
+		{
+			name: "huge body", fault: fakecore.HugeBody(1 << 20), maxBytes: 64 << 10,
+			wantReason: sources.ReasonTooLarge, wantErr: "response larger than 65536 bytes",
+		},
+		{name: "truncated", fault: fakekubelet.Fault{Kind: fakecore.FaultTruncated}, wantReason: sources.ReasonDecode, wantErr: "decode summary"},
+		{name: "garbage", fault: fakekubelet.Fault{Kind: fakecore.FaultGarbage}, wantReason: sources.ReasonDecode, wantErr: "decode summary"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := node.SetFault(tc.fault); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := node.ClearFault(""); err != nil {
+					t.Error(err)
+				}
+			}()
+			c := e.client(t, func(cfg *ClientConfig) {
+				if tc.maxBytes > 0 {
+					cfg.MaxResponseBytes = tc.maxBytes
+				}
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			batch, err := c.Summary(ctx, node.Name(), node.Address())
+			if batch != nil || err == nil {
+				t.Fatalf("Summary = %+v, %v; want an error", batch, err)
+			}
+			if got := sources.Reason(err); got != tc.wantReason {
+				t.Errorf("reason = %q, want %q (error: %v)", got, tc.wantReason, err)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, tc.wantErr) {
+				t.Errorf("error %q does not contain %q", msg, tc.wantErr)
+			}
+			if !strings.Contains(msg, `node "node-a"`) {
+				t.Errorf("error %q does not name the node", msg)
+			}
+			if strings.Contains(msg, testToken) {
+				t.Errorf("error %q reveals the token", msg)
+			}
+		})
+	}
+
+	// Every fault cleared, the same node answers.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := e.client(t, nil).Summary(ctx, node.Name(), node.Address()); err != nil {
+		t.Errorf("after the faults: %v", err)
+	}
+}
