@@ -156,6 +156,12 @@ func TestClientFailures(t *testing.T) {
 			cfg:        func(c *ClientConfig) { c.RequestTimeout = 20 * time.Millisecond },
 			wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded",
 		},
+		{
+			name: "stall", fault: &fakeukpd.Fault{Kind: fakecore.FaultStall},
+			cfg:        func(c *ClientConfig) { c.RequestTimeout = 20 * time.Millisecond },
+			wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded",
+		},
+		{name: "truncated", fault: &fakeukpd.Fault{Kind: fakecore.FaultTruncated}, wantReason: sources.ReasonDecode, wantErr: "decode instance metrics"},
 		{name: "wrong token", cfg: func(c *ClientConfig) { c.TokenFile = writeTemp(t, "not-the-token") }, wantReason: sources.ReasonHTTPStatus, wantErr: "401 Unauthorized (check the bearer token)"},
 		{name: "no token", cfg: func(c *ClientConfig) { c.TokenFile = "" }, wantReason: sources.ReasonHTTPStatus, wantErr: "401"},
 		{name: "missing token file", cfg: func(c *ClientConfig) { c.TokenFile = "/nonexistent/token" }, wantReason: sources.ReasonOther, wantErr: "bearer token"},
@@ -178,25 +184,83 @@ func TestClientFailures(t *testing.T) {
 				ctx, cancel = tc.ctx()
 			}
 			defer cancel()
-			c := e.client(t, tc.cfg)
-			samples, err := c.Metrics(ctx)
-			if samples != nil || err == nil {
-				t.Fatalf("Metrics = %v, %v; want an error", samples, err)
-			}
-			if got := sources.Reason(err); got != tc.wantReason {
-				t.Errorf("reason = %q, want %q (error: %v)", got, tc.wantReason, err)
-			}
-			msg := err.Error()
-			if !strings.Contains(msg, tc.wantErr) {
-				t.Errorf("error %q does not contain %q", msg, tc.wantErr)
-			}
-			if !strings.HasPrefix(msg, "ukpd "+c.String()+": ") {
-				t.Errorf("error %q does not name the endpoint %s", msg, c.String())
-			}
-			if strings.Contains(msg, testToken) {
-				t.Errorf("error %q reveals the token", msg)
-			}
+			checkFailure(ctx, t, e.client(t, tc.cfg), tc.wantReason, tc.wantErr)
 		})
+	}
+}
+
+// TestClientTransportFaults breaks TLS below the fake ukpd's handler, as
+// the fake serving the e2e suite breaks it, and checks the reason.
+func TestClientTransportFaults(t *testing.T) {
+	fake, err := fakeukpd.Start(fakeukpd.Options{Config: fakeukpd.Config{Tokens: []string{testToken}}, CertDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := fake.Close(); err != nil {
+			t.Errorf("close the fake: %v", err)
+		}
+	})
+	tokenFile := writeTemp(t, testToken)
+	// A stall never answers: the request timeout ends it, and is tiny.
+	// Else it is a guard against a hang, which a loaded machine never
+	// reaches.
+	client := func(t *testing.T, timeout time.Duration) *Client {
+		t.Helper()
+		c, err := NewClient(ClientConfig{URL: fake.URL, TokenFile: tokenFile, CAFile: fake.CAFile, RequestTimeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	tests := []struct {
+		name       string
+		fault      fakeukpd.FaultKind
+		timeout    time.Duration
+		wantReason string
+		wantErr    string
+	}{
+		{name: "untrusted certificate", fault: fakecore.FaultUntrustedCertificate, timeout: 30 * time.Second, wantReason: sources.ReasonTLS, wantErr: "unknown authority"},
+		{name: "handshake stall", fault: fakecore.FaultHandshakeStall, timeout: 50 * time.Millisecond, wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := fake.SetTransportFault(tc.fault); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := fake.SetTransportFault(""); err != nil {
+					t.Error(err)
+				}
+			}()
+			checkFailure(context.Background(), t, client(t, tc.timeout), tc.wantReason, tc.wantErr)
+		})
+	}
+	if _, err := client(t, 30*time.Second).Metrics(context.Background()); err != nil {
+		t.Errorf("after the faults: %v", err)
+	}
+}
+
+// checkFailure checks that c's Metrics fails for wantReason with an error
+// that says wantErr, names the endpoint and never the token.
+func checkFailure(ctx context.Context, t *testing.T, c *Client, wantReason, wantErr string) {
+	t.Helper()
+	samples, err := c.Metrics(ctx)
+	if samples != nil || err == nil {
+		t.Fatalf("Metrics = %v, %v; want an error", samples, err)
+	}
+	if got := sources.Reason(err); got != wantReason {
+		t.Errorf("reason = %q, want %q (error: %v)", got, wantReason, err)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, wantErr) {
+		t.Errorf("error %q does not contain %q", msg, wantErr)
+	}
+	if !strings.HasPrefix(msg, "ukpd "+c.String()+": ") {
+		t.Errorf("error %q does not name the endpoint %s", msg, c.String())
+	}
+	if strings.Contains(msg, testToken) {
+		t.Errorf("error %q reveals the token", msg)
 	}
 }
 

@@ -1,0 +1,89 @@
+package ukpd
+
+import (
+	"testing"
+	"time"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/store"
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
+	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
+)
+
+// TestScrapeDataFaults gives the fake ukpd each fault a scrape survives and
+// follows a pod from the scrape through the store: it is served with the
+// values the fake was told, never higher, and the instances left out are
+// counted. ClockBackwards is TestScrapeStartedAtMovesAlone's.
+func TestScrapeDataFaults(t *testing.T) {
+	const (
+		cycle = 15 * time.Second
+		cpu   = 40_000_000 // nanocores of each container
+		mem   = 64 << 20
+	)
+	tests := []struct {
+		name  string
+		fault fakeukpd.Fault
+		// reset says the fault sets the counters back: the first rate
+		// after it may read low.
+		reset bool
+		// ignored is how many instances each scrape leaves out, by reason.
+		ignored map[string]float64
+	}{
+		// The counter starts from zero with a new start count and the same
+		// started_at.
+		{name: "counter reset", fault: fakeukpd.Fault{Kind: fakecore.FaultCounterReset}, reset: true},
+		// A second instance for every container, with twice the values.
+		{
+			name: "duplicate instances", fault: fakeukpd.Fault{Kind: fakeukpd.FaultDuplicateInstances},
+			ignored: map[string]float64{ignoredDuplicate: 2},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newScrapeEnv(t, FormatJSON, newPod("default", "web-0", "kraftlet-a", "app", "sidecar"))
+			for _, c := range []string{"app", "sidecar"} {
+				e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: c, Node: "kraftlet-a", CPUCores: cpu / 1e9, RSSBytes: mem})
+			}
+			st := store.New(store.Config{Clock: e.clk, Sources: []string{SourceName}, FirstWindowMax: 2 * cycle, StaleAfter: 4 * cycle})
+			var counter uint64 // of the first container, in the last scrape
+			scrape := func() {
+				t.Helper()
+				e.clk.Step(cycle)
+				b := e.scrape(t)
+				if len(b.Pods) != 1 {
+					t.Fatalf("pods %+v, want web-0", b.Pods)
+				}
+				counter = b.Pods[0].Containers[0].CPUCoreNanos
+				st.Store(SourceName, e.target.Nodes(), b, e.clk.Now())
+			}
+			scrape()
+			scrape()
+			before := counter
+			if err := e.fake.SetFault(tc.fault); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 4 {
+				ignoredBefore := ignoredCounts(t)
+				scrape()
+				if i == 0 && (counter < before) != tc.reset {
+					t.Errorf("CPU counter went from %d to %d over the fault", before, counter)
+				}
+				after := ignoredCounts(t)
+				for _, r := range allReasons {
+					if d := after[r] - ignoredBefore[r]; d != tc.ignored[r] {
+						t.Errorf("scrape %d: ignored %s +%v, want +%v", i, r, d, tc.ignored[r])
+					}
+				}
+				u, _, why := st.Pod("default", "web-0", "uid-web-0", "kraftlet-a", store.PodRef{})
+				if why != nil {
+					t.Fatalf("scrape %d: web-0 not served: %v", i, why)
+				}
+				for _, c := range u.Containers {
+					low := tc.reset && i == 0 && c.CPUNanoCores < cpu
+					if (c.CPUNanoCores != cpu && !low) || c.MemoryBytes != mem {
+						t.Errorf("scrape %d: %s served %+v, want %d nanocores and %d bytes", i, c.Name, c.Usage, cpu, mem)
+					}
+				}
+			}
+		})
+	}
+}
