@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
 )
 
 type fakeTarget struct {
@@ -86,6 +88,18 @@ func TestTickKeepsPartialResults(t *testing.T) {
 		&fakeTarget{id: "partial", batch: &Batch{}, err: WithReason(ReasonDecode, errors.New("one pod left out"))},
 		slow,
 	}
+	RegisterMetrics()
+	// Of the targets, partial is counted as a partial scrape, refused and
+	// garbage as failures by their reasons.
+	counts := func() map[string]float64 {
+		t.Helper()
+		return map[string]float64{
+			"partial": counterValue(t, partialScrapes.WithLabelValues("kubelet")),
+			"refused": counterValue(t, scrapeFailures.WithLabelValues("kubelet", ReasonConnection)),
+			"garbage": counterValue(t, scrapeFailures.WithLabelValues("kubelet", ReasonDecode)),
+		}
+	}
+	before := counts()
 	sink := newRecordingSink()
 	s := NewScraper(ScraperConfig{
 		Sources:     []Source{&fakeSource{name: "kubelet", targets: targets}},
@@ -129,6 +143,22 @@ func TestTickKeepsPartialResults(t *testing.T) {
 	if s.LastTick().IsZero() || s.LastSuccess().IsZero() {
 		t.Error("LastTick or LastSuccess not recorded")
 	}
+	counted := counts()
+	for k := range counted {
+		counted[k] -= before[k]
+	}
+	if diff := cmp.Diff(map[string]float64{"partial": 1, "refused": 1, "garbage": 1}, counted); diff != "" {
+		t.Errorf("counted (-want +got):\n%s", diff)
+	}
+}
+
+func counterValue(t *testing.T, c metrics.CounterMetric) float64 {
+	t.Helper()
+	v, err := testutil.GetCounterMetricValue(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 func TestTickTimesOutSlowTarget(t *testing.T) {
