@@ -1,0 +1,197 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+	"github.com/group-metrics-server/group-metrics-server/test/lws"
+)
+
+// The LeaderWorkerSet of TestLeaderWorkerSetController.
+const (
+	sampleNamespace = "e2e-lws-controller"
+	sampleLWS       = "sample"
+	sampleGroupSize = 4
+	// sampleBound bounds each wait for the controller's work: the LWS and
+	// StatefulSet controllers, kube-scheduler and kwok on a loaded machine.
+	sampleBound = 2 * time.Minute
+)
+
+// TestLeaderWorkerSetController checks the LeaderWorkerSet controller the
+// LWS tests share (lws.Install, once per suite; the first test to need it
+// installs it, and Install returns once the controller is ready and its
+// webhooks admit a dry-run LeaderWorkerSet). A LeaderWorkerSet of two
+// groups of four runs, each pod labelled with its group and worker index
+// and its group's key, the leader annotations on the leaders only; its
+// scale subresource reports the groups and selects the leaders, and
+// kubectl scale adds a third group. The pods run on the fleet's nodes.
+func TestLeaderWorkerSetController(t *testing.T) {
+	ctx := begin(t, 5*time.Minute)
+	e := newLWSEnv(ctx, t)
+	t.Logf("lws controller from %s, webhooks at %s", lwsController.ctrl.ModuleDir(), lwsController.ctrl.WebhookURL())
+	newNamespace(ctx, t, sampleNamespace)
+
+	leaderAnnotations := map[string]string{group.AnnotationPolicy: string(group.PolicyGroup)}
+	obj := lws.NewLeaderWorkerSet(sampleNamespace, sampleLWS, 2, sampleGroupSize, "250m", leaderAnnotations)
+	began := time.Now()
+	if _, err := e.dyn.Resource(lws.GroupVersionResource).Namespace(sampleNamespace).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create LeaderWorkerSet: %v", err)
+	}
+	pods := waitSampleGroups(ctx, t, e, 2)
+	t.Logf("2 groups of %d pods Running %v after creating the LeaderWorkerSet", sampleGroupSize, since(began))
+	checkSampleGroups(t, pods, 2, leaderAnnotations)
+
+	scale := waitSampleScale(ctx, t, e, 2)
+	wantSelector := lws.NameLabel + "=" + sampleLWS + "," + lws.WorkerIndexLabel + "=0"
+	t.Logf("scale subresource: spec.replicas=%d status.replicas=%d status.selector=%q",
+		scale.Spec.Replicas, scale.Status.Replicas, scale.Status.Selector)
+	if scale.Status.Selector != wantSelector {
+		t.Errorf("scale selector = %q, want %q", scale.Status.Selector, wantSelector)
+	}
+
+	began = time.Now()
+	if _, _, err := suite.cluster.Kubectl(ctx, "scale", "-n", sampleNamespace, "lws/"+sampleLWS, "--replicas=3"); err != nil {
+		t.Fatal(err)
+	}
+	pods = waitSampleGroups(ctx, t, e, 3)
+	t.Logf("scale to 3: the third group's %d pods Running %v after kubectl scale", sampleGroupSize, since(began))
+	checkSampleGroups(t, pods, 3, leaderAnnotations)
+	scale = waitSampleScale(ctx, t, e, 3)
+	if scale.Spec.Replicas != 3 {
+		t.Errorf("scale spec.replicas = %d after scaling, want 3", scale.Spec.Replicas)
+	}
+}
+
+// waitSampleGroups waits until the LeaderWorkerSet has exactly
+// groups*sampleGroupSize pods, all Running, and returns them.
+func waitSampleGroups(ctx context.Context, t *testing.T, e *lwsEnv, groups int) []corev1.Pod {
+	t.Helper()
+	want := groups * sampleGroupSize
+	var pods []corev1.Pod
+	err := e.poll(ctx, sampleBound, fmt.Sprintf("%d Running pods", want), func(ctx context.Context) error {
+		list, err := suite.cluster.Client().CoreV1().Pods(sampleNamespace).List(ctx, metav1.ListOptions{LabelSelector: lws.PodSelector(sampleLWS)})
+		if err != nil {
+			return err
+		}
+		running := 0
+		for _, p := range list.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				running++
+			}
+		}
+		pods = list.Items
+		if len(list.Items) != want || running != want {
+			return fmt.Errorf("%d pods, %d Running", len(list.Items), running)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pods
+}
+
+// checkSampleGroups checks the LWS labels: group indexes 0..groups-1, worker
+// indexes 0..sampleGroupSize-1 in each group, one group key per group and a
+// different one for each group, and leaderAnnotations on leaders only.
+func checkSampleGroups(t *testing.T, pods []corev1.Pod, groups int, leaderAnnotations map[string]string) {
+	t.Helper()
+	type member struct{ name, key string }
+	byGroup := map[string]map[string]member{}
+	leaders, workers := 0, 0
+	for _, p := range pods {
+		l := p.Labels
+		if l[lws.NameLabel] != sampleLWS {
+			t.Errorf("pod %s: %s=%q", p.Name, lws.NameLabel, l[lws.NameLabel])
+		}
+		gi, wi, key := l[lws.GroupIndexLabel], l[lws.WorkerIndexLabel], l[lws.GroupKeyLabel]
+		if gi == "" || wi == "" || key == "" {
+			t.Errorf("pod %s lacks a group label: %v", p.Name, l)
+			continue
+		}
+		if byGroup[gi] == nil {
+			byGroup[gi] = map[string]member{}
+		}
+		byGroup[gi][wi] = member{p.Name, key}
+		isLeader := wi == "0"
+		if isLeader {
+			leaders++
+		} else {
+			workers++
+		}
+		for k, v := range leaderAnnotations {
+			if got, ok := p.Annotations[k]; isLeader && got != v {
+				t.Errorf("leader %s: annotation %s=%q, want %q", p.Name, k, got, v)
+			} else if !isLeader && ok {
+				t.Errorf("worker %s has the leader annotation %s", p.Name, k)
+			}
+		}
+	}
+	if leaders != groups || workers != groups*(sampleGroupSize-1) {
+		t.Errorf("%d leaders and %d workers, want %d and %d", leaders, workers, groups, groups*(sampleGroupSize-1))
+	}
+	keys := map[string]string{}
+	for g := range groups {
+		gi := strconv.Itoa(g)
+		members := byGroup[gi]
+		if len(members) != sampleGroupSize {
+			t.Errorf("group %s has worker indexes %v, want 0..%d", gi, slices.Sorted(maps.Keys(members)), sampleGroupSize-1)
+			continue
+		}
+		key := members["0"].key
+		var names []string
+		for w := range sampleGroupSize {
+			m, ok := members[strconv.Itoa(w)]
+			if !ok {
+				t.Errorf("group %s has no worker %d", gi, w)
+				continue
+			}
+			if m.key != key {
+				t.Errorf("group %s: pod %s has group key %s, leader has %s", gi, m.name, m.key, key)
+			}
+			names = append(names, m.name)
+		}
+		if other, dup := keys[key]; dup {
+			t.Errorf("groups %s and %s share group key %s", other, gi, key)
+		}
+		keys[key] = gi
+		t.Logf("group %s (key %s): %v", gi, key, names)
+	}
+	if len(byGroup) != groups {
+		t.Errorf("group indexes %v, want 0..%d", slices.Sorted(maps.Keys(byGroup)), groups-1)
+	}
+}
+
+// waitSampleScale waits until the scale subresource reports replicas groups
+// both wanted and created and a selector, and returns it.
+func waitSampleScale(ctx context.Context, t *testing.T, e *lwsEnv, replicas int32) *autoscalingv1.Scale {
+	t.Helper()
+	var scale *autoscalingv1.Scale
+	err := e.poll(ctx, sampleBound, fmt.Sprintf("the scale subresource to report %d replicas", replicas), func(ctx context.Context) error {
+		s, err := lws.GetScale(ctx, e.dyn, sampleNamespace, sampleLWS)
+		if err != nil {
+			return err
+		}
+		scale = s
+		if s.Spec.Replicas != replicas || s.Status.Replicas != replicas || s.Status.Selector == "" {
+			return fmt.Errorf("spec.replicas %d, status.replicas %d, selector %q", s.Spec.Replicas, s.Status.Replicas, s.Status.Selector)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return scale
+}

@@ -1,0 +1,244 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+)
+
+const (
+	smokeNode = "e2e-smoke-node"
+	// smokeTaint keeps every pod but this test's off the smoke node:
+	// CreateDeployment's pods select every kwok node.
+	smokeTaint = "e2e-smoke"
+)
+
+// TestClusterSmoke checks the control plane the suite runs on: kubectl and
+// kube-apiserver are the release asked for, a kwok node keeps the kubelet
+// endpoint and address it was created with, and a pod bound to it and a
+// Deployment's pods scheduled onto it run there with kwok's addresses. The
+// node is removed again, so that no test that reads every node sees it.
+//
+// The suite's cluster outlives every test, so its teardown when Start's
+// context ends is not checked here.
+func TestClusterSmoke(t *testing.T) {
+	ctx := begin(t, 3*time.Minute)
+
+	// Setup's cluster.Start returned only once every component answered
+	// its health check; cheaply, each still listens.
+	for name, port := range suite.cluster.Ports() {
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
+		if err != nil {
+			t.Errorf("%s port %d: %v", name, port, err)
+			continue
+		}
+		_ = conn.Close()
+	}
+	checkVersions(ctx, t)
+
+	// Setup's fleet nodes came from AddNode: their kubelet endpoints and
+	// addresses are the fleet's.
+	client := suite.cluster.Client()
+	for _, n := range suite.fleet.Nodes() {
+		checkNodeEndpoint(ctx, t, client, n.Name(), n.Port())
+	}
+
+	const ns = "e2e-smoke"
+	// Registered first, so that it runs after the namespace is deleted.
+	t.Cleanup(func() { removeNode(t, smokeNode) })
+	newNamespace(ctx, t, ns)
+	ports, err := cluster.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := cluster.NodeObject(smokeNode, map[string]string{"pool": "smoke"}, "127.0.0.1", ports[0])
+	node.Spec.Taints = []corev1.Taint{{Key: smokeTaint, Effect: corev1.TaintEffectNoSchedule}}
+	if err := suite.cluster.CreateNode(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	checkNodeEndpoint(ctx, t, client, smokeNode, ports[0])
+	checkWorkloads(ctx, t, client, ns)
+}
+
+// checkVersions checks that kubectl and kube-apiserver both report the
+// release the suite runs on. (TestControlPlaneRelease checks the controller
+// manager's too.)
+func checkVersions(ctx context.Context, t *testing.T) {
+	t.Helper()
+	want := cmp.Or(suite.kubeVersion, defaultKubeVersion)
+	out, _, err := suite.cluster.Kubectl(ctx, "version", "--output=json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		ClientVersion struct{ GitVersion string } `json:"clientVersion"`
+		ServerVersion struct{ GitVersion string } `json:"serverVersion"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("parse kubectl version output %q: %v", out, err)
+	}
+	if v.ClientVersion.GitVersion != want || v.ServerVersion.GitVersion != want {
+		t.Errorf("kubectl version: client %q, server %q; want %s for both",
+			v.ClientVersion.GitVersion, v.ServerVersion.GitVersion, want)
+	}
+}
+
+// checkNodeEndpoint checks that the node's kubelet port is port and its
+// InternalIP 127.0.0.1, as it was created: kwok's node stage keeps them.
+func checkNodeEndpoint(ctx context.Context, t *testing.T, client kubernetes.Interface, name string, port int) {
+	t.Helper()
+	node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := node.Status.DaemonEndpoints.KubeletEndpoint.Port; int(got) != port {
+		t.Errorf("node %s: kubelet port = %d, want %d", name, got, port)
+	}
+	ip := ""
+	for _, a := range node.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			ip = a.Address
+		}
+	}
+	if ip != "127.0.0.1" {
+		t.Errorf("node %s: InternalIP = %q, want 127.0.0.1", name, ip)
+	}
+}
+
+// checkWorkloads runs a pod bound to the smoke node and a Deployment of two
+// replicas scheduled onto it, and checks that all three run there.
+func checkWorkloads(ctx context.Context, t *testing.T, client kubernetes.Interface, ns string) {
+	t.Helper()
+	bound := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "bound", Labels: map[string]string{"app": "bound"}},
+		Spec: corev1.PodSpec{
+			NodeName:                      smokeNode,
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			Containers:                    []corev1.Container{{Name: "c", Image: "fake"}},
+		},
+	}
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, bound, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app": "smoke"}
+	deploy := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "smoke"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector:                  map[string]string{"pool": "smoke"},
+					Tolerations:                   []corev1.Toleration{{Key: smokeTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+					TerminationGracePeriodSeconds: ptr.To[int64](0),
+					Containers:                    []corev1.Container{{Name: "c", Image: "fake"}},
+				},
+			},
+		},
+	}
+	if _, err := client.AppsV1().Deployments(ns).Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := poll(ctx, "pod bound to be Running", func(ctx context.Context) error {
+		return podRunningOn(ctx, client, ns, "bound", smokeNode)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ctx, "deployment smoke to have 2 ready replicas", func(ctx context.Context) error {
+		d, err := client.AppsV1().Deployments(ns).Get(ctx, "smoke", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if d.Status.ReadyReplicas != 2 {
+			return fmt.Errorf("%d ready replicas", d.Status.ReadyReplicas)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=smoke"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 2 {
+		t.Fatalf("deployment has %d pods, want 2", len(pods.Items))
+	}
+	for _, p := range pods.Items {
+		if err := podRunningOn(ctx, client, ns, p.Name, smokeNode); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func podRunningOn(ctx context.Context, client kubernetes.Interface, ns, name, nodeName string) error {
+	p, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if p.Spec.NodeName != nodeName {
+		return fmt.Errorf("pod %s is on node %q, want %q", name, p.Spec.NodeName, nodeName)
+	}
+	if p.Status.Phase != corev1.PodRunning {
+		return fmt.Errorf("pod %s is %s", name, p.Status.Phase)
+	}
+	if p.Status.PodIP == "" || p.Status.HostIP != "127.0.0.1" {
+		return fmt.Errorf("pod %s has pod IP %q and host IP %q", name, p.Status.PodIP, p.Status.HostIP)
+	}
+	return nil
+}
+
+// removeNode waits until no pod is bound to the node, then deletes it and
+// waits until it is gone, so that tests that read every node do not see it.
+func removeNode(t *testing.T, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := suite.cluster.Client()
+	if err := poll(ctx, "the pods on node "+name+" to be gone", func(ctx context.Context) error {
+		pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
+		if err != nil {
+			return err
+		}
+		if n := len(pods.Items); n > 0 {
+			return fmt.Errorf("%d pods, %s/%s first", n, pods.Items[0].Namespace, pods.Items[0].Name)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
+	err := client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+	if apierrors.IsNotFound(err) {
+		return
+	}
+	if err != nil {
+		t.Errorf("delete node %s: %v", name, err)
+		return
+	}
+	if err := poll(ctx, "node "+name+" to be gone", func(ctx context.Context) error {
+		_, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return cmp.Or(err, fmt.Errorf("node %s still exists", name))
+	}); err != nil {
+		t.Error(err)
+	}
+}
