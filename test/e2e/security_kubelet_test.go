@@ -3,6 +3,8 @@
 package e2e
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -32,9 +34,21 @@ var reviewResources = []string{"tokenreviews", "subjectaccessreviews", "selfsubj
 // Secret in kube-system or patching an APIService is Forbidden.
 func TestKubeletCredentialReadOnly(t *testing.T) {
 	ctx := begin(t, 2*time.Minute)
-	tokens := suite.fleet.PresentedTokens()
-	if len(tokens) == 0 {
-		t.Fatal("the fleet has accepted no bearer token: the server scrapes with none")
+	// The tokens come with the server's scrapes, and an Available server
+	// may not have scraped yet when this test is the first to run: wait for
+	// its first scrape, within readyBound and ten seconds for a loaded
+	// machine.
+	var tokens []string
+	waitCtx, cancel := context.WithTimeout(ctx, readyBound()+10*time.Second)
+	defer cancel()
+	err := poll(waitCtx, "the fleet to accept a bearer token", func(context.Context) error {
+		if tokens = suite.fleet.PresentedTokens(); len(tokens) == 0 {
+			return errors.New("the fleet has accepted no bearer token: the server scrapes with none")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	nsList, err := suite.cluster.Client().CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 	if err != nil {
