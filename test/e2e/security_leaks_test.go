@@ -134,13 +134,21 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 		t.Fatal(err)
 	}
 	// The failure is logged (once, as every failing target is), so the scan
-	// covers an error about authentication.
-	logged, err := linesWith(suite.server.Process.LogPath(), "ukpd", "401")
+	// covers an error about authentication. The scraper counts a failure
+	// just before it logs it, so the line may trail the count: wait for it,
+	// bounded as the log lines of checkFailingMember are.
+	var logged []string
+	logCtx, cancelLog := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelLog()
+	err = poll(logCtx, "the server to log ukpd answering 401", func(context.Context) error {
+		var err error
+		if logged, err = linesWith(suite.server.Process.LogPath(), "ukpd", "401"); err == nil && len(logged) == 0 {
+			err = errors.New("the server logged no line about ukpd answering 401")
+		}
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if len(logged) == 0 {
-		t.Error("the server logged no line about ukpd answering 401")
+		t.Error(err)
 	}
 	t.Logf("the server logged %d line(s) about the refused token, e.g. %.300s", len(logged), strings.Join(logged, "\n"))
 	restore()
