@@ -41,6 +41,10 @@ const (
 	// uninstallBound is how long garbage collection may take to remove what
 	// an uninstall leaves to it.
 	uninstallBound = time.Minute
+	// aggregatorLag bounds how long after an APIService is Available the
+	// aggregator's proxy, which follows APIServices through an informer,
+	// may still refuse to proxy to it: far above the moment that takes.
+	aggregatorLag = 30 * time.Second
 )
 
 // ourLabel selects every object of the manifests.
@@ -71,8 +75,18 @@ func TestMigrationFromMetricsServer(t *testing.T) {
 		t.Fatal("metrics-server's manifests did not set insecureSkipTLSVerify: the test does not start where users are")
 	}
 	agg := aggregatorOf(t, c)
-	if r := fetch(ctx, agg, shape{"list-nodes", metricsV1beta1 + "/nodes"}); r.failed() {
-		t.Fatalf("metrics-server does not serve through the aggregator: %v", r)
+	// The APIService is Available; the aggregator's proxy learns that from
+	// its informer, a moment later.
+	msCtx, cancel := context.WithTimeout(ctx, aggregatorLag)
+	err = cluster.Poll(msCtx, "metrics-server to serve through the aggregator", []*cluster.Process{ms.Process}, func(ctx context.Context) error {
+		if r := fetch(ctx, agg, shape{"list-nodes", metricsV1beta1 + "/nodes"}); r.failed() {
+			return fmt.Errorf("%v", r)
+		}
+		return nil
+	})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	root, err := env.RepoRoot()
@@ -108,11 +122,23 @@ func TestMigrationFromMetricsServer(t *testing.T) {
 	if err := ms.Process.Stop(); err != nil {
 		t.Errorf("stop metrics-server: %v", err)
 	}
+	// The aggregator's proxy follows the APIServices' new service and
+	// caBundle from its informer, so it may still send a request to
+	// metrics-server just after DeployServer returned: wait for it to serve
+	// ours, within takeOverBound from the apply.
+	servedCtx, cancel := context.WithDeadline(ctx, began.Add(takeOverBound))
 	for _, sh := range []shape{{"list-nodes", metricsV1beta1 + "/nodes"}, {"list-nodes-v1", "/apis/metrics.k8s.io/v1/nodes"}} {
-		if r := fetch(ctx, agg, sh); r.failed() {
-			t.Errorf("after metrics-server stopped, %s through the aggregator: %v", sh.name, r)
+		err := cluster.Poll(servedCtx, sh.name+" through the aggregator after metrics-server stopped", []*cluster.Process{s.Process}, func(ctx context.Context) error {
+			if r := fetch(ctx, agg, sh); r.failed() {
+				return fmt.Errorf("%v", r)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Error(err)
 		}
 	}
+	cancel()
 	t.Logf("applied over metrics-server v0.8.0: every APIService Available and verified against our caBundle %v later (bound %v)", tookOver.Round(time.Millisecond), takeOverBound)
 	if tookOver > takeOverBound {
 		t.Errorf("took over in %v, bound %v", tookOver, takeOverBound)
