@@ -101,8 +101,8 @@ const (
 // with the Deployment's own args, plus the flags a process outside the
 // cluster needs, and the server's Secret volumes are kept in local
 // directories as the kubelet would (SecretVolume). It returns once every
-// APIService of the manifests is Available and its caBundle verifies the
-// server's certificate for the Service's name.
+// APIService of the manifests is Available, kube-apiserver serves it, and
+// its caBundle verifies the server's certificate for the Service's name.
 //
 // The Service and APIServices are shared by every server deployed into one
 // cluster: the latest one deployed serves them, and its certificate
@@ -268,8 +268,8 @@ func exposeOnLoopback(svc *unstructured.Unstructured, port int) error {
 }
 
 // waitAvailable waits until every APIService of the server carries a
-// caBundle that verifies the server's certificate for ServiceHost, and is
-// Available.
+// caBundle that verifies the server's certificate for ServiceHost, is
+// Available, and kube-apiserver serves it.
 func (s *Server) waitAvailable(ctx context.Context) error {
 	watch := []*cluster.Process{s.Process}
 	for _, name := range s.APIServices {
@@ -293,8 +293,34 @@ func (s *Server) waitAvailable(ctx context.Context) error {
 		if err := s.cluster.WaitForAPIServiceAvailable(ctx, name); err != nil {
 			return err
 		}
+		if err := s.waitProxied(ctx, name); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// proxyLag bounds how long after an APIService is Available kube-apiserver
+// may still refuse to proxy it: far above the moment its informer takes.
+const proxyLag = 30 * time.Second
+
+// waitProxied waits until kube-apiserver answers the group-version of the
+// APIService name. The aggregator follows the Available condition through an
+// informer and answers 503 until it has seen it, so Available alone does not
+// mean that the next request through kube-apiserver is served.
+func (s *Server) waitProxied(ctx context.Context, name string) error {
+	obj, err := s.cluster.APIServices().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	group, _, _ := unstructured.NestedString(obj.Object, "spec", "group")
+	version, _, _ := unstructured.NestedString(obj.Object, "spec", "version")
+	ctx, cancel := context.WithTimeout(ctx, proxyLag)
+	defer cancel()
+	rc := s.cluster.Client().Discovery().RESTClient()
+	return cluster.Poll(ctx, "kube-apiserver to serve APIService "+name, []*cluster.Process{s.Process}, func(ctx context.Context) error {
+		return rc.Get().AbsPath("/apis", group, version).Do(ctx).Error()
+	})
 }
 
 func (s *Server) verifyServing(ctx context.Context, caBundle []byte) error {
