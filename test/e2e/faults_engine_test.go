@@ -28,8 +28,6 @@ const (
 	// faultGone: the pods keep their last right values, then disappear
 	// within the staleness bound.
 	faultGone faultOutcome = iota
-	// faultRight: the pods keep being served, with right values.
-	faultRight
 	// faultRightOrGone: the pods are served with right values or not at
 	// all, never with wrong ones.
 	faultRightOrGone
@@ -52,10 +50,6 @@ type faultCase struct {
 	counter []string
 	outcome faultOutcome
 	dropped map[string]bool
-	// low allows CPU below the told value in the samples taken by the
-	// first scrape after the fault (a rate over a window that started
-	// before the counter did); every later sample must be right.
-	low bool
 }
 
 // faultScope is where a fault table's faults land.
@@ -164,11 +158,6 @@ func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) fa
 		t.Fatal(err)
 	}
 	w := faultWatch{t: t, metrics: mc, sc: sc, tc: tc, setAt: setAt}
-	if tc.low {
-		// The first scrape after the fault starts within a resolution and
-		// takes at most the timeout; samples carry whole seconds.
-		w.lowUntil = setAt.Add(suite.resolution + suite.timeout + time.Second)
-	}
 	limit := b.window
 	switch {
 	case tc.outcome == faultGone:
@@ -262,8 +251,6 @@ type faultWatch struct {
 	sc      faultScope
 	tc      faultCase
 	setAt   time.Time
-	// lowUntil: samples taken before it may read CPU low (faultCase.low).
-	lowUntil time.Time
 
 	healthyFresh  bool
 	gone          bool
@@ -323,12 +310,12 @@ func (w *faultWatch) observe(ctx context.Context) {
 			gone = false
 		}
 		if !ok {
-			if w.tc.outcome == faultRight || (w.tc.outcome == faultDropped && !w.tc.dropped[p]) {
+			if w.tc.outcome == faultDropped && !w.tc.dropped[p] {
 				w.wrong = append(w.wrong, fmt.Sprintf("%v after the fault: pod %s missing", now.Sub(w.setAt).Round(time.Millisecond), p))
 			}
 			continue
 		}
-		if err := faultCheckValue(w.sc, w.lowUntil, p, s); err != nil {
+		if err := faultCheckValue(w.sc, p, s); err != nil {
 			w.wrong = append(w.wrong, fmt.Sprintf("%v after the fault: %v", now.Sub(w.setAt).Round(time.Millisecond), err))
 		}
 	}
@@ -344,17 +331,15 @@ type faultServed struct {
 	memory   int64
 }
 
-// faultCheckValue says whether a served value is what the fakes were told.
-// A sample taken before lowUntil may read CPU low (never below zero, never
-// high); a pod no fake was told of is an error.
-func faultCheckValue(sc faultScope, lowUntil time.Time, pod string, s faultServed) error {
+// faultCheckValue says whether a served value is what the fakes were told;
+// a pod no fake was told of is an error.
+func faultCheckValue(sc faultScope, pod string, s faultServed) error {
 	want, ok := sc.told[pod]
 	if !ok {
 		return fmt.Errorf("pod %s served, but no fake was told of it", pod)
 	}
-	low := s.at.Before(lowUntil)
 	d := float64(s.milliCPU-want.milliCPU) / float64(want.milliCPU)
-	if s.memory != want.memory || d > sc.tolerance || (d < -sc.tolerance && !low) || s.milliCPU < 0 {
+	if s.memory != want.memory || d > sc.tolerance || d < -sc.tolerance || s.milliCPU < 0 {
 		return fmt.Errorf("pod %s served %dm and %d bytes; the fake was told %dm and %d bytes", pod, s.milliCPU, s.memory, want.milliCPU, want.memory)
 	}
 	return nil
@@ -391,7 +376,7 @@ func faultAllRight(ctx context.Context, sc faultScope, since time.Time) error {
 		case !s.at.After(since.Add(-time.Second)):
 			return fmt.Errorf("pod %s: sample of %s, not newer than %s", p, s.at.Format(time.TimeOnly), since.Format(time.TimeOnly))
 		}
-		if err := faultCheckValue(sc, time.Time{}, p, s); err != nil {
+		if err := faultCheckValue(sc, p, s); err != nil {
 			return err
 		}
 	}
