@@ -111,6 +111,7 @@ func TestControlAPI(t *testing.T) {
 		{name: "bad pod", method: "PUT", path: "/v1/nodes/n1/fault", body: `{"kind":"DuplicatePods","pod":"web-2"}`, wantCode: 400},
 		{name: "bad delay", method: "PUT", path: "/v1/nodes/n1/fault", body: `{"kind":"Slow","delay":"soon"}`, wantCode: 400},
 		{name: "unknown fault", method: "PUT", path: "/v1/nodes/n1/fault", body: `{"kind":"Melt"}`, wantCode: 400},
+		{name: "clear unknown fault", method: "DELETE", path: "/v1/nodes/n1/fault?kind=Melt", wantCode: 400},
 		{name: "fault on unknown node", method: "PUT", path: "/v1/nodes/n9/fault", body: `{"kind":"Status500"}`, wantCode: 404},
 		{name: "clear one fault", method: "DELETE", path: "/v1/nodes/n1/fault?kind=Slow", wantCode: 200, check: func(t *testing.T) {
 			n, _ := f.Node("n1")

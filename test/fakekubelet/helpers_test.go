@@ -10,7 +10,6 @@ import (
 	"time"
 
 	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
-	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
@@ -25,19 +24,6 @@ const testToken = "test-token"
 // requestTimeout bounds every request a test makes; it is a guard against
 // hangs, never an assertion about speed.
 const requestTimeout = 30 * time.Second
-
-// signalClock is a fake clock that reports every timer it creates, so a
-// test can step the clock exactly when the code under test waits on it.
-type signalClock struct {
-	*testingclock.FakeClock
-	timers chan time.Duration
-}
-
-func (c *signalClock) NewTimer(d time.Duration) clock.Timer {
-	t := c.FakeClock.NewTimer(d)
-	c.timers <- d
-	return t
-}
 
 func newTestFleet(t *testing.T, cfg Config) (*Fleet, *testingclock.FakeClock) {
 	t.Helper()

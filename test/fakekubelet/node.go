@@ -40,6 +40,9 @@ func (n *Node) Port() int { return int(netip.MustParseAddrPort(n.ep.Addr()).Port
 // Address returns host:port of the node's endpoint.
 func (n *Node) Address() string { return n.ep.Addr() }
 
+// HeldConnections is how many connections a HandshakeStall holds now.
+func (n *Node) HeldConnections() int { return n.ep.Held() }
+
 // AddNode starts a fake kubelet for nodeName on 127.0.0.1:port; port 0 picks
 // a free port, reported by Node.Port.
 func (f *Fleet) AddNode(nodeName string, port int) (*Node, error) {

@@ -95,6 +95,14 @@ func (r *Running) SetTransportFault(kind fakecore.FaultKind) error {
 	return r.api.SetTransportFault(kind)
 }
 
+// HeldConnections is how many connections a HandshakeStall holds now.
+func (r *Running) HeldConnections() int {
+	if r.api == nil {
+		return 0
+	}
+	return r.api.Held()
+}
+
 // Close stops both APIs and ends the requests a slow fault holds.
 func (r *Running) Close() error {
 	r.Server.Close()

@@ -1,0 +1,233 @@
+package fakecore_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	"k8s.io/utils/clock"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
+	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
+	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
+)
+
+// t0 is a whole second, so samples fall on whole seconds from it.
+var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+const token = "test-token"
+
+// request is one answer a fake renders: a path, the Accept header it is
+// asked with, the Content-Type of its answer and a marker every complete
+// answer holds and no fault's does.
+type request struct{ path, accept, contentType, marker string }
+
+const contentTypeJSON = "application/json"
+
+// fake is a fake serving over TLS on the table's clock, with two pods or
+// instances, as the fault table sees it: how to set and clear a fault,
+// which answers it renders, and what its data say.
+type fake struct {
+	url         string
+	caPEM       []byte
+	requests    []request // the first is JSON
+	errorAnswer request   // the Content-Type and a marker of Status500's
+	set         func(fakecore.Fault) error
+	clear       func(fakecore.FaultKind) error
+	faults      func() []fakecore.Fault
+	held        func() int // connections a HandshakeStall holds
+	stop        func()     // ends the answers faults hold back
+	foreign     fakecore.Fault
+	unsupported []fakecore.FaultKind
+	// view is what the data say now, a line a pod or instance; wantClock
+	// is the view elapsed after t0 with the clock back, wantAfterReset
+	// the view a second after a CounterReset at 30s.
+	view           func(t *testing.T, get func(request) []byte) []string
+	wantClock      func(elapsed, back time.Duration) []string
+	wantAfterReset []string
+}
+
+var fakes = []struct {
+	name  string
+	start func(t *testing.T, clk clock.Clock) *fake
+}{
+	{"kubelet", startKubelet},
+	{"ukpd", startUKPD},
+}
+
+func rfc3339(d time.Duration) string { return t0.Add(d).Format(time.RFC3339) }
+
+func startKubelet(t *testing.T, clk clock.Clock) *fake {
+	f, err := fakekubelet.NewFleet(fakekubelet.Config{Clock: clk, Tokens: []string{token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	n, err := f.AddNode("node-a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b"} {
+		if err := f.SetPod("node-a", fakekubelet.Pod{Namespace: "ns", Name: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Refused is a node's Dead.
+	dead := func(k fakecore.FaultKind) fakecore.FaultKind {
+		if k == fakecore.FaultRefused {
+			return fakekubelet.FaultDead
+		}
+		return k
+	}
+	summary := request{"/stats/summary?only_cpu_and_memory=true", "", contentTypeJSON, `"podRef"`}
+	line := func(pod string, at, started time.Time, cpu, mem uint64) string {
+		return fmt.Sprintf("%s at %s started %s cpu %d mem %d", pod, at.UTC().Format(time.RFC3339), started.UTC().Format(time.RFC3339), cpu, mem)
+	}
+	want := func(pod string, at, started time.Duration, cpu uint64) string {
+		return line(pod, t0.Add(at), t0.Add(started), cpu, fakekubelet.DefaultContainerMemory)
+	}
+	return &fake{
+		url:         "https://" + n.Address(),
+		caPEM:       f.CACertPEM(),
+		requests:    []request{summary, {"/metrics/resource", "", fakekubelet.ResourceMetricsContentType, "resource_scrape_error"}},
+		errorAnswer: request{contentType: "text/plain; charset=utf-8", marker: "Internal Error"},
+		set:         func(fl fakecore.Fault) error { fl.Kind = dead(fl.Kind); return n.SetFault(fl) },
+		clear:       func(k fakecore.FaultKind) error { return n.ClearFault(dead(k)) },
+		faults:      n.Faults,
+		held:        n.HeldConnections,
+		stop:        func() { _ = f.Close() },
+		foreign:     fakecore.Fault{Kind: fakecore.FaultGarbage, Path: "/stats/summary"},
+		view: func(t *testing.T, get func(request) []byte) []string {
+			var s stats.Summary
+			if err := json.Unmarshal(get(summary), &s); err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, p := range s.Pods {
+				c := p.Containers[0]
+				out = append(out, line(p.PodRef.Namespace+"/"+p.PodRef.Name, c.CPU.Time.Time, c.StartTime.Time, *c.CPU.UsageCoreNanoSeconds, *c.Memory.WorkingSetBytes))
+			}
+			return out
+		},
+		// Samples carry times back by the offset, counters read then.
+		wantClock: func(elapsed, back time.Duration) []string {
+			at := elapsed - back.Truncate(time.Second)
+			cpu := uint64(at.Seconds()) * fakekubelet.DefaultContainerCPU
+			return []string{want("ns/a", at, 0, cpu), want("ns/b", at, 0, cpu)}
+		},
+		// Every container starts again, its counter from zero.
+		wantAfterReset: []string{
+			want("ns/a", 31*time.Second, 30*time.Second, fakekubelet.DefaultContainerCPU),
+			want("ns/b", 31*time.Second, 30*time.Second, fakekubelet.DefaultContainerCPU),
+		},
+	}
+}
+
+func startUKPD(t *testing.T, clk clock.Clock) *fake {
+	r, err := fakeukpd.Start(fakeukpd.Options{Config: fakeukpd.Config{Clock: clk, Tokens: []string{token}}, CertDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	for _, spec := range []fakeukpd.InstanceSpec{
+		{UUID: "running", Namespace: "ns", Pod: "p", Container: "c", CPUCores: 1, RSSBytes: 1 << 20},
+		{UUID: "standby", Namespace: "ns", Pod: "q", Container: "c", CPUCores: 1, State: fakeukpd.StateStandby},
+	} {
+		if _, err := r.AddInstance(spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	caPEM, err := os.ReadFile(r.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The transport faults belong to its endpoint.
+	transport := func(k fakecore.FaultKind) bool {
+		return slices.Contains([]fakecore.FaultKind{fakecore.FaultRefused, fakecore.FaultUntrustedCertificate, fakecore.FaultWrongNameCertificate, fakecore.FaultHandshakeStall}, k)
+	}
+	const text = "text/plain; version=0.0.4; charset=utf-8"
+	list := request{"/v1/instances", "", contentTypeJSON, `"op_time_us"`}
+	metrics := request{"/v1/instances/metrics", contentTypeJSON, contentTypeJSON, `"cpu_time_ms"`}
+	type entry struct {
+		UUID       string `json:"uuid"`
+		CreatedAt  string `json:"created_at"`
+		StartedAt  string `json:"started_at"`
+		StartCount uint64 `json:"start_count"`
+		UptimeMS   int64  `json:"uptime_ms"`
+		CPUTimeMS  int64  `json:"cpu_time_ms"`
+		RSSBytes   uint64 `json:"rss_bytes"`
+	}
+	line := func(from string, e entry) string {
+		return fmt.Sprintf("%s %s created %q started %q starts %d uptime %dms cpu %dms rss %d",
+			from, e.UUID, e.CreatedAt, e.StartedAt, e.StartCount, e.UptimeMS, e.CPUTimeMS, e.RSSBytes)
+	}
+	return &fake{
+		url:         r.URL,
+		caPEM:       caPEM,
+		requests:    []request{list, metrics, {"/v1/instances/metrics", "text/plain", text, "instance_rss_bytes"}},
+		errorAnswer: request{contentType: contentTypeJSON, marker: `"status":"error"`},
+		set: func(f fakecore.Fault) error {
+			if transport(f.Kind) {
+				return r.SetTransportFault(f.Kind)
+			}
+			return r.SetFault(f)
+		},
+		clear: func(k fakecore.FaultKind) error {
+			if transport(k) {
+				return r.SetTransportFault("")
+			}
+			r.ClearFault(k)
+			return nil
+		},
+		faults:      r.Faults,
+		held:        r.HeldConnections,
+		stop:        r.Server.Close,
+		foreign:     fakecore.Fault{Kind: fakecore.FaultGarbage, Pod: "ns/p"},
+		unsupported: []fakecore.FaultKind{fakecore.FaultResetConnection},
+		view: func(t *testing.T, get func(request) []byte) []string {
+			var out []string
+			for _, r := range []request{list, metrics} {
+				var env struct{ Data struct{ Instances []entry } }
+				if err := json.Unmarshal(get(r), &env); err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range env.Data.Instances {
+					out = append(out, line(strings.TrimPrefix(r.path, "/v1/instances"), e))
+				}
+			}
+			return out
+		},
+		// Every started_at and created_at moves back by whole seconds; CPU
+		// time and uptime do not follow the clock.
+		wantClock: func(elapsed, back time.Duration) []string {
+			at, ms := rfc3339(-back.Truncate(time.Second)), elapsed.Milliseconds()
+			return []string{
+				line("", entry{UUID: "running", CreatedAt: at, StartedAt: at, StartCount: 1, UptimeMS: ms}),
+				line("", entry{UUID: "standby", CreatedAt: at, StartedAt: at, StartCount: 1}),
+				line("/metrics", entry{UUID: "running", StartedAt: at, StartCount: 1, UptimeMS: ms, CPUTimeMS: ms, RSSBytes: 1 << 20}),
+				line("/metrics", entry{UUID: "standby", StartedAt: at, StartCount: 1}),
+			}
+		},
+		// A running instance counts a start and its CPU time restarts;
+		// started_at stays, and so does an instance in standby.
+		wantAfterReset: []string{
+			line("", entry{UUID: "running", CreatedAt: rfc3339(0), StartedAt: rfc3339(0), StartCount: 2, UptimeMS: 31000}),
+			line("", entry{UUID: "standby", CreatedAt: rfc3339(0), StartedAt: rfc3339(0), StartCount: 1}),
+			line("/metrics", entry{UUID: "running", StartedAt: rfc3339(0), StartCount: 2, UptimeMS: 31000, CPUTimeMS: 1000, RSSBytes: 1 << 20}),
+			line("/metrics", entry{UUID: "standby", StartedAt: rfc3339(0), StartCount: 1}),
+		},
+	}
+}
