@@ -64,22 +64,16 @@ func rfc3339(d time.Duration) string { return t0.Add(d).Format(time.RFC3339) }
 
 func startKubelet(t *testing.T, clk clock.Clock) *fake {
 	f, err := fakekubelet.NewFleet(fakekubelet.Config{Clock: clk, Tokens: []string{token}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(func() {
 		if err := f.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}
 	})
 	n, err := f.AddNode("node-a", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for _, name := range []string{"a", "b"} {
-		if err := f.SetPod("node-a", fakekubelet.Pod{Namespace: "ns", Name: name}); err != nil {
-			t.Fatal(err)
-		}
+		must(t, f.SetPod("node-a", fakekubelet.Pod{Namespace: "ns", Name: name}))
 	}
 	// Refused is a node's Dead.
 	dead := func(k fakecore.FaultKind) fakecore.FaultKind {
@@ -108,9 +102,7 @@ func startKubelet(t *testing.T, clk clock.Clock) *fake {
 		foreign:     fakecore.Fault{Kind: fakecore.FaultGarbage, Path: "/stats/summary"},
 		view: func(t *testing.T, get func(request) []byte) []string {
 			var s stats.Summary
-			if err := json.Unmarshal(get(summary), &s); err != nil {
-				t.Fatal(err)
-			}
+			must(t, json.Unmarshal(get(summary), &s))
 			var out []string
 			for _, p := range s.Pods {
 				c := p.Containers[0]
@@ -134,9 +126,7 @@ func startKubelet(t *testing.T, clk clock.Clock) *fake {
 
 func startUKPD(t *testing.T, clk clock.Clock) *fake {
 	r, err := fakeukpd.Start(fakeukpd.Options{Config: fakeukpd.Config{Clock: clk, Tokens: []string{token}}, CertDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(func() {
 		if err := r.Close(); err != nil {
 			t.Errorf("Close: %v", err)
@@ -151,9 +141,7 @@ func startUKPD(t *testing.T, clk clock.Clock) *fake {
 		}
 	}
 	caPEM, err := os.ReadFile(r.CAFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	// The transport faults belong to its endpoint.
 	transport := func(k fakecore.FaultKind) bool {
 		return slices.Contains([]fakecore.FaultKind{fakecore.FaultRefused, fakecore.FaultUntrustedCertificate, fakecore.FaultWrongNameCertificate, fakecore.FaultHandshakeStall}, k)
@@ -201,9 +189,7 @@ func startUKPD(t *testing.T, clk clock.Clock) *fake {
 			var out []string
 			for _, r := range []request{list, metrics} {
 				var env struct{ Data struct{ Instances []entry } }
-				if err := json.Unmarshal(get(r), &env); err != nil {
-					t.Fatal(err)
-				}
+				must(t, json.Unmarshal(get(r), &env))
 				for _, e := range env.Data.Instances {
 					out = append(out, line(strings.TrimPrefix(r.path, "/v1/instances"), e))
 				}

@@ -29,17 +29,11 @@ func TestAuthentication(t *testing.T) {
 	n := addNode(t, f, "node-a")
 
 	fleetCert, fleetKey, err := f.IssueClientCertificate("scraper", "system:monitoring")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	caCert, caKey, err := clientCA.Issue(t0, pki.Leaf{CommonName: "scraper", Client: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	strangerCert, strangerKey, err := stranger.Issue(t0, pki.Leaf{CommonName: "intruder", Client: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 
 	tests := []struct {
 		name   string
@@ -67,18 +61,14 @@ func TestAuthentication(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newClient(t, f, tt.certs...)
 			req, err := http.NewRequest(http.MethodGet, n.URL()+tt.path, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			if tt.header != "" {
 				req.Header.Set("Authorization", tt.header)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 			defer cancel()
 			resp, err := c.Do(req.WithContext(ctx))
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			resp.Body.Close()
 			if diff := cmp.Diff(tt.want, resp.StatusCode); diff != "" {
 				t.Errorf("status (-want +got):\n%s", diff)

@@ -32,28 +32,18 @@ func lingering() []string {
 
 func TestCloseStopsEverything(t *testing.T) {
 	f, err := NewFleet(Config{Tokens: []string{testToken}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	var nodes []*Node
 	for _, name := range []string{"a", "b", "c", "d"} {
 		n, err := f.AddNode(name, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		nodes = append(nodes, n)
 	}
 	c := newClient(t, f)
 	mustGet(t, c, nodes[0], summaryPath)
-	if err := nodes[1].SetFault(Fault{Kind: fakecore.FaultStall}); err != nil {
-		t.Fatal(err)
-	}
-	if err := nodes[2].SetFault(fakecore.Slow(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	if err := nodes[3].SetFault(Fault{Kind: FaultDead}); err != nil {
-		t.Fatal(err)
-	}
+	must(t, nodes[1].SetFault(Fault{Kind: fakecore.FaultStall}))
+	must(t, nodes[2].SetFault(fakecore.Slow(time.Hour)))
+	must(t, nodes[3].SetFault(Fault{Kind: FaultDead}))
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	// Requests in flight on the stalled and the slow node.

@@ -65,9 +65,7 @@ func TestPodInformer(t *testing.T) {
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
-	if err := f.StartPodInformer(ctx, client); err != nil {
-		t.Fatal(err)
-	}
+	must(t, f.StartPodInformer(ctx, client))
 	if diff := cmp.Diff([]string{"n1/ns/running/u1"}, placement(f)); diff != "" {
 		t.Fatalf("after sync (-want +got):\n%s", diff)
 	}
@@ -96,9 +94,7 @@ func TestPodInformer(t *testing.T) {
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
-			if err := s.change(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, s.change())
 			var got []string
 			err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, requestTimeout, true, func(context.Context) (bool, error) {
 				got = placement(f)
@@ -121,9 +117,7 @@ func TestRegisterNodes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	reg := NodeRegistration{Labels: map[string]string{"pool": "fake"}, Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8")}}
-	if err := f.RegisterNodes(ctx, client, reg); err != nil {
-		t.Fatal(err)
-	}
+	must(t, f.RegisterNodes(ctx, client, reg))
 	type view struct {
 		Annotation, Pool, IP, CPU, Memory string
 		Port                              int32
@@ -131,9 +125,7 @@ func TestRegisterNodes(t *testing.T) {
 	got := map[string]view{}
 	for _, name := range []string{"n1", "n2"} {
 		obj, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		v := view{Annotation: obj.Annotations[cluster.KwokNodeAnnotation], Pool: obj.Labels["pool"], Port: obj.Status.DaemonEndpoints.KubeletEndpoint.Port}
 		for _, a := range obj.Status.Addresses {
 			if a.Type == corev1.NodeInternalIP {
@@ -181,9 +173,7 @@ func TestTokenReviewAuthenticator(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, got, err := a.AuthenticateToken(context.Background(), tt.token)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			if got != tt.want || calls.Load() != tt.wantCalls {
 				t.Errorf("got %v after %d reviews; want %v after %d", got, calls.Load(), tt.want, tt.wantCalls)
 			}

@@ -27,13 +27,9 @@ func TestControlAPI(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 		defer cancel()
 		req, err := http.NewRequestWithContext(ctx, method, srv.URL+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		resp, err := srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
@@ -152,9 +148,7 @@ func TestControlAPI(t *testing.T) {
 	t.Run("list nodes", func(t *testing.T) {
 		_, body := call(t, "GET", "/v1/nodes", "")
 		var got []NodeState
-		if err := json.Unmarshal([]byte(body), &got); err != nil {
-			t.Fatal(err)
-		}
+		must(t, json.Unmarshal([]byte(body), &got))
 		var names []string
 		for _, n := range got {
 			names = append(names, n.Name)

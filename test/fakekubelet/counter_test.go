@@ -96,9 +96,7 @@ func TestCounterIntegration(t *testing.T) {
 		{
 			name: "pod counter reset restarts from zero with a new start time",
 			steps: []step{advance(5 * time.Second), func(t *testing.T, f *Fleet, _ *testingclock.FakeClock) {
-				if err := f.ResetPodCounters("ns", "p"); err != nil {
-					t.Fatal(err)
-				}
+				must(t, f.ResetPodCounters("ns", "p"))
 			}, advance(2 * time.Second)},
 			want: observation{Time: t0.Add(7 * time.Second), Start: t0.Add(5 * time.Second), Rate: DefaultContainerCPU, Counter: 2 * DefaultContainerCPU,
 				PodCount: 2 * DefaultContainerCPU, NodeCount: 7 * (base + DefaultContainerCPU)},
@@ -107,9 +105,7 @@ func TestCounterIntegration(t *testing.T) {
 			name: "node counter reset keeps the node counter monotonic",
 			steps: []step{advance(5 * time.Second), func(t *testing.T, f *Fleet, _ *testingclock.FakeClock) {
 				n, _ := f.Node("n")
-				if err := n.SetFault(Fault{Kind: fakecore.FaultCounterReset}); err != nil {
-					t.Fatal(err)
-				}
+				must(t, n.SetFault(Fault{Kind: fakecore.FaultCounterReset}))
 			}},
 			want: observation{Time: t0.Add(5 * time.Second), Start: t0.Add(5 * time.Second), Rate: DefaultContainerCPU, Counter: 0,
 				PodCount: 0, NodeCount: 5 * (base + DefaultContainerCPU)},
@@ -147,9 +143,7 @@ func TestUsageSpreadAndRules(t *testing.T) {
 	setPod(t, f, "n2", Pod{Namespace: "ns", Name: "db-1", Labels: map[string]string{"app": "db"}})
 
 	sel, err := labels.Parse("app=web")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if got := f.SetUsage(UsageTarget{Namespace: "ns", Selector: sel}, Usage{CPUNanoCores: 1e9 + 1, MemoryBytes: 100}); got != 1 {
 		t.Fatalf("selector matched %d pods, want 1", got)
 	}

@@ -2,13 +2,11 @@ package fakekubelet
 
 import (
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
@@ -25,12 +23,8 @@ type podView struct {
 
 func summaryView(t *testing.T, n *Node) []podView {
 	t.Helper()
-	var s stats.Summary
-	if err := json.Unmarshal(mustGet(t, newClient(t, n.fleet), n, summaryPath+"?only_cpu_and_memory=true"), &s); err != nil {
-		t.Fatal(err)
-	}
 	var out []podView
-	for _, p := range s.Pods {
+	for _, p := range summary(t, n).Pods {
 		c := p.Containers[0]
 		out = append(out, podView{p.PodRef.Namespace + "/" + p.PodRef.Name, c.CPU.Time.UTC(), *c.CPU.UsageCoreNanoSeconds, *c.Memory.WorkingSetBytes})
 	}
@@ -61,9 +55,7 @@ func TestPodFaults(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := a.SetFault(tt.fault); err != nil {
-				t.Fatal(err)
-			}
+			must(t, a.SetFault(tt.fault))
 			if diff := cmp.Diff(tt.want, summaryView(t, a)); diff != "" {
 				t.Errorf("node-a (-want +got):\n%s", diff)
 			}
@@ -73,9 +65,7 @@ func TestPodFaults(t *testing.T) {
 			if diff := cmp.Diff([]podView{pod("ns/c", 1)}, summaryView(t, b)); diff != "" {
 				t.Errorf("node-b (-want +got):\n%s", diff)
 			}
-			if err := a.ClearFault(tt.fault.Kind); err != nil {
-				t.Fatal(err)
-			}
+			must(t, a.ClearFault(tt.fault.Kind))
 			if diff := cmp.Diff([]podView{pod("ns/a", 1), pod("ns/b", 1)}, summaryView(t, a)); diff != "" {
 				t.Errorf("after clearing (-want +got):\n%s", diff)
 			}
@@ -89,21 +79,15 @@ func TestConnectionFaultWhileDead(t *testing.T) {
 	f, _ := newTestFleet(t, Config{})
 	n := addNode(t, f, "node-a")
 	for _, fault := range []Fault{{Kind: FaultDead}, {Kind: fakecore.FaultUntrustedCertificate}} {
-		if err := n.SetFault(fault); err != nil {
-			t.Fatal(err)
-		}
+		must(t, n.SetFault(fault))
 	}
 	if _, _, err := get(t, newClient(t, f), n, summaryPath, testToken); err == nil {
 		t.Fatal("a Dead node answered")
 	}
-	if err := n.ClearFault(FaultDead); err != nil {
-		t.Fatal(err)
-	}
+	must(t, n.ClearFault(FaultDead))
 	if code, _, err := get(t, newClient(t, f), n, summaryPath, testToken); !errors.As(err, &x509.UnknownAuthorityError{}) {
 		t.Errorf("got %d, %v; want an unknown authority", code, err)
 	}
-	if err := n.ClearFault(""); err != nil {
-		t.Fatal(err)
-	}
+	must(t, n.ClearFault(""))
 	mustGet(t, newClient(t, f), n, summaryPath)
 }

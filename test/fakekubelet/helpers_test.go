@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"io"
 	"net/http"
 	"testing"
@@ -24,6 +25,14 @@ const testToken = "test-token"
 // requestTimeout bounds every request a test makes; it is a guard against
 // hangs, never an assertion about speed.
 const requestTimeout = 30 * time.Second
+
+// must fails the test at once on an error.
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
 
 func newTestFleet(t *testing.T, cfg Config) (*Fleet, *testingclock.FakeClock) {
 	t.Helper()
@@ -95,9 +104,7 @@ func get(t *testing.T, c *http.Client, n *Node, path, token string) (int, []byte
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.URL()+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -122,12 +129,18 @@ func mustGet(t *testing.T, c *http.Client, n *Node, path string) []byte {
 	return body
 }
 
+// summary fetches the node's CPU-and-memory Summary.
+func summary(t *testing.T, n *Node) stats.Summary {
+	t.Helper()
+	var s stats.Summary
+	must(t, json.Unmarshal(mustGet(t, newClient(t, n.fleet), n, summaryPath+"?only_cpu_and_memory=true"), &s))
+	return s
+}
+
 func clientCertificate(t *testing.T, certPEM, keyPEM []byte) tls.Certificate {
 	t.Helper()
 	c, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return c
 }
 
@@ -135,8 +148,6 @@ func clientCertificate(t *testing.T, certPEM, keyPEM []byte) tls.Certificate {
 func otherCA(t *testing.T) *pki.CA {
 	t.Helper()
 	a, err := pki.NewCA("other-ca", t0, fakecore.CAValidity)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return a
 }

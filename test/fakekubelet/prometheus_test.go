@@ -2,7 +2,6 @@ package fakekubelet
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -62,9 +61,7 @@ func TestWriteResourceMetricsOrderAndEscaping(t *testing.T) {
 		{PodRef: stats.PodReference{Name: `we"ird\`, Namespace: "a"}, Containers: []stats.ContainerStats{cs("c", 1500000000), cs("a\nb", 0)}},
 	}}
 	var buf bytes.Buffer
-	if err := WriteResourceMetrics(&buf, s); err != nil {
-		t.Fatal(err)
-	}
+	must(t, WriteResourceMetrics(&buf, s))
 	var got []string
 	for _, l := range strings.Split(buf.String(), "\n") {
 		if strings.HasPrefix(l, "container_cpu_usage_seconds_total") {
@@ -157,12 +154,8 @@ func TestSummaryAndResourceMetricsAgree(t *testing.T) {
 				tt.setup(f)
 			}
 			fc.Step(tt.step)
-			c := newClient(t, f)
-			var s stats.Summary
-			if err := json.Unmarshal(mustGet(t, c, n, "/stats/summary?only_cpu_and_memory=true"), &s); err != nil {
-				t.Fatal(err)
-			}
-			got := parseText(t, string(mustGet(t, c, n, "/metrics/resource")))
+			s := summary(t, n)
+			got := parseText(t, string(mustGet(t, newClient(t, f), n, "/metrics/resource")))
 			if diff := cmp.Diff(seriesFromSummary(&s), got); diff != "" {
 				t.Errorf("/metrics/resource disagrees with /stats/summary (-summary +metrics):\n%s", diff)
 			}

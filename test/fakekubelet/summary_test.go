@@ -3,6 +3,8 @@ package fakekubelet
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -52,15 +54,6 @@ func keyPaths(v any, prefix string, out map[string]bool) {
 	}
 }
 
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
 func TestSummaryShape(t *testing.T) {
 	cpu := []string{"cpu", "cpu.time", "cpu.usageCoreNanoSeconds", "cpu.usageNanoCores"}
 	mem := []string{"memory", "memory.majorPageFaults", "memory.pageFaults", "memory.rssBytes", "memory.time", "memory.usageBytes", "memory.workingSetBytes"}
@@ -86,25 +79,17 @@ func TestSummaryShape(t *testing.T) {
 	sort.Strings(want)
 
 	_, n := fixture(t)
-	c := newClient(t, n.fleet)
-	body := mustGet(t, c, n, "/stats/summary?only_cpu_and_memory=true")
-	var doc any
-	if err := json.Unmarshal(body, &doc); err != nil {
-		t.Fatal(err)
+	keys := func(path string) map[string]bool {
+		var doc any
+		must(t, json.Unmarshal(mustGet(t, newClient(t, n.fleet), n, path), &doc))
+		out := map[string]bool{}
+		keyPaths(doc, "", out)
+		return out
 	}
-	got := map[string]bool{}
-	keyPaths(doc, "", got)
-	if diff := cmp.Diff(want, sortedKeys(got)); diff != "" {
+	got, gotFull := keys(summaryPath+"?only_cpu_and_memory=true"), keys(summaryPath)
+	if diff := cmp.Diff(want, slices.Sorted(maps.Keys(got))); diff != "" {
 		t.Errorf("summary keys (-want +got):\n%s", diff)
 	}
-
-	full := mustGet(t, c, n, "/stats/summary")
-	var fullDoc any
-	if err := json.Unmarshal(full, &fullDoc); err != nil {
-		t.Fatal(err)
-	}
-	gotFull := map[string]bool{}
-	keyPaths(fullDoc, "", gotFull)
 	for _, k := range []string{"node.fs.capacityBytes", "node.network.rxBytes", "node.rlimit.maxpid", "pods[].network.interfaces[].name", "pods[].ephemeral-storage.usedBytes", "pods[].containers[].rootfs.usedBytes"} {
 		if !gotFull[k] {
 			t.Errorf("full summary lacks %s", k)
@@ -127,10 +112,7 @@ func TestSummaryTimestampsAreRFC3339Seconds(t *testing.T) {
 
 func TestSummaryValues(t *testing.T) {
 	_, n := fixture(t)
-	var s stats.Summary
-	if err := json.Unmarshal(mustGet(t, newClient(t, n.fleet), n, "/stats/summary?only_cpu_and_memory=true"), &s); err != nil {
-		t.Fatal(err)
-	}
+	s := summary(t, n)
 	const mi = 1 << 20
 	sampleAt := t0.Add(10 * time.Second)
 	pod := func() stats.PodStats { return s.Pods[0] }

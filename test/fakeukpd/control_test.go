@@ -33,18 +33,14 @@ func newControlHarness(t *testing.T, caPEM []byte) *controlHarness {
 func (c *controlHarness) call(t *testing.T, method, path, body string, out any) int {
 	t.Helper()
 	req, err := http.NewRequest(method, c.ctl.URL+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	resp, err := c.ctl.Client().Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
 			t.Fatalf("%s %s: decode %q: %v", method, path, b, err)
@@ -160,9 +156,7 @@ func TestControlFaults(t *testing.T) {
 	}
 
 	resp, err := c.ctl.Client().Get(c.ctl.URL + "/v1/ca.crt")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer func() { _ = resp.Body.Close() }()
 	if b, _ := io.ReadAll(resp.Body); string(b) != "PEM" {
 		t.Errorf("ca.crt = %q", b)

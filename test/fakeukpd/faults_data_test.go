@@ -24,9 +24,7 @@ func metrics[T any](t *testing.T, h *harness) []T {
 
 func TestDuplicateInstancesFault(t *testing.T) {
 	h, in := dataHarness(t)
-	if err := h.s.SetFault(Fault{Kind: FaultDuplicateInstances}); err != nil {
-		t.Fatal(err)
-	}
+	must(t, h.s.SetFault(Fault{Kind: FaultDuplicateInstances}))
 	type sample struct {
 		UUID       string
 		StartCount uint64
@@ -67,9 +65,7 @@ func TestClockOffsetFault(t *testing.T) {
 		{30 * time.Second, "2026-12-01T10:00:30Z"},
 		{-30 * time.Second, "2026-12-01T09:59:30Z"},
 	} {
-		if err := h.s.SetFault(ClockOffset(tc.offset)); err != nil {
-			t.Fatal(err)
-		}
+		must(t, h.s.SetFault(ClockOffset(tc.offset)))
 		if e := metrics[metricsEntry](t, h)[0]; e.StartedAt != tc.want || e.UptimeMS != 10000 {
 			t.Errorf("offset %s: started_at %s, uptime %d ms; want %s, 10000", tc.offset, e.StartedAt, e.UptimeMS, tc.want)
 		}
@@ -78,9 +74,7 @@ func TestClockOffsetFault(t *testing.T) {
 
 func TestOlderFormFault(t *testing.T) {
 	h, in := dataHarness(t)
-	if err := h.s.SetFault(Fault{Kind: FaultOlderForm}); err != nil {
-		t.Fatal(err)
-	}
+	must(t, h.s.SetFault(Fault{Kind: FaultOlderForm}))
 	want := []olderEntry{{
 		Status: "success", UUID: in.UUID, Name: "p-c-1", State: StateRunning, StartCount: 1,
 		StartedAt: "2026-12-01T10:00:00Z", UptimeS: 10, CPUTimeS: 1, RSSBytes: 1 << 20,

@@ -25,9 +25,7 @@ func TestFaultPaths(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := h.s.SetFault(Fault{Kind: fakecore.FaultStatus500, Path: tc.faultPath}); err != nil {
-				t.Fatal(err)
-			}
+			must(t, h.s.SetFault(Fault{Kind: fakecore.FaultStatus500, Path: tc.faultPath}))
 			defer h.s.ClearFault("")
 			if code, ct, _ := h.get(t, tc.path, "application/json"); code != tc.wantCode || ct != contentTypeJSON {
 				t.Errorf("GET %s = %d %q, want %d JSON", tc.path, code, ct, tc.wantCode)
@@ -48,14 +46,10 @@ func TestFaultRejects(t *testing.T) {
 		}
 	}
 	secure, err := Start(Options{CertDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer func() { _ = secure.Close() }()
 	plain, err := Start(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer func() { _ = plain.Close() }()
 	for _, k := range []FaultKind{fakecore.FaultStatus500, "Melt"} {
 		if err := secure.SetTransportFault(k); err == nil {
@@ -69,9 +63,7 @@ func TestFaultRejects(t *testing.T) {
 
 func TestHostileText(t *testing.T) {
 	h := newHarness(t, Config{})
-	if err := h.s.SetFault(Fault{Kind: FaultHostileText, Bytes: 3 << 20}); err != nil {
-		t.Fatal(err)
-	}
+	must(t, h.s.SetFault(Fault{Kind: FaultHostileText, Bytes: 3 << 20}))
 	code, ct, body := h.get(t, metricsPath, "application/json")
 	if code != 200 || ct != contentTypeText || len(body) != 3<<20 {
 		t.Fatalf("GET = %d %q, %d bytes; want 200, text, 3 MiB", code, ct, len(body))

@@ -67,23 +67,17 @@ func TestUptimeAccumulates(t *testing.T) {
 		return got[0]
 	}
 	h.clk.Step(4 * time.Second)
-	if err := h.s.Standby(in.UUID); err != nil {
-		t.Fatal(err)
-	}
+	must(t, h.s.Standby(in.UUID))
 	h.clk.Step(time.Minute)
 	if e := metrics(); e.UptimeMS != 4000 || e.CPUTimeMS != 4000 || e.State != StateStandby {
 		t.Errorf("in standby: %+v, want uptime and CPU time 4 s", e)
 	}
-	if err := h.s.Restart(in.UUID); err != nil {
-		t.Fatal(err)
-	}
+	must(t, h.s.Restart(in.UUID))
 	h.clk.Step(2500 * time.Millisecond)
 	if e := metrics(); e.UptimeMS != 6500 || e.CPUTimeMS != 2500 || e.StartCount != 2 {
 		t.Errorf("after a wake: %+v, want uptime 6.5 s, CPU time 2.5 s since the wake", e)
 	}
-	if err := h.s.Drain(in.UUID); err != nil {
-		t.Fatal(err)
-	}
+	must(t, h.s.Drain(in.UUID))
 	h.clk.Step(time.Second)
 	if e := metrics(); e.State != StateDraining || e.UptimeMS != 7500 || e.CPUTimeMS != 3500 {
 		t.Errorf("draining: %+v, want it still running", e)

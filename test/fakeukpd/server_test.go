@@ -23,6 +23,14 @@ const token = "fake-token"
 
 var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
+// must fails the test at once on an error.
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 type harness struct {
 	clk *clocktesting.FakeClock
 	s   *Server
@@ -55,9 +63,7 @@ func (h *harness) get(t *testing.T, path, accept string) (int, string, string) {
 func (h *harness) getWith(t *testing.T, ctx context.Context, path, accept, tok string) (int, string, string) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.srv.URL+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if accept != "" {
 		req.Header.Set("Accept", accept)
 	}
@@ -172,37 +178,25 @@ func TestMetricsLifecycle(t *testing.T) {
 	h.clk.Step(10 * time.Second)
 	check("running", metrics(), "running", 5000, 1<<20, 1, "2026-12-01T10:00:00Z")
 
-	if err := h.s.SetCPU(in.UUID, 2); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.s.SetRSS(in.Name, 2<<20); err != nil {
-		t.Fatal(err)
-	}
+	must(t, h.s.SetCPU(in.UUID, 2))
+	must(t, h.s.SetRSS(in.Name, 2<<20))
 	h.clk.Step(1500 * time.Millisecond)
 	check("new rate", metrics(), "running", 8000, 2<<20, 1, "2026-12-01T10:00:00Z")
 
-	if err := h.s.Standby(in.UUID); err != nil {
-		t.Fatal(err)
-	}
+	must(t, h.s.Standby(in.UUID))
 	h.clk.Step(time.Minute)
 	check("standby", metrics(), "standby", 8000, 0, 1, "2026-12-01T10:00:00Z")
 
-	if err := h.s.Restart(in.UUID); err != nil {
-		t.Fatal(err)
-	}
+	must(t, h.s.Restart(in.UUID))
 	h.clk.Step(2 * time.Second)
 	check("woken", metrics(), "running", 4000, 2<<20, 2, "2026-12-01T10:01:11Z")
 
-	if err := h.s.Stop(in.UUID); err != nil {
-		t.Fatal(err)
-	}
+	must(t, h.s.Stop(in.UUID))
 	_, _, body := h.get(t, metricsPath, "application/json")
 	if got := decodeEnvelope[metricsEntry](t, body); len(got) != 0 {
 		t.Errorf("stopped instance in the metrics: %+v", got)
 	}
-	if err := h.s.Remove(in.UUID); err != nil {
-		t.Fatal(err)
-	}
+	must(t, h.s.Remove(in.UUID))
 	if _, _, body := h.get(t, listPath, ""); len(decodeEnvelope[listEntry](t, body)) != 0 {
 		t.Errorf("removed instance still listed: %s", body)
 	}
@@ -285,9 +279,7 @@ func TestMetricsSelection(t *testing.T) {
 func TestAuth(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(file, []byte("# accepted\nfrom-file\n\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.WriteFile(file, []byte("# accepted\nfrom-file\n\n"), 0o600))
 	h := newHarness(t, Config{Tokens: []string{token}, TokenFile: file})
 	tests := []struct {
 		name, header string
@@ -309,9 +301,7 @@ func TestAuth(t *testing.T) {
 				req.Header.Set("Authorization", tc.header)
 			}
 			resp, err := h.srv.Client().Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			_ = resp.Body.Close()
 			if resp.StatusCode != tc.want {
 				t.Errorf("status = %d, want %d", resp.StatusCode, tc.want)
@@ -323,9 +313,7 @@ func TestAuth(t *testing.T) {
 	}
 
 	// The file is read again when it changes.
-	if err := os.WriteFile(file, []byte("rotated-token-in-file\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.WriteFile(file, []byte("rotated-token-in-file\n"), 0o600))
 	if code, _, _ := h.getWith(t, context.Background(), metricsPath, "", "rotated-token-in-file"); code != 200 {
 		t.Errorf("rotated file token: %d", code)
 	}
@@ -343,9 +331,7 @@ func TestMethodNotAllowed(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodPost, h.srv.URL+metricsPath, strings.NewReader("[]"))
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := h.srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("POST = %d, want 405", resp.StatusCode)
