@@ -16,12 +16,6 @@ func dataHarness(t *testing.T) (*harness, Instance) {
 	return h, in
 }
 
-func metrics[T any](t *testing.T, h *harness) []T {
-	t.Helper()
-	_, _, body := h.get(t, metricsPath, "application/json")
-	return decodeEnvelope[T](t, body)
-}
-
 func TestDuplicateInstancesFault(t *testing.T) {
 	h, in := dataHarness(t)
 	must(t, h.s.SetFault(Fault{Kind: FaultDuplicateInstances}))
@@ -33,7 +27,7 @@ func TestDuplicateInstancesFault(t *testing.T) {
 		RSSBytes   uint64
 	}
 	var got []sample
-	for _, e := range metrics[metricsEntry](t, h) {
+	for _, e := range getMetrics[metricsEntry](t, h) {
 		got = append(got, sample{e.UUID, e.StartCount, e.StartedAt, e.CPUTimeMS, e.RSSBytes})
 	}
 	want := []sample{
@@ -51,7 +45,7 @@ func TestDuplicateInstancesFault(t *testing.T) {
 		t.Errorf("list: %+v", list)
 	}
 	h.s.ClearFault(FaultDuplicateInstances)
-	if got := metrics[metricsEntry](t, h); len(got) != 1 {
+	if got := getMetrics[metricsEntry](t, h); len(got) != 1 {
 		t.Errorf("after clearing: %+v", got)
 	}
 }
@@ -66,7 +60,7 @@ func TestClockOffsetFault(t *testing.T) {
 		{-30 * time.Second, "2026-12-01T09:59:30Z"},
 	} {
 		must(t, h.s.SetFault(ClockOffset(tc.offset)))
-		if e := metrics[metricsEntry](t, h)[0]; e.StartedAt != tc.want || e.UptimeMS != 10000 {
+		if e := getMetrics[metricsEntry](t, h)[0]; e.StartedAt != tc.want || e.UptimeMS != 10000 {
 			t.Errorf("offset %s: started_at %s, uptime %d ms; want %s, 10000", tc.offset, e.StartedAt, e.UptimeMS, tc.want)
 		}
 	}
@@ -79,7 +73,7 @@ func TestOlderFormFault(t *testing.T) {
 		Status: "success", UUID: in.UUID, Name: "p-c-1", State: StateRunning, StartCount: 1,
 		StartedAt: "2026-12-01T10:00:00Z", UptimeS: 10, CPUTimeS: 1, RSSBytes: 1 << 20,
 	}}
-	if diff := cmp.Diff(want, metrics[olderEntry](t, h)); diff != "" {
+	if diff := cmp.Diff(want, getMetrics[olderEntry](t, h)); diff != "" {
 		t.Errorf("older form (-want +got):\n%s", diff)
 	}
 }

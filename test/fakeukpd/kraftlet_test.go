@@ -59,8 +59,7 @@ func TestUptimeAccumulates(t *testing.T) {
 	in := h.add(t, InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", CPUCores: 1})
 	metrics := func() metricsEntry {
 		t.Helper()
-		_, _, body := h.get(t, metricsPath, "application/json")
-		got := decodeEnvelope[metricsEntry](t, body)
+		got := getMetrics[metricsEntry](t, h)
 		if len(got) != 1 {
 			t.Fatalf("metrics = %+v", got)
 		}

@@ -112,6 +112,13 @@ func decodeEnvelope[T any](t *testing.T, body string) []T {
 	return env.Data.Instances
 }
 
+// getMetrics fetches the JSON metrics of every instance.
+func getMetrics[T any](t *testing.T, h *harness) []T {
+	t.Helper()
+	_, _, body := h.get(t, metricsPath, "application/json")
+	return decodeEnvelope[T](t, body)
+}
+
 func TestList(t *testing.T) {
 	h := newHarness(t, Config{})
 	web := h.add(t, InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 1})
