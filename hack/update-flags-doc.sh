@@ -10,7 +10,7 @@ go build -o "$tmp/group-metrics-server" ./cmd/group-metrics-server
 # Flags accepted for compatibility and ignored with a warning at start
 # (ignoredFlags in cmd/group-metrics-server/app/options/compat.go).
 ignored=" deprecated-kubelet-completely-insecure enable-priority-and-fairness "
-grep -v '^#' hack/metrics-server-v0.8.0-flags.txt > "$tmp/ms-flags"
+grep -v '^#' hack/metrics-server-v0.8.0-flags.txt | cut -d' ' -f1 > "$tmp/ms-flags"
 
 flag_names() { sed -nE 's/^\s+(-\w, )?--([a-z0-9-]+).*/\2/p' | sort -u; }
 

@@ -5,12 +5,19 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
 
 // defaultKubeVersion is the release hack/tools.sh builds into bin/.
@@ -75,4 +82,42 @@ func kubectlMetricsVersion(t *testing.T) string {
 		return "v1beta1"
 	}
 	return "v1"
+}
+
+// helpFlag matches a flag line of a cobra/pflag --help: "  -l, --node-selector string   ...".
+var helpFlag = regexp.MustCompile(`^\s+(?:-\w, )?--([a-z0-9-]+)(?: ([A-Za-z0-9=,.]+))?(?:\s{2,}|$)`)
+
+// TestMetricsServerFlagList: hack/metrics-server-v0.8.0-flags.txt, which
+// TestMetricsServerFlagsAccepted (cmd/group-metrics-server/app) gives a value
+// each and docs/flags.md is generated from, lists exactly the flags and value
+// kinds of the metrics-server that make tools builds.
+func TestMetricsServerFlagList(t *testing.T) {
+	ctx := begin(t, time.Minute)
+	root, err := env.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "hack", "metrics-server-v0.8.0-flags.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed, got []string
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if !strings.HasPrefix(l, "#") {
+			listed = append(listed, l)
+		}
+	}
+	out, err := exec.CommandContext(ctx, filepath.Join(suite.binDir, cluster.MetricsServerBinary), "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("metrics-server --help: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if m := helpFlag.FindStringSubmatch(line); m != nil {
+			got = append(got, strings.TrimSpace(m[1]+" "+m[2]))
+		}
+	}
+	sort.Strings(got)
+	if diff := cmp.Diff(listed, got); diff != "" {
+		t.Errorf("hack/metrics-server-v0.8.0-flags.txt against metrics-server --help (-file +binary):\n%s", diff)
+	}
 }
