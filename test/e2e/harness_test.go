@@ -35,10 +35,11 @@ const (
 // Deployment's pods scheduled onto it run there with kwok's addresses. The
 // node is removed again, so that no test that reads every node sees it.
 //
-// The suite's cluster outlives every test, so its teardown when Start's
-// context ends is not checked here.
+// The suite's cluster outlives every test, so the teardown when Start's
+// context ends is checked on a cluster of its own (stopsWithItsContext).
 func TestClusterSmoke(t *testing.T) {
 	ctx := begin(t, 3*time.Minute)
+	t.Run("stops with its context", stopsWithItsContext)
 
 	// Setup's cluster.Start returned only once every component answered
 	// its health check; cheaply, each still listens.
@@ -240,5 +241,42 @@ func removeNode(t *testing.T, name string) {
 		return cmp.Or(err, fmt.Errorf("node %s still exists", name))
 	}); err != nil {
 		t.Error(err)
+	}
+}
+
+// stopsWithItsContext starts a second control plane and cancels the context
+// it was started with: every process exits and no port of it still accepts
+// connections.
+func stopsWithItsContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(suite.ctx)
+	defer cancel()
+	opts := suite.opts
+	opts.WorkDir = t.TempDir()
+	c, err := cluster.Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports, procs := c.Ports(), c.Processes()
+	cancel()
+	select {
+	case <-c.Stopped():
+	case <-time.After(time.Minute):
+		t.Fatalf("the cluster did not stop within a minute of its context being cancelled; logs:\n%s", c.LogTails(20))
+	}
+	if err := c.Stop(); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+	for _, p := range procs {
+		select {
+		case <-p.Done():
+		default:
+			t.Errorf("process %s (pid %d) still running after Stop", p.Name(), p.Pid())
+		}
+	}
+	for name, port := range ports {
+		if conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second); err == nil {
+			_ = conn.Close()
+			t.Errorf("%s port %d still accepts connections after Stop", name, port)
+		}
 	}
 }
