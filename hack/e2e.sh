@@ -22,23 +22,38 @@ run="${E2E_RUN:-.}"
 bin_dir="${GMS_BIN_DIR:-$PWD/bin}"
 logs="${bin_dir}/e2e-logs"
 
-# Seconds each test took in a sharded run (docs/testing.md has the run).
+# Seconds each test took in the cold CI run of docs/testing.md (3 shards).
 durations="
-TestNodeFaults 240
-TestUkpdFaults 240
-TestChurn 200
-TestInferenceAutoscaling 150
-TestHighAvailabilityRollout 120
-TestCertificateRotation 110
-TestLoad 90
-TestLifecycle 90
-TestHelmChart 90
-TestMigrationFromMetricsServer 80
-TestHighAvailability 80
-TestUkpdPods 80
-TestLWSGroupAutoscaling 70
-TestHPAScales 60
-TestMatchesMetricsServer 50
+TestChurn 212
+TestLWSGroupAutoscaling 105
+TestInferenceAutoscaling 90
+TestLWSUnreadyWorkers 81
+TestCertificateRotation 81
+TestHighAvailability 71
+TestLoad 67
+TestUkpdFaults 55
+TestLifecycle 52
+TestUkpdStandby 46
+TestMigrationFromMetricsServer 43
+TestUkpdPods 41
+TestNodeFaults 40
+TestMatchesMetricsServer 31
+TestHPAScales 25
+TestHelmChart 22
+TestHighAvailabilityRollout 18
+TestAuthorization 11
+TestUkpdPages 10
+TestKubectlTop 10
+TestCredentialsNotLeaked 9
+TestLeaderWorkerSetController 8
+TestClusterSmoke 7
+TestRequestsRefused 6
+TestHostileRequests 4
+TestManifestsHardened 2
+TestAggregatedAPIService 2
+TestControlPlaneRelease 1
+TestMetricsServerFlagList 1
+TestKubeletCredentialReadOnly 1
 "
 
 mkdir -p "${logs}"
