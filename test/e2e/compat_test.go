@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -35,20 +34,7 @@ func TestControlPlaneRelease(t *testing.T) {
 	if want == "" {
 		want = defaultKubeVersion
 	}
-	out, _, err := suite.cluster.Kubectl(ctx, "version", "--output=json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v struct {
-		ClientVersion struct{ GitVersion string } `json:"clientVersion"`
-		ServerVersion struct{ GitVersion string } `json:"serverVersion"`
-	}
-	if err := json.Unmarshal([]byte(out), &v); err != nil {
-		t.Fatalf("parse kubectl version output %q: %v", out, err)
-	}
-	if v.ClientVersion.GitVersion != want || v.ServerVersion.GitVersion != want {
-		t.Errorf("kubectl version: client %q, kube-apiserver %q; want %s for both", v.ClientVersion.GitVersion, v.ServerVersion.GitVersion, want)
-	}
+	checkVersions(ctx, t)
 	kcm, err := exec.CommandContext(ctx, suite.cluster.BinaryPath(cluster.ControllerManagerBinary), "--version").Output()
 	if err != nil {
 		t.Fatalf("kube-controller-manager --version: %v", err)
@@ -61,7 +47,7 @@ func TestControlPlaneRelease(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	t.Logf("control plane %s: kubectl and kube-apiserver %s, APIServices %v Available", want, v.ServerVersion.GitVersion, suite.server.APIServices)
+	t.Logf("control plane %s: kubectl, kube-apiserver and kube-controller-manager report it, APIServices %v Available", want, suite.server.APIServices)
 }
 
 // kubectlMetricsVersion is the metrics.k8s.io version the suite's kubectl

@@ -78,8 +78,7 @@ func TestClusterSmoke(t *testing.T) {
 }
 
 // checkVersions checks that kubectl and kube-apiserver both report the
-// release the suite runs on. (TestControlPlaneRelease checks the controller
-// manager's too.)
+// release the suite runs on (TestControlPlaneRelease and TestClusterSmoke).
 func checkVersions(ctx context.Context, t *testing.T) {
 	t.Helper()
 	want := cmp.Or(suite.kubeVersion, defaultKubeVersion)
