@@ -20,16 +20,12 @@ import (
 func ownCluster(ctx context.Context, t *testing.T, nodes int) (*cluster.Cluster, *env.Fleet) {
 	t.Helper()
 	workDir, err := os.MkdirTemp("", "gms-e2e-own-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	opts := suite.opts
 	opts.WorkDir = workDir
 	began := time.Now()
 	c, err := cluster.Start(suite.ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	var fleet *env.Fleet
 	t.Cleanup(func() {
 		if fleet != nil {
@@ -46,9 +42,7 @@ func ownCluster(ctx context.Context, t *testing.T, nodes int) (*cluster.Cluster,
 		}
 	})
 	fleet, err = env.StartFleet(ctx, c, env.FleetConfig{Nodes: nodes, NodeBaseUsage: nodeBase})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Logf("own cluster with %d nodes up in %v", nodes, since(began))
 	return c, fleet
 }
@@ -59,8 +53,6 @@ func aggregatorOf(t *testing.T, c *cluster.Cluster) endpoint {
 	t.Helper()
 	cfg := c.RESTConfig()
 	client, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return endpoint{name: "aggregator", base: cfg.Host, client: client}
 }

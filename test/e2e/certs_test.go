@@ -41,9 +41,7 @@ func TestCertificateRotation(t *testing.T) {
 	ctx := begin(t, 5*time.Minute)
 	c, fleet := ownCluster(ctx, t, 1)
 	root, err := env.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	began := time.Now()
 	s, err := env.DeployServer(ctx, c, env.ServerConfig{
 		ManifestsDir:          filepath.Join(root, "manifests", "high-availability"),
@@ -55,13 +53,9 @@ func TestCertificateRotation(t *testing.T) {
 		ControllerArgs:        rotationArgs,
 		ProcessName:           "gms-rotation-0",
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	second, err := s.StartAgain("gms-rotation-1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	procs := []*cluster.Process{s.Process, second}
 	// Both ready, before anything is counted.
 	connectReplicas(ctx, t, s, procs)
@@ -86,9 +80,7 @@ func TestCertificateRotation(t *testing.T) {
 	deadline := time.Now().Add(rotationBound)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		bundle, err := env.CABundle(ctx, c, env.MetricsAPIServices[0])
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		if n := len(certs.ParseCerts(bundle)); n > 1 && rotationAt == 0 {
 			rotationAt = time.Since(began)
 		}

@@ -49,41 +49,27 @@ var topBound = 2*5*time.Second + 3*time.Second + 20*time.Second
 // release's Service leads there through service.type ExternalName.
 func TestHelmChart(t *testing.T) {
 	ctx := begin(t, 8*time.Minute)
-	if err := env.CheckBinaries(suite.binDir, chart.HelmBinary); err != nil {
-		t.Fatal(err)
-	}
+	must(t, env.CheckBinaries(suite.binDir, chart.HelmBinary))
 	root, err := env.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	c, fleet := ownCluster(ctx, t, 1)
 	client := c.Client()
 	const ns = "e2e-helm"
-	if err := env.CreateNamespace(ctx, client, ns); err != nil {
-		t.Fatal(err)
-	}
+	must(t, env.CreateNamespace(ctx, client, ns))
 	// The kraftlet node first: it is tainted only after it is created, so
 	// pods pending then could land there.
 	uni, uniUsage := kraftletWorkload(ctx, t, c, ns)
 	web := env.DeploymentSpec{Namespace: ns, Name: "web", Replicas: 2, CPURequest: "100m"}
 	webUsage := fakekubelet.Usage{CPUNanoCores: 200e6, MemoryBytes: 64 << 20}
 	fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: web.Selector()}, webUsage)
-	if err := env.CreateDeployment(ctx, client, web); err != nil {
-		t.Fatal(err)
-	}
+	must(t, env.CreateDeployment(ctx, client, web))
 	webPods, err := env.WaitForRunningPods(ctx, client, ns, web.Selector(), int(web.Replicas))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	uniPods, err := env.WaitForRunningPods(ctx, client, ns, uni.spec.Selector(), int(uni.spec.Replicas))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 
 	ports, err := cluster.FreePorts(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	port := ports[0]
 	h := chart.Helm{Binary: filepath.Join(suite.binDir, chart.HelmBinary), Home: t.TempDir(), Kubeconfig: c.KubeconfigPath()}
 	dir := chart.Dir(root)
@@ -102,9 +88,7 @@ func TestHelmChart(t *testing.T) {
 	if s != nil {
 		t.Cleanup(func() { _ = s.Stop() })
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Logf("helm install: %d objects, every APIService Available and verified %v later", len(installed), since(began))
 
 	want := topWant{}
@@ -122,9 +106,7 @@ func TestHelmChart(t *testing.T) {
 		t.Fatal(err)
 	}
 	endpoints, err := json.Marshal([]string{uni.ukpd.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if _, err := h.Run(ctx, "upgrade", chart.Name, dir, "--namespace", "kube-system", "--reuse-values",
 		"--set-json", `sources=["kubelet","ukpd"]`, "--set-json", "ukpd.endpoints="+string(endpoints),
 		"--set", "ukpd.existingSecret="+secret.Name+",ukpd.caKey=ca.crt"); err != nil {
@@ -140,9 +122,7 @@ func TestHelmChart(t *testing.T) {
 	if s2 != nil {
 		t.Cleanup(func() { _ = s2.Stop() })
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for _, p := range uniPods {
 		want[p.Name] = uniUsage
 	}
@@ -172,14 +152,10 @@ type kraftletOf struct {
 func kraftletWorkload(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string) (kraftletOf, topExpect) {
 	t.Helper()
 	u, err := env.StartUkpd(filepath.Join(t.TempDir(), "ukpd"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(func() { _ = u.Close() })
 	const node = "kraftlet-helm"
-	if err := env.AddKraftletNode(ctx, c, node); err != nil {
-		t.Fatal(err)
-	}
+	must(t, env.AddKraftletNode(ctx, c, node))
 	syncCtx, stop := context.WithCancel(ctx)
 	t.Cleanup(stop)
 	usage := env.UkpdUsage{CPU: "40m", Memory: "64Mi"}
@@ -187,9 +163,7 @@ func kraftletWorkload(ctx context.Context, t *testing.T, c *cluster.Cluster, ns 
 		t.Fatal(err)
 	}
 	spec := env.DeploymentSpec{Namespace: ns, Name: "unikernel", Replicas: 2, CPURequest: "100m"}
-	if err := env.CreateKraftletDeployment(ctx, c.Client(), spec); err != nil {
-		t.Fatal(err)
-	}
+	must(t, env.CreateKraftletDeployment(ctx, c.Client(), spec))
 	return kraftletOf{spec: spec, ukpd: u}, topExpect{milliCPU: 40, memory: "64Mi"}
 }
 
@@ -197,13 +171,9 @@ func kraftletWorkload(ctx context.Context, t *testing.T, c *cluster.Cluster, ns 
 func releaseObjects(ctx context.Context, t *testing.T, h chart.Helm) []*unstructured.Unstructured {
 	t.Helper()
 	out, err := h.Run(ctx, "get", "manifest", chart.Name, "--namespace", "kube-system")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	objs, err := chart.Decode(strings.NewReader(out))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return objs
 }
 
@@ -213,9 +183,7 @@ func releaseObjects(ctx context.Context, t *testing.T, h chart.Helm) []*unstruct
 func checkUpgraded(ctx context.Context, t *testing.T, c *cluster.Cluster, s *env.Server, upgraded []*unstructured.Unstructured, ukpdURL string) {
 	t.Helper()
 	live, err := c.Client().AppsV1().Deployments("kube-system").Get(ctx, chart.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	args := live.Spec.Template.Spec.Containers[0].Args
 	for _, a := range []string{"--sources=kubelet,ukpd", "--ukpd-endpoint=" + ukpdURL,
 		"--ukpd-token-file=/var/run/ukpd-credentials/token", "--ukpd-certificate-authority=/var/run/ukpd-credentials/ca.crt"} {
@@ -232,9 +200,7 @@ func checkUpgraded(ctx context.Context, t *testing.T, c *cluster.Cluster, s *env
 		}
 	}
 	dyn, err := dynamic.NewForConfig(c.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for _, name := range s.APIServices {
 		obj := apiService(ctx, t, dyn, name)
 		if b, _, _ := unstructured.NestedString(obj.Object, "spec", "caBundle"); b == "" {
@@ -242,9 +208,7 @@ func checkUpgraded(ctx context.Context, t *testing.T, c *cluster.Cluster, s *env
 		}
 	}
 	pair, err := c.Client().CoreV1().Secrets("kube-system").Get(ctx, chart.Name+"-serving-cert", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if len(pair.Data["tls.crt"]) == 0 || len(pair.Data["tls.key"]) == 0 {
 		t.Errorf("helm upgrade emptied the serving Secret: keys %v", keys(pair.Data))
 	}
@@ -265,9 +229,7 @@ func keys(m map[string][]byte) []string {
 func checkUninstalled(ctx context.Context, t *testing.T, c *cluster.Cluster, objs []*unstructured.Unstructured) {
 	t.Helper()
 	dyn, err := dynamic.NewForConfig(c.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kubernetes.NewForConfigOrDie(c.RESTConfig()).Discovery()))
 	waitCtx, cancel := context.WithTimeout(ctx, uninstallBound)
 	defer cancel()
@@ -392,8 +354,6 @@ func (want topWant) check(got map[string][]string) error {
 func readFile(t *testing.T, path string) []byte {
 	t.Helper()
 	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return data
 }

@@ -53,9 +53,7 @@ func waitStoreMatches(ctx context.Context, t *testing.T, ep endpoint, bound time
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return got
 }
 
@@ -100,9 +98,7 @@ func settledMemory(ctx context.Context, t *testing.T, ep endpoint, pid int) (rss
 	defer ticker.Stop()
 	for range int(2 * suite.resolution / time.Second) {
 		st, err := readProc(pid)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		samples = append(samples, st.RSS)
 		select {
 		case <-ctx.Done():
@@ -112,12 +108,8 @@ func settledMemory(ctx context.Context, t *testing.T, ep endpoint, pid int) (rss
 	}
 	slices.Sort(samples)
 	body, err := selfMetrics(ctx, ep)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	h, _, err := promtext.Value(body, "go_memstats_heap_inuse_bytes")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return samples[len(samples)/2], uint64(h)
 }

@@ -49,9 +49,7 @@ func TestChurn(t *testing.T) {
 	err := poll(ctx, "metrics for the steady pods", func(ctx context.Context) error {
 		return servesAll(fetch(ctx, direct, nsList), steadyKeys)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 
 	pid := suite.server.Process.Pid()
 	gaugesBefore := waitStoreMatches(ctx, t, direct, staleBound()+tickBound())
@@ -63,9 +61,7 @@ func TestChurn(t *testing.T) {
 		{ep: direct, sh: nsList, steady: steadyKeys},
 	}
 	elapsed, peakRSS := c.runAll(ctx, aggregatorEndpoint(t), listers, pid)
-	if err := c.deleteRest(ctx); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.deleteRest(ctx))
 
 	gaugesAfter := waitStoreMatches(ctx, t, direct, staleBound()+tickBound())
 	rssAfter, heapAfter := settledMemory(ctx, t, direct, pid)
@@ -87,13 +83,9 @@ func steadyWorkload(ctx context.Context, t *testing.T, ns string) []string {
 	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: steady.Selector()}, fakekubelet.Usage{CPUNanoCores: 20e6, MemoryBytes: 48 << 20})
 	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: labels.SelectorFromSet(labels.Set{churnLabel: "true"})},
 		fakekubelet.Usage{CPUNanoCores: 5e6, MemoryBytes: 16 << 20})
-	if err := env.CreateDeployment(ctx, client, steady); err != nil {
-		t.Fatal(err)
-	}
+	must(t, env.CreateDeployment(ctx, client, steady))
 	pods, err := env.WaitForRunningPods(ctx, client, ns, steady.Selector(), steadyPods)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	var steadyKeys []string
 	for _, p := range pods {
 		steadyKeys = append(steadyKeys, ns+"/"+p.Name)

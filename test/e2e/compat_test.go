@@ -80,13 +80,9 @@ var helpFlag = regexp.MustCompile(`^\s+(?:-\w, )?--([a-z0-9-]+)(?: ([A-Za-z0-9=,
 func TestMetricsServerFlagList(t *testing.T) {
 	ctx := begin(t, time.Minute)
 	root, err := env.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	data, err := os.ReadFile(filepath.Join(root, "hack", "metrics-server-v0.8.0-flags.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	var listed, got []string
 	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		if !strings.HasPrefix(l, "#") {

@@ -55,31 +55,23 @@ func TestMatchesMetricsServer(t *testing.T) {
 			fakekubelet.Usage{CPUNanoCores: 1_250_000_007, MemoryBytes: 200<<20 + 12345}},
 	} {
 		suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: d.spec.Selector()}, d.usage)
-		if err := env.CreateDeployment(ctx, client, d.spec); err != nil {
-			t.Fatal(err)
-		}
+		must(t, env.CreateDeployment(ctx, client, d.spec))
 		if _, err := env.WaitForRunningPods(ctx, client, ns, d.spec.Selector(), int(d.spec.Replicas)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// metrics-server v0.8.0 refuses a resolution below 10s.
 	ms, err := env.StartMetricsServer(ctx, suite.cluster, suite.binDir, suite.fleet.CAFile, max(10*time.Second, suite.resolution), suite.timeout)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(func() { _ = ms.Process.Stop() })
 	// Every pod is placed on the fleet by now (both servers list only pods
 	// the fleet reports), and nothing changes usage from here on.
 	settled := time.Now()
 
 	gms, err := newMetricsClient(suite.server.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	ref, err := newMetricsClient(ms.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	var report string
 	err = poll(ctx, "both servers to agree", func(ctx context.Context) error {
 		a, err := snapshot(ctx, gms)
@@ -99,9 +91,7 @@ func TestMatchesMetricsServer(t *testing.T) {
 		report, err = comparison{a: "group-metrics-server", b: "metrics-server"}.compare(a, b)
 		return err
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Logf("agreement %v after metrics-server was ready:\n%s", time.Since(settled).Round(time.Millisecond), report)
 }
 

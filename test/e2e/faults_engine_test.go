@@ -141,9 +141,7 @@ func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) fa
 	failingBefore, recoveredBefore := faultLogLines(t, sc.target, tc.reason)
 	partialLinesBefore := partialLogLines(t, sc.target)
 
-	if err := tc.set(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, tc.set())
 	cleared := false
 	t.Cleanup(func() {
 		if !cleared {
@@ -154,9 +152,7 @@ func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) fa
 
 	var fig faultFigures
 	mc, err := newMetricsClient(suite.cluster.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	w := faultWatch{t: t, metrics: mc, sc: sc, tc: tc, setAt: setAt}
 	limit := b.window
 	switch {
@@ -217,9 +213,7 @@ func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) fa
 		t.Errorf("log has %d new lines saying %s leaves out points, want 1", n, sc.target)
 	}
 
-	if err := tc.clear(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, tc.clear())
 	cleared = true
 	clearedAt := time.Now()
 	err = poll(ctx, "recovery from "+tc.name, func(ctx context.Context) error {
@@ -233,9 +227,7 @@ func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) fa
 		}
 		return faultAllRight(ctx, sc, clearedAt)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if tc.outcome == faultGone || tc.outcome == faultDropped {
 		fig.recovered = time.Since(clearedAt)
 	}
@@ -400,9 +392,7 @@ func faultCounted(ctx context.Context, t *testing.T, sc faultScope, tc faultCase
 func faultMetric(ctx context.Context, t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
 	v, err := serverMetric(ctx, name, labels...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return v
 }
 
@@ -418,9 +408,7 @@ func checkServerHealthy(ctx context.Context, t *testing.T, pid int) {
 		t.Errorf("the server's PID changed from %d to %d", pid, got)
 	}
 	client, err := suite.server.HTTPClient()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	code, body, err := env.Get(ctx, client, "https://"+suite.server.Address()+"/readyz?verbose")
 	if err != nil || code != http.StatusOK || !strings.Contains(body, "[+]metric-storage-ready ok") {
 		t.Errorf("/readyz?verbose: %d %v\n%s", code, err, body)
@@ -433,9 +421,7 @@ func checkServerHealthy(ctx context.Context, t *testing.T, pid int) {
 func faultLogLines(t *testing.T, target, reason string) (failing, recovered int) {
 	t.Helper()
 	data, err := os.ReadFile(suite.server.Process.LogPath())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	quoted := `target="` + target + `"`
 	for _, line := range strings.Split(string(data), "\n") {
 		if !strings.Contains(line, quoted) {
@@ -456,9 +442,7 @@ func faultLogLines(t *testing.T, target, reason string) (failing, recovered int)
 func partialLogLines(t *testing.T, target string) int {
 	t.Helper()
 	data, err := os.ReadFile(suite.server.Process.LogPath())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	n := 0
 	for _, line := range strings.Split(string(data), "\n") {
 		if strings.Contains(line, `target="`+target+`"`) && strings.Contains(line, `"Scrape target leaving out malformed points"`) {
@@ -502,7 +486,5 @@ func createPinnedPods(ctx context.Context, t *testing.T, ns, node string, names 
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 }

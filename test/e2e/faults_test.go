@@ -55,11 +55,9 @@ func TestNodeFaults(t *testing.T) {
 	}
 	all := scope(nodes[0])
 	all.affected = append(append([]string{}, pods[nodes[0]]...), pods[nodes[1]]...)
-	if err := poll(ctx, "metrics of every pod", func(ctx context.Context) error {
+	must(t, poll(ctx, "metrics of every pod", func(ctx context.Context) error {
 		return faultAllRight(ctx, all, time.Now().Add(-time.Hour))
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 
 	fault := func(f fakekubelet.Fault) func(node string) faultCase {
 		return func(node string) faultCase {

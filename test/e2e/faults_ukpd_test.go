@@ -40,16 +40,12 @@ func TestUkpdFaults(t *testing.T) {
 	client := suite.cluster.Client()
 	kraftletNode(ctx, t, node, env.UkpdUsage{CPU: "40m", Memory: "64Mi"})
 	uk := env.DeploymentSpec{Namespace: ns, Name: "uk", Replicas: 2, CPURequest: "100m"}
-	if err := env.CreateKraftletDeployment(ctx, client, uk); err != nil {
-		t.Fatal(err)
-	}
+	must(t, env.CreateKraftletDeployment(ctx, client, uk))
 	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns}, fakekubelet.Usage{CPUNanoCores: 50e6, MemoryBytes: 40 << 20})
 	healthy := []string{"web-a", "web-b"}
 	createPinnedPods(ctx, t, ns, suite.fleet.NodeNames[2], healthy...)
 	ukPods, err := env.WaitForRunningPods(ctx, client, ns, uk.Selector(), int(uk.Replicas))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	sc := faultScope{
 		source: "ukpd", target: "ukpd/" + suite.ukpd.URL, ns: ns,
 		healthy: healthy, told: map[string]faultUsage{}, tolerance: 0.05,
@@ -61,11 +57,9 @@ func TestUkpdFaults(t *testing.T) {
 		sc.affected = append(sc.affected, p.Name)
 		sc.told[p.Name] = faultUsage{milliCPU: 40, memory: 64 << 20}
 	}
-	if err := poll(ctx, "metrics of every pod", func(ctx context.Context) error {
+	must(t, poll(ctx, "metrics of every pod", func(ctx context.Context) error {
 		return faultAllRight(ctx, sc, time.Now().Add(-time.Hour))
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 
 	u := suite.ukpd
 	transport := func(kind fakeukpd.FaultKind, reason string) faultCase {

@@ -55,9 +55,7 @@ func compareReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for i := 1; i < len(snaps); i++ {
 		report, err := comparison{a: procs[0].Name(), b: procs[i].Name(), podsOnly: true}.compare(snaps[0], snaps[i])
 		if err != nil {

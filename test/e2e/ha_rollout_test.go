@@ -38,9 +38,7 @@ func TestHighAvailabilityRollout(t *testing.T) {
 	ctx := begin(t, 6*time.Minute)
 	client := suite.cluster.Client()
 	root, err := env.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	dir := filepath.Join(root, "manifests", "high-availability")
 	t.Cleanup(func() { deletePDB(t) })
 	seed := deployOwnServer(ctx, t, "rollout-seed", nil, dir)
@@ -48,9 +46,7 @@ func TestHighAvailabilityRollout(t *testing.T) {
 	var nodeNames []string
 	for i := range 2 {
 		n, err := client.CoreV1().Nodes().Create(ctx, rolloutNode(fmt.Sprintf("rollout-%d", i)), metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		n.Status = rolloutNode(n.Name).Status
 		if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
@@ -71,22 +67,16 @@ func TestHighAvailabilityRollout(t *testing.T) {
 	if _, err := client.AppsV1().Deployments("kube-system").Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitRolledOut(ctx, client, kerrs, 1); err != nil {
-		t.Fatal(err)
-	}
+	must(t, waitRolledOut(ctx, client, kerrs, 1))
 	// From here only the pods' processes serve: the proxy takes the port
 	// the APIServices name from the seed process.
-	if err := seed.Process.Stop(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, seed.Process.Stop())
 	l, err := net.Listen("tcp", seed.Address())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer func() { _ = l.Close() }()
 	go k.serve(l)
 	agg := aggregatorEndpoint(t)
-	if err := cluster.Poll(ctx, "a list through the aggregator", nil, func(ctx context.Context) error {
+	must(t, cluster.Poll(ctx, "a list through the aggregator", nil, func(ctx context.Context) error {
 		r := runLoad(ctx, []endpoint{agg}, []shape{listAllPods()}, 1, time.Second)
 		for _, x := range r {
 			if !x.failed() {
@@ -94,9 +84,7 @@ func TestHighAvailabilityRollout(t *testing.T) {
 			}
 		}
 		return fmt.Errorf("no list succeeded (%d tried)", len(r))
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	var (
@@ -108,16 +96,12 @@ func TestHighAvailabilityRollout(t *testing.T) {
 	// A new image tag, as an upgrade changes it.
 	patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":%q,"image":"ghcr.io/group-metrics-server/group-metrics-server:rollout"}]}}}}`, serverDeployment)
 	d, err := client.AppsV1().Deployments("kube-system").Patch(ctx, serverDeployment, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	err = waitRolledOut(ctx, client, kerrs, d.Generation)
 	rolled := time.Since(began)
 	stopLoad()
 	lwg.Wait()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 
 	var failed, told []string
 	for _, r := range results {
@@ -151,17 +135,13 @@ func TestHighAvailabilityRollout(t *testing.T) {
 func rolloutDeployment(ctx context.Context, t *testing.T, dir string) *appsv1.Deployment {
 	t.Helper()
 	objs, err := env.Render(ctx, suite.cluster, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for _, o := range objs {
 		if o.GetKind() != "Deployment" || o.GetName() != serverDeployment {
 			continue
 		}
 		d := &appsv1.Deployment{}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d); err != nil {
-			t.Fatal(err)
-		}
+		must(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d))
 		spec := &d.Spec.Template.Spec
 		if spec.NodeSelector == nil {
 			spec.NodeSelector = map[string]string{}

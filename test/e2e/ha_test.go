@@ -46,13 +46,9 @@ func TestHighAvailability(t *testing.T) {
 	client := suite.cluster.Client()
 	spec := env.DeploymentSpec{Namespace: ns, Name: "web", Replicas: 6, Containers: []string{"app", "sidecar"}, CPURequest: "100m"}
 	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: spec.Selector()}, fakekubelet.Usage{CPUNanoCores: 70_000_001, MemoryBytes: 40<<20 + 4321})
-	if err := env.CreateDeployment(ctx, client, spec); err != nil {
-		t.Fatal(err)
-	}
+	must(t, env.CreateDeployment(ctx, client, spec))
 	pods, err := env.WaitForRunningPods(ctx, client, ns, spec.Selector(), int(spec.Replicas))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	// Nothing changes these pods' usage from here on.
 	settled := time.Now()
 	var want []string
@@ -61,9 +57,7 @@ func TestHighAvailability(t *testing.T) {
 	}
 
 	root, err := env.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	dir := filepath.Join(root, "manifests", "high-availability")
 	replicas := manifestReplicas(ctx, t, dir)
 	if replicas < 2 {
@@ -74,9 +68,7 @@ func TestHighAvailability(t *testing.T) {
 	procs := []*cluster.Process{s.Process}
 	for i := 1; i < replicas; i++ {
 		p, err := s.StartAgain(fmt.Sprintf("group-metrics-server-ha-%d", i))
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		t.Cleanup(func() { _ = p.Stop() })
 		procs = append(procs, p)
 	}
@@ -90,9 +82,7 @@ func TestHighAvailability(t *testing.T) {
 	// rolling update or a drain would: SIGTERM.
 	i := slices.Index(procs, victim)
 	p, err := s.StartAgain(victim.Name() + "-replaced")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(func() { _ = p.Stop() })
 	procs[i] = p
 	pinned = connectReplicas(ctx, t, s, procs)
@@ -107,9 +97,7 @@ func TestHighAvailability(t *testing.T) {
 func manifestReplicas(ctx context.Context, t *testing.T, dir string) int {
 	t.Helper()
 	objs, err := env.Render(ctx, suite.cluster, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for _, o := range objs {
 		if o.GetKind() != "Deployment" || o.GetName() != serverDeployment {
 			continue
@@ -151,9 +139,7 @@ func connectReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*
 		pinned, err = pinnedEndpoints(ctx, s, procs, 32)
 		return err
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(func() {
 		for _, c := range pinned {
 			c.client.CloseIdleConnections()
@@ -167,9 +153,7 @@ func connectReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*
 			}
 			return err
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 	}
 	return pinned
 }
@@ -224,9 +208,7 @@ func stopDuringLoad(ctx context.Context, t *testing.T, procs []*cluster.Process,
 	})
 	// The victim is the replica that served most once every client has had
 	// ten answers; the rest of the run comes after the signal.
-	if err := waitAnswered(ctx, &answered, 10*haClients, haLoadDuration/3); err != nil {
-		t.Fatal(err)
-	}
+	must(t, waitAnswered(ctx, &answered, 10*haClients, haLoadDuration/3))
 	during := counts()
 	var victim *cluster.Process
 	var served []string
@@ -238,9 +220,7 @@ func stopDuringLoad(ctx context.Context, t *testing.T, procs []*cluster.Process,
 		}
 	}
 	killedAt := time.Now()
-	if err := syscall.Kill(victim.Pid(), sig); err != nil {
-		t.Fatal(err)
-	}
+	must(t, syscall.Kill(victim.Pid(), sig))
 	var reaped time.Time
 	select {
 	case <-victim.Done():

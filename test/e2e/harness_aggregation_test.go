@@ -61,19 +61,13 @@ func TestAggregatedAPIService(t *testing.T) {
 	newNamespace(ctx, t, aggNamespace)
 	createMetricsServerRBAC(ctx, t)
 	ports, err := cluster.FreePorts(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	port := ports[0]
 	kubeconfig, err := c.ServiceAccountKubeconfig(ctx, aggNamespace, aggName)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	serviceHost := aggName + "." + aggNamespace + ".svc"
 	certFile, keyFile, err := c.IssueServingCert(aggProcess, "127.0.0.1", "localhost", serviceHost)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	ms, err := c.StartProcess(aggProcess, filepath.Join(suite.binDir, cluster.MetricsServerBinary),
 		"--bind-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(port),
@@ -86,9 +80,7 @@ func TestAggregatedAPIService(t *testing.T) {
 		// presented tokens TestKubeletCredentialReadOnly reads.
 		"--node-selector=e2e-aggregation-no-node=true",
 	)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(func() { _ = ms.Stop() })
 	watch := append(watched(), ms)
 	checkDirectDiscovery(ctx, t, port, serviceHost, watch)
@@ -97,7 +89,7 @@ func TestAggregatedAPIService(t *testing.T) {
 	apiService := aggVersion + "." + aggGroup
 	probed := fmt.Sprintf("https://localhost:%d/apis/%s/%s", port, aggGroup, aggVersion)
 	began := time.Now()
-	if err := cluster.Poll(ctx, "the aggregator to reach metrics-server", watch, func(ctx context.Context) error {
+	must(t, cluster.Poll(ctx, "the aggregator to reach metrics-server", watch, func(ctx context.Context) error {
 		cond, err := availableCondition(ctx, apiService)
 		if err != nil {
 			return err
@@ -106,9 +98,7 @@ func TestAggregatedAPIService(t *testing.T) {
 			return fmt.Errorf("Available=%s (%s: %s), want FailedDiscoveryCheck with a 404 from %s", cond.Status, cond.Reason, cond.Message, probed)
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	t.Logf("the aggregator reached metrics-server at %s %v after the APIService was created", probed, since(began))
 
 	deleteAggregatedAPIService(ctx, t)
@@ -133,9 +123,7 @@ func TestAggregatedAPIService(t *testing.T) {
 		}
 	}
 	out, _, err := c.Kubectl(ctx, "get", "--raw", "/apis/metrics.k8s.io/v1beta1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	var list metav1.APIResourceList
 	if err := json.Unmarshal([]byte(out), &list); err != nil {
 		t.Fatalf("parse discovery %q: %v", out, err)
@@ -157,10 +145,8 @@ func checkDirectDiscovery(ctx context.Context, t *testing.T, port int, serviceHo
 	cfg.ServerName = serviceHost
 	cfg.Timeout = 10 * time.Second
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.Poll(ctx, "metrics-server to serve metrics.k8s.io/v1beta1", watch, func(context.Context) error {
+	must(t, err)
+	must(t, cluster.Poll(ctx, "metrics-server to serve metrics.k8s.io/v1beta1", watch, func(context.Context) error {
 		list, err := dc.ServerResourcesForGroupVersion("metrics.k8s.io/v1beta1")
 		if err != nil {
 			return err
@@ -169,9 +155,7 @@ func checkDirectDiscovery(ctx context.Context, t *testing.T, port int, serviceHo
 			return fmt.Errorf("discovery = %+v", list)
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 }
 
 // createMetricsServerRBAC creates metrics-server's ServiceAccount in
@@ -328,9 +312,7 @@ func suiteAPIServiceSpecs(ctx context.Context, t *testing.T) map[string]map[stri
 	specs := map[string]map[string]any{}
 	for _, name := range suite.server.APIServices {
 		obj, err := suite.cluster.APIServices().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		spec, _, _ := unstructured.NestedMap(obj.Object, "spec")
 		delete(spec, "caBundle")
 		specs[name] = spec

@@ -97,9 +97,7 @@ func waitSampleGroups(ctx context.Context, t *testing.T, e *lwsEnv, groups int) 
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return pods
 }
 
@@ -190,8 +188,6 @@ func waitSampleScale(ctx context.Context, t *testing.T, e *lwsEnv, replicas int3
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return scale
 }

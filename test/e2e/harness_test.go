@@ -65,14 +65,10 @@ func TestClusterSmoke(t *testing.T) {
 	t.Cleanup(func() { removeNode(t, smokeNode) })
 	newNamespace(ctx, t, ns)
 	ports, err := cluster.FreePorts(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	node := cluster.NodeObject(smokeNode, map[string]string{"pool": "smoke"}, "127.0.0.1", ports[0])
 	node.Spec.Taints = []corev1.Taint{{Key: smokeTaint, Effect: corev1.TaintEffectNoSchedule}}
-	if err := suite.cluster.CreateNode(ctx, node); err != nil {
-		t.Fatal(err)
-	}
+	must(t, suite.cluster.CreateNode(ctx, node))
 	checkNodeEndpoint(ctx, t, client, smokeNode, ports[0])
 	checkWorkloads(ctx, t, client, ns)
 }
@@ -83,9 +79,7 @@ func checkVersions(ctx context.Context, t *testing.T) {
 	t.Helper()
 	want := cmp.Or(suite.kubeVersion, defaultKubeVersion)
 	out, _, err := suite.cluster.Kubectl(ctx, "version", "--output=json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	var v struct {
 		ClientVersion struct{ GitVersion string } `json:"clientVersion"`
 		ServerVersion struct{ GitVersion string } `json:"serverVersion"`
@@ -104,9 +98,7 @@ func checkVersions(ctx context.Context, t *testing.T) {
 func checkNodeEndpoint(ctx context.Context, t *testing.T, client kubernetes.Interface, name string, port int) {
 	t.Helper()
 	node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if got := node.Status.DaemonEndpoints.KubeletEndpoint.Port; int(got) != port {
 		t.Errorf("node %s: kubelet port = %d, want %d", name, got, port)
 	}
@@ -157,12 +149,10 @@ func checkWorkloads(ctx context.Context, t *testing.T, client kubernetes.Interfa
 		t.Fatal(err)
 	}
 
-	if err := poll(ctx, "pod bound to be Running", func(ctx context.Context) error {
+	must(t, poll(ctx, "pod bound to be Running", func(ctx context.Context) error {
 		return podRunningOn(ctx, client, ns, "bound", smokeNode)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := poll(ctx, "deployment smoke to have 2 ready replicas", func(ctx context.Context) error {
+	}))
+	must(t, poll(ctx, "deployment smoke to have 2 ready replicas", func(ctx context.Context) error {
 		d, err := client.AppsV1().Deployments(ns).Get(ctx, "smoke", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -171,13 +161,9 @@ func checkWorkloads(ctx context.Context, t *testing.T, client kubernetes.Interfa
 			return fmt.Errorf("%d ready replicas", d.Status.ReadyReplicas)
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=smoke"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if len(pods.Items) != 2 {
 		t.Fatalf("deployment has %d pods, want 2", len(pods.Items))
 	}
@@ -252,9 +238,7 @@ func stopsWithItsContext(t *testing.T) {
 	opts := suite.opts
 	opts.WorkDir = t.TempDir()
 	c, err := cluster.Start(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	ports, procs := c.Ports(), c.Processes()
 	cancel()
 	select {

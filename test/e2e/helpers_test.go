@@ -33,9 +33,7 @@ func begin(t *testing.T, d time.Duration) context.Context {
 func newNamespace(ctx context.Context, t *testing.T, name string) {
 	t.Helper()
 	client := suite.cluster.Client()
-	if err := env.CreateNamespace(ctx, client, name); err != nil {
-		t.Fatal(err)
-	}
+	must(t, env.CreateNamespace(ctx, client, name))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -97,3 +95,11 @@ func (tb table) byKey(keyCols int) map[string][]string {
 // milli and mebi print CPU and memory as kubectl top does.
 func milli(nanoCores uint64) string { return fmt.Sprintf("%dm", (nanoCores+999_999)/1_000_000) }
 func mebi(bytes uint64) string      { return fmt.Sprintf("%dMi", bytes/(1<<20)) }
+
+// must fails the test at once if err is not nil.
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -31,16 +31,12 @@ func TestHPAScales(t *testing.T) {
 	)
 	// 40% of the request: below the target, so the HPA keeps one replica.
 	suite.fleet.SetUsage(target, fakekubelet.Usage{CPUNanoCores: 40e6, MemoryBytes: 32 << 20})
-	if err := env.CreateDeployment(ctx, client, spec); err != nil {
-		t.Fatal(err)
-	}
+	must(t, env.CreateDeployment(ctx, client, spec))
 	if _, err := env.WaitForRunningPods(ctx, client, ns, spec.Selector(), 1); err != nil {
 		t.Fatal(err)
 	}
 	began := time.Now()
-	if err := env.CreateCPUHPA(ctx, client, ns, spec.Name, minReplicas, maxReplicas, targetPercent); err != nil {
-		t.Fatal(err)
-	}
+	must(t, env.CreateCPUHPA(ctx, client, ns, spec.Name, minReplicas, maxReplicas, targetPercent))
 	err := poll(ctx, "the HPA to read 40% utilization", func(ctx context.Context) error {
 		hpa, err := client.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(ctx, spec.Name, metav1.GetOptions{})
 		if err != nil {
@@ -51,9 +47,7 @@ func TestHPAScales(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Logf("HPA read the utilization %v after it was created", time.Since(began).Round(time.Millisecond))
 
 	o := suite.opts
@@ -101,9 +95,7 @@ func waitReplicas(ctx context.Context, t *testing.T, ns, name string, want int32
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return time.Since(began)
 }
 

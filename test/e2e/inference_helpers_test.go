@@ -56,9 +56,7 @@ func (e *inferenceEnv) waitListed(ctx context.Context, t *testing.T, metrics []p
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 }
 
 // waitGroupSeries waits until the server's /metrics (--group-metrics-series)
@@ -66,9 +64,7 @@ func (e *inferenceEnv) waitListed(ctx context.Context, t *testing.T, metrics []p
 func (e *inferenceEnv) waitGroupSeries(ctx context.Context, t *testing.T, ns, lwsName, metric string, want float64) {
 	t.Helper()
 	client, err := e.server.HTTPClient()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	err = e.poll(ctx, e.bounds.up, "the group series of "+metric, func(ctx context.Context) error {
 		v, err := ukpdMetric(ctx, client, "https://"+e.server.Address(), "group_metrics_server_lws_group_endpoint_value",
 			`namespace="`+ns+`"`, `leaderworkerset="`+lwsName+`"`, `group="0"`, `metric="`+metric+`"`)
@@ -80,9 +76,7 @@ func (e *inferenceEnv) waitGroupSeries(ctx context.Context, t *testing.T, ns, lw
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 }
 
 func (e *inferenceEnv) scrapeAnnotations() map[string]string {
@@ -127,18 +121,14 @@ func (e *inferenceEnv) createInferenceLWS(ctx context.Context, t *testing.T, ns,
 	t.Helper()
 	obj := lws.NewLeaderWorkerSet(ns, name, 1, inferenceGroupSize, lwsCPURequest, annotations)
 	if len(annotations) > 0 {
-		if err := unstructured.SetNestedStringMap(obj.Object, annotations, "spec", "leaderWorkerTemplate", "workerTemplate", "metadata", "annotations"); err != nil {
-			t.Fatal(err)
-		}
+		must(t, unstructured.SetNestedStringMap(obj.Object, annotations, "spec", "leaderWorkerTemplate", "workerTemplate", "metadata", "annotations"))
 	}
 	began := time.Now()
 	if _, err := e.dyn.Resource(lws.GroupVersionResource).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create LeaderWorkerSet: %v", err)
 	}
 	pods, err := e.waitInferencePods(ctx, ns, name, 1, e.bounds.running)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	var ips []string
 	for _, p := range pods {
 		ips = append(ips, p.Name+"="+p.Status.PodIP)
@@ -219,9 +209,7 @@ func (e *inferenceEnv) waitPodsReading(ctx context.Context, t *testing.T, ns, na
 		}
 		return fmt.Errorf("no reading; conditions %s", conditions(hpa))
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 }
 
 // waitScale waits until the LWS wants groups groups and returns how long
@@ -248,9 +236,7 @@ func (e *inferenceEnv) waitScale(ctx context.Context, t *testing.T, ns, name, hp
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return time.Since(began)
 }
 
@@ -304,9 +290,7 @@ func (e *inferenceEnv) waitRaw(ctx context.Context, t *testing.T, path string, w
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 }
 
 // waitAbsent waits until path answers NotFound (a metricLabelSelector that
@@ -323,9 +307,7 @@ func (e *inferenceEnv) waitAbsent(ctx context.Context, t *testing.T, path string
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 }
 
 // docHPAs are the HorizontalPodAutoscalers of the page's yaml blocks, by
@@ -333,9 +315,7 @@ func (e *inferenceEnv) waitAbsent(ctx context.Context, t *testing.T, path string
 func docHPAs(t *testing.T, path string) map[string]*autoscalingv2.HorizontalPodAutoscaler {
 	t.Helper()
 	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	out := map[string]*autoscalingv2.HorizontalPodAutoscaler{}
 	for _, m := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(data), -1) {
 		if !strings.Contains(m[1], "kind: HorizontalPodAutoscaler") {
@@ -361,9 +341,7 @@ func docHPAs(t *testing.T, path string) map[string]*autoscalingv2.HorizontalPodA
 func shippedPodMetricsConfig(t *testing.T, path string) *promscrape.Config {
 	t.Helper()
 	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	cfg, errs := promscrape.Parse(data)
 	if len(errs) > 0 || len(cfg.NodeExporters) != 1 {
 		t.Fatalf("%s: %v (want one node exporter)", path, errs)

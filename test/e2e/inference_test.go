@@ -45,9 +45,7 @@ func TestInferenceAutoscaling(t *testing.T) {
 	ctx := begin(t, 15*time.Minute)
 	e := newLWSEnv(ctx, t)
 	root, err := env.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	hpas := docHPAs(t, filepath.Join(root, "docs", "inference-autoscaling.md"))
 	configFile := filepath.Join(root, "manifests", "components", "pod-metrics", "pod-metrics.yaml")
 	cfg := shippedPodMetricsConfig(t, configFile)
@@ -57,9 +55,7 @@ func TestInferenceAutoscaling(t *testing.T) {
 	e.watch = append(e.watch, s.Process)
 
 	ports, err := cluster.FreePorts(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	ie := &inferenceEnv{lwsEnv: e, server: s, metrics: cfg.Metrics, port: ports[0], exporterPort: cfg.NodeExporters[0].Port}
 
 	t.Run("vLLM queue depth", func(t *testing.T) { testVLLMQueue(ctx, t, ie, hpas["vllm"]) })
@@ -137,23 +133,17 @@ func (e *inferenceEnv) checkFailingMember(ctx context.Context, t *testing.T, ns 
 	worker := leader.Name + "-1"
 	target := "pod/" + ns + "/" + worker
 	client, err := e.server.HTTPClient()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	base := "https://" + e.server.Address()
 	failures := func(ctx context.Context) (float64, error) {
 		return ukpdMetric(ctx, client, base, "group_metrics_server_endpoints_target_failures_total", `kind="pod"`, `reason="http_status"`)
 	}
 	before, err := failures(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	// Only what the server logs from here on counts: the worker may have
 	// been refused once before its fake endpoint listened.
 	logStart, err := os.Stat(e.server.Process.LogPath())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	breakPod(worker)
 	e.waitAbsent(ctx, t, podPath(leader, metric, ""))
 	// Three more failed ticks at least, then one log line for them all.
@@ -167,9 +157,7 @@ func (e *inferenceEnv) checkFailingMember(ctx context.Context, t *testing.T, ns 
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	mend()
 	e.waitRaw(ctx, t, podPath(leader, metric, ""), 0)
 	// The recovery is logged by the tick that served the value again, just
@@ -196,9 +184,7 @@ func (e *inferenceEnv) checkFailingMember(ctx context.Context, t *testing.T, ns 
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if failed != 1 || recovered != 1 {
 		t.Errorf("log has %d failure and %d recovery lines for %s, want one of each", failed, recovered, target)
 	}

@@ -70,9 +70,7 @@ func failingChecks(body string) string {
 func restart(ctx context.Context, t *testing.T, s *env.Server, suffix, ns string, want []string) {
 	t.Helper()
 	proc, err := s.StartAgain(s.Process.Name() + "-" + suffix)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	started := time.Now()
 	s.Process = proc
 	direct := directEndpoint(t, s)
@@ -99,9 +97,7 @@ func restart(ctx context.Context, t *testing.T, s *env.Server, suffix, ns string
 		}
 		return err
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	complete = time.Since(started)
 	t.Logf("restarted: /readyz answered %v after the start, %d times not ready (%s), ready %v after the start (bound %v); first list that succeeded %v after the start (missing pods: %v), first that held every pod %v after",
 		rp.firstAnswer.Round(time.Millisecond), rp.notReady, failingChecks(rp.lastBody), rp.ready.Round(time.Millisecond), readyBound(),
@@ -126,9 +122,7 @@ func restartWithSlowKubelets(ctx context.Context, t *testing.T, s *env.Server) {
 	t.Helper()
 	nodes := suite.fleet.Nodes()
 	for _, n := range nodes {
-		if err := n.SetFault(fakecore.Slow(suite.timeout + suite.resolution)); err != nil {
-			t.Fatal(err)
-		}
+		must(t, n.SetFault(fakecore.Slow(suite.timeout+suite.resolution)))
 	}
 	clear := func() {
 		for _, n := range nodes {
@@ -137,9 +131,7 @@ func restartWithSlowKubelets(ctx context.Context, t *testing.T, s *env.Server) {
 	}
 	t.Cleanup(clear)
 	proc, err := s.StartAgain(s.Process.Name() + "-slow")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	started := time.Now()
 	s.Process = proc
 	direct := directEndpoint(t, s)

@@ -40,9 +40,7 @@ func deployOwnServer(ctx context.Context, t *testing.T, name string, extraArgs [
 			t.Errorf("hand the APIServices back to the suite's server: %v", err)
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Logf("%s Available in %v", name, since(began))
 	return s
 }

@@ -56,17 +56,13 @@ func TestLifecycle(t *testing.T) {
 	s := deployOwnServer(ctx, t, "group-metrics-server-lifecycle", nil)
 	// minReplicas = maxReplicas: the HPA reads the metrics every sync but
 	// never scales, so the pods stay those of want.
-	if err := env.CreateCPUHPA(ctx, client, ns, spec.Name, spec.Replicas, spec.Replicas, 50); err != nil {
-		t.Fatal(err)
-	}
+	must(t, env.CreateCPUHPA(ctx, client, ns, spec.Name, spec.Replicas, spec.Replicas, 50))
 	agg := aggregatorEndpoint(t)
 	selected := listSelected(ns, spec.Selector().String())
 	err := waitHPA(ctx, ns, spec.Name, "read 50% utilization", func(hpa *autoscalingv2.HorizontalPodAutoscaler) bool {
 		return utilization(hpa) == 50
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 
 	shapes := []shape{listAllPods(), selected, getPod(ns, pods[0].Name)}
 	watch := func() func() gapWatch { return watchGaps(ctx, agg, selected, want, ns, spec.Name) }
@@ -74,9 +70,7 @@ func TestLifecycle(t *testing.T) {
 	restart(ctx, t, s, "restarted", ns, want)
 	err = waitHPA(ctx, ns, spec.Name, "read its metrics again", scalingActive)
 	gaps := stopGaps()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	bound := down + readyBound()
 	t.Logf("across the restart, through the aggregator: longest time without a complete list %v (%d lists, %d incomplete or failed); the HPA's ScalingActive was not True for at most %v (bound %v: stopped for %v, then readyBound)",
 		gaps.listGap.Round(time.Millisecond), gaps.lists, gaps.bad, gaps.hpaGap.Round(time.Millisecond), bound, down.Round(time.Millisecond))
@@ -102,13 +96,9 @@ func agedWorkload(ctx context.Context, t *testing.T, ns string) (env.DeploymentS
 	client := suite.cluster.Client()
 	spec := env.DeploymentSpec{Namespace: ns, Name: "web", Replicas: 3, CPURequest: "100m"}
 	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: spec.Selector()}, fakekubelet.Usage{CPUNanoCores: 50e6, MemoryBytes: 32 << 20})
-	if err := env.CreateDeployment(ctx, client, spec); err != nil {
-		t.Fatal(err)
-	}
+	must(t, env.CreateDeployment(ctx, client, spec))
 	pods, err := env.WaitForRunningPods(ctx, client, ns, spec.Selector(), int(spec.Replicas))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	var want []string
 	var aged time.Time
 	for _, p := range pods {
@@ -174,13 +164,9 @@ func stopUnderLoad(ctx context.Context, t *testing.T, s *env.Server, eps []endpo
 	var answered atomic.Int64
 	wg.Go(func() { results = runLoadCounting(loadCtx, eps, shapes, clients, exitBound()+time.Minute, &answered) })
 	// Let the clients get going: every client has had answers.
-	if err := waitAnswered(ctx, &answered, int64(4*clients*len(eps)), 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	must(t, waitAnswered(ctx, &answered, int64(4*clients*len(eps)), 30*time.Second))
 	sigAt := time.Now()
-	if err := syscall.Kill(proc.Pid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	must(t, syscall.Kill(proc.Pid(), syscall.SIGTERM))
 	var exited time.Duration
 	select {
 	case <-proc.Done():
@@ -251,9 +237,7 @@ func stopDraining(ctx context.Context, t *testing.T, s *env.Server, agg endpoint
 		startServing(ctx, t, s, fmt.Sprintf("attempt-%d", attempt), ns, want)
 		err := waitHPA(ctx, ns, hpa, "read its metrics again", scalingActive)
 		stopGaps()
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 	}
 }
 
@@ -266,9 +250,7 @@ const drainAttempts = 3
 func startServing(ctx context.Context, t *testing.T, s *env.Server, suffix, ns string, want []string) {
 	t.Helper()
 	proc, err := s.StartAgain(s.Process.Name() + "-" + suffix)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	s.Process = proc
 	direct := directEndpoint(t, s)
 	nsList := shape{"list-namespace", metricsV1beta1 + "/namespaces/" + ns + "/pods"}
@@ -277,9 +259,7 @@ func startServing(ctx context.Context, t *testing.T, s *env.Server, suffix, ns s
 	err = cluster.Poll(ctx, proc.Name()+" to serve every pod", append(watched(), proc), func(ctx context.Context) error {
 		return servesAll(fetch(ctx, direct, nsList), want)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 }
 
 func endpointNames(eps []endpoint) []string {
@@ -313,9 +293,7 @@ func outcome(r result) string {
 // stopQuietly stops the server with SIGTERM and checks its exit status.
 func stopQuietly(ctx context.Context, t *testing.T, s *env.Server) {
 	t.Helper()
-	if err := syscall.Kill(s.Process.Pid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	must(t, syscall.Kill(s.Process.Pid(), syscall.SIGTERM))
 	select {
 	case <-s.Process.Done():
 	case <-ctx.Done():

@@ -40,9 +40,7 @@ func aggregatorEndpoint(t *testing.T) endpoint {
 	t.Helper()
 	cfg := suite.cluster.RESTConfig()
 	client, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return endpoint{name: "aggregator", base: cfg.Host, client: client}
 }
 
@@ -50,9 +48,7 @@ func aggregatorEndpoint(t *testing.T) endpoint {
 func directEndpoint(t *testing.T, s *env.Server) endpoint {
 	t.Helper()
 	client, err := s.HTTPClient()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return endpoint{name: "direct", base: "https://" + s.Address(), client: client}
 }
 

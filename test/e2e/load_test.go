@@ -36,13 +36,9 @@ func TestLoad(t *testing.T) {
 	client := suite.cluster.Client()
 	spec := env.DeploymentSpec{Namespace: ns, Name: "load", Replicas: loadPods, Containers: []string{"app", "sidecar"}, CPURequest: "100m"}
 	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: spec.Selector()}, fakekubelet.Usage{CPUNanoCores: 50e6, MemoryBytes: 64 << 20})
-	if err := env.CreateDeployment(ctx, client, spec); err != nil {
-		t.Fatal(err)
-	}
+	must(t, env.CreateDeployment(ctx, client, spec))
 	pods, err := env.WaitForRunningPods(ctx, client, ns, spec.Selector(), loadPods)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	var want []string
 	for _, p := range pods {
 		want = append(want, ns+"/"+p.Name)
@@ -52,25 +48,19 @@ func TestLoad(t *testing.T) {
 	err = poll(ctx, "metrics for every pod of the Deployment", func(ctx context.Context) error {
 		return servesAll(fetch(ctx, direct, selected), want)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 
 	eps := []endpoint{aggregatorEndpoint(t), direct}
 	shapes := []shape{listAllPods(), selected, getPod(ns, pods[0].Name)}
 	stop := watchScrapeLoop(ctx, t, direct, selected, want)
 	pid := suite.server.Process.Pid()
 	before, err := readProc(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	began := time.Now()
 	results := runLoad(ctx, eps, shapes, loadClients, loadDuration)
 	elapsed := time.Since(began)
 	after, err := readProc(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	w := stop()
 
 	cpu := after.CPU - before.CPU

@@ -112,13 +112,9 @@ func newLWSEnv(ctx context.Context, t *testing.T) *lwsEnv {
 		t.Fatal(lwsController.err)
 	}
 	dyn, err := dynamic.NewForConfig(suite.cluster.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	mc, err := metricsclient.NewForConfig(suite.cluster.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return &lwsEnv{
 		dyn: dyn, metrics: mc, bounds: newLWSBounds(),
 		watch: append(watched(), lwsController.ctrl.Process()),
@@ -139,9 +135,7 @@ func (e *lwsEnv) poll(ctx context.Context, d time.Duration, what string, check f
 func deployCustomMetricsServer(ctx context.Context, t *testing.T, name string) *env.Server {
 	t.Helper()
 	root, err := env.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	s := deployOwnServer(ctx, t, name, nil, filepath.Join(root, "manifests", "custom-metrics"))
 	t.Logf("APIServices of %s: %s", name, strings.Join(s.APIServices, ", "))
 	return s
@@ -242,9 +236,7 @@ func (e *lwsEnv) waitHPAReading(ctx context.Context, t *testing.T, ns string, wa
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 }
 
 // waitGroups waits, for at most d, until the LWS in ns wants groups groups,
@@ -262,9 +254,7 @@ func (e *lwsEnv) waitGroups(ctx context.Context, t *testing.T, ns string, groups
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return time.Since(began)
 }
 
@@ -288,9 +278,7 @@ func (e *lwsEnv) holdMinimum(ctx context.Context, t *testing.T, ns string, d tim
 	var hpa *autoscalingv2.HorizontalPodAutoscaler
 	for time.Now().Before(deadline) {
 		scale, err := lws.GetScale(ctx, e.dyn, ns, lwsName)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		if hpa, err = e.getHPA(ctx, ns, lwsName); err != nil {
 			t.Fatal(err)
 		}

@@ -55,17 +55,11 @@ func TestLWSUnreadyWorkers(t *testing.T) {
 		t.Logf("leader's PodMetrics: %v", err)
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 
 	suite.fleet.SetUsage(workerTarget(ns), workerFull)
-	if err := e.createHPA(ctx, ns, cpuUtilizationMetric()); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.waitWorkerCPU(ctx, ns, workerFull.CPUNanoCores); err != nil {
-		t.Fatal(err)
-	}
+	must(t, e.createHPA(ctx, ns, cpuUtilizationMetric()))
+	must(t, e.waitWorkerCPU(ctx, ns, workerFull.CPUNanoCores))
 	held := time.Now()
 	e.holdUnscaled(ctx, t, ns, unreadyHold)
 	t.Logf("%d workers not Ready at 100%% CPU for %v: the LWS stayed at %d group; %s",
@@ -85,9 +79,7 @@ func (e *lwsEnv) setWorkersReady(ctx context.Context, t *testing.T, ns string, r
 	t.Helper()
 	client := suite.cluster.Client()
 	pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: workerTarget(ns).Selector.String()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if len(pods.Items) != lwsGroupSize-1 {
 		t.Fatalf("%d workers, want %d", len(pods.Items), lwsGroupSize-1)
 	}
@@ -101,9 +93,7 @@ func (e *lwsEnv) setWorkersReady(ctx context.Context, t *testing.T, ns string, r
 			}
 		}
 		patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{cond}}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		if _, err := client.CoreV1().Pods(ns).Patch(ctx, p.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 			t.Fatalf("set Ready=%v on %s: %v", ready, p.Name, err)
 		}
@@ -121,13 +111,9 @@ func (e *lwsEnv) holdUnscaled(ctx context.Context, t *testing.T, ns string, d ti
 	defer ticker.Stop()
 	for time.Now().Before(deadline) {
 		scale, err := lws.GetScale(ctx, e.dyn, ns, lwsName)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		hpa, err := e.getHPA(ctx, ns, lwsName)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		if scale.Spec.Replicas != lwsMinGroups || hpa.Status.DesiredReplicas > lwsMinGroups {
 			t.Fatalf("scaled up on workers that are not Ready: replicas %d; %s", scale.Spec.Replicas, e.hpaState(ctx, ns))
 		}

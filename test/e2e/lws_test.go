@@ -45,13 +45,9 @@ func testLWSPodPolicy(ctx context.Context, t *testing.T, e *lwsEnv) {
 	const ns = "e2e-lws-pod"
 	newNamespace(ctx, t, ns)
 	e.createLWS(ctx, t, ns, nil, workerLoad)
-	if err := e.waitWorkerCPU(ctx, ns, workerLoad.CPUNanoCores); err != nil {
-		t.Fatal(err)
-	}
+	must(t, e.waitWorkerCPU(ctx, ns, workerLoad.CPUNanoCores))
 	began := time.Now()
-	if err := e.createHPA(ctx, ns, cpuUtilizationMetric()); err != nil {
-		t.Fatal(err)
-	}
+	must(t, e.createHPA(ctx, ns, cpuUtilizationMetric()))
 	// Only the leader counts: 10m of its 100m.
 	e.waitHPAReading(ctx, t, ns, 10, e.bounds.read)
 	t.Logf("HPA read the leader's 10%% %v after it was created, while the workers ran at 200%%", since(began))
@@ -68,14 +64,10 @@ func testLWSGroupPolicy(ctx context.Context, t *testing.T, e *lwsEnv) {
 	newNamespace(ctx, t, ns)
 	annotations := map[string]string{group.AnnotationPolicy: string(group.PolicyGroup)}
 	e.createLWS(ctx, t, ns, annotations, workerIdle)
-	if err := e.createHPA(ctx, ns, cpuUtilizationMetric()); err != nil {
-		t.Fatal(err)
-	}
+	must(t, e.createHPA(ctx, ns, cpuUtilizationMetric()))
 	// (10m + 3 × 10m) / (4 × 100m).
 	e.waitHPAReading(ctx, t, ns, 10, e.bounds.read)
-	if err := e.waitGroupMetrics(ctx, ns, lwsMinGroups, string(group.PolicyGroup)); err != nil {
-		t.Fatal(err)
-	}
+	must(t, e.waitGroupMetrics(ctx, ns, lwsMinGroups, string(group.PolicyGroup)))
 	// (10m + 3 × 200m) / (4 × 100m) = 152.5% per group: three groups wanted,
 	// the maximum.
 	e.scaleUpAndDown(ctx, t, ns, string(group.PolicyGroup))
@@ -87,13 +79,9 @@ func testLWSObjectMetric(ctx context.Context, t *testing.T, e *lwsEnv) {
 	const ns = "e2e-lws-object"
 	newNamespace(ctx, t, ns)
 	e.createLWS(ctx, t, ns, nil, workerIdle)
-	if err := e.waitCustomMetric(ctx, ns, 100); err != nil {
-		t.Fatal(err)
-	}
+	must(t, e.waitCustomMetric(ctx, ns, 100))
 	began := time.Now()
-	if err := e.createHPA(ctx, ns, objectUtilizationMetric(lwsName)); err != nil {
-		t.Fatal(err)
-	}
+	must(t, e.createHPA(ctx, ns, objectUtilizationMetric(lwsName)))
 	// The HPA discovers custom.metrics.k8s.io again every sync period.
 	e.waitHPAReading(ctx, t, ns, 100, e.bounds.read+suite.opts.HPASyncPeriod)
 	t.Logf("HPA read %s=100m %v after it was created", provider.MetricCPUUtilization, since(began))
@@ -105,9 +93,7 @@ func testLWSObjectMetric(ctx context.Context, t *testing.T, e *lwsEnv) {
 // its own and waits until its HPA reads its metric.
 func testLWSExamples(ctx context.Context, t *testing.T, e *lwsEnv) {
 	root, err := env.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for _, ex := range []struct{ dir, hpa, unit string }{
 		{"lws-group-hpa", "web-group", "%"},
 		{"lws-custom-metrics-hpa", "web-custom", "m"},
@@ -118,9 +104,7 @@ func testLWSExamples(ctx context.Context, t *testing.T, e *lwsEnv) {
 			dir := filepath.Join(root, "manifests", "examples", ex.dir)
 			began := time.Now()
 			out, _, err := suite.cluster.Kubectl(ctx, "apply", "-k", dir, "-n", ns)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			t.Logf("kubectl apply -k %s:\n%s", dir, out)
 			var reading int64
 			err = e.poll(ctx, e.bounds.read+suite.opts.HPASyncPeriod, "HPA "+ex.hpa+" to read its metric", func(ctx context.Context) error {
@@ -134,9 +118,7 @@ func testLWSExamples(ctx context.Context, t *testing.T, e *lwsEnv) {
 				}
 				return nil
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			t.Logf("HPA %s read %d%s %v after apply", ex.hpa, reading, ex.unit, since(began))
 		})
 	}
@@ -158,9 +140,7 @@ func (e *lwsEnv) scaleUpAndDown(ctx context.Context, t *testing.T, ns, policy st
 	running := time.Since(began)
 	t.Logf("load start -> %d groups wanted in %v (bound %v), their %d pods Running in %v (bound %v)",
 		lwsMaxGroups, up.Round(time.Millisecond), b.up, lwsMaxGroups*lwsGroupSize, running.Round(time.Millisecond), b.running)
-	if err := e.waitGroupMetrics(ctx, ns, lwsMaxGroups, policy); err != nil {
-		t.Fatal(err)
-	}
+	must(t, e.waitGroupMetrics(ctx, ns, lwsMaxGroups, policy))
 	t.Logf("every pod of the %d groups has metrics %v after the load started", lwsMaxGroups, since(began))
 
 	began = time.Now()

@@ -62,14 +62,10 @@ func TestMigrationFromMetricsServer(t *testing.T) {
 	ctx := begin(t, 6*time.Minute)
 	c, fleet := ownCluster(ctx, t, 1)
 	ms, err := env.DeployMetricsServerManifests(ctx, c, suite.binDir, fleet.CAFile, 10*time.Second, suite.timeout)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(func() { _ = ms.Process.Stop() })
 	dyn, err := dynamic.NewForConfig(c.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	before := apiService(ctx, t, dyn, env.MetricsAPIServices[0])
 	if insecure, _, _ := unstructured.NestedBool(before.Object, "spec", "insecureSkipTLSVerify"); !insecure {
 		t.Fatal("metrics-server's manifests did not set insecureSkipTLSVerify: the test does not start where users are")
@@ -85,14 +81,10 @@ func TestMigrationFromMetricsServer(t *testing.T) {
 		return nil
 	})
 	cancel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 
 	root, err := env.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	base := filepath.Join(root, "manifests", "base")
 	began := time.Now()
 	s, err := env.DeployServer(ctx, c, env.ServerConfig{
@@ -104,9 +96,7 @@ func TestMigrationFromMetricsServer(t *testing.T) {
 		ForceConflicts:        true,
 		ProcessName:           "gms-migration",
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	tookOver := time.Since(began)
 	for _, name := range env.MetricsAPIServices {
 		obj := apiService(ctx, t, dyn, name)
@@ -147,9 +137,7 @@ func TestMigrationFromMetricsServer(t *testing.T) {
 	// Something deletes v1beta1.metrics.k8s.io (uninstalling
 	// metrics-server does).
 	deleted := time.Now()
-	if err := dyn.Resource(certs.APIServiceResource).Delete(ctx, env.MetricsAPIServices[0], metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	must(t, dyn.Resource(certs.APIServiceResource).Delete(ctx, env.MetricsAPIServices[0], metav1.DeleteOptions{}))
 	recreateCtx, cancel := context.WithTimeout(ctx, recreateBound)
 	err = cluster.Poll(recreateCtx, "the deleted APIService to come back", []*cluster.Process{s.Process, s.Controller}, func(ctx context.Context) error {
 		_, err := dyn.Resource(certs.APIServiceResource).Get(ctx, env.MetricsAPIServices[0], metav1.GetOptions{})
@@ -162,9 +150,7 @@ func TestMigrationFromMetricsServer(t *testing.T) {
 	back := time.Since(deleted)
 	err = c.WaitForAPIServiceAvailable(recreateCtx, env.MetricsAPIServices[0])
 	cancel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Logf("deleted APIService created again %v later, Available %v later (bound %v)", back.Round(time.Millisecond), since(deleted), recreateBound)
 
 	for _, p := range []*cluster.Process{s.Process, s.Controller} {
@@ -226,9 +212,7 @@ func TestMigrationFromMetricsServer(t *testing.T) {
 func apiService(ctx context.Context, t *testing.T, dyn dynamic.Interface, name string) *unstructured.Unstructured {
 	t.Helper()
 	obj, err := dyn.Resource(certs.APIServiceResource).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return obj
 }
 
@@ -270,9 +254,7 @@ var klogHeader = regexp.MustCompile(`^[EW]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ `)
 func repeatedErrors(t *testing.T, path string, n int) []string {
 	t.Helper()
 	lines, err := linesWith(path, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	count := map[string]int{}
 	for _, l := range lines {
 		if !strings.HasPrefix(l, "E") || !klogHeader.MatchString(l) {

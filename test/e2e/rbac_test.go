@@ -31,20 +31,14 @@ func TestAuthorization(t *testing.T) {
 		t.Fatal(err)
 	}
 	kubeconfig, err := suite.cluster.ServiceAccountKubeconfig(ctx, ns, sa)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	saConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	direct := suite.server.RESTConfig()
 	direct.CertData, direct.KeyData, direct.CertFile, direct.KeyFile = nil, nil, "", ""
 	direct.BearerToken = saConfig.BearerToken
 	directClient, err := rest.HTTPClientFor(direct)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 
 	paths := []string{"/apis/metrics.k8s.io/v1beta1/namespaces/" + ns + "/pods", "/apis/metrics.k8s.io/v1/nodes"}
 	// check reports nil when every path answers as allowed says.
@@ -90,8 +84,6 @@ func TestAuthorization(t *testing.T) {
 	})
 	// The server caches a refusal for --authorization-webhook-cache-unauthorized-ttl (10s).
 	began := time.Now()
-	if err := poll(ctx, "the bound identity to be allowed", func(ctx context.Context) error { return check(ctx, true) }); err != nil {
-		t.Fatal(err)
-	}
+	must(t, poll(ctx, "the bound identity to be allowed", func(ctx context.Context) error { return check(ctx, true) }))
 	t.Logf("allowed %v after the binding was created", time.Since(began).Round(time.Millisecond))
 }

@@ -30,13 +30,9 @@ func refusedCredentials(ctx context.Context, t *testing.T) []credentials {
 		t.Fatal(err)
 	}
 	kubeconfig, err := suite.cluster.ServiceAccountKubeconfig(ctx, securityNamespace, sa)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	saConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	certPEM, keyPEM := foreignClientCert(t)
 	return []credentials{
 		{name: "anonymous", set: func(*rest.Config) {}, want: http.StatusForbidden},
@@ -53,13 +49,9 @@ func foreignClientCert(t *testing.T) (certPEM, keyPEM []byte) {
 	t.Helper()
 	now := time.Now()
 	ca, err := pki.NewCA("e2e-foreign-ca", now, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	certPEM, keyPEM, err = ca.Issue(now, pki.Leaf{CommonName: "kubernetes-admin", Organizations: []string{"system:masters"}, Client: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return certPEM, keyPEM
 }
 
@@ -68,9 +60,7 @@ func foreignClientCert(t *testing.T) (certPEM, keyPEM []byte) {
 func forgedToken(t *testing.T) string {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	enc := base64.RawURLEncoding
 	now := time.Now().Unix()
 	claims := fmt.Sprintf(`{"iss":%q,"sub":"system:serviceaccount:%s:%s","aud":[%q],"iat":%d,"nbf":%d,"exp":%d}`,
@@ -78,9 +68,7 @@ func forgedToken(t *testing.T) string {
 	signed := enc.EncodeToString([]byte(`{"alg":"ES256","typ":"JWT","kid":"e2e-forged"}`)) + "." + enc.EncodeToString([]byte(claims))
 	digest := sha256Sum([]byte(signed))
 	r, s, err := ecdsa.Sign(rand.Reader, key, digest)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	sig := make([]byte, 64)
 	r.FillBytes(sig[:32])
 	s.FillBytes(sig[32:])

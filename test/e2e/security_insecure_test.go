@@ -28,9 +28,7 @@ const (
 func usesInsecureKubeletComponent(t *testing.T, root, dir string) bool {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(root, dir, "kustomization.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	var k struct {
 		Components []string `json:"components"`
 	}
@@ -67,9 +65,7 @@ func checkInsecureKubeletFlagConfined(t *testing.T, root string) {
 		t.Errorf("%s names %s; only %s may", rel, insecureKubeletFlag, insecureKubeletComponent)
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if !inComponent {
 		t.Errorf("%s does not set %s", insecureKubeletComponent, insecureKubeletFlag)
 	}

@@ -47,20 +47,14 @@ func TestKubeletCredentialReadOnly(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	nsList, err := suite.cluster.Client().CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for i, token := range tokens {
 		admin := suite.cluster.RESTConfig()
 		cfg := &rest.Config{Host: admin.Host, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAFile: admin.CAFile, CAData: admin.CAData}}
 		client, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		who, err := client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("token %d: who am I: %v", i, err)
@@ -104,9 +98,7 @@ func TestKubeletCredentialReadOnly(t *testing.T) {
 			t.Errorf("%s: create a Secret in kube-system: got %v, want Forbidden", user, err)
 		}
 		dyn, err := dynamic.NewForConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		_, err = dyn.Resource(certs.APIServiceResource).Patch(ctx, "v1beta1.metrics.k8s.io", types.MergePatchType,
 			[]byte(`{"spec":{"service":{"name":"elsewhere"}}}`), metav1.PatchOptions{})
 		if !apierrors.IsForbidden(err) {

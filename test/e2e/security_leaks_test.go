@@ -30,9 +30,7 @@ import (
 // the suite ends (main_test.go), after every test.
 func TestCredentialsNotLeaked(t *testing.T) {
 	ctx := begin(t, 3*time.Minute)
-	if err := suiteSecrets.collect(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, suiteSecrets.collect())
 	if n := suiteSecrets.len(); n < 2 {
 		t.Fatalf("found %d credentials to look for, want the ukpd token and at least one ServiceAccount token", n)
 	}
@@ -41,9 +39,7 @@ func TestCredentialsNotLeaked(t *testing.T) {
 	suiteSecrets.mu.Lock()
 	needle := suiteSecrets.items[0].needles[0]
 	suiteSecrets.mu.Unlock()
-	if err := os.WriteFile(filepath.Join(planted, "x.log"), append([]byte("one\ntwo "), needle...), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.WriteFile(filepath.Join(planted, "x.log"), append([]byte("one\ntwo "), needle...), 0o600))
 	if hits, _, _, err := suiteSecrets.scanFiles(planted); err != nil || len(hits) != 1 || !strings.Contains(hits[0], "x.log:2:") {
 		t.Fatalf("scan of a planted credential: %v, %v; want one hit on line 2", hits, err)
 	}
@@ -51,18 +47,14 @@ func TestCredentialsNotLeaked(t *testing.T) {
 	wrongAuthFailures(ctx, t)
 
 	answers, err := scrapeServer(ctx, suite.server)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for p, body := range answers {
 		if hit := suiteSecrets.find(body); hit != "" {
 			t.Errorf("GET %s holds %s", p, hit)
 		}
 	}
 	hits, files, size, err := suiteSecrets.scanFiles(suite.cluster.WorkDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for _, h := range hits {
 		t.Errorf("credential in a log: %s", h)
 	}
@@ -77,9 +69,7 @@ func TestCredentialsNotLeaked(t *testing.T) {
 func wrongAuthFailures(ctx context.Context, t *testing.T) {
 	t.Helper()
 	const node = "e2e-security-kraftlet"
-	if err := env.AddKraftletNode(ctx, suite.cluster, node); err != nil {
-		t.Fatal(err)
-	}
+	must(t, env.AddKraftletNode(ctx, suite.cluster, node))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -88,21 +78,15 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 		}
 	})
 	good, err := os.ReadFile(suite.ukpd.TokenFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	wrong := "e2e-refused-ukpd-token-" + randomHex(t)
 	suiteSecrets.add("a ukpd token ukpd refuses", wrong)
 	client, err := suite.server.HTTPClient()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer client.CloseIdleConnections()
 	base := suite.server.RESTConfig().Host
 	before, err := ukpdMetric(ctx, client, base, "group_metrics_server_scraper_target_failures_total", `reason="http_status"`, `source="ukpd"`)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	restored := false
 	restore := func() {
 		if !restored {
@@ -113,9 +97,7 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 		}
 	}
 	t.Cleanup(restore)
-	if err := os.WriteFile(suite.ukpd.TokenFile, []byte(wrong+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.WriteFile(suite.ukpd.TokenFile, []byte(wrong+"\n"), 0o600))
 	// The token is read on every request: the next scrape sends it.
 	bound := 2*suite.resolution + suite.timeout + 10*time.Second
 	waitCtx, cancel := context.WithTimeout(ctx, bound)
@@ -130,9 +112,7 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	// The failure is logged (once, as every failing target is), so the scan
 	// covers an error about authentication. The scraper counts a failure
 	// just before it logs it, so the line may trail the count: wait for it,
@@ -164,9 +144,7 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 }
 
 // linesWith returns the lines of the file at path that hold every word.

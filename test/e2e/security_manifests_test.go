@@ -49,21 +49,15 @@ var insecureFlags = []string{"--kubelet-insecure-tls", "--ukpd-insecure-tls", "-
 func TestManifestsHardened(t *testing.T) {
 	ctx := begin(t, 2*time.Minute)
 	root, err := env.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	doc, err := os.ReadFile(filepath.Join(root, "docs", "security.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	documented := documentedGrants(string(doc))
 	if len(documented) == 0 {
 		t.Fatal("docs/security.md lists no grant")
 	}
 	dirs, err := kustomizations(filepath.Join(root, "manifests"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	granted := map[string]bool{}
 	servers := 0
 	for _, dir := range dirs {
@@ -71,9 +65,7 @@ func TestManifestsHardened(t *testing.T) {
 		t.Run(rel, func(t *testing.T) {
 			devInsecure := usesInsecureKubeletComponent(t, root, rel)
 			objs, err := env.Render(ctx, suite.cluster, dir)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			for _, o := range objs {
 				checkObject(t, o)
 				if o.GetKind() == "Deployment" && o.GetName() == serverDeployment {
@@ -114,9 +106,7 @@ func TestManifestsHardened(t *testing.T) {
 	// holds a token of the manifests' ServiceAccount): none of its calls
 	// so far was refused.
 	refused, err := linesWith(suite.server.Process.LogPath(), "forbidden")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for _, l := range refused {
 		t.Errorf("the server was refused a call: %.300s", l)
 	}

@@ -150,9 +150,7 @@ func directBase(s *env.Server) *rest.Config {
 func statusCodes(ctx context.Context, t *testing.T, cfg *rest.Config, paths []string) map[string]int {
 	t.Helper()
 	client, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer client.CloseIdleConnections()
 	codes := map[string]int{}
 	for _, p := range paths {
@@ -227,9 +225,7 @@ func TestHostileRequests(t *testing.T) {
 			cfg.CertData, cfg.KeyData, cfg.CertFile, cfg.KeyFile = admin.CertData, admin.KeyData, admin.CertFile, admin.KeyFile
 			cfg.NextProtos = []string{proto.alpn}
 			client, err := rest.HTTPClientFor(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			// A redirect is an answer too: take it as it comes.
 			client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 			for _, v := range []string{"v1", "v1beta1"} {
@@ -277,9 +273,7 @@ func assertServerUp(ctx context.Context, t *testing.T) {
 	default:
 	}
 	client, err := suite.server.HTTPClient()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer client.CloseIdleConnections()
 	base := suite.server.RESTConfig().Host
 	for _, p := range []string{"/readyz", "/apis/metrics.k8s.io/v1beta1/nodes"} {

@@ -27,13 +27,9 @@ func TestKubectlTop(t *testing.T) {
 	// Two containers each: 150m and 48Mi per container.
 	podUsage := fakekubelet.Usage{CPUNanoCores: 300e6, MemoryBytes: 96 << 20}
 	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: spec.Selector()}, podUsage)
-	if err := env.CreateDeployment(ctx, suite.cluster.Client(), spec); err != nil {
-		t.Fatal(err)
-	}
+	must(t, env.CreateDeployment(ctx, suite.cluster.Client(), spec))
 	pods, err := env.WaitForRunningPods(ctx, suite.cluster.Client(), ns, spec.Selector(), int(spec.Replicas))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	began := time.Now()
 
 	podCPU, podMem := milli(podUsage.CPUNanoCores), mebi(podUsage.MemoryBytes)
@@ -73,9 +69,7 @@ func TestKubectlTop(t *testing.T) {
 					}
 					return compareRows(parseTable(out), tc.keys, tc.want, tc.exact)
 				})
-				if err != nil {
-					t.Fatal(err)
-				}
+				must(t, err)
 			})
 		}
 		t.Run(strings.TrimPrefix(proto, "--")+"/nodes", func(t *testing.T) {
@@ -98,9 +92,7 @@ func TestKubectlTop(t *testing.T) {
 				}
 				return compareMaps(got, want, true)
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 		})
 	}
 	t.Logf("kubectl top showed the fleet's values %v after the pods were Running", time.Since(began).Round(time.Millisecond))
@@ -138,9 +130,7 @@ func checkNegotiation(ctx context.Context, t *testing.T, ns string) {
 	path := "/apis/metrics.k8s.io/" + kubectlMetricsVersion(t) + "/namespaces/" + ns + "/pods"
 	for _, flag := range []string{"--use-protocol-buffers=true", "--use-protocol-buffers=false"} {
 		_, stderr, err := suite.cluster.Kubectl(ctx, "top", "pod", "-n", ns, flag, "-v=8")
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		accept, contentType, ok := exchange(stderr, path)
 		if !ok {
 			t.Errorf("kubectl top %s did not request %s:\n%s", flag, path, stderr)
@@ -210,9 +200,7 @@ func checkMetricsTable(ctx context.Context, t *testing.T, args []string, want []
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 }
 
 // expectedNodeRows returns, for every node, the CPU and memory kubectl top

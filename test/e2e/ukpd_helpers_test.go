@@ -60,9 +60,7 @@ func waitTop(ctx context.Context, t *testing.T, ns string, want map[string]topRo
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Logf("kubectl top pod -n %s:\n%s", ns, out)
 }
 
@@ -82,9 +80,7 @@ func waitTargets(ctx context.Context, t *testing.T, state string, bound time.Dur
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 }
 
 // serverMetric sums the samples of a metric in the server's /metrics whose
@@ -111,9 +107,7 @@ func serverMetric(ctx context.Context, name string, labels ...string) (float64, 
 func watchFreshness(ctx context.Context, t *testing.T, ns string, pods []corev1.Pod) func() (time.Duration, int) {
 	t.Helper()
 	metrics, err := newMetricsClient(suite.cluster.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	ctx, cancel := context.WithCancel(ctx)
 	var (
 		wg      sync.WaitGroup
@@ -209,9 +203,7 @@ func instancesIn(ns, prefix string) int {
 func kraftletNode(ctx context.Context, t *testing.T, node string, usage env.UkpdUsage) *env.InstanceSync {
 	t.Helper()
 	client := suite.cluster.Client()
-	if err := env.AddKraftletNode(ctx, suite.cluster, node); err != nil {
-		t.Fatal(err)
-	}
+	must(t, env.AddKraftletNode(ctx, suite.cluster, node))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -222,8 +214,6 @@ func kraftletNode(ctx context.Context, t *testing.T, node string, usage env.Ukpd
 	syncCtx, stopSync := context.WithCancel(ctx)
 	t.Cleanup(stopSync)
 	instances, err := env.SyncInstances(syncCtx, client, node, suite.ukpd.Control, usage)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return instances
 }

@@ -42,21 +42,15 @@ func TestUkpdPages(t *testing.T) {
 		in, err := suite.ukpd.AddInstance(fakeukpd.InstanceSpec{
 			Namespace: "elsewhere", Pod: fmt.Sprintf("other-%04d", i), Container: "app", Node: "kraftlet", CPUCores: 0.01,
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		added = append(added, in.UUID)
 	}
 
 	kraftletNode(ctx, t, node, env.UkpdUsage{CPU: "40m", Memory: "64Mi"})
 	uk := env.DeploymentSpec{Namespace: ns, Name: "paged", Replicas: ours, CPURequest: "100m"}
-	if err := env.CreateKraftletDeployment(ctx, client, uk); err != nil {
-		t.Fatal(err)
-	}
+	must(t, env.CreateKraftletDeployment(ctx, client, uk))
 	pods, err := env.WaitForRunningPods(ctx, client, ns, uk.Selector(), ours)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	// The sync creates each Running pod's instance from its informer, so the
 	// last ones may still be on their way: wait for them, bounded.
 	instancesCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -67,9 +61,7 @@ func TestUkpdPages(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	running := time.Now()
 	listsBefore := suite.ukpd.ListRequests()
 	want := map[string]topRow{}

@@ -36,15 +36,11 @@ func TestUkpdStandby(t *testing.T) {
 	downBound := metricLag + o.HPADownscaleStabilization + 3*o.HPASyncPeriod + slack
 
 	instances := kraftletNode(ctx, t, node, env.UkpdUsage{CPU: "10m", Memory: "64Mi"})
-	if err := instances.SetStandby(ctx, ns, true); err != nil {
-		t.Fatal(err)
-	}
+	must(t, instances.SetStandby(ctx, ns, true))
 
 	const minReplicas, maxReplicas = 2, 4
 	uk := env.DeploymentSpec{Namespace: ns, Name: "idle", Replicas: minReplicas, CPURequest: "100m"}
-	if err := env.CreateKraftletDeployment(ctx, client, uk); err != nil {
-		t.Fatal(err)
-	}
+	must(t, env.CreateKraftletDeployment(ctx, client, uk))
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: uk.Name},
 		Spec: corev1.ServiceSpec{
@@ -56,9 +52,7 @@ func TestUkpdStandby(t *testing.T) {
 		t.Fatal(err)
 	}
 	pods, err := env.WaitForRunningPods(ctx, client, ns, uk.Selector(), minReplicas)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	running := time.Now()
 
 	// In standby: zero CPU and the resident set ukpd reports, 0.
@@ -69,9 +63,7 @@ func TestUkpdStandby(t *testing.T) {
 	waitTop(ctx, t, ns, want, metricsBound)
 	t.Logf("kubectl top shows every pod in standby at zero %v after they ran", time.Since(running).Round(time.Millisecond))
 
-	if err := createUkpdHPA(ctx, ns, uk.Name, minReplicas, maxReplicas); err != nil {
-		t.Fatal(err)
-	}
+	must(t, createUkpdHPA(ctx, ns, uk.Name, minReplicas, maxReplicas))
 	readCtx, cancel := context.WithTimeout(ctx, metricLag+3*o.HPASyncPeriod+slack)
 	defer cancel()
 	err = poll(readCtx, "the HPA to read 0% CPU", func(ctx context.Context) error {
@@ -84,9 +76,7 @@ func TestUkpdStandby(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	// It stays: for a stabilization window and three syncs, nothing moves.
 	stay := o.HPADownscaleStabilization + 3*o.HPASyncPeriod
 	stayCtx, stayCancel := context.WithTimeout(ctx, stay)
@@ -104,19 +94,13 @@ func TestUkpdStandby(t *testing.T) {
 	t.Logf("HPA read 0%% and kept %d replicas for %v", minReplicas, stay)
 
 	// Woken under load: 200% of the request.
-	if err := instances.SetUsage(ctx, ns, env.UkpdUsage{CPU: "200m", Memory: "64Mi"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := instances.SetStandby(ctx, ns, false); err != nil {
-		t.Fatal(err)
-	}
+	must(t, instances.SetUsage(ctx, ns, env.UkpdUsage{CPU: "200m", Memory: "64Mi"}))
+	must(t, instances.SetStandby(ctx, ns, false))
 	up := waitReplicas(ctx, t, ns, uk.Name, maxReplicas, upBound)
 	t.Logf("woken under load: scaled up %d -> %d in %v (bound %v)", minReplicas, maxReplicas, up.Round(time.Millisecond), upBound)
 
 	// Back in standby: down to the minimum within the HPA's windows.
-	if err := instances.SetStandby(ctx, ns, true); err != nil {
-		t.Fatal(err)
-	}
+	must(t, instances.SetStandby(ctx, ns, true))
 	down := waitReplicas(ctx, t, ns, uk.Name, minReplicas, downBound)
 	t.Logf("back in standby: scaled down %d -> %d in %v (bound %v)", maxReplicas, minReplicas, down.Round(time.Millisecond), downBound)
 	if err := instances.Err(); err != nil {

@@ -53,18 +53,12 @@ func TestUkpdPods(t *testing.T) {
 		func() error { return env.CreateDeployment(ctx, client, web) },
 		func() error { return env.CreateKraftletDeployment(ctx, client, uk) },
 	} {
-		if err := create(); err != nil {
-			t.Fatal(err)
-		}
+		must(t, create())
 	}
 	webPods, err := env.WaitForRunningPods(ctx, client, ns, web.Selector(), int(web.Replicas))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	ukPods, err := env.WaitForRunningPods(ctx, client, ns, uk.Selector(), int(uk.Replicas))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for _, p := range webPods {
 		if p.Spec.NodeName == node {
 			t.Fatalf("pod %s of the fleet's Deployment landed on the kraftlet node", p.Name)
@@ -92,9 +86,7 @@ func TestUkpdPods(t *testing.T) {
 	t.Run("targets", func(t *testing.T) {
 		waitTargets(ctx, t, "healthy", metricsBound)
 		data, err := os.ReadFile(suite.server.Process.LogPath())
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		if strings.Contains(string(data), `target="node/`+node+`"`) {
 			t.Errorf("the server's log names target node/%s: the kubelet source should skip kraftlet nodes", node)
 		}
@@ -152,9 +144,7 @@ func testUkpdHPA(ctx context.Context, t *testing.T, instances *env.InstanceSync,
 	downBound := metricLag + o.HPADownscaleStabilization + 3*o.HPASyncPeriod + slack
 
 	began := time.Now()
-	if err := createUkpdHPA(ctx, ns, uk.Name, minReplicas, maxReplicas); err != nil {
-		t.Fatal(err)
-	}
+	must(t, createUkpdHPA(ctx, ns, uk.Name, minReplicas, maxReplicas))
 	readCtx, cancel := context.WithTimeout(ctx, metricLag+3*o.HPASyncPeriod+slack)
 	defer cancel()
 	err := poll(readCtx, "the HPA to read 40% CPU and 64Mi", func(ctx context.Context) error {
@@ -168,15 +158,11 @@ func testUkpdHPA(ctx context.Context, t *testing.T, instances *env.InstanceSync,
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Logf("HPA read CPU utilization and memory from ukpd %v after it was created", time.Since(began).Round(time.Millisecond))
 
 	// 200% of the request: four replicas wanted, the maximum.
-	if err := instances.SetUsage(ctx, ns, env.UkpdUsage{CPU: "200m"}); err != nil {
-		t.Fatal(err)
-	}
+	must(t, instances.SetUsage(ctx, ns, env.UkpdUsage{CPU: "200m"}))
 	up := waitReplicas(ctx, t, ns, uk.Name, maxReplicas, upBound)
 	t.Logf("scaled up %d -> %d in %v (bound %v)", minReplicas, maxReplicas, up.Round(time.Millisecond), upBound)
 	if _, err := env.WaitForRunningPods(ctx, client, ns, uk.Selector(), maxReplicas); err != nil {
@@ -188,14 +174,10 @@ func testUkpdHPA(ctx context.Context, t *testing.T, instances *env.InstanceSync,
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 
 	// 10% of the request: one replica wanted after the stabilization window.
-	if err := instances.SetUsage(ctx, ns, env.UkpdUsage{CPU: "10m"}); err != nil {
-		t.Fatal(err)
-	}
+	must(t, instances.SetUsage(ctx, ns, env.UkpdUsage{CPU: "10m"}))
 	down := waitReplicas(ctx, t, ns, uk.Name, minReplicas, downBound)
 	t.Logf("scaled down %d -> %d in %v (bound %v)", maxReplicas, minReplicas, down.Round(time.Millisecond), downBound)
 	err = poll(ctx, "the instances of removed pods to go", func(context.Context) error {
@@ -204,9 +186,7 @@ func testUkpdHPA(ctx context.Context, t *testing.T, instances *env.InstanceSync,
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 }
 
 // testUkpdDown breaks the ukpd endpoint, checks that the server counts the
@@ -216,12 +196,8 @@ func testUkpdDown(ctx context.Context, t *testing.T, ns string, webPods []corev1
 	metricLag := 2*suite.resolution + suite.timeout
 	bound := metricLag + 20*time.Second
 	before, err := serverMetric(ctx, "group_metrics_server_scraper_target_failures_total", `source="ukpd"`, `reason="`+reason+`"`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := breakIt(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
+	must(t, breakIt())
 	healed := false
 	t.Cleanup(func() {
 		if !healed {
@@ -241,16 +217,12 @@ func testUkpdDown(ctx context.Context, t *testing.T, ns string, webPods []corev1
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	waitTargets(ctx, t, "failing", bound)
 	t.Logf("ukpd target failing (%s) %v after the fault", reason, time.Since(setAt).Round(time.Millisecond))
 
 	metrics, err := newMetricsClient(suite.cluster.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	freshCtx, cancel2 := context.WithTimeout(ctx, bound)
 	defer cancel2()
 	err = poll(freshCtx, "samples newer than the fault for the kubelet-backed pods", func(ctx context.Context) error {
@@ -265,21 +237,15 @@ func testUkpdDown(ctx context.Context, t *testing.T, ns string, webPods []corev1
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	httpClient, err := suite.server.HTTPClient()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	code, body, err := env.Get(ctx, httpClient, "https://"+suite.server.Address()+"/readyz")
 	if err != nil || code != http.StatusOK {
 		t.Errorf("/readyz while ukpd is down: %d %v\n%s", code, err, body)
 	}
 
-	if err := heal(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, heal())
 	healed = true
 	healedAt := time.Now()
 	waitTargets(ctx, t, "healthy", bound)
