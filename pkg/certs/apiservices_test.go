@@ -8,7 +8,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -19,23 +18,15 @@ import (
 func TestTakeOverFromMetricsServer(t *testing.T) {
 	metricsServer := ServiceRef{Namespace: testNS, Name: "metrics-server", Port: 443}
 	dyn := newDynamic(apiService("v1beta1.metrics.k8s.io", ourService, true), apiService("v1.metrics.k8s.io", metricsServer, true))
-	r := newRig(t, clocktesting.NewFakeClock(t0), fake.NewClientset(emptySecrets()...), dyn)
+	r := newRig(clocktesting.NewFakeClock(t0), newKube(), dyn)
 	r.sync(t)
-
-	ours, err := dyn.Resource(APIServiceResource).Get(context.Background(), "v1beta1.metrics.k8s.io", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, found, _ := unstructured.NestedBool(ours.Object, "spec", "insecureSkipTLSVerify"); found {
+	if _, found, _ := unstructured.NestedBool(getAPIService(t, dyn, "v1beta1.metrics.k8s.io").Object, "spec", "insecureSkipTLSVerify"); found {
 		t.Error("insecureSkipTLSVerify still set on the APIService that points at our Service")
 	}
 	if err := verifies(secret(t, r.kube, servingName).Data[KeyServingCert], caBundleOf(t, dyn, "v1beta1.metrics.k8s.io"), t0); err != nil {
 		t.Errorf("caBundle does not verify the serving pair: %v", err)
 	}
-	other, err := dyn.Resource(APIServiceResource).Get(context.Background(), "v1.metrics.k8s.io", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := getAPIService(t, dyn, "v1.metrics.k8s.io")
 	if b, _, _ := unstructured.NestedString(other.Object, "spec", "caBundle"); b != "" {
 		t.Error("wrote a caBundle into an APIService that points at metrics-server")
 	}
@@ -62,15 +53,16 @@ func TestTakeOverFromMetricsServer(t *testing.T) {
 // owned so that an uninstall removes it.
 func TestRecreateDeleted(t *testing.T) {
 	dyn := newDynamic(apiService("v1beta1.metrics.k8s.io", ourService, false))
-	r := newRig(t, clocktesting.NewFakeClock(t0), fake.NewClientset(emptySecrets()...), dyn, "v1beta1.metrics.k8s.io", "v1.metrics.k8s.io")
-	r.sync(t) // v1 seen missing
-	if _, err := dyn.Resource(APIServiceResource).Get(context.Background(), "v1.metrics.k8s.io", metav1.GetOptions{}); err == nil {
-		t.Fatal("created at once: an uninstall in progress would be undone")
-	}
-	r.clk.Step(9 * time.Second)
-	r.sync(t)
-	if _, err := dyn.Resource(APIServiceResource).Get(context.Background(), "v1.metrics.k8s.io", metav1.GetOptions{}); err == nil {
-		t.Fatal("created before RecreateAfter")
+	r := newRig(clocktesting.NewFakeClock(t0), newKube(), dyn)
+	for _, step := range []struct {
+		after time.Duration
+		why   string
+	}{{0, "created at once: an uninstall in progress would be undone"}, {9 * time.Second, "created before RecreateAfter"}} {
+		r.clk.Step(step.after)
+		r.sync(t) // v1 seen missing
+		if _, err := dyn.Resource(APIServiceResource).Get(context.Background(), "v1.metrics.k8s.io", metav1.GetOptions{}); err == nil {
+			t.Fatal(step.why)
+		}
 	}
 	r.clk.Step(time.Second)
 	r.sync(t)

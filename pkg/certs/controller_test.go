@@ -7,15 +7,12 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
-var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
 func TestRenewalTiming(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
-	r := newRig(t, clk, fake.NewClientset(emptySecrets()...), newDynamic(apiService("v1beta1.metrics.k8s.io", ourService, false), apiService("v1.metrics.k8s.io", ourService, false)))
+	r := newRig(clk, newKube(), nil)
 	r.sync(t)
 	first := secret(t, r.kube, servingName)
 	leaf, err := parseCert(first.Data[KeyServingCert])
@@ -27,7 +24,7 @@ func TestRenewalTiming(t *testing.T) {
 	if got := renewAt(leaf); !got.Equal(wantRenew) {
 		t.Fatalf("renewal planned at %s, want %s", got, wantRenew)
 	}
-	for _, b := range []string{"v1beta1.metrics.k8s.io", "v1.metrics.k8s.io"} {
+	for _, b := range apiServiceV1 {
 		if err := verifies(first.Data[KeyServingCert], caBundleOf(t, r.dyn, b), clk.Now()); err != nil {
 			t.Fatalf("%s: the first pair does not verify against the caBundle: %v", b, err)
 		}
@@ -50,10 +47,10 @@ func TestRenewalTiming(t *testing.T) {
 		t.Error("a renewal under the same CA changed the trusted CAs")
 	}
 	// Nothing is due: a sync writes nothing.
-	before := writes(r.kube, r.dyn)
+	before := r.writes()
 	clk.Step(time.Minute)
 	r.sync(t)
-	if n := writes(r.kube, r.dyn) - before; n != 0 {
+	if n := r.writes() - before; n != 0 {
 		t.Errorf("a sync with nothing due wrote %d times", n)
 	}
 }
@@ -92,7 +89,6 @@ type simulation struct {
 	replicaLags   []time.Duration
 	aggregatorLag time.Duration
 	step, total   time.Duration
-	apiServices   []string
 	// between runs after every step, at the first writer's time.
 	between func(now time.Time)
 }
@@ -110,10 +106,7 @@ func (s simulation) run(t *testing.T) simResult {
 	ctx := context.Background()
 	kube, dyn := s.writers[0].kube, s.writers[0].dyn
 	serving := &history{}
-	bundles := map[string]*history{}
-	for _, n := range s.apiServices {
-		bundles[n] = &history{}
-	}
+	bundles := map[string]*history{apiServiceV1[0]: {}, apiServiceV1[1]: {}}
 	res := simResult{cas: map[string]bool{}, serials: map[string]bool{}}
 	due := make([]time.Time, len(s.writers))
 	for elapsed := time.Duration(0); elapsed <= s.total; elapsed += s.step {
@@ -141,20 +134,18 @@ func (s simulation) run(t *testing.T) simResult {
 				}
 			}
 		}
-		for _, n := range s.apiServices {
-			bundles[n].record(now, caBundleOf(t, dyn, n))
+		for n, h := range bundles {
+			h.record(now, caBundleOf(t, dyn, n))
 		}
 		for r, lag := range s.replicaLags {
 			cert := serving.asOf(now, lag)
 			if cert == nil {
 				continue
 			}
-			for _, n := range s.apiServices {
-				b := bundles[n].asOf(now, s.aggregatorLag)
+			for n, h := range bundles {
+				b := h.asOf(now, s.aggregatorLag)
 				if b == nil {
-					// Not registered yet: nothing verifies before the
-					// first caBundle.
-					continue
+					continue // nothing verifies before the first caBundle
 				}
 				res.checks++
 				if err := verifies(cert, b, now); err != nil {
@@ -164,10 +155,6 @@ func (s simulation) run(t *testing.T) simResult {
 		}
 	}
 	return res
-}
-
-func metricsAPIServices() (names []string, dyn []*rig) {
-	return []string{"v1beta1.metrics.k8s.io", "v1.metrics.k8s.io"}, nil
 }
 
 // TestRotationNeverRejects runs seven hours of a 3h CA and 30m pairs: with
@@ -186,18 +173,8 @@ func TestRotationNeverRejects(t *testing.T) {
 		{"late aggregator", []time.Duration{0}, late},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			names, _ := metricsAPIServices()
-			clk := clocktesting.NewFakeClock(t0)
-			dyn := newDynamic(apiService(names[0], ourService, false), apiService(names[1], ourService, false))
-			r := newRig(t, clk, fake.NewClientset(emptySecrets()...), dyn)
-			res := simulation{
-				writers:       []*rig{r},
-				replicaLags:   tc.replicaLags,
-				aggregatorLag: tc.aggregatorLag,
-				step:          step,
-				total:         7 * time.Hour,
-				apiServices:   names,
-			}.run(t)
+			r := newRig(clocktesting.NewFakeClock(t0), newKube(), nil)
+			res := simulation{writers: []*rig{r}, replicaLags: tc.replicaLags, aggregatorLag: tc.aggregatorLag, step: step, total: 7 * time.Hour}.run(t)
 			// A CA lasts 3h and is replaced when 1h remains: CAs from 0h,
 			// 2h, 4h and 6h. Pairs are replaced every 19 minutes or sooner.
 			if len(res.cas) != 4 {
@@ -216,23 +193,13 @@ func TestRotationNeverRejects(t *testing.T) {
 // a stale view: they never make a replica rejected, and once nothing is
 // due they stop writing.
 func TestTwoWritersConverge(t *testing.T) {
-	names, _ := metricsAPIServices()
-	dyn := newDynamic(apiService(names[0], ourService, false), apiService(names[1], ourService, false))
-	kube := fake.NewClientset(emptySecrets()...)
-	a := newRig(t, clocktesting.NewFakeClock(t0), kube, dyn)
-	b := newRig(t, clocktesting.NewFakeClock(t0.Add(-20*time.Second)), kube, dyn)
+	a := newRig(clocktesting.NewFakeClock(t0), newKube(), nil)
+	b := newRig(clocktesting.NewFakeClock(t0.Add(-20*time.Second)), a.kube, a.dyn)
 	step := 30 * time.Second
 	// Skew between writers shortens the time a retired CA is kept by
 	// twice the skew.
 	lag := testPolicy.Propagation - step - 40*time.Second
-	res := simulation{
-		writers:       []*rig{a, b},
-		replicaLags:   []time.Duration{0, lag},
-		aggregatorLag: 0,
-		step:          step,
-		total:         5 * time.Hour,
-		apiServices:   names,
-	}.run(t)
+	res := simulation{writers: []*rig{a, b}, replicaLags: []time.Duration{0, lag}, step: step, total: 5 * time.Hour}.run(t)
 	if len(res.cas) != 3 {
 		t.Errorf("serving pairs were signed by %d CAs in 5h, want 3", len(res.cas))
 	}
@@ -240,14 +207,14 @@ func TestTwoWritersConverge(t *testing.T) {
 	// Quiet: a minute after a sync with nothing due, neither writes.
 	a.sync(t)
 	b.sync(t)
-	before := writes(kube, dyn)
+	before := a.writes()
 	for range 3 {
 		a.clk.Step(time.Second)
 		b.clk.Step(time.Second)
 		a.sync(t)
 		b.sync(t)
 	}
-	if n := writes(kube, dyn) - before; n != 0 {
+	if n := a.writes() - before; n != 0 {
 		t.Errorf("two writers with nothing due wrote %d times in 3 rounds", n)
 	}
 }
@@ -266,28 +233,19 @@ func TestLostCA(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			names, _ := metricsAPIServices()
-			clk := clocktesting.NewFakeClock(t0)
-			dyn := newDynamic(apiService(names[0], ourService, false), apiService(names[1], ourService, false))
-			kube := fake.NewClientset(emptySecrets()...)
-			r := newRig(t, clk, kube, dyn)
-			step := 30 * time.Second
-			lost := false
+			r := newRig(clocktesting.NewFakeClock(t0), newKube(), nil)
+			step, lost := 30*time.Second, false
 			res := simulation{
-				writers:     []*rig{r},
-				replicaLags: []time.Duration{0, testPolicy.Propagation - step},
-				step:        step,
-				total:       time.Hour,
-				apiServices: names,
+				writers: []*rig{r}, replicaLags: []time.Duration{0, testPolicy.Propagation - step}, step: step, total: time.Hour,
 				between: func(now time.Time) {
 					if lost || now.Before(t0.Add(10*time.Minute)) {
 						return
 					}
 					lost = true
-					s := secret(t, kube, caName)
+					s := secret(t, r.kube, caName)
 					tc.lose(s.Data)
 					s.Annotations = nil
-					if _, err := kube.CoreV1().Secrets(testNS).Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
+					if _, err := r.kube.CoreV1().Secrets(testNS).Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
 						t.Fatal(err)
 					}
 				},

@@ -24,14 +24,12 @@ const (
 	dnsName     = "group-metrics-server.kube-system.svc"
 )
 
-var ourService = ServiceRef{Namespace: testNS, Name: "group-metrics-server", Port: 443}
-
-var testPolicy = Policy{
-	DNSNames:        []string{dnsName},
-	CAValidity:      3 * time.Hour,
-	ServingValidity: 30 * time.Minute,
-	Propagation:     5 * time.Minute,
-}
+var (
+	t0           = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ourService   = ServiceRef{Namespace: testNS, Name: "group-metrics-server", Port: 443}
+	apiServiceV1 = []string{"v1beta1.metrics.k8s.io", "v1.metrics.k8s.io"}
+	testPolicy   = Policy{DNSNames: []string{dnsName}, CAValidity: 3 * time.Hour, ServingValidity: 30 * time.Minute, Propagation: 5 * time.Minute}
+)
 
 // apiService returns an APIService named name pointing at svc.
 func apiService(name string, svc ServiceRef, insecure bool) *unstructured.Unstructured {
@@ -54,12 +52,10 @@ func newDynamic(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
 		map[schema.GroupVersionResource]string{APIServiceResource: "APIServiceList"}, objs...)
 }
 
-// emptySecrets are the two Secrets as the manifests ship them.
-func emptySecrets() []runtime.Object {
-	return []runtime.Object{
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: caName}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: servingName}},
-	}
+// newKube holds the two Secrets as the manifests ship them.
+func newKube() *fake.Clientset {
+	return fake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: caName}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: servingName}})
 }
 
 type rig struct {
@@ -69,27 +65,20 @@ type rig struct {
 	ctrl *Controller
 }
 
-func newRig(t *testing.T, clk *clocktesting.FakeClock, kube *fake.Clientset, dyn *dynamicfake.FakeDynamicClient, names ...string) *rig {
-	t.Helper()
-	if len(names) == 0 {
-		names = []string{"v1beta1.metrics.k8s.io", "v1.metrics.k8s.io"}
+// newRig is a controller of both metrics.k8s.io APIServices; a nil dyn
+// holds both, pointing at our Service.
+func newRig(clk *clocktesting.FakeClock, kube *fake.Clientset, dyn *dynamicfake.FakeDynamicClient) *rig {
+	if dyn == nil {
+		dyn = newDynamic(apiService(apiServiceV1[0], ourService, false), apiService(apiServiceV1[1], ourService, false))
 	}
 	ctrl := NewController(ControllerConfig{
-		Secrets:       kube.CoreV1(),
-		Namespace:     testNS,
-		CASecret:      caName,
-		ServingSecret: servingName,
+		Secrets: kube.CoreV1(), Namespace: testNS, CASecret: caName, ServingSecret: servingName,
 		APIServices: NewAPIServices(APIServicesConfig{
-			Client:        dyn,
-			Names:         names,
-			Service:       ourService,
-			RecreateAfter: 10 * time.Second,
-			Labels:        map[string]string{"app.kubernetes.io/name": "group-metrics-server"},
-			Owner:         &metav1.OwnerReference{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: "owner", UID: "uid-1"},
+			Client: dyn, Names: apiServiceV1, Service: ourService, RecreateAfter: 10 * time.Second,
+			Labels: map[string]string{"app.kubernetes.io/name": "group-metrics-server"},
+			Owner:  &metav1.OwnerReference{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: "owner", UID: "uid-1"},
 		}),
-		Policy:     testPolicy,
-		SyncPeriod: 15 * time.Second,
-		Clock:      clk,
+		Policy: testPolicy, SyncPeriod: 15 * time.Second, Clock: clk,
 	})
 	return &rig{kube: kube, dyn: dyn, clk: clk, ctrl: ctrl}
 }
@@ -103,6 +92,18 @@ func (r *rig) sync(t *testing.T) time.Duration {
 	return wait
 }
 
+// writes counts the create, update and patch actions recorded so far.
+func (r *rig) writes() int {
+	n := 0
+	for _, a := range append(r.kube.Actions(), r.dyn.Actions()...) {
+		switch a.GetVerb() {
+		case "create", "update", "patch":
+			n++
+		}
+	}
+	return n
+}
+
 func secret(t *testing.T, kube *fake.Clientset, name string) *corev1.Secret {
 	t.Helper()
 	s, err := kube.CoreV1().Secrets(testNS).Get(context.Background(), name, metav1.GetOptions{})
@@ -112,13 +113,18 @@ func secret(t *testing.T, kube *fake.Clientset, name string) *corev1.Secret {
 	return s
 }
 
-func caBundleOf(t *testing.T, dyn *dynamicfake.FakeDynamicClient, name string) []byte {
+func getAPIService(t *testing.T, dyn *dynamicfake.FakeDynamicClient, name string) *unstructured.Unstructured {
 	t.Helper()
 	obj, err := dyn.Resource(APIServiceResource).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, _, _ := unstructured.NestedString(obj.Object, "spec", "caBundle")
+	return obj
+}
+
+func caBundleOf(t *testing.T, dyn *dynamicfake.FakeDynamicClient, name string) []byte {
+	t.Helper()
+	s, _, _ := unstructured.NestedString(getAPIService(t, dyn, name).Object, "spec", "caBundle")
 	b, err := base64.StdEncoding.DecodeString(s)
 	if err != nil {
 		t.Fatal(err)
@@ -137,16 +143,4 @@ func verifies(certPEM, bundle []byte, now time.Time) error {
 	pool.AppendCertsFromPEM(bundle)
 	_, err = leaf.Verify(x509.VerifyOptions{DNSName: dnsName, Roots: pool, CurrentTime: now})
 	return err
-}
-
-// writes counts the create, update and patch actions recorded so far.
-func writes(kube *fake.Clientset, dyn *dynamicfake.FakeDynamicClient) int {
-	n := 0
-	for _, a := range append(kube.Actions(), dyn.Actions()...) {
-		switch a.GetVerb() {
-		case "create", "update", "patch":
-			n++
-		}
-	}
-	return n
 }
