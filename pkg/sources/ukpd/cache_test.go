@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -27,10 +28,11 @@ type scripted struct {
 	listCalls     int
 }
 
+// set replaces the bodies given, keeping those left empty.
 func (s *scripted) set(list, metrics string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.list, s.metrics = list, metrics
+	s.list, s.metrics = cmp.Or(list, s.list), cmp.Or(metrics, s.metrics)
 }
 
 func (s *scripted) calls() int {
@@ -91,9 +93,7 @@ func newScriptedTarget(t *testing.T, s *scripted, refresh time.Duration) (source
 		Clock:       clk,
 		ListRefresh: refresh,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	targets, err := src.Targets()
 	if err != nil || len(targets) != 1 {
 		t.Fatalf("Targets = %v, %v", targets, err)
@@ -105,15 +105,14 @@ func TestScrapeCachesTheList(t *testing.T) {
 	s := &scripted{}
 	s.set(listJSON("u1"), metricsJSON(entry("u1", 1, "2026-12-01T09:00:00Z", 10)))
 	tg, clk := newScriptedTarget(t, s, time.Minute)
-	scrape := func() *sources.Batch {
-		t.Helper()
-		b, err := tg.Scrape(context.Background())
-		if err != nil {
-			t.Fatalf("Scrape: %v", err)
+	fetches := func() map[string]float64 {
+		out := map[string]float64{}
+		for _, trigger := range []string{triggerInitial, triggerRefresh, triggerUnknownInstance} {
+			out[trigger] = counterValue(t, listFetches, trigger)
 		}
-		return b
+		return out
 	}
-	initial, refresh, unknown := fetchCount(t, triggerInitial), fetchCount(t, triggerRefresh), fetchCount(t, triggerUnknownInstance)
+	before := fetches()
 	steps := []struct {
 		name      string
 		list      string
@@ -140,24 +139,18 @@ func TestScrapeCachesTheList(t *testing.T) {
 	}
 	for _, st := range steps {
 		clk.Step(st.step)
-		if st.list != "" || st.metrics != "" {
-			s.mu.Lock()
-			s.list, s.metrics = cmp.Or(st.list, s.list), cmp.Or(st.metrics, s.metrics)
-			s.mu.Unlock()
-		}
-		b := scrape()
+		s.set(st.list, st.metrics)
+		b := scrapeOK(t, tg)
 		if s.calls() != st.wantCalls || len(b.Pods) != st.wantPods {
 			t.Errorf("%s: %d list fetches and %d pods, want %d and %d", st.name, s.calls(), len(b.Pods), st.wantCalls, st.wantPods)
 		}
 	}
-	if d := fetchCount(t, triggerInitial) - initial; d != 1 {
-		t.Errorf("initial fetches: +%v, want +1", d)
+	got := fetches()
+	for k := range got {
+		got[k] -= before[k]
 	}
-	if d := fetchCount(t, triggerUnknownInstance) - unknown; d != 2 {
-		t.Errorf("unknown-instance fetches: +%v, want +2", d)
-	}
-	if d := fetchCount(t, triggerRefresh) - refresh; d != 1 {
-		t.Errorf("refresh fetches: +%v, want +1", d)
+	if want := map[string]float64{triggerInitial: 1, triggerRefresh: 1, triggerUnknownInstance: 2}; !maps.Equal(got, want) {
+		t.Errorf("list fetches by trigger: +%v, want +%v", got, want)
 	}
 }
 
@@ -165,9 +158,7 @@ func TestScrapeKeepsTheCachedList(t *testing.T) {
 	s := &scripted{}
 	s.set(listJSON("u1"), metricsJSON(entry("u1", 1, "2026-12-01T09:00:00Z", 10)))
 	tg, clk := newScriptedTarget(t, s, time.Minute)
-	if _, err := tg.Scrape(context.Background()); err != nil {
-		t.Fatalf("first scrape: %v", err)
-	}
+	scrapeOK(t, tg)
 	s.mu.Lock()
 	s.listStatus = http.StatusInternalServerError
 	s.mu.Unlock()
@@ -216,10 +207,7 @@ func TestScrapeStartCountWithoutNewStart(t *testing.T) {
 	st := store.New(store.Config{Clock: clk, Sources: []string{SourceName}, FirstWindowMax: time.Minute, StaleAfter: time.Minute})
 	scrape := func() *sources.Batch {
 		t.Helper()
-		b, err := tg.Scrape(context.Background())
-		if err != nil {
-			t.Fatalf("Scrape: %v", err)
-		}
+		b := scrapeOK(t, tg)
 		st.Store(SourceName, tg.Nodes(), b, clk.Now())
 		return b
 	}
@@ -255,4 +243,13 @@ func TestScrapeStartCountWithoutNewStart(t *testing.T) {
 	if u, _, _ := st.Pod("ns", "p-u1", "", "n1", store.PodRef{}); u.Containers[0].CPUNanoCores != 500_000_000 {
 		t.Errorf("usage = %+v, want 0.5 cores", u.Containers[0].Usage)
 	}
+}
+
+func scrapeOK(t *testing.T, tg sources.Target) *sources.Batch {
+	t.Helper()
+	b, err := tg.Scrape(context.Background())
+	if err != nil {
+		t.Fatalf("Scrape: %v", err)
+	}
+	return b
 }

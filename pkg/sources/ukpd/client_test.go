@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,12 +26,8 @@ func TestClientReadsBothForms(t *testing.T) {
 	idle := e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "idle-0", Container: "app", Node: "kraftlet-a", CPUCores: 2})
 	gone := e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "gone-0", Container: "app"})
 	e.clk.Step(10 * time.Second)
-	if err := e.fake.Standby(idle.UUID); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.fake.Stop(gone.UUID); err != nil {
-		t.Fatal(err)
-	}
+	must(t, e.fake.Standby(idle.UUID))
+	must(t, e.fake.Stop(gone.UUID))
 	e.clk.Step(10 * time.Second)
 
 	want := []Sample{
@@ -102,9 +97,7 @@ func TestClientFollowsTheAnswer(t *testing.T) {
 			}))
 			defer srv.Close()
 			c, err := NewClient(ClientConfig{URL: srv.URL, MetricsFormat: tc.ask})
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			got, err := c.Metrics(context.Background())
 			if err != nil {
 				t.Fatalf("Metrics: %v", err)
@@ -120,11 +113,8 @@ func TestClientFailures(t *testing.T) {
 	e := newEnv(t)
 	e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: "p", Container: "c"})
 	ca, err := pki.NewCA("other-ca", time.Now(), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	otherCA := filepath.Join(t.TempDir(), "other.crt")
-	writeFile(t, otherCA, string(ca.CertPEM()))
+	must(t, err)
+	otherCA := writeTemp(t, string(ca.CertPEM()))
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closedURL := closed.URL
 	closed.Close()
@@ -174,9 +164,7 @@ func TestClientFailures(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.fault != nil {
-				if err := e.fake.SetFault(*tc.fault); err != nil {
-					t.Fatal(err)
-				}
+				must(t, e.fake.SetFault(*tc.fault))
 				defer e.fake.ClearFault("")
 			}
 			ctx, cancel := context.WithCancel(context.Background())
@@ -193,9 +181,7 @@ func TestClientFailures(t *testing.T) {
 // the fake serving the e2e suite breaks it, and checks the reason.
 func TestClientTransportFaults(t *testing.T) {
 	fake, err := fakeukpd.Start(fakeukpd.Options{Config: fakeukpd.Config{Tokens: []string{testToken}}, CertDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(func() {
 		if err := fake.Close(); err != nil {
 			t.Errorf("close the fake: %v", err)
@@ -208,9 +194,7 @@ func TestClientTransportFaults(t *testing.T) {
 	client := func(t *testing.T, timeout time.Duration) *Client {
 		t.Helper()
 		c, err := NewClient(ClientConfig{URL: fake.URL, TokenFile: tokenFile, CAFile: fake.CAFile, RequestTimeout: timeout})
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		return c
 	}
 	tests := []struct {
@@ -225,9 +209,7 @@ func TestClientTransportFaults(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := fake.SetTransportFault(tc.fault); err != nil {
-				t.Fatal(err)
-			}
+			must(t, fake.SetTransportFault(tc.fault))
 			defer func() {
 				if err := fake.SetTransportFault(""); err != nil {
 					t.Error(err)
@@ -292,11 +274,7 @@ func TestClientRereadsToken(t *testing.T) {
 
 	// Rotated by renaming a new file over it, as a Secret volume does.
 	e.fake.SetTokens("third-token")
-	tmp := e.tokenFile + ".new"
-	writeFile(t, tmp, "third-token")
-	if err := os.Rename(tmp, e.tokenFile); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.Rename(writeTemp(t, "third-token"), e.tokenFile))
 	if err := get(); err != nil {
 		t.Fatalf("after a rotation by rename: %v", err)
 	}
@@ -329,17 +307,4 @@ func TestNewClientRejects(t *testing.T) {
 			}
 		})
 	}
-}
-
-func writeTemp(t *testing.T, content string) string {
-	t.Helper()
-	f, err := os.CreateTemp(t.TempDir(), "file")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = f.Close() }()
-	if _, err := f.WriteString(content); err != nil {
-		t.Fatal(err)
-	}
-	return f.Name()
 }

@@ -1,10 +1,11 @@
 package ukpd
 
 import (
+	"fmt"
+	"maps"
 	"testing"
 	"time"
 
-	"github.com/group-metrics-server/group-metrics-server/pkg/store"
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
@@ -43,7 +44,7 @@ func TestScrapeDataFaults(t *testing.T) {
 			for _, c := range []string{"app", "sidecar"} {
 				e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: c, Node: "kraftlet-a", CPUCores: cpu / 1e9, RSSBytes: mem})
 			}
-			st := store.New(store.Config{Clock: e.clk, Sources: []string{SourceName}, FirstWindowMax: 2 * cycle, StaleAfter: 4 * cycle})
+			st := newStore(e.env, 2*cycle, 4*cycle)
 			var counter uint64 // of the first container, in the last scrape
 			scrape := func() {
 				t.Helper()
@@ -58,26 +59,17 @@ func TestScrapeDataFaults(t *testing.T) {
 			scrape()
 			scrape()
 			before := counter
-			if err := e.fake.SetFault(tc.fault); err != nil {
-				t.Fatal(err)
-			}
+			must(t, e.fake.SetFault(tc.fault))
 			for i := range 4 {
 				ignoredBefore := ignoredCounts(t)
 				scrape()
 				if i == 0 && (counter < before) != tc.reset {
 					t.Errorf("CPU counter went from %d to %d over the fault", before, counter)
 				}
-				after := ignoredCounts(t)
-				for _, r := range allReasons {
-					if d := after[r] - ignoredBefore[r]; d != tc.ignored[r] {
-						t.Errorf("scrape %d: ignored %s +%v, want +%v", i, r, d, tc.ignored[r])
-					}
+				if got := ignoredSince(t, ignoredBefore); !maps.Equal(got, tc.ignored) {
+					t.Errorf("scrape %d: ignored %v, want %v", i, got, tc.ignored)
 				}
-				u, _, why := st.Pod("default", "web-0", "uid-web-0", "kraftlet-a", store.PodRef{})
-				if why != nil {
-					t.Fatalf("scrape %d: web-0 not served: %v", i, why)
-				}
-				for _, c := range u.Containers {
+				for _, c := range webUsage(t, st, fmt.Sprintf("scrape %d", i)).Containers {
 					low := tc.reset && i == 0 && c.CPUNanoCores < cpu
 					if (c.CPUNanoCores != cpu && !low) || c.MemoryBytes != mem {
 						t.Errorf("scrape %d: %s served %+v, want %d nanocores and %d bytes", i, c.Name, c.Usage, cpu, mem)

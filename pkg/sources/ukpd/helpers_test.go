@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/group-metrics-server/group-metrics-server/pkg/store"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
@@ -38,14 +41,8 @@ func newEnv(t *testing.T) *env {
 	dir := t.TempDir()
 	e := &env{clk: clk, fake: fake, srv: srv, tokenFile: filepath.Join(dir, "token"), caFile: filepath.Join(dir, "ca.crt")}
 	writeFile(t, e.tokenFile, testToken+"\n")
-	writeFile(t, e.caFile, string(certPEM(srv)))
+	writeFile(t, e.caFile, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})))
 	return e
-}
-
-// certPEM is the serving certificate of a TLS test server, as a CA file
-// holds it.
-func certPEM(srv *httptest.Server) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 }
 
 // client returns a client of the env's server; mod adjusts its config.
@@ -56,24 +53,82 @@ func (e *env) client(t *testing.T, mod func(*ClientConfig)) *Client {
 		mod(&cfg)
 	}
 	c, err := NewClient(cfg)
-	if err != nil {
-		t.Fatalf("NewClient: %v", err)
-	}
+	must(t, err)
 	return c
 }
 
 func (e *env) add(t *testing.T, spec fakeukpd.InstanceSpec) fakeukpd.Instance {
 	t.Helper()
 	in, err := e.fake.AddInstance(spec)
-	if err != nil {
-		t.Fatalf("AddInstance: %v", err)
-	}
+	must(t, err)
 	return in
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func writeFile(t *testing.T, path, content string) {
 	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
+	must(t, os.WriteFile(path, []byte(content), 0o600))
+}
+
+// writeTemp writes content to a new file and returns its path.
+func writeTemp(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "file")
+	writeFile(t, path, content)
+	return path
+}
+
+func counterValue(t *testing.T, c *metrics.CounterVec, label string) float64 {
+	t.Helper()
+	v, err := testutil.GetCounterMetricValue(c.WithLabelValues(label))
+	must(t, err)
+	return v
+}
+
+var allReasons = []string{
+	ignoredUnknownInstance, ignoredNotRunning, ignoredMissingTags, ignoredPodNotFound,
+	ignoredAmbiguousPod, ignoredContainerNotFound, ignoredNodeNotOwned, ignoredDuplicate, ignoredMissingRequired, ignoredImplausible,
+}
+
+func ignoredCounts(t *testing.T) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, r := range allReasons {
+		out[r] = counterValue(t, ignoredInstances, r)
 	}
+	return out
+}
+
+// ignoredSince is how many instances were left out since before, by
+// reason, leaving out the reasons that did not grow.
+func ignoredSince(t *testing.T, before map[string]float64) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for r, v := range ignoredCounts(t) {
+		if d := v - before[r]; d != 0 {
+			out[r] = d
+		}
+	}
+	return out
+}
+
+func newStore(e *env, firstWindowMax, staleAfter time.Duration) *store.Store {
+	return store.New(store.Config{Clock: e.clk, Sources: []string{SourceName}, FirstWindowMax: firstWindowMax, StaleAfter: staleAfter})
+}
+
+// webUsage is the usage st serves for default/web-0 on kraftlet-a; it
+// fails t if there is none.
+func webUsage(t *testing.T, st *store.Store, step string) store.PodUsage {
+	t.Helper()
+	u, _, why := st.Pod("default", "web-0", "uid-web-0", "kraftlet-a", store.PodRef{})
+	if why != nil {
+		t.Fatalf("%s: no usage: %v", step, why)
+	}
+	return u
 }

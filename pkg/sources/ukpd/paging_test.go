@@ -43,9 +43,7 @@ func TestScrapePagesTheList(t *testing.T) {
 		TokenFile: tokenFile,
 		Clock:     clk,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	targets, err := src.Targets()
 	if err != nil || len(targets) != 1 {
 		t.Fatalf("Targets = %v, %v", targets, err)
@@ -72,9 +70,7 @@ func TestInstancesFailedPage(t *testing.T) {
 	for i := range 3 {
 		e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: fmt.Sprintf("p-%d", i), Container: "c"})
 	}
-	if err := e.fake.SetFault(fakeukpd.Fault{Kind: fakecore.FaultStatus500, Path: "/v1/instances"}); err != nil {
-		t.Fatal(err)
-	}
+	must(t, e.fake.SetFault(fakeukpd.Fault{Kind: fakecore.FaultStatus500, Path: "/v1/instances"}))
 	list, err := e.client(t, nil).Instances(context.Background())
 	if list != nil || err == nil {
 		t.Errorf("Instances = %v, %v; want no list and an error", list, err)
@@ -87,9 +83,7 @@ func TestInstancesFailedPage(t *testing.T) {
 func TestClientHostileText(t *testing.T) {
 	e := newEnv(t)
 	e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: "p", Container: "c"})
-	if err := e.fake.SetFault(fakeukpd.Fault{Kind: fakeukpd.FaultHostileText, Bytes: 8 << 20}); err != nil {
-		t.Fatal(err)
-	}
+	must(t, e.fake.SetFault(fakeukpd.Fault{Kind: fakeukpd.FaultHostileText, Bytes: 8 << 20}))
 	samples, err := e.client(t, nil).Metrics(context.Background())
 	if samples != nil {
 		t.Errorf("samples = %+v, want none", samples)
@@ -104,9 +98,7 @@ func TestClientOlderForm(t *testing.T) {
 	e := newEnv(t)
 	e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", CPUCores: 0.5})
 	e.clk.Step(10 * time.Second)
-	if err := e.fake.SetFault(fakeukpd.Fault{Kind: fakeukpd.FaultOlderForm}); err != nil {
-		t.Fatal(err)
-	}
+	must(t, e.fake.SetFault(fakeukpd.Fault{Kind: fakeukpd.FaultOlderForm}))
 	samples, err := e.client(t, nil).Metrics(context.Background())
 	if samples != nil {
 		t.Errorf("samples = %+v, want none", samples)

@@ -1,7 +1,7 @@
 package ukpd
 
 import (
-	"context"
+	"maps"
 	"testing"
 	"time"
 
@@ -65,27 +65,19 @@ func TestScrapeSharedAccount(t *testing.T) {
 				TokenFile: e.tokenFile, CAFile: e.caFile, Clock: e.clk,
 				RequiredTags: tc.required,
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			targets, _ := src.Targets()
 			e.add(t, fakeukpd.InstanceSpec{Tags: kraftletTags("default", "web-0", "app", "kraftlet", "cluster=a"), CPUCores: 0.5})
 			e.clk.Step(time.Second) // the other cluster's pod started later
 			e.add(t, fakeukpd.InstanceSpec{Tags: kraftletTags("default", "web-0", "app", "kraftlet", "cluster=b"), CPUCores: 2})
 			e.clk.Step(10 * time.Second)
 			before := ignoredCounts(t)
-			b, err := targets[0].Scrape(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
+			b := scrapeOK(t, targets[0])
 			if len(b.Pods) != 1 || b.Pods[0].Containers[0].CPUCoreNanos != tc.wantCPU {
 				t.Errorf("batch = %+v, want web-0 with %d core-ns", b.Pods, tc.wantCPU)
 			}
-			after := ignoredCounts(t)
-			for _, r := range allReasons {
-				if d := after[r] - before[r]; d != tc.ignored[r] {
-					t.Errorf("ignored %s: +%v, want +%v", r, d, tc.ignored[r])
-				}
+			if got := ignoredSince(t, before); !maps.Equal(got, tc.ignored) {
+				t.Errorf("ignored = %v, want %v", got, tc.ignored)
 			}
 		})
 	}

@@ -1,7 +1,8 @@
 package ukpd
 
 import (
-	"context"
+	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
@@ -39,9 +39,7 @@ func TestTargets(t *testing.T) {
 	})
 	parse := func(s string) EndpointConfig {
 		ep, err := ParseEndpoint(s)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		return ep
 	}
 	src, err := NewSource(SourceConfig{
@@ -54,16 +52,12 @@ func TestTargets(t *testing.T) {
 		Nodes: nodes,
 		Pods:  podLister(t),
 	})
-	if err != nil {
-		t.Fatalf("NewSource: %v", err)
-	}
+	must(t, err)
 	if src.Name() != "ukpd" {
 		t.Errorf("Name = %q", src.Name())
 	}
 	targets, err := src.Targets()
-	if err != nil {
-		t.Fatalf("Targets: %v", err)
-	}
+	must(t, err)
 	got := map[string][]string{}
 	for _, tg := range targets {
 		got[tg.ID()] = tg.Nodes()
@@ -118,9 +112,7 @@ func newScrapeEnv(t *testing.T, format Format, pods ...*corev1.Pod) *scrapeEnv {
 		MetricsFormat: format,
 		Clock:         e.clk,
 	})
-	if err != nil {
-		t.Fatalf("NewSource: %v", err)
-	}
+	must(t, err)
 	targets, err := src.Targets()
 	if err != nil || len(targets) != 1 {
 		t.Fatalf("Targets = %v, %v; want one", targets, err)
@@ -130,42 +122,13 @@ func newScrapeEnv(t *testing.T, format Format, pods ...*corev1.Pod) *scrapeEnv {
 
 func (e *scrapeEnv) scrape(t *testing.T) *sources.Batch {
 	t.Helper()
-	b, err := e.target.Scrape(context.Background())
-	if err != nil {
-		t.Fatalf("Scrape: %v", err)
-	}
-	return b
+	return scrapeOK(t, e.target)
 }
 
-func ignoredCount(t *testing.T, reason string) float64 {
+// scrapeInto scrapes and stores the batch in st.
+func (e *scrapeEnv) scrapeInto(t *testing.T, st *store.Store) {
 	t.Helper()
-	v, err := testutil.GetCounterMetricValue(ignoredInstances.WithLabelValues(reason))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-func fetchCount(t *testing.T, trigger string) float64 {
-	t.Helper()
-	v, err := testutil.GetCounterMetricValue(listFetches.WithLabelValues(trigger))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-var allReasons = []string{
-	ignoredUnknownInstance, ignoredNotRunning, ignoredMissingTags, ignoredPodNotFound,
-	ignoredAmbiguousPod, ignoredContainerNotFound, ignoredNodeNotOwned, ignoredDuplicate, ignoredMissingRequired, ignoredImplausible,
-}
-
-func ignoredCounts(t *testing.T) map[string]float64 {
-	out := map[string]float64{}
-	for _, r := range allReasons {
-		out[r] = ignoredCount(t, r)
-	}
-	return out
+	st.Store(SourceName, e.target.Nodes(), e.scrape(t), e.clk.Now())
 }
 
 func TestScrapeAttributes(t *testing.T) {
@@ -227,19 +190,10 @@ func testScrapeAttributes(t *testing.T, format Format) {
 		t.Errorf("Scrape (-want +got):\n%s", diff)
 	}
 
-	after := ignoredCounts(t)
-	wantIgnored := map[string]float64{
-		// stopped gone-0 is not in the metrics
-		ignoredMissingTags:       1,
-		ignoredPodNotFound:       1,
-		ignoredContainerNotFound: 1,
-		ignoredNodeNotOwned:      1,
-		ignoredDuplicate:         1,
-	}
-	for _, r := range allReasons {
-		if d := after[r] - before[r]; d != wantIgnored[r] {
-			t.Errorf("ignored %s: +%v, want +%v", r, d, wantIgnored[r])
-		}
+	// stopped gone-0 is not in the metrics
+	wantIgnored := map[string]float64{ignoredMissingTags: 1, ignoredPodNotFound: 1, ignoredContainerNotFound: 1, ignoredNodeNotOwned: 1, ignoredDuplicate: 1}
+	if got := ignoredSince(t, before); !maps.Equal(got, wantIgnored) {
+		t.Errorf("ignored = %v, want %v", got, wantIgnored)
 	}
 }
 
@@ -248,22 +202,11 @@ func testScrapeAttributes(t *testing.T, format Format) {
 func TestScrapeIntoStore(t *testing.T) {
 	e := newScrapeEnv(t, FormatJSON, newPod("default", "web-0", "kraftlet-a", "app"))
 	in := e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.5, RSSBytes: 64 << 20})
-	st := store.New(store.Config{Clock: e.clk, Sources: []string{SourceName}, FirstWindowMax: 30 * time.Second, StaleAfter: time.Minute})
-	scrape := func() {
-		t.Helper()
-		st.Store(SourceName, e.target.Nodes(), e.scrape(t), e.clk.Now())
-	}
-	usage := func() (store.PodUsage, *store.Unavailable) {
-		u, _, why := st.Pod("default", "web-0", "uid-web-0", "kraftlet-a", store.PodRef{})
-		return u, why
-	}
+	st := newStore(e.env, 30*time.Second, time.Minute)
+	scrape := func() { e.scrapeInto(t, st) }
 	wantCores := func(step string, nanoCores uint64, window time.Duration) {
 		t.Helper()
-		u, why := usage()
-		if why != nil {
-			t.Fatalf("%s: no usage: %v", step, why)
-		}
-		c := u.Containers[0]
+		c := webUsage(t, st, step).Containers[0]
 		if c.CPUNanoCores != nanoCores || c.Window != window || c.Timestamp != e.clk.Now() {
 			t.Errorf("%s: usage = %+v, want %d nanocores over %s ending now", step, c.Usage, nanoCores, window)
 		}
@@ -274,9 +217,7 @@ func TestScrapeIntoStore(t *testing.T) {
 	wantCores("first scrape, average since start", 500_000_000, 10*time.Second)
 
 	e.clk.Step(15 * time.Second)
-	if err := e.fake.SetCPU(in.UUID, 1.5); err != nil {
-		t.Fatal(err)
-	}
+	must(t, e.fake.SetCPU(in.UUID, 1.5))
 	e.clk.Step(15 * time.Second)
 	scrape()
 	wantCores("rate change", 1_000_000_000, 30*time.Second)
@@ -285,34 +226,28 @@ func TestScrapeIntoStore(t *testing.T) {
 	// previous scrape stands in for the start, so the 5 s before the
 	// restart count as idle: 15 core-seconds over 15 s.
 	e.clk.Step(5 * time.Second)
-	if err := e.fake.Restart(in.UUID); err != nil {
-		t.Fatal(err)
-	}
+	must(t, e.fake.Restart(in.UUID))
 	e.clk.Step(10 * time.Second)
 	scrape()
 	wantCores("after a restart", 1_000_000_000, 15*time.Second)
 
 	// In standby the pod reads zero CPU and its resident set, 0, for as
 	// long as it stands by.
-	if err := e.fake.Standby(in.UUID); err != nil {
-		t.Fatal(err)
-	}
+	must(t, e.fake.Standby(in.UUID))
 	e.clk.Step(15 * time.Second)
 	scrape()
 	wantCores("standby", 0, 15*time.Second)
 	e.clk.Step(time.Minute)
 	scrape()
 	wantCores("a minute in standby", 0, time.Minute)
-	if u, _ := usage(); u.Containers[0].MemoryBytes != 0 {
+	if u := webUsage(t, st, "standby"); u.Containers[0].MemoryBytes != 0 {
 		t.Errorf("memory in standby = %d, want 0", u.Containers[0].MemoryBytes)
 	}
 
 	// Woken 7 s after a scrape: the next one reads the interval's average,
 	// 8 s at 1.5 cores over 15 s, never a spike.
 	e.clk.Step(7 * time.Second)
-	if err := e.fake.Restart(in.UUID); err != nil {
-		t.Fatal(err)
-	}
+	must(t, e.fake.Restart(in.UUID))
 	e.clk.Step(8 * time.Second)
 	scrape()
 	wantCores("after a wake", 800_000_000, 15*time.Second)
@@ -321,17 +256,15 @@ func TestScrapeIntoStore(t *testing.T) {
 	wantCores("running again", 1_500_000_000, 15*time.Second)
 
 	// Draining, the instance keeps its last usage until it is stale.
-	if err := e.fake.Drain(in.UUID); err != nil {
-		t.Fatal(err)
-	}
+	must(t, e.fake.Drain(in.UUID))
 	e.clk.Step(15 * time.Second)
 	scrape()
-	if u, why := usage(); why != nil || u.Containers[0].CPUNanoCores != 1_500_000_000 {
-		t.Errorf("draining: usage %+v, %v; want the last one kept", u, why)
+	if u := webUsage(t, st, "draining"); u.Containers[0].CPUNanoCores != 1_500_000_000 {
+		t.Errorf("draining: usage %+v; want the last one kept", u)
 	}
 	e.clk.Step(time.Minute)
 	scrape()
-	if _, why := usage(); why == nil {
+	if _, _, why := st.Pod("default", "web-0", "uid-web-0", "kraftlet-a", store.PodRef{}); why == nil {
 		t.Error("usage of a draining instance still served after a minute")
 	}
 }
@@ -344,22 +277,13 @@ func TestScrapeClockOffset(t *testing.T) {
 		t.Run(offset.String(), func(t *testing.T) {
 			e := newScrapeEnv(t, FormatJSON, newPod("default", "web-0", "kraftlet-a", "app"))
 			e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.5, RSSBytes: 1 << 20})
-			if err := e.fake.SetFault(fakeukpd.ClockOffset(offset)); err != nil {
-				t.Fatal(err)
-			}
-			st := store.New(store.Config{Clock: e.clk, Sources: []string{SourceName}, FirstWindowMax: 30 * time.Second, StaleAfter: time.Minute})
-			for _, step := range []struct {
-				after  time.Duration
-				window time.Duration
-			}{{10 * time.Second, 10 * time.Second}, {15 * time.Second, 15 * time.Second}} {
-				e.clk.Step(step.after)
-				st.Store(SourceName, e.target.Nodes(), e.scrape(t), e.clk.Now())
-				u, _, why := st.Pod("default", "web-0", "uid-web-0", "kraftlet-a", store.PodRef{})
-				if why != nil {
-					t.Fatalf("no usage: %v", why)
-				}
-				if c := u.Containers[0]; c.CPUNanoCores != 500_000_000 || c.Window != step.window {
-					t.Errorf("usage = %+v, want 0.5 cores over %s", c.Usage, step.window)
+			must(t, e.fake.SetFault(fakeukpd.ClockOffset(offset)))
+			st := newStore(e.env, 30*time.Second, time.Minute)
+			for _, window := range []time.Duration{10 * time.Second, 15 * time.Second} {
+				e.clk.Step(window)
+				e.scrapeInto(t, st)
+				if c := webUsage(t, st, window.String()).Containers[0]; c.CPUNanoCores != 500_000_000 || c.Window != window {
+					t.Errorf("usage = %+v, want 0.5 cores over %s", c.Usage, window)
 				}
 			}
 		})
@@ -375,9 +299,7 @@ func TestTargetsLabelsSelector(t *testing.T) {
 		Pods:         podLister(t),
 		NodeSelector: labels.SelectorFromSet(labels.Set{"role": "ukpd"}),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	targets, err := src.Targets()
 	if err != nil || len(targets) != 1 || !gocmp.Equal(targets[0].Nodes(), []string{"w"}) {
 		t.Errorf("Targets = %v, %v; want one owning w", targets, err)
@@ -390,20 +312,15 @@ func TestTargetsLabelsSelector(t *testing.T) {
 func TestScrapeStartedAtMovesAlone(t *testing.T) {
 	e := newScrapeEnv(t, FormatJSON, newPod("default", "web-0", "kraftlet-a", "app"))
 	e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.04, RSSBytes: 1})
-	st := store.New(store.Config{Clock: e.clk, Sources: []string{SourceName}, FirstWindowMax: 30 * time.Second, StaleAfter: time.Minute})
+	st := newStore(e.env, 30*time.Second, time.Minute)
 	var lastWindowEnd time.Time
 	for i := range 10 {
 		if i == 3 {
-			if err := e.fake.SetFault(fakecore.ClockBackwards(time.Hour)); err != nil {
-				t.Fatal(err)
-			}
+			must(t, e.fake.SetFault(fakecore.ClockBackwards(time.Hour)))
 		}
 		e.clk.Step(15 * time.Second)
-		st.Store(SourceName, e.target.Nodes(), e.scrape(t), e.clk.Now())
-		u, _, why := st.Pod("default", "web-0", "uid-web-0", "kraftlet-a", store.PodRef{})
-		if why != nil {
-			t.Fatalf("scrape %d: no usage: %v", i, why)
-		}
+		e.scrapeInto(t, st)
+		u := webUsage(t, st, fmt.Sprintf("scrape %d", i))
 		if c := u.Containers[0].CPUNanoCores; c != 40_000_000 {
 			t.Errorf("scrape %d: %d nanocores, want 40m", i, c)
 		}
