@@ -2,15 +2,14 @@ package fakekubelet
 
 import (
 	"context"
-	"net/http"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
-
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
 // lingering returns the stacks of goroutines that serve or run fleet code,
@@ -20,10 +19,7 @@ func lingering() []string {
 	buf = buf[:runtime.Stack(buf, true)]
 	var out []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "fakekubelet.Test") {
-			continue
-		}
-		if strings.Contains(g, "fakekubelet.") || strings.Contains(g, "net/http.(*Server).Serve") {
+		if !strings.Contains(g, "fakekubelet.Test") && (strings.Contains(g, "fakekubelet.") || strings.Contains(g, "net/http.(*Server).Serve")) {
 			out = append(out, g)
 		}
 	}
@@ -44,18 +40,11 @@ func TestCloseStopsEverything(t *testing.T) {
 	must(t, nodes[1].SetFault(Fault{Kind: fakecore.FaultStall}))
 	must(t, nodes[2].SetFault(fakecore.Slow(time.Hour)))
 	must(t, nodes[3].SetFault(Fault{Kind: FaultDead}))
-	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
-	defer cancel()
 	// Requests in flight on the stalled and the slow node.
 	ended := make(chan struct{}, 2)
 	for _, n := range nodes[1:3] {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, n.URL()+summaryPath, nil)
-		req.Header.Set("Authorization", "Bearer "+testToken)
 		go func() {
-			if resp, err := c.Do(req); err == nil {
-				_, _ = resp.Body.Read(make([]byte, 1<<10))
-				resp.Body.Close()
-			}
+			_, _, _ = get(t, c, n, summaryPath, bearerAuth)
 			ended <- struct{}{}
 		}()
 	}
@@ -68,7 +57,7 @@ func TestCloseStopsEverything(t *testing.T) {
 		<-ended
 	}
 	var left []string
-	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, requestTimeout, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, requestTimeout, true, func(context.Context) (bool, error) {
 		left = lingering()
 		return len(left) == 0, nil
 	})

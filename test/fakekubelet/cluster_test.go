@@ -71,19 +71,16 @@ func TestPodInformer(t *testing.T) {
 	}
 
 	pods := client.CoreV1().Pods("ns")
+	setStatus := func(p *corev1.Pod) error { _, err := pods.UpdateStatus(ctx, p, metav1.UpdateOptions{}); return err }
 	steps := []struct {
 		name   string
 		change func() error
 		want   []string
 	}{
-		{"pending pod starts running", func() error {
-			_, err := pods.UpdateStatus(ctx, podObject("pending", "n2", corev1.PodRunning, "u2"), metav1.UpdateOptions{})
-			return err
-		}, []string{"n1/ns/running/u1", "n2/ns/pending/u2"}},
-		{"pod finishes", func() error {
-			_, err := pods.UpdateStatus(ctx, podObject("running", "n1", corev1.PodSucceeded, "u1"), metav1.UpdateOptions{})
-			return err
-		}, []string{"n2/ns/pending/u2"}},
+		{"pending pod starts running", func() error { return setStatus(podObject("pending", "n2", corev1.PodRunning, "u2")) },
+			[]string{"n1/ns/running/u1", "n2/ns/pending/u2"}},
+		{"pod finishes", func() error { return setStatus(podObject("running", "n1", corev1.PodSucceeded, "u1")) },
+			[]string{"n2/ns/pending/u2"}},
 		{"pod is replaced under the same name", func() error {
 			if err := pods.Delete(ctx, "pending", metav1.DeleteOptions{}); err != nil {
 				return err
@@ -109,8 +106,7 @@ func TestPodInformer(t *testing.T) {
 
 func TestRegisterNodes(t *testing.T) {
 	f, _ := newTestFleet(t, Config{})
-	n1 := addNode(t, f, "n1")
-	n2 := addNode(t, f, "n2")
+	n1, n2 := addNode(t, f, "n1"), addNode(t, f, "n2")
 	stale := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}}
 	stale.Status.DaemonEndpoints.KubeletEndpoint.Port = 1
 	client := fake.NewClientset(stale)
@@ -126,17 +122,18 @@ func TestRegisterNodes(t *testing.T) {
 	for _, name := range []string{"n1", "n2"} {
 		obj, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		must(t, err)
-		v := view{Annotation: obj.Annotations[cluster.KwokNodeAnnotation], Pool: obj.Labels["pool"], Port: obj.Status.DaemonEndpoints.KubeletEndpoint.Port}
+		capacity := func(r corev1.ResourceName) string {
+			if q, ok := obj.Status.Capacity[r]; ok {
+				return q.String()
+			}
+			return ""
+		}
+		v := view{Annotation: obj.Annotations[cluster.KwokNodeAnnotation], Pool: obj.Labels["pool"], CPU: capacity(corev1.ResourceCPU),
+			Memory: capacity(corev1.ResourceMemory), Port: obj.Status.DaemonEndpoints.KubeletEndpoint.Port}
 		for _, a := range obj.Status.Addresses {
 			if a.Type == corev1.NodeInternalIP {
 				v.IP = a.Address
 			}
-		}
-		if q, ok := obj.Status.Capacity[corev1.ResourceCPU]; ok {
-			v.CPU = q.String()
-		}
-		if q, ok := obj.Status.Capacity[corev1.ResourceMemory]; ok {
-			v.Memory = q.String()
 		}
 		got[name] = v
 	}

@@ -51,71 +51,36 @@ func TestCounterIntegration(t *testing.T) {
 			}
 		}
 	}
+	// obs is what the pod's one container shows at+after t0, started at
+	// start+t0; the pod's counter is the container's.
+	obs := func(at, start time.Duration, rate, counter, node uint64) observation {
+		return observation{Time: t0.Add(at), Start: t0.Add(start), Rate: rate, Counter: counter, PodCount: counter, NodeCount: node}
+	}
+	const c, sec = DefaultContainerCPU, time.Second
 	tests := []struct {
 		name  string
 		pod   Pod
 		steps []step
 		want  observation
 	}{
-		{
-			name:  "default rate integrates over elapsed time",
-			steps: []step{advance(10 * time.Second)},
-			want: observation{Time: t0.Add(10 * time.Second), Start: t0, Rate: DefaultContainerCPU, Counter: 10 * DefaultContainerCPU,
-				PodCount: 10 * DefaultContainerCPU, NodeCount: 10 * (base + DefaultContainerCPU)},
-		},
-		{
-			name:  "sample time is quantised to the second",
-			steps: []step{advance(2500 * time.Millisecond)},
-			want: observation{Time: t0.Add(2 * time.Second), Start: t0, Rate: DefaultContainerCPU, Counter: 2 * DefaultContainerCPU,
-				PodCount: 2 * DefaultContainerCPU, NodeCount: 2 * (base + DefaultContainerCPU)},
-		},
-		{
-			name:  "rate change takes effect from the current sample instant",
-			steps: []step{advance(4 * time.Second), cores(2e9), advance(3 * time.Second)},
-			want: observation{Time: t0.Add(7 * time.Second), Start: t0, Rate: 2e9, Counter: 4*DefaultContainerCPU + 6e9,
-				PodCount: 4*DefaultContainerCPU + 6e9, NodeCount: 7*base + 4*DefaultContainerCPU + 6e9},
-		},
-		{
-			name:  "mid-second change counts from the second's start",
-			steps: []step{advance(4300 * time.Millisecond), cores(1e9), advance(1700 * time.Millisecond)},
-			want: observation{Time: t0.Add(6 * time.Second), Start: t0, Rate: 1e9, Counter: 4*DefaultContainerCPU + 2e9,
-				PodCount: 4*DefaultContainerCPU + 2e9, NodeCount: 6*base + 4*DefaultContainerCPU + 2e9},
-		},
-		{
-			name:  "zero rate freezes the counter",
-			steps: []step{cores(5e8), advance(2 * time.Second), cores(0), advance(time.Hour)},
-			want: observation{Time: t0.Add(time.Hour + 2*time.Second), Start: t0, Rate: 0, Counter: 1e9,
-				PodCount: 1e9, NodeCount: (3600+2)*base + 1e9},
-		},
-		{
-			name: "pod that started earlier has accumulated usage",
-			pod:  Pod{StartTime: t0.Add(-100 * time.Second)},
-			want: observation{Time: t0, Start: t0.Add(-100 * time.Second), Rate: DefaultContainerCPU, Counter: 100 * DefaultContainerCPU,
-				PodCount: 100 * DefaultContainerCPU, NodeCount: 0},
-		},
-		{
-			name: "pod counter reset restarts from zero with a new start time",
-			steps: []step{advance(5 * time.Second), func(t *testing.T, f *Fleet, _ *testingclock.FakeClock) {
-				must(t, f.ResetPodCounters("ns", "p"))
-			}, advance(2 * time.Second)},
-			want: observation{Time: t0.Add(7 * time.Second), Start: t0.Add(5 * time.Second), Rate: DefaultContainerCPU, Counter: 2 * DefaultContainerCPU,
-				PodCount: 2 * DefaultContainerCPU, NodeCount: 7 * (base + DefaultContainerCPU)},
-		},
-		{
-			name: "node counter reset keeps the node counter monotonic",
-			steps: []step{advance(5 * time.Second), func(t *testing.T, f *Fleet, _ *testingclock.FakeClock) {
-				n, _ := f.Node("n")
-				must(t, n.SetFault(Fault{Kind: fakecore.FaultCounterReset}))
-			}},
-			want: observation{Time: t0.Add(5 * time.Second), Start: t0.Add(5 * time.Second), Rate: DefaultContainerCPU, Counter: 0,
-				PodCount: 0, NodeCount: 5 * (base + DefaultContainerCPU)},
-		},
-		{
-			name:  "large rate over a long time does not overflow",
-			steps: []step{cores(64e9), advance(30 * 24 * time.Hour)},
-			want: observation{Time: t0.Add(30 * 24 * time.Hour), Start: t0, Rate: 64e9, Counter: 64 * 30 * 24 * 3600 * 1e9,
-				PodCount: 64 * 30 * 24 * 3600 * 1e9, NodeCount: 30*24*3600*base + 64*30*24*3600*1e9},
-		},
+		{name: "default rate integrates over elapsed time", steps: []step{advance(10 * sec)}, want: obs(10*sec, 0, c, 10*c, 10*(base+c))},
+		{name: "sample time is quantised to the second", steps: []step{advance(2500 * time.Millisecond)}, want: obs(2*sec, 0, c, 2*c, 2*(base+c))},
+		{name: "rate change takes effect from the current sample instant", steps: []step{advance(4 * sec), cores(2e9), advance(3 * sec)},
+			want: obs(7*sec, 0, 2e9, 4*c+6e9, 7*base+4*c+6e9)},
+		{name: "mid-second change counts from the second's start", steps: []step{advance(4300 * time.Millisecond), cores(1e9), advance(1700 * time.Millisecond)},
+			want: obs(6*sec, 0, 1e9, 4*c+2e9, 6*base+4*c+2e9)},
+		{name: "zero rate freezes the counter", steps: []step{cores(5e8), advance(2 * sec), cores(0), advance(time.Hour)},
+			want: obs(time.Hour+2*sec, 0, 0, 1e9, (3600+2)*base+1e9)},
+		{name: "pod that started earlier has accumulated usage", pod: Pod{StartTime: t0.Add(-100 * sec)}, want: obs(0, -100*sec, c, 100*c, 0)},
+		{name: "pod counter reset restarts from zero with a new start time", steps: []step{advance(5 * sec), func(t *testing.T, f *Fleet, _ *testingclock.FakeClock) {
+			must(t, f.ResetPodCounters("ns", "p"))
+		}, advance(2 * sec)}, want: obs(7*sec, 5*sec, c, 2*c, 7*(base+c))},
+		{name: "node counter reset keeps the node counter monotonic", steps: []step{advance(5 * sec), func(t *testing.T, f *Fleet, _ *testingclock.FakeClock) {
+			n, _ := f.Node("n")
+			must(t, n.SetFault(Fault{Kind: fakecore.FaultCounterReset}))
+		}}, want: obs(5*sec, 5*sec, c, 0, 5*(base+c))},
+		{name: "large rate over a long time does not overflow", steps: []step{cores(64e9), advance(30 * 24 * time.Hour)},
+			want: obs(30*24*time.Hour, 0, 64e9, 64*30*24*3600*1e9, 30*24*3600*base+64*30*24*3600*1e9)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -151,22 +116,14 @@ func TestUsageSpreadAndRules(t *testing.T) {
 	setPod(t, f, "n2", Pod{Namespace: "ns", Name: "web-2", Labels: map[string]string{"app": "web"}})
 	f.SetUsage(UsageTarget{Namespace: "ns", Name: "db-1", Container: "main"}, Usage{CPUNanoCores: 7, MemoryBytes: 8})
 
-	usage := map[string]Usage{}
-	for _, n := range f.Nodes() {
-		for _, p := range n.State(true).Pods {
-			for _, c := range p.Containers {
-				usage[p.PodRef.Name+"/"+c.Name] = containerUsage(c)
-			}
-		}
-	}
 	want := map[string]Usage{
-		"web-1/a":    {CPUNanoCores: 333333334, MemoryBytes: 34},
-		"web-1/b":    {CPUNanoCores: 333333334, MemoryBytes: 33},
-		"web-1/c":    {CPUNanoCores: 333333333, MemoryBytes: 33},
-		"web-2/main": {CPUNanoCores: 1e9 + 1, MemoryBytes: 100},
-		"db-1/main":  {CPUNanoCores: 7, MemoryBytes: 8},
+		"ns/web-1/a":    {CPUNanoCores: 333333334, MemoryBytes: 34},
+		"ns/web-1/b":    {CPUNanoCores: 333333334, MemoryBytes: 33},
+		"ns/web-1/c":    {CPUNanoCores: 333333333, MemoryBytes: 33},
+		"ns/web-2/main": {CPUNanoCores: 1e9 + 1, MemoryBytes: 100},
+		"ns/db-1/main":  {CPUNanoCores: 7, MemoryBytes: 8},
 	}
-	if diff := cmp.Diff(want, usage); diff != "" {
+	if diff := cmp.Diff(want, usages(f)); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 	if got := f.SetUsage(UsageTarget{Namespace: "ns", Name: "db-1", Container: "missing"}, Usage{CPUNanoCores: 1}); got != 0 {

@@ -22,7 +22,6 @@ type podView struct {
 }
 
 func summaryView(t *testing.T, n *Node) []podView {
-	t.Helper()
 	var out []podView
 	for _, p := range summary(t, n).Pods {
 		c := p.Containers[0]
@@ -78,14 +77,13 @@ func TestPodFaults(t *testing.T) {
 func TestConnectionFaultWhileDead(t *testing.T) {
 	f, _ := newTestFleet(t, Config{})
 	n := addNode(t, f, "node-a")
-	for _, fault := range []Fault{{Kind: FaultDead}, {Kind: fakecore.FaultUntrustedCertificate}} {
-		must(t, n.SetFault(fault))
-	}
-	if _, _, err := get(t, newClient(t, f), n, summaryPath, testToken); err == nil {
+	must(t, n.SetFault(Fault{Kind: FaultDead}))
+	must(t, n.SetFault(Fault{Kind: fakecore.FaultUntrustedCertificate}))
+	if _, _, err := get(t, newClient(t, f), n, summaryPath, bearerAuth); err == nil {
 		t.Fatal("a Dead node answered")
 	}
 	must(t, n.ClearFault(FaultDead))
-	if code, _, err := get(t, newClient(t, f), n, summaryPath, testToken); !errors.As(err, &x509.UnknownAuthorityError{}) {
+	if code, _, err := get(t, newClient(t, f), n, summaryPath, bearerAuth); !errors.As(err, &x509.UnknownAuthorityError{}) {
 		t.Errorf("got %d, %v; want an unknown authority", code, err)
 	}
 	must(t, n.ClearFault(""))

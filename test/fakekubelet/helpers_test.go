@@ -7,26 +7,25 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
 	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	testingclock "k8s.io/utils/clock/testing"
-
-	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
-	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
 // t0 is a whole second, so sample instants fall on whole seconds from it.
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-const testToken = "test-token"
+const (
+	testToken  = "test-token"
+	bearerAuth = "Bearer " + testToken
+	// requestTimeout bounds every request a test makes; it is a guard
+	// against hangs, never an assertion about speed.
+	requestTimeout = 30 * time.Second
+)
 
-// requestTimeout bounds every request a test makes; it is a guard against
-// hangs, never an assertion about speed.
-const requestTimeout = 30 * time.Second
-
-// must fails the test at once on an error.
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -34,50 +33,48 @@ func must(t *testing.T, err error) {
 	}
 }
 
+// newTestFleet starts a fleet on a fake clock at t0, closed with the test.
 func newTestFleet(t *testing.T, cfg Config) (*Fleet, *testingclock.FakeClock) {
 	t.Helper()
 	fc := testingclock.NewFakeClock(t0)
-	if cfg.Clock == nil {
-		cfg.Clock = fc
-	}
+	cfg.Clock = fc
 	if cfg.Tokens == nil {
 		cfg.Tokens = []string{testToken}
 	}
 	f, err := NewFleet(cfg)
-	if err != nil {
-		t.Fatalf("NewFleet: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := f.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	must(t, err)
+	t.Cleanup(func() { must(t, f.Close()) })
 	return f, fc
 }
 
 func addNode(t *testing.T, f *Fleet, name string) *Node {
 	t.Helper()
 	n, err := f.AddNode(name, 0)
-	if err != nil {
-		t.Fatalf("AddNode(%q): %v", name, err)
-	}
+	must(t, err)
 	return n
 }
 
 func setPod(t *testing.T, f *Fleet, node string, p Pod) {
 	t.Helper()
-	if err := f.SetPod(node, p); err != nil {
-		t.Fatalf("SetPod(%s/%s): %v", p.Namespace, p.Name, err)
+	must(t, f.SetPod(node, p))
+}
+
+// usages returns the usage of every container of the named nodes (of
+// every node, without names) by namespace/pod/container.
+func usages(f *Fleet, nodes ...string) map[string]Usage {
+	out := map[string]Usage{}
+	for _, n := range f.Nodes() {
+		if len(nodes) > 0 && !slices.Contains(nodes, n.Name()) {
+			continue
+		}
+		for _, p := range n.State(true).Pods {
+			for _, c := range p.Containers {
+				out[p.PodRef.Namespace+"/"+p.PodRef.Name+"/"+c.Name] = Usage{CPUNanoCores: *c.CPU.UsageNanoCores, MemoryBytes: *c.Memory.WorkingSetBytes}
+			}
+		}
 	}
+	return out
 }
-
-// containerUsage is a container's usage as a Summary reports it.
-func containerUsage(c stats.ContainerStats) Usage {
-	return Usage{CPUNanoCores: *c.CPU.UsageNanoCores, MemoryBytes: *c.Memory.WorkingSetBytes}
-}
-
-// URL returns the base URL of the node's endpoint.
-func (n *Node) URL() string { return "https://" + n.Address() }
 
 // certPool returns a pool holding the fleet CA.
 func certPool(f *Fleet) *x509.CertPool {
@@ -89,7 +86,6 @@ func certPool(f *Fleet) *x509.CertPool {
 // newClient returns a client that trusts the fleet CA, optionally with a
 // client certificate.
 func newClient(t *testing.T, f *Fleet, certs ...tls.Certificate) *http.Client {
-	t.Helper()
 	tr := &http.Transport{
 		TLSClientConfig:   &tls.Config{RootCAs: certPool(f), Certificates: certs, MinVersion: tls.VersionTLS12},
 		ForceAttemptHTTP2: true,
@@ -98,15 +94,14 @@ func newClient(t *testing.T, f *Fleet, certs ...tls.Certificate) *http.Client {
 	return &http.Client{Transport: tr}
 }
 
-// get fetches a node path with an optional bearer token.
-func get(t *testing.T, c *http.Client, n *Node, path, token string) (int, []byte, error) {
-	t.Helper()
+// get fetches a node path with an optional Authorization header.
+func get(t *testing.T, c *http.Client, n *Node, path, auth string) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.URL()+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+n.Address()+path, nil)
 	must(t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
 	}
 	resp, err := c.Do(req)
 	if err != nil {
@@ -119,12 +114,9 @@ func get(t *testing.T, c *http.Client, n *Node, path, token string) (int, []byte
 
 func mustGet(t *testing.T, c *http.Client, n *Node, path string) []byte {
 	t.Helper()
-	code, body, err := get(t, c, n, path, testToken)
-	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
-	if code != http.StatusOK {
-		t.Fatalf("GET %s: status %d, body %q", path, code, body)
+	code, body, err := get(t, c, n, path, bearerAuth)
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("GET %s: status %d, body %q, %v", path, code, body, err)
 	}
 	return body
 }
@@ -135,19 +127,4 @@ func summary(t *testing.T, n *Node) stats.Summary {
 	var s stats.Summary
 	must(t, json.Unmarshal(mustGet(t, newClient(t, n.fleet), n, summaryPath+"?only_cpu_and_memory=true"), &s))
 	return s
-}
-
-func clientCertificate(t *testing.T, certPEM, keyPEM []byte) tls.Certificate {
-	t.Helper()
-	c, err := tls.X509KeyPair(certPEM, keyPEM)
-	must(t, err)
-	return c
-}
-
-// otherCA returns a CA unrelated to the fleet's.
-func otherCA(t *testing.T) *pki.CA {
-	t.Helper()
-	a, err := pki.NewCA("other-ca", t0, fakecore.CAValidity)
-	must(t, err)
-	return a
 }

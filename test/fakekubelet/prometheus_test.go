@@ -83,18 +83,15 @@ func TestWriteResourceMetricsOrderAndEscaping(t *testing.T) {
 
 // parseText reads the sample lines of a Prometheus text body into
 // "name{labels}" -> "value timestamp".
-func parseText(t *testing.T, body string) map[string]string {
-	t.Helper()
+func parseText(body string) map[string]string {
 	out := map[string]string{}
 	for _, l := range strings.Split(strings.TrimSpace(body), "\n") {
 		if strings.HasPrefix(l, "#") {
 			continue
 		}
-		i := strings.LastIndex(l, "} ")
-		if i < 0 {
+		i := strings.LastIndex(l, "} ") + 1
+		if i == 0 {
 			i = strings.Index(l, " ")
-		} else {
-			i++
 		}
 		out[l[:i]] = l[i+1:]
 	}
@@ -103,23 +100,21 @@ func parseText(t *testing.T, body string) map[string]string {
 
 // seriesFromSummary derives what /metrics/resource must say from a summary.
 func seriesFromSummary(s *stats.Summary) map[string]string {
-	sec := func(ns *uint64) string { return strconv.FormatFloat(float64(*ns)/1e9, 'g', -1, 64) }
-	num := func(v *uint64) string { return strconv.FormatFloat(float64(*v), 'g', -1, 64) }
-	ms := func(t metav1.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
-	out := map[string]string{
-		"node_cpu_usage_seconds_total":  sec(s.Node.CPU.UsageCoreNanoSeconds) + " " + ms(s.Node.CPU.Time),
-		"node_memory_working_set_bytes": num(s.Node.Memory.WorkingSetBytes) + " " + ms(s.Node.Memory.Time),
-		"resource_scrape_error":         "0",
+	out := map[string]string{"resource_scrape_error": "0"}
+	float := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	// cgroup adds the CPU counter, in seconds, and the working set of one cgroup.
+	cgroup := func(level, labels string, cpu *stats.CPUStats, mem *stats.MemoryStats) {
+		out[level+"_cpu_usage_seconds_total"+labels] = float(float64(*cpu.UsageCoreNanoSeconds)/1e9) + " " + strconv.FormatInt(cpu.Time.UnixMilli(), 10)
+		out[level+"_memory_working_set_bytes"+labels] = float(float64(*mem.WorkingSetBytes)) + " " + strconv.FormatInt(mem.Time.UnixMilli(), 10)
 	}
+	cgroup("node", "", s.Node.CPU, s.Node.Memory)
 	for _, p := range s.Pods {
 		pl := fmt.Sprintf(`namespace="%s",pod="%s"`, p.PodRef.Namespace, p.PodRef.Name)
-		out["pod_cpu_usage_seconds_total{"+pl+"}"] = sec(p.CPU.UsageCoreNanoSeconds) + " " + ms(p.CPU.Time)
-		out["pod_memory_working_set_bytes{"+pl+"}"] = num(p.Memory.WorkingSetBytes) + " " + ms(p.Memory.Time)
+		cgroup("pod", "{"+pl+"}", p.CPU, p.Memory)
 		for _, c := range p.Containers {
 			cl := fmt.Sprintf(`{container="%s",%s}`, c.Name, pl)
-			out["container_cpu_usage_seconds_total"+cl] = sec(c.CPU.UsageCoreNanoSeconds) + " " + ms(c.CPU.Time)
-			out["container_memory_working_set_bytes"+cl] = num(c.Memory.WorkingSetBytes) + " " + ms(c.Memory.Time)
-			out["container_start_time_seconds"+cl] = strconv.FormatFloat(float64(c.StartTime.Unix()), 'g', -1, 64)
+			cgroup("container", cl, c.CPU, c.Memory)
+			out["container_start_time_seconds"+cl] = float(float64(c.StartTime.Unix()))
 		}
 	}
 	return out
@@ -155,7 +150,7 @@ func TestSummaryAndResourceMetricsAgree(t *testing.T) {
 			}
 			fc.Step(tt.step)
 			s := summary(t, n)
-			got := parseText(t, string(mustGet(t, newClient(t, f), n, "/metrics/resource")))
+			got := parseText(string(mustGet(t, newClient(t, f), n, "/metrics/resource")))
 			if diff := cmp.Diff(seriesFromSummary(&s), got); diff != "" {
 				t.Errorf("/metrics/resource disagrees with /stats/summary (-summary +metrics):\n%s", diff)
 			}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -55,28 +54,18 @@ func keyPaths(v any, prefix string, out map[string]bool) {
 }
 
 func TestSummaryShape(t *testing.T) {
-	cpu := []string{"cpu", "cpu.time", "cpu.usageCoreNanoSeconds", "cpu.usageNanoCores"}
-	mem := []string{"memory", "memory.majorPageFaults", "memory.pageFaults", "memory.rssBytes", "memory.time", "memory.usageBytes", "memory.workingSetBytes"}
-	with := func(prefix string, groups ...[]string) []string {
-		var out []string
-		for _, g := range groups {
-			for _, k := range g {
-				out = append(out, prefix+k)
-			}
-		}
-		return out
-	}
-	var want []string
-	want = append(want, "node", "node.nodeName", "node.startTime", "node.memory.availableBytes",
+	want := []string{"node", "node.nodeName", "node.startTime", "node.memory.availableBytes",
 		"node.systemContainers", "node.systemContainers[].name", "node.systemContainers[].startTime",
 		"pods", "pods[].podRef", "pods[].podRef.name", "pods[].podRef.namespace", "pods[].podRef.uid",
 		"pods[].startTime", "pods[].containers", "pods[].containers[].name", "pods[].containers[].startTime",
-		"pods[].containers[].memory.availableBytes")
-	want = append(want, with("node.", cpu, mem)...)
-	want = append(want, with("node.systemContainers[].", cpu, mem)...)
-	want = append(want, with("pods[].", cpu, mem)...)
-	want = append(want, with("pods[].containers[].", cpu, mem)...)
-	sort.Strings(want)
+		"pods[].containers[].memory.availableBytes"}
+	for _, prefix := range []string{"node.", "node.systemContainers[].", "pods[].", "pods[].containers[]."} {
+		for _, k := range []string{"cpu", "cpu.time", "cpu.usageCoreNanoSeconds", "cpu.usageNanoCores", "memory", "memory.majorPageFaults",
+			"memory.pageFaults", "memory.rssBytes", "memory.time", "memory.usageBytes", "memory.workingSetBytes"} {
+			want = append(want, prefix+k)
+		}
+	}
+	slices.Sort(want)
 
 	_, n := fixture(t)
 	keys := func(path string) map[string]bool {
