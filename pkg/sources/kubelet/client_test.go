@@ -30,9 +30,7 @@ func newFleetEnv(t *testing.T) *fleetEnv {
 	// client checks them against the real one.
 	clk := testingclock.NewFakeClock(time.Now().Truncate(time.Second))
 	fleet, err := fakekubelet.NewFleet(fakekubelet.Config{Clock: clk, Tokens: []string{testToken}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(func() {
 		if err := fleet.Close(); err != nil {
 			t.Errorf("close the fleet: %v", err)
@@ -44,13 +42,9 @@ func newFleetEnv(t *testing.T) *fleetEnv {
 func (e *fleetEnv) addNode(t *testing.T, name string, pods ...string) *fakekubelet.Node {
 	t.Helper()
 	n, err := e.fleet.AddNode(name, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for _, p := range pods {
-		if err := e.fleet.SetPod(name, fakekubelet.Pod{Namespace: "ns", Name: p}); err != nil {
-			t.Fatal(err)
-		}
+		must(t, e.fleet.SetPod(name, fakekubelet.Pod{Namespace: "ns", Name: p}))
 	}
 	return n
 }
@@ -68,11 +62,16 @@ func (e *fleetEnv) client(t *testing.T, mod func(*ClientConfig)) *Client {
 		mod(&cfg)
 	}
 	c, err := NewClient(cfg)
+	must(t, err)
+	t.Cleanup(c.http.CloseIdleConnections)
+	return c
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.http.CloseIdleConnections)
-	return c
 }
 
 // TestClientFailures gives a kubelet each fault that fails a scrape and
@@ -113,19 +112,9 @@ func TestClientFailures(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := node.SetFault(tc.fault); err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				if err := node.ClearFault(""); err != nil {
-					t.Error(err)
-				}
-			}()
-			c := e.client(t, func(cfg *ClientConfig) {
-				if tc.maxBytes > 0 {
-					cfg.MaxResponseBytes = tc.maxBytes
-				}
-			})
+			must(t, node.SetFault(tc.fault))
+			t.Cleanup(func() { must(t, node.ClearFault("")) })
+			c := e.client(t, func(cfg *ClientConfig) { cfg.MaxResponseBytes = cmp.Or(tc.maxBytes, cfg.MaxResponseBytes) })
 			ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(tc.timeout, guard))
 			defer cancel()
 			batch, err := c.Summary(ctx, node.Name(), node.Address())

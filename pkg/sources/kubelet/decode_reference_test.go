@@ -178,9 +178,9 @@ func TestDecodeMatchesEncodingJSON(t *testing.T) {
 func TestDecodeStricter(t *testing.T) {
 	for _, body := range []string{
 		`{"node": {}, "node": {}}`,
-		nodeOK + `, "pods": [{"podRef": {"name": "a", "name": "b", "namespace": "ns"}}]}`,
+		withPods(`{"podRef": {"name": "a", "name": "b", "namespace": "ns"}}`),
 		`{"Node": {"cpu": {"time": "2026-12-01T10:00:00Z", "usageCoreNanoSeconds": 1}}}`,
-		nodeOK + `, "pods": [{"podref": {"name": "p", "namespace": "ns"}}]}`,
+		withPods(`{"podref": {"name": "p", "namespace": "ns"}}`),
 		`{"node": {"ſtartTime": "2026-12-01T10:00:00Z"}}`,
 	} {
 		if b, err := Decode("n1", []byte(body)); b != nil || !errors.Is(err, errStrict) {
@@ -194,16 +194,16 @@ func referenceCases() []string {
 	return []string{
 		validSummary,
 		nodeOK + `}`,
-		nodeOK + `, "pods": [` + okPod + `]}`,
+		withPods(okPod),
 		`{"node": null, "pods": null}`,
 		`{}`, `null`, ` {} `, "{\"node\":{}}\x00", "null\x00", "{\"x\": \x00}", "\x00", `[]`, `""`, `5`, `{`, `{"node": {}} x`, ``,
 		`{"node": {}}`,
 		`{"node": []}`, `{"node": "x"}`, `{"node": {}, "pods": {}}`, `{"node": {}, "pods": [null]}`,
-		nodeOK + `, "pods": [{"podRef": null, "containers": null}]}`,
-		nodeOK + `, "pods": [{"podRef": {"name": "p", "namespace": "ns"}, "containers": [null]}]}`,
-		nodeOK + `, "pods": [{"podRef": {"name": 5, "namespace": "ns"}}]}`,
-		nodeOK + `, "pods": [{"podRef": {"name": "p\u00e9\n", "namespace": "n\u0073", "uid": "\ud800"}, "containers": []}]}`,
-		nodeOK + `, "pods": [{"podRef": {"n\u0061me": "p", "namespace": "ns"}, "containers": []}]}`,
+		withPods(`{"podRef": null, "containers": null}`),
+		withPods(`{"podRef": {"name": "p", "namespace": "ns"}, "containers": [null]}`),
+		withPods(`{"podRef": {"name": 5, "namespace": "ns"}}`),
+		withPods(`{"podRef": {"name": "p\u00e9\n", "namespace": "n\u0073", "uid": "\ud800"}, "containers": []}`),
+		withPods(`{"podRef": {"n\u0061me": "p", "namespace": "ns"}, "containers": []}`),
 		nodeOK + ", \"pods\": [{\"podRef\": {\"name\": \"p\xff\", \"namespace\": \"ns\"}}]}",
 		nodeOK + ", \"pods\": [{\"podRef\": {\"name\": \"p\x01\", \"namespace\": \"ns\"}}]}",
 		nodeOK + `, "extra": {"a": [1, -2.5e+3, true, false, null, {"b": "\\\/"}], "c": []}}`,
@@ -229,7 +229,7 @@ func referenceCases() []string {
 			`{"name": "c", "rootfs": [], "cpu": {"time": "2026-12-01T10:00:00Z", "usageCoreNanoSeconds": 1}, "memory": {"time": "2026-12-01T10:00:00Z", "workingSetBytes": 1}}]}]}`,
 		`{"node": {"cpu": {"time": "2026-12-01T10:00:00\u005a", "usageCoreNanoSeconds": 1}}}`,
 		`{"node": {"startTime": null, "cpu": null, "memory": {"time": "2026-12-01T10:00:00Z", "workingSetBytes": null}}}`,
-		nodeOK + `, "pods": [` + okPod + `, ` + okPod + `]}`,
+		withPods(okPod, okPod),
 		nodeOK + `, "pods": [{"podRef": {"name": "p", "namespace": "ns"}, "containers": [` +
 			`{"name": "c", "cpu": {"time": "2026-12-01T10:00:00Z", "usageCoreNanoSeconds": 1}, "memory": {"workingSetBytes": 1}},` +
 			`{"name": "c", "cpu": {"time": "2026-12-01T10:00:00Z", "usageCoreNanoSeconds": 2}, "memory": {"workingSetBytes": 1}}]}]}`,

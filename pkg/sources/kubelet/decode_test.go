@@ -73,74 +73,49 @@ func TestDecode(t *testing.T) {
 }
 
 func TestDecodeRejects(t *testing.T) {
+	okPod := pod("p", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 1`)
 	tests := []struct {
 		name string
 		body string
-		// wantBatch is false when nothing may be returned.
-		wantBatch bool
-		// wantPods is how many pods survive when a batch is returned.
+		// wantPods is how many pods survive in the batch returned; -1: no
+		// batch may be returned.
 		wantPods int
 		wantErr  string
 	}{
-		{name: "malformed JSON", body: `{"node": {`, wantErr: `node "n1"`},
-		{name: "not an object", body: `[1,2]`, wantErr: `node "n1"`},
-		{name: "no node stats", body: `{"pods": []}`, wantErr: "no node stats"},
-		{name: "wrong type", body: `{"node": {"cpu": {"usageCoreNanoSeconds": "lots"}}}`, wantErr: `node "n1"`},
-		{name: "negative counter", body: `{"node": {"cpu": {"usageCoreNanoSeconds": -1}}}`, wantErr: `node "n1"`},
-		{
-			name:      "node without CPU keeps pods",
-			body:      `{"node": {"memory": {"workingSetBytes": 1}}, "pods": [` + pod("p", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 1`) + `]}`,
-			wantBatch: true, wantPods: 1, wantErr: "node: no CPU usage",
-		},
-		{
-			name:      "container without CPU is left out",
-			body:      nodeOK + `, "pods": [` + pod("p", `"x": 1`, `"workingSetBytes": 1`) + `]}`,
-			wantBatch: true, wantPods: 0, wantErr: `pod ns/p container "c": no CPU usage`,
-		},
+		{name: "malformed JSON", body: `{"node": {`, wantPods: -1, wantErr: `node "n1"`},
+		{name: "not an object", body: `[1,2]`, wantPods: -1, wantErr: `node "n1"`},
+		{name: "no node stats", body: `{"pods": []}`, wantPods: -1, wantErr: "no node stats"},
+		{name: "wrong type", body: `{"node": {"cpu": {"usageCoreNanoSeconds": "lots"}}}`, wantPods: -1, wantErr: `node "n1"`},
+		{name: "negative counter", body: `{"node": {"cpu": {"usageCoreNanoSeconds": -1}}}`, wantPods: -1, wantErr: `node "n1"`},
+		{name: "node without CPU keeps pods", body: `{"node": {"memory": {"workingSetBytes": 1}}, "pods": [` + okPod + `]}`, wantPods: 1, wantErr: "node: no CPU usage"},
+		{name: "container without CPU is left out", body: withPods(pod("p", `"x": 1`, `"workingSetBytes": 1`)), wantErr: `pod ns/p container "c": no CPU usage`},
 		{
 			// Finding 4: the pod was kept with its other containers, and
 			// served with their usage against the whole pod's request.
 			name: "a pod with one container left out is left out whole",
-			body: nodeOK + `, "pods": [{"podRef": {"name": "p", "namespace": "ns"}, "containers": [` +
+			body: withPods(`{"podRef": {"name": "p", "namespace": "ns"}, "containers": [` +
 				`{"name": "ok", "startTime": "2026-12-01T09:00:00Z", "cpu": {"time": "2026-12-01T10:00:00Z", "usageCoreNanoSeconds": 5}, "memory": {"time": "2026-12-01T10:00:00Z", "workingSetBytes": 1}},` +
-				`{"name": "new", "startTime": "2026-12-01T09:00:00Z", "memory": {"time": "2026-12-01T10:00:00Z", "workingSetBytes": 1}}]}]}`,
-			wantBatch: true, wantPods: 0, wantErr: `pod ns/p container "new": no CPU usage (the pod is left out)`,
+				`{"name": "new", "startTime": "2026-12-01T09:00:00Z", "memory": {"time": "2026-12-01T10:00:00Z", "workingSetBytes": 1}}]}`),
+			wantErr: `pod ns/p container "new": no CPU usage (the pod is left out)`,
 		},
+		{name: "container without memory is left out", body: withPods(pod("p", `"usageCoreNanoSeconds": 5`, `"usageBytes": 1`)), wantErr: "no memory working set"},
+		{name: "absurd memory", body: withPods(pod("p", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 9000000000000000000`)), wantErr: "implausible"},
 		{
-			name:      "container without memory is left out",
-			body:      nodeOK + `, "pods": [` + pod("p", `"usageCoreNanoSeconds": 5`, `"usageBytes": 1`) + `]}`,
-			wantBatch: true, wantPods: 0, wantErr: "no memory working set",
+			name:    "missing sample time",
+			body:    withPods(`{"podRef": {"name": "p", "namespace": "ns"}, "containers": [{"name": "c", "cpu": {"usageCoreNanoSeconds": 5}, "memory": {"workingSetBytes": 1}}]}`),
+			wantErr: "missing or implausible",
 		},
+		{name: "pod without a name", body: withPods(`{"podRef": {"namespace": "ns"}, "containers": []}`), wantErr: "missing podRef"},
 		{
-			name:      "absurd memory",
-			body:      nodeOK + `, "pods": [` + pod("p", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 9000000000000000000`) + `]}`,
-			wantBatch: true, wantPods: 0, wantErr: "implausible",
+			name:    "start after sample",
+			body:    withPods(`{"podRef": {"name": "p", "namespace": "ns"}, "containers": [{"name": "c", "startTime": "2030-01-01T00:00:00Z", "cpu": {"time": "2026-12-01T10:00:00Z", "usageCoreNanoSeconds": 5}, "memory": {"workingSetBytes": 1}}]}`),
+			wantErr: "after the sample time",
 		},
+		{name: "one bad pod costs only itself", body: withPods(pod("bad", `"x": 1`, `"workingSetBytes": 1`), pod("good", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 1`)), wantPods: 1, wantErr: "pod ns/bad"},
 		{
-			name:      "missing sample time",
-			body:      nodeOK + `, "pods": [{"podRef": {"name": "p", "namespace": "ns"}, "containers": [{"name": "c", "cpu": {"usageCoreNanoSeconds": 5}, "memory": {"workingSetBytes": 1}}]}]}`,
-			wantBatch: true, wantPods: 0, wantErr: "missing or implausible",
-		},
-		{
-			name:      "pod without a name",
-			body:      nodeOK + `, "pods": [{"podRef": {"namespace": "ns"}, "containers": []}]}`,
-			wantBatch: true, wantPods: 0, wantErr: "missing podRef",
-		},
-		{
-			name:      "start after sample",
-			body:      nodeOK + `, "pods": [{"podRef": {"name": "p", "namespace": "ns"}, "containers": [{"name": "c", "startTime": "2030-01-01T00:00:00Z", "cpu": {"time": "2026-12-01T10:00:00Z", "usageCoreNanoSeconds": 5}, "memory": {"workingSetBytes": 1}}]}]}`,
-			wantBatch: true, wantPods: 0, wantErr: "after the sample time",
-		},
-		{
-			name:      "one bad pod costs only itself",
-			body:      nodeOK + `, "pods": [` + pod("bad", `"x": 1`, `"workingSetBytes": 1`) + `,` + pod("good", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 1`) + `]}`,
-			wantBatch: true, wantPods: 1, wantErr: "pod ns/bad",
-		},
-		{
-			name: "a pod listed twice is left out, others kept",
-			body: nodeOK + `, "pods": [` + pod("twice", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 1`) + `,` +
-				pod("twice", `"usageCoreNanoSeconds": 9`, `"workingSetBytes": 2`) + `,` + pod("once", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 1`) + `]}`,
-			wantBatch: true, wantPods: 1, wantErr: "pod ns/twice: listed 2 times",
+			name:     "a pod listed twice is left out, others kept",
+			body:     withPods(pod("twice", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 1`), pod("twice", `"usageCoreNanoSeconds": 9`, `"workingSetBytes": 2`), pod("once", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 1`)),
+			wantPods: 1, wantErr: "pod ns/twice: listed 2 times",
 		},
 	}
 	for _, tc := range tests {
@@ -152,8 +127,8 @@ func TestDecodeRejects(t *testing.T) {
 			if !strings.Contains(err.Error(), `"n1"`) {
 				t.Errorf("error %q does not name the node", err)
 			}
-			if (b != nil) != tc.wantBatch {
-				t.Fatalf("batch = %v, want batch: %v", b, tc.wantBatch)
+			if (b != nil) != (tc.wantPods >= 0) {
+				t.Fatalf("batch = %v, want one: %v", b, tc.wantPods >= 0)
 			}
 			if b != nil && len(b.Pods) != tc.wantPods {
 				t.Errorf("got %d pods, want %d", len(b.Pods), tc.wantPods)
@@ -167,6 +142,9 @@ func TestDecodeRejects(t *testing.T) {
 
 const nodeOK = `{"node": {"startTime": "2026-11-30T10:00:00Z", "cpu": {"time": "2026-12-01T10:00:00Z", "usageCoreNanoSeconds": 1}, "memory": {"time": "2026-12-01T10:00:00Z", "workingSetBytes": 1}}`
 
+// withPods is a Summary of a healthy node with pods.
+func withPods(pods ...string) string { return nodeOK + `, "pods": [` + strings.Join(pods, ",") + `]}` }
+
 func pod(name, cpu, mem string) string {
 	return `{"podRef": {"name": "` + name + `", "namespace": "ns", "uid": "u"}, "containers": [{"name": "c", "startTime": "2026-12-01T09:00:00Z", "cpu": {"time": "2026-12-01T10:00:00Z", ` + cpu + `}, "memory": {"time": "2026-12-01T10:00:00Z", ` + mem + `}}]}`
 }
@@ -176,7 +154,7 @@ func pod(name, cpu, mem string) string {
 func FuzzDecode(f *testing.F) {
 	f.Add([]byte(validSummary))
 	f.Add([]byte(nodeOK + `}`))
-	f.Add([]byte(nodeOK + `, "pods": [` + pod("p", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 1`) + `]}`))
+	f.Add([]byte(withPods(pod("p", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 1`))))
 	f.Add([]byte(`{"node": null, "pods": null}`))
 	f.Add([]byte(`{}`))
 	f.Add(summarytest.Generate(rand.New(rand.NewPCG(2, 2)), summarytest.Node{Name: "n1", Pods: 3, Containers: 2, Time: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}))

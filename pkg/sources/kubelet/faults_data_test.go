@@ -90,9 +90,7 @@ func TestDataFaults(t *testing.T) {
 				}
 			}
 			faultAt := e.clk.Now()
-			if err := nodes[0].SetFault(tc.fault); err != nil {
-				t.Fatal(err)
-			}
+			must(t, nodes[0].SetFault(tc.fault))
 			for i := range 4 {
 				batch, err := scrape()
 				switch {

@@ -2,15 +2,8 @@ package kubelet
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,73 +14,27 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
-
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "kubelet-ca"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// serving issues a kubelet serving certificate for the given SANs, valid
-// from notBefore to notAfter.
-func (ca *testCA) serving(t *testing.T, dns []string, ips []net.IP, notBefore, notAfter time.Time) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "node-0"},
-		DNSNames:     dns,
-		IPAddresses:  ips,
-		NotBefore:    notBefore,
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
 
 // TestSummaryCertificateHints scrapes a loopback kubelet whose serving
 // certificate fails verification in each known way, and checks that the
 // error keeps its "tls" reason and carries the hint for that way, which the
 // store's reason and the NotFound answer repeat.
 func TestSummaryCertificateHints(t *testing.T) {
-	trusted, other := newTestCA(t), newTestCA(t)
 	now := time.Now()
-	loopback := []net.IP{net.ParseIP("127.0.0.1")}
+	ca := func(at time.Time) *pki.CA {
+		ca, err := pki.NewCA("kubelet-ca", at, time.Hour)
+		must(t, err)
+		return ca
+	}
+	// expired's certificates end an hour ago; the client trusts it too.
+	trusted, other, expired := ca(now), ca(now), ca(now.Add(-2*time.Hour))
+	serving := func(ca *pki.CA, hosts ...string) tls.Certificate {
+		c, err := ca.TLSCertificate(now, pki.Leaf{CommonName: "node-0", Hosts: hosts, Server: true})
+		must(t, err)
+		return c
+	}
 	tests := []struct {
 		name     string
 		cert     tls.Certificate
@@ -96,25 +43,25 @@ func TestSummaryCertificateHints(t *testing.T) {
 	}{
 		{
 			name:     "self-signed style certificate without IP SANs",
-			cert:     trusted.serving(t, []string{"node-0"}, nil, now.Add(-time.Hour), now.Add(time.Hour)),
+			cert:     serving(trusted, "node-0"),
 			wantKind: certNoSAN,
 			wantHint: []string{"doesn't contain any IP SANs", "serverTLSBootstrap", "--kubelet-preferred-address-types", TroubleshootingDoc},
 		},
 		{
 			name:     "signed by a CA the server does not trust",
-			cert:     other.serving(t, nil, loopback, now.Add(-time.Hour), now.Add(time.Hour)),
+			cert:     serving(other, "127.0.0.1"),
 			wantKind: certUnknownCA,
 			wantHint: []string{"unknown authority", "--kubelet-certificate-authority", TroubleshootingDoc},
 		},
 		{
 			name:     "expired",
-			cert:     trusted.serving(t, nil, loopback, now.Add(-2*time.Hour), now.Add(-time.Hour)),
+			cert:     serving(expired, "127.0.0.1"),
 			wantKind: certInvalid,
 			wantHint: []string{"expired", "serverTLSBootstrap", TroubleshootingDoc},
 		},
 		{
 			name: "valid",
-			cert: trusted.serving(t, nil, loopback, now.Add(-time.Hour), now.Add(time.Hour)),
+			cert: serving(trusted, "127.0.0.1"),
 		},
 	}
 	for _, tt := range tests {
@@ -125,10 +72,8 @@ func TestSummaryCertificateHints(t *testing.T) {
 			srv.TLS = &tls.Config{Certificates: []tls.Certificate{tt.cert}, MinVersion: tls.VersionTLS12}
 			srv.StartTLS()
 			defer srv.Close()
-			c, err := NewClient(ClientConfig{REST: &rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: trusted.pem}}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			c, err := NewClient(ClientConfig{REST: &rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: append(trusted.CertPEM(), expired.CertPEM()...)}}})
+			must(t, err)
 			host := strings.TrimPrefix(srv.URL, "https://")
 			_, err = c.Summary(context.Background(), "node-0", host)
 			if tt.wantKind == "" {
