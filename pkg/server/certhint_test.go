@@ -17,7 +17,7 @@ import (
 // on n2 is a NotFound StatusError whose message names the x509 error and its
 // fix, while n1's pods are served.
 func TestKubeletCertificateHintInNotFound(t *testing.T) {
-	env := startServer(t, func(o *envOptions) { o.noIPSANNode = "n2" })
+	env := startServer(t, "n2")
 	mc := metricsClient(t, env.admin, "application/json")
 	ctx := context.Background()
 	if _, err := mc.MetricsV1beta1().PodMetricses("default").Get(ctx, "web-1", metav1.GetOptions{}); err != nil {

@@ -38,7 +38,7 @@ func kitNames(t *testing.T) []string {
 // dashboard use is there; the certificate controller's families are checked
 // in pkg/certs, on its registry.
 func TestMonitoringKitMetricsServed(t *testing.T) {
-	env := startServer(t)
+	env := startServer(t, "")
 	ctx := context.Background()
 	mc := metricsClient(t, env.admin, "application/json")
 	// Reads observe the served-age histograms and the request metrics.

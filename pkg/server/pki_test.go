@@ -22,25 +22,12 @@ func newTestCA(t *testing.T) *testCA {
 	return &testCA{ca: ca, pem: ca.CertPEM()}
 }
 
-// issue returns a PEM pair. Serving certificates cover 127.0.0.1 and
-// localhost.
-func (ca *testCA) issue(t *testing.T, cn string, orgs []string, serving bool) (certPEM, keyPEM []byte) {
+// issue returns a PEM pair: a serving pair for hosts, or a client pair
+// when there are none.
+func (ca *testCA) issue(t *testing.T, cn string, orgs []string, hosts ...string) (certPEM, keyPEM []byte) {
 	t.Helper()
-	l := pki.Leaf{CommonName: cn, Organizations: orgs, Client: !serving, Server: serving}
-	if serving {
-		l.Hosts = []string{"127.0.0.1", "localhost"}
-	}
+	l := pki.Leaf{CommonName: cn, Organizations: orgs, Hosts: hosts, Server: len(hosts) > 0, Client: len(hosts) == 0}
 	certPEM, keyPEM, err := ca.ca.Issue(time.Now(), l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return certPEM, keyPEM
-}
-
-// issueFor returns a serving pair for the DNS names only, without IP SANs.
-func (ca *testCA) issueFor(t *testing.T, cn string, dns []string) (certPEM, keyPEM []byte) {
-	t.Helper()
-	certPEM, keyPEM, err := ca.ca.Issue(time.Now(), pki.Leaf{CommonName: cn, Hosts: dns, Server: true})
 	if err != nil {
 		t.Fatal(err)
 	}

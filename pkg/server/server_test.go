@@ -117,149 +117,29 @@ func runningPod(ns, name, node string, lbls map[string]string, containers ...str
 }
 
 type testEnv struct {
-	base     string
-	admin    *rest.Config
-	noCreds  *rest.Config
-	stranger *rest.Config
+	base                     string
+	admin, noCreds, stranger *rest.Config
 	// ukpdCounter is the CPU counter, in core-seconds, of the one ukpd
 	// instance: its fake clock stands still after setup.
 	ukpdCounter float64
 }
 
-// startServer runs the whole server in-process against a fake API and two
-// fake kubelets over TLS, and returns once /readyz passes.
-// envOption changes what startServer sets up.
-type envOption func(*envOptions)
-
-type envOptions struct {
-	// noIPSANNode's kubelet serves a certificate that names only its
-	// hostname, as a self-signed kubelet certificate does.
-	noIPSANNode string
-}
-
-func startServer(t *testing.T, opts ...envOption) *testEnv {
+// startServer runs the whole server in-process against a fake API, two
+// fake kubelets over TLS and a fake ukpd, and returns once /readyz passes.
+// The kubelet of node noIPSANNode, if any, serves a certificate that names
+// only its hostname, as a self-signed kubelet certificate does.
+func startServer(t *testing.T, noIPSANNode string) *testEnv {
 	t.Helper()
-	var o envOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	dir := t.TempDir()
-
 	kubeletCA := newTestCA(t)
-	kubeletCert, kubeletKey := kubeletCA.issue(t, "kubelet", nil, true)
-	start := time.Now().Add(-10 * time.Second).Truncate(time.Second)
-	pods := []*corev1.Pod{
-		runningPod("default", "web-1", "n1", map[string]string{"app": "web"}, "app", "proxy"),
-		runningPod("default", "web-2", "n2", map[string]string{"app": "web"}, "app"),
-		runningPod("kube-system", "dns", "n2", map[string]string{"app": "dns"}, "dns"),
-		lwsMember("inf-0", "0", "n1"),
-		lwsMember("inf-0-1", "1", "n2"),
-	}
-	objects := []runtime.Object{}
-	for _, p := range pods {
-		objects = append(objects, p)
-	}
-	cores := map[string]float64{
-		"default/web-1/app": 0.25, "default/web-1/proxy": 0.05, "default/web-2/app": 0.5, "kube-system/dns/dns": 0.01,
-		// An LWS group in group mode: the leader idles, the worker works.
-		"ml/inf-0/main": 0.1, "ml/inf-0-1/main": 0.9,
-	}
-	for _, name := range []string{"n1", "n2"} {
-		fk := &fakeKubelet{node: name, start: start, cores: cores, mem: 64 << 20}
-		for _, p := range pods {
-			if p.Spec.NodeName == name {
-				fk.pods = append(fk.pods, p)
-			}
-		}
-		srv := httptest.NewUnstartedServer(fk)
-		certPEM, keyPEM := kubeletCert, kubeletKey
-		if name == o.noIPSANNode {
-			certPEM, keyPEM = kubeletCA.issueFor(t, name, []string{name})
-		}
-		pair, err := tls.X509KeyPair(certPEM, keyPEM)
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
-		srv.StartTLS()
-		t.Cleanup(srv.Close)
-		_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
-		p, _ := strconv.Atoi(port)
-		objects = append(objects, &corev1.Node{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": name}},
-			Status: corev1.NodeStatus{
-				Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}},
-				DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(p)}},
-			},
-		})
-	}
-
-	// A kraftlet node whose pod runs as a unikernel instance behind ukpd.
-	// Its instance started 10 s ago on a whole second (started_at carries
-	// seconds), and has used 0.3 cores since.
-	ukpdStart := time.Now().Truncate(time.Second).Add(-10 * time.Second)
-	ukpdClock := clocktesting.NewFakeClock(ukpdStart)
-	ukpdFake := fakeukpd.New(fakeukpd.Config{Clock: ukpdClock, Tokens: []string{ukpdToken}})
-	t.Cleanup(ukpdFake.Close)
-	ukpdSrv := httptest.NewServer(ukpdFake)
-	t.Cleanup(ukpdSrv.Close)
-	unikernel := runningPod("kraft", "uk-1", "k1", map[string]string{"app": "uk"}, "app")
-	objects = append(objects, unikernel, &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "k1", Labels: map[string]string{"unikraft.com/virtual-kubelet": "true"}},
-		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}},
-	})
-	if _, err := ukpdFake.AddInstance(fakeukpd.InstanceSpec{Namespace: "kraft", Pod: "uk-1", Container: "app", Node: "k1", CPUCores: 0.3, RSSBytes: 32 << 20}); err != nil {
-		t.Fatal(err)
-	}
-	ukpdSet := time.Now()
-	ukpdClock.SetTime(ukpdSet)
-	ukpdTokenFile := filepath.Join(dir, "ukpd-token")
-	if err := os.WriteFile(ukpdTokenFile, []byte(ukpdToken), 0o600); err != nil {
-		t.Fatal(err)
-	}
-
-	servingCA := newTestCA(t)
-	servingCert, servingKey := servingCA.issue(t, "group-metrics-server", nil, true)
-	clientCA := newTestCA(t)
-	clientCAFile := filepath.Join(dir, "client-ca.crt")
-	if err := os.WriteFile(clientCAFile, clientCA.pem, 0o600); err != nil {
-		t.Fatal(err)
-	}
-
-	serving := genericoptions.NewSecureServingOptions().WithLoopback()
-	serving.BindAddress = net.ParseIP("127.0.0.1")
-	serving.BindPort = 0
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving.Listener = ln
-	serving.ServerCert.GeneratedCert, err = dynamiccertificates.NewStaticCertKeyContent("test", servingCert, servingKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	authn := genericoptions.NewDelegatingAuthenticationOptions()
-	authn.RemoteKubeConfigFileOptional = true
-	authn.SkipInClusterLookup = true
-	authn.ClientCert.ClientCA = clientCAFile
-	authz := genericoptions.NewDelegatingAuthorizationOptions()
-	authz.RemoteKubeConfigFileOptional = true
-
-	api := genericapiserver.NewRecommendedConfig(apiserver.Codecs)
-	if err := serving.ApplyTo(&api.SecureServing, &api.LoopbackClientConfig); err != nil {
-		t.Fatal(err)
-	}
-	if err := authn.ApplyTo(&api.Authentication, api.SecureServing, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := authz.ApplyTo(&api.Authorization); err != nil {
-		t.Fatal(err)
-	}
-
+	objects := startKubelets(t, kubeletCA, noIPSANNode)
+	ukpdObjects, ukpdURL, ukpdCounter := startUkpd(t)
+	ukpdTokenFile := writeFile(t, dir, "ukpd-token", []byte(ukpdToken))
+	api, ln, servingCA, clientCA := apiConfig(t, dir)
 	cfg := &Config{
 		API:  api,
-		Kube: fake.NewClientset(objects...),
+		Kube: fake.NewClientset(append(objects, ukpdObjects...)...),
 		Kubelet: kubelet.ClientConfig{
 			REST:             &rest.Config{BearerToken: kubeletToken, TLSClientConfig: rest.TLSClientConfig{CAData: kubeletCA.pem}},
 			MaxResponseBytes: 1 << 20,
@@ -271,20 +151,15 @@ func startServer(t *testing.T, opts ...envOption) *testEnv {
 		GroupMetricsSeries:       true,
 		Sources:                  []string{kubelet.SourceName, ukpd.SourceName},
 		KraftletSelector:         labels.SelectorFromSet(labels.Set{"unikraft.com/virtual-kubelet": "true"}),
-		Ukpd: ukpd.SourceConfig{
-			Endpoints: []ukpd.EndpointConfig{{URL: ukpdSrv.URL}},
-			TokenFile: ukpdTokenFile,
-		},
-		Resolution:  time.Minute,
-		Timeout:     10 * time.Second,
-		Concurrency: 4,
+		Ukpd:                     ukpd.SourceConfig{Endpoints: []ukpd.EndpointConfig{{URL: ukpdURL}}, TokenFile: ukpdTokenFile},
+		Resolution:               time.Minute,
+		Timeout:                  10 * time.Second,
+		Concurrency:              4,
 		// Bounded as by default, so the limit sits in the handler chain.
 		Reads: apiserver.ReadLimit{Concurrent: 1, Wait: 10 * time.Second},
 	}
 	srv, err := cfg.Complete().New()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
 	t.Cleanup(func() {
@@ -300,19 +175,14 @@ func startServer(t *testing.T, opts ...envOption) *testEnv {
 	})
 
 	base := "https://" + ln.Addr().String()
-	adminCert, adminKey := clientCA.issue(t, "admin", []string{"system:masters"}, false)
-	strangerCert, strangerKey := clientCA.issue(t, "stranger", []string{"nobody"}, false)
-	tlsFor := func(cert, key []byte) rest.TLSClientConfig {
-		return rest.TLSClientConfig{CAData: servingCA.pem, CertData: cert, KeyData: key}
+	client := func(cn string, orgs ...string) *rest.Config {
+		c := &rest.Config{Host: base, TLSClientConfig: rest.TLSClientConfig{CAData: servingCA.pem}}
+		if cn != "" {
+			c.CertData, c.KeyData = clientCA.issue(t, cn, orgs)
+		}
+		return c
 	}
-	env := &testEnv{
-		base:     base,
-		admin:    &rest.Config{Host: base, TLSClientConfig: tlsFor(adminCert, adminKey)},
-		noCreds:  &rest.Config{Host: base, TLSClientConfig: rest.TLSClientConfig{CAData: servingCA.pem}},
-		stranger: &rest.Config{Host: base, TLSClientConfig: tlsFor(strangerCert, strangerKey)},
-		// 0.3 cores from the instance's start to the fake clock's setting.
-		ukpdCounter: 0.3 * ukpdSet.Sub(ukpdStart).Seconds(),
-	}
+	env := &testEnv{base: base, admin: client("admin", "system:masters"), noCreds: client(""), stranger: client("stranger", "nobody"), ukpdCounter: ukpdCounter}
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		code, _ := env.get(t, env.noCreds, "/readyz", "")
 		return code == http.StatusOK, nil
@@ -321,6 +191,114 @@ func startServer(t *testing.T, opts ...envOption) *testEnv {
 		t.Fatalf("server not ready: %v\n%s", err, body)
 	}
 	return env
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeFile(t *testing.T, dir, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	must(t, os.WriteFile(p, data, 0o600))
+	return p
+}
+
+// startKubelets serves n1 and n2 over TLS and returns their pods and nodes.
+func startKubelets(t *testing.T, ca *testCA, noIPSANNode string) []runtime.Object {
+	start := time.Now().Add(-10 * time.Second).Truncate(time.Second)
+	pods := []*corev1.Pod{
+		runningPod("default", "web-1", "n1", map[string]string{"app": "web"}, "app", "proxy"),
+		runningPod("default", "web-2", "n2", map[string]string{"app": "web"}, "app"),
+		runningPod("kube-system", "dns", "n2", map[string]string{"app": "dns"}, "dns"),
+		lwsMember("inf-0", "0", "n1"),
+		lwsMember("inf-0-1", "1", "n2"),
+	}
+	var objects []runtime.Object
+	for _, p := range pods {
+		objects = append(objects, p)
+	}
+	cores := map[string]float64{
+		"default/web-1/app": 0.25, "default/web-1/proxy": 0.05, "default/web-2/app": 0.5, "kube-system/dns/dns": 0.01,
+		// An LWS group in group mode: the leader idles, the worker works.
+		"ml/inf-0/main": 0.1, "ml/inf-0-1/main": 0.9,
+	}
+	for _, name := range []string{"n1", "n2"} {
+		fk := &fakeKubelet{node: name, start: start, cores: cores, mem: 64 << 20}
+		for _, p := range pods {
+			if p.Spec.NodeName == name {
+				fk.pods = append(fk.pods, p)
+			}
+		}
+		hosts := []string{"127.0.0.1", "localhost"}
+		if name == noIPSANNode {
+			hosts = []string{name}
+		}
+		pair, err := tls.X509KeyPair(ca.issue(t, name, nil, hosts...))
+		must(t, err)
+		srv := httptest.NewUnstartedServer(fk)
+		srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+		p, _ := strconv.Atoi(port)
+		objects = append(objects, &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": name}},
+			Status: corev1.NodeStatus{
+				Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}},
+				DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(p)}},
+			},
+		})
+	}
+	return objects
+}
+
+// startUkpd serves a kraftlet node whose pod runs as a unikernel instance
+// behind ukpd. Its instance started 10 s ago on a whole second (started_at
+// carries seconds), and has used 0.3 cores since. counter is its CPU
+// counter in core-seconds, from its start to the fake clock's setting.
+func startUkpd(t *testing.T) (objects []runtime.Object, url string, counter float64) {
+	start := time.Now().Truncate(time.Second).Add(-10 * time.Second)
+	clk := clocktesting.NewFakeClock(start)
+	f := fakeukpd.New(fakeukpd.Config{Clock: clk, Tokens: []string{ukpdToken}})
+	t.Cleanup(f.Close)
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	_, err := f.AddInstance(fakeukpd.InstanceSpec{Namespace: "kraft", Pod: "uk-1", Container: "app", Node: "k1", CPUCores: 0.3, RSSBytes: 32 << 20})
+	must(t, err)
+	set := time.Now()
+	clk.SetTime(set)
+	return []runtime.Object{runningPod("kraft", "uk-1", "k1", map[string]string{"app": "uk"}, "app"), &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "k1", Labels: map[string]string{"unikraft.com/virtual-kubelet": "true"}},
+		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}},
+	}}, srv.URL, 0.3 * set.Sub(start).Seconds()
+}
+
+// apiConfig serves on a loopback listener with a certificate of servingCA,
+// and authenticates clients by certificates of clientCA.
+func apiConfig(t *testing.T, dir string) (api *genericapiserver.RecommendedConfig, ln net.Listener, servingCA, clientCA *testCA) {
+	servingCA, clientCA = newTestCA(t), newTestCA(t)
+	serving := genericoptions.NewSecureServingOptions().WithLoopback()
+	serving.BindAddress, serving.BindPort = net.ParseIP("127.0.0.1"), 0
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	serving.Listener = ln
+	cert, key := servingCA.issue(t, "group-metrics-server", nil, "127.0.0.1", "localhost")
+	serving.ServerCert.GeneratedCert, err = dynamiccertificates.NewStaticCertKeyContent("test", cert, key)
+	must(t, err)
+	authn := genericoptions.NewDelegatingAuthenticationOptions()
+	authn.RemoteKubeConfigFileOptional, authn.SkipInClusterLookup = true, true
+	authn.ClientCert.ClientCA = writeFile(t, dir, "client-ca.crt", clientCA.pem)
+	authz := genericoptions.NewDelegatingAuthorizationOptions()
+	authz.RemoteKubeConfigFileOptional = true
+	api = genericapiserver.NewRecommendedConfig(apiserver.Codecs)
+	must(t, serving.ApplyTo(&api.SecureServing, &api.LoopbackClientConfig))
+	must(t, authn.ApplyTo(&api.Authentication, api.SecureServing, nil))
+	must(t, authz.ApplyTo(&api.Authorization))
+	return api, ln, servingCA, clientCA
 }
 
 // get does a raw GET and returns the status and body.
@@ -357,19 +335,16 @@ func metricsClient(t *testing.T, cfg *rest.Config, contentType string) *metricsc
 	return cs
 }
 
-func milli(q resource.Quantity) int64 { return q.MilliValue() }
-
 // cpuClose compares CPU in millicores within 1m: the fake's counters are
 // computed from a wall clock the server reads a moment later.
 func cpuClose(got resource.Quantity, wantMilli int64) bool {
-	d := milli(got) - wantMilli
+	d := got.MilliValue() - wantMilli
 	return d >= -1 && d <= 1
 }
 
 func TestServerEndToEnd(t *testing.T) {
-	env := startServer(t)
+	env := startServer(t, "")
 	ctx := context.Background()
-
 	for _, ct := range []string{"application/json", "application/vnd.kubernetes.protobuf"} {
 		t.Run(ct, func(t *testing.T) {
 			cs := metricsClient(t, env.admin, ct)
@@ -383,7 +358,7 @@ func TestServerEndToEnd(t *testing.T) {
 			for _, m := range v1List.Items {
 				cm := map[string]int64{}
 				for _, c := range m.Containers {
-					cm[c.Name] = milli(c.Usage[corev1.ResourceCPU])
+					cm[c.Name] = c.Usage.Cpu().MilliValue()
 					if mem := c.Usage[corev1.ResourceMemory]; mem.Value() != 64<<20 && m.Namespace != "kraft" {
 						t.Errorf("%s/%s/%s memory = %s, want 64Mi", m.Namespace, m.Name, c.Name, mem.String())
 					}
@@ -457,7 +432,7 @@ func TestServerEndToEnd(t *testing.T) {
 }
 
 func TestServerHTTP(t *testing.T) {
-	env := startServer(t)
+	env := startServer(t, "")
 	tests := []struct {
 		name     string
 		cfg      *rest.Config
@@ -472,55 +447,33 @@ func TestServerHTTP(t *testing.T) {
 		{name: "anonymous list is forbidden", cfg: env.noCreds, path: "/apis/metrics.k8s.io/v1/pods", wantCode: 403},
 		{name: "unauthorized user is forbidden", cfg: env.stranger, path: "/apis/metrics.k8s.io/v1/pods", wantCode: 403},
 		{name: "self-metrics need authorization", cfg: env.noCreds, path: "/metrics", wantCode: 403},
-		{
-			name: "discovery prefers a served version", cfg: env.admin, path: "/apis/metrics.k8s.io", wantCode: 200,
-			want: []string{`"preferredVersion":{"groupVersion":"metrics.k8s.io/v1","version":"v1"}`, `"groupVersion":"metrics.k8s.io/v1beta1"`},
-		},
-		{
-			name: "v1 resources", cfg: env.admin, path: "/apis/metrics.k8s.io/v1", wantCode: 200,
-			want: []string{`"name":"pods"`, `"kind":"PodMetrics"`, `"name":"nodes"`, `"kind":"NodeMetrics"`},
-		},
-		{
-			name: "pod table", cfg: env.admin, path: "/apis/metrics.k8s.io/v1/namespaces/default/pods",
+		{name: "discovery prefers a served version", cfg: env.admin, path: "/apis/metrics.k8s.io", wantCode: 200,
+			want: []string{`"preferredVersion":{"groupVersion":"metrics.k8s.io/v1","version":"v1"}`, `"groupVersion":"metrics.k8s.io/v1beta1"`}},
+		{name: "v1 resources", cfg: env.admin, path: "/apis/metrics.k8s.io/v1", wantCode: 200,
+			want: []string{`"name":"pods"`, `"kind":"PodMetrics"`, `"name":"nodes"`, `"kind":"NodeMetrics"`}},
+		{name: "pod table", cfg: env.admin, path: "/apis/metrics.k8s.io/v1/namespaces/default/pods",
 			accept: "application/json;as=Table;v=v1;g=meta.k8s.io", wantCode: 200,
 			// web-1's two containers of 64Mi each add up to 128Mi.
-			want: []string{`"kind":"Table"`, `"name":"CPU"`, `"name":"Memory"`, `"name":"Window"`, `"web-1"`, `"128Mi"`},
-		},
-		{
-			name: "node table", cfg: env.admin, path: "/apis/metrics.k8s.io/v1beta1/nodes/n1",
+			want: []string{`"kind":"Table"`, `"name":"CPU"`, `"name":"Memory"`, `"name":"Window"`, `"web-1"`, `"128Mi"`}},
+		{name: "node table", cfg: env.admin, path: "/apis/metrics.k8s.io/v1beta1/nodes/n1",
 			accept: "application/json;as=Table;v=v1;g=meta.k8s.io", wantCode: 200,
-			want: []string{`"kind":"Table"`, `"n1"`, `"64Mi"`},
-		},
-		{
-			name: "not found says why", cfg: env.admin, path: "/apis/metrics.k8s.io/v1/namespaces/default/pods/ghost", wantCode: 404,
-			want: []string{`"reason":"NotFound"`},
-		},
-		{
-			name: "unsupported field selector is a bad request", cfg: env.admin, path: "/apis/metrics.k8s.io/v1/pods?fieldSelector=spec.nodeName%3Dn1",
-			wantCode: 400,
-		},
-		{
-			name: "aggregated leader explains itself", cfg: env.admin, path: "/apis/metrics.k8s.io/v1beta1/namespaces/ml/pods/inf-0", wantCode: 200,
-			want: []string{`"group-metrics-server.io/policy":"group"`, `"group-metrics-server.io/group-pods-covered":"2"`},
-		},
-		{
-			name: "custom metrics discovery", cfg: env.admin, path: "/apis/custom.metrics.k8s.io/v1beta2", wantCode: 200,
-			want: []string{`"name":"pods/lws_group_cpu_utilization"`, `"name":"leaderworkersets.leaderworkerset.x-k8s.io/lws_group_cpu_utilization"`},
-		},
-		{
-			name: "group utilization of leader pods", cfg: env.admin,
+			want: []string{`"kind":"Table"`, `"n1"`, `"64Mi"`}},
+		{name: "not found says why", cfg: env.admin, path: "/apis/metrics.k8s.io/v1/namespaces/default/pods/ghost", wantCode: 404,
+			want: []string{`"reason":"NotFound"`}},
+		{name: "unsupported field selector is a bad request", cfg: env.admin, path: "/apis/metrics.k8s.io/v1/pods?fieldSelector=spec.nodeName%3Dn1",
+			wantCode: 400},
+		{name: "aggregated leader explains itself", cfg: env.admin, path: "/apis/metrics.k8s.io/v1beta1/namespaces/ml/pods/inf-0", wantCode: 200,
+			want: []string{`"group-metrics-server.io/policy":"group"`, `"group-metrics-server.io/group-pods-covered":"2"`}},
+		{name: "custom metrics discovery", cfg: env.admin, path: "/apis/custom.metrics.k8s.io/v1beta2", wantCode: 200,
+			want: []string{`"name":"pods/lws_group_cpu_utilization"`, `"name":"leaderworkersets.leaderworkerset.x-k8s.io/lws_group_cpu_utilization"`}},
+		{name: "group utilization of leader pods", cfg: env.admin,
 			path:     "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/%2A/lws_group_cpu_utilization?labelSelector=leaderworkerset.sigs.k8s.io%2Fname%3Dinf",
-			wantCode: 200, want: []string{`"name":"inf-0"`, `"value":"500m"`},
-		},
-		{
-			name: "group utilization of the LeaderWorkerSet object", cfg: env.admin,
+			wantCode: 200, want: []string{`"name":"inf-0"`, `"value":"500m"`}},
+		{name: "group utilization of the LeaderWorkerSet object", cfg: env.admin,
 			path:     "/apis/custom.metrics.k8s.io/v1beta1/namespaces/ml/leaderworkersets.leaderworkerset.x-k8s.io/inf/lws_group_cpu_utilization",
-			wantCode: 200, want: []string{`"kind":"LeaderWorkerSet"`, `"name":"inf"`, `"value":"500m"`},
-		},
-		{
-			name: "worker pods have no group metrics", cfg: env.admin,
-			path: "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/inf-0-1/lws_group_cpu_usage", wantCode: 404,
-		},
+			wantCode: 200, want: []string{`"kind":"LeaderWorkerSet"`, `"name":"inf"`, `"value":"500m"`}},
+		{name: "worker pods have no group metrics", cfg: env.admin,
+			path: "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/inf-0-1/lws_group_cpu_usage", wantCode: 404},
 		{name: "openapi v2", cfg: env.admin, path: "/openapi/v2", accept: "application/json", wantCode: 200, want: []string{"PodMetrics", "NodeMetrics"}},
 		{name: "openapi v3", cfg: env.admin, path: "/openapi/v3/apis/metrics.k8s.io/v1", wantCode: 200, want: []string{"PodMetrics"}},
 		{
