@@ -2,31 +2,11 @@ package sources
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	clocktesting "k8s.io/utils/clock/testing"
 )
-
-// countingTarget counts its scrapes and reports each on scraped once it
-// ends, and on started, when not nil, as it begins.
-type countingTarget struct {
-	fakeTarget
-	n       atomic.Int32
-	scraped chan string
-	started chan string
-}
-
-func (c *countingTarget) Scrape(ctx context.Context) (*Batch, error) {
-	c.n.Add(1)
-	if c.started != nil {
-		c.started <- c.id
-	}
-	b, err := c.fakeTarget.Scrape(ctx)
-	c.scraped <- c.id
-	return b, err
-}
 
 // earlyDelay is the fixture's EarlyDelay.
 const earlyDelay = 6 * time.Second
@@ -37,7 +17,7 @@ const earlyDelay = 6 * time.Second
 type earlyFixture struct {
 	clk     *clocktesting.FakeClock
 	scraped chan string
-	a, b    *countingTarget
+	a, b    *fakeTarget
 	s       *Scraper
 }
 
@@ -46,16 +26,9 @@ func newEarlyFixture() earlyFixture {
 		clk:     clocktesting.NewFakeClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)),
 		scraped: make(chan string, 16),
 	}
-	e.a = &countingTarget{fakeTarget: fakeTarget{id: "a", batch: &Batch{}}, scraped: e.scraped}
-	e.b = &countingTarget{fakeTarget: fakeTarget{id: "b", batch: &Batch{}}, scraped: e.scraped}
-	e.s = NewScraper(ScraperConfig{
-		Sources:    []Source{&fakeSource{name: "kubelet", targets: []Target{e.a, e.b}}},
-		Sink:       newRecordingSink(),
-		Clock:      e.clk,
-		Resolution: time.Hour,
-		Timeout:    time.Second,
-		EarlyDelay: earlyDelay,
-	})
+	e.a = &fakeTarget{id: "a", batch: &Batch{}, scraped: e.scraped}
+	e.b = &fakeTarget{id: "b", batch: &Batch{}, scraped: e.scraped}
+	e.s = kubeletScraper(ScraperConfig{Sink: newRecordingSink(), Clock: e.clk, Resolution: time.Hour, Timeout: time.Second, EarlyDelay: earlyDelay}, e.a, e.b)
 	return e
 }
 
@@ -105,16 +78,7 @@ func TestEarlyScrape(t *testing.T) {
 	e := newEarlyFixture()
 	clk, scraped, a, b, s := e.clk, e.scraped, e.a, e.b, e.s
 	go s.Run(ctx)
-	next := func() string {
-		t.Helper()
-		select {
-		case id := <-scraped:
-			return id
-		case <-time.After(10 * time.Second):
-			t.Fatal("no scrape")
-			return ""
-		}
-	}
+	next := func() string { return recv(t, scraped, 10*time.Second, "no scrape") }
 	// The first tick scrapes both and learns which target covers which node.
 	first := map[string]bool{next(): true, next(): true}
 	if !first["a"] || !first["b"] {
@@ -143,16 +107,12 @@ func TestEarlyScrape(t *testing.T) {
 func TestScrapeOneAtATime(t *testing.T) {
 	scraped, started := make(chan string, 4), make(chan string, 4)
 	block := make(chan struct{})
-	a := &countingTarget{fakeTarget: fakeTarget{id: "a", batch: &Batch{}, block: block}, scraped: scraped, started: started}
+	a := &fakeTarget{id: "a", batch: &Batch{}, block: block, scraped: scraped, started: started}
 	s := NewScraper(ScraperConfig{Sink: newRecordingSink(), Resolution: time.Minute, Timeout: 10 * time.Second})
 	j := job{source: "kubelet", target: a}
 	done := make(chan struct{})
 	go func() { s.scrape(context.Background(), j); close(done) }()
-	select {
-	case <-started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("first scrape did not start")
-	}
+	recv(t, started, 10*time.Second, "first scrape did not start")
 	s.scrape(context.Background(), j) // returns at once: a is busy
 	if n := a.n.Load(); n != 1 {
 		t.Fatalf("scraped %d times while busy, want 1", n)
@@ -162,5 +122,17 @@ func TestScrapeOneAtATime(t *testing.T) {
 	s.scrape(context.Background(), j)
 	if n := a.n.Load(); n != 2 {
 		t.Fatalf("scraped %d times after the first ended, want 2", n)
+	}
+}
+
+// recv is the next string on ch; it fails t with why if none comes within.
+func recv(t *testing.T, ch <-chan string, within time.Duration, why string) string {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(within):
+		t.Fatal(why)
+		return ""
 	}
 }

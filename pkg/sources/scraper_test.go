@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,18 +13,35 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 )
 
+// fakeTarget answers batch and err. block, when not nil, holds Scrape
+// until it is closed or ctx ends; a stuck target ignores ctx, as a target
+// still chewing on a hostile answer would. started and scraped, when not
+// nil, hear of each scrape as it begins and once it ends.
 type fakeTarget struct {
-	id    string
-	batch *Batch
-	err   error
-	// block, when not nil, holds Scrape until it is closed or ctx ends.
-	block chan struct{}
+	id               string
+	batch            *Batch
+	err              error
+	block            chan struct{}
+	stuck            bool
+	n                atomic.Int32
+	started, scraped chan string
 }
 
 func (f *fakeTarget) ID() string      { return f.id }
 func (f *fakeTarget) Nodes() []string { return []string{f.id} }
 func (f *fakeTarget) Scrape(ctx context.Context) (*Batch, error) {
-	if f.block != nil {
+	f.n.Add(1)
+	if f.started != nil {
+		f.started <- f.id
+	}
+	if f.scraped != nil {
+		defer func() { f.scraped <- f.id }()
+	}
+	switch {
+	case f.block == nil:
+	case f.stuck:
+		<-f.block
+	default:
 		select {
 		case <-f.block:
 		case <-ctx.Done():
@@ -40,6 +58,12 @@ type fakeSource struct {
 
 func (f *fakeSource) Name() string               { return f.name }
 func (f *fakeSource) Targets() ([]Target, error) { return f.targets, nil }
+
+// kubeletScraper is a scraper of one source, kubelet, of targets.
+func kubeletScraper(cfg ScraperConfig, targets ...Target) *Scraper {
+	cfg.Sources = []Source{&fakeSource{name: "kubelet", targets: targets}}
+	return NewScraper(cfg)
+}
 
 type recordingSink struct {
 	mu     sync.Mutex
@@ -101,13 +125,7 @@ func TestTickKeepsPartialResults(t *testing.T) {
 	}
 	before := counts()
 	sink := newRecordingSink()
-	s := NewScraper(ScraperConfig{
-		Sources:     []Source{&fakeSource{name: "kubelet", targets: targets}},
-		Sink:        sink,
-		Resolution:  time.Minute,
-		Timeout:     30 * time.Second,
-		Concurrency: 4,
-	})
+	s := kubeletScraper(ScraperConfig{Sink: sink, Resolution: time.Minute, Timeout: 30 * time.Second, Concurrency: 4}, targets...)
 
 	done := make(chan struct{})
 	go func() {
@@ -165,13 +183,7 @@ func TestTickTimesOutSlowTarget(t *testing.T) {
 	slow := &fakeTarget{id: "slow", block: make(chan struct{})}
 	defer close(slow.block)
 	sink := newRecordingSink()
-	s := NewScraper(ScraperConfig{
-		Sources:     []Source{&fakeSource{name: "kubelet", targets: []Target{slow}}},
-		Sink:        sink,
-		Resolution:  time.Minute,
-		Timeout:     50 * time.Millisecond,
-		Concurrency: 1,
-	})
+	s := kubeletScraper(ScraperConfig{Sink: sink, Resolution: time.Minute, Timeout: 50 * time.Millisecond, Concurrency: 1}, slow)
 	s.Tick(context.Background())
 	if got := sink.failed["slow"]; got != ReasonTimeout {
 		t.Errorf("slow target failure reason = %q, want %q", got, ReasonTimeout)
@@ -180,11 +192,7 @@ func TestTickTimesOutSlowTarget(t *testing.T) {
 
 func TestRecoveredTargetIsHealthy(t *testing.T) {
 	tgt := &fakeTarget{id: "n", err: errors.New("down")}
-	s := NewScraper(ScraperConfig{
-		Sources:    []Source{&fakeSource{name: "kubelet", targets: []Target{tgt}}},
-		Sink:       newRecordingSink(),
-		Resolution: time.Minute, Timeout: time.Second,
-	})
+	s := kubeletScraper(ScraperConfig{Sink: newRecordingSink(), Resolution: time.Minute, Timeout: time.Second}, tgt)
 	s.Tick(context.Background())
 	if len(s.TargetErrors()) != 1 {
 		t.Fatalf("TargetErrors = %v, want one", s.TargetErrors())
@@ -196,36 +204,14 @@ func TestRecoveredTargetIsHealthy(t *testing.T) {
 	}
 }
 
-// stuckTarget ignores its context: it returns only when release is closed,
-// as a target still chewing on a hostile answer would.
-type stuckTarget struct {
-	id      string
-	release chan struct{}
-	calls   chan struct{}
-}
-
-func (f *stuckTarget) ID() string      { return f.id }
-func (f *stuckTarget) Nodes() []string { return []string{f.id} }
-func (f *stuckTarget) Scrape(context.Context) (*Batch, error) {
-	f.calls <- struct{}{}
-	<-f.release
-	return &Batch{}, nil
-}
-
 // TestOverrunningTargetDelaysNoOther checks that a target that ignores
 // its deadline holds up neither the tick nor the other targets, in this
 // tick or the next, even with one worker; it is scraped again only once
 // its scrape has ended, and its late result is stored.
 func TestOverrunningTargetDelaysNoOther(t *testing.T) {
-	stuck := &stuckTarget{id: "stuck", release: make(chan struct{}), calls: make(chan struct{}, 4)}
+	stuck := &fakeTarget{id: "stuck", batch: &Batch{}, block: make(chan struct{}), stuck: true}
 	sink := newRecordingSink()
-	s := NewScraper(ScraperConfig{
-		Sources:     []Source{&fakeSource{name: "kubelet", targets: []Target{stuck, &fakeTarget{id: "ok", batch: &Batch{}}}}},
-		Sink:        sink,
-		Resolution:  time.Second,
-		Timeout:     50 * time.Millisecond,
-		Concurrency: 1,
-	})
+	s := kubeletScraper(ScraperConfig{Sink: sink, Resolution: time.Second, Timeout: 50 * time.Millisecond, Concurrency: 1}, stuck, &fakeTarget{id: "ok", batch: &Batch{}})
 	for tick := range 2 {
 		s.Tick(context.Background()) // returns although stuck has not
 		select {
@@ -237,16 +223,11 @@ func TestOverrunningTargetDelaysNoOther(t *testing.T) {
 			t.Fatalf("tick %d returned without storing ok", tick)
 		}
 	}
-	if got := len(stuck.calls); got != 1 {
+	if got := stuck.n.Load(); got != 1 {
 		t.Errorf("stuck target scraped %d times while busy, want 1", got)
 	}
-	close(stuck.release)
-	select {
-	case n := <-sink.storedCh:
-		if n != "stuck" {
-			t.Errorf("stored %q, want the late result of stuck", n)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the late result of the stuck target was never stored")
+	close(stuck.block)
+	if n := recv(t, sink.storedCh, 20*time.Second, "the late result of the stuck target was never stored"); n != "stuck" {
+		t.Errorf("stored %q, want the late result of stuck", n)
 	}
 }
