@@ -104,40 +104,43 @@ func (b *bench) listLoad(ctx context.Context, s *runningServer, res *roundResult
 // checkLists makes sure both shapes answer what they should before they are
 // timed: every pod of the workload, and exactly one app's pods.
 func (b *bench) checkLists(ctx context.Context, s *runningServer, res *roundResult) error {
+	all, err := s.countItems(ctx, "/apis/metrics.k8s.io/v1beta1/pods")
+	if err != nil {
+		return err
+	}
+	res.set(figListed, float64(all))
+	if all < b.opts.totalPods() {
+		res.notef("MISSING: the list of all pods has %d items of %d", all, b.opts.totalPods())
+	}
+	a := b.apps[0]
+	n, err := s.countItems(ctx, "/apis/metrics.k8s.io/v1beta1/namespaces/"+a.namespace+"/pods?labelSelector=app%3D"+a.name)
+	if err != nil {
+		return err
+	}
+	if n != b.opts.PodsPerApp {
+		res.notef("MISSING: the selector list of app %s/%s has %d items of %d", a.namespace, a.name, n, b.opts.PodsPerApp)
+	}
+	res.notef("lists checked: all pods %d items (of %d), app=%s in %s %d items (of %d)",
+		all, b.opts.totalPods(), a.name, a.namespace, n, b.opts.PodsPerApp)
+	return nil
+}
+
+// countItems returns the number of items of the list at path.
+func (s *runningServer) countItems(ctx context.Context, path string) (int, error) {
 	var list struct {
 		Items []json.RawMessage `json:"items"`
 	}
-	code, body, err := s.get(ctx, "/apis/metrics.k8s.io/v1beta1/pods", nil)
+	code, body, err := s.get(ctx, path, nil)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("status %d", code)
+	}
+	if err == nil {
+		err = json.Unmarshal([]byte(body), &list)
+	}
 	if err != nil {
-		return err
+		return 0, fmt.Errorf("%s: GET %s: %w", s.kind.name, path, err)
 	}
-	if code != http.StatusOK {
-		return fmt.Errorf("%s: list all pods: %d", s.kind.name, code)
-	}
-	if err := json.Unmarshal([]byte(body), &list); err != nil {
-		return fmt.Errorf("%s: list all pods: %w", s.kind.name, err)
-	}
-	res.set(figListed, float64(len(list.Items)))
-	if len(list.Items) < b.opts.totalPods() {
-		res.notef("MISSING: the list of all pods has %d items of %d", len(list.Items), b.opts.totalPods())
-	}
-	a := b.apps[0]
-	code, body, err = s.get(ctx, "/apis/metrics.k8s.io/v1beta1/namespaces/"+a.namespace+"/pods?labelSelector=app%3D"+a.name, nil)
-	if err != nil {
-		return err
-	}
-	if code != http.StatusOK {
-		return fmt.Errorf("%s: selector list: %d", s.kind.name, code)
-	}
-	if err := json.Unmarshal([]byte(body), &list); err != nil {
-		return fmt.Errorf("%s: selector list: %w", s.kind.name, err)
-	}
-	if len(list.Items) != b.opts.PodsPerApp {
-		res.notef("MISSING: the selector list of app %s/%s has %d items of %d", a.namespace, a.name, len(list.Items), b.opts.PodsPerApp)
-	}
-	res.notef("lists checked: all pods %d items (of %d), app=%s in %s %d items (of %d)",
-		int(res.values[figListed]), b.opts.totalPods(), a.name, a.namespace, len(list.Items), b.opts.PodsPerApp)
-	return nil
+	return len(list.Items), nil
 }
 
 // loadStats are the results of one load run; latencies in milliseconds.
@@ -179,7 +182,7 @@ func runLoad(ctx context.Context, s *runningServer, clients int, duration time.D
 				mu.Lock()
 				switch {
 				case err == nil && code == http.StatusOK:
-					lat[which] = append(lat[which], millis(d))
+					lat[which] = append(lat[which], float64(d)/float64(time.Millisecond))
 					bytes[which] += n
 				default:
 					st[which].failed++

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"debug/buildinfo"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
 
 // printHeader prints what the run measures and on what: the machine, the
@@ -26,13 +26,13 @@ func (b *bench) printHeader() {
 	fmt.Fprintf(w, "load average at start: %s\n", loadAverage())
 	fmt.Fprintf(w, "harness: %s\n", runtime.Version())
 	fmt.Fprintf(w, "commit: %s\n", gitCommit(b.root))
-	for _, bin := range []string{serverBinary, cluster.MetricsServerBinary} {
+	for _, bin := range []string{env.ServerBinary, cluster.MetricsServerBinary} {
 		fmt.Fprintf(w, "binary %s (copied at start): %s\n", bin, binaryVersion(filepath.Join(b.serverDir, bin)))
 	}
 	for _, bin := range []string{cluster.APIServerBinary, cluster.EtcdBinary, cluster.KwokBinary} {
 		fmt.Fprintf(w, "binary %s: %s\n", bin, binaryVersion(filepath.Join(b.binDir, bin)))
 	}
-	fmt.Fprintf(w, "%s --version: %s\n", serverBinary, serverVersion(filepath.Join(b.serverDir, serverBinary)))
+	fmt.Fprintf(w, "%s --version: %s\n", env.ServerBinary, serverVersion(filepath.Join(b.serverDir, env.ServerBinary)))
 	fmt.Fprintf(w, "workload: %d nodes x %d pods = %d pods (%d containers each) in %d namespaces, apps of %d pods\n",
 		o.Nodes, o.PodsPerNode, o.totalPods(), o.Containers, o.Namespaces, o.PodsPerApp)
 	fmt.Fprintf(w, "servers: --metric-resolution=%v --kubelet-request-timeout=%v; rounds %d each (metrics-server first in each pair), warm-up %d cycles, window %d cycles\n",
@@ -55,15 +55,14 @@ func commandLine() string {
 	return strings.Join(append(parts, os.Args[1:]...), " ")
 }
 
+func readProc(name string) string {
+	data, _ := os.ReadFile("/proc/" + name)
+	return string(data)
+}
+
 func cpuModel() string {
-	f, err := os.Open("/proc/cpuinfo")
-	if err != nil {
-		return "unknown CPU"
-	}
-	defer func() { _ = f.Close() }()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+	for line := range strings.Lines(readProc("cpuinfo")) {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
 			return strings.TrimSpace(v)
 		}
 	}
@@ -71,16 +70,10 @@ func cpuModel() string {
 }
 
 func memTotal() string {
-	data, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return "unknown"
-	}
-	for line := range strings.Lines(string(data)) {
-		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-			var kb uint64
-			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err == nil {
-				return fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
-			}
+	var kb uint64
+	for line := range strings.Lines(readProc("meminfo")) {
+		if _, err := fmt.Sscanf(line, "MemTotal: %d kB", &kb); err == nil {
+			return fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
 		}
 	}
 	return "unknown"
@@ -89,15 +82,10 @@ func memTotal() string {
 // loadAverage is the 1, 5 and 15 minute load average: other work on the
 // machine shares its cores with the processes measured.
 func loadAverage() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
+	if f := strings.Fields(readProc("loadavg")); len(f) >= 3 {
+		return strings.Join(f[:3], " ")
 	}
-	f := strings.Fields(string(data))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
+	return "unknown"
 }
 
 // serverVersion runs the server with --version.
@@ -111,13 +99,7 @@ func serverVersion(path string) string {
 	return strings.TrimSpace(string(out))
 }
 
-func kernel() string {
-	data, err := os.ReadFile("/proc/sys/kernel/osrelease")
-	if err != nil {
-		return "Linux"
-	}
-	return "Linux " + strings.TrimSpace(string(data))
-}
+func kernel() string { return strings.TrimSpace("Linux " + readProc("sys/kernel/osrelease")) }
 
 // gitCommit is the checked-out commit, marked dirty when the work tree has
 // changes to tracked files.

@@ -11,50 +11,21 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// Options are the flags of benchcompare. The size of the cluster and the
-// number of rounds default to $BENCH_NODES, $BENCH_PODS and $BENCH_ROUNDS
-// when those are set.
+// Options are the flags of benchcompare (see AddFlags). The size of the
+// cluster and the number of rounds default to $BENCH_NODES, $BENCH_PODS and
+// $BENCH_ROUNDS when those are set.
 type Options struct {
-	// Nodes and PodsPerNode size the cluster.
-	Nodes, PodsPerNode int
-	// Namespaces spread the pods; PodsPerApp pods share one app=<name>
-	// label, which is what a selector list matches.
-	Namespaces, PodsPerApp int
-	// Containers per pod.
-	Containers int
-
-	// Rounds per server, alternating metrics-server and group-metrics-server.
-	Rounds int
-
-	// Resolution and RequestTimeout are given to both servers.
-	Resolution, RequestTimeout time.Duration
-	// WarmupCycles are waited out after a server is ready; WindowCycles is
-	// the length of the steady window, in scrape cycles.
-	WarmupCycles, WindowCycles int
-
-	// Probes is how many new pods are created per round, staggered over one
-	// resolution, to time their first metrics.
-	Probes int
-
-	// Clients, LoadDuration and LoadMaxRequests bound the list load of each
-	// list shape.
-	Clients         int
-	LoadDuration    time.Duration
-	LoadMaxRequests int
-
-	// WorkDir holds the control plane's files; a temporary directory when
-	// empty. BinDir holds the binaries; $GMS_BIN_DIR or <repo>/bin when empty.
-	WorkDir, BinDir string
-	// BuildFleet builds bin/fake-kubelet-fleet from this checkout first.
-	BuildFleet bool
-	// ProfileDir, when set, runs both servers with --profiling and saves
-	// each round's CPU and heap profiles of the steady window and of the
-	// list load there.
-	ProfileDir string
-	// ServerEnv is added to group-metrics-server's environment (KEY=VALUE,
-	// such as GOGC=50), to measure runtime settings; metrics-server keeps
-	// the harness's.
-	ServerEnv []string
+	Nodes, PodsPerNode, Namespaces, PodsPerApp, Containers int
+	Rounds                                                 int
+	Resolution, RequestTimeout                             time.Duration
+	WarmupCycles, WindowCycles                             int
+	Probes                                                 int
+	Clients                                                int
+	LoadDuration                                           time.Duration
+	LoadMaxRequests                                        int
+	WorkDir, BinDir, ProfileDir                            string
+	BuildFleet                                             bool
+	ServerEnv                                              []string
 }
 
 // NewOptions returns the defaults, with the environment applied.
@@ -152,5 +123,4 @@ func (o *Options) Validate() []error {
 	return errs
 }
 
-// totalPods is the number of pods of the workload.
 func (o *Options) totalPods() int { return o.Nodes * o.PodsPerNode }

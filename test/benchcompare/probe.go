@@ -34,7 +34,7 @@ func (b *bench) probeNewPods(ctx context.Context, s *runningServer, res *roundRe
 	names := make([]string, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		names[i] = fmt.Sprintf("probe-%s-%d-%d", shortName(s.kind), res.round, i)
+		names[i] = fmt.Sprintf("probe-%s-%d-%d", shortName(s.kind.name), res.round, i)
 		if i > 0 {
 			if err := b.sleep(ctx, b.opts.Resolution/time.Duration(n), s); err != nil {
 				wg.Wait()
@@ -44,7 +44,7 @@ func (b *bench) probeNewPods(ctx context.Context, s *runningServer, res *roundRe
 		node := fmt.Sprintf("%s%d", nodePrefix, (res.round*n+i)*7919%b.opts.Nodes)
 		wg.Go(func() {
 			d, err := b.probe(ctx, s, names[i], node)
-			times[i], errs[i] = seconds(d), err
+			times[i], errs[i] = d.Seconds(), err
 		})
 	}
 	wg.Wait()
@@ -72,8 +72,8 @@ func (b *bench) probeNewPods(ctx context.Context, s *runningServer, res *roundRe
 	return b.deleteProbes(ctx, names)
 }
 
-func shortName(k serverKind) string {
-	if k.name == metricsServer.name {
+func shortName(server string) string {
+	if server == metricsServer.name {
 		return "ms"
 	}
 	return "gms"

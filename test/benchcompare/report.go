@@ -82,7 +82,7 @@ func printReport(w io.Writer, results []*roundResult) {
 	fmt.Fprintln(w, "\nPer round (raw values):")
 	fmt.Fprintf(w, "\n| figure |")
 	for _, r := range results {
-		fmt.Fprintf(w, " %s %d |", shortName(kindOf(r.server)), r.round)
+		fmt.Fprintf(w, " %s %d |", shortName(r.server), r.round)
 	}
 	fmt.Fprintf(w, "\n| --- |%s\n", strings.Repeat(" ---: |", len(results)))
 	for _, f := range figures {
@@ -125,13 +125,6 @@ func printFloor(w io.Writer, ref, ours []*roundResult) {
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | <= %.2f | %s |\n", q.label, formatRatio(a), formatRatio(b), floorTarget, met)
 	}
-}
-
-func kindOf(server string) serverKind {
-	if server == metricsServer.name {
-		return metricsServer
-	}
-	return groupMetricsServer
 }
 
 func medianOf(rs []*roundResult, key string) float64 {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -46,7 +46,7 @@ func (b *bench) runRound(ctx context.Context, kind serverKind, round int) (res *
 	if err != nil {
 		return nil, err
 	}
-	res.set(figReady, seconds(readyAfter))
+	res.set(figReady, readyAfter.Seconds())
 	b.logf("round %d: %s: ready after %v (pid %d); warm-up %d cycles", round, kind.name,
 		readyAfter.Round(100*time.Millisecond), s.proc.Pid(), b.opts.WarmupCycles)
 	if err := b.sleep(ctx, time.Duration(b.opts.WarmupCycles)*b.opts.Resolution, s); err != nil {
@@ -207,27 +207,11 @@ func (b *bench) steadyWindow(ctx context.Context, s *runningServer, res *roundRe
 		res.notef("%s", note)
 	}
 	res.notef("steady window: %.0f cycles completed, %d RSS samples (min %.0f, max %.0f MiB)",
-		cycles, len(rss), minOf(rss), maxOf(rss))
+		cycles, len(rss), slices.Min(rss), slices.Max(rss))
 	b.logf("round %d: %s: CPU %.3f s/cycle, cycle %.3f s, RSS %.0f MiB (peak %.0f), failed scrapes %.0f",
 		res.round, s.kind.name, res.values[figCPU], res.values[figCycle], res.values[figSteadyRSS],
 		res.values[figPeakRSS], res.values[figFailures])
 	return nil
-}
-
-func minOf(v []float64) float64 {
-	m := math.Inf(1)
-	for _, x := range v {
-		m = math.Min(m, x)
-	}
-	return m
-}
-
-func maxOf(v []float64) float64 {
-	m := math.Inf(-1)
-	for _, x := range v {
-		m = math.Max(m, x)
-	}
-	return m
 }
 
 // goMemoryClasses are the Go runtime's memory classes (runtime/metrics

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
 )
 
@@ -46,20 +47,24 @@ func run(ctx context.Context, o *Options, out io.Writer) (err error) {
 		return errors.Join(errs...)
 	}
 	b := &bench{opts: o, out: out, began: time.Now()}
-	if b.root, err = repoRoot(); err != nil {
+	if b.root, err = env.RepoRoot(); err != nil {
 		return err
 	}
-	if b.binDir, err = binDir(o.BinDir, b.root); err != nil {
+	if b.binDir, err = env.BinDir(); o.BinDir != "" {
+		b.binDir, err = filepath.Abs(o.BinDir)
+	}
+	if err != nil {
 		return err
 	}
-	if err := checkBinaries(b.binDir); err != nil {
+	if err := env.CheckBinaries(b.binDir, cluster.EtcdBinary, cluster.APIServerBinary, cluster.ControllerManagerBinary,
+		cluster.KubectlBinary, cluster.KwokBinary, cluster.MetricsServerBinary, env.ServerBinary); err != nil {
 		return err
 	}
 	if b.serverDir, err = os.MkdirTemp("", "benchcompare-servers-"); err != nil {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(b.serverDir) }()
-	for _, name := range []string{cluster.MetricsServerBinary, serverBinary} {
+	for _, name := range []string{cluster.MetricsServerBinary, env.ServerBinary} {
 		if err := copyFile(filepath.Join(b.binDir, name), filepath.Join(b.serverDir, name)); err != nil {
 			return err
 		}
@@ -94,9 +99,6 @@ func run(ctx context.Context, o *Options, out io.Writer) (err error) {
 // each pair.
 func (b *bench) measure(ctx context.Context) ([]*roundResult, error) {
 	if err := b.startFleet(ctx); err != nil {
-		return nil, err
-	}
-	if err := b.createNamespace(ctx, probeNamespace); err != nil {
 		return nil, err
 	}
 	if err := b.createWorkload(ctx); err != nil {
@@ -148,19 +150,12 @@ func (b *bench) printClusterMemory(when string) {
 }
 
 // copyFile copies an executable.
-func copyFile(from, to string) (err error) {
-	in, err := os.Open(from)
+func copyFile(from, to string) error {
+	data, err := os.ReadFile(from)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = in.Close() }()
-	out, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, out.Close()) }()
-	_, err = io.Copy(out, in)
-	return err
+	return os.WriteFile(to, data, 0o755)
 }
 
 func (b *bench) printFooter() {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
 
 // serverKind is one of the two servers compared.
@@ -38,7 +39,7 @@ var (
 	}
 	groupMetricsServer = serverKind{
 		name:          "group-metrics-server",
-		binary:        serverBinary,
+		binary:        env.ServerBinary,
 		cycleMetric:   "group_metrics_server_scraper_cycle_duration_seconds",
 		failureMetric: "group_metrics_server_scraper_target_failures_total",
 	}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
 )
@@ -229,70 +230,52 @@ func (b *bench) createWorkload(ctx context.Context) error {
 	})
 }
 
+// createNamespaces creates the probe namespace and bench-000 onwards, 16 at
+// a time, each waited for at most a minute.
 func (b *bench) createNamespaces(ctx context.Context) error {
-	names := make(chan string)
-	errs := make([]error, b.opts.Namespaces)
+	names := []string{probeNamespace}
+	for i := range b.opts.Namespaces {
+		names = append(names, fmt.Sprintf("bench-%03d", i))
+	}
+	errs := make([]error, len(names))
+	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
-	for range min(16, b.opts.Namespaces) {
+	for i, name := range names {
+		sem <- struct{}{}
 		wg.Go(func() {
-			for ns := range names {
-				var i int
-				_, _ = fmt.Sscanf(ns, "bench-%d", &i)
-				errs[i] = b.createNamespace(ctx, ns)
-			}
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			errs[i] = env.CreateNamespace(ctx, b.cluster.Client(), name)
 		})
 	}
-	for i := range b.opts.Namespaces {
-		names <- fmt.Sprintf("bench-%03d", i)
-	}
-	close(names)
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-// createPods creates pods 0 .. total-1 with createWorkers in flight.
+// createPods creates pods 0 .. total-1 with createWorkers in flight; the
+// first failure stops the rest.
 func (b *bench) createPods(ctx context.Context, total int) error {
-	work := make(chan int)
-	var (
-		mu    sync.Mutex
-		first error
-		wg    sync.WaitGroup
-	)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	for range createWorkers {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	sem := make(chan struct{}, createWorkers)
+	var wg sync.WaitGroup
+	last := time.Now()
+	for g := 0; g < total && ctx.Err() == nil; g++ {
+		sem <- struct{}{}
 		wg.Go(func() {
-			for g := range work {
-				if err := b.createPod(ctx, g); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-						cancel()
-					}
-					mu.Unlock()
-				}
+			defer func() { <-sem }()
+			if err := b.createPod(ctx, g); err != nil {
+				cancel(err)
 			}
 		})
-	}
-	last := time.Now()
-feed:
-	for g := range total {
-		select {
-		case work <- g:
-		case <-ctx.Done():
-			break feed
-		}
 		if time.Since(last) > 15*time.Second {
 			b.logf("  %d of %d pods created", g, total)
 			last = time.Now()
 		}
 	}
-	close(work)
 	wg.Wait()
-	if first != nil {
-		return first
-	}
-	return ctx.Err()
+	return context.Cause(ctx)
 }
 
 func (b *bench) createPod(ctx context.Context, g int) error {

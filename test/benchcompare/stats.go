@@ -3,7 +3,6 @@ package main
 import (
 	"math"
 	"slices"
-	"time"
 )
 
 // percentile returns the nearest-rank p-th percentile (0 < p <= 100) of
@@ -38,9 +37,5 @@ func median(values []float64) float64 {
 	}
 	return (s[n/2-1] + s[n/2]) / 2
 }
-
-func seconds(d time.Duration) float64 { return d.Seconds() }
-
-func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -67,10 +66,7 @@ func startLWS(ctx context.Context, c *cluster.Cluster, root, bin, control string
 		return err
 	}
 
-	kubectl := c.BinaryPath(cluster.KubectlBinary)
-	if rel, err := filepath.Rel(root, kubectl); err == nil && !strings.HasPrefix(rel, "..") {
-		kubectl = rel
-	}
+	kubectl := kubectlPath(c, root)
 	fmt.Printf(`
 LeaderWorkerSet: %[1]s/%[2]s runs groups of %[3]d pods; its leaders report their
 group's CPU utilization (group policy), so its HPA scales on the workers' load

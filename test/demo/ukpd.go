@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
@@ -38,11 +36,8 @@ type unikernels struct {
 // there with an HPA. Waits are bounded by ctx.
 func startUnikernels(ctx, runCtx context.Context, c *cluster.Cluster, root, bin string, o options) (*unikernels, error) {
 	fmt.Println("Building and starting the fake ukpd ...")
-	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(bin, ukpdBinary), "./test/fakeukpd/cmd/fake-ukpd")
-	build.Dir = root
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		return nil, fmt.Errorf("build %s: %w", ukpdBinary, err)
+	if err := goBuild(ctx, root, bin, ukpdBinary, "./test/fakeukpd/cmd/fake-ukpd"); err != nil {
+		return nil, err
 	}
 	dir := filepath.Join(o.dir, "ukpd")
 	if err := os.RemoveAll(dir); err != nil {
@@ -102,23 +97,10 @@ func startUnikernels(ctx, runCtx context.Context, c *cluster.Cluster, root, bin 
 // ready waits until kubectl top shows the unikernel pods, then says how to
 // drive them.
 func (u *unikernels) ready(ctx context.Context, c *cluster.Cluster, root string) error {
-	err := cluster.Poll(ctx, "kubectl top pods -n "+unikraftNS, nil, func(ctx context.Context) error {
-		out, _, err := c.Kubectl(ctx, "top", "pods", "-n", unikraftNS)
-		if err != nil {
-			return err
-		}
-		if strings.Count(out, "unikernel-") < 3 {
-			return fmt.Errorf("not every pod yet:\n%s", out)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := waitForTop(ctx, c, unikraftNS, "unikernel-"); err != nil {
 		return err
 	}
-	kubectl := c.BinaryPath(cluster.KubectlBinary)
-	if rel, err := filepath.Rel(root, kubectl); err == nil && !strings.HasPrefix(rel, "..") {
-		kubectl = rel
-	}
+	kubectl := kubectlPath(c, root)
 	ctl := u.state.ControlAddress
 	fmt.Printf(`
 Unikernel pods: namespace %[1]s runs on %[2]s, a kraftlet-like node with no

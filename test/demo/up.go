@@ -73,7 +73,7 @@ func up(ctx context.Context, o options) error {
 	defer func() { _ = os.Remove(filepath.Join(o.dir, pidFile)) }()
 
 	fmt.Println("Building the fake kubelet fleet ...")
-	if err := buildFleet(ctx, root, bin); err != nil {
+	if err := goBuild(ctx, root, bin, fleetBinary, "./test/fakekubelet/cmd/fake-kubelet-fleet"); err != nil {
 		return err
 	}
 	fmt.Println("Starting the control plane ...")
@@ -118,7 +118,7 @@ func up(ctx context.Context, o options) error {
 	if err := deploySample(startCtx, c, info.ControlAddress); err != nil {
 		return withLogs(c, err)
 	}
-	if err := waitForTop(startCtx, c); err != nil {
+	if err := waitForTop(startCtx, c, demoNS, "web-"); err != nil {
 		return withLogs(c, err)
 	}
 	if err := uk.ready(startCtx, c, root); err != nil {
@@ -149,18 +149,6 @@ func exitError(p *cluster.Process) error {
 
 func withLogs(c *cluster.Cluster, err error) error {
 	return fmt.Errorf("%w\n%s\n(logs: %s)", err, c.LogTails(20), c.LogDir())
-}
-
-// buildFleet builds the fleet binary into bin; the Go build cache makes this
-// quick after the first time.
-func buildFleet(ctx context.Context, root, bin string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(bin, fleetBinary), "./test/fakekubelet/cmd/fake-kubelet-fleet")
-	cmd.Dir = root
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("build %s: %w", fleetBinary, err)
-	}
-	return nil
 }
 
 // startFleet runs the fleet as its own process, so that its control API
@@ -239,25 +227,44 @@ func controlPut(ctx context.Context, control, path string, body any) error {
 	return fakecore.Control{Address: control}.Do(ctx, http.MethodPut, path, body, nil)
 }
 
-// waitForTop waits until kubectl top pods prints the sample's pods.
-func waitForTop(ctx context.Context, c *cluster.Cluster) error {
-	return cluster.Poll(ctx, "kubectl top pods -n "+demoNS, nil, func(ctx context.Context) error {
-		out, _, err := c.Kubectl(ctx, "top", "pods", "-n", demoNS)
+// waitForTop waits until kubectl top pods prints three pods of namespace
+// whose names start with prefix.
+func waitForTop(ctx context.Context, c *cluster.Cluster, namespace, prefix string) error {
+	return cluster.Poll(ctx, "kubectl top pods -n "+namespace, nil, func(ctx context.Context) error {
+		out, _, err := c.Kubectl(ctx, "top", "pods", "-n", namespace)
 		if err != nil {
 			return err
 		}
-		if strings.Count(out, "web-") < 3 {
+		if strings.Count(out, prefix) < 3 {
 			return fmt.Errorf("not every pod yet:\n%s", out)
 		}
 		return nil
 	})
 }
 
-func printHowTo(c *cluster.Cluster, root, control string, srv *env.Server, took time.Duration) {
+// kubectlPath is the kubectl to print, relative to root when it is inside.
+func kubectlPath(c *cluster.Cluster, root string) string {
 	kubectl := c.BinaryPath(cluster.KubectlBinary)
 	if rel, err := filepath.Rel(root, kubectl); err == nil && !strings.HasPrefix(rel, "..") {
-		kubectl = rel
+		return rel
 	}
+	return kubectl
+}
+
+// goBuild builds the package pkg of root into bin/name; the Go build cache
+// makes this quick after the first time.
+func goBuild(ctx context.Context, root, bin, name, pkg string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(bin, name), pkg)
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("build %s: %w", name, err)
+	}
+	return nil
+}
+
+func printHowTo(c *cluster.Cluster, root, control string, srv *env.Server, took time.Duration) {
+	kubectl := kubectlPath(c, root)
 	fmt.Printf(`
 group-metrics-server is up (%s from start), serving metrics.k8s.io through the aggregator.
 
