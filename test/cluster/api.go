@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	nodeutil "k8s.io/component-helpers/node/util"
+	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/certs"
 )
@@ -45,10 +46,8 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (stdout, stderr s
 	}, args...)
 	cmd := exec.CommandContext(ctx, c.BinaryPath(KubectlBinary), full...)
 	var out, errOut bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = &errOut
-	err = cmd.Run()
-	if err != nil {
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err = cmd.Run(); err != nil {
 		err = fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errOut.String()))
 	}
 	return out.String(), errOut.String(), err
@@ -94,10 +93,10 @@ func (c *Cluster) CreateNode(ctx context.Context, node *corev1.Node) error {
 		if err != nil {
 			return err
 		}
-		if NodeReady(n) {
-			return nil
+		if !NodeReady(n) {
+			return fmt.Errorf("node %s is not Ready yet", name)
 		}
-		return fmt.Errorf("node %s is not Ready yet", name)
+		return nil
 	})
 }
 
@@ -151,29 +150,19 @@ func (c *Cluster) coreProcesses(extra ...string) []*Process {
 	return out
 }
 
-// serviceAccountTokenLifetime is the lifetime of tokens requested by
-// ServiceAccountKubeconfig.
-const serviceAccountTokenLifetime = 7 * 24 * time.Hour
-
 // ServiceAccountKubeconfig requests a token for the existing ServiceAccount
 // namespace/name through the TokenRequest API, valid for seven days, and
 // writes a kubeconfig that authenticates with it. It returns the file's path,
 // <workdir>/kubeconfigs/sa-<namespace>-<name>.kubeconfig.
 func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, namespace, name string) (string, error) {
-	seconds := int64(serviceAccountTokenLifetime / time.Second)
-	req := &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds},
-	}
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(7 * 24 * 3600))}}
 	tr, err := c.client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, req, metav1.CreateOptions{})
 	if err != nil {
 		return "", fmt.Errorf("request token for %s/%s: %w", namespace, name, err)
 	}
 	user := "system:serviceaccount:" + namespace + ":" + name
 	path := c.kubeconfigPath("sa-" + namespace + "-" + name)
-	if err := c.writeKubeconfig(path, user, &clientcmdapi.AuthInfo{Token: tr.Status.Token}); err != nil {
-		return "", err
-	}
-	return path, nil
+	return path, c.writeKubeconfig(path, user, &clientcmdapi.AuthInfo{Token: tr.Status.Token})
 }
 
 // APIServices is a client of apiregistration.k8s.io/v1 APIServices, as the

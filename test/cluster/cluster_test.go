@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
@@ -47,16 +47,20 @@ func TestClusterPKI(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var cert *x509.Certificate
+			var certs []*x509.Certificate
 			if tt.identity != "" {
 				certPEM, _, err := p.ca.Issue(time.Now(), clientIdentities[tt.identity])
 				if err != nil {
 					t.Fatal(err)
 				}
-				cert = parseCert(t, certPEM)
+				certs, err = certutil.ParseCertsPEM(certPEM)
 			} else {
-				cert = readCert(t, tt.certFile)
+				certs, err = certutil.CertsFromFile(tt.certFile)
 			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			cert := certs[0]
 			pool := x509.NewCertPool()
 			pool.AppendCertsFromPEM(tt.roots.CertPEM())
 			_, err := cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: tt.host, KeyUsages: []x509.ExtKeyUsage{tt.usage}})
@@ -74,28 +78,6 @@ func TestClusterPKI(t *testing.T) {
 	if info, err := os.Stat(p.file("sa.key")); err != nil || info.Mode().Perm() != 0o600 {
 		t.Errorf("service-account key: %v, mode %v", err, info.Mode())
 	}
-}
-
-func readCert(t *testing.T, path string) *x509.Certificate {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return parseCert(t, data)
-}
-
-func parseCert(t *testing.T, data []byte) *x509.Certificate {
-	t.Helper()
-	block, _ := pem.Decode(data)
-	if block == nil {
-		t.Fatal("no PEM block")
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert
 }
 
 func TestKwokConfig(t *testing.T) {
@@ -158,19 +140,17 @@ func TestKwokConfig(t *testing.T) {
 }
 
 func TestOptionsValidate(t *testing.T) {
-	binDir := t.TempDir()
-	for _, b := range []string{EtcdBinary, APIServerBinary, ControllerManagerBinary, SchedulerBinary, KubectlBinary, KwokBinary} {
-		if err := os.WriteFile(filepath.Join(binDir, b), []byte("#!/bin/sh\n"), 0o755); err != nil {
-			t.Fatal(err)
+	bins := func(names ...string) string {
+		dir := t.TempDir()
+		for _, b := range names {
+			if err := os.WriteFile(filepath.Join(dir, b), []byte("#!/bin/sh\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
 		}
+		return dir
 	}
-	kubeDir := t.TempDir()
-	onlyEtcdKwok := t.TempDir()
-	for _, b := range []string{EtcdBinary, KwokBinary} {
-		if err := os.WriteFile(filepath.Join(onlyEtcdKwok, b), []byte("#!/bin/sh\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	binDir := bins(EtcdBinary, APIServerBinary, ControllerManagerBinary, SchedulerBinary, KubectlBinary, KwokBinary)
+	kubeDir, onlyEtcdKwok := t.TempDir(), bins(EtcdBinary, KwokBinary)
 	tests := []struct {
 		name    string
 		opts    Options

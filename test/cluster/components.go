@@ -98,17 +98,8 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 // accounts and their tokens, the root CA ConfigMap, garbage and namespace
 // collection, RBAC aggregation for the metrics reader roles).
 var controllers = []string{
-	"horizontalpodautoscaling",
-	"deployment",
-	"replicaset",
-	"statefulset",
-	"serviceaccount",
-	"serviceaccount-token",
-	"root-ca-cert-publisher",
-	"garbagecollector",
-	"namespace",
-	"podgc",
-	"clusterrole-aggregation",
+	"horizontalpodautoscaling", "deployment", "replicaset", "statefulset", "serviceaccount", "serviceaccount-token",
+	"root-ca-cert-publisher", "garbagecollector", "namespace", "podgc", "clusterrole-aggregation",
 }
 
 // startControllers starts kube-controller-manager, kube-scheduler and kwok,

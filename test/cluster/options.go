@@ -15,40 +15,24 @@ type Options struct {
 	// BinDir holds etcd, kube-apiserver, kube-controller-manager,
 	// kube-scheduler, kubectl and kwok. Required.
 	BinDir string
-
 	// KubeBinDir, when set, holds the Kubernetes binaries (kube-apiserver,
 	// kube-controller-manager, kube-scheduler, kubectl) of another release,
-	// used instead of those in BinDir; etcd and kwok still come from BinDir.
-	// The compatibility smoke (make e2e-compat) runs each supported release
-	// this way.
+	// used instead of those in BinDir (make e2e-compat).
 	KubeBinDir string
-
 	// WorkDir receives the PKI, kubeconfigs, etcd data and logs/<name>.log.
 	// Start clears those from an earlier run; Stop leaves them in place. If
 	// empty, a temporary directory is created and Stop removes it.
 	WorkDir string
-
 	// StartTimeout bounds Start. Default 2 minutes.
 	StartTimeout time.Duration
-
-	// HPASyncPeriod is --horizontal-pod-autoscaler-sync-period. Default 2s.
-	HPASyncPeriod time.Duration
-	// HPADownscaleStabilization is
-	// --horizontal-pod-autoscaler-downscale-stabilization. Default 5s.
-	HPADownscaleStabilization time.Duration
-	// HPACPUInitializationPeriod is
-	// --horizontal-pod-autoscaler-cpu-initialization-period. Default 5s.
-	HPACPUInitializationPeriod time.Duration
-	// HPAInitialReadinessDelay is
-	// --horizontal-pod-autoscaler-initial-readiness-delay. Default 5s.
-	HPAInitialReadinessDelay time.Duration
-
+	// The kube-controller-manager flags --horizontal-pod-autoscaler-sync-period
+	// (default 2s), -downscale-stabilization, -cpu-initialization-period and
+	// -initial-readiness-delay (default 5s each).
+	HPASyncPeriod, HPADownscaleStabilization, HPACPUInitializationPeriod, HPAInitialReadinessDelay time.Duration
 	// WithoutScheduler skips kube-scheduler; pods then need spec.nodeName.
 	WithoutScheduler bool
-
 	// ControllerManagerArgs are appended to kube-controller-manager's
-	// command line; a flag given here overrides the same flag set by this
-	// package.
+	// command line, so they override this package's flags.
 	ControllerManagerArgs []string
 }
 
