@@ -10,32 +10,13 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 )
 
-const validList = `{
-  "status": "success",
-  "data": {
-    "instances": [
-      {
-        "status": "success",
-        "uuid": "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a01",
-        "name": "web-0-app-x1",
-        "created_at": "2026-11-30T08:00:00Z",
-        "state": "running",
-        "image": "example/web:1",
-        "memory_mb": 256,
-        "vcpus": 1,
-        "tags": ["k8s.io:namespace=default", "k8s.io:pod=web-0", "k8s.io:container=app", "kraftlet:node=kraftlet-a"]
-      },
-      {
-        "status": "success",
-        "uuid": "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a02",
-        "name": "batch-7",
-        "state": "standby",
-        "scale_to_zero": {"enabled": true, "policy": "on", "cooldown_time_ms": 1000}
-      }
-    ]
-  },
-  "op_time_us": 321
-}`
+const validList = `{"status": "success", "data": {"instances": [
+  {"status": "success", "uuid": "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a01", "name": "web-0-app-x1", "created_at": "2026-11-30T08:00:00Z",
+   "state": "running", "image": "example/web:1", "memory_mb": 256, "vcpus": 1,
+   "tags": ["k8s.io:namespace=default", "k8s.io:pod=web-0", "k8s.io:container=app", "kraftlet:node=kraftlet-a"]},
+  {"status": "success", "uuid": "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a02", "name": "batch-7", "state": "standby",
+   "scale_to_zero": {"enabled": true, "policy": "on", "cooldown_time_ms": 1000}}
+]}, "op_time_us": 321}`
 
 func TestDecodeInstances(t *testing.T) {
 	tests := []struct {
@@ -110,47 +91,14 @@ func TestDecodeRejectsEnvelope(t *testing.T) {
 	}
 }
 
-const validMetricsJSON = `{
-  "status": "success",
-  "data": {
-    "instances": [
-      {
-        "status": "success",
-        "uuid": "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a01",
-        "name": "web-0-app-x1",
-        "state": "running",
-        "start_count": 3,
-        "restart_count": 1,
-        "started_at": "2026-12-01T09:00:00Z",
-        "uptime_ms": 3600000,
-        "rss_bytes": 52428800,
-        "cpu_time_ms": 1800250,
-        "rx_bytes": 100, "tx_bytes": 200, "nconns": 1, "ntotal": 9,
-        "wakeup_latency": [{"bucket_ms": 1, "count": 0}, {"bucket_ms": null, "count": 0}],
-        "wakeup_latency_sum": 0
-      },
-      {
-        "status": "success",
-        "uuid": "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a02",
-        "name": "batch-7",
-        "state": "standby",
-        "start_count": 2,
-        "started_at": "2026-12-01T08:59:00.5Z",
-        "stopped_at": "2026-12-01T09:10:00Z",
-        "rss_bytes": 0,
-        "cpu_time_ms": 150
-      }
-    ]
-  }
-}`
-
-func ts(s string) time.Time {
-	t, err := time.Parse(time.RFC3339, s)
-	if err != nil {
-		panic(err)
-	}
-	return t
-}
+const validMetricsJSON = `{"status": "success", "data": {"instances": [
+  {"status": "success", "uuid": "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a01", "name": "web-0-app-x1", "state": "running",
+   "start_count": 3, "restart_count": 1, "started_at": "2026-12-01T09:00:00Z", "uptime_ms": 3600000,
+   "rss_bytes": 52428800, "cpu_time_ms": 1800250, "rx_bytes": 100, "tx_bytes": 200, "nconns": 1, "ntotal": 9,
+   "wakeup_latency": [{"bucket_ms": 1, "count": 0}, {"bucket_ms": null, "count": 0}], "wakeup_latency_sum": 0},
+  {"status": "success", "uuid": "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a02", "name": "batch-7", "state": "standby",
+   "start_count": 2, "started_at": "2026-12-01T08:59:00.5Z", "stopped_at": "2026-12-01T09:10:00Z", "rss_bytes": 0, "cpu_time_ms": 150}
+]}}`
 
 func TestDecodeMetricsJSON(t *testing.T) {
 	tests := []struct {
@@ -165,12 +113,12 @@ func TestDecodeMetricsJSON(t *testing.T) {
 			want: []Sample{
 				{
 					UUID: "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a01", Name: "web-0-app-x1", State: "running",
-					CPUCoreNanos: 1800250 * 1e6, RSSBytes: 52428800, StartCount: 3, StartedAt: ts("2026-12-01T09:00:00Z"),
+					CPUCoreNanos: 1800250 * 1e6, RSSBytes: 52428800, StartCount: 3, StartedAt: t0.Add(-time.Hour),
 					Uptime: time.Hour, HasUptime: true,
 				},
 				{
 					UUID: "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a02", Name: "batch-7", State: "standby",
-					CPUCoreNanos: 150 * 1e6, StartCount: 2, StartedAt: ts("2026-12-01T08:59:00.5Z"),
+					CPUCoreNanos: 150 * 1e6, StartCount: 2, StartedAt: t0.Add(-61*time.Minute + 500*time.Millisecond),
 				},
 			},
 		},
@@ -243,16 +191,7 @@ func TestDecodeNamesProblems(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `instance "x1": no cpu_time_ms`) {
 		t.Errorf("error = %v, want it to name instance x1 and the missing field", err)
 	}
-	var b strings.Builder
-	b.WriteString(`{"data": {"instances": [`)
-	for i := range 25 {
-		if i > 0 {
-			b.WriteString(",")
-		}
-		b.WriteString(`{"uuid": "bad"}`)
-	}
-	b.WriteString(`]}}`)
-	_, err = DecodeMetricsJSON([]byte(b.String()))
+	_, err = DecodeMetricsJSON([]byte(`{"data": {"instances": [` + strings.Repeat(`{"uuid": "bad"},`, 24) + `{"uuid": "bad"}]}}`))
 	if err == nil || !strings.Contains(err.Error(), "left out 25 entries") || !strings.Contains(err.Error(), "and 15 more") {
 		t.Errorf("error = %v, want 25 entries counted and 10 named", err)
 	}

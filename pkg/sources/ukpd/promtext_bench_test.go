@@ -41,26 +41,37 @@ func oneLineBody(size int) []byte {
 	return append([]byte(`instance_cpu_time_s{instance_uuid="`), bytes.Repeat([]byte("a"), size)...)
 }
 
+// benchParse runs parse over body as sub-benchmark name, failing on an
+// error when strict.
+func benchParse(b *testing.B, name string, body []byte, strict bool, parse func([]byte) error) {
+	b.Run(name, func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := parse(body); err != nil && strict {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func decodeText(body []byte) error {
+	_, err := DecodeMetricsText(body)
+	return err
+}
+
+func expfmtParse(body []byte) error {
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	_, err := p.TextToMetricFamilies(bytes.NewReader(body))
+	return err
+}
+
 // BenchmarkDecodeMetricsTextHostile measures the decoder on the hostile
 // inputs: one 1 MiB line with 100,000 labels, and 64 MiB bodies.
 func BenchmarkDecodeMetricsTextHostile(b *testing.B) {
-	inputs := []struct {
-		name string
-		body []byte
-	}{
-		{"line_100000_labels", wideLine(100_000)},
-		{"body_64MiB_series", hugeBody(64 << 20)},
-		{"body_64MiB_one_line", oneLineBody(64 << 20)},
-	}
-	for _, in := range inputs {
-		b.Run(in.name, func(b *testing.B) {
-			b.SetBytes(int64(len(in.body)))
-			b.ReportAllocs()
-			for b.Loop() {
-				_, _ = DecodeMetricsText(in.body)
-			}
-		})
-	}
+	benchParse(b, "line_100000_labels", wideLine(100_000), false, decodeText)
+	benchParse(b, "body_64MiB_series", hugeBody(64<<20), false, decodeText)
+	benchParse(b, "body_64MiB_one_line", oneLineBody(64<<20), false, decodeText)
 }
 
 // BenchmarkWideLine compares the decoder with expfmt's parser on lines of
@@ -71,21 +82,8 @@ func BenchmarkDecodeMetricsTextHostile(b *testing.B) {
 func BenchmarkWideLine(b *testing.B) {
 	for _, n := range []int{1000, 2000, 4000, 8000} {
 		line := wideLine(n)
-		b.Run("decoder/labels="+strconv.Itoa(n), func(b *testing.B) {
-			b.SetBytes(int64(len(line)))
-			for b.Loop() {
-				_, _ = DecodeMetricsText(line)
-			}
-		})
-		b.Run("expfmt/labels="+strconv.Itoa(n), func(b *testing.B) {
-			b.SetBytes(int64(len(line)))
-			for b.Loop() {
-				p := expfmt.NewTextParser(model.LegacyValidation)
-				if _, err := p.TextToMetricFamilies(bytes.NewReader(line)); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+		benchParse(b, "decoder/labels="+strconv.Itoa(n), line, false, decodeText)
+		benchParse(b, "expfmt/labels="+strconv.Itoa(n), line, true, expfmtParse)
 	}
 }
 
@@ -105,62 +103,24 @@ func BenchmarkDecodeMetricsTextTypical(b *testing.B) {
 	// A body of the documented form with as many lines again of families
 	// the source does not read, as a ukpd that grew more series would
 	// write: what a line filter could save.
-	var extra strings.Builder
+	grown := append(append([]byte{}, body...), "# TYPE instance_wakeup_latency_seconds histogram\n"...)
 	for i := range 2000 {
-		fmt.Fprintf(&extra, "instance_wakeup_latency_seconds_bucket{instance_uuid=\"u-%d\",le=\"0.001\"} 0\n", i)
-		fmt.Fprintf(&extra, "instance_wakeup_latency_seconds_bucket{instance_uuid=\"u-%d\",le=\"+Inf\"} 1\n", i)
-		fmt.Fprintf(&extra, "instance_wakeup_latency_seconds_sum{instance_uuid=\"u-%d\"} 0.1\n", i)
-		fmt.Fprintf(&extra, "instance_wakeup_latency_seconds_count{instance_uuid=\"u-%d\"} 1\n", i)
+		grown = fmt.Appendf(grown, "instance_wakeup_latency_seconds_bucket{instance_uuid=\"u-%d\",le=\"0.001\"} 0\n", i)
+		grown = fmt.Appendf(grown, "instance_wakeup_latency_seconds_bucket{instance_uuid=\"u-%d\",le=\"+Inf\"} 1\n", i)
+		grown = fmt.Appendf(grown, "instance_wakeup_latency_seconds_sum{instance_uuid=\"u-%d\"} 0.1\n", i)
+		grown = fmt.Appendf(grown, "instance_wakeup_latency_seconds_count{instance_uuid=\"u-%d\"} 1\n", i)
 	}
-	grown := append(append([]byte{}, body...), "# TYPE instance_wakeup_latency_seconds histogram\n"+extra.String()...)
-	b.Run("filter_then_expfmt", func(b *testing.B) {
-		b.SetBytes(int64(len(body)))
-		b.ReportAllocs()
-		for b.Loop() {
-			filterThenExpfmt(b, body)
-		}
-	})
-	b.Run("grown/decoder", func(b *testing.B) {
-		b.SetBytes(int64(len(grown)))
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, err := DecodeMetricsText(grown); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("grown/filter_then_expfmt", func(b *testing.B) {
-		b.SetBytes(int64(len(grown)))
-		b.ReportAllocs()
-		for b.Loop() {
-			filterThenExpfmt(b, grown)
-		}
-	})
-	b.Run("decoder", func(b *testing.B) {
-		b.SetBytes(int64(len(body)))
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, err := DecodeMetricsText(body); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("expfmt", func(b *testing.B) {
-		b.SetBytes(int64(len(body)))
-		b.ReportAllocs()
-		for b.Loop() {
-			p := expfmt.NewTextParser(model.LegacyValidation)
-			if _, err := p.TextToMetricFamilies(bytes.NewReader(body)); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	benchParse(b, "filter_then_expfmt", body, true, filterThenExpfmt)
+	benchParse(b, "grown/decoder", grown, true, decodeText)
+	benchParse(b, "grown/filter_then_expfmt", grown, true, filterThenExpfmt)
+	benchParse(b, "decoder", body, true, decodeText)
+	benchParse(b, "expfmt", body, true, expfmtParse)
 }
 
 // filterThenExpfmt is the pod-endpoint source's approach
 // (pkg/sources/promscrape/parse.go): keep the lines of the series read,
 // by name, then parse what is left with expfmt.
-func filterThenExpfmt(b *testing.B, body []byte) {
+func filterThenExpfmt(body []byte) error {
 	var kept []byte
 	for line := range bytes.Lines(body) {
 		name := line
@@ -176,8 +136,5 @@ func filterThenExpfmt(b *testing.B, body []byte) {
 			kept = append(kept, line...)
 		}
 	}
-	p := expfmt.NewTextParser(model.LegacyValidation)
-	if _, err := p.TextToMetricFamilies(bytes.NewReader(kept)); err != nil {
-		b.Fatal(err)
-	}
+	return expfmtParse(kept)
 }
