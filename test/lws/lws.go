@@ -26,21 +26,13 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 )
 
-// Names of what Install creates.
+// The controller's binary in the bin directory (also its process name, and
+// so its log's), and its namespace and ServiceAccount.
 const (
-	// ControllerBinary is the controller's file name in the bin directory.
 	ControllerBinary = "lws-controller"
-	// Namespace holds the controller's ServiceAccount.
-	Namespace = "lws-system"
-	// ServiceAccount is the identity the controller runs as.
-	ServiceAccount = "lws-controller-manager"
-	// ProcessName is the controller's name among the cluster's processes; its
-	// output goes to <cluster log dir>/lws-controller.log.
-	ProcessName = "lws-controller"
+	Namespace        = "lws-system"
+	ServiceAccount   = "lws-controller-manager"
 )
-
-// installTimeout bounds Install when its context has no deadline.
-const installTimeout = 2 * time.Minute
 
 // Controller is a running LeaderWorkerSet controller.
 type Controller struct {
@@ -64,14 +56,12 @@ type Controller struct {
 func Install(ctx context.Context, c *cluster.Cluster, binDir string) (*Controller, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, installTimeout)
+		ctx, cancel = context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
 	}
 	bin := filepath.Join(binDir, ControllerBinary)
-	if info, err := os.Stat(bin); err != nil {
+	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("lws controller binary: %w", err)
-	} else if info.IsDir() || info.Mode()&0o111 == 0 {
-		return nil, fmt.Errorf("lws controller binary %s is not executable", bin)
 	}
 	moduleDir, err := cluster.SourceDir(ctx, bin)
 	if err != nil {
@@ -85,13 +75,7 @@ func Install(ctx context.Context, c *cluster.Cluster, binDir string) (*Controlle
 	if err != nil {
 		return nil, err
 	}
-	ctrl := &Controller{
-		moduleDir:   moduleDir,
-		webhookPort: ports[0],
-		healthPort:  ports[1],
-		metricsPort: ports[2],
-	}
-
+	ctrl := &Controller{moduleDir: moduleDir, webhookPort: ports[0], healthPort: ports[1], metricsPort: ports[2]}
 	if err := applyCRDs(ctx, c, moduleDir); err != nil {
 		return nil, err
 	}
@@ -124,7 +108,7 @@ func (ctrl *Controller) start(ctx context.Context, c *cluster.Cluster, bin, dir 
 		return err
 	}
 	env := append(os.Environ(), "ENABLE_WEBHOOKS=true")
-	ctrl.proc, err = c.StartProcessWithEnv(ProcessName, env, bin,
+	ctrl.proc, err = c.StartProcessWithEnv(ControllerBinary, env, bin,
 		"--kubeconfig="+kubeconfig,
 		"--config="+configPath,
 		"--leader-elect=false",
@@ -165,19 +149,13 @@ func writeServingCert(c *cluster.Cluster, certDir string) error {
 	if err := os.MkdirAll(certDir, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", certDir, err)
 	}
-	for _, f := range []struct {
-		from, to string
-		mode     os.FileMode
-	}{
-		{certFile, "tls.crt", 0o644},
-		{keyFile, "tls.key", 0o600},
-	} {
-		data, err := os.ReadFile(f.from)
-		if err != nil {
-			return fmt.Errorf("read webhook certificate: %w", err)
+	for from, to := range map[string]string{certFile: "tls.crt", keyFile: "tls.key"} {
+		data, err := os.ReadFile(from)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(certDir, to), data, 0o600)
 		}
-		if err := os.WriteFile(filepath.Join(certDir, f.to), data, f.mode); err != nil {
-			return fmt.Errorf("write webhook certificate: %w", err)
+		if err != nil {
+			return fmt.Errorf("copy webhook certificate: %w", err)
 		}
 	}
 	return nil
@@ -186,7 +164,7 @@ func writeServingCert(c *cluster.Cluster, certDir string) error {
 func (ctrl *Controller) waitReady(ctx context.Context, c *cluster.Cluster) error {
 	httpClient := &http.Client{Timeout: 5 * time.Second}
 	if err := cluster.Poll(ctx, "lws-controller /readyz", []*cluster.Process{ctrl.proc}, func(ctx context.Context) error {
-		return cluster.CheckOK(ctx, httpClient, ctrl.HealthURL()+"/readyz")
+		return cluster.CheckOK(ctx, httpClient, "http://"+loopbackAddr(ctrl.healthPort)+"/readyz")
 	}); err != nil {
 		return err
 	}
@@ -218,8 +196,5 @@ func (ctrl *Controller) ModuleDir() string { return ctrl.moduleDir }
 
 // WebhookURL returns the webhook server's base URL, https://127.0.0.1:<port>.
 func (ctrl *Controller) WebhookURL() string { return "https://" + loopbackAddr(ctrl.webhookPort) }
-
-// HealthURL returns the base URL of /healthz and /readyz, plain HTTP.
-func (ctrl *Controller) HealthURL() string { return "http://" + loopbackAddr(ctrl.healthPort) }
 
 func loopbackAddr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }

@@ -19,13 +19,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 )
 
 const (
-	// Module is the Go module of the LeaderWorkerSet controller.
-	Module = "sigs.k8s.io/lws"
 	// namePrefix is what the lws release manifests put before the names of
 	// cluster-scoped objects.
 	namePrefix = "lws-"
@@ -171,16 +170,11 @@ func applyWebhooks(ctx context.Context, c *cluster.Cluster, moduleDir, dir, base
 // calling baseURL plus its service path and trusting caBundle. Other objects
 // (the webhook Service) are dropped.
 func webhookConfigurations(manifests []byte, baseURL string, caBundle []byte) ([]any, error) {
-	rewrite := func(webhook string, cc *admissionregistrationv1.WebhookClientConfig) error {
-		if cc.Service == nil || cc.Service.Path == nil {
-			return fmt.Errorf("webhook %s has no service path", webhook)
-		}
-		url := baseURL + *cc.Service.Path
-		*cc = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caBundle}
-		return nil
-	}
 	var items []any
 	err := eachDocument(manifests, func(kind string, doc []byte) error {
+		var obj metav1.Object
+		var configs []*admissionregistrationv1.WebhookClientConfig
+		var names []string
 		switch kind {
 		case "MutatingWebhookConfiguration":
 			cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
@@ -188,25 +182,29 @@ func webhookConfigurations(manifests []byte, baseURL string, caBundle []byte) ([
 				return err
 			}
 			for i := range cfg.Webhooks {
-				if err := rewrite(cfg.Webhooks[i].Name, &cfg.Webhooks[i].ClientConfig); err != nil {
-					return err
-				}
+				configs, names = append(configs, &cfg.Webhooks[i].ClientConfig), append(names, cfg.Webhooks[i].Name)
 			}
-			cfg.Name = namePrefix + cfg.Name
-			items = append(items, cfg)
+			obj = cfg
 		case "ValidatingWebhookConfiguration":
 			cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 			if err := json.Unmarshal(doc, cfg); err != nil {
 				return err
 			}
 			for i := range cfg.Webhooks {
-				if err := rewrite(cfg.Webhooks[i].Name, &cfg.Webhooks[i].ClientConfig); err != nil {
-					return err
-				}
+				configs, names = append(configs, &cfg.Webhooks[i].ClientConfig), append(names, cfg.Webhooks[i].Name)
 			}
-			cfg.Name = namePrefix + cfg.Name
-			items = append(items, cfg)
+			obj = cfg
+		default:
+			return nil
 		}
+		for i, cc := range configs {
+			if cc.Service == nil || cc.Service.Path == nil {
+				return fmt.Errorf("webhook %s has no service path", names[i])
+			}
+			*cc = admissionregistrationv1.WebhookClientConfig{URL: ptr.To(baseURL + *cc.Service.Path), CABundle: caBundle}
+		}
+		obj.SetName(namePrefix + obj.GetName())
+		items = append(items, obj)
 		return nil
 	})
 	if err != nil {
