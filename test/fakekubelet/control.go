@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
@@ -11,6 +12,27 @@ import (
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
+
+// StateFileName is the file in its --cert-dir where the fake-kubelet-fleet
+// command writes its FleetState, last, once every node serves.
+const StateFileName = "fleet.json"
+
+// FleetState is how a fleet running as its own process tells its users
+// (the demo, bench-compare) where it is.
+type FleetState struct {
+	ControlAddress string `json:"controlAddress"`
+	CAFile         string `json:"caFile"`
+	ClientCertFile string `json:"clientCertFile"`
+	ClientKeyFile  string `json:"clientKeyFile"`
+	// Nodes are the nodes as they were once every node served.
+	Nodes []NodeState `json:"nodes"`
+}
+
+// ReadFleetState reads the FleetState in dir; it fails until the fleet has
+// written it.
+func ReadFleetState(dir string) (*FleetState, error) {
+	return fakecore.ReadState[FleetState](filepath.Join(dir, StateFileName))
+}
 
 // UsageRequest is the body of the control API's usage calls. CPU is in
 // cores and Memory in bytes, each a number or a Kubernetes quantity
@@ -49,90 +71,62 @@ func (n *Node) State(withPods bool) NodeState {
 // NewControlHandler returns the plain-HTTP control API of a fleet (see
 // README.md). Serve it on a loopback address only.
 func NewControlHandler(f *Fleet) http.Handler {
-	c := &controlAPI{fleet: f}
 	mux := fakecore.NewControlMux(f.CACertPEM())
+	type none = fakecore.None
 	ok := http.StatusOK
-	mux.HandleFunc("GET /v1/nodes", fakecore.Route(ok, c.listNodes))
-	mux.HandleFunc("GET /v1/nodes/{node}", fakecore.Route(ok, c.getNode))
-	mux.HandleFunc("PUT /v1/nodes/{node}/fault", fakecore.Route(ok, c.setFault))
-	mux.HandleFunc("DELETE /v1/nodes/{node}/fault", fakecore.Route(ok, c.clearFault))
-	mux.HandleFunc("POST /v1/nodes/{node}/counter-reset", fakecore.Route(ok, c.resetNode))
-	mux.HandleFunc("PUT /v1/nodes/{node}/pods/{namespace}/{name}", fakecore.Route(ok, c.putPod))
-	mux.HandleFunc("DELETE /v1/namespaces/{namespace}/pods/{name}", fakecore.Route(ok, c.deletePod))
-	mux.HandleFunc("PUT /v1/namespaces/{namespace}/pods/{name}/usage", fakecore.Route(ok, c.setPodUsage))
-	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{name}/counter-reset", fakecore.Route(ok, c.resetPod))
-	mux.HandleFunc("PUT /v1/usage", fakecore.Route(ok, c.setSelectorUsage))
-	mux.HandleFunc("DELETE /v1/usage", fakecore.Route(ok, c.forgetUsage))
+	mux.HandleFunc("GET /v1/nodes", fakecore.Route(ok, func(r *http.Request, _ none) (any, error) {
+		return forNodes(f, r, r.URL.Query().Get("pods") == "true", nil)
+	}))
+	mux.HandleFunc("GET /v1/nodes/{node}", fakecore.Route(ok, func(r *http.Request, _ none) (any, error) { return nodeState(f, r) }))
+	mux.HandleFunc("PUT /v1/nodes/{node}/fault", fakecore.Route(ok, func(r *http.Request, fault Fault) (any, error) {
+		return forNodes(f, r, false, func(n *Node) error { return n.SetFault(fault) })
+	}))
+	mux.HandleFunc("DELETE /v1/nodes/{node}/fault", fakecore.Route(ok, func(r *http.Request, _ none) (any, error) {
+		return forNodes(f, r, false, func(n *Node) error { return n.ClearFault(FaultKind(r.URL.Query().Get("kind"))) })
+	}))
+	mux.HandleFunc("POST /v1/nodes/{node}/counter-reset", fakecore.Route(ok, func(r *http.Request, _ none) (any, error) {
+		return forNodes(f, r, false, func(n *Node) error { n.ResetCounters(); return nil })
+	}))
+	mux.HandleFunc("PUT /v1/nodes/{node}/pods/{namespace}/{name}", fakecore.Route(ok, func(r *http.Request, p Pod) (any, error) {
+		p.Namespace, p.Name = r.PathValue("namespace"), r.PathValue("name")
+		if err := f.SetPod(r.PathValue("node"), p); err != nil {
+			return nil, err
+		}
+		return nodeState(f, r)
+	}))
+	mux.HandleFunc("DELETE /v1/namespaces/{namespace}/pods/{name}", fakecore.Route(ok, func(r *http.Request, _ none) (any, error) {
+		ns, name := r.PathValue("namespace"), r.PathValue("name")
+		if !f.RemovePod(ns, name, "") {
+			return nil, fmt.Errorf("pod %s/%s: %w", ns, name, fakecore.ErrNotFound)
+		}
+		return fakecore.Matched(1), nil
+	}))
+	mux.HandleFunc("PUT /v1/namespaces/{namespace}/pods/{name}/usage", fakecore.Route(ok, func(r *http.Request, req UsageRequest) (any, error) {
+		return setUsage(f, UsageTarget{Namespace: r.PathValue("namespace"), Name: r.PathValue("name"), Container: req.Container}, req)
+	}))
+	mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{name}/counter-reset", fakecore.Route(ok, func(r *http.Request, _ none) (any, error) {
+		return fakecore.Matched(1), f.ResetPodCounters(r.PathValue("namespace"), r.PathValue("name"))
+	}))
+	mux.HandleFunc("PUT /v1/usage", fakecore.Route(ok, func(_ *http.Request, req UsageRequest) (any, error) {
+		sel, err := labels.Parse(req.Selector) // "" selects every pod
+		if err != nil {
+			return nil, fmt.Errorf("selector: %w", err)
+		}
+		return setUsage(f, UsageTarget{Namespace: req.Namespace, Selector: sel, Container: req.Container}, req)
+	}))
+	mux.HandleFunc("DELETE /v1/usage", fakecore.Route(ok, func(*http.Request, none) (any, error) { f.ForgetUsage(); return map[string]string{}, nil }))
 	return mux
 }
 
-// controlAPI implements the routes of NewControlHandler, for
-// fakecore.Route.
-type controlAPI struct{ fleet *Fleet }
-
-func (c *controlAPI) listNodes(r *http.Request, _ fakecore.None) (any, error) {
-	return c.forNodes("*", r.URL.Query().Get("pods") == "true", nil)
-}
-
-func (c *controlAPI) getNode(r *http.Request, _ fakecore.None) (any, error) {
-	n, ok := c.fleet.Node(r.PathValue("node"))
+func nodeState(f *Fleet, r *http.Request) (any, error) {
+	n, ok := f.Node(r.PathValue("node"))
 	if !ok {
 		return nil, fmt.Errorf("node %q: %w", r.PathValue("node"), fakecore.ErrNotFound)
 	}
 	return n.State(true), nil
 }
 
-func (c *controlAPI) setFault(r *http.Request, fault Fault) (any, error) {
-	return c.forNodes(r.PathValue("node"), false, func(n *Node) error { return n.SetFault(fault) })
-}
-
-func (c *controlAPI) clearFault(r *http.Request, _ fakecore.None) (any, error) {
-	kind := FaultKind(r.URL.Query().Get("kind"))
-	return c.forNodes(r.PathValue("node"), false, func(n *Node) error { return n.ClearFault(kind) })
-}
-
-func (c *controlAPI) resetNode(r *http.Request, _ fakecore.None) (any, error) {
-	return c.forNodes(r.PathValue("node"), false, func(n *Node) error { n.ResetCounters(); return nil })
-}
-
-func (c *controlAPI) putPod(r *http.Request, p Pod) (any, error) {
-	p.Namespace, p.Name = r.PathValue("namespace"), r.PathValue("name")
-	if err := c.fleet.SetPod(r.PathValue("node"), p); err != nil {
-		return nil, err
-	}
-	return c.getNode(r, fakecore.None{})
-}
-
-func (c *controlAPI) deletePod(r *http.Request, _ fakecore.None) (any, error) {
-	ns, name := r.PathValue("namespace"), r.PathValue("name")
-	if !c.fleet.RemovePod(ns, name, "") {
-		return nil, fmt.Errorf("pod %s/%s: %w", ns, name, fakecore.ErrNotFound)
-	}
-	return fakecore.Matched(1), nil
-}
-
-func (c *controlAPI) setPodUsage(r *http.Request, req UsageRequest) (any, error) {
-	return c.setUsage(UsageTarget{Namespace: r.PathValue("namespace"), Name: r.PathValue("name"), Container: req.Container}, req)
-}
-
-func (c *controlAPI) resetPod(r *http.Request, _ fakecore.None) (any, error) {
-	return fakecore.Matched(1), c.fleet.ResetPodCounters(r.PathValue("namespace"), r.PathValue("name"))
-}
-
-func (c *controlAPI) setSelectorUsage(_ *http.Request, req UsageRequest) (any, error) {
-	sel, err := labels.Parse(req.Selector) // "" selects every pod
-	if err != nil {
-		return nil, fmt.Errorf("selector: %w", err)
-	}
-	return c.setUsage(UsageTarget{Namespace: req.Namespace, Selector: sel, Container: req.Container}, req)
-}
-
-func (c *controlAPI) forgetUsage(*http.Request, fakecore.None) (any, error) {
-	c.fleet.ForgetUsage()
-	return map[string]string{}, nil
-}
-
-func (c *controlAPI) setUsage(t UsageTarget, req UsageRequest) (any, error) {
+func setUsage(f *Fleet, t UsageTarget, req UsageRequest) (any, error) {
 	cpu, errCPU := nonNegative("cpu", req.CPU, resource.Nano)
 	memory, errMemory := nonNegative("memory", req.Memory, 0)
 	if err := errors.Join(errCPU, errMemory); err != nil {
@@ -141,32 +135,32 @@ func (c *controlAPI) setUsage(t UsageTarget, req UsageRequest) (any, error) {
 	if cpu == nil && memory == nil {
 		return nil, errors.New("set cpu, memory or both")
 	}
-	return fakecore.Matched(c.fleet.setUsage(usageRule{UsageTarget: t, cpu: cpu, memory: memory})), nil
+	return fakecore.Matched(f.setUsage(usageRule{UsageTarget: t, cpu: cpu, memory: memory})), nil
 }
 
 // nonNegative returns q in units of scale (nil for nil), or an error
 // naming what for a negative q.
 func nonNegative(what string, q *resource.Quantity, scale resource.Scale) (*uint64, error) {
-	switch {
-	case q == nil:
+	if q == nil {
 		return nil, nil
-	case q.Sign() < 0:
+	} else if q.Sign() < 0 {
 		return nil, fmt.Errorf("%s must not be negative", what)
 	}
 	v := uint64(q.ScaledValue(scale))
 	return &v, nil
 }
 
-// forNodes applies fn, if set, to one node, or to every node for "*", and
-// answers with the resulting states, with their pods if withPods.
-func (c *controlAPI) forNodes(name string, withPods bool, fn func(*Node) error) (any, error) {
-	var nodes []*Node
-	if name == "*" {
-		nodes = c.fleet.Nodes()
-	} else if n, ok := c.fleet.Node(name); ok {
+// forNodes applies fn, if set, to the request's node, or to every node for
+// "*" (and without a node in the path), and answers with the resulting
+// states, with their pods if withPods.
+func forNodes(f *Fleet, r *http.Request, withPods bool, fn func(*Node) error) (any, error) {
+	nodes := f.Nodes()
+	if name := r.PathValue("node"); name != "" && name != "*" {
+		n, ok := f.Node(name)
+		if !ok {
+			return nil, fmt.Errorf("node %q: %w", name, fakecore.ErrNotFound)
+		}
 		nodes = []*Node{n}
-	} else {
-		return nil, fmt.Errorf("node %q: %w", name, fakecore.ErrNotFound)
 	}
 	out := []NodeState{}
 	var errs []error

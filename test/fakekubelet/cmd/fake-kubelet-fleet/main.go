@@ -47,12 +47,12 @@ func run(ctx context.Context, cfg *Config) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, fleet.Close()) }()
-	for i, name := range cfg.NodeNames {
+	for i := range cfg.Nodes {
 		port := 0
 		if cfg.BasePort > 0 {
 			port = cfg.BasePort + i
 		}
-		if _, err := fleet.AddNode(name, port); err != nil {
+		if _, err := fleet.AddNode(fmt.Sprintf("%s%d", cfg.NodeNamePrefix, i), port); err != nil {
 			return err
 		}
 	}
@@ -105,17 +105,12 @@ func writeCertDir(dir string, fleet *fakekubelet.Fleet, controlAddress string) e
 	if err != nil {
 		return err
 	}
-	f := fakekubelet.FleetState{
-		ControlAddress: controlAddress,
-		CAFile:         filepath.Join(dir, "ca.crt"),
-		ClientCertFile: filepath.Join(dir, "client.crt"),
-		ClientKeyFile:  filepath.Join(dir, "client.key"),
-	}
+	f := fakekubelet.FleetState{ControlAddress: controlAddress, CAFile: filepath.Join(dir, "ca.crt"),
+		ClientCertFile: filepath.Join(dir, "client.crt"), ClientKeyFile: filepath.Join(dir, "client.key")}
 	for _, n := range fleet.Nodes() {
 		f.Nodes = append(f.Nodes, n.State(false))
 	}
-	err = errors.Join(cert.WriteCert(f.CAFile, fleet.CACertPEM()), cert.WriteCert(f.ClientCertFile, certPEM), keyutil.WriteKey(f.ClientKeyFile, keyPEM))
-	if err != nil {
+	if err := errors.Join(cert.WriteCert(f.CAFile, fleet.CACertPEM()), cert.WriteCert(f.ClientCertFile, certPEM), keyutil.WriteKey(f.ClientKeyFile, keyPEM)); err != nil {
 		return err
 	}
 	return fakecore.WriteState(filepath.Join(dir, fakekubelet.StateFileName), f)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +13,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/cert"
 
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
 )
 
@@ -58,9 +59,7 @@ func TestRunWritesCertDirAndServes(t *testing.T) {
 	o := NewOptions()
 	o.Nodes, o.CertDir = 3, dir
 	cfg, err := o.Config()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -75,55 +74,41 @@ func TestRunWritesCertDirAndServes(t *testing.T) {
 		state = s
 		return err == nil, err
 	})
-	if err != nil {
-		t.Fatalf("fleet.json: %v", err)
-	}
-	if len(state.Nodes) != 3 {
-		t.Fatalf("fleet.json lists %d nodes, want 3", len(state.Nodes))
+	if err != nil || len(state.Nodes) != 3 {
+		t.Fatalf("fleet.json: %+v, %v; want 3 nodes", state, err)
 	}
 
-	caPEM, err := os.ReadFile(state.CAFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(caPEM)
-	cert, err := tls.LoadX509KeyPair(state.ClientCertFile, state.ClientKeyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}
+	pool, err := cert.NewPool(state.CAFile)
+	must(t, err)
+	keyPair, err := tls.LoadX509KeyPair(state.ClientCertFile, state.ClientKeyFile)
+	must(t, err)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{keyPair}, MinVersion: tls.VersionTLS12}}
 	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-
-	resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/stats/summary", state.Nodes[2].Port))
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, err := (&http.Client{Transport: tr, Timeout: 30 * time.Second}).Get(fmt.Sprintf("https://127.0.0.1:%d/stats/summary", state.Nodes[2].Port))
+	must(t, err)
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"nodeName":"fake-node-2"`) {
 		t.Errorf("summary with the written client certificate: %d %s", resp.StatusCode, body)
 	}
-
-	resp, err = http.Get("http://" + state.ControlAddress + "/healthz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("control healthz: %d", resp.StatusCode)
+	if err := (fakecore.Control{Address: state.ControlAddress}).Do(ctx, http.MethodGet, "/healthz", nil, nil); err != nil {
+		t.Errorf("control healthz: %v", err)
 	}
 
 	cancel()
-	guard := time.NewTimer(30 * time.Second)
-	defer guard.Stop()
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Errorf("run: %v", err)
 		}
-	case <-guard.C:
+	case <-time.After(30 * time.Second):
 		t.Fatal("run did not return after its context ended")
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

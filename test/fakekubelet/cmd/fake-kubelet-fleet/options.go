@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
-
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
 )
 
@@ -29,22 +28,14 @@ type Options struct {
 	NodeMaxPods    string
 }
 
-// What the fleet serves until the control API says otherwise, and the
-// capacity its registered nodes declare.
-var (
-	defaultUsage  = fakekubelet.Usage{CPUNanoCores: 1e6, MemoryBytes: 10 << 20}  // 1m, 10Mi a container
-	nodeBaseUsage = fakekubelet.Usage{CPUNanoCores: 1e8, MemoryBytes: 512 << 20} // 100m, 512Mi a node, on top of its pods
-	nodeCPU       = resource.MustParse("32")
-	nodeMemory    = resource.MustParse("256Gi")
-)
+// The capacity registered nodes declare; the fleet serves the library's
+// default usage (fakekubelet.DefaultContainerCPU and the like) until the
+// control API says otherwise.
+var nodeCPU, nodeMemory = resource.MustParse("32"), resource.MustParse("256Gi")
 
 // NewOptions returns the default options.
 func NewOptions() *Options {
-	return &Options{
-		NodeNamePrefix: "fake-node-",
-		ControlAddress: "127.0.0.1:0",
-		NodeMaxPods:    "110",
-	}
+	return &Options{NodeNamePrefix: "fake-node-", ControlAddress: "127.0.0.1:0", NodeMaxPods: "110"}
 }
 
 // AddFlags registers the options on fs.
@@ -88,50 +79,29 @@ func (o *Options) Validate() []error {
 	return errs
 }
 
-func (o *Options) nodeNames() []string {
-	names := make([]string, o.Nodes)
-	for i := range names {
-		names[i] = fmt.Sprintf("%s%d", o.NodeNamePrefix, i)
-	}
-	return names
-}
-
 // Config is what a run needs: the validated options and what they derive.
 type Config struct {
 	Options
-	Fleet fakekubelet.Config
-	// NodeNames are the names --nodes makes.
-	NodeNames    []string
+	Fleet        fakekubelet.Config
 	Registration fakekubelet.NodeRegistration
 }
 
 // Config reads the CA file and builds the run configuration.
 func (o *Options) Config() (*Config, error) {
-	fc := fakekubelet.Config{
-		SampleInterval:          fakekubelet.DefaultSampleInterval,
-		DefaultUsage:            defaultUsage,
-		NodeBaseUsage:           nodeBaseUsage,
-		NodeMemoryCapacityBytes: uint64(nodeMemory.Value()),
+	cfg := &Config{
+		Options: *o,
+		Fleet:   fakekubelet.Config{NodeMemoryCapacityBytes: uint64(nodeMemory.Value())},
+		Registration: fakekubelet.NodeRegistration{Labels: o.NodeLabels, Capacity: corev1.ResourceList{
+			corev1.ResourceCPU:    nodeCPU,
+			corev1.ResourceMemory: nodeMemory,
+			corev1.ResourcePods:   resource.MustParse(o.NodeMaxPods),
+		}},
 	}
 	if o.ClientCAFile != "" {
-		b, err := os.ReadFile(o.ClientCAFile)
-		if err != nil {
+		var err error
+		if cfg.Fleet.ClientCAPEM, err = os.ReadFile(o.ClientCAFile); err != nil {
 			return nil, fmt.Errorf("read --client-ca-file: %w", err)
 		}
-		fc.ClientCAPEM = b
-	}
-	cfg := &Config{
-		Options:   *o,
-		Fleet:     fc,
-		NodeNames: o.nodeNames(),
-		Registration: fakekubelet.NodeRegistration{
-			Labels: o.NodeLabels,
-			Capacity: corev1.ResourceList{
-				corev1.ResourceCPU:    nodeCPU,
-				corev1.ResourceMemory: nodeMemory,
-				corev1.ResourcePods:   resource.MustParse(o.NodeMaxPods),
-			},
-		},
 	}
 	return cfg, nil
 }
