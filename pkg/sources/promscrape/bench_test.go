@@ -36,59 +36,46 @@ func benchBodies(n int) [][]byte {
 func BenchmarkParseOneTarget(b *testing.B) {
 	body := benchBodies(1)[0]
 	allow := benchConfig(benchAllowed).allowList()
-	b.Run("TextParser", func(b *testing.B) {
-		b.ReportAllocs()
-		b.SetBytes(int64(len(body)))
-		for b.Loop() {
-			p := expfmt.NewTextParser(model.LegacyValidation)
-			fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
-			if err != nil {
-				b.Fatal(err)
-			}
-			kept := 0
-			for name := range fams {
-				if _, ok := allow[name]; ok {
-					kept++
+	// run benchmarks parse, which returns how many families it kept.
+	run := func(name string, parse func() (int, error)) {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				if kept, err := parse(); err != nil || kept != benchAllowed {
+					b.Fatalf("kept %d families: %v", kept, err)
 				}
 			}
-			if kept != benchAllowed {
-				b.Fatalf("kept %d families", kept)
+		})
+	}
+	run("TextParser", func() (int, error) {
+		p := expfmt.NewTextParser(model.LegacyValidation)
+		fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
+		kept := 0
+		for name := range fams {
+			if _, ok := allow[name]; ok {
+				kept++
+			}
+		}
+		return kept, err
+	})
+	run("Decoder", func() (int, error) {
+		dec := expfmt.NewDecoder(bytes.NewReader(body), expfmt.NewFormat(expfmt.TypeTextPlain))
+		for kept := 0; ; {
+			var mf dto.MetricFamily
+			if err := dec.Decode(&mf); errors.Is(err, io.EOF) {
+				return kept, nil
+			} else if err != nil {
+				return kept, err
+			}
+			if _, ok := allow[mf.GetName()]; ok {
+				kept++
 			}
 		}
 	})
-	b.Run("Decoder", func(b *testing.B) {
-		b.ReportAllocs()
-		b.SetBytes(int64(len(body)))
-		for b.Loop() {
-			dec := expfmt.NewDecoder(bytes.NewReader(body), expfmt.NewFormat(expfmt.TypeTextPlain))
-			kept := 0
-			for {
-				var mf dto.MetricFamily
-				err := dec.Decode(&mf)
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, ok := allow[mf.GetName()]; ok {
-					kept++
-				}
-			}
-			if kept != benchAllowed {
-				b.Fatalf("kept %d families", kept)
-			}
-		}
-	})
-	b.Run("FilterThenTextParser", func(b *testing.B) {
-		b.ReportAllocs()
-		b.SetBytes(int64(len(body)))
-		for b.Loop() {
-			fams, _, err := parseFamilies(body, allow)
-			if err != nil || len(fams) != benchAllowed {
-				b.Fatalf("kept %d families: %v", len(fams), err)
-			}
-		}
+	run("FilterThenTextParser", func() (int, error) {
+		fams, _, err := parseFamilies(body, allow)
+		return len(fams), err
 	})
 }
 

@@ -95,10 +95,7 @@ nodeExporters:
   port: 9400
 `
 	_, errs := Parse([]byte(file))
-	var got []string
-	for _, e := range errs {
-		got = append(got, e.Error())
-	}
+	got := errStrings(errs)
 	want := []string{
 		`presets[1]: unknown preset "tgi"`,
 		`metrics[3].name: "Bad_Name" is not a valid custom metric name`,
@@ -146,10 +143,7 @@ nodeExporters:
 - {name: dcgm, selector: app=dcgm, port: 0}
 `
 	_, errs := Parse([]byte(file))
-	var got []string
-	for _, e := range errs {
-		got = append(got, e.Error())
-	}
+	got := errStrings(errs)
 	want := []string{
 		`read configuration: unknown field "Presets"`,
 		`read configuration: unknown field "intervall"`,
@@ -253,4 +247,12 @@ func TestShippedConfig(t *testing.T) {
 	if len(cfg.Metrics) != 7 || len(cfg.NodeExporters) != 1 {
 		t.Errorf("%d metrics and %d exporters, want the 7 of the three presets and DCGM's exporter", len(cfg.Metrics), len(cfg.NodeExporters))
 	}
+}
+
+func errStrings(errs []error) []string {
+	var out []string
+	for _, e := range errs {
+		out = append(out, e.Error())
+	}
+	return out
 }

@@ -47,21 +47,19 @@ func dcgmText(node string, gpus []dcgmGPU) string {
 		}
 		fmt.Fprintf(&b, "} %g\n", v)
 	}
-	b.WriteString("# HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).\n# TYPE DCGM_FI_DEV_SM_CLOCK gauge\n")
-	for _, g := range gpus {
-		row("DCGM_FI_DEV_SM_CLOCK", g, 1980)
-	}
-	b.WriteString("# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n")
-	for _, g := range gpus {
-		row("DCGM_FI_DEV_GPU_UTIL", g, g.util)
-	}
-	b.WriteString("# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).\n# TYPE DCGM_FI_DEV_FB_USED gauge\n")
-	for _, g := range gpus {
-		row("DCGM_FI_DEV_FB_USED", g, g.fbUsed)
-	}
-	b.WriteString("# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n")
-	for _, g := range gpus {
-		row("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", g, 123456789)
+	for _, f := range []struct {
+		header, name string
+		value        func(dcgmGPU) float64
+	}{
+		{"# HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).\n# TYPE DCGM_FI_DEV_SM_CLOCK gauge\n", "DCGM_FI_DEV_SM_CLOCK", func(dcgmGPU) float64 { return 1980 }},
+		{"# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n", "DCGM_FI_DEV_GPU_UTIL", func(g dcgmGPU) float64 { return g.util }},
+		{"# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).\n# TYPE DCGM_FI_DEV_FB_USED gauge\n", "DCGM_FI_DEV_FB_USED", func(g dcgmGPU) float64 { return g.fbUsed }},
+		{"# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", func(dcgmGPU) float64 { return 123456789 }},
+	} {
+		b.WriteString(f.header)
+		for _, g := range gpus {
+			row(f.name, g, f.value(g))
+		}
 	}
 	return b.String()
 }

@@ -3,8 +3,9 @@ package promscrape
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -224,13 +225,8 @@ func FuzzDecode(f *testing.F) {
 // renderFamilies writes families in name order in the text format, so two
 // parses compare as text.
 func renderFamilies(t *testing.T, fams map[string]*dto.MetricFamily) string {
-	names := make([]string, 0, len(fams))
-	for n := range fams {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	var b bytes.Buffer
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(fams)) {
 		if _, err := expfmt.MetricFamilyToText(&b, fams[n]); err != nil {
 			t.Fatalf("render %s: %v", n, err)
 		}

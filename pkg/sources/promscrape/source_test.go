@@ -25,17 +25,11 @@ var ignorePoints = cmpopts.IgnoreFields(Value{}, "Points")
 
 func (l podList) ListPods() []Pod { return l }
 
-// fakeEndpoint serves body() on 127.0.0.1 and returns the port.
-func fakeEndpoint(t *testing.T, h http.HandlerFunc) int {
-	t.Helper()
+// fakeEndpoint serves h on 127.0.0.1 and returns the port.
+func fakeEndpoint(t *testing.T, h http.Handler) int {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	_, port, err := net.SplitHostPort(strings.TrimPrefix(srv.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, _ := strconv.Atoi(port)
-	return p
+	return srv.Listener.Addr().(*net.TCPAddr).Port
 }
 
 func textHandler(body func() string) http.HandlerFunc {
@@ -125,13 +119,18 @@ func TestCollectCounterRate(t *testing.T) {
 	}
 	total.Store(1600)
 	clk.Step(10 * time.Second)
-	b, errs := src.Collect(t.Context())
-	want := Batch{Pods: []PodValues{{Namespace: "ns", Name: "p", UID: "uid-p", Values: []Value{
-		{Metric: "prompt-tokens-per-second", Value: 60, Timestamp: now.Add(10 * time.Second), Series: 1},
-	}}}}
-	if diff := cmp.Diff(want, b, cmpopts.EquateEmpty(), ignorePoints); diff != "" || len(errs) > 0 {
-		t.Fatalf("second tick (-want +got):\n%s\nerrors: %v", diff, errs)
+	// wantRate checks a tick yields 60 tokens/s for the pod of uid.
+	wantRate := func(tick, uid string, at time.Time) {
+		t.Helper()
+		b, errs := src.Collect(t.Context())
+		want := Batch{Pods: []PodValues{{Namespace: "ns", Name: "p", UID: uid, Values: []Value{
+			{Metric: "prompt-tokens-per-second", Value: 60, Timestamp: at, Series: 1},
+		}}}}
+		if diff := cmp.Diff(want, b, cmpopts.EquateEmpty(), ignorePoints); diff != "" || len(errs) > 0 {
+			t.Fatalf("%s (-want +got):\n%s\nerrors: %v", tick, diff, errs)
+		}
 	}
+	wantRate("second tick", "uid-p", now.Add(10*time.Second))
 	total.Store(5) // restart: no rate, never negative
 	clk.Step(10 * time.Second)
 	if b, _ := src.Collect(t.Context()); len(b.Pods) != 0 {
@@ -150,13 +149,7 @@ func TestCollectCounterRate(t *testing.T) {
 	}
 	total.Store(6600)
 	clk.Step(10 * time.Second)
-	b, errs = src.Collect(t.Context())
-	want = Batch{Pods: []PodValues{{Namespace: "ns", Name: "p", UID: "uid-p-2", Values: []Value{
-		{Metric: "prompt-tokens-per-second", Value: 60, Timestamp: now.Add(40 * time.Second), Series: 1},
-	}}}}
-	if diff := cmp.Diff(want, b, cmpopts.EquateEmpty(), ignorePoints); diff != "" || len(errs) > 0 {
-		t.Fatalf("second tick of the recreated pod (-want +got):\n%s\nerrors: %v", diff, errs)
-	}
+	wantRate("second tick of the recreated pod", "uid-p-2", now.Add(40*time.Second))
 }
 
 // podsNow is a PodLister whose pods a test replaces between ticks.
@@ -214,10 +207,8 @@ func TestCollectFaults(t *testing.T) {
 	}
 	// A closed server's port refuses connections.
 	srvClosed := httptest.NewServer(http.NotFoundHandler())
-	_, port, _ := net.SplitHostPort(strings.TrimPrefix(srvClosed.URL, "http://"))
 	srvClosed.Close()
-	p, _ := strconv.Atoi(port)
-	pods = append(pods, vllmPod("refused", p, nil))
+	pods = append(pods, vllmPod("refused", srvClosed.Listener.Addr().(*net.TCPAddr).Port, nil))
 
 	cfg := mustParse(t, "presets: [sglang]\ntimeout: 200ms\nmaxBytes: 1000\n")
 	b, errs := NewSource(cfg, pods, Options{}).Collect(t.Context())
@@ -271,15 +262,11 @@ nodeExporters: [{name: dcgm, selector: app=dcgm, port: 9400, path: "/metrics?for
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("targets (-want +got):\n%s", diff)
 	}
-	var msgs []string
-	for _, e := range errs {
-		msgs = append(msgs, e.Error())
-	}
 	wantErrs := []string{
 		`pod ns/badport: port annotation "http" is not a port`,
 		`pod ns/noport: scrape annotation "yes" must be true or false`,
 	}
-	if diff := cmp.Diff(wantErrs, msgs); diff != "" {
+	if diff := cmp.Diff(wantErrs, errStrings(errs)); diff != "" {
 		t.Errorf("errors (-want +got):\n%s", diff)
 	}
 
