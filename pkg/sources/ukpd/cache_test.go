@@ -87,18 +87,9 @@ func newScriptedTarget(t *testing.T, s *scripted, refresh time.Duration) (source
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 	pods := []*corev1.Pod{newPod("ns", "p-u1", "n1", "c"), newPod("ns", "p-u2", "n1", "c"), newPod("ns", "p-u3", "n1", "c")}
-	src, err := NewSource(SourceConfig{
-		Endpoints:   []EndpointConfig{{URL: srv.URL, Nodes: []string{"n1"}}},
-		Pods:        podLister(t, pods...),
-		Clock:       clk,
-		ListRefresh: refresh,
-	})
-	must(t, err)
-	targets, err := src.Targets()
-	if err != nil || len(targets) != 1 {
-		t.Fatalf("Targets = %v, %v", targets, err)
-	}
-	return targets[0], clk
+	return oneTarget(t, SourceConfig{
+		Endpoints: []EndpointConfig{{URL: srv.URL, Nodes: []string{"n1"}}}, Pods: podLister(t, pods...), Clock: clk, ListRefresh: refresh,
+	}), clk
 }
 
 func TestScrapeCachesTheList(t *testing.T) {
@@ -243,13 +234,4 @@ func TestScrapeStartCountWithoutNewStart(t *testing.T) {
 	if u, _, _ := st.Pod("ns", "p-u1", "", "n1", store.PodRef{}); u.Containers[0].CPUNanoCores != 500_000_000 {
 		t.Errorf("usage = %+v, want 0.5 cores", u.Containers[0].Usage)
 	}
-}
-
-func scrapeOK(t *testing.T, tg sources.Target) *sources.Batch {
-	t.Helper()
-	b, err := tg.Scrape(context.Background())
-	if err != nil {
-		t.Fatalf("Scrape: %v", err)
-	}
-	return b
 }

@@ -39,9 +39,7 @@ func TestClientReadsBothForms(t *testing.T) {
 		t.Run(string(format), func(t *testing.T) {
 			c := e.client(t, func(cfg *ClientConfig) { cfg.MetricsFormat = format })
 			got, err := c.Metrics(context.Background())
-			if err != nil {
-				t.Fatalf("Metrics: %v", err)
-			}
+			must(t, err)
 			w := want
 			if format == FormatText {
 				// The Prometheus form carries no names.
@@ -55,9 +53,7 @@ func TestClientReadsBothForms(t *testing.T) {
 	}
 
 	list, err := e.client(t, nil).Instances(context.Background())
-	if err != nil {
-		t.Fatalf("Instances: %v", err)
-	}
+	must(t, err)
 	wantList := []Instance{
 		{UUID: web.UUID, Name: web.Name, State: "running", Tags: web.Tags, VCPUs: 1},
 		{UUID: idle.UUID, Name: idle.Name, State: "standby", Tags: idle.Tags, VCPUs: 2},
@@ -99,9 +95,7 @@ func TestClientFollowsTheAnswer(t *testing.T) {
 			c, err := NewClient(ClientConfig{URL: srv.URL, MetricsFormat: tc.ask})
 			must(t, err)
 			got, err := c.Metrics(context.Background())
-			if err != nil {
-				t.Fatalf("Metrics: %v", err)
-			}
+			must(t, err)
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("Metrics (-want +got):\n%s", diff)
 			}
@@ -182,11 +176,7 @@ func TestClientFailures(t *testing.T) {
 func TestClientTransportFaults(t *testing.T) {
 	fake, err := fakeukpd.Start(fakeukpd.Options{Config: fakeukpd.Config{Tokens: []string{testToken}}, CertDir: t.TempDir()})
 	must(t, err)
-	t.Cleanup(func() {
-		if err := fake.Close(); err != nil {
-			t.Errorf("close the fake: %v", err)
-		}
-	})
+	t.Cleanup(func() { must(t, fake.Close()) })
 	tokenFile := writeTemp(t, testToken)
 	// A stall never answers: the request timeout ends it, and is tiny.
 	// Else it is a guard against a hang, which a loaded machine never
@@ -210,11 +200,7 @@ func TestClientTransportFaults(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			must(t, fake.SetTransportFault(tc.fault))
-			defer func() {
-				if err := fake.SetTransportFault(""); err != nil {
-					t.Error(err)
-				}
-			}()
+			t.Cleanup(func() { must(t, fake.SetTransportFault("")) })
 			checkFailure(context.Background(), t, client(t, tc.timeout), tc.wantReason, tc.wantErr)
 		})
 	}

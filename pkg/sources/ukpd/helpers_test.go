@@ -1,6 +1,7 @@
 package ukpd
 
 import (
+	"context"
 	"encoding/pem"
 	"net/http/httptest"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 	"github.com/group-metrics-server/group-metrics-server/pkg/store"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
@@ -131,4 +133,25 @@ func webUsage(t *testing.T, st *store.Store, step string) store.PodUsage {
 		t.Fatalf("%s: no usage: %v", step, why)
 	}
 	return u
+}
+
+// oneTarget is the one target of a source of cfg.
+func oneTarget(t *testing.T, cfg SourceConfig) sources.Target {
+	t.Helper()
+	src, err := NewSource(cfg)
+	must(t, err)
+	targets, err := src.Targets()
+	if err != nil || len(targets) != 1 {
+		t.Fatalf("Targets = %v, %v; want one", targets, err)
+	}
+	return targets[0]
+}
+
+func scrapeOK(t *testing.T, tg sources.Target) *sources.Batch {
+	t.Helper()
+	b, err := tg.Scrape(context.Background())
+	if err != nil {
+		t.Fatalf("Scrape: %v", err)
+	}
+	return b
 }

@@ -37,22 +37,9 @@ func TestScrapePagesTheList(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	src, err := NewSource(SourceConfig{
-		Endpoints: []EndpointConfig{{URL: srv.URL, Nodes: []string{"kraftlet"}}},
-		Pods:      podLister(t, pods...),
-		TokenFile: tokenFile,
-		Clock:     clk,
-	})
-	must(t, err)
-	targets, err := src.Targets()
-	if err != nil || len(targets) != 1 {
-		t.Fatalf("Targets = %v, %v", targets, err)
-	}
+	tg := oneTarget(t, SourceConfig{Endpoints: []EndpointConfig{{URL: srv.URL, Nodes: []string{"kraftlet"}}}, Pods: podLister(t, pods...), TokenFile: tokenFile, Clock: clk})
 	clk.Step(10 * time.Second)
-	b, err := targets[0].Scrape(context.Background())
-	if err != nil {
-		t.Fatalf("Scrape: %v", err)
-	}
+	b := scrapeOK(t, tg)
 	if len(b.Pods) != n {
 		t.Errorf("scrape has %d pods, want %d", len(b.Pods), n)
 	}

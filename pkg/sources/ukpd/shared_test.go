@@ -59,20 +59,17 @@ func TestScrapeSharedAccount(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			RegisterMetrics()
 			e := newEnv(t)
-			src, err := NewSource(SourceConfig{
+			tg := oneTarget(t, SourceConfig{
 				Endpoints: []EndpointConfig{{URL: e.srv.URL, Nodes: []string{"kraftlet"}}},
 				Pods:      podLister(t, newPod("default", "web-0", "kraftlet", "app")),
-				TokenFile: e.tokenFile, CAFile: e.caFile, Clock: e.clk,
-				RequiredTags: tc.required,
+				TokenFile: e.tokenFile, CAFile: e.caFile, Clock: e.clk, RequiredTags: tc.required,
 			})
-			must(t, err)
-			targets, _ := src.Targets()
 			e.add(t, fakeukpd.InstanceSpec{Tags: kraftletTags("default", "web-0", "app", "kraftlet", "cluster=a"), CPUCores: 0.5})
 			e.clk.Step(time.Second) // the other cluster's pod started later
 			e.add(t, fakeukpd.InstanceSpec{Tags: kraftletTags("default", "web-0", "app", "kraftlet", "cluster=b"), CPUCores: 2})
 			e.clk.Step(10 * time.Second)
 			before := ignoredCounts(t)
-			b := scrapeOK(t, targets[0])
+			b := scrapeOK(t, tg)
 			if len(b.Pods) != 1 || b.Pods[0].Containers[0].CPUCoreNanos != tc.wantCPU {
 				t.Errorf("batch = %+v, want web-0 with %d core-ns", b.Pods, tc.wantCPU)
 			}

@@ -103,27 +103,14 @@ func newScrapeEnv(t *testing.T, format Format, pods ...*corev1.Pod) *scrapeEnv {
 	t.Helper()
 	RegisterMetrics()
 	e := newEnv(t)
-	src, err := NewSource(SourceConfig{
-		Endpoints:     []EndpointConfig{{URL: e.srv.URL}},
-		Nodes:         nodeLister(t, map[string]map[string]string{"kraftlet-a": kraftlet, "kraftlet-b": kraftlet, "worker-1": nil}),
-		Pods:          podLister(t, pods...),
-		TokenFile:     e.tokenFile,
-		CAFile:        e.caFile,
-		MetricsFormat: format,
-		Clock:         e.clk,
-	})
-	must(t, err)
-	targets, err := src.Targets()
-	if err != nil || len(targets) != 1 {
-		t.Fatalf("Targets = %v, %v; want one", targets, err)
-	}
-	return &scrapeEnv{env: e, target: targets[0]}
+	return &scrapeEnv{env: e, target: oneTarget(t, SourceConfig{
+		Endpoints: []EndpointConfig{{URL: e.srv.URL}},
+		Nodes:     nodeLister(t, map[string]map[string]string{"kraftlet-a": kraftlet, "kraftlet-b": kraftlet, "worker-1": nil}),
+		Pods:      podLister(t, pods...), TokenFile: e.tokenFile, CAFile: e.caFile, MetricsFormat: format, Clock: e.clk,
+	})}
 }
 
-func (e *scrapeEnv) scrape(t *testing.T) *sources.Batch {
-	t.Helper()
-	return scrapeOK(t, e.target)
-}
+func (e *scrapeEnv) scrape(t *testing.T) *sources.Batch { return scrapeOK(t, e.target) }
 
 // scrapeInto scrapes and stores the batch in st.
 func (e *scrapeEnv) scrapeInto(t *testing.T, st *store.Store) {
@@ -293,16 +280,14 @@ func TestScrapeClockOffset(t *testing.T) {
 // TestTargetsLabelsSelector checks that a selector given to the source
 // replaces the kraftlet default.
 func TestTargetsLabelsSelector(t *testing.T) {
-	src, err := NewSource(SourceConfig{
+	tg := oneTarget(t, SourceConfig{
 		Endpoints:    []EndpointConfig{{URL: "https://a"}},
 		Nodes:        nodeLister(t, map[string]map[string]string{"k": kraftlet, "w": {"role": "ukpd"}}),
 		Pods:         podLister(t),
 		NodeSelector: labels.SelectorFromSet(labels.Set{"role": "ukpd"}),
 	})
-	must(t, err)
-	targets, err := src.Targets()
-	if err != nil || len(targets) != 1 || !gocmp.Equal(targets[0].Nodes(), []string{"w"}) {
-		t.Errorf("Targets = %v, %v; want one owning w", targets, err)
+	if !gocmp.Equal(tg.Nodes(), []string{"w"}) {
+		t.Errorf("target owns %v, want w", tg.Nodes())
 	}
 }
 
