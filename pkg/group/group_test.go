@@ -43,46 +43,34 @@ func TestAggregate(t *testing.T) {
 		members []Member // members[0] is the leader
 		want    Result
 	}{
-		{
-			name:   "group: load on the workers only",
+		{name: "group: load on the workers only",
 			policy: PolicyGroup,
 			// Leader idle at 0.1 of 1 core, three workers at 0.9 of 1 core:
 			// U = 2.8 / 4 = 0.7, reported on the leader's 1 core.
 			members: []Member{m(0.1, 1*gi, 1, 2*gi), m(0.9, 1*gi, 1, 2*gi), m(0.9, 1*gi, 1, 2*gi), m(0.9, 1*gi, 1, 2*gi)},
-			want:    Result{Total: total(0.7, 1*gi), Covered: 4},
-		},
-		{
-			name:    "group-max: the bottleneck",
+			want:    Result{Total: total(0.7, 1*gi), Covered: 4}},
+		{name: "group-max: the bottleneck",
 			policy:  PolicyGroupMax,
 			members: []Member{m(0.1, 0.5*gi, 1, 2*gi), m(0.9, 1*gi, 1, 2*gi), m(0.3, 1.5*gi, 1, 2*gi)},
-			want:    Result{Total: total(0.9, 1.5*gi), Covered: 3},
-		},
-		{
-			name:   "unequal requests weigh by request",
+			want:    Result{Total: total(0.9, 1.5*gi), Covered: 3}},
+		{name: "unequal requests weigh by request",
 			policy: PolicyGroup,
 			// Leader 0.5 of 2 cores, worker 1.5 of 1 core: U = 2 / 3, on 2 cores = 4/3.
 			members: []Member{m(0.5, 1, 2, 1), m(1.5, 1, 1, 1)},
-			want:    Result{Total: total(4.0/3, 1), Covered: 2},
-		},
-		{
-			name:    "members without metrics are left out",
+			want:    Result{Total: total(4.0/3, 1), Covered: 2}},
+		{name: "members without metrics are left out",
 			policy:  PolicyGroup,
 			members: []Member{m(0.2, 1, 1, 1), noMetrics(1, 1), m(0.6, 1, 1, 1), noMetrics(1, 1)},
-			want:    Result{Total: total(0.4, 1), Covered: 2},
-		},
-		{
-			name:   "members without requests are left out of the ratio",
+			want:    Result{Total: total(0.4, 1), Covered: 2}},
+		{name: "members without requests are left out of the ratio",
 			policy: PolicyGroup,
 			// The worker without a CPU request counts for memory only.
 			members: []Member{m(0.2, 1*gi, 1, 1*gi), m(5, 3*gi, -1, 1*gi)},
-			want:    Result{Total: total(0.2, 2*gi), Covered: 2},
-		},
-		{
-			name:    "leader without a request reports the group's sum",
+			want:    Result{Total: total(0.2, 2*gi), Covered: 2}},
+		{name: "leader without a request reports the group's sum",
 			policy:  PolicyGroup,
 			members: []Member{m(0.2, 1*gi, -1, -1), m(0.3, 2*gi, 1, 1*gi), noMetrics(1, 1)},
-			want:    Result{Total: total(0.5, 3*gi), Covered: 2},
-		},
+			want:    Result{Total: total(0.5, 3*gi), Covered: 2}},
 		{
 			// Finding 3: a zero request adds usage and no request, as in the
 			// HPA's sums; it was left out as if missing.
@@ -91,18 +79,14 @@ func TestAggregate(t *testing.T) {
 			members: []Member{m(0.5, 1, 1, 1), m(0.5, 1, 0, 1)},
 			want:    Result{Total: total(1, 1), Covered: 2},
 		},
-		{
-			name:    "leader with a zero request reports the group's sum",
+		{name: "leader with a zero request reports the group's sum",
 			policy:  PolicyGroup,
 			members: []Member{m(0.5, 1, 0, 1), m(0.25, 1, 1, 1)},
-			want:    Result{Total: total(0.75, 1), Covered: 2},
-		},
-		{
-			name:    "leader alone (group being created)",
+			want:    Result{Total: total(0.75, 1), Covered: 2}},
+		{name: "leader alone (group being created)",
 			policy:  PolicyGroup,
 			members: []Member{m(0.25, 1*gi, 0.5, 2*gi), noMetrics(0.5, 2*gi), noMetrics(0.5, 2*gi)},
-			want:    Result{Total: total(0.25, 1*gi), Covered: 1},
-		},
+			want:    Result{Total: total(0.25, 1*gi), Covered: 1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -183,11 +167,9 @@ func TestRequest(t *testing.T) {
 		wantMem int64
 		memOK   bool
 	}{
-		{
-			name:    "containers add up",
+		{name: "containers add up",
 			spec:    corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Resources: req("250m", "1Gi")}, {Name: "b", Resources: req("750m", "1Gi")}}},
-			wantCPU: 1000, cpuOK: true, wantMem: 2 * milliGi, memOK: true,
-		},
+			wantCPU: 1000, cpuOK: true, wantMem: 2 * milliGi, memOK: true},
 		{
 			name: "restartable init containers count, others do not",
 			spec: corev1.PodSpec{
@@ -196,22 +178,18 @@ func TestRequest(t *testing.T) {
 			},
 			wantCPU: 600, cpuOK: true, wantMem: milliGi + 64<<20*1000, memOK: true,
 		},
-		{
-			name:  "one container without a request: missing, as the HPA sees it",
+		{name: "one container without a request: missing, as the HPA sees it",
 			spec:  corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Resources: req("250m", "1Gi")}, {Name: "b", Resources: req("", "1Gi")}}},
-			cpuOK: false, wantMem: 2 * milliGi, memOK: true,
-		},
+			cpuOK: false, wantMem: 2 * milliGi, memOK: true},
 		{
 			// Finding 3: an explicit zero was taken for a missing request.
 			name:    "an explicit zero is a request of zero",
 			spec:    corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Resources: req("0", "1Gi")}}},
 			wantCPU: 0, cpuOK: true, wantMem: milliGi, memOK: true,
 		},
-		{
-			name:    "overhead is not added to container requests, as the HPA does not",
+		{name: "overhead is not added to container requests, as the HPA does not",
 			spec:    corev1.PodSpec{Overhead: req("250m", "64Mi").Requests, Containers: []corev1.Container{{Name: "a", Resources: req("500m", "1Gi")}}},
-			wantCPU: 500, cpuOK: true, wantMem: milliGi, memOK: true,
-		},
+			wantCPU: 500, cpuOK: true, wantMem: milliGi, memOK: true},
 		{
 			name: "pod-level requests win",
 			spec: corev1.PodSpec{

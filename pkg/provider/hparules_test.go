@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -22,105 +21,62 @@ import (
 // every member the HPA would count has metrics it would not ignore; a get
 // then names the member and why, and a list leaves the leader out.
 func TestGroupCountsMembersAsTheHPA(t *testing.T) {
-	busy := containerUsage(map[string]uint64{"main": 1_000_000_000})
+	// readySince sets when the pod started and its Ready condition.
+	readySince := func(started time.Duration, ready corev1.ConditionStatus, transition time.Duration) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			st := metav1.NewTime(now.Add(-started))
+			p.Status.StartTime = &st
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: ready, LastTransitionTime: metav1.NewTime(now.Add(-transition))}}
+		}
+	}
 	tests := []struct {
-		name   string
-		leader func(p *corev1.Pod)
-		worker func(p *corev1.Pod)
-		// usage of the worker; nil: the store has none.
-		usage *store.PodUsage
+		name           string
+		leader, worker func(p *corev1.Pod)
+		noUsage        bool // the store has no usage of the worker
 		// wantWhy is part of the leader's NotFound message; "" wants a
 		// value, wantCPU millicores on the leader.
 		wantWhy string
 		wantCPU int64
 	}{
-		{name: "ready worker counts", usage: &busy, wantCPU: 550},
-		{
-			// Finding 1: a worker loading its model at full CPU, Running but
-			// not Ready, pushed the group's U up.
-			name: "worker not Ready within the initialization period",
-			worker: func(p *corev1.Pod) {
-				st := metav1.NewTime(now.Add(-time.Minute))
-				p.Status.StartTime = &st
-				p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: st}}
-			},
-			usage:   &busy,
-			wantWhy: "group member inf-0-1 is not ready as the HPA counts pods",
-		},
-		{
-			// The HPA would ignore the leader's own CPU, and count its busy
-			// workers; with the leader missing instead it counts the group
-			// at 100% on a scale-down and 0% on a scale-up.
-			name: "leader not Ready",
-			leader: func(p *corev1.Pod) {
-				st := metav1.NewTime(now.Add(-time.Minute))
-				p.Status.StartTime = &st
-				p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: st}}
-			},
-			usage:   &busy,
-			wantWhy: "the leader is not ready as the HPA counts pods",
-		},
-		{
-			name: "worker Ready, but not for one window yet",
-			worker: func(p *corev1.Pod) {
-				st := metav1.NewTime(now.Add(-2 * time.Minute))
-				p.Status.StartTime = &st
-				p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-5 * time.Second))}}
-			},
-			usage:   &busy,
-			wantWhy: "does not begin after it became Ready",
-		},
-		{
-			// Finding 2: a member without fresh metrics was left out, and U
-			// was computed over the idle leader.
-			name:    "worker without metrics",
-			usage:   nil,
-			wantWhy: "group member inf-0-1 has no metrics: node n1 did not report it",
-		},
-		{
-			name:    "worker Pending",
-			worker:  func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending },
-			usage:   &busy,
-			wantWhy: "group member inf-0-1 is Pending",
-		},
-		{
-			// Finding 4, on the read side: a pod whose sidecar runs but has
-			// no usage is not served, nor is its group.
-			name: "worker with a running sidecar without usage",
-			worker: func(p *corev1.Pod) {
-				always := corev1.ContainerRestartPolicyAlways
-				p.Spec.InitContainers = []corev1.Container{{Name: "proxy", RestartPolicy: &always}}
-				p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "proxy", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
-			},
-			usage:   &busy,
-			wantWhy: `group member inf-0-1 has no metrics: container "proxy" of the pod has no usage`,
-		},
-		{
-			name:    "worker being deleted: the group is incomplete",
-			worker:  func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: now} },
-			usage:   &busy,
-			wantWhy: "group member inf-0-1 is being deleted",
-		},
-		{
-			name:    "worker failed: the group is incomplete",
-			worker:  func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed },
-			usage:   &busy,
-			wantWhy: "group member inf-0-1 has failed",
-		},
+		{name: "ready worker counts", wantCPU: 550},
+		// Finding 1: a worker loading its model at full CPU, Running but
+		// not Ready, pushed the group's U up.
+		{name: "worker not Ready within the initialization period", worker: readySince(time.Minute, corev1.ConditionFalse, time.Minute),
+			wantWhy: "group member inf-0-1 is not ready as the HPA counts pods"},
+		// The HPA would ignore the leader's own CPU, and count its busy
+		// workers; with the leader missing instead it counts the group
+		// at 100% on a scale-down and 0% on a scale-up.
+		{name: "leader not Ready", leader: readySince(time.Minute, corev1.ConditionFalse, time.Minute),
+			wantWhy: "the leader is not ready as the HPA counts pods"},
+		{name: "worker Ready, but not for one window yet", worker: readySince(2*time.Minute, corev1.ConditionTrue, 5*time.Second),
+			wantWhy: "does not begin after it became Ready"},
+		// Finding 2: a member without fresh metrics was left out, and U
+		// was computed over the idle leader.
+		{name: "worker without metrics", noUsage: true, wantWhy: "group member inf-0-1 has no metrics: node n1 did not report it"},
+		{name: "worker Pending", worker: func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending }, wantWhy: "group member inf-0-1 is Pending"},
+		// Finding 4, on the read side: a pod whose sidecar runs but has
+		// no usage is not served, nor is its group.
+		{name: "worker with a running sidecar without usage", worker: func(p *corev1.Pod) {
+			always := corev1.ContainerRestartPolicyAlways
+			p.Spec.InitContainers = []corev1.Container{{Name: "proxy", RestartPolicy: &always}}
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "proxy", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+		}, wantWhy: `group member inf-0-1 has no metrics: container "proxy" of the pod has no usage`},
+		{name: "worker being deleted: the group is incomplete", worker: func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: now} },
+			wantWhy: "group member inf-0-1 is being deleted"},
+		{name: "worker failed: the group is incomplete", worker: func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed },
+			wantWhy: "group member inf-0-1 has failed"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			leader := lwsPod("0", "group", map[string]string{"main": "1"})
-			if tc.leader != nil {
-				tc.leader(leader)
-			}
-			worker := lwsPod("1", "", map[string]string{"main": "1"})
-			if tc.worker != nil {
-				tc.worker(worker)
+			leader, worker := lwsPod("0", "group", map[string]string{"main": "1"}), lwsPod("1", "", map[string]string{"main": "1"})
+			for pod, change := range map[*corev1.Pod]func(*corev1.Pod){leader: tc.leader, worker: tc.worker} {
+				if change != nil {
+					change(pod)
+				}
 			}
 			usage := map[string]store.PodUsage{"ml/inf-0": containerUsage(map[string]uint64{"main": 100_000_000})}
-			if tc.usage != nil {
-				usage["ml/inf-0-1"] = *tc.usage
+			if !tc.noUsage {
+				usage["ml/inf-0-1"] = containerUsage(map[string]uint64{"main": 1_000_000_000})
 			}
 			p := newGroupProvider([]*corev1.Pod{leader, worker}, usage, group.PolicyPod)
 			m, err := p.GetPodMetrics(context.Background(), "ml", "inf-0")
@@ -156,9 +112,8 @@ func TestGroupCountsMembersAsTheHPA(t *testing.T) {
 func TestLeaderWithPodLevelMemory(t *testing.T) {
 	leader := lwsPod("0", "group", map[string]string{"main": "1"})
 	leader.Spec.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("4Gi")}}
-	var pods []*corev1.Pod
+	pods := []*corev1.Pod{leader}
 	usage := map[string]store.PodUsage{"ml/inf-0": containerUsage(map[string]uint64{"main": 500_000_000})}
-	pods = append(pods, leader)
 	for _, w := range []string{"1", "2", "3"} {
 		pods = append(pods, lwsPod(w, "", map[string]string{"main": "1"}))
 		usage["ml/inf-0-"+w] = containerUsage(map[string]uint64{"main": 500_000_000})
@@ -191,7 +146,7 @@ func TestPartialPodNotServed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(0, len(list)); diff != "" {
-		t.Errorf("list (-want +got):\n%s", diff)
+	if len(list) != 0 {
+		t.Errorf("list = %v, want none", list)
 	}
 }

@@ -48,16 +48,12 @@ func TestRatesNext(t *testing.T) {
 				derivedAt: scraped,
 			},
 		},
-		{
-			name: "first sample of a container started under 5 s ago waits",
+		{name: "first sample of a container started under 5 s ago waits",
 			p:    pt(3*time.Second, 0, 1e9, 50),
-			want: series{last: pt(3*time.Second, 0, 1e9, 50)},
-		},
-		{
-			name: "first sample of an old container waits for a second",
+			want: series{last: pt(3*time.Second, 0, 1e9, 50)}},
+		{name: "first sample of an old container waits for a second",
 			p:    pt(0, -time.Hour, 5e9, 50),
-			want: series{last: pt(0, -time.Hour, 5e9, 50)},
-		},
+			want: series{last: pt(0, -time.Hour, 5e9, 50)}},
 		{
 			name: "restart: new start time, counter from zero",
 			prev: steady,
@@ -89,35 +85,25 @@ func TestRatesNext(t *testing.T) {
 			p:    pt(15*time.Second, 5*time.Second, 3600e9+7.5e9, 100),
 			want: series{last: pt(15*time.Second, 5*time.Second, 3600e9+7.5e9, 100), usage: prevUsage, derivedAt: at(-time.Minute)},
 		},
-		{
-			name: "counter went back without a restart: keep the last usage",
+		{name: "counter went back without a restart: keep the last usage",
 			prev: steady,
 			p:    pt(15*time.Second, -time.Hour, 1e9, 60),
-			want: series{last: pt(15*time.Second, -time.Hour, 1e9, 60), usage: prevUsage, derivedAt: at(-time.Minute)},
-		},
-		{
-			name: "clock went back: keep the last usage",
+			want: series{last: pt(15*time.Second, -time.Hour, 1e9, 60), usage: prevUsage, derivedAt: at(-time.Minute)}},
+		{name: "clock went back: keep the last usage",
 			prev: steady,
 			p:    pt(-5*time.Second, -time.Hour, 11e9, 60),
-			want: series{last: pt(-5*time.Second, -time.Hour, 11e9, 60), usage: prevUsage, derivedAt: at(-time.Minute)},
-		},
-		{
-			name: "same sample again: nothing new",
+			want: series{last: pt(-5*time.Second, -time.Hour, 11e9, 60), usage: prevUsage, derivedAt: at(-time.Minute)}},
+		{name: "same sample again: nothing new",
 			prev: steady,
 			p:    pt(0, -time.Hour, 10e9, 100),
-			want: series{last: pt(0, -time.Hour, 10e9, 100), usage: Usage{Timestamp: prevUsage.Timestamp, Window: prevUsage.Window, CPUNanoCores: 7, MemoryBytes: 100}, derivedAt: at(-time.Minute)},
-		},
-		{
-			name: "huge jump is never served",
+			want: series{last: pt(0, -time.Hour, 10e9, 100), usage: Usage{Timestamp: prevUsage.Timestamp, Window: prevUsage.Window, CPUNanoCores: 7, MemoryBytes: 100}, derivedAt: at(-time.Minute)}},
+		{name: "huge jump is never served",
 			prev: steady,
 			p:    pt(time.Second, -time.Hour, 10e9+1e18, 60),
-			want: series{last: pt(time.Second, -time.Hour, 10e9+1e18, 60), usage: prevUsage, derivedAt: at(-time.Minute)},
-		},
-		{
-			name: "no start time and no previous sample",
+			want: series{last: pt(time.Second, -time.Hour, 10e9+1e18, 60), usage: prevUsage, derivedAt: at(-time.Minute)}},
+		{name: "no start time and no previous sample",
 			p:    sources.Point{Timestamp: at(0), CPUCoreNanos: 5, MemoryBytes: 5},
-			want: series{last: sources.Point{Timestamp: at(0), CPUCoreNanos: 5, MemoryBytes: 5}},
-		},
+			want: series{last: sources.Point{Timestamp: at(0), CPUCoreNanos: 5, MemoryBytes: 5}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

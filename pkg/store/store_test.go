@@ -128,11 +128,9 @@ func TestStoreUnavailable(t *testing.T) {
 		uid     string
 		wantErr string // empty: usage expected
 	}{
-		{
-			name:    "never scraped",
+		{name: "never scraped",
 			setup:   func(*Store, *clocktesting.FakeClock) {},
-			wantErr: `node "n1" has not been scraped yet`,
-		},
+			wantErr: `node "n1" has not been scraped yet`},
 		{
 			name: "node down, no data",
 			setup: func(s *Store, clk *clocktesting.FakeClock) {

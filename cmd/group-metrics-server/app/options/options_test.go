@@ -54,11 +54,9 @@ func TestValidate(t *testing.T) {
 		},
 		{name: "ukpd without endpoints", set: func(o *Options) { o.Sources = []string{"ukpd"} }, wants: []string{"needs at least one --ukpd-endpoint"}},
 		{name: "endpoint without ukpd", set: func(o *Options) { o.UkpdEndpoints = []string{"https://x"} }, wants: []string{"does not name ukpd"}},
-		{
-			name:  "required tags",
+		{name: "required tags",
 			set:   func(o *Options) { o.UkpdRequiredTags = []string{"cluster=a", "nope", "x=a b"} },
-			wants: []string{`--ukpd-required-tag: required tag "nope"`, `--ukpd-required-tag: required tag "x=a b"`},
-		},
+			wants: []string{`--ukpd-required-tag: required tag "nope"`, `--ukpd-required-tag: required tag "x=a b"`}},
 		{
 			name: "bad sources",
 			set: func(o *Options) {
@@ -67,11 +65,9 @@ func TestValidate(t *testing.T) {
 			},
 			wants: []string{`"kubelet" named twice`, `unknown source "prometheus"`, "--kraftlet-node-selector"},
 		},
-		{
-			name:  "bad endpoint",
+		{name: "bad endpoint",
 			set:   func(o *Options) { o.Sources = []string{"ukpd"}; o.UkpdEndpoints = []string{"ftp://x"} },
-			wants: []string{"--ukpd-endpoint"},
-		},
+			wants: []string{"--ukpd-endpoint"}},
 		{name: "timeout equal to resolution", set: func(o *Options) { o.KubeletRequestTimeout = o.MetricResolution }, wants: []string{"below --metric-resolution"}},
 		{
 			name: "negative HPA readiness durations",
@@ -138,11 +134,9 @@ func TestKubeletREST(t *testing.T) {
 		{name: "cluster CA and token by default", set: func(*Options) {}, wantTLS: rest.TLSClientConfig{CAFile: "/cluster-ca.crt"}, wantToken: "/var/run/secrets/token"},
 		{name: "explicit CA", set: func(o *Options) { o.KubeletCAFile = "/kubelet-ca.crt" }, wantTLS: rest.TLSClientConfig{CAFile: "/kubelet-ca.crt"}, wantToken: "/var/run/secrets/token"},
 		{name: "insecure", set: func(o *Options) { o.KubeletInsecureTLS = true }, wantTLS: rest.TLSClientConfig{Insecure: true}, wantToken: "/var/run/secrets/token"},
-		{
-			name:    "client certificate replaces the token",
+		{name: "client certificate replaces the token",
 			set:     func(o *Options) { o.KubeletClientCertFile, o.KubeletClientKeyFile = "/c.crt", "/c.key" },
-			wantTLS: rest.TLSClientConfig{CAFile: "/cluster-ca.crt", CertFile: "/c.crt", KeyFile: "/c.key"},
-		},
+			wantTLS: rest.TLSClientConfig{CAFile: "/cluster-ca.crt", CertFile: "/c.crt", KeyFile: "/c.key"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -40,16 +40,12 @@ func TestValidatePodMetricsConfig(t *testing.T) {
 				"--pod-metrics-config " + bad + `: timeout: 2m0s must be above 0 and at most 1m0s`,
 			},
 		},
-		{
-			name:  "a missing file",
+		{name: "a missing file",
 			set:   func(o *Options) { o.PodMetricsConfig = "/nonexistent/pod-metrics.yaml"; o.EnableCustomMetrics = true },
-			wants: []string{"--pod-metrics-config: open /nonexistent/pod-metrics.yaml"},
-		},
-		{
-			name:  "without custom metrics",
+			wants: []string{"--pod-metrics-config: open /nonexistent/pod-metrics.yaml"}},
+		{name: "without custom metrics",
 			set:   func(o *Options) { o.PodMetricsConfig = good },
-			wants: []string{"--pod-metrics-config needs --enable-custom-metrics"},
-		},
+			wants: []string{"--pod-metrics-config needs --enable-custom-metrics"}},
 		{
 			name: "a timeout at the resolution when the file sets no interval",
 			set: func(o *Options) {
