@@ -33,6 +33,10 @@ func TestAdvance(t *testing.T) {
 		s.StartedAt = s.StartedAt.Add(time.Minute)
 		return s
 	}
+	pt := func(at, start time.Time, cpu uint64) *sources.Point {
+		return &sources.Point{Timestamp: at, StartTime: start, CPUCoreNanos: cpu, MemoryBytes: 5}
+	}
+	next := prevPoint.Timestamp.Add(15 * time.Second) // by the time between arrivals
 	tests := []struct {
 		name   string
 		prev   *timeline
@@ -42,58 +46,44 @@ func TestAdvance(t *testing.T) {
 	}{
 		{
 			name:   "first sight of an instance that started once: the average since it started, by its uptime",
-			sample: sample(1, 5e9, 10*time.Second), state: stateRunning,
-			want: &sources.Point{Timestamp: t0, StartTime: t0.Add(-10 * time.Second), CPUCoreNanos: 5e9, MemoryBytes: 5},
+			sample: sample(1, 5e9, 10*time.Second), state: stateRunning, want: pt(t0, t0.Add(-10*time.Second), 5e9),
 		},
-		{
-			name:   "first sight after several starts: a baseline, no rate",
-			sample: sample(3, 5e9, 10*time.Second), state: stateRunning,
-			want: &sources.Point{Timestamp: t0, StartTime: t0, CPUCoreNanos: 5e9, MemoryBytes: 5},
-		},
-		{
-			name:   "first sight without uptime: a baseline, no rate",
-			sample: noUptime(sample(1, 5e9, 0)), state: stateRunning,
-			want: &sources.Point{Timestamp: t0, StartTime: t0, CPUCoreNanos: 5e9, MemoryBytes: 5},
-		},
+		{name: "first sight after several starts: a baseline, no rate", sample: sample(3, 5e9, 10*time.Second), state: stateRunning, want: pt(t0, t0, 5e9)},
+		{name: "first sight without uptime: a baseline, no rate", sample: noUptime(sample(1, 5e9, 0)), state: stateRunning, want: pt(t0, t0, 5e9)},
 		{
 			name: "same run: the timestamp advances by the uptime gained, not by the time between arrivals",
 			prev: running(1, time.Minute), sample: sample(1, 9e9, time.Minute+14*time.Second), state: stateRunning,
-			want: &sources.Point{Timestamp: prevPoint.Timestamp.Add(14 * time.Second), StartTime: prevPoint.StartTime, CPUCoreNanos: 9e9, MemoryBytes: 5},
+			want: pt(prevPoint.Timestamp.Add(14*time.Second), prevPoint.StartTime, 9e9),
 		},
 		{
 			name: "same run without uptime: by the time between arrivals",
-			prev: running(1, time.Minute), sample: noUptime(sample(1, 9e9, 0)), state: stateRunning,
-			want: &sources.Point{Timestamp: prevPoint.Timestamp.Add(15 * time.Second), StartTime: prevPoint.StartTime, CPUCoreNanos: 9e9, MemoryBytes: 5},
+			prev: running(1, time.Minute), sample: noUptime(sample(1, 9e9, 0)), state: stateRunning, want: pt(next, prevPoint.StartTime, 9e9),
 		},
 		{
 			name: "standby: the counter stands still over the time between arrivals",
-			prev: running(1, time.Minute), sample: sample(1, 7e9, time.Minute), state: stateStandby,
-			want: &sources.Point{Timestamp: prevPoint.Timestamp.Add(15 * time.Second), StartTime: prevPoint.StartTime, CPUCoreNanos: 7e9, MemoryBytes: 5},
+			prev: running(1, time.Minute), sample: sample(1, 7e9, time.Minute), state: stateStandby, want: pt(next, prevPoint.StartTime, 7e9),
 		},
 		{
 			name: "a wake: the previous sample stands in for the start",
 			prev: standingBy(1, time.Minute), sample: moved(sample(2, 1e9, time.Minute+5*time.Second)), state: stateRunning,
-			want: &sources.Point{Timestamp: prevPoint.Timestamp.Add(15 * time.Second), StartTime: prevPoint.Timestamp, CPUCoreNanos: 1e9, MemoryBytes: 5},
+			want: pt(next, prevPoint.Timestamp, 1e9),
 		},
 		{
 			name: "started_at moved, the counter did not go back: a baseline, no rate",
 			prev: running(1, time.Minute), sample: moved(sample(1, 9e9, time.Minute+15*time.Second)), state: stateRunning,
-			want: &sources.Point{Timestamp: prevPoint.Timestamp.Add(15 * time.Second), StartTime: prevPoint.Timestamp, CPUCoreNanos: 9e9, MemoryBytes: 5},
+			want: pt(next, prevPoint.Timestamp, 9e9),
 		},
 		{
 			name: "start_count moved, started_at did not: still a new start",
-			prev: running(1, time.Minute), sample: sample(2, 1e9, time.Minute+5*time.Second), state: stateRunning,
-			want: &sources.Point{Timestamp: prevPoint.Timestamp.Add(15 * time.Second), StartTime: prevPoint.Timestamp, CPUCoreNanos: 1e9, MemoryBytes: 5},
+			prev: running(1, time.Minute), sample: sample(2, 1e9, time.Minute+5*time.Second), state: stateRunning, want: pt(next, prevPoint.Timestamp, 1e9),
 		},
 		{
 			name: "woken and back in standby between two scrapes",
-			prev: standingBy(1, time.Minute), sample: sample(2, 1e9, time.Minute+5*time.Second), state: stateStandby,
-			want: &sources.Point{Timestamp: prevPoint.Timestamp.Add(15 * time.Second), StartTime: prevPoint.Timestamp, CPUCoreNanos: 1e9, MemoryBytes: 5},
+			prev: standingBy(1, time.Minute), sample: sample(2, 1e9, time.Minute+5*time.Second), state: stateStandby, want: pt(next, prevPoint.Timestamp, 1e9),
 		},
 		{
 			name: "draining: the previous point again",
-			prev: running(1, time.Minute), sample: sample(1, 9e9, time.Minute+14*time.Second), state: stateDraining,
-			want: &prevPoint,
+			prev: running(1, time.Minute), sample: sample(1, 9e9, time.Minute+14*time.Second), state: stateDraining, want: &prevPoint,
 		},
 		{name: "draining, first sight: nothing", sample: sample(1, 9e9, time.Minute), state: stateDraining},
 		{name: "stopped: nothing", prev: running(1, time.Minute), sample: sample(1, 9e9, time.Minute), state: stateStopped},
