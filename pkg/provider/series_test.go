@@ -42,10 +42,8 @@ func TestGroupSamples(t *testing.T) {
 	// Group 0: 0.1 + 0.9 + 0.9 cores of 3 requested; 4 containers of 256Mi
 	// of 4Gi requested (1Gi per container).
 	want := []GroupSample{
-		{Namespace: "ml", LeaderWorkerSet: "inf", Group: "0",
-			CPUCores: 1.9, MemoryBytes: 4 * 256 << 20,
-			CPUUtilization: 1.9 / 3, HasCPUUtilization: true,
-			MemoryUtilization: 0.25, HasMemoryUtilization: true,
+		{Namespace: "ml", LeaderWorkerSet: "inf", Group: "0", CPUCores: 1.9, MemoryBytes: 4 * 256 << 20,
+			CPUUtilization: 1.9 / 3, HasCPUUtilization: true, MemoryUtilization: 0.25, HasMemoryUtilization: true,
 			Members: 3, Counted: 3},
 		{Namespace: "ml", LeaderWorkerSet: "inf", Group: "1", Members: 1},
 	}

@@ -22,91 +22,46 @@ func TestRatesNext(t *testing.T) {
 	scraped := at(time.Hour)
 	prevUsage := Usage{Timestamp: at(-15 * time.Second), Window: 15 * time.Second, CPUNanoCores: 7, MemoryBytes: 9}
 	steady := &series{last: pt(0, -time.Hour, 10e9, 100), usage: prevUsage, derivedAt: at(-time.Minute)}
-
+	// The point always becomes the last; derived is a new usage, kept the
+	// previous one, waits none.
+	derived := func(ts, window time.Duration, cpu, mem uint64) series {
+		return series{usage: Usage{Timestamp: at(ts), Window: window, CPUNanoCores: cpu, MemoryBytes: mem}, derivedAt: scraped}
+	}
+	kept := series{usage: prevUsage, derivedAt: at(-time.Minute)}
 	tests := []struct {
 		name string
 		prev *series
 		p    sources.Point
 		want series
 	}{
-		{
-			name: "rate over two samples",
-			prev: steady,
-			p:    pt(15*time.Second, -time.Hour, 10e9+3e9, 200), // 3 core-seconds in 15 s
-			want: series{
-				last:      pt(15*time.Second, -time.Hour, 13e9, 200),
-				usage:     Usage{Timestamp: at(15 * time.Second), Window: 15 * time.Second, CPUNanoCores: 200_000_000, MemoryBytes: 200},
-				derivedAt: scraped,
-			},
-		},
-		{
-			name: "first sample of a new container: average since start",
-			p:    pt(10*time.Second, 0, 5e9, 50), // 5 core-seconds in 10 s
-			want: series{
-				last:      pt(10*time.Second, 0, 5e9, 50),
-				usage:     Usage{Timestamp: at(10 * time.Second), Window: 10 * time.Second, CPUNanoCores: 500_000_000, MemoryBytes: 50},
-				derivedAt: scraped,
-			},
-		},
-		{name: "first sample of a container started under 5 s ago waits",
-			p:    pt(3*time.Second, 0, 1e9, 50),
-			want: series{last: pt(3*time.Second, 0, 1e9, 50)}},
-		{name: "first sample of an old container waits for a second",
-			p:    pt(0, -time.Hour, 5e9, 50),
-			want: series{last: pt(0, -time.Hour, 5e9, 50)}},
-		{
-			name: "restart: new start time, counter from zero",
-			prev: steady,
-			p:    pt(15*time.Second, 5*time.Second, 1e9, 60), // 1 core-second in 10 s since restart
-			want: series{
-				last:      pt(15*time.Second, 5*time.Second, 1e9, 60),
-				usage:     Usage{Timestamp: at(15 * time.Second), Window: 10 * time.Second, CPUNanoCores: 100_000_000, MemoryBytes: 60},
-				derivedAt: scraped,
-			},
-		},
-		{
-			// Finding 5: a start time that moves forward but stays before the
-			// previous sample is no restart (metrics-server's rule).
-			name: "start time moved forward, before the previous sample: rate over the two samples",
-			prev: steady,
-			p:    pt(15*time.Second, -10*time.Second, 10e9+3e9, 200),
-			want: series{
-				last:      pt(15*time.Second, -10*time.Second, 13e9, 200),
-				usage:     Usage{Timestamp: at(15 * time.Second), Window: 15 * time.Second, CPUNanoCores: 200_000_000, MemoryBytes: 200},
-				derivedAt: scraped,
-			},
-		},
-		{
-			// Finding 5: 0.5 core for 2 h (3600 core-seconds), then the start
-			// jumps to 10 s before the sample. Dividing the lifetime counter
-			// by those 10 s read 360 cores.
-			name: "start time jumped past the previous sample, counter kept: a baseline, never the lifetime over 10 s",
+		{name: "rate over two samples", prev: steady, p: pt(15*time.Second, -time.Hour, 10e9+3e9, 200), // 3 core-seconds in 15 s
+			want: derived(15*time.Second, 15*time.Second, 200_000_000, 200)},
+		{name: "first sample of a new container: average since start", p: pt(10*time.Second, 0, 5e9, 50), // 5 core-seconds in 10 s
+			want: derived(10*time.Second, 10*time.Second, 500_000_000, 50)},
+		{name: "first sample of a container started under 5 s ago waits", p: pt(3*time.Second, 0, 1e9, 50)},
+		{name: "first sample of an old container waits for a second", p: pt(0, -time.Hour, 5e9, 50)},
+		{name: "restart: new start time, counter from zero", prev: steady, p: pt(15*time.Second, 5*time.Second, 1e9, 60), // 1 core-second in 10 s since restart
+			want: derived(15*time.Second, 10*time.Second, 100_000_000, 60)},
+		// Finding 5: a start time that moves forward but stays before the
+		// previous sample is no restart (metrics-server's rule).
+		{name: "start time moved forward, before the previous sample: rate over the two samples", prev: steady,
+			p: pt(15*time.Second, -10*time.Second, 10e9+3e9, 200), want: derived(15*time.Second, 15*time.Second, 200_000_000, 200)},
+		// Finding 5: 0.5 core for 2 h (3600 core-seconds), then the start
+		// jumps to 10 s before the sample. Dividing the lifetime counter
+		// by those 10 s read 360 cores.
+		{name: "start time jumped past the previous sample, counter kept: a baseline, never the lifetime over 10 s",
 			prev: &series{last: pt(0, -2*time.Hour, 3600e9, 100), usage: prevUsage, derivedAt: at(-time.Minute)},
-			p:    pt(15*time.Second, 5*time.Second, 3600e9+7.5e9, 100),
-			want: series{last: pt(15*time.Second, 5*time.Second, 3600e9+7.5e9, 100), usage: prevUsage, derivedAt: at(-time.Minute)},
-		},
-		{name: "counter went back without a restart: keep the last usage",
-			prev: steady,
-			p:    pt(15*time.Second, -time.Hour, 1e9, 60),
-			want: series{last: pt(15*time.Second, -time.Hour, 1e9, 60), usage: prevUsage, derivedAt: at(-time.Minute)}},
-		{name: "clock went back: keep the last usage",
-			prev: steady,
-			p:    pt(-5*time.Second, -time.Hour, 11e9, 60),
-			want: series{last: pt(-5*time.Second, -time.Hour, 11e9, 60), usage: prevUsage, derivedAt: at(-time.Minute)}},
-		{name: "same sample again: nothing new",
-			prev: steady,
-			p:    pt(0, -time.Hour, 10e9, 100),
-			want: series{last: pt(0, -time.Hour, 10e9, 100), usage: Usage{Timestamp: prevUsage.Timestamp, Window: prevUsage.Window, CPUNanoCores: 7, MemoryBytes: 100}, derivedAt: at(-time.Minute)}},
-		{name: "huge jump is never served",
-			prev: steady,
-			p:    pt(time.Second, -time.Hour, 10e9+1e18, 60),
-			want: series{last: pt(time.Second, -time.Hour, 10e9+1e18, 60), usage: prevUsage, derivedAt: at(-time.Minute)}},
-		{name: "no start time and no previous sample",
-			p:    sources.Point{Timestamp: at(0), CPUCoreNanos: 5, MemoryBytes: 5},
-			want: series{last: sources.Point{Timestamp: at(0), CPUCoreNanos: 5, MemoryBytes: 5}}},
+			p:    pt(15*time.Second, 5*time.Second, 3600e9+7.5e9, 100), want: kept},
+		{name: "counter went back without a restart: keep the last usage", prev: steady, p: pt(15*time.Second, -time.Hour, 1e9, 60), want: kept},
+		{name: "clock went back: keep the last usage", prev: steady, p: pt(-5*time.Second, -time.Hour, 11e9, 60), want: kept},
+		{name: "same sample again: nothing new", prev: steady, p: pt(0, -time.Hour, 10e9, 100),
+			want: series{usage: Usage{Timestamp: prevUsage.Timestamp, Window: prevUsage.Window, CPUNanoCores: 7, MemoryBytes: 100}, derivedAt: at(-time.Minute)}},
+		{name: "huge jump is never served", prev: steady, p: pt(time.Second, -time.Hour, 10e9+1e18, 60), want: kept},
+		{name: "no start time and no previous sample", p: sources.Point{Timestamp: at(0), CPUCoreNanos: 5, MemoryBytes: 5}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			tc.want.last = tc.p
 			got := r.next(tc.prev, tc.p, scraped)
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(series{})); diff != "" {
 				t.Errorf("next (-want +got):\n%s", diff)

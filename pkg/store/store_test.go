@@ -1,6 +1,7 @@
 package store
 
 import (
+	stdcmp "cmp"
 	"errors"
 	"strings"
 	"testing"
@@ -121,94 +122,44 @@ func TestGenerationAndFreshUntil(t *testing.T) {
 }
 
 func TestStoreUnavailable(t *testing.T) {
-	boom := errors.New("connection refused")
+	type step = func(s *Store, clk *clocktesting.FakeClock)
+	n1 := []string{"n1"}
+	scrape := func(s *Store, clk *clocktesting.FakeClock) {
+		s.Store("kubelet", n1, podBatch("n1", 5*time.Second, 5e9), clk.Now())
+	}
+	fail := func(s *Store, clk *clocktesting.FakeClock) {
+		s.Failed("kubelet", n1, errors.New("connection refused"), clk.Now())
+	}
+	wait := func(d time.Duration) step { return func(_ *Store, clk *clocktesting.FakeClock) { clk.Step(d) } }
 	tests := []struct {
 		name    string
-		setup   func(s *Store, clk *clocktesting.FakeClock)
+		steps   []step
 		uid     string
 		wantErr string // empty: usage expected
 	}{
-		{name: "never scraped",
-			setup:   func(*Store, *clocktesting.FakeClock) {},
-			wantErr: `node "n1" has not been scraped yet`},
-		{
-			name: "node down, no data",
-			setup: func(s *Store, clk *clocktesting.FakeClock) {
-				s.Failed("kubelet", []string{"n1"}, boom, clk.Now())
-			},
-			wantErr: `node "n1" is unreachable: connection refused`,
-		},
-		{
-			name: "node down after a good scrape: data served until stale",
-			setup: func(s *Store, clk *clocktesting.FakeClock) {
-				s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now())
-				clk.Step(15 * time.Second)
-				s.Failed("kubelet", []string{"n1"}, boom, clk.Now())
-			},
-		},
-		{
-			name: "node down for longer than the bound",
-			setup: func(s *Store, clk *clocktesting.FakeClock) {
-				s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now())
-				clk.Step(41 * time.Second)
-				s.Failed("kubelet", []string{"n1"}, boom, clk.Now())
-			},
-			wantErr: "unreachable",
-		},
-		{
-			name: "stale without a recorded failure",
-			setup: func(s *Store, clk *clocktesting.FakeClock) {
-				s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now())
-				clk.Step(41 * time.Second)
-			},
-			wantErr: "stale",
-		},
-		{
-			name: "pod not reported",
-			setup: func(s *Store, clk *clocktesting.FakeClock) {
-				b := podBatch("n1", 5*time.Second, 5e9)
-				b.Pods = nil
-				s.Store("kubelet", []string{"n1"}, b, clk.Now())
-			},
-			wantErr: `did not report pod ns/p`,
-		},
-		{
-			name: "same name, other pod",
-			setup: func(s *Store, clk *clocktesting.FakeClock) {
-				s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now())
-			},
-			uid:     "u2",
-			wantErr: `did not report pod ns/p`,
-		},
-		{
-			name: "samples stop advancing",
-			setup: func(s *Store, clk *clocktesting.FakeClock) {
-				for range 4 {
-					s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now())
-					clk.Step(15 * time.Second)
-				}
-			},
-			wantErr: "stopped advancing",
-		},
-		{
-			name: "pruned node",
-			setup: func(s *Store, clk *clocktesting.FakeClock) {
-				s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now())
-				s.Prune("kubelet", map[string]struct{}{"n2": {}})
-			},
-			wantErr: "not been scraped",
-		},
+		{name: "never scraped", wantErr: `node "n1" has not been scraped yet`},
+		{name: "node down, no data", steps: []step{fail}, wantErr: `node "n1" is unreachable: connection refused`},
+		{name: "node down after a good scrape: data served until stale", steps: []step{scrape, wait(15 * time.Second), fail}},
+		{name: "node down for longer than the bound", steps: []step{scrape, wait(41 * time.Second), fail}, wantErr: "unreachable"},
+		{name: "stale without a recorded failure", steps: []step{scrape, wait(41 * time.Second)}, wantErr: "stale"},
+		{name: "pod not reported", steps: []step{func(s *Store, clk *clocktesting.FakeClock) {
+			b := podBatch("n1", 5*time.Second, 5e9)
+			b.Pods = nil
+			s.Store("kubelet", n1, b, clk.Now())
+		}}, wantErr: `did not report pod ns/p`},
+		{name: "same name, other pod", steps: []step{scrape}, uid: "u2", wantErr: `did not report pod ns/p`},
+		{name: "samples stop advancing", steps: []step{scrape, wait(15 * time.Second), scrape, wait(15 * time.Second), scrape, wait(15 * time.Second), scrape, wait(15 * time.Second)},
+			wantErr: "stopped advancing"},
+		{name: "pruned node", steps: []step{scrape, func(s *Store, _ *clocktesting.FakeClock) { s.Prune("kubelet", map[string]struct{}{"n2": {}}) }}, wantErr: "not been scraped"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := clocktesting.NewFakeClock(at(10 * time.Second))
 			s := newTestStore(clk)
-			tc.setup(s, clk)
-			uid := tc.uid
-			if uid == "" {
-				uid = "u1"
+			for _, step := range tc.steps {
+				step(s, clk)
 			}
-			_, _, why := s.Pod("ns", "p", uid, "n1", PodRef{})
+			_, _, why := s.Pod("ns", "p", stdcmp.Or(tc.uid, "u1"), "n1", PodRef{})
 			switch {
 			case tc.wantErr == "" && why != nil:
 				t.Fatalf("Pod: %v, want usage", why)

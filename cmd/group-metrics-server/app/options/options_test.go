@@ -54,8 +54,7 @@ func TestValidate(t *testing.T) {
 		},
 		{name: "ukpd without endpoints", set: func(o *Options) { o.Sources = []string{"ukpd"} }, wants: []string{"needs at least one --ukpd-endpoint"}},
 		{name: "endpoint without ukpd", set: func(o *Options) { o.UkpdEndpoints = []string{"https://x"} }, wants: []string{"does not name ukpd"}},
-		{name: "required tags",
-			set:   func(o *Options) { o.UkpdRequiredTags = []string{"cluster=a", "nope", "x=a b"} },
+		{name: "required tags", set: func(o *Options) { o.UkpdRequiredTags = []string{"cluster=a", "nope", "x=a b"} },
 			wants: []string{`--ukpd-required-tag: required tag "nope"`, `--ukpd-required-tag: required tag "x=a b"`}},
 		{
 			name: "bad sources",
@@ -65,8 +64,7 @@ func TestValidate(t *testing.T) {
 			},
 			wants: []string{`"kubelet" named twice`, `unknown source "prometheus"`, "--kraftlet-node-selector"},
 		},
-		{name: "bad endpoint",
-			set:   func(o *Options) { o.Sources = []string{"ukpd"}; o.UkpdEndpoints = []string{"ftp://x"} },
+		{name: "bad endpoint", set: func(o *Options) { o.Sources = []string{"ukpd"}; o.UkpdEndpoints = []string{"ftp://x"} },
 			wants: []string{"--ukpd-endpoint"}},
 		{name: "timeout equal to resolution", set: func(o *Options) { o.KubeletRequestTimeout = o.MetricResolution }, wants: []string{"below --metric-resolution"}},
 		{

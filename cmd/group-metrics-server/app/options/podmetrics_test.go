@@ -43,8 +43,7 @@ func TestValidatePodMetricsConfig(t *testing.T) {
 		{name: "a missing file",
 			set:   func(o *Options) { o.PodMetricsConfig = "/nonexistent/pod-metrics.yaml"; o.EnableCustomMetrics = true },
 			wants: []string{"--pod-metrics-config: open /nonexistent/pod-metrics.yaml"}},
-		{name: "without custom metrics",
-			set:   func(o *Options) { o.PodMetricsConfig = good },
+		{name: "without custom metrics", set: func(o *Options) { o.PodMetricsConfig = good },
 			wants: []string{"--pod-metrics-config needs --enable-custom-metrics"}},
 		{
 			name: "a timeout at the resolution when the file sets no interval",
