@@ -23,10 +23,9 @@ func TestDropDuplicatePods(t *testing.T) {
 		return out
 	}
 	tests := []struct {
-		name     string
-		in       []PodPoint
-		want     []string
-		problems []string
+		name           string
+		in             []PodPoint
+		want, problems []string
 	}{
 		{name: "none", in: nil, want: nil},
 		{name: "one", in: []PodPoint{pod("a", "c")}, want: []string{"a"}},

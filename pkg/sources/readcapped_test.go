@@ -11,11 +11,10 @@ import (
 func TestReadCappedTo(t *testing.T) {
 	broken := errors.New("connection reset by peer")
 	cases := []struct {
-		name       string
-		body       io.Reader
-		max        int64
-		want       string
-		wantReason string
+		name             string
+		body             io.Reader
+		max              int64
+		want, wantReason string
 	}{
 		{name: "under the cap", body: strings.NewReader("abc"), max: 3, want: "abc"},
 		{name: "no cap", body: strings.NewReader(strings.Repeat("x", 5000)), want: strings.Repeat("x", 5000)},

@@ -88,12 +88,11 @@ func TestClientFailures(t *testing.T) {
 	e := newFleetEnv(t)
 	node := e.addNode(t, "node-a", "web-0")
 	tests := []struct {
-		name       string
-		fault      fakekubelet.Fault
-		maxBytes   int64
-		timeout    time.Duration
-		wantReason string
-		wantErr    string
+		name                string
+		fault               fakekubelet.Fault
+		maxBytes            int64
+		timeout             time.Duration
+		wantReason, wantErr string
 	}{
 		{name: "dead", fault: fakekubelet.Fault{Kind: fakekubelet.FaultDead}, wantReason: sources.ReasonConnection, wantErr: "connection refused"},
 		{name: "500", fault: fakekubelet.Fault{Kind: fakecore.FaultStatus500}, wantReason: sources.ReasonHTTPStatus, wantErr: "/stats/summary returned 500 Internal Server Error"},
@@ -103,10 +102,7 @@ func TestClientFailures(t *testing.T) {
 		{name: "handshake stall", fault: fakekubelet.Fault{Kind: fakecore.FaultHandshakeStall}, timeout: timeout, wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded"},
 		{name: "stall", fault: fakekubelet.Fault{Kind: fakecore.FaultStall}, timeout: timeout, wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded"},
 		{name: "reset connection", fault: fakekubelet.Fault{Kind: fakecore.FaultResetConnection}, wantReason: sources.ReasonConnection, wantErr: "/stats/summary"},
-		{
-			name: "huge body", fault: fakecore.HugeBody(1 << 20), maxBytes: 64 << 10,
-			wantReason: sources.ReasonTooLarge, wantErr: "response larger than 65536 bytes",
-		},
+		{name: "huge body", fault: fakecore.HugeBody(1 << 20), maxBytes: 64 << 10, wantReason: sources.ReasonTooLarge, wantErr: "response larger than 65536 bytes"},
 		{name: "truncated", fault: fakekubelet.Fault{Kind: fakecore.FaultTruncated}, wantReason: sources.ReasonDecode, wantErr: "decode summary"},
 		{name: "garbage", fault: fakekubelet.Fault{Kind: fakecore.FaultGarbage}, wantReason: sources.ReasonDecode, wantErr: "decode summary"},
 	}

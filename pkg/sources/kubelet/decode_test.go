@@ -75,8 +75,7 @@ func TestDecode(t *testing.T) {
 func TestDecodeRejects(t *testing.T) {
 	okPod := pod("p", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 1`)
 	tests := []struct {
-		name string
-		body string
+		name, body string
 		// wantPods is how many pods survive in the batch returned; -1: no
 		// batch may be returned.
 		wantPods int

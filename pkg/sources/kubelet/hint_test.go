@@ -53,16 +53,8 @@ func TestSummaryCertificateHints(t *testing.T) {
 			wantKind: certUnknownCA,
 			wantHint: []string{"unknown authority", "--kubelet-certificate-authority", TroubleshootingDoc},
 		},
-		{
-			name:     "expired",
-			cert:     serving(expired, "127.0.0.1"),
-			wantKind: certInvalid,
-			wantHint: []string{"expired", "serverTLSBootstrap", TroubleshootingDoc},
-		},
-		{
-			name: "valid",
-			cert: serving(trusted, "127.0.0.1"),
-		},
+		{name: "expired", cert: serving(expired, "127.0.0.1"), wantKind: certInvalid, wantHint: []string{"expired", "serverTLSBootstrap", TroubleshootingDoc}},
+		{name: "valid", cert: serving(trusted, "127.0.0.1")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

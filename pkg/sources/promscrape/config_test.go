@@ -13,8 +13,7 @@ import (
 
 func TestParseValid(t *testing.T) {
 	tests := []struct {
-		name        string
-		file        string
+		name, file  string
 		wantMetrics []string
 		wantTimeout time.Duration
 		wantMax     int64

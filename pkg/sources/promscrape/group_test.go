@@ -47,10 +47,9 @@ func TestGroupValue(t *testing.T) {
 
 func TestMemberStateOf(t *testing.T) {
 	tests := []struct {
-		phase    string
-		deleting bool
-		hasValue bool
-		want     MemberState
+		phase              string
+		deleting, hasValue bool
+		want               MemberState
 	}{
 		{"Running", false, true, MemberCounted},
 		{"Running", false, false, MemberMissing},

@@ -39,12 +39,11 @@ func TestDecode(t *testing.T) {
 		Timestamp                 time.Time
 	}
 	tests := []struct {
-		name    string
-		config  string
-		target  *Target
-		body    string
-		want    []got
-		partial string
+		name, config string
+		target       *Target
+		body         string
+		want         []got
+		partial      string
 	}{
 		{
 			name:   "vllm: allow-listed gauges per engine, current cache name wins over the older one",

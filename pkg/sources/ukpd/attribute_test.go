@@ -155,10 +155,7 @@ func TestFindPod(t *testing.T) {
 func TestNodeOf(t *testing.T) {
 	long := strings.Repeat("n", 250)
 	tests := []struct {
-		name     string
-		nodeTag  string
-		specNode string
-		want     string
+		name, nodeTag, specNode, want string
 	}{
 		{name: "tag", nodeTag: TagFor(TagNode, "kraftlet-a"), specNode: "kraftlet-a", want: "kraftlet-a"},
 		{name: "tag wins over spec", nodeTag: TagFor(TagNode, "kraftlet-b"), specNode: "kraftlet-a", want: "kraftlet-b"},

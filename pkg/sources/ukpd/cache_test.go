@@ -105,12 +105,9 @@ func TestScrapeCachesTheList(t *testing.T) {
 	}
 	before := fetches()
 	steps := []struct {
-		name      string
-		list      string
-		metrics   string
-		step      time.Duration
-		wantCalls int
-		wantPods  int
+		name, list, metrics string
+		step                time.Duration
+		wantCalls, wantPods int
 	}{
 		{name: "first scrape fetches", wantCalls: 1, wantPods: 1},
 		{name: "within the refresh interval", step: 20 * time.Second, wantCalls: 1, wantPods: 1},
@@ -165,10 +162,9 @@ func TestScrapeKeepsTheCachedList(t *testing.T) {
 
 func TestScrapeFailures(t *testing.T) {
 	tests := []struct {
-		name       string
-		listStatus int
-		metrics    string
-		wantReason string
+		name                string
+		listStatus          int
+		metrics, wantReason string
 	}{
 		{name: "no list yet", listStatus: http.StatusUnauthorized, metrics: metricsJSON(), wantReason: sources.ReasonHTTPStatus},
 		{name: "metrics garbage", metrics: "{{{", wantReason: sources.ReasonDecode},

@@ -71,10 +71,9 @@ func TestClientFollowsTheAnswer(t *testing.T) {
 	const json = `{"status":"success","data":{"instances":[{"uuid":"u1","cpu_time_ms":1500,"rss_bytes":10}]}}`
 	want := []Sample{{UUID: "u1", CPUCoreNanos: 1500e6, RSSBytes: 10}}
 	tests := []struct {
-		name        string
-		ask         Format
-		contentType string
-		body        string
+		name              string
+		ask               Format
+		contentType, body string
 	}{
 		{name: "text when JSON was asked", ask: FormatJSON, contentType: "text/plain; version=0.0.4", body: text},
 		{name: "JSON when text was asked", ask: FormatText, contentType: "application/json", body: json},
@@ -114,12 +113,11 @@ func TestClientFailures(t *testing.T) {
 	closed.Close()
 
 	tests := []struct {
-		name       string
-		fault      *fakeukpd.Fault
-		cfg        func(*ClientConfig)
-		ctx        func() (context.Context, context.CancelFunc)
-		wantReason string
-		wantErr    string
+		name                string
+		fault               *fakeukpd.Fault
+		cfg                 func(*ClientConfig)
+		ctx                 func() (context.Context, context.CancelFunc)
+		wantReason, wantErr string
 	}{
 		{name: "500", fault: &fakeukpd.Fault{Kind: fakecore.FaultStatus500}, wantReason: sources.ReasonHTTPStatus, wantErr: "500 Internal Server Error: Internal error"},
 		{name: "garbage", fault: &fakeukpd.Fault{Kind: fakecore.FaultGarbage}, wantReason: sources.ReasonDecode, wantErr: "decode instance metrics"},
@@ -188,11 +186,10 @@ func TestClientTransportFaults(t *testing.T) {
 		return c
 	}
 	tests := []struct {
-		name       string
-		fault      fakeukpd.FaultKind
-		timeout    time.Duration
-		wantReason string
-		wantErr    string
+		name                string
+		fault               fakeukpd.FaultKind
+		timeout             time.Duration
+		wantReason, wantErr string
 	}{
 		{name: "untrusted certificate", fault: fakecore.FaultUntrustedCertificate, timeout: 30 * time.Second, wantReason: sources.ReasonTLS, wantErr: "unknown authority"},
 		{name: "handshake stall", fault: fakecore.FaultHandshakeStall, timeout: 50 * time.Millisecond, wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded"},

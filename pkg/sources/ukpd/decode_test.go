@@ -20,10 +20,9 @@ const validList = `{"status": "success", "data": {"instances": [
 
 func TestDecodeInstances(t *testing.T) {
 	tests := []struct {
-		name    string
-		body    string
-		want    []Instance
-		wantErr string // empty: no error
+		name, body string
+		want       []Instance
+		wantErr    string // empty: no error
 	}{
 		{
 			name: "documented envelope",
@@ -59,10 +58,7 @@ func TestDecodeInstances(t *testing.T) {
 
 func TestDecodeRejectsEnvelope(t *testing.T) {
 	tests := []struct {
-		name       string
-		body       string
-		wantErr    string
-		wantReason string
+		name, body, wantErr, wantReason string
 	}{
 		{name: "empty", body: ``, wantErr: "not a JSON object", wantReason: sources.ReasonDecode},
 		{name: "array", body: `[{"uuid": "u1"}]`, wantErr: "not a JSON object", wantReason: sources.ReasonDecode},
@@ -102,10 +98,9 @@ const validMetricsJSON = `{"status": "success", "data": {"instances": [
 
 func TestDecodeMetricsJSON(t *testing.T) {
 	tests := []struct {
-		name    string
-		body    string
-		want    []Sample
-		wantErr string
+		name, body string
+		want       []Sample
+		wantErr    string
 	}{
 		{
 			name: "documented fields",

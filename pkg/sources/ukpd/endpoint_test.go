@@ -11,9 +11,8 @@ import (
 
 func TestParseEndpoint(t *testing.T) {
 	tests := []struct {
-		name string
-		in   string
-		want EndpointConfig
+		name, in string
+		want     EndpointConfig
 		// wantSelector is the rendered NodeSelector, if one is expected.
 		wantSelector string
 	}{
@@ -78,9 +77,7 @@ func TestParseEndpointRoundTrip(t *testing.T) {
 
 func TestParseEndpointRejects(t *testing.T) {
 	tests := []struct {
-		name    string
-		in      string
-		wantErr string
+		name, in, wantErr string
 	}{
 		{name: "empty", in: "", wantErr: "empty URL"},
 		{name: "options only", in: ";nodes=a", wantErr: "empty URL"},

@@ -33,10 +33,7 @@ func TestScrapeDataFaults(t *testing.T) {
 		// started_at.
 		{name: "counter reset", fault: fakeukpd.Fault{Kind: fakecore.FaultCounterReset}, reset: true},
 		// A second instance for every container, with twice the values.
-		{
-			name: "duplicate instances", fault: fakeukpd.Fault{Kind: fakeukpd.FaultDuplicateInstances},
-			ignored: map[string]float64{ignoredDuplicate: 2},
-		},
+		{name: "duplicate instances", fault: fakeukpd.Fault{Kind: fakeukpd.FaultDuplicateInstances}, ignored: map[string]float64{ignoredDuplicate: 2}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -52,10 +52,9 @@ instance_wakeup_latency_seconds_count{instance_uuid="u-standby"} 1
 
 func TestDecodeMetricsText(t *testing.T) {
 	tests := []struct {
-		name    string
-		body    string
-		want    []Sample
-		wantErr string
+		name, body string
+		want       []Sample
+		wantErr    string
 	}{
 		{
 			name: "documented series",
@@ -123,8 +122,7 @@ instance_state{instance_uuid="state"} -1
 
 func TestDecodeMetricsTextRejects(t *testing.T) {
 	tests := []struct {
-		name string
-		body string
+		name, body string
 	}{
 		{name: "binary", body: "\x00\xff\xfe garbage"},
 		{name: "JSON", body: `{"status": "success", "data": {"instances": []}}`},
