@@ -15,12 +15,10 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
 )
 
-// FleetConfig configures StartFleet.
+// FleetConfig configures StartFleet: Nodes fake nodes named fake-node-<i>
+// (default 3), each using NodeBaseUsage beyond its pods.
 type FleetConfig struct {
-	// Nodes is how many fake nodes to create, named fake-node-<i>. Default 3.
-	Nodes int
-	// NodeBaseUsage is fakekubelet.Config.NodeBaseUsage: what each node
-	// uses beyond its pods.
+	Nodes         int
 	NodeBaseUsage fakekubelet.Usage
 }
 
@@ -28,14 +26,9 @@ type FleetConfig struct {
 // cluster and whose pods follow the cluster's Running pods.
 type Fleet struct {
 	*fakekubelet.Fleet
-	// CAFile is the fleet CA, for --kubelet-certificate-authority.
-	CAFile string
-	// NodeNames are the registered nodes, in order.
-	NodeNames []string
+	CAFile    string   // the fleet CA, for --kubelet-certificate-authority
+	NodeNames []string // the registered nodes, in order
 }
-
-// tokenReviewTTL is how long the fleet caches a token's review.
-const tokenReviewTTL = 10 * time.Second
 
 // StartFleet starts a fleet serving TLS on 127.0.0.1, accepting the bearer
 // tokens the cluster's TokenReview API accepts and client certificates signed
@@ -47,7 +40,7 @@ const tokenReviewTTL = 10 * time.Second
 func StartFleet(ctx context.Context, c *cluster.Cluster, cfg FleetConfig) (*Fleet, error) {
 	cfg.Nodes = cmp.Or(cfg.Nodes, 3)
 	ff, err := fakekubelet.NewFleet(fakekubelet.Config{
-		TokenAuthenticator: fakekubelet.NewTokenReviewAuthenticator(c.Client(), tokenReviewTTL),
+		TokenAuthenticator: fakekubelet.NewTokenReviewAuthenticator(c.Client(), 10*time.Second),
 		ClientCAPEM:        c.CACertPEM(),
 		NodeBaseUsage:      cfg.NodeBaseUsage,
 	})

@@ -41,11 +41,10 @@ func Apply(ctx context.Context, c *cluster.Cluster, name string, objs []*unstruc
 	if err != nil {
 		return err
 	}
-	dir := filepath.Join(c.WorkDir(), "manifests")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	path := filepath.Join(c.WorkDir(), "manifests", name+".json")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	path := filepath.Join(dir, name+".json")
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		return err
 	}
@@ -54,30 +53,20 @@ func Apply(ctx context.Context, c *cluster.Cluster, name string, objs []*unstruc
 	return err
 }
 
-// findNamed returns the object of kind named name in objs.
-func findNamed(objs []*unstructured.Unstructured, kind, name string) (*unstructured.Unstructured, error) {
-	for _, o := range objs {
-		if o.GetKind() == kind && o.GetName() == name {
-			return o, nil
-		}
-	}
-	return nil, fmt.Errorf("manifests hold no %s %s", kind, name)
-}
-
-// find returns the only object of kind in objs.
-func find(objs []*unstructured.Unstructured, kind string) (*unstructured.Unstructured, error) {
+// find returns the object of kind named name in objs, or with name "" the
+// only object of kind.
+func find(objs []*unstructured.Unstructured, kind, name string) (*unstructured.Unstructured, error) {
 	var found *unstructured.Unstructured
 	for _, o := range objs {
-		if o.GetKind() != kind {
-			continue
+		if o.GetKind() == kind && (name == "" || o.GetName() == name) {
+			if found != nil {
+				return nil, fmt.Errorf("manifests hold more than one %s", kind)
+			}
+			found = o
 		}
-		if found != nil {
-			return nil, fmt.Errorf("manifests hold more than one %s", kind)
-		}
-		found = o
 	}
 	if found == nil {
-		return nil, fmt.Errorf("manifests hold no %s", kind)
+		return nil, fmt.Errorf("manifests hold no %s %s", kind, name)
 	}
 	return found, nil
 }

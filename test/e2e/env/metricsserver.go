@@ -49,20 +49,13 @@ func StartMetricsServer(ctx context.Context, c *cluster.Cluster, binDir, kubelet
 		return nil, err
 	}
 	client, err := kubernetes.NewForConfig(m.RESTConfig())
-	if err != nil {
-		return m, err
+	if err == nil {
+		err = cluster.Poll(ctx, "metrics-server to be ready", []*cluster.Process{m.Process}, func(ctx context.Context) error {
+			return client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error()
+		})
 	}
-	return m, cluster.Poll(ctx, "metrics-server to be ready", []*cluster.Process{m.Process}, func(ctx context.Context) error {
-		return client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error()
-	})
+	return m, err
 }
-
-const (
-	// metricsServerManifests are the release manifests in metrics-server's
-	// module, which make tools builds bin/metrics-server from.
-	metricsServerManifests  = "manifests/overlays/release"
-	metricsServerDeployment = "metrics-server"
-)
 
 // DeployMetricsServerManifests installs metrics-server v0.8.0 as its users
 // do, from its own release manifests applied client-side (kubectl apply -f
@@ -75,15 +68,15 @@ func DeployMetricsServerManifests(ctx context.Context, c *cluster.Cluster, binDi
 	if err != nil {
 		return nil, err
 	}
-	objs, err := Render(ctx, c, filepath.Join(dir, metricsServerManifests))
+	objs, err := Render(ctx, c, filepath.Join(dir, "manifests", "overlays", "release"))
 	if err != nil {
 		return nil, err
 	}
-	deploy, err := findNamed(objs, "Deployment", metricsServerDeployment)
+	deploy, err := find(objs, "Deployment", "metrics-server")
 	if err != nil {
 		return nil, err
 	}
-	ctr, spec, err := container(deploy, metricsServerDeployment)
+	ctr, spec, err := container(deploy, "metrics-server")
 	if err != nil {
 		return nil, err
 	}
@@ -103,9 +96,7 @@ func DeployMetricsServerManifests(ctx context.Context, c *cluster.Cluster, binDi
 }
 
 // runMetricsServer starts bin/metrics-server as the process name with args
-// and then what a process on the host needs: kubeconfig for its client and
-// delegated checks, port on loopback, a certificate
-// directory, the fleet's CA.
+// and then what a process on the host needs.
 func runMetricsServer(c *cluster.Cluster, name, binDir, kubeconfig string, port int, kubeletCAFile string, resolution, timeout time.Duration, args ...string) (*MetricsServer, error) {
 	certDir := filepath.Join(c.WorkDir(), name+"-certs")
 	if err := os.MkdirAll(certDir, 0o755); err != nil {

@@ -27,7 +27,7 @@ func RepoRoot() (string, error) {
 	}
 	for {
 		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && bytes.HasPrefix(data, []byte("module "+modulePath+"\n")) {
+		if err == nil && bytes.HasPrefix(data, []byte("module github.com/group-metrics-server/group-metrics-server\n")) {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
@@ -37,8 +37,6 @@ func RepoRoot() (string, error) {
 		dir = parent
 	}
 }
-
-const modulePath = "github.com/group-metrics-server/group-metrics-server"
 
 // BinDir returns $GMS_BIN_DIR, or <repo>/bin.
 func BinDir() (string, error) {
@@ -52,25 +50,25 @@ func BinDir() (string, error) {
 	return filepath.Join(root, "bin"), nil
 }
 
-// KubeVersionEnv names the variable that picks another Kubernetes release
-// for the control plane: with GMS_K8S_VERSION=v1.35.4 the kube-apiserver,
-// kube-controller-manager, kube-scheduler and kubectl come from
-// <bin>/k8s-v1.35.4/, which hack/tools-k8s.sh builds (make e2e-compat).
-const KubeVersionEnv = "GMS_K8S_VERSION"
+// kubeVersionEnv picks another Kubernetes release for the control plane:
+// with GMS_K8S_VERSION=v1.35.4 the kube-apiserver, kube-controller-manager,
+// kube-scheduler and kubectl come from <bin>/k8s-v1.35.4/, which
+// hack/tools-k8s.sh builds (make e2e-compat).
+const kubeVersionEnv = "GMS_K8S_VERSION"
 
 // KubeBinDir returns the directory of the release $GMS_K8S_VERSION names
 // under binDir and that release, or two empty strings when it is unset.
 func KubeBinDir(binDir string) (dir, version string, err error) {
-	version = os.Getenv(KubeVersionEnv)
+	version = os.Getenv(kubeVersionEnv)
 	if version == "" {
 		return "", "", nil
 	}
 	if !kubeVersionRE.MatchString(version) {
-		return "", "", fmt.Errorf("%s=%q is not a release such as v1.35.4", KubeVersionEnv, version)
+		return "", "", fmt.Errorf("%s=%q is not a release such as v1.35.4", kubeVersionEnv, version)
 	}
 	dir = filepath.Join(binDir, "k8s-"+version)
 	if err := CheckBinaries(dir, cluster.APIServerBinary, cluster.ControllerManagerBinary, cluster.SchedulerBinary, cluster.KubectlBinary); err != nil {
-		return "", "", fmt.Errorf("%s=%s: %w (run `hack/tools-k8s.sh %s`)", KubeVersionEnv, version, err, version)
+		return "", "", fmt.Errorf("%s=%s: %w (run `hack/tools-k8s.sh %s`)", kubeVersionEnv, version, err, version)
 	}
 	return dir, version, nil
 }

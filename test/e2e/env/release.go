@@ -28,7 +28,7 @@ func RunRelease(ctx context.Context, c *cluster.Cluster, objs []*unstructured.Un
 		return nil, err
 	}
 	s.Port = port
-	svc, _ := find(objs, "Service") // newServer found it
+	svc, _ := find(objs, "Service", "") // newServer found it
 	if typ, _, _ := unstructured.NestedString(svc.Object, "spec", "type"); typ != "ExternalName" {
 		return nil, fmt.Errorf("service %s is of type %q: the aggregator reaches a process on the host only through type ExternalName", svc.GetName(), typ)
 	}

@@ -23,42 +23,30 @@ import (
 // MetricsAPIServices are the APIServices manifests/base registers.
 var MetricsAPIServices = []string{"v1beta1.metrics.k8s.io", "v1.metrics.k8s.io"}
 
-// ServerConfig configures DeployServer. Zero fields take the documented
-// defaults.
+// ServerConfig configures DeployServer; zero fields take the defaults given.
 type ServerConfig struct {
-	// ManifestsDir is the kustomization to deploy. Default
-	// <repo>/manifests/base.
-	ManifestsDir string
-	// BinDir holds group-metrics-server. Default BinDir().
-	BinDir string
-	// KubeletCAFile verifies the fake kubelets' serving certificates.
-	// Required.
+	ManifestsDir string // the kustomization to deploy; <repo>/manifests/base
+	BinDir       string // holds group-metrics-server; BinDir()
+	// KubeletCAFile verifies the fake kubelets' serving certificates. Required.
 	KubeletCAFile string
-	// MetricResolution replaces the manifests' --metric-resolution. Default 5s.
-	MetricResolution time.Duration
-	// KubeletRequestTimeout is --kubelet-request-timeout; it must be below
-	// MetricResolution. Default 3s.
-	KubeletRequestTimeout time.Duration
-	// ExtraArgs are appended last, so they override.
-	ExtraArgs []string
-	// ControllerArgs are appended to the certificate controller's args.
-	ControllerArgs []string
+	// MetricResolution (default 5s) and KubeletRequestTimeout (default 3s,
+	// below the resolution) replace the manifests' flags.
+	MetricResolution, KubeletRequestTimeout time.Duration
+	// ExtraArgs are appended last, so they override; ControllerArgs are
+	// appended to the certificate controller's.
+	ExtraArgs, ControllerArgs []string
 	// ForceConflicts applies over fields another manager owns (kubectl
 	// apply --server-side --force-conflicts), as when replacing
 	// metrics-server's objects.
 	ForceConflicts bool
-	// ProcessName names the process and its log. Default
-	// group-metrics-server.
-	ProcessName string
+	ProcessName    string // names the process and its log; group-metrics-server
 }
 
 // Server is group-metrics-server deployed by DeployServer.
 type Server struct {
 	Process *cluster.Process
-	// Port is the server's secure port on 127.0.0.1.
-	Port int
-	// Args is the server's command line.
-	Args []string
+	Port    int      // the secure port on 127.0.0.1
+	Args    []string // the command line
 	// ServiceHost is <service>.<namespace>.svc, the name the aggregator
 	// verifies the serving certificate against.
 	ServiceHost string
@@ -70,18 +58,15 @@ type Server struct {
 	// server: MetricsAPIServices for manifests/base, and the
 	// custom.metrics.k8s.io ones too for manifests/custom-metrics.
 	APIServices []string
-
-	// Controller is the certificate controller of the manifests, while it
+	// Controller is the certificate controller of the manifests while it
 	// runs; nil when the manifests have none.
 	Controller *cluster.Process
 
-	cluster *cluster.Cluster
-	name    string
-	binDir  string
+	cluster      *cluster.Cluster
+	name, binDir string
 	// registration are the Service and APIServices as applied for this
 	// server, for Register.
-	registration []*unstructured.Unstructured
-	// controllerArgs and controllerSA run the certificate controller.
+	registration   []*unstructured.Unstructured
 	controllerArgs []string
 	controllerSA   string
 	controllerRuns int
@@ -89,10 +74,8 @@ type Server struct {
 }
 
 const (
-	serverDeployment     = "group-metrics-server"
-	serverContainer      = "group-metrics-server"
-	controllerDeployment = "group-metrics-server-cert-controller"
-	controllerContainer  = "cert-controller"
+	serverDeployment, serverContainer         = "group-metrics-server", "group-metrics-server"
+	controllerDeployment, controllerContainer = "group-metrics-server-cert-controller", "cert-controller"
 )
 
 // DeployServer deploys group-metrics-server from the manifests. Every object
@@ -121,7 +104,7 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 	}
 	var flags []string
 	if cfg.ForceConflicts {
-		flags = append(flags, "--force-conflicts")
+		flags = []string{"--force-conflicts"}
 	}
 	if s.Port, s.registration, err = applyOnLoopback(ctx, c, cfg.ProcessName, objs, flags...); err != nil {
 		return nil, err
@@ -137,11 +120,11 @@ func DeployServer(ctx context.Context, c *cluster.Cluster, cfg ServerConfig) (*S
 // APIServices of objs, before it has a port and starts; deploy is its
 // Deployment.
 func newServer(c *cluster.Cluster, cfg ServerConfig, objs []*unstructured.Unstructured) (s *Server, deploy *unstructured.Unstructured, err error) {
-	deploy, err = findNamed(objs, "Deployment", serverDeployment)
+	deploy, err = find(objs, "Deployment", serverDeployment)
 	if err != nil {
 		return nil, nil, err
 	}
-	svc, err := find(objs, "Service")
+	svc, err := find(objs, "Service", "")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -166,7 +149,7 @@ func newServer(c *cluster.Cluster, cfg ServerConfig, objs []*unstructured.Unstru
 // the host needs (hostArgs), its Secret volumes kept in local directories;
 // it waits until the server's APIServices are Available.
 func (s *Server) start(ctx context.Context, objs []*unstructured.Unstructured, deploy *unstructured.Unstructured, cfg ServerConfig, ctrlArgs ...string) error {
-	if ctrl, _ := findNamed(objs, "Deployment", controllerDeployment); ctrl != nil {
+	if ctrl, _ := find(objs, "Deployment", controllerDeployment); ctrl != nil {
 		ctr, spec, err := container(ctrl, controllerContainer)
 		if err != nil {
 			return err
@@ -184,17 +167,15 @@ func (s *Server) start(ctx context.Context, objs []*unstructured.Unstructured, d
 	if err := s.mountVolumes(ctx, ctr, spec.Volumes); err != nil {
 		return err
 	}
-	sa := cmp.Or(spec.ServiceAccountName, "default")
-	kubeconfig, err := s.cluster.ServiceAccountKubeconfig(ctx, s.Namespace, sa)
+	s.ServiceAccount = cmp.Or(spec.ServiceAccountName, "default")
+	kubeconfig, err := s.cluster.ServiceAccountKubeconfig(ctx, s.Namespace, s.ServiceAccount)
 	if err != nil {
 		return err
 	}
-	args := hostArgs(ctr.Args, kubeconfig, s.Port, cfg)
-	proc, err := s.cluster.StartProcess(cfg.ProcessName, filepath.Join(cfg.BinDir, ServerBinary), args...)
-	if err != nil {
+	s.Args = hostArgs(ctr.Args, kubeconfig, s.Port, cfg)
+	if s.Process, err = s.StartAgain(cfg.ProcessName); err != nil {
 		return err
 	}
-	s.Process, s.Args, s.ServiceAccount = proc, args, sa
 	return s.waitAvailable(ctx)
 }
 
@@ -202,19 +183,17 @@ func (cfg *ServerConfig) complete() error {
 	if cfg.KubeletCAFile == "" {
 		return errors.New("ServerConfig.KubeletCAFile is required")
 	}
+	var err error
 	if cfg.ManifestsDir == "" {
-		root, err := RepoRoot()
-		if err != nil {
-			return err
-		}
+		var root string
+		root, err = RepoRoot()
 		cfg.ManifestsDir = filepath.Join(root, "manifests", "base")
 	}
-	if cfg.BinDir == "" {
-		dir, err := BinDir()
-		if err != nil {
-			return err
-		}
-		cfg.BinDir = dir
+	if cfg.BinDir == "" && err == nil {
+		cfg.BinDir, err = BinDir()
+	}
+	if err != nil {
+		return err
 	}
 	cfg.MetricResolution = cmp.Or(cfg.MetricResolution, 5*time.Second)
 	cfg.KubeletRequestTimeout = cmp.Or(cfg.KubeletRequestTimeout, 3*time.Second)
@@ -275,25 +254,24 @@ func (s *Server) waitAvailable(ctx context.Context) error {
 	for _, name := range s.APIServices {
 		err := cluster.Poll(ctx, "APIService "+name+" to carry a caBundle that verifies the server", watch, func(ctx context.Context) error {
 			bundle, err := CABundle(ctx, s.cluster, name)
-			if err != nil {
-				return err
+			if err == nil && len(bundle) == 0 {
+				err = errors.New("no caBundle yet")
 			}
-			if len(bundle) == 0 {
-				return errors.New("no caBundle yet")
+			if err == nil {
+				err = s.verifyServing(ctx, bundle)
 			}
-			if err := s.verifyServing(ctx, bundle); err != nil {
-				return err
+			if err == nil {
+				s.CABundle = bundle
 			}
-			s.CABundle = bundle
-			return nil
+			return err
 		})
+		if err == nil {
+			err = s.cluster.WaitForAPIServiceAvailable(ctx, name)
+		}
+		if err == nil {
+			err = s.waitProxied(ctx, name)
+		}
 		if err != nil {
-			return err
-		}
-		if err := s.cluster.WaitForAPIServiceAvailable(ctx, name); err != nil {
-			return err
-		}
-		if err := s.waitProxied(ctx, name); err != nil {
 			return err
 		}
 	}

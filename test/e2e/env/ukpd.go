@@ -103,17 +103,16 @@ func CreateKraftletDeployment(ctx context.Context, client kubernetes.Interface, 
 	})
 }
 
-// UkpdUsage is what one instance (one container) reports.
+// UkpdUsage is what one instance (one container) reports, as quantities:
+// CPU in cores ("250m"), Memory the resident set ("64Mi").
 type UkpdUsage struct {
-	CPU    string `json:"cpu,omitempty"`    // cores, as a quantity: "250m"
-	Memory string `json:"memory,omitempty"` // resident set, as a quantity: "64Mi"
+	CPU    string `json:"cpu,omitempty"`
+	Memory string `json:"memory,omitempty"`
 }
 
-// UkpdControl is a client of a fake ukpd's control API.
-type UkpdControl struct {
-	// Address is the control API's host:port.
-	Address string
-}
+// UkpdControl is a client of a fake ukpd's control API at Address
+// (host:port).
+type UkpdControl struct{ Address string }
 
 // AddInstance adds a running instance for a pod's container.
 func (c UkpdControl) AddInstance(ctx context.Context, namespace, pod, container, node string, u UkpdUsage) error {
@@ -124,22 +123,16 @@ func (c UkpdControl) AddInstance(ctx context.Context, namespace, pod, container,
 	return c.do(ctx, http.MethodPost, "/v1/instances", body, http.StatusCreated)
 }
 
-// SetPodUsage sets the usage of every instance of a pod.
-func (c UkpdControl) SetPodUsage(ctx context.Context, namespace, pod string, u UkpdUsage) error {
-	return c.do(ctx, http.MethodPut, "/v1/namespaces/"+namespace+"/pods/"+pod+"/usage", u, http.StatusOK)
-}
-
-// PodOp runs op on every instance of a pod: "standby", as scale-to-zero
-// does when the pod gets no traffic, or "restart", as a request to a pod in
-// standby does.
-func (c UkpdControl) PodOp(ctx context.Context, namespace, pod, op string) error {
-	return c.do(ctx, http.MethodPost, "/v1/namespaces/"+namespace+"/pods/"+pod+"/"+op, nil, http.StatusOK)
+// podCall sends method to the pod's path under /v1/namespaces, with suffix
+// ("/usage", an op such as "/standby" or "/restart", or "").
+func (c UkpdControl) podCall(ctx context.Context, method, namespace, pod, suffix string, body any, okCodes ...int) error {
+	return c.do(ctx, method, "/v1/namespaces/"+namespace+"/pods/"+pod+suffix, body, okCodes...)
 }
 
 // RemovePod removes every instance of a pod; a pod without any is not an
 // error.
 func (c UkpdControl) RemovePod(ctx context.Context, namespace, pod string) error {
-	return c.do(ctx, http.MethodDelete, "/v1/namespaces/"+namespace+"/pods/"+pod, nil, http.StatusOK, http.StatusNotFound)
+	return c.podCall(ctx, http.MethodDelete, namespace, pod, "", nil, http.StatusOK, http.StatusNotFound)
 }
 
 func (c UkpdControl) do(ctx context.Context, method, path string, body any, okCodes ...int) error {
@@ -197,7 +190,9 @@ func (s *InstanceSync) SetUsage(ctx context.Context, namespace string, u UkpdUsa
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.usage[namespace] = u
-	return s.forPods(namespace, func(pod string) error { return s.control.SetPodUsage(ctx, namespace, pod, u) })
+	return s.forPods(namespace, func(pod string) error {
+		return s.control.podCall(ctx, http.MethodPut, namespace, pod, "/usage", u, http.StatusOK)
+	})
 }
 
 // SetStandby puts the instances of the pods of namespace in standby, now and
@@ -206,11 +201,13 @@ func (s *InstanceSync) SetStandby(ctx context.Context, namespace string, standby
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.standby[namespace] = standby
-	op := "restart"
+	op := "/restart"
 	if standby {
-		op = "standby"
+		op = "/standby"
 	}
-	return s.forPods(namespace, func(pod string) error { return s.control.PodOp(ctx, namespace, pod, op) })
+	return s.forPods(namespace, func(pod string) error {
+		return s.control.podCall(ctx, http.MethodPost, namespace, pod, op, nil, http.StatusOK)
+	})
 }
 
 // forPods calls call for every pod of namespace with instances; s.mu must
@@ -268,7 +265,7 @@ func (s *InstanceSync) observe(ctx context.Context, obj any, deleted bool) {
 		err = s.control.AddInstance(ctx, p.Namespace, p.Name, p.Spec.Containers[i].Name, s.node, u)
 	}
 	if err == nil && s.standby[p.Namespace] {
-		err = s.control.PodOp(ctx, p.Namespace, p.Name, "standby")
+		err = s.control.podCall(ctx, http.MethodPost, p.Namespace, p.Name, "/standby", nil, http.StatusOK)
 	}
 	if err != nil {
 		s.lastErr = err
