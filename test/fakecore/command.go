@@ -1,9 +1,7 @@
 // Package fakecore is what the fake kubelet fleet and the fake ukpd have in
-// common as programs: the command's shape (a cobra command run by
-// component-base's cli.Run, every validation error at once, a signal-aware
-// run), loopback checks for their
-// control APIs, the HTTP servers they run (Listen), the one client of those
-// APIs (Control), and atomic writes of the files their users poll for.
+// common: the command's shape, the faults and the TLS endpoint that serves
+// them, the control API (server, Route, and client, Control), bearer
+// tokens, and the state file their users poll for.
 package fakecore
 
 import (
@@ -23,10 +21,9 @@ import (
 	"k8s.io/component-base/cli"
 )
 
-// Options are a fake command's flags.
+// Options are a fake command's flags; Validate returns every problem.
 type Options interface {
 	AddFlags(fs *pflag.FlagSet)
-	// Validate returns every problem with the options.
 	Validate() []error
 }
 
@@ -93,13 +90,11 @@ func BearerToken(r *http.Request) string {
 // KnownToken says whether token, not empty, is one of known; each is
 // compared in constant time.
 func KnownToken(token string, known ...string) bool {
-	found := false
+	found := 0
 	for _, k := range known {
-		if subtle.ConstantTimeCompare([]byte(k), []byte(token)) == 1 {
-			found = true
-		}
+		found |= subtle.ConstantTimeCompare([]byte(k), []byte(token))
 	}
-	return found && token != ""
+	return found == 1 && token != ""
 }
 
 // WriteState writes v as indented JSON to path, atomically: what a fake's
@@ -129,12 +124,8 @@ func ReadState[T any](path string) (*T, error) {
 // writeAtomic writes data to path through a temporary file and a rename,
 // so a reader polling for path never sees part of it.
 func writeAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, mode); err != nil {
+	if err := os.WriteFile(path+".tmp", data, mode); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename %s: %w", path, err)
-	}
-	return nil
+	return os.Rename(path+".tmp", path)
 }

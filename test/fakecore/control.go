@@ -10,9 +10,6 @@ import (
 	"time"
 )
 
-// maxControlBody caps a control request's body.
-const maxControlBody = 1 << 20
-
 // NewControlMux starts a fake's plain-HTTP control API: GET /healthz, and
 // GET /v1/ca.crt with caPEM (404 when nil: the fake serves plain HTTP). The
 // fake adds its own routes. Serve it on a loopback address only.
@@ -41,15 +38,24 @@ type None struct{}
 func Matched(n int) map[string]int { return map[string]int{"matched": n} }
 
 // Route makes a control route of do: the request's body is read into a Req
-// (not for None), and do's answer is sent with code, or its error with 404
-// when it wraps ErrNotFound and 400 otherwise.
+// (not for None; unknown fields and bodies over 1 MiB are refused with
+// 400), and do's answer is sent with code, or its error with 404 when it
+// wraps ErrNotFound and 400 otherwise.
 func Route[Req any](code int, do func(r *http.Request, req Req) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var req Req
-		if _, none := any(req).(None); !none && !readJSON(w, r, &req) {
-			return
+		var v any
+		var err error
+		if _, none := any(req).(None); !none {
+			dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+			dec.DisallowUnknownFields()
+			if err = dec.Decode(&req); err != nil {
+				err = fmt.Errorf("decode request: %w", err)
+			}
 		}
-		v, err := do(r, req)
+		if err == nil {
+			v, err = do(r, req)
+		}
 		switch {
 		case errors.Is(err, ErrNotFound):
 			writeError(w, http.StatusNotFound, err)
@@ -59,19 +65,6 @@ func Route[Req any](code int, do func(r *http.Request, req Req) (any, error)) ht
 			writeJSON(w, code, v)
 		}
 	}
-}
-
-// readJSON decodes a control request's body into v, refusing unknown
-// fields and bodies over 1 MiB; on failure it answers 400 and returns
-// false.
-func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxControlBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("decode request: %w", err))
-		return false
-	}
-	return true
 }
 
 // writeJSON answers code with v as indented JSON.

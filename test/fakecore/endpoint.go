@@ -3,7 +3,6 @@ package fakecore
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -26,16 +25,12 @@ type EndpointConfig struct {
 	// the endpoint keeps while it goes down and comes back.
 	Addr    string
 	Handler http.Handler
-	// CA signs the endpoint's certificate, for Leaf's names, and the
-	// wrong-name certificate of WrongNameCertificate.
+	// CA signs the certificate for Leaf's names, and WrongNameCertificate's.
 	CA   *pki.CA
 	Leaf pki.Leaf
 	// Now is the time certificates are issued at; time.Now when nil.
-	Now func() time.Time
-	// ClientAuth is the TLS client-certificate policy.
+	Now        func() time.Time
 	ClientAuth tls.ClientAuthType
-	// ErrorLog takes net/http's own log lines; they are dropped when nil.
-	ErrorLog *log.Logger
 }
 
 // Endpoint serves a fake over TLS on a loopback port and breaks the
@@ -47,8 +42,7 @@ type EndpointConfig struct {
 type Endpoint struct {
 	cfg  EndpointConfig
 	good tls.Certificate
-	// held counts the connections a HandshakeStall holds.
-	held atomic.Int32
+	held atomic.Int32 // connections a HandshakeStall holds
 
 	mu    sync.Mutex
 	addr  string
@@ -115,16 +109,6 @@ func (e *Endpoint) SetFault(kind FaultKind) error {
 	return e.update(kind, func() { e.fault = kind })
 }
 
-// SetTransportFault sets one transport fault, replacing any other: Refused
-// (down) or one that breaks TLS (as SetFault); "" serves normally
-// again, on the same address.
-func (e *Endpoint) SetTransportFault(kind FaultKind) error {
-	if kind == FaultRefused {
-		return e.update("", func() { e.fault, e.down = "", true })
-	}
-	return e.update(kind, func() { e.fault, e.down = kind, false })
-}
-
 // SetDown closes the listener and every connection (down), or listens
 // again on the same port.
 func (e *Endpoint) SetDown(down bool) error {
@@ -132,9 +116,7 @@ func (e *Endpoint) SetDown(down bool) error {
 }
 
 // Close stops serving for good.
-func (e *Endpoint) Close() error {
-	return e.update("", func() { e.down = true })
-}
+func (e *Endpoint) Close() error { return e.SetDown(true) }
 
 // update makes the certificate of kind, if not "", then applies change to
 // the fault and down state and, if they changed, stops the server and
@@ -142,10 +124,8 @@ func (e *Endpoint) Close() error {
 func (e *Endpoint) update(kind FaultKind, change func()) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if kind != "" {
-		if err := e.prepareLocked(kind); err != nil {
-			return err
-		}
+	if err := e.prepareLocked(kind); err != nil {
+		return err
 	}
 	fault, down := e.fault, e.down
 	change()
@@ -160,37 +140,26 @@ func (e *Endpoint) update(kind FaultKind, change func()) error {
 }
 
 func (e *Endpoint) prepareLocked(kind FaultKind) error {
-	switch kind {
-	case FaultHandshakeStall:
+	switch {
+	case kind == "" || kind == FaultHandshakeStall || e.bad[kind] != nil:
 		return nil
-	case FaultUntrustedCertificate, FaultWrongNameCertificate:
-	default:
+	case kind != FaultUntrustedCertificate && kind != FaultWrongNameCertificate:
 		return fmt.Errorf("unknown transport fault %q", kind)
 	}
-	if e.bad[kind] != nil {
-		return nil
-	}
-	now := e.cfg.Now()
-	var (
-		c   tls.Certificate
-		err error
-	)
+	// The right CA, but for a name the endpoint is not reached by.
+	now, ca := e.cfg.Now(), e.cfg.CA
+	leaf := pki.Leaf{CommonName: "not-" + e.cfg.Leaf.CommonName, Hosts: []string{"not-" + e.cfg.Leaf.CommonName + ".invalid", "127.0.0.254"}, Server: true}
 	if kind == FaultUntrustedCertificate {
 		// Right names, but signed by a CA nobody was told about, valid as
 		// long as the endpoint's (fakes may run on a clock far from the
 		// client's).
-		var other *pki.CA
-		if other, err = pki.NewCA("unknown-ca", now, e.cfg.CA.NotAfter().Sub(now)); err == nil {
-			c, err = other.TLSCertificate(now, e.cfg.Leaf)
+		var err error
+		if ca, err = pki.NewCA("unknown-ca", now, ca.NotAfter().Sub(now)); err != nil {
+			return fmt.Errorf("CA for %s: %w", kind, err)
 		}
-	} else {
-		// The right CA, but for a name the endpoint is not reached by.
-		c, err = e.cfg.CA.TLSCertificate(now, pki.Leaf{
-			CommonName: "not-" + e.cfg.Leaf.CommonName,
-			Hosts:      []string{"not-" + e.cfg.Leaf.CommonName + ".invalid", "127.0.0.254"},
-			Server:     true,
-		})
+		leaf = e.cfg.Leaf
 	}
+	c, err := ca.TLSCertificate(now, leaf)
 	if err != nil {
 		return fmt.Errorf("certificate for %s: %w", kind, err)
 	}
@@ -209,46 +178,36 @@ func (e *Endpoint) listenLocked() error {
 	if c := e.bad[e.fault]; c != nil {
 		cert = c
 	}
-	errorLog := e.cfg.ErrorLog
-	if errorLog == nil {
-		errorLog = log.New(io.Discard, "", 0)
-	}
-	stop, done := make(chan struct{}), make(chan struct{})
-	srv := &http.Server{
+	e.stop, e.done = make(chan struct{}), make(chan struct{})
+	e.srv = &http.Server{
 		Handler:           e.cfg.Handler,
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{*cert}, ClientAuth: e.cfg.ClientAuth},
 		ConnContext:       ConnContext,
-		ErrorLog:          errorLog,
+		ErrorLog:          log.New(io.Discard, "", 0),
 	}
-	l := ln
 	if e.fault == FaultHandshakeStall {
-		l = &stallListener{Listener: ln, stop: stop, held: &e.held}
+		ln = &stallListener{Listener: ln, stop: e.stop, held: &e.held}
 	}
-	e.srv, e.stop, e.done = srv, stop, done
-	go func() {
+	// It returns when stopped; a failed listener is seen by clients as a
+	// refused connection.
+	go func(srv *http.Server, done chan struct{}) {
 		defer close(done)
-		// It returns when stopped; a failed listener is seen by clients as
-		// a refused connection.
-		if err := srv.ServeTLS(l, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errorLog.Printf("stopped serving: %v", err)
-		}
-	}()
+		_ = srv.ServeTLS(ln, "", "")
+	}(e.srv, e.done)
 	return nil
 }
 
-// shutdownGrace bounds the graceful part of stopping a server.
-const shutdownGrace = 2 * time.Second
-
 // stopLocked stops the current server: answers held back by faults are
-// released, idle connections told to go away, the rest closed.
+// released, idle connections told to go away (for at most 2s), the rest
+// closed.
 func (e *Endpoint) stopLocked() {
 	if e.srv == nil {
 		return
 	}
 	close(e.stop)
-	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	_ = e.srv.Shutdown(ctx)
 	cancel()
 	_ = e.srv.Close()

@@ -2,6 +2,7 @@ package fakecore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -46,18 +47,14 @@ const (
 	FaultCounterReset   FaultKind = "CounterReset"
 )
 
-// DefaultHugeBodyBytes is the body size of a HugeBody fault that names
-// none: over every client cap the server sets.
-const DefaultHugeBodyBytes = 64 << 20
-
 // Fault is a fault to set on a fake, or one in force; as JSON, the body of
 // a fake's fault calls. Each fake refuses the scope of the other.
 type Fault struct {
 	Kind FaultKind `json:"kind"`
 	// Delay is the wait before answering, for Slow.
 	Delay metav1.Duration `json:"delay,omitzero"`
-	// Bytes is the body size of HugeBody (DefaultHugeBodyBytes when 0), and
-	// of the fake ukpd's HostileText.
+	// Bytes is the body size of HugeBody (64 MiB, over every client's cap,
+	// when 0) and of the fake ukpd's HostileText.
 	Bytes int64 `json:"bytes,omitempty"`
 	// Offset is how far the fake's wall clock is behind, for
 	// ClockBackwards, or ahead, for the fake ukpd's ClockOffset.
@@ -96,19 +93,15 @@ func (f Fault) Check() error {
 }
 
 // Format is what a fake renders for the response faults, in its own wire
-// format.
+// format: the Content-Type of the answer the request asked for, the fake's
+// internal-error answer, a body that starts well and then is not the format
+// at all, the start of a stalled body, and the whole answer the fake would
+// give without a fault (for Truncated).
 type Format struct {
-	// ContentType is that of the answer the request asked for.
-	ContentType string
-	// Status500 writes the fake's internal-error answer.
-	Status500 func(w http.ResponseWriter)
-	// Garbage is a body that starts well and then is not the format at all.
-	Garbage string
-	// StallPrefix is the start of a body a stalled answer sends.
-	StallPrefix string
-	// Render is the whole answer the fake would give without a fault, for
-	// Truncated.
-	Render func() (code int, body []byte)
+	ContentType          string
+	Status500            func(w http.ResponseWriter)
+	Garbage, StallPrefix string
+	Render               func() (code int, body []byte)
 }
 
 // Responder serves response faults on a fake's clock; an answer it holds
@@ -142,11 +135,8 @@ func (rs Responder) Serve(w http.ResponseWriter, r *http.Request, kind FaultKind
 		w.Header().Set("Content-Type", f.ContentType)
 		_, _ = io.WriteString(w, f.Garbage)
 	case FaultHugeBody:
-		if size <= 0 {
-			size = DefaultHugeBodyBytes
-		}
 		// A JSON-looking array that never ends.
-		StreamBody(r.Context(), w, "application/json", bytes.Repeat([]byte("[0,"), 10<<10), size)
+		StreamBody(r.Context(), w, "application/json", bytes.Repeat([]byte("[0,"), 10<<10), cmp.Or(max(size, 0), 64<<20))
 	case FaultTruncated:
 		code, body := f.Render()
 		cut := body[:len(body)/2]

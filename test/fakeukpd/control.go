@@ -46,7 +46,7 @@ func NewControlHandler(s *Server, caPEM []byte) http.Handler {
 	mux.HandleFunc("PUT /v1/namespaces/{namespace}/pods/{pod}/usage", fakecore.Route(ok, c.podUsage))
 	mux.HandleFunc("DELETE /v1/namespaces/{namespace}/pods/{pod}", fakecore.Route(ok, c.byPod(s.Remove)))
 	mux.HandleFunc("GET /v1/fault", fakecore.Route(ok, func(*http.Request, fakecore.None) (any, error) { return s.Faults(), nil }))
-	mux.HandleFunc("PUT /v1/fault", fakecore.Route(ok, c.setFault))
+	mux.HandleFunc("PUT /v1/fault", fakecore.Route(ok, func(_ *http.Request, f Fault) (any, error) { err := s.SetFault(f); return s.Faults(), err }))
 	mux.HandleFunc("DELETE /v1/fault", fakecore.Route(ok, func(r *http.Request, _ fakecore.None) (any, error) {
 		s.ClearFault(FaultKind(r.URL.Query().Get("kind")))
 		return s.Faults(), nil
@@ -134,11 +134,4 @@ func (c *control) setUsage(id string, req UsageRequest) error {
 		return c.s.SetRSS(id, uint64(req.Memory.Value()))
 	}
 	return nil
-}
-
-func (c *control) setFault(_ *http.Request, f Fault) (any, error) {
-	if err := c.s.SetFault(f); err != nil {
-		return nil, err
-	}
-	return c.s.Faults(), nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,9 +23,9 @@ type FaultKind = fakecore.FaultKind
 // change what both paths report and compose with everything; the clock
 // faults move every started_at, stopped_at and created_at, as from a daemon
 // that derives them from the wall clock and an uptime, while CPU time and
-// uptime stay as they are. CounterReset
-// acts once and is not kept. The transport faults (Refused and fakecore's)
-// live below HTTP, in a fakecore.Endpoint.
+// uptime stay as they are. CounterReset acts once and is not kept. The
+// transport faults (Refused and fakecore's) live below HTTP, in a
+// fakecore.Endpoint.
 const (
 	// FaultDuplicateInstances reports a second instance for every
 	// container, with twice the values.
@@ -44,18 +43,20 @@ const (
 	FaultOlderForm FaultKind = "OlderForm"
 )
 
-// DefaultHostileTextBytes is the body size of a HostileText fault that
-// names none.
-const DefaultHostileTextBytes = 60 << 20
-
 // Fault is a fault to set; it takes no Pod.
 type Fault = fakecore.Fault
 
 // ClockOffset sets the platform's wall clock d ahead, or -d behind for a
-// negative d (whole seconds): every started_at, stopped_at and created_at
-// it reports moves by d. CPU time and uptime stay as they are.
+// negative d (whole seconds).
 func ClockOffset(d time.Duration) Fault {
 	return Fault{Kind: FaultClockOffset, Offset: metav1.Duration{Duration: d}}
+}
+
+// faultOrder is Slow, the response faults in order of precedence, then the
+// data faults.
+var faultOrder = []FaultKind{
+	fakecore.FaultSlow, fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultHugeBody, FaultHostileText, fakecore.FaultTruncated, fakecore.FaultStall,
+	fakecore.FaultClockBackwards, FaultClockOffset, FaultDuplicateInstances, FaultOlderForm,
 }
 
 // SetFault sets a fault, replacing one of the same kind.
@@ -69,7 +70,7 @@ func (s *Server) SetFault(f Fault) error {
 	switch f.Kind {
 	case FaultHostileText:
 		if f.Bytes <= 0 {
-			f.Bytes = DefaultHostileTextBytes
+			f.Bytes = 60 << 20
 		}
 	case fakecore.FaultSlow, fakecore.FaultHugeBody, fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultTruncated, fakecore.FaultStall:
 	case fakecore.FaultClockBackwards, FaultDuplicateInstances, fakecore.FaultCounterReset, FaultClockOffset, FaultOlderForm:
@@ -102,7 +103,6 @@ func (s *Server) ClearFault(kind FaultKind) {
 	defer s.mu.Unlock()
 	if kind == "" {
 		clear(s.faults)
-		return
 	}
 	delete(s.faults, kind)
 }
@@ -120,15 +120,8 @@ func (s *Server) Faults() []Fault {
 	return out
 }
 
-// faultOrder is Slow, the response faults in order of precedence, then the
-// data faults.
-var faultOrder = []FaultKind{
-	fakecore.FaultSlow, fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultHugeBody, FaultHostileText, fakecore.FaultTruncated, fakecore.FaultStall,
-	fakecore.FaultClockBackwards, FaultClockOffset, FaultDuplicateInstances, FaultOlderForm,
-}
-
-// serveFault applies the faults that cover path. It reports whether the
-// request was answered (or abandoned) by a fault.
+// serveFault applies Slow, then the first response fault that covers path.
+// It reports whether the request was answered (or abandoned) by a fault.
 func (s *Server) serveFault(w http.ResponseWriter, r *http.Request, path string, isMetrics, asJSON bool) bool {
 	key := listPath
 	if isMetrics {
@@ -143,7 +136,7 @@ func (s *Server) serveFault(w http.ResponseWriter, r *http.Request, path string,
 		StallPrefix: "# HELP ",
 		Render: func() (int, []byte) {
 			rec := httptest.NewRecorder()
-			s.serveData(rec, r, strings.TrimSuffix(r.URL.Path, "/"), isMetrics, asJSON, s.clock.Now())
+			s.serveData(rec, r, path, isMetrics, asJSON, s.clock.Now())
 			return rec.Code, rec.Body.Bytes()
 		},
 	}
@@ -152,7 +145,6 @@ func (s *Server) serveFault(w http.ResponseWriter, r *http.Request, path string,
 		format.Garbage = `{"status":"success","data":{"instances":[{"uuid":` + "\x00\xff{{"
 		format.StallPrefix = `{"status":"success","data":{"instances":[`
 	}
-	// Slow comes first, then the response faults in order of precedence.
 	rs := fakecore.Responder{Clock: s.clock, Stop: s.closed}
 	for _, f := range s.Faults() {
 		switch {
@@ -171,11 +163,79 @@ func (s *Server) serveFault(w http.ResponseWriter, r *http.Request, path string,
 
 // hostileLine is a line of Prometheus text with 100,000 labels.
 func hostileLine() []byte {
-	var line bytes.Buffer
-	line.WriteString(`instance_cpu_time_s{instance_uuid="hostile"`)
+	line := bytes.NewBufferString(`instance_cpu_time_s{instance_uuid="hostile"`)
 	for i := range 100_000 {
-		fmt.Fprintf(&line, `,l%d="v"`, i)
+		fmt.Fprintf(line, `,l%d="v"`, i)
 	}
 	line.WriteString("} 1\n")
 	return line.Bytes()
+}
+
+// resetCounters restarts the CPU counter of every running instance from
+// zero and counts a start, but keeps started_at: what a wake from standby
+// looks like when the platform does not move started_at.
+func (s *Server) resetCounters() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	for _, in := range s.instances {
+		if in.runs() {
+			in.StartCount++
+			in.upNS = in.uptime(now) // uptime goes on over the reset
+			in.cpuNS, in.since = 0, now
+		}
+	}
+}
+
+// dataFaults are the data faults in force: offset is how far every
+// reported wall-clock time is moved back, duplicate reports a second
+// instance for each running one, older answers the JSON metrics in the
+// older form.
+type dataFaults struct {
+	offset           time.Duration
+	duplicate, older bool
+}
+
+// dataFaultsLocked reads the data faults; s.mu must be held.
+func (s *Server) dataFaultsLocked() dataFaults {
+	d := dataFaults{offset: s.faults[fakecore.FaultClockBackwards].Offset.Duration - s.faults[FaultClockOffset].Offset.Duration}
+	_, d.duplicate = s.faults[FaultDuplicateInstances]
+	_, d.older = s.faults[FaultOlderForm]
+	return d
+}
+
+// rfc3339 formats a reported wall-clock time, moved back by the clock
+// offset; "" for none.
+func (d dataFaults) rfc3339(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.Add(-d.offset).UTC().Format(time.RFC3339)
+}
+
+// duplicateUUID names the second instance that DuplicateInstances reports
+// for an instance: it sorts after every UUID the server generates, so it
+// loses a tie on UUID order. Its name is the original's with "-dup".
+func duplicateUUID(uuid string) string { return "ffffffff-dup-" + uuid }
+
+// olderEntry is a metrics entry in the JSON form of older ukpd releases, as
+// the platform's instance-metrics tutorial shows it.
+type olderEntry struct {
+	Status     string  `json:"status"`
+	UUID       string  `json:"uuid"`
+	Name       string  `json:"name"`
+	State      string  `json:"state"`
+	StartCount uint64  `json:"start_count"`
+	StartedAt  string  `json:"started_at,omitempty"`
+	UptimeS    float64 `json:"uptime_s"`
+	RSSBytes   uint64  `json:"rss_bytes"`
+	CPUTimeS   float64 `json:"cpu_time_s"`
+}
+
+func olderEntries(entries []metricsEntry) []olderEntry {
+	out := make([]olderEntry, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, olderEntry{e.Status, e.UUID, e.Name, e.State, e.StartCount, e.StartedAt, float64(e.UptimeMS) / 1e3, e.RSSBytes, e.cpuLastSecond})
+	}
+	return out
 }

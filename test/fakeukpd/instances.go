@@ -78,9 +78,6 @@ type instance struct {
 	upNS time.Duration
 }
 
-// vcpus is the instance's vCPU count as the list reports it.
-func (in *instance) vcpus() int { return max(1, int(math.Ceil(in.maxCores))) }
-
 // runs says whether the instance's VM runs: running, or draining its
 // connections before it stops.
 func (in *instance) runs() bool { return in.State == StateRunning || in.State == StateDraining }
@@ -93,11 +90,11 @@ func (in *instance) counterNS(now time.Time) float64 {
 	return in.cpuNS + in.CPUCores*float64(now.Sub(in.since))
 }
 
-// uptime is the uptime accumulated over every start at now, which stands
-// still while the instance does not run: what the platform's metrics
-// example shows (a standby instance with start_count 2 and more uptime than
-// its last run lasted) and its instance-metrics tutorial says ("total
-// accumulated uptime of the instance ... across all starts").
+// uptime is the uptime accumulated over every start at now, standing still
+// while the instance does not run: what the platform's metrics example
+// shows (a standby instance with start_count 2 and more uptime than its
+// last run lasted) and its tutorial says ("total accumulated uptime of the
+// instance ... across all starts").
 func (in *instance) uptime(now time.Time) time.Duration {
 	if !in.runs() {
 		return in.upNS
@@ -106,9 +103,7 @@ func (in *instance) uptime(now time.Time) time.Duration {
 }
 
 // cpuTimeMS is the counter in whole milliseconds, as ukpd reports it.
-func (in *instance) cpuTimeMS(now time.Time) int64 {
-	return int64(math.Floor(in.counterNS(now) / 1e6))
-}
+func (in *instance) cpuTimeMS(now time.Time) int64 { return int64(math.Floor(in.counterNS(now) / 1e6)) }
 
 // settle folds the counter up to now, before the rate or state changes.
 func (in *instance) settle(now time.Time) {
@@ -117,10 +112,25 @@ func (in *instance) settle(now time.Time) {
 
 func (in *instance) start(now time.Time) {
 	in.settle(now)
-	in.State = StateRunning
+	in.State, in.StartedAt = StateRunning, now
 	in.StartCount++
-	in.StartedAt = now
 	in.cpuNS, in.since = 0, now
+}
+
+// setState settles the counters and moves to state; stopped_at is now if
+// the VM no longer runs.
+func (in *instance) setState(state string, now time.Time) {
+	in.settle(now)
+	if in.State = state; !in.runs() {
+		in.stopped = now
+	}
+}
+
+func checkCores(cores float64) error {
+	if cores < 0 || math.IsNaN(cores) || math.IsInf(cores, 0) {
+		return fmt.Errorf("CPU rate %g is not a non-negative number", cores)
+	}
+	return nil
 }
 
 func (in *instance) public(now time.Time) Instance {
@@ -152,25 +162,18 @@ func (s *Server) AddInstance(spec InstanceSpec) (Instance, error) {
 	if spec.Tags == nil && (spec.Namespace == "" || spec.Pod == "" || spec.Container == "") {
 		return Instance{}, errors.New("an instance needs a namespace, pod and container, or explicit tags")
 	}
-	if spec.CPUCores < 0 || math.IsNaN(spec.CPUCores) || math.IsInf(spec.CPUCores, 0) {
-		return Instance{}, fmt.Errorf("CPU rate %g is not a non-negative number", spec.CPUCores)
+	if err := checkCores(spec.CPUCores); err != nil {
+		return Instance{}, err
 	}
-	state := spec.State
-	switch state {
-	case "":
-		state = StateRunning
-	case StateRunning, StateStandby, StateStopped, StateDraining:
-	default:
+	state := cmp.Or(spec.State, StateRunning)
+	if !slices.Contains([]string{StateRunning, StateStandby, StateStopped, StateDraining}, state) {
 		return Instance{}, fmt.Errorf("unknown state %q (want %s, %s, %s or %s)", state, StateRunning, StateStandby, StateStopped, StateDraining)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	s.seq++
-	in := &instance{
-		Instance: Instance{InstanceSpec: spec},
-		maxCores: spec.CPUCores, createdAt: now, seq: s.seq,
-	}
+	in := &instance{Instance: Instance{InstanceSpec: spec}, maxCores: spec.CPUCores, createdAt: now, seq: s.seq}
 	if in.UUID == "" {
 		in.UUID = fmt.Sprintf("00000000-0000-4000-8000-%012x", s.seq)
 	}
@@ -192,7 +195,7 @@ func (s *Server) AddInstance(spec InstanceSpec) (Instance, error) {
 	}
 	in.start(now)
 	if state != StateRunning {
-		in.State, in.stopped = state, now
+		in.setState(state, now)
 	}
 	s.instances[in.UUID] = in
 	return in.public(now), nil
@@ -266,8 +269,8 @@ func (s *Server) sortedLocked() []*instance {
 
 // SetCPU sets an instance's CPU rate in cores, from now on.
 func (s *Server) SetCPU(id string, cores float64) error {
-	if cores < 0 || math.IsNaN(cores) || math.IsInf(cores, 0) {
-		return fmt.Errorf("CPU rate %g is not a non-negative number", cores)
+	if err := checkCores(cores); err != nil {
+		return err
 	}
 	return s.update(id, func(in *instance, now time.Time) {
 		in.settle(now)
@@ -288,28 +291,17 @@ func (s *Server) Restart(id string) error {
 
 // Standby puts an instance in standby, as scale-to-zero does: it stays in
 // the metrics with state "standby", no resident set and its counter frozen.
-func (s *Server) Standby(id string) error {
-	return s.update(id, func(in *instance, now time.Time) {
-		in.settle(now)
-		in.State, in.stopped = StateStandby, now
-	})
-}
+func (s *Server) Standby(id string) error { return s.setState(id, StateStandby) }
 
 // Drain puts an instance in the draining state: it still runs, and its
 // counter still grows, until it is stopped or put in standby.
-func (s *Server) Drain(id string) error {
-	return s.update(id, func(in *instance, now time.Time) {
-		in.settle(now)
-		in.State = StateDraining
-	})
-}
+func (s *Server) Drain(id string) error { return s.setState(id, StateDraining) }
 
 // Stop stops an instance: it stays in the list and leaves the metrics.
-func (s *Server) Stop(id string) error {
-	return s.update(id, func(in *instance, now time.Time) {
-		in.settle(now)
-		in.State, in.stopped = StateStopped, now
-	})
+func (s *Server) Stop(id string) error { return s.setState(id, StateStopped) }
+
+func (s *Server) setState(id, state string) error {
+	return s.update(id, func(in *instance, now time.Time) { in.setState(state, now) })
 }
 
 // Remove deletes an instance.

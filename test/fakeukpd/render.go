@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -62,18 +63,11 @@ type metricsEntry struct {
 	cpuLastSecond float64
 }
 
-func rfc3339(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return t.UTC().Format(time.RFC3339)
-}
-
 func (in *instance) stoppedAt(df dataFaults) string {
 	if in.runs() {
 		return ""
 	}
-	return rfc3339(df.back(in.stopped))
+	return df.rfc3339(in.stopped)
 }
 
 func (s *Server) writeList(w http.ResponseWriter, r *http.Request, start time.Time) {
@@ -91,15 +85,15 @@ func (s *Server) writeList(w http.ResponseWriter, r *http.Request, start time.Ti
 	for _, in := range chosen {
 		e := listEntry{
 			Status: "success", UUID: in.UUID, Name: in.Name,
-			CreatedAt: rfc3339(df.back(in.createdAt)), State: in.State,
+			CreatedAt: df.rfc3339(in.createdAt), State: in.State,
 			Image:    "fake.unikraft.io/" + cmp.Or(in.Container, "app") + ":latest",
-			MemoryMB: 256, VCPUs: in.vcpus(),
-			StartCount: in.StartCount, StartedAt: rfc3339(df.back(in.StartedAt)), StoppedAt: in.stoppedAt(df),
+			MemoryMB: 256, VCPUs: max(1, int(math.Ceil(in.maxCores))),
+			StartCount: in.StartCount, StartedAt: df.rfc3339(in.StartedAt), StoppedAt: in.stoppedAt(df),
 			UptimeMS: in.uptime(now).Milliseconds(), RestartPolicy: "never", Tags: in.Tags,
 		}
 		entries = append(entries, e)
 		if df.duplicate && in.runs() {
-			e.UUID, e.Name = duplicateUUID(in.UUID), duplicateName(in.Name)
+			e.UUID, e.Name = duplicateUUID(in.UUID), in.Name+"-dup"
 			entries = append(entries, e)
 		}
 	}
@@ -173,7 +167,7 @@ func (s *Server) metrics(ids []string) (_ []metricsEntry, older, ok bool) {
 		}
 		e := metricsEntry{
 			Status: "success", UUID: in.UUID, Name: in.Name, State: in.State,
-			StartCount: in.StartCount, StartedAt: rfc3339(df.back(in.StartedAt)), StoppedAt: in.stoppedAt(df),
+			StartCount: in.StartCount, StartedAt: df.rfc3339(in.StartedAt), StoppedAt: in.stoppedAt(df),
 			UptimeMS: in.uptime(now).Milliseconds(), BootTimeUS: 9000, NetTimeUS: 12000,
 			CPUTimeMS: in.cpuTimeMS(now),
 		}
@@ -183,7 +177,7 @@ func (s *Server) metrics(ids []string) (_ []metricsEntry, older, ok bool) {
 		out = append(out, e)
 		if df.duplicate && in.runs() {
 			// The same pod and container, twice the CPU time and memory.
-			e.UUID, e.Name = duplicateUUID(in.UUID), duplicateName(in.Name)
+			e.UUID, e.Name = duplicateUUID(in.UUID), in.Name+"-dup"
 			e.CPUTimeMS, e.RSSBytes = 2*e.CPUTimeMS, 2*e.RSSBytes
 			out = append(out, e)
 		}
@@ -195,16 +189,10 @@ func (s *Server) metrics(ids []string) (_ []metricsEntry, older, ok bool) {
 func writeEnvelope[T any](w http.ResponseWriter, instances []T, start time.Time, clk clock.PassiveClock) {
 	w.Header().Set("Content-Type", contentTypeJSON)
 	writeJSON(w, struct {
-		Status   string `json:"status"`
-		Data     any    `json:"data"`
-		OpTimeUS int64  `json:"op_time_us"`
-	}{
-		Status: "success",
-		Data: struct {
-			Instances []T `json:"instances"`
-		}{instances},
-		OpTimeUS: opTime(start, clk),
-	})
+		Status   string         `json:"status"`
+		Data     map[string][]T `json:"data"`
+		OpTimeUS int64          `json:"op_time_us"`
+	}{"success", map[string][]T{"instances": instances}, opTime(start, clk)})
 }
 
 // stateCode numbers states as the instance_state HELP line documents.
@@ -219,28 +207,17 @@ type family struct {
 }
 
 var families = []family{
-	{"instance_state", "0=stopped,1=starting,2=running,3=draining,4=stopping,5=standby,6=template,7=deleted", "gauge",
-		func(e *metricsEntry) string { return strconv.Itoa(stateCode[e.State]) }},
-	{"instance_start_count", "Number of times the instance has been started", "counter",
-		func(e *metricsEntry) string { return strconv.FormatUint(e.StartCount, 10) }},
-	{"instance_restart_count", "Number of times the instance has been restarted", "counter",
-		func(*metricsEntry) string { return "0" }},
-	{"instance_started_at", "Time when the instance started", "gauge",
-		func(e *metricsEntry) string { return unixSeconds(e.StartedAt) }},
-	{"instance_stopped_at", "Time when the instance stopped", "gauge",
-		func(e *metricsEntry) string { return unixSeconds(e.StoppedAt) }},
-	{"instance_uptime_s", "Uptime in seconds", "gauge",
-		func(e *metricsEntry) string { return millis(e.UptimeMS) }},
-	{"instance_rss_bytes", "Resident set size in bytes", "gauge",
-		func(e *metricsEntry) string { return strconv.FormatUint(e.RSSBytes, 10) }},
-	{"instance_cpu_time_s", "Consumed CPU time in seconds", "counter",
-		func(e *metricsEntry) string { return millis(e.CPUTimeMS) }},
-	{"instance_rx_bytes", "Amount of bytes received over network", "counter",
-		func(e *metricsEntry) string { return strconv.FormatInt(e.RxBytes, 10) }},
-	{"instance_tx_bytes", "Amount of bytes transmitted over network", "counter",
-		func(e *metricsEntry) string { return strconv.FormatInt(e.TxBytes, 10) }},
-	{"instance_nconns", "Number of active connections", "gauge",
-		func(e *metricsEntry) string { return strconv.Itoa(e.NConns) }},
+	{"instance_state", "0=stopped,1=starting,2=running,3=draining,4=stopping,5=standby,6=template,7=deleted", "gauge", func(e *metricsEntry) string { return strconv.Itoa(stateCode[e.State]) }},
+	{"instance_start_count", "Number of times the instance has been started", "counter", func(e *metricsEntry) string { return strconv.FormatUint(e.StartCount, 10) }},
+	{"instance_restart_count", "Number of times the instance has been restarted", "counter", func(*metricsEntry) string { return "0" }},
+	{"instance_started_at", "Time when the instance started", "gauge", func(e *metricsEntry) string { return unixSeconds(e.StartedAt) }},
+	{"instance_stopped_at", "Time when the instance stopped", "gauge", func(e *metricsEntry) string { return unixSeconds(e.StoppedAt) }},
+	{"instance_uptime_s", "Uptime in seconds", "gauge", func(e *metricsEntry) string { return millis(e.UptimeMS) }},
+	{"instance_rss_bytes", "Resident set size in bytes", "gauge", func(e *metricsEntry) string { return strconv.FormatUint(e.RSSBytes, 10) }},
+	{"instance_cpu_time_s", "Consumed CPU time in seconds", "counter", func(e *metricsEntry) string { return millis(e.CPUTimeMS) }},
+	{"instance_rx_bytes", "Amount of bytes received over network", "counter", func(e *metricsEntry) string { return strconv.FormatInt(e.RxBytes, 10) }},
+	{"instance_tx_bytes", "Amount of bytes transmitted over network", "counter", func(e *metricsEntry) string { return strconv.FormatInt(e.TxBytes, 10) }},
+	{"instance_nconns", "Number of active connections", "gauge", func(e *metricsEntry) string { return strconv.Itoa(e.NConns) }},
 }
 
 func millis(ms int64) string { return fmt.Sprintf("%d.%06d", ms/1000, (ms%1000)*1000) }

@@ -1,7 +1,6 @@
 package fakeukpd
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -9,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +23,6 @@ const token = "fake-token"
 
 var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
-// must fails the test at once on an error.
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -53,56 +52,46 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	return &harness{clk: clk, s: s, srv: srv}
 }
 
-// get fetches path with the token and an Accept header, returning status,
-// content type and body.
-func (h *harness) get(t *testing.T, path, accept string) (int, string, string) {
+// send sends method path with the Authorization header auth and the Accept
+// header accept, each unless empty, and returns the answer.
+func (h *harness) send(t *testing.T, method, path, accept, auth string) (int, http.Header, string) {
 	t.Helper()
-	return h.getWith(t, context.Background(), path, accept, token)
-}
-
-func (h *harness) getWith(t *testing.T, ctx context.Context, path, accept, tok string) (int, string, string) {
-	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.srv.URL+path, nil)
+	req, err := http.NewRequest(method, h.srv.URL+path, nil)
 	must(t, err)
-	if accept != "" {
-		req.Header.Set("Accept", accept)
-	}
-	if tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
+	for k, v := range map[string]string{"Accept": accept, "Authorization": auth} {
+		if v != "" {
+			req.Header.Set(k, v)
+		}
 	}
 	resp, err := h.srv.Client().Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
+	must(t, err)
 	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("read %s: %v", path, err)
-	}
-	return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
+	must(t, err)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// get fetches path with the token, returning status, content type and body.
+func (h *harness) get(t *testing.T, path, accept string) (int, string, string) {
+	t.Helper()
+	code, header, body := h.send(t, http.MethodGet, path, accept, "Bearer "+token)
+	return code, header.Get("Content-Type"), body
 }
 
 func (h *harness) add(t *testing.T, spec InstanceSpec) Instance {
 	t.Helper()
 	in, err := h.s.AddInstance(spec)
-	if err != nil {
-		t.Fatalf("AddInstance: %v", err)
-	}
+	must(t, err)
 	return in
-}
-
-// envelope mirrors the documented response wrapper.
-type envelope[T any] struct {
-	Status string `json:"status"`
-	Data   struct {
-		Instances []T `json:"instances"`
-	} `json:"data"`
-	OpTimeUS int64 `json:"op_time_us"`
 }
 
 func decodeEnvelope[T any](t *testing.T, body string) []T {
 	t.Helper()
-	var env envelope[T]
+	var env struct {
+		Status   string
+		Data     struct{ Instances []T }
+		OpTimeUS int64 `json:"op_time_us"`
+	}
 	if err := json.Unmarshal([]byte(body), &env); err != nil {
 		t.Fatalf("decode %q: %v", body, err)
 	}
@@ -115,7 +104,10 @@ func decodeEnvelope[T any](t *testing.T, body string) []T {
 // getMetrics fetches the JSON metrics of every instance.
 func getMetrics[T any](t *testing.T, h *harness) []T {
 	t.Helper()
-	_, _, body := h.get(t, metricsPath, "application/json")
+	code, ct, body := h.get(t, metricsPath, contentTypeJSON)
+	if code != http.StatusOK || ct != contentTypeJSON {
+		t.Fatalf("GET %s = %d %q", metricsPath, code, ct)
+	}
 	return decodeEnvelope[T](t, body)
 }
 
@@ -126,32 +118,25 @@ func TestList(t *testing.T) {
 	h.add(t, InstanceSpec{Tags: []string{"production"}, Name: "untagged"})
 	h.clk.Step(90 * time.Second)
 
-	code, ct, body := h.get(t, listPath, "application/json")
+	code, ct, body := h.get(t, listPath, contentTypeJSON)
 	if code != http.StatusOK || ct != contentTypeJSON {
 		t.Fatalf("GET %s = %d %q", listPath, code, ct)
 	}
-	got := decodeEnvelope[listEntry](t, body)
 	// Oldest first, in creation order.
-	want := []listEntry{
-		{
-			Status: "success", UUID: web.UUID, Name: "web-0-app-1", CreatedAt: "2026-12-01T10:00:00Z", State: "running",
-			Image: "fake.unikraft.io/app:latest", MemoryMB: 256, VCPUs: 1, StartCount: 1, StartedAt: "2026-12-01T10:00:00Z",
-			UptimeMS: 90000, RestartPolicy: "never",
-			Tags: []string{"k8s.io:namespace=default", "k8s.io:pod=web-0", "k8s.io:container=app", "kraftlet:node=kraftlet-a"},
-		},
-		{
-			Status: "success", UUID: "u-batch", Name: "batch", CreatedAt: "2026-12-01T10:00:00Z", State: "stopped",
-			Image: "fake.unikraft.io/job:latest", MemoryMB: 256, VCPUs: 1, StartCount: 1, StartedAt: "2026-12-01T10:00:00Z",
-			StoppedAt: "2026-12-01T10:00:00Z", RestartPolicy: "never",
-			Tags: []string{"k8s.io:namespace=default", "k8s.io:pod=batch-0", "k8s.io:container=job"},
-		},
-		{
-			Status: "success", UUID: "00000000-0000-4000-8000-000000000003", Name: "untagged", CreatedAt: "2026-12-01T10:00:00Z",
-			State: "running", Image: "fake.unikraft.io/app:latest", MemoryMB: 256, VCPUs: 1, StartCount: 1,
-			StartedAt: "2026-12-01T10:00:00Z", UptimeMS: 90000, RestartPolicy: "never", Tags: []string{"production"},
-		},
+	const at = "2026-12-01T10:00:00Z"
+	entry := func(uuid, name, state, image string, uptimeMS int64, stoppedAt string, tags ...string) listEntry {
+		return listEntry{
+			Status: "success", UUID: uuid, Name: name, CreatedAt: at, State: state, Image: "fake.unikraft.io/" + image + ":latest",
+			MemoryMB: 256, VCPUs: 1, StartCount: 1, StartedAt: at, StoppedAt: stoppedAt, UptimeMS: uptimeMS, RestartPolicy: "never", Tags: tags,
+		}
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
+	want := []listEntry{
+		entry(web.UUID, "web-0-app-1", "running", "app", 90000, "",
+			"k8s.io:namespace=default", "k8s.io:pod=web-0", "k8s.io:container=app", "kraftlet:node=kraftlet-a"),
+		entry("u-batch", "batch", "stopped", "job", 0, at, "k8s.io:namespace=default", "k8s.io:pod=batch-0", "k8s.io:container=job"),
+		entry("00000000-0000-4000-8000-000000000003", "untagged", "running", "app", 90000, "", "production"),
+	}
+	if diff := cmp.Diff(want, decodeEnvelope[listEntry](t, body)); diff != "" {
 		t.Errorf("list (-want +got):\n%s", diff)
 	}
 	// The list is JSON whatever is asked.
@@ -163,46 +148,41 @@ func TestList(t *testing.T) {
 func TestMetricsLifecycle(t *testing.T) {
 	h := newHarness(t, Config{})
 	in := h.add(t, InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", CPUCores: 0.5, RSSBytes: 1 << 20})
-	metrics := func() metricsEntry {
-		t.Helper()
-		code, ct, body := h.get(t, metricsPath, "application/json")
-		if code != http.StatusOK || ct != contentTypeJSON {
-			t.Fatalf("GET %s = %d %q", metricsPath, code, ct)
-		}
-		got := decodeEnvelope[metricsEntry](t, body)
-		if len(got) != 1 {
-			t.Fatalf("metrics hold %d instances, want 1: %s", len(got), body)
-		}
-		return got[0]
+	type sample struct {
+		State                string
+		CPUTimeMS            int64
+		RSSBytes, StartCount uint64
+		StartedAt            string
+		Instances            int
 	}
-	check := func(step string, e metricsEntry, state string, cpuMS int64, rss uint64, starts uint64, startedAt string) {
+	check := func(step string, want sample) {
 		t.Helper()
-		if e.State != state || e.CPUTimeMS != cpuMS || e.RSSBytes != rss || e.StartCount != starts || e.StartedAt != startedAt {
-			t.Errorf("%s: %+v, want state %s, cpu %d ms, rss %d, start_count %d, started_at %s", step, e, state, cpuMS, rss, starts, startedAt)
+		var got sample
+		for _, e := range getMetrics[metricsEntry](t, h) {
+			got = sample{e.State, e.CPUTimeMS, e.RSSBytes, e.StartCount, e.StartedAt, got.Instances + 1}
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", step, diff)
 		}
 	}
-
 	h.clk.Step(10 * time.Second)
-	check("running", metrics(), "running", 5000, 1<<20, 1, "2026-12-01T10:00:00Z")
+	check("running", sample{"running", 5000, 1 << 20, 1, "2026-12-01T10:00:00Z", 1})
 
 	must(t, h.s.SetCPU(in.UUID, 2))
 	must(t, h.s.SetRSS(in.Name, 2<<20))
 	h.clk.Step(1500 * time.Millisecond)
-	check("new rate", metrics(), "running", 8000, 2<<20, 1, "2026-12-01T10:00:00Z")
+	check("new rate", sample{"running", 8000, 2 << 20, 1, "2026-12-01T10:00:00Z", 1})
 
 	must(t, h.s.Standby(in.UUID))
 	h.clk.Step(time.Minute)
-	check("standby", metrics(), "standby", 8000, 0, 1, "2026-12-01T10:00:00Z")
+	check("standby", sample{"standby", 8000, 0, 1, "2026-12-01T10:00:00Z", 1})
 
 	must(t, h.s.Restart(in.UUID))
 	h.clk.Step(2 * time.Second)
-	check("woken", metrics(), "running", 4000, 2<<20, 2, "2026-12-01T10:01:11Z")
+	check("woken", sample{"running", 4000, 2 << 20, 2, "2026-12-01T10:01:11Z", 1})
 
 	must(t, h.s.Stop(in.UUID))
-	_, _, body := h.get(t, metricsPath, "application/json")
-	if got := decodeEnvelope[metricsEntry](t, body); len(got) != 0 {
-		t.Errorf("stopped instance in the metrics: %+v", got)
-	}
+	check("stopped instance left out of the metrics", sample{})
 	must(t, h.s.Remove(in.UUID))
 	if _, _, body := h.get(t, listPath, ""); len(decodeEnvelope[listEntry](t, body)) != 0 {
 		t.Errorf("removed instance still listed: %s", body)
@@ -245,9 +225,9 @@ func TestMetricsText(t *testing.T) {
 
 func TestMetricsSelection(t *testing.T) {
 	h := newHarness(t, Config{})
-	h.add(t, InstanceSpec{UUID: "u1", Name: "one", Namespace: "ns", Pod: "p", Container: "c"})
-	h.add(t, InstanceSpec{UUID: "u2", Name: "two", Namespace: "ns", Pod: "q", Container: "c"})
-	h.add(t, InstanceSpec{UUID: "u3", Name: "three", Namespace: "ns", Pod: "r", Container: "c"})
+	for i, name := range []string{"one", "two", "three"} {
+		h.add(t, InstanceSpec{UUID: "u" + strconv.Itoa(i+1), Name: name, Namespace: "ns", Pod: name, Container: "c"})
+	}
 	tests := []struct {
 		path     string
 		wantCode int
@@ -262,7 +242,7 @@ func TestMetricsSelection(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.path, func(t *testing.T) {
-			code, _, body := h.get(t, tc.path, "application/json")
+			code, _, body := h.get(t, tc.path, contentTypeJSON)
 			if code != tc.wantCode {
 				t.Fatalf("GET %s = %d, want %d: %s", tc.path, code, tc.wantCode, body)
 			}
@@ -284,8 +264,7 @@ func TestMetricsSelection(t *testing.T) {
 }
 
 func TestAuth(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "tokens")
+	file := filepath.Join(t.TempDir(), "tokens")
 	must(t, os.WriteFile(file, []byte("# accepted\nfrom-file\n\n"), 0o600))
 	h := newHarness(t, Config{Tokens: []string{token}, TokenFile: file})
 	tests := []struct {
@@ -303,17 +282,11 @@ func TestAuth(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			req, _ := http.NewRequest(http.MethodGet, h.srv.URL+metricsPath, nil)
-			if tc.header != "" {
-				req.Header.Set("Authorization", tc.header)
+			code, header, _ := h.send(t, http.MethodGet, metricsPath, "", tc.header)
+			if code != tc.want {
+				t.Errorf("status = %d, want %d", code, tc.want)
 			}
-			resp, err := h.srv.Client().Do(req)
-			must(t, err)
-			_ = resp.Body.Close()
-			if resp.StatusCode != tc.want {
-				t.Errorf("status = %d, want %d", resp.StatusCode, tc.want)
-			}
-			if tc.want == 401 && resp.Header.Get("WWW-Authenticate") != "Bearer" {
+			if tc.want == 401 && header.Get("WWW-Authenticate") != "Bearer" {
 				t.Errorf("401 without WWW-Authenticate: Bearer")
 			}
 		})
@@ -321,27 +294,18 @@ func TestAuth(t *testing.T) {
 
 	// The file is read again when it changes.
 	must(t, os.WriteFile(file, []byte("rotated-token-in-file\n"), 0o600))
-	if code, _, _ := h.getWith(t, context.Background(), metricsPath, "", "rotated-token-in-file"); code != 200 {
-		t.Errorf("rotated file token: %d", code)
-	}
-	if code, _, _ := h.getWith(t, context.Background(), metricsPath, "", "from-file"); code != 401 {
-		t.Errorf("old file token: %d, want 401", code)
-	}
 	h.s.SetTokens("replaced")
-	if code, _, _ := h.getWith(t, context.Background(), metricsPath, "", token); code != 401 {
-		t.Errorf("replaced token: %d, want 401", code)
+	for tok, want := range map[string]int{"rotated-token-in-file": 200, "from-file": 401, token: 401, "replaced": 200} {
+		if code, _, _ := h.send(t, http.MethodGet, metricsPath, "", "Bearer "+tok); code != want {
+			t.Errorf("token %q after rotation: %d, want %d", tok, code, want)
+		}
 	}
 }
 
 func TestMethodNotAllowed(t *testing.T) {
 	h := newHarness(t, Config{})
-	req, _ := http.NewRequest(http.MethodPost, h.srv.URL+metricsPath, strings.NewReader("[]"))
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := h.srv.Client().Do(req)
-	must(t, err)
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusMethodNotAllowed {
-		t.Errorf("POST = %d, want 405", resp.StatusCode)
+	if code, _, _ := h.send(t, http.MethodPost, metricsPath, "", "Bearer "+token); code != http.StatusMethodNotAllowed {
+		t.Errorf("POST = %d, want 405", code)
 	}
 }
 

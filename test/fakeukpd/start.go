@@ -92,7 +92,14 @@ func (r *Running) SetTransportFault(kind fakecore.FaultKind) error {
 	if r.api == nil {
 		return fmt.Errorf("transport fault %q: serving plain HTTP", kind)
 	}
-	return r.api.SetTransportFault(kind)
+	if kind == fakecore.FaultRefused {
+		return r.api.SetDown(true)
+	}
+	// While down, a new fault is set before the endpoint listens again.
+	if err := r.api.SetFault(kind); err != nil {
+		return err
+	}
+	return r.api.SetDown(false)
 }
 
 // HeldConnections is how many connections a HandshakeStall holds now.

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -14,20 +12,15 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/util/cert"
 
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
 func TestValidate(t *testing.T) {
 	dir := t.TempDir()
-	good := filepath.Join(dir, "token")
-	empty := filepath.Join(dir, "empty")
-	if err := os.WriteFile(good, []byte("t1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(empty, []byte("# nothing\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	good, empty := writeFile(t, dir, "token", "t1\n"), writeFile(t, dir, "empty", "# nothing\n")
 	tests := []struct {
 		name string
 		args []string
@@ -66,14 +59,19 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestRunServesTLS(t *testing.T) {
-	dir := t.TempDir()
-	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte("secret\n"), 0o600); err != nil {
+func writeFile(t *testing.T, dir, name, data string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return path
+}
+
+func TestRunServesTLS(t *testing.T) {
+	dir := t.TempDir()
 	cfg := (&Options{Options: fakeukpd.Options{
-		Config: fakeukpd.Config{TokenFile: tokenFile}, Listen: "127.0.0.1:0", ControlAddress: "127.0.0.1:0", CertDir: filepath.Join(dir, "tls"),
+		Config: fakeukpd.Config{TokenFile: writeFile(t, dir, "token", "secret\n")}, Listen: "127.0.0.1:0", ControlAddress: "127.0.0.1:0", CertDir: filepath.Join(dir, "tls"),
 	}}).Config()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan fakeukpd.State, 1)
@@ -86,41 +84,27 @@ func TestRunServesTLS(t *testing.T) {
 		t.Fatalf("run: %v", err)
 	}
 
-	var written fakeukpd.State
-	b, err := os.ReadFile(filepath.Join(dir, "tls", "ukpd.json"))
+	written, err := fakecore.ReadState[fakeukpd.State](filepath.Join(dir, "tls", "ukpd.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(b, &written); err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(state, written); diff != "" || !strings.HasPrefix(state.URL, "https://127.0.0.1:") {
+	if diff := cmp.Diff(state, *written); diff != "" || !strings.HasPrefix(state.URL, "https://127.0.0.1:") {
 		t.Errorf("state file (-ready +written):\n%s\nurl %s", diff, state.URL)
 	}
-
-	resp, err := http.Post("http://"+state.ControlAddress+"/v1/instances", "application/json",
-		strings.NewReader(`{"namespace":"ns","pod":"p","container":"c","cpu":"1"}`))
-	if err != nil {
+	spec := fakeukpd.InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", CPUCores: 1}
+	if err := (fakecore.Control{Address: state.ControlAddress}).Do(ctx, http.MethodPost, "/v1/instances", spec, nil, http.StatusCreated); err != nil {
 		t.Fatal(err)
 	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("control POST = %d", resp.StatusCode)
-	}
 
-	ca, err := os.ReadFile(state.CAFile)
+	pool, err := cert.NewPool(state.CAFile)
 	if err != nil {
 		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca) {
-		t.Fatal("no certificate in ca.crt")
 	}
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	req, _ := http.NewRequest(http.MethodGet, state.URL+"/v1/instances/metrics", nil)
 	req.Header.Set("Authorization", "Bearer secret")
 	req.Header.Set("Accept", "application/json")
-	resp, err = client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("GET metrics over TLS: %v", err)
 	}
