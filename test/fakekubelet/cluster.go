@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	tokencache "k8s.io/apiserver/pkg/authentication/token/cache"
 	"k8s.io/client-go/informers"
@@ -28,8 +27,7 @@ import (
 // PodFromObject converts a pod object into a fleet Pod: its UID, labels,
 // spec containers (with memory limits) and start time.
 func PodFromObject(p *corev1.Pod) Pod {
-	out := Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Labels: p.Labels}
-	out.StartTime = ptr.Deref(p.Status.StartTime, metav1.Time{}).Time
+	out := Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Labels: p.Labels, StartTime: ptr.Deref(p.Status.StartTime, metav1.Time{}).Time}
 	for _, c := range p.Spec.Containers {
 		out.Containers = append(out.Containers, Container{Name: c.Name, MemoryLimit: c.Resources.Limits[corev1.ResourceMemory]})
 	}
@@ -42,10 +40,7 @@ func PodFromObject(p *corev1.Pod) Pod {
 func (f *Fleet) StartPodInformer(ctx context.Context, client kubernetes.Interface) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.AndSelectors(
-				fields.OneTermNotEqualSelector("spec.nodeName", ""),
-				fields.OneTermEqualSelector("status.phase", string(corev1.PodRunning)),
-			).String()
+			o.FieldSelector = "spec.nodeName!=,status.phase=" + string(corev1.PodRunning)
 		}),
 		informers.WithTransform(func(obj any) (any, error) {
 			if m, ok := obj.(metav1.Object); ok {
@@ -62,7 +57,6 @@ func (f *Fleet) StartPodInformer(ctx context.Context, client kubernetes.Interfac
 	if err != nil {
 		return fmt.Errorf("add pod handler: %w", err)
 	}
-	// The informer runs until ctx ends or the fleet closes.
 	ictx, cancel := context.WithCancel(ctx)
 	context.AfterFunc(f.ctx, cancel)
 	f.lifeMu.Lock()
@@ -127,9 +121,7 @@ type NodeRegistration struct {
 func (f *Fleet) RegisterNodes(ctx context.Context, client kubernetes.Interface, reg NodeRegistration) error {
 	nodes := f.Nodes()
 	errs := make([]error, len(nodes))
-	workqueue.ParallelizeUntil(ctx, 16, len(nodes), func(i int) {
-		errs[i] = registerNode(ctx, client, nodes[i], reg)
-	})
+	workqueue.ParallelizeUntil(ctx, 16, len(nodes), func(i int) { errs[i] = registerNode(ctx, client, nodes[i], reg) })
 	if err := ctx.Err(); err != nil {
 		return err
 	}

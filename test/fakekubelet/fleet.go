@@ -1,3 +1,22 @@
+// Package fakekubelet runs a fleet of fake kubelets on 127.0.0.1 for tests.
+//
+// Every Node has its own TLS listener and serves the two read paths a
+// metrics pipeline uses: GET /stats/summary (Summary API JSON) and
+// GET /metrics/resource (Prometheus text). Both are rendered from one
+// snapshot, so a consumer of either path sees the same numbers for the same
+// sample instant.
+//
+// Usage is driven by the test. Each container has a CPU rate (nanocores) and
+// a working set (bytes); CPU counters integrate the rate over clock time. Sample
+// instants are whole seconds, so that the second-precision timestamps of the
+// Summary API and the millisecond timestamps of the Prometheus text name the
+// same instant. A usage change takes effect from the current sample instant.
+//
+// Faults (slow responses, errors, garbage, huge bodies, resets, stalls, dead
+// listeners, counter resets) can be set and cleared per node at run time.
+//
+// In library mode pods are placed with Fleet.SetPod; in cluster mode
+// Fleet.StartPodInformer follows Running pods bound to the fleet's nodes.
 package fakekubelet
 
 import (
@@ -10,7 +29,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
@@ -21,9 +39,9 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
-// Defaults applied by NewFleet to zero fields of Config.
+// The usage of every container until a test sets one, and the defaults
+// NewFleet applies to zero fields of Config.
 const (
-	DefaultSampleInterval     = time.Second
 	DefaultContainerCPU       = 1_000_000 // 1m, in nanocores
 	DefaultContainerMemory    = 10 << 20  // 10 MiB
 	DefaultNodeBaseCPU        = 100_000_000
@@ -42,9 +60,6 @@ type Usage struct {
 type Config struct {
 	// Clock drives sample times, CPU counters and Slow faults.
 	Clock clock.Clock
-	// SampleInterval quantises sample instants; negative means exact clock
-	// readings (the Summary API still truncates them to seconds).
-	SampleInterval time.Duration
 	// Tokens are the accepted bearer tokens.
 	Tokens []string
 	// TokenAuthenticator, if set, is asked about tokens not in Tokens,
@@ -53,8 +68,6 @@ type Config struct {
 	// ClientCAPEM holds CA certificates, in PEM, that client certificates
 	// may chain to, in addition to the fleet CA.
 	ClientCAPEM []byte
-	// DefaultUsage is the usage of every container until a test sets one.
-	DefaultUsage Usage
 	// NodeBaseUsage is added to the sum of a node's pods (kubelet and runtime).
 	NodeBaseUsage Usage
 	// NodeMemoryCapacityBytes bounds node availableBytes.
@@ -95,7 +108,7 @@ type Fleet struct {
 func (f *Fleet) PresentedTokens() []string {
 	f.lifeMu.Lock()
 	defer f.lifeMu.Unlock()
-	return append([]string(nil), f.presented...)
+	return slices.Clone(f.presented)
 }
 
 func (f *Fleet) recordPresented(token string) {
@@ -109,13 +122,9 @@ func (f *Fleet) recordPresented(token string) {
 // NewFleet creates an empty fleet and its CA.
 func NewFleet(cfg Config) (*Fleet, error) {
 	cfg.Clock = cmp.Or[clock.Clock](cfg.Clock, clock.RealClock{})
-	cfg.SampleInterval = cmp.Or(cfg.SampleInterval, DefaultSampleInterval)
-	cfg.DefaultUsage = cmp.Or(cfg.DefaultUsage, Usage{CPUNanoCores: DefaultContainerCPU, MemoryBytes: DefaultContainerMemory})
 	cfg.NodeBaseUsage = cmp.Or(cfg.NodeBaseUsage, Usage{CPUNanoCores: DefaultNodeBaseCPU, MemoryBytes: DefaultNodeBaseMemory})
 	cfg.NodeMemoryCapacityBytes = cmp.Or(cfg.NodeMemoryCapacityBytes, DefaultNodeMemoryCapacity)
 	cfg.Tokens = slices.Clone(cfg.Tokens)
-	// The fleet's CA signs every node's serving certificate and, on
-	// request, client certificates.
 	ca, err := pki.NewCA(fmt.Sprintf("fake-kubelet-ca@%d", cfg.Clock.Now().Unix()), cfg.Clock.Now(), fakecore.CAValidity)
 	if err != nil {
 		return nil, err
@@ -127,7 +136,7 @@ func NewFleet(cfg Config) (*Fleet, error) {
 	}
 	f := &Fleet{
 		cfg: cfg,
-		tl:  newTimeline(cfg.Clock, cfg.SampleInterval),
+		tl:  newTimeline(cfg.Clock),
 		ca:  ca,
 		clientCerts: x509request.NewDynamic(func() (x509.VerifyOptions, bool) {
 			return x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, CurrentTime: cfg.Clock.Now()}, true
@@ -177,12 +186,10 @@ func (f *Fleet) Close() error {
 		return nil
 	}
 	f.stop()
-	factories := f.factories
 	f.lifeMu.Unlock()
-	for _, fac := range factories {
+	for _, fac := range f.factories {
 		fac.Shutdown()
 	}
-
 	var errs []error
 	for _, n := range f.Nodes() {
 		n.opMu.Lock()

@@ -1,10 +1,12 @@
 package fakekubelet
 
 import (
+	"math/bits"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	"k8s.io/utils/clock"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet/summarytest"
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
@@ -130,4 +132,74 @@ func (f *Fleet) podStats(ps *podState, t instant, ts metav1.Time, onlyCPUAndMemo
 		pod.EphemeralStorage = summarytest.Fs(ts, uint64(len(ps.containers))*(4<<20+64<<10))
 	}
 	return pod
+}
+
+// instant is a point in time as an offset from a timeline's epoch. Offsets
+// come from the clock's monotonic reading, so they never go backwards.
+type instant time.Duration
+
+// sampleInterval quantises sample instants to the Summary API's precision.
+const sampleInterval = time.Second
+
+// timeline maps clock readings to sample instants.
+type timeline struct {
+	clock  clock.Clock
+	start  time.Time     // clock reading at creation, with its monotonic part
+	epoch  time.Time     // wall time of instant 0, a whole second
+	offset time.Duration // start - epoch
+}
+
+func newTimeline(c clock.Clock) *timeline {
+	start := c.Now()
+	epoch := start.Round(0).Truncate(sampleInterval)
+	return &timeline{clock: c, start: start, epoch: epoch, offset: start.Round(0).Sub(epoch)}
+}
+
+// now returns the current sample instant: the latest interval boundary not
+// after the clock's current reading.
+func (tl *timeline) now() instant {
+	d := tl.clock.Since(tl.start) + tl.offset
+	r := d % sampleInterval
+	if r < 0 {
+		r += sampleInterval
+	}
+	return instant(d - r)
+}
+
+// wall returns the wall-clock time of an instant.
+func (tl *timeline) wall(i instant) time.Time { return tl.epoch.Add(time.Duration(i)) }
+
+// counter integrates a CPU rate (nanocores) into core-nanoseconds.
+type counter struct {
+	acc   uint64  // value at accAt
+	accAt instant // origin of the current segment
+	rate  uint64  // nanocores since accAt
+}
+
+// at returns the counter's value at instant t. Instants before the current
+// segment report the value at its start.
+func (c counter) at(t instant) uint64 {
+	if t <= c.accAt {
+		return c.acc
+	}
+	return c.acc + mulDiv(c.rate, uint64(t-c.accAt))
+}
+
+// setRate changes the rate from instant t on.
+func (c *counter) setRate(t instant, rate uint64) {
+	if t > c.accAt {
+		c.acc = c.at(t)
+		c.accAt = t
+	}
+	c.rate = rate
+}
+
+// mulDiv returns rate*ns/1e9 without overflow for any realistic inputs.
+func mulDiv(rate, ns uint64) uint64 {
+	hi, lo := bits.Mul64(rate, ns)
+	if hi >= 1e9 {
+		return ^uint64(0)
+	}
+	q, _ := bits.Div64(hi, lo, 1e9)
+	return q
 }
