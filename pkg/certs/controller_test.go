@@ -16,9 +16,7 @@ func TestRenewalTiming(t *testing.T) {
 	r.sync(t)
 	first := secret(t, r.kube, servingName)
 	leaf, err := parseCert(first.Data[KeyServingCert])
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	// Valid 30m from t0, backdated 3m: a third of 33m remains at t0+19m.
 	wantRenew := t0.Add(19 * time.Minute)
 	if got := renewAt(leaf); !got.Equal(wantRenew) {
@@ -280,13 +278,9 @@ func TestPolicyValidate(t *testing.T) {
 
 func TestPlanIdempotent(t *testing.T) {
 	s, _, err := Plan(State{}, t0, testPolicy, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	again, did, err := Plan(s, t0, testPolicy, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if len(did) != 0 || !bytes.Equal(again.Bundle(), s.Bundle()) || !bytes.Equal(again.Serving.CertPEM, s.Serving.CertPEM) {
 		t.Errorf("planning a planned state again changed it: %v", did)
 	}

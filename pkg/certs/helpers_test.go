@@ -107,18 +107,14 @@ func (r *rig) writes() int {
 func secret(t *testing.T, kube *fake.Clientset, name string) *corev1.Secret {
 	t.Helper()
 	s, err := kube.CoreV1().Secrets(testNS).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return s
 }
 
 func getAPIService(t *testing.T, dyn *dynamicfake.FakeDynamicClient, name string) *unstructured.Unstructured {
 	t.Helper()
 	obj, err := dyn.Resource(APIServiceResource).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return obj
 }
 
@@ -126,9 +122,7 @@ func caBundleOf(t *testing.T, dyn *dynamicfake.FakeDynamicClient, name string) [
 	t.Helper()
 	s, _, _ := unstructured.NestedString(getAPIService(t, dyn, name).Object, "spec", "caBundle")
 	b, err := base64.StdEncoding.DecodeString(s)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return b
 }
 
@@ -143,4 +137,11 @@ func verifies(certPEM, bundle []byte, now time.Time) error {
 	pool.AppendCertsFromPEM(bundle)
 	_, err = leaf.Verify(x509.VerifyOptions{DNSName: dnsName, Roots: pool, CurrentTime: now})
 	return err
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -78,9 +78,7 @@ func TestSyncMetrics(t *testing.T) {
 			ca := mustParseCert(t, secret(t, r.kube, caName).Data[KeyCACert])
 			for label, c := range map[string]*x509.Certificate{"serving": serving, "ca": ca} {
 				got, err := testutil.GetGaugeMetricValue(notAfter.WithLabelValues(label))
-				if err != nil {
-					t.Fatal(err)
-				}
+				must(t, err)
 				if want := float64(c.NotAfter.Unix()); got != want {
 					t.Errorf("not_after{certificate=%q} = %v, want %v (%s)", label, got, want, c.NotAfter.Format(time.RFC3339))
 				}
@@ -104,18 +102,14 @@ func errorCounts(t *testing.T, kinds []string) map[string]float64 {
 func counterValue(t *testing.T, c metrics.CounterMetric) float64 {
 	t.Helper()
 	v, err := testutil.GetCounterMetricValue(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return v
 }
 
 func mustParseCert(t *testing.T, pemData []byte) *x509.Certificate {
 	t.Helper()
 	c, err := parseCert(pemData)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return c
 }
 
@@ -134,17 +128,13 @@ func TestMonitoringKitCertMetrics(t *testing.T) {
 		}
 	}
 	families, err := legacyregistry.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	served := map[string]bool{}
 	for _, mf := range families {
 		served[mf.GetName()] = len(mf.GetMetric()) > 0
 	}
 	b, err := os.ReadFile("../../manifests/components/monitoring/metric-names.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	checked := 0
 	for _, l := range strings.Split(string(b), "\n") {
 		if !strings.HasPrefix(l, "group_metrics_server_certs_") {

@@ -199,17 +199,11 @@ func TestEndpointMetricBySelector(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sel, err := labels.Parse(tt.selector)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			msel, err := labels.Parse(tt.metricSelector)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			list, err := c.GetMetricBySelector(context.Background(), "ml", sel, info, msel)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			got := map[string]int64{}
 			for _, v := range list.Items {
 				got[v.DescribedObject.Name] = v.Value.MilliValue()

@@ -112,9 +112,7 @@ func TestGroupPolicies(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := groupProvider(t, tc.annotation, tc.def, true)
 			m, err := p.GetPodMetrics(context.Background(), "ml", "inf-0")
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			got := map[string]int64{}
 			for _, c := range m.Containers {
 				got[c.Name] = cpuMilli(c.Usage)
@@ -149,9 +147,7 @@ func TestGroupListMatchesGet(t *testing.T) {
 		t.Fatalf("leader list: %v, %v", list, err)
 	}
 	one, err := p.GetPodMetrics(context.Background(), "ml", "inf-0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if diff := cmp.Diff(one.Containers, list[0].Containers, cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })); diff != "" {
 		t.Errorf("list and get differ (-get +list):\n%s", diff)
 	}
@@ -160,9 +156,7 @@ func TestGroupListMatchesGet(t *testing.T) {
 func TestWorkersOfAGoneLeader(t *testing.T) {
 	p := groupProvider(t, "", group.PolicyGroup, false)
 	list, err := p.ListPodMetrics(context.Background(), "ml", labels.Everything(), fields.Everything())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if len(list) != 2 {
 		t.Fatalf("got %d pods, want the two workers with metrics", len(list))
 	}
@@ -196,9 +190,7 @@ func TestCustomMetrics(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			v, err := cm.GetMetricByName(ctx, types.NamespacedName{Namespace: "ml", Name: tc.object}, tc.info, labels.Everything())
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			if got := v.Value.String(); got != tc.want {
 				t.Errorf("value = %s, want %s", got, tc.want)
 			}
@@ -254,9 +246,7 @@ func TestCustomMetricsScopeAndSelector(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			sel, err := labels.Parse(tc.selector)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			_, err = cm.GetMetricByName(ctx, types.NamespacedName{Namespace: "ml", Name: "inf"}, cmInfo(LWSResource, MetricCPUUsage), sel)
 			if got := err == nil; got != tc.want {
 				t.Errorf("by name with %q: %v, want a value: %v", tc.selector, err, tc.want)
@@ -265,9 +255,7 @@ func TestCustomMetricsScopeAndSelector(t *testing.T) {
 				t.Errorf("by name with %q: %v, want NotFound", tc.selector, err)
 			}
 			list, err := cm.GetMetricBySelector(ctx, "ml", labels.Everything(), cmInfo(podsResource, MetricCPUUsage), sel)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			if got := len(list.Items) == 1; got != tc.want {
 				t.Errorf("by selector with %q: %d items, want a value: %v", tc.selector, len(list.Items), tc.want)
 			}

@@ -93,9 +93,7 @@ func TestGroupCountsMembersAsTheHPA(t *testing.T) {
 				}
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			if got := cpuMilli(m.Containers[0].Usage); got != tc.wantCPU {
 				t.Errorf("leader reports %dm, want %dm", got, tc.wantCPU)
 			}
@@ -120,9 +118,7 @@ func TestLeaderWithPodLevelMemory(t *testing.T) {
 	}
 	p := newGroupProvider(pods, usage, group.PolicyPod)
 	m, err := p.GetPodMetrics(context.Background(), "ml", "inf-0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	// U = 2 cores / 4 cores = 0.5 on the leader's 1 core: 500m, read by the
 	// HPA as 50%; the old rule reported the 2000m sum.
 	if got := cpuMilli(m.Containers[0].Usage); got != 500 {
@@ -143,9 +139,7 @@ func TestPartialPodNotServed(t *testing.T) {
 		t.Errorf("get: %v, want NotFound naming container log", err)
 	}
 	list, err := p.ListPodMetrics(context.Background(), "a", labels.Everything(), fields.Everything())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if len(list) != 0 {
 		t.Errorf("list = %v, want none", list)
 	}

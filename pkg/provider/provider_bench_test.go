@@ -51,9 +51,7 @@ func benchProviderScrape(b *testing.B, nodes int) (*Provider, func()) {
 			// The same seed in both rounds gives the same pods (and UIDs).
 			rng := rand.New(rand.NewPCG(uint64(i), 4))
 			batch, err := kubelet.Decode(name, summarytest.Generate(rng, summarytest.Node{Name: name, Pods: 30, Containers: 2, Time: ts, Start: t0.Add(-time.Hour)}))
-			if err != nil {
-				b.Fatal(err)
-			}
+			must(b, err)
 			// Both rounds are the same pods; the second yields rates.
 			growCounters(batch, round)
 			st.Store("kubelet", []string{name}, batch, t0)

@@ -103,9 +103,7 @@ func newTestProvider(t *testing.T) *Provider {
 func TestGetPodMetrics(t *testing.T) {
 	p := newTestProvider(t)
 	got, err := p.GetPodMetrics(context.Background(), "a", "web-1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	want := &metricsapi.PodMetrics{
 		ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "a", Labels: map[string]string{"app": "web"}, CreationTimestamp: metav1.NewTime(now)},
 		Timestamp:  metav1.NewTime(now.Add(-5 * time.Second)),
@@ -162,17 +160,11 @@ func TestListPodMetrics(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ls, err := labels.Parse(tc.labels)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			fs, err := fields.ParseSelector(tc.fields)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			items, err := p.ListPodMetrics(context.Background(), tc.ns, ls, fs)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			got := []string{}
 			for _, m := range items {
 				got = append(got, m.Namespace+"/"+m.Name)
@@ -188,9 +180,7 @@ func TestListPodMetrics(t *testing.T) {
 func TestNodeMetrics(t *testing.T) {
 	p := newTestProvider(t)
 	m, err := p.GetNodeMetrics(context.Background(), "n1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if cpu := m.Usage[corev1.ResourceCPU]; cpu.MilliValue() != 1500 {
 		t.Errorf("n1 CPU = %s, want 1500m", cpu.String())
 	}
@@ -202,9 +192,7 @@ func TestNodeMetrics(t *testing.T) {
 	}
 	ls, _ := labels.Parse("zone=x")
 	items, err := p.ListNodeMetrics(context.Background(), ls, fields.Everything())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	var names []string
 	for _, n := range items {
 		names = append(names, n.Name)
@@ -233,9 +221,7 @@ func TestShapedOncePerSample(t *testing.T) {
 	get := func() *metricsapi.PodMetrics {
 		t.Helper()
 		m, err := p.GetPodMetrics(context.Background(), "a", "web-1")
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		return m
 	}
 	scrape(5e9)
@@ -255,5 +241,12 @@ func TestShapedOncePerSample(t *testing.T) {
 	pods.Set(podcache.NewPod(testPod("a", "web-1", "n1", corev1.PodRunning, map[string]string{"v": "2"})))
 	if replaced := get(); &replaced.Containers[0] == &next.Containers[0] {
 		t.Error("a replaced pod was served with its predecessor's shape")
+	}
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

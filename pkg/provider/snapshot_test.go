@@ -169,9 +169,7 @@ func TestListSnapshot(t *testing.T) {
 	// n2 was last scraped 15 s ago: its pods are served until 40 s after
 	// that, not a moment longer, while n1's stay.
 	m, err := w.p.GetPodMetrics(context.Background(), "b", "db")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	staleAt := now.Add(15*time.Second + snapshotStaleAfter)
 	w.clk.SetTime(staleAt)
 	kept = w.p.snaps.get("b")

@@ -17,9 +17,7 @@ import (
 func kitNames(t *testing.T) []string {
 	t.Helper()
 	b, err := os.ReadFile("../../manifests/components/monitoring/metric-names.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	var out []string
 	for _, l := range strings.Split(string(b), "\n") {
 		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {

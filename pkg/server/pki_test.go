@@ -16,9 +16,7 @@ type testCA struct {
 func newTestCA(t *testing.T) *testCA {
 	t.Helper()
 	ca, err := pki.NewCA("test-ca", time.Now(), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return &testCA{ca: ca, pem: ca.CertPEM()}
 }
 
@@ -28,8 +26,6 @@ func (ca *testCA) issue(t *testing.T, cn string, orgs []string, hosts ...string)
 	t.Helper()
 	l := pki.Leaf{CommonName: cn, Organizations: orgs, Hosts: hosts, Server: len(hosts) > 0, Client: len(hosts) == 0}
 	certPEM, keyPEM, err := ca.ca.Issue(time.Now(), l)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return certPEM, keyPEM
 }

@@ -193,11 +193,9 @@ func startServer(t *testing.T, noIPSANNode string) *testEnv {
 	return env
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 }
 
 func writeFile(t *testing.T, dir, name string, data []byte) string {
@@ -305,9 +303,7 @@ func apiConfig(t *testing.T, dir string) (api *genericapiserver.RecommendedConfi
 func (e *testEnv) get(t *testing.T, cfg *rest.Config, path, accept string) (int, string) {
 	t.Helper()
 	rt, err := rest.TransportFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	req, _ := http.NewRequest(http.MethodGet, e.base+path, nil)
 	if accept != "" {
 		req.Header.Set("Accept", accept)
@@ -329,9 +325,7 @@ func metricsClient(t *testing.T, cfg *rest.Config, contentType string) *metricsc
 		c.AcceptContentTypes = contentType
 	}
 	cs, err := metricsclient.NewForConfig(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return cs
 }
 
