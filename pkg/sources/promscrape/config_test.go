@@ -175,7 +175,7 @@ func TestParseRejectsUnreadableFiles(t *testing.T) {
 }
 
 func TestPresetsAreValidAndDistinct(t *testing.T) {
-	seen := map[string]string{}
+	seen, got := map[string]string{}, map[string]Metric{}
 	for name := range presets {
 		ms, _ := Presets(name)
 		c := Config{Metrics: ms, Timeout: Duration{time.Second}, MaxBytes: 1}
@@ -187,6 +187,9 @@ func TestPresetsAreValidAndDistinct(t *testing.T) {
 				t.Errorf("metric %s in presets %s and %s", m.Name, other, name)
 			}
 			seen[m.Name] = name
+			n := m.Name
+			m.Name = ""
+			got[n] = m
 		}
 	}
 	want := map[string]Metric{
@@ -197,14 +200,6 @@ func TestPresetsAreValidAndDistinct(t *testing.T) {
 		"sglang-token-usage":        {Series: "sglang:token_usage", Type: Gauge, Combine: CombineMean},
 		"gpu-utilization":           {Series: "DCGM_FI_DEV_GPU_UTIL", Type: Gauge, Combine: CombineMean},
 		"gpu-memory-used-mib":       {Series: "DCGM_FI_DEV_FB_USED", Type: Gauge, Combine: CombineSum},
-	}
-	got := map[string]Metric{}
-	for name := range presets {
-		for _, m := range presets[name] {
-			n := m.Name
-			m.Name = ""
-			got[n] = m
-		}
 	}
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Matcher{})); diff != "" {
 		t.Errorf("presets (-want +got):\n%s", diff)

@@ -175,26 +175,24 @@ func (p *podsNow) set(pods podList) {
 func TestCollectFaults(t *testing.T) {
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
+	hang := func(r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}
 	handlers := map[string]http.HandlerFunc{
 		"status": func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "no", http.StatusServiceUnavailable) },
 		"large":  textHandler(func() string { return "# " + strings.Repeat("x", 2000) + "\n" }),
 		"decode": textHandler(func() string { return "sglang:num_queue_reqs{model_name=\"m\" 7\n" }),
-		"slow": func(w http.ResponseWriter, r *http.Request) {
-			select {
-			case <-r.Context().Done():
-			case <-release:
-			}
-		},
+		"slow":   func(_ http.ResponseWriter, r *http.Request) { hang(r) },
 		// Headers and a first line at once, then nothing: the timeout
 		// bounds reading the body too, not only the wait for headers.
 		"trickle": func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 			_, _ = fmt.Fprint(w, "# TYPE sglang:num_queue_reqs gauge\n")
 			w.(http.Flusher).Flush()
-			select {
-			case <-r.Context().Done():
-			case <-release:
-			}
+			hang(r)
 		},
 		"ok": textHandler(func() string { return "sglang:num_queue_reqs 3\n" }),
 		"redirect": func(w http.ResponseWriter, r *http.Request) {
