@@ -75,9 +75,8 @@ func TestHelmChart(t *testing.T) {
 	dir := chart.Dir(root)
 	loopback := "service.type=ExternalName,service.externalName=localhost,service.port=" + strconv.Itoa(port)
 	began := time.Now()
-	if _, err := h.Run(ctx, "install", chart.Name, dir, "--namespace", "kube-system", "--set", loopback); err != nil {
-		t.Fatal(err)
-	}
+	_, err = h.Run(ctx, "install", chart.Name, dir, "--namespace", "kube-system", "--set", loopback)
+	must(t, err)
 	installed := releaseObjects(ctx, t, h)
 	cfg := env.ServerConfig{
 		BinDir: suite.binDir, KubeletCAFile: fleet.CAFile,
@@ -102,9 +101,8 @@ func TestHelmChart(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "e2e-ukpd-credentials", Namespace: "kube-system"},
 		Data:       map[string][]byte{"token": readFile(t, uni.ukpd.TokenFile), "ca.crt": readFile(t, uni.ukpd.CAFile)},
 	}
-	if _, err := client.CoreV1().Secrets("kube-system").Create(ctx, secret, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = client.CoreV1().Secrets("kube-system").Create(ctx, secret, metav1.CreateOptions{})
+	must(t, err)
 	endpoints, err := json.Marshal([]string{uni.ukpd.URL})
 	must(t, err)
 	if _, err := h.Run(ctx, "upgrade", chart.Name, dir, "--namespace", "kube-system", "--reuse-values",
@@ -130,9 +128,8 @@ func TestHelmChart(t *testing.T) {
 
 	// Uninstall: the Deployments' pods go with them.
 	uninstalled := time.Now()
-	if _, err := h.Run(ctx, "uninstall", chart.Name, "--namespace", "kube-system"); err != nil {
-		t.Fatal(err)
-	}
+	_, err = h.Run(ctx, "uninstall", chart.Name, "--namespace", "kube-system")
+	must(t, err)
 	if err := s2.Stop(); err != nil {
 		t.Logf("stop the server after uninstall: %v", err)
 	}
@@ -159,9 +156,8 @@ func kraftletWorkload(ctx context.Context, t *testing.T, c *cluster.Cluster, ns 
 	syncCtx, stop := context.WithCancel(ctx)
 	t.Cleanup(stop)
 	usage := env.UkpdUsage{CPU: "40m", Memory: "64Mi"}
-	if _, err := env.SyncInstances(syncCtx, c.Client(), node, u.Control, usage); err != nil {
-		t.Fatal(err)
-	}
+	_, err = env.SyncInstances(syncCtx, c.Client(), node, u.Control, usage)
+	must(t, err)
 	spec := env.DeploymentSpec{Namespace: ns, Name: "unikernel", Replicas: 2, CPURequest: "100m"}
 	must(t, env.CreateKraftletDeployment(ctx, c.Client(), spec))
 	return kraftletOf{spec: spec, ukpd: u}, topExpect{milliCPU: 40, memory: "64Mi"}

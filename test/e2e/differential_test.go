@@ -56,9 +56,8 @@ func TestMatchesMetricsServer(t *testing.T) {
 	} {
 		suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: d.spec.Selector()}, d.usage)
 		must(t, env.CreateDeployment(ctx, client, d.spec))
-		if _, err := env.WaitForRunningPods(ctx, client, ns, d.spec.Selector(), int(d.spec.Replicas)); err != nil {
-			t.Fatal(err)
-		}
+		_, err := env.WaitForRunningPods(ctx, client, ns, d.spec.Selector(), int(d.spec.Replicas))
+		must(t, err)
 	}
 	// metrics-server v0.8.0 refuses a resolution below 10s.
 	ms, err := env.StartMetricsServer(ctx, suite.cluster, suite.binDir, suite.fleet.CAFile, max(10*time.Second, suite.resolution), suite.timeout)

@@ -48,9 +48,8 @@ func TestHighAvailabilityRollout(t *testing.T) {
 		n, err := client.CoreV1().Nodes().Create(ctx, rolloutNode(fmt.Sprintf("rollout-%d", i)), metav1.CreateOptions{})
 		must(t, err)
 		n.Status = rolloutNode(n.Name).Status
-		if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		_, err = client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		must(t, err)
 		nodeNames = append(nodeNames, n.Name)
 	}
 	k := &rolloutKubelet{client: client, c: suite.cluster, binDir: suite.binDir, args: seed.Args, nodes: map[string]bool{}, pods: map[string]*podProcess{}}
@@ -64,9 +63,8 @@ func TestHighAvailabilityRollout(t *testing.T) {
 	t.Cleanup(func() { cleanupRollout(t, k, stopKubelet, &kwg, nodeNames) })
 
 	deploy := rolloutDeployment(ctx, t, dir)
-	if _, err := client.AppsV1().Deployments("kube-system").Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = client.AppsV1().Deployments("kube-system").Create(ctx, deploy, metav1.CreateOptions{})
+	must(t, err)
 	must(t, waitRolledOut(ctx, client, kerrs, 1))
 	// From here only the pods' processes serve: the proxy takes the port
 	// the APIServices name from the seed process.

@@ -125,9 +125,8 @@ func checkWorkloads(ctx context.Context, t *testing.T, client kubernetes.Interfa
 			Containers:                    []corev1.Container{{Name: "c", Image: "fake"}},
 		},
 	}
-	if _, err := client.CoreV1().Pods(ns).Create(ctx, bound, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := client.CoreV1().Pods(ns).Create(ctx, bound, metav1.CreateOptions{})
+	must(t, err)
 	labels := map[string]string{"app": "smoke"}
 	deploy := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "smoke"},
@@ -145,9 +144,8 @@ func checkWorkloads(ctx context.Context, t *testing.T, client kubernetes.Interfa
 			},
 		},
 	}
-	if _, err := client.AppsV1().Deployments(ns).Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = client.AppsV1().Deployments(ns).Create(ctx, deploy, metav1.CreateOptions{})
+	must(t, err)
 
 	must(t, poll(ctx, "pod bound to be Running", func(ctx context.Context) error {
 		return podRunningOn(ctx, client, ns, "bound", smokeNode)

@@ -32,12 +32,11 @@ func TestHPAScales(t *testing.T) {
 	// 40% of the request: below the target, so the HPA keeps one replica.
 	suite.fleet.SetUsage(target, fakekubelet.Usage{CPUNanoCores: 40e6, MemoryBytes: 32 << 20})
 	must(t, env.CreateDeployment(ctx, client, spec))
-	if _, err := env.WaitForRunningPods(ctx, client, ns, spec.Selector(), 1); err != nil {
-		t.Fatal(err)
-	}
+	_, err := env.WaitForRunningPods(ctx, client, ns, spec.Selector(), 1)
+	must(t, err)
 	began := time.Now()
 	must(t, env.CreateCPUHPA(ctx, client, ns, spec.Name, minReplicas, maxReplicas, targetPercent))
-	err := poll(ctx, "the HPA to read 40% utilization", func(ctx context.Context) error {
+	err = poll(ctx, "the HPA to read 40% utilization", func(ctx context.Context) error {
 		hpa, err := client.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(ctx, spec.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -65,9 +64,8 @@ func TestHPAScales(t *testing.T) {
 	suite.fleet.SetUsage(target, fakekubelet.Usage{CPUNanoCores: 200e6, MemoryBytes: 32 << 20})
 	up := waitReplicas(ctx, t, ns, spec.Name, maxReplicas, upBound)
 	t.Logf("scaled up 1 -> %d in %v (bound %v)", maxReplicas, up.Round(time.Millisecond), upBound)
-	if _, err := env.WaitForRunningPods(ctx, client, ns, spec.Selector(), maxReplicas); err != nil {
-		t.Fatal(err)
-	}
+	_, err = env.WaitForRunningPods(ctx, client, ns, spec.Selector(), maxReplicas)
+	must(t, err)
 
 	// 10% of the request: one replica wanted, after the downscale
 	// stabilization window.

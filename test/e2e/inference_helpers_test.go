@@ -98,18 +98,16 @@ func (e *inferenceEnv) scaleOnLoad(ctx context.Context, t *testing.T, ns string,
 	// the new group's pods starting.
 	steps := time.Duration(maxGroups - minGroups)
 	up := e.waitScale(ctx, t, ns, name, hpa.Name, maxGroups, steps*b.running)
-	if _, err := e.waitInferencePods(ctx, ns, name, int(maxGroups), b.running); err != nil {
-		t.Fatal(err)
-	}
+	_, err := e.waitInferencePods(ctx, ns, name, int(maxGroups), b.running)
+	must(t, err)
 	t.Logf("load on -> %d groups wanted in %v (bound %v), their %d pods Running %v after the load started",
 		maxGroups, up.Round(time.Millisecond), steps*b.running, int(maxGroups)*inferenceGroupSize, since(began))
 
 	began = time.Now()
 	load(false)
 	down := e.waitScale(ctx, t, ns, name, hpa.Name, minGroups, b.down)
-	if _, err := e.waitInferencePods(ctx, ns, name, int(minGroups), b.running); err != nil {
-		t.Fatal(err)
-	}
+	_, err = e.waitInferencePods(ctx, ns, name, int(minGroups), b.running)
+	must(t, err)
 	t.Logf("load off -> %d group wanted in %v (bound %v, patched scale-down window %v), extra groups gone %v after",
 		minGroups, down.Round(time.Millisecond), b.down, testScaleDownWindow, since(began))
 }
@@ -156,12 +154,10 @@ func (e *inferenceEnv) createExporterPod(ctx context.Context, t *testing.T) {
 			Tolerations:                   []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 		},
 	}
-	if _, err := suite.cluster.Client().CoreV1().Pods(dcgmNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.waitRunning(ctx, dcgmNamespace, labels.SelectorFromSet(pod.Labels), 1); err != nil {
-		t.Fatal(err)
-	}
+	_, err := suite.cluster.Client().CoreV1().Pods(dcgmNamespace).Create(ctx, pod, metav1.CreateOptions{})
+	must(t, err)
+	_, err = e.waitRunning(ctx, dcgmNamespace, labels.SelectorFromSet(pod.Labels), 1)
+	must(t, err)
 }
 
 func (e *inferenceEnv) waitRunning(ctx context.Context, ns string, sel labels.Selector, n int) ([]corev1.Pod, error) {

@@ -165,9 +165,8 @@ func (e *lwsEnv) createLWS(ctx context.Context, t *testing.T, ns string, leaderA
 	if _, err := e.dyn.Resource(lws.GroupVersionResource).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create LeaderWorkerSet: %v", err)
 	}
-	if _, err := e.waitPods(ctx, ns, lwsMinGroups, e.bounds.running); err != nil {
-		t.Fatal(err)
-	}
+	_, err := e.waitPods(ctx, ns, lwsMinGroups, e.bounds.running)
+	must(t, err)
 	t.Logf("LeaderWorkerSet %s/%s: %d pods Running %v after it was created", ns, lwsName, lwsGroupSize, since(began))
 }
 

@@ -134,9 +134,8 @@ func (e *lwsEnv) scaleUpAndDown(ctx context.Context, t *testing.T, ns, policy st
 	began := time.Now()
 	suite.fleet.SetUsage(workerTarget(ns), workerLoad)
 	up := e.waitGroups(ctx, t, ns, lwsMaxGroups, b.up)
-	if _, err := e.waitPods(ctx, ns, lwsMaxGroups, b.running-up); err != nil {
-		t.Fatal(err)
-	}
+	_, err := e.waitPods(ctx, ns, lwsMaxGroups, b.running-up)
+	must(t, err)
 	running := time.Since(began)
 	t.Logf("load start -> %d groups wanted in %v (bound %v), their %d pods Running in %v (bound %v)",
 		lwsMaxGroups, up.Round(time.Millisecond), b.up, lwsMaxGroups*lwsGroupSize, running.Round(time.Millisecond), b.running)
@@ -146,9 +145,8 @@ func (e *lwsEnv) scaleUpAndDown(ctx context.Context, t *testing.T, ns, policy st
 	began = time.Now()
 	suite.fleet.SetUsage(workerTarget(ns), workerIdle)
 	down := e.waitGroups(ctx, t, ns, lwsMinGroups, b.down)
-	if _, err := e.waitPods(ctx, ns, lwsMinGroups, b.running); err != nil {
-		t.Fatal(err)
-	}
+	_, err = e.waitPods(ctx, ns, lwsMinGroups, b.running)
+	must(t, err)
 	t.Logf("load stop -> %d group wanted in %v (bound %v, downscale stabilization %v), extra groups gone in %v",
 		lwsMinGroups, down.Round(time.Millisecond), b.down, suite.opts.HPADownscaleStabilization, since(began))
 }

@@ -27,9 +27,8 @@ func TestAuthorization(t *testing.T) {
 	const ns, sa = "e2e-rbac", "reader"
 	newNamespace(ctx, t, ns)
 	client := suite.cluster.Client()
-	if _, err := client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
+	must(t, err)
 	kubeconfig, err := suite.cluster.ServiceAccountKubeconfig(ctx, ns, sa)
 	must(t, err)
 	saConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
@@ -76,9 +75,8 @@ func TestAuthorization(t *testing.T) {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:aggregated-metrics-reader"},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa}},
 	}
-	if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
+	must(t, err)
 	t.Cleanup(func() {
 		_ = client.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
 	})

@@ -183,9 +183,8 @@ func ukpdMetric(ctx context.Context, client *http.Client, base, name string, lab
 func randomHex(t *testing.T) string {
 	t.Helper()
 	b := make([]byte, 16)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
+	_, err := rand.Read(b)
+	must(t, err)
 	return hex.EncodeToString(b)
 }
 

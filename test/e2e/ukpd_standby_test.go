@@ -48,9 +48,8 @@ func TestUkpdStandby(t *testing.T) {
 			Ports:    []corev1.ServicePort{{Port: 443, TargetPort: intstr.FromInt32(8080)}},
 		},
 	}
-	if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+	must(t, err)
 	pods, err := env.WaitForRunningPods(ctx, client, ns, uk.Selector(), minReplicas)
 	must(t, err)
 	running := time.Now()

@@ -165,9 +165,8 @@ func testUkpdHPA(ctx context.Context, t *testing.T, instances *env.InstanceSync,
 	must(t, instances.SetUsage(ctx, ns, env.UkpdUsage{CPU: "200m"}))
 	up := waitReplicas(ctx, t, ns, uk.Name, maxReplicas, upBound)
 	t.Logf("scaled up %d -> %d in %v (bound %v)", minReplicas, maxReplicas, up.Round(time.Millisecond), upBound)
-	if _, err := env.WaitForRunningPods(ctx, client, ns, uk.Selector(), maxReplicas); err != nil {
-		t.Fatal(err)
-	}
+	_, err = env.WaitForRunningPods(ctx, client, ns, uk.Selector(), maxReplicas)
+	must(t, err)
 	err = poll(ctx, "an instance for each of the new pods", func(context.Context) error {
 		if n := instancesIn(ns, uk.Name+"-"); n != maxReplicas {
 			return fmt.Errorf("%d instances", n)
