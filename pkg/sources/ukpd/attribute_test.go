@@ -100,15 +100,9 @@ func podLister(t testing.TB, pods ...*corev1.Pod) podcache.Pods {
 	t.Helper()
 	idx := podcache.NewPodIndex()
 	for _, p := range pods {
-		idx.Set(cached(t, p))
+		idx.Set(podcache.NewPod(p))
 	}
 	return idx
-}
-
-// cached is pod as the server's cache holds it.
-func cached(t testing.TB, pod *corev1.Pod) *podcache.Pod {
-	t.Helper()
-	return podcache.NewPod(pod)
 }
 
 func TestFindPod(t *testing.T) {
@@ -166,7 +160,7 @@ func TestNodeOf(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ref := tagRef{nodeTag: tc.nodeTag, node: strings.TrimPrefix(tc.nodeTag, TagNode+"=")}
-			if got := nodeOf(ref, cached(t, newPod("ns", "p", tc.specNode))); got != tc.want {
+			if got := nodeOf(ref, podcache.NewPod(newPod("ns", "p", tc.specNode))); got != tc.want {
 				t.Errorf("nodeOf = %q, want %q", got, tc.want)
 			}
 		})

@@ -111,38 +111,23 @@ func TestClientFailures(t *testing.T) {
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closedURL := closed.URL
 	closed.Close()
-
+	shortTimeout := func(c *ClientConfig) { c.RequestTimeout = 20 * time.Millisecond }
 	tests := []struct {
 		name                string
 		fault               *fakeukpd.Fault
 		cfg                 func(*ClientConfig)
-		ctx                 func() (context.Context, context.CancelFunc)
+		deadline            time.Duration // of the context, if not 0
 		wantReason, wantErr string
 	}{
 		{name: "500", fault: &fakeukpd.Fault{Kind: fakecore.FaultStatus500}, wantReason: sources.ReasonHTTPStatus, wantErr: "500 Internal Server Error: Internal error"},
 		{name: "garbage", fault: &fakeukpd.Fault{Kind: fakecore.FaultGarbage}, wantReason: sources.ReasonDecode, wantErr: "decode instance metrics"},
 		{
 			name: "huge body", fault: &fakeukpd.Fault{Kind: fakecore.FaultHugeBody, Bytes: 1 << 20},
-			cfg:        func(c *ClientConfig) { c.MaxResponseBytes = 64 << 10 },
-			wantReason: sources.ReasonTooLarge, wantErr: "larger than 65536 bytes",
+			cfg: func(c *ClientConfig) { c.MaxResponseBytes = 64 << 10 }, wantReason: sources.ReasonTooLarge, wantErr: "larger than 65536 bytes",
 		},
-		{
-			name: "slow past the deadline", fault: ptr.To(fakecore.Slow(time.Hour)),
-			ctx: func() (context.Context, context.CancelFunc) {
-				return context.WithTimeout(context.Background(), 20*time.Millisecond)
-			},
-			wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded",
-		},
-		{
-			name: "slow past the request timeout", fault: ptr.To(fakecore.Slow(time.Hour)),
-			cfg:        func(c *ClientConfig) { c.RequestTimeout = 20 * time.Millisecond },
-			wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded",
-		},
-		{
-			name: "stall", fault: &fakeukpd.Fault{Kind: fakecore.FaultStall},
-			cfg:        func(c *ClientConfig) { c.RequestTimeout = 20 * time.Millisecond },
-			wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded",
-		},
+		{name: "slow past the deadline", fault: ptr.To(fakecore.Slow(time.Hour)), deadline: 20 * time.Millisecond, wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded"},
+		{name: "slow past the request timeout", fault: ptr.To(fakecore.Slow(time.Hour)), cfg: shortTimeout, wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded"},
+		{name: "stall", fault: &fakeukpd.Fault{Kind: fakecore.FaultStall}, cfg: shortTimeout, wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded"},
 		{name: "truncated", fault: &fakeukpd.Fault{Kind: fakecore.FaultTruncated}, wantReason: sources.ReasonDecode, wantErr: "decode instance metrics"},
 		{name: "wrong token", cfg: func(c *ClientConfig) { c.TokenFile = writeTemp(t, "not-the-token") }, wantReason: sources.ReasonHTTPStatus, wantErr: "401 Unauthorized (check the bearer token)"},
 		{name: "no token", cfg: func(c *ClientConfig) { c.TokenFile = "" }, wantReason: sources.ReasonHTTPStatus, wantErr: "401"},
@@ -160,8 +145,8 @@ func TestClientFailures(t *testing.T) {
 				defer e.fake.ClearFault("")
 			}
 			ctx, cancel := context.WithCancel(context.Background())
-			if tc.ctx != nil {
-				ctx, cancel = tc.ctx()
+			if tc.deadline != 0 {
+				ctx, cancel = context.WithTimeout(ctx, tc.deadline)
 			}
 			defer cancel()
 			checkFailure(ctx, t, e.client(t, tc.cfg), tc.wantReason, tc.wantErr)

@@ -215,10 +215,7 @@ func FuzzDecodeInstances(f *testing.F) {
 	f.Add([]byte(`{"status": "error", "message": "no"}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		list, err := DecodeInstances(body)
-		if list == nil {
-			if err == nil {
-				t.Fatal("nil list without an error")
-			}
+		if rejected(t, list, err) {
 			return
 		}
 		seen := map[string]bool{}
@@ -240,14 +237,21 @@ func FuzzDecodeMetricsJSON(f *testing.F) {
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		samples, err := DecodeMetricsJSON(body)
-		if samples == nil {
-			if err == nil {
-				t.Fatal("nil samples without an error")
-			}
+		if rejected(t, samples, err) {
 			return
 		}
 		checkSamples(t, samples)
 	})
+}
+
+// rejected reports whether a decoder returned nothing, failing t if it
+// did so without an error.
+func rejected[T any](t *testing.T, out []T, err error) bool {
+	t.Helper()
+	if out == nil && err == nil {
+		t.Fatal("nothing returned without an error")
+	}
+	return out == nil
 }
 
 func checkSamples(t *testing.T, samples []Sample) {

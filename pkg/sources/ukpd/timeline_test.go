@@ -55,10 +55,7 @@ func TestAdvance(t *testing.T) {
 			prev: running(1, time.Minute), sample: sample(1, 9e9, time.Minute+14*time.Second), state: stateRunning,
 			want: pt(prevPoint.Timestamp.Add(14*time.Second), prevPoint.StartTime, 9e9),
 		},
-		{
-			name: "same run without uptime: by the time between arrivals",
-			prev: running(1, time.Minute), sample: noUptime(sample(1, 9e9, 0)), state: stateRunning, want: pt(next, prevPoint.StartTime, 9e9),
-		},
+		{name: "same run without uptime: by the time between arrivals", prev: running(1, time.Minute), sample: noUptime(sample(1, 9e9, 0)), state: stateRunning, want: pt(next, prevPoint.StartTime, 9e9)},
 		{
 			name: "standby: the counter stands still over the time between arrivals",
 			prev: running(1, time.Minute), sample: sample(1, 7e9, time.Minute), state: stateStandby, want: pt(next, prevPoint.StartTime, 7e9),
@@ -81,10 +78,7 @@ func TestAdvance(t *testing.T) {
 			name: "woken and back in standby between two scrapes",
 			prev: standingBy(1, time.Minute), sample: sample(2, 1e9, time.Minute+5*time.Second), state: stateStandby, want: pt(next, prevPoint.Timestamp, 1e9),
 		},
-		{
-			name: "draining: the previous point again",
-			prev: running(1, time.Minute), sample: sample(1, 9e9, time.Minute+14*time.Second), state: stateDraining, want: &prevPoint,
-		},
+		{name: "draining: the previous point again", prev: running(1, time.Minute), sample: sample(1, 9e9, time.Minute+14*time.Second), state: stateDraining, want: &prevPoint},
 		{name: "draining, first sight: nothing", sample: sample(1, 9e9, time.Minute), state: stateDraining},
 		{name: "stopped: nothing", prev: running(1, time.Minute), sample: sample(1, 9e9, time.Minute), state: stateStopped},
 		{name: "starting: nothing", prev: running(1, time.Minute), sample: sample(2, 0, time.Minute), state: "starting"},
