@@ -13,26 +13,15 @@ import (
 )
 
 const validSummary = `{
-  "node": {
-    "nodeName": "n1",
-    "startTime": "2026-11-30T10:00:00Z",
+  "node": {"nodeName": "n1", "startTime": "2026-11-30T10:00:00Z",
     "cpu": {"time": "2026-12-01T10:00:10Z", "usageNanoCores": 500000000, "usageCoreNanoSeconds": 9000000000000},
-    "memory": {"time": "2026-12-01T10:00:10Z", "workingSetBytes": 2147483648, "usageBytes": 3000000000}
-  },
-  "pods": [
-    {
-      "podRef": {"name": "web-1", "namespace": "default", "uid": "u1"},
-      "startTime": "2026-12-01T09:00:00Z",
-      "containers": [
-        {"name": "app", "startTime": "2026-12-01T09:00:01Z",
-         "cpu": {"time": "2026-12-01T10:00:09Z", "usageCoreNanoSeconds": 1800000000000},
-         "memory": {"time": "2026-12-01T10:00:09Z", "workingSetBytes": 104857600}},
-        {"name": "sidecar", "startTime": "2026-12-01T09:00:02Z",
-         "cpu": {"time": "2026-12-01T10:00:08Z", "usageCoreNanoSeconds": 0},
-         "memory": {"time": "2026-12-01T10:00:08Z", "workingSetBytes": 0}}
-      ]
-    }
-  ]
+    "memory": {"time": "2026-12-01T10:00:10Z", "workingSetBytes": 2147483648, "usageBytes": 3000000000}},
+  "pods": [{"podRef": {"name": "web-1", "namespace": "default", "uid": "u1"}, "startTime": "2026-12-01T09:00:00Z", "containers": [
+    {"name": "app", "startTime": "2026-12-01T09:00:01Z", "cpu": {"time": "2026-12-01T10:00:09Z", "usageCoreNanoSeconds": 1800000000000},
+     "memory": {"time": "2026-12-01T10:00:09Z", "workingSetBytes": 104857600}},
+    {"name": "sidecar", "startTime": "2026-12-01T09:00:02Z", "cpu": {"time": "2026-12-01T10:00:08Z", "usageCoreNanoSeconds": 0},
+     "memory": {"time": "2026-12-01T10:00:08Z", "workingSetBytes": 0}}
+  ]}]
 }`
 
 func ts(s string) time.Time {

@@ -61,11 +61,9 @@ func TestDataFaults(t *testing.T) {
 			// scrape moves the clock a cycle on and stores both nodes, as
 			// the scraper stores a partial batch; it returns node-a's batch
 			// and what that scrape left out.
-			scrape := func() (*sources.Batch, error) {
+			scrape := func() (batchA *sources.Batch, errA error) {
 				t.Helper()
 				e.clk.Step(cycle)
-				var batchA *sources.Batch
-				var errA error
 				for _, n := range nodes {
 					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 					b, err := c.Summary(ctx, n.Name(), n.Address())
