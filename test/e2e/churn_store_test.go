@@ -33,7 +33,7 @@ func waitStoreMatches(ctx context.Context, t *testing.T, ep endpoint, bound time
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	var got seriesCount
-	err := poll(ctx, "the store's series gauges to match what the sources report", func(ctx context.Context) error {
+	must(t, poll(ctx, "the store's series gauges to match what the sources report", func(ctx context.Context) error {
 		body, err := selfMetrics(ctx, ep)
 		if err != nil {
 			return err
@@ -52,8 +52,7 @@ func waitStoreMatches(ctx context.Context, t *testing.T, ep endpoint, bound time
 			return fmt.Errorf("gauges %v, sources report %v", got, want)
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 	return got
 }
 

@@ -46,10 +46,9 @@ func TestChurn(t *testing.T) {
 	steadyKeys := steadyWorkload(ctx, t, ns)
 	direct := directEndpoint(t, suite.server)
 	nsList := shape{"list-namespace", metricsV1beta1 + "/namespaces/" + ns + "/pods"}
-	err := poll(ctx, "metrics for the steady pods", func(ctx context.Context) error {
+	must(t, poll(ctx, "metrics for the steady pods", func(ctx context.Context) error {
 		return servesAll(fetch(ctx, direct, nsList), steadyKeys)
-	})
-	must(t, err)
+	}))
 
 	pid := suite.server.Process.Pid()
 	gaugesBefore := waitStoreMatches(ctx, t, direct, staleBound()+tickBound())

@@ -72,7 +72,7 @@ func TestMatchesMetricsServer(t *testing.T) {
 	ref, err := newMetricsClient(ms.RESTConfig())
 	must(t, err)
 	var report string
-	err = poll(ctx, "both servers to agree", func(ctx context.Context) error {
+	must(t, poll(ctx, "both servers to agree", func(ctx context.Context) error {
 		a, err := snapshot(ctx, gms)
 		if err != nil {
 			return fmt.Errorf("group-metrics-server: %w", err)
@@ -89,8 +89,7 @@ func TestMatchesMetricsServer(t *testing.T) {
 		}
 		report, err = comparison{a: "group-metrics-server", b: "metrics-server"}.compare(a, b)
 		return err
-	})
-	must(t, err)
+	}))
 	t.Logf("agreement %v after metrics-server was ready:\n%s", time.Since(settled).Round(time.Millisecond), report)
 }
 

@@ -216,7 +216,7 @@ func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) fa
 	must(t, tc.clear())
 	cleared = true
 	clearedAt := time.Now()
-	err = poll(ctx, "recovery from "+tc.name, func(ctx context.Context) error {
+	must(t, poll(ctx, "recovery from "+tc.name, func(ctx context.Context) error {
 		if time.Since(clearedAt) > b.recover {
 			return fmt.Errorf("still not recovered after %v", b.recover)
 		}
@@ -226,8 +226,7 @@ func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) fa
 			}
 		}
 		return faultAllRight(ctx, sc, clearedAt)
-	})
-	must(t, err)
+	}))
 	if tc.outcome == faultGone || tc.outcome == faultDropped {
 		fig.recovered = time.Since(clearedAt)
 	}
@@ -474,7 +473,7 @@ func createPinnedPods(ctx context.Context, t *testing.T, ns, node string, names 
 			t.Fatalf("create pod %s/%s: %v", ns, name, err)
 		}
 	}
-	err := poll(ctx, fmt.Sprintf("pods %v on %s to run", names, node), func(ctx context.Context) error {
+	must(t, poll(ctx, fmt.Sprintf("pods %v on %s to run", names, node), func(ctx context.Context) error {
 		for _, name := range names {
 			p, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
@@ -485,6 +484,5 @@ func createPinnedPods(ctx context.Context, t *testing.T, ns, node string, names 
 			}
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 }

@@ -29,7 +29,7 @@ func compareReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*
 	bound := 2*(suite.resolution+suite.timeout) + 20*time.Second
 	cctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	err := cluster.Poll(cctx, "the replicas to serve every pod from settled windows", procs, func(ctx context.Context) error {
+	must(t, cluster.Poll(cctx, "the replicas to serve every pod from settled windows", procs, func(ctx context.Context) error {
 		for i, p := range procs {
 			c := pinned[p]
 			mc, err := metricsclient.NewForConfigAndClient(s.RESTConfig(), c.client)
@@ -54,8 +54,7 @@ func compareReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*
 			snaps[i] = snap
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 	for i := 1; i < len(snaps); i++ {
 		report, err := comparison{a: procs[0].Name(), b: procs[i].Name(), podsOnly: true}.compare(snaps[0], snaps[i])
 		if err != nil {

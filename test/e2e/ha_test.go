@@ -132,28 +132,26 @@ func deletePDB(t *testing.T) {
 func connectReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*cluster.Process) map[*cluster.Process]endpoint {
 	t.Helper()
 	var pinned map[*cluster.Process]endpoint
-	err := cluster.Poll(ctx, "a connection to every replica", procs, func(ctx context.Context) error {
+	must(t, cluster.Poll(ctx, "a connection to every replica", procs, func(ctx context.Context) error {
 		var err error
 		// Each connection reaches one of the replicas listening, so 32
 		// connections miss one of two with probability 2^-31.
 		pinned, err = pinnedEndpoints(ctx, s, procs, 32)
 		return err
-	})
-	must(t, err)
+	}))
 	t.Cleanup(func() {
 		for _, c := range pinned {
 			c.client.CloseIdleConnections()
 		}
 	})
 	for p, c := range pinned {
-		err := cluster.Poll(ctx, p.Name()+" to be ready", procs, func(ctx context.Context) error {
+		must(t, cluster.Poll(ctx, p.Name()+" to be ready", procs, func(ctx context.Context) error {
 			code, body, err := env.Get(ctx, c.client, c.base+"/readyz")
 			if err == nil && code != 200 {
 				err = fmt.Errorf("/readyz %d: %s", code, body)
 			}
 			return err
-		})
-		must(t, err)
+		}))
 	}
 	return pinned
 }

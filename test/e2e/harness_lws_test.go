@@ -80,7 +80,7 @@ func waitSampleGroups(ctx context.Context, t *testing.T, e *lwsEnv, groups int) 
 	t.Helper()
 	want := groups * sampleGroupSize
 	var pods []corev1.Pod
-	err := e.poll(ctx, sampleBound, fmt.Sprintf("%d Running pods", want), func(ctx context.Context) error {
+	must(t, e.poll(ctx, sampleBound, fmt.Sprintf("%d Running pods", want), func(ctx context.Context) error {
 		list, err := suite.cluster.Client().CoreV1().Pods(sampleNamespace).List(ctx, metav1.ListOptions{LabelSelector: lws.PodSelector(sampleLWS)})
 		if err != nil {
 			return err
@@ -96,8 +96,7 @@ func waitSampleGroups(ctx context.Context, t *testing.T, e *lwsEnv, groups int) 
 			return fmt.Errorf("%d pods, %d Running", len(list.Items), running)
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 	return pods
 }
 
@@ -177,7 +176,7 @@ func checkSampleGroups(t *testing.T, pods []corev1.Pod, groups int, leaderAnnota
 func waitSampleScale(ctx context.Context, t *testing.T, e *lwsEnv, replicas int32) *autoscalingv1.Scale {
 	t.Helper()
 	var scale *autoscalingv1.Scale
-	err := e.poll(ctx, sampleBound, fmt.Sprintf("the scale subresource to report %d replicas", replicas), func(ctx context.Context) error {
+	must(t, e.poll(ctx, sampleBound, fmt.Sprintf("the scale subresource to report %d replicas", replicas), func(ctx context.Context) error {
 		s, err := lws.GetScale(ctx, e.dyn, sampleNamespace, sampleLWS)
 		if err != nil {
 			return err
@@ -187,7 +186,6 @@ func waitSampleScale(ctx context.Context, t *testing.T, e *lwsEnv, replicas int3
 			return fmt.Errorf("spec.replicas %d, status.replicas %d, selector %q", s.Spec.Replicas, s.Status.Replicas, s.Status.Selector)
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 	return scale
 }

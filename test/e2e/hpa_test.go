@@ -36,7 +36,7 @@ func TestHPAScales(t *testing.T) {
 	must(t, err)
 	began := time.Now()
 	must(t, env.CreateCPUHPA(ctx, client, ns, spec.Name, minReplicas, maxReplicas, targetPercent))
-	err = poll(ctx, "the HPA to read 40% utilization", func(ctx context.Context) error {
+	must(t, poll(ctx, "the HPA to read 40% utilization", func(ctx context.Context) error {
 		hpa, err := client.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(ctx, spec.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -45,8 +45,7 @@ func TestHPAScales(t *testing.T) {
 			return fmt.Errorf("utilization %d, conditions %v", u, hpa.Status.Conditions)
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 	t.Logf("HPA read the utilization %v after it was created", time.Since(began).Round(time.Millisecond))
 
 	o := suite.opts
@@ -82,7 +81,7 @@ func waitReplicas(ctx context.Context, t *testing.T, ns, name string, want int32
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	client := suite.cluster.Client()
-	err := poll(ctx, fmt.Sprintf("deployment %s to want %d replicas", name, want), func(ctx context.Context) error {
+	must(t, poll(ctx, fmt.Sprintf("deployment %s to want %d replicas", name, want), func(ctx context.Context) error {
 		d, err := client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -92,8 +91,7 @@ func waitReplicas(ctx context.Context, t *testing.T, ns, name string, want int32
 			return fmt.Errorf("replicas %v, HPA utilization %d", *d.Spec.Replicas, utilization(hpa))
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 	return time.Since(began)
 }
 

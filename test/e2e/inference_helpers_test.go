@@ -34,7 +34,7 @@ import (
 // configured metric on pods and on leaderworkersets.
 func (e *inferenceEnv) waitListed(ctx context.Context, t *testing.T, metrics []promscrape.Metric) {
 	t.Helper()
-	err := e.poll(ctx, e.bounds.up, "custom.metrics.k8s.io to list the pod-endpoint metrics", func(ctx context.Context) error {
+	must(t, e.poll(ctx, e.bounds.up, "custom.metrics.k8s.io to list the pod-endpoint metrics", func(ctx context.Context) error {
 		out, _, err := suite.cluster.Kubectl(ctx, "get", "--raw", "/apis/custom.metrics.k8s.io/v1beta2")
 		if err != nil {
 			return err
@@ -55,8 +55,7 @@ func (e *inferenceEnv) waitListed(ctx context.Context, t *testing.T, metrics []p
 			}
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 }
 
 // waitGroupSeries waits until the server's /metrics (--group-metrics-series)
@@ -65,7 +64,7 @@ func (e *inferenceEnv) waitGroupSeries(ctx context.Context, t *testing.T, ns, lw
 	t.Helper()
 	client, err := e.server.HTTPClient()
 	must(t, err)
-	err = e.poll(ctx, e.bounds.up, "the group series of "+metric, func(ctx context.Context) error {
+	must(t, e.poll(ctx, e.bounds.up, "the group series of "+metric, func(ctx context.Context) error {
 		v, err := ukpdMetric(ctx, client, "https://"+e.server.Address(), "group_metrics_server_lws_group_endpoint_value",
 			`namespace="`+ns+`"`, `leaderworkerset="`+lwsName+`"`, `group="0"`, `metric="`+metric+`"`)
 		if err != nil {
@@ -75,8 +74,7 @@ func (e *inferenceEnv) waitGroupSeries(ctx context.Context, t *testing.T, ns, lw
 			return fmt.Errorf("series at %v, want %v", v, want)
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 }
 
 func (e *inferenceEnv) scrapeAnnotations() map[string]string {
@@ -190,7 +188,7 @@ func (e *inferenceEnv) applyHPA(ctx context.Context, t *testing.T, ns string, hp
 // (any value when wantMilli < 0).
 func (e *inferenceEnv) waitPodsReading(ctx context.Context, t *testing.T, ns, name string, wantMilli int64, d time.Duration) {
 	t.Helper()
-	err := e.poll(ctx, d, fmt.Sprintf("HPA %s/%s to read its metric", ns, name), func(ctx context.Context) error {
+	must(t, e.poll(ctx, d, fmt.Sprintf("HPA %s/%s to read its metric", ns, name), func(ctx context.Context) error {
 		hpa, err := e.getHPA(ctx, ns, name)
 		if err != nil {
 			return err
@@ -204,8 +202,7 @@ func (e *inferenceEnv) waitPodsReading(ctx context.Context, t *testing.T, ns, na
 			}
 		}
 		return fmt.Errorf("no reading; conditions %s", conditions(hpa))
-	})
-	must(t, err)
+	}))
 }
 
 // waitScale waits until the LWS wants groups groups and returns how long
@@ -214,7 +211,7 @@ func (e *inferenceEnv) waitScale(ctx context.Context, t *testing.T, ns, name, hp
 	t.Helper()
 	began := time.Now()
 	last := int32(-1)
-	err := e.poll(ctx, d, fmt.Sprintf("LeaderWorkerSet %s/%s to want %d groups", ns, name, groups), func(ctx context.Context) error {
+	must(t, e.poll(ctx, d, fmt.Sprintf("LeaderWorkerSet %s/%s to want %d groups", ns, name, groups), func(ctx context.Context) error {
 		scale, err := lws.GetScale(ctx, e.dyn, ns, name)
 		if err != nil {
 			return err
@@ -231,8 +228,7 @@ func (e *inferenceEnv) waitScale(ctx context.Context, t *testing.T, ns, name, hp
 			return fmt.Errorf("replicas %d; HPA desired %d, conditions %s", scale.Spec.Replicas, hpa.Status.DesiredReplicas, conditions(hpa))
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 	return time.Since(began)
 }
 
@@ -276,7 +272,7 @@ func rawValues(ctx context.Context, path string) ([]int64, error) {
 // waitRaw waits until path serves exactly one value, wantMilli.
 func (e *inferenceEnv) waitRaw(ctx context.Context, t *testing.T, path string, wantMilli int64) {
 	t.Helper()
-	err := e.poll(ctx, e.bounds.up, fmt.Sprintf("%s to serve %dm", path, wantMilli), func(ctx context.Context) error {
+	must(t, e.poll(ctx, e.bounds.up, fmt.Sprintf("%s to serve %dm", path, wantMilli), func(ctx context.Context) error {
 		vs, err := rawValues(ctx, path)
 		if err != nil {
 			return err
@@ -285,15 +281,14 @@ func (e *inferenceEnv) waitRaw(ctx context.Context, t *testing.T, path string, w
 			return fmt.Errorf("values %v", vs)
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 }
 
 // waitAbsent waits until path answers NotFound (a metricLabelSelector that
 // matches no series).
 func (e *inferenceEnv) waitAbsent(ctx context.Context, t *testing.T, path string) {
 	t.Helper()
-	err := e.poll(ctx, e.bounds.up, path+" to be NotFound", func(ctx context.Context) error {
+	must(t, e.poll(ctx, e.bounds.up, path+" to be NotFound", func(ctx context.Context) error {
 		vs, err := rawValues(ctx, path)
 		if err == nil {
 			return fmt.Errorf("served %v", vs)
@@ -302,8 +297,7 @@ func (e *inferenceEnv) waitAbsent(ctx context.Context, t *testing.T, path string
 			return err
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 }
 
 // docHPAs are the HorizontalPodAutoscalers of the page's yaml blocks, by

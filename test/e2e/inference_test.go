@@ -147,7 +147,7 @@ func (e *inferenceEnv) checkFailingMember(ctx context.Context, t *testing.T, ns 
 	breakPod(worker)
 	e.waitAbsent(ctx, t, podPath(leader, metric, ""))
 	// Three more failed ticks at least, then one log line for them all.
-	err = e.poll(ctx, 5*suite.resolution+suite.timeout+10*time.Second, "three failed scrapes of "+worker, func(ctx context.Context) error {
+	must(t, e.poll(ctx, 5*suite.resolution+suite.timeout+10*time.Second, "three failed scrapes of "+worker, func(ctx context.Context) error {
 		n, err := failures(ctx)
 		if err != nil {
 			return err
@@ -156,8 +156,7 @@ func (e *inferenceEnv) checkFailingMember(ctx context.Context, t *testing.T, ns 
 			return fmt.Errorf("%v failures counted, want %v", n, before+3)
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 	mend()
 	e.waitRaw(ctx, t, podPath(leader, metric, ""), 0)
 	// The recovery is logged by the tick that served the value again, just
@@ -172,7 +171,7 @@ func (e *inferenceEnv) checkFailingMember(ctx context.Context, t *testing.T, ns 
 		return n
 	}
 	var failed, recovered int
-	err = e.poll(ctx, 10*time.Second, "the recovery of "+target+" in the server's log", func(context.Context) error {
+	must(t, e.poll(ctx, 10*time.Second, "the recovery of "+target+" in the server's log", func(context.Context) error {
 		whole, err := os.ReadFile(e.server.Process.LogPath())
 		if err != nil {
 			return err
@@ -183,8 +182,7 @@ func (e *inferenceEnv) checkFailingMember(ctx context.Context, t *testing.T, ns 
 			return fmt.Errorf("%d failure lines, no recovery line yet", failed)
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 	if failed != 1 || recovered != 1 {
 		t.Errorf("log has %d failure and %d recovery lines for %s, want one of each", failed, recovered, target)
 	}

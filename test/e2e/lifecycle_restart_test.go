@@ -89,15 +89,14 @@ func restart(ctx context.Context, t *testing.T, s *env.Server, suffix, ns string
 	if !atReady.failed() {
 		firstOK, firstOKMissing = atReady.end.Sub(started), servesAll(atReady, want)
 	}
-	err = cluster.PollUntil(ctx, "the restarted server to serve every pod", 100*time.Millisecond, 10*time.Second, append(watched(), proc), func(ctx context.Context) error {
+	must(t, cluster.PollUntil(ctx, "the restarted server to serve every pod", 100*time.Millisecond, 10*time.Second, append(watched(), proc), func(ctx context.Context) error {
 		r := fetch(ctx, direct, nsList)
 		err := servesAll(r, want)
 		if !r.failed() && firstOK == 0 {
 			firstOK, firstOKMissing = r.end.Sub(started), err
 		}
 		return err
-	})
-	must(t, err)
+	}))
 	complete = time.Since(started)
 	t.Logf("restarted: /readyz answered %v after the start, %d times not ready (%s), ready %v after the start (bound %v); first list that succeeded %v after the start (missing pods: %v), first that held every pod %v after",
 		rp.firstAnswer.Round(time.Millisecond), rp.notReady, failingChecks(rp.lastBody), rp.ready.Round(time.Millisecond), readyBound(),

@@ -59,16 +59,15 @@ func TestLifecycle(t *testing.T) {
 	must(t, env.CreateCPUHPA(ctx, client, ns, spec.Name, spec.Replicas, spec.Replicas, 50))
 	agg := aggregatorEndpoint(t)
 	selected := listSelected(ns, spec.Selector().String())
-	err := waitHPA(ctx, ns, spec.Name, "read 50% utilization", func(hpa *autoscalingv2.HorizontalPodAutoscaler) bool {
+	must(t, waitHPA(ctx, ns, spec.Name, "read 50% utilization", func(hpa *autoscalingv2.HorizontalPodAutoscaler) bool {
 		return utilization(hpa) == 50
-	})
-	must(t, err)
+	}))
 
 	shapes := []shape{listAllPods(), selected, getPod(ns, pods[0].Name)}
 	watch := func() func() gapWatch { return watchGaps(ctx, agg, selected, want, ns, spec.Name) }
 	down, stopGaps := stopDraining(ctx, t, s, agg, shapes, ns, spec.Name, want, watch)
 	restart(ctx, t, s, "restarted", ns, want)
-	err = waitHPA(ctx, ns, spec.Name, "read its metrics again", scalingActive)
+	err := waitHPA(ctx, ns, spec.Name, "read its metrics again", scalingActive)
 	gaps := stopGaps()
 	must(t, err)
 	bound := down + readyBound()
@@ -256,10 +255,9 @@ func startServing(ctx context.Context, t *testing.T, s *env.Server, suffix, ns s
 	nsList := shape{"list-namespace", metricsV1beta1 + "/namespaces/" + ns + "/pods"}
 	ctx, cancel := context.WithTimeout(ctx, readyBound()+time.Minute)
 	defer cancel()
-	err = cluster.Poll(ctx, proc.Name()+" to serve every pod", append(watched(), proc), func(ctx context.Context) error {
+	must(t, cluster.Poll(ctx, proc.Name()+" to serve every pod", append(watched(), proc), func(ctx context.Context) error {
 		return servesAll(fetch(ctx, direct, nsList), want)
-	})
-	must(t, err)
+	}))
 }
 
 func endpointNames(eps []endpoint) []string {

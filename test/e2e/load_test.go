@@ -45,10 +45,9 @@ func TestLoad(t *testing.T) {
 	}
 	direct := directEndpoint(t, suite.server)
 	selected := listSelected(ns, spec.Selector().String())
-	err = poll(ctx, "metrics for every pod of the Deployment", func(ctx context.Context) error {
+	must(t, poll(ctx, "metrics for every pod of the Deployment", func(ctx context.Context) error {
 		return servesAll(fetch(ctx, direct, selected), want)
-	})
-	must(t, err)
+	}))
 
 	eps := []endpoint{aggregatorEndpoint(t), direct}
 	shapes := []shape{listAllPods(), selected, getPod(ns, pods[0].Name)}

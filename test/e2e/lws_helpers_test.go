@@ -225,7 +225,7 @@ func conditions(hpa *autoscalingv2.HorizontalPodAutoscaler) string {
 // waitHPAReading waits until the HPA of the LWS in ns reads want.
 func (e *lwsEnv) waitHPAReading(ctx context.Context, t *testing.T, ns string, want int64, d time.Duration) {
 	t.Helper()
-	err := e.poll(ctx, d, fmt.Sprintf("HPA %s/%s to read %d", ns, lwsName, want), func(ctx context.Context) error {
+	must(t, e.poll(ctx, d, fmt.Sprintf("HPA %s/%s to read %d", ns, lwsName, want), func(ctx context.Context) error {
 		hpa, err := e.getHPA(ctx, ns, lwsName)
 		if err != nil {
 			return err
@@ -234,8 +234,7 @@ func (e *lwsEnv) waitHPAReading(ctx context.Context, t *testing.T, ns string, wa
 			return fmt.Errorf("reading %d (read: %v); conditions %s", got, ok, conditions(hpa))
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 }
 
 // waitGroups waits, for at most d, until the LWS in ns wants groups groups,
@@ -243,7 +242,7 @@ func (e *lwsEnv) waitHPAReading(ctx context.Context, t *testing.T, ns string, wa
 func (e *lwsEnv) waitGroups(ctx context.Context, t *testing.T, ns string, groups int32, d time.Duration) time.Duration {
 	t.Helper()
 	began := time.Now()
-	err := e.poll(ctx, d, fmt.Sprintf("LeaderWorkerSet %s/%s to want %d groups", ns, lwsName, groups), func(ctx context.Context) error {
+	must(t, e.poll(ctx, d, fmt.Sprintf("LeaderWorkerSet %s/%s to want %d groups", ns, lwsName, groups), func(ctx context.Context) error {
 		scale, err := lws.GetScale(ctx, e.dyn, ns, lwsName)
 		if err != nil {
 			return err
@@ -252,8 +251,7 @@ func (e *lwsEnv) waitGroups(ctx context.Context, t *testing.T, ns string, groups
 			return fmt.Errorf("replicas %d; %s", scale.Spec.Replicas, e.hpaState(ctx, ns))
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 	return time.Since(began)
 }
 

@@ -44,7 +44,7 @@ func TestLWSUnreadyWorkers(t *testing.T) {
 	workers := e.setWorkersReady(ctx, t, ns, false)
 
 	leader := lwsName + "-0"
-	err := e.poll(ctx, e.bounds.read, "the leader to say why it has no value", func(ctx context.Context) error {
+	must(t, e.poll(ctx, e.bounds.read, "the leader to say why it has no value", func(ctx context.Context) error {
 		_, err := e.metrics.MetricsV1beta1().PodMetricses(ns).Get(ctx, leader, metav1.GetOptions{})
 		switch {
 		case err == nil:
@@ -54,8 +54,7 @@ func TestLWSUnreadyWorkers(t *testing.T) {
 		}
 		t.Logf("leader's PodMetrics: %v", err)
 		return nil
-	})
-	must(t, err)
+	}))
 
 	suite.fleet.SetUsage(workerTarget(ns), workerFull)
 	must(t, e.createHPA(ctx, ns, cpuUtilizationMetric()))

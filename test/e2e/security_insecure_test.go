@@ -46,7 +46,7 @@ func usesInsecureKubeletComponent(t *testing.T, root, dir string) bool {
 func checkInsecureKubeletFlagConfined(t *testing.T, root string) {
 	t.Helper()
 	inComponent := false
-	err := filepath.WalkDir(filepath.Join(root, "manifests"), func(path string, d fs.DirEntry, err error) error {
+	must(t, filepath.WalkDir(filepath.Join(root, "manifests"), func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
@@ -64,8 +64,7 @@ func checkInsecureKubeletFlagConfined(t *testing.T, root string) {
 		}
 		t.Errorf("%s names %s; only %s may", rel, insecureKubeletFlag, insecureKubeletComponent)
 		return nil
-	})
-	must(t, err)
+	}))
 	if !inComponent {
 		t.Errorf("%s does not set %s", insecureKubeletComponent, insecureKubeletFlag)
 	}

@@ -41,13 +41,12 @@ func TestKubeletCredentialReadOnly(t *testing.T) {
 	var tokens []string
 	waitCtx, cancel := context.WithTimeout(ctx, readyBound()+10*time.Second)
 	defer cancel()
-	err := poll(waitCtx, "the fleet to accept a bearer token", func(context.Context) error {
+	must(t, poll(waitCtx, "the fleet to accept a bearer token", func(context.Context) error {
 		if tokens = suite.fleet.PresentedTokens(); len(tokens) == 0 {
 			return errors.New("the fleet has accepted no bearer token: the server scrapes with none")
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 	nsList, err := suite.cluster.Client().CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 	must(t, err)
 	for i, token := range tokens {

@@ -102,7 +102,7 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 	bound := 2*suite.resolution + suite.timeout + 10*time.Second
 	waitCtx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	err = poll(waitCtx, "the server to count a refused ukpd scrape", func(ctx context.Context) error {
+	must(t, poll(waitCtx, "the server to count a refused ukpd scrape", func(ctx context.Context) error {
 		n, err := ukpdMetric(ctx, client, base, "group_metrics_server_scraper_target_failures_total", `reason="http_status"`, `source="ukpd"`)
 		if err != nil {
 			return err
@@ -111,8 +111,7 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 			return fmt.Errorf("ukpd http_status failures %v, still %v", n, before)
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 	// The failure is logged (once, as every failing target is), so the scan
 	// covers an error about authentication. The scraper counts a failure
 	// just before it logs it, so the line may trail the count: wait for it,
@@ -134,7 +133,7 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 	restore()
 	waitCtx2, cancel2 := context.WithTimeout(ctx, bound)
 	defer cancel2()
-	err = poll(waitCtx2, "the ukpd target to be healthy again", func(ctx context.Context) error {
+	must(t, poll(waitCtx2, "the ukpd target to be healthy again", func(ctx context.Context) error {
 		n, err := ukpdMetric(ctx, client, base, "group_metrics_server_scraper_targets", `source="ukpd"`, `state="healthy"`)
 		if err != nil {
 			return err
@@ -143,8 +142,7 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 			return errors.New("no healthy ukpd target")
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 }
 
 // linesWith returns the lines of the file at path that hold every word.

@@ -62,18 +62,17 @@ func TestKubectlTop(t *testing.T) {
 		for _, tc := range cases {
 			t.Run(strings.TrimPrefix(proto, "--")+"/"+tc.name, func(t *testing.T) {
 				args := append(tc.args, proto)
-				err := poll(ctx, "kubectl "+strings.Join(args, " "), func(ctx context.Context) error {
+				must(t, poll(ctx, "kubectl "+strings.Join(args, " "), func(ctx context.Context) error {
 					out, _, err := suite.cluster.Kubectl(ctx, args...)
 					if err != nil {
 						return err
 					}
 					return compareRows(parseTable(out), tc.keys, tc.want, tc.exact)
-				})
-				must(t, err)
+				}))
 			})
 		}
 		t.Run(strings.TrimPrefix(proto, "--")+"/nodes", func(t *testing.T) {
-			err := poll(ctx, "kubectl top node "+proto, func(ctx context.Context) error {
+			must(t, poll(ctx, "kubectl top node "+proto, func(ctx context.Context) error {
 				want := expectedNodeRows()
 				out, _, err := suite.cluster.Kubectl(ctx, "top", "node", proto)
 				if err != nil {
@@ -91,8 +90,7 @@ func TestKubectlTop(t *testing.T) {
 					}
 				}
 				return compareMaps(got, want, true)
-			})
-			must(t, err)
+			}))
 		})
 	}
 	t.Logf("kubectl top showed the fleet's values %v after the pods were Running", time.Since(began).Round(time.Millisecond))
@@ -176,7 +174,7 @@ func header(block, name string) string {
 
 // checkMetricsTable checks the server-side table of kubectl get.
 func checkMetricsTable(ctx context.Context, t *testing.T, args []string, want []string) {
-	err := poll(ctx, "kubectl "+strings.Join(args, " "), func(ctx context.Context) error {
+	must(t, poll(ctx, "kubectl "+strings.Join(args, " "), func(ctx context.Context) error {
 		out, _, err := suite.cluster.Kubectl(ctx, args...)
 		if err != nil {
 			return err
@@ -199,8 +197,7 @@ func checkMetricsTable(ctx context.Context, t *testing.T, args []string, want []
 			}
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 }
 
 // expectedNodeRows returns, for every node, the CPU and memory kubectl top

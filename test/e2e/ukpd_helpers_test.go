@@ -36,7 +36,7 @@ func waitTop(ctx context.Context, t *testing.T, ns string, want map[string]topRo
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	var out string
-	err := poll(ctx, "kubectl top pod -n "+ns, func(ctx context.Context) error {
+	must(t, poll(ctx, "kubectl top pod -n "+ns, func(ctx context.Context) error {
 		var err error
 		if out, _, err = suite.cluster.Kubectl(ctx, "top", "pod", "-n", ns); err != nil {
 			return err
@@ -59,8 +59,7 @@ func waitTop(ctx context.Context, t *testing.T, ns string, want map[string]topRo
 			}
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 	t.Logf("kubectl top pod -n %s:\n%s", ns, out)
 }
 
@@ -70,7 +69,7 @@ func waitTargets(ctx context.Context, t *testing.T, state string, bound time.Dur
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	err := poll(ctx, "one "+state+" ukpd target", func(ctx context.Context) error {
+	must(t, poll(ctx, "one "+state+" ukpd target", func(ctx context.Context) error {
 		n, err := serverMetric(ctx, "group_metrics_server_scraper_targets", `source="ukpd"`, `state="`+state+`"`)
 		if err != nil {
 			return err
@@ -79,8 +78,7 @@ func waitTargets(ctx context.Context, t *testing.T, state string, bound time.Dur
 			return fmt.Errorf("%v %s ukpd targets", n, state)
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 }
 
 // serverMetric sums the samples of a metric in the server's /metrics whose

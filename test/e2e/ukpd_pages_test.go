@@ -55,13 +55,12 @@ func TestUkpdPages(t *testing.T) {
 	// last ones may still be on their way: wait for them, bounded.
 	instancesCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	err = cluster.Poll(instancesCtx, "the account to hold 2,000 instances", watched(), func(context.Context) error {
+	must(t, cluster.Poll(instancesCtx, "the account to hold 2,000 instances", watched(), func(context.Context) error {
 		if n := len(suite.ukpd.Instances()); n < 2000 {
 			return fmt.Errorf("the account holds %d instances, want at least 2,000", n)
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 	running := time.Now()
 	listsBefore := suite.ukpd.ListRequests()
 	want := map[string]topRow{}

@@ -65,7 +65,7 @@ func TestUkpdStandby(t *testing.T) {
 	must(t, createUkpdHPA(ctx, ns, uk.Name, minReplicas, maxReplicas))
 	readCtx, cancel := context.WithTimeout(ctx, metricLag+3*o.HPASyncPeriod+slack)
 	defer cancel()
-	err = poll(readCtx, "the HPA to read 0% CPU", func(ctx context.Context) error {
+	must(t, poll(readCtx, "the HPA to read 0% CPU", func(ctx context.Context) error {
 		hpa, err := client.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(ctx, uk.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -74,8 +74,7 @@ func TestUkpdStandby(t *testing.T) {
 			return fmt.Errorf("utilization %d%%, conditions %v", u, hpa.Status.Conditions)
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 	// It stays: for a stabilization window and three syncs, nothing moves.
 	stay := o.HPADownscaleStabilization + 3*o.HPASyncPeriod
 	stayCtx, stayCancel := context.WithTimeout(ctx, stay)

@@ -147,7 +147,7 @@ func testUkpdHPA(ctx context.Context, t *testing.T, instances *env.InstanceSync,
 	must(t, createUkpdHPA(ctx, ns, uk.Name, minReplicas, maxReplicas))
 	readCtx, cancel := context.WithTimeout(ctx, metricLag+3*o.HPASyncPeriod+slack)
 	defer cancel()
-	err := poll(readCtx, "the HPA to read 40% CPU and 64Mi", func(ctx context.Context) error {
+	must(t, poll(readCtx, "the HPA to read 40% CPU and 64Mi", func(ctx context.Context) error {
 		hpa, err := client.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(ctx, uk.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -157,35 +157,32 @@ func testUkpdHPA(ctx context.Context, t *testing.T, instances *env.InstanceSync,
 			return fmt.Errorf("utilization %d%%, memory %d, conditions %v", u, mem, hpa.Status.Conditions)
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 	t.Logf("HPA read CPU utilization and memory from ukpd %v after it was created", time.Since(began).Round(time.Millisecond))
 
 	// 200% of the request: four replicas wanted, the maximum.
 	must(t, instances.SetUsage(ctx, ns, env.UkpdUsage{CPU: "200m"}))
 	up := waitReplicas(ctx, t, ns, uk.Name, maxReplicas, upBound)
 	t.Logf("scaled up %d -> %d in %v (bound %v)", minReplicas, maxReplicas, up.Round(time.Millisecond), upBound)
-	_, err = env.WaitForRunningPods(ctx, client, ns, uk.Selector(), maxReplicas)
+	_, err := env.WaitForRunningPods(ctx, client, ns, uk.Selector(), maxReplicas)
 	must(t, err)
-	err = poll(ctx, "an instance for each of the new pods", func(context.Context) error {
+	must(t, poll(ctx, "an instance for each of the new pods", func(context.Context) error {
 		if n := instancesIn(ns, uk.Name+"-"); n != maxReplicas {
 			return fmt.Errorf("%d instances", n)
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 
 	// 10% of the request: one replica wanted after the stabilization window.
 	must(t, instances.SetUsage(ctx, ns, env.UkpdUsage{CPU: "10m"}))
 	down := waitReplicas(ctx, t, ns, uk.Name, minReplicas, downBound)
 	t.Logf("scaled down %d -> %d in %v (bound %v)", maxReplicas, minReplicas, down.Round(time.Millisecond), downBound)
-	err = poll(ctx, "the instances of removed pods to go", func(context.Context) error {
+	must(t, poll(ctx, "the instances of removed pods to go", func(context.Context) error {
 		if n := instancesIn(ns, uk.Name+"-"); n != minReplicas {
 			return fmt.Errorf("%d instances", n)
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 }
 
 // testUkpdDown breaks the ukpd endpoint, checks that the server counts the
@@ -206,7 +203,7 @@ func testUkpdDown(ctx context.Context, t *testing.T, ns string, webPods []corev1
 	setAt := time.Now()
 	waitCtx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	err = poll(waitCtx, "a "+reason+" failure of the ukpd target", func(ctx context.Context) error {
+	must(t, poll(waitCtx, "a "+reason+" failure of the ukpd target", func(ctx context.Context) error {
 		n, err := serverMetric(ctx, "group_metrics_server_scraper_target_failures_total", `source="ukpd"`, `reason="`+reason+`"`)
 		if err != nil {
 			return err
@@ -215,8 +212,7 @@ func testUkpdDown(ctx context.Context, t *testing.T, ns string, webPods []corev1
 			return fmt.Errorf("%v failures", n)
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 	waitTargets(ctx, t, "failing", bound)
 	t.Logf("ukpd target failing (%s) %v after the fault", reason, time.Since(setAt).Round(time.Millisecond))
 
@@ -224,7 +220,7 @@ func testUkpdDown(ctx context.Context, t *testing.T, ns string, webPods []corev1
 	must(t, err)
 	freshCtx, cancel2 := context.WithTimeout(ctx, bound)
 	defer cancel2()
-	err = poll(freshCtx, "samples newer than the fault for the kubelet-backed pods", func(ctx context.Context) error {
+	must(t, poll(freshCtx, "samples newer than the fault for the kubelet-backed pods", func(ctx context.Context) error {
 		for _, p := range webPods {
 			m, err := metrics.MetricsV1beta1().PodMetricses(ns).Get(ctx, p.Name, metav1.GetOptions{})
 			if err != nil {
@@ -235,8 +231,7 @@ func testUkpdDown(ctx context.Context, t *testing.T, ns string, webPods []corev1
 			}
 		}
 		return nil
-	})
-	must(t, err)
+	}))
 	httpClient, err := suite.server.HTTPClient()
 	must(t, err)
 	code, body, err := env.Get(ctx, httpClient, "https://"+suite.server.Address()+"/readyz")
