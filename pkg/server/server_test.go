@@ -195,7 +195,9 @@ func startServer(t *testing.T, noIPSANNode string) *testEnv {
 
 func must(t testing.TB, err error) {
 	t.Helper()
-	must(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func writeFile(t *testing.T, dir, name string, data []byte) string {
