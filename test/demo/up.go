@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
@@ -27,7 +24,6 @@ type options struct {
 }
 
 const (
-	fleetBinary  = "fake-kubelet-fleet"
 	pidFile      = "demo.pid"
 	demoNS       = "demo"
 	startTimeout = 4 * time.Minute
@@ -72,10 +68,6 @@ func up(ctx context.Context, o options) error {
 	}
 	defer func() { _ = os.Remove(filepath.Join(o.dir, pidFile)) }()
 
-	fmt.Println("Building the fake kubelet fleet ...")
-	if err := goBuild(ctx, root, bin, fleetBinary, "./test/fakekubelet/cmd/fake-kubelet-fleet"); err != nil {
-		return err
-	}
 	fmt.Println("Starting the control plane ...")
 	// The server's HPA readiness rule must be the controller manager's.
 	opts := cluster.Options{
@@ -95,39 +87,48 @@ func up(ctx context.Context, o options) error {
 
 	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	info, err := startFleet(startCtx, c, bin, o)
+	fmt.Println("Starting the fake kubelet fleet ...")
+	fleet, err := env.StartFleet(ctx, c, env.FleetConfig{Nodes: o.nodes})
 	if err != nil {
 		return withLogs(c, err)
 	}
-	uk, err := startUnikernels(startCtx, ctx, c, root, bin, o)
+	defer func() { _ = fleet.Close() }()
+	// The fleet's control API serves users of the demo.
+	ctl, control, err := fakecore.Listen("127.0.0.1:0", fakekubelet.NewControlHandler(fleet.Fleet))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ctl.Stop() }()
+	uk, err := startUnikernels(startCtx, ctx, c, o)
 	if err != nil {
 		return withLogs(c, err)
 	}
+	defer func() { _ = uk.Close() }()
 	fmt.Println("Deploying group-metrics-server from manifests/base ...")
 	srv, err := env.DeployServer(startCtx, c, env.ServerConfig{
 		BinDir:        bin,
-		KubeletCAFile: info.CAFile,
+		KubeletCAFile: fleet.CAFile,
 		ExtraArgs: append([]string{
 			"--horizontal-pod-autoscaler-cpu-initialization-period=" + opts.HPACPUInitializationPeriod.String(),
 			"--horizontal-pod-autoscaler-initial-readiness-delay=" + opts.HPAInitialReadinessDelay.String(),
-		}, uk.serverArgs...),
+		}, uk.ServerArgs()...),
 	})
 	if err != nil {
 		return withLogs(c, err)
 	}
-	if err := deploySample(startCtx, c, info.ControlAddress); err != nil {
+	if err := deploySample(startCtx, c, control); err != nil {
 		return withLogs(c, err)
 	}
 	if err := waitForTop(startCtx, c, demoNS, "web-"); err != nil {
 		return withLogs(c, err)
 	}
-	if err := uk.ready(startCtx, c, root); err != nil {
+	if err := unikernelsReady(startCtx, c, uk, root); err != nil {
 		return withLogs(c, err)
 	}
-	if err := startLWS(startCtx, c, root, bin, info.ControlAddress); err != nil {
+	if err := startLWS(startCtx, c, root, bin, control); err != nil {
 		return withLogs(c, err)
 	}
-	printHowTo(c, root, info.ControlAddress, srv, time.Since(began))
+	printHowTo(c, root, control, srv, time.Since(began))
 
 	select {
 	case <-ctx.Done():
@@ -149,55 +150,6 @@ func exitError(p *cluster.Process) error {
 
 func withLogs(c *cluster.Cluster, err error) error {
 	return fmt.Errorf("%w\n%s\n(logs: %s)", err, c.LogTails(20), c.LogDir())
-}
-
-// startFleet runs the fleet as its own process, so that its control API
-// serves users of the demo, registers its nodes and waits until they are
-// Ready.
-func startFleet(ctx context.Context, c *cluster.Cluster, bin string, o options) (*fakekubelet.FleetState, error) {
-	certDir := filepath.Join(o.dir, "fleet")
-	if err := os.RemoveAll(certDir); err != nil {
-		return nil, err
-	}
-	ports, err := cluster.FreePorts(1)
-	if err != nil {
-		return nil, err
-	}
-	p, err := c.StartProcess(fleetBinary, filepath.Join(bin, fleetBinary),
-		"--kubeconfig="+c.KubeconfigPath(),
-		"--nodes="+strconv.Itoa(o.nodes),
-		"--cert-dir="+certDir,
-		"--register-nodes",
-		"--node-labels=type=kwok",
-		"--authentication-token-webhook",
-		"--client-ca-file="+c.CACertFile(),
-		"--control-address=127.0.0.1:"+strconv.Itoa(ports[0]),
-	)
-	if err != nil {
-		return nil, err
-	}
-	var info *fakekubelet.FleetState
-	err = cluster.Poll(ctx, "the fleet to write "+fakekubelet.StateFileName, []*cluster.Process{p}, func(context.Context) error {
-		state, err := fakekubelet.ReadFleetState(certDir)
-		info = state
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	err = cluster.Poll(ctx, "the fleet's nodes to be Ready", []*cluster.Process{p}, func(ctx context.Context) error {
-		for _, n := range info.Nodes {
-			node, err := c.Client().CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if !cluster.NodeReady(node) {
-				return fmt.Errorf("node %s is not Ready", n.Name)
-			}
-		}
-		return nil
-	})
-	return info, err
 }
 
 // deploySample creates the demo namespace, a Deployment of three pods
@@ -249,18 +201,6 @@ func kubectlPath(c *cluster.Cluster, root string) string {
 		return rel
 	}
 	return kubectl
-}
-
-// goBuild builds the package pkg of root into bin/name; the Go build cache
-// makes this quick after the first time.
-func goBuild(ctx context.Context, root, bin, name, pkg string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(bin, name), pkg)
-	cmd.Dir = root
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("build %s: %w", name, err)
-	}
-	return nil
 }
 
 func printHowTo(c *cluster.Cluster, root, control string, srv *env.Server, took time.Duration) {
