@@ -36,17 +36,8 @@ import (
 // scrape's timeout, and 20s for a loaded machine.
 var topBound = 2*5*time.Second + 3*time.Second + 20*time.Second
 
-// TestHelmChart installs manifests/charts/group-metrics-server with helm
-// on a control plane of the test's own (a second copy of the server would
-// take over the suite's APIServices), with the kubelet source only: kubectl
-// top pod shows the fleet's pods with their values and not the pods of a
-// kraftlet node. helm upgrade adds the ukpd source, its endpoint and its
-// credentials from a Secret: the Deployment's args change, the caBundle and
-// serving pair the certificate controller wrote stay, and the server, run
-// again with the release's new args, shows the kraftlet pods too. helm
-// uninstall leaves no object the release rendered, and none labelled as
-// ours. The Deployments run as local processes, as env.RunRelease says; the
-// release's Service leads there through service.type ExternalName.
+// TestHelmChart installs manifests/charts/group-metrics-server with helm on a control
+// plane of its own (a second server would take over the suite's APIServices).
 func TestHelmChart(t *testing.T) {
 	ctx := begin(t, 8*time.Minute)
 	must(t, env.CheckBinaries(suite.binDir, chart.HelmBinary))

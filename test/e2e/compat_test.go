@@ -22,12 +22,8 @@ import (
 // defaultKubeVersion is the release hack/tools.sh builds into bin/.
 const defaultKubeVersion = "v1.37.2"
 
-// TestControlPlaneRelease checks that the suite runs on the release it was
-// asked for ($GMS_K8S_VERSION, or the one in bin/): kube-apiserver, kubectl
-// and kube-controller-manager all report it, and the server's APIServices are
-// Available on it. make e2e-compat runs it with TestKubectlTop, TestHPAScales
-// and TestLWSGroupAutoscaling on each supported release; a smoke that ran on
-// the default binaries by mistake fails here.
+// TestControlPlaneRelease checks that the suite runs on the release it was asked for
+// ($GMS_K8S_VERSION, or the one in bin/).
 func TestControlPlaneRelease(t *testing.T) {
 	ctx := begin(t, time.Minute)
 	want := suite.kubeVersion
@@ -73,10 +69,8 @@ func kubectlMetricsVersion(t *testing.T) string {
 // helpFlag matches a flag line of a cobra/pflag --help: "  -l, --node-selector string   ...".
 var helpFlag = regexp.MustCompile(`^\s+(?:-\w, )?--([a-z0-9-]+)(?: ([A-Za-z0-9=,.]+))?(?:\s{2,}|$)`)
 
-// TestMetricsServerFlagList: hack/metrics-server-v0.8.0-flags.txt, which
-// TestMetricsServerFlagsAccepted (cmd/group-metrics-server/app) gives a value
-// each and docs/flags.md is generated from, lists exactly the flags and value
-// kinds of the metrics-server that make tools builds.
+// TestMetricsServerFlagList checks hack/metrics-server-v0.8.0-flags.txt against the
+// flags metrics-server v0.8.0 itself lists.
 func TestMetricsServerFlagList(t *testing.T) {
 	ctx := begin(t, time.Minute)
 	root, err := env.RepoRoot()

@@ -14,20 +14,10 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
 )
 
-// TestNodeFaults breaks the kubelets of two nodes at a time while the
-// third node stays healthy, with one fault of each kind only a control
-// plane shows whole: a kubelet down (transport), a Summary that is not JSON
-// (decode) and a pod listed twice (data). For each it checks that the
-// healthy node's pods keep samples newer than the fault, the server keeps
-// running (same PID) and ready, the failure is counted by reason in
-// /metrics and logged once, not once per scrape, then its recovery once,
-// and the broken node's pods keep right values and then disappear through
-// the aggregator within the staleness bound (or, for the pod listed twice,
-// that pod alone disappears). Which reason every other fault is counted
-// under, and what the data faults do to the values, the in-process tables
-// show: TestClientFailures and TestDataFaults in pkg/sources/kubelet. It
-// runs in parallel with TestUkpdFaults only: it breaks fleet nodes 0 and 1,
-// which that test does not use.
+// TestNodeFaults breaks the kubelets of nodes 0 and 1, one fault of each kind
+// only a control plane shows whole, while node 2 stays healthy. The in-process
+// tables (pkg/sources/kubelet) cover every other fault. It runs in parallel
+// with TestUkpdFaults only, which does not use nodes 0 and 1.
 func TestNodeFaults(t *testing.T) {
 	t.Parallel()
 	ctx := begin(t, 12*time.Minute)

@@ -14,21 +14,10 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
-// TestUkpdFaults breaks the suite's ukpd endpoint with one fault of each
-// kind only a control plane shows whole, below HTTP (the listener closed),
-// above it (an answer that is not JSON) and in the data (every instance
-// twice), while unikernel pods run on a kraftlet node, and checks what
-// TestNodeFaults checks for a kubelet: kubelet-backed pods (on fleet node
-// 2, which TestNodeFaults keeps healthy) keep fresh samples, the server
-// keeps running and ready, the failure is counted by reason and logged
-// once, then its recovery once, and the unikernel pods keep right values
-// and then disappear within the staleness bound, or keep right values (or
-// none) when the scrape succeeds. Which reason every other fault is
-// counted under, and what the data faults do to the values, the in-process
-// tests show: TestClientFailures, TestClientTransportFaults,
-// TestClientHostileText, TestScrapeDataFaults and
-// TestScrapeStartedAtMovesAlone in pkg/sources/ukpd. It runs in parallel
-// with TestNodeFaults only.
+// TestUkpdFaults breaks the suite's ukpd endpoint, one fault of each kind only a
+// control plane shows whole, while kubelet-backed pods on fleet node 2 stay
+// healthy. The in-process tests (pkg/sources/ukpd) cover every other fault.
+// It runs in parallel with TestNodeFaults only.
 func TestUkpdFaults(t *testing.T) {
 	t.Parallel()
 	ctx := begin(t, 12*time.Minute)

@@ -27,13 +27,8 @@ import (
 // them.
 const rolloutLabel = "e2e.group-metrics-server.io/rollout"
 
-// TestHighAvailabilityRollout rolls the Deployment of
-// manifests/high-availability (two replicas, required anti-affinity) over
-// exactly two eligible nodes, by the real Deployment controller and
-// scheduler, while clients list through the aggregator: the rollout must
-// complete, and no request may fail unless it was told to retry
-// (Retry-After). Each pod the controller creates runs as a local process
-// and is Ready only once that process's /readyz is 200 (rolloutKubelet).
+// TestHighAvailabilityRollout rolls manifests/high-availability's Deployment over two
+// nodes, by the real controllers, while clients list through the aggregator.
 func TestHighAvailabilityRollout(t *testing.T) {
 	ctx := begin(t, 6*time.Minute)
 	client := suite.cluster.Client()

@@ -30,15 +30,8 @@ const (
 	haClients      = 8
 )
 
-// TestHighAvailability runs the replicas of manifests/high-availability
-// behind the Service: every replica binds the same loopback address and
-// port (SO_REUSEPORT), as the aggregator dials the Service's host,
-// localhost, and the kernel spreads connections over them. Both replicas
-// serve the same pods with the same values. While clients list through the
-// aggregator, the replica serving it is killed (SIGKILL): only requests that
-// meet it as it goes fail, and the other replica serves the rest; then its
-// replacement takes over from the other one stopped with SIGTERM, with no
-// failure but answers that tell clients to retry.
+// TestHighAvailability runs manifests/high-availability's replicas on one port
+// (SO_REUSEPORT) and stops one with SIGKILL, then one with SIGTERM, under load.
 func TestHighAvailability(t *testing.T) {
 	ctx := begin(t, 5*time.Minute)
 	const ns = "e2e-ha"

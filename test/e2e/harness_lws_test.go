@@ -29,14 +29,8 @@ const (
 	sampleBound = 2 * time.Minute
 )
 
-// TestLeaderWorkerSetController checks the LeaderWorkerSet controller the
-// LWS tests share (lws.Install, once per suite; the first test to need it
-// installs it, and Install returns once the controller is ready and its
-// webhooks admit a dry-run LeaderWorkerSet). A LeaderWorkerSet of two
-// groups of four runs, each pod labelled with its group and worker index
-// and its group's key, the leader annotations on the leaders only; its
-// scale subresource reports the groups and selects the leaders, and
-// kubectl scale adds a third group. The pods run on the fleet's nodes.
+// TestLeaderWorkerSetController checks the LeaderWorkerSet controller the LWS tests
+// share (installed once, by the first test that needs it).
 func TestLeaderWorkerSetController(t *testing.T) {
 	ctx := begin(t, 5*time.Minute)
 	e := newLWSEnv(ctx, t)

@@ -29,14 +29,8 @@ const (
 	smokeTaint = "e2e-smoke"
 )
 
-// TestClusterSmoke checks the control plane the suite runs on: kubectl and
-// kube-apiserver are the release asked for, a kwok node keeps the kubelet
-// endpoint and address it was created with, and a pod bound to it and a
-// Deployment's pods scheduled onto it run there with kwok's addresses. The
-// node is removed again, so that no test that reads every node sees it.
-//
-// The suite's cluster outlives every test, so the teardown when Start's
-// context ends is checked on a cluster of its own (stopsWithItsContext).
+// TestClusterSmoke checks the control plane the suite runs on; the node it
+// adds is removed again, so that no test that reads every node sees it.
 func TestClusterSmoke(t *testing.T) {
 	ctx := begin(t, 3*time.Minute)
 	t.Run("stops with its context", stopsWithItsContext)

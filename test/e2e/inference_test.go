@@ -31,16 +31,8 @@ const (
 	dcgmNamespace = "e2e-inference-dcgm"
 )
 
-// TestInferenceAutoscaling runs the server of
-// manifests/examples/inference-autoscaling with the file that
-// manifests/components/pod-metrics ships, against LeaderWorkerSets whose
-// pods serve vLLM- and SGLang-style endpoints on their own loopback pod
-// IPs, and a DCGM-style exporter pod that attributes a GPU to each pod. The
-// HPAs of docs/inference-autoscaling.md are applied as written there (but
-// for a short scale-down window): the vLLM one scales up when the
-// workers' queues grow while the leaders' stay empty, and back down when
-// they drain; the GPU one the same on utilization; the SGLang one reads
-// its metric.
+// TestInferenceAutoscaling runs the server of manifests/examples/inference-autoscaling
+// against LeaderWorkerSets whose pods serve Prometheus endpoints.
 func TestInferenceAutoscaling(t *testing.T) {
 	ctx := begin(t, 15*time.Minute)
 	e := newLWSEnv(ctx, t)

@@ -42,11 +42,7 @@ func exitBound() time.Duration {
 func readyBound() time.Duration { return 2*suite.resolution + suite.timeout }
 
 // TestLifecycle stops a server with SIGTERM while clients list, restarts it,
-// and restarts it again while every kubelet is too slow to answer. In-flight
-// requests complete and the process exits with status 0 within exitBound;
-// a restarted server is ready within readyBound, is not ready while it has
-// nothing to serve, and serves the pods as soon as it is ready; an HPA
-// reading through the aggregator sees no gap longer than the restart.
+// and restarts it again while every kubelet is too slow to answer.
 func TestLifecycle(t *testing.T) {
 	ctx := begin(t, 6*time.Minute)
 	const ns = "e2e-lifecycle"

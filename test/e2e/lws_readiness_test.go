@@ -29,12 +29,8 @@ var workerFull = fakekubelet.Usage{CPUNanoCores: 100e6, MemoryBytes: 32 << 20}
 // scale-up.
 const unreadyHold = 60 * time.Second
 
-// TestLWSUnreadyWorkers: under the group policy, workers that run at 100%
-// CPU but are not Ready (and never were, as while a model loads) cause no
-// scale-up for a minute: the HPA would ignore their CPU, so the leader
-// reports no value and the HPA counts it as a pod without metrics. Once the
-// workers are Ready, the group reads (10m + 3 × 100m) / (4 × 100m) = 77% and
-// the LWS scales to two groups within the bound the HPA's windows give.
+// TestLWSUnreadyWorkers checks that workers at 100% CPU that are not Ready cause
+// no scale-up under the group policy, and that they do once Ready.
 func TestLWSUnreadyWorkers(t *testing.T) {
 	ctx := begin(t, 8*time.Minute)
 	e := newLWSEnv(ctx, t)

@@ -19,13 +19,8 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/lws"
 )
 
-// TestLWSGroupAutoscaling runs an HPA on the scale subresource of a
-// LeaderWorkerSet, managed by the real LWS controller, whose load is on the
-// workers only. The scale selector matches the leaders, so under the pod
-// policy the HPA sees the idle leaders and keeps the minimum; under the group
-// policy, and with the Object metric lws_group_cpu_utilization on the LWS,
-// it scales up to new groups on the workers' load and back down when the load
-// stops. The shipped examples are applied last.
+// TestLWSGroupAutoscaling runs an HPA on a LeaderWorkerSet's scale subresource, the
+// load on the workers only, under each policy and the Object metric.
 func TestLWSGroupAutoscaling(t *testing.T) {
 	ctx := begin(t, 12*time.Minute)
 	e := newLWSEnv(ctx, t)

@@ -50,14 +50,8 @@ const (
 // ourLabel selects every object of the manifests.
 const ourLabel = "app.kubernetes.io/name=group-metrics-server"
 
-// TestMigrationFromMetricsServer installs metrics-server v0.8.0 from its
-// own release manifests on a cluster of the test's own, then applies
-// manifests/base over it as docs/migration.md says (server-side, taking
-// over metrics-server's fields): the aggregator serves ours within
-// takeOverBound, with a caBundle and without insecureSkipTLSVerify, and our
-// logs hold no repeating error. A deleted APIService comes back within
-// recreateBound. kubectl delete -k manifests/base leaves no object labelled
-// as ours.
+// TestMigrationFromMetricsServer installs metrics-server v0.8.0 from its release
+// manifests on a cluster of its own, then applies manifests/base over it.
 func TestMigrationFromMetricsServer(t *testing.T) {
 	ctx := begin(t, 6*time.Minute)
 	c, fleet := ownCluster(ctx, t, 1)

@@ -27,11 +27,8 @@ import (
 // store nothing.
 var reviewResources = []string{"tokenreviews", "subjectaccessreviews", "selfsubjectaccessreviews", "selfsubjectrulesreviews", "selfsubjectreviews"}
 
-// TestKubeletCredentialReadOnly takes every credential the fake kubelets
-// received from the servers of the suite and asks the API server, with
-// exactly that credential, what it may do: nothing but get, list and watch
-// in any namespace (and creating the review questions), and creating a
-// Secret in kube-system or patching an APIService is Forbidden.
+// TestKubeletCredentialReadOnly asks the API server, with each credential the fake
+// kubelets received, what it may do: read only.
 func TestKubeletCredentialReadOnly(t *testing.T) {
 	ctx := begin(t, 2*time.Minute)
 	// The tokens come with the server's scrapes, and an Available server

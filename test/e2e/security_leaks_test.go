@@ -22,12 +22,8 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
 
-// TestCredentialsNotLeaked rotates the ukpd token file to a token ukpd
-// refuses, so that the server logs and counts authentication failures, puts
-// the right token back, and then looks for every credential the suite gave
-// the server in every process log so far and in the server's /metrics,
-// /readyz?verbose and /livez?verbose. The scan of the logs runs again when
-// the suite ends (main_test.go), after every test.
+// TestCredentialsNotLeaked rotates the ukpd token to a refused one and back, and
+// checks that no credential shows in a log, an answer or a self-metric.
 func TestCredentialsNotLeaked(t *testing.T) {
 	ctx := begin(t, 3*time.Minute)
 	must(t, suiteSecrets.collect())

@@ -13,10 +13,8 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
-// TestUkpdPages runs pods on a kraftlet node of an account that holds
-// 2,000 instances, on a ukpd that lists at most 100 a request: the
-// cluster's pods are the newest, on the last of 20 pages, and every one of
-// them gets its metrics.
+// TestUkpdPages runs pods on a kraftlet node of an account of 2,000 instances,
+// on a ukpd that lists at most 100 a request.
 func TestUkpdPages(t *testing.T) {
 	ctx := begin(t, 6*time.Minute)
 	const (

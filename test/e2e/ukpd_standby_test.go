@@ -15,11 +15,8 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
 
-// TestUkpdStandby runs a Deployment behind a Service on a kraftlet node
-// as kraftlet runs it by default: scaled to zero while idle. Idle in
-// standby, kubectl top shows every pod at zero and the HPA reads 0% and
-// keeps its replicas; woken under load it scales up; back in standby it
-// scales down within the HPA's windows.
+// TestUkpdStandby runs a Deployment on a kraftlet node scaled to zero while
+// idle, as kraftlet runs it by default.
 func TestUkpdStandby(t *testing.T) {
 	ctx := begin(t, 8*time.Minute)
 	const (

@@ -21,11 +21,8 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
-// TestUkpdPods runs pods on a kraftlet node, with no kubelet behind it and
-// their usage reported by the suite's fake ukpd, next to pods on the fleet's
-// nodes. It checks kubectl top, an HPA on CPU utilization and memory, the
-// ukpd target's health in /metrics, and that the ukpd endpoint failing costs
-// the kubelet-backed pods nothing.
+// TestUkpdPods runs pods on a kraftlet node, their usage from the suite's fake
+// ukpd, next to pods on the fleet's nodes.
 func TestUkpdPods(t *testing.T) {
 	ctx := begin(t, 8*time.Minute)
 	const (
