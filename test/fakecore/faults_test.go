@@ -24,19 +24,18 @@ import (
 
 // faultCase is a fault every fake serves alike. Each case sets its fault;
 // then the fault is cleared and the fake must serve every answer again, on
-// the same address, to the same client, unless the case stopped it.
+// the same address, to the same client, unless the case stopped it. For a
+// response fault, answer says whether res is its answer to r; for a
+// transport fault, failed says whether a request sent within deadline
+// (requestTimeout when 0) failed as it should; run checks the others.
 type faultCase struct {
-	name  string
-	fault fakecore.Fault
-	// answer, for a response fault, says whether res is its answer to r.
-	answer func(h *harness, r request, res result) bool
-	// failed, for a transport fault, says whether a request sent within
-	// deadline (requestTimeout when 0) failed as it should.
+	name     string
+	fault    fakecore.Fault
+	answer   func(h *harness, r request, res result) bool
 	failed   func(err error) bool
 	deadline time.Duration
-	// run checks the other faults; stops says it stopped the fake.
-	run   func(t *testing.T, h *harness)
-	stops bool
+	run      func(t *testing.T, h *harness)
+	stops    bool // run stopped the fake
 }
 
 var faultCases = []faultCase{
@@ -125,20 +124,12 @@ var faultCases = []faultCase{
 			}
 		}
 	}},
-	{name: "Refused", fault: fakecore.Fault{Kind: fakecore.FaultRefused}, failed: func(err error) bool {
-		return errors.Is(err, syscall.ECONNREFUSED)
-	}},
-	{name: "UntrustedCertificate", fault: fakecore.Fault{Kind: fakecore.FaultUntrustedCertificate}, failed: func(err error) bool {
-		return errors.As(err, &x509.UnknownAuthorityError{})
-	}},
-	{name: "WrongNameCertificate", fault: fakecore.Fault{Kind: fakecore.FaultWrongNameCertificate}, failed: func(err error) bool {
-		return errors.As(err, &x509.HostnameError{})
-	}},
+	{name: "Refused", fault: fakecore.Fault{Kind: fakecore.FaultRefused}, failed: func(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }},
+	{name: "UntrustedCertificate", fault: fakecore.Fault{Kind: fakecore.FaultUntrustedCertificate}, failed: func(err error) bool { return errors.As(err, &x509.UnknownAuthorityError{}) }},
+	{name: "WrongNameCertificate", fault: fakecore.Fault{Kind: fakecore.FaultWrongNameCertificate}, failed: func(err error) bool { return errors.As(err, &x509.HostnameError{}) }},
 	// The stall holds the handshake until the deadline: the mechanism
 	// under test, not a bound on speed.
-	{name: "HandshakeStall", fault: fakecore.Fault{Kind: fakecore.FaultHandshakeStall}, deadline: 50 * time.Millisecond, failed: func(err error) bool {
-		return errors.Is(err, context.DeadlineExceeded)
-	}},
+	{name: "HandshakeStall", fault: fakecore.Fault{Kind: fakecore.FaultHandshakeStall}, deadline: 50 * time.Millisecond, failed: func(err error) bool { return errors.Is(err, context.DeadlineExceeded) }},
 	{name: "HandshakeStall holds until cleared", fault: fakecore.Fault{Kind: fakecore.FaultHandshakeStall}, run: func(t *testing.T, h *harness) {
 		must(t, h.set(fakecore.Fault{Kind: fakecore.FaultHandshakeStall}))
 		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)

@@ -12,20 +12,13 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
-// FaultKind names a misbehaviour of the server: one of fakecore's, or one
-// of ukpd's own below.
+// FaultKind names a misbehaviour of the server.
 type FaultKind = fakecore.FaultKind
 
-// The faults are fakecore's and these. Slow composes with the others. Of
-// the response faults (Status500, Garbage, HugeBody, HostileText,
-// Truncated, Stall) the first in that order wins when several apply. The
-// data faults (ClockBackwards, ClockOffset, DuplicateInstances, OlderForm)
-// change what both paths report and compose with everything; the clock
-// faults move every started_at, stopped_at and created_at, as from a daemon
-// that derives them from the wall clock and an uptime, while CPU time and
-// uptime stay as they are. CounterReset acts once and is not kept. The
-// transport faults (Refused and fakecore's) live below HTTP, in a
-// fakecore.Endpoint.
+// The faults are fakecore's and these; README.md says how they compose.
+// The clock faults move every started_at, stopped_at and created_at, as
+// from a daemon that derives them from the wall clock and an uptime, while
+// CPU time and uptime stay as they are.
 const (
 	// FaultDuplicateInstances reports a second instance for every
 	// container, with twice the values.
@@ -187,10 +180,8 @@ func (s *Server) resetCounters() {
 	}
 }
 
-// dataFaults are the data faults in force: offset is how far every
-// reported wall-clock time is moved back, duplicate reports a second
-// instance for each running one, older answers the JSON metrics in the
-// older form.
+// dataFaults are the data faults in force: offset moves every reported
+// wall-clock time back.
 type dataFaults struct {
 	offset           time.Duration
 	duplicate, older bool
@@ -204,8 +195,7 @@ func (s *Server) dataFaultsLocked() dataFaults {
 	return d
 }
 
-// rfc3339 formats a reported wall-clock time, moved back by the clock
-// offset; "" for none.
+// rfc3339 formats a reported wall-clock time; "" for none.
 func (d dataFaults) rfc3339(t time.Time) string {
 	if t.IsZero() {
 		return ""
@@ -219,7 +209,7 @@ func (d dataFaults) rfc3339(t time.Time) string {
 func duplicateUUID(uuid string) string { return "ffffffff-dup-" + uuid }
 
 // olderEntry is a metrics entry in the JSON form of older ukpd releases, as
-// the platform's instance-metrics tutorial shows it.
+// the platform's tutorial shows it.
 type olderEntry struct {
 	Status     string  `json:"status"`
 	UUID       string  `json:"uuid"`

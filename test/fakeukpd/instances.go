@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -46,9 +47,7 @@ type InstanceSpec struct {
 	// CPUCores is the CPU rate; RSSBytes the resident set while running.
 	CPUCores float64 `json:"cpuCores"`
 	RSSBytes uint64  `json:"rssBytes"`
-	// State is StateRunning (the default), StateStandby, StateStopped or
-	// StateDraining.
-	State string `json:"state,omitempty"`
+	State    string  `json:"state,omitempty"` // running when empty
 }
 
 // Instance is the state of an instance, for tests and the control API.
@@ -68,14 +67,11 @@ type instance struct {
 	maxCores           float64
 	createdAt, stopped time.Time
 	seq                int // creation order
-	// cpuNS is the counter in core-nanoseconds at since; while running it
-	// grows at CPUCores.
+	// cpuNS (core-nanoseconds) and upNS (summed over every start) are the
+	// CPU counter and the uptime at since; both grow only while it runs.
 	cpuNS float64
+	upNS  time.Duration
 	since time.Time
-	// upNS is the uptime at since, accumulated over every start, as ukpd
-	// reports it: it grows while the instance runs and stands still
-	// otherwise.
-	upNS time.Duration
 }
 
 // runs says whether the instance's VM runs: running, or draining its
@@ -184,11 +180,7 @@ func (s *Server) AddInstance(spec InstanceSpec) (Instance, error) {
 		return Instance{}, fmt.Errorf("an instance %q or %q exists", in.UUID, in.Name)
 	}
 	if in.Tags == nil {
-		in.Tags = []string{
-			KraftletTag(TagNamespace, spec.Namespace),
-			KraftletTag(TagPod, spec.Pod),
-			KraftletTag(TagContainer, spec.Container),
-		}
+		in.Tags = []string{KraftletTag(TagNamespace, spec.Namespace), KraftletTag(TagPod, spec.Pod), KraftletTag(TagContainer, spec.Container)}
 		if spec.Node != "" {
 			in.Tags = append(in.Tags, KraftletTag(TagNode, spec.Node))
 		}
@@ -259,12 +251,7 @@ func (s *Server) InstancesOf(namespace, pod, container string) []string {
 }
 
 func (s *Server) sortedLocked() []*instance {
-	out := make([]*instance, 0, len(s.instances))
-	for _, in := range s.instances {
-		out = append(out, in)
-	}
-	slices.SortFunc(out, func(a, b *instance) int { return strings.Compare(a.UUID, b.UUID) })
-	return out
+	return slices.SortedFunc(maps.Values(s.instances), func(a, b *instance) int { return strings.Compare(a.UUID, b.UUID) })
 }
 
 // SetCPU sets an instance's CPU rate in cores, from now on.

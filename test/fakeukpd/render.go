@@ -58,8 +58,7 @@ type metricsEntry struct {
 	NReqs      int    `json:"nreqs"`
 	NQueued    int    `json:"nqueued"`
 	NTotal     int64  `json:"ntotal"`
-	// cpuLastSecond is the CPU time over the last second, for the older
-	// form.
+	// cpuLastSecond is the CPU time over the last second (older form).
 	cpuLastSecond float64
 }
 
@@ -83,14 +82,10 @@ func (s *Server) writeList(w http.ResponseWriter, r *http.Request, start time.Ti
 	s.listRequests++
 	entries := make([]listEntry, 0, len(chosen))
 	for _, in := range chosen {
-		e := listEntry{
-			Status: "success", UUID: in.UUID, Name: in.Name,
-			CreatedAt: df.rfc3339(in.createdAt), State: in.State,
-			Image:    "fake.unikraft.io/" + cmp.Or(in.Container, "app") + ":latest",
-			MemoryMB: 256, VCPUs: max(1, int(math.Ceil(in.maxCores))),
+		e := listEntry{Status: "success", UUID: in.UUID, Name: in.Name, CreatedAt: df.rfc3339(in.createdAt), State: in.State,
+			Image: "fake.unikraft.io/" + cmp.Or(in.Container, "app") + ":latest", MemoryMB: 256, VCPUs: max(1, int(math.Ceil(in.maxCores))),
 			StartCount: in.StartCount, StartedAt: df.rfc3339(in.StartedAt), StoppedAt: in.stoppedAt(df),
-			UptimeMS: in.uptime(now).Milliseconds(), RestartPolicy: "never", Tags: in.Tags,
-		}
+			UptimeMS: in.uptime(now).Milliseconds(), RestartPolicy: "never", Tags: in.Tags}
 		entries = append(entries, e)
 		if df.duplicate && in.runs() {
 			e.UUID, e.Name = duplicateUUID(in.UUID), in.Name+"-dup"
@@ -141,9 +136,8 @@ func (s *Server) pageLocked(q url.Values) ([]*instance, error) {
 }
 
 // metrics returns the entries of the instances named by ids (UUIDs or
-// names), or of all of them; stopped instances are left out. older says
-// whether they take the older JSON form; ok is false when an id names no
-// instance.
+// names), or of all of them, but for stopped ones; ok is false when an id
+// names no instance.
 func (s *Server) metrics(ids []string) (_ []metricsEntry, older, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -165,12 +159,9 @@ func (s *Server) metrics(ids []string) (_ []metricsEntry, older, ok bool) {
 		if in.State == StateStopped {
 			continue
 		}
-		e := metricsEntry{
-			Status: "success", UUID: in.UUID, Name: in.Name, State: in.State,
-			StartCount: in.StartCount, StartedAt: df.rfc3339(in.StartedAt), StoppedAt: in.stoppedAt(df),
-			UptimeMS: in.uptime(now).Milliseconds(), BootTimeUS: 9000, NetTimeUS: 12000,
-			CPUTimeMS: in.cpuTimeMS(now),
-		}
+		e := metricsEntry{Status: "success", UUID: in.UUID, Name: in.Name, State: in.State, StartCount: in.StartCount,
+			StartedAt: df.rfc3339(in.StartedAt), StoppedAt: in.stoppedAt(df), UptimeMS: in.uptime(now).Milliseconds(),
+			BootTimeUS: 9000, NetTimeUS: 12000, CPUTimeMS: in.cpuTimeMS(now)}
 		if in.runs() {
 			e.RSSBytes, e.cpuLastSecond = in.RSSBytes, in.CPUCores
 		}
@@ -231,9 +222,11 @@ func unixSeconds(rfc string) string {
 }
 
 // writeText writes the Prometheus text form: per family a HELP and TYPE
-// line and one sample per instance, labelled instance_uuid.
-func writeText(w io.Writer, entries []metricsEntry) error {
+// line and one sample per instance, labelled instance_uuid. A failed write
+// means the client went away.
+func writeText(w io.Writer, entries []metricsEntry) {
 	bw := bufio.NewWriter(w)
+	defer func() { _ = bw.Flush() }()
 	for i, f := range families {
 		if i > 0 {
 			fmt.Fprintln(bw)
@@ -243,5 +236,4 @@ func writeText(w io.Writer, entries []metricsEntry) error {
 			fmt.Fprintf(bw, "%s{instance_uuid=%q} %s\n", f.name, entries[j].UUID, f.value(&entries[j]))
 		}
 	}
-	return bw.Flush()
 }

@@ -2,7 +2,6 @@ package fakeukpd
 
 import (
 	"encoding/json"
-	"fmt"
 	"mime"
 	"net/http"
 	"os"
@@ -22,10 +21,9 @@ type Config struct {
 	// Clock drives CPU counters, timestamps and slow faults; nil means the
 	// real clock.
 	Clock clock.Clock
-	// Tokens are accepted bearer tokens.
-	Tokens []string
-	// TokenFile, when set, holds more accepted tokens, one a line ("#"
-	// starts a comment). It is read again whenever it changes.
+	// Tokens are accepted bearer tokens, and so are those of TokenFile, one
+	// a line ("#" starts a comment), read again whenever it changes.
+	Tokens    []string
 	TokenFile string
 	// PageSize is the most instances one answer of GET /v1/instances
 	// holds, whatever its count asks; 0 means no limit. With a limit, a
@@ -39,13 +37,12 @@ type Server struct {
 	clock     clock.Clock
 	tokenFile string
 
-	mu        sync.Mutex
-	tokens    []string
-	instances map[string]*instance // by UUID
-	seq       int
-	faults    map[FaultKind]Fault
-	pageSize  int
-	// listRequests counts the answers of GET /v1/instances.
+	mu           sync.Mutex
+	tokens       []string
+	instances    map[string]*instance // by UUID
+	seq          int
+	faults       map[FaultKind]Fault
+	pageSize     int
 	listRequests int
 
 	closeOnce sync.Once
@@ -59,15 +56,8 @@ func New(cfg Config) *Server {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return &Server{
-		clock:     cfg.Clock,
-		tokenFile: cfg.TokenFile,
-		tokens:    append([]string(nil), cfg.Tokens...),
-		instances: map[string]*instance{},
-		faults:    map[FaultKind]Fault{},
-		pageSize:  cfg.PageSize,
-		closed:    make(chan struct{}),
-	}
+	return &Server{clock: cfg.Clock, tokenFile: cfg.TokenFile, tokens: slices.Clone(cfg.Tokens), instances: map[string]*instance{},
+		faults: map[FaultKind]Fault{}, pageSize: cfg.PageSize, closed: make(chan struct{})}
 }
 
 // Close ends requests held by a slow fault. The server keeps answering
@@ -87,7 +77,7 @@ func (s *Server) ListRequests() int {
 func (s *Server) SetTokens(tokens ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.tokens = append([]string(nil), tokens...)
+	s.tokens = slices.Clone(tokens)
 }
 
 const (
@@ -127,34 +117,27 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // serveData answers a read of the list or the metrics.
 func (s *Server) serveData(w http.ResponseWriter, r *http.Request, path string, isMetrics, asJSON bool, start time.Time) {
-	id, perInstance := instanceMetricsID(path)
 	if !isMetrics {
 		s.writeList(w, r, start)
 		return
 	}
 	var ids []string
-	switch {
-	case perInstance:
+	if id, perInstance := instanceMetricsID(path); perInstance {
 		ids = []string{id}
-	case r.URL.Query().Get("uuid") != "":
-		ids = strings.Split(r.URL.Query().Get("uuid"), ",")
+	} else if q := r.URL.Query().Get("uuid"); q != "" {
+		ids = strings.Split(q, ",")
 	}
 	entries, older, ok := s.metrics(ids)
-	if !ok {
+	switch {
+	case !ok:
 		writeAPIError(w, http.StatusNotFound, "No instance "+strings.Join(ids, ","), start, s.clock)
-		return
-	}
-	if asJSON {
-		if older {
-			writeEnvelope(w, olderEntries(entries), start, s.clock)
-			return
-		}
+	case asJSON && older:
+		writeEnvelope(w, olderEntries(entries), start, s.clock)
+	case asJSON:
 		writeEnvelope(w, entries, start, s.clock)
-		return
-	}
-	w.Header().Set("Content-Type", contentTypeText)
-	if err := writeText(w, entries); err != nil {
-		klog.V(4).InfoS("Writing Prometheus text failed", "err", err)
+	default:
+		w.Header().Set("Content-Type", contentTypeText)
+		writeText(w, entries)
 	}
 }
 
@@ -215,6 +198,6 @@ func opTime(start time.Time, clk clock.PassiveClock) int64 {
 
 func writeJSON(w http.ResponseWriter, v any) {
 	if err := json.NewEncoder(w).Encode(v); err != nil {
-		klog.V(4).InfoS("Writing JSON failed", "err", fmt.Sprint(err))
+		klog.V(4).InfoS("Writing JSON failed", "err", err)
 	}
 }

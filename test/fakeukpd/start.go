@@ -40,10 +40,8 @@ type State struct {
 type Running struct {
 	*Server
 	State
-
-	api     *fakecore.Endpoint   // with TLS
-	plain   *fakecore.HTTPServer // without
-	control *fakecore.HTTPServer
+	api            *fakecore.Endpoint // with TLS, else plain
+	plain, control *fakecore.HTTPServer
 }
 
 // Start serves a fake ukpd as opts say. Close it when done.
