@@ -35,16 +35,8 @@ func TestDropDuplicatePods(t *testing.T) {
 			in:   []PodPoint{pod("a", "c"), pod("b", "c"), pod("a", "c"), pod("c", "c"), pod("a", "c")},
 			want: []string{"b", "c"}, problems: []string{"pod ns/a: listed 3 times"},
 		},
-		{
-			name: "a repeated container costs its pod",
-			in:   []PodPoint{pod("a", "c", "d", "c"), pod("b", "c")},
-			want: []string{"b"}, problems: []string{`pod ns/a: container "c" listed twice`},
-		},
-		{
-			name: "same name in another namespace is another pod",
-			in:   []PodPoint{pod("a", "c"), {Namespace: "other", Name: "a", Containers: []ContainerPoint{{Name: "c"}}}},
-			want: []string{"a", "a"},
-		},
+		{name: "a repeated container costs its pod", in: []PodPoint{pod("a", "c", "d", "c"), pod("b", "c")}, want: []string{"b"}, problems: []string{`pod ns/a: container "c" listed twice`}},
+		{name: "same name in another namespace is another pod", in: []PodPoint{pod("a", "c"), {Namespace: "other", Name: "a", Containers: []ContainerPoint{{Name: "c"}}}}, want: []string{"a", "a"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

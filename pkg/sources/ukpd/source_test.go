@@ -120,9 +120,7 @@ func (e *scrapeEnv) scrapeInto(t *testing.T, st *store.Store) {
 
 func TestScrapeAttributes(t *testing.T) {
 	for _, format := range []Format{FormatJSON, FormatText} {
-		t.Run(string(format), func(t *testing.T) {
-			testScrapeAttributes(t, format)
-		})
+		t.Run(string(format), func(t *testing.T) { testScrapeAttributes(t, format) })
 	}
 }
 
