@@ -188,67 +188,51 @@ func TestScrapeIntoStore(t *testing.T) {
 	e := newScrapeEnv(t, FormatJSON, newPod("default", "web-0", "kraftlet-a", "app"))
 	in := e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.5, RSSBytes: 64 << 20})
 	st := newStore(e.env, 30*time.Second, time.Minute)
-	scrape := func() { e.scrapeInto(t, st) }
-	wantCores := func(step string, nanoCores uint64, window time.Duration) {
-		t.Helper()
-		c := webUsage(t, st, step).Containers[0]
-		if c.CPUNanoCores != nanoCores || c.Window != window || c.Timestamp != e.clk.Now() {
-			t.Errorf("%s: usage = %+v, want %d nanocores over %s ending now", step, c.Usage, nanoCores, window)
+	do := func(op func(string) error) func() { return func() { must(t, op(in.UUID)) } }
+	for _, step := range []struct {
+		name           string
+		before         time.Duration
+		act            func()
+		after          time.Duration
+		nanoCores, mem uint64
+		window         time.Duration
+	}{
+		{"first scrape, average since start", 0, nil, 10 * time.Second, 500_000_000, 64 << 20, 10 * time.Second},
+		{"rate change", 15 * time.Second, func() { must(t, e.fake.SetCPU(in.UUID, 1.5)) }, 15 * time.Second, 1_000_000_000, 64 << 20, 30 * time.Second},
+		// Restarted 5 s into the next interval: the counter starts over.
+		// The previous scrape stands in for the start, so the 5 s before
+		// the restart count as idle: 15 core-seconds over 15 s.
+		{"after a restart", 5 * time.Second, do(e.fake.Restart), 10 * time.Second, 1_000_000_000, 64 << 20, 15 * time.Second},
+		// In standby the pod reads zero CPU and its resident set, 0, for
+		// as long as it stands by.
+		{"standby", 0, do(e.fake.Standby), 15 * time.Second, 0, 0, 15 * time.Second},
+		{"a minute in standby", 0, nil, time.Minute, 0, 0, time.Minute},
+		// Woken 7 s after a scrape: the next one reads the interval's
+		// average, 8 s at 1.5 cores over 15 s, never a spike.
+		{"after a wake", 7 * time.Second, do(e.fake.Restart), 8 * time.Second, 800_000_000, 64 << 20, 15 * time.Second},
+		{"running again", 0, nil, 15 * time.Second, 1_500_000_000, 64 << 20, 15 * time.Second},
+	} {
+		e.clk.Step(step.before)
+		if step.act != nil {
+			step.act()
+		}
+		e.clk.Step(step.after)
+		e.scrapeInto(t, st)
+		c := webUsage(t, st, step.name).Containers[0]
+		if c.CPUNanoCores != step.nanoCores || c.MemoryBytes != step.mem || c.Window != step.window || c.Timestamp != e.clk.Now() {
+			t.Errorf("%s: usage = %+v, want %d nanocores and %d bytes over %s ending now", step.name, c.Usage, step.nanoCores, step.mem, step.window)
 		}
 	}
-
-	e.clk.Step(10 * time.Second)
-	scrape()
-	wantCores("first scrape, average since start", 500_000_000, 10*time.Second)
-
-	e.clk.Step(15 * time.Second)
-	must(t, e.fake.SetCPU(in.UUID, 1.5))
-	e.clk.Step(15 * time.Second)
-	scrape()
-	wantCores("rate change", 1_000_000_000, 30*time.Second)
-
-	// Restarted 5 s into the next interval: the counter starts over. The
-	// previous scrape stands in for the start, so the 5 s before the
-	// restart count as idle: 15 core-seconds over 15 s.
-	e.clk.Step(5 * time.Second)
-	must(t, e.fake.Restart(in.UUID))
-	e.clk.Step(10 * time.Second)
-	scrape()
-	wantCores("after a restart", 1_000_000_000, 15*time.Second)
-
-	// In standby the pod reads zero CPU and its resident set, 0, for as
-	// long as it stands by.
-	must(t, e.fake.Standby(in.UUID))
-	e.clk.Step(15 * time.Second)
-	scrape()
-	wantCores("standby", 0, 15*time.Second)
-	e.clk.Step(time.Minute)
-	scrape()
-	wantCores("a minute in standby", 0, time.Minute)
-	if u := webUsage(t, st, "standby"); u.Containers[0].MemoryBytes != 0 {
-		t.Errorf("memory in standby = %d, want 0", u.Containers[0].MemoryBytes)
-	}
-
-	// Woken 7 s after a scrape: the next one reads the interval's average,
-	// 8 s at 1.5 cores over 15 s, never a spike.
-	e.clk.Step(7 * time.Second)
-	must(t, e.fake.Restart(in.UUID))
-	e.clk.Step(8 * time.Second)
-	scrape()
-	wantCores("after a wake", 800_000_000, 15*time.Second)
-	e.clk.Step(15 * time.Second)
-	scrape()
-	wantCores("running again", 1_500_000_000, 15*time.Second)
 
 	// Draining, the instance keeps its last usage until it is stale.
 	must(t, e.fake.Drain(in.UUID))
 	e.clk.Step(15 * time.Second)
-	scrape()
+	e.scrapeInto(t, st)
 	if u := webUsage(t, st, "draining"); u.Containers[0].CPUNanoCores != 1_500_000_000 {
 		t.Errorf("draining: usage %+v; want the last one kept", u)
 	}
 	e.clk.Step(time.Minute)
-	scrape()
+	e.scrapeInto(t, st)
 	if _, _, why := st.Pod("default", "web-0", "uid-web-0", "kraftlet-a", store.PodRef{}); why == nil {
 		t.Error("usage of a draining instance still served after a minute")
 	}
