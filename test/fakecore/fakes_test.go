@@ -2,6 +2,7 @@ package fakecore_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -31,22 +32,22 @@ const contentTypeJSON = "application/json"
 
 // fake is a fake serving over TLS on the table's clock, with two pods or
 // instances, as the fault table sees it: how to set and clear a fault,
-// which answers it renders, and what its data say.
+// which answers it renders (the first JSON; errorAnswer has Status500's
+// Content-Type and a marker), and what its data say: view, a line a pod or
+// instance; wantClock, the view elapsed after t0 with the clock back;
+// wantAfterReset, the view a second after a CounterReset at 30s.
 type fake struct {
-	url         string
-	caPEM       []byte
-	requests    []request // the first is JSON
-	errorAnswer request   // the Content-Type and a marker of Status500's
-	set         func(fakecore.Fault) error
-	clear       func(fakecore.FaultKind) error
-	faults      func() []fakecore.Fault
-	held        func() int // connections a HandshakeStall holds
-	stop        func()     // ends the answers faults hold back
-	foreign     fakecore.Fault
-	unsupported []fakecore.FaultKind
-	// view is what the data say now, a line a pod or instance; wantClock
-	// is the view elapsed after t0 with the clock back, wantAfterReset
-	// the view a second after a CounterReset at 30s.
+	url            string
+	caPEM          []byte
+	requests       []request
+	errorAnswer    request
+	set            func(fakecore.Fault) error
+	clear          func(fakecore.FaultKind) error
+	faults         func() []fakecore.Fault
+	held           func() int // connections a HandshakeStall holds
+	stop           func()     // ends the answers faults hold back
+	foreign        fakecore.Fault
+	unsupported    []fakecore.FaultKind
 	view           func(t *testing.T, get func(request) []byte) []string
 	wantClock      func(elapsed, back time.Duration) []string
 	wantAfterReset []string
@@ -72,9 +73,7 @@ func startKubelet(t *testing.T, clk clock.Clock) *fake {
 	})
 	n, err := f.AddNode("node-a", 0)
 	must(t, err)
-	for _, name := range []string{"a", "b"} {
-		must(t, f.SetPod("node-a", fakekubelet.Pod{Namespace: "ns", Name: name}))
-	}
+	must(t, errors.Join(f.SetPod("node-a", fakekubelet.Pod{Namespace: "ns", Name: "a"}), f.SetPod("node-a", fakekubelet.Pod{Namespace: "ns", Name: "b"})))
 	// Refused is a node's Dead.
 	dead := func(k fakecore.FaultKind) fakecore.FaultKind {
 		if k == fakecore.FaultRefused {
@@ -132,14 +131,9 @@ func startUKPD(t *testing.T, clk clock.Clock) *fake {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	for _, spec := range []fakeukpd.InstanceSpec{
-		{UUID: "running", Namespace: "ns", Pod: "p", Container: "c", CPUCores: 1, RSSBytes: 1 << 20},
-		{UUID: "standby", Namespace: "ns", Pod: "q", Container: "c", CPUCores: 1, State: fakeukpd.StateStandby},
-	} {
-		if _, err := r.AddInstance(spec); err != nil {
-			t.Fatal(err)
-		}
-	}
+	_, err1 := r.AddInstance(fakeukpd.InstanceSpec{UUID: "running", Namespace: "ns", Pod: "p", Container: "c", CPUCores: 1, RSSBytes: 1 << 20})
+	_, err2 := r.AddInstance(fakeukpd.InstanceSpec{UUID: "standby", Namespace: "ns", Pod: "q", Container: "c", CPUCores: 1, State: fakeukpd.StateStandby})
+	must(t, errors.Join(err1, err2))
 	caPEM, err := os.ReadFile(r.CAFile)
 	must(t, err)
 	// The transport faults belong to its endpoint.
