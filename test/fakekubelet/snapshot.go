@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet/summarytest"
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
@@ -50,10 +51,7 @@ type sample struct {
 }
 
 func (s *sample) add(o sample) {
-	s.rate += o.rate
-	s.cumulative += o.cumulative
-	s.workingSet += o.workingSet
-	s.limit += o.limit
+	s.rate, s.cumulative, s.workingSet, s.limit = s.rate+o.rate, s.cumulative+o.cumulative, s.workingSet+o.workingSet, s.limit+o.limit
 }
 
 // stats renders s as the container name started at start, sampled at ts.
@@ -66,12 +64,13 @@ func (s sample) stats(name string, start, ts metav1.Time) stats.ContainerStats {
 func (n *Node) summaryLocked(t instant, onlyCPUAndMemory bool, dup Fault) *stats.Summary {
 	f := n.fleet
 	ts := metav1.NewTime(f.tl.wall(t))
-	cpu, mem := f.cfg.NodeBaseUsage.CPUNanoCores, f.cfg.NodeBaseUsage.MemoryBytes
 	// The kubelet and the runtime share the node's base usage, at a
 	// constant rate since the node started.
-	kubelet := sample{rate: cpu / 2, cumulative: counter{accAt: n.start, rate: cpu / 2}.at(t), workingSet: mem / 2}
-	runtime := sample{rate: cpu - cpu/2, cumulative: counter{accAt: n.start, rate: cpu - cpu/2}.at(t), workingSet: mem - mem/2}
-
+	base := func(cpu, mem uint64) sample {
+		return sample{rate: cpu, cumulative: counter{accAt: n.start, rate: cpu}.at(t), workingSet: mem}
+	}
+	cpu, mem := f.cfg.NodeBaseUsage.CPUNanoCores, f.cfg.NodeBaseUsage.MemoryBytes
+	kubelet, runtime := base(cpu/2, mem/2), base(cpu-cpu/2, mem-mem/2)
 	pods := n.sortedPodsLocked()
 	out := &stats.Summary{Pods: make([]stats.PodStats, 0, len(pods))}
 	podsTotal := sample{rate: n.podsCPU.rate, cumulative: n.podsCPU.at(t)}
@@ -86,17 +85,12 @@ func (n *Node) summaryLocked(t instant, onlyCPUAndMemory bool, dup Fault) *stats
 
 	start := metav1.NewTime(f.tl.wall(n.start))
 	node := sample{limit: f.cfg.NodeMemoryCapacityBytes}
-	node.add(kubelet)
-	node.add(runtime)
-	node.add(podsTotal)
-	total := node.stats("", start, ts)
-	out.Node = stats.NodeStats{
-		NodeName:         n.name,
-		SystemContainers: []stats.ContainerStats{kubelet.stats("kubelet", start, ts), podsTotal.stats("pods", start, ts), runtime.stats("runtime", start, ts)},
-		StartTime:        start,
-		CPU:              total.CPU,
-		Memory:           total.Memory,
+	for _, s := range []sample{kubelet, runtime, podsTotal} {
+		node.add(s)
 	}
+	total := node.stats("", start, ts)
+	out.Node = stats.NodeStats{NodeName: n.name, StartTime: start, CPU: total.CPU, Memory: total.Memory,
+		SystemContainers: []stats.ContainerStats{kubelet.stats("kubelet", start, ts), podsTotal.stats("pods", start, ts), runtime.stats("runtime", start, ts)}}
 	if !onlyCPUAndMemory {
 		out.Node.Network = summarytest.Network(ts)
 		out.Node.Fs = summarytest.Fs(ts, 8<<30)
@@ -112,15 +106,12 @@ func (n *Node) summaryLocked(t instant, onlyCPUAndMemory bool, dup Fault) *stats
 func (f *Fleet) podStats(ps *podState, t instant, ts metav1.Time, onlyCPUAndMemory bool, scale uint64) stats.PodStats {
 	var total sample
 	limited := true
-	pod := stats.PodStats{
-		PodRef:     stats.PodReference{Name: ps.pod.Name, Namespace: ps.pod.Namespace, UID: ps.pod.UID},
-		StartTime:  metav1.NewTime(f.tl.wall(ps.start)),
-		Containers: make([]stats.ContainerStats, 0, len(ps.containers)),
-	}
+	pod := stats.PodStats{PodRef: stats.PodReference{Name: ps.pod.Name, Namespace: ps.pod.Namespace, UID: ps.pod.UID},
+		StartTime: metav1.NewTime(f.tl.wall(ps.start)), Containers: make([]stats.ContainerStats, 0, len(ps.containers))}
 	for _, c := range ps.containers {
 		cs := sample{rate: scale * c.cpu.rate, cumulative: scale * c.cpu.at(t), workingSet: scale * c.memory, limit: c.limit}
 		total.add(cs)
-		limited = limited && c.limit > 0
+		limited = limited && c.limit > 0 // a pod is limited only if all its containers are
 		stats := cs.stats(c.name, pod.StartTime, ts)
 		if !onlyCPUAndMemory {
 			stats.Rootfs = summarytest.Fs(ts, 4<<20)
@@ -129,7 +120,7 @@ func (f *Fleet) podStats(ps *podState, t instant, ts metav1.Time, onlyCPUAndMemo
 		pod.Containers = append(pod.Containers, stats)
 	}
 	if !limited {
-		total.limit = 0 // a pod is limited only if all its containers are
+		total.limit = 0
 	}
 	sum := total.stats("", pod.StartTime, ts)
 	pod.CPU, pod.Memory = sum.CPU, sum.Memory
@@ -182,8 +173,8 @@ type counter struct {
 	rate  uint64  // nanocores since accAt
 }
 
-// at returns the counter's value at instant t. Instants before the current
-// segment report the value at its start.
+// at returns the counter's value at instant t, and its value at the start
+// of the current segment for instants before it.
 func (c counter) at(t instant) uint64 {
 	if t <= c.accAt {
 		return c.acc
@@ -194,8 +185,7 @@ func (c counter) at(t instant) uint64 {
 // setRate changes the rate from instant t on.
 func (c *counter) setRate(t instant, rate uint64) {
 	if t > c.accAt {
-		c.acc = c.at(t)
-		c.accAt = t
+		c.acc, c.accAt = c.at(t), t
 	}
 	c.rate = rate
 }
@@ -237,34 +227,28 @@ var (
 // times without a timestamp.
 func WriteResourceMetrics(w io.Writer, s *stats.Summary) error {
 	byName := map[string]*dto.MetricFamily{}
-	add := func(f family, v float64, ts *time.Time, values ...string) {
+	add := func(f family, v float64, ms *int64, values ...string) {
 		mf := byName[f.name]
 		if mf == nil {
 			mf = &dto.MetricFamily{Name: &f.name, Help: &f.help, Type: f.kind.Enum()}
 			byName[f.name] = mf
 		}
-		m := &dto.Metric{}
+		m := &dto.Metric{TimestampMs: ms, Gauge: &dto.Gauge{Value: &v}}
+		if f.kind == dto.MetricType_COUNTER {
+			m.Counter, m.Gauge = &dto.Counter{Value: &v}, nil
+		}
 		for i := range f.labels {
 			m.Label = append(m.Label, &dto.LabelPair{Name: &f.labels[i], Value: &values[i]})
-		}
-		if f.kind == dto.MetricType_COUNTER {
-			m.Counter = &dto.Counter{Value: &v}
-		} else {
-			m.Gauge = &dto.Gauge{Value: &v}
-		}
-		if ts != nil {
-			ms := ts.UnixMilli()
-			m.TimestampMs = &ms
 		}
 		mf.Metric = append(mf.Metric, m)
 	}
 	// usage adds a cgroup's CPU counter, in seconds, and working set.
 	usage := func(cpuFamily, memFamily family, c *stats.CPUStats, m *stats.MemoryStats, values ...string) {
 		if c != nil && c.UsageCoreNanoSeconds != nil {
-			add(cpuFamily, float64(*c.UsageCoreNanoSeconds)/float64(time.Second), &c.Time.Time, values...)
+			add(cpuFamily, float64(*c.UsageCoreNanoSeconds)/float64(time.Second), ptr.To(c.Time.UnixMilli()), values...)
 		}
 		if m != nil && m.WorkingSetBytes != nil {
-			add(memFamily, float64(*m.WorkingSetBytes), &m.Time.Time, values...)
+			add(memFamily, float64(*m.WorkingSetBytes), ptr.To(m.Time.UnixMilli()), values...)
 		}
 	}
 	usage(nodeCPUFamily, nodeMemFamily, s.Node.CPU, s.Node.Memory)
