@@ -10,12 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
-
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )

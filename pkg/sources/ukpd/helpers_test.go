@@ -31,10 +31,15 @@ type env struct {
 	caFile    string
 }
 
-func newEnv(t *testing.T) *env {
+// newEnv starts the env; mod, if given, adjusts the fake's config.
+func newEnv(t *testing.T, mod ...func(*fakeukpd.Config)) *env {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(t0)
-	fake := fakeukpd.New(fakeukpd.Config{Clock: clk, Tokens: []string{testToken}})
+	cfg := fakeukpd.Config{Clock: clk, Tokens: []string{testToken}}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	fake := fakeukpd.New(cfg)
 	srv := httptest.NewTLSServer(fake)
 	t.Cleanup(func() {
 		fake.Close()

@@ -3,17 +3,13 @@ package ukpd
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
-
 	corev1 "k8s.io/api/core/v1"
-	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
@@ -23,29 +19,24 @@ import (
 func TestScrapePagesTheList(t *testing.T) {
 	const n = 2000
 	RegisterMetrics()
-	clk := clocktesting.NewFakeClock(t0)
-	fake := fakeukpd.New(fakeukpd.Config{Clock: clk, PageSize: 100, Tokens: []string{testToken}})
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	writeFile(t, tokenFile, testToken)
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
+	e := newEnv(t, func(c *fakeukpd.Config) { c.PageSize = 100 })
 	pods := make([]*corev1.Pod, 0, n)
 	for i := range n {
 		name := fmt.Sprintf("web-%04d", i)
 		pods = append(pods, newPod("default", name, "kraftlet", "app"))
-		if _, err := fake.AddInstance(fakeukpd.InstanceSpec{Namespace: "default", Pod: name, Container: "app", Node: "kraftlet", CPUCores: 0.1}); err != nil {
-			t.Fatal(err)
-		}
+		e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: name, Container: "app", Node: "kraftlet", CPUCores: 0.1})
 	}
-	tg := oneTarget(t, SourceConfig{Endpoints: []EndpointConfig{{URL: srv.URL, Nodes: []string{"kraftlet"}}}, Pods: podLister(t, pods...), TokenFile: tokenFile, Clock: clk})
-	clk.Step(10 * time.Second)
+	tg := oneTarget(t, SourceConfig{
+		Endpoints: []EndpointConfig{{URL: e.srv.URL, Nodes: []string{"kraftlet"}}}, Pods: podLister(t, pods...), TokenFile: e.tokenFile, CAFile: e.caFile, Clock: e.clk,
+	})
+	e.clk.Step(10 * time.Second)
 	b := scrapeOK(t, tg)
 	if len(b.Pods) != n {
 		t.Errorf("scrape has %d pods, want %d", len(b.Pods), n)
 	}
 	// from is inclusive: a page of 100 after the first adds 99. 100 + 20 ×
 	// 99 covers 2,000, and one more page holds only the last instance again.
-	if got := fake.ListRequests(); got != 22 {
+	if got := e.fake.ListRequests(); got != 22 {
 		t.Errorf("%d list requests, want 22", got)
 	}
 }
