@@ -236,7 +236,7 @@ func checkUninstalled(ctx context.Context, t *testing.T, c *cluster.Cluster, obj
 			}
 		}
 		for _, sel := range []string{"app.kubernetes.io/instance=" + chart.Name, ourLabel, "app.kubernetes.io/name=group-metrics-server-cert-controller"} {
-			l, err := labelledWithPods(ctx, dyn, sel)
+			l, err := labelled(ctx, dyn, sel, schema.GroupVersionResource{Version: "v1", Resource: "pods"}, schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "replicasets"})
 			if err != nil {
 				return err
 			}
@@ -251,24 +251,6 @@ func checkUninstalled(ctx context.Context, t *testing.T, c *cluster.Cluster, obj
 	if err != nil {
 		t.Error(err)
 	}
-}
-
-// labelledWithPods is labelled, and the pods and ReplicaSets that match.
-func labelledWithPods(ctx context.Context, dyn dynamic.Interface, selector string) ([]string, error) {
-	out, err := labelled(ctx, dyn, selector)
-	if err != nil {
-		return nil, err
-	}
-	for _, gvr := range []schema.GroupVersionResource{{Version: "v1", Resource: "pods"}, {Group: "apps", Version: "v1", Resource: "replicasets"}} {
-		list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: selector})
-		if err != nil {
-			return nil, fmt.Errorf("list %s: %w", gvr.Resource, err)
-		}
-		for _, o := range list.Items {
-			out = append(out, gvr.Resource+" "+o.GetNamespace()+"/"+o.GetName())
-		}
-	}
-	return out, nil
 }
 
 // topExpect is a pod's expected kubectl top row: memory exactly, CPU

@@ -440,15 +440,9 @@ func faultLogLines(t *testing.T, target, reason string) (failing, recovered int)
 // leaving out malformed points.
 func partialLogLines(t *testing.T, target string) int {
 	t.Helper()
-	data, err := os.ReadFile(suite.server.Process.LogPath())
+	lines, err := linesWith(suite.server.Process.LogPath(), `target="`+target+`"`, `"Scrape target leaving out malformed points"`)
 	must(t, err)
-	n := 0
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.Contains(line, `target="`+target+`"`) && strings.Contains(line, `"Scrape target leaving out malformed points"`) {
-			n++
-		}
-	}
-	return n
+	return len(lines)
 }
 
 // createPinnedPods creates one pod per name, bound to node, with one

@@ -269,26 +269,7 @@ func (e *lwsEnv) hpaState(ctx context.Context, ns string) string {
 // wants more; at the end the HPA must be actively computing (ScalingActive).
 func (e *lwsEnv) holdMinimum(ctx context.Context, t *testing.T, ns string, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	ticker := time.NewTicker(cluster.PollInterval)
-	defer ticker.Stop()
-	var hpa *autoscalingv2.HorizontalPodAutoscaler
-	for time.Now().Before(deadline) {
-		scale, err := lws.GetScale(ctx, e.dyn, ns, lwsName)
-		must(t, err)
-		if hpa, err = e.getHPA(ctx, ns, lwsName); err != nil {
-			t.Fatal(err)
-		}
-		got, _ := hpaReading(hpa)
-		if scale.Spec.Replicas != lwsMinGroups || hpa.Status.DesiredReplicas > lwsMinGroups || got >= lwsTargetPercent {
-			t.Fatalf("the pod policy scaled: replicas %d; %s", scale.Spec.Replicas, e.hpaState(ctx, ns))
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
-		case <-ticker.C:
-		}
-	}
+	hpa := e.holdUnscaled(ctx, t, ns, d, lwsTargetPercent-1, "the pod policy scaled")
 	for _, c := range hpa.Status.Conditions {
 		if c.Type == autoscalingv2.ScalingActive && c.Status == corev1.ConditionTrue {
 			return

@@ -6,10 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
 
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -56,7 +58,7 @@ func TestLWSUnreadyWorkers(t *testing.T) {
 	must(t, e.createHPA(ctx, ns, cpuUtilizationMetric()))
 	must(t, e.waitWorkerCPU(ctx, ns, workerFull.CPUNanoCores))
 	held := time.Now()
-	e.holdUnscaled(ctx, t, ns, unreadyHold)
+	e.holdUnscaled(ctx, t, ns, unreadyHold, math.MaxInt64, "scaled up on workers that are not Ready")
 	t.Logf("%d workers not Ready at 100%% CPU for %v: the LWS stayed at %d group; %s",
 		len(workers), since(held), lwsMinGroups, e.hpaState(ctx, ns))
 
@@ -97,20 +99,22 @@ func (e *lwsEnv) setWorkersReady(ctx context.Context, t *testing.T, ns string, r
 	return names
 }
 
-// holdUnscaled fails the test if, during d, the LWS in ns wants more than
-// lwsMinGroups groups or its HPA wants more.
-func (e *lwsEnv) holdUnscaled(ctx context.Context, t *testing.T, ns string, d time.Duration) {
+// holdUnscaled fails the test, saying why, if during d the LWS in ns wants
+// more than lwsMinGroups groups, or its HPA wants more or reads more than
+// maxReading. It returns the HPA last read.
+func (e *lwsEnv) holdUnscaled(ctx context.Context, t *testing.T, ns string, d time.Duration, maxReading int64, why string) *autoscalingv2.HorizontalPodAutoscaler {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	ticker := time.NewTicker(cluster.PollInterval)
 	defer ticker.Stop()
+	var hpa *autoscalingv2.HorizontalPodAutoscaler
 	for time.Now().Before(deadline) {
 		scale, err := lws.GetScale(ctx, e.dyn, ns, lwsName)
 		must(t, err)
-		hpa, err := e.getHPA(ctx, ns, lwsName)
+		hpa, err = e.getHPA(ctx, ns, lwsName)
 		must(t, err)
-		if scale.Spec.Replicas != lwsMinGroups || hpa.Status.DesiredReplicas > lwsMinGroups {
-			t.Fatalf("scaled up on workers that are not Ready: replicas %d; %s", scale.Spec.Replicas, e.hpaState(ctx, ns))
+		if got, _ := hpaReading(hpa); scale.Spec.Replicas != lwsMinGroups || hpa.Status.DesiredReplicas > lwsMinGroups || got > maxReading {
+			t.Fatalf("%s: replicas %d; %s", why, scale.Spec.Replicas, e.hpaState(ctx, ns))
 		}
 		select {
 		case <-ctx.Done():
@@ -118,4 +122,5 @@ func (e *lwsEnv) holdUnscaled(ctx context.Context, t *testing.T, ns string, d ti
 		case <-ticker.C:
 		}
 	}
+	return hpa
 }

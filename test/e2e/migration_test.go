@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -226,10 +227,11 @@ var ourKinds = []schema.GroupVersionResource{
 	{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"},
 }
 
-// labelled returns every object of ourKinds that matches selector.
-func labelled(ctx context.Context, dyn dynamic.Interface, selector string) ([]string, error) {
+// labelled returns every object of ourKinds, and of more, that matches
+// selector.
+func labelled(ctx context.Context, dyn dynamic.Interface, selector string, more ...schema.GroupVersionResource) ([]string, error) {
 	var out []string
-	for _, gvr := range ourKinds {
+	for _, gvr := range append(slices.Clone(ourKinds), more...) {
 		list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
 			return nil, fmt.Errorf("list %s: %w", gvr.Resource, err)

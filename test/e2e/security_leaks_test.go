@@ -160,15 +160,12 @@ func linesWith(path string, words ...string) ([]string, error) {
 	return out, nil
 }
 
-// ukpdMetric returns the value of one series of the server's /metrics, 0
-// when it is absent.
+// ukpdMetric sums the samples of a metric in the /metrics at base whose
+// labels contain every one of labels (`name="value"`); 0 when there is none.
 func ukpdMetric(ctx context.Context, client *http.Client, base, name string, labels ...string) (float64, error) {
-	code, body, err := env.Get(ctx, client, base+"/metrics")
+	body, err := selfMetrics(ctx, endpoint{base: base, client: client})
 	if err != nil {
 		return 0, err
-	}
-	if code != http.StatusOK {
-		return 0, fmt.Errorf("/metrics: %d: %.200s", code, body)
 	}
 	v, _, err := promtext.Value(body, name, labels...)
 	return v, err

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
-	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
 
 // topRow is a pod's expected kubectl top row.
@@ -81,22 +79,13 @@ func waitTargets(ctx context.Context, t *testing.T, state string, bound time.Dur
 	}))
 }
 
-// serverMetric sums the samples of a metric in the server's /metrics whose
-// labels contain every one of labels (`name="value"`).
+// serverMetric is ukpdMetric on the suite's server.
 func serverMetric(ctx context.Context, name string, labels ...string) (float64, error) {
 	client, err := suite.server.HTTPClient()
 	if err != nil {
 		return 0, err
 	}
-	code, body, err := env.Get(ctx, client, "https://"+suite.server.Address()+"/metrics")
-	if err != nil {
-		return 0, err
-	}
-	if code != http.StatusOK {
-		return 0, fmt.Errorf("/metrics: status %d: %.200s", code, body)
-	}
-	v, _, err := promtext.Value(body, name, labels...)
-	return v, err
+	return ukpdMetric(ctx, client, "https://"+suite.server.Address(), name, labels...)
 }
 
 // watchFreshness lists the metrics of pods every second until the returned
