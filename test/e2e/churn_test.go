@@ -72,19 +72,11 @@ func TestChurn(t *testing.T) {
 // sets the usage of the churn's pods, and returns the steady pods' keys.
 func steadyWorkload(ctx context.Context, t *testing.T, ns string) []string {
 	t.Helper()
-	client := suite.cluster.Client()
-	steady := env.DeploymentSpec{Namespace: ns, Name: "steady", Replicas: steadyPods, Containers: []string{"app", "sidecar"}, CPURequest: "50m"}
-	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: steady.Selector()}, fakekubelet.Usage{CPUNanoCores: 20e6, MemoryBytes: 48 << 20})
 	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: labels.SelectorFromSet(labels.Set{churnLabel: "true"})},
 		fakekubelet.Usage{CPUNanoCores: 5e6, MemoryBytes: 16 << 20})
-	must(t, env.CreateDeployment(ctx, client, steady))
-	pods, err := env.WaitForRunningPods(ctx, client, ns, steady.Selector(), steadyPods)
-	must(t, err)
-	var steadyKeys []string
-	for _, p := range pods {
-		steadyKeys = append(steadyKeys, ns+"/"+p.Name)
-	}
-	return steadyKeys
+	steady := env.DeploymentSpec{Namespace: ns, Name: "steady", Replicas: steadyPods, Containers: []string{"app", "sidecar"}, CPURequest: "50m"}
+	_, keys := runDeployment(ctx, t, steady, fakekubelet.Usage{CPUNanoCores: 20e6, MemoryBytes: 48 << 20})
+	return keys
 }
 
 // runAll runs the churn, the probe and the listers for churnDuration, and

@@ -36,18 +36,10 @@ func TestHighAvailability(t *testing.T) {
 	ctx := begin(t, 5*time.Minute)
 	const ns = "e2e-ha"
 	newNamespace(ctx, t, ns)
-	client := suite.cluster.Client()
 	spec := env.DeploymentSpec{Namespace: ns, Name: "web", Replicas: 6, Containers: []string{"app", "sidecar"}, CPURequest: "100m"}
-	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: spec.Selector()}, fakekubelet.Usage{CPUNanoCores: 70_000_001, MemoryBytes: 40<<20 + 4321})
-	must(t, env.CreateDeployment(ctx, client, spec))
-	pods, err := env.WaitForRunningPods(ctx, client, ns, spec.Selector(), int(spec.Replicas))
-	must(t, err)
+	pods, want := runDeployment(ctx, t, spec, fakekubelet.Usage{CPUNanoCores: 70_000_001, MemoryBytes: 40<<20 + 4321})
 	// Nothing changes these pods' usage from here on.
 	settled := time.Now()
-	var want []string
-	for _, p := range pods {
-		want = append(want, ns+"/"+p.Name)
-	}
 
 	root, err := env.RepoRoot()
 	must(t, err)

@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
 )
 
 // begin returns a context bounded by d for one test and, if the test fails,
@@ -102,4 +104,21 @@ func must(t testing.TB, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// runDeployment sets the fleet's usage for spec's pods, creates the
+// Deployment, waits until its pods run, and returns them and their
+// namespace/name keys.
+func runDeployment(ctx context.Context, t *testing.T, spec env.DeploymentSpec, usage fakekubelet.Usage) ([]corev1.Pod, []string) {
+	t.Helper()
+	client := suite.cluster.Client()
+	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: spec.Namespace, Selector: spec.Selector()}, usage)
+	must(t, env.CreateDeployment(ctx, client, spec))
+	pods, err := env.WaitForRunningPods(ctx, client, spec.Namespace, spec.Selector(), int(spec.Replicas))
+	must(t, err)
+	keys := make([]string, 0, len(pods))
+	for _, p := range pods {
+		keys = append(keys, spec.Namespace+"/"+p.Name)
+	}
+	return pods, keys
 }

@@ -88,16 +88,10 @@ func TestLifecycle(t *testing.T) {
 // needs two.
 func agedWorkload(ctx context.Context, t *testing.T, ns string) (env.DeploymentSpec, []corev1.Pod, []string) {
 	t.Helper()
-	client := suite.cluster.Client()
 	spec := env.DeploymentSpec{Namespace: ns, Name: "web", Replicas: 3, CPURequest: "100m"}
-	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: spec.Selector()}, fakekubelet.Usage{CPUNanoCores: 50e6, MemoryBytes: 32 << 20})
-	must(t, env.CreateDeployment(ctx, client, spec))
-	pods, err := env.WaitForRunningPods(ctx, client, ns, spec.Selector(), int(spec.Replicas))
-	must(t, err)
-	var want []string
+	pods, want := runDeployment(ctx, t, spec, fakekubelet.Usage{CPUNanoCores: 50e6, MemoryBytes: 32 << 20})
 	var aged time.Time
 	for _, p := range pods {
-		want = append(want, ns+"/"+p.Name)
 		if p.Status.StartTime == nil {
 			t.Fatalf("pod %s is Running without a start time", p.Name)
 		}

@@ -30,16 +30,8 @@ func TestLoad(t *testing.T) {
 	ctx := begin(t, 5*time.Minute)
 	const ns = "e2e-load"
 	newNamespace(ctx, t, ns)
-	client := suite.cluster.Client()
 	spec := env.DeploymentSpec{Namespace: ns, Name: "load", Replicas: loadPods, Containers: []string{"app", "sidecar"}, CPURequest: "100m"}
-	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: spec.Selector()}, fakekubelet.Usage{CPUNanoCores: 50e6, MemoryBytes: 64 << 20})
-	must(t, env.CreateDeployment(ctx, client, spec))
-	pods, err := env.WaitForRunningPods(ctx, client, ns, spec.Selector(), loadPods)
-	must(t, err)
-	var want []string
-	for _, p := range pods {
-		want = append(want, ns+"/"+p.Name)
-	}
+	pods, want := runDeployment(ctx, t, spec, fakekubelet.Usage{CPUNanoCores: 50e6, MemoryBytes: 64 << 20})
 	direct := directEndpoint(t, suite.server)
 	selected := listSelected(ns, spec.Selector().String())
 	must(t, poll(ctx, "metrics for every pod of the Deployment", func(ctx context.Context) error {

@@ -26,10 +26,7 @@ func TestKubectlTop(t *testing.T) {
 	spec := env.DeploymentSpec{Namespace: ns, Name: "web", Replicas: 3, Containers: []string{"app", "sidecar"}, CPURequest: "100m"}
 	// Two containers each: 150m and 48Mi per container.
 	podUsage := fakekubelet.Usage{CPUNanoCores: 300e6, MemoryBytes: 96 << 20}
-	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: spec.Selector()}, podUsage)
-	must(t, env.CreateDeployment(ctx, suite.cluster.Client(), spec))
-	pods, err := env.WaitForRunningPods(ctx, suite.cluster.Client(), ns, spec.Selector(), int(spec.Replicas))
-	must(t, err)
+	pods, _ := runDeployment(ctx, t, spec, podUsage)
 	began := time.Now()
 
 	podCPU, podMem := milli(podUsage.CPUNanoCores), mebi(podUsage.MemoryBytes)
