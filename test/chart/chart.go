@@ -1,6 +1,6 @@
-// Package chart renders the Helm chart in manifests/charts and the
-// kustomizations in manifests/ into objects, for the chart's tests and the
-// e2e suite's install of it.
+// Package chart holds what the chart's tests and the e2e suite's install of
+// the Helm chart in manifests/charts share: its name, its directory, bin/helm
+// and a decoder of rendered manifests.
 package chart
 
 import (
@@ -32,7 +32,6 @@ func Dir(root string) string { return filepath.Join(root, "manifests", "charts",
 // under a directory of its own, so that nothing the user's helm keeps
 // (repositories, plugins, registry logins) takes part.
 type Helm struct {
-	// Binary is the helm binary.
 	Binary string
 	// Home holds helm's config, cache and data directories.
 	Home string
@@ -61,34 +60,6 @@ func (h Helm) Run(ctx context.Context, args ...string) (string, error) {
 	return stdout.String(), nil
 }
 
-// Template renders the chart in dir as release Name in namespace, with the
-// values files and --set flags given, and decodes the objects.
-func (h Helm) Template(ctx context.Context, dir, namespace string, values []string, sets ...string) ([]*unstructured.Unstructured, error) {
-	args := []string{"template", Name, dir, "--namespace", namespace}
-	for _, v := range values {
-		args = append(args, "--values", v)
-	}
-	for _, s := range sets {
-		args = append(args, "--set", s)
-	}
-	out, err := h.Run(ctx, args...)
-	if err != nil {
-		return nil, err
-	}
-	return Decode(strings.NewReader(out))
-}
-
-// Kustomize renders the kustomization in dir with kubectl kustomize.
-func Kustomize(ctx context.Context, kubectl, dir string) ([]*unstructured.Unstructured, error) {
-	cmd := exec.CommandContext(ctx, kubectl, "kustomize", dir)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("kubectl kustomize %s: %w: %s", dir, err, strings.TrimSpace(stderr.String()))
-	}
-	return Decode(&stdout)
-}
-
 // Decode decodes a stream of YAML documents into objects, skipping empty
 // ones.
 func Decode(r io.Reader) ([]*unstructured.Unstructured, error) {
@@ -103,45 +74,10 @@ func Decode(r io.Reader) ([]*unstructured.Unstructured, error) {
 		if err != nil {
 			return nil, fmt.Errorf("decode manifests: %w", err)
 		}
-		if len(obj) == 0 {
-			continue
+		if len(obj) > 0 {
+			objs = append(objs, &unstructured.Unstructured{Object: obj})
 		}
-		objs = append(objs, &unstructured.Unstructured{Object: obj})
 	}
-}
-
-// ChartOnlyLabels are the labels the chart adds to every object's metadata
-// that manifests/ has not: they say which release and chart made it.
-var ChartOnlyLabels = []string{
-	"helm.sh/chart",
-	"app.kubernetes.io/instance",
-	"app.kubernetes.io/version",
-	"app.kubernetes.io/managed-by",
-}
-
-// WithoutChartLabels returns a copy of objs without ChartOnlyLabels in
-// their metadata (only there: selectors and pod labels are the same in
-// both), keyed by Key.
-func WithoutChartLabels(objs []*unstructured.Unstructured) (map[string]map[string]any, error) {
-	out := make(map[string]map[string]any, len(objs))
-	for _, o := range objs {
-		o = o.DeepCopy()
-		labels := o.GetLabels()
-		for _, l := range ChartOnlyLabels {
-			delete(labels, l)
-		}
-		if len(labels) == 0 {
-			unstructured.RemoveNestedField(o.Object, "metadata", "labels")
-		} else {
-			o.SetLabels(labels)
-		}
-		k := Key(o)
-		if _, dup := out[k]; dup {
-			return nil, fmt.Errorf("two objects %s", k)
-		}
-		out[k] = o.Object
-	}
-	return out, nil
 }
 
 // Key names an object by kind, namespace and name.

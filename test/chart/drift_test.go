@@ -2,16 +2,7 @@
 
 package chart_test
 
-import (
-	"context"
-	"path/filepath"
-	"testing"
-	"time"
-
-	"github.com/google/go-cmp/cmp"
-
-	"github.com/group-metrics-server/group-metrics-server/test/chart"
-)
+import "testing"
 
 // TestChartMatchesManifests renders the chart (as release
 // group-metrics-server in kube-system) with default values and with each
@@ -32,40 +23,6 @@ func TestChartMatchesManifests(t *testing.T) {
 		{name: "serving-cert-files", values: "serving-cert-files-values.yaml", kustomization: "manifests/examples/serving-cert-files"},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			var values []string
-			if c.values != "" {
-				values = []string{filepath.Join(tc.chartDir, "ci", c.values)}
-			}
-			fromChart, err := tc.helm.Template(ctx, tc.chartDir, "kube-system", values)
-			if err != nil {
-				t.Fatal(err)
-			}
-			fromKustomize, err := chart.Kustomize(ctx, tc.kubectl, filepath.Join(tc.root, c.kustomization))
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := chart.WithoutChartLabels(fromChart)
-			if err != nil {
-				t.Fatalf("chart: %v", err)
-			}
-			want, err := chart.WithoutChartLabels(fromKustomize)
-			if err != nil {
-				t.Fatalf("%s: %v", c.kustomization, err)
-			}
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("chart with %s differs from kubectl kustomize %s (-kustomize +chart):\n%s", valuesName(c.values), c.kustomization, diff)
-			}
-			t.Logf("%s: %d objects, equal to %s's", valuesName(c.values), len(fromChart), c.kustomization)
-		})
+		t.Run(c.name, func(t *testing.T) { tc.sameAsKustomize(t, c.values, c.kustomization, nil) })
 	}
-}
-
-func valuesName(v string) string {
-	if v == "" {
-		return "default values"
-	}
-	return "ci/" + v
 }

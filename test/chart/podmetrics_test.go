@@ -3,12 +3,10 @@
 package chart_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -29,64 +27,29 @@ const podMetricsConfigMap = "group-metrics-server-pod-metrics"
 // manifests/components/pod-metrics ships.
 func TestChartMatchesPodMetricsManifests(t *testing.T) {
 	tc := setup(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	fromChart, err := tc.helm.Template(ctx, tc.chartDir, "kube-system", []string{filepath.Join(tc.chartDir, "ci", "pod-metrics-values.yaml")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fromKustomize, err := chart.Kustomize(ctx, tc.kubectl, filepath.Join(tc.root, "manifests", "examples", "inference-autoscaling"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	chartFile := normalisePodMetrics(t, fromChart)
-	kustomizeFile := normalisePodMetrics(t, fromKustomize)
-	got, err := chart.WithoutChartLabels(fromChart)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := chart.WithoutChartLabels(fromKustomize)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("chart with ci/pod-metrics-values.yaml differs from manifests/examples/inference-autoscaling (-kustomize +chart):\n%s", diff)
-	}
+	files := map[string]string{}
+	tc.sameAsKustomize(t, "pod-metrics-values.yaml", "manifests/examples/inference-autoscaling", func(side string, objs []*unstructured.Unstructured) {
+		files[side] = normalisePodMetrics(t, objs)
+	})
 	shipped, err := os.ReadFile(filepath.Join(tc.root, "manifests", "components", "pod-metrics", "pod-metrics.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want0 := parsePodMetrics(t, "shipped", shipped)
-	for name, f := range map[string]string{"chart": chartFile, "kustomize": kustomizeFile} {
-		if diff := cmp.Diff(want0, parsePodMetrics(t, name, []byte(f)), cmpopts.IgnoreUnexported(promscrape.PodTargets{}, promscrape.NodeExporter{}, promscrape.Matcher{})); diff != "" {
-			t.Errorf("%s's pod-metrics file differs from the shipped one (-shipped +%s):\n%s", name, name, diff)
+	want := parsePodMetrics(t, "shipped", shipped)
+	for side, f := range files {
+		if diff := cmp.Diff(want, parsePodMetrics(t, side, []byte(f)), cmpopts.IgnoreUnexported(promscrape.PodTargets{}, promscrape.NodeExporter{}, promscrape.Matcher{})); diff != "" {
+			t.Errorf("%s's pod-metrics file differs from the shipped one (-shipped +%s):\n%s", side, side, diff)
 		}
-	}
-	if !t.Failed() {
-		t.Logf("%d objects, equal to manifests/examples/inference-autoscaling's", len(fromChart))
 	}
 }
 
 // TestPodMetricsValuesThatCannotWork: the chart refuses the source without
 // custom metrics, and without a file.
 func TestPodMetricsValuesThatCannotWork(t *testing.T) {
-	tc := setup(t)
-	for _, c := range []struct {
-		sets []string
-		want string
-	}{
-		{[]string{"podMetrics.enabled=true", "podMetrics.config.presets={vllm}"}, "podMetrics.enabled needs customMetrics.enabled"},
-		{[]string{"podMetrics.enabled=true", "customMetrics.enabled=true"}, "set podMetrics.config"},
-	} {
-		t.Run(c.want, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			_, err := tc.helm.Template(ctx, tc.chartDir, "kube-system", nil, c.sets...)
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("helm template --set %v: want an error naming %q, got %v", c.sets, c.want, err)
-			}
-		})
-	}
+	setup(t).testRefusals(t, []refusal{
+		{name: "podMetrics.enabled needs customMetrics.enabled", sets: []string{"podMetrics.enabled=true", "podMetrics.config.presets={vllm}"}, want: "podMetrics.enabled needs customMetrics.enabled"},
+		{name: "set podMetrics.config", sets: []string{"podMetrics.enabled=true", "customMetrics.enabled=true"}, want: "set podMetrics.config"},
+	})
 }
 
 // normalisePodMetrics names the pod-metrics ConfigMap (and the volume that

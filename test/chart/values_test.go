@@ -3,13 +3,10 @@
 package chart_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -17,43 +14,20 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/chart"
 )
 
-// exampleValues returns the values files under the chart's ci/, each
-// documented for users and each linted and rendered here.
-func exampleValues(t *testing.T, tc testChart) []string {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(tc.chartDir, "ci", "*-values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) < 5 {
-		t.Fatalf("want the chart's example values files under ci/, found %v", files)
-	}
-	sort.Strings(files)
-	return files
-}
-
 // TestLint runs helm lint --strict and helm template with default values
 // and with each example values file.
 func TestLint(t *testing.T) {
 	tc := setup(t)
-	for _, values := range append([]string{""}, exampleValues(t, tc)...) {
-		name := "default"
-		if values != "" {
-			name = filepath.Base(values)
+	for _, values := range append([]string{""}, tc.exampleValues(t)...) {
+		name := values
+		if name == "" {
+			name = "default"
 		}
 		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			args := []string{"lint", "--strict", tc.chartDir, "--namespace", "kube-system"}
-			var files []string
-			if values != "" {
-				args = append(args, "--values", values)
-				files = []string{values}
-			}
-			if out, err := tc.helm.Run(ctx, args...); err != nil {
+			if out, err := tc.run(t, values, nil, "lint", "--strict"); err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}
-			objs, err := tc.helm.Template(ctx, tc.chartDir, "kube-system", files)
+			objs, err := tc.template(t, values)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -61,10 +35,8 @@ func TestLint(t *testing.T) {
 				t.Fatal("rendered no object")
 			}
 			for _, o := range objs {
-				if o.GetKind() == "APIService" {
-					if v, found, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "insecureSkipTLSVerify"); found {
-						t.Errorf("%s has insecureSkipTLSVerify %v", o.GetName(), v)
-					}
+				if v, found, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "insecureSkipTLSVerify"); found && o.GetKind() == "APIService" {
+					t.Errorf("%s has insecureSkipTLSVerify %v", o.GetName(), v)
 				}
 			}
 		})
@@ -74,10 +46,7 @@ func TestLint(t *testing.T) {
 // TestDefaultObjectCount logs how many objects the default values render,
 // and checks them against manifests/base's kinds.
 func TestDefaultObjectCount(t *testing.T) {
-	tc := setup(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	objs, err := tc.helm.Template(ctx, tc.chartDir, "kube-system", nil)
+	objs, err := setup(t).template(t, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,63 +68,32 @@ func TestDefaultObjectCount(t *testing.T) {
 // of the wrong type or outside its set, fails helm template through
 // values.schema.json, naming the value.
 func TestSchemaRefusesUnknownValues(t *testing.T) {
-	tc := setup(t)
-	cases := []struct {
-		name, set, want string
-	}{
-		{name: "top-level typo", set: "replica=2", want: "replica"},
-		{name: "nested typo", set: "image.tags=v1", want: "tags"},
-		{name: "typo under tls", set: "tls.certManger.duration=1h", want: "certManger"},
-		{name: "typo under ukpd", set: "ukpd.endpoint=https://u", want: "endpoint"},
-		{name: "typo under certController", set: "certController.replica=2", want: "replica"},
-		{name: "typo under podDisruptionBudget", set: "podDisruptionBudget.minAvailabe=1", want: "minAvailabe"},
-		{name: "wrong type", set: "replicas=two", want: "replicas"},
-		{name: "unknown tls type", set: "tls.type=helm", want: "type"},
-		{name: "unknown group policy", set: "defaultGroupPolicy=groups", want: "defaultGroupPolicy"},
-		{name: "unknown source", set: "sources={kubelet,prometheus}", want: "sources"},
-		{name: "port out of range", set: "containerPort=70000", want: "containerPort"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			_, err := tc.helm.Template(ctx, tc.chartDir, "kube-system", nil, c.set)
-			if err == nil {
-				t.Fatalf("helm template --set %s succeeded", c.set)
-			}
-			if !strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("helm template --set %s: want a schema error naming %q, got: %v", c.set, c.want, err)
-			}
-		})
-	}
+	setup(t).testRefusals(t, []refusal{
+		{name: "top-level typo", sets: []string{"replica=2"}, want: "replica"},
+		{name: "nested typo", sets: []string{"image.tags=v1"}, want: "tags"},
+		{name: "typo under tls", sets: []string{"tls.certManger.duration=1h"}, want: "certManger"},
+		{name: "typo under ukpd", sets: []string{"ukpd.endpoint=https://u"}, want: "endpoint"},
+		{name: "typo under certController", sets: []string{"certController.replica=2"}, want: "replica"},
+		{name: "typo under podDisruptionBudget", sets: []string{"podDisruptionBudget.minAvailabe=1"}, want: "minAvailabe"},
+		{name: "wrong type", sets: []string{"replicas=two"}, want: "replicas"},
+		{name: "unknown tls type", sets: []string{"tls.type=helm"}, want: "type"},
+		{name: "unknown group policy", sets: []string{"defaultGroupPolicy=groups"}, want: "defaultGroupPolicy"},
+		{name: "unknown source", sets: []string{"sources={kubelet,prometheus}"}, want: "sources"},
+		{name: "port out of range", sets: []string{"containerPort=70000"}, want: "containerPort"},
+	}, "schema")
 }
 
 // TestRefusesValuesThatCannotWork: combinations the schema cannot express
 // fail with the reason.
 func TestRefusesValuesThatCannotWork(t *testing.T) {
-	tc := setup(t)
-	cases := []struct {
-		name string
-		sets []string
-		want string
-	}{
+	setup(t).testRefusals(t, []refusal{
 		{name: "hostNetwork on the kubelet's port", sets: []string{"hostNetwork.enabled=true"}, want: "containerPort"},
 		{name: "ukpd source without endpoints", sets: []string{"sources={kubelet,ukpd}"}, want: "ukpd.endpoints"},
 		{name: "ukpd endpoints without the source", sets: []string{"ukpd.endpoints={https://u:8443}"}, want: "sources"},
 		{name: "caBundle the controller writes", sets: []string{"apiService.caBundle=x"}, want: "existingSecret"},
 		{name: "serviceMonitor without metrics", sets: []string{"serviceMonitor.enabled=true"}, want: "metrics.enabled"},
 		{name: "ExternalName without a name", sets: []string{"service.type=ExternalName"}, want: "service.externalName"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			_, err := tc.helm.Template(ctx, tc.chartDir, "kube-system", nil, c.sets...)
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("helm template --set %v: want an error naming %q, got %v", c.sets, c.want, err)
-			}
-		})
-	}
+	})
 }
 
 // TestOurValues: the values manifests/ has no kustomization for render
@@ -166,6 +104,7 @@ func TestOurValues(t *testing.T) {
 		name     string
 		values   string
 		sets     []string
+		port     string // --secure-port, 10250 when empty
 		wantArgs []string
 		check    func(t *testing.T, spec map[string]any)
 	}{
@@ -180,29 +119,25 @@ func TestOurValues(t *testing.T) {
 				"--default-group-policy=group",
 			},
 			check: func(t *testing.T, spec map[string]any) {
-				vols, _, _ := unstructured.NestedSlice(spec, "volumes")
 				want := []any{
 					map[string]any{"name": "serving-cert", "secret": map[string]any{"secretName": "group-metrics-server-serving-cert"}},
 					map[string]any{"name": "ukpd-credentials", "secret": map[string]any{"secretName": "ukpd-credentials"}},
 				}
-				if diff := cmp.Diff(want, vols); diff != "" {
+				if diff := cmp.Diff(want, spec["volumes"]); diff != "" {
 					t.Errorf("volumes (-want +got):\n%s", diff)
 				}
 			},
 		},
 		{
-			name:     "host network",
-			values:   "host-network-values.yaml",
-			wantArgs: []string{"--secure-port=4443"},
+			name:   "host network",
+			values: "host-network-values.yaml",
+			port:   "4443",
 			check: func(t *testing.T, spec map[string]any) {
-				hn, _, _ := unstructured.NestedBool(spec, "hostNetwork")
-				dns, _, _ := unstructured.NestedString(spec, "dnsPolicy")
-				port, _, _ := unstructured.NestedFieldNoCopy(spec, "containers")
-				if !hn || dns != "ClusterFirstWithHostNet" {
-					t.Errorf("hostNetwork %v dnsPolicy %q, want true ClusterFirstWithHostNet", hn, dns)
+				if spec["hostNetwork"] != true || spec["dnsPolicy"] != "ClusterFirstWithHostNet" {
+					t.Errorf("hostNetwork %v dnsPolicy %v, want true ClusterFirstWithHostNet", spec["hostNetwork"], spec["dnsPolicy"])
 				}
-				ctr := port.([]any)[0].(map[string]any)
-				if diff := cmp.Diff([]any{map[string]any{"name": "https", "containerPort": float64(4443), "protocol": "TCP"}}, ctr["ports"]); diff != "" {
+				want := []any{map[string]any{"name": "https", "containerPort": float64(4443), "protocol": "TCP"}}
+				if diff := cmp.Diff(want, spec["containers"].([]any)[0].(map[string]any)["ports"]); diff != "" {
 					t.Errorf("ports (-want +got):\n%s", diff)
 				}
 			},
@@ -215,31 +150,20 @@ func TestOurValues(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			var files []string
-			if c.values != "" {
-				files = []string{filepath.Join(tc.chartDir, "ci", c.values)}
-			}
-			objs, err := tc.helm.Template(ctx, tc.chartDir, "kube-system", files, c.sets...)
+			objs, err := tc.template(t, c.values, c.sets...)
 			if err != nil {
 				t.Fatal(err)
 			}
 			spec := serverPodSpec(t, objs)
-			ctr := spec["containers"].([]any)[0].(map[string]any)
-			args, _, _ := unstructured.NestedStringSlice(ctr, "args")
-			base := []string{
-				"--metric-resolution=15s", "--kubelet-use-node-status-port",
+			args, _, _ := unstructured.NestedStringSlice(spec["containers"].([]any)[0].(map[string]any), "args")
+			if c.port == "" {
+				c.port = "10250"
+			}
+			want := append([]string{
+				"--secure-port=" + c.port, "--metric-resolution=15s", "--kubelet-use-node-status-port",
 				"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
 				"--tls-cert-file=/var/run/serving-cert/tls.crt", "--tls-private-key-file=/var/run/serving-cert/tls.key",
-			}
-			want := append([]string{}, base...)
-			secure := "--secure-port=10250"
-			rest := c.wantArgs
-			if len(rest) > 0 && strings.HasPrefix(rest[0], "--secure-port=") {
-				secure, rest = rest[0], rest[1:]
-			}
-			want = append(append([]string{secure}, want...), rest...)
+			}, c.wantArgs...)
 			if diff := cmp.Diff(want, args); diff != "" {
 				t.Errorf("args (-want +got):\n%s", diff)
 			}
@@ -272,9 +196,9 @@ func TestExamplesDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range exampleValues(t, tc) {
-		if !strings.Contains(string(readme), "ci/"+filepath.Base(f)) {
-			t.Errorf("the chart's README does not mention ci/%s", filepath.Base(f))
+	for _, f := range tc.exampleValues(t) {
+		if !strings.Contains(string(readme), "ci/"+f) {
+			t.Errorf("the chart's README does not mention ci/%s", f)
 		}
 	}
 }
