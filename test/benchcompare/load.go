@@ -130,15 +130,12 @@ func (s *runningServer) countItems(ctx context.Context, path string) (int, error
 	var list struct {
 		Items []json.RawMessage `json:"items"`
 	}
-	code, body, err := s.get(ctx, path, nil)
-	if err == nil && code != http.StatusOK {
-		err = fmt.Errorf("status %d", code)
-	}
-	if err == nil {
-		err = json.Unmarshal([]byte(body), &list)
-	}
+	body, err := s.getOK(ctx, path)
 	if err != nil {
-		return 0, fmt.Errorf("%s: GET %s: %w", s.kind.name, path, err)
+		return 0, err
+	}
+	if err := json.Unmarshal([]byte(body), &list); err != nil {
+		return 0, fmt.Errorf("%s: list %s: %w", s.kind.name, path, err)
 	}
 	return len(list.Items), nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -118,14 +117,8 @@ func (b *bench) probe(ctx context.Context, s *runningServer, name, node string) 
 	path := "/apis/metrics.k8s.io/v1beta1/namespaces/" + probeNamespace + "/pods/" + name
 	err = cluster.PollUntil(metricsCtx, "metrics of "+name, 200*time.Millisecond, 10*time.Second, watch,
 		func(ctx context.Context) error {
-			code, body, err := s.get(ctx, path, nil)
-			if err != nil {
-				return err
-			}
-			if code != http.StatusOK {
-				return fmt.Errorf("%d: %s", code, strings.TrimSpace(body))
-			}
-			return nil
+			_, err := s.getOK(ctx, path)
+			return err
 		})
 	if err != nil {
 		if ctx.Err() == nil && metricsCtx.Err() != nil {

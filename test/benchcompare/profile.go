@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -57,12 +56,9 @@ func (p *profiler) heap(ctx context.Context, phase string) error {
 }
 
 func (p *profiler) save(ctx context.Context, path, file string) error {
-	code, body, err := p.server.get(ctx, path, nil)
+	body, err := p.server.getOK(ctx, path)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", p.server.kind.name, path, err)
-	}
-	if code != http.StatusOK {
-		return fmt.Errorf("%s %s: %d: %.200s", p.server.kind.name, path, code, body)
+		return err
 	}
 	return os.WriteFile(file, []byte(body), 0o644)
 }

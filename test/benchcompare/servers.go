@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -117,14 +118,8 @@ func (b *bench) startServer(ctx context.Context, kind serverKind, round int) (*r
 	defer cancel()
 	err = cluster.Poll(waitCtx, name+" to be ready",
 		[]*cluster.Process{proc, b.fleetProc}, func(ctx context.Context) error {
-			code, body, err := s.get(ctx, "/readyz", nil)
-			if err != nil {
-				return err
-			}
-			if code != http.StatusOK {
-				return fmt.Errorf("readyz %d: %s", code, body)
-			}
-			return nil
+			_, err := s.getOK(ctx, "/readyz")
+			return err
 		})
 	return s, time.Since(began), err
 }
@@ -170,14 +165,23 @@ func (s *runningServer) get(ctx context.Context, path string, discard *int64) (i
 	return resp.StatusCode, string(body), err
 }
 
+// getOK is get of a body that must come with 200 OK.
+func (s *runningServer) getOK(ctx context.Context, path string) (string, error) {
+	code, body, err := s.get(ctx, path, nil)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("status %d: %.200s", code, strings.TrimSpace(body))
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s: GET %s: %w", s.kind.name, path, err)
+	}
+	return body, nil
+}
+
 // metrics scrapes the server's /metrics, keeping the series of prefixes.
 func (s *runningServer) metrics(ctx context.Context, prefixes ...string) (samples, error) {
-	code, body, err := s.get(ctx, "/metrics", nil)
+	body, err := s.getOK(ctx, "/metrics")
 	if err != nil {
 		return nil, err
-	}
-	if code != http.StatusOK {
-		return nil, fmt.Errorf("%s /metrics: %d", s.kind.name, code)
 	}
 	return parseSamples(body, prefixes...)
 }

@@ -72,10 +72,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 }
 
 func startOnce(ctx context.Context, opts Options) (*Cluster, error) {
-	c := &Cluster{
-		opts:    opts,
-		stopped: make(chan struct{}),
-	}
+	c := &Cluster{opts: opts, stopped: make(chan struct{})}
 	if err := c.prepareWorkDir(); err != nil {
 		return nil, err
 	}
@@ -101,17 +98,13 @@ func startOnce(ctx context.Context, opts Options) (*Cluster, error) {
 }
 
 func (c *Cluster) prepareWorkDir() error {
-	workDir := c.opts.WorkDir
+	workDir, err := c.opts.WorkDir, error(nil)
 	if workDir == "" {
-		dir, err := os.MkdirTemp("", "gms-cluster-")
-		if err != nil {
-			return fmt.Errorf("create work dir: %w", err)
-		}
-		workDir = dir
+		workDir, err = os.MkdirTemp("", "gms-cluster-")
 		c.ownWorkDir = true
 	}
-	abs, err := filepath.Abs(workDir)
-	if err != nil {
+	abs, err2 := filepath.Abs(workDir)
+	if err = errors.Join(err, err2); err != nil {
 		return fmt.Errorf("work dir: %w", err)
 	}
 	c.workDir = abs
@@ -249,36 +242,29 @@ func (c *Cluster) LogTails(n int) string {
 	return b.String()
 }
 
-// KubeconfigPath returns the admin (system:masters) kubeconfig file.
-func (c *Cluster) KubeconfigPath() string { return c.adminKubeconfig }
-
-// RESTConfig returns a copy of the admin client configuration.
-func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.restConfig) }
-
-// Client returns an admin clientset.
+// KubeconfigPath, RESTConfig (a copy) and Client are the admin's
+// (system:masters) kubeconfig file, client configuration and clientset.
+func (c *Cluster) KubeconfigPath() string       { return c.adminKubeconfig }
+func (c *Cluster) RESTConfig() *rest.Config     { return rest.CopyConfig(c.restConfig) }
 func (c *Cluster) Client() kubernetes.Interface { return c.client }
 
 // APIServerURL returns kube-apiserver's base URL, https://127.0.0.1:<port>.
 func (c *Cluster) APIServerURL() string { return "https://" + hostPort(c.ports["kube-apiserver"]) }
 
-// WorkDir returns the directory holding PKI, kubeconfigs, data and logs.
+// WorkDir holds PKI, kubeconfigs, data and LogDir, which holds <name>.log
+// for every process.
 func (c *Cluster) WorkDir() string { return c.workDir }
-
-// LogDir returns the directory holding <name>.log for every process.
-func (c *Cluster) LogDir() string { return c.logDir }
+func (c *Cluster) LogDir() string  { return c.logDir }
 
 // BinaryPath returns the path of the named binary (APIServerBinary, say) this
-// cluster runs: from Options.KubeBinDir for the Kubernetes binaries when it is
-// set, from Options.BinDir otherwise.
+// cluster runs.
 func (c *Cluster) BinaryPath(name string) string { return c.opts.binPath(name) }
 
-// Ports returns the loopback ports the control plane listens on, keyed by
-// etcd, etcd-peer, kube-apiserver, kube-controller-manager, kube-scheduler
-// (absent with Options.WithoutScheduler) and kwok (its health endpoint).
+// Ports returns the control plane's loopback ports, keyed by component name
+// (kwok: its health endpoint).
 func (c *Cluster) Ports() map[string]int { return maps.Clone(c.ports) }
 
-// CACertFile returns the cluster CA certificate, which signs the serving and
-// client certificates of the control plane and is kube-apiserver's client CA.
+// CACertFile returns the cluster CA certificate, also kube-apiserver's client CA.
 func (c *Cluster) CACertFile() string { return c.pki.file("ca.crt") }
 
 // CACertPEM returns the cluster CA certificate in PEM form.
@@ -286,8 +272,7 @@ func (c *Cluster) CACertPEM() []byte { return c.pki.ca.CertPEM() }
 
 // IssueServingCert signs a serving certificate with the cluster CA for hosts
 // (IP addresses or DNS names), writes <workdir>/pki/issued/<name>.crt and
-// <name>.key, and returns their paths. A fake kubelet, for instance, can serve
-// it so that clients trusting CACertFile verify it.
+// <name>.key, and returns their paths.
 func (c *Cluster) IssueServingCert(name string, hosts ...string) (certFile, keyFile string, err error) {
 	if name == "" || filepath.Base(name) != name {
 		return "", "", fmt.Errorf("invalid certificate name %q", name)

@@ -64,16 +64,11 @@ func startProcess(name, logPath string, grace time.Duration, env []string, path 
 	return p, nil
 }
 
-// Name returns the name the process was started with.
-func (p *Process) Name() string { return p.name }
-
-// LogPath returns the file that receives the process's stdout and stderr.
-func (p *Process) LogPath() string { return p.logPath }
-
-// Pid returns the operating-system process id.
-func (p *Process) Pid() int { return p.cmd.Process.Pid }
-
-// Done is closed when the process has exited.
+// Name, LogPath (the file of its stdout and stderr) and Pid describe the
+// process; Done is closed when it has exited.
+func (p *Process) Name() string          { return p.name }
+func (p *Process) LogPath() string       { return p.logPath }
+func (p *Process) Pid() int              { return p.cmd.Process.Pid }
 func (p *Process) Done() <-chan struct{} { return p.done }
 
 // Err returns how the process exited (nil for exit status 0). It is only
