@@ -150,9 +150,8 @@ func nonNegative(what string, q *resource.Quantity, scale resource.Scale) (*uint
 	return &v, nil
 }
 
-// forNodes applies fn, if set, to the request's node, or to every node for
-// "*" (and without a node in the path), and answers with the resulting
-// states, with their pods if withPods.
+// forNodes applies fn, if set, to the request's node, or to every node (for
+// "*" or none), and answers with the resulting states.
 func forNodes(f *Fleet, r *http.Request, withPods bool, fn func(*Node) error) (any, error) {
 	nodes := f.Nodes()
 	if name := r.PathValue("node"); name != "" && name != "*" {

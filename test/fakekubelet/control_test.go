@@ -208,7 +208,7 @@ func TestCounterIntegration(t *testing.T) {
 			n := addNode(t, f, "n")
 			p := tt.pod
 			p.Namespace, p.Name = "ns", "p"
-			setPod(t, f, "n", p)
+			must(t, f.SetPod("n", p))
 			for _, s := range tt.steps {
 				s(t, f, fc)
 			}
@@ -224,8 +224,8 @@ func TestUsageSpreadAndRules(t *testing.T) {
 	addNode(t, f, "n1")
 	addNode(t, f, "n2")
 	three := []Container{{Name: "a"}, {Name: "b"}, {Name: "c"}}
-	setPod(t, f, "n1", Pod{Namespace: "ns", Name: "web-1", Labels: map[string]string{"app": "web"}, Containers: three})
-	setPod(t, f, "n2", Pod{Namespace: "ns", Name: "db-1", Labels: map[string]string{"app": "db"}})
+	must(t, f.SetPod("n1", Pod{Namespace: "ns", Name: "web-1", Labels: map[string]string{"app": "web"}, Containers: three}))
+	must(t, f.SetPod("n2", Pod{Namespace: "ns", Name: "db-1", Labels: map[string]string{"app": "db"}}))
 
 	sel, err := labels.Parse("app=web")
 	must(t, err)
@@ -233,7 +233,7 @@ func TestUsageSpreadAndRules(t *testing.T) {
 		t.Fatalf("selector matched %d pods, want 1", got)
 	}
 	// A replica placed later picks the remembered usage up.
-	setPod(t, f, "n2", Pod{Namespace: "ns", Name: "web-2", Labels: map[string]string{"app": "web"}})
+	must(t, f.SetPod("n2", Pod{Namespace: "ns", Name: "web-2", Labels: map[string]string{"app": "web"}}))
 	f.SetUsage(UsageTarget{Namespace: "ns", Name: "db-1", Container: "main"}, Usage{CPUNanoCores: 7, MemoryBytes: 8})
 
 	want := map[string]Usage{

@@ -54,11 +54,6 @@ func addNode(t *testing.T, f *Fleet, name string) *Node {
 	return n
 }
 
-func setPod(t *testing.T, f *Fleet, node string, p Pod) {
-	t.Helper()
-	must(t, f.SetPod(node, p))
-}
-
 // usages returns the usage of every container of the named nodes (of
 // every node, without names) by namespace/pod/container.
 func usages(f *Fleet, nodes ...string) map[string]Usage {

@@ -106,14 +106,8 @@ func lingering() []string {
 }
 
 func TestCloseStopsEverything(t *testing.T) {
-	f, err := NewFleet(Config{Tokens: []string{testToken}})
-	must(t, err)
-	var nodes []*Node
-	for _, name := range []string{"a", "b", "c", "d"} {
-		n, err := f.AddNode(name, 0)
-		must(t, err)
-		nodes = append(nodes, n)
-	}
+	f, _ := newTestFleet(t, Config{})
+	nodes := []*Node{addNode(t, f, "a"), addNode(t, f, "b"), addNode(t, f, "c"), addNode(t, f, "d")}
 	c := newClient(t, f)
 	mustGet(t, c, nodes[0], summaryPath)
 	must(t, nodes[1].SetFault(Fault{Kind: fakecore.FaultStall}))
@@ -136,7 +130,7 @@ func TestCloseStopsEverything(t *testing.T) {
 		<-ended
 	}
 	var left []string
-	err = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, requestTimeout, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, requestTimeout, true, func(context.Context) (bool, error) {
 		left = lingering()
 		return len(left) == 0, nil
 	})
@@ -173,9 +167,9 @@ func summaryView(t *testing.T, n *Node) []podView {
 func TestPodFaults(t *testing.T) {
 	f, fc := newTestFleet(t, Config{})
 	a, b := addNode(t, f, "node-a"), addNode(t, f, "node-b")
-	setPod(t, f, "node-a", Pod{Namespace: "ns", Name: "a"})
-	setPod(t, f, "node-a", Pod{Namespace: "ns", Name: "b"})
-	setPod(t, f, "node-b", Pod{Namespace: "ns", Name: "c"})
+	must(t, f.SetPod("node-a", Pod{Namespace: "ns", Name: "a"}))
+	must(t, f.SetPod("node-a", Pod{Namespace: "ns", Name: "b"}))
+	must(t, f.SetPod("node-b", Pod{Namespace: "ns", Name: "c"}))
 	fc.Step(10 * time.Second)
 	pod := func(name string, scale uint64) podView {
 		return podView{name, t0.Add(10 * time.Second), scale * 10 * DefaultContainerCPU, scale * DefaultContainerMemory}

@@ -24,11 +24,11 @@ func fixture(t *testing.T) (*Fleet, *Node) {
 	t.Helper()
 	f, fc := newTestFleet(t, Config{})
 	n := addNode(t, f, "node-a")
-	setPod(t, f, "node-a", Pod{
+	must(t, f.SetPod("node-a", Pod{
 		Namespace: "default", Name: "web-0", UID: "uid-web-0",
 		Labels:     map[string]string{"app": "web"},
 		Containers: []Container{{Name: "app", MemoryLimit: *resource.NewQuantity(256<<20, resource.BinarySI)}, {Name: "sidecar"}},
-	})
+	}))
 	if got := f.SetUsage(UsageTarget{Namespace: "default", Name: "web-0"}, Usage{CPUNanoCores: 500e6, MemoryBytes: 200 << 20}); got != 1 {
 		t.Fatalf("SetUsage matched %d pods, want 1", got)
 	}
@@ -278,8 +278,8 @@ func TestSummaryAndResourceMetricsAgree(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f, fc := newTestFleet(t, Config{})
 			n := addNode(t, f, "n1")
-			setPod(t, f, "n1", Pod{Namespace: "ns1", Name: "p1"})
-			setPod(t, f, "n1", Pod{Namespace: "ns2", Name: "p2", Containers: []Container{{Name: "a"}, {Name: "b"}}})
+			must(t, f.SetPod("n1", Pod{Namespace: "ns1", Name: "p1"}))
+			must(t, f.SetPod("n1", Pod{Namespace: "ns2", Name: "p2", Containers: []Container{{Name: "a"}, {Name: "b"}}}))
 			fc.Step(5 * time.Second)
 			if tt.setup != nil {
 				tt.setup(f)
