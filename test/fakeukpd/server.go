@@ -143,12 +143,8 @@ func (s *Server) serveData(w http.ResponseWriter, r *http.Request, path string, 
 
 // instanceMetricsID reads /v1/instances/{id}/metrics.
 func instanceMetricsID(path string) (string, bool) {
-	rest, ok := strings.CutPrefix(path, listPath+"/")
-	if !ok {
-		return "", false
-	}
-	id, ok := strings.CutSuffix(rest, "/metrics")
-	return id, ok && id != "" && !strings.Contains(id, "/")
+	id, ok := strings.CutSuffix(strings.TrimPrefix(path, listPath+"/"), "/metrics")
+	return id, ok && strings.HasPrefix(path, listPath+"/") && id != "" && !strings.Contains(id, "/")
 }
 
 // wantsJSON says whether an Accept header names application/json; every
@@ -184,12 +180,7 @@ func (s *Server) authenticated(r *http.Request) bool {
 func writeAPIError(w http.ResponseWriter, code int, msg string, start time.Time, clk clock.PassiveClock) {
 	w.Header().Set("Content-Type", contentTypeJSON)
 	w.WriteHeader(code)
-	writeJSON(w, map[string]any{
-		"status":     "error",
-		"message":    msg,
-		"errors":     []map[string]any{{"status": code}},
-		"op_time_us": opTime(start, clk),
-	})
+	writeJSON(w, map[string]any{"status": "error", "message": msg, "errors": []map[string]any{{"status": code}}, "op_time_us": opTime(start, clk)})
 }
 
 func opTime(start time.Time, clk clock.PassiveClock) int64 {
