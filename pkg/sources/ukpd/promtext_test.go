@@ -216,13 +216,11 @@ func expfmtSamples(body []byte) ([]Sample, bool) {
 	}
 	byUUID := map[string]*series{}
 	for name, idx := range seriesIndex {
-		mf, found := families[name]
-		if !found {
+		mf := families[name]
+		if mf == nil {
 			continue
 		}
-		switch mf.GetType() {
-		case dto.MetricType_COUNTER, dto.MetricType_GAUGE, dto.MetricType_UNTYPED:
-		default:
+		if ty := mf.GetType(); ty != dto.MetricType_COUNTER && ty != dto.MetricType_GAUGE && ty != dto.MetricType_UNTYPED {
 			return nil, false
 		}
 		for _, m := range mf.GetMetric() {
@@ -246,21 +244,17 @@ func expfmtSamples(body []byte) ([]Sample, bool) {
 			if s.have[idx] {
 				continue // the first one counts
 			}
-			var v float64
-			switch {
-			case m.Counter != nil:
+			v := m.GetUntyped().GetValue()
+			if m.Counter != nil {
 				v = m.GetCounter().GetValue()
-			case m.Gauge != nil:
+			} else if m.Gauge != nil {
 				v = m.GetGauge().GetValue()
-			default:
-				v = m.GetUntyped().GetValue()
 			}
 			s.values[idx], s.have[idx] = v, true
 		}
 	}
-	uuids := slices.Sorted(maps.Keys(byUUID))
 	var out []Sample
-	for _, u := range uuids {
+	for _, u := range slices.Sorted(maps.Keys(byUUID)) {
 		if s, err := byUUID[u].sample(u); err == nil {
 			out = append(out, s)
 		}
