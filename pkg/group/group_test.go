@@ -65,14 +65,12 @@ func TestAggregate(t *testing.T) {
 		{name: "leader without a request reports the group's sum", policy: PolicyGroup,
 			members: []Member{m(0.2, 1*gi, -1, -1), m(0.3, 2*gi, 1, 1*gi), noMetrics(1, 1)},
 			want:    Result{Total: total(0.5, 3*gi), Covered: 2}},
-		{
-			// Finding 3: a zero request adds usage and no request, as in the
-			// HPA's sums; it was left out as if missing.
-			name:    "a member with a zero request adds its usage",
+		// Finding 3: a zero request adds usage and no request, as in the
+		// HPA's sums; it was left out as if missing.
+		{name: "a member with a zero request adds its usage",
 			policy:  PolicyGroup,
 			members: []Member{m(0.5, 1, 1, 1), m(0.5, 1, 0, 1)},
-			want:    Result{Total: total(1, 1), Covered: 2},
-		},
+			want:    Result{Total: total(1, 1), Covered: 2}},
 		{name: "leader with a zero request reports the group's sum", policy: PolicyGroup,
 			members: []Member{m(0.5, 1, 0, 1), m(0.25, 1, 1, 1)},
 			want:    Result{Total: total(0.75, 1), Covered: 2}},
@@ -162,61 +160,49 @@ func TestRequest(t *testing.T) {
 		{name: "containers add up",
 			spec:    corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Resources: req("250m", "1Gi")}, {Name: "b", Resources: req("750m", "1Gi")}}},
 			wantCPU: 1000, cpuOK: true, wantMem: 2 * milliGi, memOK: true},
-		{
-			name: "restartable init containers count, others do not",
+		{name: "restartable init containers count, others do not",
 			spec: corev1.PodSpec{
 				InitContainers: []corev1.Container{{Name: "setup", Resources: req("4", "4Gi")}, {Name: "proxy", RestartPolicy: &always, Resources: req("100m", "64Mi")}},
 				Containers:     []corev1.Container{{Name: "a", Resources: req("500m", "1Gi")}},
 			},
-			wantCPU: 600, cpuOK: true, wantMem: milliGi + 64<<20*1000, memOK: true,
-		},
+			wantCPU: 600, cpuOK: true, wantMem: milliGi + 64<<20*1000, memOK: true},
 		{name: "one container without a request: missing, as the HPA sees it",
 			spec:  corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Resources: req("250m", "1Gi")}, {Name: "b", Resources: req("", "1Gi")}}},
 			cpuOK: false, wantMem: 2 * milliGi, memOK: true},
-		{
-			// Finding 3: an explicit zero was taken for a missing request.
-			name:    "an explicit zero is a request of zero",
+		// Finding 3: an explicit zero was taken for a missing request.
+		{name: "an explicit zero is a request of zero",
 			spec:    corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Resources: req("0", "1Gi")}}},
-			wantCPU: 0, cpuOK: true, wantMem: milliGi, memOK: true,
-		},
+			wantCPU: 0, cpuOK: true, wantMem: milliGi, memOK: true},
 		{name: "overhead is not added to container requests, as the HPA does not",
 			spec:    corev1.PodSpec{Overhead: req("250m", "64Mi").Requests, Containers: []corev1.Container{{Name: "a", Resources: req("500m", "1Gi")}}},
 			wantCPU: 500, cpuOK: true, wantMem: milliGi, memOK: true},
-		{
-			name: "pod-level requests win",
+		{name: "pod-level requests win",
 			spec: corev1.PodSpec{
 				Resources:  podLevel("2", ""),
 				Containers: []corev1.Container{{Name: "a", Resources: req("250m", "1Gi")}},
 			},
-			wantCPU: 2000, cpuOK: true, wantMem: milliGi, memOK: true,
-		},
-		{
-			// Finding 3: a pod-level memory request made the container CPU
-			// requests "missing", and the leader reported the group's sum.
-			name: "pod-level memory, container CPU: CPU from the containers",
+			wantCPU: 2000, cpuOK: true, wantMem: milliGi, memOK: true},
+		// Finding 3: a pod-level memory request made the container CPU
+		// requests "missing", and the leader reported the group's sum.
+		{name: "pod-level memory, container CPU: CPU from the containers",
 			spec: corev1.PodSpec{
 				Resources:  podLevel("", "8Gi"),
 				Containers: []corev1.Container{{Name: "a", Resources: req("500m", "")}, {Name: "b", Resources: req("250m", "")}},
 			},
-			wantCPU: 750, cpuOK: true, wantMem: 8 * milliGi, memOK: true,
-		},
-		{
-			name: "pod-level requests with overhead",
+			wantCPU: 750, cpuOK: true, wantMem: 8 * milliGi, memOK: true},
+		{name: "pod-level requests with overhead",
 			spec: corev1.PodSpec{
 				Resources:  podLevel("2", "4Gi"),
 				Overhead:   req("100m", "1Gi").Requests,
 				Containers: []corev1.Container{{Name: "a"}},
 			},
-			wantCPU: 2100, cpuOK: true, wantMem: 5 * milliGi, memOK: true,
-		},
-		{
-			name: "pod-level memory, no container CPU request: missing",
+			wantCPU: 2100, cpuOK: true, wantMem: 5 * milliGi, memOK: true},
+		{name: "pod-level memory, no container CPU request: missing",
 			spec: corev1.PodSpec{
 				Resources:  podLevel("", "4Gi"),
 				Containers: []corev1.Container{{Name: "a"}},
 			},
-			cpuOK: false, wantMem: 4 * milliGi, memOK: true,
-		},
+			cpuOK: false, wantMem: 4 * milliGi, memOK: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -472,12 +472,10 @@ func TestServerHTTP(t *testing.T) {
 			path: "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/inf-0-1/lws_group_cpu_usage", wantCode: 404},
 		{name: "openapi v2", cfg: env.admin, path: "/openapi/v2", accept: "application/json", wantCode: 200, want: []string{"PodMetrics", "NodeMetrics"}},
 		{name: "openapi v3", cfg: env.admin, path: "/openapi/v3/apis/metrics.k8s.io/v1", wantCode: 200, want: []string{"PodMetrics"}},
-		{
-			// The core/v1 type custom metrics refer to is served; the rest of
-			// core/v1 is not kept (apiserver.mergeDefinitions).
-			name: "openapi v3 of custom metrics", cfg: env.admin, path: "/openapi/v3/apis/custom.metrics.k8s.io/v1beta2", wantCode: 200,
-			want: []string{"io.k8s.metrics.pkg.apis.custom_metrics.v1beta2.MetricValue", "io.k8s.api.core.v1.ObjectReference"},
-		},
+		// The core/v1 type custom metrics refer to is served; the rest of
+		// core/v1 is not kept (apiserver.mergeDefinitions).
+		{name: "openapi v3 of custom metrics", cfg: env.admin, path: "/openapi/v3/apis/custom.metrics.k8s.io/v1beta2", wantCode: 200,
+			want: []string{"io.k8s.metrics.pkg.apis.custom_metrics.v1beta2.MetricValue", "io.k8s.api.core.v1.ObjectReference"}},
 		{name: "self-metrics", cfg: env.admin, path: "/metrics", wantCode: 200, want: []string{"group_metrics_server_scraper_targets", "group_metrics_server_store_points"}},
 	}
 	for _, tc := range tests {

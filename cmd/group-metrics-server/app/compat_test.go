@@ -54,8 +54,7 @@ func metricsServerFlags(t *testing.T) []msFlag {
 func TestMetricsServerFlagsAccepted(t *testing.T) {
 	t.Cleanup(func() { _ = logsapi.ResetForTest(nil) })
 	dir := t.TempDir()
-	files := writeFixtures(t, dir)
-	values := flagValues(dir, files)
+	values := flagValues(dir, writeFixtures(t, dir))
 
 	var args []string
 	for _, f := range metricsServerFlags(t) {
@@ -86,33 +85,22 @@ func TestMetricsServerFlagsAccepted(t *testing.T) {
 		t.Fatalf("server configuration from metrics-server's flags: %v", err)
 	}
 	g := cfg.API.Config
-	got := map[string]string{
-		"shutdown-delay-duration":          g.ShutdownDelayDuration.String(),
-		"max-requests-inflight":            strconv.Itoa(g.MaxRequestsInFlight),
-		"max-mutating-requests-inflight":   strconv.Itoa(g.MaxMutatingRequestsInFlight),
-		"request-timeout":                  g.RequestTimeout.String(),
-		"min-request-timeout":              strconv.Itoa(g.MinRequestTimeout),
-		"goaway-chance":                    strconv.FormatFloat(g.GoawayChance, 'f', -1, 64),
-		"shutdown-send-retry-after":        strconv.FormatBool(g.ShutdownSendRetryAfter),
-		"audit backend":                    strconv.FormatBool(g.AuditBackend != nil),
-		"priority and fairness":            strconv.FormatBool(g.FlowControl != nil),
-		"enable-priority-and-fairness":     strconv.FormatBool(o.Features.EnablePriorityAndFairness),
-		"external-hostname":                g.ExternalAddress,
-		"deprecated-kubelet-completely-in": strconv.FormatBool(o.DeprecatedKubeletCompletelyInsecure),
-	}
-	want := map[string]string{
-		"shutdown-delay-duration":          "3s",
-		"max-requests-inflight":            "401",
-		"max-mutating-requests-inflight":   "201",
-		"request-timeout":                  "1m1s",
-		"min-request-timeout":              "1801",
-		"goaway-chance":                    "0.001",
-		"shutdown-send-retry-after":        "true",
-		"audit backend":                    "true",
-		"priority and fairness":            "false",
-		"enable-priority-and-fairness":     "false",
-		"external-hostname":                "metrics.example.com",
-		"deprecated-kubelet-completely-in": "false",
+	got, want := map[string]string{}, map[string]string{}
+	for _, c := range []struct{ name, got, want string }{
+		{"shutdown-delay-duration", g.ShutdownDelayDuration.String(), "3s"},
+		{"max-requests-inflight", strconv.Itoa(g.MaxRequestsInFlight), "401"},
+		{"max-mutating-requests-inflight", strconv.Itoa(g.MaxMutatingRequestsInFlight), "201"},
+		{"request-timeout", g.RequestTimeout.String(), "1m1s"},
+		{"min-request-timeout", strconv.Itoa(g.MinRequestTimeout), "1801"},
+		{"goaway-chance", strconv.FormatFloat(g.GoawayChance, 'f', -1, 64), "0.001"},
+		{"shutdown-send-retry-after", strconv.FormatBool(g.ShutdownSendRetryAfter), "true"},
+		{"audit backend", strconv.FormatBool(g.AuditBackend != nil), "true"},
+		{"priority and fairness", strconv.FormatBool(g.FlowControl != nil), "false"},
+		{"enable-priority-and-fairness", strconv.FormatBool(o.Features.EnablePriorityAndFairness), "false"},
+		{"external-hostname", g.ExternalAddress, "metrics.example.com"},
+		{"deprecated-kubelet-completely-in", strconv.FormatBool(o.DeprecatedKubeletCompletelyInsecure), "false"},
+	} {
+		got[c.name], want[c.name] = c.got, c.want
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("configuration from metrics-server's flags (-want +got):\n%s", diff)
@@ -158,12 +146,7 @@ func writeFixtures(t *testing.T, dir string) fixtures {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := fixtures{
-		cert:       filepath.Join(dir, "tls.crt"),
-		key:        filepath.Join(dir, "tls.key"),
-		kubeconfig: filepath.Join(dir, "kubeconfig"),
-		policy:     filepath.Join(dir, "audit-policy.yaml"),
-	}
+	f := fixtures{filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "kubeconfig"), filepath.Join(dir, "audit-policy.yaml")}
 	kubeconfig := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", certificate-authority: %q}}]
@@ -183,7 +166,7 @@ current-context: c
 // flagValues are valid values by flag name, where the type's value would
 // not do; values that differ from the defaults show that a flag is applied.
 func flagValues(dir string, f fixtures) map[string]string {
-	v := map[string]string{
+	return map[string]string{
 		// metrics server
 		"kubeconfig": f.kubeconfig, "metric-resolution": "15s",
 		// generic
@@ -222,7 +205,6 @@ func flagValues(dir string, f fixtures) map[string]string {
 		"logging-format": "json", "log-flush-frequency": "5s", "log-json-info-buffer-size": "1Ki",
 		"log-text-info-buffer-size": "1Ki", "v": "2", "vmodule": "",
 	}
-	return v
 }
 
 func freePort() int {

@@ -18,8 +18,7 @@ func TestValidate(t *testing.T) {
 	}{
 		{name: "defaults", set: func(*Options) {}},
 		{name: "resolution at the floor", set: func(o *Options) { o.MetricResolution = 5 * time.Second; o.KubeletRequestTimeout = 4 * time.Second }},
-		{
-			name: "every problem is reported",
+		{name: "every problem is reported",
 			set: func(o *Options) {
 				o.MetricResolution = time.Second
 				o.KubeletPort = 70000
@@ -43,38 +42,31 @@ func TestValidate(t *testing.T) {
 				"exclude each other",
 				"go together",
 				"--node-selector",
-			},
-		},
-		{
-			name: "ukpd endpoints",
+			}},
+		{name: "ukpd endpoints",
 			set: func(o *Options) {
 				o.Sources = []string{"kubelet", "ukpd"}
 				o.UkpdEndpoints = []string{"https://10.0.0.5:8443;nodes=k1", "https://10.0.0.6:8443;node-selector=zone=b"}
-			},
-		},
+			}},
 		{name: "ukpd without endpoints", set: func(o *Options) { o.Sources = []string{"ukpd"} }, wants: []string{"needs at least one --ukpd-endpoint"}},
 		{name: "endpoint without ukpd", set: func(o *Options) { o.UkpdEndpoints = []string{"https://x"} }, wants: []string{"does not name ukpd"}},
 		{name: "required tags", set: func(o *Options) { o.UkpdRequiredTags = []string{"cluster=a", "nope", "x=a b"} },
 			wants: []string{`--ukpd-required-tag: required tag "nope"`, `--ukpd-required-tag: required tag "x=a b"`}},
-		{
-			name: "bad sources",
+		{name: "bad sources",
 			set: func(o *Options) {
 				o.Sources = []string{"kubelet", "kubelet", "prometheus"}
 				o.KraftletNodeSelector = "a in ("
 			},
-			wants: []string{`"kubelet" named twice`, `unknown source "prometheus"`, "--kraftlet-node-selector"},
-		},
+			wants: []string{`"kubelet" named twice`, `unknown source "prometheus"`, "--kraftlet-node-selector"}},
 		{name: "bad endpoint", set: func(o *Options) { o.Sources = []string{"ukpd"}; o.UkpdEndpoints = []string{"ftp://x"} },
 			wants: []string{"--ukpd-endpoint"}},
 		{name: "timeout equal to resolution", set: func(o *Options) { o.KubeletRequestTimeout = o.MetricResolution }, wants: []string{"below --metric-resolution"}},
-		{
-			name: "negative HPA readiness durations",
+		{name: "negative HPA readiness durations",
 			set: func(o *Options) {
 				o.HPACPUInitializationPeriod = -time.Second
 				o.HPAInitialReadinessDelay = -time.Second
 			},
-			wants: []string{"--horizontal-pod-autoscaler-cpu-initialization-period", "--horizontal-pod-autoscaler-initial-readiness-delay"},
-		},
+			wants: []string{"--horizontal-pod-autoscaler-cpu-initialization-period", "--horizontal-pod-autoscaler-initial-readiness-delay"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

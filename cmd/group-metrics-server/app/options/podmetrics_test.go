@@ -30,30 +30,26 @@ func TestValidatePodMetricsConfig(t *testing.T) {
 	}{
 		{name: "off by default", set: func(*Options) {}},
 		{name: "a good file", set: func(o *Options) { o.PodMetricsConfig = good; o.EnableCustomMetrics = true }},
-		{
-			name: "every error of a bad file, each naming the flag",
-			set:  func(o *Options) { o.PodMetricsConfig = bad; o.EnableCustomMetrics = true },
+		{name: "every error of a bad file, each naming the flag",
+			set: func(o *Options) { o.PodMetricsConfig = bad; o.EnableCustomMetrics = true },
 			wants: []string{
 				"--pod-metrics-config " + bad + `: presets[1]: unknown preset "tgi"`,
 				"--pod-metrics-config " + bad + `: metrics[3].name: "Bad" is not a valid custom metric name`,
 				"--pod-metrics-config " + bad + `: metrics[3].type: "histogram" must be gauge or counter`,
 				"--pod-metrics-config " + bad + `: timeout: 2m0s must be above 0 and at most 1m0s`,
-			},
-		},
+			}},
 		{name: "a missing file",
 			set:   func(o *Options) { o.PodMetricsConfig = "/nonexistent/pod-metrics.yaml"; o.EnableCustomMetrics = true },
 			wants: []string{"--pod-metrics-config: open /nonexistent/pod-metrics.yaml"}},
 		{name: "without custom metrics", set: func(o *Options) { o.PodMetricsConfig = good },
 			wants: []string{"--pod-metrics-config needs --enable-custom-metrics"}},
-		{
-			name: "a timeout at the resolution when the file sets no interval",
+		{name: "a timeout at the resolution when the file sets no interval",
 			set: func(o *Options) {
 				o.PodMetricsConfig = slow
 				o.EnableCustomMetrics = true
 				o.MetricResolution = 15 * time.Second
 			},
-			wants: []string{"--pod-metrics-config " + slow + ": timeout 20s must be below the interval"},
-		},
+			wants: []string{"--pod-metrics-config " + slow + ": timeout 20s must be below the interval"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
