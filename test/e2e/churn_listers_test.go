@@ -30,19 +30,11 @@ func (l *churnLister) problem(format string, args ...any) {
 }
 
 func (l *churnLister) run(ctx context.Context, c *churn) {
-	ticker := time.NewTicker(500 * time.Millisecond)
-	defer ticker.Stop()
-	for ctx.Err() == nil {
-		r := fetch(ctx, l.ep, l.sh)
-		if ctx.Err() != nil {
-			return
+	every(ctx, 500*time.Millisecond, func() {
+		if r := fetch(ctx, l.ep, l.sh); ctx.Err() == nil {
+			l.check(r, c)
 		}
-		l.check(r, c)
-		select {
-		case <-ctx.Done():
-		case <-ticker.C:
-		}
-	}
+	})
 }
 
 func (l *churnLister) check(r result, c *churn) {

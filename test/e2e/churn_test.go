@@ -93,17 +93,11 @@ func (c *churn) runAll(ctx context.Context, agg endpoint, listers []*churnLister
 	}
 	var peakRSS uint64
 	wg.Go(func() {
-		ticker := time.NewTicker(time.Second)
-		defer ticker.Stop()
-		for churnCtx.Err() == nil {
+		every(churnCtx, time.Second, func() {
 			if st, err := readProc(pid); err == nil {
 				peakRSS = max(peakRSS, st.RSS)
 			}
-			select {
-			case <-churnCtx.Done():
-			case <-ticker.C:
-			}
-		}
+		})
 	})
 	wg.Wait()
 	return time.Since(began), peakRSS
@@ -212,10 +206,9 @@ func (c *churn) deletedAt(name string) (time.Time, bool) {
 // deletes the oldest once churnPool are alive, until ctx ends.
 func (c *churn) run(ctx context.Context) {
 	client := suite.cluster.Client()
-	ticker := time.NewTicker(churnInterval)
-	defer ticker.Stop()
 	var alive []string
-	for i := 0; ctx.Err() == nil; i++ {
+	i := 0
+	every(ctx, churnInterval, func() {
 		name := fmt.Sprintf("churn-%d", i)
 		_, err := client.CoreV1().Pods(c.ns).Create(ctx, c.pod(name, c.nodes[i%len(c.nodes)], "true"), metav1.CreateOptions{})
 		c.mu.Lock()
@@ -231,11 +224,8 @@ func (c *churn) run(ctx context.Context) {
 				alive = alive[1:]
 			}
 		}
-		select {
-		case <-ctx.Done():
-		case <-ticker.C:
-		}
-	}
+		i++
+	})
 }
 
 // probe creates one pod at a time, until churnCtx ends, and measures how

@@ -122,3 +122,16 @@ func runDeployment(ctx context.Context, t *testing.T, spec env.DeploymentSpec, u
 	}
 	return pods, keys
 }
+
+// every calls step every d until ctx ends.
+func every(ctx context.Context, d time.Duration, step func()) {
+	ticker := time.NewTicker(d)
+	defer ticker.Stop()
+	for ctx.Err() == nil {
+		step()
+		select {
+		case <-ctx.Done():
+		case <-ticker.C:
+		}
+	}
+}

@@ -55,16 +55,7 @@ func startPodEndpoints(t *testing.T, port int, render func(*corev1.Pod) (string,
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		ticker := time.NewTicker(200 * time.Millisecond)
-		defer ticker.Stop()
-		for {
-			e.sync(ctx)
-			select {
-			case <-ctx.Done():
-				return
-			case <-ticker.C:
-			}
-		}
+		every(ctx, 200*time.Millisecond, func() { e.sync(ctx) })
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -177,12 +177,10 @@ func watchGaps(ctx context.Context, ep endpoint, sh shape, want []string, ns, hp
 	)
 	client := suite.cluster.Client()
 	wg.Go(func() {
-		ticker := time.NewTicker(250 * time.Millisecond)
-		defer ticker.Stop()
-		for ctx.Err() == nil {
+		every(ctx, 250*time.Millisecond, func() {
 			r := fetch(ctx, ep, sh)
 			if ctx.Err() != nil {
-				break
+				return
 			}
 			w.lists++
 			if servesAll(r, want) == nil {
@@ -205,11 +203,7 @@ func watchGaps(ctx context.Context, ep endpoint, sh shape, want []string, ns, hp
 					hpaFailed = time.Time{}
 				}
 			}
-			select {
-			case <-ctx.Done():
-			case <-ticker.C:
-			}
-		}
+		})
 		now := time.Now()
 		if !lastGood.IsZero() {
 			w.listGap = max(w.listGap, now.Sub(lastGood))

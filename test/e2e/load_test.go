@@ -148,9 +148,7 @@ func watchScrapeLoop(ctx context.Context, t *testing.T, ep endpoint, sh shape, w
 		}
 	}
 	wg.Go(func() {
-		ticker := time.NewTicker(time.Second)
-		defer ticker.Stop()
-		for ctx.Err() == nil {
+		every(ctx, time.Second, func() {
 			r := fetch(ctx, ep, sh)
 			if ctx.Err() != nil {
 				return
@@ -189,11 +187,7 @@ func watchScrapeLoop(ctx context.Context, t *testing.T, ep endpoint, sh shape, w
 				lastTick, lastCount = tick, count
 				w.lastTickAge = time.Since(time.Unix(0, int64(tick*float64(time.Second))))
 			}
-			select {
-			case <-ctx.Done():
-			case <-ticker.C:
-			}
-		}
+		})
 	})
 	return func() scrapeWatch {
 		cancel()

@@ -102,9 +102,7 @@ func watchFreshness(ctx context.Context, t *testing.T, ns string, pods []corev1.
 		missing int
 	)
 	wg.Go(func() {
-		ticker := time.NewTicker(time.Second)
-		defer ticker.Stop()
-		for {
+		every(ctx, time.Second, func() {
 			list, err := metrics.MetricsV1beta1().PodMetricses(ns).List(ctx, metav1.ListOptions{})
 			now := time.Now()
 			if err == nil {
@@ -123,12 +121,7 @@ func watchFreshness(ctx context.Context, t *testing.T, ns string, pods []corev1.
 					}
 				}
 			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-ticker.C:
-			}
-		}
+		})
 	})
 	return func() (time.Duration, int) {
 		cancel()
