@@ -270,12 +270,9 @@ func (e *lwsEnv) hpaState(ctx context.Context, ns string) string {
 func (e *lwsEnv) holdMinimum(ctx context.Context, t *testing.T, ns string, d time.Duration) {
 	t.Helper()
 	hpa := e.holdUnscaled(ctx, t, ns, d, lwsTargetPercent-1, "the pod policy scaled")
-	for _, c := range hpa.Status.Conditions {
-		if c.Type == autoscalingv2.ScalingActive && c.Status == corev1.ConditionTrue {
-			return
-		}
+	if !scalingActive(hpa) {
+		t.Fatalf("HPA not ScalingActive: %s", conditions(hpa))
 	}
-	t.Fatalf("HPA not ScalingActive: %s", conditions(hpa))
 }
 
 // waitWorkerCPU waits until the metrics API, through the aggregator, reports
