@@ -46,12 +46,8 @@ func TestUkpdPods(t *testing.T) {
 	webUsage := fakekubelet.Usage{CPUNanoCores: 150e6, MemoryBytes: 48 << 20}
 	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: web.Selector()}, webUsage)
 	uk := env.DeploymentSpec{Namespace: ns, Name: "uk", Replicas: 1, CPURequest: "100m"}
-	for _, create := range []func() error{
-		func() error { return env.CreateDeployment(ctx, client, web) },
-		func() error { return env.CreateKraftletDeployment(ctx, client, uk) },
-	} {
-		must(t, create())
-	}
+	must(t, env.CreateDeployment(ctx, client, web))
+	must(t, env.CreateKraftletDeployment(ctx, client, uk))
 	webPods, err := env.WaitForRunningPods(ctx, client, ns, web.Selector(), int(web.Replicas))
 	must(t, err)
 	ukPods, err := env.WaitForRunningPods(ctx, client, ns, uk.Selector(), int(uk.Replicas))
