@@ -31,11 +31,7 @@ func newFleetEnv(t *testing.T) *fleetEnv {
 	clk := testingclock.NewFakeClock(time.Now().Truncate(time.Second))
 	fleet, err := fakekubelet.NewFleet(fakekubelet.Config{Clock: clk, Tokens: []string{testToken}})
 	must(t, err)
-	t.Cleanup(func() {
-		if err := fleet.Close(); err != nil {
-			t.Errorf("close the fleet: %v", err)
-		}
-	})
+	t.Cleanup(func() { must(t, fleet.Close()) })
 	return &fleetEnv{clk: clk, fleet: fleet}
 }
 
