@@ -55,8 +55,10 @@ func TestImage(t *testing.T) {
 	sort.Strings(archs)
 	args := []string{"--image=" + testRef, fmt.Sprintf("--created=%d", testCreated.Unix()),
 		"--source=https://github.com/group-metrics-server/group-metrics-server", "--revision=0123abcd", "--version=" + testVersion}
+	var wantPlatforms []string
 	for _, arch := range archs {
 		args = append(args, "--platform=linux/"+arch+"="+buildServer(t, dir, arch))
+		wantPlatforms = append(wantPlatforms, "linux/"+arch)
 	}
 	var sums []string
 	for i := range 2 {
@@ -94,11 +96,7 @@ func TestImage(t *testing.T) {
 		}
 	}
 	sort.Strings(platforms)
-	var want []string
-	for _, arch := range archs {
-		want = append(want, "linux/"+arch)
-	}
-	if diff := cmp.Diff(want, platforms); diff != "" {
+	if diff := cmp.Diff(wantPlatforms, platforms); diff != "" {
 		t.Errorf("index platforms (-want +got):\n%s", diff)
 	}
 	checkTarball(t, filepath.Join(dir, "0", "image.tar"), len(archs))
@@ -112,10 +110,8 @@ func checkPush(t *testing.T, args []string, want v1.ImageIndex) {
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	defer srv.Close()
 	ref := strings.TrimPrefix(srv.URL, "http://") + "/group-metrics-server:" + testVersion
-	pushArgs := append([]string{}, args...)
-	pushArgs[0] = "--image=" + ref
 	var out bytes.Buffer
-	if err := run(append(pushArgs, "--push"), &out); err != nil {
+	if err := run(append(append([]string{"--image=" + ref}, args[1:]...), "--push"), &out); err != nil {
 		t.Fatalf("push: %v\n%s", err, out.String())
 	}
 	tag, err := name.NewTag(ref)
@@ -283,7 +279,7 @@ func checkTarball(t *testing.T, path string, platforms int) {
 	}
 	defer func() { _ = f.Close() }()
 	tr := tar.NewReader(f)
-	seen := map[string]bool{}
+	seen, blobs := map[string]bool{}, 0
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -306,6 +302,7 @@ func checkTarball(t *testing.T, path string, platforms int) {
 				t.Errorf("oci-layout = %s (%v), want imageLayoutVersion 1.0.0", data, err)
 			}
 		case strings.HasPrefix(hdr.Name, "blobs/sha256/"):
+			blobs++
 			sum := sha256.Sum256(data)
 			if got := hex.EncodeToString(sum[:]); got != strings.TrimPrefix(hdr.Name, "blobs/sha256/") {
 				t.Errorf("%s holds content with digest %s", hdr.Name, got)
@@ -315,12 +312,6 @@ func checkTarball(t *testing.T, path string, platforms int) {
 		}
 	}
 	// The index, and a manifest, a config and a layer a platform.
-	blobs := 0
-	for n := range seen {
-		if strings.HasPrefix(n, "blobs/") {
-			blobs++
-		}
-	}
 	if want := 1 + 3*platforms; !seen["oci-layout"] || !seen["index.json"] || blobs != want {
 		t.Errorf("tarball has oci-layout %v, index.json %v, %d blobs; want both and %d blobs", seen["oci-layout"], seen["index.json"], blobs, want)
 	}
