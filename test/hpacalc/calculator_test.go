@@ -77,16 +77,13 @@ func (d decision) direction(current int32) int {
 //     usage within requests.
 func TestHPACalculatorTwice(t *testing.T) {
 	now := time.Now().Truncate(time.Second)
-	var cases, faceValue, exact, rounding, withheld, withheldSame int
+	var faceValue, exact, rounding, withheld, withheldSame int
 	for seed := range scenarios {
 		s := generate(seed, now)
-		a, pods, held := leaderMetrics(t, s)
+		a, lister, held := leaderMetrics(t, s)
 		b := s.rawMetrics()
-		lister := podLister(t, pods)
-		leaders := labels.SelectorFromSet(labels.Set{group.LabelName: lwsName, group.LabelWorkerIndex: "0"})
 		all := labels.SelectorFromSet(labels.Set{group.LabelName: lwsName})
 		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-			cases++
 			gotA := calculate(lister, a, int32(s.groups), s.target, r, leaders)
 			gotB := calculate(lister, b, int32(s.groups*s.size), s.target, r, all)
 			dirA, dirB := gotA.direction(int32(s.groups)), gotB.direction(int32(s.groups*s.size))
@@ -123,14 +120,17 @@ func TestHPACalculatorTwice(t *testing.T) {
 		}
 	}
 	t.Logf("%d scenarios, %d cases (CPU and memory each): %d with every pod at face value, of which %d exact and %d one point off; %d with a leader withheld, all at least as conservative, %d of them taking B's direction",
-		scenarios, cases, faceValue, exact, rounding, withheld, withheldSame)
+		scenarios, 2*scenarios, faceValue, exact, rounding, withheld, withheldSame)
 }
+
+// leaders selects the leader of every group.
+var leaders = labels.SelectorFromSet(labels.Set{group.LabelName: lwsName, group.LabelWorkerIndex: "0"})
 
 // leaderMetrics feeds the scenario's scrapes to the server's store and
 // lists the leaders through its provider under the group policy. It
-// returns those metrics, the full pods, and how many leaders have no
-// value.
-func leaderMetrics(t *testing.T, s *scenario) ([]metricsv1beta1.PodMetrics, []*corev1.Pod, int) {
+// returns those metrics, a lister of the full pods for the HPA, and how
+// many leaders have no value.
+func leaderMetrics(t *testing.T, s *scenario) ([]metricsv1beta1.PodMetrics, corelisters.PodLister, int) {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(s.now)
 	st := store.New(store.Config{Clock: clk, Sources: []string{"kubelet"}, FirstWindowMax: 2 * window, StaleAfter: 2*window + 10*time.Second})
@@ -139,25 +139,21 @@ func leaderMetrics(t *testing.T, s *scenario) ([]metricsv1beta1.PodMetrics, []*c
 		st.Store("kubelet", nodes[i], &batches[i], times[i])
 	}
 	idx := podcache.NewPodIndex()
-	pods := make([]*corev1.Pod, 0, len(s.members))
+	full := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	for _, m := range s.members {
-		pods = append(pods, m.pod)
 		trimmed, err := podcache.TrimPod(m.pod)
 		if err != nil {
 			t.Fatal(err)
 		}
 		idx.Set(trimmed.(*podcache.Pod))
+		if err := full.Add(m.pod); err != nil {
+			t.Fatal(err)
+		}
 	}
 	p := provider.New(provider.Config{
-		Pods:          idx,
-		Nodes:         podcache.NewNodeIndex(),
-		Usage:         st,
-		Clock:         clk,
-		Groups:        true,
-		DefaultPolicy: group.PolicyGroup,
-		Readiness:     group.Readiness{CPUInitializationPeriod: cpuInitializationPeriod, InitialReadinessDelay: initialReadinessDelay},
+		Pods: idx, Nodes: podcache.NewNodeIndex(), Usage: st, Clock: clk, Groups: true, DefaultPolicy: group.PolicyGroup,
+		Readiness: group.Readiness{CPUInitializationPeriod: cpuInitializationPeriod, InitialReadinessDelay: initialReadinessDelay},
 	})
-	leaders := labels.SelectorFromSet(labels.Set{group.LabelName: lwsName, group.LabelWorkerIndex: "0"})
 	list, err := p.ListPodMetrics(context.Background(), namespace, leaders, fields.Everything())
 	if err != nil {
 		t.Fatal(err)
@@ -168,18 +164,7 @@ func leaderMetrics(t *testing.T, s *scenario) ([]metricsv1beta1.PodMetrics, []*c
 			t.Fatal(err)
 		}
 	}
-	return out, pods, s.groups - len(list)
-}
-
-func podLister(t *testing.T, pods []*corev1.Pod) corelisters.PodLister {
-	t.Helper()
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	for _, p := range pods {
-		if err := idx.Add(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return corelisters.NewPodLister(idx)
+	return out, corelisters.NewPodLister(full), s.groups - len(list)
 }
 
 // calculate runs the HPA's own calculator on metrics, as the HPA controller
