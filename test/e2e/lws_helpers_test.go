@@ -4,8 +4,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -345,24 +343,10 @@ func (e *lwsEnv) waitCustomMetric(ctx context.Context, ns string, wantMilli int6
 	path := fmt.Sprintf("/apis/custom.metrics.k8s.io/v1beta2/namespaces/%s/%s/%s/%s",
 		ns, provider.LWSResource.String(), lwsName, provider.MetricCPUUtilization)
 	return e.poll(ctx, e.bounds.up, path+" to read "+strconv.FormatInt(wantMilli, 10)+"m", func(ctx context.Context) error {
-		out, _, err := suite.cluster.Kubectl(ctx, "get", "--raw", path)
-		if err != nil {
-			return err
+		vs, err := rawValues(ctx, path)
+		if err == nil && (len(vs) != 1 || vs[0] != wantMilli) {
+			err = fmt.Errorf("values %v, want one of %dm", vs, wantMilli)
 		}
-		var list struct {
-			Items []struct {
-				Value resource.Quantity `json:"value"`
-			} `json:"items"`
-		}
-		if err := json.Unmarshal([]byte(out), &list); err != nil {
-			return fmt.Errorf("decode %s: %w", out, err)
-		}
-		if len(list.Items) != 1 {
-			return errors.New("want one item: " + out)
-		}
-		if got := list.Items[0].Value.MilliValue(); got != wantMilli {
-			return fmt.Errorf("value %dm", got)
-		}
-		return nil
+		return err
 	})
 }
