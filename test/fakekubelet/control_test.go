@@ -141,21 +141,16 @@ type observation struct {
 	NodeCount uint64
 }
 
-func observe(t *testing.T, n *Node, ns, name string) observation {
-	t.Helper()
+// observe reads the one container of the node's one pod.
+func observe(t *testing.T, n *Node) observation {
 	s := n.Summary(true)
-	for _, p := range s.Pods {
-		if p.PodRef.Namespace == ns && p.PodRef.Name == name {
-			c := p.Containers[0]
-			return observation{
-				Time: c.CPU.Time.UTC(), Start: c.StartTime.UTC(),
-				Rate: *c.CPU.UsageNanoCores, Counter: *c.CPU.UsageCoreNanoSeconds,
-				PodCount: *p.CPU.UsageCoreNanoSeconds, NodeCount: *s.Node.CPU.UsageCoreNanoSeconds,
-			}
-		}
+	if len(s.Pods) != 1 || s.Pods[0].PodRef.Name != "p" {
+		t.Fatalf("summary lists %+v, want pod p alone", s.Pods)
 	}
-	t.Fatalf("pod %s/%s not in summary", ns, name)
-	return observation{}
+	p := s.Pods[0]
+	c := p.Containers[0]
+	return observation{Time: c.CPU.Time.UTC(), Start: c.StartTime.UTC(), Rate: *c.CPU.UsageNanoCores, Counter: *c.CPU.UsageCoreNanoSeconds,
+		PodCount: *p.CPU.UsageCoreNanoSeconds, NodeCount: *s.Node.CPU.UsageCoreNanoSeconds}
 }
 
 func TestCounterIntegration(t *testing.T) {
@@ -212,7 +207,7 @@ func TestCounterIntegration(t *testing.T) {
 			for _, s := range tt.steps {
 				s(t, f, fc)
 			}
-			if diff := cmp.Diff(tt.want, observe(t, n, "ns", "p")); diff != "" {
+			if diff := cmp.Diff(tt.want, observe(t, n)); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})

@@ -170,13 +170,11 @@ func (f *Fleet) authenticated(r *http.Request) bool {
 // the kubelet's own below.
 type FaultKind = fakecore.FaultKind
 
-// The faults a node can be given are fakecore's, in its groups, and these;
-// faults of different groups compose. Under ClockBackwards a node's samples
-// carry times earlier than the fleet's clock, and counters read at those
-// times. Of the response faults the last one
-// set wins, and so of the transport faults; setting or clearing one of
-// those drops the node's open connections, so that clients meet it on
-// their next request.
+// The faults a node can be given are fakecore's and these; faults of
+// different groups (faultGroup) compose. Of the response faults the last one
+// set wins, and so of the transport faults, whose changes drop the node's
+// open connections. Under ClockBackwards a node's samples carry earlier
+// times, and counters read at those times.
 const (
 	// FaultDead closes the listener.
 	FaultDead FaultKind = "Dead"
@@ -197,8 +195,7 @@ const (
 	transportFaults FaultKind = "transport"
 )
 
-// faultGroup returns the group of a known kind, and false for an unknown
-// one.
+// faultGroup returns the group of a known kind, and false for an unknown one.
 func faultGroup(k FaultKind) (FaultKind, bool) {
 	switch k {
 	case fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultHugeBody, fakecore.FaultResetConnection, fakecore.FaultStall, fakecore.FaultTruncated:
