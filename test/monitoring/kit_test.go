@@ -3,10 +3,10 @@ package monitoring
 import (
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 
@@ -141,8 +141,8 @@ func names(expr string) ([]string, error) {
 // kit uses are exactly those of metric-names.txt (which the main module's
 // tests find on /metrics), or a documented external one.
 func TestKitMetricNames(t *testing.T) {
-	used := map[string][]string{}
-	for where, expr := range expressions(t) {
+	used, exprs := map[string][]string{}, expressions(t)
+	for where, expr := range exprs {
 		ns, err := names(expr)
 		if err != nil {
 			t.Errorf("%s: %v\n%s", where, err, expr)
@@ -155,13 +155,7 @@ func TestKitMetricNames(t *testing.T) {
 			used[n] = append(used[n], where)
 		}
 	}
-	var got []string
-	for n := range used {
-		if _, ok := external[n]; !ok {
-			got = append(got, n)
-		}
-	}
-	sort.Strings(got)
+	got := slices.DeleteFunc(slices.Sorted(maps.Keys(used)), func(n string) bool { return external[n] != "" })
 	b, err := os.ReadFile(filepath.Join(kit, "metric-names.txt"))
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +177,7 @@ func TestKitMetricNames(t *testing.T) {
 			t.Errorf("external metric %s is no longer used: drop it from the list", n)
 		}
 	}
-	t.Logf("%d expressions, %d metric families of the server and controller, %d external", len(expressions(t)), len(got), len(external))
+	t.Logf("%d expressions, %d metric families of the server and controller, %d external", len(exprs), len(got), len(external))
 }
 
 // TestRulesComplete checks what operators rely on: every alert has a
