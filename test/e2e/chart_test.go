@@ -83,7 +83,7 @@ func TestHelmChart(t *testing.T) {
 
 	want := topWant{}
 	for _, p := range webPods {
-		want[p.Name] = topExpect{milliCPU: int64(webUsage.CPUNanoCores / 1e6), memory: mebi(webUsage.MemoryBytes)}
+		want[p.Name] = topRow{milliCPU: int64(webUsage.CPUNanoCores / 1e6), memory: mebi(webUsage.MemoryBytes)}
 	}
 	waitTopOn(ctx, t, c, ns, want)
 
@@ -137,7 +137,7 @@ type kraftletOf struct {
 // kraftletWorkload starts a fake ukpd of the test's own, a kraftlet node
 // whose Running pods get instances there, and a Deployment of two pods on
 // it; it returns them with the row kubectl top must show for each pod.
-func kraftletWorkload(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string) (kraftletOf, topExpect) {
+func kraftletWorkload(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string) (kraftletOf, topRow) {
 	t.Helper()
 	u, err := env.StartUkpd(filepath.Join(t.TempDir(), "ukpd"))
 	must(t, err)
@@ -151,7 +151,7 @@ func kraftletWorkload(ctx context.Context, t *testing.T, c *cluster.Cluster, ns 
 	must(t, err)
 	spec := env.DeploymentSpec{Namespace: ns, Name: "unikernel", Replicas: 2, CPURequest: "100m"}
 	must(t, env.CreateKraftletDeployment(ctx, c.Client(), spec))
-	return kraftletOf{spec: spec, ukpd: u}, topExpect{milliCPU: 40, memory: "64Mi"}
+	return kraftletOf{spec: spec, ukpd: u}, topRow{milliCPU: 40, memory: "64Mi"}
 }
 
 // releaseObjects returns the objects of the installed release.
@@ -253,14 +253,8 @@ func checkUninstalled(ctx context.Context, t *testing.T, c *cluster.Cluster, obj
 	}
 }
 
-// topExpect is a pod's expected kubectl top row: memory exactly, CPU
-// within 5% (ukpd's rates follow the arrival of its answers).
-type topExpect struct {
-	milliCPU int64
-	memory   string
-}
-
-type topWant map[string]topExpect
+// topWant is the rows kubectl top pod must show, by pod.
+type topWant map[string]topRow
 
 // waitTopOn waits, within topBound, until kubectl top pod in ns on c
 // shows exactly the pods of want with their rows.

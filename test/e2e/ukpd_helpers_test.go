@@ -20,7 +20,8 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
-// topRow is a pod's expected kubectl top row.
+// topRow is a pod's expected kubectl top row: memory exactly, CPU within
+// 5% (ukpd's rates follow the arrival of its answers).
 type topRow struct {
 	milliCPU int64
 	memory   string
@@ -29,7 +30,7 @@ type topRow struct {
 // waitTop waits, for at most bound, until kubectl top pod in ns shows
 // exactly the pods of want, with the memory given and CPU within 5% (ukpd's
 // rates follow the arrival of its responses, not the fake's clock).
-func waitTop(ctx context.Context, t *testing.T, ns string, want map[string]topRow, bound time.Duration) {
+func waitTop(ctx context.Context, t *testing.T, ns string, want topWant, bound time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
@@ -39,22 +40,8 @@ func waitTop(ctx context.Context, t *testing.T, ns string, want map[string]topRo
 		if out, _, err = suite.cluster.Kubectl(ctx, "top", "pod", "-n", ns); err != nil {
 			return err
 		}
-		got := parseTable(out).byKey(1)
-		if len(got) != len(want) {
-			return fmt.Errorf("%d rows, want %d:\n%s", len(got), len(want), out)
-		}
-		for name, w := range want {
-			row := got[name]
-			if len(row) < 3 {
-				return fmt.Errorf("no row for %s:\n%s", name, out)
-			}
-			cpu, err := resource.ParseQuantity(row[1])
-			if err != nil {
-				return err
-			}
-			if d := cpu.MilliValue() - w.milliCPU; d*20 > w.milliCPU || -d*20 > w.milliCPU || row[2] != w.memory {
-				return fmt.Errorf("pod %s: %s %s, want %dm %s:\n%s", name, row[1], row[2], w.milliCPU, w.memory, out)
-			}
+		if err := want.check(parseTable(out).byKey(1)); err != nil {
+			return fmt.Errorf("%w:\n%s", err, out)
 		}
 		return nil
 	}))
