@@ -76,16 +76,17 @@ func Install(ctx context.Context, c *cluster.Cluster, binDir string) (*Controlle
 		return nil, err
 	}
 	ctrl := &Controller{moduleDir: moduleDir, webhookPort: ports[0], healthPort: ports[1], metricsPort: ports[2]}
-	if err := applyCRDs(ctx, c, moduleDir); err != nil {
-		return nil, err
+	err = applyCRDs(ctx, c, moduleDir)
+	if err == nil {
+		err = applyRBAC(ctx, c, moduleDir, dir)
 	}
-	if err := applyRBAC(ctx, c, moduleDir, dir); err != nil {
-		return nil, err
+	if err == nil {
+		err = applyWebhooks(ctx, c, moduleDir, dir, ctrl.WebhookURL())
 	}
-	if err := applyWebhooks(ctx, c, moduleDir, dir, ctrl.WebhookURL()); err != nil {
-		return nil, err
+	if err == nil {
+		err = ctrl.start(ctx, c, bin, dir)
 	}
-	if err := ctrl.start(ctx, c, bin, dir); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	if err := ctrl.waitReady(ctx, c); err != nil {
@@ -187,14 +188,11 @@ func (ctrl *Controller) waitReady(ctx context.Context, c *cluster.Cluster) error
 // the controller.
 func (ctrl *Controller) Stop() error { return ctrl.proc.Stop() }
 
-// Process returns the controller's process.
+// Process is the controller's process, ModuleDir the sigs.k8s.io/lws module
+// directory the CRDs, RBAC rules and webhook configurations came from, and
+// WebhookURL the webhook server's base URL, https://127.0.0.1:<port>.
 func (ctrl *Controller) Process() *cluster.Process { return ctrl.proc }
-
-// ModuleDir returns the sigs.k8s.io/lws module directory the CRDs, RBAC rules
-// and webhook configurations came from.
-func (ctrl *Controller) ModuleDir() string { return ctrl.moduleDir }
-
-// WebhookURL returns the webhook server's base URL, https://127.0.0.1:<port>.
-func (ctrl *Controller) WebhookURL() string { return "https://" + loopbackAddr(ctrl.webhookPort) }
+func (ctrl *Controller) ModuleDir() string         { return ctrl.moduleDir }
+func (ctrl *Controller) WebhookURL() string        { return "https://" + loopbackAddr(ctrl.webhookPort) }
 
 func loopbackAddr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }

@@ -69,32 +69,19 @@ func TestWebhookConfigurations(t *testing.T) {
 	if !ok {
 		t.Fatalf("second item is %T", items[1])
 	}
-	url := func(s string) *string { return &s }
-	tests := []struct {
-		name       string
-		gotName    string
-		got        admissionregistrationv1.WebhookClientConfig
-		wantName   string
-		wantConfig admissionregistrationv1.WebhookClientConfig
-	}{
-		{
-			name:       "mutating",
-			gotName:    mutating.Name,
-			got:        mutating.Webhooks[0].ClientConfig,
-			wantName:   "lws-mutating-webhook-configuration",
-			wantConfig: admissionregistrationv1.WebhookClientConfig{URL: url("https://127.0.0.1:9443/mutate--v1-pod"), CABundle: ca},
-		},
-		{
-			name:     "validating",
-			gotName:  validating.Name,
-			got:      validating.Webhooks[0].ClientConfig,
-			wantName: "lws-validating-webhook-configuration",
-			wantConfig: admissionregistrationv1.WebhookClientConfig{
-				URL: url("https://127.0.0.1:9443/validate-leaderworkerset-x-k8s-io-v1-leaderworkerset"), CABundle: ca,
-			},
-		},
+	config := func(path string) admissionregistrationv1.WebhookClientConfig {
+		url := "https://127.0.0.1:9443" + path
+		return admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca}
 	}
-	for _, tt := range tests {
+	for _, tt := range []struct {
+		name, gotName, wantName string
+		got, wantConfig         admissionregistrationv1.WebhookClientConfig
+	}{
+		{"mutating", mutating.Name, "lws-mutating-webhook-configuration", mutating.Webhooks[0].ClientConfig,
+			config("/mutate--v1-pod")},
+		{"validating", validating.Name, "lws-validating-webhook-configuration", validating.Webhooks[0].ClientConfig,
+			config("/validate-leaderworkerset-x-k8s-io-v1-leaderworkerset")},
+	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.gotName != tt.wantName {
 				t.Errorf("name = %q, want %q", tt.gotName, tt.wantName)

@@ -87,13 +87,8 @@ func Sum(fams map[string]*dto.MetricFamily, name string, want map[string]string)
 	var sum float64
 	found := false
 	for _, m := range f.GetMetric() {
-		if !hasLabels(m, want) {
-			continue
-		}
-		v, ok := value(m, part)
-		if ok {
-			sum += v
-			found = true
+		if v, ok := value(m, part); ok && hasLabels(m, want) {
+			sum, found = sum+v, true
 		}
 	}
 	return sum, found
@@ -136,29 +131,18 @@ func hasLabels(m *dto.Metric, want map[string]string) bool {
 	return true
 }
 
-// Matchers reads label matchers written as in PromQL, `key="value"`.
-func Matchers(labels ...string) (map[string]string, error) {
+// Value sums the samples of name in body whose labels include every one of
+// labels (matchers written as in PromQL, `key="value"`), and reports whether
+// there was any.
+func Value(body, name string, labels ...string) (float64, bool, error) {
 	want := map[string]string{}
 	for _, l := range labels {
 		k, v, ok := strings.Cut(l, "=")
-		if !ok {
-			return nil, fmt.Errorf("label matcher %q is not key=\"value\"", l)
-		}
 		unquoted, err := strconv.Unquote(v)
-		if err != nil {
-			return nil, fmt.Errorf("label matcher %q: %w", l, err)
+		if !ok || err != nil {
+			return 0, false, fmt.Errorf("label matcher %q is not key=\"value\"", l)
 		}
 		want[k] = unquoted
-	}
-	return want, nil
-}
-
-// Value sums the samples of name in body whose labels include every one of
-// labels (`key="value"`), and reports whether there was any.
-func Value(body, name string, labels ...string) (float64, bool, error) {
-	want, err := Matchers(labels...)
-	if err != nil {
-		return 0, false, err
 	}
 	fams, err := Families(body)
 	if err != nil {

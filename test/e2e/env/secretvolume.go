@@ -32,10 +32,6 @@ type SecretVolume struct {
 	exists  chan struct{}
 }
 
-// secretVolumePoll is how often a SecretVolume reads its Secret: well
-// within the kubelet's own sync period (a minute by default).
-const secretVolumePoll = 500 * time.Millisecond
-
 // MountSecret starts following namespace/name into dir until ctx is done.
 // The directory appears once the Secret exists, as a pod's volume does.
 func MountSecret(ctx context.Context, client kubernetes.Interface, namespace, name, dir string) *SecretVolume {
@@ -50,7 +46,7 @@ func MountSecret(ctx context.Context, client kubernetes.Interface, namespace, na
 		case !apierrors.IsNotFound(err) && ctx.Err() == nil:
 			klog.V(2).InfoS("Secret volume read failed", "secret", klog.KRef(namespace, name), "err", err)
 		}
-	}, secretVolumePoll)
+	}, 500*time.Millisecond) // well within the kubelet's sync period (a minute)
 	return v
 }
 

@@ -31,8 +31,7 @@ const (
 	KraftletTaintValue = "unikraft"
 )
 
-// ukpdToken is the bearer token the fake accepts and the server sends.
-const ukpdToken = "e2e-ukpd-token"
+const ukpdToken = "e2e-ukpd-token" // the fake accepts it, the server sends it
 
 // Ukpd is an in-process fake ukpd: the platform API over TLS on 127.0.0.1,
 // and its control API (test/fakeukpd/README.md) in plain HTTP on another
