@@ -205,33 +205,6 @@ func (e *inferenceEnv) waitPodsReading(ctx context.Context, t *testing.T, ns, na
 	}))
 }
 
-// waitScale waits until the LWS wants groups groups and returns how long
-// that took.
-func (e *inferenceEnv) waitScale(ctx context.Context, t *testing.T, ns, name, hpaName string, groups int32, d time.Duration) time.Duration {
-	t.Helper()
-	began := time.Now()
-	last := int32(-1)
-	must(t, e.poll(ctx, d, fmt.Sprintf("LeaderWorkerSet %s/%s to want %d groups", ns, name, groups), func(ctx context.Context) error {
-		scale, err := lws.GetScale(ctx, e.dyn, ns, name)
-		if err != nil {
-			return err
-		}
-		if scale.Spec.Replicas != last {
-			t.Logf("  %v: %s wants %d groups", since(began), name, scale.Spec.Replicas)
-			last = scale.Spec.Replicas
-		}
-		if scale.Spec.Replicas != groups {
-			hpa, err := e.getHPA(ctx, ns, hpaName)
-			if err != nil {
-				return err
-			}
-			return fmt.Errorf("replicas %d; HPA desired %d, conditions %s", scale.Spec.Replicas, hpa.Status.DesiredReplicas, conditions(hpa))
-		}
-		return nil
-	}))
-	return time.Since(began)
-}
-
 func podPath(pod types.NamespacedName, metric, metricSelector string) string {
 	return customPath(fmt.Sprintf("namespaces/%s/pods/%s/%s", pod.Namespace, pod.Name, metric), metricSelector)
 }

@@ -235,18 +235,28 @@ func (e *lwsEnv) waitHPAReading(ctx context.Context, t *testing.T, ns string, wa
 	}))
 }
 
-// waitGroups waits, for at most d, until the LWS in ns wants groups groups,
-// and returns how long that took.
-func (e *lwsEnv) waitGroups(ctx context.Context, t *testing.T, ns string, groups int32, d time.Duration) time.Duration {
+// waitScale waits, for at most d, until the LWS name in ns wants groups
+// groups, logging each change, and returns how long that took; hpaName is
+// the HPA whose state a timeout reports.
+func (e *lwsEnv) waitScale(ctx context.Context, t *testing.T, ns, name, hpaName string, groups int32, d time.Duration) time.Duration {
 	t.Helper()
 	began := time.Now()
-	must(t, e.poll(ctx, d, fmt.Sprintf("LeaderWorkerSet %s/%s to want %d groups", ns, lwsName, groups), func(ctx context.Context) error {
-		scale, err := lws.GetScale(ctx, e.dyn, ns, lwsName)
+	last := int32(-1)
+	must(t, e.poll(ctx, d, fmt.Sprintf("LeaderWorkerSet %s/%s to want %d groups", ns, name, groups), func(ctx context.Context) error {
+		scale, err := lws.GetScale(ctx, e.dyn, ns, name)
 		if err != nil {
 			return err
 		}
+		if scale.Spec.Replicas != last {
+			t.Logf("  %v: %s wants %d groups", since(began), name, scale.Spec.Replicas)
+			last = scale.Spec.Replicas
+		}
 		if scale.Spec.Replicas != groups {
-			return fmt.Errorf("replicas %d; %s", scale.Spec.Replicas, e.hpaState(ctx, ns))
+			hpa, err := e.getHPA(ctx, ns, hpaName)
+			if err != nil {
+				return err
+			}
+			return fmt.Errorf("replicas %d; HPA desired %d, conditions %s", scale.Spec.Replicas, hpa.Status.DesiredReplicas, conditions(hpa))
 		}
 		return nil
 	}))

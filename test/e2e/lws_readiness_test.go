@@ -63,7 +63,7 @@ func TestLWSUnreadyWorkers(t *testing.T) {
 		len(workers), since(held), lwsMinGroups, e.hpaState(ctx, ns))
 
 	e.setWorkersReady(ctx, t, ns, true)
-	up := e.waitGroups(ctx, t, ns, lwsMinGroups+1, e.bounds.up)
+	up := e.waitScale(ctx, t, ns, lwsName, lwsName, lwsMinGroups+1, e.bounds.up)
 	t.Logf("workers Ready -> %d groups wanted in %v (bound %v: metric lag, 3 HPA syncs, CPU initialization period, slack)",
 		lwsMinGroups+1, up.Round(time.Millisecond), e.bounds.up)
 }

@@ -127,7 +127,7 @@ func (e *lwsEnv) scaleUpAndDown(ctx context.Context, t *testing.T, ns, policy st
 	b := e.bounds
 	began := time.Now()
 	suite.fleet.SetUsage(workerTarget(ns), workerLoad)
-	up := e.waitGroups(ctx, t, ns, lwsMaxGroups, b.up)
+	up := e.waitScale(ctx, t, ns, lwsName, lwsName, lwsMaxGroups, b.up)
 	_, err := e.waitPods(ctx, ns, lwsMaxGroups, b.running-up)
 	must(t, err)
 	running := time.Since(began)
@@ -138,7 +138,7 @@ func (e *lwsEnv) scaleUpAndDown(ctx context.Context, t *testing.T, ns, policy st
 
 	began = time.Now()
 	suite.fleet.SetUsage(workerTarget(ns), workerIdle)
-	down := e.waitGroups(ctx, t, ns, lwsMinGroups, b.down)
+	down := e.waitScale(ctx, t, ns, lwsName, lwsName, lwsMinGroups, b.down)
 	_, err = e.waitPods(ctx, ns, lwsMinGroups, b.running)
 	must(t, err)
 	t.Logf("load stop -> %d group wanted in %v (bound %v, downscale stabilization %v), extra groups gone in %v",
