@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
@@ -118,12 +117,8 @@ type endpointAnswer struct {
 
 func TestEndpointMetricByName(t *testing.T) {
 	c := endpointProvider()
-	pod := func(m string) cmprovider.CustomMetricInfo {
-		return cmprovider.CustomMetricInfo{GroupResource: podsResource, Namespaced: true, Metric: m}
-	}
-	lws := func(m string) cmprovider.CustomMetricInfo {
-		return cmprovider.CustomMetricInfo{GroupResource: LWSResource, Namespaced: true, Metric: m}
-	}
+	pod := func(m string) cmprovider.CustomMetricInfo { return cmInfo(podsResource, m) }
+	lws := func(m string) cmprovider.CustomMetricInfo { return cmInfo(LWSResource, m) }
 	tests := []struct {
 		name, object, selector string
 		info                   cmprovider.CustomMetricInfo
@@ -151,14 +146,7 @@ func TestEndpointMetricByName(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			sel := labels.Everything()
-			if tt.selector != "" {
-				var err error
-				if sel, err = labels.Parse(tt.selector); err != nil {
-					t.Fatal(err)
-				}
-			}
-			v, err := c.GetMetricByName(context.Background(), types.NamespacedName{Namespace: "ml", Name: tt.object}, tt.info, sel)
+			v, err := c.GetMetricByName(context.Background(), types.NamespacedName{Namespace: "ml", Name: tt.object}, tt.info, selector(t, tt.selector))
 			var got endpointAnswer
 			switch {
 			case err == nil:
@@ -198,11 +186,7 @@ func TestEndpointMetricBySelector(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			sel, err := labels.Parse(tt.selector)
-			must(t, err)
-			msel, err := labels.Parse(tt.metricSelector)
-			must(t, err)
-			list, err := c.GetMetricBySelector(context.Background(), "ml", sel, info, msel)
+			list, err := c.GetMetricBySelector(context.Background(), "ml", selector(t, tt.selector), info, selector(t, tt.metricSelector))
 			must(t, err)
 			got := map[string]int64{}
 			for _, v := range list.Items {

@@ -245,9 +245,8 @@ func TestCustomMetricsScopeAndSelector(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			sel, err := labels.Parse(tc.selector)
-			must(t, err)
-			_, err = cm.GetMetricByName(ctx, types.NamespacedName{Namespace: "ml", Name: "inf"}, cmInfo(LWSResource, MetricCPUUsage), sel)
+			sel := selector(t, tc.selector)
+			_, err := cm.GetMetricByName(ctx, types.NamespacedName{Namespace: "ml", Name: "inf"}, cmInfo(LWSResource, MetricCPUUsage), sel)
 			if got := err == nil; got != tc.want {
 				t.Errorf("by name with %q: %v, want a value: %v", tc.selector, err, tc.want)
 			}

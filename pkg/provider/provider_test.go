@@ -159,11 +159,9 @@ func TestListPodMetrics(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ls, err := labels.Parse(tc.labels)
-			must(t, err)
 			fs, err := fields.ParseSelector(tc.fields)
 			must(t, err)
-			items, err := p.ListPodMetrics(context.Background(), tc.ns, ls, fs)
+			items, err := p.ListPodMetrics(context.Background(), tc.ns, selector(t, tc.labels), fs)
 			must(t, err)
 			got := []string{}
 			for _, m := range items {
@@ -190,8 +188,7 @@ func TestNodeMetrics(t *testing.T) {
 	if _, err := p.GetNodeMetrics(context.Background(), "n9"); !apierrors.IsNotFound(err) {
 		t.Errorf("n9: err = %v, want NotFound", err)
 	}
-	ls, _ := labels.Parse("zone=x")
-	items, err := p.ListNodeMetrics(context.Background(), ls, fields.Everything())
+	items, err := p.ListNodeMetrics(context.Background(), selector(t, "zone=x"), fields.Everything())
 	must(t, err)
 	var names []string
 	for _, n := range items {
@@ -242,6 +239,14 @@ func TestShapedOncePerSample(t *testing.T) {
 	if replaced := get(); &replaced.Containers[0] == &next.Containers[0] {
 		t.Error("a replaced pod was served with its predecessor's shape")
 	}
+}
+
+// selector parses s, "" as everything.
+func selector(t *testing.T, s string) labels.Selector {
+	t.Helper()
+	sel, err := labels.Parse(s)
+	must(t, err)
+	return sel
 }
 
 func must(t testing.TB, err error) {

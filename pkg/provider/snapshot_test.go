@@ -51,24 +51,25 @@ func newSnapshotWorld(t *testing.T, pods ...*corev1.Pod) *snapshotWorld {
 	return w
 }
 
-// scrape stores a scrape of node now: every cached pod bound to it, each
-// container with its CPU counter grown since the last.
-func (w *snapshotWorld) scrape(node string) {
-	w.scrapes[node]++
-	ts := w.clk.Now()
-	batch := &sources.Batch{}
-	for i, pod := range w.pods.List("", labels.Everything()) {
-		if pod.NodeName() != node {
-			continue
+// scrape stores a scrape of each node now: every cached pod bound to it,
+// each container with its CPU counter grown since the last.
+func (w *snapshotWorld) scrape(nodes ...string) {
+	for _, node := range nodes {
+		w.scrapes[node]++
+		batch := &sources.Batch{}
+		for i, pod := range w.pods.List("", labels.Everything()) {
+			if pod.NodeName() != node {
+				continue
+			}
+			pp := sources.PodPoint{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UIDString(), Node: node}
+			for _, c := range pod.Containers() {
+				cpu := w.scrapes[node] * w.scrapes[node] * uint64(i+1) * 1e9
+				pp.Containers = append(pp.Containers, sources.ContainerPoint{Name: c, Point: sources.Point{Timestamp: w.clk.Now(), StartTime: now.Add(-time.Hour), CPUCoreNanos: cpu, MemoryBytes: 1 << 20}})
+			}
+			batch.Pods = append(batch.Pods, pp)
 		}
-		pp := sources.PodPoint{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UIDString(), Node: node}
-		for _, c := range pod.Containers() {
-			cpu := w.scrapes[node] * w.scrapes[node] * uint64(i+1) * 1e9
-			pp.Containers = append(pp.Containers, sources.ContainerPoint{Name: c, Point: sources.Point{Timestamp: ts, StartTime: now.Add(-time.Hour), CPUCoreNanos: cpu, MemoryBytes: 1 << 20}})
-		}
-		batch.Pods = append(batch.Pods, pp)
+		w.store.Store("kubelet", []string{node}, batch, w.clk.Now())
 	}
-	w.store.Store("kubelet", []string{node}, batch, ts)
 }
 
 // check lists every namespace, and each of names, and compares each list
@@ -124,14 +125,10 @@ func TestListSnapshot(t *testing.T) {
 		lwsPod("0", "group", map[string]string{"main": "1"}),
 		lwsPod("1", "", map[string]string{"main": "1"}),
 	)
-	for _, n := range []string{"n1", "n2"} {
-		w.scrape(n)
-	}
+	w.scrape("n1", "n2")
 	w.check("one scrape, no usage yet", "a", "b", "ml")
 	w.clk.Step(15 * time.Second)
-	for _, n := range []string{"n1", "n2"} {
-		w.scrape(n)
-	}
+	w.scrape("n1", "n2")
 	w.check("two scrapes", "a", "b", "ml")
 
 	// Listed again with nothing changed, a namespace is served from its
