@@ -36,15 +36,8 @@ func TestHPAScales(t *testing.T) {
 	must(t, err)
 	began := time.Now()
 	must(t, env.CreateCPUHPA(ctx, client, ns, spec.Name, minReplicas, maxReplicas, targetPercent))
-	must(t, poll(ctx, "the HPA to read 40% utilization", func(ctx context.Context) error {
-		hpa, err := client.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(ctx, spec.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if u := utilization(hpa); u != 40 {
-			return fmt.Errorf("utilization %d, conditions %v", u, hpa.Status.Conditions)
-		}
-		return nil
+	must(t, waitHPA(ctx, ns, spec.Name, "read 40% utilization", func(hpa *autoscalingv2.HorizontalPodAutoscaler) bool {
+		return utilization(hpa) == 40
 	}))
 	t.Logf("HPA read the utilization %v after it was created", time.Since(began).Round(time.Millisecond))
 
