@@ -42,10 +42,7 @@ func keyPaths(v any, prefix string, out map[string]bool) {
 	switch x := v.(type) {
 	case map[string]any:
 		for k, e := range x {
-			p := k
-			if prefix != "" {
-				p = prefix + "." + k
-			}
+			p := strings.TrimPrefix(prefix+"."+k, ".")
 			out[p] = true
 			keyPaths(e, p, out)
 		}
@@ -259,20 +256,17 @@ func seriesFromSummary(s *stats.Summary) map[string]string {
 func TestSummaryAndResourceMetricsAgree(t *testing.T) {
 	tests := []struct {
 		name  string
-		setup func(f *Fleet)
+		setup func(f *Fleet, n *Node)
 		step  time.Duration
 	}{
 		{name: "defaults", step: 7 * time.Second},
-		{name: "pod usage", setup: func(f *Fleet) {
+		{name: "pod usage", step: 1500 * time.Millisecond, setup: func(f *Fleet, _ *Node) {
 			f.SetUsage(UsageTarget{Namespace: "ns1", Name: "p1"}, Usage{CPUNanoCores: 1234567, MemoryBytes: 98765432})
-		}, step: 1500 * time.Millisecond},
-		{name: "container usage", setup: func(f *Fleet) {
+		}},
+		{name: "container usage", step: 61 * time.Second, setup: func(f *Fleet, _ *Node) {
 			f.SetUsage(UsageTarget{Namespace: "ns2", Name: "p2", Container: "b"}, Usage{CPUNanoCores: 3e9, MemoryBytes: 1 << 30})
-		}, step: 61 * time.Second},
-		{name: "counter reset", setup: func(f *Fleet) {
-			n, _ := f.Node("n1")
-			n.ResetCounters()
-		}, step: 3 * time.Second},
+		}},
+		{name: "counter reset", step: 3 * time.Second, setup: func(_ *Fleet, n *Node) { n.ResetCounters() }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -282,7 +276,7 @@ func TestSummaryAndResourceMetricsAgree(t *testing.T) {
 			must(t, f.SetPod("n1", Pod{Namespace: "ns2", Name: "p2", Containers: []Container{{Name: "a"}, {Name: "b"}}}))
 			fc.Step(5 * time.Second)
 			if tt.setup != nil {
-				tt.setup(f)
+				tt.setup(f, n)
 			}
 			fc.Step(tt.step)
 			s := summary(t, n)
