@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -197,17 +198,8 @@ func checkUpgraded(ctx context.Context, t *testing.T, c *cluster.Cluster, s *env
 	pair, err := c.Client().CoreV1().Secrets("kube-system").Get(ctx, chart.Name+"-serving-cert", metav1.GetOptions{})
 	must(t, err)
 	if len(pair.Data["tls.crt"]) == 0 || len(pair.Data["tls.key"]) == 0 {
-		t.Errorf("helm upgrade emptied the serving Secret: keys %v", keys(pair.Data))
+		t.Errorf("helm upgrade emptied the serving Secret: keys %v", slices.Sorted(maps.Keys(pair.Data)))
 	}
-}
-
-func keys(m map[string][]byte) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // checkUninstalled polls, within uninstallBound, until no object of objs
