@@ -164,15 +164,9 @@ type comparison struct {
 // difference.
 func (c comparison) compare(x, y metricsSnapshot) (string, error) {
 	var diffs, lines []string
-	keys := map[string]bool{}
-	for k := range x {
-		keys[k] = true
-	}
-	for k := range y {
-		keys[k] = true
-	}
-	sorted := slices.Sorted(maps.Keys(keys))
-	for _, k := range sorted {
+	keys := slices.AppendSeq(slices.Collect(maps.Keys(x)), maps.Keys(y))
+	slices.Sort(keys)
+	for _, k := range slices.Compact(keys) {
 		u, inX := x[k]
 		v, inY := y[k]
 		switch {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -173,7 +174,7 @@ func (k *rolloutKubelet) markIfReady(ctx context.Context, p *corev1.Pod, pp *pod
 func (k *rolloutKubelet) remove(ctx context.Context, p *corev1.Pod, pp *podProcess) error {
 	if pp != nil {
 		k.mu.Lock()
-		k.ready = without(k.ready, pp.addr)
+		k.ready = slices.DeleteFunc(slices.Clone(k.ready), func(a string) bool { return a == pp.addr })
 		k.mu.Unlock()
 		if err := pp.proc.Stop(); err != nil {
 			return fmt.Errorf("stop pod %s: %w", p.Name, err)
@@ -191,16 +192,6 @@ func (k *rolloutKubelet) remove(ctx context.Context, p *corev1.Pod, pp *podProce
 		return fmt.Errorf("remove pod %s: %w", p.Name, err)
 	}
 	return nil
-}
-
-func without(list []string, s string) []string {
-	out := list[:0:0]
-	for _, v := range list {
-		if v != s {
-			out = append(out, v)
-		}
-	}
-	return out
 }
 
 // backend picks the next ready backend, round robin; "" when none is.
