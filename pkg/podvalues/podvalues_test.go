@@ -136,7 +136,7 @@ func TestLoopTicks(t *testing.T) {
 	}
 	wait(1)
 	for i := 2; i <= 3; i++ {
-		waitForTicker(t, clk)
+		eventually(t, "the loop never waited on its ticker", clk.HasWaiters)
 		clk.Step(14 * time.Second)
 		select {
 		case n := <-src.calls:
@@ -146,25 +146,17 @@ func TestLoopTicks(t *testing.T) {
 		clk.Step(time.Second)
 		wait(i)
 	}
-	// The store is updated after Collect returns; wait for it, bounded.
-	deadline := time.Now().Add(10 * time.Second)
-	for read(st, "waiting", nil, "a")["a"] != 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("store holds %v, want a=3", read(st, "waiting", nil, "a"))
-		}
-		time.Sleep(time.Millisecond)
-	}
+	// The store is updated after Collect returns.
+	eventually(t, "the store never held a=3", func() bool { return read(st, "waiting", nil, "a")["a"] == 3 })
 }
 
-// waitForTicker waits, bounded, until the loop waits on its ticker.
-func waitForTicker(t *testing.T, clk *clocktesting.FakeClock) {
+// eventually waits, bounded, until cond holds.
+func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !clk.HasWaiters() {
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("the loop never waited on its ticker")
+			t.Fatal(what)
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
