@@ -5,6 +5,7 @@ package chart_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -33,12 +34,9 @@ type testChart struct {
 
 func setup(t *testing.T) testChart {
 	t.Helper()
-	root, err := env.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin, err := env.BinDir()
-	if err != nil {
+	root, errRoot := env.RepoRoot()
+	bin, errBin := env.BinDir()
+	if err := errors.Join(errRoot, errBin); err != nil {
 		t.Fatal(err)
 	}
 	if err := env.CheckBinaries(bin, chart.HelmBinary, cluster.KubectlBinary); err != nil {
