@@ -7,10 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -223,18 +223,10 @@ func summarize(rs []result) []latencyStats {
 		}
 		groups[k] = append(groups[k], r.end.Sub(r.start))
 	}
-	keys := make([][2]string, 0, len(groups))
-	for k := range groups {
-		keys = append(keys, k)
-	}
-	for k := range fails {
-		if _, ok := groups[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i][0]+keys[i][1] < keys[j][0]+keys[j][1] })
+	keys := slices.AppendSeq(slices.Collect(maps.Keys(groups)), maps.Keys(fails))
+	slices.SortFunc(keys, func(a, b [2]string) int { return strings.Compare(a[0]+a[1], b[0]+b[1]) })
 	var out []latencyStats
-	for _, k := range keys {
+	for _, k := range slices.Compact(keys) {
 		ls := groups[k]
 		slices.Sort(ls)
 		s := latencyStats{endpoint: k[0], shape: k[1], requests: len(ls) + fails[k], fails: fails[k]}
