@@ -213,23 +213,13 @@ func checkImage(t *testing.T, img v1.Image, plat *v1.Platform) []byte {
 		t.Fatal(err)
 	}
 	defer func() { _ = rc.Close() }()
-	tr := tar.NewReader(rc)
 	var bin []byte
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	readTar(t, rc, func(hdr *tar.Header, data []byte) {
 		if hdr.Name != "group-metrics-server" || hdr.Typeflag != tar.TypeReg || hdr.Mode != 0o755 || hdr.Uid != 0 || hdr.Gid != 0 || !hdr.ModTime.Equal(testCreated) {
 			t.Errorf("%s layer: unexpected entry %q type %c mode %o uid %d gid %d mtime %s; want the binary alone, root-owned, 0755", plat.Architecture, hdr.Name, hdr.Typeflag, hdr.Mode, hdr.Uid, hdr.Gid, hdr.ModTime)
 		}
-		if bin, err = io.ReadAll(tr); err != nil {
-			t.Fatal(err)
-		}
-	}
+		bin = data
+	})
 	checkStatic(t, bin, plat.Architecture)
 	return bin
 }
@@ -278,20 +268,8 @@ func checkTarball(t *testing.T, path string, platforms int) {
 		t.Fatal(err)
 	}
 	defer func() { _ = f.Close() }()
-	tr := tar.NewReader(f)
 	seen, blobs := map[string]bool{}, 0
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
+	readTar(t, f, func(hdr *tar.Header, data []byte) {
 		seen[hdr.Name] = true
 		switch {
 		case hdr.Name == "oci-layout":
@@ -310,10 +288,30 @@ func checkTarball(t *testing.T, path string, platforms int) {
 		case hdr.Name != "index.json":
 			t.Errorf("tarball: unexpected entry %s", hdr.Name)
 		}
-	}
+	})
 	// The index, and a manifest, a config and a layer a platform.
 	if want := 1 + 3*platforms; !seen["oci-layout"] || !seen["index.json"] || blobs != want {
 		t.Errorf("tarball has oci-layout %v, index.json %v, %d blobs; want both and %d blobs", seen["oci-layout"], seen["index.json"], blobs, want)
+	}
+}
+
+// readTar calls fn with each entry of the tar stream r and its content.
+func readTar(t *testing.T, r io.Reader, fn func(hdr *tar.Header, data []byte)) {
+	t.Helper()
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn(hdr, data)
 	}
 }
 
