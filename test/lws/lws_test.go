@@ -77,10 +77,10 @@ func TestWebhookConfigurations(t *testing.T) {
 		name, gotName, wantName string
 		got, wantConfig         admissionregistrationv1.WebhookClientConfig
 	}{
-		{"mutating", mutating.Name, "lws-mutating-webhook-configuration", mutating.Webhooks[0].ClientConfig,
-			config("/mutate--v1-pod")},
-		{"validating", validating.Name, "lws-validating-webhook-configuration", validating.Webhooks[0].ClientConfig,
-			config("/validate-leaderworkerset-x-k8s-io-v1-leaderworkerset")},
+		{name: "mutating", gotName: mutating.Name, wantName: "lws-mutating-webhook-configuration",
+			got: mutating.Webhooks[0].ClientConfig, wantConfig: config("/mutate--v1-pod")},
+		{name: "validating", gotName: validating.Name, wantName: "lws-validating-webhook-configuration",
+			got: validating.Webhooks[0].ClientConfig, wantConfig: config("/validate-leaderworkerset-x-k8s-io-v1-leaderworkerset")},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.gotName != tt.wantName {
