@@ -14,13 +14,12 @@ import (
 )
 
 // roundResult holds one round's figures, keyed by figure key (see figures),
-// and what is printed with them.
+// and the notes printed with its raw values.
 type roundResult struct {
 	server string
 	round  int
 	values map[string]float64
-	// notes are printed with the round's raw values.
-	notes []string
+	notes  []string
 }
 
 func (r *roundResult) set(key string, v float64) { r.values[key] = v }
@@ -96,13 +95,11 @@ func exitError(p *cluster.Process) error {
 	return errors.New("exit status 0")
 }
 
-// windowEnd is what is read at each end of the steady window.
+// windowEnd is what is read at each end of the steady window; at is when
+// cpu was read.
 type windowEnd struct {
-	at         time.Time // when cpu was read
-	cpu        float64
-	cycleSum   float64
-	cycleCount float64
-	failures   float64
+	at                                  time.Time
+	cpu, cycleSum, cycleCount, failures float64
 }
 
 func (b *bench) readWindowEnd(ctx context.Context, s *runningServer) (windowEnd, error) {

@@ -18,16 +18,12 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
 
-// serverKind is one of the two servers compared.
+// serverKind is one of the two servers compared: its name in the report and
+// its processes, its binary, the histogram of its scrape cycle's wall time,
+// and the counter (with labels to match) of failed scrapes of a node.
 type serverKind struct {
-	// name names the server in the report and its processes.
-	name   string
-	binary string
-	// cycleMetric is the histogram of the scrape cycle's wall time.
-	cycleMetric string
-	// failureMetric and failureMatch count failed scrapes of a node.
-	failureMetric string
-	failureMatch  map[string]string
+	name, binary, cycleMetric, failureMetric string
+	failureMatch                             map[string]string
 }
 
 var (

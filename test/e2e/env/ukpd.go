@@ -150,7 +150,7 @@ type InstanceSync struct {
 	// the usage changes gets the new usage.
 	mu      sync.Mutex
 	usage   map[string]UkpdUsage   // by namespace
-	standby map[string]bool        // by namespace: instances stand by
+	standby map[string]bool        // by namespace
 	pods    map[string]*corev1.Pod // by namespace/name, those with instances
 	lastErr error
 }
