@@ -48,9 +48,10 @@ func TestClusterPKI(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var certs []*x509.Certificate
+			var err error
 			if tt.identity != "" {
-				certPEM, _, err := p.ca.Issue(time.Now(), clientIdentities[tt.identity])
-				if err != nil {
+				var certPEM []byte
+				if certPEM, _, err = p.ca.Issue(time.Now(), clientIdentities[tt.identity]); err != nil {
 					t.Fatal(err)
 				}
 				certs, err = certutil.ParseCertsPEM(certPEM)
@@ -63,7 +64,7 @@ func TestClusterPKI(t *testing.T) {
 			cert := certs[0]
 			pool := x509.NewCertPool()
 			pool.AppendCertsFromPEM(tt.roots.CertPEM())
-			_, err := cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: tt.host, KeyUsages: []x509.ExtKeyUsage{tt.usage}})
+			_, err = cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: tt.host, KeyUsages: []x509.ExtKeyUsage{tt.usage}})
 			if err != nil {
 				t.Errorf("verify: %v", err)
 			}
