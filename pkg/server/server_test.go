@@ -331,12 +331,9 @@ func metricsClient(t *testing.T, cfg *rest.Config, contentType string) *metricsc
 	return cs
 }
 
-// cpuClose compares CPU in millicores within 1m: the fake's counters are
-// computed from a wall clock the server reads a moment later.
-func cpuClose(got resource.Quantity, wantMilli int64) bool {
-	d := got.MilliValue() - wantMilli
-	return d >= -1 && d <= 1
-}
+// within1m compares millicores within 1m: the fake's counters are computed
+// from a wall clock the server reads a moment later.
+var within1m = cmp.Comparer(func(a, b int64) bool { return a-b <= 1 && b-a <= 1 })
 
 func TestServerEndToEnd(t *testing.T) {
 	env := startServer(t, "")
@@ -344,81 +341,65 @@ func TestServerEndToEnd(t *testing.T) {
 	for _, ct := range []string{"application/json", "application/vnd.kubernetes.protobuf"} {
 		t.Run(ct, func(t *testing.T) {
 			cs := metricsClient(t, env.admin, ct)
-
 			v1List, err := cs.MetricsV1().PodMetricses("").List(ctx, metav1.ListOptions{})
-			if err != nil {
-				t.Fatalf("v1 list all pods: %v", err)
-			}
+			must(t, err)
 			got := map[string]map[string]int64{}
-			windows := map[string]time.Duration{}
+			var ukWindow time.Duration
 			for _, m := range v1List.Items {
-				cm := map[string]int64{}
+				key := m.Namespace + "/" + m.Name
+				got[key] = map[string]int64{}
 				for _, c := range m.Containers {
-					cm[c.Name] = c.Usage.Cpu().MilliValue()
-					if mem := c.Usage[corev1.ResourceMemory]; mem.Value() != 64<<20 && m.Namespace != "kraft" {
-						t.Errorf("%s/%s/%s memory = %s, want 64Mi", m.Namespace, m.Name, c.Name, mem.String())
+					got[key][c.Name] = c.Usage.Cpu().MilliValue()
+					if mem := c.Usage.Memory().Value(); mem != 64<<20 && m.Namespace != "kraft" {
+						t.Errorf("%s/%s memory = %d, want 64Mi", key, c.Name, mem)
 					}
 				}
-				got[m.Namespace+"/"+m.Name] = cm
-				windows[m.Namespace+"/"+m.Name] = m.Window.Duration
 				if m.Window.Duration < 10*time.Second {
-					t.Errorf("%s/%s window %s, want the ~10s since start", m.Namespace, m.Name, m.Window.Duration)
+					t.Errorf("%s window %s, want the ~10s since start", key, m.Window.Duration)
+				}
+				if key == "kraft/uk-1" {
+					ukWindow = m.Window.Duration
 				}
 			}
-			want := map[string]map[string]int64{
-				"default/web-1":   {"app": 250, "proxy": 50},
-				"default/web-2":   {"app": 500},
-				"kube-system/dns": {"dns": 10},
-				// (0.1 + 0.9) / 2 requested cores × the leader's 1 core.
-				"ml/inf-0":   {"main": 500},
-				"ml/inf-0-1": {"main": 900},
-			}
-			// From ukpd, next to the kubelet-backed pods. The fake's clock
-			// stood still from setup to the scrapes, so its counter holds
-			// 0.3 cores × (setup − start), while the window, by the
-			// scraper's clock, runs from the instance's start to the first
-			// scrape: the rate served is that counter over the window.
-			counter := env.ukpdCounter
-			wantUK := int64(counter * 1e3 / windows["kraft/uk-1"].Seconds())
+			// From ukpd: the fake's clock stood still from setup to the
+			// scrapes, so its counter holds 0.3 cores × (setup − start),
+			// while the window, by the scraper's clock, runs from the
+			// instance's start to the first scrape.
+			wantUK := int64(env.ukpdCounter * 1e3 / ukWindow.Seconds())
 			if cpu := got["kraft/uk-1"]["app"]; cpu < wantUK-2 || cpu > wantUK+2 {
-				t.Errorf("kraft/uk-1 CPU = %dm, want %dm (%.2f core-s over %s)", cpu, wantUK, counter, windows["kraft/uk-1"])
+				t.Errorf("kraft/uk-1 CPU = %dm, want %dm (%.2f core-s over %s)", cpu, wantUK, env.ukpdCounter, ukWindow)
 			}
 			delete(got, "kraft/uk-1")
-			if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b int64) bool { return a-b <= 1 && b-a <= 1 })); diff != "" {
+			want := map[string]map[string]int64{
+				"default/web-1": {"app": 250, "proxy": 50}, "default/web-2": {"app": 500}, "kube-system/dns": {"dns": 10},
+				// (0.1 + 0.9) / 2 requested cores × the leader's 1 core.
+				"ml/inf-0": {"main": 500}, "ml/inf-0-1": {"main": 900},
+			}
+			if diff := cmp.Diff(want, got, within1m); diff != "" {
 				t.Errorf("v1 pod CPU in millicores (-want +got):\n%s", diff)
 			}
 
-			sel := labels.SelectorFromSet(labels.Set{"app": "web"}).String()
-			beta, err := cs.MetricsV1beta1().PodMetricses("default").List(ctx, metav1.ListOptions{LabelSelector: sel})
-			if err != nil {
-				t.Fatalf("v1beta1 namespaced selector list: %v", err)
-			}
-			if len(beta.Items) != 2 {
-				t.Errorf("v1beta1 app=web in default: %d items, want 2", len(beta.Items))
+			beta, err := cs.MetricsV1beta1().PodMetricses("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+			if err != nil || len(beta.Items) != 2 {
+				t.Errorf("v1beta1 app=web in default: %v, %v; want 2 items", beta, err)
 			}
 			byField, err := cs.MetricsV1().PodMetricses("").List(ctx, metav1.ListOptions{FieldSelector: "metadata.namespace=kube-system"})
 			if err != nil || len(byField.Items) != 1 || byField.Items[0].Name != "dns" {
 				t.Errorf("field selector metadata.namespace=kube-system: %v, %v", byField, err)
 			}
-
 			one, err := cs.MetricsV1beta1().PodMetricses("default").Get(ctx, "web-2", metav1.GetOptions{})
-			if err != nil {
-				t.Fatalf("v1beta1 get: %v", err)
-			}
-			if !cpuClose(one.Containers[0].Usage[corev1.ResourceCPU], 500) {
-				t.Errorf("web-2 CPU = %s, want 500m", one.Containers[0].Usage.Cpu())
-			}
-			_, err = cs.MetricsV1().PodMetricses("default").Get(ctx, "nope", metav1.GetOptions{})
-			if !apierrors.IsNotFound(err) {
+			must(t, err)
+			if _, err = cs.MetricsV1().PodMetricses("default").Get(ctx, "nope", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				t.Errorf("get missing pod: %v, want NotFound", err)
 			}
-
 			nodes, err := cs.MetricsV1().NodeMetricses().List(ctx, metav1.ListOptions{LabelSelector: "pool=n2"})
-			if err != nil || len(nodes.Items) != 1 {
-				t.Fatalf("nodes pool=n2: %v, %v", nodes, err)
+			must(t, err)
+			gotCPU := map[string]int64{"web-2": one.Containers[0].Usage.Cpu().MilliValue()}
+			for _, n := range nodes.Items {
+				gotCPU[n.Name] = n.Usage.Cpu().MilliValue()
 			}
-			if !cpuClose(nodes.Items[0].Usage[corev1.ResourceCPU], 2000) {
-				t.Errorf("n2 CPU = %s, want 2", nodes.Items[0].Usage.Cpu())
+			if diff := cmp.Diff(map[string]int64{"web-2": 500, "n2": 2000}, gotCPU, within1m); diff != "" {
+				t.Errorf("v1beta1 get of web-2 and nodes pool=n2, CPU in millicores (-want +got):\n%s", diff)
 			}
 			if _, err := cs.MetricsV1beta1().NodeMetricses().Get(ctx, "n1", metav1.GetOptions{}); err != nil {
 				t.Errorf("v1beta1 get node: %v", err)

@@ -36,10 +36,7 @@ func TestStorePodFirstScrape(t *testing.T) {
 	s := newTestStore(clk)
 	s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now()) // 5 core-s over 10 s
 
-	got, _, why := s.Pod("ns", "p", "u1", "n1", PodRef{})
-	if why != nil {
-		t.Fatalf("Pod: %v", why)
-	}
+	got, _ := readPod(t, s, "first scrape")
 	want := PodUsage{Timestamp: at(5 * time.Second), Window: 10 * time.Second, Containers: []ContainerUsage{
 		{Name: "c", Usage: Usage{Timestamp: at(5 * time.Second), Window: 10 * time.Second, CPUNanoCores: 500_000_000, MemoryBytes: 1 << 20}},
 	}, FreshUntil: at(50 * time.Second)} // scraped at 10 s, stale after 40 s
@@ -57,12 +54,8 @@ func TestStorePodFirstScrape(t *testing.T) {
 
 	clk.Step(15 * time.Second)
 	s.Store("kubelet", []string{"n1"}, podBatch("n1", 20*time.Second, 8e9), clk.Now()) // node +3 core-s over 15 s
-	u, why := s.Node("n1")
-	if why != nil {
-		t.Fatalf("Node: %v", why)
-	}
-	if u.CPUNanoCores != 200_000_000 || u.Window != 15*time.Second {
-		t.Errorf("Node usage = %+v, want 0.2 cores over 15s", u)
+	if u, why := s.Node("n1"); why != nil || u.CPUNanoCores != 200_000_000 || u.Window != 15*time.Second {
+		t.Errorf("Node usage = %+v, %v; want 0.2 cores over 15s", u, why)
 	}
 	// A new scrape is a new sample.
 	if next, _, why := s.Pod("ns", "p", "u1", "n1", PodRef{}); why != nil || next.Sample == got.Sample {
@@ -100,13 +93,9 @@ func TestGenerationAndFreshUntil(t *testing.T) {
 	if g := s.Generation(); g != gen {
 		t.Errorf("Prune that keeps every node: generation %d, want %d", g, gen)
 	}
-	if _, _, why := s.Pod("ns", "p", "u1", "n1", PodRef{}); why != nil || s.Generation() != gen {
-		t.Errorf("a read: %v, generation %d; want usage, %d", why, s.Generation(), gen)
-	}
-
-	u, ref, why := s.Pod("ns", "p", "u1", "n1", PodRef{})
-	if why != nil {
-		t.Fatalf("Pod: %v", why)
+	u, ref := readPod(t, s, "a read")
+	if g := s.Generation(); g != gen {
+		t.Errorf("a read: generation %d, want %d", g, gen)
 	}
 	if want := clk.Now().Add(40 * time.Second); !u.FreshUntil.Equal(want) {
 		t.Fatalf("FreshUntil = %v, want %v (scraped now, stale after 40 s)", u.FreshUntil, want)
@@ -175,19 +164,15 @@ func TestStoreSourceOrder(t *testing.T) {
 	s := newTestStore(clk, "ukpd", "kubelet")
 	s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now())
 	s.Store("ukpd", []string{"n1"}, podBatch("n1", 5*time.Second, 1e9), clk.Now())
-	u, _, why := s.Pod("ns", "p", "u1", "n1", PodRef{})
-	if why != nil {
-		t.Fatal(why)
-	}
-	if got := u.Containers[0].CPUNanoCores; got != 100_000_000 {
+	if got := podCPU(t, s, "both sources"); got != 100_000_000 {
 		t.Errorf("CPU = %d nanocores, want the first source's 100000000", got)
 	}
 	// The first source lacking the pod falls through to the next.
 	b := podBatch("n1", 5*time.Second, 1e9)
 	b.Pods = nil
 	s.Store("ukpd", []string{"n1"}, b, clk.Now())
-	if u, _, why = s.Pod("ns", "p", "u1", "n1", PodRef{}); why != nil || u.Containers[0].CPUNanoCores != 500_000_000 {
-		t.Errorf("Pod = %+v, %v; want the kubelet's 500000000", u, why)
+	if got := podCPU(t, s, "the first source lacking the pod"); got != 500_000_000 {
+		t.Errorf("CPU = %d nanocores, want the kubelet's 500000000", got)
 	}
 }
 
@@ -197,44 +182,58 @@ func TestPodRef(t *testing.T) {
 	clk := clocktesting.NewFakeClock(at(10 * time.Second))
 	s := newTestStore(clk, "ukpd", "kubelet")
 	s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now())
-	read := func(step string, ref PodRef) (PodUsage, PodRef, *Unavailable) {
+	var ref PodRef
+	// read reads with the last read's ref, and wants wantCPU nanocores, or
+	// no usage for 0.
+	read := func(step string, wantCPU uint64) {
 		t.Helper()
 		want, _, wantWhy := s.Pod("ns", "p", "u1", "n1", PodRef{})
 		got, next, why := s.Pod("ns", "p", "u1", "n1", ref)
 		if diff := cmp.Diff(want, got); diff != "" || !cmp.Equal(why, wantWhy) {
 			t.Errorf("%s: given the last read's ref, %v and (-without +with):\n%s; without it, %v", step, why, diff, wantWhy)
 		}
-		return got, next, why
-	}
-	cpu := func(step string, u PodUsage, want uint64) {
-		t.Helper()
-		if len(u.Containers) != 1 || u.Containers[0].CPUNanoCores != want {
-			t.Errorf("%s: %+v, want %d nanocores", step, u, want)
+		switch {
+		case wantCPU == 0 && why == nil:
+			t.Errorf("%s: usage, want none", step)
+		case wantCPU != 0 && (len(got.Containers) != 1 || got.Containers[0].CPUNanoCores != wantCPU):
+			t.Errorf("%s: %+v, want %d nanocores", step, got, wantCPU)
 		}
+		ref = next
 	}
 
-	u, ref, _ := read("first read", PodRef{})
-	cpu("first read", u, 500_000_000)
-	if _, again, _ := read("nothing changed", ref); again != ref {
+	read("first read", 500_000_000)
+	first := ref
+	if read("nothing changed", 500_000_000); ref != first {
 		t.Error("the ref changed though no source wrote the node")
 	}
 	s.Store("ukpd", []string{"n1"}, podBatch("n1", 5*time.Second, 1e9), clk.Now())
-	u, ref, _ = read("the first source reports the pod too", ref)
-	cpu("the first source reports the pod too", u, 100_000_000)
+	read("the first source reports the pod too", 100_000_000)
 	s.Failed("ukpd", []string{"n1"}, errors.New("connection refused"), clk.Now())
-	u, ref, _ = read("a failed scrape of the first source", ref)
-	cpu("a failed scrape of the first source", u, 100_000_000)
+	read("a failed scrape of the first source", 100_000_000)
 	s.Prune("ukpd", map[string]struct{}{})
-	u, ref, _ = read("the first source pruned", ref)
-	cpu("the first source pruned", u, 500_000_000)
+	read("the first source pruned", 500_000_000)
 	s.Prune("kubelet", map[string]struct{}{})
 	s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 2e9), clk.Now())
-	u, ref, _ = read("the node forgotten, then scraped again", ref)
-	cpu("the node forgotten, then scraped again", u, 200_000_000)
+	read("the node forgotten, then scraped again", 200_000_000)
 	clk.Step(time.Minute)
-	if _, _, why := read("a minute later", ref); why == nil {
-		t.Error("a minute later: usage, want none: it is stale")
+	read("a minute later: stale", 0)
+}
+
+// readPod reads pod ns/p (UID u1) on n1, or fails with what.
+func readPod(t *testing.T, s *Store, what string) (PodUsage, PodRef) {
+	t.Helper()
+	u, ref, why := s.Pod("ns", "p", "u1", "n1", PodRef{})
+	if why != nil {
+		t.Fatalf("%s: %v", what, why)
 	}
+	return u, ref
+}
+
+// podCPU is the CPU of readPod's first container.
+func podCPU(t *testing.T, s *Store, what string) uint64 {
+	t.Helper()
+	u, _ := readPod(t, s, what)
+	return u.Containers[0].CPUNanoCores
 }
 
 // TestPruneOneSource: pruning a source's node keeps what another source
@@ -247,15 +246,11 @@ func TestPruneOneSource(t *testing.T) {
 		s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second+step, 5e9+uint64(step)), clk.Now())
 		s.Store("ukpd", []string{"n1"}, podBatch("n1", 5*time.Second+step, 1e9+2*uint64(step)), clk.Now())
 	}
-	if u, _, why := s.Pod("ns", "p", "u1", "n1", PodRef{}); why != nil || u.Containers[0].CPUNanoCores != 2e9 {
-		t.Fatalf("before pruning: %+v, %v; want ukpd's 2000000000", u, why)
+	if got := podCPU(t, s, "before pruning"); got != 2e9 {
+		t.Fatalf("before pruning: %d nanocores, want ukpd's 2000000000", got)
 	}
 	s.Prune("ukpd", map[string]struct{}{})
-	u, _, why := s.Pod("ns", "p", "u1", "n1", PodRef{})
-	if why != nil {
-		t.Fatalf("after pruning ukpd: %v; want the kubelet's usage", why)
-	}
-	if got := u.Containers[0].CPUNanoCores; got != 1e9 {
+	if got := podCPU(t, s, "after pruning ukpd"); got != 1e9 {
 		t.Errorf("CPU = %d nanocores, want the kubelet's 1000000000", got)
 	}
 	s.Prune("kubelet", map[string]struct{}{})
@@ -267,32 +262,30 @@ func TestPruneOneSource(t *testing.T) {
 	}
 }
 
+// wantFresh fails unless s has fresh data and fresh usage as wanted.
+func wantFresh(t *testing.T, what string, s *Store, data, usage bool) {
+	t.Helper()
+	if s.HasFreshData() != data || s.HasFreshUsage() != usage {
+		t.Fatalf("%s: fresh data %v, usage %v; want %v, %v", what, s.HasFreshData(), s.HasFreshUsage(), data, usage)
+	}
+}
+
 func TestStoreHasFreshData(t *testing.T) {
 	clk := clocktesting.NewFakeClock(at(0))
 	s := newTestStore(clk)
-	if s.HasFreshData() {
-		t.Fatal("empty store has fresh data")
-	}
+	wantFresh(t, "empty store", s, false, false)
 	s.Failed("kubelet", []string{"n1"}, errors.New("down"), clk.Now())
-	if s.HasFreshData() {
-		t.Fatal("store with only failures has fresh data")
-	}
+	wantFresh(t, "only failures", s, false, false)
 	s.Store("kubelet", []string{"n2"}, &sources.Batch{}, clk.Now())
-	if !s.HasFreshData() {
-		t.Fatal("store scraped just now has no fresh data")
-	}
+	wantFresh(t, "scraped just now", s, true, false)
 	clk.Step(41 * time.Second)
-	if s.HasFreshData() {
-		t.Fatal("store scraped 41s ago (bound 40s) still has fresh data")
-	}
+	wantFresh(t, "scraped 41s ago (bound 40s)", s, false, false)
 }
 
 func TestHasFreshUsage(t *testing.T) {
 	clk := clocktesting.NewFakeClock(at(0))
 	s := newTestStore(clk)
-	if s.HasFreshUsage() {
-		t.Fatal("usage in an empty store")
-	}
+	wantFresh(t, "empty store", s, false, false)
 	// Long-running node and container: one sample is no usage.
 	old := &sources.Batch{
 		Nodes: []sources.NodePoint{{Name: "n1", Point: pt(0, -time.Hour, 100e9, 1<<30)}},
@@ -301,30 +294,20 @@ func TestHasFreshUsage(t *testing.T) {
 		}}},
 	}
 	s.Store("kubelet", []string{"n1"}, old, clk.Now())
-	if !s.HasFreshData() || s.HasFreshUsage() {
-		t.Fatalf("after one sample: data %v, usage %v; want data, no usage", s.HasFreshData(), s.HasFreshUsage())
-	}
-	// The second sample gives usage.
+	wantFresh(t, "after one sample", s, true, false)
 	clk.Step(10 * time.Second)
 	old.Nodes[0].Point = pt(10*time.Second, -time.Hour, 110e9, 1<<30)
 	s.Store("kubelet", []string{"n1"}, old, clk.Now())
-	if !s.HasFreshUsage() {
-		t.Fatal("no usage after two samples")
-	}
-	// Usage goes stale with its samples.
+	wantFresh(t, "after two samples", s, true, true)
 	clk.Step(41 * time.Second)
-	if s.HasFreshUsage() {
-		t.Fatal("stale usage counted")
-	}
+	wantFresh(t, "usage stale with its samples", s, false, false)
 	// A new container's first sample is usage at once.
 	s2 := newTestStore(clk)
 	fresh := &sources.Batch{Pods: []sources.PodPoint{{Namespace: "ns", Name: "q", Node: "n1", Containers: []sources.ContainerPoint{
 		{Name: "c", Point: pt(51*time.Second, 45*time.Second, 3e9, 1<<20)},
 	}}}}
 	s2.Store("kubelet", []string{"n1"}, fresh, clk.Now())
-	if !s2.HasFreshUsage() {
-		t.Fatal("a new container's first sample gave no usage")
-	}
+	wantFresh(t, "a new container's first sample", s2, true, true)
 }
 
 // TestPodTimestampEarliest is finding 7: a pod's timestamp and window are
