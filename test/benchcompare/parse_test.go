@@ -1,10 +1,14 @@
 package main
 
 import (
+	"maps"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
 
 func TestParseStatCPU(t *testing.T) {
@@ -68,41 +72,43 @@ metrics_server_kubelet_request_duration_seconds_bucket{node="n1",le="0.005"} 1
 apiserver_request_total{code="200"} 12
 `
 
+// TestSamples reads each kind's window end from the exposition: only the
+// families asked for are parsed, and a name that is a prefix of another
+// name does not take its series.
 func TestSamples(t *testing.T) {
-	s, err := parseSamples(exposition, "group_metrics_server_scraper_cycle_duration_seconds",
-		"group_metrics_server_scraper_target_failures_total", "metrics_server_kubelet_request_total")
+	gms, ms := groupMetricsServer, metricsServer
+	fams, err := promtext.Families(exposition, gms.cycleMetric, gms.failureMetric, ms.failureMetric)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := s["apiserver_request_total"]; ok {
-		t.Error("kept a family not asked for")
-	}
-	if _, ok := s["metrics_server_kubelet_request_duration_seconds"]; ok {
-		t.Error("kept a family not asked for")
-	}
-	sum, count, ok := s.histogram("group_metrics_server_scraper_cycle_duration_seconds")
-	if !ok || sum != 1.75 || count != 7 {
-		t.Errorf("histogram = %v, %v, %v; want 1.75, 7, true", sum, count, ok)
-	}
-	if _, _, ok := s.histogram("metrics_server_manager_tick_duration_seconds"); ok {
-		t.Error("found a histogram that is not there")
+	if diff := cmp.Diff([]string{gms.cycleMetric, gms.failureMetric, ms.failureMetric}, slices.Sorted(maps.Keys(fams))); diff != "" {
+		t.Errorf("families parsed (-want +got):\n%s", diff)
 	}
 	for _, tc := range []struct {
-		name  string
-		match map[string]string
-		want  float64
+		name string
+		kind serverKind
+		want windowEnd
 	}{
-		{"group_metrics_server_scraper_target_failures_total", nil, 5},
-		{"group_metrics_server_scraper_target_failures_total", map[string]string{"reason": "timeout"}, 2},
-		{"metrics_server_kubelet_request_total", map[string]string{"success": "false"}, 4},
-		// A name that is a prefix of another name does not take its series.
-		{"metrics_server_kubelet_request", nil, 0},
+		{"every failure", gms, windowEnd{cycleSum: 1.75, cycleCount: 7, failures: 5}},
+		{"failures matched", serverKind{cycleMetric: gms.cycleMetric, failureMetric: gms.failureMetric, failureMatch: map[string]string{"reason": "timeout"}},
+			windowEnd{cycleSum: 1.75, cycleCount: 7, failures: 2}},
+		{"metrics-server failures", serverKind{cycleMetric: gms.cycleMetric, failureMetric: ms.failureMetric, failureMatch: ms.failureMatch},
+			windowEnd{cycleSum: 1.75, cycleCount: 7, failures: 4}},
+		{"prefix of a name", serverKind{cycleMetric: gms.cycleMetric, failureMetric: "metrics_server_kubelet_request"},
+			windowEnd{cycleSum: 1.75, cycleCount: 7}},
 	} {
-		if got := s.total(tc.name, tc.match); got != tc.want {
-			t.Errorf("total(%s, %v) = %v, want %v", tc.name, tc.match, got, tc.want)
+		got, err := tc.kind.windowEnd(fams)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(windowEnd{})); diff != "" {
+			t.Errorf("%s: window end (-want +got):\n%s", tc.name, diff)
 		}
 	}
-	if _, err := parseSamples("group_metrics_server_x{a=\"b\"}\n", "group_metrics_server_x"); err == nil {
+	if _, err := ms.windowEnd(fams); err == nil {
+		t.Error("found a histogram that is not there")
+	}
+	if _, err := promtext.Families("group_metrics_server_x{a=\"b\"}\n", "group_metrics_server_x"); err == nil {
 		t.Error("a sample without a value parsed without error")
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
@@ -112,11 +114,21 @@ func (b *bench) readWindowEnd(ctx context.Context, s *runningServer) (windowEnd,
 	if err != nil {
 		return windowEnd{}, err
 	}
-	sum, count, ok := m.histogram(s.kind.cycleMetric)
-	if !ok {
-		return windowEnd{}, fmt.Errorf("%s /metrics has no %s", s.kind.name, s.kind.cycleMetric)
+	end, err := s.kind.windowEnd(m)
+	end.at, end.cpu = at, cpu
+	return end, err
+}
+
+// windowEnd reads the sum and count of the kind's unlabelled cycle
+// histogram and its failed scrapes from the families of its /metrics.
+func (k serverKind) windowEnd(m map[string]*dto.MetricFamily) (windowEnd, error) {
+	sum, okSum := promtext.Sum(m, k.cycleMetric+"_sum", nil)
+	count, okCount := promtext.Sum(m, k.cycleMetric+"_count", nil)
+	if !okSum || !okCount {
+		return windowEnd{}, fmt.Errorf("%s /metrics has no %s", k.name, k.cycleMetric)
 	}
-	return windowEnd{at: at, cpu: cpu, cycleSum: sum, cycleCount: count, failures: m.total(s.kind.failureMetric, s.kind.failureMatch)}, nil
+	failures, _ := promtext.Sum(m, k.failureMetric, k.failureMatch)
+	return windowEnd{cycleSum: sum, cycleCount: count, failures: failures}, nil
 }
 
 // steadyWindow measures WindowCycles × resolution of the server left alone.
@@ -136,40 +148,14 @@ func (b *bench) steadyWindow(ctx context.Context, s *runningServer, res *roundRe
 		return err
 	}
 	waitProfile := prof.startCPU(ctx, "steady", length-time.Second)
-
-	var (
-		mu   sync.Mutex
-		rss  []float64
-		werr error
-	)
-	sampleCtx, stopSampling := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			m, err := readMemory(s.proc.Pid())
-			mu.Lock()
-			if err != nil && werr == nil {
-				werr = err
-			}
-			rss = append(rss, mib(m.RSS))
-			mu.Unlock()
-			select {
-			case <-sampleCtx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	})
+	stopSampling := sampleRSS(ctx, s.proc.Pid())
 	err = b.sleep(ctx, time.Until(start.at.Add(length)), s)
-	stopSampling()
-	wg.Wait()
+	rss, sampleErr := stopSampling()
 	if err != nil {
 		return err
 	}
-	if werr != nil {
-		return fmt.Errorf("sample RSS: %w", werr)
+	if sampleErr != nil {
+		return sampleErr
 	}
 	end, err := b.readWindowEnd(ctx, s)
 	if err != nil {
@@ -209,6 +195,38 @@ func (b *bench) steadyWindow(ctx context.Context, s *runningServer, res *roundRe
 		res.round, s.kind.name, res.values[figCPU], res.values[figCycle], res.values[figSteadyRSS],
 		res.values[figPeakRSS], res.values[figFailures])
 	return nil
+}
+
+// sampleRSS reads the RSS of pid, in MiB, now and every second until the
+// returned function is called, which returns the samples.
+func sampleRSS(ctx context.Context, pid int) func() ([]float64, error) {
+	ctx, stop := context.WithCancel(ctx)
+	var (
+		rss []float64
+		err error
+		wg  sync.WaitGroup
+	)
+	wg.Go(func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			m, readErr := readMemory(pid)
+			if readErr != nil && err == nil {
+				err = fmt.Errorf("sample RSS: %w", readErr)
+			}
+			rss = append(rss, mib(m.RSS))
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	return func() ([]float64, error) {
+		stop()
+		wg.Wait()
+		return rss, err
+	}
 }
 
 // goMemoryClasses are the Go runtime's memory classes (runtime/metrics

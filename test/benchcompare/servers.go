@@ -12,10 +12,12 @@ import (
 	"strings"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"k8s.io/client-go/rest"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
 
 // serverKind is one of the two servers compared: its name in the report and
@@ -173,11 +175,11 @@ func (s *runningServer) getOK(ctx context.Context, path string) (string, error) 
 	return body, nil
 }
 
-// metrics scrapes the server's /metrics, keeping the series of prefixes.
-func (s *runningServer) metrics(ctx context.Context, prefixes ...string) (samples, error) {
+// metrics scrapes the server's /metrics, keeping the named families.
+func (s *runningServer) metrics(ctx context.Context, families ...string) (map[string]*dto.MetricFamily, error) {
 	body, err := s.getOK(ctx, "/metrics")
 	if err != nil {
 		return nil, err
 	}
-	return parseSamples(body, prefixes...)
+	return promtext.Families(body, families...)
 }
