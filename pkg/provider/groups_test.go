@@ -22,16 +22,21 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/pkg/store"
 )
 
-// lwsPod is member worker of group 0 of LWS "inf", requesting cpu per
-// container.
-func lwsPod(worker string, policy string, containers map[string]string) *corev1.Pod {
-	name := "inf-0"
+// groupMember is worker of group g of LWS lws in namespace ml, on n1.
+func groupMember(lws, g, worker string, phase corev1.PodPhase) *corev1.Pod {
+	name := lws + "-" + g
 	if worker != "0" {
 		name += "-" + worker
 	}
-	p := testPod("ml", name, "n1", corev1.PodRunning, map[string]string{
-		group.LabelName: "inf", group.LabelGroupIndex: "0", group.LabelWorkerIndex: worker,
+	return testPod("ml", name, "n1", phase, map[string]string{
+		group.LabelName: lws, group.LabelGroupIndex: g, group.LabelWorkerIndex: worker,
 	})
+}
+
+// lwsPod is member worker of group 0 of LWS "inf", requesting cpu per
+// container.
+func lwsPod(worker string, policy string, containers map[string]string) *corev1.Pod {
+	p := groupMember("inf", "0", worker, corev1.PodRunning)
 	if policy != "" {
 		p.Annotations = map[string]string{group.AnnotationPolicy: policy}
 	}
@@ -175,7 +180,7 @@ func TestCustomMetrics(t *testing.T) {
 		name   string
 		info   cmprovider.CustomMetricInfo
 		object string
-		want   string
+		want   string // "" wants NotFound
 	}{
 		// Pods with metrics: inf-0 (0.1 of 1 core), inf-0-1 and inf-0-2 (0.9
 		// of 1 core each).
@@ -186,24 +191,24 @@ func TestCustomMetrics(t *testing.T) {
 		// 1Gi used of 4Gi requested (1Gi per container) by pods with metrics.
 		{name: "LWS memory utilization", info: cmInfo(LWSResource, MetricMemoryUtilization), object: "inf", want: "250m"},
 		{name: "leader pod: its group", info: cmInfo(podsResource, MetricCPUUtilization), object: "inf-0", want: "633m"},
+		{name: "worker pod", info: cmInfo(podsResource, MetricCPUUsage), object: "inf-0-1"},
+		{name: "unknown LWS", info: cmInfo(LWSResource, MetricCPUUsage), object: "other"},
+		{name: "unknown metric", info: cmInfo(LWSResource, "bogus"), object: "inf"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			v, err := cm.GetMetricByName(ctx, types.NamespacedName{Namespace: "ml", Name: tc.object}, tc.info, labels.Everything())
+			if tc.want == "" {
+				if !apierrors.IsNotFound(err) {
+					t.Errorf("%v, want NotFound", err)
+				}
+				return
+			}
 			must(t, err)
 			if got := v.Value.String(); got != tc.want {
 				t.Errorf("value = %s, want %s", got, tc.want)
 			}
 		})
-	}
-	if _, err := cm.GetMetricByName(ctx, types.NamespacedName{Namespace: "ml", Name: "inf-0-1"}, cmInfo(podsResource, MetricCPUUsage), labels.Everything()); !apierrors.IsNotFound(err) {
-		t.Errorf("worker pod: %v, want NotFound", err)
-	}
-	if _, err := cm.GetMetricByName(ctx, types.NamespacedName{Namespace: "ml", Name: "other"}, cmInfo(LWSResource, MetricCPUUsage), labels.Everything()); !apierrors.IsNotFound(err) {
-		t.Errorf("unknown LWS: %v, want NotFound", err)
-	}
-	if _, err := cm.GetMetricByName(ctx, types.NamespacedName{Namespace: "ml", Name: "inf"}, cmInfo(LWSResource, "bogus"), labels.Everything()); !apierrors.IsNotFound(err) {
-		t.Errorf("unknown metric: %v, want NotFound", err)
 	}
 	if got := len(cm.ListAllMetrics()); got != 8 {
 		t.Errorf("ListAllMetrics with LWS pods: %d metrics, want 8", got)
