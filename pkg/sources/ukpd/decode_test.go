@@ -19,11 +19,7 @@ const validList = `{"status": "success", "data": {"instances": [
 ]}, "op_time_us": 321}`
 
 func TestDecodeInstances(t *testing.T) {
-	tests := []struct {
-		name, body string
-		want       []Instance
-		wantErr    string // empty: no error
-	}{
+	runDecodeCases(t, DecodeInstances, []decodeCase[Instance]{
 		{
 			name: "documented envelope",
 			body: validList,
@@ -44,16 +40,7 @@ func TestDecodeInstances(t *testing.T) {
 			want:    []Instance{{UUID: "u1"}, {UUID: "u3", Tags: []string{"a=b"}}},
 			wantErr: "left out 4 entries",
 		},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := DecodeInstances([]byte(tc.body))
-			checkErr(t, err, tc.wantErr, sources.ReasonDecode)
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("DecodeInstances (-want +got):\n%s", diff)
-			}
-		})
-	}
+	})
 }
 
 func TestDecodeRejectsEnvelope(t *testing.T) {
@@ -74,15 +61,9 @@ func TestDecodeRejectsEnvelope(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			list, err := DecodeInstances([]byte(tc.body))
-			if list != nil {
-				t.Errorf("DecodeInstances returned %v, want nothing", list)
-			}
-			checkErr(t, err, tc.wantErr, tc.wantReason)
+			checkRejected(t, list, err, tc.wantErr, tc.wantReason)
 			samples, err := DecodeMetricsJSON([]byte(tc.body))
-			if samples != nil {
-				t.Errorf("DecodeMetricsJSON returned %v, want nothing", samples)
-			}
-			checkErr(t, err, tc.wantErr, tc.wantReason)
+			checkRejected(t, samples, err, tc.wantErr, tc.wantReason)
 		})
 	}
 }
@@ -97,11 +78,7 @@ const validMetricsJSON = `{"status": "success", "data": {"instances": [
 ]}}`
 
 func TestDecodeMetricsJSON(t *testing.T) {
-	tests := []struct {
-		name, body string
-		want       []Sample
-		wantErr    string
-	}{
+	runDecodeCases(t, DecodeMetricsJSON, []decodeCase[Sample]{
 		{
 			name: "documented fields",
 			body: validMetricsJSON,
@@ -150,16 +127,7 @@ func TestDecodeMetricsJSON(t *testing.T) {
 			want:    []Sample{{UUID: "b", CPUCoreNanos: 1e6, RSSBytes: 1}},
 			wantErr: `instance "a": the entries carry cpu_time_s and no cpu_time_ms`,
 		},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := DecodeMetricsJSON([]byte(tc.body))
-			checkErr(t, err, tc.wantErr, sources.ReasonDecode)
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("DecodeMetricsJSON (-want +got):\n%s", diff)
-			}
-		})
-	}
+	})
 }
 
 // TestDecodeOlderForm checks that the JSON form of older ukpd releases
@@ -170,10 +138,7 @@ func TestDecodeOlderForm(t *testing.T) {
 		{"uuid": "b", "state": "standby", "uptime_s": 3, "rss_bytes": 0, "cpu_time_s": 0}
 	]}}`
 	samples, err := DecodeMetricsJSON([]byte(body))
-	if samples != nil {
-		t.Errorf("samples = %+v, want none", samples)
-	}
-	checkErr(t, err, "JSON form of older ukpd releases, whose cpu_time_s is not a counter: ask for the Prometheus form with the endpoint option metrics-format=text", sources.ReasonDecode)
+	checkRejected(t, samples, err, "JSON form of older ukpd releases, whose cpu_time_s is not a counter: ask for the Prometheus form with the endpoint option metrics-format=text", sources.ReasonDecode)
 	if strings.Contains(err.Error(), "left out") {
 		t.Errorf("error = %v, want one error, not one per entry", err)
 	}
@@ -183,13 +148,41 @@ func TestDecodeOlderForm(t *testing.T) {
 // out and why, and names no more than maxReported of them.
 func TestDecodeNamesProblems(t *testing.T) {
 	_, err := DecodeMetricsJSON([]byte(`{"data": {"instances": [{"uuid": "x1", "rss_bytes": 1}]}}`))
-	if err == nil || !strings.Contains(err.Error(), `instance "x1": no cpu_time_ms`) {
-		t.Errorf("error = %v, want it to name instance x1 and the missing field", err)
-	}
+	checkErr(t, err, `instance "x1": no cpu_time_ms`, sources.ReasonDecode)
 	_, err = DecodeMetricsJSON([]byte(`{"data": {"instances": [` + strings.Repeat(`{"uuid": "bad"},`, 24) + `{"uuid": "bad"}]}}`))
-	if err == nil || !strings.Contains(err.Error(), "left out 25 entries") || !strings.Contains(err.Error(), "and 15 more") {
-		t.Errorf("error = %v, want 25 entries counted and 10 named", err)
+	checkErr(t, err, "left out 25 entries", sources.ReasonDecode)
+	checkErr(t, err, "and 15 more", sources.ReasonDecode)
+}
+
+// decodeCase is a body, what a decoder reads of it, and the error it
+// gives, if any, of reason decode.
+type decodeCase[T any] struct {
+	name, body string
+	want       []T
+	wantErr    string
+}
+
+func runDecodeCases[T any](t *testing.T, decode func([]byte) ([]T, error), tests []decodeCase[T]) {
+	t.Helper()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := decode([]byte(tc.body))
+			checkErr(t, err, tc.wantErr, sources.ReasonDecode)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("decode (-want +got):\n%s", diff)
+			}
+		})
 	}
+}
+
+// checkRejected checks that a decoder returned nothing, and an error
+// containing want for wantReason.
+func checkRejected[T any](t *testing.T, out []T, err error, want, wantReason string) {
+	t.Helper()
+	if out != nil {
+		t.Errorf("returned %+v, want nothing", out)
+	}
+	checkErr(t, err, want, wantReason)
 }
 
 func checkErr(t *testing.T, err error, want, wantReason string) {

@@ -1,7 +1,6 @@
 package ukpd
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -49,7 +48,7 @@ func TestInstancesFailedPage(t *testing.T) {
 		e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: fmt.Sprintf("p-%d", i), Container: "c"})
 	}
 	must(t, e.fake.SetFault(fakeukpd.Fault{Kind: fakecore.FaultStatus500, Path: "/v1/instances"}))
-	list, err := e.client(t, nil).Instances(context.Background())
+	list, err := e.client(t, nil).Instances(t.Context())
 	if list != nil || err == nil {
 		t.Errorf("Instances = %v, %v; want no list and an error", list, err)
 	}
@@ -62,11 +61,8 @@ func TestClientHostileText(t *testing.T) {
 	e := newEnv(t)
 	e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: "p", Container: "c"})
 	must(t, e.fake.SetFault(fakeukpd.Fault{Kind: fakeukpd.FaultHostileText, Bytes: 8 << 20}))
-	samples, err := e.client(t, nil).Metrics(context.Background())
-	if samples != nil {
-		t.Errorf("samples = %+v, want none", samples)
-	}
-	checkErr(t, err, "more than 64 labels", sources.ReasonDecode)
+	samples, err := e.client(t, nil).Metrics(t.Context())
+	checkRejected(t, samples, err, "more than 64 labels", sources.ReasonDecode)
 }
 
 // TestClientOlderForm checks a ukpd that answers the older JSON form: the
@@ -77,12 +73,9 @@ func TestClientOlderForm(t *testing.T) {
 	e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", CPUCores: 0.5})
 	e.clk.Step(10 * time.Second)
 	must(t, e.fake.SetFault(fakeukpd.Fault{Kind: fakeukpd.FaultOlderForm}))
-	samples, err := e.client(t, nil).Metrics(context.Background())
-	if samples != nil {
-		t.Errorf("samples = %+v, want none", samples)
-	}
-	checkErr(t, err, "metrics-format=text", sources.ReasonDecode)
-	samples, err = e.client(t, func(c *ClientConfig) { c.MetricsFormat = FormatText }).Metrics(context.Background())
+	samples, err := e.client(t, nil).Metrics(t.Context())
+	checkRejected(t, samples, err, "metrics-format=text", sources.ReasonDecode)
+	samples, err = e.client(t, func(c *ClientConfig) { c.MetricsFormat = FormatText }).Metrics(t.Context())
 	if err != nil || len(samples) != 1 || samples[0].CPUCoreNanos != 5e9 {
 		t.Errorf("text form = %+v, %v; want one instance with 5 core-seconds", samples, err)
 	}

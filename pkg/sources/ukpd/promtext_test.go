@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"maps"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -51,11 +50,7 @@ instance_wakeup_latency_seconds_count{instance_uuid="u-standby"} 1
 `
 
 func TestDecodeMetricsText(t *testing.T) {
-	tests := []struct {
-		name, body string
-		want       []Sample
-		wantErr    string
-	}{
+	runDecodeCases(t, DecodeMetricsText, []decodeCase[Sample]{
 		{
 			name: "documented series",
 			body: validText,
@@ -108,16 +103,7 @@ instance_state{instance_uuid="state"} -1
 			want:    []Sample{{UUID: "a", CPUCoreNanos: 1e9, RSSBytes: 1}},
 			wantErr: "left out 10 entries",
 		},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := DecodeMetricsText([]byte(tc.body))
-			checkErr(t, err, tc.wantErr, sources.ReasonDecode)
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("DecodeMetricsText (-want +got):\n%s", diff)
-			}
-		})
-	}
+	})
 }
 
 func TestDecodeMetricsTextRejects(t *testing.T) {
@@ -132,28 +118,34 @@ func TestDecodeMetricsTextRejects(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := DecodeMetricsText([]byte(tc.body))
-			if got != nil {
-				t.Errorf("DecodeMetricsText returned %v, want nothing", got)
-			}
-			checkErr(t, err, "no well-formed sample", sources.ReasonDecode)
+			checkRejected(t, got, err, "no well-formed sample", sources.ReasonDecode)
 		})
 	}
 }
 
 func TestDecodeMetricsTextNamesLines(t *testing.T) {
 	_, err := DecodeMetricsText([]byte("instance_rss_bytes{instance_uuid=\"a\"} 1\ninstance_cpu_time_s{instance_uuid=\"a\"} many\n"))
-	if err == nil || !strings.Contains(err.Error(), `line 2: instance_cpu_time_s: value "many" is not a number`) {
-		t.Errorf("error = %v, want it to name line 2 and the bad value", err)
+	checkErr(t, err, `line 2: instance_cpu_time_s: value "many" is not a number`, sources.ReasonDecode)
+}
+
+// addTextSeeds seeds the fuzz tests of the text decoder.
+func addTextSeeds(f *testing.F) {
+	for _, seed := range []string{
+		validText,
+		"instance_cpu_time_s{instance_uuid=\"a\"} 1\ninstance_rss_bytes{instance_uuid=\"a\"} 1\n",
+		"x{a=\"\\\\\\\"\\n\"} 1 2\n",
+		"instance_started_at{instance_uuid=\"a\"} 1e300\n",
+		"instance_cpu_time_s{instance_uuid=\"a\",x=\"\\\\\\\"\\n\"} 1 1700000000000\ninstance_rss_bytes{instance_uuid=\"a\"} 2e3\n",
+		"instance_uptime_s{instance_uuid=\"a\"} 1.5\ninstance_state{instance_uuid=\"a\"} 5\n",
+	} {
+		f.Add([]byte(seed))
 	}
 }
 
 // FuzzDecodeMetricsText checks that no input crashes the decoder and that
 // whatever it accepts obeys the bounds the source relies on.
 func FuzzDecodeMetricsText(f *testing.F) {
-	f.Add([]byte(validText))
-	f.Add([]byte("instance_cpu_time_s{instance_uuid=\"a\"} 1\ninstance_rss_bytes{instance_uuid=\"a\"} 1\n"))
-	f.Add([]byte("x{a=\"\\\\\\\"\\n\"} 1 2\n"))
-	f.Add([]byte("instance_started_at{instance_uuid=\"a\"} 1e300\n"))
+	addTextSeeds(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		samples, err := DecodeMetricsText(body)
 		if rejected(t, samples, err) {
@@ -173,10 +165,7 @@ func FuzzDecodeMetricsText(f *testing.F) {
 // that holds no line the decoder refuses by its own bounds, both read the
 // same samples.
 func FuzzDecodeMetricsTextMatchesExpfmt(f *testing.F) {
-	f.Add([]byte(validText))
-	f.Add([]byte("instance_cpu_time_s{instance_uuid=\"a\"} 1\ninstance_rss_bytes{instance_uuid=\"a\"} 1\n"))
-	f.Add([]byte("instance_cpu_time_s{instance_uuid=\"a\",x=\"\\\\\\\"\\n\"} 1 1700000000000\ninstance_rss_bytes{instance_uuid=\"a\"} 2e3\n"))
-	f.Add([]byte("instance_uptime_s{instance_uuid=\"a\"} 1.5\ninstance_state{instance_uuid=\"a\"} 5\n"))
+	addTextSeeds(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		want, ok := expfmtSamples(body)
 		if !ok {
