@@ -2,7 +2,6 @@ package ukpd
 
 import (
 	"cmp"
-	"context"
 	"io"
 	"maps"
 	"net/http"
@@ -10,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,8 +24,8 @@ import (
 type scripted struct {
 	mu            sync.Mutex
 	list, metrics string
-	listStatus    int
-	listCalls     int
+	listStatus    atomic.Int32
+	listCalls     atomic.Int32
 }
 
 // set replaces the bodies given, keeping those left empty.
@@ -33,12 +33,6 @@ func (s *scripted) set(list, metrics string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.list, s.metrics = cmp.Or(list, s.list), cmp.Or(metrics, s.metrics)
-}
-
-func (s *scripted) calls() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.listCalls
 }
 
 func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -50,10 +44,10 @@ func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// It ignores count and from: its one page is the whole list, and
 		// the second page the source asks for adds nothing.
 		if r.URL.Query().Get("from") == "" {
-			s.listCalls++
+			s.listCalls.Add(1)
 		}
-		if s.listStatus != 0 {
-			w.WriteHeader(s.listStatus)
+		if status := s.listStatus.Load(); status != 0 {
+			w.WriteHeader(int(status))
 		}
 		_, _ = io.WriteString(w, s.list)
 	case metricsPath:
@@ -75,9 +69,10 @@ func metricsJSON(entries ...string) string {
 	return `{"status":"success","data":{"instances":[` + strings.Join(entries, ",") + `]}}`
 }
 
-func entry(uuid string, startCount int, startedAt string, cpuMS int) string {
-	return `{"uuid":"` + uuid + `","state":"running","start_count":` + strconv.Itoa(startCount) + `,"started_at":"` + startedAt +
-		`","cpu_time_ms":` + strconv.Itoa(cpuMS) + `,"rss_bytes":1}`
+// entry is an instance's metrics, started at 09:00.
+func entry(uuid string, startCount int, cpuMS int) string {
+	return `{"uuid":"` + uuid + `","state":"running","start_count":` + strconv.Itoa(startCount) +
+		`,"started_at":"2026-12-01T09:00:00Z","cpu_time_ms":` + strconv.Itoa(cpuMS) + `,"rss_bytes":1}`
 }
 
 func newScriptedTarget(t *testing.T, s *scripted, refresh time.Duration) (sources.Target, *clocktesting.FakeClock) {
@@ -94,7 +89,7 @@ func newScriptedTarget(t *testing.T, s *scripted, refresh time.Duration) (source
 
 func TestScrapeCachesTheList(t *testing.T) {
 	s := &scripted{}
-	s.set(listJSON("u1"), metricsJSON(entry("u1", 1, "2026-12-01T09:00:00Z", 10)))
+	s.set(listJSON("u1"), metricsJSON(entry("u1", 1, 10)))
 	tg, clk := newScriptedTarget(t, s, time.Minute)
 	fetches := func() map[string]float64 {
 		out := map[string]float64{}
@@ -112,15 +107,12 @@ func TestScrapeCachesTheList(t *testing.T) {
 		{name: "first scrape fetches", wantCalls: 1, wantPods: 1},
 		{name: "within the refresh interval", step: 20 * time.Second, wantCalls: 1, wantPods: 1},
 		{
-			name: "a new instance forces a fetch", step: 10 * time.Second,
-			list:      listJSON("u1", "u2"),
-			metrics:   metricsJSON(entry("u1", 1, "2026-12-01T09:00:00Z", 20), entry("u2", 1, "2026-12-01T09:00:00Z", 1)),
-			wantCalls: 2, wantPods: 2,
+			name: "a new instance forces a fetch", step: 10 * time.Second, wantCalls: 2, wantPods: 2,
+			list: listJSON("u1", "u2"), metrics: metricsJSON(entry("u1", 1, 20), entry("u2", 1, 1)),
 		},
 		{
-			name: "an instance the list does not hold forces one fetch", step: 10 * time.Second,
-			metrics:   metricsJSON(entry("u1", 1, "2026-12-01T09:00:00Z", 30), entry("u2", 1, "2026-12-01T09:00:00Z", 2), entry("u9", 1, "2026-12-01T09:00:00Z", 1)),
-			wantCalls: 3, wantPods: 2,
+			name: "an instance the list does not hold forces one fetch", step: 10 * time.Second, wantCalls: 3, wantPods: 2,
+			metrics: metricsJSON(entry("u1", 1, 30), entry("u2", 1, 2), entry("u9", 1, 1)),
 		},
 		{name: "and not another", step: 10 * time.Second, wantCalls: 3, wantPods: 2},
 		{name: "until the refresh is due", step: time.Minute, wantCalls: 4, wantPods: 2},
@@ -129,8 +121,8 @@ func TestScrapeCachesTheList(t *testing.T) {
 		clk.Step(st.step)
 		s.set(st.list, st.metrics)
 		b := scrapeOK(t, tg)
-		if s.calls() != st.wantCalls || len(b.Pods) != st.wantPods {
-			t.Errorf("%s: %d list fetches and %d pods, want %d and %d", st.name, s.calls(), len(b.Pods), st.wantCalls, st.wantPods)
+		if calls := int(s.listCalls.Load()); calls != st.wantCalls || len(b.Pods) != st.wantPods {
+			t.Errorf("%s: %d list fetches and %d pods, want %d and %d", st.name, calls, len(b.Pods), st.wantCalls, st.wantPods)
 		}
 	}
 	got := fetches()
@@ -144,14 +136,12 @@ func TestScrapeCachesTheList(t *testing.T) {
 
 func TestScrapeKeepsTheCachedList(t *testing.T) {
 	s := &scripted{}
-	s.set(listJSON("u1"), metricsJSON(entry("u1", 1, "2026-12-01T09:00:00Z", 10)))
+	s.set(listJSON("u1"), metricsJSON(entry("u1", 1, 10)))
 	tg, clk := newScriptedTarget(t, s, time.Minute)
 	scrapeOK(t, tg)
-	s.mu.Lock()
-	s.listStatus = http.StatusInternalServerError
-	s.mu.Unlock()
+	s.listStatus.Store(http.StatusInternalServerError)
 	clk.Step(2 * time.Minute)
-	b, err := tg.Scrape(context.Background())
+	b, err := tg.Scrape(t.Context())
 	if b == nil || len(b.Pods) != 1 {
 		t.Fatalf("scrape with a failing list = %+v, want the pod from the cached list", b)
 	}
@@ -163,7 +153,7 @@ func TestScrapeKeepsTheCachedList(t *testing.T) {
 func TestScrapeFailures(t *testing.T) {
 	tests := []struct {
 		name                string
-		listStatus          int
+		listStatus          int32
 		metrics, wantReason string
 	}{
 		{name: "no list yet", listStatus: http.StatusUnauthorized, metrics: metricsJSON(), wantReason: sources.ReasonHTTPStatus},
@@ -171,9 +161,10 @@ func TestScrapeFailures(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &scripted{list: listJSON("u1"), metrics: tc.metrics, listStatus: tc.listStatus}
+			s := &scripted{list: listJSON("u1"), metrics: tc.metrics}
+			s.listStatus.Store(tc.listStatus)
 			tg, _ := newScriptedTarget(t, s, time.Minute)
-			b, err := tg.Scrape(context.Background())
+			b, err := tg.Scrape(t.Context())
 			if b != nil || err == nil {
 				t.Fatalf("Scrape = %v, %v; want no batch and an error", b, err)
 			}
@@ -187,9 +178,8 @@ func TestScrapeFailures(t *testing.T) {
 // TestScrapeStartCountWithoutNewStart checks the stand-in start time: the
 // store sees a reset and the first rate after it stays plausible.
 func TestScrapeStartCountWithoutNewStart(t *testing.T) {
-	const started = "2026-12-01T09:00:00Z"
 	s := &scripted{}
-	s.set(listJSON("u1"), metricsJSON(entry("u1", 1, started, 900_000)))
+	s.set(listJSON("u1"), metricsJSON(entry("u1", 1, 900_000)))
 	tg, clk := newScriptedTarget(t, s, time.Hour)
 	st := store.New(store.Config{Clock: clk, Sources: []string{SourceName}, FirstWindowMax: time.Minute, StaleAfter: time.Minute})
 	scrape := func() *sources.Batch {
@@ -200,13 +190,13 @@ func TestScrapeStartCountWithoutNewStart(t *testing.T) {
 	}
 	scrape()
 	clk.Step(15 * time.Second)
-	s.set(listJSON("u1"), metricsJSON(entry("u1", 1, started, 907_500))) // 0.5 cores
+	s.set(listJSON("u1"), metricsJSON(entry("u1", 1, 907_500))) // 0.5 cores
 	scrape()
 	prevScrape := clk.Now()
 
 	// Woken 5 s before the next scrape, started_at not updated.
 	clk.Step(15 * time.Second)
-	s.set(listJSON("u1"), metricsJSON(entry("u1", 2, started, 2_500)))
+	s.set(listJSON("u1"), metricsJSON(entry("u1", 2, 2_500)))
 	b := scrape()
 	if got := b.Pods[0].Containers[0].StartTime; !got.Equal(prevScrape) {
 		t.Errorf("StartTime = %s, want the previous scrape %s", got, prevScrape)
@@ -222,7 +212,7 @@ func TestScrapeStartCountWithoutNewStart(t *testing.T) {
 
 	// The stand-in start holds while nothing moves.
 	clk.Step(15 * time.Second)
-	s.set(listJSON("u1"), metricsJSON(entry("u1", 2, started, 10_000)))
+	s.set(listJSON("u1"), metricsJSON(entry("u1", 2, 10_000)))
 	b = scrape()
 	if got := b.Pods[0].Containers[0].StartTime; !got.Equal(prevScrape) {
 		t.Errorf("StartTime = %s, want it kept at %s", got, prevScrape)

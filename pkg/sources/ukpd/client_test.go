@@ -37,7 +37,7 @@ func TestClientReadsBothForms(t *testing.T) {
 	for _, format := range []Format{FormatJSON, FormatText} {
 		t.Run(string(format), func(t *testing.T) {
 			c := e.client(t, func(cfg *ClientConfig) { cfg.MetricsFormat = format })
-			got, err := c.Metrics(context.Background())
+			got, err := c.Metrics(t.Context())
 			must(t, err)
 			w := want
 			if format == FormatText {
@@ -51,7 +51,7 @@ func TestClientReadsBothForms(t *testing.T) {
 		})
 	}
 
-	list, err := e.client(t, nil).Instances(context.Background())
+	list, err := e.client(t, nil).Instances(t.Context())
 	must(t, err)
 	wantList := []Instance{
 		{UUID: web.UUID, Name: web.Name, State: "running", Tags: web.Tags, VCPUs: 1},
@@ -92,7 +92,7 @@ func TestClientFollowsTheAnswer(t *testing.T) {
 			defer srv.Close()
 			c, err := NewClient(ClientConfig{URL: srv.URL, MetricsFormat: tc.ask})
 			must(t, err)
-			got, err := c.Metrics(context.Background())
+			got, err := c.Metrics(t.Context())
 			must(t, err)
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("Metrics (-want +got):\n%s", diff)
@@ -143,7 +143,7 @@ func TestClientFailures(t *testing.T) {
 				must(t, e.fake.SetFault(*tc.fault))
 				defer e.fake.ClearFault("")
 			}
-			ctx, cancel := context.WithCancel(context.Background())
+			ctx, cancel := context.WithCancel(t.Context())
 			if tc.deadline != 0 {
 				ctx, cancel = context.WithTimeout(ctx, tc.deadline)
 			}
@@ -182,10 +182,10 @@ func TestClientTransportFaults(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			must(t, fake.SetTransportFault(tc.fault))
 			t.Cleanup(func() { must(t, fake.SetTransportFault("")) })
-			checkFailure(context.Background(), t, client(t, tc.timeout), tc.wantReason, tc.wantErr)
+			checkFailure(t.Context(), t, client(t, tc.timeout), tc.wantReason, tc.wantErr)
 		})
 	}
-	if _, err := client(t, 30*time.Second).Metrics(context.Background()); err != nil {
+	if _, err := client(t, 30*time.Second).Metrics(t.Context()); err != nil {
 		t.Errorf("after the faults: %v", err)
 	}
 }
@@ -216,7 +216,7 @@ func checkFailure(ctx context.Context, t *testing.T, c *Client, wantReason, want
 func TestClientInsecureOnlyByOption(t *testing.T) {
 	e := newEnv(t)
 	c := e.client(t, func(c *ClientConfig) { c.CAFile, c.InsecureSkipTLSVerify = "", true })
-	if _, err := c.Instances(context.Background()); err != nil {
+	if _, err := c.Instances(t.Context()); err != nil {
 		t.Errorf("Instances with InsecureSkipTLSVerify: %v", err)
 	}
 }
@@ -225,7 +225,7 @@ func TestClientRereadsToken(t *testing.T) {
 	e := newEnv(t)
 	c := e.client(t, nil)
 	get := func() error {
-		_, err := c.Instances(context.Background())
+		_, err := c.Instances(t.Context())
 		return err
 	}
 	if err := get(); err != nil {

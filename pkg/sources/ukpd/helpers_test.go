@@ -1,7 +1,6 @@
 package ukpd
 
 import (
-	"context"
 	"encoding/pem"
 	"net/http/httptest"
 	"os"
@@ -154,7 +153,7 @@ func oneTarget(t *testing.T, cfg SourceConfig) sources.Target {
 
 func scrapeOK(t *testing.T, tg sources.Target) *sources.Batch {
 	t.Helper()
-	b, err := tg.Scrape(context.Background())
+	b, err := tg.Scrape(t.Context())
 	if err != nil {
 		t.Fatalf("Scrape: %v", err)
 	}
