@@ -66,17 +66,18 @@ func TestMigrationFromMetricsServer(t *testing.T) {
 		t.Fatal("metrics-server's manifests did not set insecureSkipTLSVerify: the test does not start where users are")
 	}
 	agg := aggregatorOf(t, c)
+	served := func(sh shape) func(context.Context) error {
+		return func(ctx context.Context) error {
+			if r := fetch(ctx, agg, sh); r.failed() {
+				return fmt.Errorf("%v", r)
+			}
+			return nil
+		}
+	}
+	listNodes := shape{"list-nodes", metricsV1beta1 + "/nodes"}
 	// The APIService is Available; the aggregator's proxy learns that from
 	// its informer, a moment later.
-	msCtx, cancel := context.WithTimeout(ctx, aggregatorLag)
-	err = cluster.Poll(msCtx, "metrics-server to serve through the aggregator", []*cluster.Process{ms.Process}, func(ctx context.Context) error {
-		if r := fetch(ctx, agg, shape{"list-nodes", metricsV1beta1 + "/nodes"}); r.failed() {
-			return fmt.Errorf("%v", r)
-		}
-		return nil
-	})
-	cancel()
-	must(t, err)
+	must(t, pollWithin(ctx, aggregatorLag, "metrics-server to serve through the aggregator", []*cluster.Process{ms.Process}, served(listNodes)))
 
 	root, err := env.RepoRoot()
 	must(t, err)
@@ -111,97 +112,86 @@ func TestMigrationFromMetricsServer(t *testing.T) {
 	// caBundle from its informer, so it may still send a request to
 	// metrics-server just after DeployServer returned: wait for it to serve
 	// ours, within takeOverBound from the apply.
-	servedCtx, cancel := context.WithDeadline(ctx, began.Add(takeOverBound))
-	for _, sh := range []shape{{"list-nodes", metricsV1beta1 + "/nodes"}, {"list-nodes-v1", "/apis/metrics.k8s.io/v1/nodes"}} {
-		err := cluster.Poll(servedCtx, sh.name+" through the aggregator after metrics-server stopped", []*cluster.Process{s.Process}, func(ctx context.Context) error {
-			if r := fetch(ctx, agg, sh); r.failed() {
-				return fmt.Errorf("%v", r)
-			}
-			return nil
-		})
-		if err != nil {
+	for _, sh := range []shape{listNodes, {"list-nodes-v1", "/apis/metrics.k8s.io/v1/nodes"}} {
+		what := sh.name + " through the aggregator after metrics-server stopped"
+		if err := pollWithin(ctx, time.Until(began.Add(takeOverBound)), what, []*cluster.Process{s.Process}, served(sh)); err != nil {
 			t.Error(err)
 		}
 	}
-	cancel()
 	t.Logf("applied over metrics-server v0.8.0: every APIService Available and verified against our caBundle %v later (bound %v)", tookOver.Round(time.Millisecond), takeOverBound)
 	if tookOver > takeOverBound {
 		t.Errorf("took over in %v, bound %v", tookOver, takeOverBound)
 	}
+	checkRecreated(ctx, t, c, dyn, s)
+	checkUninstall(ctx, t, c, dyn, s, base)
+}
 
-	// Something deletes v1beta1.metrics.k8s.io (uninstalling
-	// metrics-server does).
+// checkRecreated deletes v1beta1.metrics.k8s.io, as uninstalling
+// metrics-server does, and waits for the controller to create it again.
+func checkRecreated(ctx context.Context, t *testing.T, c *cluster.Cluster, dyn dynamic.Interface, s *env.Server) {
 	deleted := time.Now()
 	must(t, dyn.Resource(certs.APIServiceResource).Delete(ctx, env.MetricsAPIServices[0], metav1.DeleteOptions{}))
 	recreateCtx, cancel := context.WithTimeout(ctx, recreateBound)
-	err = cluster.Poll(recreateCtx, "the deleted APIService to come back", []*cluster.Process{s.Process, s.Controller}, func(ctx context.Context) error {
+	defer cancel()
+	must(t, cluster.Poll(recreateCtx, "the deleted APIService to come back", []*cluster.Process{s.Process, s.Controller}, func(ctx context.Context) error {
 		_, err := dyn.Resource(certs.APIServiceResource).Get(ctx, env.MetricsAPIServices[0], metav1.GetOptions{})
 		return err
-	})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
+	}))
 	back := time.Since(deleted)
-	err = c.WaitForAPIServiceAvailable(recreateCtx, env.MetricsAPIServices[0])
-	cancel()
-	must(t, err)
+	must(t, c.WaitForAPIServiceAvailable(recreateCtx, env.MetricsAPIServices[0]))
 	t.Logf("deleted APIService created again %v later, Available %v later (bound %v)", back.Round(time.Millisecond), since(deleted), recreateBound)
-
 	for _, p := range []*cluster.Process{s.Process, s.Controller} {
 		if rep := repeatedErrors(t, p.LogPath(), 3); len(rep) > 0 {
 			t.Errorf("%s logs errors again and again:\n%s", p.Name(), strings.Join(rep, "\n"))
 		}
 	}
+}
 
-	// Uninstall as a user would. The pods would get SIGTERM once their
-	// Deployments are gone: the processes run until the controller has
-	// tried once more without its rights, then stop.
+// checkUninstall uninstalls as a user would. The pods would get SIGTERM
+// once their Deployments are gone: the processes run until the controller
+// has tried once more without its rights, then stop.
+func checkUninstall(ctx context.Context, t *testing.T, c *cluster.Cluster, dyn dynamic.Interface, s *env.Server, base string) {
 	uninstalled := time.Now()
 	// --ignore-not-found: the harness runs the Deployments as processes,
 	// so they were never created.
 	if _, stderr, err := c.Kubectl(ctx, "delete", "-k", base, "--wait=true", "--ignore-not-found"); err != nil {
 		t.Fatalf("kubectl delete -k manifests/base: %v: %s", err, stderr)
 	}
-	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	err = cluster.Poll(waitCtx, "the controller to run without its rights", nil, func(context.Context) error {
+	err := pollWithin(ctx, time.Minute, "the controller to run without its rights", nil, func(context.Context) error {
 		select {
 		case <-s.Controller.Done():
 			return nil
 		default:
 		}
 		lines, err := linesWith(s.Controller.LogPath(), "forbidden")
-		if err != nil {
-			return err
+		if err == nil && len(lines) == 0 {
+			err = errors.New("no refused call yet")
 		}
-		if len(lines) == 0 {
-			return errors.New("no refused call yet")
-		}
-		return nil
+		return err
 	})
-	cancel()
 	if err != nil {
 		t.Error(err)
 	}
 	_ = s.Controller.Stop()
 	_ = s.Process.Stop()
-	goneCtx, cancel := context.WithTimeout(ctx, uninstallBound)
-	defer cancel()
-	var left []string
-	err = cluster.Poll(goneCtx, "no object of ours left", nil, func(ctx context.Context) error {
-		left, err = labelled(ctx, dyn, ourLabel)
-		if err != nil {
-			return err
+	err = pollWithin(ctx, uninstallBound, "no object of ours left", nil, func(ctx context.Context) error {
+		left, err := labelled(ctx, dyn, ourLabel)
+		if err == nil && len(left) > 0 {
+			err = fmt.Errorf("left: %s", strings.Join(left, ", "))
 		}
-		if len(left) > 0 {
-			return fmt.Errorf("left: %s", strings.Join(left, ", "))
-		}
-		return nil
+		return err
 	})
 	if err != nil {
 		t.Error(err)
 	}
 	t.Logf("kubectl delete -k manifests/base: no object labelled %s %v after it began", ourLabel, since(uninstalled))
+}
+
+// pollWithin is cluster.Poll bounded by d.
+func pollWithin(ctx context.Context, d time.Duration, what string, watch []*cluster.Process, check func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return cluster.Poll(ctx, what, watch, check)
 }
 
 func apiService(ctx context.Context, t *testing.T, dyn dynamic.Interface, name string) *unstructured.Unstructured {
