@@ -10,11 +10,9 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
@@ -26,16 +24,10 @@ func TestAuthorization(t *testing.T) {
 	ctx := begin(t, 2*time.Minute)
 	const ns, sa = "e2e-rbac", "reader"
 	newNamespace(ctx, t, ns)
-	client := suite.cluster.Client()
-	_, err := client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
-	must(t, err)
-	kubeconfig, err := suite.cluster.ServiceAccountKubeconfig(ctx, ns, sa)
-	must(t, err)
-	saConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	must(t, err)
+	kubeconfig, token := newServiceAccount(ctx, t, ns, sa)
 	direct := suite.server.RESTConfig()
 	direct.CertData, direct.KeyData, direct.CertFile, direct.KeyFile = nil, nil, "", ""
-	direct.BearerToken = saConfig.BearerToken
+	direct.BearerToken = token
 	directClient, err := rest.HTTPClientFor(direct)
 	must(t, err)
 
@@ -75,6 +67,7 @@ func TestAuthorization(t *testing.T) {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:aggregated-metrics-reader"},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa}},
 	}
+	client := suite.cluster.Client()
 	_, err = client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
 	must(t, err)
 	t.Cleanup(func() {

@@ -7,6 +7,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
 	"net/http"
@@ -24,23 +25,29 @@ import (
 // refusedCredentials are the identities TestRequestsRefused sends.
 func refusedCredentials(ctx context.Context, t *testing.T) []credentials {
 	t.Helper()
-	const sa = "no-rbac"
-	if _, err := suite.cluster.Client().CoreV1().ServiceAccounts(securityNamespace).Create(ctx,
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := suite.cluster.ServiceAccountKubeconfig(ctx, securityNamespace, sa)
-	must(t, err)
-	saConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	must(t, err)
+	_, saToken := newServiceAccount(ctx, t, securityNamespace, "no-rbac")
 	certPEM, keyPEM := foreignClientCert(t)
 	return []credentials{
 		{name: "anonymous", set: func(*rest.Config) {}, want: http.StatusForbidden},
 		{name: "unknown-token", set: func(c *rest.Config) { c.BearerToken = "e2e-not-a-token-" + randomHex(t) }, want: http.StatusUnauthorized},
 		{name: "forged-token", set: func(c *rest.Config) { c.BearerToken = forgedToken(t) }, want: http.StatusUnauthorized},
-		{name: "no-rbac-serviceaccount", set: func(c *rest.Config) { c.BearerToken = saConfig.BearerToken }, want: http.StatusForbidden},
+		{name: "no-rbac-serviceaccount", set: func(c *rest.Config) { c.BearerToken = saToken }, want: http.StatusForbidden},
 		{name: "foreign-client-cert", set: func(c *rest.Config) { c.CertData, c.KeyData = certPEM, keyPEM }, want: http.StatusUnauthorized},
 	}
+}
+
+// newServiceAccount creates a ServiceAccount, bound to no role, and returns
+// its kubeconfig and token.
+func newServiceAccount(ctx context.Context, t *testing.T, ns, name string) (kubeconfig, token string) {
+	t.Helper()
+	_, err := suite.cluster.Client().CoreV1().ServiceAccounts(ns).Create(ctx,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	must(t, err)
+	kubeconfig, err = suite.cluster.ServiceAccountKubeconfig(ctx, ns, name)
+	must(t, err)
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	must(t, err)
+	return kubeconfig, cfg.BearerToken
 }
 
 // foreignClientCert returns a client certificate for the cluster admin's
@@ -66,8 +73,8 @@ func forgedToken(t *testing.T) string {
 	claims := fmt.Sprintf(`{"iss":%q,"sub":"system:serviceaccount:%s:%s","aud":[%q],"iat":%d,"nbf":%d,"exp":%d}`,
 		suite.cluster.APIServerURL(), suite.server.Namespace, suite.server.ServiceAccount, suite.cluster.APIServerURL(), now, now, now+3600)
 	signed := enc.EncodeToString([]byte(`{"alg":"ES256","typ":"JWT","kid":"e2e-forged"}`)) + "." + enc.EncodeToString([]byte(claims))
-	digest := sha256Sum([]byte(signed))
-	r, s, err := ecdsa.Sign(rand.Reader, key, digest)
+	digest := sha256.Sum256([]byte(signed))
+	r, s, err := ecdsa.Sign(rand.Reader, key, digest[:])
 	must(t, err)
 	sig := make([]byte, 64)
 	r.FillBytes(sig[:32])

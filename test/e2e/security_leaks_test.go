@@ -5,14 +5,15 @@ package e2e
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,17 +45,12 @@ func TestCredentialsNotLeaked(t *testing.T) {
 
 	answers, err := scrapeServer(ctx, suite.server)
 	must(t, err)
-	for p, body := range answers {
-		if hit := suiteSecrets.find(body); hit != "" {
-			t.Errorf("GET %s holds %s", p, hit)
-		}
-	}
-	hits, files, size, err := suiteSecrets.scanFiles(suite.cluster.WorkDir())
+	hits, summary, err := suiteSecrets.scanSuite(answers)
 	must(t, err)
 	for _, h := range hits {
-		t.Errorf("credential in a log: %s", h)
+		t.Errorf("credential found: %s", h)
 	}
-	t.Logf("%d credentials looked for in %d logs (%d bytes) and %d answers", suiteSecrets.len(), files, size, len(answers))
+	t.Logf("looked through %s", summary)
 }
 
 // wrongAuthFailures makes the server send a token ukpd refuses until the
@@ -81,30 +77,23 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 	must(t, err)
 	defer client.CloseIdleConnections()
 	base := suite.server.RESTConfig().Host
-	before, err := ukpdMetric(ctx, client, base, "group_metrics_server_scraper_target_failures_total", `reason="http_status"`, `source="ukpd"`)
-	must(t, err)
-	restored := false
-	restore := func() {
-		if !restored {
-			restored = true
-			if err := os.WriteFile(suite.ukpd.TokenFile, good, 0o600); err != nil {
-				t.Errorf("restore the ukpd token: %v", err)
-			}
-		}
+	failures := func(ctx context.Context) (float64, error) {
+		return ukpdMetric(ctx, client, base, "group_metrics_server_scraper_target_failures_total", `reason="http_status"`, `source="ukpd"`)
 	}
+	before, err := failures(ctx)
+	must(t, err)
+	restore := sync.OnceFunc(func() {
+		if err := os.WriteFile(suite.ukpd.TokenFile, good, 0o600); err != nil {
+			t.Errorf("restore the ukpd token: %v", err)
+		}
+	})
 	t.Cleanup(restore)
 	must(t, os.WriteFile(suite.ukpd.TokenFile, []byte(wrong+"\n"), 0o600))
 	// The token is read on every request: the next scrape sends it.
 	bound := 2*suite.resolution + suite.timeout + 10*time.Second
-	waitCtx, cancel := context.WithTimeout(ctx, bound)
-	defer cancel()
-	must(t, poll(waitCtx, "the server to count a refused ukpd scrape", func(ctx context.Context) error {
-		n, err := ukpdMetric(ctx, client, base, "group_metrics_server_scraper_target_failures_total", `reason="http_status"`, `source="ukpd"`)
-		if err != nil {
-			return err
-		}
-		if n <= before {
-			return fmt.Errorf("ukpd http_status failures %v, still %v", n, before)
+	must(t, pollWithin(ctx, bound, "the server to count a refused ukpd scrape", watched(), func(ctx context.Context) error {
+		if n, err := failures(ctx); err != nil || n <= before {
+			return fmt.Errorf("ukpd http_status failures %v (%v), still %v", n, err, before)
 		}
 		return nil
 	}))
@@ -113,9 +102,7 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 	// just before it logs it, so the line may trail the count: wait for it,
 	// bounded as the log lines of checkFailingMember are.
 	var logged []string
-	logCtx, cancelLog := context.WithTimeout(ctx, 10*time.Second)
-	defer cancelLog()
-	err = poll(logCtx, "the server to log ukpd answering 401", func(context.Context) error {
+	err = pollWithin(ctx, 10*time.Second, "the server to log ukpd answering 401", watched(), func(context.Context) error {
 		var err error
 		if logged, err = linesWith(suite.server.Process.LogPath(), "ukpd", "401"); err == nil && len(logged) == 0 {
 			err = errors.New("the server logged no line about ukpd answering 401")
@@ -127,17 +114,12 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 	}
 	t.Logf("the server logged %d line(s) about the refused token, e.g. %.300s", len(logged), strings.Join(logged, "\n"))
 	restore()
-	waitCtx2, cancel2 := context.WithTimeout(ctx, bound)
-	defer cancel2()
-	must(t, poll(waitCtx2, "the ukpd target to be healthy again", func(ctx context.Context) error {
+	must(t, pollWithin(ctx, bound, "the ukpd target to be healthy again", watched(), func(ctx context.Context) error {
 		n, err := ukpdMetric(ctx, client, base, "group_metrics_server_scraper_targets", `source="ukpd"`, `state="healthy"`)
-		if err != nil {
-			return err
+		if err == nil && n < 1 {
+			err = errors.New("no healthy ukpd target")
 		}
-		if n < 1 {
-			return errors.New("no healthy ukpd target")
-		}
-		return nil
+		return err
 	}))
 }
 
@@ -149,10 +131,7 @@ func linesWith(path string, words ...string) ([]string, error) {
 	}
 	var out []string
 	for _, line := range strings.Split(string(b), "\n") {
-		all := true
-		for _, w := range words {
-			all = all && strings.Contains(line, w)
-		}
+		all := !slices.ContainsFunc(words, func(w string) bool { return !strings.Contains(line, w) })
 		if all && !strings.HasPrefix(line, "### ") {
 			out = append(out, line)
 		}
@@ -177,9 +156,4 @@ func randomHex(t *testing.T) string {
 	_, err := rand.Read(b)
 	must(t, err)
 	return hex.EncodeToString(b)
-}
-
-func sha256Sum(b []byte) []byte {
-	sum := sha256.Sum256(b)
-	return sum[:]
 }

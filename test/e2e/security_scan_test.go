@@ -72,13 +72,8 @@ func (s *secrets) len() int {
 	return len(s.items)
 }
 
-// find returns the name of the first credential text holds, or "".
-func (s *secrets) find(text string) string {
-	name, _ := s.findBytes([]byte(text))
-	return name
-}
-
-func (s *secrets) findBytes(b []byte) (name string, at int) {
+// find returns the name of the first credential b holds and where, or -1.
+func (s *secrets) find(b []byte) (name string, at int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, it := range s.items {
@@ -91,9 +86,9 @@ func (s *secrets) findBytes(b []byte) (name string, at int) {
 	return "", -1
 }
 
-// collect reads the credentials of the suite's servers: the ukpd token file
-// and the kubeconfig of every group-metrics-server process, found in the
-// command line each process log starts with.
+// collect reads the credentials of the suite's servers: the ukpd token file,
+// the kubeconfig of every group-metrics-server process, found in the command
+// line each process log starts with, and the certificate controller's keys.
 func (s *secrets) collect() error {
 	var errs []error
 	if suite.ukpd != nil {
@@ -109,25 +104,32 @@ func (s *secrets) collect() error {
 		kubeconfigs = append(kubeconfigs, flagValues(suite.server.Args, "--kubeconfig")...)
 	}
 	for _, p := range suite.cluster.Processes() {
-		head, err := firstLine(p.LogPath())
+		log, err := os.ReadFile(p.LogPath())
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if f := strings.Fields(head); len(f) > 1 && filepath.Base(f[1]) == env.ServerBinary {
+		head, _, _ := bytes.Cut(log, []byte("\n"))
+		if f := strings.Fields(string(head)); len(f) > 1 && filepath.Base(f[1]) == env.ServerBinary {
 			kubeconfigs = append(kubeconfigs, flagValues(f[2:], "--kubeconfig")...)
 		}
 	}
-	// The private keys the certificate controller keeps: the CA's, and the
-	// serving pair's. A PEM key is looked for by the base64 line of its
-	// body, which any print of it carries.
+	for _, path := range kubeconfigs {
+		cfg, err := clientcmd.BuildConfigFromFlags("", path)
+		errs = append(errs, err)
+		if err == nil {
+			s.add("the server's ServiceAccount token from "+filepath.Base(path), cfg.BearerToken)
+		}
+	}
+	// A PEM key is looked for by the base64 lines of its body, which any
+	// print of it carries.
 	for name, keys := range map[string][]string{
 		"group-metrics-server-ca":           {certs.KeyCAKey, certs.KeyNextKey},
 		"group-metrics-server-serving-cert": {certs.KeyServingKey},
 	} {
 		sec, err := suite.cluster.Client().CoreV1().Secrets("kube-system").Get(context.Background(), name, metav1.GetOptions{})
+		errs = append(errs, err)
 		if err != nil {
-			errs = append(errs, err)
 			continue
 		}
 		for _, k := range keys {
@@ -137,14 +139,6 @@ func (s *secrets) collect() error {
 				}
 			}
 		}
-	}
-	for _, path := range kubeconfigs {
-		cfg, err := clientcmd.BuildConfigFromFlags("", path)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		s.add("the server's ServiceAccount token from "+filepath.Base(path), cfg.BearerToken)
 	}
 	return errors.Join(errs...)
 }
@@ -160,24 +154,7 @@ func flagValues(args []string, flag string) []string {
 	return out
 }
 
-// firstLine returns the first line of a process log: the command line
-// the process was started with.
-func firstLine(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = f.Close() }()
-	buf := make([]byte, 64<<10)
-	n, err := f.Read(buf)
-	if n == 0 && err != nil {
-		return "", fmt.Errorf("read %s: %w", path, err)
-	}
-	line, _, _ := bytes.Cut(buf[:n], []byte("\n"))
-	return string(line), nil
-}
-
-// scanFiles looks for every credential in every file under dir and returns
+// scanFiles looks for every credential in every log under dir and returns
 // "<file>:<line>: holds <name>" for each file that holds one, and the
 // number of files and bytes read.
 func (s *secrets) scanFiles(dir string) (hits []string, files int, size int64, err error) {
@@ -191,13 +168,27 @@ func (s *secrets) scanFiles(dir string) (hits []string, files int, size int64, e
 		}
 		files++
 		size += int64(len(b))
-		if name, at := s.findBytes(b); at >= 0 {
+		if name, at := s.find(b); at >= 0 {
 			line := bytes.Count(b[:at], []byte("\n")) + 1
 			hits = append(hits, fmt.Sprintf("%s:%d: holds %s", path, line, name))
 		}
 		return nil
 	})
 	return hits, files, size, err
+}
+
+// scanSuite looks for every credential in answers and in every log of the
+// suite. It returns a line naming the answer or the file and line of each
+// hit, never the credential, and what it looked through.
+func (s *secrets) scanSuite(answers map[string]string) (hits []string, summary string, err error) {
+	for p, body := range answers {
+		if name, at := s.find([]byte(body)); at >= 0 {
+			hits = append(hits, fmt.Sprintf("GET %s holds %s", p, name))
+		}
+	}
+	logHits, files, size, err := s.scanFiles(suite.cluster.WorkDir())
+	summary = fmt.Sprintf("%d credentials, %d logs (%d bytes), %d answers", s.len(), files, size, len(answers))
+	return append(hits, logHits...), summary, err
 }
 
 // isLog reports whether path is a log: every file under the cluster's log
@@ -248,53 +239,43 @@ func newLeakCheck() *leakCheck {
 }
 
 // finish returns code, or 1 when a credential was found or the scan could
-// not run. It names the file and line of every hit, never the credential.
+// not run.
 func (l *leakCheck) finish(code int) int {
 	if suite.cluster == nil {
 		return code
 	}
-	failed := false
-	fail := func(format string, args ...any) {
-		failed = true
-		fmt.Fprintf(os.Stderr, "e2e: credential scan: "+format+"\n", args...)
-	}
+	var errs []error
 	if err := suiteSecrets.collect(); err != nil {
-		fail("read credentials: %v", err)
+		errs = append(errs, fmt.Errorf("read credentials: %w", err))
 	}
 	if suiteSecrets.len() == 0 {
-		fail("no credentials to look for")
+		errs = append(errs, errors.New("no credentials to look for"))
 	}
-	answers := 0
+	var answers map[string]string
 	if suite.server != nil {
 		select {
 		case <-suite.server.Process.Done():
 			fmt.Fprintf(os.Stderr, "e2e: credential scan: the server has exited (%v); no final scrape\n", suite.server.Process.Err())
 		default:
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			got, err := scrapeServer(ctx, suite.server)
+			var err error
+			if answers, err = scrapeServer(ctx, suite.server); err != nil {
+				errs = append(errs, fmt.Errorf("final scrape: %w", err))
+			}
 			cancel()
-			if err != nil {
-				fail("final scrape: %v", err)
-			}
-			for p, body := range got {
-				answers++
-				if hit := suiteSecrets.find(body); hit != "" {
-					fail("GET %s holds %s", p, hit)
-				}
-			}
 		}
 	}
-	hits, files, size, err := suiteSecrets.scanFiles(suite.cluster.WorkDir())
+	hits, summary, err := suiteSecrets.scanSuite(answers)
 	if err != nil {
-		fail("scan logs: %v", err)
+		errs = append(errs, fmt.Errorf("scan logs: %w", err))
 	}
 	for _, h := range hits {
-		fail("credential in a log: %s", h)
+		errs = append(errs, errors.New(h))
 	}
-	if failed {
+	if len(errs) > 0 {
+		fmt.Fprintf(os.Stderr, "e2e: credential scan:\n%v\n", errors.Join(errs...))
 		return 1
 	}
-	fmt.Printf("e2e: credential scan: %d credentials, %d logs (%d bytes), %d answers: none found\n",
-		suiteSecrets.len(), files, size, answers)
+	fmt.Printf("e2e: credential scan: %s: none found\n", summary)
 	return code
 }
