@@ -3,13 +3,15 @@
 package e2e
 
 import (
+	"bytes"
+	"cmp"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
@@ -36,6 +40,16 @@ var readVerbs = []string{"get", "list", "watch"}
 // insecureFlags may not appear in a shipped manifest.
 var insecureFlags = []string{"--kubelet-insecure-tls", "--ukpd-insecure-tls", "--profiling", "--contention-profiling", "--debug-socket-path"}
 
+// insecureKubeletFlag turns off verification of kubelet serving
+// certificates. It may appear in one manifest only: the development
+// component insecureKubeletComponent (for kind and minikube, whose kubelets
+// serve self-signed certificates), and in the server's arguments only of
+// kustomizations that include that component.
+const (
+	insecureKubeletFlag      = "--kubelet-insecure-tls"
+	insecureKubeletComponent = "manifests/components/insecure-kubelet-tls"
+)
+
 // TestManifestsHardened renders every kustomization under manifests/ and checks
 // what each would run, and its RBAC grants against docs/security.md.
 func TestManifestsHardened(t *testing.T) {
@@ -48,15 +62,12 @@ func TestManifestsHardened(t *testing.T) {
 	if len(documented) == 0 {
 		t.Fatal("docs/security.md lists no grant")
 	}
-	dirs, err := kustomizations(filepath.Join(root, "manifests"))
-	must(t, err)
+	dirs := kustomizations(t, root)
 	granted := map[string]bool{}
 	servers := 0
-	for _, dir := range dirs {
-		rel, _ := filepath.Rel(root, dir)
+	for _, rel := range slices.Sorted(maps.Keys(dirs)) {
 		t.Run(rel, func(t *testing.T) {
-			devInsecure := usesInsecureKubeletComponent(t, root, rel)
-			objs, err := env.Render(ctx, suite.cluster, dir)
+			objs, err := env.Render(ctx, suite.cluster, filepath.Join(root, rel))
 			must(t, err)
 			for _, o := range objs {
 				checkObject(t, o)
@@ -64,7 +75,7 @@ func TestManifestsHardened(t *testing.T) {
 					servers++
 				}
 				if o.GetKind() == "Deployment" && (o.GetName() == serverDeployment || o.GetName() == controllerDeployment) {
-					checkServerDeployment(t, o, devInsecure && o.GetName() == serverDeployment)
+					checkServerDeployment(t, o, dirs[rel] && o.GetName() == serverDeployment)
 				}
 			}
 			for _, d := range []string{serverDeployment, controllerDeployment} {
@@ -104,11 +115,13 @@ func TestManifestsHardened(t *testing.T) {
 	}
 }
 
-// kustomizations returns the directories under dir with a kustomization
-// that builds on its own (components only build as part of another).
-func kustomizations(dir string) ([]string, error) {
-	var out []string
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+// kustomizations returns the directories (relative to root) under manifests/
+// with a kustomization that builds on its own (components only build as part
+// of another), each with whether it includes insecureKubeletComponent.
+func kustomizations(t *testing.T, root string) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	must(t, filepath.WalkDir(filepath.Join(root, "manifests"), func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || d.Name() != "kustomization.yaml" {
 			return err
 		}
@@ -116,12 +129,49 @@ func kustomizations(dir string) ([]string, error) {
 		if err != nil {
 			return err
 		}
-		if !regexp.MustCompile(`(?m)^kind:\s*Component\s*$`).Match(b) {
-			out = append(out, filepath.Dir(path))
+		var k struct {
+			Kind       string   `json:"kind"`
+			Components []string `json:"components"`
+		}
+		if err := yaml.Unmarshal(b, &k); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if k.Kind != "Component" {
+			dir, _ := filepath.Rel(root, filepath.Dir(path))
+			out[dir] = slices.ContainsFunc(k.Components, func(c string) bool {
+				return filepath.Clean(filepath.Join(dir, c)) == insecureKubeletComponent
+			})
 		}
 		return nil
-	})
-	return out, err
+	}))
+	return out
+}
+
+// checkInsecureKubeletFlagConfined fails for every file under manifests/
+// outside the development component that names the flag, and when the
+// component itself no longer does.
+func checkInsecureKubeletFlagConfined(t *testing.T, root string) {
+	t.Helper()
+	inComponent := false
+	must(t, filepath.WalkDir(filepath.Join(root, "manifests"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil || !bytes.Contains(b, []byte(insecureKubeletFlag)) {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if filepath.Dir(rel) == insecureKubeletComponent {
+			inComponent = true
+		} else {
+			t.Errorf("%s names %s; only %s may", rel, insecureKubeletFlag, insecureKubeletComponent)
+		}
+		return nil
+	}))
+	if !inComponent {
+		t.Errorf("%s does not set %s", insecureKubeletComponent, insecureKubeletFlag)
+	}
 }
 
 // checkObject checks what applies to every manifest.
@@ -137,9 +187,9 @@ func checkObject(t *testing.T, o *unstructured.Unstructured) {
 				t.Errorf("%s: mounts host path %s", id, v.HostPath.Path)
 			}
 		}
-		for _, c := range append(append([]corev1.Container{}, spec.InitContainers...), spec.Containers...) {
+		for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
 			if sc := c.SecurityContext; sc != nil {
-				if sc.Privileged != nil && *sc.Privileged {
+				if ptr.Deref(sc.Privileged, false) {
 					t.Errorf("%s: container %s is privileged", id, c.Name)
 				}
 				if sc.Capabilities != nil && len(sc.Capabilities.Add) > 0 {
@@ -179,47 +229,33 @@ func checkServerDeployment(t *testing.T, o *unstructured.Unstructured, devInsecu
 	if len(specs) != 1 {
 		t.Fatalf("Deployment %s: %d pod templates", o.GetName(), len(specs))
 	}
-	spec := specs[0]
-	pod := spec.SecurityContext
-	if pod == nil {
-		pod = &corev1.PodSecurityContext{}
-	}
-	for _, c := range append(append([]corev1.Container{}, spec.InitContainers...), spec.Containers...) {
-		sc := c.SecurityContext
-		if sc == nil {
-			sc = &corev1.SecurityContext{}
-		}
+	pod := cmp.Or(specs[0].SecurityContext, &corev1.PodSecurityContext{})
+	for _, c := range slices.Concat(specs[0].InitContainers, specs[0].Containers) {
 		fail := func(what string) { t.Errorf("Deployment %s, container %s: %s", o.GetName(), c.Name, what) }
-		if !isTrue(sc.RunAsNonRoot) && !isTrue(pod.RunAsNonRoot) {
-			fail("runAsNonRoot is not true")
-		}
-		if uid := firstSet(sc.RunAsUser, pod.RunAsUser); uid == nil || *uid == 0 {
-			fail("runAsUser is not a non-zero UID")
-		}
-		if !isFalse(sc.AllowPrivilegeEscalation) {
-			fail("allowPrivilegeEscalation is not false")
-		}
-		if !isTrue(sc.ReadOnlyRootFilesystem) {
-			fail("readOnlyRootFilesystem is not true")
-		}
-		if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
-			fail("capabilities do not drop ALL")
-		}
-		seccomp := sc.SeccompProfile
-		if seccomp == nil {
-			seccomp = pod.SeccompProfile
-		}
-		if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
-			fail("seccompProfile is not RuntimeDefault")
+		sc := cmp.Or(c.SecurityContext, &corev1.SecurityContext{})
+		uid := cmp.Or(sc.RunAsUser, pod.RunAsUser)
+		seccomp := cmp.Or(sc.SeccompProfile, pod.SeccompProfile)
+		for _, check := range []struct {
+			ok   bool
+			what string
+		}{
+			{ptr.Deref(sc.RunAsNonRoot, false) || ptr.Deref(pod.RunAsNonRoot, false), "runAsNonRoot is not true"},
+			{uid != nil && *uid != 0, "runAsUser is not a non-zero UID"},
+			{!ptr.Deref(sc.AllowPrivilegeEscalation, true), "allowPrivilegeEscalation is not false"},
+			{ptr.Deref(sc.ReadOnlyRootFilesystem, false), "readOnlyRootFilesystem is not true"},
+			{sc.Capabilities != nil && slices.Contains(sc.Capabilities.Drop, "ALL"), "capabilities do not drop ALL"},
+			{seccomp != nil && seccomp.Type == corev1.SeccompProfileTypeRuntimeDefault, "seccompProfile is not RuntimeDefault"},
+		} {
+			if !check.ok {
+				fail(check.what)
+			}
 		}
 		insecureKubelet := false
-		for _, a := range append(append([]string{}, c.Command...), c.Args...) {
-			name, _, _ := strings.Cut(a, "=")
-			if devInsecure && name == insecureKubeletFlag {
+		for _, a := range slices.Concat(c.Command, c.Args) {
+			switch name, _, _ := strings.Cut(a, "="); {
+			case devInsecure && name == insecureKubeletFlag:
 				insecureKubelet = true
-				continue
-			}
-			if slices.Contains(insecureFlags, name) {
+			case slices.Contains(insecureFlags, name):
 				fail("sets " + a)
 			}
 		}
@@ -249,17 +285,14 @@ func podSpecs(t *testing.T, o *unstructured.Unstructured) []corev1.PodSpec {
 	var out []corev1.PodSpec
 	for _, p := range paths {
 		m, ok, err := unstructured.NestedMap(o.Object, p...)
-		if err != nil {
-			t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
-		}
-		if !ok {
-			continue
-		}
 		var spec corev1.PodSpec
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &spec); err != nil {
+		if err == nil && ok {
+			err = runtime.DefaultUnstructuredConverter.FromUnstructured(m, &spec)
+			out = append(out, spec)
+		}
+		if err != nil {
 			t.Fatalf("%s %s: pod spec: %v", o.GetKind(), o.GetName(), err)
 		}
-		out = append(out, spec)
 	}
 	return out
 }
@@ -272,17 +305,13 @@ func podSpecs(t *testing.T, o *unstructured.Unstructured) []corev1.PodSpec {
 func grantsTo(t *testing.T, objs []*unstructured.Unstructured, deployment string) (grants, writes []string) {
 	t.Helper()
 	roles := map[string][]rbacv1.PolicyRule{}
-	var bindings []struct {
-		ns  string
-		ref rbacv1.RoleRef
-	}
-	var saNamespace, saName string
+	var sa rbacv1.Subject
 	for _, o := range objs {
 		switch o.GetKind() {
 		case "Deployment":
 			if o.GetName() == deployment {
-				saNamespace = o.GetNamespace()
-				saName, _, _ = unstructured.NestedString(o.Object, "spec", "template", "spec", "serviceAccountName")
+				sa.Namespace = o.GetNamespace()
+				sa.Name, _, _ = unstructured.NestedString(o.Object, "spec", "template", "spec", "serviceAccountName")
 			}
 		case "Role", "ClusterRole":
 			var r rbacv1.ClusterRole
@@ -291,64 +320,55 @@ func grantsTo(t *testing.T, objs []*unstructured.Unstructured, deployment string
 		}
 	}
 	for _, o := range objs {
-		if o.GetKind() != "RoleBinding" && o.GetKind() != "ClusterRoleBinding" {
+		if sa.Name == "" || (o.GetKind() != "RoleBinding" && o.GetKind() != "ClusterRoleBinding") {
 			continue
 		}
 		var b rbacv1.RoleBinding
 		fromUnstructured(t, o, &b)
 		for _, s := range b.Subjects {
-			if saName != "" && s.Kind == rbacv1.ServiceAccountKind && s.Name == saName && s.Namespace == saNamespace {
-				bindings = append(bindings, struct {
-					ns  string
-					ref rbacv1.RoleRef
-				}{o.GetNamespace(), b.RoleRef})
+			if s.Kind != rbacv1.ServiceAccountKind || s.Name != sa.Name || s.Namespace != sa.Namespace {
+				continue
 			}
-		}
-	}
-	for _, b := range bindings {
-		ns := b.ns
-		if b.ref.Kind == "ClusterRole" {
-			ns = ""
-		}
-		key := roleKey(b.ref.Kind, ns, b.ref.Name)
-		rules, ok := roles[key]
-		if !ok {
-			// The built-in roles bound are system:auth-delegator (create
-			// tokenreviews and subjectaccessreviews: questions, which
-			// store nothing) and extension-apiserver-authentication-reader
-			// (get, list, watch one ConfigMap); the e2e rules review of
-			// the kubelets' credential checks what they grant.
-			grants = append(grants, key+" (built in)")
-			continue
-		}
-		for _, r := range rules {
-			for _, g := range r.APIGroups {
-				for _, res := range r.Resources {
-					names := ""
-					if len(r.ResourceNames) > 0 {
-						names = "[" + strings.Join(r.ResourceNames, ",") + "]"
-					}
-					line := fmt.Sprintf("%s: %s/%s%s: %s", key, g, res, names, strings.Join(r.Verbs, ","))
-					grants = append(grants, line)
-					for _, v := range r.Verbs {
-						if !slices.Contains(readVerbs, v) {
+			key := roleKey(b.RoleRef.Kind, o.GetNamespace(), b.RoleRef.Name)
+			rules, ok := roles[key]
+			if !ok {
+				// The built-in roles bound are system:auth-delegator (create
+				// tokenreviews and subjectaccessreviews: questions, which
+				// store nothing) and extension-apiserver-authentication-reader
+				// (get, list, watch one ConfigMap); the e2e rules review of
+				// the kubelets' credential checks what they grant.
+				grants = append(grants, key+" (built in)")
+				continue
+			}
+			for _, r := range rules {
+				names := ""
+				if len(r.ResourceNames) > 0 {
+					names = "[" + strings.Join(r.ResourceNames, ",") + "]"
+				}
+				write := slices.ContainsFunc(r.Verbs, func(v string) bool { return !slices.Contains(readVerbs, v) })
+				for _, g := range r.APIGroups {
+					for _, res := range r.Resources {
+						line := fmt.Sprintf("%s: %s/%s%s: %s", key, g, res, names, strings.Join(r.Verbs, ","))
+						grants = append(grants, line)
+						if write {
 							writes = append(writes, line)
-							break
 						}
 					}
 				}
 			}
 		}
 	}
-	sort.Strings(grants)
+	slices.Sort(grants)
 	return grants, writes
 }
 
+// roleKey names a role; a ClusterRole has no namespace, even when a
+// RoleBinding refers to it.
 func roleKey(kind, ns, name string) string {
-	if ns != "" {
-		return kind + " " + ns + "/" + name
+	if ns == "" || kind == "ClusterRole" {
+		return kind + " " + name
 	}
-	return kind + " " + name
+	return kind + " " + ns + "/" + name
 }
 
 // documentedGrants returns the grants docs/security.md lists: the
@@ -367,16 +387,4 @@ func fromUnstructured(t *testing.T, o *unstructured.Unstructured, into any) {
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, into); err != nil {
 		t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
 	}
-}
-
-func isTrue(b *bool) bool  { return b != nil && *b }
-func isFalse(b *bool) bool { return b != nil && !*b }
-
-func firstSet(vals ...*int64) *int64 {
-	for _, v := range vals {
-		if v != nil {
-			return v
-		}
-	}
-	return nil
 }
