@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
@@ -34,7 +34,9 @@ func TestKubectlTop(t *testing.T) {
 	wantPods := map[string][]string{}       // name -> cpu, memory
 	wantAll := map[string][]string{}        // namespace/name -> cpu, memory
 	wantContainers := map[string][]string{} // pod/container -> cpu, memory
+	var podNames []string
 	for _, p := range pods {
+		podNames = append(podNames, p.Name)
 		wantPods[p.Name] = []string{podCPU, podMem}
 		wantAll[ns+"/"+p.Name] = []string{podCPU, podMem}
 		for _, c := range spec.Containers {
@@ -46,49 +48,32 @@ func TestKubectlTop(t *testing.T) {
 		cases := []struct {
 			name string
 			args []string
-			keys int
-			want map[string][]string
+			want map[string][]string // nil: expectedNodeRows, read on every try
 			// exact: the listed rows are all the rows.
 			exact bool
 		}{
-			{name: "namespace", args: []string{"top", "pod", "-n", ns}, keys: 1, want: wantPods, exact: true},
-			{name: "all-namespaces", args: []string{"top", "pod", "-A"}, keys: 2, want: wantAll},
-			{name: "selector", args: []string{"top", "pod", "-n", ns, "-l", "app=web"}, keys: 1, want: wantPods, exact: true},
-			{name: "containers", args: []string{"top", "pod", "-n", ns, "--containers"}, keys: 2, want: wantContainers, exact: true},
+			{name: "namespace", args: []string{"top", "pod", "-n", ns}, want: wantPods, exact: true},
+			{name: "all-namespaces", args: []string{"top", "pod", "-A"}, want: wantAll},
+			{name: "selector", args: []string{"top", "pod", "-n", ns, "-l", "app=web"}, want: wantPods, exact: true},
+			{name: "containers", args: []string{"top", "pod", "-n", ns, "--containers"}, want: wantContainers, exact: true},
+			{name: "nodes", args: []string{"top", "node"}, exact: true},
 		}
 		for _, tc := range cases {
 			t.Run(strings.TrimPrefix(proto, "--")+"/"+tc.name, func(t *testing.T) {
 				args := append(tc.args, proto)
 				must(t, poll(ctx, "kubectl "+strings.Join(args, " "), func(ctx context.Context) error {
+					want := tc.want
+					if want == nil {
+						want = expectedNodeRows()
+					}
 					out, _, err := suite.cluster.Kubectl(ctx, args...)
 					if err != nil {
 						return err
 					}
-					return compareRows(parseTable(out), tc.keys, tc.want, tc.exact)
+					return compareRows(parseTable(out), want, tc.exact)
 				}))
 			})
 		}
-		t.Run(strings.TrimPrefix(proto, "--")+"/nodes", func(t *testing.T) {
-			must(t, poll(ctx, "kubectl top node "+proto, func(ctx context.Context) error {
-				want := expectedNodeRows()
-				out, _, err := suite.cluster.Kubectl(ctx, "top", "node", proto)
-				if err != nil {
-					return err
-				}
-				tb := parseTable(out)
-				cpu, mem := slices.Index(tb.header, "CPU(cores)"), slices.Index(tb.header, "MEMORY(bytes)")
-				if cpu < 0 || mem < 0 {
-					return fmt.Errorf("unexpected header %q", tb.header)
-				}
-				got := map[string][]string{}
-				for _, r := range tb.rows {
-					if len(r) == len(tb.header) {
-						got[r[0]] = []string{r[cpu], r[mem]}
-					}
-				}
-				return compareMaps(got, want, true)
-			}))
-		})
 	}
 	t.Logf("kubectl top showed the fleet's values %v after the pods were Running", time.Since(began).Round(time.Millisecond))
 
@@ -98,19 +83,14 @@ func TestKubectlTop(t *testing.T) {
 		args            []string
 		want            []string
 	}{
-		{"pods.metrics.k8s.io", "podmetrics", []string{"-n", ns}, names(pods)},
+		{"pods.metrics.k8s.io", "podmetrics", []string{"-n", ns}, podNames},
 		{"nodes.metrics.k8s.io", "nodemetrics", nil, suite.fleet.NodeNames},
 	} {
 		t.Run("get-"+tc.short, func(t *testing.T) {
-			checkMetricsTable(ctx, t, append([]string{"get", tc.resource}, tc.args...), tc.want)
 			// metrics-server users type the kind; that resolves only when
 			// discovery leaves singularName empty, as metrics-server does.
-			out, _, err := suite.cluster.Kubectl(ctx, append([]string{"get", tc.short}, tc.args...)...)
-			if err != nil {
-				t.Fatalf("kubectl get %s: %v", tc.short, err)
-			}
-			if tb := parseTable(out); !slices.Equal(tb.header, []string{"NAME", "CPU", "MEMORY", "WINDOW"}) {
-				t.Errorf("kubectl get %s: header %q", tc.short, tb.header)
+			for _, resource := range []string{tc.resource, tc.short} {
+				checkMetricsTable(ctx, t, append([]string{"get", resource}, tc.args...), tc.want)
 			}
 		})
 	}
@@ -132,11 +112,10 @@ func checkNegotiation(ctx context.Context, t *testing.T, ns string) {
 			continue
 		}
 		t.Logf("kubectl top %s: Accept %q, Content-Type %q", flag, accept, contentType)
-		offered := false
-		for _, a := range strings.Split(accept, ",") {
+		offered := slices.ContainsFunc(strings.Split(accept, ","), func(a string) bool {
 			a = strings.TrimSpace(a)
-			offered = offered || a == "*/*" || strings.HasPrefix(contentType, a)
-		}
+			return a == "*/*" || strings.HasPrefix(contentType, a)
+		})
 		if !offered {
 			t.Errorf("kubectl top %s: response Content-Type %q was not offered in Accept %q", flag, contentType, accept)
 		}
@@ -214,45 +193,22 @@ func expectedNodeRows() map[string][]string {
 	return want
 }
 
-// compareRows checks that the CPU and memory columns (the two after the key
-// columns) of the rows of want match; with exact, that no other row exists.
-func compareRows(tb table, keys int, want map[string][]string, exact bool) error {
+// compareRows checks the CPU(cores) and MEMORY(bytes) columns of the rows
+// of tb, keyed by the columns before them, against want; with exact, no
+// other row may exist.
+func compareRows(tb table, want map[string][]string, exact bool) error {
+	cpu, mem := slices.Index(tb.header, "CPU(cores)"), slices.Index(tb.header, "MEMORY(bytes)")
+	if cpu < 1 || mem < 0 {
+		return fmt.Errorf("unexpected header %q", tb.header)
+	}
 	got := map[string][]string{}
-	for k, r := range tb.byKey(keys) {
-		if len(r) >= keys+2 {
-			got[k] = r[keys : keys+2]
+	for k, r := range tb.byKey(cpu) {
+		if len(r) == len(tb.header) && (exact || want[k] != nil) {
+			got[k] = []string{r[cpu], r[mem]}
 		}
 	}
-	return compareMaps(got, want, exact)
-}
-
-func compareMaps(got, want map[string][]string, exact bool) error {
-	var diffs []string
-	for k, w := range want {
-		if g, ok := got[k]; !ok {
-			diffs = append(diffs, fmt.Sprintf("%s: missing, want %v", k, w))
-		} else if !slices.Equal(g, w) {
-			diffs = append(diffs, fmt.Sprintf("%s: got %v, want %v", k, g, w))
-		}
-	}
-	if exact {
-		for k, g := range got {
-			if _, ok := want[k]; !ok {
-				diffs = append(diffs, fmt.Sprintf("%s: unexpected row %v", k, g))
-			}
-		}
-	}
-	if len(diffs) > 0 {
-		slices.Sort(diffs)
-		return fmt.Errorf("%s", strings.Join(diffs, "; "))
+	if diff := cmp.Diff(want, got); diff != "" {
+		return fmt.Errorf("rows (-want +got):\n%s", diff)
 	}
 	return nil
-}
-
-func names(pods []corev1.Pod) []string {
-	out := make([]string, 0, len(pods))
-	for _, p := range pods {
-		out = append(out, p.Name)
-	}
-	return out
 }
