@@ -45,11 +45,12 @@ export CGO_ENABLED ?= 0
 export GOFLAGS += -trimpath
 # The packages whose tests run with the race detector in make test-unit:
 # those that own goroutines and state shared between them (the scrape loop,
-# the store, the pod and value caches, the certificate controller) and whose
-# test builds do not hold k8s.io/apiserver, whose race build would cost more
-# than the rest of the unit stage together (docs/testing.md). make test-race
-# runs every package with it.
-RACE_PKGS := ./pkg/sources ./pkg/sources/promscrape ./pkg/store ./pkg/podcache ./pkg/podvalues ./pkg/group ./pkg/certs
+# the store, the value cache, the group rule) and whose test builds do not
+# hold client-go, whose race build alone would cost more than the rest of
+# the unit stage (docs/testing.md). The pod cache and the certificate
+# controller run on client-go's informers and leader election, so they are
+# left to make test-race, which runs every package with it.
+RACE_PKGS := ./pkg/sources ./pkg/sources/promscrape ./pkg/store ./pkg/podvalues ./pkg/group
 
 .PHONY: help
 help: ## Show the targets.

@@ -1,3 +1,10 @@
+// The race build leaves this file out: its batches come from the kubelet
+// source's decoder, whose package holds the kubelet client and with it
+// client-go, and a race build of client-go is most of what the race stage
+// would cost (docs/testing.md). Benchmarks do not run under -race anyway.
+
+//go:build !race
+
 package store
 
 import (
