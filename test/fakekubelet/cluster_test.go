@@ -48,9 +48,7 @@ func TestPodFromObject(t *testing.T) {
 		Containers: []Container{{Name: "app", MemoryLimit: resource.MustParse("64Mi")}, {Name: "log"}},
 		StartTime:  t0.Add(-time.Minute),
 	}
-	if diff := cmp.Diff(want, PodFromObject(podObject("p", "n1", corev1.PodRunning, "u1"))); diff != "" {
-		t.Errorf("(-want +got):\n%s", diff)
-	}
+	checkDiff(t, "PodFromObject", want, PodFromObject(podObject("p", "n1", corev1.PodRunning, "u1")))
 }
 
 func TestPodInformer(t *testing.T) {
@@ -142,9 +140,7 @@ func TestRegisterNodes(t *testing.T) {
 		// An existing node keeps its metadata and gets the endpoint.
 		"n2": {IP: "127.0.0.1", Port: int32(n2.Port())},
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("(-want +got):\n%s", diff)
-	}
+	checkDiff(t, "registered nodes", want, got)
 }
 
 func TestTokenReviewAuthenticator(t *testing.T) {

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/labels"
 	testingclock "k8s.io/utils/clock/testing"
 
@@ -107,9 +106,7 @@ func TestControlAPI(t *testing.T) {
 				t.Fatalf("%s %s: got %d %s; want %d containing %q", tt.method, tt.path, code, body, tt.wantCode, tt.wantBody)
 			}
 			if tt.got != nil {
-				if diff := cmp.Diff(tt.want, tt.got()); diff != "" {
-					t.Errorf("(-want +got):\n%s", diff)
-				}
+				checkDiff(t, "state after the call", tt.want, tt.got())
 			}
 		})
 	}
@@ -125,9 +122,7 @@ func TestControlAPI(t *testing.T) {
 				t.Errorf("node %s without an address: %+v", n.Name, n)
 			}
 		}
-		if diff := cmp.Diff([]string{"n1", "n2"}, names); diff != "" {
-			t.Errorf("(-want +got):\n%s", diff)
-		}
+		checkDiff(t, "node names", []string{"n1", "n2"}, names)
 	})
 }
 
@@ -207,9 +202,7 @@ func TestCounterIntegration(t *testing.T) {
 			for _, s := range tt.steps {
 				s(t, f, fc)
 			}
-			if diff := cmp.Diff(tt.want, observe(t, n)); diff != "" {
-				t.Errorf("(-want +got):\n%s", diff)
-			}
+			checkDiff(t, "observation", tt.want, observe(t, n))
 		})
 	}
 }
@@ -238,9 +231,7 @@ func TestUsageSpreadAndRules(t *testing.T) {
 		"ns/web-2/main": {CPUNanoCores: 1e9 + 1, MemoryBytes: 100},
 		"ns/db-1/main":  {CPUNanoCores: 7, MemoryBytes: 8},
 	}
-	if diff := cmp.Diff(want, usages(f)); diff != "" {
-		t.Errorf("(-want +got):\n%s", diff)
-	}
+	checkDiff(t, "usages", want, usages(f))
 	if got := f.SetUsage(UsageTarget{Namespace: "ns", Name: "db-1", Container: "missing"}, Usage{CPUNanoCores: 1}); got != 0 {
 		t.Errorf("missing container matched %d pods", got)
 	}

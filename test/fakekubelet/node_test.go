@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 
@@ -68,9 +67,7 @@ func TestAuthentication(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			code, _, err := get(t, newClient(t, f, tt.certs...), n, tt.path, tt.header)
 			must(t, err)
-			if diff := cmp.Diff(tt.want, code); diff != "" {
-				t.Errorf("status (-want +got):\n%s", diff)
-			}
+			checkDiff(t, "status", tt.want, code)
 		})
 	}
 }
@@ -186,19 +183,13 @@ func TestPodFaults(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			must(t, a.SetFault(tt.fault))
-			if diff := cmp.Diff(tt.want, summaryView(t, a)); diff != "" {
-				t.Errorf("node-a (-want +got):\n%s", diff)
-			}
+			checkDiff(t, "node-a", tt.want, summaryView(t, a))
 			if got := *a.Summary(true).Node.CPU.UsageCoreNanoSeconds; got != 10*(DefaultNodeBaseCPU+2*DefaultContainerCPU) {
 				t.Errorf("node-a counter %d", got)
 			}
-			if diff := cmp.Diff([]podView{pod("ns/c", 1)}, summaryView(t, b)); diff != "" {
-				t.Errorf("node-b (-want +got):\n%s", diff)
-			}
+			checkDiff(t, "node-b", []podView{pod("ns/c", 1)}, summaryView(t, b))
 			must(t, a.ClearFault(tt.fault.Kind))
-			if diff := cmp.Diff([]podView{pod("ns/a", 1), pod("ns/b", 1)}, summaryView(t, a)); diff != "" {
-				t.Errorf("after clearing (-want +got):\n%s", diff)
-			}
+			checkDiff(t, "after clearing", []podView{pod("ns/a", 1), pod("ns/b", 1)}, summaryView(t, a))
 		})
 	}
 }

@@ -76,9 +76,7 @@ func TestSummaryShape(t *testing.T) {
 		return out
 	}
 	got, gotFull := keys(summaryPath+"?only_cpu_and_memory=true"), keys(summaryPath)
-	if diff := cmp.Diff(want, slices.Sorted(maps.Keys(got))); diff != "" {
-		t.Errorf("summary keys (-want +got):\n%s", diff)
-	}
+	checkDiff(t, "summary keys", want, slices.Sorted(maps.Keys(got)))
 	for _, k := range []string{"node.fs.capacityBytes", "node.network.rxBytes", "node.rlimit.maxpid", "pods[].network.interfaces[].name", "pods[].ephemeral-storage.usedBytes", "pods[].containers[].rootfs.usedBytes"} {
 		if !gotFull[k] {
 			t.Errorf("full summary lacks %s", k)
@@ -141,9 +139,7 @@ func TestSummaryValues(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if diff := cmp.Diff(tt.want, tt.got()); diff != "" {
-				t.Errorf("(-want +got):\n%s", diff)
-			}
+			checkDiff(t, tt.name, tt.want, tt.got())
 		})
 	}
 }
@@ -179,9 +175,7 @@ pod_memory_working_set_bytes{namespace="default",pod="web-0"} 2.097152e+08 17673
 # TYPE resource_scrape_error gauge
 resource_scrape_error 0
 `
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("/metrics/resource (-want +got):\n%s", diff)
-	}
+	checkDiff(t, "/metrics/resource", want, got)
 }
 
 func TestWriteResourceMetricsOrderAndEscaping(t *testing.T) {
@@ -206,9 +200,7 @@ func TestWriteResourceMetricsOrderAndEscaping(t *testing.T) {
 		`container_cpu_usage_seconds_total{container="c",namespace="a",pod="we\"ird\\"} 1.5 1767323045000`,
 		`container_cpu_usage_seconds_total{container="c",namespace="z",pod="b"} 1e-09 1767323045000`,
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("(-want +got):\n%s", diff)
-	}
+	checkDiff(t, "CPU series", want, got)
 	if strings.Contains(buf.String(), "node_") || strings.Contains(buf.String(), "pod_cpu") {
 		t.Errorf("families without samples were written:\n%s", buf.String())
 	}
