@@ -1,16 +1,15 @@
 package options
 
 import (
-	"context"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 )
 
 func TestServeCertMetrics(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 	addr, err := serveCertMetrics(ctx, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -52,13 +51,7 @@ func TestCertControllerValidateMetricsAddress(t *testing.T) {
 		o := NewCertControllerOptions()
 		o.MetricsBindAddress = tc.addr
 		errs := o.Validate()
-		got := false
-		for _, e := range errs {
-			if strings.Contains(e.Error(), "--metrics-bind-address") {
-				got = true
-			}
-		}
-		if got != tc.wantErr {
+		if got := slices.ContainsFunc(errs, func(e error) bool { return strings.Contains(e.Error(), "--metrics-bind-address") }); got != tc.wantErr {
 			t.Errorf("--metrics-bind-address=%q: errors %v, want a --metrics-bind-address error: %v", tc.addr, errs, tc.wantErr)
 		}
 	}

@@ -72,20 +72,22 @@ func TestValidate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := NewOptions()
 			tc.set(o)
-			errs := o.Validate()
-			var got []string
-			for _, e := range errs {
-				got = append(got, e.Error())
-			}
-			if len(got) != len(tc.wants) {
-				t.Fatalf("got %d errors %q, want %d", len(got), got, len(tc.wants))
-			}
-			for i, w := range tc.wants {
-				if !strings.Contains(got[i], w) {
-					t.Errorf("error %d = %q, want it to contain %q", i, got[i], w)
-				}
-			}
+			checkErrors(t, o.Validate(), tc.wants, strings.Contains)
 		})
+	}
+}
+
+// checkErrors checks that errs are as many as wants, and that each error
+// matches its want by match (strings.Contains or strings.HasPrefix).
+func checkErrors(t *testing.T, errs []error, wants []string, match func(s, want string) bool) {
+	t.Helper()
+	if len(errs) != len(wants) {
+		t.Fatalf("got %d errors %q, want %d", len(errs), errs, len(wants))
+	}
+	for i, w := range wants {
+		if !match(errs[i].Error(), w) {
+			t.Errorf("error %d = %q, want it to match %q", i, errs[i], w)
+		}
 	}
 }
 

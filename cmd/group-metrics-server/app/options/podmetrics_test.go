@@ -55,18 +55,7 @@ func TestValidatePodMetricsConfig(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			o := NewOptions()
 			tt.set(o)
-			var got []string
-			for _, err := range o.Validate() {
-				got = append(got, err.Error())
-			}
-			if len(got) != len(tt.wants) {
-				t.Fatalf("got %d errors, want %d:\n%s", len(got), len(tt.wants), strings.Join(got, "\n"))
-			}
-			for i := range got {
-				if !strings.HasPrefix(got[i], tt.wants[i]) {
-					t.Errorf("error %d = %q, want prefix %q", i, got[i], tt.wants[i])
-				}
-			}
+			checkErrors(t, o.Validate(), tt.wants, strings.HasPrefix)
 		})
 	}
 }
