@@ -20,35 +20,32 @@ import (
 	"k8s.io/metrics/pkg/apis/metrics/v1beta1"
 )
 
-// groupJSON is the JSON serializer the metrics group is served with when
-// the fast path is not in front of it.
-func groupJSON(t testing.TB) runtime.NegotiatedSerializer {
+// jsonEncoders are the encoders for gv of the JSON serializer the metrics
+// group is served with, with the fast path in front of it and without.
+func jsonEncoders(t testing.TB, gv schema.GroupVersion) (fast, std runtime.Encoder) {
 	t.Helper()
-	return genericapiserver.NewDefaultAPIGroupInfo(metrics.GroupName, Scheme, metav1.ParameterCodec, Codecs).NegotiatedSerializer
-}
-
-func jsonInfo(t testing.TB, ns runtime.NegotiatedSerializer) runtime.Serializer {
-	t.Helper()
-	for _, info := range ns.SupportedMediaTypes() {
-		if info.MediaType == runtime.ContentTypeJSON {
-			return info.Serializer
+	ns := genericapiserver.NewDefaultAPIGroupInfo(metrics.GroupName, Scheme, metav1.ParameterCodec, Codecs).NegotiatedSerializer
+	var encoders [2]runtime.Encoder
+	for i, s := range []runtime.NegotiatedSerializer{withFastJSON(ns), ns} {
+		info, ok := runtime.SerializerInfoForMediaType(s.SupportedMediaTypes(), runtime.ContentTypeJSON)
+		if !ok {
+			t.Fatal("no JSON serializer")
 		}
+		encoders[i] = ns.EncoderForVersion(info.Serializer, gv)
 	}
-	t.Fatal("no JSON serializer")
-	return nil
+	return encoders[0], encoders[1]
 }
 
 // encodeBoth encodes obj as the API layer would for gv, with and without
 // the fast path.
 func encodeBoth(t testing.TB, obj runtime.Object, gv schema.GroupVersion) (fast, std string) {
 	t.Helper()
-	ns := groupJSON(t)
-	inner := jsonInfo(t, ns)
+	fastEnc, stdEnc := jsonEncoders(t, gv)
 	var a, b bytes.Buffer
-	if err := ns.EncoderForVersion(jsonInfo(t, withFastJSON(ns)), gv).Encode(obj.DeepCopyObject(), &a); err != nil {
+	if err := fastEnc.Encode(obj.DeepCopyObject(), &a); err != nil {
 		t.Fatalf("fast: %v", err)
 	}
-	if err := ns.EncoderForVersion(inner, gv).Encode(obj.DeepCopyObject(), &b); err != nil {
+	if err := stdEnc.Encode(obj.DeepCopyObject(), &b); err != nil {
 		t.Fatalf("encoding/json: %v", err)
 	}
 	return a.String(), b.String()
@@ -158,8 +155,7 @@ func (w *failingWriter) Write(p []byte) (int, error) {
 // TestFastJSONWriteError: a list whose writer fails part way is not
 // written again by the standard serializer after the bytes already sent.
 func TestFastJSONWriteError(t *testing.T) {
-	ns := groupJSON(t)
-	enc := ns.EncoderForVersion(jsonInfo(t, withFastJSON(ns)), v1beta1.SchemeGroupVersion)
+	enc, _ := jsonEncoders(t, v1beta1.SchemeGroupVersion)
 	w := &failingWriter{}
 	if err := enc.Encode(randomPods(rand.New(rand.NewPCG(3, 4)), 3000), w); err == nil {
 		t.Fatal("a list whose writer fails encoded without an error")

@@ -14,11 +14,13 @@ import (
 
 // limitRig is one ReadLimit of one slot in front of a handler that reports
 // each request it enters and holds those asking for ?block until release.
+// Its first read takes the only slot and stays in the handler.
 type limitRig struct {
 	t       *testing.T
 	h       http.Handler
 	entered chan string
 	release chan struct{}
+	first   <-chan int
 }
 
 func newLimitRig(t *testing.T, wait time.Duration) *limitRig {
@@ -30,6 +32,8 @@ func newLimitRig(t *testing.T, wait time.Duration) *limitRig {
 		}
 		w.WriteHeader(http.StatusOK)
 	}))
+	rig.first = rig.serve("/apis/metrics.k8s.io/v1beta1/pods?block")
+	rig.enter("first read", "/apis/metrics.k8s.io/v1beta1/pods")
 	return rig
 }
 
@@ -43,65 +47,73 @@ func (rig *limitRig) serve(path string) <-chan int {
 	return done
 }
 
-// code returns the status of a request; the bound only catches a hang.
-func (rig *limitRig) code(what string, ch <-chan int) int {
-	rig.t.Helper()
+// receive returns the next value of ch; the bound only catches a hang.
+func receive[T any](t *testing.T, what string, ch <-chan T) T {
+	t.Helper()
 	select {
-	case code := <-ch:
-		return code
+	case v := <-ch:
+		return v
 	case <-time.After(30 * time.Second):
-		rig.t.Fatalf("%s did not finish", what)
-		return 0
+		t.Fatalf("%s: nothing within 30s", what)
+		panic("unreachable")
 	}
 }
 
-// enter returns the path of the next request the handler entered.
-func (rig *limitRig) enter(what string) string {
+// enter checks the path of the next request the handler entered.
+func (rig *limitRig) enter(what, want string) {
+	rig.t.Helper()
+	if got := receive(rig.t, what+" reaching the handler", rig.entered); got != want {
+		rig.t.Fatalf("%s: entered %s, want %s", what, got, want)
+	}
+}
+
+// answers checks the status of a request.
+func (rig *limitRig) answers(what string, ch <-chan int, want int) {
+	rig.t.Helper()
+	if code := receive(rig.t, what+" finishing", ch); code != want {
+		rig.t.Errorf("%s = %d, want %d", what, code, want)
+	}
+}
+
+// releaseFirst lets the first read finish, and checks it was served.
+func (rig *limitRig) releaseFirst() {
+	rig.t.Helper()
+	close(rig.release)
+	rig.answers("first read", rig.first, http.StatusOK)
+}
+
+// noneEntered checks that no request is in the handler but those seen.
+func (rig *limitRig) noneEntered(what string) {
 	rig.t.Helper()
 	select {
 	case p := <-rig.entered:
-		return p
-	case <-time.After(30 * time.Second):
-		rig.t.Fatalf("%s never reached the handler", what)
-		return ""
+		rig.t.Fatalf("%s: %s reached the handler", what, p)
+	default:
 	}
 }
 
-// holdSlot sends a list that takes the only slot and stays in the handler.
-func (rig *limitRig) holdSlot() <-chan int {
-	rig.t.Helper()
-	first := rig.serve("/apis/metrics.k8s.io/v1beta1/pods?block")
-	if p := rig.enter("first read"); p != "/apis/metrics.k8s.io/v1beta1/pods" {
-		rig.t.Fatalf("entered %s", p)
-	}
-	return first
-}
-
-func counterValue(t *testing.T, c metrics.CounterMetric) float64 {
+// waitedRejected are reads_waited_total and reads_rejected_total.
+func waitedRejected(t *testing.T) [2]float64 {
 	t.Helper()
-	v, err := testutil.GetCounterMetricValue(c)
-	if err != nil {
-		t.Fatal(err)
+	var out [2]float64
+	for i, c := range []metrics.CounterMetric{readsWaited, readsRejected} {
+		v, err := testutil.GetCounterMetricValue(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = v
 	}
-	return v
+	return out
 }
 
 func TestReadLimitUnlimitedPaths(t *testing.T) {
 	rig := newLimitRig(t, time.Minute)
-	first := rig.holdSlot()
 	// Health checks, /metrics and discovery roots take no slot.
 	for _, p := range []string{"/readyz", "/metrics", "/apis"} {
-		if code := rig.code(p, rig.serve(p)); code != http.StatusOK {
-			t.Errorf("%s = %d while the slot is taken, want 200", p, code)
-		}
-		if got := rig.enter(p); got != p {
-			t.Errorf("entered %s, want %s", got, p)
-		}
+		rig.answers(p+" while the slot is taken", rig.serve(p), http.StatusOK)
+		rig.enter(p, p)
 	}
-	close(rig.release)
-	if code := rig.code("first read", first); code != http.StatusOK {
-		t.Errorf("first read = %d", code)
-	}
+	rig.releaseFirst()
 }
 
 // TestReadLimitRejectsAfterWait: with the slot held throughout, a read
@@ -109,26 +121,13 @@ func TestReadLimitUnlimitedPaths(t *testing.T) {
 func TestReadLimitRejectsAfterWait(t *testing.T) {
 	RegisterMetrics()
 	rig := newLimitRig(t, 50*time.Millisecond)
-	first := rig.holdSlot()
-	waited, rejected := counterValue(t, readsWaited), counterValue(t, readsRejected)
-	if code := rig.code("second read", rig.serve("/apis/custom.metrics.k8s.io/v1beta2/namespaces/a/pods/*/m")); code != http.StatusTooManyRequests {
-		t.Errorf("second read = %d, want 429", code)
+	before := waitedRejected(t)
+	rig.answers("second read", rig.serve("/apis/custom.metrics.k8s.io/v1beta2/namespaces/a/pods/*/m"), http.StatusTooManyRequests)
+	if got, want := waitedRejected(t), [2]float64{before[0] + 1, before[1] + 1}; got != want {
+		t.Errorf("reads waited and rejected = %v, want %v", got, want)
 	}
-	if d := counterValue(t, readsWaited) - waited; d != 1 {
-		t.Errorf("reads_waited_total grew by %v, want 1", d)
-	}
-	if d := counterValue(t, readsRejected) - rejected; d != 1 {
-		t.Errorf("reads_rejected_total grew by %v, want 1", d)
-	}
-	select {
-	case p := <-rig.entered:
-		t.Errorf("rejected read reached the handler (%s)", p)
-	default:
-	}
-	close(rig.release)
-	if code := rig.code("first read", first); code != http.StatusOK {
-		t.Errorf("first read = %d", code)
-	}
+	rig.noneEntered("the rejected read")
+	rig.releaseFirst()
 }
 
 // TestReadLimitServesAfterWaiting: a read that arrives while the slot is
@@ -138,37 +137,23 @@ func TestReadLimitRejectsAfterWait(t *testing.T) {
 func TestReadLimitServesAfterWaiting(t *testing.T) {
 	RegisterMetrics()
 	rig := newLimitRig(t, time.Minute)
-	first := rig.holdSlot()
-	waited, rejected := counterValue(t, readsWaited), counterValue(t, readsRejected)
+	before := waitedRejected(t)
 	third := rig.serve("/apis/metrics.k8s.io/v1/nodes")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := wait.PollUntilContextCancel(ctx, time.Millisecond, true, func(context.Context) (bool, error) {
-		return counterValue(t, readsWaited) > waited, nil
+	if err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return waitedRejected(t)[0] > before[0], nil
 	}); err != nil {
 		t.Fatalf("the third read never waited: %v", err)
 	}
+	rig.noneEntered("while the slot was taken")
 	select {
-	case p := <-rig.entered:
-		t.Fatalf("%s was served while the slot was taken", p)
 	case code := <-third:
 		t.Fatalf("third read answered %d while the slot was taken", code)
 	default:
 	}
-	close(rig.release)
-	if code := rig.code("first read", first); code != http.StatusOK {
-		t.Errorf("first read = %d", code)
-	}
-	if p := rig.enter("third read"); p != "/apis/metrics.k8s.io/v1/nodes" {
-		t.Errorf("entered %s, want the third read", p)
-	}
-	if code := rig.code("third read", third); code != http.StatusOK {
-		t.Errorf("third read = %d, want 200 once the slot was free", code)
-	}
-	if d := counterValue(t, readsWaited) - waited; d != 1 {
-		t.Errorf("reads_waited_total grew by %v, want 1", d)
-	}
-	if d := counterValue(t, readsRejected) - rejected; d != 0 {
-		t.Errorf("reads_rejected_total grew by %v, want 0", d)
+	rig.releaseFirst()
+	rig.enter("third read", "/apis/metrics.k8s.io/v1/nodes")
+	rig.answers("third read once the slot was free", third, http.StatusOK)
+	if got, want := waitedRejected(t), [2]float64{before[0] + 1, before[1]}; got != want {
+		t.Errorf("reads waited and rejected = %v, want %v", got, want)
 	}
 }
