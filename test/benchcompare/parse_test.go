@@ -3,15 +3,34 @@ package main
 import (
 	"maps"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/procfs"
 
 	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
 
+// procDir writes a /proc/7/<file> of content under a temporary directory
+// and returns the directory.
+func procDir(t *testing.T, file, content string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "7"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "7", file), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 func TestParseStatCPU(t *testing.T) {
+	tail := strings.Repeat(" 0", 52-25) // the fields a kernel writes after the 25th
 	for _, tc := range []struct {
 		name    string
 		stat    string
@@ -20,24 +39,24 @@ func TestParseStatCPU(t *testing.T) {
 	}{
 		{
 			name: "plain",
-			stat: "4242 (metrics-server) S 1 4242 4242 0 -1 4194560 9000 0 0 0 1234 566 0 0 20 0 12 0 100 2000000 5000 18446744073709551615",
+			stat: "4242 (metrics-server) S 1 4242 4242 0 -1 4194560 9000 0 0 0 1234 566 0 0 20 0 12 0 100 2000000 5000 18446744073709551615" + tail,
 			want: 18.00,
 		},
 		{
 			name: "command with spaces and parentheses",
-			stat: "7 (a) b (c)) R 1 7 7 0 -1 0 0 0 0 0 250 50 0 0 20 0 1 0 1 1 1 1",
+			stat: "7 (a) b (c)) R 1 7 7 0 -1 0 0 0 0 0 250 50 0 0 20 0 1 0 1 1 1 1" + tail,
 			want: 3.00,
 		},
 		{name: "truncated", stat: "7 (x) R 1 7", wantErr: true},
 		{name: "no command", stat: "7 x R", wantErr: true},
-		{name: "not a number", stat: "7 (x) R 1 7 7 0 -1 0 0 0 0 0 ten 50 0", wantErr: true},
+		{name: "not a number", stat: "7 (x) R 1 7 7 0 -1 0 0 0 0 0 ten 50 0" + tail, wantErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseStatCPU([]byte(tc.stat))
+			stat, err := ofProc(procDir(t, "stat", tc.stat), 7, procfs.Proc.Stat)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
 			}
-			if !tc.wantErr && math.Abs(got-tc.want) > 1e-9 {
+			if got := stat.CPUTime(); !tc.wantErr && math.Abs(got-tc.want) > 1e-9 {
 				t.Errorf("cpu = %v, want %v", got, tc.want)
 			}
 		})
@@ -46,14 +65,15 @@ func TestParseStatCPU(t *testing.T) {
 
 func TestParseStatusMemory(t *testing.T) {
 	status := "Name:\tkube-apiserver\nVmPeak:\t 2000000 kB\nVmHWM:\t  300000 kB\nVmRSS:\t  250000 kB\nRssAnon:\t  200000 kB\nRssFile:\t   50000 kB\nThreads:\t12\n"
-	got, err := parseStatusMemory([]byte(status))
+	got, err := readStatus(procDir(t, "status", status), 7)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(memory{RSS: 250000 << 10, Peak: 300000 << 10, Anon: 200000 << 10, File: 50000 << 10}, got, cmp.AllowUnexported(memory{})); diff != "" {
-		t.Errorf("memory (-want +got):\n%s", diff)
+	want := []uint64{250000 << 10, 300000 << 10, 200000 << 10, 50000 << 10}
+	if diff := cmp.Diff(want, []uint64{got.VmRSS, got.VmHWM, got.RssAnon, got.RssFile}); diff != "" {
+		t.Errorf("VmRSS, VmHWM, RssAnon, RssFile (-want +got):\n%s", diff)
 	}
-	if _, err := parseStatusMemory([]byte("Name:\tkthreadd\nThreads:\t1\n")); err == nil {
+	if _, err := readStatus(procDir(t, "status", "Name:\tkthreadd\nThreads:\t1\n"), 7); err == nil {
 		t.Error("a status without VmRSS parsed without error")
 	}
 }

@@ -67,9 +67,9 @@ func (b *bench) runRound(ctx context.Context, kind serverKind, round int) (res *
 	if err != nil {
 		return nil, err
 	}
-	res.set(figPeakRSSAll, mib(mem.Peak))
+	res.set(figPeakRSSAll, mib(mem.VmHWM))
 	res.notef("load average at the end of the round: %s", loadAverage())
-	b.logf("round %d: %s: done, peak RSS %.0f MiB including the list load", round, kind.name, mib(mem.Peak))
+	b.logf("round %d: %s: done, peak RSS %.0f MiB including the list load", round, kind.name, mib(mem.VmHWM))
 	return res, nil
 }
 
@@ -178,12 +178,12 @@ func (b *bench) steadyWindow(ctx context.Context, s *runningServer, res *roundRe
 	// The window is length to within a few milliseconds of scheduling; the
 	// CPU is scaled to exactly k periods.
 	res.set(figCPU, (end.cpu-start.cpu)/float64(k)*float64(length)/float64(end.at.Sub(start.at)))
-	res.set(figPeakRSS, mib(mem.Peak))
+	res.set(figPeakRSS, mib(mem.VmHWM))
 	res.set(figSteadyRSS, median(rss))
 	res.set(figCycle, (end.cycleSum-start.cycleSum)/cycles)
 	res.set(figFailures, end.failures-start.failures)
 	res.notef("at the end of the steady window: RSS %.0f MiB, of it %.0f MiB anonymous (heap, stacks, runtime) and %.0f MiB of mapped files (the binary)",
-		mib(mem.RSS), mib(mem.Anon), mib(mem.File))
+		mib(mem.VmRSS), mib(mem.RssAnon), mib(mem.RssFile))
 	if note, err := b.goMemory(ctx, s); err != nil {
 		return err
 	} else if note != "" {
@@ -214,7 +214,7 @@ func sampleRSS(ctx context.Context, pid int) func() ([]float64, error) {
 			if readErr != nil && err == nil {
 				err = fmt.Errorf("sample RSS: %w", readErr)
 			}
-			rss = append(rss, mib(m.RSS))
+			rss = append(rss, mib(m.VmRSS))
 			select {
 			case <-ctx.Done():
 				return

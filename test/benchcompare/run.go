@@ -134,7 +134,7 @@ func (b *bench) printClusterMemory(when string) {
 		default:
 		}
 		if m, err := readMemory(p.Pid()); err == nil {
-			parts = append(parts, fmt.Sprintf("%s %.0f", p.Name(), mib(m.RSS)))
+			parts = append(parts, fmt.Sprintf("%s %.0f", p.Name(), mib(m.VmRSS)))
 		}
 	}
 	nodes, pods := "?", "?"
