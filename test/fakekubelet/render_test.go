@@ -20,7 +20,7 @@ import (
 
 // fixture is one node with one two-container pod using 500m and 200Mi,
 // observed 10s after it started.
-func fixture(t *testing.T) (*Fleet, *Node) {
+func fixture(t *testing.T) *Node {
 	t.Helper()
 	f, fc := newTestFleet(t, Config{})
 	n := addNode(t, f, "node-a")
@@ -33,7 +33,7 @@ func fixture(t *testing.T) (*Fleet, *Node) {
 		t.Fatalf("SetUsage matched %d pods, want 1", got)
 	}
 	fc.Step(10 * time.Second)
-	return f, n
+	return n
 }
 
 // keyPaths lists every object key of a JSON document as a dotted path,
@@ -67,7 +67,7 @@ func TestSummaryShape(t *testing.T) {
 	}
 	slices.Sort(want)
 
-	_, n := fixture(t)
+	n := fixture(t)
 	keys := func(path string) map[string]bool {
 		var doc any
 		must(t, json.Unmarshal(mustGet(t, newClient(t, n.fleet), n, path), &doc))
@@ -88,7 +88,7 @@ func TestSummaryShape(t *testing.T) {
 }
 
 func TestSummaryTimestampsAreRFC3339Seconds(t *testing.T) {
-	_, n := fixture(t)
+	n := fixture(t)
 	body := string(mustGet(t, newClient(t, n.fleet), n, "/stats/summary?only_cpu_and_memory=true"))
 	for _, want := range []string{`"startTime":"2026-01-02T03:04:05Z"`, `"time":"2026-01-02T03:04:15Z"`} {
 		if !strings.Contains(body, want) {
@@ -98,7 +98,7 @@ func TestSummaryTimestampsAreRFC3339Seconds(t *testing.T) {
 }
 
 func TestSummaryValues(t *testing.T) {
-	_, n := fixture(t)
+	n := fixture(t)
 	s := summary(t, n)
 	const mi = 1 << 20
 	sampleAt := t0.Add(10 * time.Second)
@@ -145,7 +145,7 @@ func TestSummaryValues(t *testing.T) {
 }
 
 func TestResourceMetricsText(t *testing.T) {
-	_, n := fixture(t)
+	n := fixture(t)
 	got := string(mustGet(t, newClient(t, n.fleet), n, "/metrics/resource"))
 	want := `# HELP container_cpu_usage_seconds_total [STABLE] Cumulative cpu time consumed by the container in core-seconds
 # TYPE container_cpu_usage_seconds_total counter
@@ -189,12 +189,9 @@ func TestWriteResourceMetricsOrderAndEscaping(t *testing.T) {
 	}}
 	var buf bytes.Buffer
 	must(t, WriteResourceMetrics(&buf, s))
-	var got []string
-	for _, l := range strings.Split(buf.String(), "\n") {
-		if strings.HasPrefix(l, "container_cpu_usage_seconds_total") {
-			got = append(got, l)
-		}
-	}
+	got := slices.DeleteFunc(strings.Split(buf.String(), "\n"), func(l string) bool {
+		return !strings.HasPrefix(l, "container_cpu_usage_seconds_total")
+	})
 	want := []string{
 		`container_cpu_usage_seconds_total{container="a\nb",namespace="a",pod="we\"ird\\"} 0 1767323045000`,
 		`container_cpu_usage_seconds_total{container="c",namespace="a",pod="we\"ird\\"} 1.5 1767323045000`,
