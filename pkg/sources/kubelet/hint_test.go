@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/client-go/rest"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
@@ -67,7 +68,7 @@ func TestSummaryCertificateHints(t *testing.T) {
 			c, err := NewClient(ClientConfig{REST: &rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: append(trusted.CertPEM(), expired.CertPEM()...)}}})
 			must(t, err)
 			host := strings.TrimPrefix(srv.URL, "https://")
-			_, err = c.Summary(context.Background(), "node-0", host)
+			_, err = c.Summary(t.Context(), "node-0", host)
 			if tt.wantKind == "" {
 				if err != nil {
 					t.Fatalf("Summary: %v", err)
@@ -112,10 +113,7 @@ func TestWithHintPassesOtherErrors(t *testing.T) {
 func TestHinterLogsEachKindOnce(t *testing.T) {
 	var h hinter
 	got := []bool{h.first(certNoSAN), h.first(certNoSAN), h.first(certUnknownCA), h.first(certNoSAN)}
-	want := []bool{true, false, true, false}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("call %d: first = %v, want %v", i, got[i], want[i])
-		}
+	if diff := cmp.Diff([]bool{true, false, true, false}, got); diff != "" {
+		t.Errorf("first (-want +got):\n%s", diff)
 	}
 }

@@ -2,6 +2,7 @@ package promscrape
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -10,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
+	gocmp "github.com/google/go-cmp/cmp"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -28,38 +29,33 @@ func mustParse(t testing.TB, file string) *Config {
 }
 
 func TestDecode(t *testing.T) {
-	pod := &Pod{Namespace: "ns", Name: "web-0", Running: true, IP: "127.0.0.1"}
-	podTarget := &Target{ID: "pod/ns/web-0", Kind: KindPod, Pod: pod}
+	podTarget := &Target{ID: "pod/ns/web-0", Kind: KindPod, Pod: &Pod{Namespace: "ns", Name: "web-0", Running: true, IP: "127.0.0.1"}}
 	dcgm := &NodeExporter{Name: "dcgm", NamespaceLabel: "namespace", PodLabel: "pod", ContainerLabel: "container"}
-	exporterTarget := &Target{ID: "exporter/dcgm/n1", Kind: KindExporter, Exporter: dcgm}
 	type got struct {
 		Metric                    string
 		Namespace, Pod, Container string
 		Value                     float64
 		Timestamp                 time.Time
 	}
+	// web0 is a sample of web-0, as podTarget's are.
+	web0 := func(metric string, v float64) got { return got{metric, "ns", "web-0", "", v, now} }
 	tests := []struct {
 		name, config string
-		target       *Target
+		target       *Target // podTarget if nil
 		body         string
 		want         []got
 		partial      string
 	}{
 		{
-			name:   "vllm: allow-listed gauges per engine, current cache name wins over the older one",
-			config: "presets: [vllm]\n", target: podTarget,
+			name: "vllm: allow-listed gauges per engine, current cache name wins over the older one", config: "presets: [vllm]\n",
 			body: vllmText([2]float64{3, 4}, [2]float64{1, 2}, 0.5),
 			want: []got{
-				{"vllm-kv-cache-usage", "ns", "web-0", "", 0.5, now},
-				{"vllm-num-requests-running", "ns", "web-0", "", 1, now},
-				{"vllm-num-requests-running", "ns", "web-0", "", 2, now},
-				{"vllm-num-requests-waiting", "ns", "web-0", "", 3, now},
-				{"vllm-num-requests-waiting", "ns", "web-0", "", 4, now},
+				web0("vllm-kv-cache-usage", 0.5), web0("vllm-num-requests-running", 1), web0("vllm-num-requests-running", 2),
+				web0("vllm-num-requests-waiting", 3), web0("vllm-num-requests-waiting", 4),
 			},
 		},
 		{
-			name:   "vllm: an older server with only the deprecated cache name",
-			config: "presets: [vllm]\n", target: podTarget,
+			name: "vllm: an older server with only the deprecated cache name", config: "presets: [vllm]\n",
 			body: "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{model_name=\"m\"} 0.25 1764763200000\n",
 			want: []got{{"vllm-kv-cache-usage", "ns", "web-0", "", 0.25, time.UnixMilli(1764763200000)}},
 		},
@@ -68,58 +64,51 @@ func TestDecode(t *testing.T) {
 			config: `metrics:
 - {name: q, series: "vllm:num_requests_waiting", type: gauge, combine: sum, matchers: [{label: model_name, op: "=~", value: "a|b"}, {label: engine, op: "!=", value: "1"}]}
 `,
-			target: podTarget,
 			body: "vllm:num_requests_waiting{model_name=\"a\",engine=\"0\"} 1\nvllm:num_requests_waiting{model_name=\"c\",engine=\"0\"} 2\n" +
 				"vllm:num_requests_waiting{model_name=\"b\",engine=\"1\"} 4\nvllm:num_requests_waiting{model_name=\"b\"} 8\nvllm:num_requests_waiting{model_name=\"a\",engine=\"2\"} NaN\n",
-			want: []got{{"q", "ns", "web-0", "", 1, now}, {"q", "ns", "web-0", "", 8, now}},
+			want: []got{web0("q", 1), web0("q", 8)},
 		},
 		{
 			name:   "dcgm: series attributed by labels, a GPU held by no pod left out",
-			config: "presets: [dcgm]\nnodeExporters: [{name: dcgm, selector: app=dcgm, port: 9400}]\n", target: exporterTarget,
-			body: dcgmText("n1", []dcgmGPU{{0, "ns", "web-0", "vllm", 90, 70000}, {1, "", "", "", 0, 0}, {2, "ns", "web-1", "vllm", 30, 1000}}),
+			config: "presets: [dcgm]\nnodeExporters: [{name: dcgm, selector: app=dcgm, port: 9400}]\n",
+			target: &Target{ID: "exporter/dcgm/n1", Kind: KindExporter, Exporter: dcgm},
+			body:   dcgmText("n1", []dcgmGPU{{0, "ns", "web-0", "vllm", 90, 70000}, {1, "", "", "", 0, 0}, {2, "ns", "web-1", "vllm", 30, 1000}}),
 			want: []got{
-				{"gpu-memory-used-mib", "ns", "web-0", "vllm", 70000, now},
-				{"gpu-memory-used-mib", "ns", "web-1", "vllm", 1000, now},
-				{"gpu-utilization", "ns", "web-0", "vllm", 90, now},
-				{"gpu-utilization", "ns", "web-1", "vllm", 30, now},
+				{"gpu-memory-used-mib", "ns", "web-0", "vllm", 70000, now}, {"gpu-memory-used-mib", "ns", "web-1", "vllm", 1000, now},
+				{"gpu-utilization", "ns", "web-0", "vllm", 90, now}, {"gpu-utilization", "ns", "web-1", "vllm", 30, now},
 			},
 		},
 		{
 			name:   "a family of the wrong type is left out and reported",
 			config: "metrics: [{name: q, series: queue, type: counter, combine: sum}, {name: r, series: running, type: gauge, combine: sum}]\n",
-			target: podTarget,
 			body:   "# TYPE queue gauge\nqueue 3\n# TYPE running gauge\nrunning 2\n",
-			want:   []got{{"r", "ns", "web-0", "", 2, now}}, partial: "queue is a gauge, configured as counter",
+			want:   []got{web0("r", 2)}, partial: "queue is a gauge, configured as counter",
 		},
 		{
-			name:   "a malformed line in a family not allow-listed does not fail the target",
-			config: "presets: [sglang]\n", target: podTarget,
+			name: "a malformed line in a family not allow-listed does not fail the target", config: "presets: [sglang]\n",
 			body: "python_gc{generation=\"0\" 1 garbage\n# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{model_name=\"m\"} 7\n",
-			want: []got{{"sglang-num-queue-reqs", "ns", "web-0", "", 7, now}},
+			want: []got{web0("sglang-num-queue-reqs", 7)},
 		},
 		{
-			name:   "a nameless sample line after an allow-listed series is left out and reported, the series kept whole",
-			config: "presets: [vllm]\n", target: podTarget,
+			name: "a nameless sample line after an allow-listed series is left out and reported, the series kept whole", config: "presets: [vllm]\n",
 			body: "vllm:num_requests_running{A=\"00\"} 1\n{A=\"\"} 2\n",
-			want: []got{{"vllm-num-requests-running", "ns", "web-0", "", 1, now}}, partial: "sample lines naming no metric: 1",
+			want: []got{web0("vllm-num-requests-running", 1)}, partial: "sample lines naming no metric: 1",
 		},
 		{
-			name:   "a nameless sample line after another family's line is left out unreported",
-			config: "presets: [vllm]\n", target: podTarget,
+			name: "a nameless sample line after another family's line is left out unreported", config: "presets: [vllm]\n",
 			body: "vllm:num_requests_running{A=\"00\"} 1\n# TYPE other\n{A=\"\"} 2\n",
-			want: []got{{"vllm-num-requests-running", "ns", "web-0", "", 1, now}},
+			want: []got{web0("vllm-num-requests-running", 1)},
 		},
 		{
-			name:   "a sample line whose first label name is quoted names no metric either",
-			config: "presets: [vllm]\n", target: podTarget,
+			name: "a sample line whose first label name is quoted names no metric either", config: "presets: [vllm]\n",
 			body: "vllm:num_requests_running{A=\"00\"} 1\n{\"vllm:num_requests_running\"=\"x\"} 2\n",
-			want: []got{{"vllm-num-requests-running", "ns", "web-0", "", 1, now}}, partial: "sample lines naming no metric: 1",
+			want: []got{web0("vllm-num-requests-running", 1)}, partial: "sample lines naming no metric: 1",
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := mustParse(t, tt.config)
-			samples, err := c.decode([]byte(tt.body), tt.target, c.allowList(), now)
+			samples, err := c.decode([]byte(tt.body), cmp.Or(tt.target, podTarget), c.allowList(), now)
 			if tt.partial == "" && err != nil {
 				t.Fatalf("decode: %v", err)
 			}
@@ -130,7 +119,7 @@ func TestDecode(t *testing.T) {
 			for _, s := range samples {
 				g = append(g, got{c.Metrics[s.Metric].Name, s.Namespace, s.Pod, s.Container, s.Value, s.Timestamp})
 			}
-			if diff := cmp.Diff(tt.want, g); diff != "" {
+			if diff := gocmp.Diff(tt.want, g); diff != "" {
 				t.Errorf("samples (-want +got):\n%s", diff)
 			}
 		})
@@ -188,7 +177,7 @@ func FuzzFilterMatchesFullParse(f *testing.F) {
 		if err != nil {
 			t.Fatalf("full body parses, filtered body does not: %v", err)
 		}
-		if diff := cmp.Diff(renderFamilies(t, full), renderFamilies(t, got)); diff != "" {
+		if diff := gocmp.Diff(renderFamilies(t, full), renderFamilies(t, got)); diff != "" {
 			t.Fatalf("filtered parse differs (-full +filtered):\n%s", diff)
 		}
 	})
