@@ -47,7 +47,7 @@ func NewSource(cfg *Config, pods PodLister, o Options) *Source {
 	// A pod's endpoint must not send the server elsewhere: a redirect is
 	// answered as its 3xx status (http_status), never followed.
 	client := *o.Client
-	client.CheckRedirect = sources.NoRedirects
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
