@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,8 +17,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,10 +48,10 @@ func TestAggregatedAPIService(t *testing.T) {
 	before := suiteAPIServiceSpecs(ctx, t)
 
 	newNamespace(ctx, t, aggNamespace)
-	createMetricsServerRBAC(ctx, t)
 	ports, err := cluster.FreePorts(1)
 	must(t, err)
 	port := ports[0]
+	applyObjects(ctx, t, "metrics-server", fmt.Sprintf(aggregationObjects, aggNamespace, aggName, aggRole, port))
 	kubeconfig, err := c.ServiceAccountKubeconfig(ctx, aggNamespace, aggName)
 	must(t, err)
 	serviceHost := aggName + "." + aggNamespace + ".svc"
@@ -75,7 +74,8 @@ func TestAggregatedAPIService(t *testing.T) {
 	watch := append(watched(), ms)
 	checkDirectDiscovery(ctx, t, port, serviceHost, watch)
 
-	createAggregatedAPIService(ctx, t, port)
+	applyObjects(ctx, t, "apiservice", fmt.Sprintf(aggregationAPIService, aggGroup, aggVersion, aggNamespace, aggName, port,
+		base64.StdEncoding.EncodeToString(suite.cluster.CACertPEM())))
 	apiService := aggVersion + "." + aggGroup
 	probed := fmt.Sprintf("https://localhost:%d/apis/%s/%s", port, aggGroup, aggVersion)
 	began := time.Now()
@@ -148,111 +148,72 @@ func checkDirectDiscovery(ctx context.Context, t *testing.T, port int, serviceHo
 	}))
 }
 
-// createMetricsServerRBAC creates metrics-server's ServiceAccount in
-// aggNamespace and what it needs: reading nodes and pods, delegating
-// authentication and authorization, reading the authentication ConfigMap.
-// The cluster-wide objects and the RoleBinding in kube-system are deleted
-// when the test ends.
-func createMetricsServerRBAC(ctx context.Context, t *testing.T) {
-	t.Helper()
-	client := suite.cluster.Client()
-	opts := metav1.CreateOptions{}
-	check := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("create %s: %v", what, err)
-		}
-	}
-	cleanup := func(what string, del func(context.Context) error) {
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := del(ctx); err != nil && !apierrors.IsNotFound(err) {
-				t.Errorf("delete %s: %v", what, err)
-			}
-		})
-	}
-	_, err := client.CoreV1().ServiceAccounts(aggNamespace).Create(ctx,
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: aggName}}, opts)
-	check("service account", err)
-	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: aggNamespace, Name: aggName}}
+// aggregationObjects are metrics-server's ServiceAccount in namespace %[1]s
+// and what it needs: reading nodes and pods, delegating authentication and
+// authorization, reading the authentication ConfigMap; and the ExternalName
+// Service to localhost:%[4]d.
+const aggregationObjects = `
+apiVersion: v1
+kind: List
+items:
+- {apiVersion: v1, kind: ServiceAccount, metadata: {name: %[2]s, namespace: %[1]s}}
+- apiVersion: v1
+  kind: Service
+  metadata: {name: %[2]s, namespace: %[1]s}
+  spec: {type: ExternalName, externalName: localhost, ports: [{name: https, port: %[4]d}]}
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: ClusterRole
+  metadata: {name: "%[3]s"}
+  rules:
+  - {apiGroups: [""], resources: [nodes/metrics], verbs: [get]}
+  - {apiGroups: [""], resources: [pods, nodes], verbs: [get, list, watch]}
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: ClusterRoleBinding
+  metadata: {name: "%[3]s:%[3]s"}
+  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "%[3]s"}
+  subjects: [{kind: ServiceAccount, namespace: %[1]s, name: %[2]s}]
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: ClusterRoleBinding
+  metadata: {name: "%[3]s:system:auth-delegator"}
+  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:auth-delegator"}
+  subjects: [{kind: ServiceAccount, namespace: %[1]s, name: %[2]s}]
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: RoleBinding
+  metadata: {name: "%[3]s:auth-reader", namespace: kube-system}
+  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: extension-apiserver-authentication-reader}
+  subjects: [{kind: ServiceAccount, namespace: %[1]s, name: %[2]s}]
+`
 
-	cleanup("cluster role", func(ctx context.Context) error {
-		return client.RbacV1().ClusterRoles().Delete(ctx, aggRole, metav1.DeleteOptions{})
-	})
-	_, err = client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: aggRole},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"nodes/metrics"}, Verbs: []string{"get"}},
-			{APIGroups: []string{""}, Resources: []string{"pods", "nodes"}, Verbs: []string{"get", "list", "watch"}},
-		},
-	}, opts)
-	check("cluster role", err)
-	for _, role := range []string{aggRole, "system:auth-delegator"} {
-		name := aggRole + ":" + role
-		cleanup("cluster role binding "+name, func(ctx context.Context) error {
-			return client.RbacV1().ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{})
-		})
-		_, err = client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
-			Subjects:   subject,
-		}, opts)
-		check("cluster role binding "+name, err)
-	}
-	reader := aggRole + ":auth-reader"
-	cleanup("role binding "+reader, func(ctx context.Context) error {
-		return client.RbacV1().RoleBindings(metav1.NamespaceSystem).Delete(ctx, reader, metav1.DeleteOptions{})
-	})
-	_, err = client.RbacV1().RoleBindings(metav1.NamespaceSystem).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: reader},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "extension-apiserver-authentication-reader"},
-		Subjects:   subject,
-	}, opts)
-	check("role binding "+reader, err)
-}
+// aggregationAPIService is the APIService of group %[1]s version %[2]s
+// behind the Service %[3]s/%[4]s on port %[5]d, with caBundle %[6]s.
+const aggregationAPIService = `
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {name: %[2]s.%[1]s}
+spec:
+  group: %[1]s
+  version: %[2]s
+  groupPriorityMinimum: 100
+  versionPriority: 100
+  caBundle: %[6]s
+  service: {namespace: %[3]s, name: %[4]s, port: %[5]d}
+`
 
-// createAggregatedAPIService creates the ExternalName Service to
-// localhost:port in aggNamespace and the APIService of aggGroup behind it,
-// with the cluster CA as caBundle. The APIService is deleted when the test
-// ends, if deleteAggregatedAPIService has not.
-func createAggregatedAPIService(ctx context.Context, t *testing.T, port int) {
+// applyObjects applies manifest with kubectl and deletes its objects when
+// the test ends.
+func applyObjects(ctx context.Context, t *testing.T, name, manifest string) {
 	t.Helper()
-	_, err := suite.cluster.Client().CoreV1().Services(aggNamespace).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: aggName},
-		Spec: corev1.ServiceSpec{
-			Type:         corev1.ServiceTypeExternalName,
-			ExternalName: "localhost",
-			Ports:        []corev1.ServicePort{{Name: "https", Port: int32(port)}},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create service: %v", err)
-	}
+	path := filepath.Join(t.TempDir(), name+".yaml")
+	must(t, os.WriteFile(path, []byte(manifest), 0o644))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		err := suite.cluster.APIServices().Delete(ctx, aggVersion+"."+aggGroup, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("delete APIService: %v", err)
+		if _, _, err := suite.cluster.Kubectl(ctx, "delete", "--ignore-not-found", "-f", path); err != nil {
+			t.Errorf("delete the %s objects: %v", name, err)
 		}
 	})
-	apiService := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiregistration.k8s.io/v1",
-		"kind":       "APIService",
-		"metadata":   map[string]any{"name": aggVersion + "." + aggGroup},
-		"spec": map[string]any{
-			"group":                aggGroup,
-			"version":              aggVersion,
-			"groupPriorityMinimum": int64(100),
-			"versionPriority":      int64(100),
-			"caBundle":             base64.StdEncoding.EncodeToString(suite.cluster.CACertPEM()),
-			"service":              map[string]any{"namespace": aggNamespace, "name": aggName, "port": int64(port)},
-		},
-	}}
-	if _, err := suite.cluster.APIServices().Create(ctx, apiService, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create APIService: %v", err)
-	}
+	_, _, err := suite.cluster.Kubectl(ctx, "apply", "-f", path)
+	must(t, err)
 }
 
 // deleteAggregatedAPIService deletes the APIService and waits until it is
