@@ -15,6 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/test/lws"
 )
@@ -99,9 +101,13 @@ func waitSampleGroups(ctx context.Context, t *testing.T, e *lwsEnv, groups int) 
 // different one for each group, and leaderAnnotations on leaders only.
 func checkSampleGroups(t *testing.T, pods []corev1.Pod, groups int, leaderAnnotations map[string]string) {
 	t.Helper()
-	type member struct{ name, key string }
-	byGroup := map[string]map[string]member{}
-	leaders, workers := 0, 0
+	want, indexes := map[string][]string{}, map[string][]string{} // worker indexes by group index
+	for g := range groups {
+		for w := range sampleGroupSize {
+			want[strconv.Itoa(g)] = append(want[strconv.Itoa(g)], strconv.Itoa(w))
+		}
+	}
+	keys, names := map[string]map[string]bool{}, map[string][]string{} // by group index
 	for _, p := range pods {
 		l := p.Labels
 		if l[lws.NameLabel] != sampleLWS {
@@ -112,16 +118,13 @@ func checkSampleGroups(t *testing.T, pods []corev1.Pod, groups int, leaderAnnota
 			t.Errorf("pod %s lacks a group label: %v", p.Name, l)
 			continue
 		}
-		if byGroup[gi] == nil {
-			byGroup[gi] = map[string]member{}
+		indexes[gi] = append(indexes[gi], wi)
+		if keys[gi] == nil {
+			keys[gi] = map[string]bool{}
 		}
-		byGroup[gi][wi] = member{p.Name, key}
+		keys[gi][key] = true
+		names[gi] = append(names[gi], p.Name)
 		isLeader := wi == "0"
-		if isLeader {
-			leaders++
-		} else {
-			workers++
-		}
 		for k, v := range leaderAnnotations {
 			if got, ok := p.Annotations[k]; isLeader && got != v {
 				t.Errorf("leader %s: annotation %s=%q, want %q", p.Name, k, got, v)
@@ -130,38 +133,24 @@ func checkSampleGroups(t *testing.T, pods []corev1.Pod, groups int, leaderAnnota
 			}
 		}
 	}
-	if leaders != groups || workers != groups*(sampleGroupSize-1) {
-		t.Errorf("%d leaders and %d workers, want %d and %d", leaders, workers, groups, groups*(sampleGroupSize-1))
+	for _, workers := range indexes {
+		slices.Sort(workers) // single digits: sampleGroupSize is 4
 	}
-	keys := map[string]string{}
-	for g := range groups {
-		gi := strconv.Itoa(g)
-		members := byGroup[gi]
-		if len(members) != sampleGroupSize {
-			t.Errorf("group %s has worker indexes %v, want 0..%d", gi, slices.Sorted(maps.Keys(members)), sampleGroupSize-1)
-			continue
-		}
-		key := members["0"].key
-		var names []string
-		for w := range sampleGroupSize {
-			m, ok := members[strconv.Itoa(w)]
-			if !ok {
-				t.Errorf("group %s has no worker %d", gi, w)
-				continue
-			}
-			if m.key != key {
-				t.Errorf("group %s: pod %s has group key %s, leader has %s", gi, m.name, m.key, key)
-			}
-			names = append(names, m.name)
-		}
-		if other, dup := keys[key]; dup {
-			t.Errorf("groups %s and %s share group key %s", other, gi, key)
-		}
-		keys[key] = gi
-		t.Logf("group %s (key %s): %v", gi, key, names)
+	if diff := cmp.Diff(want, indexes); diff != "" {
+		t.Errorf("worker indexes by group index (-want +got):\n%s", diff)
 	}
-	if len(byGroup) != groups {
-		t.Errorf("group indexes %v, want 0..%d", slices.Sorted(maps.Keys(byGroup)), groups-1)
+	groupOf := map[string]string{} // by group key
+	for _, gi := range slices.Sorted(maps.Keys(keys)) {
+		if len(keys[gi]) != 1 {
+			t.Errorf("group %s has group keys %v, want one", gi, slices.Sorted(maps.Keys(keys[gi])))
+		}
+		for key := range keys[gi] {
+			if other, dup := groupOf[key]; dup {
+				t.Errorf("groups %s and %s share group key %s", other, gi, key)
+			}
+			groupOf[key] = gi
+		}
+		t.Logf("group %s (key %v): %v", gi, slices.Sorted(maps.Keys(keys[gi])), names[gi])
 	}
 }
 
