@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
+	gocmp "github.com/google/go-cmp/cmp"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
@@ -26,10 +27,7 @@ const defaultKubeVersion = "v1.37.2"
 // ($GMS_K8S_VERSION, or the one in bin/).
 func TestControlPlaneRelease(t *testing.T) {
 	ctx := begin(t, time.Minute)
-	want := suite.kubeVersion
-	if want == "" {
-		want = defaultKubeVersion
-	}
+	want := cmp.Or(suite.kubeVersion, defaultKubeVersion)
 	checkVersions(ctx, t)
 	kcm, err := exec.CommandContext(ctx, suite.cluster.BinaryPath(cluster.ControllerManagerBinary), "--version").Output()
 	if err != nil {
@@ -52,10 +50,7 @@ func TestControlPlaneRelease(t *testing.T) {
 // v0.35.4 and v0.36.3).
 func kubectlMetricsVersion(t *testing.T) string {
 	t.Helper()
-	v := suite.kubeVersion
-	if v == "" {
-		v = defaultKubeVersion
-	}
+	v := cmp.Or(suite.kubeVersion, defaultKubeVersion)
 	var minor, patch int
 	if _, err := fmt.Sscanf(v, "v1.%d.%d", &minor, &patch); err != nil {
 		t.Fatalf("release %q: %v", v, err)
@@ -93,7 +88,7 @@ func TestMetricsServerFlagList(t *testing.T) {
 		}
 	}
 	sort.Strings(got)
-	if diff := cmp.Diff(listed, got); diff != "" {
+	if diff := gocmp.Diff(listed, got); diff != "" {
 		t.Errorf("hack/metrics-server-v0.8.0-flags.txt against metrics-server --help (-file +binary):\n%s", diff)
 	}
 }
