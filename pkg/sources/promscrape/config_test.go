@@ -39,10 +39,7 @@ func TestParseValid(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, errs := Parse([]byte(tt.file))
-			if len(errs) > 0 {
-				t.Fatalf("Parse: %v", errs)
-			}
+			c := mustParse(t, tt.file)
 			var names []string
 			for _, m := range c.Metrics {
 				names = append(names, m.Name)
@@ -234,11 +231,7 @@ func TestShippedConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, errs := Parse(data)
-	if len(errs) > 0 {
-		t.Fatalf("Parse: %v", errs)
-	}
-	if len(cfg.Metrics) != 7 || len(cfg.NodeExporters) != 1 {
+	if cfg := mustParse(t, string(data)); len(cfg.Metrics) != 7 || len(cfg.NodeExporters) != 1 {
 		t.Errorf("%d metrics and %d exporters, want the 7 of the three presets and DCGM's exporter", len(cfg.Metrics), len(cfg.NodeExporters))
 	}
 }

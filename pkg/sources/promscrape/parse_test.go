@@ -128,13 +128,14 @@ func TestDecode(t *testing.T) {
 
 func TestDecodeFailsOnBadAllowListedLine(t *testing.T) {
 	c := mustParse(t, "presets: [sglang]\n")
+	target := &Target{Pod: &Pod{Namespace: "ns", Name: "p"}}
 	tests := []struct{ name, body, want string }{
 		{"broken", "sglang:num_queue_reqs{model_name=\"m\" 7\n", "unexpected end of label value"},
 		{"too long", "sglang:num_queue_reqs{" + strings.Repeat(`a="",`, 2000) + "} 1\n", "longer than 8192 bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := c.decode([]byte(tt.body), &Target{Pod: &Pod{Namespace: "ns", Name: "p"}}, c.allowList(), now)
+			_, err := c.decode([]byte(tt.body), target, c.allowList(), now)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("decode error = %v, want one containing %q", err, tt.want)
 			}
@@ -142,7 +143,7 @@ func TestDecodeFailsOnBadAllowListedLine(t *testing.T) {
 	}
 	// A long line of another family is skipped, not read.
 	body := "other{" + strings.Repeat(`a="",`, 20000) + "} 1\nsglang:num_queue_reqs 2\n"
-	if s, err := c.decode([]byte(body), &Target{Pod: &Pod{Namespace: "ns", Name: "p"}}, c.allowList(), now); err != nil || len(s) != 1 {
+	if s, err := c.decode([]byte(body), target, c.allowList(), now); err != nil || len(s) != 1 {
 		t.Fatalf("decode = %v, %v; want the one sglang sample", s, err)
 	}
 }
