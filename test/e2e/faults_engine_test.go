@@ -5,8 +5,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
-	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
 	"k8s.io/utils/ptr"
 
@@ -82,18 +84,9 @@ type faultFigures struct {
 }
 
 func (f faultFigures) String() string {
-	var parts []string
-	for _, p := range []struct {
-		name string
-		d    time.Duration
-	}{{"counted", f.counted}, {"gone", f.gone}, {"recovered", f.recovered}} {
-		if p.d > 0 {
-			parts = append(parts, p.name+" "+p.d.Round(100*time.Millisecond).String())
-		}
-	}
-	parts = append(parts, fmt.Sprintf("affected pods served in %d of %d lists", f.served, f.lists),
-		"healthy pods' oldest sample "+f.healthyMaxAge.Round(100*time.Millisecond).String())
-	return strings.Join(parts, ", ")
+	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }
+	return fmt.Sprintf("counted %v, gone %v, recovered %v (0s: not measured), affected pods served in %d of %d lists, healthy pods' oldest sample %v",
+		r(f.counted), r(f.gone), r(f.recovered), f.served, f.lists, r(f.healthyMaxAge))
 }
 
 // faultBounds derive every wait of a fault case from the server's
@@ -125,6 +118,23 @@ func newFaultBounds() faultBounds {
 	}
 }
 
+// removes says whether the fault's pods (or some of them) must disappear.
+func (tc faultCase) removes() bool { return tc.outcome == faultGone || tc.outcome == faultDropped }
+
+// faultCounted says whether the server counted the fault as it should.
+func faultCounted(ctx context.Context, t *testing.T, sc faultScope, tc faultCase, failures, partial, counter float64) bool {
+	if tc.reason != "" && faultMetric(ctx, t, "group_metrics_server_scraper_target_failures_total", `source="`+sc.source+`"`, `reason="`+tc.reason+`"`) < failures+2 {
+		return false
+	}
+	if tc.partial && faultMetric(ctx, t, "group_metrics_server_scraper_partial_scrapes_total", `source="`+sc.source+`"`) <= partial {
+		return false
+	}
+	if tc.counter != nil && faultMetric(ctx, t, tc.counter[0], tc.counter[1:]...) <= counter {
+		return false
+	}
+	return tc.reason != "" || tc.partial || tc.counter != nil
+}
+
 // runFault sets one fault, watches the pods and the server until the
 // fault's effects are all seen (or a bound passes), checks readiness, the
 // process and the log, clears the fault and waits for recovery.
@@ -132,12 +142,13 @@ func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) fa
 	t.Helper()
 	b := newFaultBounds()
 	pid := suite.server.Process.Pid()
-	failuresBefore := faultMetric(ctx, t, "group_metrics_server_scraper_target_failures_total", `source="`+sc.source+`"`, `reason="`+tc.reason+`"`)
-	partialBefore := faultMetric(ctx, t, "group_metrics_server_scraper_partial_scrapes_total", `source="`+sc.source+`"`)
-	var counterBefore float64
+	failures := faultMetric(ctx, t, "group_metrics_server_scraper_target_failures_total", `source="`+sc.source+`"`, `reason="`+tc.reason+`"`)
+	partial := faultMetric(ctx, t, "group_metrics_server_scraper_partial_scrapes_total", `source="`+sc.source+`"`)
+	var counter float64
 	if tc.counter != nil {
-		counterBefore = faultMetric(ctx, t, tc.counter[0], tc.counter[1:]...)
+		counter = faultMetric(ctx, t, tc.counter[0], tc.counter[1:]...)
 	}
+	counted := func() bool { return faultCounted(ctx, t, sc, tc, failures, partial, counter) }
 	failingBefore, recoveredBefore := faultLogLines(t, sc.target, tc.reason)
 	partialLinesBefore := partialLogLines(t, sc.target)
 
@@ -148,59 +159,7 @@ func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) fa
 			_ = tc.clear()
 		}
 	})
-	setAt := time.Now()
-
-	var fig faultFigures
-	mc, err := newMetricsClient(suite.cluster.RESTConfig())
-	must(t, err)
-	w := faultWatch{t: t, metrics: mc, sc: sc, tc: tc, setAt: setAt}
-	limit := b.window
-	switch {
-	case tc.outcome == faultGone:
-		limit = max(b.counted, b.gone)
-	case tc.outcome == faultDropped:
-		limit = max(b.counted, b.dropped)
-	case tc.reason != "" || tc.partial:
-		limit = max(limit, b.counted)
-	}
-	deadline := setAt.Add(limit)
-	ticker := time.NewTicker(500 * time.Millisecond)
-	defer ticker.Stop()
-	for {
-		now := time.Now()
-		w.observe(ctx)
-		if fig.counted == 0 && faultCounted(ctx, t, sc, tc, failuresBefore, partialBefore, counterBefore) {
-			fig.counted = time.Since(setAt)
-		}
-		if fig.gone == 0 && w.gone && (tc.outcome == faultGone || tc.outcome == faultDropped) {
-			fig.gone = time.Since(setAt)
-		}
-		countedOK := fig.counted > 0 || (tc.reason == "" && !tc.partial && tc.counter == nil)
-		goneOK := fig.gone > 0 || (tc.outcome != faultGone && tc.outcome != faultDropped)
-		watchedOK := tc.outcome == faultGone || tc.outcome == faultDropped || now.Sub(setAt) >= b.window
-		if countedOK && goneOK && watchedOK && w.healthyFresh {
-			break
-		}
-		if now.After(deadline) {
-			t.Fatalf("after %v: counted %v, gone %v, healthy pods fresh %v; wrong values: %v; last list: %s",
-				limit, fig.counted > 0, fig.gone > 0, w.healthyFresh, w.wrong[:min(3, len(w.wrong))], w.last)
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
-		case <-ticker.C:
-		}
-	}
-	fig.healthyMaxAge, fig.served, fig.lists = w.maxAge, w.served, w.lists
-	if w.missing > 0 || w.maxAge > b.age {
-		t.Errorf("healthy pods: oldest sample %v (bound %v), missing from %d lists", w.maxAge, b.age, w.missing)
-	}
-	for _, e := range w.wrong {
-		t.Error(e)
-	}
-	if tc.outcome == faultGone && fig.gone > b.gone {
-		t.Errorf("pods disappeared after %v, bound %v", fig.gone, b.gone)
-	}
+	fig := watchFault(ctx, t, sc, tc, b, counted)
 	checkServerHealthy(ctx, t, pid)
 	failing, _ := faultLogLines(t, sc.target, tc.reason)
 	switch {
@@ -227,7 +186,7 @@ func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) fa
 		}
 		return faultAllRight(ctx, sc, clearedAt)
 	}))
-	if tc.outcome == faultGone || tc.outcome == faultDropped {
+	if tc.removes() {
 		fig.recovered = time.Since(clearedAt)
 	}
 	checkServerHealthy(ctx, t, pid)
@@ -235,9 +194,68 @@ func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) fa
 	return fig
 }
 
+// watchFault lists the pods every half second, from the moment the fault
+// is set, until it is counted, its pods are gone as its outcome says, the
+// healthy pods are fresh and a "right" outcome was watched long enough;
+// then it checks what the lists saw.
+func watchFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase, b faultBounds, counted func() bool) faultFigures {
+	t.Helper()
+	setAt := time.Now()
+	mc, err := newMetricsClient(suite.cluster.RESTConfig())
+	must(t, err)
+	w := faultWatch{metrics: mc, sc: sc, tc: tc, setAt: setAt}
+	limit := b.window
+	switch {
+	case tc.outcome == faultGone:
+		limit = max(b.counted, b.gone)
+	case tc.outcome == faultDropped:
+		limit = max(b.counted, b.dropped)
+	case tc.reason != "" || tc.partial:
+		limit = max(limit, b.counted)
+	}
+	var fig faultFigures
+	ticker := time.NewTicker(500 * time.Millisecond)
+	defer ticker.Stop()
+	for {
+		now := time.Now()
+		w.observe(ctx)
+		if fig.counted == 0 && counted() {
+			fig.counted = time.Since(setAt)
+		}
+		if fig.gone == 0 && w.gone && tc.removes() {
+			fig.gone = time.Since(setAt)
+		}
+		countedOK := fig.counted > 0 || (tc.reason == "" && !tc.partial && tc.counter == nil)
+		goneOK := fig.gone > 0 || !tc.removes()
+		watchedOK := tc.removes() || now.Sub(setAt) >= b.window
+		if countedOK && goneOK && watchedOK && w.healthyFresh {
+			break
+		}
+		if now.After(setAt.Add(limit)) {
+			t.Fatalf("after %v: counted %v, gone %v, healthy pods fresh %v; wrong values: %v; last list: %s",
+				limit, fig.counted > 0, fig.gone > 0, w.healthyFresh, w.wrong[:min(3, len(w.wrong))], w.last)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-ticker.C:
+		}
+	}
+	fig.healthyMaxAge, fig.served, fig.lists = w.maxAge, w.served, w.lists
+	if w.missing > 0 || w.maxAge > b.age {
+		t.Errorf("healthy pods: oldest sample %v (bound %v), missing from %d lists", w.maxAge, b.age, w.missing)
+	}
+	for _, e := range w.wrong {
+		t.Error(e)
+	}
+	if tc.outcome == faultGone && fig.gone > b.gone {
+		t.Errorf("pods disappeared after %v, bound %v", fig.gone, b.gone)
+	}
+	return fig
+}
+
 // faultWatch lists the pods' metrics and keeps what a fault case checks.
 type faultWatch struct {
-	t       *testing.T
 	metrics metricsclient.Interface
 	sc      faultScope
 	tc      faultCase
@@ -253,61 +271,56 @@ type faultWatch struct {
 }
 
 func (w *faultWatch) observe(ctx context.Context) {
-	list, err := w.metrics.MetricsV1beta1().PodMetricses(w.sc.ns).List(ctx, metav1.ListOptions{})
+	served, err := listServed(ctx, w.metrics, w.sc.ns)
 	now := time.Now()
 	if err != nil {
 		w.last = err.Error()
 		return
 	}
-	served := map[string]faultServed{}
 	var desc []string
-	for _, m := range list.Items {
-		var s faultServed
-		s.at = m.Timestamp.Time
-		for _, c := range m.Containers {
-			s.milliCPU += c.Usage.Cpu().MilliValue()
-			s.memory += c.Usage.Memory().Value()
-		}
-		served[m.Name] = s
-		desc = append(desc, fmt.Sprintf("%s=%dm/%d@%s", m.Name, s.milliCPU, s.memory, s.at.Format(time.TimeOnly)))
+	for _, p := range slices.Sorted(maps.Keys(served)) {
+		s := served[p]
+		desc = append(desc, fmt.Sprintf("%s=%dm/%d@%s", p, s.milliCPU, s.memory, s.at.Format(time.TimeOnly)))
 	}
 	w.last = strings.Join(desc, " ")
 	w.lists++
+	wrong := func(format string, args ...any) {
+		w.wrong = append(w.wrong, now.Sub(w.setAt).Round(time.Millisecond).String()+" after the fault: "+fmt.Sprintf(format, args...))
+	}
 	for p := range served {
 		if _, ok := w.sc.told[p]; !ok {
-			w.wrong = append(w.wrong, fmt.Sprintf("%v after the fault: pod %s served, but no fake was told of it", now.Sub(w.setAt).Round(time.Millisecond), p))
+			wrong("pod %s served, but no fake was told of it", p)
 		}
 	}
 
-	fresh := true
+	w.healthyFresh = true
 	for _, p := range w.sc.healthy {
 		s, ok := served[p]
 		if !ok {
 			w.missing++
-			fresh = false
+			w.healthyFresh = false
 			continue
 		}
 		w.maxAge = max(w.maxAge, now.Sub(s.at))
-		fresh = fresh && s.at.After(w.setAt)
+		w.healthyFresh = w.healthyFresh && s.at.After(w.setAt)
 	}
-	w.healthyFresh = fresh
 
 	gone, seen := true, false
 	for _, p := range w.sc.affected {
 		s, ok := served[p]
 		seen = seen || ok
 		expectGone := w.tc.outcome == faultGone || (w.tc.outcome == faultDropped && w.tc.dropped[p])
-		if ok && expectGone {
+		switch {
+		case ok && expectGone:
 			gone = false
+		case !ok && w.tc.outcome == faultDropped && !w.tc.dropped[p]:
+			wrong("pod %s missing", p)
 		}
 		if !ok {
-			if w.tc.outcome == faultDropped && !w.tc.dropped[p] {
-				w.wrong = append(w.wrong, fmt.Sprintf("%v after the fault: pod %s missing", now.Sub(w.setAt).Round(time.Millisecond), p))
-			}
 			continue
 		}
 		if err := faultCheckValue(w.sc, p, s); err != nil {
-			w.wrong = append(w.wrong, fmt.Sprintf("%v after the fault: %v", now.Sub(w.setAt).Round(time.Millisecond), err))
+			wrong("%v", err)
 		}
 	}
 	w.gone = gone
@@ -320,6 +333,24 @@ type faultServed struct {
 	at       time.Time
 	milliCPU int64
 	memory   int64
+}
+
+// listServed lists the pods of ns as the metrics API serves them, by name.
+func listServed(ctx context.Context, metrics metricsclient.Interface, ns string) (map[string]faultServed, error) {
+	list, err := metrics.MetricsV1beta1().PodMetricses(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	served := map[string]faultServed{}
+	for _, m := range list.Items {
+		s := faultServed{at: m.Timestamp.Time}
+		for _, c := range m.Containers {
+			s.milliCPU += c.Usage.Cpu().MilliValue()
+			s.memory += c.Usage.Memory().Value()
+		}
+		served[m.Name] = s
+	}
+	return served, nil
 }
 
 // faultCheckValue says whether a served value is what the fakes were told;
@@ -337,29 +368,22 @@ func faultCheckValue(sc faultScope, pod string, s faultServed) error {
 }
 
 // faultAllRight checks that every pod of the scope is served with right
-// values sampled after since.
+// values sampled after since, and no other pod.
 func faultAllRight(ctx context.Context, sc faultScope, since time.Time) error {
 	metrics, err := newMetricsClient(suite.cluster.RESTConfig())
 	if err != nil {
 		return err
 	}
-	list, err := metrics.MetricsV1beta1().PodMetricses(sc.ns).List(ctx, metav1.ListOptions{})
+	served, err := listServed(ctx, metrics, sc.ns)
 	if err != nil {
 		return err
 	}
-	served := map[string]faultServed{}
-	for _, m := range list.Items {
-		s := faultServed{at: m.Timestamp.Time}
-		for _, c := range m.Containers {
-			s.milliCPU += c.Usage.Cpu().MilliValue()
-			s.memory += c.Usage.Memory().Value()
-		}
-		served[m.Name] = s
-		if _, ok := sc.told[m.Name]; !ok {
-			return fmt.Errorf("pod %s served, but no fake was told of it", m.Name)
+	for p := range served {
+		if _, ok := sc.told[p]; !ok {
+			return fmt.Errorf("pod %s served, but no fake was told of it", p)
 		}
 	}
-	for _, p := range append(append([]string{}, sc.affected...), sc.healthy...) {
+	for _, p := range slices.Concat(sc.affected, sc.healthy) {
 		s, ok := served[p]
 		switch {
 		case !ok:
@@ -372,20 +396,6 @@ func faultAllRight(ctx context.Context, sc faultScope, since time.Time) error {
 		}
 	}
 	return nil
-}
-
-// faultCounted says whether the server counted the fault as it should.
-func faultCounted(ctx context.Context, t *testing.T, sc faultScope, tc faultCase, failures, partial, counter float64) bool {
-	if tc.reason != "" && faultMetric(ctx, t, "group_metrics_server_scraper_target_failures_total", `source="`+sc.source+`"`, `reason="`+tc.reason+`"`) < failures+2 {
-		return false
-	}
-	if tc.partial && faultMetric(ctx, t, "group_metrics_server_scraper_partial_scrapes_total", `source="`+sc.source+`"`) <= partial {
-		return false
-	}
-	if tc.counter != nil && faultMetric(ctx, t, tc.counter[0], tc.counter[1:]...) <= counter {
-		return false
-	}
-	return tc.reason != "" || tc.partial || tc.counter != nil
 }
 
 func faultMetric(ctx context.Context, t *testing.T, name string, labels ...string) float64 {
@@ -419,28 +429,24 @@ func checkServerHealthy(ctx context.Context, t *testing.T, pid int) {
 // it recovered.
 func faultLogLines(t *testing.T, target, reason string) (failing, recovered int) {
 	t.Helper()
-	data, err := os.ReadFile(suite.server.Process.LogPath())
-	must(t, err)
-	quoted := `target="` + target + `"`
-	for _, line := range strings.Split(string(data), "\n") {
-		if !strings.Contains(line, quoted) {
-			continue
-		}
-		switch {
-		case strings.Contains(line, `"Scrape target failing"`) && (reason == "" || strings.Contains(line, `reason="`+reason+`"`)):
-			failing++
-		case strings.Contains(line, `"Scrape target recovered"`):
-			recovered++
-		}
+	words := []string{`target="` + target + `"`, `"Scrape target failing"`}
+	if reason != "" {
+		words = append(words, `reason="`+reason+`"`)
 	}
-	return failing, recovered
+	return logLines(t, words...), logLines(t, words[0], `"Scrape target recovered"`)
 }
 
 // partialLogLines counts the server's log lines saying target started
 // leaving out malformed points.
 func partialLogLines(t *testing.T, target string) int {
 	t.Helper()
-	lines, err := linesWith(suite.server.Process.LogPath(), `target="`+target+`"`, `"Scrape target leaving out malformed points"`)
+	return logLines(t, `target="`+target+`"`, `"Scrape target leaving out malformed points"`)
+}
+
+// logLines counts the server's log lines that hold every word.
+func logLines(t *testing.T, words ...string) int {
+	t.Helper()
+	lines, err := linesWith(suite.server.Process.LogPath(), words...)
 	must(t, err)
 	return len(lines)
 }
@@ -450,9 +456,10 @@ func partialLogLines(t *testing.T, target string) int {
 func createPinnedPods(ctx context.Context, t *testing.T, ns, node string, names ...string) {
 	t.Helper()
 	client := suite.cluster.Client()
+	podLabels := labels.Set{"app": "faults", "node": node}
 	for _, name := range names {
 		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": "faults"}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: podLabels},
 			Spec: corev1.PodSpec{
 				NodeName:                      node,
 				TerminationGracePeriodSeconds: ptr.To[int64](0),
@@ -467,16 +474,6 @@ func createPinnedPods(ctx context.Context, t *testing.T, ns, node string, names 
 			t.Fatalf("create pod %s/%s: %v", ns, name, err)
 		}
 	}
-	must(t, poll(ctx, fmt.Sprintf("pods %v on %s to run", names, node), func(ctx context.Context) error {
-		for _, name := range names {
-			p, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if p.Status.Phase != corev1.PodRunning {
-				return fmt.Errorf("pod %s is %s", name, p.Status.Phase)
-			}
-		}
-		return nil
-	}))
+	_, err := env.WaitForRunningPods(ctx, client, ns, labels.SelectorFromSet(podLabels), len(names))
+	must(t, err)
 }

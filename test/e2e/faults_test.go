@@ -49,53 +49,40 @@ func TestNodeFaults(t *testing.T) {
 		return faultAllRight(ctx, all, time.Now().Add(-time.Hour))
 	}))
 
-	fault := func(f fakekubelet.Fault) func(node string) faultCase {
-		return func(node string) faultCase {
-			n, _ := suite.fleet.Node(node)
-			return faultCase{
-				name:  string(f.Kind),
-				set:   func() error { return n.SetFault(f) },
-				clear: func() error { return n.ClearFault("") },
-			}
+	fault := func(node string, f fakekubelet.Fault) faultCase {
+		n, _ := suite.fleet.Node(node)
+		return faultCase{
+			name:  string(f.Kind),
+			set:   func() error { return n.SetFault(f) },
+			clear: func() error { return n.ClearFault("") },
 		}
 	}
-	gone := func(k fakekubelet.FaultKind, reason string) func(string) faultCase {
-		return func(node string) faultCase {
-			tc := fault(fakekubelet.Fault{Kind: k})(node)
-			tc.reason, tc.outcome = reason, faultGone
-			return tc
-		}
+	gone := func(node string, k fakekubelet.FaultKind, reason string) faultCase {
+		tc := fault(node, fakekubelet.Fault{Kind: k})
+		tc.reason, tc.outcome = reason, faultGone
+		return tc
 	}
+	dup := pods[nodes[0]][1]
+	duplicate := fault(nodes[0], fakekubelet.Fault{Kind: fakekubelet.FaultDuplicatePods, Pod: ns + "/" + dup})
+	duplicate.partial, duplicate.outcome, duplicate.dropped = true, faultDropped, map[string]bool{dup: true}
 
-	// Two faults at a time, on nodes 0 and 1, never two of the same reason
-	// together: the failure counter has no per-node label.
-	rounds := [][2]func(string) faultCase{
-		{gone(fakekubelet.FaultDead, "connection"), gone(fakecore.FaultGarbage, "decode")},
-		{func(node string) faultCase {
-			dup := pods[node][1]
-			tc := fault(fakekubelet.Fault{Kind: fakekubelet.FaultDuplicatePods, Pod: ns + "/" + dup})(node)
-			tc.partial, tc.outcome, tc.dropped = true, faultDropped, map[string]bool{dup: true}
-			return tc
-		}, nil},
+	// Two faults at a time, the i-th on node i, never two of the same
+	// reason together: the failure counter has no per-node label.
+	rounds := [][]faultCase{
+		{gone(nodes[0], fakekubelet.FaultDead, "connection"), gone(nodes[1], fakecore.FaultGarbage, "decode")},
+		{duplicate},
 	}
 	began := time.Now()
 	for _, round := range rounds {
 		var names []string
-		for _, mk := range round {
-			if mk != nil {
-				names = append(names, mk(nodes[0]).name)
-			}
+		for _, tc := range round {
+			names = append(names, tc.name)
 		}
 		t.Run(strings.Join(names, "+"), func(t *testing.T) {
-			for i, mk := range round {
-				if mk == nil {
-					continue
-				}
-				node := nodes[i]
-				tc := mk(node)
+			for i, tc := range round {
 				t.Run(tc.name, func(t *testing.T) {
 					t.Parallel()
-					runFault(ctx, t, scope(node), tc)
+					runFault(ctx, t, scope(nodes[i]), tc)
 				})
 			}
 		})
