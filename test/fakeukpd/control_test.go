@@ -2,10 +2,8 @@ package fakeukpd
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
@@ -31,18 +29,12 @@ func newControlHarness(t *testing.T, caPEM []byte) *controlHarness {
 // the JSON answer into out, unless nil.
 func (c *controlHarness) call(t *testing.T, method, path, body string, want int, out any) {
 	t.Helper()
-	req, err := http.NewRequest(method, c.ctl.URL+path, strings.NewReader(body))
-	must(t, err)
-	resp, err := c.ctl.Client().Do(req)
-	must(t, err)
-	defer func() { _ = resp.Body.Close() }()
-	b, err := io.ReadAll(resp.Body)
-	must(t, err)
-	if resp.StatusCode != want {
-		t.Errorf("%s %s = %d %s, want %d", method, path, resp.StatusCode, b, want)
+	code, _, b := do(t, c.ctl.Client(), method, c.ctl.URL+path, body, nil)
+	if code != want {
+		t.Errorf("%s %s = %d %s, want %d", method, path, code, b, want)
 	}
 	if out != nil {
-		if err := json.Unmarshal(b, out); err != nil {
+		if err := json.Unmarshal([]byte(b), out); err != nil {
 			t.Fatalf("%s %s: decode %q: %v", method, path, b, err)
 		}
 	}
@@ -144,10 +136,7 @@ func TestControlFaults(t *testing.T) {
 	if c.call(t, "DELETE", "/v1/fault", "", http.StatusOK, &state); state == nil || len(state) != 0 {
 		t.Errorf("after clearing all: %#v, want []", state)
 	}
-	resp, err := c.ctl.Client().Get(c.ctl.URL + "/v1/ca.crt")
-	must(t, err)
-	defer func() { _ = resp.Body.Close() }()
-	if b, _ := io.ReadAll(resp.Body); string(b) != "PEM" {
+	if _, _, b := do(t, c.ctl.Client(), "GET", c.ctl.URL+"/v1/ca.crt", "", nil); b != "PEM" {
 		t.Errorf("ca.crt = %q", b)
 	}
 }

@@ -98,8 +98,8 @@ func TestDuplicateInstancesFault(t *testing.T) {
 		got = append(got, sample{e.UUID, e.StartedAt, e.StartCount, e.RSSBytes, e.CPUTimeMS})
 	}
 	want := []sample{
-		{UUID: in.UUID, StartCount: 1, StartedAt: "2026-12-01T10:00:00Z", CPUTimeMS: 10000, RSSBytes: 1 << 20},
-		{UUID: duplicateUUID(in.UUID), StartCount: 1, StartedAt: "2026-12-01T10:00:00Z", CPUTimeMS: 20000, RSSBytes: 2 << 20},
+		{UUID: in.UUID, StartCount: 1, StartedAt: at, CPUTimeMS: 10000, RSSBytes: 1 << 20},
+		{UUID: duplicateUUID(in.UUID), StartCount: 1, StartedAt: at, CPUTimeMS: 20000, RSSBytes: 2 << 20},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("metrics (-want +got):\n%s", diff)
@@ -132,7 +132,7 @@ func TestOlderFormFault(t *testing.T) {
 	must(t, h.s.SetFault(Fault{Kind: FaultOlderForm}))
 	want := []olderEntry{{
 		Status: "success", UUID: in.UUID, Name: "p-c-1", State: StateRunning, StartCount: 1,
-		StartedAt: "2026-12-01T10:00:00Z", UptimeS: 10, CPUTimeS: 1, RSSBytes: 1 << 20,
+		StartedAt: at, UptimeS: 10, CPUTimeS: 1, RSSBytes: 1 << 20,
 	}}
 	if diff := cmp.Diff(want, getMetrics[olderEntry](t, h)); diff != "" {
 		t.Errorf("older form (-want +got):\n%s", diff)

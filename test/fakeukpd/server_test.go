@@ -2,7 +2,7 @@ package fakeukpd
 
 import (
 	"encoding/json"
-	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,8 +15,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	clocktesting "k8s.io/utils/clock/testing"
-
-	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
 const token = "fake-token"
@@ -52,23 +50,30 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	return &harness{clk: clk, s: s, srv: srv}
 }
 
-// send sends method path with the Authorization header auth and the Accept
-// header accept, each unless empty, and returns the answer.
-func (h *harness) send(t *testing.T, method, path, accept, auth string) (int, http.Header, string) {
+// do sends method url with body and the headers that are not empty, and
+// returns the answer.
+func do(t *testing.T, client *http.Client, method, url, body string, header map[string]string) (int, http.Header, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, h.srv.URL+path, nil)
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	must(t, err)
-	for k, v := range map[string]string{"Accept": accept, "Authorization": auth} {
+	for k, v := range header {
 		if v != "" {
 			req.Header.Set(k, v)
 		}
 	}
-	resp, err := h.srv.Client().Do(req)
+	resp, err := client.Do(req)
 	must(t, err)
 	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	must(t, err)
 	return resp.StatusCode, resp.Header, string(b)
+}
+
+// send sends method path to the platform API with the Authorization header
+// auth and the Accept header accept, each unless empty.
+func (h *harness) send(t *testing.T, method, path, accept, auth string) (int, http.Header, string) {
+	t.Helper()
+	return do(t, h.srv.Client(), method, h.srv.URL+path, "", map[string]string{"Accept": accept, "Authorization": auth})
 }
 
 // get fetches path with the token, returning status, content type and body.
@@ -101,6 +106,16 @@ func decodeEnvelope[T any](t *testing.T, body string) []T {
 	return env.Data.Instances
 }
 
+// uuids are the UUIDs of the instances in an envelope.
+func uuids(t *testing.T, body string) []string {
+	t.Helper()
+	var out []string
+	for _, e := range decodeEnvelope[struct{ UUID string }](t, body) {
+		out = append(out, e.UUID)
+	}
+	return out
+}
+
 // getMetrics fetches the JSON metrics of every instance.
 func getMetrics[T any](t *testing.T, h *harness) []T {
 	t.Helper()
@@ -123,7 +138,6 @@ func TestList(t *testing.T) {
 		t.Fatalf("GET %s = %d %q", listPath, code, ct)
 	}
 	// Oldest first, in creation order.
-	const at = "2026-12-01T10:00:00Z"
 	entry := func(uuid, name, state, image string, uptimeMS int64, stoppedAt string, tags ...string) listEntry {
 		return listEntry{
 			Status: "success", UUID: uuid, Name: name, CreatedAt: at, State: state, Image: "fake.unikraft.io/" + image + ":latest",
@@ -142,53 +156,6 @@ func TestList(t *testing.T) {
 	// The list is JSON whatever is asked.
 	if _, ct, _ := h.get(t, listPath, "text/plain"); ct != contentTypeJSON {
 		t.Errorf("list asked as text answered %q", ct)
-	}
-}
-
-func TestMetricsLifecycle(t *testing.T) {
-	h := newHarness(t, Config{})
-	in := h.add(t, InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", CPUCores: 0.5, RSSBytes: 1 << 20})
-	type sample struct {
-		State                string
-		CPUTimeMS            int64
-		RSSBytes, StartCount uint64
-		StartedAt            string
-		Instances            int
-	}
-	check := func(step string, want sample) {
-		t.Helper()
-		var got sample
-		for _, e := range getMetrics[metricsEntry](t, h) {
-			got = sample{e.State, e.CPUTimeMS, e.RSSBytes, e.StartCount, e.StartedAt, got.Instances + 1}
-		}
-		if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("%s (-want +got):\n%s", step, diff)
-		}
-	}
-	h.clk.Step(10 * time.Second)
-	check("running", sample{"running", 5000, 1 << 20, 1, "2026-12-01T10:00:00Z", 1})
-
-	must(t, h.s.SetCPU(in.UUID, 2))
-	must(t, h.s.SetRSS(in.Name, 2<<20))
-	h.clk.Step(1500 * time.Millisecond)
-	check("new rate", sample{"running", 8000, 2 << 20, 1, "2026-12-01T10:00:00Z", 1})
-
-	must(t, h.s.Standby(in.UUID))
-	h.clk.Step(time.Minute)
-	check("standby", sample{"standby", 8000, 0, 1, "2026-12-01T10:00:00Z", 1})
-
-	must(t, h.s.Restart(in.UUID))
-	h.clk.Step(2 * time.Second)
-	check("woken", sample{"running", 4000, 2 << 20, 2, "2026-12-01T10:01:11Z", 1})
-
-	must(t, h.s.Stop(in.UUID))
-	check("stopped instance left out of the metrics", sample{})
-	must(t, h.s.Remove(in.UUID))
-	if _, _, body := h.get(t, listPath, ""); len(decodeEnvelope[listEntry](t, body)) != 0 {
-		t.Errorf("removed instance still listed: %s", body)
-	}
-	if err := h.s.Restart(in.UUID); !errors.Is(err, fakecore.ErrNotFound) {
-		t.Errorf("Restart of a removed instance: %v, want ErrNotFound", err)
 	}
 }
 
@@ -252,11 +219,7 @@ func TestMetricsSelection(t *testing.T) {
 				}
 				return
 			}
-			var got []string
-			for _, e := range decodeEnvelope[metricsEntry](t, body) {
-				got = append(got, e.UUID)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
+			if diff := cmp.Diff(tc.want, uuids(t, body)); diff != "" {
 				t.Errorf("instances (-want +got):\n%s", diff)
 			}
 		})
@@ -309,39 +272,36 @@ func TestMethodNotAllowed(t *testing.T) {
 	}
 }
 
-func TestAddInstanceRejects(t *testing.T) {
-	h := newHarness(t, Config{})
-	h.add(t, InstanceSpec{UUID: "u1", Name: "one", Namespace: "ns", Pod: "p", Container: "c"})
+func TestListPages(t *testing.T) {
+	h := newHarness(t, Config{PageSize: 3})
+	var all []string
+	for i := range 7 {
+		all = append(all, h.add(t, InstanceSpec{Namespace: "ns", Pod: fmt.Sprintf("p-%d", i), Container: "c"}).UUID)
+		h.clk.Step(time.Second)
+	}
 	tests := []struct {
-		name    string
-		spec    InstanceSpec
-		wantErr string
+		query string
+		want  []string
 	}{
-		{name: "no pod", spec: InstanceSpec{Namespace: "ns", Container: "c"}, wantErr: "needs a namespace, pod and container"},
-		{name: "negative CPU", spec: InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", CPUCores: -1}, wantErr: "not a non-negative number"},
-		{name: "bad state", spec: InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", State: "asleep"}, wantErr: `unknown state "asleep"`},
-		{name: "same uuid", spec: InstanceSpec{UUID: "u1", Namespace: "ns", Pod: "p", Container: "c"}, wantErr: "exists"},
-		{name: "same name", spec: InstanceSpec{Name: "one", Namespace: "ns", Pod: "p", Container: "c"}, wantErr: "exists"},
+		{"", all[:3]}, // the server's page, whatever the account holds
+		{"?count=2", all[:2]},
+		{"?count=100", all[:3]},
+		{"?count=3&from=" + all[2], all[2:5]}, // from is inclusive
+		{"?count=3&from=" + all[6], all[6:]},
+		{"?count=3&from=2026-12-01T10:00:04Z", all[4:7]},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if _, err := h.s.AddInstance(tc.spec); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("AddInstance error = %v, want one containing %q", err, tc.wantErr)
-			}
-		})
+		code, _, body := h.get(t, listPath+tc.query, contentTypeJSON)
+		if code != http.StatusOK {
+			t.Fatalf("GET %s = %d %s", tc.query, code, body)
+		}
+		if diff := cmp.Diff(tc.want, uuids(t, body)); diff != "" {
+			t.Errorf("GET %s (-want +got):\n%s", tc.query, diff)
+		}
 	}
-}
-
-func TestKraftletTag(t *testing.T) {
-	long := strings.Repeat("p", 300)
-	tests := []struct{ key, value, want string }{
-		{TagPod, "web-0", "k8s.io:pod=web-0"},
-		{TagNode, "node 1/é", "kraftlet:node=node_1__"},
-		{TagPod, long, "k8s.io:pod=" + long[:256-len("k8s.io:pod=")]},
-	}
-	for _, tc := range tests {
-		if got := KraftletTag(tc.key, tc.value); got != tc.want {
-			t.Errorf("KraftletTag(%q, %q) = %q, want %q", tc.key, tc.value, got, tc.want)
+	for _, bad := range []string{"?from=nope", "?count=-1", "?count=x"} {
+		if code, _, _ := h.get(t, listPath+bad, contentTypeJSON); code != http.StatusBadRequest {
+			t.Errorf("GET %s = %d, want 400", bad, code)
 		}
 	}
 }

@@ -41,12 +41,11 @@ func TestValidate(t *testing.T) {
 				t.Fatal(err)
 			}
 			errs := o.Validate()
-			for i, err := range errs {
-				if i >= len(tc.want) || !strings.Contains(err.Error(), tc.want[i]) {
-					t.Errorf("error %d = %v, want %d errors containing %q", i, err, len(tc.want), tc.want)
-				}
+			ok := len(errs) == len(tc.want)
+			for i := 0; ok && i < len(errs); i++ {
+				ok = strings.Contains(errs[i].Error(), tc.want[i])
 			}
-			if len(errs) < len(tc.want) {
+			if !ok {
 				t.Errorf("errors = %v, want %d containing %q", errs, len(tc.want), tc.want)
 			}
 		})
