@@ -1,6 +1,7 @@
 package hpacalc
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -83,21 +84,11 @@ func (s *scenario) String() string {
 	return b.String()
 }
 
+// specString is the spec as JSON: its requests, pod-level requests,
+// overhead and which init containers are sidecars.
 func specString(s corev1.PodSpec) string {
-	var parts []string
-	for _, c := range s.InitContainers {
-		parts = append(parts, fmt.Sprintf("init %s(sidecar=%v) %v", c.Name, group.IsSidecar(&c), c.Resources.Requests))
-	}
-	for _, c := range s.Containers {
-		parts = append(parts, fmt.Sprintf("%s %v", c.Name, c.Resources.Requests))
-	}
-	if s.Resources != nil {
-		parts = append(parts, fmt.Sprintf("pod-level %v", s.Resources.Requests))
-	}
-	if s.Overhead != nil {
-		parts = append(parts, fmt.Sprintf("overhead %v", s.Overhead))
-	}
-	return strings.Join(parts, "; ")
+	b, _ := json.Marshal(s)
+	return string(b)
 }
 
 func pick[T any](rng *rand.Rand, xs ...T) T { return xs[rng.IntN(len(xs))] }
