@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/http"
 	"sync"
 )
 
@@ -83,6 +84,16 @@ func TransportReason(err error) string {
 	}
 	return ReasonConnection
 }
+
+// NoRedirects is the CheckRedirect of every client that carries a
+// credential: a redirect is answered as its own 3xx response, which the
+// caller reports as a failed scrape, and never followed. client-go's bearer
+// token round tripper adds the token to every request it sends, so a
+// followed redirect would carry it to wherever the Location names, plain
+// http included; net/http strips Authorization only for another host, not
+// for another port or scheme. Neither the kubelet's Summary API nor ukpd's
+// API answers with a redirect.
+func NoRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // ReadCapped reads all of r, failing with ReasonTooLarge once it passes max
 // bytes (0 = no cap).

@@ -55,7 +55,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubelet transport: %w", err)
 	}
-	return &Client{http: &http.Client{Transport: rt}, maxBytes: cfg.MaxResponseBytes}, nil
+	return &Client{http: &http.Client{Transport: rt, CheckRedirect: sources.NoRedirects}, maxBytes: cfg.MaxResponseBytes}, nil
 }
 
 // Buffer sizes of a kubelet connection. Each kubelet keeps one connection

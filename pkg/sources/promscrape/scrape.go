@@ -47,7 +47,7 @@ func NewSource(cfg *Config, pods PodLister, o Options) *Source {
 	// A pod's endpoint must not send the server elsewhere: a redirect is
 	// answered as its 3xx status (http_status), never followed.
 	client := *o.Client
-	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	client.CheckRedirect = sources.NoRedirects
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}

@@ -110,7 +110,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	c := &Client{
 		base:     base,
 		endpoint: base.String(),
-		http:     &http.Client{Transport: transport},
+		http:     &http.Client{Transport: transport, CheckRedirect: sources.NoRedirects},
 		format:   format,
 		maxBytes: cfg.MaxResponseBytes,
 		timeout:  cfg.RequestTimeout,
