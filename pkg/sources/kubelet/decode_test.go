@@ -53,9 +53,7 @@ func TestDecode(t *testing.T) {
 		}},
 	}
 	got, err := Decode("n1", []byte(validSummary))
-	if err != nil {
-		t.Fatalf("Decode: %v", err)
-	}
+	must(t, err)
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Decode (-want +got):\n%s", diff)
 	}

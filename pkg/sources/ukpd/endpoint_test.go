@@ -37,9 +37,7 @@ func TestParseEndpoint(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseEndpoint(tc.in)
-			if err != nil {
-				t.Fatalf("ParseEndpoint(%q): %v", tc.in, err)
-			}
+			must(t, err)
 			var sel string
 			if got.NodeSelector != nil {
 				sel = got.NodeSelector.String()
@@ -62,13 +60,9 @@ func TestParseEndpointRoundTrip(t *testing.T) {
 		"http://127.0.0.1:1;node-selector=pool=edge,zone!=z1;metrics-format=text;token-file=/t;ca-file=/c;insecure-skip-tls-verify=true",
 	} {
 		ep, err := ParseEndpoint(in)
-		if err != nil {
-			t.Fatalf("ParseEndpoint(%q): %v", in, err)
-		}
+		must(t, err)
 		again, err := ParseEndpoint(ep.String())
-		if err != nil {
-			t.Fatalf("ParseEndpoint(%q): %v", ep.String(), err)
-		}
+		must(t, err)
 		if ep.String() != again.String() {
 			t.Errorf("%q renders as %q, then as %q", in, ep.String(), again.String())
 		}
