@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,27 +45,16 @@ type app struct{ namespace, name string }
 
 // startCluster starts the control plane without a scheduler (every pod is
 // created bound to its node) and with only the controllers pods need.
-func (b *bench) startCluster(ctx context.Context) error {
-	b.logf("starting the control plane in %s", b.workDirLabel())
-	c, err := cluster.Start(ctx, cluster.Options{
+func (b *bench) startCluster(ctx context.Context) (err error) {
+	b.logf("starting the control plane in %s", cmp.Or(b.opts.WorkDir, "a temporary directory"))
+	b.cluster, err = cluster.Start(ctx, cluster.Options{
 		BinDir:                b.binDir,
 		WorkDir:               b.opts.WorkDir,
 		WithoutScheduler:      true,
 		StartTimeout:          3 * time.Minute,
 		ControllerManagerArgs: []string{"--controllers=" + controllers},
 	})
-	if err != nil {
-		return err
-	}
-	b.cluster = c
-	return nil
-}
-
-func (b *bench) workDirLabel() string {
-	if b.opts.WorkDir == "" {
-		return "a temporary directory"
-	}
-	return b.opts.WorkDir
+	return err
 }
 
 // buildFleet builds the fleet binary into the bin directory; the Go build
@@ -219,14 +209,7 @@ func (b *bench) createWorkload(ctx context.Context) error {
 	}
 	b.logf("all %d pods Running %v after the first was created", total, time.Since(began).Round(time.Second))
 	return b.pollEvery(waitCtx, "the fleet to serve every pod", 2*time.Second, func(ctx context.Context) error {
-		n, err := b.fleetPods(ctx)
-		if err != nil {
-			return err
-		}
-		if n < total {
-			return fmt.Errorf("the fleet serves %d of %d pods", n, total)
-		}
-		return nil
+		return b.fleetServes(ctx, total)
 	})
 }
 
@@ -323,17 +306,20 @@ func (b *bench) podObject(namespace, name, node string, labels map[string]string
 	}
 }
 
-// fleetPods returns how many pods the fleet serves, over all its nodes.
-func (b *bench) fleetPods(ctx context.Context) (int, error) {
+// fleetServes fails unless the fleet serves want pods, over all its nodes.
+func (b *bench) fleetServes(ctx context.Context, want int) error {
 	var nodes []struct {
 		NumPods int `json:"numPods"`
 	}
 	if err := (fakecore.Control{Address: b.fleet.ControlAddress}).Do(ctx, http.MethodGet, "/v1/nodes", nil, &nodes); err != nil {
-		return 0, err
+		return err
 	}
 	n := 0
 	for _, node := range nodes {
 		n += node.NumPods
 	}
-	return n, nil
+	if n < want {
+		return fmt.Errorf("the fleet serves %d of %d pods", n, want)
+	}
+	return nil
 }
