@@ -138,6 +138,19 @@ func podUsage(p metricsv1beta1.PodMetrics) usage {
 	return u
 }
 
+// only returns the entries of s whose key keep accepts.
+func (s metricsSnapshot) only(keep func(key string) bool) metricsSnapshot {
+	out := metricsSnapshot{}
+	for k, u := range s {
+		if keep(k) {
+			out[k] = u
+		}
+	}
+	return out
+}
+
+func isNode(key string) bool { return strings.HasPrefix(key, "node/") }
+
 // settledSince reports an error unless every window begins at or after t,
 // to the second the fleet's sample instants are quantised to.
 func (s metricsSnapshot) settledSince(t time.Time) error {
@@ -179,7 +192,7 @@ func (c comparison) compare(x, y metricsSnapshot) (string, error) {
 		}
 		d := math.Abs(float64(u.cpuNano - v.cpuNano))
 		lines = append(lines, fmt.Sprintf("  %-40s cpu %12dn vs %12dn (diff %.0fn)  memory %d vs %d", k, u.cpuNano, v.cpuNano, d, u.memory, v.memory))
-		if c.podsOnly && strings.HasPrefix(k, "node/") {
+		if c.podsOnly && isNode(k) {
 			continue
 		}
 		if d > cpuTolerance || u.memory != v.memory {

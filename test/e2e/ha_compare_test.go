@@ -27,19 +27,18 @@ func compareReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*
 	// Two scrapes after settled give every replica a window that starts
 	// after it; the slack covers a loaded machine.
 	bound := 2*(suite.resolution+suite.timeout) + 20*time.Second
-	cctx, cancel := context.WithTimeout(ctx, bound)
-	defer cancel()
-	must(t, cluster.Poll(cctx, "the replicas to serve every pod from settled windows", procs, func(ctx context.Context) error {
+	must(t, boundedPoll(ctx, bound, "the replicas to serve every pod from settled windows", procs, func(ctx context.Context) error {
 		for i, p := range procs {
 			c := pinned[p]
 			mc, err := metricsclient.NewForConfigAndClient(s.RESTConfig(), c.client)
 			if err != nil {
 				return err
 			}
-			snap, err := nsSnapshot(ctx, mc, ns)
+			snap, err := snapshot(ctx, mc)
 			if err != nil {
 				return fmt.Errorf("%s: %w", p.Name(), err)
 			}
+			snap = snap.only(func(k string) bool { return strings.HasPrefix(k, ns+"/") || isNode(k) })
 			if got, err := replicaOf(ctx, c, procs); err != nil || got != p {
 				return fmt.Errorf("the connection to %s moved: %w", p.Name(), err)
 			}
@@ -48,7 +47,10 @@ func compareReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*
 					return fmt.Errorf("%s does not serve %s yet", p.Name(), k)
 				}
 			}
-			if err := snap.podsSettledSince(settled); err != nil {
+			// Nodes sum every pod on them, including those of other tests
+			// that may still be going away.
+			pods := snap.only(func(k string) bool { return !isNode(k) })
+			if err := pods.settledSince(settled); err != nil {
 				return fmt.Errorf("%s: %w", p.Name(), err)
 			}
 			snaps[i] = snap
@@ -62,31 +64,4 @@ func compareReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*
 		}
 		t.Logf("%s vs %s, %v after the first check:\n%s", procs[0].Name(), procs[i].Name(), time.Since(began).Round(time.Millisecond), report)
 	}
-}
-
-// nsSnapshot is snapshot for the pods of ns and every node.
-func nsSnapshot(ctx context.Context, c metricsclient.Interface, ns string) (metricsSnapshot, error) {
-	all, err := snapshot(ctx, c)
-	if err != nil {
-		return nil, err
-	}
-	out := metricsSnapshot{}
-	for k, u := range all {
-		if strings.HasPrefix(k, ns+"/") || strings.HasPrefix(k, "node/") {
-			out[k] = u
-		}
-	}
-	return out, nil
-}
-
-// podsSettledSince is settledSince for the pods only: nodes sum every pod
-// on them, including those of other tests that may still be going away.
-func (s metricsSnapshot) podsSettledSince(t time.Time) error {
-	pods := metricsSnapshot{}
-	for k, u := range s {
-		if !strings.HasPrefix(k, "node/") {
-			pods[k] = u
-		}
-	}
-	return pods.settledSince(t)
 }

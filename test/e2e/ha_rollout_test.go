@@ -12,10 +12,8 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
@@ -57,7 +55,15 @@ func TestHighAvailabilityRollout(t *testing.T) {
 	kwg.Go(func() { k.run(kctx, kerrs) })
 	t.Cleanup(func() { cleanupRollout(t, k, stopKubelet, &kwg, nodeNames) })
 
-	deploy := rolloutDeployment(ctx, t, dir)
+	// The server's Deployment, made to run on the rollout nodes only (their
+	// label and taint).
+	deploy := manifestDeployment(ctx, t, dir)
+	spec := &deploy.Spec.Template.Spec
+	if spec.NodeSelector == nil {
+		spec.NodeSelector = map[string]string{}
+	}
+	spec.NodeSelector[rolloutLabel] = "true"
+	spec.Tolerations = append(spec.Tolerations, corev1.Toleration{Key: rolloutLabel, Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule})
 	_, err = client.AppsV1().Deployments("kube-system").Create(ctx, deploy, metav1.CreateOptions{})
 	must(t, err)
 	must(t, waitRolledOut(ctx, client, kerrs, 1))
@@ -123,37 +129,11 @@ func TestHighAvailabilityRollout(t *testing.T) {
 	}
 }
 
-// rolloutDeployment is the server's Deployment from dir, made to run on
-// the rollout nodes only (their label and taint).
-func rolloutDeployment(ctx context.Context, t *testing.T, dir string) *appsv1.Deployment {
-	t.Helper()
-	objs, err := env.Render(ctx, suite.cluster, dir)
-	must(t, err)
-	for _, o := range objs {
-		if o.GetKind() != "Deployment" || o.GetName() != serverDeployment {
-			continue
-		}
-		d := &appsv1.Deployment{}
-		must(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d))
-		spec := &d.Spec.Template.Spec
-		if spec.NodeSelector == nil {
-			spec.NodeSelector = map[string]string{}
-		}
-		spec.NodeSelector[rolloutLabel] = "true"
-		spec.Tolerations = append(spec.Tolerations, corev1.Toleration{Key: rolloutLabel, Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule})
-		return d
-	}
-	t.Fatalf("%s renders no Deployment %s", dir, serverDeployment)
-	return nil
-}
-
 // waitRolledOut waits until the Deployment controller has seen generation
 // gen and every replica is updated and available, with no other pod left,
 // as kubectl rollout status reports it; it stops early on a kubelet error.
 func waitRolledOut(ctx context.Context, client kubernetes.Interface, kerrs <-chan error, gen int64) error {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	return cluster.Poll(ctx, "the rollout", nil, func(ctx context.Context) error {
+	return boundedPoll(ctx, 3*time.Minute, "the rollout", nil, func(ctx context.Context) error {
 		select {
 		case err := <-kerrs:
 			return fmt.Errorf("kubelet stand-in: %w", err)

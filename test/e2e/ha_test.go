@@ -14,8 +14,11 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
@@ -44,7 +47,7 @@ func TestHighAvailability(t *testing.T) {
 	root, err := env.RepoRoot()
 	must(t, err)
 	dir := filepath.Join(root, "manifests", "high-availability")
-	replicas := manifestReplicas(ctx, t, dir)
+	replicas := int(ptr.Deref(manifestDeployment(ctx, t, dir).Spec.Replicas, 1))
 	if replicas < 2 {
 		t.Fatalf("manifests/high-availability runs %d replicas, want at least 2", replicas)
 	}
@@ -77,28 +80,21 @@ func TestHighAvailability(t *testing.T) {
 	}
 }
 
-// manifestReplicas returns the replicas of the Deployment in the
+// manifestDeployment returns the server's Deployment in the
 // kustomization dir.
-func manifestReplicas(ctx context.Context, t *testing.T, dir string) int {
+func manifestDeployment(ctx context.Context, t *testing.T, dir string) *appsv1.Deployment {
 	t.Helper()
 	objs, err := env.Render(ctx, suite.cluster, dir)
 	must(t, err)
 	for _, o := range objs {
-		if o.GetKind() != "Deployment" || o.GetName() != serverDeployment {
-			continue
-		}
-		// JSON numbers decode as float64, YAML ones as int64.
-		switch n := o.Object["spec"].(map[string]any)["replicas"].(type) {
-		case int64:
-			return int(n)
-		case float64:
-			return int(n)
-		default:
-			t.Fatalf("deployment %s: spec.replicas is %T", o.GetName(), n)
+		if o.GetKind() == "Deployment" && o.GetName() == serverDeployment {
+			d := &appsv1.Deployment{}
+			must(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d))
+			return d
 		}
 	}
-	t.Fatalf("%s renders no Deployment", dir)
-	return 0
+	t.Fatalf("%s renders no Deployment %s", dir, serverDeployment)
+	return nil
 }
 
 // deletePDB deletes the PodDisruptionBudget manifests/high-availability
