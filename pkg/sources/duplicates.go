@@ -39,15 +39,40 @@ func DropDuplicatePods(pods []PodPoint) ([]PodPoint, []error) {
 	return kept, problems
 }
 
-// repeatedContainer returns a container name given twice, or "". Pods have
-// few containers, so pairs are compared directly.
+// repeatedContainer returns a container name given twice, or "". Pods
+// have a few containers, which are compared pair by pair; a hostile
+// response may list tens of thousands in one pod (10 MiB holds about 90k),
+// where pairs would cost seconds per scrape, so past smallPod a set is
+// kept.
 func repeatedContainer(cs []ContainerPoint) string {
+	if len(cs) > smallPod {
+		return repeatedBySet(cs)
+	}
+	return repeatedByPairs(cs)
+}
+
+// smallPod is the most containers compared pair by pair: up to it, the
+// pairs cost less than the set (BenchmarkRepeatedContainer).
+const smallPod = 16
+
+func repeatedByPairs(cs []ContainerPoint) string {
 	for i := range cs {
 		for j := i + 1; j < len(cs); j++ {
 			if cs[i].Name == cs[j].Name {
 				return cs[i].Name
 			}
 		}
+	}
+	return ""
+}
+
+func repeatedBySet(cs []ContainerPoint) string {
+	seen := make(map[string]struct{}, len(cs))
+	for i := range cs {
+		if _, ok := seen[cs[i].Name]; ok {
+			return cs[i].Name
+		}
+		seen[cs[i].Name] = struct{}{}
 	}
 	return ""
 }
