@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,8 +15,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	certutil "k8s.io/client-go/util/cert"
+	"sigs.k8s.io/yaml"
 
 	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
@@ -28,51 +27,43 @@ func TestClusterPKI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	server, client := x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth
 	tests := []struct {
-		name     string
-		certFile string
-		identity string // instead of certFile, a clientIdentities entry
-		roots    *pki.CA
-		usage    x509.ExtKeyUsage
-		host     string
-		wantCN   string
-		wantOrgs []string
+		name, certFile string
+		identity       string // instead of certFile, a clientIdentities entry
+		roots          *pki.CA
+		usage          x509.ExtKeyUsage
+		host, wantCN   string
+		wantOrgs       []string
 	}{
-		{name: "apiserver by IP", certFile: p.file("apiserver.crt"), roots: p.ca, usage: x509.ExtKeyUsageServerAuth, host: "127.0.0.1", wantCN: "kube-apiserver"},
-		{name: "apiserver by service name", certFile: p.file("apiserver.crt"), roots: p.ca, usage: x509.ExtKeyUsageServerAuth, host: "kubernetes.default.svc", wantCN: "kube-apiserver"},
-		{name: "scheduler serving", certFile: p.file("scheduler-serving.crt"), roots: p.ca, usage: x509.ExtKeyUsageServerAuth, host: "localhost", wantCN: "kube-scheduler"},
-		{name: "front-proxy client", certFile: p.file("front-proxy-client.crt"), roots: p.frontProxyCA, usage: x509.ExtKeyUsageClientAuth, wantCN: "front-proxy-client"},
-		{name: "admin client", identity: "admin", roots: p.ca, usage: x509.ExtKeyUsageClientAuth, wantCN: "kubernetes-admin", wantOrgs: []string{"system:masters"}},
-		{name: "controller-manager client", identity: "kube-controller-manager", roots: p.ca, usage: x509.ExtKeyUsageClientAuth, wantCN: "system:kube-controller-manager"},
+		{"apiserver by IP", p.file("apiserver.crt"), "", p.ca, server, "127.0.0.1", "kube-apiserver", nil},
+		{"apiserver by service name", p.file("apiserver.crt"), "", p.ca, server, "kubernetes.default.svc", "kube-apiserver", nil},
+		{"scheduler serving", p.file("scheduler-serving.crt"), "", p.ca, server, "localhost", "kube-scheduler", nil},
+		{"front-proxy client", p.file("front-proxy-client.crt"), "", p.frontProxyCA, client, "", "front-proxy-client", nil},
+		{"admin client", "", "admin", p.ca, client, "", "kubernetes-admin", []string{"system:masters"}},
+		{"controller-manager client", "", "kube-controller-manager", p.ca, client, "", "system:kube-controller-manager", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var certs []*x509.Certificate
-			var err error
+			certPEM, err := os.ReadFile(tt.certFile)
 			if tt.identity != "" {
-				var certPEM []byte
-				if certPEM, _, err = p.ca.Issue(time.Now(), clientIdentities[tt.identity]); err != nil {
-					t.Fatal(err)
-				}
-				certs, err = certutil.ParseCertsPEM(certPEM)
-			} else {
-				certs, err = certutil.CertsFromFile(tt.certFile)
+				certPEM, _, err = p.ca.Issue(time.Now(), clientIdentities[tt.identity])
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			cert := certs[0]
+			certs, err := certutil.ParseCertsPEM(certPEM)
+			if err != nil {
+				t.Fatal(err)
+			}
 			pool := x509.NewCertPool()
 			pool.AppendCertsFromPEM(tt.roots.CertPEM())
-			_, err = cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: tt.host, KeyUsages: []x509.ExtKeyUsage{tt.usage}})
-			if err != nil {
+			if _, err := certs[0].Verify(x509.VerifyOptions{Roots: pool, DNSName: tt.host, KeyUsages: []x509.ExtKeyUsage{tt.usage}}); err != nil {
 				t.Errorf("verify: %v", err)
 			}
-			if cert.Subject.CommonName != tt.wantCN {
-				t.Errorf("CN = %q, want %q", cert.Subject.CommonName, tt.wantCN)
-			}
-			if diff := cmp.Diff(tt.wantOrgs, cert.Subject.Organization); diff != "" {
-				t.Errorf("organizations (-want +got):\n%s", diff)
+			subject := certs[0].Subject
+			if diff := cmp.Diff([]any{tt.wantCN, tt.wantOrgs}, []any{subject.CommonName, subject.Organization}); diff != "" {
+				t.Errorf("CN and organizations (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -98,32 +89,25 @@ func TestKwokConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := kwokConfig("127.16.0.0/16", "127.0.0.1:12345", stages)
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(cfg), 4096)
 	var kinds []string
 	var options map[string]any
-	for {
-		var doc map[string]any
-		err := dec.Decode(&doc)
-		if errors.Is(err, io.EOF) {
-			break
+	for _, raw := range strings.Split(cfg, "---\n") {
+		var doc struct {
+			Kind     string
+			Metadata struct{ Name string }
+			Options  map[string]any
 		}
-		if err != nil {
+		if err := yaml.Unmarshal([]byte(raw), &doc); err != nil {
 			t.Fatalf("decode kwok config: %v", err)
 		}
-		kind, _ := doc["kind"].(string)
-		if kind == "Stage" {
-			kind += "/" + doc["metadata"].(map[string]any)["name"].(string)
+		if doc.Kind == "Stage" {
+			doc.Kind += "/" + doc.Metadata.Name
 		} else {
-			options, _ = doc["options"].(map[string]any)
+			options = doc.Options
 		}
-		kinds = append(kinds, kind)
+		kinds = append(kinds, doc.Kind)
 	}
-	want := []string{
-		"KwokConfiguration",
-		"Stage/node-initialize",
-		"Stage/pod-ready",
-		"Stage/pod-delete",
-	}
+	want := []string{"KwokConfiguration", "Stage/node-initialize", "Stage/pod-ready", "Stage/pod-delete"}
 	if diff := cmp.Diff(want, kinds); diff != "" {
 		t.Errorf("documents (-want +got):\n%s", diff)
 	}
@@ -132,11 +116,10 @@ func TestKwokConfig(t *testing.T) {
 			t.Errorf("option %s = %v, want > 0", key, options[key])
 		}
 	}
-	if got := options["manageNodesWithAnnotationSelector"]; got != "kwok.x-k8s.io/node=fake" {
-		t.Errorf("manageNodesWithAnnotationSelector = %v", got)
-	}
-	if got := options["serverAddress"]; got != "127.0.0.1:12345" {
-		t.Errorf("serverAddress = %v", got)
+	for key, want := range map[string]string{"manageNodesWithAnnotationSelector": "kwok.x-k8s.io/node=fake", "serverAddress": "127.0.0.1:12345"} {
+		if options[key] != want {
+			t.Errorf("%s = %v, want %s", key, options[key], want)
+		}
 	}
 }
 
@@ -177,14 +160,8 @@ func TestOptionsValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.opts.withDefaults().validate()
-			if len(tt.wantErr) == 0 {
-				if err != nil {
-					t.Fatalf("unexpected error: %v", err)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("want an error mentioning %v", tt.wantErr)
+			if (err != nil) != (len(tt.wantErr) > 0) {
+				t.Fatalf("error %v, want one mentioning %v", err, tt.wantErr)
 			}
 			for _, w := range tt.wantErr {
 				if !strings.Contains(err.Error(), w) {

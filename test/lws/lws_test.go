@@ -1,12 +1,15 @@
 package lws
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 )
 
 const webhookManifests = `apiVersion: v1
@@ -61,38 +64,44 @@ func TestWebhookConfigurations(t *testing.T) {
 	if len(items) != 2 {
 		t.Fatalf("got %d items, want 2", len(items))
 	}
-	mutating, ok := items[0].(*admissionregistrationv1.MutatingWebhookConfiguration)
-	if !ok {
-		t.Fatalf("first item is %T", items[0])
+	type webhook struct {
+		Name           string
+		ClientConfig   admissionregistrationv1.WebhookClientConfig
+		ObjectSelector *metav1.LabelSelector
 	}
-	validating, ok := items[1].(*admissionregistrationv1.ValidatingWebhookConfiguration)
-	if !ok {
-		t.Fatalf("second item is %T", items[1])
+	type configuration struct {
+		Kind     string
+		Metadata struct{ Name string }
+		Webhooks []webhook
 	}
-	config := func(path string) admissionregistrationv1.WebhookClientConfig {
-		url := "https://127.0.0.1:9443" + path
-		return admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca}
+	want := func(kind, name, webhookName, path string, selector *metav1.LabelSelector) configuration {
+		c := configuration{Kind: kind, Webhooks: []webhook{{webhookName, admissionregistrationv1.WebhookClientConfig{
+			URL: ptr.To("https://127.0.0.1:9443" + path), CABundle: ca}, selector}}}
+		c.Metadata.Name = name
+		return c
 	}
-	for _, tt := range []struct {
-		name, gotName, wantName string
-		got, wantConfig         admissionregistrationv1.WebhookClientConfig
+	podSelector := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: NameLabel, Operator: metav1.LabelSelectorOpExists}}}
+	for i, tt := range []struct {
+		name string
+		want configuration
 	}{
-		{name: "mutating", gotName: mutating.Name, wantName: "lws-mutating-webhook-configuration",
-			got: mutating.Webhooks[0].ClientConfig, wantConfig: config("/mutate--v1-pod")},
-		{name: "validating", gotName: validating.Name, wantName: "lws-validating-webhook-configuration",
-			got: validating.Webhooks[0].ClientConfig, wantConfig: config("/validate-leaderworkerset-x-k8s-io-v1-leaderworkerset")},
+		{"mutating", want("MutatingWebhookConfiguration", "lws-mutating-webhook-configuration", "mpod.kb.io", "/mutate--v1-pod", podSelector)},
+		{"validating", want("ValidatingWebhookConfiguration", "lws-validating-webhook-configuration", "vleaderworkerset.kb.io",
+			"/validate-leaderworkerset-x-k8s-io-v1-leaderworkerset", nil)},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if tt.gotName != tt.wantName {
-				t.Errorf("name = %q, want %q", tt.gotName, tt.wantName)
+			data, err := json.Marshal(items[i])
+			var got configuration
+			if err == nil {
+				err = json.Unmarshal(data, &got)
 			}
-			if diff := cmp.Diff(tt.wantConfig, tt.got); diff != "" {
-				t.Errorf("clientConfig (-want +got):\n%s", diff)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("configuration (-want +got):\n%s", diff)
 			}
 		})
-	}
-	if mutating.Webhooks[0].ObjectSelector == nil {
-		t.Error("the pod webhook lost its object selector")
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 )
@@ -172,40 +171,28 @@ func applyWebhooks(ctx context.Context, c *cluster.Cluster, moduleDir, dir, base
 func webhookConfigurations(manifests []byte, baseURL string, caBundle []byte) ([]any, error) {
 	var items []any
 	err := eachDocument(manifests, func(kind string, doc []byte) error {
-		var obj metav1.Object
-		var configs []*admissionregistrationv1.WebhookClientConfig
-		var names []string
-		switch kind {
-		case "MutatingWebhookConfiguration":
-			cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
-			if err := json.Unmarshal(doc, cfg); err != nil {
-				return err
-			}
-			for i := range cfg.Webhooks {
-				configs, names = append(configs, &cfg.Webhooks[i].ClientConfig), append(names, cfg.Webhooks[i].Name)
-			}
-			obj = cfg
-		case "ValidatingWebhookConfiguration":
-			cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-			if err := json.Unmarshal(doc, cfg); err != nil {
-				return err
-			}
-			for i := range cfg.Webhooks {
-				configs, names = append(configs, &cfg.Webhooks[i].ClientConfig), append(names, cfg.Webhooks[i].Name)
-			}
-			obj = cfg
-		default:
+		if kind != "MutatingWebhookConfiguration" && kind != "ValidatingWebhookConfiguration" {
 			return nil
 		}
-		for i, cc := range configs {
-			if cc.Service == nil || cc.Service.Path == nil {
-				return fmt.Errorf("webhook %s has no service path", names[i])
+		obj := &unstructured.Unstructured{}
+		if err := obj.UnmarshalJSON(doc); err != nil {
+			return err
+		}
+		webhooks, _, err := unstructured.NestedSlice(obj.Object, "webhooks")
+		if err != nil {
+			return err
+		}
+		for _, w := range webhooks {
+			webhook, _ := w.(map[string]any)
+			path, ok, _ := unstructured.NestedString(webhook, "clientConfig", "service", "path")
+			if !ok {
+				return fmt.Errorf("webhook %v has no service path", webhook["name"])
 			}
-			*cc = admissionregistrationv1.WebhookClientConfig{URL: ptr.To(baseURL + *cc.Service.Path), CABundle: caBundle}
+			webhook["clientConfig"] = map[string]any{"url": baseURL + path, "caBundle": base64.StdEncoding.EncodeToString(caBundle)}
 		}
 		obj.SetName(namePrefix + obj.GetName())
 		items = append(items, obj)
-		return nil
+		return unstructured.SetNestedSlice(obj.Object, webhooks, "webhooks")
 	})
 	if err != nil {
 		return nil, err
