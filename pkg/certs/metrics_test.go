@@ -1,15 +1,15 @@
 package certs
 
 import (
+	"cmp"
 	"context"
-	"crypto/x509"
 	"errors"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
+	gocmp "github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/component-base/metrics"
@@ -45,42 +45,32 @@ func TestSyncMetrics(t *testing.T) {
 		{name: "caBundle not writable", break_: refuse("patch", "apiservices"), wantKind: FailureWriteCABundle},
 		{name: "completes"},
 	}
-	kinds := []string{FailureReadSecret, FailureWriteSecret, FailureReadAPIService, FailureWriteCABundle, FailurePlan}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newRig(clocktesting.NewFakeClock(t0), newKube(), nil)
 			if tt.break_ != nil {
 				tt.break_(r)
 			}
-			before := errorCounts(t, kinds)
-			syncsBefore := counterValue(t, syncs)
+			want := syncCounts(t)
 			_, err := r.ctrl.Sync(context.Background())
 			if got := FailureKind(err); got != tt.wantKind {
 				t.Fatalf("FailureKind(%v) = %q, want %q", err, got, tt.wantKind)
 			}
-			after := errorCounts(t, kinds)
-			wantSyncs := syncsBefore
-			if tt.wantKind != "" {
-				before[tt.wantKind]++
-			} else {
-				wantSyncs++
-			}
-			if diff := cmp.Diff(before, after); diff != "" {
-				t.Errorf("sync error counts (-want +got):\n%s", diff)
-			}
-			if got := counterValue(t, syncs); got != wantSyncs {
-				t.Errorf("syncs_total = %v, want %v", got, wantSyncs)
+			// A failure counts under its kind, a completed sync in syncs_total.
+			want[cmp.Or(tt.wantKind, "syncs_total")]++
+			if diff := gocmp.Diff(want, syncCounts(t)); diff != "" {
+				t.Errorf("sync counts (-want +got):\n%s", diff)
 			}
 			if tt.wantKind != "" {
 				return
 			}
-			serving := mustParseCert(t, secret(t, r.kube, servingName).Data[KeyServingCert])
-			ca := mustParseCert(t, secret(t, r.kube, caName).Data[KeyCACert])
-			for label, c := range map[string]*x509.Certificate{"serving": serving, "ca": ca} {
-				got, err := testutil.GetGaugeMetricValue(notAfter.WithLabelValues(label))
+			for _, cert := range []struct{ label, secret, key string }{{"serving", servingName, KeyServingCert}, {"ca", caName, KeyCACert}} {
+				c, err := parseCert(secret(t, r.kube, cert.secret).Data[cert.key])
+				must(t, err)
+				got, err := testutil.GetGaugeMetricValue(notAfter.WithLabelValues(cert.label))
 				must(t, err)
 				if want := float64(c.NotAfter.Unix()); got != want {
-					t.Errorf("not_after{certificate=%q} = %v, want %v (%s)", label, got, want, c.NotAfter.Format(time.RFC3339))
+					t.Errorf("not_after{certificate=%q} = %v, want %v (%s)", cert.label, got, want, c.NotAfter.Format(time.RFC3339))
 				}
 			}
 			if got, _ := testutil.GetGaugeMetricValue(lastSuccess); got != float64(t0.Unix()) {
@@ -90,27 +80,20 @@ func TestSyncMetrics(t *testing.T) {
 	}
 }
 
-func errorCounts(t *testing.T, kinds []string) map[string]float64 {
+// syncCounts are the sync error counts by kind, and syncs_total.
+func syncCounts(t *testing.T) map[string]float64 {
 	t.Helper()
+	counters := map[string]metrics.CounterMetric{"syncs_total": syncs}
+	for _, k := range []string{FailureReadSecret, FailureWriteSecret, FailureReadAPIService, FailureWriteCABundle, FailurePlan} {
+		counters[k] = syncErrors.WithLabelValues(k)
+	}
 	out := map[string]float64{}
-	for _, k := range kinds {
-		out[k] = counterValue(t, syncErrors.WithLabelValues(k))
+	for k, c := range counters {
+		v, err := testutil.GetCounterMetricValue(c)
+		must(t, err)
+		out[k] = v
 	}
 	return out
-}
-
-func counterValue(t *testing.T, c metrics.CounterMetric) float64 {
-	t.Helper()
-	v, err := testutil.GetCounterMetricValue(c)
-	must(t, err)
-	return v
-}
-
-func mustParseCert(t *testing.T, pemData []byte) *x509.Certificate {
-	t.Helper()
-	c, err := parseCert(pemData)
-	must(t, err)
-	return c
 }
 
 // TestMonitoringKitCertMetrics checks that every certificate-controller

@@ -151,70 +151,48 @@ func TestRequest(t *testing.T) {
 	const milliGi = 1000 * gi
 	podLevel := func(cpu, mem string) *corev1.ResourceRequirements { r := req(cpu, mem); return &r }
 	tests := []struct {
-		name    string
-		spec    corev1.PodSpec
-		wantCPU int64
-		cpuOK   bool
-		wantMem int64
-		memOK   bool
+		name     string
+		spec     corev1.PodSpec
+		cpu, mem int64 // -1: missing
 	}{
-		{name: "containers add up",
-			spec:    corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Resources: req("250m", "1Gi")}, {Name: "b", Resources: req("750m", "1Gi")}}},
-			wantCPU: 1000, cpuOK: true, wantMem: 2 * milliGi, memOK: true},
-		{name: "restartable init containers count, others do not",
+		{name: "containers add up", cpu: 1000, mem: 2 * milliGi,
+			spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Resources: req("250m", "1Gi")}, {Name: "b", Resources: req("750m", "1Gi")}}}},
+		{name: "restartable init containers count, others do not", cpu: 600, mem: milliGi + 64<<20*1000,
 			spec: corev1.PodSpec{
 				InitContainers: []corev1.Container{{Name: "setup", Resources: req("4", "4Gi")}, {Name: "proxy", RestartPolicy: &always, Resources: req("100m", "64Mi")}},
 				Containers:     []corev1.Container{{Name: "a", Resources: req("500m", "1Gi")}},
-			},
-			wantCPU: 600, cpuOK: true, wantMem: milliGi + 64<<20*1000, memOK: true},
-		{name: "one container without a request: missing, as the HPA sees it",
-			spec:  corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Resources: req("250m", "1Gi")}, {Name: "b", Resources: req("", "1Gi")}}},
-			cpuOK: false, wantMem: 2 * milliGi, memOK: true},
+			}},
+		{name: "one container without a request: missing, as the HPA sees it", cpu: -1, mem: 2 * milliGi,
+			spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Resources: req("250m", "1Gi")}, {Name: "b", Resources: req("", "1Gi")}}}},
 		// Finding 3: an explicit zero was taken for a missing request.
-		{name: "an explicit zero is a request of zero",
-			spec:    corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Resources: req("0", "1Gi")}}},
-			wantCPU: 0, cpuOK: true, wantMem: milliGi, memOK: true},
-		{name: "overhead is not added to container requests, as the HPA does not",
-			spec:    corev1.PodSpec{Overhead: req("250m", "64Mi").Requests, Containers: []corev1.Container{{Name: "a", Resources: req("500m", "1Gi")}}},
-			wantCPU: 500, cpuOK: true, wantMem: milliGi, memOK: true},
-		{name: "pod-level requests win",
-			spec: corev1.PodSpec{
-				Resources:  podLevel("2", ""),
-				Containers: []corev1.Container{{Name: "a", Resources: req("250m", "1Gi")}},
-			},
-			wantCPU: 2000, cpuOK: true, wantMem: milliGi, memOK: true},
+		{name: "an explicit zero is a request of zero", cpu: 0, mem: milliGi,
+			spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Resources: req("0", "1Gi")}}}},
+		{name: "overhead is not added to container requests, as the HPA does not", cpu: 500, mem: milliGi,
+			spec: corev1.PodSpec{Overhead: req("250m", "64Mi").Requests, Containers: []corev1.Container{{Name: "a", Resources: req("500m", "1Gi")}}}},
+		{name: "pod-level requests win", cpu: 2000, mem: milliGi,
+			spec: corev1.PodSpec{Resources: podLevel("2", ""), Containers: []corev1.Container{{Name: "a", Resources: req("250m", "1Gi")}}}},
 		// Finding 3: a pod-level memory request made the container CPU
 		// requests "missing", and the leader reported the group's sum.
-		{name: "pod-level memory, container CPU: CPU from the containers",
-			spec: corev1.PodSpec{
-				Resources:  podLevel("", "8Gi"),
-				Containers: []corev1.Container{{Name: "a", Resources: req("500m", "")}, {Name: "b", Resources: req("250m", "")}},
-			},
-			wantCPU: 750, cpuOK: true, wantMem: 8 * milliGi, memOK: true},
-		{name: "pod-level requests with overhead",
-			spec: corev1.PodSpec{
-				Resources:  podLevel("2", "4Gi"),
-				Overhead:   req("100m", "1Gi").Requests,
-				Containers: []corev1.Container{{Name: "a"}},
-			},
-			wantCPU: 2100, cpuOK: true, wantMem: 5 * milliGi, memOK: true},
-		{name: "pod-level memory, no container CPU request: missing",
-			spec: corev1.PodSpec{
-				Resources:  podLevel("", "4Gi"),
-				Containers: []corev1.Container{{Name: "a"}},
-			},
-			cpuOK: false, wantMem: 4 * milliGi, memOK: true},
+		{name: "pod-level memory, container CPU: CPU from the containers", cpu: 750, mem: 8 * milliGi,
+			spec: corev1.PodSpec{Resources: podLevel("", "8Gi"), Containers: []corev1.Container{{Name: "a", Resources: req("500m", "")}, {Name: "b", Resources: req("250m", "")}}}},
+		{name: "pod-level requests with overhead", cpu: 2100, mem: 5 * milliGi,
+			spec: corev1.PodSpec{Resources: podLevel("2", "4Gi"), Overhead: req("100m", "1Gi").Requests, Containers: []corev1.Container{{Name: "a"}}}},
+		{name: "pod-level memory, no container CPU request: missing", cpu: -1, mem: 4 * milliGi,
+			spec: corev1.PodSpec{Resources: podLevel("", "4Gi"), Containers: []corev1.Container{{Name: "a"}}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: tc.spec}
-			cpu, cpuOK := Request(pod, corev1.ResourceCPU)
-			mem, memOK := Request(pod, corev1.ResourceMemory)
-			if cpuOK != tc.cpuOK || (cpuOK && cpu != tc.wantCPU) {
-				t.Errorf("CPU = %d, %v; want %d, %v", cpu, cpuOK, tc.wantCPU, tc.cpuOK)
+			var got [2]int64
+			for i, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+				if v, ok := Request(pod, r); ok {
+					got[i] = v
+				} else {
+					got[i] = -1
+				}
 			}
-			if memOK != tc.memOK || (memOK && mem != tc.wantMem) {
-				t.Errorf("memory = %d, %v; want %d, %v", mem, memOK, tc.wantMem, tc.memOK)
+			if want := [2]int64{tc.cpu, tc.mem}; got != want {
+				t.Errorf("CPU and memory requests = %v, want %v (-1: missing)", got, want)
 			}
 		})
 	}
