@@ -135,17 +135,12 @@ func up(ctx context.Context, o options) error {
 	case <-c.Stopped():
 		return errors.New("the control plane stopped")
 	case <-srv.Process.Done():
-		return withLogs(c, fmt.Errorf("group-metrics-server exited: %w", exitError(srv.Process)))
+		if err := srv.Process.Err(); err != nil {
+			return withLogs(c, fmt.Errorf("group-metrics-server exited: %w", err))
+		}
+		return withLogs(c, errors.New("group-metrics-server exited: exit status 0"))
 	}
 	return nil
-}
-
-// exitError is how p exited, never nil.
-func exitError(p *cluster.Process) error {
-	if err := p.Err(); err != nil {
-		return err
-	}
-	return errors.New("exit status 0")
 }
 
 func withLogs(c *cluster.Cluster, err error) error {
@@ -204,31 +199,27 @@ func kubectlPath(c *cluster.Cluster, root string) string {
 }
 
 func printHowTo(c *cluster.Cluster, root, control string, srv *env.Server, took time.Duration) {
-	kubectl := kubectlPath(c, root)
 	fmt.Printf(`
-group-metrics-server is up (%s from start), serving metrics.k8s.io through the aggregator.
+group-metrics-server is up (%[1]s from start), serving metrics.k8s.io through the aggregator.
 
-  export KUBECONFIG=%s
-  %s top pods -A
-  %s top nodes
-  %s get hpa -n %s -w
-  %s get --raw /apis/metrics.k8s.io/v1/namespaces/%s/pods | head -c 600
+  export KUBECONFIG=%[2]s
+  %[3]s top pods -A
+  %[3]s top nodes
+  %[3]s get hpa -n %[4]s -w
+  %[3]s get --raw /apis/metrics.k8s.io/v1/namespaces/%[4]s/pods | head -c 600
 
 Add load (the HPA scales web up within about half a minute), then take it away:
 
-  curl -s -X PUT http://%s/v1/usage -d '{"namespace":"%s","selector":"app=web","cpu":"400m","memory":"64Mi"}'
-  curl -s -X PUT http://%s/v1/usage -d '{"namespace":"%s","selector":"app=web","cpu":"50m","memory":"64Mi"}'
+  curl -s -X PUT http://%[5]s/v1/usage -d '{"namespace":"%[4]s","selector":"app=web","cpu":"400m","memory":"64Mi"}'
+  curl -s -X PUT http://%[5]s/v1/usage -d '{"namespace":"%[4]s","selector":"app=web","cpu":"50m","memory":"64Mi"}'
 
 Break a node's kubelet and watch the server log it once:
 
-  curl -s -X PUT http://%s/v1/nodes/fake-node-0/fault -d '{"kind":"Dead"}'
-  curl -s -X DELETE 'http://%s/v1/nodes/*/fault'
-  tail -f %s
+  curl -s -X PUT http://%[5]s/v1/nodes/fake-node-0/fault -d '{"kind":"Dead"}'
+  curl -s -X DELETE 'http://%[5]s/v1/nodes/*/fault'
+  tail -f %[6]s
 
-Logs of every process: %s
+Logs of every process: %[7]s
 Press Ctrl-C (or run 'make demo-down') to stop.
-`, took.Round(100*time.Millisecond), c.KubeconfigPath(),
-		kubectl, kubectl, kubectl, demoNS, kubectl, demoNS,
-		control, demoNS, control, demoNS,
-		control, control, srv.Process.LogPath(), c.LogDir())
+`, took.Round(100*time.Millisecond), c.KubeconfigPath(), kubectlPath(c, root), demoNS, control, srv.Process.LogPath(), c.LogDir())
 }
