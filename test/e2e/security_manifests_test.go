@@ -102,7 +102,6 @@ func TestManifestsHardened(t *testing.T) {
 			t.Errorf("docs/security.md lists a grant no manifest makes: `%s`", g)
 		}
 	}
-	checkInsecureKubeletFlagConfined(t, root)
 	t.Logf("%d kustomizations, %d server Deployments, %d distinct grants to the two identities", len(dirs), servers, len(granted))
 
 	// The suite's server runs with exactly these grants (its kubeconfig
@@ -117,61 +116,50 @@ func TestManifestsHardened(t *testing.T) {
 
 // kustomizations returns the directories (relative to root) under manifests/
 // with a kustomization that builds on its own (components only build as part
-// of another), each with whether it includes insecureKubeletComponent.
+// of another), each with whether it includes insecureKubeletComponent. It
+// fails for every file outside that component that names insecureKubeletFlag,
+// and when the component itself no longer does.
 func kustomizations(t *testing.T, root string) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
-	must(t, filepath.WalkDir(filepath.Join(root, "manifests"), func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || d.Name() != "kustomization.yaml" {
-			return err
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		var k struct {
-			Kind       string   `json:"kind"`
-			Components []string `json:"components"`
-		}
-		if err := yaml.Unmarshal(b, &k); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		if k.Kind != "Component" {
-			dir, _ := filepath.Rel(root, filepath.Dir(path))
-			out[dir] = slices.ContainsFunc(k.Components, func(c string) bool {
-				return filepath.Clean(filepath.Join(dir, c)) == insecureKubeletComponent
-			})
-		}
-		return nil
-	}))
-	return out
-}
-
-// checkInsecureKubeletFlagConfined fails for every file under manifests/
-// outside the development component that names the flag, and when the
-// component itself no longer does.
-func checkInsecureKubeletFlagConfined(t *testing.T, root string) {
-	t.Helper()
 	inComponent := false
 	must(t, filepath.WalkDir(filepath.Join(root, "manifests"), func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
 		b, err := os.ReadFile(path)
-		if err != nil || !bytes.Contains(b, []byte(insecureKubeletFlag)) {
+		if err != nil {
 			return err
 		}
 		rel, _ := filepath.Rel(root, path)
-		if filepath.Dir(rel) == insecureKubeletComponent {
-			inComponent = true
-		} else {
-			t.Errorf("%s names %s; only %s may", rel, insecureKubeletFlag, insecureKubeletComponent)
+		if bytes.Contains(b, []byte(insecureKubeletFlag)) {
+			if filepath.Dir(rel) == insecureKubeletComponent {
+				inComponent = true
+			} else {
+				t.Errorf("%s names %s; only %s may", rel, insecureKubeletFlag, insecureKubeletComponent)
+			}
+		}
+		if d.Name() != "kustomization.yaml" {
+			return nil
+		}
+		var k struct {
+			Kind       string   `json:"kind"`
+			Components []string `json:"components"`
+		}
+		if err := yaml.Unmarshal(b, &k); err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+		if dir := filepath.Dir(rel); k.Kind != "Component" {
+			out[dir] = slices.ContainsFunc(k.Components, func(c string) bool {
+				return filepath.Clean(filepath.Join(dir, c)) == insecureKubeletComponent
+			})
 		}
 		return nil
 	}))
 	if !inComponent {
 		t.Errorf("%s does not set %s", insecureKubeletComponent, insecureKubeletFlag)
 	}
+	return out
 }
 
 // checkObject checks what applies to every manifest.
@@ -265,35 +253,33 @@ func checkServerDeployment(t *testing.T, o *unstructured.Unstructured, devInsecu
 	}
 }
 
-// podSpecs returns the pod templates of o.
+// podSpecs returns the pod specs in o, of any kind: every map that
+// holds containers.
 func podSpecs(t *testing.T, o *unstructured.Unstructured) []corev1.PodSpec {
 	t.Helper()
-	var paths [][]string
-	switch o.GetKind() {
-	case "Pod":
-		paths = [][]string{{"spec"}}
-	case "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job":
-		paths = [][]string{{"spec", "template", "spec"}}
-	case "CronJob":
-		paths = [][]string{{"spec", "jobTemplate", "spec", "template", "spec"}}
-	case "LeaderWorkerSet":
-		paths = [][]string{
-			{"spec", "leaderWorkerTemplate", "leaderTemplate", "spec"},
-			{"spec", "leaderWorkerTemplate", "workerTemplate", "spec"},
-		}
-	}
 	var out []corev1.PodSpec
-	for _, p := range paths {
-		m, ok, err := unstructured.NestedMap(o.Object, p...)
-		var spec corev1.PodSpec
-		if err == nil && ok {
-			err = runtime.DefaultUnstructuredConverter.FromUnstructured(m, &spec)
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if _, ok := v["containers"]; !ok {
+				for _, x := range v {
+					walk(x)
+				}
+				return
+			}
+			var spec corev1.PodSpec
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(v, &spec); err != nil {
+				t.Fatalf("%s %s: pod spec: %v", o.GetKind(), o.GetName(), err)
+			}
 			out = append(out, spec)
-		}
-		if err != nil {
-			t.Fatalf("%s %s: pod spec: %v", o.GetKind(), o.GetName(), err)
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
 		}
 	}
+	walk(o.Object)
 	return out
 }
 
