@@ -148,29 +148,20 @@ func TestNewLeaderWorkerSet(t *testing.T) {
 			// Unstructured objects must survive DeepCopy, which panics on
 			// values JSON could not hold (int32, for instance).
 			obj = obj.DeepCopy()
-			if obj.GetNamespace() != "ns" || obj.GetName() != "x" || obj.GetKind() != "LeaderWorkerSet" {
-				t.Errorf("object is %s %s/%s", obj.GetKind(), obj.GetNamespace(), obj.GetName())
-			}
+			template := func(path ...string) []string { return append([]string{"spec", "leaderWorkerTemplate"}, path...) }
 			replicas, _, _ := unstructured.NestedInt64(obj.Object, "spec", "replicas")
-			size, _, _ := unstructured.NestedInt64(obj.Object, "spec", "leaderWorkerTemplate", "size")
-			if replicas != 3 || size != 4 {
-				t.Errorf("replicas %d size %d, want 3 and 4", replicas, size)
-			}
-			containers, _, _ := unstructured.NestedSlice(obj.Object, "spec", "leaderWorkerTemplate", "workerTemplate", "spec", "containers")
+			size, _, _ := unstructured.NestedInt64(obj.Object, template("size")...)
+			containers, _, _ := unstructured.NestedSlice(obj.Object, template("workerTemplate", "spec", "containers")...)
 			if len(containers) != 1 {
 				t.Fatalf("worker containers: %v", containers)
 			}
 			cpu, _, _ := unstructured.NestedString(containers[0].(map[string]any), "resources", "requests", "cpu")
-			if cpu != tt.cpu {
-				t.Errorf("cpu request %q, want %q", cpu, tt.cpu)
-			}
-			annotations, hasLeader, _ := unstructured.NestedStringMap(obj.Object,
-				"spec", "leaderWorkerTemplate", "leaderTemplate", "metadata", "annotations")
-			if hasLeader != tt.wantLeader {
-				t.Fatalf("leader template present = %v, want %v", hasLeader, tt.wantLeader)
-			}
-			if diff := cmp.Diff(tt.leaderAnnotations, annotations); hasLeader && diff != "" {
-				t.Errorf("leader annotations (-want +got):\n%s", diff)
+			annotations, hasLeader, _ := unstructured.NestedStringMap(obj.Object, template("leaderTemplate", "metadata", "annotations")...)
+			// kind, namespace/name, replicas, size, CPU request, leader template, its annotations
+			want := []any{"LeaderWorkerSet", "ns/x", int64(3), int64(4), tt.cpu, tt.wantLeader, tt.leaderAnnotations}
+			got := []any{obj.GetKind(), obj.GetNamespace() + "/" + obj.GetName(), replicas, size, cpu, hasLeader, annotations}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("LeaderWorkerSet (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -48,32 +48,28 @@ func TestIssue(t *testing.T) {
 			for _, ip := range leaf.IPAddresses {
 				ips = append(ips, ip.String())
 			}
-			if diff := cmp.Diff(tc.wantIPs, ips); diff != "" {
-				t.Errorf("IP SANs (-want +got):\n%s", diff)
+			// IP SANs, DNS SANs, organizations
+			want := [][]string{tc.wantIPs, tc.wantNames, tc.leaf.Organizations}
+			if diff := cmp.Diff(want, [][]string{ips, leaf.DNSNames, leaf.Subject.Organization}); diff != "" {
+				t.Errorf("SANs and organizations (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(tc.wantNames, leaf.DNSNames); diff != "" {
-				t.Errorf("DNS SANs (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(tc.leaf.Organizations, leaf.Subject.Organization); diff != "" {
-				t.Errorf("organizations (-want +got):\n%s", diff)
-			}
-			verify := func(ca *CA, at time.Time) error {
+			for _, v := range []struct {
+				what   string
+				ca     *CA
+				at     time.Time
+				verify bool
+			}{
+				{"a verifier a little behind", ca, now.Add(-Backdate / 2), true},
+				{"within the CA's life", ca, now.Add(23 * time.Hour), true},
+				{"after the CA expired", ca, now.Add(25 * time.Hour), false},
+				{"against another CA", other, now, false},
+			} {
 				pool := x509.NewCertPool()
-				pool.AppendCertsFromPEM(ca.CertPEM())
-				_, err := leaf.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: at, KeyUsages: []x509.ExtKeyUsage{tc.usage}})
-				return err
-			}
-			if err := verify(ca, now.Add(-Backdate/2)); err != nil {
-				t.Errorf("a verifier a little behind: %v", err)
-			}
-			if err := verify(ca, now.Add(23*time.Hour)); err != nil {
-				t.Errorf("within the CA's life: %v", err)
-			}
-			if err := verify(ca, now.Add(25*time.Hour)); err == nil {
-				t.Error("verified after the CA expired")
-			}
-			if err := verify(other, now); err == nil {
-				t.Error("verified against another CA")
+				pool.AppendCertsFromPEM(v.ca.CertPEM())
+				_, err := leaf.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: v.at, KeyUsages: []x509.ExtKeyUsage{tc.usage}})
+				if (err == nil) != v.verify {
+					t.Errorf("%s: verify error %v, want verified %v", v.what, err, v.verify)
+				}
 			}
 		})
 	}

@@ -1,7 +1,8 @@
 package promtext
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -74,12 +75,7 @@ this line { is not prometheus
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	for n := range fams {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	if diff := cmp.Diff([]string{"cycle_seconds", "failures_total"}, names); diff != "" {
+	if diff := cmp.Diff([]string{"cycle_seconds", "failures_total"}, slices.Sorted(maps.Keys(fams))); diff != "" {
 		t.Errorf("families (-want +got):\n%s", diff)
 	}
 	for _, tc := range []struct {
