@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"debug/buildinfo"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/prometheus/procfs"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
@@ -22,7 +25,7 @@ func (b *bench) printHeader() {
 	w := b.out
 	fmt.Fprintf(w, "benchcompare %s\n", time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(w, "command: %s\n", commandLine())
-	fmt.Fprintf(w, "machine: %s, %d cores, %s RAM, %s\n", cpuModel(), runtime.NumCPU(), memTotal(), kernel())
+	fmt.Fprintf(w, "machine: %s\n", machine())
 	fmt.Fprintf(w, "load average at start: %s\n", loadAverage())
 	fmt.Fprintf(w, "harness: %s\n", runtime.Version())
 	fmt.Fprintf(w, "commit: %s\n", gitCommit(b.root))
@@ -55,35 +58,29 @@ func commandLine() string {
 	return strings.Join(append(parts, os.Args[1:]...), " ")
 }
 
-func readProc(name string) string {
-	data, _ := os.ReadFile("/proc/" + name)
-	return string(data)
-}
-
-func cpuModel() string {
-	for line := range strings.Lines(readProc("cpuinfo")) {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
+// machine is the CPU model, the number of cores, the RAM and the kernel.
+func machine() string {
+	model, ram := "", "unknown"
+	if fs, err := procfs.NewDefaultFS(); err == nil {
+		if cpus, err := fs.CPUInfo(); err == nil && len(cpus) > 0 {
+			model = cpus[0].ModelName
+		}
+		if mem, err := fs.Meminfo(); err == nil && mem.MemTotal != nil {
+			ram = fmt.Sprintf("%.1f GiB", float64(*mem.MemTotal)/(1<<20))
 		}
 	}
-	return "unknown CPU"
-}
-
-func memTotal() string {
-	var kb uint64
-	for line := range strings.Lines(readProc("meminfo")) {
-		if _, err := fmt.Sscanf(line, "MemTotal: %d kB", &kb); err == nil {
-			return fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
-		}
-	}
-	return "unknown"
+	release, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return fmt.Sprintf("%s, %d cores, %s RAM, %s", cmp.Or(model, "unknown CPU"), runtime.NumCPU(), ram,
+		strings.TrimSpace("Linux "+string(release)))
 }
 
 // loadAverage is the 1, 5 and 15 minute load average: other work on the
 // machine shares its cores with the processes measured.
 func loadAverage() string {
-	if f := strings.Fields(readProc("loadavg")); len(f) >= 3 {
-		return strings.Join(f[:3], " ")
+	if fs, err := procfs.NewDefaultFS(); err == nil {
+		if l, err := fs.LoadAvg(); err == nil {
+			return fmt.Sprintf("%.2f %.2f %.2f", l.Load1, l.Load5, l.Load15)
+		}
 	}
 	return "unknown"
 }
@@ -98,8 +95,6 @@ func serverVersion(path string) string {
 	}
 	return strings.TrimSpace(string(out))
 }
-
-func kernel() string { return strings.TrimSpace("Linux " + readProc("sys/kernel/osrelease")) }
 
 // gitCommit is the checked-out commit, marked dirty when the work tree has
 // changes to tracked files.
