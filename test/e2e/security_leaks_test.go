@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -37,7 +36,7 @@ func TestCredentialsNotLeaked(t *testing.T) {
 	needle := suiteSecrets.items[0].needles[0]
 	suiteSecrets.mu.Unlock()
 	must(t, os.WriteFile(filepath.Join(planted, "x.log"), append([]byte("one\ntwo "), needle...), 0o600))
-	if hits, _, _, err := suiteSecrets.scanFiles(planted); err != nil || len(hits) != 1 || !strings.Contains(hits[0], "x.log:2:") {
+	if hits, _, err := suiteSecrets.scan(planted, nil); err != nil || len(hits) != 1 || !strings.Contains(hits[0], "x.log:2:") {
 		t.Fatalf("scan of a planted credential: %v, %v; want one hit on line 2", hits, err)
 	}
 
@@ -45,7 +44,7 @@ func TestCredentialsNotLeaked(t *testing.T) {
 
 	answers, err := scrapeServer(ctx, suite.server)
 	must(t, err)
-	hits, summary, err := suiteSecrets.scanSuite(answers)
+	hits, summary, err := suiteSecrets.scan(suite.cluster.WorkDir(), answers)
 	must(t, err)
 	for _, h := range hits {
 		t.Errorf("credential found: %s", h)
@@ -71,16 +70,26 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 	})
 	good, err := os.ReadFile(suite.ukpd.TokenFile)
 	must(t, err)
-	wrong := "e2e-refused-ukpd-token-" + randomHex(t)
+	wrong := "e2e-refused-ukpd-token-" + rand.Text()
 	suiteSecrets.add("a ukpd token ukpd refuses", wrong)
 	client, err := suite.server.HTTPClient()
 	must(t, err)
 	defer client.CloseIdleConnections()
 	base := suite.server.RESTConfig().Host
-	failures := func(ctx context.Context) (float64, error) {
-		return ukpdMetric(ctx, client, base, "group_metrics_server_scraper_target_failures_total", `reason="http_status"`, `source="ukpd"`)
+	// The token is read on every request: the next scrape sends it.
+	bound := 2*suite.resolution + suite.timeout + 10*time.Second
+	waitMetric := func(what string, ok func(float64) bool, name string, labels ...string) {
+		t.Helper()
+		must(t, pollWithin(ctx, bound, what, watched(), func(ctx context.Context) error {
+			n, err := ukpdMetric(ctx, client, base, name, labels...)
+			if err == nil && !ok(n) {
+				err = fmt.Errorf("%s%v: %v", name, labels, n)
+			}
+			return err
+		}))
 	}
-	before, err := failures(ctx)
+	const failures = "group_metrics_server_scraper_target_failures_total"
+	before, err := ukpdMetric(ctx, client, base, failures, `reason="http_status"`, `source="ukpd"`)
 	must(t, err)
 	restore := sync.OnceFunc(func() {
 		if err := os.WriteFile(suite.ukpd.TokenFile, good, 0o600); err != nil {
@@ -89,14 +98,8 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 	})
 	t.Cleanup(restore)
 	must(t, os.WriteFile(suite.ukpd.TokenFile, []byte(wrong+"\n"), 0o600))
-	// The token is read on every request: the next scrape sends it.
-	bound := 2*suite.resolution + suite.timeout + 10*time.Second
-	must(t, pollWithin(ctx, bound, "the server to count a refused ukpd scrape", watched(), func(ctx context.Context) error {
-		if n, err := failures(ctx); err != nil || n <= before {
-			return fmt.Errorf("ukpd http_status failures %v (%v), still %v", n, err, before)
-		}
-		return nil
-	}))
+	waitMetric("the server to count a refused ukpd scrape", func(n float64) bool { return n > before },
+		failures, `reason="http_status"`, `source="ukpd"`)
 	// The failure is logged (once, as every failing target is), so the scan
 	// covers an error about authentication. The scraper counts a failure
 	// just before it logs it, so the line may trail the count: wait for it,
@@ -114,13 +117,8 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 	}
 	t.Logf("the server logged %d line(s) about the refused token, e.g. %.300s", len(logged), strings.Join(logged, "\n"))
 	restore()
-	must(t, pollWithin(ctx, bound, "the ukpd target to be healthy again", watched(), func(ctx context.Context) error {
-		n, err := ukpdMetric(ctx, client, base, "group_metrics_server_scraper_targets", `source="ukpd"`, `state="healthy"`)
-		if err == nil && n < 1 {
-			err = errors.New("no healthy ukpd target")
-		}
-		return err
-	}))
+	waitMetric("the ukpd target to be healthy again", func(n float64) bool { return n >= 1 },
+		"group_metrics_server_scraper_targets", `source="ukpd"`, `state="healthy"`)
 }
 
 // linesWith returns the lines of the file at path that hold every word.
@@ -148,12 +146,4 @@ func ukpdMetric(ctx context.Context, client *http.Client, base, name string, lab
 	}
 	v, _, err := promtext.Value(body, name, labels...)
 	return v, err
-}
-
-func randomHex(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 16)
-	_, err := rand.Read(b)
-	must(t, err)
-	return hex.EncodeToString(b)
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -58,12 +59,9 @@ func (s *secrets) add(name, value string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, it := range s.items {
-		if bytes.Equal(it.needles[0], needles[0]) {
-			return
-		}
+	if !slices.ContainsFunc(s.items, func(it secret) bool { return bytes.Equal(it.needles[0], needles[0]) }) {
+		s.items = append(s.items, secret{name: fmt.Sprintf("%s (%d bytes)", name, len(value)), needles: needles})
 	}
-	s.items = append(s.items, secret{name: fmt.Sprintf("%s (%d bytes)", name, len(value)), needles: needles})
 }
 
 func (s *secrets) len() int {
@@ -154,10 +152,16 @@ func flagValues(args []string, flag string) []string {
 	return out
 }
 
-// scanFiles looks for every credential in every log under dir and returns
-// "<file>:<line>: holds <name>" for each file that holds one, and the
-// number of files and bytes read.
-func (s *secrets) scanFiles(dir string) (hits []string, files int, size int64, err error) {
+// scan looks for every credential in answers and in every log under dir.
+// It returns "GET <path> holds <name>" or "<file>:<line>: holds <name>" for
+// each hit, never the credential, and what it looked through.
+func (s *secrets) scan(dir string, answers map[string]string) (hits []string, summary string, err error) {
+	for p, body := range answers {
+		if name, at := s.find([]byte(body)); at >= 0 {
+			hits = append(hits, fmt.Sprintf("GET %s holds %s", p, name))
+		}
+	}
+	files, size := 0, 0
 	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !isLog(path) {
 			return err
@@ -167,28 +171,15 @@ func (s *secrets) scanFiles(dir string) (hits []string, files int, size int64, e
 			return err
 		}
 		files++
-		size += int64(len(b))
+		size += len(b)
 		if name, at := s.find(b); at >= 0 {
 			line := bytes.Count(b[:at], []byte("\n")) + 1
 			hits = append(hits, fmt.Sprintf("%s:%d: holds %s", path, line, name))
 		}
 		return nil
 	})
-	return hits, files, size, err
-}
-
-// scanSuite looks for every credential in answers and in every log of the
-// suite. It returns a line naming the answer or the file and line of each
-// hit, never the credential, and what it looked through.
-func (s *secrets) scanSuite(answers map[string]string) (hits []string, summary string, err error) {
-	for p, body := range answers {
-		if name, at := s.find([]byte(body)); at >= 0 {
-			hits = append(hits, fmt.Sprintf("GET %s holds %s", p, name))
-		}
-	}
-	logHits, files, size, err := s.scanFiles(suite.cluster.WorkDir())
 	summary = fmt.Sprintf("%d credentials, %d logs (%d bytes), %d answers", s.len(), files, size, len(answers))
-	return append(hits, logHits...), summary, err
+	return hits, summary, err
 }
 
 // isLog reports whether path is a log: every file under the cluster's log
@@ -265,7 +256,7 @@ func (l *leakCheck) finish(code int) int {
 			cancel()
 		}
 	}
-	hits, summary, err := suiteSecrets.scanSuite(answers)
+	hits, summary, err := suiteSecrets.scan(suite.cluster.WorkDir(), answers)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("scan logs: %w", err))
 	}

@@ -4,6 +4,12 @@ package e2e
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -11,10 +17,14 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/provider"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
 const securityNamespace = "e2e-security"
@@ -47,7 +57,9 @@ func TestRequestsRefused(t *testing.T) {
 				t.Run(via.name+"/"+c.name, func(t *testing.T) {
 					cfg := via.base()
 					c.set(cfg)
-					codes := statusCodes(ctx, t, cfg, paths)
+					client, err := rest.HTTPClientFor(cfg)
+					must(t, err)
+					defer client.CloseIdleConnections()
 					for _, p := range paths {
 						want := []int{c.want}
 						if c.want == 0 {
@@ -56,9 +68,7 @@ func TestRequestsRefused(t *testing.T) {
 						if c.want == 0 && p == profilingPath {
 							want = []int{http.StatusNotFound} // profiling is off
 						}
-						if !slices.Contains(want, codes[p]) {
-							t.Errorf("GET %s: %d, want one of %v", p, codes[p], want)
-						}
+						getExpecting(ctx, t, client, cfg.Host+p, want)
 					}
 				})
 			}
@@ -138,31 +148,6 @@ func asAdmin(cfg *rest.Config) {
 	cfg.CertData, cfg.KeyData, cfg.CertFile, cfg.KeyFile = admin.CertData, admin.KeyData, admin.CertFile, admin.KeyFile
 }
 
-// statusCodes GETs every path once and returns the status of each. A
-// transport error fails the test; so does a body that carries a credential
-// the suite gave the server.
-func statusCodes(ctx context.Context, t *testing.T, cfg *rest.Config, paths []string) map[string]int {
-	t.Helper()
-	client, err := rest.HTTPClientFor(cfg)
-	must(t, err)
-	defer client.CloseIdleConnections()
-	codes := map[string]int{}
-	for _, p := range paths {
-		code, body, err := env.Get(ctx, client, cfg.Host+p)
-		if err != nil {
-			t.Fatalf("GET %s: %v", p, err)
-		}
-		if code >= http.StatusInternalServerError {
-			t.Errorf("GET %s: %d: %.300s", p, code, body)
-		}
-		if hit, at := suiteSecrets.find([]byte(body)); at >= 0 {
-			t.Errorf("GET %s: the answer holds %s", p, hit)
-		}
-		codes[p] = code
-	}
-	return codes
-}
-
 // hostileCase is one request that must be refused as the client's fault.
 type hostileCase struct {
 	name  string
@@ -219,13 +204,7 @@ func TestHostileRequests(t *testing.T) {
 						if len(tc.query) > 0 {
 							u += "?" + tc.query.Encode()
 						}
-						code, body, err := env.Get(ctx, client, u)
-						if err != nil {
-							t.Fatalf("GET %.150s: %.300s", u, err)
-						}
-						if !slices.Contains(tc.want, code) {
-							t.Errorf("GET %.150s: %d, want one of %v: %.300s", u, code, tc.want, body)
-						}
+						code := getExpecting(ctx, t, client, u, tc.want)
 						if seen[tc.name] == nil {
 							seen[tc.name] = map[int]int{}
 						}
@@ -254,11 +233,79 @@ func assertServerUp(ctx context.Context, t *testing.T) {
 	client, err := suite.server.HTTPClient()
 	must(t, err)
 	defer client.CloseIdleConnections()
-	base := suite.server.RESTConfig().Host
 	for _, p := range []string{"/readyz", "/apis/metrics.k8s.io/v1beta1/nodes"} {
-		code, body, err := env.Get(ctx, client, base+p)
-		if err != nil || code != http.StatusOK {
-			t.Errorf("after the requests, GET %s: %d, %v: %.300s", p, code, err, body)
-		}
+		getExpecting(ctx, t, client, suite.server.RESTConfig().Host+p, []int{http.StatusOK})
 	}
+}
+
+// getExpecting GETs u and returns the status, which must be one of want.
+// A transport error fails the test; so does an answer that carries a
+// credential the suite gave a server.
+func getExpecting(ctx context.Context, t *testing.T, client *http.Client, u string, want []int) int {
+	t.Helper()
+	code, body, err := env.Get(ctx, client, u)
+	if err != nil {
+		t.Fatalf("GET %.150s: %.300s", u, err)
+	}
+	if hit, at := suiteSecrets.find([]byte(body)); at >= 0 {
+		t.Errorf("GET %.150s: the answer holds %s", u, hit)
+	}
+	if !slices.Contains(want, code) {
+		t.Errorf("GET %.150s: %d, want one of %v: %.300s", u, code, want, body)
+	}
+	return code
+}
+
+// refusedCredentials are the identities TestRequestsRefused sends.
+func refusedCredentials(ctx context.Context, t *testing.T) []credentials {
+	t.Helper()
+	_, saToken := newServiceAccount(ctx, t, securityNamespace, "no-rbac")
+	// A client certificate for the cluster admin's name and group, signed
+	// by a CA the cluster has never seen.
+	now := time.Now()
+	ca, err := pki.NewCA("e2e-foreign-ca", now, time.Hour)
+	must(t, err)
+	certPEM, keyPEM, err := ca.Issue(now, pki.Leaf{CommonName: "kubernetes-admin", Organizations: []string{"system:masters"}, Client: true})
+	must(t, err)
+	return []credentials{
+		{name: "anonymous", set: func(*rest.Config) {}, want: http.StatusForbidden},
+		{name: "unknown-token", set: func(c *rest.Config) { c.BearerToken = "e2e-not-a-token-" + rand.Text() }, want: http.StatusUnauthorized},
+		{name: "forged-token", set: func(c *rest.Config) { c.BearerToken = forgedToken(t) }, want: http.StatusUnauthorized},
+		{name: "no-rbac-serviceaccount", set: func(c *rest.Config) { c.BearerToken = saToken }, want: http.StatusForbidden},
+		{name: "foreign-client-cert", set: func(c *rest.Config) { c.CertData, c.KeyData = certPEM, keyPEM }, want: http.StatusUnauthorized},
+	}
+}
+
+// newServiceAccount creates a ServiceAccount, bound to no role, and returns
+// its kubeconfig and token.
+func newServiceAccount(ctx context.Context, t *testing.T, ns, name string) (kubeconfig, token string) {
+	t.Helper()
+	_, err := suite.cluster.Client().CoreV1().ServiceAccounts(ns).Create(ctx,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	must(t, err)
+	kubeconfig, err = suite.cluster.ServiceAccountKubeconfig(ctx, ns, name)
+	must(t, err)
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	must(t, err)
+	return kubeconfig, cfg.BearerToken
+}
+
+// forgedToken is a well-formed ES256 JWT claiming to be the server's
+// ServiceAccount, signed with a key nobody trusts.
+func forgedToken(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	must(t, err)
+	enc := base64.RawURLEncoding
+	now := time.Now().Unix()
+	claims := fmt.Sprintf(`{"iss":%q,"sub":"system:serviceaccount:%s:%s","aud":[%q],"iat":%d,"nbf":%d,"exp":%d}`,
+		suite.cluster.APIServerURL(), suite.server.Namespace, suite.server.ServiceAccount, suite.cluster.APIServerURL(), now, now, now+3600)
+	signed := enc.EncodeToString([]byte(`{"alg":"ES256","typ":"JWT","kid":"e2e-forged"}`)) + "." + enc.EncodeToString([]byte(claims))
+	digest := sha256.Sum256([]byte(signed))
+	r, s, err := ecdsa.Sign(rand.Reader, key, digest[:])
+	must(t, err)
+	sig := make([]byte, 64)
+	r.FillBytes(sig[:32])
+	s.FillBytes(sig[32:])
+	return signed + "." + enc.EncodeToString(sig)
 }
