@@ -233,7 +233,8 @@ func labelled(ctx context.Context, dyn dynamic.Interface, selector string, more 
 	return out, nil
 }
 
-var klogHeader = regexp.MustCompile(`^[EW]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ `)
+// klogError matches the header of a klog error line.
+var klogError = regexp.MustCompile(`^E\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ `)
 
 // repeatedErrors returns the error lines of a klog file whose text (past
 // the header) occurs at least n times.
@@ -243,10 +244,9 @@ func repeatedErrors(t *testing.T, path string, n int) []string {
 	must(t, err)
 	count := map[string]int{}
 	for _, l := range lines {
-		if !strings.HasPrefix(l, "E") || !klogHeader.MatchString(l) {
-			continue
+		if klogError.MatchString(l) {
+			count[klogError.ReplaceAllString(l, "")]++
 		}
-		count[klogHeader.ReplaceAllString(l, "")]++
 	}
 	var out []string
 	for text, k := range count {
