@@ -72,8 +72,9 @@ func TestCertificateRotation(t *testing.T) {
 		rotationAt  time.Duration
 		bothNewAt   time.Duration
 	)
-	deadline := time.Now().Add(rotationBound)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+	sampleCtx, stopSampling := context.WithTimeout(ctx, rotationBound)
+	defer stopSampling()
+	every(sampleCtx, 500*time.Millisecond, func() {
 		bundle, err := env.CABundle(ctx, c, env.MetricsAPIServices[0])
 		must(t, err)
 		if n := len(certs.ParseCerts(bundle)); n > 1 && rotationAt == 0 {
@@ -100,13 +101,9 @@ func TestCertificateRotation(t *testing.T) {
 		}
 		// Past the old CA's retirement, with a margin.
 		if bothNewAt > 0 && time.Since(began) > bothNewAt+10*time.Second {
-			break
+			stopSampling()
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
+	})
 	stopLoad()
 	wg.Wait()
 

@@ -210,9 +210,7 @@ func checkUninstalled(ctx context.Context, t *testing.T, c *cluster.Cluster, obj
 	dyn, err := dynamic.NewForConfig(c.RESTConfig())
 	must(t, err)
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kubernetes.NewForConfigOrDie(c.RESTConfig()).Discovery()))
-	waitCtx, cancel := context.WithTimeout(ctx, uninstallBound)
-	defer cancel()
-	err = cluster.Poll(waitCtx, "no object of the release left", nil, func(ctx context.Context) error {
+	err = boundedPoll(ctx, uninstallBound, "no object of the release left", nil, func(ctx context.Context) error {
 		var left []string
 		for _, o := range objs {
 			gvk := o.GroupVersionKind()
@@ -252,11 +250,9 @@ type topWant map[string]topRow
 // shows exactly the pods of want with their rows.
 func waitTopOn(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string, want topWant) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, topBound)
-	defer cancel()
 	var out string
 	var last error
-	err := cluster.Poll(ctx, "kubectl top pod -n "+ns, nil, func(ctx context.Context) error {
+	err := boundedPoll(ctx, topBound, "kubectl top pod -n "+ns, nil, func(ctx context.Context) error {
 		attempt, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
 		stdout, stderr, err := c.Kubectl(attempt, "top", "pod", "-n", ns)
