@@ -83,8 +83,8 @@ func (b *bench) listLoad(ctx context.Context, s *runningServer, res *roundResult
 		}
 		for j, shape := range shapes {
 			st := stats[j]
-			res.set(shape.p50, st.p50)
-			res.set(shape.p99, st.p99)
+			res.values[shape.p50] = st.p50
+			res.values[shape.p99] = st.p99
 			res.notef("list %s: %d requests (%d failed) in %v, %.1f/s, p50 %.1f ms, p99 %.1f ms, max %.1f ms, %.0f KiB per answer",
 				shape.name, st.ok, st.failed, st.took.Round(time.Millisecond), float64(st.ok)/st.took.Seconds(),
 				st.p50, st.p99, st.max, st.meanBytes/1024)
@@ -108,7 +108,7 @@ func (b *bench) checkLists(ctx context.Context, s *runningServer, res *roundResu
 	if err != nil {
 		return err
 	}
-	res.set(figListed, float64(all))
+	res.values[figListed] = float64(all)
 	if all < b.opts.totalPods() {
 		res.notef("MISSING: the list of all pods has %d items of %d", all, b.opts.totalPods())
 	}

@@ -82,22 +82,18 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate returns every problem with the options.
 func (o *Options) Validate() []error {
 	var errs []error
-	positive := []struct {
-		flag  string
-		value int
+	for _, p := range []struct {
+		flag       string
+		value, min int
 	}{
-		{"nodes", o.Nodes}, {"pods", o.PodsPerNode}, {"namespaces", o.Namespaces},
-		{"pods-per-app", o.PodsPerApp}, {"containers", o.Containers}, {"rounds", o.Rounds},
-		{"window-cycles", o.WindowCycles}, {"probes", o.Probes}, {"clients", o.Clients},
-		{"load-max-requests", o.LoadMaxRequests},
-	}
-	for _, p := range positive {
-		if p.value <= 0 {
-			errs = append(errs, fmt.Errorf("--%s must be positive, got %d", p.flag, p.value))
+		{"nodes", o.Nodes, 1}, {"pods", o.PodsPerNode, 1}, {"namespaces", o.Namespaces, 1},
+		{"pods-per-app", o.PodsPerApp, 1}, {"containers", o.Containers, 1}, {"rounds", o.Rounds, 1},
+		{"window-cycles", o.WindowCycles, 1}, {"probes", o.Probes, 1}, {"clients", o.Clients, 1},
+		{"load-max-requests", o.LoadMaxRequests, 1}, {"warmup-cycles", o.WarmupCycles, 0},
+	} {
+		if p.value < p.min {
+			errs = append(errs, fmt.Errorf("--%s must be at least %d, got %d", p.flag, p.min, p.value))
 		}
-	}
-	if o.WarmupCycles < 0 {
-		errs = append(errs, fmt.Errorf("--warmup-cycles must not be negative, got %d", o.WarmupCycles))
 	}
 	if o.Nodes > 5000 {
 		errs = append(errs, fmt.Errorf("--nodes %d: at most 5000 (one listener each on this machine)", o.Nodes))

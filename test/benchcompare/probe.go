@@ -62,7 +62,7 @@ func (b *bench) probeNewPods(ctx context.Context, s *runningServer, res *roundRe
 		times[i] = math.Inf(1)
 		missed = append(missed, err.Error())
 	}
-	res.set(figNewPod, median(times))
+	res.values[figNewPod] = median(times)
 	res.notef("new pods, seconds from Running to first metrics: %s", formatList(times, "%.1f"))
 	for _, m := range missed {
 		res.notef("MISSED: %s", m)

@@ -24,8 +24,6 @@ type roundResult struct {
 	notes  []string
 }
 
-func (r *roundResult) set(key string, v float64) { r.values[key] = v }
-
 func (r *roundResult) notef(format string, args ...any) {
 	r.notes = append(r.notes, fmt.Sprintf(format, args...))
 }
@@ -47,7 +45,7 @@ func (b *bench) runRound(ctx context.Context, kind serverKind, round int) (res *
 	if err != nil {
 		return nil, err
 	}
-	res.set(figReady, readyAfter.Seconds())
+	res.values[figReady] = readyAfter.Seconds()
 	b.logf("round %d: %s: ready after %v (pid %d); warm-up %d cycles", round, kind.name,
 		readyAfter.Round(100*time.Millisecond), s.proc.Pid(), b.opts.WarmupCycles)
 	if err := b.sleep(ctx, time.Duration(b.opts.WarmupCycles)*b.opts.Resolution, s); err != nil {
@@ -67,7 +65,7 @@ func (b *bench) runRound(ctx context.Context, kind serverKind, round int) (res *
 	if err != nil {
 		return nil, err
 	}
-	res.set(figPeakRSSAll, mib(mem.VmHWM))
+	res.values[figPeakRSSAll] = mib(mem.VmHWM)
 	res.notef("load average at the end of the round: %s", loadAverage())
 	b.logf("round %d: %s: done, peak RSS %.0f MiB including the list load", round, kind.name, mib(mem.VmHWM))
 	return res, nil
@@ -177,11 +175,11 @@ func (b *bench) steadyWindow(ctx context.Context, s *runningServer, res *roundRe
 	}
 	// The window is length to within a few milliseconds of scheduling; the
 	// CPU is scaled to exactly k periods.
-	res.set(figCPU, (end.cpu-start.cpu)/float64(k)*float64(length)/float64(end.at.Sub(start.at)))
-	res.set(figPeakRSS, mib(mem.VmHWM))
-	res.set(figSteadyRSS, median(rss))
-	res.set(figCycle, (end.cycleSum-start.cycleSum)/cycles)
-	res.set(figFailures, end.failures-start.failures)
+	res.values[figCPU] = (end.cpu - start.cpu) / float64(k) * float64(length) / float64(end.at.Sub(start.at))
+	res.values[figPeakRSS] = mib(mem.VmHWM)
+	res.values[figSteadyRSS] = median(rss)
+	res.values[figCycle] = (end.cycleSum - start.cycleSum) / cycles
+	res.values[figFailures] = end.failures - start.failures
 	res.notef("at the end of the steady window: RSS %.0f MiB, of it %.0f MiB anonymous (heap, stacks, runtime) and %.0f MiB of mapped files (the binary)",
 		mib(mem.VmRSS), mib(mem.RssAnon), mib(mem.RssFile))
 	if note, err := b.goMemory(ctx, s); err != nil {
