@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/util/wait"
 	certutil "k8s.io/client-go/util/cert"
 	"sigs.k8s.io/yaml"
 
@@ -183,14 +184,12 @@ func TestProcessStopKillsGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	var childPid int
-	deadline := time.Now().Add(10 * time.Second)
-	for childPid == 0 && time.Now().Before(deadline) {
+	if err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		if data, err := os.ReadFile(pidFile); err == nil && bytes.HasSuffix(data, []byte("\n")) {
 			childPid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if childPid == 0 {
+		return childPid != 0, nil
+	}); err != nil {
 		t.Fatal("child did not start")
 	}
 	if err := p.Stop(); err != nil {
@@ -202,10 +201,10 @@ func TestProcessStopKillsGroup(t *testing.T) {
 		t.Fatal("Stop returned before the process exited")
 	}
 	// SIGKILL is delivered asynchronously; give the child a moment to go.
-	for deadline := time.Now().Add(5 * time.Second); alive(childPid); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("child %d is still alive after Stop", childPid)
-		}
+	if err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return !alive(childPid), nil
+	}); err != nil {
+		t.Fatalf("child %d is still alive after Stop", childPid)
 	}
 	if err := p.Stop(); err != nil {
 		t.Errorf("second Stop: %v", err)
