@@ -140,14 +140,11 @@ func byKey(t *testing.T, what string, objs []*unstructured.Unstructured) map[str
 	t.Helper()
 	out := make(map[string]map[string]any, len(objs))
 	for _, o := range objs {
-		labels := o.GetLabels()
 		for _, l := range chartOnlyLabels {
-			delete(labels, l)
+			unstructured.RemoveNestedField(o.Object, "metadata", "labels", l)
 		}
-		if len(labels) == 0 {
+		if len(o.GetLabels()) == 0 {
 			unstructured.RemoveNestedField(o.Object, "metadata", "labels")
-		} else {
-			o.SetLabels(labels)
 		}
 		k := chart.Key(o)
 		if _, dup := out[k]; dup {
