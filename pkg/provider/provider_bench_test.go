@@ -26,14 +26,9 @@ import (
 // benchProvider builds a provider over nodes × 30 pods × 2 containers, every
 // pod with fresh usage. Pods of node i carry app=deploy-<i%1000>, so a
 // namespaced selector list as the HPA sends matches 3 pods per 1,000 nodes.
-func benchProvider(b *testing.B, nodes int) *Provider {
-	p, _ := benchProviderScrape(b, nodes)
-	return p
-}
-
-// benchProviderScrape is benchProvider, and a function that stores the last
-// cycle's batches again, as a new scrape does: every pod is replaced.
-func benchProviderScrape(b *testing.B, nodes int) (*Provider, func()) {
+// rescrape stores the last cycle's batches again, as a new scrape does:
+// every pod is replaced.
+func benchProvider(b *testing.B, nodes int) (p *Provider, rescrape func()) {
 	b.Helper()
 	var (
 		names   []string
@@ -67,7 +62,7 @@ func benchProviderScrape(b *testing.B, nodes int) (*Provider, func()) {
 			}
 		}
 	}
-	rescrape := func() {
+	rescrape = func() {
 		for i := range names {
 			st.Store("kubelet", names[i:i+1], batches[i], t0)
 		}
@@ -97,7 +92,7 @@ func growCounters(b *sources.Batch, round int) {
 // holding only the pod's name, namespace and labels.
 func BenchmarkListAllPods(b *testing.B) {
 	for _, n := range []int{1000, 5000} {
-		p := benchProvider(b, n)
+		p, _ := benchProvider(b, n)
 		list := func(b *testing.B) {
 			items, err := p.ListPodMetrics(context.Background(), "", labels.Everything(), fields.Everything())
 			if err != nil || len(items) != n*30 {
@@ -121,7 +116,7 @@ func BenchmarkListAllPods(b *testing.B) {
 func BenchmarkListAllPodsAfterScrape(b *testing.B) {
 	for _, n := range []int{1000, 5000} {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
-			p, rescrape := benchProviderScrape(b, n)
+			p, rescrape := benchProvider(b, n)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
@@ -137,7 +132,10 @@ func BenchmarkListAllPodsAfterScrape(b *testing.B) {
 		// What a list after a scrape costs whatever the provider does:
 		// the items, and per container the ResourceList map of the API
 		// type with its two quantities.
-		b.Run(fmt.Sprintf("nodes=%d/floor", n), func(b *testing.B) { benchFloor(b, benchProvider(b, n), n, 2) })
+		b.Run(fmt.Sprintf("nodes=%d/floor", n), func(b *testing.B) {
+			p, _ := benchProvider(b, n)
+			benchFloor(b, p, n, 2)
+		})
 	}
 }
 
@@ -169,7 +167,7 @@ func benchFloor(b *testing.B, p *Provider, n, containers int) {
 func BenchmarkListNamespaceSelector(b *testing.B) {
 	for _, n := range []int{1000, 5000} {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
-			p := benchProvider(b, n)
+			p, _ := benchProvider(b, n)
 			sel := labels.SelectorFromSet(labels.Set{"app": "deploy-3"})
 			b.ReportAllocs()
 			for b.Loop() {

@@ -17,6 +17,7 @@ import (
 	metricsapi "k8s.io/metrics/pkg/apis/metrics"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 	"github.com/group-metrics-server/group-metrics-server/pkg/store"
@@ -238,6 +239,25 @@ func TestShapedOncePerSample(t *testing.T) {
 	pods.Set(podcache.NewPod(testPod("a", "web-1", "n1", corev1.PodRunning, map[string]string{"v": "2"})))
 	if replaced := get(); &replaced.Containers[0] == &next.Containers[0] {
 		t.Error("a replaced pod was served with its predecessor's shape")
+	}
+}
+
+// TestPartialPodNotServed: a pod is served only when every container its
+// spec runs has usage (finding 4 on the read side; any source).
+func TestPartialPodNotServed(t *testing.T) {
+	pod := testPod("a", "two", "n1", corev1.PodRunning, nil)
+	pod.Spec.Containers = []corev1.Container{{Name: "app"}, {Name: "log"}}
+	u := usage(1, 1)
+	u.Containers[0].Name = "app"
+	p := newGroupProvider([]*corev1.Pod{pod}, map[string]store.PodUsage{"a/two": u}, group.PolicyPod)
+	_, err := p.GetPodMetrics(context.Background(), "a", "two")
+	if !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), `container "log"`) {
+		t.Errorf("get: %v, want NotFound naming container log", err)
+	}
+	list, err := p.ListPodMetrics(context.Background(), "a", labels.Everything(), fields.Everything())
+	must(t, err)
+	if len(list) != 0 {
+		t.Errorf("list = %v, want none", list)
 	}
 }
 

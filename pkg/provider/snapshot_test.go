@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	metricsapi "k8s.io/metrics/pkg/apis/metrics"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -187,26 +188,15 @@ func TestListSnapshot(t *testing.T) {
 	if s := w.p.snaps.get("a"); s != nil {
 		t.Errorf("after a collection, a's snapshot is still kept: %+v", s)
 	}
-	if n := w.p.snaps.awaitEntries(t); n != 0 {
-		t.Errorf("after a collection, %d snapshot entries are left, want none", n)
-	}
-}
-
-// awaitEntries returns how many entries are left once the cleanups of
-// collected snapshots have run, or after a bounded wait for them: they
-// run on a goroutine of their own after a collection.
-func (s *snapshots) awaitEntries(t *testing.T) int {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	n := -1
-	for i := 0; i < 10_000 && n != 0 && time.Now().Before(deadline); i++ {
+	// The cleanups run on a goroutine of their own after a collection.
+	if err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		runtime.GC()
-		runtime.Gosched()
-		s.mu.Lock()
-		n = len(s.byNamespace)
-		s.mu.Unlock()
+		w.p.snaps.mu.Lock()
+		defer w.p.snaps.mu.Unlock()
+		return len(w.p.snaps.byNamespace) == 0, nil
+	}); err != nil {
+		t.Errorf("after a collection, snapshot entries are left: %v", err)
 	}
-	return n
 }
 
 // TestListSnapshotConcurrent lists while pods and scrapes change, for the
