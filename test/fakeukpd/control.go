@@ -38,12 +38,12 @@ func NewControlHandler(s *Server, caPEM []byte) http.Handler {
 	mux.HandleFunc("POST /v1/instances", fakecore.Route(http.StatusCreated, c.addInstance))
 	mux.HandleFunc("GET /v1/instances/{id}", fakecore.Route(ok, c.byID(nil)))
 	mux.HandleFunc("DELETE /v1/instances/{id}", fakecore.Route(ok, c.byID(s.Remove)))
-	mux.HandleFunc("PUT /v1/instances/{id}/usage", fakecore.Route(ok, c.instanceUsage))
+	mux.HandleFunc("PUT /v1/instances/{id}/usage", fakecore.Route(ok, c.usage))
 	for op, do := range map[string]func(id string) error{"restart": s.Restart, "standby": s.Standby, "stop": s.Stop, "drain": s.Drain} {
 		mux.HandleFunc("POST /v1/instances/{id}/"+op, fakecore.Route(ok, c.byID(do)))
 		mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/"+op, fakecore.Route(ok, c.byPod(do)))
 	}
-	mux.HandleFunc("PUT /v1/namespaces/{namespace}/pods/{pod}/usage", fakecore.Route(ok, c.podUsage))
+	mux.HandleFunc("PUT /v1/namespaces/{namespace}/pods/{pod}/usage", fakecore.Route(ok, c.usage))
 	mux.HandleFunc("DELETE /v1/namespaces/{namespace}/pods/{pod}", fakecore.Route(ok, c.byPod(s.Remove)))
 	mux.HandleFunc("GET /v1/fault", fakecore.Route(ok, func(*http.Request, fakecore.None) (any, error) { return s.Faults(), nil }))
 	mux.HandleFunc("PUT /v1/fault", fakecore.Route(ok, func(_ *http.Request, f Fault) (any, error) { err := s.SetFault(f); return s.Faults(), err }))
@@ -109,16 +109,14 @@ func (c *control) forPod(r *http.Request, container string, op func(string) erro
 	return fakecore.Matched(len(ids)), nil
 }
 
-func (c *control) instanceUsage(r *http.Request, req UsageRequest) (any, error) {
-	id := r.PathValue("id")
-	if err := c.setUsage(id, req); err != nil {
-		return nil, err
+// usage sets what req gives on the instance in the path, or on the pod's
+// instances (of req.Container, if not empty).
+func (c *control) usage(r *http.Request, req UsageRequest) (any, error) {
+	set := func(id string) error { return c.setUsage(id, req) }
+	if r.PathValue("id") != "" {
+		return c.byID(set)(r, fakecore.None{})
 	}
-	return c.s.Instance(id)
-}
-
-func (c *control) podUsage(r *http.Request, req UsageRequest) (any, error) {
-	return c.forPod(r, req.Container, func(id string) error { return c.setUsage(id, req) })
+	return c.forPod(r, req.Container, set)
 }
 
 func (c *control) setUsage(id string, req UsageRequest) error {
