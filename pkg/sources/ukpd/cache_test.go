@@ -91,14 +91,7 @@ func TestScrapeCachesTheList(t *testing.T) {
 	s := &scripted{}
 	s.set(listJSON("u1"), metricsJSON(entry("u1", 1, 10)))
 	tg, clk := newScriptedTarget(t, s, time.Minute)
-	fetches := func() map[string]float64 {
-		out := map[string]float64{}
-		for _, trigger := range []string{triggerInitial, triggerRefresh, triggerUnknownInstance} {
-			out[trigger] = counterValue(t, listFetches, trigger)
-		}
-		return out
-	}
-	before := fetches()
+	before := counts(t, listFetches, triggerInitial, triggerRefresh, triggerUnknownInstance)
 	steps := []struct {
 		name, list, metrics string
 		step                time.Duration
@@ -125,10 +118,7 @@ func TestScrapeCachesTheList(t *testing.T) {
 			t.Errorf("%s: %d list fetches and %d pods, want %d and %d", st.name, calls, len(b.Pods), st.wantCalls, st.wantPods)
 		}
 	}
-	got := fetches()
-	for k := range got {
-		got[k] -= before[k]
-	}
+	got := growth(t, listFetches, before)
 	if want := map[string]float64{triggerInitial: 1, triggerRefresh: 1, triggerUnknownInstance: 2}; !maps.Equal(got, want) {
 		t.Errorf("list fetches by trigger: +%v, want +%v", got, want)
 	}

@@ -58,12 +58,12 @@ func TestScrapeDataFaults(t *testing.T) {
 			before := counter
 			must(t, e.fake.SetFault(tc.fault))
 			for i := range 4 {
-				ignoredBefore := ignoredCounts(t)
+				ignoredBefore := counts(t, ignoredInstances, allReasons...)
 				scrape()
 				if i == 0 && (counter < before) != tc.reset {
 					t.Errorf("CPU counter went from %d to %d over the fault", before, counter)
 				}
-				if got := ignoredSince(t, ignoredBefore); !maps.Equal(got, tc.ignored) {
+				if got := growth(t, ignoredInstances, ignoredBefore); !maps.Equal(got, tc.ignored) {
 					t.Errorf("scrape %d: ignored %v, want %v", i, got, tc.ignored)
 				}
 				for _, c := range webUsage(t, st, fmt.Sprintf("scrape %d", i)).Containers {

@@ -102,23 +102,24 @@ var allReasons = []string{
 	ignoredAmbiguousPod, ignoredContainerNotFound, ignoredNodeNotOwned, ignoredDuplicate, ignoredMissingRequired, ignoredImplausible,
 }
 
-func ignoredCounts(t *testing.T) map[string]float64 {
+// counts reads c's counter of each label.
+func counts(t *testing.T, c *metrics.CounterVec, labels ...string) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
-	for _, r := range allReasons {
-		out[r] = counterValue(t, ignoredInstances, r)
+	for _, l := range labels {
+		out[l] = counterValue(t, c, l)
 	}
 	return out
 }
 
-// ignoredSince is how many instances were left out since before, by
-// reason, leaving out the reasons that did not grow.
-func ignoredSince(t *testing.T, before map[string]float64) map[string]float64 {
+// growth is how much c's counter of each label of before grew since,
+// leaving out those that did not.
+func growth(t *testing.T, c *metrics.CounterVec, before map[string]float64) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
-	for r, v := range ignoredCounts(t) {
-		if d := v - before[r]; d != 0 {
-			out[r] = d
+	for l, v := range before {
+		if d := counterValue(t, c, l) - v; d != 0 {
+			out[l] = d
 		}
 	}
 	return out

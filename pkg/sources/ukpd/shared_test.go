@@ -68,12 +68,12 @@ func TestScrapeSharedAccount(t *testing.T) {
 			e.clk.Step(time.Second) // the other cluster's pod started later
 			e.add(t, fakeukpd.InstanceSpec{Tags: kraftletTags("default", "web-0", "app", "kraftlet", "cluster=b"), CPUCores: 2})
 			e.clk.Step(10 * time.Second)
-			before := ignoredCounts(t)
+			before := counts(t, ignoredInstances, allReasons...)
 			b := scrapeOK(t, tg)
 			if len(b.Pods) != 1 || b.Pods[0].Containers[0].CPUCoreNanos != tc.wantCPU {
 				t.Errorf("batch = %+v, want web-0 with %d core-ns", b.Pods, tc.wantCPU)
 			}
-			if got := ignoredSince(t, before); !maps.Equal(got, tc.ignored) {
+			if got := growth(t, ignoredInstances, before); !maps.Equal(got, tc.ignored) {
 				t.Errorf("ignored = %v, want %v", got, tc.ignored)
 			}
 		})

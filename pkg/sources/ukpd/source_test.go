@@ -148,7 +148,7 @@ func testScrapeAttributes(t *testing.T, format Format) {
 	add(fakeukpd.InstanceSpec{Namespace: "default", Pod: "api-0", Container: "app", Node: "kraftlet-b", CPUCores: 1, RSSBytes: 512 << 20})
 	e.clk.Step(5 * time.Second)
 
-	before := ignoredCounts(t)
+	before := counts(t, ignoredInstances, allReasons...)
 	got := e.scrape(t)
 	now := t0.Add(10 * time.Second)
 	pt := func(started time.Time, cpu, mem uint64) sources.Point {
@@ -177,7 +177,7 @@ func testScrapeAttributes(t *testing.T, format Format) {
 
 	// stopped gone-0 is not in the metrics
 	wantIgnored := map[string]float64{ignoredMissingTags: 1, ignoredPodNotFound: 1, ignoredContainerNotFound: 1, ignoredNodeNotOwned: 1, ignoredDuplicate: 1}
-	if got := ignoredSince(t, before); !maps.Equal(got, wantIgnored) {
+	if got := growth(t, ignoredInstances, before); !maps.Equal(got, wantIgnored) {
 		t.Errorf("ignored = %v, want %v", got, wantIgnored)
 	}
 }
