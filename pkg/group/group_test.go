@@ -44,40 +44,30 @@ func TestAggregate(t *testing.T) {
 		members []Member // members[0] is the leader
 		want    Result
 	}{
-		{name: "group: load on the workers only", policy: PolicyGroup,
+		{name: "group: load on the workers only", policy: PolicyGroup, want: Result{Total: total(0.7, 1*gi), Covered: 4},
 			// Leader idle at 0.1 of 1 core, three workers at 0.9 of 1 core:
 			// U = 2.8 / 4 = 0.7, reported on the leader's 1 core.
-			members: []Member{m(0.1, 1*gi, 1, 2*gi), m(0.9, 1*gi, 1, 2*gi), m(0.9, 1*gi, 1, 2*gi), m(0.9, 1*gi, 1, 2*gi)},
-			want:    Result{Total: total(0.7, 1*gi), Covered: 4}},
-		{name: "group-max: the bottleneck", policy: PolicyGroupMax,
-			members: []Member{m(0.1, 0.5*gi, 1, 2*gi), m(0.9, 1*gi, 1, 2*gi), m(0.3, 1.5*gi, 1, 2*gi)},
-			want:    Result{Total: total(0.9, 1.5*gi), Covered: 3}},
-		{name: "unequal requests weigh by request", policy: PolicyGroup,
+			members: []Member{m(0.1, 1*gi, 1, 2*gi), m(0.9, 1*gi, 1, 2*gi), m(0.9, 1*gi, 1, 2*gi), m(0.9, 1*gi, 1, 2*gi)}},
+		{name: "group-max: the bottleneck", policy: PolicyGroupMax, want: Result{Total: total(0.9, 1.5*gi), Covered: 3},
+			members: []Member{m(0.1, 0.5*gi, 1, 2*gi), m(0.9, 1*gi, 1, 2*gi), m(0.3, 1.5*gi, 1, 2*gi)}},
+		{name: "unequal requests weigh by request", policy: PolicyGroup, want: Result{Total: total(4.0/3, 1), Covered: 2},
 			// Leader 0.5 of 2 cores, worker 1.5 of 1 core: U = 2 / 3, on 2 cores = 4/3.
-			members: []Member{m(0.5, 1, 2, 1), m(1.5, 1, 1, 1)},
-			want:    Result{Total: total(4.0/3, 1), Covered: 2}},
-		{name: "members without metrics are left out", policy: PolicyGroup,
-			members: []Member{m(0.2, 1, 1, 1), noMetrics(1, 1), m(0.6, 1, 1, 1), noMetrics(1, 1)},
-			want:    Result{Total: total(0.4, 1), Covered: 2}},
-		{name: "members without requests are left out of the ratio", policy: PolicyGroup,
+			members: []Member{m(0.5, 1, 2, 1), m(1.5, 1, 1, 1)}},
+		{name: "members without metrics are left out", policy: PolicyGroup, want: Result{Total: total(0.4, 1), Covered: 2},
+			members: []Member{m(0.2, 1, 1, 1), noMetrics(1, 1), m(0.6, 1, 1, 1), noMetrics(1, 1)}},
+		{name: "members without requests are left out of the ratio", policy: PolicyGroup, want: Result{Total: total(0.2, 2*gi), Covered: 2},
 			// The worker without a CPU request counts for memory only.
-			members: []Member{m(0.2, 1*gi, 1, 1*gi), m(5, 3*gi, -1, 1*gi)},
-			want:    Result{Total: total(0.2, 2*gi), Covered: 2}},
-		{name: "leader without a request reports the group's sum", policy: PolicyGroup,
-			members: []Member{m(0.2, 1*gi, -1, -1), m(0.3, 2*gi, 1, 1*gi), noMetrics(1, 1)},
-			want:    Result{Total: total(0.5, 3*gi), Covered: 2}},
+			members: []Member{m(0.2, 1*gi, 1, 1*gi), m(5, 3*gi, -1, 1*gi)}},
+		{name: "leader without a request reports the group's sum", policy: PolicyGroup, want: Result{Total: total(0.5, 3*gi), Covered: 2},
+			members: []Member{m(0.2, 1*gi, -1, -1), m(0.3, 2*gi, 1, 1*gi), noMetrics(1, 1)}},
 		// Finding 3: a zero request adds usage and no request, as in the
 		// HPA's sums; it was left out as if missing.
-		{name: "a member with a zero request adds its usage",
-			policy:  PolicyGroup,
-			members: []Member{m(0.5, 1, 1, 1), m(0.5, 1, 0, 1)},
-			want:    Result{Total: total(1, 1), Covered: 2}},
-		{name: "leader with a zero request reports the group's sum", policy: PolicyGroup,
-			members: []Member{m(0.5, 1, 0, 1), m(0.25, 1, 1, 1)},
-			want:    Result{Total: total(0.75, 1), Covered: 2}},
-		{name: "leader alone (group being created)", policy: PolicyGroup,
-			members: []Member{m(0.25, 1*gi, 0.5, 2*gi), noMetrics(0.5, 2*gi), noMetrics(0.5, 2*gi)},
-			want:    Result{Total: total(0.25, 1*gi), Covered: 1}},
+		{name: "a member with a zero request adds its usage", policy: PolicyGroup, want: Result{Total: total(1, 1), Covered: 2},
+			members: []Member{m(0.5, 1, 1, 1), m(0.5, 1, 0, 1)}},
+		{name: "leader with a zero request reports the group's sum", policy: PolicyGroup, want: Result{Total: total(0.75, 1), Covered: 2},
+			members: []Member{m(0.5, 1, 0, 1), m(0.25, 1, 1, 1)}},
+		{name: "leader alone (group being created)", policy: PolicyGroup, want: Result{Total: total(0.25, 1*gi), Covered: 1},
+			members: []Member{m(0.25, 1*gi, 0.5, 2*gi), noMetrics(0.5, 2*gi), noMetrics(0.5, 2*gi)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
