@@ -126,18 +126,15 @@ func TestNodeIndex(t *testing.T) {
 		x.Set(NewNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"zone": map[string]string{"n1": "x", "n2": "y", "n3": "x"}[n]}}}))
 	}
 	x.Delete("n2")
-	names := func(ns []*Node) []string {
-		out := []string{}
-		for _, n := range ns {
-			out = append(out, n.Name)
+	got := map[string][]string{}
+	for sel, nodes := range map[string][]*Node{"all": x.List(nil), "zone=x": x.List(labels.SelectorFromSet(labels.Set{"zone": "x"}))} {
+		got[sel] = []string{}
+		for _, n := range nodes {
+			got[sel] = append(got[sel], n.Name)
 		}
-		return out
 	}
-	if diff := cmp.Diff([]string{"n1", "n3"}, names(x.List(nil))); diff != "" {
+	if diff := cmp.Diff(map[string][]string{"all": {"n1", "n3"}, "zone=x": {"n1", "n3"}}, got); diff != "" {
 		t.Errorf("List (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff([]string{"n1", "n3"}, names(x.List(labels.SelectorFromSet(labels.Set{"zone": "x"})))); diff != "" {
-		t.Errorf("List zone=x (-want +got):\n%s", diff)
 	}
 	if _, ok := x.Node("n2"); ok {
 		t.Error("n2 found after Delete")
@@ -174,19 +171,15 @@ func TestPodIndexConcurrent(t *testing.T) {
 	<-done
 }
 
-func labelledPod(name string, labels map[string]string) *Pod {
-	return NewPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: labels}})
-}
-
 func sameMap(a, b map[string]string) bool {
 	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 func TestLabelsShared(t *testing.T) {
-	a := labelledPod("a", map[string]string{"app": "web", "pod-template-hash": "5d9c"})
-	b := labelledPod("b", map[string]string{"pod-template-hash": "5d9c", "app": "web"})
-	c := labelledPod("c", map[string]string{"app": "web"})
-	d := labelledPod("d", nil)
+	a := pod("ns", "a", map[string]string{"app": "web", "pod-template-hash": "5d9c"})
+	b := pod("ns", "b", map[string]string{"pod-template-hash": "5d9c", "app": "web"})
+	c := pod("ns", "c", map[string]string{"app": "web"})
+	d := pod("ns", "d", nil)
 
 	if !sameMap(a.Labels, b.Labels) {
 		t.Error("pods of equal labels hold two maps, want one")
