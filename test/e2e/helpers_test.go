@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,6 +60,13 @@ func watched() []*cluster.Process {
 // poll is env.Poll watching the control plane and the server.
 func poll(ctx context.Context, what string, check func(context.Context) error) error {
 	return cluster.Poll(ctx, what, watched(), check)
+}
+
+// pollBounded is poll bounded by d.
+func pollBounded(ctx context.Context, d time.Duration, what string, check func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return poll(ctx, what, check)
 }
 
 // table is the output of a kubectl command that prints columns.
@@ -134,4 +142,51 @@ func every(ctx context.Context, d time.Duration, step func()) {
 		case <-ticker.C:
 		}
 	}
+}
+
+// background calls step every d in a goroutine of its own until the
+// returned function is called, which returns once step has.
+func background(ctx context.Context, d time.Duration, step func(context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { every(ctx, d, func() { step(ctx) }) })
+	return func() {
+		cancel()
+		wg.Wait()
+	}
+}
+
+// deployOwnServer deploys a server of its own from manifests/base (or the
+// kustomization in manifestsDir), with extraArgs, registered in place of the suite's server until the test ends;
+// then the suite's server gets the registration back and every process of
+// the returned server is stopped.
+func deployOwnServer(ctx context.Context, t *testing.T, name string, extraArgs []string, manifestsDir ...string) *env.Server {
+	t.Helper()
+	cfg := env.ServerConfig{
+		BinDir:                suite.binDir,
+		KubeletCAFile:         suite.fleet.CAFile,
+		MetricResolution:      suite.resolution,
+		KubeletRequestTimeout: suite.timeout,
+		ExtraArgs:             append(hpaReadinessArgs(), extraArgs...),
+		ProcessName:           name,
+	}
+	if len(manifestsDir) > 0 {
+		cfg.ManifestsDir = manifestsDir[0]
+	}
+	began := time.Now()
+	s, err := env.DeployServer(ctx, suite.cluster, cfg)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(suite.ctx, time.Minute)
+		defer cancel()
+		restore := suite.server.Register
+		if s != nil {
+			restore = func(ctx context.Context) error { return s.Undeploy(ctx, suite.server) }
+		}
+		if err := restore(ctx); err != nil {
+			t.Errorf("hand the APIServices back to the suite's server: %v", err)
+		}
+	})
+	must(t, err)
+	t.Logf("%s Available in %v", name, since(began))
+	return s
 }

@@ -5,11 +5,14 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
@@ -22,70 +25,117 @@ func TestHPAScales(t *testing.T) {
 	ctx := begin(t, 4*time.Minute)
 	const ns = "e2e-hpa"
 	newNamespace(ctx, t, ns)
-	client := suite.cluster.Client()
 	spec := env.DeploymentSpec{Namespace: ns, Name: "load", Replicas: 1, CPURequest: "100m"}
 	target := fakekubelet.UsageTarget{Namespace: ns, Selector: spec.Selector()}
-	const (
-		minReplicas, maxReplicas = 1, 4
-		targetPercent            = 50
-	)
-	// 40% of the request: below the target, so the HPA keeps one replica.
-	suite.fleet.SetUsage(target, fakekubelet.Usage{CPUNanoCores: 40e6, MemoryBytes: 32 << 20})
-	must(t, env.CreateDeployment(ctx, client, spec))
-	_, err := env.WaitForRunningPods(ctx, client, ns, spec.Selector(), 1)
-	must(t, err)
+	const minReplicas, maxReplicas = 1, 4
+	// 40% of the request: below the target of 50%, so the HPA keeps one
+	// replica.
+	runDeployment(ctx, t, spec, fakekubelet.Usage{CPUNanoCores: 40e6, MemoryBytes: 32 << 20})
 	began := time.Now()
-	must(t, env.CreateCPUHPA(ctx, client, ns, spec.Name, minReplicas, maxReplicas, targetPercent))
+	must(t, env.CreateCPUHPA(ctx, suite.cluster.Client(), ns, spec.Name, minReplicas, maxReplicas, 50))
 	must(t, waitHPA(ctx, ns, spec.Name, "read 40% utilization", func(hpa *autoscalingv2.HorizontalPodAutoscaler) bool {
 		return utilization(hpa) == 40
 	}))
-	t.Logf("HPA read the utilization %v after it was created", time.Since(began).Round(time.Millisecond))
+	t.Logf("HPA read the utilization %v after it was created", since(began))
 
-	o := suite.opts
-	// The server's rate covers only the new load two scrapes after a change,
-	// each scrape taking up to the request timeout; the HPA acts on its next
-	// sync. The slack covers kube-controller-manager's own work, pod creation
-	// by the Deployment and ReplicaSet controllers and kwok, and a loaded
-	// machine.
-	const slack = 20 * time.Second
-	metricLag := 2*suite.resolution + suite.timeout
-	upBound := metricLag + 3*o.HPASyncPeriod + o.HPACPUInitializationPeriod + slack
-	downBound := metricLag + o.HPADownscaleStabilization + 3*o.HPASyncPeriod + slack
-
+	b := newHPABounds()
 	// 200% of the request: four replicas wanted, the maximum.
 	suite.fleet.SetUsage(target, fakekubelet.Usage{CPUNanoCores: 200e6, MemoryBytes: 32 << 20})
-	up := waitReplicas(ctx, t, ns, spec.Name, maxReplicas, upBound)
-	t.Logf("scaled up 1 -> %d in %v (bound %v)", maxReplicas, up.Round(time.Millisecond), upBound)
-	_, err = env.WaitForRunningPods(ctx, client, ns, spec.Selector(), maxReplicas)
+	waitReplicas(ctx, t, ns, spec.Name, "scaled up", maxReplicas, b.up)
+	_, err := env.WaitForRunningPods(ctx, suite.cluster.Client(), ns, spec.Selector(), maxReplicas)
 	must(t, err)
-
 	// 10% of the request: one replica wanted, after the downscale
 	// stabilization window.
 	suite.fleet.SetUsage(target, fakekubelet.Usage{CPUNanoCores: 10e6, MemoryBytes: 32 << 20})
-	down := waitReplicas(ctx, t, ns, spec.Name, minReplicas, downBound)
-	t.Logf("scaled down %d -> %d in %v (bound %v)", maxReplicas, minReplicas, down.Round(time.Millisecond), downBound)
+	waitReplicas(ctx, t, ns, spec.Name, "scaled down", minReplicas, b.down)
+}
+
+// hpaSlack covers kube-controller-manager's own work, the workload
+// controllers, kube-scheduler, kwok, and a loaded machine.
+const hpaSlack = 20 * time.Second
+
+// hpaBounds bound the waits of the HPA tests: the server's rate covers only
+// the new load two scrapes after a change, each scrape taking up to the
+// request timeout (staleBound), and the HPA acts on its next sync.
+type hpaBounds struct {
+	// read: a new HPA reads its metric.
+	read time.Duration
+	// up and down: the HPA changes the replicas after a load change.
+	up, down time.Duration
+}
+
+func newHPABounds() hpaBounds {
+	o := suite.opts
+	return hpaBounds{
+		read: staleBound() + 3*o.HPASyncPeriod + hpaSlack,
+		up:   staleBound() + 3*o.HPASyncPeriod + o.HPACPUInitializationPeriod + hpaSlack,
+		down: staleBound() + o.HPADownscaleStabilization + 3*o.HPASyncPeriod + hpaSlack,
+	}
+}
+
+// newHPA is an HPA in ns named as its target, ref.
+func newHPA(ns string, ref autoscalingv2.CrossVersionObjectReference, minReplicas, maxReplicas int32, metrics ...autoscalingv2.MetricSpec) *autoscalingv2.HorizontalPodAutoscaler {
+	return &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Name: ref.Name, Namespace: ns},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+			ScaleTargetRef: ref,
+			MinReplicas:    ptr.To(minReplicas),
+			MaxReplicas:    maxReplicas,
+			Metrics:        metrics,
+		},
+	}
+}
+
+func createHPA(ctx context.Context, hpa *autoscalingv2.HorizontalPodAutoscaler) error {
+	_, err := suite.cluster.Client().AutoscalingV2().HorizontalPodAutoscalers(hpa.Namespace).Create(ctx, hpa, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create HPA %s/%s: %w", hpa.Namespace, hpa.Name, err)
+	}
+	return nil
+}
+
+func getHPA(ctx context.Context, ns, name string) (*autoscalingv2.HorizontalPodAutoscaler, error) {
+	return suite.cluster.Client().AutoscalingV2().HorizontalPodAutoscalers(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+func cpuUtilizationMetric(percent int32) autoscalingv2.MetricSpec {
+	return autoscalingv2.MetricSpec{
+		Type: autoscalingv2.ResourceMetricSourceType,
+		Resource: &autoscalingv2.ResourceMetricSource{
+			Name:   corev1.ResourceCPU,
+			Target: autoscalingv2.MetricTarget{Type: autoscalingv2.UtilizationMetricType, AverageUtilization: &percent},
+		},
+	}
+}
+
+// waitHPA waits until ok holds for the HPA name in ns.
+func waitHPA(ctx context.Context, ns, name, what string, ok func(*autoscalingv2.HorizontalPodAutoscaler) bool) error {
+	return poll(ctx, "the HPA to "+what, func(ctx context.Context) error {
+		hpa, err := getHPA(ctx, ns, name)
+		if err == nil && !ok(hpa) {
+			err = fmt.Errorf("utilization %d, memory %d, conditions %s", utilization(hpa), averageMemory(hpa), conditions(hpa))
+		}
+		return err
+	})
 }
 
 // waitReplicas waits, for at most bound, until the Deployment's desired
-// replicas are want, and returns how long that took.
-func waitReplicas(ctx context.Context, t *testing.T, ns, name string, want int32, bound time.Duration) time.Duration {
+// replicas are want, and logs how long that took after what.
+func waitReplicas(ctx context.Context, t *testing.T, ns, name, what string, want int32, bound time.Duration) {
 	t.Helper()
 	began := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, bound)
-	defer cancel()
-	client := suite.cluster.Client()
-	must(t, poll(ctx, fmt.Sprintf("deployment %s to want %d replicas", name, want), func(ctx context.Context) error {
-		d, err := client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+	must(t, pollBounded(ctx, bound, fmt.Sprintf("deployment %s to want %d replicas", name, want), func(ctx context.Context) error {
+		d, err := suite.cluster.Client().AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		if d.Spec.Replicas == nil || *d.Spec.Replicas != want {
-			hpa, _ := client.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(ctx, name, metav1.GetOptions{})
+			hpa, _ := getHPA(ctx, ns, name)
 			return fmt.Errorf("replicas %v, HPA utilization %d", *d.Spec.Replicas, utilization(hpa))
 		}
 		return nil
 	}))
-	return time.Since(began)
+	t.Logf("%s: %d replicas wanted in %v (bound %v)", what, want, since(began), bound)
 }
 
 // utilization returns the HPA's current average CPU utilization, or -1.
@@ -99,4 +149,50 @@ func utilization(hpa *autoscalingv2.HorizontalPodAutoscaler) int32 {
 		}
 	}
 	return -1
+}
+
+// averageMemory returns the HPA's current average memory in bytes, or -1.
+func averageMemory(hpa *autoscalingv2.HorizontalPodAutoscaler) int64 {
+	for _, m := range hpa.Status.CurrentMetrics {
+		if m.Resource != nil && m.Resource.Name == corev1.ResourceMemory && m.Resource.Current.AverageValue != nil {
+			return m.Resource.Current.AverageValue.Value()
+		}
+	}
+	return -1
+}
+
+// hpaReading returns the HPA's last reading of its metric: a percentage for
+// a resource utilization, milli-units for an object value or a pods average.
+func hpaReading(hpa *autoscalingv2.HorizontalPodAutoscaler) (int64, bool) {
+	for _, m := range hpa.Status.CurrentMetrics {
+		switch {
+		case m.Resource != nil && m.Resource.Current.AverageUtilization != nil:
+			return int64(*m.Resource.Current.AverageUtilization), true
+		case m.Object != nil && m.Object.Current.Value != nil:
+			return m.Object.Current.Value.MilliValue(), true
+		case m.Pods != nil && m.Pods.Current.AverageValue != nil:
+			return m.Pods.Current.AverageValue.MilliValue(), true
+		}
+	}
+	return 0, false
+}
+
+// scalingActive reports whether the HPA's ScalingActive condition is True:
+// it could read its metrics at its last sync.
+func scalingActive(hpa *autoscalingv2.HorizontalPodAutoscaler) bool {
+	for _, c := range hpa.Status.Conditions {
+		if c.Type == autoscalingv2.ScalingActive {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// conditions prints the HPA's conditions, type=status (reason).
+func conditions(hpa *autoscalingv2.HorizontalPodAutoscaler) string {
+	var out []string
+	for _, c := range hpa.Status.Conditions {
+		out = append(out, fmt.Sprintf("%s=%s (%s: %s)", c.Type, c.Status, c.Reason, c.Message))
+	}
+	return strings.Join(out, "; ")
 }

@@ -51,15 +51,9 @@ func startPodEndpoints(t *testing.T, port int, render func(*corev1.Pod) (string,
 		port: port, serve: serve, listed: listed, render: render,
 		byIP: map[string]*corev1.Pod{}, servers: map[string]*http.Server{}, pods: map[string]*corev1.Pod{},
 	}
-	ctx, cancel := context.WithCancel(suite.ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		every(ctx, 200*time.Millisecond, func() { e.sync(ctx) })
-	}()
+	stop := background(suite.ctx, 200*time.Millisecond, e.sync)
 	t.Cleanup(func() {
-		cancel()
-		<-done
+		stop()
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		for _, s := range e.servers {
@@ -99,7 +93,7 @@ func (e *podEndpoints) sync(ctx context.Context) {
 			continue
 		}
 		ip := p.Status.PodIP
-		if other, dup := seen[ip]; dup && other {
+		if seen[ip] {
 			e.errs = append(e.errs, fmt.Errorf("pod %s shares IP %s with another pod", key, ip))
 			continue
 		}

@@ -24,7 +24,6 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/promscrape"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/lws"
@@ -62,19 +61,8 @@ func (e *inferenceEnv) waitListed(ctx context.Context, t *testing.T, metrics []p
 // has group 0's value of metric.
 func (e *inferenceEnv) waitGroupSeries(ctx context.Context, t *testing.T, ns, lwsName, metric string, want float64) {
 	t.Helper()
-	client, err := e.server.HTTPClient()
-	must(t, err)
-	must(t, e.poll(ctx, e.bounds.up, "the group series of "+metric, func(ctx context.Context) error {
-		v, err := ukpdMetric(ctx, client, "https://"+e.server.Address(), "group_metrics_server_lws_group_endpoint_value",
-			`namespace="`+ns+`"`, `leaderworkerset="`+lwsName+`"`, `group="0"`, `metric="`+metric+`"`)
-		if err != nil {
-			return err
-		}
-		if v != want {
-			return fmt.Errorf("series at %v, want %v", v, want)
-		}
-		return nil
-	}))
+	must(t, e.poll(ctx, e.bounds.up, "the group series of "+metric, metricCheck(e.server, valueIs(want), "group_metrics_server_lws_group_endpoint_value",
+		`namespace="`+ns+`"`, `leaderworkerset="`+lwsName+`"`, `group="0"`, `metric="`+metric+`"`)))
 }
 
 func (e *inferenceEnv) scrapeAnnotations() map[string]string {
@@ -87,7 +75,7 @@ func (e *inferenceEnv) scrapeAnnotations() map[string]string {
 func (e *inferenceEnv) scaleOnLoad(ctx context.Context, t *testing.T, ns string, hpa *autoscalingv2.HorizontalPodAutoscaler, load func(on bool)) {
 	t.Helper()
 	name, maxGroups, minGroups := hpa.Spec.ScaleTargetRef.Name, hpa.Spec.MaxReplicas, *hpa.Spec.MinReplicas
-	e.waitPodsReading(ctx, t, ns, hpa.Name, -1, e.bounds.read)
+	e.waitReading(ctx, t, ns, hpa.Name, -1, e.bounds.read)
 	b := e.bounds
 	began := time.Now()
 	load(true)
@@ -96,7 +84,7 @@ func (e *inferenceEnv) scaleOnLoad(ctx context.Context, t *testing.T, ns string,
 	// the new group's pods starting.
 	steps := time.Duration(maxGroups - minGroups)
 	up := e.waitScale(ctx, t, ns, name, hpa.Name, maxGroups, steps*b.running)
-	_, err := e.waitInferencePods(ctx, ns, name, int(maxGroups), b.running)
+	_, err := e.waitPods(ctx, ns, name, int(maxGroups)*inferenceGroupSize, b.running)
 	must(t, err)
 	t.Logf("load on -> %d groups wanted in %v (bound %v), their %d pods Running %v after the load started",
 		maxGroups, up.Round(time.Millisecond), steps*b.running, int(maxGroups)*inferenceGroupSize, since(began))
@@ -104,7 +92,7 @@ func (e *inferenceEnv) scaleOnLoad(ctx context.Context, t *testing.T, ns string,
 	began = time.Now()
 	load(false)
 	down := e.waitScale(ctx, t, ns, name, hpa.Name, minGroups, b.down)
-	_, err = e.waitInferencePods(ctx, ns, name, int(minGroups), b.running)
+	_, err = e.waitPods(ctx, ns, name, int(minGroups)*inferenceGroupSize, b.running)
 	must(t, err)
 	t.Logf("load off -> %d group wanted in %v (bound %v, patched scale-down window %v), extra groups gone %v after",
 		minGroups, down.Round(time.Millisecond), b.down, testScaleDownWindow, since(began))
@@ -119,24 +107,7 @@ func (e *inferenceEnv) createInferenceLWS(ctx context.Context, t *testing.T, ns,
 	if len(annotations) > 0 {
 		must(t, unstructured.SetNestedStringMap(obj.Object, annotations, "spec", "leaderWorkerTemplate", "workerTemplate", "metadata", "annotations"))
 	}
-	began := time.Now()
-	if _, err := e.dyn.Resource(lws.GroupVersionResource).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create LeaderWorkerSet: %v", err)
-	}
-	pods, err := e.waitInferencePods(ctx, ns, name, 1, e.bounds.running)
-	must(t, err)
-	var ips []string
-	for _, p := range pods {
-		ips = append(ips, p.Name+"="+p.Status.PodIP)
-	}
-	t.Logf("LeaderWorkerSet %s/%s: %d pods Running %v after it was created (%s)", ns, name, len(pods), since(began), strings.Join(ips, ", "))
-}
-
-func (e *inferenceEnv) waitInferencePods(ctx context.Context, ns, name string, groups int, d time.Duration) ([]corev1.Pod, error) {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	sel := labels.SelectorFromSet(labels.Set{group.LabelName: name})
-	return env.WaitForRunningPods(ctx, suite.cluster.Client(), ns, sel, groups*inferenceGroupSize)
+	e.createGroup(ctx, t, obj, inferenceGroupSize)
 }
 
 // createExporterPod runs the fake DCGM exporter's pod, labelled as the
@@ -154,14 +125,10 @@ func (e *inferenceEnv) createExporterPod(ctx context.Context, t *testing.T) {
 	}
 	_, err := suite.cluster.Client().CoreV1().Pods(dcgmNamespace).Create(ctx, pod, metav1.CreateOptions{})
 	must(t, err)
-	_, err = e.waitRunning(ctx, dcgmNamespace, labels.SelectorFromSet(pod.Labels), 1)
-	must(t, err)
-}
-
-func (e *inferenceEnv) waitRunning(ctx context.Context, ns string, sel labels.Selector, n int) ([]corev1.Pod, error) {
-	ctx, cancel := context.WithTimeout(ctx, e.bounds.running)
+	runCtx, cancel := context.WithTimeout(ctx, e.bounds.running)
 	defer cancel()
-	return env.WaitForRunningPods(ctx, suite.cluster.Client(), ns, sel, n)
+	_, err = env.WaitForRunningPods(runCtx, suite.cluster.Client(), dcgmNamespace, labels.SelectorFromSet(pod.Labels), 1)
+	must(t, err)
 }
 
 // testScaleDownWindow replaces the documented 600 s so that the
@@ -179,30 +146,7 @@ func (e *inferenceEnv) applyHPA(ctx context.Context, t *testing.T, ns string, hp
 		StabilizationWindowSeconds: ptr.To(int32(testScaleDownWindow.Seconds())),
 		Policies:                   []autoscalingv2.HPAScalingPolicy{{Type: autoscalingv2.PercentScalingPolicy, Value: 100, PeriodSeconds: 15}},
 	}
-	if _, err := suite.cluster.Client().AutoscalingV2().HorizontalPodAutoscalers(ns).Create(ctx, h, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create HPA %s/%s: %v", ns, h.Name, err)
-	}
-}
-
-// waitPodsReading waits until the HPA reads its Pods metric at wantMilli
-// (any value when wantMilli < 0).
-func (e *inferenceEnv) waitPodsReading(ctx context.Context, t *testing.T, ns, name string, wantMilli int64, d time.Duration) {
-	t.Helper()
-	must(t, e.poll(ctx, d, fmt.Sprintf("HPA %s/%s to read its metric", ns, name), func(ctx context.Context) error {
-		hpa, err := e.getHPA(ctx, ns, name)
-		if err != nil {
-			return err
-		}
-		for _, m := range hpa.Status.CurrentMetrics {
-			if m.Pods != nil && m.Pods.Current.AverageValue != nil {
-				if got := m.Pods.Current.AverageValue.MilliValue(); wantMilli >= 0 && got != wantMilli {
-					return fmt.Errorf("reads %dm, want %dm", got, wantMilli)
-				}
-				return nil
-			}
-		}
-		return fmt.Errorf("no reading; conditions %s", conditions(hpa))
-	}))
+	must(t, createHPA(ctx, h))
 }
 
 func podPath(pod types.NamespacedName, metric, metricSelector string) string {
@@ -243,7 +187,7 @@ func rawValues(ctx context.Context, path string) ([]int64, error) {
 }
 
 // waitRaw waits until path serves exactly one value, wantMilli.
-func (e *inferenceEnv) waitRaw(ctx context.Context, t *testing.T, path string, wantMilli int64) {
+func (e *lwsEnv) waitRaw(ctx context.Context, t *testing.T, path string, wantMilli int64) {
 	t.Helper()
 	must(t, e.poll(ctx, e.bounds.up, fmt.Sprintf("%s to serve %dm", path, wantMilli), func(ctx context.Context) error {
 		vs, err := rawValues(ctx, path)
@@ -259,7 +203,7 @@ func (e *inferenceEnv) waitRaw(ctx context.Context, t *testing.T, path string, w
 
 // waitAbsent waits until path answers NotFound (a metricLabelSelector that
 // matches no series).
-func (e *inferenceEnv) waitAbsent(ctx context.Context, t *testing.T, path string) {
+func (e *lwsEnv) waitAbsent(ctx context.Context, t *testing.T, path string) {
 	t.Helper()
 	must(t, e.poll(ctx, e.bounds.up, path+" to be NotFound", func(ctx context.Context) error {
 		vs, err := rawValues(ctx, path)
@@ -299,15 +243,4 @@ func docHPAs(t *testing.T, path string) map[string]*autoscalingv2.HorizontalPodA
 		}
 	}
 	return out
-}
-
-func shippedPodMetricsConfig(t *testing.T, path string) *promscrape.Config {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	must(t, err)
-	cfg, errs := promscrape.Parse(data)
-	if len(errs) > 0 || len(cfg.NodeExporters) != 1 {
-		t.Fatalf("%s: %v (want one node exporter)", path, errs)
-	}
-	return cfg
 }

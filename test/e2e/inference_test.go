@@ -40,7 +40,12 @@ func TestInferenceAutoscaling(t *testing.T) {
 	must(t, err)
 	hpas := docHPAs(t, filepath.Join(root, "docs", "inference-autoscaling.md"))
 	configFile := filepath.Join(root, "manifests", "components", "pod-metrics", "pod-metrics.yaml")
-	cfg := shippedPodMetricsConfig(t, configFile)
+	data, err := os.ReadFile(configFile)
+	must(t, err)
+	cfg, errs := promscrape.Parse(data)
+	if len(errs) > 0 || len(cfg.NodeExporters) != 1 {
+		t.Fatalf("%s: %v (want one node exporter)", configFile, errs)
+	}
 
 	s := deployOwnServer(ctx, t, "group-metrics-server-inference", []string{"--pod-metrics-config=" + configFile, "--group-metrics-series"},
 		filepath.Join(root, "manifests", "examples", "inference-autoscaling"))
@@ -106,13 +111,7 @@ func testVLLMQueue(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *auto
 	e.waitRaw(ctx, t, podPath(leader, metric, ""), 0)
 
 	e.applyHPA(ctx, t, ns, hpa)
-	e.scaleOnLoad(ctx, t, ns, hpa, func(on bool) {
-		if on {
-			queue.Store(10)
-		} else {
-			queue.Store(0)
-		}
-	})
+	e.scaleOnLoad(ctx, t, ns, hpa, loadSwitch(&queue, 10, 0))
 	e.checkFailingMember(ctx, t, ns, leader, metric, func(name string) { broken.Store(&name) }, func() { broken.Store(nil) })
 }
 
@@ -124,13 +123,9 @@ func (e *inferenceEnv) checkFailingMember(ctx context.Context, t *testing.T, ns 
 	t.Helper()
 	worker := leader.Name + "-1"
 	target := "pod/" + ns + "/" + worker
-	client, err := e.server.HTTPClient()
-	must(t, err)
-	base := "https://" + e.server.Address()
-	failures := func(ctx context.Context) (float64, error) {
-		return ukpdMetric(ctx, client, base, "group_metrics_server_endpoints_target_failures_total", `kind="pod"`, `reason="http_status"`)
-	}
-	before, err := failures(ctx)
+	const failuresName = "group_metrics_server_endpoints_target_failures_total"
+	failures := []string{`kind="pod"`, `reason="http_status"`}
+	before, err := metricOf(ctx, e.server, failuresName, failures...)
 	must(t, err)
 	// Only what the server logs from here on counts: the worker may have
 	// been refused once before its fake endpoint listened.
@@ -139,16 +134,8 @@ func (e *inferenceEnv) checkFailingMember(ctx context.Context, t *testing.T, ns 
 	breakPod(worker)
 	e.waitAbsent(ctx, t, podPath(leader, metric, ""))
 	// Three more failed ticks at least, then one log line for them all.
-	must(t, e.poll(ctx, 5*suite.resolution+suite.timeout+10*time.Second, "three failed scrapes of "+worker, func(ctx context.Context) error {
-		n, err := failures(ctx)
-		if err != nil {
-			return err
-		}
-		if n < before+3 {
-			return fmt.Errorf("%v failures counted, want %v", n, before+3)
-		}
-		return nil
-	}))
+	must(t, e.poll(ctx, 5*suite.resolution+suite.timeout+10*time.Second, "three failed scrapes of "+worker,
+		metricCheck(e.server, valueAtLeast(before+3), failuresName, failures...)))
 	mend()
 	e.waitRaw(ctx, t, podPath(leader, metric, ""), 0)
 	// The recovery is logged by the tick that served the value again, just
@@ -209,13 +196,7 @@ func testGPUUtilization(ctx context.Context, t *testing.T, e *inferenceEnv, hpa 
 	e.waitAbsent(ctx, t, podPath(leader, metric, "Hostname=elsewhere"))
 
 	e.applyHPA(ctx, t, ns, hpa)
-	e.scaleOnLoad(ctx, t, ns, hpa, func(on bool) {
-		if on {
-			util.Store(100)
-		} else {
-			util.Store(10)
-		}
-	})
+	e.scaleOnLoad(ctx, t, ns, hpa, loadSwitch(&util, 100, 10))
 }
 
 // testSGLangQueue: the SGLang HPA reads its groups' queue (workers at 2,
@@ -233,6 +214,17 @@ func testSGLangQueue(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *au
 	e.createInferenceLWS(ctx, t, ns, name, e.scrapeAnnotations())
 	e.applyHPA(ctx, t, ns, hpa)
 	began := time.Now()
-	e.waitPodsReading(ctx, t, ns, hpa.Name, 4_000, e.bounds.read)
+	e.waitReading(ctx, t, ns, hpa.Name, 4_000, e.bounds.read)
 	t.Logf("HPA %s read %s=4 per group %v after it was created", hpa.Name, hpa.Spec.Metrics[0].Pods.Metric.Name, since(began))
+}
+
+// loadSwitch stores on or off in v as the load goes on or off.
+func loadSwitch(v *atomic.Int64, on, off int64) func(bool) {
+	return func(load bool) {
+		if load {
+			v.Store(on)
+		} else {
+			v.Store(off)
+		}
+	}
 }

@@ -6,13 +6,10 @@ import (
 	"context"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
@@ -69,35 +66,31 @@ func failingChecks(body string) string {
 // ready within readyBound and, once ready, serves every pod of want.
 func restart(ctx context.Context, t *testing.T, s *env.Server, suffix, ns string, want []string) {
 	t.Helper()
-	proc, err := s.StartAgain(s.Process.Name() + "-" + suffix)
-	must(t, err)
-	started := time.Now()
-	s.Process = proc
-	direct := directEndpoint(t, s)
-	nsList := shape{"list-namespace", metricsV1beta1 + "/namespaces/" + ns + "/pods"}
+	started, direct := startAgain(t, s, suffix)
+	nsList := listNamespace(ns)
 	rp := pollReadyz(ctx, direct, started, readyBound()+time.Minute)
 	if rp.ready == 0 {
 		t.Fatalf("restarted server not ready %v after it started (last /readyz: %s)", readyBound()+time.Minute, failingChecks(rp.lastBody))
 	}
-	atReady := fetch(ctx, direct, nsList)
-	// Then every 100 ms: when does a list first succeed, does it hold every
-	// pod, and when does one first hold every pod?
+	// A list right away, then every 100 ms: when does a list first succeed,
+	// does it hold every pod, and when does one first hold every pod?
 	var (
-		firstOK, complete time.Duration
-		firstOKMissing    error
+		firstOK        time.Duration
+		firstOKMissing error
 	)
-	if !atReady.failed() {
-		firstOK, firstOKMissing = atReady.end.Sub(started), servesAll(atReady, want)
-	}
-	must(t, cluster.PollUntil(ctx, "the restarted server to serve every pod", 100*time.Millisecond, 10*time.Second, append(watched(), proc), func(ctx context.Context) error {
-		r := fetch(ctx, direct, nsList)
+	record := func(r result) error {
 		err := servesAll(r, want)
 		if !r.failed() && firstOK == 0 {
 			firstOK, firstOKMissing = r.end.Sub(started), err
 		}
 		return err
+	}
+	atReady := fetch(ctx, direct, nsList)
+	_ = record(atReady)
+	must(t, cluster.PollUntil(ctx, "the restarted server to serve every pod", 100*time.Millisecond, 10*time.Second, append(watched(), s.Process), func(ctx context.Context) error {
+		return record(fetch(ctx, direct, nsList))
 	}))
-	complete = time.Since(started)
+	complete := time.Since(started)
 	t.Logf("restarted: /readyz answered %v after the start, %d times not ready (%s), ready %v after the start (bound %v); first list that succeeded %v after the start (missing pods: %v), first that held every pod %v after",
 		rp.firstAnswer.Round(time.Millisecond), rp.notReady, failingChecks(rp.lastBody), rp.ready.Round(time.Millisecond), readyBound(),
 		firstOK.Round(time.Millisecond), firstOKMissing, complete.Round(time.Millisecond))
@@ -129,11 +122,7 @@ func restartWithSlowKubelets(ctx context.Context, t *testing.T, s *env.Server) {
 		}
 	}
 	t.Cleanup(clear)
-	proc, err := s.StartAgain(s.Process.Name() + "-slow")
-	must(t, err)
-	started := time.Now()
-	s.Process = proc
-	direct := directEndpoint(t, s)
+	started, direct := startAgain(t, s, "slow")
 	// Two scrapes fail within a resolution and two timeouts of the first.
 	hold := suite.resolution + 2*suite.timeout
 	rp := pollReadyz(ctx, direct, started, readyBound()+hold)
@@ -169,41 +158,39 @@ type gapWatch struct {
 // watchGaps lists sh through ep and reads the HPA every 250 ms until the
 // returned function is called.
 func watchGaps(ctx context.Context, ep endpoint, sh shape, want []string, ns, hpa string) func() gapWatch {
-	ctx, cancel := context.WithCancel(ctx)
 	var (
-		wg                  sync.WaitGroup
 		w                   gapWatch
 		lastGood, hpaFailed time.Time
 	)
-	client := suite.cluster.Client()
-	wg.Go(func() {
-		every(ctx, 250*time.Millisecond, func() {
-			r := fetch(ctx, ep, sh)
-			if ctx.Err() != nil {
-				return
+	stop := background(ctx, 250*time.Millisecond, func(ctx context.Context) {
+		r := fetch(ctx, ep, sh)
+		if ctx.Err() != nil {
+			return
+		}
+		w.lists++
+		if servesAll(r, want) == nil {
+			if !lastGood.IsZero() {
+				w.listGap = max(w.listGap, r.end.Sub(lastGood))
 			}
-			w.lists++
-			if servesAll(r, want) == nil {
-				if !lastGood.IsZero() {
-					w.listGap = max(w.listGap, r.end.Sub(lastGood))
-				}
-				lastGood = r.end
-			} else {
-				w.bad++
-			}
-			h, err := client.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(ctx, hpa, metav1.GetOptions{})
-			now := time.Now()
-			if err == nil {
-				active := scalingActive(h)
-				switch {
-				case !active && hpaFailed.IsZero():
-					hpaFailed = now
-				case active && !hpaFailed.IsZero():
-					w.hpaGap = max(w.hpaGap, now.Sub(hpaFailed))
-					hpaFailed = time.Time{}
-				}
-			}
-		})
+			lastGood = r.end
+		} else {
+			w.bad++
+		}
+		h, err := getHPA(ctx, ns, hpa)
+		now := time.Now()
+		if err != nil {
+			return
+		}
+		switch active := scalingActive(h); {
+		case !active && hpaFailed.IsZero():
+			hpaFailed = now
+		case active && !hpaFailed.IsZero():
+			w.hpaGap = max(w.hpaGap, now.Sub(hpaFailed))
+			hpaFailed = time.Time{}
+		}
+	})
+	return func() gapWatch {
+		stop()
 		now := time.Now()
 		if !lastGood.IsZero() {
 			w.listGap = max(w.listGap, now.Sub(lastGood))
@@ -211,10 +198,6 @@ func watchGaps(ctx context.Context, ep endpoint, sh shape, want []string, ns, hp
 		if !hpaFailed.IsZero() {
 			w.hpaGap = max(w.hpaGap, now.Sub(hpaFailed))
 		}
-	})
-	return func() gapWatch {
-		cancel()
-		wg.Wait()
 		return w
 	}
 }

@@ -14,7 +14,6 @@ import (
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -77,7 +76,7 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("the HPA could not read its metrics for %v, more than %v", gaps.hpaGap, hpaBound)
 	}
 
-	stopQuietly(ctx, t, s)
+	sigterm(ctx, t, s.Process)
 	restartWithSlowKubelets(ctx, t, s)
 }
 
@@ -112,28 +111,6 @@ func agedWorkload(ctx context.Context, t *testing.T, ns string) (env.DeploymentS
 	return spec, pods, want
 }
 
-// waitHPA waits until ok holds for the HPA name in ns.
-func waitHPA(ctx context.Context, ns, name, what string, ok func(*autoscalingv2.HorizontalPodAutoscaler) bool) error {
-	return poll(ctx, "the HPA to "+what, func(ctx context.Context) error {
-		hpa, err := suite.cluster.Client().AutoscalingV2().HorizontalPodAutoscalers(ns).Get(ctx, name, metav1.GetOptions{})
-		if err == nil && !ok(hpa) {
-			err = fmt.Errorf("utilization %d, conditions %v", utilization(hpa), hpa.Status.Conditions)
-		}
-		return err
-	})
-}
-
-// scalingActive reports whether the HPA's ScalingActive condition is True:
-// it could read its metrics at its last sync.
-func scalingActive(hpa *autoscalingv2.HorizontalPodAutoscaler) bool {
-	for _, c := range hpa.Status.Conditions {
-		if c.Type == autoscalingv2.ScalingActive {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // stopUnderLoad sends SIGTERM to the server while clients send requests
 // back to back on every endpoint, and checks that it exits with status 0
 // within exitBound and that no request sent on its own port before the
@@ -143,33 +120,21 @@ func scalingActive(hpa *autoscalingv2.HorizontalPodAutoscaler) bool {
 func stopUnderLoad(ctx context.Context, t *testing.T, s *env.Server, eps []endpoint, shapes []shape) (time.Duration, int) {
 	t.Helper()
 	const clients = 8
-	proc := s.Process
+	var (
+		wg       sync.WaitGroup
+		results  []result
+		answered atomic.Int64
+	)
+	defer wg.Wait()
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
-	var (
-		wg      sync.WaitGroup
-		results []result
-	)
-	var answered atomic.Int64
 	wg.Go(func() { results = runLoadCounting(loadCtx, eps, shapes, clients, exitBound()+time.Minute, &answered) })
 	// Let the clients get going: every client has had answers.
 	must(t, waitAnswered(ctx, &answered, int64(4*clients*len(eps)), 30*time.Second))
-	sigAt := time.Now()
-	must(t, syscall.Kill(proc.Pid(), syscall.SIGTERM))
-	var exited time.Duration
-	select {
-	case <-proc.Done():
-		exited = time.Since(sigAt)
-	case <-time.After(exitBound()):
-		stopLoad()
-		wg.Wait()
-		t.Fatalf("%s still running %v after SIGTERM", proc.Name(), exitBound())
-	}
+	proc := s.Process
+	sigAt, exited := sigterm(ctx, t, proc)
 	stopLoad()
 	wg.Wait()
-	if err := proc.Err(); err != nil {
-		t.Errorf("%s exited after SIGTERM: %v, want status 0", proc.Name(), err)
-	}
 
 	var inFlight, refused, retry, before int
 	after := map[string]int{}
@@ -197,8 +162,8 @@ func stopUnderLoad(ctx context.Context, t *testing.T, s *env.Server, eps []endpo
 			t.Errorf("a request sent %v before SIGTERM failed: %v", sigAt.Sub(r.start).Round(time.Microsecond), r)
 		}
 	}
-	t.Logf("SIGTERM under load (%d clients on each of %v): exited %v later with %v; of %d requests sent on its port before the signal, %d were in flight and completed after it, %d were refused, %d told to retry; requests sent after the signal, by outcome: %v",
-		clients, endpointNames(eps), exited.Round(time.Millisecond), exitStatus(proc.Err()), before, inFlight, refused, retry, after)
+	t.Logf("SIGTERM under load (%d clients on each of %d endpoints): exited %v later with %v; of %d requests sent on its port before the signal, %d were in flight and completed after it, %d were refused, %d told to retry; requests sent after the signal, by outcome: %v",
+		clients, len(eps), exited.Round(time.Millisecond), exitStatus(proc.Err()), before, inFlight, refused, retry, after)
 	return exited, inFlight
 }
 
@@ -238,24 +203,22 @@ const drainAttempts = 3
 // serves every pod of want.
 func startServing(ctx context.Context, t *testing.T, s *env.Server, suffix, ns string, want []string) {
 	t.Helper()
-	proc, err := s.StartAgain(s.Process.Name() + "-" + suffix)
-	must(t, err)
-	s.Process = proc
-	direct := directEndpoint(t, s)
-	nsList := shape{"list-namespace", metricsV1beta1 + "/namespaces/" + ns + "/pods"}
+	_, direct := startAgain(t, s, suffix)
 	ctx, cancel := context.WithTimeout(ctx, readyBound()+time.Minute)
 	defer cancel()
-	must(t, cluster.Poll(ctx, proc.Name()+" to serve every pod", append(watched(), proc), func(ctx context.Context) error {
-		return servesAll(fetch(ctx, direct, nsList), want)
+	must(t, cluster.Poll(ctx, s.Process.Name()+" to serve every pod", append(watched(), s.Process), func(ctx context.Context) error {
+		return servesAll(fetch(ctx, direct, listNamespace(ns)), want)
 	}))
 }
 
-func endpointNames(eps []endpoint) []string {
-	var out []string
-	for _, ep := range eps {
-		out = append(out, ep.name)
-	}
-	return out
+// startAgain starts the server's command line again, as a process named
+// with suffix, and returns when it started and its own port's endpoint.
+func startAgain(t *testing.T, s *env.Server, suffix string) (time.Time, endpoint) {
+	t.Helper()
+	proc, err := s.StartAgain(s.Process.Name() + "-" + suffix)
+	must(t, err)
+	s.Process = proc
+	return time.Now(), directEndpoint(t, s)
 }
 
 func exitStatus(err error) string {
@@ -278,18 +241,23 @@ func outcome(r result) string {
 	return r.endpoint + " error"
 }
 
-// stopQuietly stops the server with SIGTERM and checks its exit status.
-func stopQuietly(ctx context.Context, t *testing.T, s *env.Server) {
+// sigterm sends SIGTERM to proc, waits at most exitBound for it to exit and
+// checks that it exited with status 0. It returns when the signal was sent
+// and how long the exit took.
+func sigterm(ctx context.Context, t *testing.T, proc *cluster.Process) (time.Time, time.Duration) {
 	t.Helper()
-	must(t, syscall.Kill(s.Process.Pid(), syscall.SIGTERM))
+	sigAt := time.Now()
+	must(t, syscall.Kill(proc.Pid(), syscall.SIGTERM))
 	select {
-	case <-s.Process.Done():
+	case <-proc.Done():
 	case <-ctx.Done():
 		t.Fatal(ctx.Err())
 	case <-time.After(exitBound()):
-		t.Fatalf("%s still running %v after SIGTERM", s.Process.Name(), exitBound())
+		t.Fatalf("%s still running %v after SIGTERM", proc.Name(), exitBound())
 	}
-	if err := s.Process.Err(); err != nil {
-		t.Errorf("%s exited after SIGTERM: %v, want status 0", s.Process.Name(), err)
+	exited := time.Since(sigAt)
+	if err := proc.Err(); err != nil {
+		t.Errorf("%s exited after SIGTERM: %v, want status 0", proc.Name(), err)
 	}
+	return sigAt, exited
 }

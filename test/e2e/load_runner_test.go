@@ -67,6 +67,11 @@ func listSelected(ns, selector string) shape {
 	return shape{"list-selector", metricsV1beta1 + "/namespaces/" + ns + "/pods?labelSelector=" + url.QueryEscape(selector)}
 }
 
+// listNamespace lists the metrics of every pod in ns.
+func listNamespace(ns string) shape {
+	return shape{"list-namespace", metricsV1beta1 + "/namespaces/" + ns + "/pods"}
+}
+
 // getPod gets one pod's metrics.
 func getPod(ns, name string) shape {
 	return shape{"get", metricsV1beta1 + "/namespaces/" + ns + "/pods/" + name}
@@ -299,15 +304,10 @@ func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
 // waitAnswered waits until answered reaches n, or fails after bound.
 func waitAnswered(ctx context.Context, answered *atomic.Int64, n int64, bound time.Duration) error {
-	deadline := time.Now().Add(bound)
-	return poll(ctx, fmt.Sprintf("%d answered requests", n), func(context.Context) error {
-		got := answered.Load()
-		switch {
-		case got >= n:
-			return nil
-		case time.Now().After(deadline):
-			return fmt.Errorf("only %d requests answered after %v", got, bound)
+	return pollBounded(ctx, bound, fmt.Sprintf("%d answered requests", n), func(context.Context) error {
+		if got := answered.Load(); got < n {
+			return fmt.Errorf("%d requests answered", got)
 		}
-		return fmt.Errorf("%d requests answered", got)
+		return nil
 	})
 }

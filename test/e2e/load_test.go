@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -132,11 +131,7 @@ func (w scrapeWatch) check(t *testing.T, elapsed time.Duration) {
 // count from /metrics, and the server's RSS.
 func watchScrapeLoop(ctx context.Context, t *testing.T, ep endpoint, sh shape, want []string) func() scrapeWatch {
 	t.Helper()
-	ctx, cancel := context.WithCancel(ctx)
-	var (
-		wg sync.WaitGroup
-		w  scrapeWatch
-	)
+	var w scrapeWatch
 	const (
 		lastTickName = "group_metrics_server_scraper_last_tick_timestamp_seconds"
 		ticksName    = "group_metrics_server_scraper_cycle_duration_seconds_count"
@@ -147,51 +142,48 @@ func watchScrapeLoop(ctx context.Context, t *testing.T, ep endpoint, sh shape, w
 			w.problems = append(w.problems, fmt.Sprintf(format, args...))
 		}
 	}
-	wg.Go(func() {
-		every(ctx, time.Second, func() {
-			r := fetch(ctx, ep, sh)
-			if ctx.Err() != nil {
-				return
-			}
-			w.checks++
-			if err := servesAll(r, want); err != nil {
-				problem("freshness check at %s: %v", r.start.Format("15:04:05.000"), err)
-			}
-			for _, e := range r.answer.entries() {
-				w.maxAge = max(w.maxAge, r.end.Sub(e.timestamp))
-			}
-			if st, err := readProc(suite.server.Process.Pid()); err == nil {
-				w.peakRSS = max(w.peakRSS, st.RSS)
-			}
-			body, err := selfMetrics(ctx, ep)
-			var tick, count float64
-			if err == nil {
-				tick, err = mustValue(body, lastTickName)
-			}
-			if err == nil {
-				count, err = mustValue(body, ticksName)
-			}
-			switch {
-			case ctx.Err() != nil:
-				return
-			case err != nil:
-				problem("read the scrape loop's metrics: %v", err)
-			case lastTick > 0 && count > lastCount:
-				// With one tick since the last read the gap is exact;
-				// with more, its average is a lower bound of the longest.
-				gap := time.Duration((tick - lastTick) / (count - lastCount) * float64(time.Second))
-				w.maxTickGap = max(w.maxTickGap, gap)
-				w.ticks += int(count - lastCount)
-			}
-			if err == nil {
-				lastTick, lastCount = tick, count
-				w.lastTickAge = time.Since(time.Unix(0, int64(tick*float64(time.Second))))
-			}
-		})
+	stop := background(ctx, time.Second, func(ctx context.Context) {
+		r := fetch(ctx, ep, sh)
+		if ctx.Err() != nil {
+			return
+		}
+		w.checks++
+		if err := servesAll(r, want); err != nil {
+			problem("freshness check at %s: %v", r.start.Format("15:04:05.000"), err)
+		}
+		for _, e := range r.answer.entries() {
+			w.maxAge = max(w.maxAge, r.end.Sub(e.timestamp))
+		}
+		if st, err := readProc(suite.server.Process.Pid()); err == nil {
+			w.peakRSS = max(w.peakRSS, st.RSS)
+		}
+		body, err := selfMetrics(ctx, ep)
+		var tick, count float64
+		if err == nil {
+			tick, err = mustValue(body, lastTickName)
+		}
+		if err == nil {
+			count, err = mustValue(body, ticksName)
+		}
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			problem("read the scrape loop's metrics: %v", err)
+		case lastTick > 0 && count > lastCount:
+			// With one tick since the last read the gap is exact;
+			// with more, its average is a lower bound of the longest.
+			gap := time.Duration((tick - lastTick) / (count - lastCount) * float64(time.Second))
+			w.maxTickGap = max(w.maxTickGap, gap)
+			w.ticks += int(count - lastCount)
+		}
+		if err == nil {
+			lastTick, lastCount = tick, count
+			w.lastTickAge = time.Since(time.Unix(0, int64(tick*float64(time.Second))))
+		}
 	})
 	return func() scrapeWatch {
-		cancel()
-		wg.Wait()
+		stop()
 		return w
 	}
 }

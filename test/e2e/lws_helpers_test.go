@@ -16,13 +16,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
 	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
-	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
-	"github.com/group-metrics-server/group-metrics-server/pkg/provider"
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
@@ -59,13 +58,9 @@ var lwsController struct {
 	err  error
 }
 
-// lwsBounds bound the waits of the LWS tests, derived like TestHPAScales's
-// from the server's resolution and the controller manager's HPA settings.
+// lwsBounds bound the waits of the LWS tests.
 type lwsBounds struct {
-	// read: a new HPA reads its metric.
-	read time.Duration
-	// up and down: the HPA changes the LWS's replicas after a load change.
-	up, down time.Duration
+	hpaBounds
 	// running: the LWS's pods are Running after a load change.
 	running time.Duration
 	// hold: the window over which the pod policy must not scale.
@@ -73,18 +68,10 @@ type lwsBounds struct {
 }
 
 func newLWSBounds() lwsBounds {
-	o := suite.opts
-	// Kube-controller-manager's own work, the LWS and StatefulSet
-	// controllers, kube-scheduler, kwok, and a loaded machine.
-	const slack = 20 * time.Second
-	metricLag := 2*suite.resolution + suite.timeout
-	b := lwsBounds{
-		read: restMapperReset + metricLag + 3*o.HPASyncPeriod + slack,
-		up:   metricLag + 3*o.HPASyncPeriod + o.HPACPUInitializationPeriod + slack,
-		down: metricLag + o.HPADownscaleStabilization + 3*o.HPASyncPeriod + slack,
-		hold: metricLag + holdSyncPeriods*o.HPASyncPeriod,
-	}
-	b.running = b.up + slack
+	b := lwsBounds{hpaBounds: newHPABounds()}
+	b.read += restMapperReset
+	b.running = b.up + hpaSlack
+	b.hold = staleBound() + holdSyncPeriods*suite.opts.HPASyncPeriod
 	return b
 }
 
@@ -158,81 +145,56 @@ func (e *lwsEnv) createLWS(ctx context.Context, t *testing.T, ns string, leaderA
 	t.Helper()
 	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: leaderSelector()}, leaderUsage)
 	suite.fleet.SetUsage(workerTarget(ns), workers)
-	obj := lws.NewLeaderWorkerSet(ns, lwsName, lwsMinGroups, lwsGroupSize, lwsCPURequest, leaderAnnotations)
+	e.createGroup(ctx, t, lws.NewLeaderWorkerSet(ns, lwsName, lwsMinGroups, lwsGroupSize, lwsCPURequest, leaderAnnotations), lwsGroupSize)
+}
+
+// createGroup creates obj, a LeaderWorkerSet of one group of size pods, and
+// waits until its pods are Running.
+func (e *lwsEnv) createGroup(ctx context.Context, t *testing.T, obj *unstructured.Unstructured, size int) {
+	t.Helper()
+	ns, name := obj.GetNamespace(), obj.GetName()
 	began := time.Now()
 	if _, err := e.dyn.Resource(lws.GroupVersionResource).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create LeaderWorkerSet: %v", err)
 	}
-	_, err := e.waitPods(ctx, ns, lwsMinGroups, e.bounds.running)
+	pods, err := e.waitPods(ctx, ns, name, size, e.bounds.running)
 	must(t, err)
-	t.Logf("LeaderWorkerSet %s/%s: %d pods Running %v after it was created", ns, lwsName, lwsGroupSize, since(began))
+	var ips []string
+	for _, p := range pods {
+		ips = append(ips, p.Name+"="+p.Status.PodIP)
+	}
+	t.Logf("LeaderWorkerSet %s/%s: %d pods Running %v after it was created (%s)", ns, name, len(pods), since(began), strings.Join(ips, ", "))
 }
 
-// waitPods waits until exactly groups groups of the LWS in ns are Running.
-func (e *lwsEnv) waitPods(ctx context.Context, ns string, groups int, d time.Duration) ([]corev1.Pod, error) {
+// waitPods waits, for at most d, until exactly n pods of the LWS name in ns
+// are Running.
+func (e *lwsEnv) waitPods(ctx context.Context, ns, name string, n int, d time.Duration) ([]corev1.Pod, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	sel := labels.SelectorFromSet(labels.Set{group.LabelName: lwsName})
-	return env.WaitForRunningPods(ctx, suite.cluster.Client(), ns, sel, groups*lwsGroupSize)
+	return env.WaitForRunningPods(ctx, suite.cluster.Client(), ns, labels.SelectorFromSet(labels.Set{group.LabelName: name}), n)
 }
 
 func (e *lwsEnv) createHPA(ctx context.Context, ns string, metric autoscalingv2.MetricSpec) error {
-	hpa := &autoscalingv2.HorizontalPodAutoscaler{
-		ObjectMeta: metav1.ObjectMeta{Name: lwsName, Namespace: ns},
-		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
-			ScaleTargetRef: lwsRef(lwsName),
-			MinReplicas:    ptr.To[int32](lwsMinGroups),
-			MaxReplicas:    lwsMaxGroups,
-			Metrics:        []autoscalingv2.MetricSpec{metric},
-		},
-	}
-	_, err := suite.cluster.Client().AutoscalingV2().HorizontalPodAutoscalers(ns).Create(ctx, hpa, metav1.CreateOptions{})
-	if err != nil {
-		return fmt.Errorf("create hpa %s/%s: %w", ns, lwsName, err)
-	}
-	return nil
+	return createHPA(ctx, newHPA(ns, lwsRef(lwsName), lwsMinGroups, lwsMaxGroups, metric))
 }
 
-func (e *lwsEnv) getHPA(ctx context.Context, ns, name string) (*autoscalingv2.HorizontalPodAutoscaler, error) {
-	return suite.cluster.Client().AutoscalingV2().HorizontalPodAutoscalers(ns).Get(ctx, name, metav1.GetOptions{})
-}
-
-// hpaReading returns the HPA's last reading of its metric: a percentage for
-// a resource utilization, milli-units for an object value.
-func hpaReading(hpa *autoscalingv2.HorizontalPodAutoscaler) (int64, bool) {
-	for _, m := range hpa.Status.CurrentMetrics {
-		switch {
-		case m.Resource != nil && m.Resource.Current.AverageUtilization != nil:
-			return int64(*m.Resource.Current.AverageUtilization), true
-		case m.Object != nil && m.Object.Current.Value != nil:
-			return m.Object.Current.Value.MilliValue(), true
-		}
-	}
-	return 0, false
-}
-
-// conditions prints the HPA's conditions, type=status (reason).
-func conditions(hpa *autoscalingv2.HorizontalPodAutoscaler) string {
-	var out []string
-	for _, c := range hpa.Status.Conditions {
-		out = append(out, fmt.Sprintf("%s=%s (%s: %s)", c.Type, c.Status, c.Reason, c.Message))
-	}
-	return strings.Join(out, "; ")
-}
-
-// waitHPAReading waits until the HPA of the LWS in ns reads want.
-func (e *lwsEnv) waitHPAReading(ctx context.Context, t *testing.T, ns string, want int64, d time.Duration) {
+// waitReading waits until the HPA name in ns reads want (any value when
+// want < 0) and returns what it read.
+func (e *lwsEnv) waitReading(ctx context.Context, t *testing.T, ns, name string, want int64, d time.Duration) int64 {
 	t.Helper()
-	must(t, e.poll(ctx, d, fmt.Sprintf("HPA %s/%s to read %d", ns, lwsName, want), func(ctx context.Context) error {
-		hpa, err := e.getHPA(ctx, ns, lwsName)
+	var got int64
+	must(t, e.poll(ctx, d, fmt.Sprintf("HPA %s/%s to read %d", ns, name, want), func(ctx context.Context) error {
+		hpa, err := getHPA(ctx, ns, name)
 		if err != nil {
 			return err
 		}
-		if got, ok := hpaReading(hpa); !ok || got != want {
+		var ok bool
+		if got, ok = hpaReading(hpa); !ok || (want >= 0 && got != want) {
 			return fmt.Errorf("reading %d (read: %v); conditions %s", got, ok, conditions(hpa))
 		}
 		return nil
 	}))
+	return got
 }
 
 // waitScale waits, for at most d, until the LWS name in ns wants groups
@@ -252,7 +214,7 @@ func (e *lwsEnv) waitScale(ctx context.Context, t *testing.T, ns, name, hpaName 
 			last = scale.Spec.Replicas
 		}
 		if scale.Spec.Replicas != groups {
-			hpa, err := e.getHPA(ctx, ns, hpaName)
+			hpa, err := getHPA(ctx, ns, hpaName)
 			if err != nil {
 				return err
 			}
@@ -264,23 +226,12 @@ func (e *lwsEnv) waitScale(ctx context.Context, t *testing.T, ns, name, hpaName 
 }
 
 func (e *lwsEnv) hpaState(ctx context.Context, ns string) string {
-	hpa, err := e.getHPA(ctx, ns, lwsName)
+	hpa, err := getHPA(ctx, ns, lwsName)
 	if err != nil {
 		return err.Error()
 	}
 	got, _ := hpaReading(hpa)
 	return fmt.Sprintf("HPA reads %d, desired %d; conditions %s", got, hpa.Status.DesiredReplicas, conditions(hpa))
-}
-
-// holdMinimum fails the test if, during d, the LWS in ns wants more than
-// lwsMinGroups groups or its HPA reads a value at or above the target or
-// wants more; at the end the HPA must be actively computing (ScalingActive).
-func (e *lwsEnv) holdMinimum(ctx context.Context, t *testing.T, ns string, d time.Duration) {
-	t.Helper()
-	hpa := e.holdUnscaled(ctx, t, ns, d, lwsTargetPercent-1, "the pod policy scaled")
-	if !scalingActive(hpa) {
-		t.Fatalf("HPA not ScalingActive: %s", conditions(hpa))
-	}
 }
 
 // waitWorkerCPU waits until the metrics API, through the aggregator, reports
@@ -343,20 +294,5 @@ func (e *lwsEnv) waitGroupMetrics(ctx context.Context, ns string, groups int, po
 			}
 		}
 		return nil
-	})
-}
-
-// waitCustomMetric waits until custom.metrics.k8s.io, through the
-// aggregator, serves lws_group_cpu_utilization of the LWS in ns at
-// wantMilli.
-func (e *lwsEnv) waitCustomMetric(ctx context.Context, ns string, wantMilli int64) error {
-	path := fmt.Sprintf("/apis/custom.metrics.k8s.io/v1beta2/namespaces/%s/%s/%s/%s",
-		ns, provider.LWSResource.String(), lwsName, provider.MetricCPUUtilization)
-	return e.poll(ctx, e.bounds.up, path+" to read "+strconv.FormatInt(wantMilli, 10)+"m", func(ctx context.Context) error {
-		vs, err := rawValues(ctx, path)
-		if err == nil && (len(vs) != 1 || vs[0] != wantMilli) {
-			err = fmt.Errorf("values %v, want one of %dm", vs, wantMilli)
-		}
-		return err
 	})
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,15 +26,20 @@ type topRow struct {
 	memory   string
 }
 
+// add wants row for every pod of pods.
+func (want topWant) add(pods []corev1.Pod, row topRow) {
+	for _, p := range pods {
+		want[p.Name] = row
+	}
+}
+
 // waitTop waits, for at most bound, until kubectl top pod in ns shows
 // exactly the pods of want, with the memory given and CPU within 5% (ukpd's
 // rates follow the arrival of its responses, not the fake's clock).
 func waitTop(ctx context.Context, t *testing.T, ns string, want topWant, bound time.Duration) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, bound)
-	defer cancel()
 	var out string
-	must(t, poll(ctx, "kubectl top pod -n "+ns, func(ctx context.Context) error {
+	must(t, pollBounded(ctx, bound, "kubectl top pod -n "+ns, func(ctx context.Context) error {
 		var err error
 		if out, _, err = suite.cluster.Kubectl(ctx, "top", "pod", "-n", ns); err != nil {
 			return err
@@ -52,27 +56,52 @@ func waitTop(ctx context.Context, t *testing.T, ns string, want topWant, bound t
 // in state.
 func waitTargets(ctx context.Context, t *testing.T, state string, bound time.Duration) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, bound)
-	defer cancel()
-	must(t, poll(ctx, "one "+state+" ukpd target", func(ctx context.Context) error {
-		n, err := serverMetric(ctx, "group_metrics_server_scraper_targets", `source="ukpd"`, `state="`+state+`"`)
-		if err != nil {
-			return err
-		}
-		if n != 1 {
-			return fmt.Errorf("%v %s ukpd targets", n, state)
-		}
-		return nil
-	}))
+	must(t, pollBounded(ctx, bound, "one "+state+" ukpd target",
+		metricCheck(suite.server, valueIs(1), "group_metrics_server_scraper_targets", `source="ukpd"`, `state="`+state+`"`)))
 }
 
 // serverMetric is ukpdMetric on the suite's server.
 func serverMetric(ctx context.Context, name string, labels ...string) (float64, error) {
-	client, err := suite.server.HTTPClient()
+	return metricOf(ctx, suite.server, name, labels...)
+}
+
+// metricOf is ukpdMetric on s.
+func metricOf(ctx context.Context, s *env.Server, name string, labels ...string) (float64, error) {
+	client, err := s.HTTPClient()
 	if err != nil {
 		return 0, err
 	}
-	return ukpdMetric(ctx, client, "https://"+suite.server.Address(), name, labels...)
+	return ukpdMetric(ctx, client, "https://"+s.Address(), name, labels...)
+}
+
+// metricCheck is a poll check that s's /metrics has a sample of name with
+// labels whose value ok accepts.
+func metricCheck(s *env.Server, ok func(float64) error, name string, labels ...string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		v, err := metricOf(ctx, s, name, labels...)
+		if err != nil {
+			return err
+		}
+		return ok(v)
+	}
+}
+
+func valueIs(want float64) func(float64) error {
+	return func(v float64) error {
+		if v != want {
+			return fmt.Errorf("value %v, want %v", v, want)
+		}
+		return nil
+	}
+}
+
+func valueAtLeast(least float64) func(float64) error {
+	return func(v float64) error {
+		if v < least {
+			return fmt.Errorf("value %v, want at least %v", v, least)
+		}
+		return nil
+	}
 }
 
 // watchFreshness lists the metrics of pods every second until the returned
@@ -82,37 +111,30 @@ func watchFreshness(ctx context.Context, t *testing.T, ns string, pods []corev1.
 	t.Helper()
 	metrics, err := newMetricsClient(suite.cluster.RESTConfig())
 	must(t, err)
-	ctx, cancel := context.WithCancel(ctx)
 	var (
-		wg      sync.WaitGroup
 		maxAge  time.Duration
 		missing int
 	)
-	wg.Go(func() {
-		every(ctx, time.Second, func() {
-			list, err := metrics.MetricsV1beta1().PodMetricses(ns).List(ctx, metav1.ListOptions{})
-			now := time.Now()
-			if err == nil {
-				seen := map[string]bool{}
-				for _, m := range list.Items {
-					seen[m.Name] = true
-					for _, p := range pods {
-						if p.Name == m.Name {
-							maxAge = max(maxAge, now.Sub(m.Timestamp.Time))
-						}
-					}
-				}
-				for _, p := range pods {
-					if !seen[p.Name] {
-						missing++
-					}
-				}
+	stop := background(ctx, time.Second, func(ctx context.Context) {
+		list, err := metrics.MetricsV1beta1().PodMetricses(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return
+		}
+		now := time.Now()
+		served := map[string]time.Time{}
+		for _, m := range list.Items {
+			served[m.Name] = m.Timestamp.Time
+		}
+		for _, p := range pods {
+			if at, ok := served[p.Name]; ok {
+				maxAge = max(maxAge, now.Sub(at))
+			} else {
+				missing++
 			}
-		})
+		}
 	})
 	return func() (time.Duration, int) {
-		cancel()
-		wg.Wait()
+		stop()
 		return maxAge, missing
 	}
 }
@@ -120,36 +142,12 @@ func watchFreshness(ctx context.Context, t *testing.T, ns string, pods []corev1.
 // createUkpdHPA creates an HPA on the Deployment name with two metrics: an
 // average CPU utilization of 50% and an average memory of 256Mi.
 func createUkpdHPA(ctx context.Context, ns, name string, minReplicas, maxReplicas int32) error {
-	hpa := &autoscalingv2.HorizontalPodAutoscaler{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
-			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: name},
-			MinReplicas:    ptr.To(minReplicas),
-			MaxReplicas:    maxReplicas,
-			Metrics: []autoscalingv2.MetricSpec{
-				{Type: autoscalingv2.ResourceMetricSourceType, Resource: &autoscalingv2.ResourceMetricSource{
-					Name:   corev1.ResourceCPU,
-					Target: autoscalingv2.MetricTarget{Type: autoscalingv2.UtilizationMetricType, AverageUtilization: ptr.To[int32](50)},
-				}},
-				{Type: autoscalingv2.ResourceMetricSourceType, Resource: &autoscalingv2.ResourceMetricSource{
-					Name:   corev1.ResourceMemory,
-					Target: autoscalingv2.MetricTarget{Type: autoscalingv2.AverageValueMetricType, AverageValue: ptr.To(resource.MustParse("256Mi"))},
-				}},
-			},
-		},
-	}
-	_, err := suite.cluster.Client().AutoscalingV2().HorizontalPodAutoscalers(ns).Create(ctx, hpa, metav1.CreateOptions{})
-	return err
-}
-
-// averageMemory returns the HPA's current average memory in bytes, or -1.
-func averageMemory(hpa *autoscalingv2.HorizontalPodAutoscaler) int64 {
-	for _, m := range hpa.Status.CurrentMetrics {
-		if m.Resource != nil && m.Resource.Name == corev1.ResourceMemory && m.Resource.Current.AverageValue != nil {
-			return m.Resource.Current.AverageValue.Value()
-		}
-	}
-	return -1
+	memory := autoscalingv2.MetricSpec{Type: autoscalingv2.ResourceMetricSourceType, Resource: &autoscalingv2.ResourceMetricSource{
+		Name:   corev1.ResourceMemory,
+		Target: autoscalingv2.MetricTarget{Type: autoscalingv2.AverageValueMetricType, AverageValue: ptr.To(resource.MustParse("256Mi"))},
+	}}
+	ref := autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: name}
+	return createHPA(ctx, newHPA(ns, ref, minReplicas, maxReplicas, cpuUtilizationMetric(50), memory))
 }
 
 // instancesIn counts the fake ukpd's running instances in namespace ns of

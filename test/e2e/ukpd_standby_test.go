@@ -4,7 +4,7 @@ package e2e
 
 import (
 	"context"
-	"fmt"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	"testing"
 	"time"
 
@@ -26,11 +26,7 @@ func TestUkpdStandby(t *testing.T) {
 	newNamespace(ctx, t, ns)
 	client := suite.cluster.Client()
 	o := suite.opts
-	const slack = 20 * time.Second
-	metricLag := 2*suite.resolution + suite.timeout
-	metricsBound := metricLag + slack
-	upBound := metricLag + 3*o.HPASyncPeriod + o.HPACPUInitializationPeriod + slack
-	downBound := metricLag + o.HPADownscaleStabilization + 3*o.HPASyncPeriod + slack
+	b := newHPABounds()
 
 	instances := kraftletNode(ctx, t, node, env.UkpdUsage{CPU: "10m", Memory: "64Mi"})
 	must(t, instances.SetStandby(ctx, ns, true))
@@ -52,52 +48,35 @@ func TestUkpdStandby(t *testing.T) {
 	running := time.Now()
 
 	// In standby: zero CPU and the resident set ukpd reports, 0.
-	want := map[string]topRow{}
-	for _, p := range pods {
-		want[p.Name] = topRow{milliCPU: 0, memory: "0Mi"}
-	}
-	waitTop(ctx, t, ns, want, metricsBound)
-	t.Logf("kubectl top shows every pod in standby at zero %v after they ran", time.Since(running).Round(time.Millisecond))
+	want := topWant{}
+	want.add(pods, topRow{milliCPU: 0, memory: "0Mi"})
+	waitTop(ctx, t, ns, want, staleBound()+hpaSlack)
+	t.Logf("kubectl top shows every pod in standby at zero %v after they ran", since(running))
 
 	must(t, createUkpdHPA(ctx, ns, uk.Name, minReplicas, maxReplicas))
-	readCtx, cancel := context.WithTimeout(ctx, metricLag+3*o.HPASyncPeriod+slack)
+	readCtx, cancel := context.WithTimeout(ctx, b.read)
 	defer cancel()
-	must(t, poll(readCtx, "the HPA to read 0% CPU", func(ctx context.Context) error {
-		hpa, err := client.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(ctx, uk.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if u := utilization(hpa); u != 0 {
-			return fmt.Errorf("utilization %d%%, conditions %v", u, hpa.Status.Conditions)
-		}
-		return nil
-	}))
+	must(t, waitHPA(readCtx, ns, uk.Name, "read 0% CPU", func(hpa *autoscalingv2.HorizontalPodAutoscaler) bool { return utilization(hpa) == 0 }))
 	// It stays: for a stabilization window and three syncs, nothing moves.
 	stay := o.HPADownscaleStabilization + 3*o.HPASyncPeriod
 	stayCtx, stayCancel := context.WithTimeout(ctx, stay)
 	defer stayCancel()
-	for stayCtx.Err() == nil {
+	every(stayCtx, o.HPASyncPeriod, func() {
 		d, err := client.AppsV1().Deployments(ns).Get(stayCtx, uk.Name, metav1.GetOptions{})
 		if err == nil && *d.Spec.Replicas != minReplicas {
 			t.Fatalf("replicas %d while every pod stood by, want %d", *d.Spec.Replicas, minReplicas)
 		}
-		select {
-		case <-stayCtx.Done():
-		case <-time.After(o.HPASyncPeriod):
-		}
-	}
+	})
 	t.Logf("HPA read 0%% and kept %d replicas for %v", minReplicas, stay)
 
 	// Woken under load: 200% of the request.
 	must(t, instances.SetUsage(ctx, ns, env.UkpdUsage{CPU: "200m", Memory: "64Mi"}))
 	must(t, instances.SetStandby(ctx, ns, false))
-	up := waitReplicas(ctx, t, ns, uk.Name, maxReplicas, upBound)
-	t.Logf("woken under load: scaled up %d -> %d in %v (bound %v)", minReplicas, maxReplicas, up.Round(time.Millisecond), upBound)
+	waitReplicas(ctx, t, ns, uk.Name, "woken under load", maxReplicas, b.up)
 
 	// Back in standby: down to the minimum within the HPA's windows.
 	must(t, instances.SetStandby(ctx, ns, true))
-	down := waitReplicas(ctx, t, ns, uk.Name, minReplicas, downBound)
-	t.Logf("back in standby: scaled down %d -> %d in %v (bound %v)", maxReplicas, minReplicas, down.Round(time.Millisecond), downBound)
+	waitReplicas(ctx, t, ns, uk.Name, "back in standby", minReplicas, b.down)
 	if err := instances.Err(); err != nil {
 		t.Logf("instance sync had a failed call (retried on resync): %v", err)
 	}

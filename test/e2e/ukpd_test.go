@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
-
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
@@ -31,16 +31,11 @@ func TestUkpdPods(t *testing.T) {
 	)
 	newNamespace(ctx, t, ns)
 	client := suite.cluster.Client()
-	// metricLag is how long after a usage change the server's rates cover
-	// only the new usage; slack covers the controllers, kwok and a loaded
-	// machine, as in TestHPAScales.
-	const slack = 20 * time.Second
-	metricLag := 2*suite.resolution + suite.timeout
-	metricsBound := metricLag + slack
+	metricsBound := staleBound() + hpaSlack
 
 	began := time.Now()
 	instances := kraftletNode(ctx, t, node, env.UkpdUsage{CPU: "40m", Memory: "64Mi"})
-	t.Logf("kraftlet node %s Ready and instance sync running after %v", node, time.Since(began).Round(time.Millisecond))
+	t.Logf("kraftlet node %s Ready and instance sync running after %v", node, since(began))
 
 	web := env.DeploymentSpec{Namespace: ns, Name: "web", Replicas: 2, CPURequest: "100m"}
 	webUsage := fakekubelet.Usage{CPUNanoCores: 150e6, MemoryBytes: 48 << 20}
@@ -65,15 +60,11 @@ func TestUkpdPods(t *testing.T) {
 	running := time.Now()
 
 	t.Run("top", func(t *testing.T) {
-		want := map[string]topRow{}
-		for _, p := range webPods {
-			want[p.Name] = topRow{milliCPU: 150, memory: "48Mi"}
-		}
-		for _, p := range ukPods {
-			want[p.Name] = topRow{milliCPU: 40, memory: "64Mi"}
-		}
+		want := topWant{}
+		want.add(webPods, topRow{milliCPU: 150, memory: "48Mi"})
+		want.add(ukPods, topRow{milliCPU: 40, memory: "64Mi"})
 		waitTop(ctx, t, ns, want, metricsBound)
-		t.Logf("kubectl top pod shows kubelet-backed and ukpd-backed pods %v after they ran", time.Since(running).Round(time.Millisecond))
+		t.Logf("kubectl top pod shows kubelet-backed and ukpd-backed pods %v after they ran", since(running))
 	})
 
 	t.Run("targets", func(t *testing.T) {
@@ -114,7 +105,7 @@ func TestUkpdPods(t *testing.T) {
 	t.Logf("kubelet-backed pods throughout: oldest sample served %v, missing from %d of the lists", maxAge.Round(time.Millisecond), missing)
 	// Samples carry whole seconds; a second more covers that and the list's
 	// own latency.
-	if bound := metricLag + time.Second; missing > 0 || maxAge > bound {
+	if bound := staleBound() + time.Second; missing > 0 || maxAge > bound {
 		t.Errorf("kubelet-backed pods lost fresh metrics: oldest sample %v (bound %v), missing from %d lists", maxAge, bound, missing)
 	}
 	if err := instances.Err(); err != nil {
@@ -125,54 +116,37 @@ func TestUkpdPods(t *testing.T) {
 // testUkpdHPA scales a Deployment of unikernel pods with an HPA on CPU
 // utilization and average memory, by the usage the fake ukpd reports.
 func testUkpdHPA(ctx context.Context, t *testing.T, instances *env.InstanceSync, uk env.DeploymentSpec) {
-	client := suite.cluster.Client()
 	ns := uk.Namespace
-	o := suite.opts
-	const (
-		slack                    = 20 * time.Second
-		minReplicas, maxReplicas = 1, 4
-	)
-	metricLag := 2*suite.resolution + suite.timeout
-	upBound := metricLag + 3*o.HPASyncPeriod + o.HPACPUInitializationPeriod + slack
-	downBound := metricLag + o.HPADownscaleStabilization + 3*o.HPASyncPeriod + slack
-
+	b := newHPABounds()
+	const minReplicas, maxReplicas = 1, 4
 	began := time.Now()
 	must(t, createUkpdHPA(ctx, ns, uk.Name, minReplicas, maxReplicas))
-	readCtx, cancel := context.WithTimeout(ctx, metricLag+3*o.HPASyncPeriod+slack)
+	readCtx, cancel := context.WithTimeout(ctx, b.read)
 	defer cancel()
-	must(t, poll(readCtx, "the HPA to read 40% CPU and 64Mi", func(ctx context.Context) error {
-		hpa, err := client.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(ctx, uk.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		u, mem := utilization(hpa), averageMemory(hpa)
-		if u < 38 || u > 42 || mem != 64<<20 {
-			return fmt.Errorf("utilization %d%%, memory %d, conditions %v", u, mem, hpa.Status.Conditions)
-		}
-		return nil
+	must(t, waitHPA(readCtx, ns, uk.Name, "read 40% CPU and 64Mi", func(hpa *autoscalingv2.HorizontalPodAutoscaler) bool {
+		u := utilization(hpa)
+		return u >= 38 && u <= 42 && averageMemory(hpa) == 64<<20
 	}))
-	t.Logf("HPA read CPU utilization and memory from ukpd %v after it was created", time.Since(began).Round(time.Millisecond))
+	t.Logf("HPA read CPU utilization and memory from ukpd %v after it was created", since(began))
 
 	// 200% of the request: four replicas wanted, the maximum.
 	must(t, instances.SetUsage(ctx, ns, env.UkpdUsage{CPU: "200m"}))
-	up := waitReplicas(ctx, t, ns, uk.Name, maxReplicas, upBound)
-	t.Logf("scaled up %d -> %d in %v (bound %v)", minReplicas, maxReplicas, up.Round(time.Millisecond), upBound)
-	_, err := env.WaitForRunningPods(ctx, client, ns, uk.Selector(), maxReplicas)
+	waitReplicas(ctx, t, ns, uk.Name, "scaled up", maxReplicas, b.up)
+	_, err := env.WaitForRunningPods(ctx, suite.cluster.Client(), ns, uk.Selector(), maxReplicas)
 	must(t, err)
-	must(t, poll(ctx, "an instance for each of the new pods", func(context.Context) error {
-		if n := instancesIn(ns, uk.Name+"-"); n != maxReplicas {
-			return fmt.Errorf("%d instances", n)
-		}
-		return nil
-	}))
-
+	waitInstances(ctx, t, uk, maxReplicas)
 	// 10% of the request: one replica wanted after the stabilization window.
 	must(t, instances.SetUsage(ctx, ns, env.UkpdUsage{CPU: "10m"}))
-	down := waitReplicas(ctx, t, ns, uk.Name, minReplicas, downBound)
-	t.Logf("scaled down %d -> %d in %v (bound %v)", maxReplicas, minReplicas, down.Round(time.Millisecond), downBound)
-	must(t, poll(ctx, "the instances of removed pods to go", func(context.Context) error {
-		if n := instancesIn(ns, uk.Name+"-"); n != minReplicas {
-			return fmt.Errorf("%d instances", n)
+	waitReplicas(ctx, t, ns, uk.Name, "scaled down", minReplicas, b.down)
+	waitInstances(ctx, t, uk, minReplicas)
+}
+
+// waitInstances waits until the fake ukpd runs n instances of uk's pods.
+func waitInstances(ctx context.Context, t *testing.T, uk env.DeploymentSpec, n int) {
+	t.Helper()
+	must(t, poll(ctx, fmt.Sprintf("%d instances of %s", n, uk.Name), func(context.Context) error {
+		if got := instancesIn(uk.Namespace, uk.Name+"-"); got != n {
+			return fmt.Errorf("%d instances", got)
 		}
 		return nil
 	}))
@@ -182,9 +156,9 @@ func testUkpdHPA(ctx context.Context, t *testing.T, instances *env.InstanceSync,
 // failure and stays ready while the kubelet-backed pods keep fresh samples,
 // then heals it and waits for the target to be healthy again.
 func testUkpdDown(ctx context.Context, t *testing.T, ns string, webPods []corev1.Pod, reason string, breakIt, heal func() error) {
-	metricLag := 2*suite.resolution + suite.timeout
-	bound := metricLag + 20*time.Second
-	before, err := serverMetric(ctx, "group_metrics_server_scraper_target_failures_total", `source="ukpd"`, `reason="`+reason+`"`)
+	bound := staleBound() + hpaSlack
+	failures := []string{"group_metrics_server_scraper_target_failures_total", `source="ukpd"`, `reason="` + reason + `"`}
+	before, err := serverMetric(ctx, failures[0], failures[1:]...)
 	must(t, err)
 	must(t, breakIt())
 	healed := false
@@ -194,26 +168,13 @@ func testUkpdDown(ctx context.Context, t *testing.T, ns string, webPods []corev1
 		}
 	})
 	setAt := time.Now()
-	waitCtx, cancel := context.WithTimeout(ctx, bound)
-	defer cancel()
-	must(t, poll(waitCtx, "a "+reason+" failure of the ukpd target", func(ctx context.Context) error {
-		n, err := serverMetric(ctx, "group_metrics_server_scraper_target_failures_total", `source="ukpd"`, `reason="`+reason+`"`)
-		if err != nil {
-			return err
-		}
-		if n <= before {
-			return fmt.Errorf("%v failures", n)
-		}
-		return nil
-	}))
+	must(t, pollBounded(ctx, bound, "a "+reason+" failure of the ukpd target", metricCheck(suite.server, valueAtLeast(before+1), failures[0], failures[1:]...)))
 	waitTargets(ctx, t, "failing", bound)
-	t.Logf("ukpd target failing (%s) %v after the fault", reason, time.Since(setAt).Round(time.Millisecond))
+	t.Logf("ukpd target failing (%s) %v after the fault", reason, since(setAt))
 
 	metrics, err := newMetricsClient(suite.cluster.RESTConfig())
 	must(t, err)
-	freshCtx, cancel2 := context.WithTimeout(ctx, bound)
-	defer cancel2()
-	must(t, poll(freshCtx, "samples newer than the fault for the kubelet-backed pods", func(ctx context.Context) error {
+	must(t, pollBounded(ctx, bound, "samples newer than the fault for the kubelet-backed pods", func(ctx context.Context) error {
 		for _, p := range webPods {
 			m, err := metrics.MetricsV1beta1().PodMetricses(ns).Get(ctx, p.Name, metav1.GetOptions{})
 			if err != nil {
@@ -236,5 +197,56 @@ func testUkpdDown(ctx context.Context, t *testing.T, ns string, webPods []corev1
 	healed = true
 	healedAt := time.Now()
 	waitTargets(ctx, t, "healthy", bound)
-	t.Logf("ukpd target healthy again %v after the endpoint came back", time.Since(healedAt).Round(time.Millisecond))
+	t.Logf("ukpd target healthy again %v after the endpoint came back", since(healedAt))
+}
+
+// TestUkpdPages runs pods on a kraftlet node of an account of 2,000 instances,
+// on a ukpd that lists at most 100 a request.
+func TestUkpdPages(t *testing.T) {
+	ctx := begin(t, 6*time.Minute)
+	const (
+		ns      = "e2e-ukpd-pages"
+		node    = "kraftlet-pages"
+		ours    = 50
+		foreign = 2000 - ours
+	)
+	newNamespace(ctx, t, ns)
+	client := suite.cluster.Client()
+
+	// Instances of pods this cluster does not have, created first: the
+	// oldest, listed first.
+	var added []string
+	t.Cleanup(func() {
+		for _, id := range added {
+			_ = suite.ukpd.Remove(id)
+		}
+	})
+	for i := range foreign {
+		in, err := suite.ukpd.AddInstance(fakeukpd.InstanceSpec{
+			Namespace: "elsewhere", Pod: fmt.Sprintf("other-%04d", i), Container: "app", Node: "kraftlet", CPUCores: 0.01,
+		})
+		must(t, err)
+		added = append(added, in.UUID)
+	}
+
+	kraftletNode(ctx, t, node, env.UkpdUsage{CPU: "40m", Memory: "64Mi"})
+	uk := env.DeploymentSpec{Namespace: ns, Name: "paged", Replicas: ours, CPURequest: "100m"}
+	must(t, env.CreateKraftletDeployment(ctx, client, uk))
+	pods, err := env.WaitForRunningPods(ctx, client, ns, uk.Selector(), ours)
+	must(t, err)
+	// The sync creates each Running pod's instance from its informer, so the
+	// last ones may still be on their way: wait for them, bounded.
+	must(t, pollBounded(ctx, 30*time.Second, "the account to hold 2,000 instances", func(context.Context) error {
+		if n := len(suite.ukpd.Instances()); n < 2000 {
+			return fmt.Errorf("the account holds %d instances, want at least 2,000", n)
+		}
+		return nil
+	}))
+	running := time.Now()
+	listsBefore := suite.ukpd.ListRequests()
+	want := topWant{}
+	want.add(pods, topRow{milliCPU: 40, memory: "64Mi"})
+	waitTop(ctx, t, ns, want, staleBound()+30*time.Second)
+	t.Logf("kubectl top shows all %d pods, whose instances are the newest of %d over pages of %d, %v after they ran; %d list requests meanwhile",
+		ours, len(suite.ukpd.Instances()), env.UkpdPageSize, since(running), suite.ukpd.ListRequests()-listsBefore)
 }
