@@ -30,10 +30,8 @@ func (s seriesCount) String() string { return fmt.Sprintf("(%v, %v)", s.nodes, s
 // ukpd instance of an existing pod. It returns the gauges.
 func waitStoreMatches(ctx context.Context, t *testing.T, ep endpoint, bound time.Duration) seriesCount {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, bound)
-	defer cancel()
 	var got seriesCount
-	must(t, poll(ctx, "the store's series gauges to match what the sources report", func(ctx context.Context) error {
+	must(t, boundedPoll(ctx, bound, "the store's series gauges to match what the sources report", watched(), func(ctx context.Context) error {
 		body, err := selfMetrics(ctx, ep)
 		if err != nil {
 			return err

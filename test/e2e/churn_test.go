@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 
-	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
 )
@@ -239,29 +238,25 @@ func (c *churn) probe(churnCtx, ctx context.Context, ep endpoint) {
 			c.problem("create %s: %v", name, err)
 			return
 		}
-		stepCtx, cancel := context.WithTimeout(ctx, time.Minute)
-		err := cluster.Poll(stepCtx, name+" to run", watched(), func(ctx context.Context) error {
+		err := boundedPoll(ctx, time.Minute, name+" to run", watched(), func(ctx context.Context) error {
 			p, err := client.CoreV1().Pods(c.ns).Get(ctx, name, metav1.GetOptions{})
 			if err == nil && p.Status.Phase != corev1.PodRunning {
 				err = fmt.Errorf("phase %s", p.Status.Phase)
 			}
 			return err
 		})
-		cancel()
 		if err != nil {
 			c.problem("%v", err)
 			return
 		}
 		running := time.Now()
 		// Wait past the bound, so that a late answer is measured.
-		stepCtx, cancel = context.WithTimeout(ctx, 2*newPodBound())
-		err = cluster.Poll(stepCtx, "metrics of "+name, watched(), func(ctx context.Context) error {
+		err = boundedPoll(ctx, 2*newPodBound(), "metrics of "+name, watched(), func(ctx context.Context) error {
 			if r := fetch(ctx, ep, getPod(c.ns, name)); r.failed() {
 				return fmt.Errorf("%v", r)
 			}
 			return nil
 		})
-		cancel()
 		latency := time.Since(running)
 		c.mu.Lock()
 		if err == nil {
