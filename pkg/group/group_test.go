@@ -1,6 +1,7 @@
 package group
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -195,28 +196,22 @@ func TestKeyAndPolicy(t *testing.T) {
 	worker := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "lws-0-1",
 		Labels: map[string]string{LabelName: "lws", LabelGroupIndex: "0", LabelWorkerIndex: "1"}}}
 	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}}
-
-	if k, ok := Key(leader); !ok || k != "ns/lws/0" {
-		t.Errorf("Key(leader) = %q, %v", k, ok)
+	answers := func(p *corev1.Pod, def Policy) string {
+		k, ok := Key(p)
+		return fmt.Sprintf("key %q %v, leader %v, policy %s", k, ok, IsLeader(p), PolicyOf(p.Annotations[AnnotationPolicy], def))
 	}
-	if k, _ := Key(worker); k != "ns/lws/0" {
-		t.Errorf("Key(worker) = %q, want the leader's", k)
-	}
-	if _, ok := Key(plain); ok {
-		t.Error("a pod outside any LWS has a group key")
-	}
-	if !IsLeader(leader) || IsLeader(worker) || IsLeader(plain) {
-		t.Error("IsLeader wrong")
-	}
-	if got := PolicyOf(leader.Annotations[AnnotationPolicy], PolicyPod); got != PolicyGroupMax {
-		t.Errorf("PolicyOf(annotated) = %q", got)
-	}
-	if got := PolicyOf(worker.Annotations[AnnotationPolicy], PolicyGroup); got != PolicyGroup {
-		t.Errorf("PolicyOf(unannotated) = %q, want the default", got)
-	}
+	got := map[string]string{"leader": answers(leader, PolicyPod), "worker": answers(worker, PolicyGroup), "plain": answers(plain, PolicyPod)}
 	leader.Annotations[AnnotationPolicy] = "bogus"
-	if got := PolicyOf(leader.Annotations[AnnotationPolicy], PolicyPod); got != PolicyPod {
-		t.Errorf("PolicyOf(bogus) = %q, want the default", got)
+	got["bogus"] = answers(leader, PolicyPod)
+	want := map[string]string{
+		"leader": `key "ns/lws/0" true, leader true, policy group-max`,
+		// A worker's key is its leader's; without an annotation, the default.
+		"worker": `key "ns/lws/0" true, leader false, policy group`,
+		"plain":  `key "" false, leader false, policy pod`,
+		"bogus":  `key "ns/lws/0" true, leader true, policy pod`,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Key, IsLeader and PolicyOf (-want +got):\n%s", diff)
 	}
 	if _, err := ParsePolicy("bogus"); err == nil {
 		t.Error("ParsePolicy accepted bogus")
