@@ -33,7 +33,7 @@ func TestAuthorization(t *testing.T) {
 	ctx := begin(t, 2*time.Minute)
 	const ns, sa = "e2e-rbac", "reader"
 	newNamespace(ctx, t, ns)
-	_, token := newServiceAccount(ctx, t, ns, sa)
+	token := newServiceAccount(ctx, t, ns, sa)
 	paths := []string{"/apis/metrics.k8s.io/v1beta1/namespaces/" + ns + "/pods", "/apis/metrics.k8s.io/v1/nodes"}
 	cfgs := map[string]*rest.Config{}
 	clients := map[string]*http.Client{}

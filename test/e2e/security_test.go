@@ -259,7 +259,7 @@ func getExpecting(ctx context.Context, t *testing.T, client *http.Client, u stri
 // refusedCredentials are the identities TestRequestsRefused sends.
 func refusedCredentials(ctx context.Context, t *testing.T) []credentials {
 	t.Helper()
-	_, saToken := newServiceAccount(ctx, t, securityNamespace, "no-rbac")
+	saToken := newServiceAccount(ctx, t, securityNamespace, "no-rbac")
 	// A client certificate for the cluster admin's name and group, signed
 	// by a CA the cluster has never seen.
 	now := time.Now()
@@ -277,17 +277,17 @@ func refusedCredentials(ctx context.Context, t *testing.T) []credentials {
 }
 
 // newServiceAccount creates a ServiceAccount, bound to no role, and returns
-// its kubeconfig and token.
-func newServiceAccount(ctx context.Context, t *testing.T, ns, name string) (kubeconfig, token string) {
+// its token.
+func newServiceAccount(ctx context.Context, t *testing.T, ns, name string) string {
 	t.Helper()
 	_, err := suite.cluster.Client().CoreV1().ServiceAccounts(ns).Create(ctx,
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	must(t, err)
-	kubeconfig, err = suite.cluster.ServiceAccountKubeconfig(ctx, ns, name)
+	kubeconfig, err := suite.cluster.ServiceAccountKubeconfig(ctx, ns, name)
 	must(t, err)
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	must(t, err)
-	return kubeconfig, cfg.BearerToken
+	return cfg.BearerToken
 }
 
 // forgedToken is a well-formed ES256 JWT claiming to be the server's
