@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -30,10 +29,9 @@ func (b *bench) probeNewPods(ctx context.Context, s *runningServer, res *roundRe
 	b.logf("round %d: %s: %d new pods, one every %v", res.round, s.kind.name, n, b.opts.Resolution/time.Duration(n))
 	times := make([]float64, n)
 	errs := make([]error, n)
-	names := make([]string, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		names[i] = fmt.Sprintf("probe-%s-%d-%d", shortName(s.kind.name), res.round, i)
+		name := fmt.Sprintf("probe-%s-%d-%d", shortName(s.kind.name), res.round, i)
 		if i > 0 {
 			if err := b.sleep(ctx, b.opts.Resolution/time.Duration(n), s); err != nil {
 				wg.Wait()
@@ -42,7 +40,7 @@ func (b *bench) probeNewPods(ctx context.Context, s *runningServer, res *roundRe
 		}
 		node := fmt.Sprintf("%s%d", nodePrefix, (res.round*n+i)*7919%b.opts.Nodes)
 		wg.Go(func() {
-			d, err := b.probe(ctx, s, names[i], node)
+			d, err := b.probe(ctx, s, name, node)
 			times[i], errs[i] = d.Seconds(), err
 		})
 	}
@@ -68,7 +66,7 @@ func (b *bench) probeNewPods(ctx context.Context, s *runningServer, res *roundRe
 		res.notef("MISSED: %s", m)
 	}
 	b.logf("round %d: %s: first metrics after %s s", res.round, s.kind.name, formatList(times, "%.1f"))
-	return b.deleteProbes(ctx, names)
+	return b.deleteProbes(ctx)
 }
 
 func shortName(server string) string {
@@ -131,13 +129,11 @@ func (b *bench) probe(ctx context.Context, s *runningServer, name, node string) 
 
 // deleteProbes deletes the probe pods and waits until they are gone, so
 // every round starts with the same pods.
-func (b *bench) deleteProbes(ctx context.Context, names []string) error {
+func (b *bench) deleteProbes(ctx context.Context) error {
 	client := b.cluster.Client()
-	for _, name := range names {
-		err := client.CoreV1().Pods(probeNamespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("delete probe pod %s: %w", name, err)
-		}
+	err := client.CoreV1().Pods(probeNamespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("delete probe pods: %w", err)
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
