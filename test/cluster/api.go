@@ -183,23 +183,25 @@ func (c *Cluster) WaitForAPIServiceAvailable(ctx context.Context, name string) e
 		if err != nil {
 			return err
 		}
-		return apiServiceAvailable(obj)
+		return ConditionTrue(obj, "Available")
 	})
 }
 
-func apiServiceAvailable(obj *unstructured.Unstructured) error {
+// ConditionTrue returns nil if obj has the status condition condType=True,
+// and otherwise an error with the reason and message obj reports.
+func ConditionTrue(obj *unstructured.Unstructured, condType string) error {
 	var status struct {
 		Conditions []metav1.Condition `json:"conditions"`
 	}
 	raw, _, _ := unstructured.NestedMap(obj.Object, "status")
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &status); err != nil {
-		return fmt.Errorf("read APIService conditions: %w", err)
+		return fmt.Errorf("read %s %s conditions: %w", obj.GetKind(), obj.GetName(), err)
 	}
-	switch cond := meta.FindStatusCondition(status.Conditions, "Available"); {
+	switch cond := meta.FindStatusCondition(status.Conditions, condType); {
 	case cond == nil:
-		return fmt.Errorf("APIService %s has no Available condition yet", obj.GetName())
+		return fmt.Errorf("%s %s has no %s condition yet", obj.GetKind(), obj.GetName(), condType)
 	case cond.Status != metav1.ConditionTrue:
-		return fmt.Errorf("APIService %s is not available: %s: %s", obj.GetName(), cond.Reason, cond.Message)
+		return fmt.Errorf("%s %s is not %s: %s: %s", obj.GetKind(), obj.GetName(), condType, cond.Reason, cond.Message)
 	}
 	return nil
 }

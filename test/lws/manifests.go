@@ -59,7 +59,7 @@ func applyCRDs(ctx context.Context, c *cluster.Cluster, moduleDir string) error 
 			if err != nil {
 				return err
 			}
-			return established(crd)
+			return cluster.ConditionTrue(crd, "Established")
 		}); err != nil {
 			return err
 		}
@@ -71,19 +71,6 @@ var crdResource = schema.GroupVersionResource{
 	Group:    "apiextensions.k8s.io",
 	Version:  "v1",
 	Resource: "customresourcedefinitions",
-}
-
-func established(crd *unstructured.Unstructured) error {
-	conditions, _, err := unstructured.NestedSlice(crd.Object, "status", "conditions")
-	if err != nil {
-		return fmt.Errorf("CRD %s conditions: %w", crd.GetName(), err)
-	}
-	for _, raw := range conditions {
-		if cond, ok := raw.(map[string]any); ok && cond["type"] == "Established" && cond["status"] == "True" {
-			return nil
-		}
-	}
-	return fmt.Errorf("CRD %s is not established yet", crd.GetName())
 }
 
 // applyRBAC creates the controller's namespace and ServiceAccount and binds
