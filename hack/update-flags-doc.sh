@@ -11,6 +11,10 @@ go build -o "$tmp/group-metrics-server" ./cmd/group-metrics-server
 # (ignoredFlags in cmd/group-metrics-server/app/options/compat.go).
 ignored=" deprecated-kubelet-completely-insecure enable-priority-and-fairness "
 grep -v '^#' hack/metrics-server-v0.8.0-flags.txt | cut -d' ' -f1 > "$tmp/ms-flags"
+# Generic apiserver flags of a newer k8s.io/apiserver than v0.8.0's, which
+# metrics-server v0.9.0 has too (its docs/command-line-flags.txt, commit
+# 2a7c4b2c7d46552ff47f4aeaa3a735c582587ecd).
+newer=" min-compatibility-version tls-curve-preferences "
 
 flag_names() { sed -nE 's/^\s+(-\w, )?--([a-z0-9-]+).*/\2/p' | sort -u; }
 
@@ -25,7 +29,8 @@ flag_names() { sed -nE 's/^\s+(-\w, )?--([a-z0-9-]+).*/\2/p' | sort -u; }
 	echo "Every flag of metrics-server v0.8.0 is accepted (TestMetricsServerFlagsAccepted gives them all a value)."
 	echo "**same**: the same option, with the same meaning (most are the generic apiserver's own; defaults may"
 	echo "differ, see the help below); **ignored**: accepted, and ignored with a one-line warning at start, since it"
-	echo "means nothing here; **ours**: only here."
+	echo "means nothing here; **generic, v0.9.0**: the generic apiserver's own, not in v0.8.0 but in metrics-server"
+	echo "v0.9.0 too; **ours**: only here."
 	echo
 	echo "| flag | compared with metrics-server |"
 	echo "| --- | --- |"
@@ -34,6 +39,8 @@ flag_names() { sed -nE 's/^\s+(-\w, )?--([a-z0-9-]+).*/\2/p' | sort -u; }
 			s=ignored
 		elif grep -qx -- "$f" "$tmp/ms-flags"; then
 			s=same
+		elif [[ "$newer" == *" $f "* ]]; then
+			s="generic, v0.9.0"
 		else
 			s=ours
 		fi
