@@ -119,23 +119,19 @@ func (c UkpdControl) AddInstance(ctx context.Context, namespace, pod, container,
 		fakeukpd.InstanceSpec
 		UkpdUsage
 	}{fakeukpd.InstanceSpec{Namespace: namespace, Pod: pod, Container: container, Node: node}, u}
-	return c.do(ctx, http.MethodPost, "/v1/instances", body, http.StatusCreated)
+	return fakecore.Control{Address: c.Address}.Do(ctx, http.MethodPost, "/v1/instances", body, nil, http.StatusCreated)
 }
 
 // podCall sends method to the pod's path under /v1/namespaces, with suffix
 // ("/usage", an op such as "/standby" or "/restart", or "").
 func (c UkpdControl) podCall(ctx context.Context, method, namespace, pod, suffix string, body any, okCodes ...int) error {
-	return c.do(ctx, method, "/v1/namespaces/"+namespace+"/pods/"+pod+suffix, body, okCodes...)
+	return fakecore.Control{Address: c.Address}.Do(ctx, method, "/v1/namespaces/"+namespace+"/pods/"+pod+suffix, body, nil, okCodes...)
 }
 
 // RemovePod removes every instance of a pod; a pod without any is not an
 // error.
 func (c UkpdControl) RemovePod(ctx context.Context, namespace, pod string) error {
 	return c.podCall(ctx, http.MethodDelete, namespace, pod, "", nil, http.StatusOK, http.StatusNotFound)
-}
-
-func (c UkpdControl) do(ctx context.Context, method, path string, body any, okCodes ...int) error {
-	return fakecore.Control{Address: c.Address}.Do(ctx, method, path, body, nil, okCodes...)
 }
 
 // InstanceSync plays kraftlet's part for one node: it keeps one fake ukpd
