@@ -63,14 +63,9 @@ type faultScope struct {
 	// keep fresh samples throughout.
 	affected, healthy []string
 	// told is each pod's usage as the fakes were told.
-	told map[string]faultUsage
+	told map[string]faultSample
 	// tolerance is the relative CPU difference accepted.
 	tolerance float64
-}
-
-type faultUsage struct {
-	milliCPU int64
-	memory   int64
 }
 
 // faultFigures are what one fault case measured. Zero durations were not
@@ -329,21 +324,23 @@ func (w *faultWatch) observe(ctx context.Context) {
 	}
 }
 
-type faultServed struct {
+// faultSample is a pod's CPU and memory, as told to a fake or as served
+// with the time it was sampled.
+type faultSample struct {
 	at       time.Time
 	milliCPU int64
 	memory   int64
 }
 
 // listServed lists the pods of ns as the metrics API serves them, by name.
-func listServed(ctx context.Context, metrics metricsclient.Interface, ns string) (map[string]faultServed, error) {
+func listServed(ctx context.Context, metrics metricsclient.Interface, ns string) (map[string]faultSample, error) {
 	list, err := metrics.MetricsV1beta1().PodMetricses(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
-	served := map[string]faultServed{}
+	served := map[string]faultSample{}
 	for _, m := range list.Items {
-		s := faultServed{at: m.Timestamp.Time}
+		s := faultSample{at: m.Timestamp.Time}
 		for _, c := range m.Containers {
 			s.milliCPU += c.Usage.Cpu().MilliValue()
 			s.memory += c.Usage.Memory().Value()
@@ -355,7 +352,7 @@ func listServed(ctx context.Context, metrics metricsclient.Interface, ns string)
 
 // faultCheckValue says whether a served value is what the fakes were told;
 // a pod no fake was told of is an error.
-func faultCheckValue(sc faultScope, pod string, s faultServed) error {
+func faultCheckValue(sc faultScope, pod string, s faultSample) error {
 	want, ok := sc.told[pod]
 	if !ok {
 		return fmt.Errorf("pod %s served, but no fake was told of it", pod)

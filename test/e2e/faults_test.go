@@ -27,12 +27,12 @@ func TestNodeFaults(t *testing.T) {
 	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns}, usage)
 	nodes := suite.fleet.NodeNames
 	pods := map[string][]string{}
-	told := map[string]faultUsage{}
+	told := map[string]faultSample{}
 	for i, node := range nodes {
 		for _, suffix := range []string{"a", "b"} {
 			name := "n" + strconv.Itoa(i) + "-" + suffix
 			pods[node] = append(pods[node], name)
-			told[name] = faultUsage{milliCPU: 50, memory: 40 << 20}
+			told[name] = faultSample{milliCPU: 50, memory: 40 << 20}
 		}
 		createPinnedPods(ctx, t, ns, node, pods[node]...)
 	}

@@ -37,14 +37,14 @@ func TestUkpdFaults(t *testing.T) {
 	must(t, err)
 	sc := faultScope{
 		source: "ukpd", target: "ukpd/" + suite.ukpd.URL, ns: ns,
-		healthy: healthy, told: map[string]faultUsage{}, tolerance: 0.05,
+		healthy: healthy, told: map[string]faultSample{}, tolerance: 0.05,
 	}
 	for _, p := range healthy {
-		sc.told[p] = faultUsage{milliCPU: 50, memory: 40 << 20}
+		sc.told[p] = faultSample{milliCPU: 50, memory: 40 << 20}
 	}
 	for _, p := range ukPods {
 		sc.affected = append(sc.affected, p.Name)
-		sc.told[p.Name] = faultUsage{milliCPU: 40, memory: 64 << 20}
+		sc.told[p.Name] = faultSample{milliCPU: 40, memory: 64 << 20}
 	}
 	must(t, poll(ctx, "metrics of every pod", func(ctx context.Context) error {
 		return faultAllRight(ctx, sc, time.Now().Add(-time.Hour))
