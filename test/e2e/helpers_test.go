@@ -64,9 +64,7 @@ func poll(ctx context.Context, what string, check func(context.Context) error) e
 
 // pollBounded is poll bounded by d.
 func pollBounded(ctx context.Context, d time.Duration, what string, check func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	return poll(ctx, what, check)
+	return boundedPoll(ctx, d, what, watched(), check)
 }
 
 // table is the output of a kubectl command that prints columns.

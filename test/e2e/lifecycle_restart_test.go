@@ -28,27 +28,23 @@ func pollReadyz(ctx context.Context, ep endpoint, started time.Time, d time.Dura
 	var rp readyzPoll
 	ctx, cancel := context.WithDeadline(ctx, started.Add(d))
 	defer cancel()
-	ticker := time.NewTicker(100 * time.Millisecond)
-	defer ticker.Stop()
-	for {
+	every(ctx, 100*time.Millisecond, func() {
 		code, body, err := env.Get(ctx, ep.client, ep.base+"/readyz?verbose")
-		if err == nil {
-			if rp.firstAnswer == 0 {
-				rp.firstAnswer = time.Since(started)
-			}
-			if code == http.StatusOK {
-				rp.ready = time.Since(started)
-				return rp
-			}
-			rp.notReady++
-			rp.lastBody = body
+		if err != nil {
+			return
 		}
-		select {
-		case <-ctx.Done():
-			return rp
-		case <-ticker.C:
+		if rp.firstAnswer == 0 {
+			rp.firstAnswer = time.Since(started)
 		}
-	}
+		if code == http.StatusOK {
+			rp.ready = time.Since(started)
+			cancel()
+			return
+		}
+		rp.notReady++
+		rp.lastBody = body
+	})
+	return rp
 }
 
 // failingChecks returns the failing lines of a verbose /readyz body.

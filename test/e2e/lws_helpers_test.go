@@ -108,9 +108,7 @@ func newLWSEnv(ctx context.Context, t *testing.T) *lwsEnv {
 
 // poll is env.Poll over e.watch, bounded by d.
 func (e *lwsEnv) poll(ctx context.Context, d time.Duration, what string, check func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	return cluster.Poll(ctx, what, e.watch, check)
+	return boundedPoll(ctx, d, what, e.watch, check)
 }
 
 // deployCustomMetricsServer deploys a second server from
@@ -126,10 +124,6 @@ func deployCustomMetricsServer(ctx context.Context, t *testing.T, name string) *
 	return s
 }
 
-func leaderSelector() labels.Selector {
-	return labels.SelectorFromSet(labels.Set{group.LabelName: lwsName, group.LabelWorkerIndex: "0"})
-}
-
 func workerTarget(ns string) fakekubelet.UsageTarget {
 	req, err := labels.NewRequirement(group.LabelWorkerIndex, "!=", []string{"0"})
 	if err != nil {
@@ -143,7 +137,8 @@ func workerTarget(ns string) fakekubelet.UsageTarget {
 // group and waits until the group's pods are Running.
 func (e *lwsEnv) createLWS(ctx context.Context, t *testing.T, ns string, leaderAnnotations map[string]string, workers fakekubelet.Usage) {
 	t.Helper()
-	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: leaderSelector()}, leaderUsage)
+	leaders := labels.SelectorFromSet(labels.Set{group.LabelName: lwsName, group.LabelWorkerIndex: "0"})
+	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: leaders}, leaderUsage)
 	suite.fleet.SetUsage(workerTarget(ns), workers)
 	e.createGroup(ctx, t, lws.NewLeaderWorkerSet(ns, lwsName, lwsMinGroups, lwsGroupSize, lwsCPURequest, leaderAnnotations), lwsGroupSize)
 }
