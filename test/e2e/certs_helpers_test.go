@@ -56,10 +56,3 @@ func aggregatorOf(t *testing.T, c *cluster.Cluster) endpoint {
 	must(t, err)
 	return endpoint{name: "aggregator", base: cfg.Host, client: client}
 }
-
-// boundedPoll is cluster.Poll bounded by d.
-func boundedPoll(ctx context.Context, d time.Duration, what string, watch []*cluster.Process, check func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	return cluster.Poll(ctx, what, watch, check)
-}

@@ -31,7 +31,7 @@ func (s seriesCount) String() string { return fmt.Sprintf("(%v, %v)", s.nodes, s
 func waitStoreMatches(ctx context.Context, t *testing.T, ep endpoint, bound time.Duration) seriesCount {
 	t.Helper()
 	var got seriesCount
-	must(t, boundedPoll(ctx, bound, "the store's series gauges to match what the sources report", watched(), func(ctx context.Context) error {
+	must(t, pollBounded(ctx, bound, "the store's series gauges to match what the sources report", func(ctx context.Context) error {
 		body, err := selfMetrics(ctx, ep)
 		if err != nil {
 			return err

@@ -238,7 +238,7 @@ func (c *churn) probe(churnCtx, ctx context.Context, ep endpoint) {
 			c.problem("create %s: %v", name, err)
 			return
 		}
-		err := boundedPoll(ctx, time.Minute, name+" to run", watched(), func(ctx context.Context) error {
+		err := pollBounded(ctx, time.Minute, name+" to run", func(ctx context.Context) error {
 			p, err := client.CoreV1().Pods(c.ns).Get(ctx, name, metav1.GetOptions{})
 			if err == nil && p.Status.Phase != corev1.PodRunning {
 				err = fmt.Errorf("phase %s", p.Status.Phase)
@@ -251,7 +251,7 @@ func (c *churn) probe(churnCtx, ctx context.Context, ep endpoint) {
 		}
 		running := time.Now()
 		// Wait past the bound, so that a late answer is measured.
-		err = boundedPoll(ctx, 2*newPodBound(), "metrics of "+name, watched(), func(ctx context.Context) error {
+		err = pollBounded(ctx, 2*newPodBound(), "metrics of "+name, func(ctx context.Context) error {
 			if r := fetch(ctx, ep, getPod(c.ns, name)); r.failed() {
 				return fmt.Errorf("%v", r)
 			}

@@ -62,6 +62,13 @@ func poll(ctx context.Context, what string, check func(context.Context) error) e
 	return cluster.Poll(ctx, what, watched(), check)
 }
 
+// boundedPoll is cluster.Poll bounded by d.
+func boundedPoll(ctx context.Context, d time.Duration, what string, watch []*cluster.Process, check func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return cluster.Poll(ctx, what, watch, check)
+}
+
 // pollBounded is poll bounded by d.
 func pollBounded(ctx context.Context, d time.Duration, what string, check func(context.Context) error) error {
 	return boundedPoll(ctx, d, what, watched(), check)

@@ -77,7 +77,7 @@ func TestMigrationFromMetricsServer(t *testing.T) {
 	listNodes := shape{"list-nodes", metricsV1beta1 + "/nodes"}
 	// The APIService is Available; the aggregator's proxy learns that from
 	// its informer, a moment later.
-	must(t, pollWithin(ctx, aggregatorLag, "metrics-server to serve through the aggregator", []*cluster.Process{ms.Process}, served(listNodes)))
+	must(t, boundedPoll(ctx, aggregatorLag, "metrics-server to serve through the aggregator", []*cluster.Process{ms.Process}, served(listNodes)))
 
 	root, err := env.RepoRoot()
 	must(t, err)
@@ -114,7 +114,7 @@ func TestMigrationFromMetricsServer(t *testing.T) {
 	// ours, within takeOverBound from the apply.
 	for _, sh := range []shape{listNodes, {"list-nodes-v1", "/apis/metrics.k8s.io/v1/nodes"}} {
 		what := sh.name + " through the aggregator after metrics-server stopped"
-		if err := pollWithin(ctx, time.Until(began.Add(takeOverBound)), what, []*cluster.Process{s.Process}, served(sh)); err != nil {
+		if err := boundedPoll(ctx, time.Until(began.Add(takeOverBound)), what, []*cluster.Process{s.Process}, served(sh)); err != nil {
 			t.Error(err)
 		}
 	}
@@ -157,7 +157,7 @@ func checkUninstall(ctx context.Context, t *testing.T, c *cluster.Cluster, dyn d
 	if _, stderr, err := c.Kubectl(ctx, "delete", "-k", base, "--wait=true", "--ignore-not-found"); err != nil {
 		t.Fatalf("kubectl delete -k manifests/base: %v: %s", err, stderr)
 	}
-	err := pollWithin(ctx, time.Minute, "the controller to run without its rights", nil, func(context.Context) error {
+	err := boundedPoll(ctx, time.Minute, "the controller to run without its rights", nil, func(context.Context) error {
 		select {
 		case <-s.Controller.Done():
 			return nil
@@ -174,7 +174,7 @@ func checkUninstall(ctx context.Context, t *testing.T, c *cluster.Cluster, dyn d
 	}
 	_ = s.Controller.Stop()
 	_ = s.Process.Stop()
-	err = pollWithin(ctx, uninstallBound, "no object of ours left", nil, func(ctx context.Context) error {
+	err = boundedPoll(ctx, uninstallBound, "no object of ours left", nil, func(ctx context.Context) error {
 		left, err := labelled(ctx, dyn, ourLabel)
 		if err == nil && len(left) > 0 {
 			err = fmt.Errorf("left: %s", strings.Join(left, ", "))
@@ -185,13 +185,6 @@ func checkUninstall(ctx context.Context, t *testing.T, c *cluster.Cluster, dyn d
 		t.Error(err)
 	}
 	t.Logf("kubectl delete -k manifests/base: no object labelled %s %v after it began", ourLabel, since(uninstalled))
-}
-
-// pollWithin is cluster.Poll bounded by d.
-func pollWithin(ctx context.Context, d time.Duration, what string, watch []*cluster.Process, check func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	return cluster.Poll(ctx, what, watch, check)
 }
 
 func apiService(ctx context.Context, t *testing.T, dyn dynamic.Interface, name string) *unstructured.Unstructured {

@@ -95,7 +95,7 @@ func TestKubeletCredentialReadOnly(t *testing.T) {
 	// its first scrape, within readyBound and ten seconds for a loaded
 	// machine.
 	var tokens []string
-	must(t, pollWithin(ctx, readyBound()+10*time.Second, "the fleet to accept a bearer token", watched(), func(context.Context) error {
+	must(t, pollBounded(ctx, readyBound()+10*time.Second, "the fleet to accept a bearer token", func(context.Context) error {
 		if tokens = suite.fleet.PresentedTokens(); len(tokens) == 0 {
 			return errors.New("the fleet has accepted no bearer token: the server scrapes with none")
 		}

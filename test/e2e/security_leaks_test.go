@@ -80,7 +80,7 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 	bound := 2*suite.resolution + suite.timeout + 10*time.Second
 	waitMetric := func(what string, ok func(float64) bool, name string, labels ...string) {
 		t.Helper()
-		must(t, pollWithin(ctx, bound, what, watched(), func(ctx context.Context) error {
+		must(t, pollBounded(ctx, bound, what, func(ctx context.Context) error {
 			n, err := ukpdMetric(ctx, client, base, name, labels...)
 			if err == nil && !ok(n) {
 				err = fmt.Errorf("%s%v: %v", name, labels, n)
@@ -105,7 +105,7 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 	// just before it logs it, so the line may trail the count: wait for it,
 	// bounded as the log lines of checkFailingMember are.
 	var logged []string
-	err = pollWithin(ctx, 10*time.Second, "the server to log ukpd answering 401", watched(), func(context.Context) error {
+	err = pollBounded(ctx, 10*time.Second, "the server to log ukpd answering 401", func(context.Context) error {
 		var err error
 		if logged, err = linesWith(suite.server.Process.LogPath(), "ukpd", "401"); err == nil && len(logged) == 0 {
 			err = errors.New("the server logged no line about ukpd answering 401")

@@ -4,10 +4,10 @@ package e2e
 
 import (
 	"context"
-	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	"testing"
 	"time"
 
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
