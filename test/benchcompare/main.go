@@ -4,6 +4,10 @@
 // in turn (A B A B ...), each round a fresh process with the same flags. It
 // prints a table of medians and every round's raw values. `make
 // bench-compare` runs it; see docs/benchmarks.md.
+//
+// It parses nothing by hand: each server's /metrics is read with
+// prometheus/common's expfmt (through test/promtext), and the processes'
+// CPU and memory and the machine's description with prometheus/procfs.
 package main
 
 import (
