@@ -47,6 +47,12 @@ build() {
 	)
 
 	# The LeaderWorkerSet controller's main package is sigs.k8s.io/lws/cmd.
+	# Its module requires test/tools's versions of every module both use
+	# (k8s.io v0.37.2 and controller-runtime v0.25.3 rather than LWS v0.9.0's
+	# v0.36.2 and v0.24.1), so a cold build compiles one Kubernetes library
+	# graph for it and the control plane. metrics-server keeps v0.8.0's own
+	# k8s.io v0.33.2: built against v0.37 it fails at start ("cannot find
+	# model definition" for its OpenAPI types) and gains two generic flags.
 	(
 		cd "${root}/test/tools/lws"
 		GOBIN="${bin_dir}" go install -trimpath \
