@@ -2,6 +2,7 @@ package promscrape
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"math/rand"
@@ -74,7 +75,7 @@ func BenchmarkParseOneTarget(b *testing.B) {
 		}
 	})
 	run("FilterThenTextParser", func() (int, error) {
-		fams, _, err := parseFamilies(body, allow)
+		fams, _, err := parseFamilies(context.Background(), body, allow, noLineLimits)
 		return len(fams), err
 	})
 }
@@ -96,7 +97,7 @@ func BenchmarkCycle(b *testing.B) {
 	for b.Loop() {
 		var all []Sample
 		for i := range targets {
-			s, err := cfg.decode(bodies[i], &targets[i], allow, now)
+			s, err := cfg.decode(context.Background(), bodies[i], &targets[i], allow, now)
 			if err != nil {
 				b.Fatal(err)
 			}

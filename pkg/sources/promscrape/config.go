@@ -71,6 +71,11 @@ type Metric struct {
 	// Combine is how the series of one pod, and then the members of a
 	// group, become one value.
 	Combine Combine `json:"combine"`
+	// Min and Max, when set, bound a sample's exposed value (a counter's
+	// before its rate): a sample outside them is dropped and counted
+	// (out_of_range), never clamped into range.
+	Min *float64 `json:"min,omitempty"`
+	Max *float64 `json:"max,omitempty"`
 }
 
 // PodTargets says which pods' own endpoints are scraped.
@@ -84,6 +89,10 @@ type PodTargets struct {
 	// PrometheusAnnotations also honours the conventional prometheus.io/*
 	// annotations (see targets.go for why this is off by default).
 	PrometheusAnnotations bool `json:"prometheusAnnotations,omitempty"`
+	// AllowHostNetwork lets a hostNetwork pod be a target. Off by default:
+	// such a pod's IP is its node's, so the port it names is the node's,
+	// served by whatever listens there, not by the pod.
+	AllowHostNetwork bool `json:"allowHostNetwork,omitempty"`
 
 	selector labels.Selector
 }
@@ -106,8 +115,38 @@ type NodeExporter struct {
 	NamespaceLabel string `json:"namespaceLabel,omitempty"`
 	PodLabel       string `json:"podLabel,omitempty"`
 	ContainerLabel string `json:"containerLabel,omitempty"`
+	// Namespaces are the only namespaces whose selected pods are taken for
+	// this exporter; required. A pod the selector matches elsewhere is
+	// refused: any tenant can label a pod, and an exporter's series speak
+	// for other pods.
+	Namespaces []string `json:"namespaces"`
+	// ServiceAccounts, when set, are the only service accounts an
+	// exporter pod may run as.
+	ServiceAccounts []string `json:"serviceAccounts,omitempty"`
+	// Metrics are the served names (Config.Metrics[].name) this exporter
+	// may supply; required. Its other families are not read.
+	Metrics []string `json:"metrics"`
 
 	selector labels.Selector
+	// metrics holds the indexes into Config.Metrics of Metrics.
+	metrics map[int]bool
+}
+
+// Limits bound what one target may hand the server; a target past one of
+// them fails (too_large) and loses nothing of the others.
+type Limits struct {
+	// LabelsPerSeries caps the labels of one series line, counted before
+	// the line is parsed; 64 when zero.
+	LabelsPerSeries int `json:"labelsPerSeries,omitempty"`
+	// LabelBytesPerSeries caps the bytes between a series line's braces;
+	// 2048 when zero.
+	LabelBytesPerSeries int `json:"labelBytesPerSeries,omitempty"`
+	// SeriesPerTarget caps the allow-listed series lines of one target;
+	// 10,000 when zero.
+	SeriesPerTarget int `json:"seriesPerTarget,omitempty"`
+	// PointsPerCollection caps the samples kept by one collection across
+	// all targets; 200,000 when zero. The target that would pass it fails.
+	PointsPerCollection int `json:"pointsPerCollection,omitempty"`
 }
 
 // Config is the file given to the server.
@@ -127,6 +166,8 @@ type Config struct {
 	Timeout Duration `json:"timeout,omitempty"`
 	// MaxBytes caps one target's response body; 4 MiB when zero.
 	MaxBytes int64 `json:"maxBytes,omitempty"`
+	// Limits bound labels, series and points per target and collection.
+	Limits Limits `json:"limits,omitempty"`
 }
 
 // Duration is a time.Duration written as "5s" in the file.
@@ -153,6 +194,18 @@ const (
 	defaultTimeout  = 5 * time.Second
 	defaultMaxBytes = 4 << 20
 	defaultPath     = "/metrics"
+
+	// A real series line carries a handful of labels: vLLM's gauges two
+	// (model_name and engine, presets.go), a DCGM exporter line about a
+	// dozen (gpu, UUID, pci_bus_id, device, modelName, Hostname,
+	// DCGM_FI_DRIVER_VERSION, the container, namespace and pod that hold
+	// the GPU, pod_uid, as NVIDIA's dcgm-exporter documentation shows its
+	// output), a few hundred bytes between the braces. 64 labels and 2 KiB
+	// leave room for both several times over.
+	defaultLabelsPerSeries     = 64
+	defaultLabelBytesPerSeries = 2 << 10
+	defaultSeriesPerTarget     = 10_000
+	defaultPointsPerCollection = 200_000
 )
 
 // Parse reads a configuration file (YAML or JSON), expands its presets,
@@ -204,6 +257,7 @@ func (c *Config) complete() []error {
 	if c.MaxBytes == 0 {
 		c.MaxBytes = defaultMaxBytes
 	}
+	c.Limits.complete()
 	for i := range c.NodeExporters {
 		e := &c.NodeExporters[i]
 		e.Path = defaultString(e.Path, defaultPath)
@@ -213,6 +267,21 @@ func (c *Config) complete() []error {
 		e.ContainerLabel = defaultString(e.ContainerLabel, "container")
 	}
 	return append(errs, c.Validate()...)
+}
+
+// complete fills the limits left at zero with their defaults.
+func (l *Limits) complete() {
+	l.LabelsPerSeries = defaultInt(l.LabelsPerSeries, defaultLabelsPerSeries)
+	l.LabelBytesPerSeries = defaultInt(l.LabelBytesPerSeries, defaultLabelBytesPerSeries)
+	l.SeriesPerTarget = defaultInt(l.SeriesPerTarget, defaultSeriesPerTarget)
+	l.PointsPerCollection = defaultInt(l.PointsPerCollection, defaultPointsPerCollection)
+}
+
+func defaultInt(n, def int) int {
+	if n == 0 {
+		return def
+	}
+	return n
 }
 
 func defaultString(s, def string) string {

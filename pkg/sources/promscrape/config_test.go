@@ -79,6 +79,9 @@ metrics:
   series: vllm:num_requests_waiting
   type: gauge
   combine: sum
+  min: 2
+  max: 1
+limits: {labelsPerSeries: 1000, seriesPerTarget: -1}
 nodeExporters:
 - name: dcgm
   selector: ""
@@ -86,6 +89,9 @@ nodeExporters:
   path: metrics
   scheme: ftp
   podLabel: "bad-label"
+  namespaces: ["Bad_NS"]
+  serviceAccounts: ["bad sa"]
+  metrics: [gpu-utilization]
 - name: dcgm
   selector: app=dcgm
   port: 9400
@@ -102,10 +108,13 @@ nodeExporters:
 		`metrics[3].matchers[0]: label "model-name" is not a Prometheus label name`,
 		`metrics[3].matchers[1]: value "("`,
 		`metrics[3].matchers[2]: op "~" must be one of`,
+		`metrics[4]: min 2 is above max 1`,
 		`metrics[4].name: "vllm-num-requests-waiting" is already served by metrics[0]`,
 		`timeout: 2m0s must be above 0 and at most 1m0s`,
 		`interval: 500ms must be at least 1s and above the timeout 2m0s`,
 		`maxBytes: -1 must be above 0`,
+		`limits.labelsPerSeries: 1000 must be above 0 and at most 512`,
+		`limits.seriesPerTarget: -1 must be above 0 and at most 1000000`,
 		`pods.selector:`,
 		`pods.port: 70000 is not a port`,
 		`nodeExporters[0].selector: required`,
@@ -113,6 +122,11 @@ nodeExporters:
 		`nodeExporters[0].path: "metrics" must begin with /`,
 		`nodeExporters[0].scheme: "ftp" must be http or https`,
 		`nodeExporters[0]: attribution label "bad-label" is not a Prometheus label name`,
+		`nodeExporters[0].namespaces[0]: "Bad_NS" is not a namespace name`,
+		`nodeExporters[0].serviceAccounts[0]: "bad sa" is not a service account name`,
+		`nodeExporters[0].metrics[0]: "gpu-utilization" is not a configured metric`,
+		`nodeExporters[1].namespaces: required`,
+		`nodeExporters[1].metrics: required`,
 		`nodeExporters[1].name: "dcgm" is used twice`,
 	}
 	if len(got) != len(want) {
@@ -136,7 +150,7 @@ intervall: 5s
 metrics:
 - {name: q, series: "vllm:num_requests_waiting", type: gauge, combine: sum, matcher: []}
 nodeExporters:
-- {name: dcgm, selector: app=dcgm, port: 0}
+- {name: dcgm, selector: app=dcgm, port: 0, namespaces: [gpu], metrics: [q]}
 `
 	_, errs := Parse([]byte(file))
 	got := errStrings(errs)
@@ -190,13 +204,13 @@ func TestPresetsAreValidAndDistinct(t *testing.T) {
 		}
 	}
 	want := map[string]Metric{
-		"vllm-num-requests-waiting": {Series: "vllm:num_requests_waiting", Type: Gauge, Combine: CombineSum},
-		"vllm-num-requests-running": {Series: "vllm:num_requests_running", Type: Gauge, Combine: CombineSum},
-		"vllm-kv-cache-usage":       {Series: "vllm:kv_cache_usage_perc", Aliases: []string{"vllm:gpu_cache_usage_perc"}, Type: Gauge, Combine: CombineMean},
-		"sglang-num-queue-reqs":     {Series: "sglang:num_queue_reqs", Type: Gauge, Combine: CombineSum},
-		"sglang-token-usage":        {Series: "sglang:token_usage", Type: Gauge, Combine: CombineMean},
-		"gpu-utilization":           {Series: "DCGM_FI_DEV_GPU_UTIL", Type: Gauge, Combine: CombineMean},
-		"gpu-memory-used-mib":       {Series: "DCGM_FI_DEV_FB_USED", Type: Gauge, Combine: CombineSum},
+		"vllm-num-requests-waiting": {Series: "vllm:num_requests_waiting", Type: Gauge, Combine: CombineSum, Min: f(0)},
+		"vllm-num-requests-running": {Series: "vllm:num_requests_running", Type: Gauge, Combine: CombineSum, Min: f(0)},
+		"vllm-kv-cache-usage":       {Series: "vllm:kv_cache_usage_perc", Aliases: []string{"vllm:gpu_cache_usage_perc"}, Type: Gauge, Combine: CombineMean, Min: f(0), Max: f(1)},
+		"sglang-num-queue-reqs":     {Series: "sglang:num_queue_reqs", Type: Gauge, Combine: CombineSum, Min: f(0)},
+		"sglang-token-usage":        {Series: "sglang:token_usage", Type: Gauge, Combine: CombineMean, Min: f(0), Max: f(1)},
+		"gpu-utilization":           {Series: "DCGM_FI_DEV_GPU_UTIL", Type: Gauge, Combine: CombineMean, Min: f(0), Max: f(100)},
+		"gpu-memory-used-mib":       {Series: "DCGM_FI_DEV_FB_USED", Type: Gauge, Combine: CombineSum, Min: f(0)},
 	}
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Matcher{})); diff != "" {
 		t.Errorf("presets (-want +got):\n%s", diff)
@@ -206,7 +220,7 @@ func TestPresetsAreValidAndDistinct(t *testing.T) {
 func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("presets: [vllm]\n"))
 	f.Add([]byte("metrics:\n- {name: a, series: b, type: counter, combine: sum, matchers: [{label: l, op: '=~', value: 'x|y'}]}\n"))
-	f.Add([]byte("presets: [dcgm]\nnodeExporters:\n- {name: dcgm, selector: app=dcgm, port: 9400}\n"))
+	f.Add([]byte("presets: [dcgm]\nnodeExporters:\n- {name: dcgm, selector: app=dcgm, port: 9400, namespaces: [gpu], metrics: [gpu-utilization]}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, errs := Parse(data)
 		if len(errs) > 0 {
@@ -243,3 +257,6 @@ func errStrings(errs []error) []string {
 	}
 	return out
 }
+
+// f is a bound, as a Metric holds it.
+func f(v float64) *float64 { return &v }

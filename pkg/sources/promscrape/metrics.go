@@ -41,6 +41,29 @@ var (
 		Help:           "Allow-listed series read in the last tick, by kind.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"kind"})
+	refusedTargets = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "group_metrics_server",
+		Subsystem: "endpoints",
+		Name:      "refused_targets_total",
+		Help: "Pods refused as targets at a collection, by kind and reason (exporter_namespace, " +
+			"exporter_service_account, host_network).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"kind", "reason"})
+	droppedSamples = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "group_metrics_server",
+		Subsystem: "endpoints",
+		Name:      "dropped_samples_total",
+		Help: "Samples read but not kept, by kind and reason (unknown_pod, other_node, own_target, " +
+			"out_of_range).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"kind", "reason"})
+	overruns = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "group_metrics_server",
+		Subsystem:      "endpoints",
+		Name:           "overruns_total",
+		Help:           "Scrapes not waited for because they overran their timeout by the grace, by kind.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"kind"})
 
 	registerOnce sync.Once
 )
@@ -49,6 +72,7 @@ var (
 // registry served on /metrics. It is safe to call more than once.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(targetDuration, targetFailures, partialTargets, seriesKept)
+		legacyregistry.MustRegister(targetDuration, targetFailures, partialTargets, seriesKept,
+			refusedTargets, droppedSamples, overruns)
 	})
 }

@@ -2,6 +2,7 @@ package promscrape
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -12,6 +13,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 )
 
 // Sample is one series of an allow-listed family, attributed to a pod.
@@ -26,8 +29,8 @@ type Sample struct {
 	// so a counter's points can be matched from one scrape to the next.
 	Series string
 	Value  float64
-	// Timestamp is the exposition's own timestamp, or the scrape time when
-	// the exposition has none.
+	// Timestamp is the scrape time; the exposition's own timestamp is
+	// ignored (see sampleOf).
 	Timestamp time.Time
 }
 
@@ -37,6 +40,19 @@ type allowed map[string][]allowEntry
 type allowEntry struct {
 	metric int
 	alias  bool
+}
+
+// only is the part of a that the metrics of keep read.
+func (a allowed) only(keep map[int]bool) allowed {
+	out := allowed{}
+	for name, es := range a {
+		for _, e := range es {
+			if keep[e.metric] {
+				out[name] = append(out[name], e)
+			}
+		}
+	}
+	return out
 }
 
 func (c *Config) allowList() allowed {
@@ -49,6 +65,19 @@ func (c *Config) allowList() allowed {
 	}
 	return a
 }
+
+// lineLimits are the caps filterLines holds a target's kept lines to.
+type lineLimits struct {
+	labels, labelBytes, series int
+}
+
+func (l *Limits) lines() lineLimits {
+	return lineLimits{labels: l.LabelsPerSeries, labelBytes: l.LabelBytesPerSeries, series: l.SeriesPerTarget}
+}
+
+// ctxCheckEvery is how many lines (or series) pass between two looks at the
+// scrape's context while decoding.
+const ctxCheckEvery = 1024
 
 // filterLines keeps only the lines of a text exposition that can belong to
 // an allow-listed family: its samples and its # TYPE and # HELP lines. Every
@@ -65,12 +94,23 @@ func (c *Config) allowList() allowed {
 // is in, and lists that series a second time (found by
 // FuzzFilterMatchesFullParse). nameless counts those lines that follow an
 // allow-listed family's line, so decode can report them.
-func filterLines(body []byte, allow allowed) (kept []byte, nameless int, err error) {
+//
+// The kept sample lines are held to lim before the parser sees them: their
+// labels (counted by countLabels, one pass over the line), the bytes between
+// their braces, and their number. expfmt's time grows with the square of a
+// line's labels, so a line past the label cap must never reach it. A body
+// past a cap fails the target (too_large). ctx is looked at every
+// ctxCheckEvery lines; once it is done the target fails (timeout).
+func filterLines(ctx context.Context, body []byte, allow allowed, lim lineLimits) (kept []byte, nameless int, err error) {
 	out := make([]byte, 0, 4096)
 	// familyKept is whether the last line that named a family named an
 	// allow-listed one.
 	familyKept := false
-	for len(body) > 0 {
+	series := 0
+	for n := 0; len(body) > 0; n++ {
+		if n%ctxCheckEvery == 0 && ctx.Err() != nil {
+			return nil, 0, errDecodeStopped(ctx)
+		}
 		line := body
 		if i := bytes.IndexByte(body, '\n'); i >= 0 {
 			line, body = body[:i+1], body[i+1:]
@@ -87,7 +127,10 @@ func filterLines(body []byte, allow allowed) (kept []byte, nameless int, err err
 		case lineOurs:
 			familyKept = true
 			if len(line) > maxLineBytes {
-				return nil, 0, fmt.Errorf("a line of an allow-listed family is longer than %d bytes", maxLineBytes)
+				return nil, 0, sources.WithReason(sources.ReasonTooLarge, fmt.Errorf("a line of an allow-listed family is longer than %d bytes", maxLineBytes))
+			}
+			if err := checkSeriesLine(line, lim, &series); err != nil {
+				return nil, 0, sources.WithReason(sources.ReasonTooLarge, err)
 			}
 			out = append(out, line...)
 			if line[len(line)-1] != '\n' {
@@ -98,10 +141,73 @@ func filterLines(body []byte, allow allowed) (kept []byte, nameless int, err err
 	return out, nameless, nil
 }
 
+// checkSeriesLine holds one kept line, if it is a sample line, to lim, and
+// counts it in series.
+func checkSeriesLine(line []byte, lim lineLimits, series *int) error {
+	s := bytes.TrimLeft(line, " \t")
+	if s[0] == '#' {
+		return nil
+	}
+	if *series++; *series > lim.series {
+		return fmt.Errorf("more than %d series of allow-listed families (limits.seriesPerTarget)", lim.series)
+	}
+	labels, labelBytes := countLabels(s)
+	if labels > lim.labels {
+		return fmt.Errorf("a series line carries more than %d labels (limits.labelsPerSeries)", lim.labels)
+	}
+	if labelBytes > lim.labelBytes {
+		return fmt.Errorf("a series line's labels take more than %d bytes (limits.labelBytesPerSeries)", lim.labelBytes)
+	}
+	return nil
+}
+
+// countLabels counts the labels of a sample line without parsing it: the
+// '=' signs outside quoted strings between the first '{' and its closing
+// '}' (a quoted metric name, as in {"name",a="b"}, has none). labelBytes is
+// the length of what the braces hold. A malformed line may be counted short;
+// the parser rejects it.
+func countLabels(s []byte) (labels, labelBytes int) {
+	open, inQuote, escaped := -1, false, false
+	for i, c := range s {
+		switch {
+		case inQuote:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inQuote = false
+			}
+		case c == '"':
+			inQuote = true
+		case open < 0:
+			// Blanks may stand between a name and its braces; a brace
+			// after the value is a malformed line, counted all the same.
+			if c == '{' {
+				open = i
+			}
+		case c == '=':
+			labels++
+		case c == '}':
+			return labels, i - open - 1
+		}
+	}
+	if open < 0 {
+		return 0, 0
+	}
+	return labels, len(s) - open - 1
+}
+
+func errDecodeStopped(ctx context.Context) error {
+	return sources.WithReason(sources.ReasonTimeout, fmt.Errorf("decode stopped: %w", context.Cause(ctx)))
+}
+
 // maxLineBytes bounds a kept line. expfmt's time grows with the square of
 // a line's labels (docs/benchmarks.md, "ukpd decoding": 8,000 labels take it
 // 4 s), and a real engine's or exporter's line is a few hundred bytes; 8 KiB
-// holds no more than about 1,600 labels.
+// holds no more than about 1,600 labels, which limits.labelsPerSeries cuts
+// to 64 by default.
 const maxLineBytes = 8 << 10
 
 // lineKind is what filterLines makes of one line.
@@ -186,7 +292,7 @@ func nameLen(s []byte) int {
 // parseFamilies parses a text exposition with expfmt after filtering it to
 // the allow-listed families, and returns those families only, with the
 // count of nameless sample lines filterLines dropped among them.
-func parseFamilies(body []byte, allow allowed) (fams map[string]*dto.MetricFamily, nameless int, err error) {
+func parseFamilies(ctx context.Context, body []byte, allow allowed, lim lineLimits) (fams map[string]*dto.MetricFamily, nameless int, err error) {
 	// The parser reads bytes from the network; a panic in it must fail
 	// this target, not the server.
 	defer func() {
@@ -194,7 +300,7 @@ func parseFamilies(body []byte, allow allowed) (fams map[string]*dto.MetricFamil
 			fams, nameless, err = nil, 0, fmt.Errorf("text parser panicked: %v", r)
 		}
 	}()
-	kept, nameless, err := filterLines(body, allow)
+	kept, nameless, err := filterLines(ctx, body, allow, lim)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -228,12 +334,18 @@ func (t *Target) attribution() attribution {
 // errSkipped collects what a decode left out without failing.
 var errSkipped = errors.New("series left out")
 
-// decode turns a target's body into samples of allow-listed families. It
-// fails (ReasonDecode at the caller) only when the body does not parse; a
-// family of the wrong type or a series an exporter does not attribute is
-// left out and reported in the returned partial error.
-func (c *Config) decode(body []byte, t *Target, allow allowed, now time.Time) ([]Sample, error) {
-	fams, nameless, err := parseFamilies(body, allow)
+// decode turns a target's body into samples of allow-listed families (for
+// an exporter, of its own metrics only). It fails when the body does not
+// parse (ReasonDecode at the caller), passes a limit (too_large) or
+// outlasts ctx (timeout, looked at between families and every
+// ctxCheckEvery series); a family of the wrong type or a series an
+// exporter does not attribute is left out and reported in the returned
+// partial error.
+func (c *Config) decode(ctx context.Context, body []byte, t *Target, allow allowed, now time.Time) ([]Sample, error) {
+	if t.Exporter != nil {
+		allow = allow.only(t.Exporter.metrics)
+	}
+	fams, nameless, err := parseFamilies(ctx, body, allow, c.Limits.lines())
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +381,13 @@ func (c *Config) decode(body []byte, t *Target, allow allowed, now time.Time) ([
 				problems = append(problems, fmt.Sprintf("%s is a %s, configured as %s", name, strings.ToLower(fam.GetType().String()), m.Type))
 				continue
 			}
-			for _, pm := range fam.Metric {
+			if ctx.Err() != nil {
+				return nil, errDecodeStopped(ctx)
+			}
+			for k, pm := range fam.Metric {
+				if k%ctxCheckEvery == ctxCheckEvery-1 && ctx.Err() != nil {
+					return nil, errDecodeStopped(ctx)
+				}
 				s, ok := sampleOf(m, pm, attr, now)
 				if !ok {
 					continue
@@ -337,10 +455,10 @@ func sampleOf(m *Metric, pm *dto.Metric, attr attribution, now time.Time) (Sampl
 	if math.IsNaN(s.Value) || math.IsInf(s.Value, 0) {
 		return Sample{}, false
 	}
+	// The exposition's own timestamp is ignored: the tenant's clock (or
+	// a value it chose) must not make a sample look fresher or staler than
+	// the scrape that read it, nor move a counter's rate.
 	s.Timestamp = now
-	if pm.TimestampMs != nil {
-		s.Timestamp = time.UnixMilli(pm.GetTimestampMs())
-	}
 	return s, true
 }
 

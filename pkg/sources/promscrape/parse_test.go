@@ -57,7 +57,8 @@ func TestDecode(t *testing.T) {
 		{
 			name: "vllm: an older server with only the deprecated cache name", config: "presets: [vllm]\n",
 			body: "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{model_name=\"m\"} 0.25 1764763200000\n",
-			want: []got{{"vllm-kv-cache-usage", "ns", "web-0", "", 0.25, time.UnixMilli(1764763200000)}},
+			// The exposition's timestamp is ignored: the scrape time stands.
+			want: []got{{"vllm-kv-cache-usage", "ns", "web-0", "", 0.25, now}},
 		},
 		{
 			name: "matchers select a model, untyped accepted, NaN dropped",
@@ -70,7 +71,7 @@ func TestDecode(t *testing.T) {
 		},
 		{
 			name:   "dcgm: series attributed by labels, a GPU held by no pod left out",
-			config: "presets: [dcgm]\nnodeExporters: [{name: dcgm, selector: app=dcgm, port: 9400}]\n",
+			config: "presets: [dcgm]\nnodeExporters: [{name: dcgm, selector: app=dcgm, port: 9400, namespaces: [gpu], metrics: [gpu-utilization, gpu-memory-used-mib]}]\n",
 			target: &Target{ID: "exporter/dcgm/n1", Kind: KindExporter, Exporter: dcgm},
 			body:   dcgmText("n1", []dcgmGPU{{0, "ns", "web-0", "vllm", 90, 70000}, {1, "", "", "", 0, 0}, {2, "ns", "web-1", "vllm", 30, 1000}}),
 			want: []got{
@@ -108,7 +109,14 @@ func TestDecode(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := mustParse(t, tt.config)
-			samples, err := c.decode([]byte(tt.body), cmp.Or(tt.target, podTarget), c.allowList(), now)
+			target := cmp.Or(tt.target, podTarget)
+			if target.Exporter != nil {
+				// The configured exporter, whose metrics it may read.
+				tg := *target
+				tg.Exporter = &c.NodeExporters[0]
+				target = &tg
+			}
+			samples, err := c.decode(t.Context(), []byte(tt.body), target, c.allowList(), now)
 			if tt.partial == "" && err != nil {
 				t.Fatalf("decode: %v", err)
 			}
@@ -135,7 +143,7 @@ func TestDecodeFailsOnBadAllowListedLine(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := c.decode([]byte(tt.body), target, c.allowList(), now)
+			_, err := c.decode(t.Context(), []byte(tt.body), target, c.allowList(), now)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("decode error = %v, want one containing %q", err, tt.want)
 			}
@@ -143,7 +151,7 @@ func TestDecodeFailsOnBadAllowListedLine(t *testing.T) {
 	}
 	// A long line of another family is skipped, not read.
 	body := "other{" + strings.Repeat(`a="",`, 20000) + "} 1\nsglang:num_queue_reqs 2\n"
-	if s, err := c.decode([]byte(body), target, c.allowList(), now); err != nil || len(s) != 1 {
+	if s, err := c.decode(t.Context(), []byte(body), target, c.allowList(), now); err != nil || len(s) != 1 {
 		t.Fatalf("decode = %v, %v; want the one sglang sample", s, err)
 	}
 }
@@ -166,7 +174,7 @@ func FuzzFilterMatchesFullParse(f *testing.F) {
 		if err != nil {
 			// The whole body does not parse (or the parser panics on it):
 			// the filtered parse may still succeed, but must not panic.
-			_, _, _ = parseFamilies(body, allow)
+			_, _, _ = parseFamilies(t.Context(), body, allow, noLineLimits)
 			return
 		}
 		for name := range full {
@@ -174,7 +182,7 @@ func FuzzFilterMatchesFullParse(f *testing.F) {
 				delete(full, name)
 			}
 		}
-		got, _, err := parseFamilies(body, allow)
+		got, _, err := parseFamilies(t.Context(), body, allow, noLineLimits)
 		if err != nil {
 			t.Fatalf("full body parses, filtered body does not: %v", err)
 		}
@@ -190,7 +198,7 @@ func FuzzFilterMatchesFullParse(f *testing.F) {
 func FuzzDecode(f *testing.F) {
 	f.Add([]byte(vllmText([2]float64{1, 2}, [2]float64{3, 4}, 0.5)))
 	f.Add([]byte(dcgmText("n", []dcgmGPU{{0, "ns", "p", "c", 50, 10}})))
-	c := mustParse(f, "presets: [vllm, sglang, dcgm]\nnodeExporters: [{name: dcgm, selector: app=dcgm, port: 9400}]\n")
+	c := mustParse(f, "presets: [vllm, sglang, dcgm]\nnodeExporters: [{name: dcgm, selector: app=dcgm, port: 9400, namespaces: [gpu], metrics: [gpu-utilization, gpu-memory-used-mib]}]\n")
 	allow := c.allowList()
 	targets := []*Target{
 		{Pod: &Pod{Namespace: "ns", Name: "p"}, Kind: KindPod},
@@ -198,7 +206,7 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, tg := range targets {
-			samples, _ := c.decode(body, tg, allow, now)
+			samples, _ := c.decode(t.Context(), body, tg, allow, now)
 			for _, s := range samples {
 				if s.Namespace == "" || s.Pod == "" || s.Metric < 0 || s.Metric >= len(c.Metrics) {
 					t.Fatalf("unattributed sample %+v", s)
@@ -253,3 +261,7 @@ func fullParse(body []byte) (fams map[string]*dto.MetricFamily, err error) {
 	p := expfmt.NewTextParser(model.LegacyValidation)
 	return p.TextToMetricFamilies(bytes.NewReader(body))
 }
+
+// noLineLimits holds lines to nothing a line of at most maxLineBytes could
+// pass, so the filter is compared with a parse of the whole body alone.
+var noLineLimits = lineLimits{labels: maxLineBytes, labelBytes: maxLineBytes, series: math.MaxInt}

@@ -18,27 +18,35 @@ package promscrape
 //     DCGM_FI_DEV_GPU_UTIL is a gauge in percent, DCGM_FI_DEV_FB_USED a
 //     gauge in MiB; both are in the default counter set.
 //
+// Bounds: queue lengths, usage fractions, GPU utilisation and memory are
+// never negative; a fraction is at most 1 and DCGM's utilisation at most
+// 100 (percent). A sample outside them is dropped, not clamped.
+//
 // Within one pod, several series of a metric (one per engine, one per GPU)
 // combine with the metric's own rule: queues add up, usage fractions and
 // utilization average, memory adds up.
 var presets = map[string][]Metric{
 	"vllm": {
-		{Name: "vllm-num-requests-waiting", Series: "vllm:num_requests_waiting", Type: Gauge, Combine: CombineSum},
-		{Name: "vllm-num-requests-running", Series: "vllm:num_requests_running", Type: Gauge, Combine: CombineSum},
+		{Name: "vllm-num-requests-waiting", Series: "vllm:num_requests_waiting", Type: Gauge, Combine: CombineSum, Min: zero},
+		{Name: "vllm-num-requests-running", Series: "vllm:num_requests_running", Type: Gauge, Combine: CombineSum, Min: zero},
 		{
 			Name: "vllm-kv-cache-usage", Series: "vllm:kv_cache_usage_perc",
-			Aliases: []string{"vllm:gpu_cache_usage_perc"}, Type: Gauge, Combine: CombineMean,
+			Aliases: []string{"vllm:gpu_cache_usage_perc"}, Type: Gauge, Combine: CombineMean, Min: zero, Max: one,
 		},
 	},
 	"sglang": {
-		{Name: "sglang-num-queue-reqs", Series: "sglang:num_queue_reqs", Type: Gauge, Combine: CombineSum},
-		{Name: "sglang-token-usage", Series: "sglang:token_usage", Type: Gauge, Combine: CombineMean},
+		{Name: "sglang-num-queue-reqs", Series: "sglang:num_queue_reqs", Type: Gauge, Combine: CombineSum, Min: zero},
+		{Name: "sglang-token-usage", Series: "sglang:token_usage", Type: Gauge, Combine: CombineMean, Min: zero, Max: one},
 	},
 	"dcgm": {
-		{Name: "gpu-utilization", Series: "DCGM_FI_DEV_GPU_UTIL", Type: Gauge, Combine: CombineMean},
-		{Name: "gpu-memory-used-mib", Series: "DCGM_FI_DEV_FB_USED", Type: Gauge, Combine: CombineSum},
+		{Name: "gpu-utilization", Series: "DCGM_FI_DEV_GPU_UTIL", Type: Gauge, Combine: CombineMean, Min: zero, Max: hundred},
+		{Name: "gpu-memory-used-mib", Series: "DCGM_FI_DEV_FB_USED", Type: Gauge, Combine: CombineSum, Min: zero},
 	},
 }
+
+var zero, one, hundred = bound(0), bound(1), bound(100)
+
+func bound(v float64) *float64 { return &v }
 
 // Presets returns a copy of the named preset's metrics, and whether it
 // exists.

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -26,6 +29,13 @@ type Source struct {
 	allow       allowed
 	rates       *Rates
 	concurrency int
+	grace       time.Duration
+
+	// mu guards busy: the targets whose scrape overran and still runs.
+	mu   sync.Mutex
+	busy map[string]bool
+	// refused are the refusals logged already, so each is logged once.
+	refused map[refusalKey]bool
 }
 
 // Options are a Source's collaborators.
@@ -57,7 +67,19 @@ func NewSource(cfg *Config, pods PodLister, o Options) *Source {
 	return &Source{
 		cfg: cfg, pods: pods, client: &client, clock: o.Clock,
 		allow: cfg.allowList(), rates: NewRates(), concurrency: o.Concurrency,
+		grace: overrunGrace(cfg), busy: map[string]bool{}, refused: map[refusalKey]bool{},
 	}
+}
+
+// overrunGrace is how long past its timeout a target is waited for, as
+// pkg/sources' scraper waits: long enough for a target that honours its
+// context to return, short of the next collection when the interval is
+// known (else a second).
+func overrunGrace(cfg *Config) time.Duration {
+	if cfg.Interval.Duration == 0 {
+		return time.Second
+	}
+	return max(min(time.Second, (cfg.Interval.Duration-cfg.Timeout.Duration)/2), 0)
 }
 
 // TargetError is a failed target of one tick.
@@ -69,47 +91,55 @@ type TargetError struct {
 
 func (e TargetError) Error() string { return fmt.Sprintf("scrape %s (%s): %v", e.ID, e.Reason, e.Err) }
 
+// result is what one target's scrape gave.
+type result struct {
+	samples []Sample
+	err     error
+}
+
 // Collect scrapes every target under its own timeout, at most Concurrency
 // at a time, and returns what they gave: one failing target never loses the
-// others. The errors name each failed target with its reason.
+// others, and one that overruns its timeout by the grace is not waited
+// for. The errors name each failed target with its reason. Exporters'
+// series are admitted only for pods on the exporter's node and where the
+// pod's own target gives no sample of the same metric and container (see
+// admit); every sample must lie within its metric's bounds.
 func (s *Source) Collect(ctx context.Context) (Batch, []TargetError) {
 	pods := s.pods.ListPods()
 	targets, terrs := s.cfg.Targets(pods)
-	for _, err := range terrs {
-		klog.V(2).InfoS("Pod asks to be scraped but cannot be", "err", err)
-	}
-	results := make([][]Sample, len(targets))
-	errs := make([]error, len(targets))
-	sem := make(chan struct{}, s.concurrency)
-	var wg sync.WaitGroup
-	for i := range targets {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			results[i], errs[i] = s.scrapeTarget(ctx, &targets[i])
-		}()
-	}
-	wg.Wait()
+	s.noteRefusals(terrs)
+	results := s.scrapeAll(ctx, targets)
+	adm := newAdmission(pods, targets, results)
 	var (
 		all    []Sample
 		failed []TargetError
 		kept   = map[string]int{KindPod: 0, KindExporter: 0}
+		points int
 	)
 	for i := range targets {
-		t := &targets[i]
-		if errs[i] != nil && !errors.Is(errs[i], errSkipped) {
-			reason := sources.Reason(errs[i])
+		t, r := &targets[i], results[i]
+		if r.err == nil || errors.Is(r.err, errSkipped) {
+			samples := adm.admit(t, s.cfg.Metrics, r.samples)
+			if points+len(samples) > s.cfg.Limits.PointsPerCollection {
+				r.err = sources.WithReason(sources.ReasonTooLarge, fmt.Errorf("scrape %s: its %d samples would pass the %d of one collection (limits.pointsPerCollection)",
+					t.ID, len(samples), s.cfg.Limits.PointsPerCollection))
+			} else {
+				r.samples = samples
+				points += len(samples)
+			}
+		}
+		if r.err != nil && !errors.Is(r.err, errSkipped) {
+			reason := sources.Reason(r.err)
 			targetFailures.WithLabelValues(t.Kind, reason).Inc()
-			failed = append(failed, TargetError{ID: t.ID, Reason: reason, Err: errs[i]})
+			failed = append(failed, TargetError{ID: t.ID, Reason: reason, Err: r.err})
 			continue
 		}
-		if errs[i] != nil {
+		if r.err != nil {
 			partialTargets.WithLabelValues(t.Kind).Inc()
-			klog.V(2).InfoS("Scrape left out series", "target", t.ID, "err", errs[i])
+			klog.V(2).InfoS("Scrape left out series", "target", t.ID, "err", r.err)
 		}
-		kept[t.Kind] += len(results[i])
-		all = append(all, s.rates.Apply(t.incarnation(), s.cfg.Metrics, results[i])...)
+		kept[t.Kind] += len(r.samples)
+		all = append(all, s.rates.Apply(t.incarnation(), s.cfg.Metrics, r.samples)...)
 	}
 	all = dedupe(all)
 	s.rates.Sweep()
@@ -119,6 +149,62 @@ func (s *Source) Collect(ctx context.Context) (Batch, []TargetError) {
 	b := Collate(s.cfg.Metrics, all)
 	withUIDs(b, pods)
 	return b, failed
+}
+
+// scrapeAll scrapes targets, at most Concurrency at a time, and returns
+// their results in the targets' order.
+func (s *Source) scrapeAll(ctx context.Context, targets []Target) []result {
+	results := make([]result, len(targets))
+	sem := make(chan struct{}, s.concurrency)
+	var wg sync.WaitGroup
+	for i := range targets {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			results[i] = s.scrapeBounded(ctx, &targets[i])
+		}()
+	}
+	wg.Wait()
+	return results
+}
+
+// scrapeBounded scrapes one target and returns when the scrape has ended
+// or has overrun its timeout by the grace, whichever comes first. A scrape
+// that overruns (one still decoding when its context ends) goes on in its
+// own goroutine, whose result is dropped; until it ends the target is
+// skipped as busy, so a target never holds more than one goroutine. The
+// timer runs on real time, as the scrape's context deadline does.
+func (s *Source) scrapeBounded(ctx context.Context, t *Target) result {
+	s.mu.Lock()
+	if s.busy[t.ID] {
+		s.mu.Unlock()
+		return result{err: sources.WithReason(sources.ReasonTimeout, fmt.Errorf("scrape %s: an earlier scrape overran and still runs", t.ID))}
+	}
+	s.busy[t.ID] = true
+	s.mu.Unlock()
+	done := make(chan result, 1)
+	go func() {
+		defer func() {
+			s.mu.Lock()
+			delete(s.busy, t.ID)
+			s.mu.Unlock()
+		}()
+		samples, err := s.scrapeTarget(ctx, t)
+		done <- result{samples, err}
+	}()
+	timer := time.NewTimer(s.cfg.Timeout.Duration + s.grace)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		return r
+	case <-timer.C:
+		overruns.WithLabelValues(t.Kind).Inc()
+		klog.InfoS("Pod endpoint overran its timeout; not waiting for it", "target", t.ID, "timeout", s.cfg.Timeout.Duration)
+		return result{err: sources.WithReason(sources.ReasonTimeout, fmt.Errorf("scrape %s: overran its timeout %s by %s", t.ID, s.cfg.Timeout.Duration, s.grace))}
+	case <-ctx.Done():
+		return result{err: sources.WithReason(sources.ReasonTimeout, fmt.Errorf("scrape %s: %w", t.ID, ctx.Err()))}
+	}
 }
 
 // withUIDs gives each pod of b its UID from pods, the list the collection
@@ -145,11 +231,16 @@ func (s *Source) scrapeTarget(ctx context.Context, t *Target) ([]Sample, error) 
 	if err != nil {
 		return nil, fmt.Errorf("scrape %s: %w", t.ID, err)
 	}
-	samples, err := s.cfg.decode(body, t, s.allow, s.clock.Now())
-	if err != nil && !errors.Is(err, errSkipped) {
-		return nil, sources.WithReason(sources.ReasonDecode, fmt.Errorf("decode %s: %w", t.ID, err))
+	samples, err := s.cfg.decode(ctx, body, t, s.allow, s.clock.Now())
+	var re *sources.ReasonError
+	switch {
+	case err == nil || errors.Is(err, errSkipped):
+		return samples, err
+	case errors.As(err, &re):
+		// A limit passed or the context ended: its reason stands.
+		return nil, fmt.Errorf("decode %s: %w", t.ID, err)
 	}
-	return samples, err
+	return nil, sources.WithReason(sources.ReasonDecode, fmt.Errorf("decode %s: %w", t.ID, err))
 }
 
 func (s *Source) fetch(ctx context.Context, url string) ([]byte, error) {
@@ -164,7 +255,7 @@ func (s *Source) fetch(ctx context.Context, url string) ([]byte, error) {
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		return nil, sources.WithReason(sources.ReasonHTTPStatus, fmt.Errorf("GET %s: %s", url, resp.Status))
+		return nil, sources.WithReason(sources.ReasonHTTPStatus, fmt.Errorf("GET %s: %s", url, statusLine(resp)))
 	}
 	body, err := sources.ReadCapped(resp.Body, s.cfg.MaxBytes)
 	if err != nil {
@@ -174,6 +265,20 @@ func (s *Source) fetch(ctx context.Context, url string) ([]byte, error) {
 		return nil, fmt.Errorf("read %s: %w", url, err)
 	}
 	return body, nil
+}
+
+// maxStatusBytes bounds the status text kept of a failed response: the
+// endpoint chooses it, and it goes into errors and logs.
+const maxStatusBytes = 128
+
+// statusLine is the response's status, cut to maxStatusBytes and quoted so
+// no control character of the endpoint's reaches a log.
+func statusLine(resp *http.Response) string {
+	st := resp.Status
+	if len(st) > maxStatusBytes {
+		st = strings.ToValidUTF8(st[:maxStatusBytes], "") + "..."
+	}
+	return strconv.Quote(st)
 }
 
 // dedupe keeps one sample per metric, pod, container and series: two

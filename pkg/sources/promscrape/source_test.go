@@ -70,7 +70,7 @@ func TestCollectVLLMAndDCGM(t *testing.T) {
 		{Namespace: "gpu", Name: "dcgm-y", IP: "127.0.0.1", Node: "n1", Running: true, Labels: map[string]string{"app": "dcgm"}},
 		{Namespace: "ns", Name: "pending", Annotations: map[string]string{AnnotationScrape: "true", AnnotationPort: "1"}},
 	}
-	cfg := mustParse(t, fmt.Sprintf("presets: [vllm, dcgm]\nnodeExporters: [{name: dcgm, selector: app=dcgm, port: %d}]\n", dcgm))
+	cfg := mustParse(t, fmt.Sprintf("presets: [vllm, dcgm]\nnodeExporters: [{name: dcgm, selector: app=dcgm, port: %d, namespaces: [gpu], metrics: [gpu-utilization, gpu-memory-used-mib]}]\n", dcgm))
 	clk := clocktesting.NewFakeClock(now)
 	src := NewSource(cfg, pods, Options{Clock: clk})
 	batch, errs := src.Collect(t.Context())
@@ -229,7 +229,7 @@ func TestCollectFaults(t *testing.T) {
 func TestTargets(t *testing.T) {
 	cfg := mustParse(t, `presets: [vllm]
 pods: {selector: "app=vllm", port: 8000, prometheusAnnotations: true}
-nodeExporters: [{name: dcgm, selector: app=dcgm, port: 9400, path: "/metrics?format=text"}]
+nodeExporters: [{name: dcgm, selector: app=dcgm, port: 9400, path: "/metrics?format=text", namespaces: [ns], metrics: [vllm-num-requests-waiting]}]
 `)
 	pod := func(name string, labels, ann map[string]string) Pod {
 		return Pod{Namespace: "ns", Name: name, IP: "127.0.0." + strconv.Itoa(len(name)), Node: "n-" + name, Running: true, Labels: labels, Annotations: ann}

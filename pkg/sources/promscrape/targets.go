@@ -1,9 +1,11 @@
 package promscrape
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,6 +27,10 @@ type Pod struct {
 	// Running is true for phase Running; Ready mirrors the Ready condition.
 	Running bool
 	Ready   bool
+	// HostNetwork is the pod's spec.hostNetwork: its IP is its node's.
+	HostNetwork bool
+	// ServiceAccount is the pod's spec.serviceAccountName.
+	ServiceAccount string
 }
 
 // PodLister lists pods. Implementations must be safe for concurrent use and
@@ -72,6 +78,41 @@ type Target struct {
 	// UID is the UID of the pod scraped (the serving pod, or the
 	// exporter's own pod).
 	UID string
+	// Node is the node of the pod scraped; an exporter's series may only
+	// speak for pods on it.
+	Node string
+}
+
+// Reasons a pod that matched was refused as a target, the "reason" label
+// of the refusal counter. The set is closed.
+const (
+	// RefusedExporterNamespace: an exporter selector matched a pod outside
+	// the exporter's namespaces.
+	RefusedExporterNamespace = "exporter_namespace"
+	// RefusedExporterServiceAccount: the pod runs as a service account the
+	// exporter does not name.
+	RefusedExporterServiceAccount = "exporter_service_account"
+	// RefusedHostNetwork: a hostNetwork pod asked to be scraped without
+	// pods.allowHostNetwork.
+	RefusedHostNetwork = "host_network"
+)
+
+// RefusedError is a pod that matched a selector or asked to be scraped
+// but is not trusted to be the target it would be.
+type RefusedError struct {
+	Kind, Reason string
+	// Pod is "<namespace>/<name>", UID its UID.
+	Pod, UID string
+	// Exporter names the exporter whose selector matched, if any.
+	Exporter string
+}
+
+func (e *RefusedError) Error() string {
+	what := "pod target"
+	if e.Exporter != "" {
+		what = "exporter " + e.Exporter
+	}
+	return fmt.Sprintf("pod %s refused as %s (%s)", e.Pod, what, e.Reason)
 }
 
 // incarnation names the target as counters live: its ID and the UID of the
@@ -83,7 +124,9 @@ func (t *Target) incarnation() string { return t.ID + "\x00" + t.UID }
 
 // Targets returns what to scrape, sorted by ID, and for each pod that asked
 // to be scraped but could not be, an error saying why (bad annotation, no
-// IP yet is not an error: the pod is skipped silently until it has one).
+// IP yet is not an error: the pod is skipped silently until it has one). A
+// pod refused for trust (an exporter's selector matching outside its
+// namespaces or service accounts, a hostNetwork pod) is a *RefusedError.
 func (c *Config) Targets(pods []Pod) ([]Target, []error) {
 	var (
 		targets []Target
@@ -96,15 +139,24 @@ func (c *Config) Targets(pods []Pod) ([]Target, []error) {
 		}
 		for j := range c.NodeExporters {
 			e := &c.NodeExporters[j]
-			if e.selector != nil && e.selector.Matches(labels.Set(p.Labels)) {
-				targets = append(targets, Target{
-					ID: fmt.Sprintf("exporter/%s/%s/%s", e.Name, p.Namespace, p.Name), Kind: KindExporter,
-					URL: endpoint(e.Scheme, p.IP, e.Port, e.Path), Exporter: e, UID: p.UID,
-				})
+			if e.selector == nil || !e.selector.Matches(labels.Set(p.Labels)) {
+				continue
 			}
+			if reason := e.refuse(p); reason != "" {
+				errs = append(errs, &RefusedError{Kind: KindExporter, Reason: reason, Pod: p.Namespace + "/" + p.Name, UID: p.UID, Exporter: e.Name})
+				continue
+			}
+			targets = append(targets, Target{
+				ID: fmt.Sprintf("exporter/%s/%s/%s", e.Name, p.Namespace, p.Name), Kind: KindExporter,
+				URL: endpoint(e.Scheme, p.IP, e.Port, e.Path), Exporter: e, UID: p.UID, Node: p.Node,
+			})
 		}
 		t, ok, err := c.Pods.podTarget(p)
-		if err != nil {
+		var refused *RefusedError
+		switch {
+		case errors.As(err, &refused):
+			errs = append(errs, err)
+		case err != nil:
 			errs = append(errs, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err))
 		}
 		if ok {
@@ -113,6 +165,17 @@ func (c *Config) Targets(pods []Pod) ([]Target, []error) {
 	}
 	sort.Slice(targets, func(i, j int) bool { return targets[i].ID < targets[j].ID })
 	return targets, errs
+}
+
+// refuse says why pod may not be this exporter's pod, "" when it may.
+func (e *NodeExporter) refuse(pod *Pod) string {
+	if !slices.Contains(e.Namespaces, pod.Namespace) {
+		return RefusedExporterNamespace
+	}
+	if len(e.ServiceAccounts) > 0 && !slices.Contains(e.ServiceAccounts, pod.ServiceAccount) {
+		return RefusedExporterServiceAccount
+	}
+	return ""
 }
 
 func (p *PodTargets) podTarget(pod *Pod) (Target, bool, error) {
@@ -139,6 +202,9 @@ func (p *PodTargets) podTarget(pod *Pod) (Target, bool, error) {
 	}
 	if !selected {
 		return Target{}, false, nil
+	}
+	if pod.HostNetwork && !p.AllowHostNetwork {
+		return Target{}, false, &RefusedError{Kind: KindPod, Reason: RefusedHostNetwork, Pod: pod.Namespace + "/" + pod.Name, UID: pod.UID}
 	}
 	port := p.Port
 	if v, ok := get("port"); ok {
@@ -167,7 +233,7 @@ func (p *PodTargets) podTarget(pod *Pod) (Target, bool, error) {
 	}
 	return Target{
 		ID: "pod/" + pod.Namespace + "/" + pod.Name, Kind: KindPod,
-		URL: endpoint(scheme, pod.IP, port, path), Pod: pod, UID: pod.UID,
+		URL: endpoint(scheme, pod.IP, port, path), Pod: pod, UID: pod.UID, Node: pod.Node,
 	}, true, nil
 }
 

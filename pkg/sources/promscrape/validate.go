@@ -2,6 +2,7 @@ package promscrape
 
 import (
 	"fmt"
+	"math"
 	"regexp"
 	"sort"
 	"strings"
@@ -15,9 +16,18 @@ import (
 // maxTimeout keeps one target from holding a scrape tick for long.
 const maxTimeout = time.Minute
 
+// Highest accepted limits: past them a limit no longer protects the server
+// (expfmt's time grows with the square of a line's labels; a line is at
+// most maxLineBytes).
+const (
+	maxLabelsPerSeries     = 512
+	maxSeriesPerTarget     = 1_000_000
+	maxPointsPerCollection = 10_000_000
+)
+
 // Validate checks the configuration and returns every error found. It also
-// compiles the selectors and regular expressions, so call it (or Parse)
-// before using c.
+// compiles the selectors and regular expressions and fills the limits left
+// at zero, so call it (or Parse) before using c.
 func (c *Config) Validate() []error {
 	var errs []error
 	if len(c.Metrics) == 0 {
@@ -41,11 +51,13 @@ func (c *Config) Validate() []error {
 	if c.MaxBytes <= 0 {
 		errs = append(errs, fmt.Errorf("maxBytes: %d must be above 0", c.MaxBytes))
 	}
+	c.Limits.complete()
+	errs = append(errs, c.Limits.validate()...)
 	errs = append(errs, c.Pods.validate()...)
 	names := map[string]bool{}
 	for i := range c.NodeExporters {
 		e := &c.NodeExporters[i]
-		errs = append(errs, e.validate(fmt.Sprintf("nodeExporters[%d]", i))...)
+		errs = append(errs, e.validate(fmt.Sprintf("nodeExporters[%d]", i), served)...)
 		if names[e.Name] {
 			errs = append(errs, fmt.Errorf("nodeExporters[%d].name: %q is used twice", i, e.Name))
 		}
@@ -81,6 +93,40 @@ func (m *Metric) validate(path string) []error {
 	for j := range m.Matchers {
 		if err := m.Matchers[j].compile(); err != nil {
 			errs = append(errs, fmt.Errorf("%s.matchers[%d]: %w", path, j, err))
+		}
+	}
+	for _, b := range []struct {
+		field string
+		v     *float64
+	}{{"min", m.Min}, {"max", m.Max}} {
+		if b.v != nil && (math.IsNaN(*b.v) || math.IsInf(*b.v, 0)) {
+			errs = append(errs, fmt.Errorf("%s.%s: %v must be finite", path, b.field, *b.v))
+		}
+	}
+	if m.Min != nil && m.Max != nil && *m.Min > *m.Max {
+		errs = append(errs, fmt.Errorf("%s: min %v is above max %v", path, *m.Min, *m.Max))
+	}
+	return errs
+}
+
+// inRange reports whether v is within the metric's bounds.
+func (m *Metric) inRange(v float64) bool {
+	return (m.Min == nil || v >= *m.Min) && (m.Max == nil || v <= *m.Max)
+}
+
+func (l *Limits) validate() []error {
+	var errs []error
+	for _, f := range []struct {
+		name   string
+		v, max int
+	}{
+		{"labelsPerSeries", l.LabelsPerSeries, maxLabelsPerSeries},
+		{"labelBytesPerSeries", l.LabelBytesPerSeries, maxLineBytes},
+		{"seriesPerTarget", l.SeriesPerTarget, maxSeriesPerTarget},
+		{"pointsPerCollection", l.PointsPerCollection, maxPointsPerCollection},
+	} {
+		if f.v <= 0 || f.v > f.max {
+			errs = append(errs, fmt.Errorf("limits.%s: %d must be above 0 and at most %d", f.name, f.v, f.max))
 		}
 	}
 	return errs
@@ -138,7 +184,7 @@ func (p *PodTargets) validate() []error {
 	return errs
 }
 
-func (e *NodeExporter) validate(path string) []error {
+func (e *NodeExporter) validate(path string, served map[string]int) []error {
 	var errs []error
 	if msgs := validation.IsDNS1123Label(e.Name); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("%s.name: %q: %s", path, e.Name, strings.Join(msgs, "; ")))
@@ -165,6 +211,31 @@ func (e *NodeExporter) validate(path string) []error {
 		if !model.LegacyValidation.IsValidLabelName(l) {
 			errs = append(errs, fmt.Errorf("%s: attribution label %q is not a Prometheus label name", path, l))
 		}
+	}
+	if len(e.Namespaces) == 0 {
+		errs = append(errs, fmt.Errorf("%s.namespaces: required: the namespaces the exporter's pods run in", path))
+	}
+	for j, ns := range e.Namespaces {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("%s.namespaces[%d]: %q is not a namespace name: %s", path, j, ns, strings.Join(msgs, "; ")))
+		}
+	}
+	for j, sa := range e.ServiceAccounts {
+		if msgs := validation.IsDNS1123Subdomain(sa); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("%s.serviceAccounts[%d]: %q is not a service account name: %s", path, j, sa, strings.Join(msgs, "; ")))
+		}
+	}
+	if len(e.Metrics) == 0 {
+		errs = append(errs, fmt.Errorf("%s.metrics: required: the served metrics the exporter may supply", path))
+	}
+	e.metrics = map[int]bool{}
+	for j, name := range e.Metrics {
+		i, ok := served[name]
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s.metrics[%d]: %q is not a configured metric", path, j, name))
+			continue
+		}
+		e.metrics[i] = true
 	}
 	return errs
 }
