@@ -1,0 +1,302 @@
+package promscrape
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// counterDeltas reads c's counters of the given label sets; call the
+// returned func to get how much each grew since.
+func counterDeltas(t *testing.T, c *metrics.CounterVec, labelSets ...[]string) func() map[string]float64 {
+	t.Helper()
+	RegisterMetrics()
+	read := func() map[string]float64 {
+		out := map[string]float64{}
+		for _, ls := range labelSets {
+			v, err := testutil.GetCounterMetricValue(c.WithLabelValues(ls...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[strings.Join(ls, "/")] = v
+		}
+		return out
+	}
+	before := read()
+	return func() map[string]float64 {
+		after := read()
+		for k := range after {
+			after[k] -= before[k]
+		}
+		return after
+	}
+}
+
+func TestTargetsRefuseUntrustedPods(t *testing.T) {
+	file := `presets: [dcgm]
+nodeExporters: [{name: dcgm, selector: app=dcgm, port: 9400, namespaces: [gpu, gpu-2], serviceAccounts: [dcgm], metrics: [gpu-utilization]}]
+`
+	exporter := func(ns, name, sa string) Pod {
+		return Pod{Namespace: ns, Name: name, UID: "uid-" + name, IP: "127.0.0.1", Node: "n1", Running: true, Labels: map[string]string{"app": "dcgm"}, ServiceAccount: sa}
+	}
+	hostNet := Pod{Namespace: "ns", Name: "host", UID: "uid-host", IP: "127.0.0.1", Node: "n1", Running: true, HostNetwork: true,
+		Annotations: map[string]string{AnnotationScrape: "true", AnnotationPort: "8000"}}
+	pods := []Pod{
+		exporter("gpu", "dcgm-a", "dcgm"), exporter("gpu-2", "dcgm-b", "dcgm"),
+		exporter("tenant", "fake", "dcgm"), exporter("gpu", "wrong-sa", "default"), hostNet,
+	}
+	tests := []struct {
+		name, extra  string
+		wantTargets  []string
+		wantRefusals []string
+	}{
+		{
+			name:         "exporters only from their namespaces and service accounts, no hostNetwork pod",
+			wantTargets:  []string{"exporter/dcgm/gpu-2/dcgm-b", "exporter/dcgm/gpu/dcgm-a"},
+			wantRefusals: []string{"tenant/fake:exporter_namespace", "gpu/wrong-sa:exporter_service_account", "ns/host:host_network"},
+		},
+		{
+			name:         "hostNetwork pods allowed by pods.allowHostNetwork",
+			extra:        "pods: {allowHostNetwork: true}\n",
+			wantTargets:  []string{"exporter/dcgm/gpu-2/dcgm-b", "exporter/dcgm/gpu/dcgm-a", "pod/ns/host"},
+			wantRefusals: []string{"tenant/fake:exporter_namespace", "gpu/wrong-sa:exporter_service_account"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			targets, errs := mustParse(t, file+tt.extra).Targets(pods)
+			var ids, refusals []string
+			for _, tg := range targets {
+				ids = append(ids, tg.ID)
+			}
+			for _, err := range errs {
+				var r *RefusedError
+				if !errors.As(err, &r) {
+					t.Fatalf("unexpected error %v", err)
+				}
+				refusals = append(refusals, r.Pod+":"+r.Reason)
+			}
+			if diff := cmp.Diff(tt.wantTargets, ids); diff != "" {
+				t.Errorf("targets (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantRefusals, refusals); diff != "" {
+				t.Errorf("refusals (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestCollectExporterAdmission: an exporter speaks only for pods on its own
+// node, only for its own metrics, never over a pod's own target, and only
+// within the metrics' bounds; a look-alike exporter in a tenant's namespace
+// is not scraped at all.
+func TestCollectExporterAdmission(t *testing.T) {
+	// The trusted exporter on n1 names: web-0 (on n1), far (on n2), ghost
+	// (no such pod) and own (on n1, whose own target reports the same
+	// metric and container); GPU 4 reads 150%, beyond the bound; and it
+	// serves a vLLM family that is not among its metrics.
+	trusted := fakeEndpoint(t, textHandler(func() string {
+		return dcgmText("n1", []dcgmGPU{
+			{0, "ns", "web-0", "vllm", 50, 1000}, {1, "ns", "far", "vllm", 60, 1000}, {2, "ns", "ghost", "vllm", 70, 1000},
+			{3, "ns", "own", "vllm", 80, 1000}, {4, "ns", "web-0", "vllm", 150, 1000},
+		}) + "vllm:num_requests_waiting{namespace=\"ns\",pod=\"web-0\"} 99\n"
+	}))
+	fake := fakeEndpoint(t, textHandler(func() string {
+		return dcgmText("n1", []dcgmGPU{{0, "ns", "web-0", "vllm", 1, 1}})
+	}))
+	own := fakeEndpoint(t, textHandler(func() string { return "DCGM_FI_DEV_GPU_UTIL{container=\"vllm\"} 10\n" }))
+	pods := podList{
+		{Namespace: "gpu", Name: "dcgm-a", UID: "uid-dcgm-a", IP: "127.0.0.1", Node: "n1", Running: true, Labels: map[string]string{"app": "dcgm", "port": strconv.Itoa(trusted)}},
+		{Namespace: "ns", Name: "fake-dcgm", UID: "uid-fake", IP: "127.0.0.1", Node: "n1", Running: true, Labels: map[string]string{"app": "dcgm", "port": strconv.Itoa(fake)}},
+		{Namespace: "ns", Name: "web-0", UID: "uid-web-0", IP: "127.0.0.1", Node: "n1", Running: true},
+		{Namespace: "ns", Name: "far", UID: "uid-far", IP: "127.0.0.1", Node: "n2", Running: true},
+		vllmPod("own", own, nil),
+	}
+	// Both exporter pods serve on their own port, which one exporter
+	// entry per port reaches.
+	cfg := mustParse(t, fmt.Sprintf(`presets: [vllm, dcgm]
+nodeExporters:
+- {name: dcgm, selector: "app=dcgm,port=%d", port: %d, namespaces: [gpu], metrics: [gpu-utilization]}
+- {name: fake, selector: "app=dcgm,port=%d", port: %d, namespaces: [gpu], metrics: [gpu-utilization]}
+`, trusted, trusted, fake, fake))
+	dropped := counterDeltas(t, droppedSamples,
+		[]string{KindExporter, DropUnknownPod}, []string{KindExporter, DropOtherNode}, []string{KindExporter, DropOwnTarget}, []string{KindExporter, DropOutOfRange})
+	refused := counterDeltas(t, refusedTargets, []string{KindExporter, RefusedExporterNamespace})
+	src := NewSource(cfg, pods, Options{Clock: clocktesting.NewFakeClock(now)})
+	batch, errs := src.Collect(t.Context())
+	if len(errs) > 0 {
+		t.Fatalf("Collect: %v", errs)
+	}
+	v := func(x float64) []Value {
+		return []Value{{Metric: "gpu-utilization", Value: x, Timestamp: now, Series: 1}}
+	}
+	want := Batch{Pods: []PodValues{
+		{Namespace: "ns", Name: "own", UID: "uid-own", Values: v(10), Containers: []ContainerValues{{Name: "vllm", Values: v(10)}}},
+		{Namespace: "ns", Name: "web-0", UID: "uid-web-0", Values: v(50), Containers: []ContainerValues{{Name: "vllm", Values: v(50)}}},
+	}}
+	if diff := cmp.Diff(want, batch, cmpopts.EquateEmpty(), ignorePoints); diff != "" {
+		t.Errorf("batch (-want +got):\n%s", diff)
+	}
+	// The tenant's look-alike, matched by the second entry, is refused.
+	wantDropped := map[string]float64{"exporter/unknown_pod": 1, "exporter/other_node": 1, "exporter/own_target": 1, "exporter/out_of_range": 1}
+	if diff := cmp.Diff(wantDropped, dropped()); diff != "" {
+		t.Errorf("dropped samples (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]float64{"exporter/exporter_namespace": 1}, refused()); diff != "" {
+		t.Errorf("refused targets (-want +got):\n%s", diff)
+	}
+	// A refusal is logged once, and remembered only while it lasts.
+	wantLogged := map[refusalKey]bool{{uid: "uid-fake", exporter: "fake", reason: RefusedExporterNamespace}: true}
+	if diff := cmp.Diff(wantLogged, src.refused, cmp.AllowUnexported(refusalKey{})); diff != "" {
+		t.Errorf("refusals remembered (-want +got):\n%s", diff)
+	}
+	src.pods = pods[2:]
+	if _, errs := src.Collect(t.Context()); len(errs) > 0 || len(src.refused) != 0 {
+		t.Errorf("after the tenant's pod left: errors %v, refusals remembered %v", errs, src.refused)
+	}
+}
+
+// TestCollectPointsPerCollection: the target that would take the
+// collection past its points fails (too_large); the ones before it keep
+// theirs.
+func TestCollectPointsPerCollection(t *testing.T) {
+	two := func() string { return "sglang:num_queue_reqs{e=\"0\"} 1\nsglang:num_queue_reqs{e=\"1\"} 2\n" }
+	pods := podList{vllmPod("a", fakeEndpoint(t, textHandler(two)), nil), vllmPod("b", fakeEndpoint(t, textHandler(two)), nil)}
+	tests := []struct {
+		name       string
+		points     int
+		wantPods   []string
+		wantFailed map[string]string
+	}{
+		{"room for both", 4, []string{"a", "b"}, map[string]string{}},
+		{"room for the first", 3, []string{"a"}, map[string]string{"pod/ns/b": "too_large"}},
+		{"room for neither", 1, nil, map[string]string{"pod/ns/a": "too_large", "pod/ns/b": "too_large"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := mustParse(t, fmt.Sprintf("presets: [sglang]\nlimits: {pointsPerCollection: %d}\n", tt.points))
+			b, errs := NewSource(cfg, pods, Options{}).Collect(t.Context())
+			var names []string
+			for _, p := range b.Pods {
+				names = append(names, p.Name)
+			}
+			failed := map[string]string{}
+			for _, e := range errs {
+				failed[e.ID] = e.Reason
+			}
+			if diff := cmp.Diff(tt.wantPods, names); diff != "" {
+				t.Errorf("pods (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantFailed, failed); diff != "" {
+				t.Errorf("failed (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// stuckTransport answers the requests to one port only when release is
+// closed, whatever their context says: a target that does not honour its
+// timeout. Other requests go to loopback as usual.
+type stuckTransport struct {
+	port    string
+	release chan struct{}
+}
+
+func (s *stuckTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Port() == s.port {
+		<-s.release
+		return nil, errors.New("released")
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestCollectDoesNotWaitForAnOverrun: a target that ignores its timeout is
+// given up after the grace, counted, and skipped as busy until it ends;
+// the healthy target is kept at every collection.
+func TestCollectDoesNotWaitForAnOverrun(t *testing.T) {
+	ok := fakeEndpoint(t, textHandler(func() string { return "sglang:num_queue_reqs 3\n" }))
+	stuck := &stuckTransport{port: "1", release: make(chan struct{})}
+	t.Cleanup(func() { close(stuck.release) })
+	pods := podList{vllmPod("ok", ok, nil), vllmPod("stuck", 1, nil)}
+	cfg := mustParse(t, "presets: [sglang]\ntimeout: 100ms\ninterval: 1s\n")
+	src := NewSource(cfg, pods, Options{Client: &http.Client{Transport: stuck}})
+	overran := counterDeltas(t, overruns, []string{KindPod})
+	tests := []struct{ name, wantErr string }{
+		{"first collection gives up on it", "overran its timeout 100ms by 450ms"},
+		{"next collection skips it while it runs", "an earlier scrape overran and still runs"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, errs := src.Collect(t.Context())
+			if len(errs) != 1 || errs[0].ID != "pod/ns/stuck" || errs[0].Reason != "timeout" || !strings.Contains(errs[0].Err.Error(), tt.wantErr) {
+				t.Fatalf("errors = %v, want pod/ns/stuck timing out with %q", errs, tt.wantErr)
+			}
+			if len(b.Pods) != 1 || b.Pods[0].Name != "ok" {
+				t.Fatalf("healthy target lost: %+v", b)
+			}
+		})
+	}
+	if diff := cmp.Diff(map[string]float64{"pod": 1}, overran()); diff != "" {
+		t.Errorf("overruns (-want +got):\n%s", diff)
+	}
+}
+
+// rawStatusServer answers every request on loopback with status line
+// "HTTP/1.1 <status>" and no body.
+func rawStatusServer(t *testing.T, status string) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer func() { _ = c.Close() }()
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+					return
+				}
+				_, _ = fmt.Fprintf(c, "HTTP/1.1 %s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", status)
+			}()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestCollectBoundsStatusText: a failed target's status text reaches the
+// error (and the logs) cut and quoted.
+func TestCollectBoundsStatusText(t *testing.T) {
+	tests := []struct{ name, status, want string }{
+		{"a short status stays whole", "503 Service Unavailable", `"503 Service Unavailable"`},
+		{"a long status is cut", "503 " + strings.Repeat("x", 10_000), `"503 ` + strings.Repeat("x", 124) + `..."`},
+		{"control characters are quoted", "503 \x1b[2Jgone", `"503 \x1b[2Jgone"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			port := rawStatusServer(t, tt.status)
+			_, errs := NewSource(mustParse(t, "presets: [sglang]\n"), podList{vllmPod("p", port, nil)}, Options{}).Collect(t.Context())
+			if len(errs) != 1 || errs[0].Reason != "http_status" {
+				t.Fatalf("errors = %v, want one http_status", errs)
+			}
+			msg := errs[0].Err.Error()
+			if !strings.HasSuffix(msg, ": "+tt.want) {
+				t.Errorf("error = %q, want it to end in %q", msg, tt.want)
+			}
+		})
+	}
+}
