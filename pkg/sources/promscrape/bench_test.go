@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand"
 	"strconv"
+	"strings"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
@@ -107,6 +109,61 @@ func BenchmarkCycle(b *testing.B) {
 		batch := Collate(cfg.Metrics, all)
 		if len(batch.Pods) != benchPods || len(batch.Pods[0].Values) != benchAllowed {
 			b.Fatalf("batch has %d pods", len(batch.Pods))
+		}
+	}
+}
+
+// BenchmarkDecodeWorstCase decodes the most a target may send, at 1, 2 and
+// 4 MiB, so time and allocation can be read as linear in bytes: "wide" is
+// 8 KiB lines of one allow-listed family, each with the 64 labels the
+// default limit lets a line carry (their values long enough to fill the
+// line); "many" is short lines of one label, about 100,000 series in 4 MiB.
+// The limits that would refuse such bodies before the parser (series per
+// target, label bytes) are raised to their maximums, so the parser's own
+// cost is what is measured.
+func BenchmarkDecodeWorstCase(b *testing.B) {
+	cfg := mustParse(b, "metrics: [{name: q, series: q, type: gauge, combine: sum}]\n"+
+		"limits: {labelsPerSeries: 64, labelBytesPerSeries: 8192, seriesPerTarget: 1000000}\n")
+	allow := cfg.allowList()
+	target := &Target{ID: "pod/ns/p", Kind: KindPod, Pod: &Pod{Namespace: "ns", Name: "p"}}
+	wide := func(i int) string {
+		var line strings.Builder
+		fmt.Fprintf(&line, "q{")
+		// 64 labels of 120-byte values: about 8,000 bytes a line.
+		for l := range 64 {
+			fmt.Fprintf(&line, "l%02d=\"%07d%s\",", l, i, strings.Repeat("v", 113))
+		}
+		line.WriteString("} 1\n")
+		return line.String()
+	}
+	// 40 bytes a line: 104,857 series in 4 MiB.
+	many := func(i int) string { return fmt.Sprintf("q{s=\"%030d\"} 1\n", i) }
+	for _, shape := range []struct {
+		name string
+		line func(int) string
+	}{{"wide", wide}, {"many", many}} {
+		for _, mib := range []int{1, 2, 4} {
+			var body bytes.Buffer
+			body.WriteString("# TYPE q gauge\n")
+			for i := 0; ; i++ {
+				l := shape.line(i)
+				if body.Len()+len(l) > mib<<20 {
+					break
+				}
+				body.WriteString(l)
+			}
+			series := bytes.Count(body.Bytes(), []byte("\n")) - 1
+			b.Run(fmt.Sprintf("%s/%dMiB", shape.name, mib), func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(body.Len()))
+				for b.Loop() {
+					s, err := cfg.decode(context.Background(), body.Bytes(), target, allow, now)
+					if err != nil || len(s) != series {
+						b.Fatalf("decode = %d samples, %v; want %d", len(s), err, series)
+					}
+				}
+				b.ReportMetric(float64(series), "series")
+			})
 		}
 	}
 }
