@@ -66,7 +66,8 @@ func (a *admission) admit(t *Target, metrics []Metric, samples []Sample) []Sampl
 			switch node, ok := a.nodes[podKey{s.Namespace, s.Pod}]; {
 			case !ok:
 				reason = DropUnknownPod
-			case node != t.Node:
+			case node != t.Node || node == "":
+				// An unscheduled pod is on no exporter's node.
 				reason = DropOtherNode
 			case a.own[ownKey{s.Metric, s.Namespace, s.Pod, s.Container}]:
 				reason = DropOwnTarget

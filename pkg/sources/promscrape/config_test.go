@@ -113,7 +113,7 @@ nodeExporters:
 		`timeout: 2m0s must be above 0 and at most 1m0s`,
 		`interval: 500ms must be at least 1s and above the timeout 2m0s`,
 		`maxBytes: -1 must be above 0`,
-		`limits.labelsPerSeries: 1000 must be above 0 and at most 512`,
+		`limits.labelsPerSeries: 1000 must be above 0 and at most 128`,
 		`limits.seriesPerTarget: -1 must be above 0 and at most 1000000`,
 		`pods.selector:`,
 		`pods.port: 70000 is not a port`,
