@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 )
@@ -43,6 +44,8 @@ type podData struct {
 	ready    readyStatus
 	inGroup  bool
 	leader   bool
+	// hostNetwork is spec.hostNetwork: the pod's IP is its node's.
+	hostNetwork bool
 
 	// ObjectMeta keeps name, namespace, UID, resource version, labels, the
 	// annotations the server reads and the deletion timestamp; read-only.
@@ -62,6 +65,17 @@ type podData struct {
 	requests []group.Requests
 	request  group.Requests
 	groupKey string
+	// serviceAccount is spec.serviceAccountName.
+	serviceAccount string
+	// controller is the pod's controller reference (kind, name and UID
+	// only), nil when it has none.
+	controller *Controller
+}
+
+// Controller is the part of a controller reference the server reads.
+type Controller struct {
+	Kind, Name string
+	UID        types.UID
 }
 
 // Memo is a value a reader derived from a Pod and from something that
@@ -136,7 +150,13 @@ func NewPod(obj *corev1.Pod) *Pod {
 		phase:     obj.Status.Phase,
 		startTime: obj.Status.StartTime,
 		request:   group.PodRequests(obj),
+
+		hostNetwork:    obj.Spec.HostNetwork,
+		serviceAccount: obj.Spec.ServiceAccountName,
 	}}
+	if ref := metav1.GetControllerOf(obj); ref != nil {
+		p.controller = &Controller{Kind: ref.Kind, Name: ref.Name, UID: ref.UID}
+	}
 	if labels != nil {
 		p.Labels = labels.labels
 	}
@@ -242,6 +262,17 @@ func (p *Pod) ContainerRequest(name string, r int) (int64, bool) {
 	}
 	return 0, false
 }
+
+// HostNetwork says whether the pod uses its node's network namespace
+// (spec.hostNetwork), so that its IP is the node's.
+func (p *Pod) HostNetwork() bool { return p.hostNetwork }
+
+// ServiceAccount is the pod's spec.serviceAccountName.
+func (p *Pod) ServiceAccount() string { return p.serviceAccount }
+
+// ControllerRef is the pod's controller reference, nil when it has none;
+// read-only.
+func (p *Pod) ControllerRef() *Controller { return p.controller }
 
 // GroupKey is the pod's LeaderWorkerSet group (group.Key); ok is false for
 // a pod of no group. Leader says whether it leads its group.

@@ -16,7 +16,7 @@ import (
 
 func TestNewPod(t *testing.T) {
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	always := corev1.ContainerRestartPolicyAlways
+	always, isController := corev1.ContainerRestartPolicyAlways, true
 	req := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}
 	both := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("1Gi")}
 	started, ready := metav1.NewTime(now.Add(-time.Hour)), metav1.NewTime(now.Add(-50*time.Minute))
@@ -30,9 +30,13 @@ func TestNewPod(t *testing.T) {
 				ScrapeAnnotationPrefix + "port":                    "8000", "prometheus.io/scrape": "true", "prometheus.io/other": "x",
 			},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
+			OwnerReferences: []metav1.OwnerReference{
+				{Kind: "ConfigMap", Name: "not-the-controller", UID: "c1"},
+				{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "lws", UID: "s1", Controller: &isController},
+			},
 		},
 		Spec: corev1.PodSpec{
-			NodeName: "n1",
+			NodeName: "n1", HostNetwork: true, ServiceAccountName: "exporter",
 			InitContainers: []corev1.Container{
 				{Name: "setup", Image: "busybox", Resources: corev1.ResourceRequirements{Requests: req}},
 				{Name: "proxy", Image: "envoy", RestartPolicy: &always, Resources: corev1.ResourceRequirements{Requests: req}},
@@ -65,11 +69,13 @@ func TestNewPod(t *testing.T) {
 		AppMemory, ProxyCPU         int64
 		Readiness                   corev1.PodStatus
 		IP                          string
-		Ready                       bool
+		Ready, HostNetwork          bool
+		ServiceAccount              string
+		Controller                  *Controller
 	}
 	appMem, _ := p.ContainerRequest("app", group.Memory)
 	proxyCPU, _ := p.ContainerRequest("proxy", group.CPU)
-	got := view{p.ObjectMeta, p.NodeName(), p.Phase(), p.Containers(), p.RunningSidecars(), p.Request(), appMem, proxyCPU, p.ReadinessView().Status, p.IP(), p.Ready()}
+	got := view{p.ObjectMeta, p.NodeName(), p.Phase(), p.Containers(), p.RunningSidecars(), p.Request(), appMem, proxyCPU, p.ReadinessView().Status, p.IP(), p.Ready(), p.HostNetwork(), p.ServiceAccount(), p.ControllerRef()}
 	want := view{
 		Meta: metav1.ObjectMeta{
 			Name: "p", Namespace: "ns", UID: "u", ResourceVersion: "7",
@@ -86,7 +92,8 @@ func TestNewPod(t *testing.T) {
 		Request:   group.Requests{Milli: [2]int64{350, 0}, Has: [2]bool{true, false}},
 		AppMemory: (1 << 30) * 1000, ProxyCPU: 100,
 		Readiness: corev1.PodStatus{StartTime: &started, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: ready}}},
-		IP:        "10.0.0.1", Ready: true,
+		IP:        "10.0.0.1", Ready: true, HostNetwork: true, ServiceAccount: "exporter",
+		Controller: &Controller{Kind: "StatefulSet", Name: "lws", UID: "s1"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("NewPod (-want +got):\n%s", diff)
