@@ -1,6 +1,7 @@
 package promscrape
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -168,4 +169,36 @@ func TestDecodeHonoursContext(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzCountLabelsNeverUndercounts holds the pre-parse count to expfmt's
+// reading: for every one-line body the parser reads, countLabels counts at
+// least the labels it finds, and at least the bytes of their names and
+// values, so no line passes the limits with more than they allow.
+func FuzzCountLabelsNeverUndercounts(f *testing.F) {
+	f.Add([]byte(`q{a="1",b="2"} 1`))
+	f.Add([]byte("q \t{a=\"x=y}z\",b=\"\\\"\"} 1"))
+	f.Add([]byte(`{"q.x","a.b"="1",c="2"} 1`))
+	f.Add([]byte(`q{a="\n\\"} 1 123`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		if bytes.ContainsAny(line, "\n") {
+			return
+		}
+		fams, err := fullParse(append(bytes.Clone(line), '\n'))
+		if err != nil {
+			return
+		}
+		labels, labelBytes := countLabels(bytes.TrimLeft(line, " \t"))
+		for _, fam := range fams {
+			for _, pm := range fam.Metric {
+				n := 0
+				for _, l := range pm.Label {
+					n += len(l.GetName()) + len(l.GetValue())
+				}
+				if len(pm.Label) > labels || n > labelBytes {
+					t.Fatalf("%q: expfmt reads %d labels of %d bytes, countLabels %d labels, %d bytes", line, len(pm.Label), n, labels, labelBytes)
+				}
+			}
+		}
+	})
 }
