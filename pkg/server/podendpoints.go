@@ -32,10 +32,13 @@ func (c CompletedConfig) newPodEndpoints(pods podcache.Pods) *podEndpoints {
 	}
 	// A plain transport: no proxy from the environment (pod IPs are
 	// reached directly) and no credentials of any kind; https targets
-	// are verified against the system roots.
+	// are verified against the system roots. A pod's endpoint chooses
+	// its response headers, so their size is bounded (net/http's default
+	// is 1 MiB per response).
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.Proxy = nil
 	transport.MaxIdleConnsPerHost = 1
+	transport.MaxResponseHeaderBytes = maxEndpointHeaderBytes
 	src := promscrape.NewSource(c.PodMetrics, endpointPods{pods}, promscrape.Options{
 		Client:      &http.Client{Transport: transport},
 		Clock:       c.Clock,
@@ -55,6 +58,10 @@ func (c CompletedConfig) newPodEndpoints(pods podcache.Pods) *podEndpoints {
 	return &podEndpoints{cfg: c.PodMetrics, store: st, loop: loop, interval: interval}
 }
 
+// maxEndpointHeaderBytes bounds the response headers of a pod endpoint or
+// node exporter: a Prometheus endpoint sends a few short headers.
+const maxEndpointHeaderBytes = 64 << 10
+
 // endpointPods is the pod cache as the pod-endpoint source lists it.
 type endpointPods struct{ pods podcache.Pods }
 
@@ -73,6 +80,7 @@ func (l endpointPods) ListPods() []promscrape.Pod {
 			Namespace: p.Namespace, Name: p.Name, UID: p.UIDString(),
 			Labels: p.Labels, Annotations: p.Annotations,
 			IP: p.IP(), Node: p.NodeName(), Running: true, Ready: p.Ready(),
+			HostNetwork: p.HostNetwork(), ServiceAccount: p.ServiceAccount(),
 		})
 	}
 	return out

@@ -1,0 +1,93 @@
+package server
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources/promscrape"
+)
+
+// TestEndpointPodsTrustFields: the source learns each pod's hostNetwork and
+// service account, by which it refuses pods it must not trust.
+func TestEndpointPodsTrustFields(t *testing.T) {
+	tests := []struct {
+		name           string
+		spec           corev1.PodSpec
+		hostNetwork    bool
+		serviceAccount string
+	}{
+		{name: "pod network, default account", spec: corev1.PodSpec{NodeName: "n1"}},
+		{name: "host network", spec: corev1.PodSpec{NodeName: "n1", HostNetwork: true}, hostNetwork: true},
+		{name: "own service account", spec: corev1.PodSpec{NodeName: "n1", ServiceAccountName: "dcgm"}, serviceAccount: "dcgm"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			idx := podcache.NewPodIndex()
+			idx.Set(podcache.NewPod(&corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "gpu", Name: "p", UID: "uid-p"},
+				Spec:       tt.spec,
+				Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1"},
+			}))
+			got := endpointPods{idx}.ListPods()
+			want := []promscrape.Pod{{Namespace: "gpu", Name: "p", UID: "uid-p", IP: "10.0.0.1", Node: "n1", Running: true,
+				HostNetwork: tt.hostNetwork, ServiceAccount: tt.serviceAccount}}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("ListPods (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestPodEndpointsBoundHeaders: a pod endpoint whose response headers pass
+// maxEndpointHeaderBytes fails its scrape; one under it is read.
+func TestPodEndpointsBoundHeaders(t *testing.T) {
+	tests := []struct {
+		name        string
+		headerBytes int
+		wantFailing map[string]string
+	}{
+		{name: "a few KiB of headers are read", headerBytes: 4 << 10, wantFailing: map[string]string{}},
+		{name: "headers past the bound fail the target", headerBytes: maxEndpointHeaderBytes + 1, wantFailing: map[string]string{"pod/ml/p": "connection"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("X-Pad", strings.Repeat("x", tt.headerBytes))
+				_, _ = fmt.Fprint(w, "sglang:num_queue_reqs 3\n")
+			}))
+			t.Cleanup(srv.Close)
+			port := srv.Listener.Addr().(*net.TCPAddr).Port
+			idx := podcache.NewPodIndex()
+			idx.Set(podcache.NewPod(&corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "p", UID: types.UID("uid-p"), Annotations: map[string]string{
+					promscrape.AnnotationScrape: "true", promscrape.AnnotationPort: strconv.Itoa(port),
+				}},
+				Spec:   corev1.PodSpec{NodeName: "n1"},
+				Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"},
+			}))
+			cfg, errs := promscrape.Parse([]byte("presets: [sglang]\ntimeout: 5s\n"))
+			if len(errs) > 0 {
+				t.Fatal(errs)
+			}
+			c := (&Config{Clock: clocktesting.NewFakeClock(time.Now()), Resolution: 15 * time.Second, Concurrency: 1, PodMetrics: cfg}).Complete()
+			ep := c.newPodEndpoints(idx)
+			ep.loop.Tick(t.Context())
+			if diff := cmp.Diff(tt.wantFailing, ep.loop.Failing()); diff != "" {
+				t.Errorf("failing targets (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
