@@ -16,6 +16,15 @@
 // sample lines that name no metric, which expfmt would add to the series
 // read before them.
 //
+// A pod owner controls its annotations, labels and the bytes its endpoint
+// serves, so each is bounded before it can cost the server anything, and
+// can change only that pod's own values: labels, label bytes and series
+// are counted on each line before expfmt reads it (limits.go), decoding
+// looks at its context, a target that overruns its timeout is not waited
+// for (scrape.go), exporters are trusted only from the namespaces the
+// operator names and only for pods on their own node (targets.go,
+// admit.go). docs/security.md lists every input and its bound.
+//
 // The server runs it with --pod-metrics-config (pkg/podvalues keeps the
 // latest values, pkg/provider serves them on custom.metrics.k8s.io); see
 // docs/inference-autoscaling.md.
