@@ -84,35 +84,27 @@ type Result struct {
 // group's utilization (or its bottleneck's).
 func Aggregate(p Policy, leader Member, members []Member) Result {
 	var res Result
-	for _, m := range members {
-		if m.HasUsage {
-			res.Covered++
-		}
-	}
+	values := make([]Value, 0, len(members))
 	for i := range Resources {
-		var sumUsage, sumRequest, total int64
-		var maxUtil float64
+		values = values[:0]
+		var total int64
 		for _, m := range members {
 			if !m.HasUsage {
 				continue
 			}
+			if i == 0 {
+				res.Covered++
+			}
 			total += m.Usage[i]
-			if !m.Has[i] {
-				continue
-			}
-			sumUsage += m.Usage[i]
-			sumRequest += m.Milli[i]
-			if m.Milli[i] > 0 {
-				maxUtil = max(maxUtil, Utilization(i, m.Usage[i], m.Milli[i]))
-			}
+			values = append(values, Value{
+				State: Counted, Value: float64(m.Usage[i]),
+				Request: float64(m.Milli[i]) * usagePerMilli[i], HasRequest: m.Has[i],
+			})
 		}
-		if !leader.Has[i] || leader.Milli[i] <= 0 || sumRequest <= 0 {
+		util, err := p.Combine().Of(values)
+		if !leader.Has[i] || leader.Milli[i] <= 0 || err != nil {
 			res.Total[i] = total
 			continue
-		}
-		util := Utilization(i, sumUsage, sumRequest)
-		if p == PolicyGroupMax {
-			util = maxUtil
 		}
 		res.Total[i] = int64(math.Round(util * float64(leader.Milli[i]) * usagePerMilli[i]))
 	}

@@ -47,6 +47,16 @@ const (
 	PolicyGroupMax Policy = "group-max"
 )
 
+// Combine is the rule by which a leader under the policy combines its
+// group's utilization: CombineRatio for PolicyGroup, CombineMaxRatio for
+// PolicyGroupMax (PolicyPod combines nothing).
+func (p Policy) Combine() Combine {
+	if p == PolicyGroupMax {
+		return CombineMaxRatio
+	}
+	return CombineRatio
+}
+
 // ParsePolicy accepts the policy names.
 func ParsePolicy(s string) (Policy, error) {
 	switch p := Policy(s); p {

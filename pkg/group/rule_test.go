@@ -1,0 +1,95 @@
+package group
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+func TestClassify(t *testing.T) {
+	for _, tc := range []struct {
+		phase              corev1.PodPhase
+		deleting, hasValue bool
+		want               State
+	}{
+		{corev1.PodRunning, false, true, Counted},
+		{corev1.PodRunning, false, false, Missing},
+		{corev1.PodRunning, true, true, Ignored},
+		{corev1.PodFailed, false, true, Ignored},
+		{corev1.PodPending, false, false, Unready},
+		{corev1.PodPending, false, true, Unready},
+		// The HPA's groupPods names only Failed: a Succeeded pod has no
+		// metrics and is missing.
+		{corev1.PodSucceeded, false, false, Missing},
+	} {
+		if got := Classify(tc.phase, tc.deleting, tc.hasValue); got != tc.want {
+			t.Errorf("Classify(%s, deleting=%v, hasValue=%v) = %s, want %s", tc.phase, tc.deleting, tc.hasValue, got, tc.want)
+		}
+	}
+}
+
+func TestCombine(t *testing.T) {
+	v := func(x float64) Value { return Value{Name: "m", Value: x} }
+	r := func(x, request float64) Value { return Value{Name: "m", Value: x, Request: request, HasRequest: true} }
+	values := []Value{r(1, 2), r(3, 4), v(8)}
+	for _, tc := range []struct {
+		name    string
+		rule    Combine
+		values  []Value
+		want    float64
+		wantErr string
+	}{
+		{name: "sum", rule: CombineSum, values: values, want: 12},
+		{name: "mean", rule: CombineMean, values: values, want: 4},
+		{name: "max", rule: CombineMax, values: values, want: 8},
+		{name: "max of negatives", rule: CombineMax, values: []Value{v(-3), v(-1)}, want: -1},
+		// Members without a request are left out of both sums.
+		{name: "ratio of sums", rule: CombineRatio, values: values, want: 4.0 / 6},
+		{name: "max ratio", rule: CombineMaxRatio, values: values, want: 0.75},
+		{name: "a zero request adds to the usage only", rule: CombineRatio, values: []Value{r(1, 0), r(1, 4)}, want: 0.5},
+		{name: "no request", rule: CombineRatio, values: []Value{v(1), r(1, 0)}, wantErr: "no member requests"},
+		{name: "no members", rule: CombineSum, wantErr: "no members"},
+		{name: "missing member", rule: CombineSum, values: []Value{v(1), {Name: "w-1", State: Missing}}, wantErr: "member w-1 is missing"},
+		{name: "unready member", rule: CombineMax, values: []Value{{Name: "w-2", State: Unready}}, wantErr: "w-2 is unready"},
+		{name: "ignored member", rule: CombineMean, values: []Value{{Name: "w-3", State: Ignored}, v(1)}, wantErr: "w-3 is ignored"},
+		{name: "infinite member", rule: CombineSum, values: []Value{v(math.Inf(1))}, wantErr: "no finite value"},
+		{name: "NaN member", rule: CombineMax, values: []Value{v(math.NaN())}, wantErr: "no finite value"},
+		{name: "sum overflows", rule: CombineSum, values: []Value{v(math.MaxFloat64), v(math.MaxFloat64)}, wantErr: "not finite"},
+		{name: "unknown rule", rule: "median", values: values, wantErr: "unknown combine rule"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.rule.Of(tc.values)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Of = %v, %v; want an error with %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || math.Abs(got-tc.want) > 1e-12 {
+				t.Fatalf("Of = %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestScope(t *testing.T) {
+	for _, tc := range []struct {
+		in             string
+		leader, worker bool
+	}{
+		{"", true, true}, {"all", true, true}, {"leader", true, false}, {"workers", false, true},
+	} {
+		s, err := ParseScope(tc.in)
+		if err != nil {
+			t.Fatalf("ParseScope(%q): %v", tc.in, err)
+		}
+		if s.Includes(true) != tc.leader || s.Includes(false) != tc.worker {
+			t.Errorf("scope %q includes leader %v, worker %v; want %v, %v", tc.in, s.Includes(true), s.Includes(false), tc.leader, tc.worker)
+		}
+	}
+	if _, err := ParseScope("followers"); err == nil {
+		t.Error("ParseScope(followers) should fail")
+	}
+}
