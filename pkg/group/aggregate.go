@@ -57,6 +57,19 @@ type Member struct {
 	Requests
 }
 
+// Value is the member's usage of the resource at index r of Resources as
+// the group rule reads it (Combine.Of): its usage, and its request in the
+// same units. A member without usage is Missing.
+func (m Member) Value(name string, r int) Value {
+	v := Value{Name: name, State: Missing}
+	if m.HasUsage {
+		v.State = Counted
+		v.Value = float64(m.Usage[r])
+		v.Request, v.HasRequest = float64(m.Milli[r])*usagePerMilli[r], m.Has[r]
+	}
+	return v
+}
+
 // Result is what the leader reports.
 type Result struct {
 	// Total is the leader's reported usage per resource.
@@ -96,10 +109,7 @@ func Aggregate(p Policy, leader Member, members []Member) Result {
 				res.Covered++
 			}
 			total += m.Usage[i]
-			values = append(values, Value{
-				State: Counted, Value: float64(m.Usage[i]),
-				Request: float64(m.Milli[i]) * usagePerMilli[i], HasRequest: m.Has[i],
-			})
+			values = append(values, m.Value("", i))
 		}
 		util, err := p.Combine().Of(values)
 		if !leader.Has[i] || leader.Milli[i] <= 0 || err != nil {

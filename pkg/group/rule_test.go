@@ -1,6 +1,7 @@
 package group
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -91,5 +92,37 @@ func TestScope(t *testing.T) {
 	}
 	if _, err := ParseScope("followers"); err == nil {
 		t.Error("ParseScope(followers) should fail")
+	}
+}
+
+// TestCombineEveryRuleAndState: for each rule, a complete group's value,
+// and that one member in each state the HPA does not count at face value,
+// wherever it stands in the group, the leader included, withholds the
+// value under every rule.
+func TestCombineEveryRuleAndState(t *testing.T) {
+	values := []float64{0, 10, 2.5, 7.5} // leader first, idle
+	requests := []float64{10, 10, 5, 25}
+	want := map[Combine]float64{CombineSum: 20, CombineMean: 5, CombineMax: 10, CombineRatio: 0.4, CombineMaxRatio: 1}
+	for rule, wantValue := range want {
+		members := make([]Value, len(values))
+		for i, v := range values {
+			members[i] = Value{Name: fmt.Sprintf("g-0-%d", i), Value: v, Request: requests[i], HasRequest: true}
+		}
+		t.Run(string(rule), func(t *testing.T) {
+			if got, err := rule.Of(members); err != nil || math.Abs(got-wantValue) > 1e-12 {
+				t.Fatalf("complete group: %v, %v; want %v", got, err, wantValue)
+			}
+			for _, state := range []State{Unready, Missing, Ignored} {
+				for i := range members {
+					withheld := append([]Value(nil), members...)
+					withheld[i].State = state
+					got, err := rule.Of(withheld)
+					wantErr := fmt.Sprintf("member g-0-%d is %s", i, state)
+					if err == nil || err.Error() != wantErr {
+						t.Errorf("member %d %s: %v, %v; want error %q", i, state, got, err, wantErr)
+					}
+				}
+			}
+		})
 	}
 }

@@ -100,9 +100,8 @@ func (c *CustomMetrics) GetMetricByName(_ context.Context, name types.Namespaced
 		if len(pods) == 0 {
 			return nil, notFoundWhy(info, name.Name, "no pods of this LeaderWorkerSet are known")
 		}
-		s := c.p.sums(pods)
 		ref := custom_metrics.ObjectReference{Kind: "LeaderWorkerSet", APIVersion: "leaderworkerset.x-k8s.io/v1", Namespace: name.Namespace, Name: name.Name}
-		return value(ref, info, s, name.Name)
+		return value(ref, info, c.p.groupUsage(pods), name.Name)
 	}
 	return nil, cmprovider.NewMetricNotFoundError(info.GroupResource, info.Metric)
 }
@@ -161,7 +160,7 @@ func (c *CustomMetrics) leaderValue(pod *podcache.Pod, info cmprovider.CustomMet
 	}
 	key, _ := pod.GroupKey()
 	ref := custom_metrics.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name}
-	return value(ref, info, c.p.sums(c.p.pods.Group(key)), pod.Name)
+	return value(ref, info, c.p.groupUsage(c.p.pods.Group(key)), pod.Name)
 }
 
 func notFoundWhy(info cmprovider.CustomMetricInfo, name, why string) error {
@@ -170,69 +169,84 @@ func notFoundWhy(info cmprovider.CustomMetricInfo, name, why string) error {
 	return err
 }
 
-// groupSums adds up the usage and requests of pods that have metrics.
-type groupSums struct {
-	covered int
-	usage   group.Usage
-	// usageWithRequest and request (group.Requests' units) cover only
-	// pods that request the resource, so their ratio is a utilization.
-	usageWithRequest group.Usage
-	request          [2]int64
-	timestamp        time.Time
-	window           time.Duration
+// groupUsage is a set of pods' CPU and memory as the group rule reads
+// them: one group.Value per pod and resource, classified as the HPA
+// counts the pod, with the oldest sample's time and the widest window of
+// those counted.
+type groupUsage struct {
+	values    [2][]group.Value
+	timestamp time.Time
+	window    time.Duration
 }
 
-func (p *Provider) sums(pods []*podcache.Pod) groupSums {
-	var s groupSums
+func (p *Provider) groupUsage(pods []*podcache.Pod) groupUsage {
+	var g groupUsage
 	for _, pod := range pods {
 		u, _, why := p.podUsage(pod)
-		if why != "" {
-			continue
-		}
-		m := member(pod, &u)
-		s.covered++
-		for i := range group.Resources {
-			s.usage[i] += m.Usage[i]
-			if m.Has[i] {
-				s.usageWithRequest[i] += m.Usage[i]
-				s.request[i] += m.Milli[i]
+		var m group.Member
+		state := group.Classify(pod.Phase(), pod.Deleting(), why == "")
+		if state == group.Counted {
+			m = member(pod, &u)
+			if g.timestamp.IsZero() || u.Timestamp.Before(g.timestamp) {
+				g.timestamp = u.Timestamp
 			}
+			g.window = max(g.window, u.Window)
 		}
-		if s.timestamp.IsZero() || u.Timestamp.Before(s.timestamp) {
-			s.timestamp = u.Timestamp
+		for i := range group.Resources {
+			v := m.Value(pod.Name, i)
+			v.State = state
+			g.values[i] = append(g.values[i], v)
 		}
-		s.window = max(s.window, u.Window)
 	}
-	return s
+	return g
 }
 
-func value(ref custom_metrics.ObjectReference, info cmprovider.CustomMetricInfo, s groupSums, name string) (*custom_metrics.MetricValue, error) {
-	if s.covered == 0 {
-		return nil, notFoundWhy(info, name, "no pod of the group has metrics yet")
+// value is one group metric of g: usage is the sum, utilization the ratio
+// of the sums (group.CombineSum, group.CombineRatio), and there is none
+// while any pod is not counted (group.State).
+func value(ref custom_metrics.ObjectReference, info cmprovider.CustomMetricInfo, g groupUsage, name string) (*custom_metrics.MetricValue, error) {
+	r, rule := group.CPU, group.CombineSum
+	switch info.Metric {
+	case MetricMemoryUsage:
+		r = group.Memory
+	case MetricCPUUtilization:
+		rule = group.CombineRatio
+	case MetricMemoryUtilization:
+		r, rule = group.Memory, group.CombineRatio
+	}
+	v, err := rule.Of(g.values[r])
+	if err != nil {
+		return nil, notFoundWhy(info, name, "the group has no value: "+err.Error())
 	}
 	var q resource.Quantity
 	switch info.Metric {
 	case MetricCPUUsage:
-		q = *resource.NewScaledQuantity(s.usage[group.CPU], resource.Nano)
+		q = *resource.NewScaledQuantity(int64(math.Round(v)), resource.Nano)
 	case MetricMemoryUsage:
-		q = *resource.NewQuantity(s.usage[group.Memory], resource.BinarySI)
-	case MetricCPUUtilization, MetricMemoryUtilization:
-		i := group.CPU
-		if info.Metric == MetricMemoryUtilization {
-			i = group.Memory
-		}
-		if s.request[i] <= 0 {
-			return nil, notFoundWhy(info, name, "no pod of the group with metrics requests "+string(group.Resources[i]))
-		}
-		util := group.Utilization(i, s.usageWithRequest[i], s.request[i])
-		q = *resource.NewMilliQuantity(int64(math.Round(util*1000)), resource.DecimalSI)
+		q = *resource.NewQuantity(int64(math.Round(v)), resource.BinarySI)
+	default:
+		q = *resource.NewMilliQuantity(milli(v), resource.DecimalSI)
 	}
-	window := int64(s.window.Seconds())
+	window := int64(g.window.Seconds())
 	return &custom_metrics.MetricValue{
 		DescribedObject: ref,
 		Metric:          custom_metrics.MetricIdentifier{Name: info.Metric},
-		Timestamp:       metav1.NewTime(s.timestamp),
+		Timestamp:       metav1.NewTime(g.timestamp),
 		WindowSeconds:   &window,
 		Value:           q,
 	}, nil
+}
+
+// milli is v in thousandths, rounded, the way the HPA reads a value
+// (MilliValue), clamped to int64's range: a finite value too large for a
+// Quantity must not wrap around to a negative one.
+func milli(v float64) int64 {
+	switch m := math.Round(v * 1000); {
+	case m >= math.MaxInt64:
+		return math.MaxInt64
+	case m <= math.MinInt64:
+		return math.MinInt64
+	default:
+		return int64(m)
+	}
 }

@@ -2,11 +2,9 @@ package provider
 
 import (
 	"fmt"
-	"math"
 	"sort"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -31,8 +29,8 @@ type EndpointValues interface {
 //
 //   - Pods, on every pod: its own value, the metric's series in the pod
 //     combined by the metric's rule; on a LeaderWorkerSet leader: its
-//     group's value instead (promscrape.GroupValue over every member, the
-//     leader included), so that an HPA on the LWS, whose scale selector
+//     group's value instead (group.Combine over the members in the
+//     metric's scope, promscrape.Metric.Members), so that an HPA on the LWS, whose scale selector
 //     matches the leaders only, sees one value per group.
 //   - Object, on a LeaderWorkerSet: its groups' values combined by the
 //     same rule.
@@ -160,21 +158,24 @@ func (c *CustomMetrics) ownValue(pod *podcache.Pod, m promscrape.Metric, sel lab
 	return x, v.Timestamp, ok
 }
 
-// groupValue combines a group's members as promscrape.GroupValue does,
-// each counted as the HPA's groupPods counts a pod for a metric that is
-// not CPU; the timestamp is the oldest member's.
+// groupValue combines the members of a group in the metric's scope by the
+// metric's rule (group.Combine), each classified as the HPA's groupPods
+// counts a pod for a metric that is not CPU; the timestamp is the oldest
+// member's.
 func (c *CustomMetrics) groupValue(pods []*podcache.Pod, m promscrape.Metric, sel labels.Selector) (float64, time.Time, error) {
-	members := make([]promscrape.Member, 0, len(pods))
+	members := make([]group.Value, 0, len(pods))
 	var oldest time.Time
 	for _, mp := range pods {
+		if !m.Members.Includes(mp.Leader()) {
+			continue
+		}
 		v, ts, has := c.ownValue(mp, m, sel)
-		state := promscrape.MemberStateOf(string(mp.Phase()), mp.Deleting(), has && mp.Phase() == corev1.PodRunning)
-		members = append(members, promscrape.Member{Name: mp.Name, State: state, Value: v})
+		members = append(members, group.Value{Name: mp.Name, State: group.Classify(mp.Phase(), mp.Deleting(), has), Value: v})
 		if has && (oldest.IsZero() || ts.Before(oldest)) {
 			oldest = ts
 		}
 	}
-	v, err := promscrape.GroupValue(m.Combine, members)
+	v, err := m.Combine.Of(members)
 	return v, oldest, err
 }
 
@@ -185,7 +186,7 @@ func (c *CustomMetrics) endpointLWSValue(name types.NamespacedName, m promscrape
 	if len(leaders) == 0 {
 		return nil, notFoundWhy(info, name.Name, "no leader pod of this LeaderWorkerSet is known")
 	}
-	groups := make([]promscrape.Member, 0, len(leaders))
+	groups := make([]group.Value, 0, len(leaders))
 	var oldest time.Time
 	for _, l := range leaders {
 		key, ok := l.GroupKey()
@@ -196,12 +197,12 @@ func (c *CustomMetrics) endpointLWSValue(name types.NamespacedName, m promscrape
 		if err != nil {
 			return nil, notFoundWhy(info, name.Name, fmt.Sprintf("group of leader %s has no value: %v", l.Name, err))
 		}
-		groups = append(groups, promscrape.Member{Name: l.Name, State: promscrape.MemberCounted, Value: v})
+		groups = append(groups, group.Value{Name: l.Name, Value: v})
 		if oldest.IsZero() || ts.Before(oldest) {
 			oldest = ts
 		}
 	}
-	v, err := promscrape.GroupValue(m.Combine, groups)
+	v, err := m.Combine.Of(groups)
 	if err != nil {
 		return nil, notFoundWhy(info, name.Name, err.Error())
 	}
@@ -217,6 +218,6 @@ func (e *endpointMetrics) metricValue(ref custom_metrics.ObjectReference, info c
 		Metric:          custom_metrics.MetricIdentifier{Name: info.Metric},
 		Timestamp:       metav1.NewTime(ts),
 		WindowSeconds:   &window,
-		Value:           *resource.NewMilliQuantity(int64(math.Round(v*1000)), resource.DecimalSI),
+		Value:           *resource.NewMilliQuantity(milli(v), resource.DecimalSI),
 	}
 }

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
@@ -66,7 +68,12 @@ func endpointValues(pods map[string]series) fakeValues {
 	return out
 }
 
-func endpointProvider() *CustomMetrics {
+// endpointProvider serves endpointTestMetrics, or metrics when given (of
+// the same names).
+func endpointProvider(metrics ...promscrape.Metric) *CustomMetrics {
+	if metrics == nil {
+		metrics = endpointTestMetrics
+	}
 	deleting := groupMember("old", "0", "1", corev1.PodRunning)
 	deleting.DeletionTimestamp = &metav1.Time{Time: now}
 	pods := []*corev1.Pod{
@@ -98,7 +105,7 @@ func endpointProvider() *CustomMetrics {
 	reborn.UID = "reborn-predecessor-uid"
 	values["ml/reborn"] = reborn
 	p := newGroupProvider(pods, nil, group.PolicyPod)
-	return p.CustomMetrics().WithEndpoints(values, endpointTestMetrics, 15*time.Second)
+	return p.CustomMetrics().WithEndpoints(values, metrics, 15*time.Second)
 }
 
 type endpointAnswer struct {
@@ -155,6 +162,44 @@ func TestEndpointMetricByName(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("GetMetricByName (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestEndpointMemberScope: a member out of the metric's scope is neither
+// read nor missing. inf group 0 is complete (leader 0, workers 4 and 6);
+// in group 1 worker 1 has no value and worker 2 is Pending, which only the
+// leader scope leaves out.
+func TestEndpointMemberScope(t *testing.T) {
+	tests := []struct {
+		scope  group.Scope
+		leader string
+		want   endpointAnswer
+	}{
+		{group.ScopeAll, "inf-0", endpointAnswer{Milli: 10000}},
+		{group.ScopeLeader, "inf-0", endpointAnswer{Milli: 0}},
+		{group.ScopeWorkers, "inf-0", endpointAnswer{Milli: 10000}},
+		{group.ScopeAll, "inf-1", endpointAnswer{NotFound: "member inf-1-1 is missing"}},
+		{group.ScopeLeader, "inf-1", endpointAnswer{Milli: 1000}},
+		{group.ScopeWorkers, "inf-1", endpointAnswer{NotFound: "member inf-1-1 is missing"}},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.scope)+" "+tt.leader, func(t *testing.T) {
+			m := endpointTestMetrics[0]
+			m.Members = tt.scope
+			v, err := endpointProvider(m).GetMetricByName(context.Background(), types.NamespacedName{Namespace: "ml", Name: tt.leader}, cmInfo(podsResource, m.Name), labels.Everything())
+			var got endpointAnswer
+			if err != nil {
+				got.NotFound = err.Error()
+				if strings.Contains(got.NotFound, tt.want.NotFound) && tt.want.NotFound != "" {
+					got.NotFound = tt.want.NotFound
+				}
+			} else {
+				got.Milli = v.Value.MilliValue()
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -239,8 +284,8 @@ func TestEndpointGroupSeries(t *testing.T) {
 }
 
 // seriesProvider has group 0 of "inf" (a leader and two workers, all with
-// metrics) and group 1 (a leader without metrics), plus a pod outside any
-// LeaderWorkerSet.
+// metrics), group 1 (a leader without metrics) and group 2 (a leader with
+// metrics and a worker without), plus a pod outside any LeaderWorkerSet.
 func seriesProvider() *Provider {
 	pods := []*corev1.Pod{
 		lwsPod("0", "", map[string]string{"main": "750m", "sidecar": "250m"}),
@@ -252,7 +297,14 @@ func seriesProvider() *Provider {
 	lone.Labels = map[string]string{group.LabelName: "inf", group.LabelGroupIndex: "1", group.LabelWorkerIndex: "0"}
 	plain := testPod("ml", "web", "n1", corev1.PodRunning, map[string]string{"app": "web"})
 	pods = append(pods, lone, plain)
+	for worker, name := range []string{"inf-2", "inf-2-1"} {
+		p := lwsPod("0", "", map[string]string{"main": "1"})
+		p.Name, p.UID = name, types.UID(name+"-uid")
+		p.Labels = map[string]string{group.LabelName: "inf", group.LabelGroupIndex: "2", group.LabelWorkerIndex: strconv.Itoa(worker)}
+		pods = append(pods, p)
+	}
 	usage := map[string]store.PodUsage{
+		"ml/inf-2":   containerUsage(map[string]uint64{"main": 100_000_000}),
 		"ml/inf-0":   containerUsage(map[string]uint64{"main": 80_000_000, "sidecar": 20_000_000}),
 		"ml/inf-0-1": containerUsage(map[string]uint64{"main": 900_000_000}),
 		"ml/inf-0-2": containerUsage(map[string]uint64{"main": 900_000_000}),
@@ -266,16 +318,37 @@ func TestGroupSamples(t *testing.T) {
 	// Group 0: 0.1 + 0.9 + 0.9 cores of 3 requested; 4 containers of 256Mi
 	// of 4Gi requested (1Gi per container).
 	want := []GroupSample{
-		{Namespace: "ml", LeaderWorkerSet: "inf", Group: "0", CPUCores: 1.9, MemoryBytes: 4 * 256 << 20,
+		{Namespace: "ml", LeaderWorkerSet: "inf", Group: "0", CPUCores: 1.9, MemoryBytes: 4 * 256 << 20, HasUsage: true,
 			CPUUtilization: 1.9 / 3, HasCPUUtilization: true, MemoryUtilization: 0.25, HasMemoryUtilization: true,
 			Members: 3, Counted: 3},
 		{Namespace: "ml", LeaderWorkerSet: "inf", Group: "1", Members: 1},
+		// The worker without metrics withholds every value, as on
+		// custom.metrics.k8s.io, rather than a sum of the leader alone.
+		{Namespace: "ml", LeaderWorkerSet: "inf", Group: "2", Members: 2, Counted: 1},
 	}
 	if diff := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
 		t.Errorf("GroupSamples (-want +got):\n%s", diff)
 	}
 	if got := New(Config{}).GroupSamples(); got != nil {
 		t.Errorf("GroupSamples without a group index = %v, want nil", got)
+	}
+}
+
+// TestGroupSamplesOnePerGroup: two pods posing as one group's leader give
+// one sample, so the series stay unique and /metrics keeps answering.
+func TestGroupSamplesOnePerGroup(t *testing.T) {
+	leader := lwsPod("0", "", map[string]string{"main": "1"})
+	twin := lwsPod("0", "", map[string]string{"main": "1"})
+	twin.Name, twin.UID = "inf-0-twin", "inf-0-twin-uid"
+	usage := map[string]store.PodUsage{"ml/inf-0": usage(100_000_000, 1<<20), "ml/inf-0-twin": usage(100_000_000, 1<<20)}
+	p := newGroupProvider([]*corev1.Pod{leader, twin}, usage, group.PolicyPod)
+	if got := p.GroupSamples(); len(got) != 1 {
+		t.Fatalf("GroupSamples = %+v, want one sample for group 0", got)
+	}
+	reg := metrics.NewKubeRegistry()
+	reg.CustomMustRegister(NewGroupSeriesCollector(p.GroupSamples))
+	if _, err := reg.Gather(); err != nil {
+		t.Errorf("Gather with two leaders of one group: %v", err)
 	}
 }
 
@@ -296,25 +369,28 @@ func TestGroupSeriesCollector(t *testing.T) {
 	reg.CustomMustRegister(c)
 	labels := `{group="0",leaderworkerset="inf",namespace="ml"}`
 	lone := `{group="1",leaderworkerset="inf",namespace="ml"}`
+	partial := `{group="2",leaderworkerset="inf",namespace="ml"}`
 	want := `
-# HELP group_metrics_server_lws_group_cpu_usage_cores [ALPHA] CPU usage of a LeaderWorkerSet group's members that have metrics, in cores.
+# HELP group_metrics_server_lws_group_cpu_usage_cores [ALPHA] CPU usage of a LeaderWorkerSet group's members, in cores; absent while a member has no metrics.
 # TYPE group_metrics_server_lws_group_cpu_usage_cores gauge
 group_metrics_server_lws_group_cpu_usage_cores` + labels + ` 1.9
-# HELP group_metrics_server_lws_group_cpu_utilization [ALPHA] CPU usage over CPU requests of a LeaderWorkerSet group's members that have metrics and request CPU (0.7 = 70%).
+# HELP group_metrics_server_lws_group_cpu_utilization [ALPHA] CPU usage over CPU requests of a LeaderWorkerSet group's members that request CPU (0.7 = 70%); absent while a member has no metrics.
 # TYPE group_metrics_server_lws_group_cpu_utilization gauge
 group_metrics_server_lws_group_cpu_utilization` + labels + ` 0.625
 # HELP group_metrics_server_lws_group_members [ALPHA] Pods of a LeaderWorkerSet group known to the server.
 # TYPE group_metrics_server_lws_group_members gauge
 group_metrics_server_lws_group_members` + labels + ` 3
 group_metrics_server_lws_group_members` + lone + ` 1
-# HELP group_metrics_server_lws_group_members_counted [ALPHA] Pods of a LeaderWorkerSet group whose usage the group's values include.
+group_metrics_server_lws_group_members` + partial + ` 2
+# HELP group_metrics_server_lws_group_members_counted [ALPHA] Pods of a LeaderWorkerSet group that count at face value as the HPA counts pods.
 # TYPE group_metrics_server_lws_group_members_counted gauge
 group_metrics_server_lws_group_members_counted` + labels + ` 3
 group_metrics_server_lws_group_members_counted` + lone + ` 0
-# HELP group_metrics_server_lws_group_memory_usage_bytes [ALPHA] Working-set memory of a LeaderWorkerSet group's members that have metrics, in bytes.
+group_metrics_server_lws_group_members_counted` + partial + ` 1
+# HELP group_metrics_server_lws_group_memory_usage_bytes [ALPHA] Working-set memory of a LeaderWorkerSet group's members, in bytes; absent while a member has no metrics.
 # TYPE group_metrics_server_lws_group_memory_usage_bytes gauge
 group_metrics_server_lws_group_memory_usage_bytes` + labels + ` 1.073741824e+09
-# HELP group_metrics_server_lws_group_memory_utilization [ALPHA] Memory usage over memory requests of a LeaderWorkerSet group's members that have metrics and request memory (0.7 = 70%).
+# HELP group_metrics_server_lws_group_memory_utilization [ALPHA] Memory usage over memory requests of a LeaderWorkerSet group's members that request memory (0.7 = 70%); absent while a member has no metrics.
 # TYPE group_metrics_server_lws_group_memory_utilization gauge
 group_metrics_server_lws_group_memory_utilization` + labels + ` 0.25
 `

@@ -60,22 +60,19 @@ func (p *Provider) groupContainers(pod *podcache.Pod, policy group.Policy, own s
 }
 
 // hpaMember looks at a group member as the HPA's groupPods looks at a pod
-// (k8s.io/kubernetes v1.37.2,
-// pkg/controller/podautoscaler/replica_calculator.go). why says what keeps
-// it from counting at face value: being deleted or failed (the HPA would
-// ignore it, and the group is incomplete), Pending, no fresh metrics, or a
-// CPU sample the readiness rule ignores.
+// for CPU (group.Classify, then the readiness rule). why says what keeps it
+// from counting at face value.
 func (p *Provider) hpaMember(pod *podcache.Pod, now time.Time) (m group.Member, why string) {
-	switch {
-	case pod.Deleting():
-		return group.Member{}, "is being deleted: the group is incomplete"
-	case pod.Phase() == corev1.PodFailed:
-		return group.Member{}, "has failed: the group is incomplete"
-	case pod.Phase() == corev1.PodPending:
-		return group.Member{}, "is Pending, which the HPA counts as not ready"
-	}
 	u, _, noMetrics := p.podUsage(pod)
-	if noMetrics != "" {
+	switch group.Classify(pod.Phase(), pod.Deleting(), noMetrics == "") {
+	case group.Ignored:
+		if pod.Deleting() {
+			return group.Member{}, "is being deleted: the group is incomplete"
+		}
+		return group.Member{}, "has failed: the group is incomplete"
+	case group.Unready:
+		return group.Member{}, "is Pending, which the HPA counts as not ready"
+	case group.Missing:
 		return group.Member{}, "has no metrics: " + noMetrics
 	}
 	if notReady, ok := p.readiness.IgnoresCPU(pod.ReadinessView(), u.Timestamp, u.Window, now); ok {

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -218,6 +219,36 @@ func TestCustomMetrics(t *testing.T) {
 	empty.groups = true // but no pod of a group
 	if got := empty.CustomMetrics().ListAllMetrics(); len(got) != 0 {
 		t.Errorf("ListAllMetrics without LWS pods = %v, want none", got)
+	}
+}
+
+// TestCustomMetricsWithholdIncompleteGroups: the lws_group_* metrics follow
+// the one group rule. A worker without metrics used to be left out of the
+// sums, so the group read as less loaded than it was; now the leader's and
+// the LeaderWorkerSet's values are absent, as for resource metrics.
+func TestCustomMetricsWithholdIncompleteGroups(t *testing.T) {
+	p := groupProvider(t, "", group.PolicyPod, true)
+	delete(p.usage.(*fakeUsage).pods, "ml/inf-0-2")
+	cm := p.CustomMetrics()
+	for _, m := range metricNames {
+		for _, object := range []cmprovider.CustomMetricInfo{cmInfo(LWSResource, m), cmInfo(podsResource, m)} {
+			name := map[schema.GroupResource]string{LWSResource: "inf", podsResource: "inf-0"}[object.GroupResource]
+			_, err := cm.GetMetricByName(context.Background(), types.NamespacedName{Namespace: "ml", Name: name}, object, labels.Everything())
+			if !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), "member inf-0-2 is missing") {
+				t.Errorf("%s of %s: %v, want NotFound naming the missing member", m, name, err)
+			}
+		}
+	}
+}
+
+func TestMilli(t *testing.T) {
+	for in, want := range map[float64]int64{
+		0.0004: 0, 0.0005: 1, -0.0015: -2, 2.5: 2500,
+		1e16: math.MaxInt64, math.MaxFloat64: math.MaxInt64, -1e16: math.MinInt64,
+	} {
+		if got := milli(in); got != want {
+			t.Errorf("milli(%g) = %d, want %d", in, got, want)
+		}
 	}
 }
 

@@ -10,25 +10,29 @@ import (
 )
 
 // GroupSample is one LeaderWorkerSet group's usage, as the group metrics
-// on custom.metrics.k8s.io report it: sums over the members that have
-// metrics (Counted of Members), utilization as Σusage / Σrequest over the
-// counted members that request the resource.
+// on custom.metrics.k8s.io report it: the members' summed usage and
+// Σusage / Σrequest, present only while every member counts as the HPA
+// counts pods (group.State), as on custom.metrics.k8s.io.
 type GroupSample struct {
 	Namespace, LeaderWorkerSet, Group string
-	// CPUCores and MemoryBytes are the counted members' summed usage.
+	// CPUCores and MemoryBytes are the members' summed usage, valid only
+	// when HasUsage.
 	CPUCores, MemoryBytes float64
+	HasUsage              bool
 	// CPUUtilization and MemoryUtilization are ratios (0.7 = 70%), valid
 	// only when the matching Has... is true.
 	CPUUtilization, MemoryUtilization       float64
 	HasCPUUtilization, HasMemoryUtilization bool
 	// Members are the group's pods known to the server, Counted those
-	// with metrics.
+	// the HPA would count at face value.
 	Members, Counted int
 }
 
 // GroupSamples returns a sample for every LeaderWorkerSet group whose
-// leader pod is known, sorted by namespace, LeaderWorkerSet and group. It
-// is nil without a group index.
+// leader pod is known, sorted by namespace, LeaderWorkerSet and group, one
+// per group: two leaders of one group (the pod cache in the middle of a
+// replacement, or a pod posing as one) give the first leader's sample
+// only, so the series stay unique. It is nil without a group index.
 func (p *Provider) GroupSamples() []GroupSample {
 	if !p.groups {
 		return nil
@@ -36,24 +40,32 @@ func (p *Provider) GroupSamples() []GroupSample {
 	sel := labels.SelectorFromSet(labels.Set{group.LabelWorkerIndex: "0"})
 	leaders := p.pods.List("", sel)
 	out := make([]GroupSample, 0, len(leaders))
+	seen := make(map[string]bool, len(leaders))
 	for _, leader := range leaders {
 		key, ok := leader.GroupKey()
-		if !ok {
+		if !ok || seen[key] {
 			continue
 		}
+		seen[key] = true
 		pods := p.pods.Group(key)
-		s := p.sums(pods)
+		g := p.groupUsage(pods)
 		gs := GroupSample{
 			Namespace: leader.Namespace, LeaderWorkerSet: leader.Labels[group.LabelName], Group: leader.Labels[group.LabelGroupIndex],
-			CPUCores: float64(s.usage[group.CPU]) / 1e9, MemoryBytes: float64(s.usage[group.Memory]),
-			Members: len(pods), Counted: s.covered,
+			Members: len(pods),
 		}
-		if s.request[group.CPU] > 0 {
-			gs.CPUUtilization, gs.HasCPUUtilization = group.Utilization(group.CPU, s.usageWithRequest[group.CPU], s.request[group.CPU]), true
+		for _, v := range g.values[group.CPU] {
+			if v.State == group.Counted {
+				gs.Counted++
+			}
 		}
-		if s.request[group.Memory] > 0 {
-			gs.MemoryUtilization, gs.HasMemoryUtilization = group.Utilization(group.Memory, s.usageWithRequest[group.Memory], s.request[group.Memory]), true
+		cpu, errCPU := group.CombineSum.Of(g.values[group.CPU])
+		mem, errMem := group.CombineSum.Of(g.values[group.Memory])
+		if errCPU == nil && errMem == nil {
+			gs.CPUCores, gs.MemoryBytes, gs.HasUsage = cpu/1e9, mem, true
 		}
+		gs.CPUUtilization, errCPU = group.CombineRatio.Of(g.values[group.CPU])
+		gs.MemoryUtilization, errMem = group.CombineRatio.Of(g.values[group.Memory])
+		gs.HasCPUUtilization, gs.HasMemoryUtilization = errCPU == nil, errMem == nil
 		out = append(out, gs)
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -79,12 +91,12 @@ func groupDesc(name, help string) *metrics.Desc {
 }
 
 var (
-	descCPU          = groupDesc("cpu_usage_cores", "CPU usage of a LeaderWorkerSet group's members that have metrics, in cores.")
-	descMemory       = groupDesc("memory_usage_bytes", "Working-set memory of a LeaderWorkerSet group's members that have metrics, in bytes.")
-	descCPUUtil      = groupDesc("cpu_utilization", "CPU usage over CPU requests of a LeaderWorkerSet group's members that have metrics and request CPU (0.7 = 70%).")
-	descMemoryUtil   = groupDesc("memory_utilization", "Memory usage over memory requests of a LeaderWorkerSet group's members that have metrics and request memory (0.7 = 70%).")
+	descCPU          = groupDesc("cpu_usage_cores", "CPU usage of a LeaderWorkerSet group's members, in cores; absent while a member has no metrics.")
+	descMemory       = groupDesc("memory_usage_bytes", "Working-set memory of a LeaderWorkerSet group's members, in bytes; absent while a member has no metrics.")
+	descCPUUtil      = groupDesc("cpu_utilization", "CPU usage over CPU requests of a LeaderWorkerSet group's members that request CPU (0.7 = 70%); absent while a member has no metrics.")
+	descMemoryUtil   = groupDesc("memory_utilization", "Memory usage over memory requests of a LeaderWorkerSet group's members that request memory (0.7 = 70%); absent while a member has no metrics.")
 	descMembers      = groupDesc("members", "Pods of a LeaderWorkerSet group known to the server.")
-	descMembersCount = groupDesc("members_counted", "Pods of a LeaderWorkerSet group whose usage the group's values include.")
+	descMembersCount = groupDesc("members_counted", "Pods of a LeaderWorkerSet group that count at face value as the HPA counts pods.")
 )
 
 // GroupSeriesCollector exposes GroupSamples as Prometheus series (opt-in:
@@ -120,12 +132,10 @@ func (c *GroupSeriesCollector) CollectWithStability(ch chan<- metrics.Metric) {
 		}
 		gauge(descMembers, float64(s.Members))
 		gauge(descMembersCount, float64(s.Counted))
-		if s.Counted == 0 {
-			// No member has metrics: no value, as on custom.metrics.k8s.io.
-			continue
+		if s.HasUsage {
+			gauge(descCPU, s.CPUCores)
+			gauge(descMemory, s.MemoryBytes)
 		}
-		gauge(descCPU, s.CPUCores)
-		gauge(descMemory, s.MemoryBytes)
 		if s.HasCPUUtilization {
 			gauge(descCPUUtil, s.CPUUtilization)
 		}

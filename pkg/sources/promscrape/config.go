@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 )
 
 // Type says how a source series is read.
@@ -23,13 +25,14 @@ const (
 )
 
 // Combine says how several values become one: the series of one pod (two
-// engines, two GPUs) and the members of one group.
-type Combine string
+// engines, two GPUs), then the members of one group. It is the group
+// rule's vocabulary (group.Combine); a metric takes sum, mean or max.
+type Combine = group.Combine
 
 const (
-	CombineSum  Combine = "sum"
-	CombineMean Combine = "mean"
-	CombineMax  Combine = "max"
+	CombineSum  = group.CombineSum
+	CombineMean = group.CombineMean
+	CombineMax  = group.CombineMax
 )
 
 // MatchOp is the operator of a label matcher, as in PromQL.
@@ -71,6 +74,12 @@ type Metric struct {
 	// Combine is how the series of one pod, and then the members of a
 	// group, become one value.
 	Combine Combine `json:"combine"`
+	// Members is which members of a LeaderWorkerSet group the group's
+	// value reads: leader, workers or all (the default). A member out of
+	// scope is neither read nor missing: with "leader", a group whose
+	// workers serve no metrics (a multi-node engine) has the leader's
+	// value.
+	Members group.Scope `json:"members,omitempty"`
 	// Min and Max, when set, bound a sample's exposed value (a counter's
 	// before its rate): a sample outside them is dropped and counted
 	// (out_of_range), never clamped into range.

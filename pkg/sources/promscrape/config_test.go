@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 )
@@ -71,6 +73,7 @@ metrics:
   aliases: ["ok:name", "bad name"]
   type: histogram
   combine: median
+  members: followers
   matchers:
   - {label: "model-name", op: "=", value: x}
   - {label: model, op: "=~", value: "("}
@@ -104,6 +107,7 @@ nodeExporters:
 		`metrics[3].series: "9lives" is not a Prometheus metric name`,
 		`metrics[3].aliases[1]: "bad name" is not a Prometheus metric name`,
 		`metrics[3].type: "histogram" must be gauge or counter`,
+		`metrics[3].members: unknown member scope "followers": want all, leader or workers`,
 		`metrics[3].combine: "median" must be sum, mean or max`,
 		`metrics[3].matchers[0]: label "model-name" is not a Prometheus label name`,
 		`metrics[3].matchers[1]: value "("`,
@@ -185,6 +189,10 @@ func TestParseRejectsUnreadableFiles(t *testing.T) {
 	}
 }
 
+// TestPresetsAreValidAndDistinct: every preset validates, no two engines'
+// presets serve one name (a data-parallel preset is its engine's metrics in
+// another scope, and a configuration names one of the two), and each
+// preset is what its sources say (presets.go).
 func TestPresetsAreValidAndDistinct(t *testing.T) {
 	seen, got := map[string]string{}, map[string]Metric{}
 	for name := range presets {
@@ -193,24 +201,39 @@ func TestPresetsAreValidAndDistinct(t *testing.T) {
 		if errs := c.Validate(); len(errs) > 0 {
 			t.Errorf("preset %s: %v", name, errs)
 		}
+		engine, _, _ := strings.Cut(name, "-data-parallel")
 		for _, m := range ms {
-			if other, dup := seen[m.Name]; dup {
+			if other, dup := seen[m.Name]; dup && other != engine {
 				t.Errorf("metric %s in presets %s and %s", m.Name, other, name)
 			}
-			seen[m.Name] = name
-			n := m.Name
+			seen[m.Name] = engine
+			key := name + "/" + m.Name
 			m.Name = ""
-			got[n] = m
+			got[key] = m
 		}
 	}
-	want := map[string]Metric{
+	vllm := map[string]Metric{
 		"vllm-num-requests-waiting": {Series: "vllm:num_requests_waiting", Type: Gauge, Combine: CombineSum, Min: f(0)},
 		"vllm-num-requests-running": {Series: "vllm:num_requests_running", Type: Gauge, Combine: CombineSum, Min: f(0)},
 		"vllm-kv-cache-usage":       {Series: "vllm:kv_cache_usage_perc", Aliases: []string{"vllm:gpu_cache_usage_perc"}, Type: Gauge, Combine: CombineMean, Min: f(0), Max: f(1)},
-		"sglang-num-queue-reqs":     {Series: "sglang:num_queue_reqs", Type: Gauge, Combine: CombineSum, Min: f(0)},
-		"sglang-token-usage":        {Series: "sglang:token_usage", Type: Gauge, Combine: CombineMean, Min: f(0), Max: f(1)},
-		"gpu-utilization":           {Series: "DCGM_FI_DEV_GPU_UTIL", Type: Gauge, Combine: CombineMean, Min: f(0), Max: f(100)},
-		"gpu-memory-used-mib":       {Series: "DCGM_FI_DEV_FB_USED", Type: Gauge, Combine: CombineSum, Min: f(0)},
+	}
+	sglang := map[string]Metric{
+		"sglang-num-queue-reqs": {Series: "sglang:num_queue_reqs", Type: Gauge, Combine: CombineSum, Min: f(0)},
+		"sglang-token-usage":    {Series: "sglang:token_usage", Type: Gauge, Combine: CombineMean, Min: f(0), Max: f(1)},
+	}
+	want := map[string]Metric{
+		"dcgm/gpu-utilization":     {Series: "DCGM_FI_DEV_GPU_UTIL", Type: Gauge, Combine: CombineMean, Members: group.ScopeAll, Min: f(0), Max: f(100)},
+		"dcgm/gpu-memory-used-mib": {Series: "DCGM_FI_DEV_FB_USED", Type: Gauge, Combine: CombineSum, Members: group.ScopeAll, Min: f(0)},
+	}
+	for preset, scope := range map[string]group.Scope{"vllm": group.ScopeLeader, "vllm-data-parallel": group.ScopeAll, "sglang": group.ScopeLeader, "sglang-data-parallel": group.ScopeAll} {
+		ms := vllm
+		if strings.HasPrefix(preset, "sglang") {
+			ms = sglang
+		}
+		for name, m := range ms {
+			m.Members = scope
+			want[preset+"/"+name] = m
+		}
 	}
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Matcher{})); diff != "" {
 		t.Errorf("presets (-want +got):\n%s", diff)

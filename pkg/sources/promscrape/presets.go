@@ -1,5 +1,7 @@
 package promscrape
 
+import "github.com/group-metrics-server/group-metrics-server/pkg/group"
+
 // presets are the metric sets a configuration can name. Each series name and
 // type was checked against the project's own source:
 //
@@ -25,23 +27,49 @@ package promscrape
 // Within one pod, several series of a metric (one per engine, one per GPU)
 // combine with the metric's own rule: queues add up, usage fractions and
 // utilization average, memory adds up.
+//
+// Member scope: the LWS project's own multi-node examples
+// (kubernetes-sigs/lws docs/examples/vllm/GPU/lws.yaml and
+// docs/examples/sglang/lws.yaml) run the engine's API server, and with it
+// /metrics, on the leader only: vLLM's workers run Ray, SGLang's non-zero
+// ranks serve no HTTP. So "vllm" and "sglang" read the leader
+// (group.ScopeLeader). "vllm-data-parallel" and "sglang-data-parallel" are
+// the same metrics for groups whose every pod runs an engine of its own,
+// and read every member. GPU metrics come from every pod that holds a GPU,
+// the workers included.
 var presets = map[string][]Metric{
-	"vllm": {
+	"vllm":                 scoped(group.ScopeLeader, vllm),
+	"vllm-data-parallel":   scoped(group.ScopeAll, vllm),
+	"sglang":               scoped(group.ScopeLeader, sglang),
+	"sglang-data-parallel": scoped(group.ScopeAll, sglang),
+	"dcgm": scoped(group.ScopeAll, []Metric{
+		{Name: "gpu-utilization", Series: "DCGM_FI_DEV_GPU_UTIL", Type: Gauge, Combine: CombineMean, Min: zero, Max: hundred},
+		{Name: "gpu-memory-used-mib", Series: "DCGM_FI_DEV_FB_USED", Type: Gauge, Combine: CombineSum, Min: zero},
+	}),
+}
+
+var (
+	vllm = []Metric{
 		{Name: "vllm-num-requests-waiting", Series: "vllm:num_requests_waiting", Type: Gauge, Combine: CombineSum, Min: zero},
 		{Name: "vllm-num-requests-running", Series: "vllm:num_requests_running", Type: Gauge, Combine: CombineSum, Min: zero},
 		{
 			Name: "vllm-kv-cache-usage", Series: "vllm:kv_cache_usage_perc",
 			Aliases: []string{"vllm:gpu_cache_usage_perc"}, Type: Gauge, Combine: CombineMean, Min: zero, Max: one,
 		},
-	},
-	"sglang": {
+	}
+	sglang = []Metric{
 		{Name: "sglang-num-queue-reqs", Series: "sglang:num_queue_reqs", Type: Gauge, Combine: CombineSum, Min: zero},
 		{Name: "sglang-token-usage", Series: "sglang:token_usage", Type: Gauge, Combine: CombineMean, Min: zero, Max: one},
-	},
-	"dcgm": {
-		{Name: "gpu-utilization", Series: "DCGM_FI_DEV_GPU_UTIL", Type: Gauge, Combine: CombineMean, Min: zero, Max: hundred},
-		{Name: "gpu-memory-used-mib", Series: "DCGM_FI_DEV_FB_USED", Type: Gauge, Combine: CombineSum, Min: zero},
-	},
+	}
+)
+
+// scoped is a copy of metrics reading the members in scope.
+func scoped(scope group.Scope, metrics []Metric) []Metric {
+	out := append([]Metric(nil), metrics...)
+	for i := range out {
+		out[i].Members = scope
+	}
+	return out
 }
 
 var zero, one, hundred = bound(0), bound(1), bound(100)

@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/common/model"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 )
 
 // maxTimeout keeps one target from holding a scrape tick for long.
@@ -86,6 +88,11 @@ func (m *Metric) validate(path string) []error {
 	case Gauge, Counter:
 	default:
 		errs = append(errs, fmt.Errorf("%s.type: %q must be gauge or counter", path, m.Type))
+	}
+	if sc, err := group.ParseScope(string(m.Members)); err != nil {
+		errs = append(errs, fmt.Errorf("%s.members: %w", path, err))
+	} else {
+		m.Members = sc
 	}
 	switch m.Combine {
 	case CombineSum, CombineMean, CombineMax:
