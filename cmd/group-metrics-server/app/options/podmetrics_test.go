@@ -20,7 +20,7 @@ func writeFile(t *testing.T, name, content string) string {
 }
 
 func TestValidatePodMetricsConfig(t *testing.T) {
-	good := writeFile(t, "good.yaml", "presets: [vllm, dcgm]\nnodeExporters: [{name: dcgm, selector: app=dcgm, port: 9400}]\n")
+	good := writeFile(t, "good.yaml", "presets: [vllm, dcgm]\nnodeExporters: [{name: dcgm, selector: app=dcgm, port: 9400, namespaces: [gpu-operator], metrics: [gpu-utilization]}]\n")
 	bad := writeFile(t, "bad.yaml", "presets: [vllm, tgi]\ntimeout: 2m\nmetrics:\n- {name: Bad, series: x, type: histogram, combine: sum}\n")
 	slow := writeFile(t, "slow.yaml", "presets: [sglang]\ntimeout: 20s\n")
 	tests := []struct {
