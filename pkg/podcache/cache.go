@@ -11,23 +11,36 @@ import (
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 )
 
-// Cache runs the pod and node informers and keeps their indexes. Nothing is
-// watched until Start.
+// Cache runs the pod, node and LeaderWorkerSet StatefulSet informers and
+// keeps their indexes. Nothing is watched until Start.
 type Cache struct {
 	factory informers.SharedInformerFactory
-	podInf  cache.SharedIndexInformer
-	pods    *PodIndex
-	nodes   *NodeIndex
-	synced  []cache.InformerSynced
+	// meta runs the informer on the metadata of the LeaderWorkerSet
+	// StatefulSets, which group membership is verified against.
+	meta   metadatainformer.SharedInformerFactory
+	podInf cache.SharedIndexInformer
+	pods   *PodIndex
+	nodes  *NodeIndex
+	synced []cache.InformerSynced
 }
 
 // New returns a Cache of the cluster's unfinished pods and its nodes, both
-// trimmed (TrimPod, TrimNode).
-func New(client kubernetes.Interface) (*Cache, error) {
-	c := &Cache{pods: NewPodIndex(), nodes: NewNodeIndex()}
+// trimmed (TrimPod, TrimNode), whose pod index verifies LeaderWorkerSet
+// group membership against the StatefulSets of every LeaderWorkerSet,
+// watched through meta as metadata only. It registers the cache's
+// self-metrics.
+func New(client kubernetes.Interface, meta metadata.Interface) (*Cache, error) {
+	if meta == nil {
+		return nil, errors.New("pod cache: no metadata client to watch LeaderWorkerSet StatefulSets with")
+	}
+	RegisterMetrics()
+	sets := newStatefulSets()
+	c := &Cache{pods: newPodIndex(sets), nodes: NewNodeIndex()}
 	c.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trim))
 	c.podInf = c.factory.InformerFor(&corev1.Pod{}, newPodInformer)
 	podReg, err := c.podInf.AddEventHandler(podHandler(c.pods))
@@ -38,9 +51,18 @@ func New(client kubernetes.Interface) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.meta = metadatainformer.NewFilteredSharedInformerFactory(meta, 0, metav1.NamespaceAll, lwsStatefulSets)
+	setInf := c.meta.ForResource(statefulSetsResource).Informer()
+	if err := setInf.SetTransform(trimStatefulSet); err != nil {
+		return nil, err
+	}
+	setReg, err := setInf.AddEventHandler(statefulSetHandler(sets))
+	if err != nil {
+		return nil, err
+	}
 	// Synced once the indexes have every object of the informers' first
 	// lists, not only the informers.
-	c.synced = []cache.InformerSynced{podReg.HasSynced, nodeReg.HasSynced}
+	c.synced = []cache.InformerSynced{podReg.HasSynced, nodeReg.HasSynced, setReg.HasSynced}
 	return c, nil
 }
 
@@ -62,14 +84,18 @@ func (c *Cache) OnPodStarted(started func(node string)) error {
 // lists, or ctx ends. Stop them with Shutdown.
 func (c *Cache) Start(ctx context.Context) error {
 	c.factory.Start(ctx.Done())
+	c.meta.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
-		return errors.New("pod and node caches did not sync")
+		return errors.New("pod, node and StatefulSet caches did not sync")
 	}
 	return nil
 }
 
 // Shutdown stops the informers and waits for them.
-func (c *Cache) Shutdown() { c.factory.Shutdown() }
+func (c *Cache) Shutdown() {
+	c.factory.Shutdown()
+	c.meta.Shutdown()
+}
 
 // podFieldSelector leaves out pods that have finished: they have no usage
 // and would only grow the cache.

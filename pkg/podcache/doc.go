@@ -1,7 +1,10 @@
 // Package podcache owns the server's pod and node caches: it runs the two
 // informers, turns every object into its own small immutable Pod or Node
 // (the informers' transform, so the cache holds no API objects), and keeps
-// the indexes readers need. The provider, the kubelet source and the ukpd
+// the indexes readers need. A third informer watches the metadata of the
+// LeaderWorkerSet StatefulSets (namespace, name, UID and controller
+// reference are kept), against which the pod index verifies group
+// membership (membership.go). The provider, the kubelet source and the ukpd
 // source read it through Pods and Nodes and the methods of Pod and Node;
 // none of them depends on the shape of a cached object, and nothing else
 // starts an informer on pods or nodes.
@@ -26,7 +29,9 @@
 // (pkg/api/pod.go, getMetrics) without sorting at read time; pods by label
 // key and value within a namespace, so the HPA's namespaced selector list
 // costs in proportion to the pods carrying the selected value rather than
-// to the namespace; and pods by LeaderWorkerSet group (group.Key).
+// to the namespace; and pods by LeaderWorkerSet group (group.Key), of
+// which Group returns only the members the LeaderWorkerSet's StatefulSets
+// control, checked at every read.
 //
 // # Why the provider lists, and not the API layer
 //

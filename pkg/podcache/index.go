@@ -27,15 +27,28 @@ type Pods interface {
 	// label index, in time proportional to the pods that carry the label
 	// value rather than to the namespace.
 	List(namespace string, sel labels.Selector) []*Pod
-	// Group returns the members of a LeaderWorkerSet group by group.Key.
+	// Group returns the verified members of a LeaderWorkerSet group by
+	// group.Key, sorted by name: its verified leader (Leads) and the
+	// workers that leader's StatefulSet controls. A pod that only carries
+	// the group's labels is left out, and a group with no verified leader
+	// has no members. The slice is the caller's.
 	Group(key string) []*Pod
-	// HasGroups says whether any pod of a group is cached.
+	// Leads says whether p is its group's verified leader: the only pod
+	// that may report, or be asked for, its group's usage and values. Use
+	// it, not Pod.Leader, which reads the labels alone.
+	Leads(p *Pod) bool
+	// HasGroups says whether any pod carrying group labels is cached,
+	// verified or not: a cheap hint that Group may find members.
 	HasGroups() bool
 }
 
 // PodIndex holds pods by namespace and name, by label and by
 // LeaderWorkerSet group. The pod informer of a Cache feeds it; Set and
 // Delete may also be called directly, one caller at a time.
+//
+// The index of a Cache verifies group membership against the
+// LeaderWorkerSet's StatefulSets (membership.go); an index made by
+// NewPodIndex takes groups from labels alone.
 type PodIndex struct {
 	mu         sync.RWMutex
 	namespaces map[string]*namespace
@@ -45,6 +58,13 @@ type PodIndex struct {
 	groups map[string][]*Pod
 	// versions counts the changes of every namespace (Version).
 	versions uint64
+
+	// sets are the LeaderWorkerSet StatefulSets that group membership is
+	// verified against; nil when it is not (NewPodIndex).
+	sets *statefulSets
+	// unverified are the pods found carrying group labels but not
+	// verified, each counted and logged once.
+	unverified unverifiedSet
 }
 
 var _ Pods = &PodIndex{}
@@ -58,9 +78,17 @@ type namespace struct {
 	version uint64
 }
 
-// NewPodIndex returns an empty index.
-func NewPodIndex() *PodIndex {
-	return &PodIndex{namespaces: map[string]*namespace{}, groups: map[string][]*Pod{}}
+// NewPodIndex returns an empty index that does NOT verify group
+// membership: any pod carrying a group's labels is a member, and any pod
+// labelled worker-index 0 leads its group. It is for tests and tools that
+// build pods by hand; a server reads the index of a Cache (New), which
+// always verifies.
+func NewPodIndex() *PodIndex { return newPodIndex(nil) }
+
+// newPodIndex returns an empty index that verifies group membership
+// against sets, or does not when sets is nil.
+func newPodIndex(sets *statefulSets) *PodIndex {
+	return &PodIndex{namespaces: map[string]*namespace{}, groups: map[string][]*Pod{}, sets: sets}
 }
 
 func byName(a *Pod, name string) int { return strings.Compare(a.Name, name) }
@@ -96,7 +124,11 @@ func (x *PodIndex) Set(p *Pod) {
 	x.versions++
 	ns.version = x.versions
 	if i, found := slices.BinarySearchFunc(ns.pods, p.Name, byName); found {
-		x.unindex(ns, ns.pods[i])
+		old := ns.pods[i]
+		x.unindex(ns, old)
+		if old.UID != p.UID {
+			x.unverified.forget(old.UID)
+		}
 		ns.pods[i] = p
 	} else {
 		ns.pods = slices.Insert(ns.pods, i, p)
@@ -148,6 +180,7 @@ func (x *PodIndex) Delete(namespaceName, name string) {
 		return
 	}
 	x.unindex(ns, ns.pods[i])
+	x.unverified.forget(ns.pods[i].UID)
 	ns.pods = slices.Delete(ns.pods, i, i+1)
 	x.versions++
 	ns.version = x.versions
@@ -171,11 +204,16 @@ func (x *PodIndex) Pod(namespace, name string) (*Pod, bool) {
 	return nil, false
 }
 
-// Group implements Pods.
+// Group implements Pods. On an index that verifies, each member is
+// checked against the StatefulSet index at every call: groups are small,
+// and a StatefulSet that changes needs no re-indexing of its pods.
 func (x *PodIndex) Group(key string) []*Pod {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return slices.Clone(x.groups[key])
+	if x.sets == nil {
+		return slices.Clone(x.groups[key])
+	}
+	return x.verified(x.groups[key])
 }
 
 // HasGroups implements Pods.

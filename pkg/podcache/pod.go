@@ -274,8 +274,11 @@ func (p *Pod) ServiceAccount() string { return p.serviceAccount }
 // read-only.
 func (p *Pod) ControllerRef() *Controller { return p.controller }
 
-// GroupKey is the pod's LeaderWorkerSet group (group.Key); ok is false for
-// a pod of no group. Leader says whether it leads its group.
+// GroupKey is the pod's LeaderWorkerSet group (group.Key) as its labels
+// name it; ok is false for a pod of no group. Leader says whether its
+// labels name it its group's leader (worker-index 0). Neither is verified:
+// whether the pod belongs to the group is Pods.Group's answer, and whether
+// it leads it is Pods.Leads'.
 func (p *Pod) GroupKey() (key string, ok bool) { return p.groupKey, p.inGroup }
 func (p *Pod) Leader() bool                    { return p.leader }
 

@@ -25,10 +25,12 @@ import (
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
 	"k8s.io/client-go/rest"
 	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/apiserver"
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
@@ -84,11 +86,19 @@ func (f *fakeKubelet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // lwsMember is a pod of group 0 of LeaderWorkerSet "inf" in namespace ml,
-// requesting one core; the leader asks for the group policy.
+// requesting one core; the leader asks for the group policy. It is
+// controlled by its StatefulSet, as the LeaderWorkerSet controller builds
+// it (lwsStatefulSets): the leader by StatefulSet inf, the workers by
+// StatefulSet inf-0.
 func lwsMember(name, worker, node string) *corev1.Pod {
 	p := runningPod("ml", name, node, map[string]string{
 		group.LabelName: "inf", group.LabelGroupIndex: "0", group.LabelWorkerIndex: worker,
 	}, "main")
+	set := "inf"
+	if worker != "0" {
+		set = "inf-0"
+	}
+	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: set, UID: types.UID("uid-sts-" + set), Controller: ptr.To(true)}}
 	p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("128Mi"),
 	}
@@ -101,6 +111,26 @@ func lwsMember(name, worker, node string) *corev1.Pod {
 	p.Status.StartTime = &since
 	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: since}}
 	return p
+}
+
+// lwsStatefulSets are the metadata of LeaderWorkerSet inf's StatefulSets
+// in namespace ml: inf, controlled by the LeaderWorkerSet, and inf-0,
+// controlled by the leader pod inf-0 (lwsMember).
+func lwsStatefulSets(t *testing.T) *metadatafake.FakeMetadataClient {
+	set := func(name string, owner metav1.OwnerReference) runtime.Object {
+		owner.Controller = ptr.To(true)
+		return &metav1.PartialObjectMetadata{
+			TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: name, UID: types.UID("uid-sts-" + name),
+				Labels: map[string]string{group.LabelName: "inf"}, OwnerReferences: []metav1.OwnerReference{owner}},
+		}
+	}
+	scheme := metadatafake.NewTestScheme()
+	must(t, metav1.AddMetaToScheme(scheme))
+	return metadatafake.NewSimpleMetadataClient(scheme,
+		set("inf", metav1.OwnerReference{APIVersion: "leaderworkerset.x-k8s.io/v1", Kind: "LeaderWorkerSet", Name: "inf", UID: "uid-lws-inf"}),
+		set("inf-0", metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "inf-0", UID: "uid-inf-0"}),
+	)
 }
 
 func runningPod(ns, name, node string, lbls map[string]string, containers ...string) *corev1.Pod {
@@ -137,8 +167,9 @@ func startServer(t *testing.T, noIPSANNode string) *testEnv {
 	ukpdTokenFile := writeFile(t, dir, "ukpd-token", []byte(ukpdToken))
 	api, ln, servingCA, clientCA := apiConfig(t, dir)
 	cfg := &Config{
-		API:  api,
-		Kube: fake.NewClientset(append(objects, ukpdObjects...)...),
+		API:      api,
+		Kube:     fake.NewClientset(append(objects, ukpdObjects...)...),
+		Metadata: lwsStatefulSets(t),
 		Kubelet: kubelet.ClientConfig{
 			REST:             &rest.Config{BearerToken: kubeletToken, TLSClientConfig: rest.TLSClientConfig{CAData: kubeletCA.pem}},
 			MaxResponseBytes: 1 << 20,

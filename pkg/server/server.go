@@ -17,6 +17,7 @@ import (
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -36,6 +37,9 @@ type Config struct {
 	// API has secure serving, authentication and authorization applied.
 	API  *genericapiserver.RecommendedConfig
 	Kube kubernetes.Interface
+	// Metadata watches the metadata of LeaderWorkerSet StatefulSets, which
+	// the pod cache verifies group membership against.
+	Metadata metadata.Interface
 
 	Kubelet                  kubelet.ClientConfig
 	KubeletPort              int
@@ -113,7 +117,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	provider.RegisterMetrics()
 	apiserver.RegisterMetrics()
 
-	pc, err := podcache.New(c.Kube)
+	pc, err := podcache.New(c.Kube, c.Metadata)
 	if err != nil {
 		return nil, err
 	}

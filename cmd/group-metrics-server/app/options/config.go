@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -34,6 +35,10 @@ func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
 	kube, err := kubernetes.NewForConfig(protobuf(restCfg))
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	meta, err := metadata.NewForConfig(restCfg)
+	if err != nil {
+		return nil, fmt.Errorf("metadata client: %w", err)
 	}
 
 	if ck := o.SecureServing.ServerCert.CertKey; ck.CertFile != "" {
@@ -93,8 +98,9 @@ func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
 		return nil, errs[0]
 	}
 	return &server.Config{
-		API:  api,
-		Kube: kube,
+		API:      api,
+		Kube:     kube,
+		Metadata: meta,
 		Kubelet: kubelet.ClientConfig{
 			REST:             o.kubeletREST(restCfg),
 			MaxResponseBytes: o.KubeletMaxResponseBytes,

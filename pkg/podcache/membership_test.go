@@ -1,0 +1,309 @@
+package podcache
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
+	"k8s.io/component-base/metrics/testutil"
+	"k8s.io/utils/ptr"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+)
+
+// A group as the LeaderWorkerSet controller builds it: LeaderWorkerSet
+// "inf" in namespace ml, group 0, leader inf-0 of StatefulSet inf, worker
+// inf-0-1 of StatefulSet inf-0, which the leader pod controls.
+const (
+	lwsNS        = "ml"
+	lwsName      = "inf"
+	leaderUID    = types.UID("uid-pod-inf-0")
+	leaderSetUID = types.UID("uid-sts-inf")
+	workerSetUID = types.UID("uid-sts-inf-0")
+)
+
+func controllerRef(apiVersion, kind, name string, uid types.UID) *metav1.OwnerReference {
+	return &metav1.OwnerReference{APIVersion: apiVersion, Kind: kind, Name: name, UID: uid, Controller: ptr.To(true)}
+}
+
+func setRef(name string, uid types.UID) *metav1.OwnerReference {
+	return controllerRef("apps/v1", "StatefulSet", name, uid)
+}
+
+var (
+	lwsRef       = controllerRef("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", lwsName, "uid-lws-inf")
+	leaderPodRef = controllerRef("v1", "Pod", "inf-0", leaderUID)
+)
+
+// lwsAPIPod is an API pod of group 0 carrying the LeaderWorkerSet's labels,
+// controlled by ref (none when nil).
+func lwsAPIPod(name, worker string, uid types.UID, ref *metav1.OwnerReference) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: lwsNS, Name: name, UID: uid, Labels: map[string]string{
+		group.LabelName: lwsName, group.LabelGroupIndex: "0", group.LabelWorkerIndex: worker,
+	}}}
+	if ref != nil {
+		p.OwnerReferences = []metav1.OwnerReference{*ref}
+	}
+	return p
+}
+
+func lwsPod(name, worker string, uid types.UID, ref *metav1.OwnerReference) *Pod {
+	return NewPod(lwsAPIPod(name, worker, uid, ref))
+}
+
+// setMeta is a StatefulSet's metadata as the metadata client returns it,
+// carrying the LeaderWorkerSet name label.
+func setMeta(name string, uid types.UID, ref *metav1.OwnerReference) *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: lwsNS, Name: name, UID: uid, Labels: map[string]string{group.LabelName: lwsName}},
+	}
+	if ref != nil {
+		m.OwnerReferences = []metav1.OwnerReference{*ref}
+	}
+	return m
+}
+
+var (
+	leader     = lwsPod("inf-0", "0", leaderUID, setRef("inf", leaderSetUID))
+	worker     = lwsPod("inf-0-1", "1", "uid-pod-inf-0-1", setRef("inf-0", workerSetUID))
+	leaderSet  = setMeta("inf", leaderSetUID, lwsRef)
+	workerSet  = setMeta("inf-0", workerSetUID, leaderPodRef)
+	groupOfInf = lwsNS + "/" + lwsName + "/0"
+)
+
+// TestMembership: only the pods the LeaderWorkerSet's StatefulSets control
+// are members, and only its verified leader leads. Every case has a pod
+// that the labels alone would let in.
+func TestMembership(t *testing.T) {
+	tests := []struct {
+		name string
+		pods []*Pod
+		sets []*metav1.PartialObjectMetadata
+		// deleted names a StatefulSet deleted after the pods were read
+		// once.
+		deleted   string
+		wantGroup []string
+		wantLeads []string
+	}{
+		{
+			name:      "verified leader; a labelled pod does not lead",
+			pods:      []*Pod{leader, lwsPod("impostor", "0", "uid-impostor", nil)},
+			sets:      []*metav1.PartialObjectMetadata{leaderSet},
+			wantGroup: []string{"ml/inf-0"},
+			wantLeads: []string{"inf-0"},
+		},
+		{
+			name:      "verified worker; a labelled worker is left out",
+			pods:      []*Pod{leader, worker, lwsPod("inf-0-2", "2", "uid-stray", nil)},
+			sets:      []*metav1.PartialObjectMetadata{leaderSet, workerSet},
+			wantGroup: []string{"ml/inf-0", "ml/inf-0-1"},
+			wantLeads: []string{"inf-0"},
+		},
+		{
+			name:      "labelled pods with no controller",
+			pods:      []*Pod{lwsPod("inf-0", "0", leaderUID, nil), lwsPod("inf-0-1", "1", "uid-w", nil)},
+			sets:      []*metav1.PartialObjectMetadata{leaderSet, workerSet},
+			wantGroup: []string{},
+		},
+		{
+			name:      "worker's controller names the right StatefulSet with the wrong UID",
+			pods:      []*Pod{leader, worker, lwsPod("inf-0-2", "2", "uid-w2", setRef("inf-0", "uid-forged"))},
+			sets:      []*metav1.PartialObjectMetadata{leaderSet, workerSet},
+			wantGroup: []string{"ml/inf-0", "ml/inf-0-1"},
+			wantLeads: []string{"inf-0"},
+		},
+		{
+			name:      "leader's controller names the right StatefulSet with the wrong UID",
+			pods:      []*Pod{lwsPod("inf-0", "0", leaderUID, setRef("inf", "uid-forged")), worker},
+			sets:      []*metav1.PartialObjectMetadata{leaderSet, workerSet},
+			wantGroup: []string{},
+		},
+		{
+			name:      "a leader-labelled pod not named for its group index",
+			pods:      []*Pod{lwsPod("inf-7", "0", "uid-7", setRef("inf", leaderSetUID))},
+			sets:      []*metav1.PartialObjectMetadata{leaderSet},
+			wantGroup: []string{},
+		},
+		{
+			name:      "worker StatefulSet controlled by another pod",
+			pods:      []*Pod{leader, worker},
+			sets:      []*metav1.PartialObjectMetadata{leaderSet, setMeta("inf-0", workerSetUID, controllerRef("v1", "Pod", "inf-0", "uid-earlier-inf-0"))},
+			wantGroup: []string{"ml/inf-0"},
+			wantLeads: []string{"inf-0"},
+		},
+		{
+			name:      "leader StatefulSet controlled by a Deployment",
+			pods:      []*Pod{leader, worker},
+			sets:      []*metav1.PartialObjectMetadata{setMeta("inf", leaderSetUID, controllerRef("apps/v1", "Deployment", "inf", "uid-d")), workerSet},
+			wantGroup: []string{},
+		},
+		{
+			name:      "leader StatefulSet controlled by a LeaderWorkerSet of another API group",
+			pods:      []*Pod{leader, worker},
+			sets:      []*metav1.PartialObjectMetadata{setMeta("inf", leaderSetUID, controllerRef("example.com/v1", "LeaderWorkerSet", "inf", "uid-x")), workerSet},
+			wantGroup: []string{},
+		},
+		{
+			name:      "leader StatefulSet with no controller",
+			pods:      []*Pod{leader, worker},
+			sets:      []*metav1.PartialObjectMetadata{setMeta("inf", leaderSetUID, nil), workerSet},
+			wantGroup: []string{},
+		},
+		{
+			name:      "worker StatefulSet deleted",
+			pods:      []*Pod{leader, worker},
+			sets:      []*metav1.PartialObjectMetadata{leaderSet, workerSet},
+			deleted:   "inf-0",
+			wantGroup: []string{"ml/inf-0"},
+			wantLeads: []string{"inf-0"},
+		},
+		{
+			name:      "leader StatefulSet deleted",
+			pods:      []*Pod{leader, worker},
+			sets:      []*metav1.PartialObjectMetadata{leaderSet, workerSet},
+			deleted:   "inf",
+			wantGroup: []string{},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			sets := newStatefulSets()
+			for _, m := range tc.sets {
+				sets.set(newStatefulSet(m))
+			}
+			x := newPodIndex(sets)
+			for _, p := range tc.pods {
+				x.Set(p)
+			}
+			if tc.deleted != "" {
+				x.Group(groupOfInf) // read before the deletion too
+				sets.delete(lwsNS, tc.deleted)
+			}
+			if diff := cmp.Diff(tc.wantGroup, keys(x.Group(groupOfInf))); diff != "" {
+				t.Errorf("Group (-want +got):\n%s", diff)
+			}
+			leads := []string{}
+			for _, p := range tc.pods {
+				if x.Leads(p) {
+					leads = append(leads, p.Name)
+				}
+			}
+			if diff := cmp.Diff(append([]string{}, tc.wantLeads...), leads); diff != "" {
+				t.Errorf("Leads (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestUnverifiedCountedOnce: a pod left out is counted once, however
+// often its group is read, and again only as a new pod.
+func TestUnverifiedCountedOnce(t *testing.T) {
+	RegisterMetrics()
+	before, err := testutil.GetCounterMetricValue(unverifiedPods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sets := newStatefulSets()
+	sets.set(newStatefulSet(leaderSet))
+	x := newPodIndex(sets)
+	x.Set(leader)
+	stray := lwsPod("inf-0-2", "2", "uid-stray", nil)
+	x.Set(stray)
+	impostor := lwsPod("impostor", "0", "uid-impostor", nil)
+	x.Set(impostor)
+	for range 3 {
+		x.Group(groupOfInf)
+		x.Leads(impostor)
+	}
+	// The same pod, updated: still the same pod.
+	x.Set(lwsPod("inf-0-2", "2", "uid-stray", nil))
+	x.Group(groupOfInf)
+	counted := func() float64 {
+		v, err := testutil.GetCounterMetricValue(unverifiedPods)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v - before
+	}
+	if got := counted(); got != 2 {
+		t.Errorf("%v pods counted, want 2", got)
+	}
+	// Deleted and made again: a new pod.
+	x.Delete(lwsNS, "impostor")
+	x.Set(lwsPod("impostor", "0", "uid-impostor-2", nil))
+	x.Group(groupOfInf)
+	if got := counted(); got != 3 {
+		t.Errorf("%v pods counted after a new one, want 3", got)
+	}
+}
+
+// TestNewPodIndexDoesNotVerify: the index for tests takes groups from
+// labels, as pkg/provider's tests rely on.
+func TestNewPodIndexDoesNotVerify(t *testing.T) {
+	x := NewPodIndex()
+	impostor := lwsPod("impostor", "0", "uid-impostor", nil)
+	x.Set(impostor)
+	if !x.Leads(impostor) || len(x.Group(groupOfInf)) != 1 {
+		t.Error("an index from NewPodIndex verified membership")
+	}
+}
+
+// TestCacheVerifiesMembership runs the informers against fake clients:
+// the StatefulSets' metadata is watched, the pods are verified against
+// it, and a StatefulSet's deletion takes its pods out of the group.
+func TestCacheVerifiesMembership(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kube := fake.NewClientset(
+		lwsAPIPod("inf-0", "0", leaderUID, setRef("inf", leaderSetUID)),
+		lwsAPIPod("inf-0-1", "1", "uid-pod-inf-0-1", setRef("inf-0", workerSetUID)),
+		lwsAPIPod("impostor", "0", "uid-impostor", nil),
+	)
+	unlabelled := setMeta("db", "uid-sts-db", nil)
+	unlabelled.Labels = nil
+	scheme := metadatafake.NewTestScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	meta := metadatafake.NewSimpleMetadataClient(scheme, []runtime.Object{leaderSet, workerSet, unlabelled}...)
+	c, err := New(kube, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel() // the informers stop when Start's context ends
+		c.Shutdown()
+	}()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	if diff := cmp.Diff([]string{"ml/inf-0", "ml/inf-0-1"}, keys(c.Pods().Group(groupOfInf))); diff != "" {
+		t.Errorf("Group (-want +got):\n%s", diff)
+	}
+	if impostor, _ := c.Pods().Pod(lwsNS, "impostor"); impostor == nil || c.Pods().Leads(impostor) {
+		t.Errorf("impostor %v leads its group", impostor)
+	}
+	if c.pods.sets.get(lwsNS, "db") != nil {
+		t.Error("a StatefulSet without the LeaderWorkerSet label is cached")
+	}
+
+	if err := meta.Resource(statefulSetsResource).Namespace(lwsNS).Delete(ctx, "inf-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return len(c.Pods().Group(groupOfInf)) == 1, nil
+	})
+	if err != nil {
+		t.Errorf("after the worker StatefulSet was deleted, Group = %v: %v", keys(c.Pods().Group(groupOfInf)), err)
+	}
+}
