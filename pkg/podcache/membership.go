@@ -42,12 +42,11 @@ import (
 // the group's pods or StatefulSets can learn: verification keeps out
 // pods that only carry the labels, not such a copy.
 const (
-	lwsGroup          = "leaderworkerset.x-k8s.io"
-	lwsKind           = "LeaderWorkerSet"
-	statefulSetKind   = "StatefulSet"
-	podKind           = "Pod"
-	coreGroup         = ""
-	leaderWorkerIndex = "0"
+	lwsGroup        = "leaderworkerset.x-k8s.io"
+	lwsKind         = "LeaderWorkerSet"
+	statefulSetKind = "StatefulSet"
+	podKind         = "Pod"
+	coreGroup       = ""
 )
 
 var (
