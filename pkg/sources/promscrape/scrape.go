@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -110,24 +111,19 @@ func (s *Source) Collect(ctx context.Context) (Batch, []TargetError) {
 	s.noteRefusals(terrs)
 	results := s.scrapeAll(ctx, targets)
 	adm := newAdmission(pods, targets, results)
+	for i := range targets {
+		if r := &results[i]; r.err == nil || errors.Is(r.err, errSkipped) {
+			r.samples = adm.admit(&targets[i], s.cfg.Metrics, r.samples)
+		}
+	}
+	s.budget(targets, results)
 	var (
 		all    []Sample
 		failed []TargetError
 		kept   = map[string]int{KindPod: 0, KindExporter: 0}
-		points int
 	)
 	for i := range targets {
 		t, r := &targets[i], results[i]
-		if r.err == nil || errors.Is(r.err, errSkipped) {
-			samples := adm.admit(t, s.cfg.Metrics, r.samples)
-			if points+len(samples) > s.cfg.Limits.PointsPerCollection {
-				r.err = sources.WithReason(sources.ReasonTooLarge, fmt.Errorf("scrape %s: its %d samples would pass the %d of one collection (limits.pointsPerCollection)",
-					t.ID, len(samples), s.cfg.Limits.PointsPerCollection))
-			} else {
-				r.samples = samples
-				points += len(samples)
-			}
-		}
 		if r.err != nil && !errors.Is(r.err, errSkipped) {
 			reason := sources.Reason(r.err)
 			targetFailures.WithLabelValues(t.Kind, reason).Inc()
@@ -149,6 +145,31 @@ func (s *Source) Collect(ctx context.Context) (Batch, []TargetError) {
 	b := Collate(s.cfg.Metrics, all)
 	withUIDs(b, pods)
 	return b, failed
+}
+
+// budget holds the collection to limits.pointsPerCollection. When the
+// targets' samples add up to more, the targets with the fewest samples are
+// kept first, so that one or a few targets sending the most cannot starve
+// the many that send a few; the rest fail as too_large.
+func (s *Source) budget(targets []Target, results []result) {
+	order := make([]int, 0, len(results))
+	for i, r := range results {
+		if r.err == nil || errors.Is(r.err, errSkipped) {
+			order = append(order, i)
+		}
+	}
+	sort.SliceStable(order, func(a, b int) bool { return len(results[order[a]].samples) < len(results[order[b]].samples) })
+	points, limit := 0, s.cfg.Limits.PointsPerCollection
+	for _, i := range order {
+		r := &results[i]
+		if points+len(r.samples) <= limit {
+			points += len(r.samples)
+			continue
+		}
+		r.err = sources.WithReason(sources.ReasonTooLarge, fmt.Errorf("scrape %s: its %d samples would pass the %d of one collection (limits.pointsPerCollection)",
+			targets[i].ID, len(r.samples), limit))
+		r.samples = nil
+	}
 }
 
 // scrapeAll scrapes targets, at most Concurrency at a time, and returns

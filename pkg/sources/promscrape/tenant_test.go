@@ -167,9 +167,9 @@ nodeExporters:
 	}
 }
 
-// TestCollectPointsPerCollection: the target that would take the
-// collection past its points fails (too_large); the ones before it keep
-// theirs.
+// TestCollectPointsPerCollection: a target that would take the collection
+// past its points fails (too_large); of targets sending as many, the ones
+// first by name keep theirs.
 func TestCollectPointsPerCollection(t *testing.T) {
 	two := func() string { return "sglang:num_queue_reqs{e=\"0\"} 1\nsglang:num_queue_reqs{e=\"1\"} 2\n" }
 	pods := podList{vllmPod("a", fakeEndpoint(t, textHandler(two)), nil), vllmPod("b", fakeEndpoint(t, textHandler(two)), nil)}
@@ -202,6 +202,37 @@ func TestCollectPointsPerCollection(t *testing.T) {
 				t.Errorf("failed (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestCollectPointsGoToTheSmallest: past the budget, the target sending the
+// most fails first, whatever its name's order, so one flooding pod cannot
+// starve the others.
+func TestCollectPointsGoToTheSmallest(t *testing.T) {
+	series := func(n int) func() string {
+		return func() string {
+			var b strings.Builder
+			for i := range n {
+				fmt.Fprintf(&b, "sglang:num_queue_reqs{e=\"%d\"} 1\n", i)
+			}
+			return b.String()
+		}
+	}
+	pods := podList{
+		vllmPod("a", fakeEndpoint(t, textHandler(series(3))), nil),
+		vllmPod("b", fakeEndpoint(t, textHandler(series(2))), nil),
+		vllmPod("c", fakeEndpoint(t, textHandler(series(2))), nil),
+	}
+	b, errs := NewSource(mustParse(t, "presets: [sglang]\nlimits: {pointsPerCollection: 4}\n"), pods, Options{}).Collect(t.Context())
+	var names []string
+	for _, p := range b.Pods {
+		names = append(names, p.Name)
+	}
+	if diff := cmp.Diff([]string{"b", "c"}, names); diff != "" {
+		t.Errorf("pods kept (-want +got):\n%s", diff)
+	}
+	if len(errs) != 1 || errs[0].ID != "pod/ns/a" || errs[0].Reason != "too_large" {
+		t.Errorf("errors %v, want pod/ns/a too_large only", errs)
 	}
 }
 
