@@ -56,7 +56,7 @@ func New(client kubernetes.Interface, meta metadata.Interface) (*Cache, error) {
 	if err := setInf.SetTransform(trimStatefulSet); err != nil {
 		return nil, err
 	}
-	setReg, err := setInf.AddEventHandler(statefulSetHandler(sets))
+	setReg, err := setInf.AddEventHandler(statefulSetHandler(sets, c.pods))
 	if err != nil {
 		return nil, err
 	}

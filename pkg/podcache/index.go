@@ -20,7 +20,9 @@ type Pods interface {
 	// sorted; read-only.
 	Namespaces() []string
 	// Version returns a number that changes whenever a pod of namespace
-	// is added, replaced or deleted; 0 when it holds none.
+	// is added, replaced or deleted, and whenever a change of a
+	// LeaderWorkerSet StatefulSet of namespace may change the members of
+	// its groups (Group, Leads); 0 when it holds no pod.
 	Version(namespace string) uint64
 	// List returns the pods of namespace ("" for all) that sel matches. A
 	// selector with an equality or set requirement is answered from a
@@ -267,6 +269,17 @@ func (x *PodIndex) List(namespace string, sel labels.Selector) []*Pod {
 		out = x.namespaces[name].list(out, sel, reqs)
 	}
 	return out
+}
+
+// touch moves on the version of namespace, if it holds pods: who belongs
+// to its groups may have changed.
+func (x *PodIndex) touch(namespace string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if ns := x.namespaces[namespace]; ns != nil {
+		x.versions++
+		ns.version = x.versions
+	}
 }
 
 // sortedNames returns the namespaces' names, sorted once per change of the

@@ -297,6 +297,7 @@ func TestCacheVerifiesMembership(t *testing.T) {
 		t.Error("a StatefulSet without the LeaderWorkerSet label is cached")
 	}
 
+	version := c.Pods().Version(lwsNS)
 	if err := meta.Resource(statefulSetsResource).Namespace(lwsNS).Delete(ctx, "inf-0", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -305,5 +306,42 @@ func TestCacheVerifiesMembership(t *testing.T) {
 	})
 	if err != nil {
 		t.Errorf("after the worker StatefulSet was deleted, Group = %v: %v", keys(c.Pods().Group(groupOfInf)), err)
+	}
+	if c.Pods().Version(lwsNS) == version {
+		t.Error("the namespace's version stayed as its groups changed")
+	}
+}
+
+// TestStatefulSetChanges: only a change of what verification reads moves
+// a namespace's version on.
+func TestStatefulSetChanges(t *testing.T) {
+	sets := newStatefulSets()
+	x := newPodIndex(sets)
+	x.Set(leader)
+	h := statefulSetHandler(sets, x)
+	moved := func(do func()) bool {
+		before := x.Version(lwsNS)
+		do()
+		return x.Version(lwsNS) != before
+	}
+	status := leaderSet.DeepCopy()
+	status.ResourceVersion = "2"
+	otherOwner := leaderSet.DeepCopy()
+	otherOwner.OwnerReferences[0].UID = "uid-lws-inf-2"
+	steps := []struct {
+		name string
+		do   func()
+		want bool
+	}{
+		{"added", func() { h.OnAdd(newStatefulSet(leaderSet), false) }, true},
+		{"status update", func() { h.OnUpdate(nil, newStatefulSet(status)) }, false},
+		{"controller changed", func() { h.OnUpdate(nil, newStatefulSet(otherOwner)) }, true},
+		{"deleted", func() { h.OnDelete(newStatefulSet(otherOwner)) }, true},
+		{"deleted again", func() { h.OnDelete(newStatefulSet(otherOwner)) }, false},
+	}
+	for _, s := range steps {
+		if got := moved(s.do); got != s.want {
+			t.Errorf("%s: version moved %v, want %v", s.name, got, s.want)
+		}
 	}
 }

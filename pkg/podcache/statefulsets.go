@@ -93,18 +93,30 @@ func newStatefulSets() *statefulSets {
 	return &statefulSets{byName: map[types.NamespacedName]*statefulSet{}}
 }
 
-// set adds s or replaces the StatefulSet of its namespace and name.
-func (x *statefulSets) set(s *statefulSet) {
+// set adds s or replaces the StatefulSet of its namespace and name;
+// changed says whether what verification reads of it (UID, controller)
+// changed. Most updates change neither: a StatefulSet's status moves its
+// resource version.
+func (x *statefulSets) set(s *statefulSet) (changed bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.byName[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}] = s
+	key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
+	old := x.byName[key]
+	x.byName[key] = s
+	return old == nil || old.UID != s.UID || !sameRef(old.controller, s.controller)
 }
 
-// delete removes the StatefulSet namespace/name.
-func (x *statefulSets) delete(namespace, name string) {
+func sameRef(a, b *ownerRef) bool { return a == b || (a != nil && b != nil && *a == *b) }
+
+// delete removes the StatefulSet namespace/name; deleted says whether it
+// was there.
+func (x *statefulSets) delete(namespace, name string) (deleted bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	delete(x.byName, types.NamespacedName{Namespace: namespace, Name: name})
+	key := types.NamespacedName{Namespace: namespace, Name: name}
+	_, deleted = x.byName[key]
+	delete(x.byName, key)
+	return deleted
 }
 
 // get returns the StatefulSet namespace/name, nil when none is cached.
@@ -114,18 +126,22 @@ func (x *statefulSets) get(namespace, name string) *statefulSet {
 	return x.byName[types.NamespacedName{Namespace: namespace, Name: name}]
 }
 
-func statefulSetHandler(x *statefulSets) cache.ResourceEventHandler {
+// statefulSetHandler keeps x, and moves on the version of pods' namespace
+// whenever a change of x may change who belongs to its groups, so that
+// what a reader derived from the namespace's pods (Pods.Version) is made
+// again.
+func statefulSetHandler(x *statefulSets, pods *PodIndex) cache.ResourceEventHandler {
 	set := func(obj any) {
-		if s, ok := obj.(*statefulSet); ok {
-			x.set(s)
+		if s, ok := obj.(*statefulSet); ok && x.set(s) {
+			pods.touch(s.Namespace)
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    set,
 		UpdateFunc: func(_, obj any) { set(obj) },
 		DeleteFunc: func(obj any) {
-			if ns, name, ok := deletedKey(obj); ok {
-				x.delete(ns, name)
+			if ns, name, ok := deletedKey(obj); ok && x.delete(ns, name) {
+				pods.touch(ns)
 			}
 		},
 	}
