@@ -149,7 +149,10 @@ func (x *statefulSets) controllerOf(p *Pod, name string) *statefulSet {
 
 // ordinalOf says whether name is the name the StatefulSet controller
 // gives to pod ordinal of the StatefulSet set: set-ordinal. No
-// allocation.
+// allocation. The LWS pod webhook sets a worker's worker-index label from
+// that ordinal (kubernetes-sigs/lws pkg/webhooks/pod_webhook.go, with
+// statefulsetutils.GetParentNameAndOrdinal), and the worker StatefulSet's
+// ordinals start at 1 (pkg/controllers/pod_controller.go).
 func ordinalOf(name, set, ordinal string) bool {
 	return ordinal != "" && len(name) == len(set)+1+len(ordinal) &&
 		strings.HasPrefix(name, set) && name[len(set)] == '-' && strings.HasSuffix(name, ordinal)
