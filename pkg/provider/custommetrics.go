@@ -96,7 +96,12 @@ func (c *CustomMetrics) GetMetricByName(_ context.Context, name types.Namespaced
 		}
 		return c.leaderValue(pod, info)
 	case LWSResource:
-		pods := c.p.pods.List(name.Namespace, labels.SelectorFromSet(labels.Set{group.LabelName: name.Name}))
+		var pods []*podcache.Pod
+		for _, l := range c.p.pods.List(name.Namespace, labels.SelectorFromSet(labels.Set{group.LabelName: name.Name, group.LabelWorkerIndex: "0"})) {
+			if key, ok := l.GroupKey(); ok && c.p.pods.Leads(l) {
+				pods = append(pods, c.p.pods.Group(key)...)
+			}
+		}
 		if len(pods) == 0 {
 			return nil, notFoundWhy(info, name.Name, "no pods of this LeaderWorkerSet are known")
 		}
@@ -126,7 +131,7 @@ func (c *CustomMetrics) GetMetricBySelector(_ context.Context, namespace string,
 	}
 	out := &custom_metrics.MetricValueList{}
 	for _, pod := range c.p.pods.List(namespace, selector) {
-		if !pod.Leader() {
+		if !c.p.pods.Leads(pod) {
 			continue
 		}
 		if v, err := c.leaderValue(pod, info); err == nil {
@@ -152,7 +157,7 @@ func checkMetric(info cmprovider.CustomMetricInfo) error {
 }
 
 func (c *CustomMetrics) leaderValue(pod *podcache.Pod, info cmprovider.CustomMetricInfo) (*custom_metrics.MetricValue, error) {
-	if !pod.Leader() {
+	if !c.p.pods.Leads(pod) {
 		return nil, notFoundWhy(info, pod.Name, "only LeaderWorkerSet leader pods have group metrics")
 	}
 	if why := notRunning(pod); why != "" {

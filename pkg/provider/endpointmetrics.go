@@ -134,7 +134,7 @@ func (c *CustomMetrics) endpointBySelector(namespace string, selector labels.Sel
 // otherwise.
 func (c *CustomMetrics) endpointPodValue(pod *podcache.Pod, m promscrape.Metric, info cmprovider.CustomMetricInfo, sel labels.Selector) (*custom_metrics.MetricValue, error) {
 	ref := custom_metrics.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name}
-	if c.p.groups && pod.Leader() {
+	if c.p.groups && c.p.pods.Leads(pod) {
 		key, _ := pod.GroupKey()
 		v, ts, err := c.groupValue(c.p.pods.Group(key), m, sel)
 		if err != nil {
@@ -190,7 +190,7 @@ func (c *CustomMetrics) endpointLWSValue(name types.NamespacedName, m promscrape
 	var oldest time.Time
 	for _, l := range leaders {
 		key, ok := l.GroupKey()
-		if !ok {
+		if !ok || !c.p.pods.Leads(l) {
 			continue
 		}
 		v, ts, err := c.groupValue(c.p.pods.Group(key), m, sel)

@@ -25,7 +25,7 @@ func (c *CustomMetrics) EndpointGroupSamples() []EndpointGroupSample {
 	var out []EndpointGroupSample
 	for _, leader := range c.p.pods.List("", labels.SelectorFromSet(labels.Set{group.LabelWorkerIndex: "0"})) {
 		key, ok := leader.GroupKey()
-		if !ok {
+		if !ok || !c.p.pods.Leads(leader) {
 			continue
 		}
 		members := c.p.pods.Group(key)

@@ -17,7 +17,7 @@ import (
 // groupPolicy returns the policy of a leader that reports for its group;
 // ok is false for every other pod, which reports its own usage.
 func (p *Provider) groupPolicy(pod *podcache.Pod) (group.Policy, bool) {
-	if !p.groups || !pod.Leader() {
+	if !p.groups || !p.pods.Leads(pod) {
 		return "", false
 	}
 	policy := group.PolicyOf(pod.Annotation(group.AnnotationPolicy), p.defaultPolicy)

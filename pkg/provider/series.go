@@ -43,7 +43,7 @@ func (p *Provider) GroupSamples() []GroupSample {
 	seen := make(map[string]bool, len(leaders))
 	for _, leader := range leaders {
 		key, ok := leader.GroupKey()
-		if !ok || seen[key] {
+		if !ok || seen[key] || !p.pods.Leads(leader) {
 			continue
 		}
 		seen[key] = true
