@@ -173,7 +173,8 @@ type Config struct {
 	Interval Duration `json:"interval,omitempty"`
 	// Timeout bounds one scrape of one target; 5s when zero.
 	Timeout Duration `json:"timeout,omitempty"`
-	// MaxBytes caps one target's response body; 4 MiB when zero.
+	// MaxBytes caps one target's response body; 1 MiB when zero (an
+	// engine's or exporter's page is tens of kilobytes).
 	MaxBytes int64 `json:"maxBytes,omitempty"`
 	// Limits bound labels, series and points per target and collection.
 	Limits Limits `json:"limits,omitempty"`
@@ -201,7 +202,7 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()
 
 const (
 	defaultTimeout  = 5 * time.Second
-	defaultMaxBytes = 4 << 20
+	defaultMaxBytes = 1 << 20
 	defaultPath     = "/metrics"
 
 	// A real series line carries a handful of labels: vLLM's gauges two

@@ -24,7 +24,7 @@ func TestParseValid(t *testing.T) {
 			name:        "presets expand in order, defaults filled",
 			file:        "presets: [vllm, dcgm]\n",
 			wantMetrics: []string{"vllm-num-requests-waiting", "vllm-num-requests-running", "vllm-kv-cache-usage", "gpu-utilization", "gpu-memory-used-mib"},
-			wantTimeout: 5 * time.Second, wantMax: 4 << 20,
+			wantTimeout: 5 * time.Second, wantMax: 1 << 20,
 		},
 		{
 			name: "own metric with matchers, JSON accepted",
@@ -36,7 +36,7 @@ func TestParseValid(t *testing.T) {
 			name:        "sglang preset and selector",
 			file:        "presets: [sglang]\npods:\n  selector: app=sglang\n  port: 30000\n",
 			wantMetrics: []string{"sglang-num-queue-reqs", "sglang-token-usage"},
-			wantTimeout: 5 * time.Second, wantMax: 4 << 20,
+			wantTimeout: 5 * time.Second, wantMax: 1 << 20,
 		},
 	}
 	for _, tt := range tests {

@@ -31,6 +31,8 @@ type Source struct {
 	rates       *Rates
 	concurrency int
 	grace       time.Duration
+	// decoding holds a slot per body being decoded (decodeSlots).
+	decoding chan struct{}
 
 	// mu guards busy: the targets whose scrape overran and still runs.
 	mu   sync.Mutex
@@ -69,8 +71,17 @@ func NewSource(cfg *Config, pods PodLister, o Options) *Source {
 		cfg: cfg, pods: pods, client: &client, clock: o.Clock,
 		allow: cfg.allowList(), rates: NewRates(), concurrency: o.Concurrency,
 		grace: overrunGrace(cfg), busy: map[string]bool{}, refused: map[refusalKey]bool{},
+		decoding: make(chan struct{}, decodeSlots),
 	}
 }
+
+// decodeSlots bounds the bodies decoded at once, whatever the scrape
+// concurrency: decoding is CPU-bound, and the text parser allocates up to
+// about 33 bytes per byte of a label-heavy body (docs/benchmarks.md,
+// BenchmarkDecodeWorstCase), so the decodes in flight, not the fetches,
+// set the source's peak memory: decodeSlots × 33 × maxBytes, 66 MiB at the
+// default 1 MiB.
+const decodeSlots = 2
 
 // overrunGrace is how long past its timeout a target is waited for, as
 // pkg/sources' scraper waits: long enough for a target that honours its
@@ -252,7 +263,13 @@ func (s *Source) scrapeTarget(ctx context.Context, t *Target) ([]Sample, error) 
 	if err != nil {
 		return nil, fmt.Errorf("scrape %s: %w", t.ID, err)
 	}
+	select {
+	case s.decoding <- struct{}{}:
+	case <-ctx.Done():
+		return nil, sources.WithReason(sources.ReasonTimeout, fmt.Errorf("decode %s: waiting for a decode slot: %w", t.ID, ctx.Err()))
+	}
 	samples, err := s.cfg.decode(ctx, body, t, s.allow, s.clock.Now())
+	<-s.decoding
 	var re *sources.ReasonError
 	switch {
 	case err == nil || errors.Is(err, errSkipped):

@@ -236,6 +236,27 @@ func TestCollectPointsGoToTheSmallest(t *testing.T) {
 	}
 }
 
+// TestCollectDecodesAFewAtOnce: a body waits for one of decodeSlots before
+// it is decoded, within its timeout; with every slot taken, targets fail
+// as timeouts and nothing is decoded.
+func TestCollectDecodesAFewAtOnce(t *testing.T) {
+	pods := podList{vllmPod("a", fakeEndpoint(t, textHandler(func() string { return "sglang:num_queue_reqs 3\n" })), nil)}
+	src := NewSource(mustParse(t, "presets: [sglang]\ntimeout: 200ms\n"), pods, Options{})
+	for range decodeSlots {
+		src.decoding <- struct{}{}
+	}
+	b, errs := src.Collect(t.Context())
+	if len(b.Pods) != 0 || len(errs) != 1 || errs[0].Reason != "timeout" || !strings.Contains(errs[0].Err.Error(), "decode slot") {
+		t.Fatalf("with every slot taken: pods %v, errors %v; want one timeout waiting for a slot", b.Pods, errs)
+	}
+	for range decodeSlots {
+		<-src.decoding
+	}
+	if b, errs := src.Collect(t.Context()); len(b.Pods) != 1 || len(errs) != 0 {
+		t.Fatalf("with the slots free: pods %v, errors %v; want the pod's value", b.Pods, errs)
+	}
+}
+
 // stuckTransport answers the requests to one port only when release is
 // closed, whatever their context says: a target that does not honour its
 // timeout. Other requests go to loopback as usual.
