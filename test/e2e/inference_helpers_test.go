@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,12 +19,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/promscrape"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/lws"
@@ -99,35 +100,73 @@ func (e *inferenceEnv) scaleOnLoad(ctx context.Context, t *testing.T, ns string,
 }
 
 // createInferenceLWS creates a LeaderWorkerSet of one group of
-// inferenceGroupSize pods, with annotations on both templates, and waits
-// until its pods run.
+// inferenceGroupSize pods, with annotations on its leader template only (as
+// the LWS project's multi-node examples serve /metrics from the leader
+// alone), and waits until its pods run.
 func (e *inferenceEnv) createInferenceLWS(ctx context.Context, t *testing.T, ns, name string, annotations map[string]string) {
 	t.Helper()
-	obj := lws.NewLeaderWorkerSet(ns, name, 1, inferenceGroupSize, lwsCPURequest, annotations)
-	if len(annotations) > 0 {
-		must(t, unstructured.SetNestedStringMap(obj.Object, annotations, "spec", "leaderWorkerTemplate", "workerTemplate", "metadata", "annotations"))
-	}
-	e.createGroup(ctx, t, obj, inferenceGroupSize)
+	e.createGroup(ctx, t, lws.NewLeaderWorkerSet(ns, name, 1, inferenceGroupSize, lwsCPURequest, annotations), inferenceGroupSize)
 }
 
-// createExporterPod runs the fake DCGM exporter's pod, labelled as the
-// shipped file selects it, on a fleet node.
-func (e *inferenceEnv) createExporterPod(ctx context.Context, t *testing.T) {
+// leaderOnlyEndpoints serves render as the endpoint of every leader of ns
+// on e.port. A worker serves nothing (500): the returned count is how often
+// the server asked one, which must stay 0, since only the leader template
+// opts in.
+func (e *inferenceEnv) leaderOnlyEndpoints(t *testing.T, ns string, render func(*corev1.Pod) (string, bool)) *atomic.Int64 {
 	t.Helper()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "dcgm-exporter", Namespace: dcgmNamespace, Labels: map[string]string{"app.kubernetes.io/name": "dcgm-exporter"}},
-		Spec: corev1.PodSpec{
-			NodeName:                      suite.fleet.NodeNames[0],
-			Containers:                    []corev1.Container{{Name: "exporter", Image: "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"}},
-			TerminationGracePeriodSeconds: ptr.To[int64](0),
-			Tolerations:                   []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
-		},
+	var workers atomic.Int64
+	startPodEndpoints(t, e.port, func(p *corev1.Pod) (string, bool) {
+		if p.Labels[group.LabelWorkerIndex] != "0" {
+			workers.Add(1)
+			return "", false
+		}
+		return render(p)
+	}, []string{ns})
+	return &workers
+}
+
+// waitWorkersAbsent waits until every worker of leader's group answers
+// NotFound for metric: a worker out of the metric's scope is not read.
+func (e *inferenceEnv) waitWorkersAbsent(ctx context.Context, t *testing.T, leader types.NamespacedName, metric string) {
+	t.Helper()
+	for i := 1; i < inferenceGroupSize; i++ {
+		e.waitAbsent(ctx, t, podPath(types.NamespacedName{Namespace: leader.Namespace, Name: fmt.Sprintf("%s-%d", leader.Name, i)}, metric, ""))
 	}
-	_, err := suite.cluster.Client().CoreV1().Pods(dcgmNamespace).Create(ctx, pod, metav1.CreateOptions{})
-	must(t, err)
+}
+
+// onNode returns the pods of pods that run on node.
+func onNode(pods []*corev1.Pod, node string) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range pods {
+		if p.Spec.NodeName == node {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// createExporterPods runs a fake DCGM exporter's pod, labelled as the
+// shipped file selects it, on every fleet node in ns, as the exporter's
+// DaemonSet would, and waits until they run.
+func (e *inferenceEnv) createExporterPods(ctx context.Context, t *testing.T, ns string) {
+	t.Helper()
+	podLabels := map[string]string{"app.kubernetes.io/name": "dcgm-exporter"}
+	for _, node := range suite.fleet.NodeNames {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "dcgm-exporter-" + node, Namespace: ns, Labels: podLabels},
+			Spec: corev1.PodSpec{
+				NodeName:                      node,
+				Containers:                    []corev1.Container{{Name: "exporter", Image: "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"}},
+				TerminationGracePeriodSeconds: ptr.To[int64](0),
+				Tolerations:                   []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			},
+		}
+		_, err := suite.cluster.Client().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+		must(t, err)
+	}
 	runCtx, cancel := context.WithTimeout(ctx, e.bounds.running)
 	defer cancel()
-	_, err = env.WaitForRunningPods(runCtx, suite.cluster.Client(), dcgmNamespace, labels.SelectorFromSet(pod.Labels), 1)
+	_, err := env.WaitForRunningPods(runCtx, suite.cluster.Client(), ns, labels.SelectorFromSet(podLabels), len(suite.fleet.NodeNames))
 	must(t, err)
 }
 

@@ -14,9 +14,9 @@ import (
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/promscrape"
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
@@ -27,8 +27,6 @@ const (
 	// A label value, so that a metricLabelSelector can name it (a
 	// Hugging Face name with a slash cannot be selected by equality).
 	inferenceModel = "llama-3.1-70b-instruct"
-	// dcgmNamespace holds the fake DCGM exporter's pod.
-	dcgmNamespace = "e2e-inference-dcgm"
 )
 
 // TestInferenceAutoscaling runs the server of manifests/examples/inference-autoscaling
@@ -53,7 +51,7 @@ func TestInferenceAutoscaling(t *testing.T) {
 
 	ports, err := cluster.FreePorts(1)
 	must(t, err)
-	ie := &inferenceEnv{lwsEnv: e, server: s, metrics: cfg.Metrics, port: ports[0], exporterPort: cfg.NodeExporters[0].Port}
+	ie := &inferenceEnv{lwsEnv: e, server: s, metrics: cfg.Metrics, port: ports[0], exporter: cfg.NodeExporters[0]}
 
 	t.Run("vLLM queue depth", func(t *testing.T) { testVLLMQueue(ctx, t, ie, hpas["vllm"]) })
 	t.Run("GPU utilization", func(t *testing.T) { testGPUUtilization(ctx, t, ie, hpas["vllm-gpu"]) })
@@ -65,14 +63,19 @@ type inferenceEnv struct {
 	server *env.Server
 	// metrics are those of the shipped file.
 	metrics []promscrape.Metric
-	// port is the port the serving pods announce; exporterPort the DCGM
-	// exporter's, from the shipped file.
-	port, exporterPort int
+	// port is the port the serving pods announce.
+	port int
+	// exporter is the shipped file's DCGM exporter: its port, and the
+	// namespaces it is trusted in.
+	exporter promscrape.NodeExporter
 }
 
-// testVLLMQueue: each worker's queue grows to 10 while every leader's
-// stays 0; the leaders report their groups' 20, the HPA wants
-// ceil(20 / 5) = 4 groups, its maximum, in one step; drained, 1.
+// testVLLMQueue: the multi-node layout of the LWS project's vLLM example,
+// where the leader runs vLLM's API server and the workers run Ray: only the
+// leader template opts in, the leader's endpoint reports the whole group's
+// queue, and the workers serve nothing and are never scraped. The leader's
+// queue grows to 20; it serves its own 20 as its group's value, the HPA
+// wants ceil(20 / 5) = 4 groups, its maximum, in one step; drained, 1.
 func testVLLMQueue(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *autoscalingv2.HorizontalPodAutoscaler) {
 	const ns = "e2e-inference-vllm"
 	newNamespace(ctx, t, ns)
@@ -80,29 +83,26 @@ func testVLLMQueue(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *auto
 		queue  atomic.Int64
 		broken atomic.Pointer[string]
 	)
-	startPodEndpoints(t, e.port, func(p *corev1.Pod) (string, bool) {
+	workers := e.leaderOnlyEndpoints(t, ns, func(p *corev1.Pod) (string, bool) {
 		if b := broken.Load(); b != nil && *b == p.Name {
 			return "", false
 		}
-		if p.Labels[group.LabelWorkerIndex] == "0" {
-			return vllmText(inferenceModel, 0, 1, 0.1), true
-		}
 		return vllmText(inferenceModel, float64(queue.Load()), 8, 0.6), true
-	}, []string{ns})
+	})
 	name := hpa.Spec.ScaleTargetRef.Name
 	e.createInferenceLWS(ctx, t, ns, name, e.scrapeAnnotations())
 	metric := hpa.Spec.Metrics[0].Pods.Metric.Name
 
 	e.waitListed(ctx, t, e.metrics)
-	// Served values before any HPA: the leader's group sum, each worker's
-	// own, the LWS object, and a metricLabelSelector.
+	// Served values before any HPA: the leader's (its group's), none for
+	// the workers, the LWS object, and a metricLabelSelector.
 	leader := types.NamespacedName{Namespace: ns, Name: name + "-0"}
 	e.waitRaw(ctx, t, podPath(leader, metric, ""), 0)
-	queue.Store(10)
+	queue.Store(20)
 	began := time.Now()
 	e.waitRaw(ctx, t, podPath(leader, metric, ""), 20_000)
-	t.Logf("leader %s serves its group's %s=20 %v after the workers' queues grew", leader.Name, metric, since(began))
-	e.waitRaw(ctx, t, podPath(types.NamespacedName{Namespace: ns, Name: name + "-0-1"}, metric, ""), 10_000)
+	t.Logf("leader %s serves its group's %s=20 %v after its queue grew", leader.Name, metric, since(began))
+	e.waitWorkersAbsent(ctx, t, leader, metric)
 	e.waitRaw(ctx, t, lwsPath(ns, name, metric, ""), 20_000)
 	e.waitGroupSeries(ctx, t, ns, name, metric, 20)
 	e.waitRaw(ctx, t, podPath(leader, metric, "model_name="+inferenceModel), 20_000)
@@ -111,30 +111,32 @@ func testVLLMQueue(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *auto
 	e.waitRaw(ctx, t, podPath(leader, metric, ""), 0)
 
 	e.applyHPA(ctx, t, ns, hpa)
-	e.scaleOnLoad(ctx, t, ns, hpa, loadSwitch(&queue, 10, 0))
+	e.scaleOnLoad(ctx, t, ns, hpa, loadSwitch(&queue, 20, 0))
 	e.checkFailingMember(ctx, t, ns, leader, metric, func(name string) { broken.Store(&name) }, func() { broken.Store(nil) })
+	if n := workers.Load(); n != 0 {
+		t.Errorf("the server scraped workers %d times; only the leader template opts in", n)
+	}
 }
 
-// checkFailingMember breaks one worker's endpoint (500): the leader's group
-// value goes missing, the failure is counted under http_status and logged
-// once however many ticks it lasts; mended, the value is back and the
-// recovery logged once.
+// checkFailingMember breaks the leader's endpoint (500), the one member in
+// scope (a worker has none): the leader's group value goes missing, the
+// failure is counted under http_status and logged once however many ticks
+// it lasts; mended, the value is back and the recovery logged once.
 func (e *inferenceEnv) checkFailingMember(ctx context.Context, t *testing.T, ns string, leader types.NamespacedName, metric string, breakPod func(string), mend func()) {
 	t.Helper()
-	worker := leader.Name + "-1"
-	target := "pod/" + ns + "/" + worker
+	target := "pod/" + ns + "/" + leader.Name
 	const failuresName = "group_metrics_server_endpoints_target_failures_total"
 	failures := []string{`kind="pod"`, `reason="http_status"`}
 	before, err := metricOf(ctx, e.server, failuresName, failures...)
 	must(t, err)
-	// Only what the server logs from here on counts: the worker may have
+	// Only what the server logs from here on counts: the leader may have
 	// been refused once before its fake endpoint listened.
 	logStart, err := os.Stat(e.server.Process.LogPath())
 	must(t, err)
-	breakPod(worker)
+	breakPod(leader.Name)
 	e.waitAbsent(ctx, t, podPath(leader, metric, ""))
 	// Three more failed ticks at least, then one log line for them all.
-	must(t, e.poll(ctx, 5*suite.resolution+suite.timeout+10*time.Second, "three failed scrapes of "+worker,
+	must(t, e.poll(ctx, 5*suite.resolution+suite.timeout+10*time.Second, "three failed scrapes of "+leader.Name,
 		metricCheck(e.server, valueAtLeast(before+3), failuresName, failures...)))
 	mend()
 	e.waitRaw(ctx, t, podPath(leader, metric, ""), 0)
@@ -165,57 +167,72 @@ func (e *inferenceEnv) checkFailingMember(ctx context.Context, t *testing.T, ns 
 	if failed != 1 || recovered != 1 {
 		t.Errorf("log has %d failure and %d recovery lines for %s, want one of each", failed, recovered, target)
 	}
-	t.Logf("a failing worker made its leader's value missing, counted under http_status and logged once; mended, the value is back")
+	t.Logf("a failing leader endpoint made its group's value missing, counted under http_status and logged once; mended, the value is back")
 }
 
 // testGPUUtilization: every pod's GPU goes from 10% to 100%; each group's
 // mean is 100 against a target of 80, so each HPA step wants one group more
 // (ceil(100 × n / 80)) and waits for the new group's value: the new
 // leader is missing until its members are all served, and counts as 0 on
-// a scale-up. Drained back to 10%, 1 group.
+// a scale-up. Drained back to 10%, 1 group. The exporter runs as a
+// DaemonSet would, one pod per node in the namespace the shipped file
+// trusts, and names only the pods on its own node.
 func testGPUUtilization(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *autoscalingv2.HorizontalPodAutoscaler) {
 	const ns = "e2e-inference-gpu"
+	exporterNS := e.exporter.Namespaces[0]
 	newNamespace(ctx, t, ns)
-	newNamespace(ctx, t, dcgmNamespace)
+	newNamespace(ctx, t, exporterNS)
 	var util atomic.Int64
 	util.Store(10)
-	// The exporter's pod is served; the LWS's pods are listed, for the
-	// exporter to attribute a GPU to each.
+	// The exporters' pods are served; the LWS's pods are listed, for each
+	// exporter to attribute a GPU to each pod on its node.
 	var exporter atomic.Pointer[podEndpoints]
-	exporter.Store(startPodEndpoints(t, e.exporterPort, func(p *corev1.Pod) (string, bool) {
-		return dcgmText(p.Spec.NodeName, exporter.Load().running(ns), func(*corev1.Pod) float64 { return float64(util.Load()) }), true
-	}, []string{dcgmNamespace}, ns))
-	e.createExporterPod(ctx, t)
+	exporter.Store(startPodEndpoints(t, e.exporter.Port, func(p *corev1.Pod) (string, bool) {
+		return dcgmText(p.Spec.NodeName, onNode(exporter.Load().running(ns), p.Spec.NodeName), func(*corev1.Pod) float64 { return float64(util.Load()) }), true
+	}, []string{exporterNS}, ns))
+	e.createExporterPods(ctx, t, exporterNS)
 	name := hpa.Spec.ScaleTargetRef.Name
 	e.createInferenceLWS(ctx, t, ns, name, nil)
 	metric := hpa.Spec.Metrics[0].Pods.Metric.Name
 	leader := types.NamespacedName{Namespace: ns, Name: name + "-0"}
 	e.waitRaw(ctx, t, podPath(leader, metric, ""), 10_000)
 	e.waitRaw(ctx, t, podPath(leader, "gpu-memory-used-mib", ""), 3*40_000_000)
-	e.waitRaw(ctx, t, podPath(leader, metric, "Hostname="+suite.fleet.NodeNames[0]), 10_000)
+	leaderPod, err := suite.cluster.Client().CoreV1().Pods(ns).Get(ctx, leader.Name, metav1.GetOptions{})
+	must(t, err)
+	e.waitRaw(ctx, t, podPath(leader, metric, "Hostname="+leaderPod.Spec.NodeName), 10_000)
 	e.waitAbsent(ctx, t, podPath(leader, metric, "Hostname=elsewhere"))
 
 	e.applyHPA(ctx, t, ns, hpa)
 	e.scaleOnLoad(ctx, t, ns, hpa, loadSwitch(&util, 100, 10))
+	// Each exporter named only pods on its own node: nothing was dropped
+	// for naming a pod elsewhere.
+	otherNode, err := metricOf(ctx, e.server, "group_metrics_server_endpoints_dropped_samples_total", `kind="exporter"`, `reason="other_node"`)
+	must(t, err)
+	if otherNode != 0 {
+		t.Errorf("%v exporter samples dropped as other_node; each exporter names only its node's pods", otherNode)
+	}
 }
 
-// testSGLangQueue: the SGLang HPA reads its groups' queue (workers at 2,
-// the leader at 0: 4 per group, below the target of 5) and keeps one group.
+// testSGLangQueue: the multi-node layout of the LWS project's SGLang
+// example, where only rank 0 (the leader) serves HTTP: the leader's queue
+// is its group's, 4, below the target of 5, so the HPA reads 4 per group
+// and keeps one group; the workers have no value and are never scraped.
 func testSGLangQueue(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *autoscalingv2.HorizontalPodAutoscaler) {
 	const ns = "e2e-inference-sglang"
 	newNamespace(ctx, t, ns)
-	startPodEndpoints(t, e.port, func(p *corev1.Pod) (string, bool) {
-		if p.Labels[group.LabelWorkerIndex] == "0" {
-			return sglangText(inferenceModel, 0, 0.1), true
-		}
-		return sglangText(inferenceModel, 2, 0.5), true
-	}, []string{ns})
+	workers := e.leaderOnlyEndpoints(t, ns, func(*corev1.Pod) (string, bool) {
+		return sglangText(inferenceModel, 4, 0.5), true
+	})
 	name := hpa.Spec.ScaleTargetRef.Name
 	e.createInferenceLWS(ctx, t, ns, name, e.scrapeAnnotations())
 	e.applyHPA(ctx, t, ns, hpa)
 	began := time.Now()
 	e.waitReading(ctx, t, ns, hpa.Name, 4_000, e.bounds.read)
 	t.Logf("HPA %s read %s=4 per group %v after it was created", hpa.Name, hpa.Spec.Metrics[0].Pods.Metric.Name, since(began))
+	e.waitWorkersAbsent(ctx, t, types.NamespacedName{Namespace: ns, Name: name + "-0"}, hpa.Spec.Metrics[0].Pods.Metric.Name)
+	if n := workers.Load(); n != 0 {
+		t.Errorf("the server scraped workers %d times; only the leader template opts in", n)
+	}
 }
 
 // loadSwitch stores on or off in v as the load goes on or off.
