@@ -1,0 +1,266 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources/promscrape"
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+)
+
+// Namespaces of TestEndpointTenants: the victim's LeaderWorkerSet, a
+// bystander tenant's pod, and one namespace per hostile tenant.
+const (
+	tenantVictim    = "e2e-tenant-victim"
+	tenantBystander = "e2e-tenant-bystander"
+	tenantExporter  = "e2e-tenant-exporter"
+	tenantLabels    = "e2e-tenant-labels"
+	tenantSeries    = "e2e-tenant-series"
+	tenantLeaders   = "e2e-tenant-leaders"
+	// tenantQueue is the victim leader's queue: 4 against the documented
+	// target of 5 keeps one group, steady.
+	tenantQueue = 4
+	// bystanderQueue is the bystander pod's own queue.
+	bystanderQueue = 3
+	// hostileQueue is what every hostile endpoint claims.
+	hostileQueue = 1000
+	// tenantTicks is how many of the server's ticks each hostile tenant
+	// is watched for after its refusal is counted.
+	tenantTicks = 4
+)
+
+// TestEndpointTenants runs the server of manifests/examples/inference-autoscaling,
+// with the shipped pod-metrics file, beside tenants who try to move a
+// victim's autoscaling or the server itself through the pod-endpoint
+// source: a lookalike exporter, oversized series, too many series, pods
+// posing as leaders, and a labelled pod posing as a member of the
+// victim's group. Through each, the victim's value and its HPA's desired
+// replicas never change, /metrics answers, a bystander's value stays
+// fresh, the server's memory stays under its limit, and the refusal is
+// counted under its reason and logged once.
+func TestEndpointTenants(t *testing.T) {
+	ctx := begin(t, 20*time.Minute)
+	e := newLWSEnv(ctx, t)
+	root, err := env.RepoRoot()
+	must(t, err)
+	hpas := docHPAs(t, filepath.Join(root, "docs", "inference-autoscaling.md"))
+	configFile := filepath.Join(root, "manifests", "components", "pod-metrics", "pod-metrics.yaml")
+	data, err := os.ReadFile(configFile)
+	must(t, err)
+	cfg, errs := promscrape.Parse(data)
+	if len(errs) > 0 || len(cfg.NodeExporters) != 1 {
+		t.Fatalf("%s: %v (want one node exporter)", configFile, errs)
+	}
+	for _, ns := range []string{tenantExporter, tenantLabels, tenantSeries, tenantLeaders} {
+		for _, trusted := range cfg.NodeExporters[0].Namespaces {
+			if ns == trusted {
+				t.Fatalf("the shipped file trusts the hostile namespace %s", ns)
+			}
+		}
+	}
+	manifests := filepath.Join(root, "manifests", "examples", "inference-autoscaling")
+	// -v=2: the pod cache logs the pods it leaves out of a group at V(2).
+	s := deployOwnServer(ctx, t, "group-metrics-server-tenants",
+		[]string{"--pod-metrics-config=" + configFile, "--group-metrics-series", "--v=2"}, manifests)
+	e.watch = append(e.watch, s.Process)
+	ports, err := cluster.FreePorts(1)
+	must(t, err)
+	ie := &inferenceEnv{lwsEnv: e, server: s, metrics: cfg.Metrics, port: ports[0], exporter: cfg.NodeExporters[0]}
+	tn := newTenantEnv(ctx, t, ie, hpas["vllm"], cfg.MaxBytes, memoryLimit(ctx, t, manifests))
+
+	t.Run("lookalike exporter", func(t *testing.T) { tn.run(ctx, t, tn.lookalikeExporter(ctx, t)) })
+	t.Run("oversized series lines", func(t *testing.T) { tn.run(ctx, t, tn.oversizedLines(ctx, t)) })
+	t.Run("too many series", func(t *testing.T) { tn.run(ctx, t, tn.tooManySeries(ctx, t)) })
+	t.Run("pods posing as leaders", func(t *testing.T) { tn.run(ctx, t, tn.posingLeaders(ctx, t)) })
+	t.Run("labelled pod in the victim's group", func(t *testing.T) { tn.run(ctx, t, tn.posingMember(ctx, t)) })
+	t.Logf("server RSS at most %s over every tenant (limit %s)", mib(tn.maxRSS), mib(tn.rssLimit))
+}
+
+// hostile is one hostile tenant's case.
+type hostile struct {
+	// pods are the tenant's pods, created by run and deleted after.
+	pods []*corev1.Pod
+	// counted are the self-metrics its refusal moves, each by at least
+	// (or, exact, by exactly) its delta.
+	counted []counted
+	// logged are the server's log lines it must cause, each exactly once.
+	logged [][]string
+	// check runs at every tick watched, beside the victim's checks.
+	check func(ctx context.Context, body string) error
+}
+
+type counted struct {
+	name   string
+	labels []string
+	delta  float64
+	exact  bool
+}
+
+// lookalikeExporter: a pod in a tenant's namespace with the DCGM exporter's
+// label, on the victim leader's node, whose series name the victim's pods
+// with a GPU at 100% and a queue of 1000. It is refused as an exporter
+// (exporter_namespace) and never scraped; the victim keeps no GPU value.
+func (tn *tenantEnv) lookalikeExporter(ctx context.Context, t *testing.T) hostile {
+	pod := tenantPod(tenantExporter, "dcgm-exporter", tn.leaderNode, map[string]string{"app.kubernetes.io/name": "dcgm-exporter"}, nil)
+	return hostile{
+		pods: []*corev1.Pod{pod},
+		counted: []counted{{name: "group_metrics_server_endpoints_refused_targets_total",
+			labels: []string{`kind="exporter"`, `reason="exporter_namespace"`}, delta: 1}},
+		logged: [][]string{{`"Pod refused as a scrape target"`, `pod="` + tenantExporter + `/dcgm-exporter"`, `reason="exporter_namespace"`}},
+		check: func(ctx context.Context, _ string) error {
+			if n := tn.exporterHits.Load(); n != 0 {
+				return fmt.Errorf("the lookalike exporter was scraped %d times", n)
+			}
+			return tn.absent(ctx, podPath(tn.leader, "gpu-utilization", ""))
+		},
+	}
+}
+
+// oversizedLines: a pod opting in with a 4 MiB body of 8 KiB lines, each
+// carrying as many labels as it can hold. It fails as too_large, at the
+// body cap when the file's maxBytes is below 4 MiB, else at its first line
+// (limits.labelsPerSeries), and has no value.
+func (tn *tenantEnv) oversizedLines(ctx context.Context, t *testing.T) hostile {
+	return tn.failingTarget(tenantLabels, "labels", len(tn.labelsBody), "limits.labelsPerSeries")
+}
+
+// tooManySeries: a pod opting in with 100,000 series of vLLM's queue. It
+// fails as too_large, at the body cap when the file's maxBytes is below
+// their size, else at limits.seriesPerTarget, and has no value.
+func (tn *tenantEnv) tooManySeries(ctx context.Context, t *testing.T) hostile {
+	return tn.failingTarget(tenantSeries, "series", len(tn.seriesBody), "limits.seriesPerTarget")
+}
+
+// failingTarget is a pod ns/name opting in with a body of size bytes, which
+// fails as too_large for the cause: the body cap, or limit within it.
+func (tn *tenantEnv) failingTarget(ns, name string, size int, limit string) hostile {
+	cause := limit
+	if int64(size) > tn.maxBytes {
+		cause = fmt.Sprintf("larger than %d bytes", tn.maxBytes)
+	}
+	pod := tenantPod(ns, name, tn.leaderNode, nil, tn.e.scrapeAnnotations())
+	return hostile{
+		pods: []*corev1.Pod{pod},
+		counted: []counted{{name: "group_metrics_server_endpoints_target_failures_total",
+			labels: []string{`kind="pod"`, `reason="too_large"`}, delta: 1}},
+		logged: [][]string{{`"Scrape of a pod endpoint failed"`, `target="pod/` + ns + `/` + name + `"`, `reason="too_large"`, cause}},
+		check: func(ctx context.Context, _ string) error {
+			return tn.absent(ctx, podPath(types.NamespacedName{Namespace: ns, Name: name}, tn.metric, ""))
+		},
+	}
+}
+
+// posingLeaders: two bare pods in a tenant's namespace, labelled as the
+// leader of one LeaderWorkerSet group (the same labels on both), opting in
+// with a queue of 1000. No LeaderWorkerSet controls them: neither leads a
+// group, each is counted and logged once as unverified, and /metrics (with
+// --group-metrics-series) answers with no group value for them.
+func (tn *tenantEnv) posingLeaders(ctx context.Context, t *testing.T) hostile {
+	lbls := map[string]string{group.LabelName: "vllm", group.LabelGroupIndex: "0", group.LabelWorkerIndex: "0"}
+	h := hostile{
+		counted: []counted{{name: "group_metrics_server_lws_unverified_pods_total", delta: 2, exact: true}},
+		check: func(_ context.Context, body string) error {
+			return noGroupOf(body, tenantLeaders)
+		},
+	}
+	for _, name := range []string{"vllm-0", "leader"} {
+		h.pods = append(h.pods, tenantPod(tenantLeaders, name, tn.leaderNode, lbls, tn.e.scrapeAnnotations()))
+		h.logged = append(h.logged, []string{"left out of its group", `pod="` + tenantLeaders + `/` + name + `"`})
+	}
+	return h
+}
+
+// posingMember: a bare pod in the victim's namespace, named and labelled
+// as a new worker of the victim's group (its name, group index and group
+// key, worker index 3), opting in with a queue of 1000. No StatefulSet of
+// the LeaderWorkerSet controls it: the group keeps its three members and
+// its value, and the pod is counted and logged once as unverified.
+func (tn *tenantEnv) posingMember(ctx context.Context, t *testing.T) hostile {
+	name := tn.leader.Name + "-3"
+	lbls := map[string]string{
+		group.LabelName: tn.lws, group.LabelGroupIndex: "0", group.LabelWorkerIndex: "3",
+		group.LabelGroupKey: tn.groupKey,
+	}
+	return hostile{
+		pods:    []*corev1.Pod{tenantPod(tenantVictim, name, tn.leaderNode, lbls, tn.e.scrapeAnnotations())},
+		counted: []counted{{name: "group_metrics_server_lws_unverified_pods_total", delta: 1, exact: true}},
+		logged:  [][]string{{"left out of its group", `pod="` + tenantVictim + `/` + name + `"`}},
+	}
+}
+
+// run creates h's pods, waits until the refusal is counted, watches
+// tenantTicks of the server's ticks, then checks the log and deletes the
+// pods.
+func (tn *tenantEnv) run(ctx context.Context, t *testing.T, h hostile) {
+	t.Helper()
+	before := make([]float64, len(h.counted))
+	for i, c := range h.counted {
+		v, err := metricOf(ctx, tn.e.server, c.name, c.labels...)
+		must(t, err)
+		before[i] = v
+	}
+	logStart, err := os.Stat(tn.e.server.Process.LogPath())
+	must(t, err)
+	tn.createPods(ctx, t, h.pods)
+	began := time.Now()
+	must(t, tn.e.poll(ctx, tn.e.bounds.up, "the refusal to be counted", func(ctx context.Context) error {
+		for i, c := range h.counted {
+			v, err := metricOf(ctx, tn.e.server, c.name, c.labels...)
+			if err != nil {
+				return err
+			}
+			if v < before[i]+c.delta {
+				return fmt.Errorf("%s%v at %v, want %v more than %v", c.name, c.labels, v, c.delta, before[i])
+			}
+		}
+		return nil
+	}))
+	t.Logf("refusal counted %v after the tenant's pods ran", since(began))
+	tn.watchSteady(ctx, t, h.check)
+	for i, c := range h.counted {
+		v, err := metricOf(ctx, tn.e.server, c.name, c.labels...)
+		must(t, err)
+		if c.exact && v != before[i]+c.delta {
+			t.Errorf("%s%v went from %v to %v, want %v more: once per pod", c.name, c.labels, before[i], v, c.delta)
+		}
+		t.Logf("%s%v: %v -> %v", c.name, c.labels, before[i], v)
+	}
+	whole, err := os.ReadFile(tn.e.server.Process.LogPath())
+	must(t, err)
+	log := string(whole[logStart.Size():])
+	for _, words := range h.logged {
+		if n := countLines(log, words...); n != 1 {
+			t.Errorf("the server logged %d lines with %q over %d ticks, want 1", n, words, tenantTicks)
+		}
+	}
+}
+
+// countLines counts the lines of log holding every word.
+func countLines(log string, words ...string) int {
+	n := 0
+	for _, line := range strings.Split(log, "\n") {
+		all := true
+		for _, w := range words {
+			if !strings.Contains(line, w) {
+				all = false
+				break
+			}
+		}
+		if all {
+			n++
+		}
+	}
+	return n
+}
