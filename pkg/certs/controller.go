@@ -28,6 +28,8 @@ type ControllerConfig struct {
 	// SyncPeriod is the longest time between two syncs.
 	SyncPeriod time.Duration
 	Clock      clock.WithTicker
+	// Health, when set, learns of every sync for the probes.
+	Health *Health
 }
 
 // Controller keeps the CA, the serving pair and the caBundles (package doc).
@@ -74,6 +76,9 @@ func (c *Controller) Sync(ctx context.Context) (time.Duration, error) {
 	now := c.cfg.Clock.Now()
 	wait, next, err := c.sync(ctx, now)
 	recordSync(err, next, now)
+	if c.cfg.Health != nil {
+		c.cfg.Health.synced(err)
+	}
 	return wait, err
 }
 

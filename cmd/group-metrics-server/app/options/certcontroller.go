@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
@@ -188,13 +189,7 @@ func (o *CertControllerOptions) Run(ctx context.Context) error {
 		}
 		owner = &metav1.OwnerReference{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: role.Name, UID: role.UID}
 	}
-	if o.MetricsBindAddress != "" {
-		// Every replica serves them; only the leader syncs, so only its
-		// expiry and last-success gauges are set.
-		if _, err := serveCertMetrics(ctx, o.MetricsBindAddress); err != nil {
-			return err
-		}
-	}
+	health := o.health()
 	ctrl := certs.NewController(certs.ControllerConfig{
 		Secrets:       kube.CoreV1(),
 		Namespace:     o.Namespace,
@@ -210,8 +205,13 @@ func (o *CertControllerOptions) Run(ctx context.Context) error {
 		}),
 		Policy:     o.policy(),
 		SyncPeriod: o.SyncPeriod,
+		Health:     health,
 	})
 	if !o.LeaderElection.LeaderElect {
+		health.StartedLeading()
+		if err := o.serveMetricsAndHealth(ctx, health, nil); err != nil {
+			return err
+		}
 		ctrl.Run(ctx)
 		return nil
 	}
@@ -225,22 +225,84 @@ func (o *CertControllerOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("leader election lock: %w", err)
 	}
-	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+	elector, watchdog, err := newCertElector(le, health.Lock(lock), health, ctrl.Run)
+	if err != nil {
+		return err
+	}
+	if err := o.serveMetricsAndHealth(ctx, health, watchdog); err != nil {
+		return err
+	}
+	elector.Run(ctx)
+	if ctx.Err() == nil {
+		return fmt.Errorf("lost the leader lease %s/%s", le.ResourceNamespace, le.ResourceName)
+	}
+	return nil
+}
+
+// Bounds of the probes, in sync periods: a replica is ready while its
+// syncs complete (or, standing by, while some replica renews the Lease)
+// within readySyncs periods, and live while its syncs return within
+// liveSyncs periods.
+const (
+	readySyncs = 3
+	liveSyncs  = 20
+)
+
+func (o *CertControllerOptions) health() *certs.Health {
+	ready := readySyncs * o.SyncPeriod
+	if le := o.LeaderElection; le.LeaderElect {
+		// A standby must give a leader that died a lease to expire and
+		// another replica a retry to take it.
+		ready = max(ready, 2*le.LeaseDuration.Duration+le.RetryPeriod.Duration)
+	}
+	return certs.NewHealth(certs.HealthConfig{ReadyWithin: ready, LiveWithin: liveSyncs * o.SyncPeriod})
+}
+
+// serveMetricsAndHealth serves the self-metrics and the probes when
+// --metrics-bind-address is set. Every replica serves them; only the
+// leader syncs, so only its expiry and last-success gauges are set.
+func (o *CertControllerOptions) serveMetricsAndHealth(ctx context.Context, health *certs.Health, watchdog *leaderelection.HealthzAdaptor) error {
+	if o.MetricsBindAddress == "" {
+		return nil
+	}
+	live := []healthz.HealthChecker{healthz.NamedCheck("certificate-sync", health.Live)}
+	if watchdog != nil {
+		live = append(live, watchdog)
+	}
+	ready := []healthz.HealthChecker{healthz.NamedCheck("certificate-sync-or-leader", health.Ready)}
+	_, err := serveCertMetrics(ctx, o.MetricsBindAddress, live, ready)
+	return err
+}
+
+// newCertElector returns the elector of the controller's Lease, which runs
+// run while it leads. A Lease that is missing, deleted say, is created
+// again by the elector: client-go's LeaseLock.Get returns the NotFound of
+// the API, and tryAcquireOrRenew then calls LeaseLock.Create
+// (k8s.io/client-go/tools/leaderelection/leaderelection.go, and
+// resourcelock/leaselock.go), which the Role grants. The watchdog it
+// returns fails the liveness probe of a leader that stopped renewing.
+func newCertElector(le componentbaseconfig.LeaderElectionConfiguration, lock resourcelock.Interface, health *certs.Health, run func(context.Context)) (*leaderelection.LeaderElector, *leaderelection.HealthzAdaptor, error) {
+	watchdog := leaderelection.NewLeaderHealthzAdaptor(le.RenewDeadline.Duration)
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   le.LeaseDuration.Duration,
 		RenewDeadline:   le.RenewDeadline.Duration,
 		RetryPeriod:     le.RetryPeriod.Duration,
 		ReleaseOnCancel: true,
 		Name:            le.ResourceName,
+		WatchDog:        watchdog,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: ctrl.Run,
+			OnStartedLeading: func(ctx context.Context) {
+				health.StartedLeading()
+				run(ctx)
+			},
 			// Losing the lease ends the process: another replica leads,
 			// and a fresh start cannot act on a stale view.
-			OnStoppedLeading: func() {},
+			OnStoppedLeading: health.StoppedLeading,
 		},
 	})
-	if ctx.Err() == nil {
-		return fmt.Errorf("lost the leader lease %s/%s", le.ResourceNamespace, le.ResourceName)
+	if err != nil {
+		return nil, nil, fmt.Errorf("leader election: %w", err)
 	}
-	return nil
+	return elector, watchdog, nil
 }

@@ -10,7 +10,7 @@ import (
 
 func TestServeCertMetrics(t *testing.T) {
 	ctx := t.Context()
-	addr, err := serveCertMetrics(ctx, "127.0.0.1:0")
+	addr, err := serveCertMetrics(ctx, "127.0.0.1:0", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestServeCertMetrics(t *testing.T) {
 	}
 	// The same port a second time fails the start instead of serving
 	// nothing.
-	if _, err := serveCertMetrics(ctx, addr.String()); err == nil {
+	if _, err := serveCertMetrics(ctx, addr.String(), nil, nil); err == nil {
 		t.Error("second listener on a taken port: no error")
 	}
 }

@@ -1,0 +1,139 @@
+package options
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/server/healthz"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	componentbaseconfig "k8s.io/component-base/config"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/certs"
+)
+
+// TestCertElectorRecreatesDeletedLease deletes the Lease under a leader:
+// the elector creates it again, holds it, and keeps leading.
+func TestCertElectorRecreatesDeletedLease(t *testing.T) {
+	const ns, name, id = "kube-system", "group-metrics-server-cert-controller", "replica-a"
+	kube := fake.NewClientset()
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, ns, name, kube.CoreV1(), kube.CoordinationV1(),
+		resourcelock.ResourceLockConfig{Identity: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	le := componentbaseconfig.LeaderElectionConfiguration{
+		LeaseDuration: metav1.Duration{Duration: 2 * time.Second},
+		RenewDeadline: metav1.Duration{Duration: time.Second},
+		RetryPeriod:   metav1.Duration{Duration: 20 * time.Millisecond},
+		ResourceName:  name,
+	}
+	health := certs.NewHealth(certs.HealthConfig{ReadyWithin: time.Minute, LiveWithin: time.Hour})
+	leading := make(chan struct{})
+	elector, watchdog, err := newCertElector(le, health.Lock(lock), health, func(ctx context.Context) {
+		close(leading)
+		<-ctx.Done()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		elector.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	select {
+	case <-leading:
+	case <-time.After(30 * time.Second):
+		t.Fatal("never led with no Lease at the start")
+	}
+
+	leases := kube.CoordinationV1().Leases(ns)
+	if err := leases.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var holder string
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := leases.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if l.Spec.HolderIdentity != nil {
+			holder = *l.Spec.HolderIdentity
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the deleted Lease was not created again: %v", err)
+	}
+	if holder != id || !elector.IsLeader() {
+		t.Errorf("after the Lease was created again: holder %q, leading %v; want %q, leading", holder, elector.IsLeader(), id)
+	}
+	creates := 0
+	for _, a := range kube.Actions() {
+		if a.GetVerb() == "create" && a.GetResource().Resource == "leases" {
+			creates++
+		}
+	}
+	if creates != 2 {
+		t.Errorf("%d creates of the Lease, want 2 (at the start, after the delete)", creates)
+	}
+	for _, c := range []healthz.HealthChecker{watchdog, healthz.NamedCheck("sync", health.Live), healthz.NamedCheck("ready", health.Ready)} {
+		if err := c.Check(nil); err != nil {
+			t.Errorf("%s: %v", c.Name(), err)
+		}
+	}
+}
+
+// TestCertControllerProbes serves the probes on loopback: /readyz follows
+// the readiness check and /livez the liveness checks.
+func TestCertControllerProbes(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	health := certs.NewHealth(certs.HealthConfig{ReadyWithin: 45 * time.Second, LiveWithin: 5 * time.Minute, Clock: clk})
+	addr, err := serveCertMetrics(t.Context(), "127.0.0.1:0",
+		[]healthz.HealthChecker{healthz.NamedCheck("certificate-sync", health.Live)},
+		[]healthz.HealthChecker{healthz.NamedCheck("certificate-sync-or-leader", health.Ready)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := func() map[string]int {
+		out := map[string]int{}
+		for _, p := range []string{"/livez", "/readyz", "/healthz"} {
+			resp, err := http.Get("http://" + addr.String() + p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			out[p] = resp.StatusCode
+		}
+		return out
+	}
+	ok, bad := http.StatusOK, http.StatusInternalServerError
+	health.StartedLeading()
+	if diff := cmp.Diff(map[string]int{"/livez": ok, "/readyz": ok, "/healthz": ok}, status()); diff != "" {
+		t.Errorf("a leader that just started (-want +got):\n%s", diff)
+	}
+	clk.Step(time.Minute)
+	if diff := cmp.Diff(map[string]int{"/livez": ok, "/readyz": bad, "/healthz": ok}, status()); diff != "" {
+		t.Errorf("a leader with no sync for a minute (-want +got):\n%s", diff)
+	}
+	clk.Step(5 * time.Minute)
+	if diff := cmp.Diff(map[string]int{"/livez": bad, "/readyz": bad, "/healthz": bad}, status()); diff != "" {
+		t.Errorf("a leader with no sync for six minutes (-want +got):\n%s", diff)
+	}
+}
