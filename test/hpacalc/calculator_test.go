@@ -80,7 +80,8 @@ func TestHPACalculatorTwice(t *testing.T) {
 	var faceValue, exact, rounding, withheld, withheldSame int
 	for seed := range scenarios {
 		s := generate(seed, now)
-		a, lister, held := leaderMetrics(t, s)
+		p, lister := serve(t, s)
+		a, held := leaderMetrics(t, p, s)
 		b := s.rawMetrics()
 		all := labels.SelectorFromSet(labels.Set{group.LabelName: lwsName})
 		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
@@ -126,11 +127,10 @@ func TestHPACalculatorTwice(t *testing.T) {
 // leaders selects the leader of every group.
 var leaders = labels.SelectorFromSet(labels.Set{group.LabelName: lwsName, group.LabelWorkerIndex: "0"})
 
-// leaderMetrics feeds the scenario's scrapes to the server's store and
-// lists the leaders through its provider under the group policy. It
-// returns those metrics, a lister of the full pods for the HPA, and how
-// many leaders have no value.
-func leaderMetrics(t *testing.T, s *scenario) ([]metricsv1beta1.PodMetrics, corelisters.PodLister, int) {
+// serve feeds the scenario's scrapes to the server's store and returns the
+// server's provider under the group policy, and a lister of the full pods
+// for the HPA.
+func serve(t *testing.T, s *scenario) (*provider.Provider, corelisters.PodLister) {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(s.now)
 	st := store.New(store.Config{Clock: clk, Sources: []string{"kubelet"}, FirstWindowMax: 2 * window, StaleAfter: 2*window + 10*time.Second})
@@ -154,6 +154,13 @@ func leaderMetrics(t *testing.T, s *scenario) ([]metricsv1beta1.PodMetrics, core
 		Pods: idx, Nodes: podcache.NewNodeIndex(), Usage: st, Clock: clk, Groups: true, DefaultPolicy: group.PolicyGroup,
 		Readiness: group.Readiness{CPUInitializationPeriod: cpuInitializationPeriod, InitialReadinessDelay: initialReadinessDelay},
 	})
+	return p, corelisters.NewPodLister(full)
+}
+
+// leaderMetrics lists the leaders through p's metrics.k8s.io view. It
+// returns those metrics and how many leaders have no value.
+func leaderMetrics(t *testing.T, p *provider.Provider, s *scenario) ([]metricsv1beta1.PodMetrics, int) {
+	t.Helper()
 	list, err := p.ListPodMetrics(context.Background(), namespace, leaders, fields.Everything())
 	if err != nil {
 		t.Fatal(err)
@@ -164,13 +171,20 @@ func leaderMetrics(t *testing.T, s *scenario) ([]metricsv1beta1.PodMetrics, core
 			t.Fatal(err)
 		}
 	}
-	return out, corelisters.NewPodLister(full), s.groups - len(list)
+	return out, s.groups - len(list)
 }
 
 // calculate runs the HPA's own calculator on metrics, as the HPA controller
-// reads them through its REST metrics client. Tolerances are zero: their
-// fields are the controller's own, and zero is the strictest comparison.
+// reads them through its REST metrics client, with kube-controller-manager's
+// default readiness periods.
 func calculate(lister corelisters.PodLister, metrics []metricsv1beta1.PodMetrics, current, target int32, r corev1.ResourceName, sel labels.Selector) decision {
+	return calculateWith(lister, metrics, current, target, r, sel, cpuInitializationPeriod, initialReadinessDelay)
+}
+
+// calculateWith is calculate with the readiness periods given. Tolerances
+// are zero: their fields are the controller's own, and zero is the
+// strictest comparison.
+func calculateWith(lister corelisters.PodLister, metrics []metricsv1beta1.PodMetrics, current, target int32, r corev1.ResourceName, sel labels.Selector, initPeriod, readinessDelay time.Duration) decision {
 	client := &metricsfake.Clientset{}
 	client.AddReactor("list", "pods", func(action core.Action) (bool, runtime.Object, error) {
 		want := action.(core.ListAction).GetListRestrictions().Labels
@@ -183,7 +197,7 @@ func calculate(lister corelisters.PodLister, metrics []metricsv1beta1.PodMetrics
 		return true, out, nil
 	})
 	calc := podautoscaler.NewReplicaCalculator(metricsclient.NewRESTMetricsClient(client.MetricsV1beta1(), nil, nil),
-		lister, cpuInitializationPeriod, initialReadinessDelay)
+		lister, initPeriod, readinessDelay)
 	replicas, util, _, _, err := calc.GetResourceReplicas(context.Background(), current, target, r, podautoscaler.Tolerances{}, namespace, sel, "")
 	return decision{replicas: replicas, utilization: util, err: err}
 }
