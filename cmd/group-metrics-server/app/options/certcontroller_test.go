@@ -3,6 +3,7 @@ package options
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	componentbaseconfig "k8s.io/component-base/config"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/metrics/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/certs"
@@ -92,6 +95,16 @@ func TestCertElectorRecreatesDeletedLease(t *testing.T) {
 	}
 	if creates != 2 {
 		t.Errorf("%d creates of the Lease, want 2 (at the start, after the delete)", creates)
+	}
+	// Every replica exports whether it leads, for the kit's no-leader
+	// alert (leader_election_master_status, from component-base).
+	want := `
+# HELP leader_election_master_status [ALPHA] Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.
+# TYPE leader_election_master_status gauge
+leader_election_master_status{name="group-metrics-server-cert-controller"} 1
+`
+	if err := testutil.GatherAndCompare(legacyregistry.DefaultGatherer, strings.NewReader(want), "leader_election_master_status"); err != nil {
+		t.Error(err)
 	}
 	for _, c := range []healthz.HealthChecker{watchdog, healthz.NamedCheck("sync", health.Live), healthz.NamedCheck("ready", health.Ready)} {
 		if err := c.Check(nil); err != nil {
