@@ -27,12 +27,23 @@ func (p *Provider) groupPolicy(pod *podcache.Pod) (group.Policy, bool) {
 // groupContainers is what a leader reports for its group under policy:
 // its containers carrying the group's total, and the annotations that say
 // how it was made. why is not empty when the leader has no value to
-// report: a member that the HPA would count has no fresh metrics, or would
-// have its CPU sample ignored as not ready. The HPA then counts the leader
-// as a pod without metrics, which is at least as cautious as what it does
-// with such a pod itself (see docs/lws-autoscaling.md).
+// report: a member, the leader included, does not count at face value
+// (group.Classify), or has a CPU sample the readiness rule ignores. The
+// HPA then counts the leader as a pod without metrics, which is at least
+// as cautious as what it does with such a pod itself (see
+// docs/lws-autoscaling.md).
+//
+// The readiness rule is the HPA's for CPU alone, yet one PodMetrics
+// carries both resources: serving the memory without the CPU would show
+// the leader at 0 CPU in kubectl top for as long as a member warms up
+// (the HPA's initialization period, five minutes by default), so the
+// memory is withheld with the CPU. That only makes an HPA on memory count
+// the leader as missing, the cautious side.
 func (p *Provider) groupContainers(pod *podcache.Pod, policy group.Policy, own store.PodUsage, now time.Time) ([]metricsapi.ContainerMetrics, map[string]string, string) {
 	key, _ := pod.GroupKey()
+	if state := group.Classify(pod.Phase(), pod.Deleting(), true); state != group.Counted {
+		return nil, nil, fmt.Sprintf("%s policy: the leader is %s as the HPA counts pods", policy, state)
+	}
 	if notReady, ok := p.readiness.IgnoresCPU(pod.ReadinessView(), own.Timestamp, own.Window, now); ok {
 		return nil, nil, fmt.Sprintf("%s policy: the leader is not ready as the HPA counts pods, which ignores its CPU: %s", policy, notReady)
 	}
