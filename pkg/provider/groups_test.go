@@ -325,11 +325,11 @@ func TestGroupCountsMembersAsTheHPA(t *testing.T) {
 		// not Ready, pushed the group's U up.
 		{name: "worker not Ready within the initialization period", worker: readySince(time.Minute, corev1.ConditionFalse, time.Minute),
 			wantWhy: "group member inf-0-1 is not ready as the HPA counts pods"},
+		{name: "leader being deleted", leader: func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: now} },
+			wantWhy: "the leader is ignored as the HPA counts pods"},
 		// The HPA would ignore the leader's own CPU, and count its busy
 		// workers; with the leader missing instead it counts the group
 		// at 100% on a scale-down and 0% on a scale-up.
-		{name: "leader being deleted", leader: func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: now} },
-			wantWhy: "the leader is ignored as the HPA counts pods"},
 		{name: "leader not Ready", leader: readySince(time.Minute, corev1.ConditionFalse, time.Minute),
 			wantWhy: "the leader is not ready as the HPA counts pods"},
 		{name: "worker Ready, but not for one window yet", worker: readySince(2*time.Minute, corev1.ConditionTrue, 5*time.Second),
