@@ -24,6 +24,10 @@ const kit = "../../manifests/components/monitoring"
 var external = map[string]string{
 	"up":                                "Prometheus, per scrape target",
 	"aggregator_unavailable_apiservice": "kube-apiserver (kube-aggregator's availability controller)",
+	// The certificate controller's /metrics, from client-go's leader
+	// election (k8s.io/component-base/metrics/prometheus/clientgo/leaderelection);
+	// cmd/group-metrics-server/app/options checks it is there.
+	"leader_election_master_status": "client-go leader election, on the certificate controller's /metrics",
 }
 
 // ruleFile reads the PrometheusRule's spec (a Prometheus rule file: groups)
