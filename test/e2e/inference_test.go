@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,7 +15,6 @@ import (
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/promscrape"
@@ -197,10 +197,24 @@ func testGPUUtilization(ctx context.Context, t *testing.T, e *inferenceEnv, hpa 
 	leader := types.NamespacedName{Namespace: ns, Name: name + "-0"}
 	e.waitRaw(ctx, t, podPath(leader, metric, ""), 10_000)
 	e.waitRaw(ctx, t, podPath(leader, "gpu-memory-used-mib", ""), 3*40_000_000)
-	leaderPod, err := suite.cluster.Client().CoreV1().Pods(ns).Get(ctx, leader.Name, metav1.GetOptions{})
+	// Each pod's GPU is reported by its own node's exporter (Hostname):
+	// a worker's own value selects its node; the leader's group value
+	// selects the nodes of all its members, and has none elsewhere.
+	pods, err := e.waitPods(ctx, ns, name, inferenceGroupSize, e.bounds.running)
 	must(t, err)
-	e.waitRaw(ctx, t, podPath(leader, metric, "Hostname="+leaderPod.Spec.NodeName), 10_000)
+	var nodes []string
+	for _, p := range pods {
+		if !slices.Contains(nodes, p.Spec.NodeName) {
+			nodes = append(nodes, p.Spec.NodeName)
+		}
+		if p.Name != leader.Name {
+			e.waitRaw(ctx, t, podPath(types.NamespacedName{Namespace: ns, Name: p.Name}, metric, "Hostname="+p.Spec.NodeName), 10_000)
+		}
+	}
+	slices.Sort(nodes)
+	e.waitRaw(ctx, t, podPath(leader, metric, "Hostname in ("+strings.Join(nodes, ",")+")"), 10_000)
 	e.waitAbsent(ctx, t, podPath(leader, metric, "Hostname=elsewhere"))
+	t.Logf("group %s's pods on nodes %v, each reported by its node's exporter", leader.Name, nodes)
 
 	e.applyHPA(ctx, t, ns, hpa)
 	e.scaleOnLoad(ctx, t, ns, hpa, loadSwitch(&util, 100, 10))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -168,7 +169,11 @@ func (tn *tenantEnv) failingTarget(ns, name string, size int, limit string) host
 // group, each is counted and logged once as unverified, and /metrics (with
 // --group-metrics-series) answers with no group value for them.
 func (tn *tenantEnv) posingLeaders(ctx context.Context, t *testing.T) hostile {
-	lbls := map[string]string{group.LabelName: "vllm", group.LabelGroupIndex: "0", group.LabelWorkerIndex: "0"}
+	lbls := map[string]string{
+		group.LabelName: "vllm", group.LabelGroupIndex: "0", group.LabelWorkerIndex: "0",
+		group.LabelGroupKey: "posing-leaders",
+	}
+	annotations := lwsPodAnnotations(tn.e.scrapeAnnotations())
 	h := hostile{
 		counted: []counted{{name: "group_metrics_server_lws_unverified_pods_total", delta: 2, exact: true}},
 		check: func(_ context.Context, body string) error {
@@ -176,7 +181,7 @@ func (tn *tenantEnv) posingLeaders(ctx context.Context, t *testing.T) hostile {
 		},
 	}
 	for _, name := range []string{"vllm-0", "leader"} {
-		h.pods = append(h.pods, tenantPod(tenantLeaders, name, tn.leaderNode, lbls, tn.e.scrapeAnnotations()))
+		h.pods = append(h.pods, tenantPod(tenantLeaders, name, tn.leaderNode, lbls, annotations))
 		h.logged = append(h.logged, []string{"left out of its group", `pod="` + tenantLeaders + `/` + name + `"`})
 	}
 	return h
@@ -194,7 +199,7 @@ func (tn *tenantEnv) posingMember(ctx context.Context, t *testing.T) hostile {
 		group.LabelGroupKey: tn.groupKey,
 	}
 	return hostile{
-		pods:    []*corev1.Pod{tenantPod(tenantVictim, name, tn.leaderNode, lbls, tn.e.scrapeAnnotations())},
+		pods:    []*corev1.Pod{tenantPod(tenantVictim, name, tn.leaderNode, lbls, lwsPodAnnotations(tn.e.scrapeAnnotations()))},
 		counted: []counted{{name: "group_metrics_server_lws_unverified_pods_total", delta: 1, exact: true}},
 		logged:  [][]string{{"left out of its group", `pod="` + tenantVictim + `/` + name + `"`}},
 	}
@@ -245,6 +250,17 @@ func (tn *tenantEnv) run(ctx context.Context, t *testing.T, h hostile) {
 			t.Errorf("the server logged %d lines with %q over %d ticks, want 1", n, words, tenantTicks)
 		}
 	}
+}
+
+// lwsPodAnnotations are annotations plus the group size the
+// LeaderWorkerSet's pod webhook requires of every pod carrying its name
+// label, as a tenant who copies an LWS pod copies it.
+func lwsPodAnnotations(annotations map[string]string) map[string]string {
+	out := map[string]string{"leaderworkerset.sigs.k8s.io/size": strconv.Itoa(inferenceGroupSize)}
+	for k, v := range annotations {
+		out[k] = v
+	}
+	return out
 }
 
 // countLines counts the lines of log holding every word.
