@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/component-base/metrics/legacyregistry"
 
+	"github.com/group-metrics-server/group-metrics-server/pkg/certs"
 	"github.com/group-metrics-server/group-metrics-server/pkg/provider"
 )
 
@@ -50,4 +51,31 @@ func exposeEndpointSeries(cm *provider.CustomMetrics) {
 			return nil
 		}))
 	})
+}
+
+// servingCert is the one serving-certificate collector of the process, fed
+// by the newest server built with a serving certificate.
+var servingCert struct {
+	once    sync.Once
+	current atomic.Pointer[certs.ServingCert]
+}
+
+// exposeServingCert makes /metrics serve the expiry of the certificate the
+// server presents (group_metrics_server_serving_cert_not_after_timestamp_seconds),
+// which the expiry alerts of the monitoring kit read.
+func exposeServingCert(cert certs.ServingCert) {
+	servingCert.current.Store(&cert)
+	servingCert.once.Do(func() {
+		legacyregistry.CustomMustRegister(certs.NewServingCertCollector(currentServingCert{}))
+	})
+}
+
+// currentServingCert is the certificate of the newest server.
+type currentServingCert struct{}
+
+func (currentServingCert) CurrentCertKeyContent() (cert, key []byte) {
+	if cur := servingCert.current.Load(); cur != nil {
+		return (*cur).CurrentCertKeyContent()
+	}
+	return nil, nil
 }

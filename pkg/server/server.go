@@ -195,6 +195,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	if c.GroupMetricsSeries {
 		exposeGroupSeries(p)
 	}
+	if c.API.SecureServing != nil && c.API.SecureServing.Cert != nil {
+		exposeServingCert(c.API.SecureServing.Cert)
+	}
 	api, err := apiCfg.Complete().New()
 	if err != nil {
 		return nil, err
