@@ -19,6 +19,7 @@ import (
 	componentbaseconfig "k8s.io/component-base/config"
 	cboptions "k8s.io/component-base/config/options"
 	logsapi "k8s.io/component-base/logs/api/v1"
+
 	// leader_election_master_status{name}, 0 or 1 on every replica: the
 	// monitoring kit alerts when no replica leads.
 	_ "k8s.io/component-base/metrics/prometheus/clientgo/leaderelection"
