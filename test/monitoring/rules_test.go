@@ -2,7 +2,7 @@ package monitoring
 
 import (
 	"context"
-	"log/slog"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,15 +11,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/prometheus/model/labels"
-	"github.com/prometheus/prometheus/promql/parser"
-	"github.com/prometheus/prometheus/promql/promqltest"
-	"github.com/prometheus/prometheus/rules"
+	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/storage"
 )
 
-// Series of a cluster where all is well, one per line of a promqltest
-// load block (1m apart from the Unix epoch, 4h of them): a server that
-// answers and serves a certificate valid for a year, and a controller
-// replica that leads and syncs every minute.
+// Series of a cluster where all is well, in promqltest's series notation
+// (one value every sampleInterval from the Unix epoch, 4h of them): a
+// server that answers and serves a certificate valid for a year, and a
+// controller replica that leads and syncs every minute.
 const (
 	serverUp     = `up{job="group-metrics-server", pod="gms-1"} 1x240`
 	servingYear  = `group_metrics_server_serving_cert_not_after_timestamp_seconds{pod="gms-1"} 31536000x240`
@@ -36,41 +35,141 @@ const (
 // interval does (for: included), and returns the alerts firing at the end.
 func firing(t *testing.T, series ...string) []string {
 	t.Helper()
-	storage := promqltest.LoadedStorage(t, "load 1m\n  "+strings.Join(series, "\n  "))
-	engine := promqltest.NewTestEngine(t, false, 5*time.Minute, 1e6)
-	query := rules.EngineQueryFunc(engine, storage)
-	var alerts []*rules.AlertingRule
+	queryable := load(t, series...)
+	engine := promql.NewEngine(promql.EngineOpts{
+		MaxSamples:               1e6,
+		Timeout:                  time.Minute,
+		LookbackDelta:            5 * time.Minute,
+		NoStepSubqueryIntervalFn: func(int64) int64 { return evalInterval.Milliseconds() },
+		EnableAtModifier:         true,
+		EnableNegativeOffset:     true,
+	})
+	t.Cleanup(func() {
+		if err := engine.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	var alerts []*alertingRule
 	for _, g := range ruleFile(t).Groups {
 		for _, r := range g.Rules {
 			if r.Alert == "" {
 				continue
 			}
-			expr, err := parser.NewParser(parser.Options{}).ParseExpr(r.Expr)
-			if err != nil {
-				t.Fatalf("%s: %v", r.Alert, err)
+			if r.KeepFiringFor != 0 {
+				t.Fatalf("%s: keep_firing_for is not evaluated by this test; add it to alertingRule", r.Alert)
 			}
-			alerts = append(alerts, rules.NewAlertingRule(r.Alert, expr, time.Duration(r.For), time.Duration(r.KeepFiringFor),
-				labels.FromMap(r.Labels), labels.FromMap(r.Annotations), labels.EmptyLabels(), "", false, slog.New(slog.DiscardHandler)))
+			for name, value := range r.Labels {
+				if strings.Contains(value, "{{") {
+					t.Fatalf("%s: label %s is a template; this test does not expand label templates", r.Alert, name)
+				}
+			}
+			alerts = append(alerts, &alertingRule{name: r.Alert, expr: r.Expr, hold: time.Duration(r.For),
+				labels: labels.FromMap(r.Labels), active: map[uint64]*activeAlert{}})
 		}
 	}
 	ctx := context.Background()
 	for at := time.Duration(0); at <= evalEnd; at += evalInterval {
 		for _, a := range alerts {
-			if _, err := a.Eval(ctx, 0, time.Unix(0, 0).Add(at), query, nil, 0); err != nil {
-				t.Fatalf("%s at %s: %v", a.Name(), at, err)
+			if err := a.eval(ctx, engine, queryable, time.Unix(0, 0).Add(at)); err != nil {
+				t.Fatalf("%s at %s: %v", a.name, at, err)
 			}
 		}
 	}
 	var out []string
 	for _, a := range alerts {
-		for _, active := range a.ActiveAlerts() {
-			if active.State == rules.StateFiring {
-				out = append(out, a.Name()+labelSuffix(active.Labels))
+		for _, active := range a.active {
+			if active.firing {
+				out = append(out, a.name+labelSuffix(active.labels))
 			}
 		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// alertingRule is an alerting rule with the state Prometheus keeps for it
+// between evaluations, as rules.AlertingRule.Eval in
+// github.com/prometheus/prometheus v0.316.0 (rules/alerting.go) defines it:
+// an element of the expression's result is an alert, identified by its
+// labels without __name__, with the rule's labels and alertname added. It
+// is pending from the first evaluation that returns it (ActiveAt) and
+// firing from the first one at least for: later, if every evaluation in
+// between returned it; one that returns it no longer ends it (a pending
+// alert is dropped, a firing one resolved, and either starts pending
+// again if it comes back). keep_firing_for: is left out: no rule of the
+// kit sets it, and firing fails when one does.
+type alertingRule struct {
+	name   string
+	expr   string
+	hold   time.Duration
+	labels labels.Labels
+	active map[uint64]*activeAlert
+}
+
+// activeAlert is a pending or firing alert of a rule.
+type activeAlert struct {
+	labels   labels.Labels
+	activeAt time.Time
+	firing   bool
+}
+
+// errDuplicateAlert is rules.ErrDuplicateAlertLabelSet: two elements of
+// a result that differ only in __name__ or in labels the rule sets.
+var errDuplicateAlert = errors.New("vector contains metrics with the same labelset after applying alert labels")
+
+// eval evaluates the rule's expression as an instant query at ts and
+// moves its alerts on.
+func (r *alertingRule) eval(ctx context.Context, engine *promql.Engine, q storage.Queryable, ts time.Time) error {
+	result, err := instant(ctx, engine, q, r.expr, ts)
+	if err != nil {
+		return err
+	}
+	returned := make(map[uint64]struct{}, len(result))
+	for _, s := range result {
+		lb := labels.NewBuilder(s.Metric)
+		lb.Del(labels.MetricName)
+		r.labels.Range(func(l labels.Label) { lb.Set(l.Name, l.Value) })
+		lb.Set(labels.AlertName, r.name)
+		ls := lb.Labels()
+		h := ls.Hash()
+		if _, ok := returned[h]; ok {
+			return errDuplicateAlert
+		}
+		returned[h] = struct{}{}
+		if _, ok := r.active[h]; !ok {
+			r.active[h] = &activeAlert{labels: ls, activeAt: ts}
+		}
+	}
+	for h, a := range r.active {
+		if _, ok := returned[h]; !ok {
+			delete(r.active, h)
+			continue
+		}
+		a.firing = ts.Sub(a.activeAt) >= r.hold
+	}
+	return nil
+}
+
+// instant runs expr as an instant query at ts; a scalar result is one
+// element without labels, as rules.EngineQueryFunc makes it.
+func instant(ctx context.Context, engine *promql.Engine, q storage.Queryable, expr string, ts time.Time) (promql.Vector, error) {
+	query, err := engine.NewInstantQuery(ctx, q, nil, expr, ts)
+	if err != nil {
+		return nil, err
+	}
+	defer query.Close()
+	res := query.Exec(ctx)
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	switch v := res.Value.(type) {
+	case promql.Vector:
+		return v, nil
+	case promql.Scalar:
+		return promql.Vector{{T: v.T, F: v.V, Metric: labels.EmptyLabels()}}, nil
+	default:
+		return nil, errors.New("rule result is not a vector or scalar")
+	}
 }
 
 // labelSuffix shows an alert's pod, when it has one.
