@@ -211,6 +211,22 @@ func TestCertificateAlerts(t *testing.T) {
 				`group_metrics_server_certs_last_sync_success_timestamp_seconds{namespace="kube-system", pod="ctrl-1"} 0+60x180 10800x60`},
 			want: []string{"GroupMetricsServerCertificateControllerNoLeader"},
 		},
+		// for: 15m holds the no-leader alert: at the last evaluation the
+		// leader has been gone 14 minutes in the first case, 15 in the
+		// second (the series load one value a minute).
+		{
+			name: "no leader for 14 minutes: pending, not firing",
+			series: []string{serverUp, servingYear,
+				`leader_election_master_status{name="group-metrics-server-cert-controller", namespace="kube-system", pod="ctrl-1"} 1x225 0x14`,
+				`group_metrics_server_certs_last_sync_success_timestamp_seconds{namespace="kube-system", pod="ctrl-1"} 0+60x240`},
+		},
+		{
+			name: "no leader for 15 minutes: firing",
+			series: []string{serverUp, servingYear,
+				`leader_election_master_status{name="group-metrics-server-cert-controller", namespace="kube-system", pod="ctrl-1"} 1x224 0x15`,
+				`group_metrics_server_certs_last_sync_success_timestamp_seconds{namespace="kube-system", pod="ctrl-1"} 0+60x240`},
+			want: []string{"GroupMetricsServerCertificateControllerNoLeader"},
+		},
 		{
 			name: "a leader whose syncs stopped completing an hour ago",
 			series: []string{serverUp, servingYear, leaderLeads, standbyWaits, standbyUnset,
