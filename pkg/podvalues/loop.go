@@ -2,6 +2,7 @@ package podvalues
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -33,6 +34,8 @@ type Loop struct {
 	cfg LoopConfig
 	// failing is each failing target's reason, as last logged.
 	failing map[string]string
+	// ticks counts the collections completed.
+	ticks atomic.Int64
 }
 
 // NewLoop returns a loop; nothing runs until Run.
@@ -68,7 +71,12 @@ func (l *Loop) Tick(ctx context.Context) {
 	l.logChanges(errs)
 	tickDuration.Observe(l.cfg.Clock.Since(start).Seconds())
 	lastTick.Set(float64(l.cfg.Clock.Now().Unix()))
+	l.ticks.Add(1)
 }
+
+// Ticks is the number of collections completed, whatever their targets
+// gave; safe for concurrent use.
+func (l *Loop) Ticks() int64 { return l.ticks.Load() }
 
 func (l *Loop) logChanges(errs []promscrape.TargetError) {
 	now := make(map[string]string, len(errs))

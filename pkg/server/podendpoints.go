@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
 	"time"
 
@@ -61,6 +62,27 @@ func (c CompletedConfig) newPodEndpoints(pods podcache.Pods) *podEndpoints {
 // maxEndpointHeaderBytes bounds the response headers of a pod endpoint or
 // node exporter: a Prometheus endpoint sends a few short headers.
 const maxEndpointHeaderBytes = 64 << 10
+
+// ready is the readiness check of the pod-endpoint source: a replica
+// answers once the loop has completed the collections its values need, one
+// for gauges and two when a metric is a counter (a rate needs two
+// samples), so that a restarted replica does not serve every pod's
+// endpoint values as missing. A collection counts whatever its targets
+// gave: a target that keeps failing must not keep the replica unready.
+func (e *podEndpoints) ready() func(*http.Request) error {
+	need := int64(1)
+	for _, m := range e.cfg.Metrics {
+		if m.Type == promscrape.Counter {
+			need = 2
+		}
+	}
+	return func(*http.Request) error {
+		if done := e.loop.Ticks(); done < need {
+			return fmt.Errorf("pod endpoints collected %d times, %d needed for their values", done, need)
+		}
+		return nil
+	}
+}
 
 // endpointPods is the pod cache as the pod-endpoint source lists it.
 type endpointPods struct{ pods podcache.Pods }

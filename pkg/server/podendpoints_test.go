@@ -91,3 +91,48 @@ func TestPodEndpointsBoundHeaders(t *testing.T) {
 		})
 	}
 }
+
+// TestPodEndpointsReady: a replica is not ready until the pod-endpoint
+// loop has completed the collections its values need: one for gauges, two
+// when a metric is a counter; a target that fails does not hold it back.
+func TestPodEndpointsReady(t *testing.T) {
+	tests := []struct {
+		name string
+		file string
+		need int
+	}{
+		{name: "gauges", file: "presets: [sglang]\n", need: 1},
+		{name: "a counter", file: "presets: [sglang]\nmetrics:\n- {name: tokens, series: vllm:generation_tokens_total, type: counter, combine: sum}\n", need: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			idx := podcache.NewPodIndex()
+			// An opted-in pod whose endpoint refuses connections.
+			idx.Set(podcache.NewPod(&corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "p", UID: "uid-p", Annotations: map[string]string{
+					promscrape.AnnotationScrape: "true", promscrape.AnnotationPort: "1",
+				}},
+				Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"},
+			}))
+			cfg, errs := promscrape.Parse([]byte(tt.file))
+			if len(errs) > 0 {
+				t.Fatal(errs)
+			}
+			c := (&Config{Clock: clocktesting.NewFakeClock(time.Now()), Resolution: 15 * time.Second, Concurrency: 1, PodMetrics: cfg}).Complete()
+			ep := c.newPodEndpoints(idx)
+			ready := ep.ready()
+			for tick := range tt.need {
+				if err := ready(nil); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("collected %d times, %d needed", tick, tt.need)) {
+					t.Fatalf("after %d collections: %v, want not ready", tick, err)
+				}
+				ep.loop.Tick(t.Context())
+			}
+			if err := ready(nil); err != nil {
+				t.Errorf("after %d collections: %v, want ready", tt.need, err)
+			}
+			if len(ep.loop.Failing()) != 1 {
+				t.Errorf("failing targets %v, want the refusing pod", ep.loop.Failing())
+			}
+		})
+	}
+}

@@ -180,6 +180,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	var endpoints *podEndpoints
 	if c.PodMetrics != nil {
 		endpoints = c.newPodEndpoints(pc.Pods())
+		c.API.AddReadyzChecks(healthz.NamedCheck("pod-endpoints-collected", endpoints.ready()))
 	}
 	apiCfg := apiserver.Config{Generic: c.API, Pods: p, Nodes: p, Reads: c.Reads}
 	if c.CustomMetrics {
