@@ -109,7 +109,7 @@ func (c *Client) Summary(ctx context.Context, node, host string) (*sources.Batch
 		decodeErr error
 	)
 	if err := sources.ReadCappedTo(resp.Body, c.maxBytes, func(body []byte) error {
-		batch, decodeErr = Decode(node, body)
+		batch, decodeErr = DecodeContext(ctx, node, body)
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("scrape node %q: %w", node, err)

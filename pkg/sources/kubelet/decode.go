@@ -1,6 +1,7 @@
 package kubelet
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -55,8 +56,19 @@ var (
 // encoding/json: decoding is most of the cost of a scrape cycle, and the
 // reader reads only the fields used, without reflection.
 func Decode(node string, body []byte) (*sources.Batch, error) {
-	d := decoder{node: node, r: reader{data: body}}
+	return DecodeContext(context.Background(), node, body)
+}
+
+// DecodeContext is Decode that gives up, with a timeout reason and no
+// batch, once ctx is done: it looks every checkEvery pods or containers,
+// so a scrape that has overrun its timeout stops decoding rather than
+// spend its CPU in a goroutine nobody waits for.
+func DecodeContext(ctx context.Context, node string, body []byte) (*sources.Batch, error) {
+	d := decoder{ctx: ctx, node: node, r: reader{data: body}}
 	if err := d.summary(); err != nil {
+		if errors.Is(err, errDone) {
+			return nil, sources.WithReason(sources.ReasonTimeout, fmt.Errorf("decode summary of node %q: %w", node, ctx.Err()))
+		}
 		return nil, sources.WithReason(sources.ReasonDecode, fmt.Errorf("decode summary of node %q: %w", node, err))
 	}
 	if !d.hasNode {
@@ -65,10 +77,20 @@ func Decode(node string, body []byte) (*sources.Batch, error) {
 	return d.finish()
 }
 
+// checkEvery is how many pods or containers are read between two looks at
+// the context: a look costs about as much as reading one entry.
+const checkEvery = 256
+
+// errDone stops a decode whose context is done.
+var errDone = errors.New("context done")
+
 // decoder turns the Summary into a batch as it reads, pod by pod.
 type decoder struct {
+	ctx  context.Context
 	node string
 	r    reader
+	// entries counts the pods and containers read, for checkEvery.
+	entries int
 
 	hasNode  bool
 	nodeStat stats
@@ -78,6 +100,15 @@ type decoder struct {
 	problems []error
 	// namespaces and containerNames repeat from pod to pod.
 	namespaces, containerNames recent
+}
+
+// check returns errDone every checkEvery entries once the context is done.
+func (d *decoder) check() error {
+	d.entries++
+	if d.entries%checkEvery == 0 && d.ctx.Err() != nil {
+		return errDone
+	}
+	return nil
 }
 
 func (d *decoder) summary() error {
@@ -178,6 +209,9 @@ func (d *decoder) pods() error {
 		return r.typeError("array")
 	}
 	return r.array(func(i int) error {
+		if err := d.check(); err != nil {
+			return err
+		}
 		d.pod = podStats{containers: d.pod.containers[:0]}
 		if null, err := r.null(); null || err != nil {
 			if err == nil {
@@ -248,6 +282,9 @@ func (d *decoder) containers() error {
 		return r.typeError("array")
 	}
 	return r.array(func(int) error {
+		if err := d.check(); err != nil {
+			return err
+		}
 		d.pod.containers = append(d.pod.containers, stats{})
 		c := &d.pod.containers[len(d.pod.containers)-1]
 		if null, err := r.null(); null || err != nil {

@@ -1,6 +1,9 @@
 package kubelet
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -173,5 +176,35 @@ func checkPoint(t *testing.T, p sources.Point) {
 	t.Helper()
 	if p.Timestamp.Before(minTime) || p.MemoryBytes > maxMemoryBytes || (!p.StartTime.IsZero() && p.StartTime.After(p.Timestamp)) {
 		t.Fatalf("accepted implausible point %+v", p)
+	}
+}
+
+// TestDecodeContext: a decode whose context is done stops with a timeout
+// and no batch, in a long list of pods and in one pod's long list of
+// containers alike; with a live context the same bodies decode.
+func TestDecodeContext(t *testing.T) {
+	container := `{"name": "c%d", "startTime": "2026-12-01T09:00:01Z", "cpu": {"time": "2026-12-01T10:00:09Z", "usageCoreNanoSeconds": 1}, "memory": {"time": "2026-12-01T10:00:09Z", "workingSetBytes": 1}}`
+	node := `"node": {"nodeName": "n1", "startTime": "2026-11-30T10:00:00Z", "cpu": {"time": "2026-12-01T10:00:10Z", "usageCoreNanoSeconds": 1}, "memory": {"time": "2026-12-01T10:00:10Z", "workingSetBytes": 1}}`
+	var pods, containers []string
+	for i := range 2 * checkEvery {
+		pods = append(pods, fmt.Sprintf(`{"podRef": {"name": "p%d", "namespace": "ns", "uid": "u%d"}, "containers": [%s]}`, i, i, fmt.Sprintf(container, 0)))
+		containers = append(containers, fmt.Sprintf(container, i))
+	}
+	bodies := map[string]string{
+		"many pods":                  `{` + node + `, "pods": [` + strings.Join(pods, ",") + `]}`,
+		"one pod of many containers": `{` + node + `, "pods": [{"podRef": {"name": "p", "namespace": "ns", "uid": "u"}, "containers": [` + strings.Join(containers, ",") + `]}]}`,
+	}
+	done, cancel := context.WithCancel(t.Context())
+	cancel()
+	for name, body := range bodies {
+		t.Run(name, func(t *testing.T) {
+			if b, err := DecodeContext(t.Context(), "n1", []byte(body)); err != nil || len(b.Pods) == 0 {
+				t.Fatalf("live context: %d pods, %v; want a batch", len(b.Pods), err)
+			}
+			b, err := DecodeContext(done, "n1", []byte(body))
+			if b != nil || sources.Reason(err) != sources.ReasonTimeout || !errors.Is(err, context.Canceled) {
+				t.Fatalf("done context: batch %v, error %v (%s); want none and a timeout", b, err, sources.Reason(err))
+			}
+		})
 	}
 }
