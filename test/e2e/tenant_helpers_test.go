@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/test/lws"
 	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
@@ -30,10 +29,10 @@ import (
 type tenantEnv struct {
 	e   *inferenceEnv
 	hpa *autoscalingv2.HorizontalPodAutoscaler
-	// lws, leader, leaderNode and groupKey are the victim's.
-	lws, metric, leaderNode, groupKey string
-	leader                            types.NamespacedName
-	bystander                         types.NamespacedName
+	// lws, metric, leader and leaderNode are the victim's.
+	lws, metric, leaderNode string
+	leader                  types.NamespacedName
+	bystander               types.NamespacedName
 	// victimValue is the value the victim's leader serves, in milli-units.
 	victimValue int64
 	// labelsBody and seriesBody are two hostile tenants' bodies; maxBytes
@@ -93,7 +92,7 @@ func newTenantEnv(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *autos
 	e.createInferenceLWS(ctx, t, tenantVictim, tn.lws, e.scrapeAnnotations())
 	leader, err := suite.cluster.Client().CoreV1().Pods(tenantVictim).Get(ctx, tn.leader.Name, metav1.GetOptions{})
 	must(t, err)
-	tn.leaderNode, tn.groupKey = leader.Spec.NodeName, leader.Labels[group.LabelGroupKey]
+	tn.leaderNode = leader.Spec.NodeName
 	tn.createPods(ctx, t, []*corev1.Pod{tenantPod(tenantBystander, tn.bystander.Name, tn.leaderNode, nil, e.scrapeAnnotations())})
 	tn.victimValue = tenantQueue * 1000
 	e.waitRaw(ctx, t, podPath(tn.leader, tn.metric, ""), tn.victimValue)

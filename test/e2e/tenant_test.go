@@ -188,16 +188,16 @@ func (tn *tenantEnv) posingLeaders(ctx context.Context, t *testing.T) hostile {
 }
 
 // posingMember: a bare pod in the victim's namespace, named and labelled
-// as a new worker of the victim's group (its name, group index and group
-// key, worker index 3), opting in with a queue of 1000. No StatefulSet of
-// the LeaderWorkerSet controls it: the group keeps its three members and
-// its value, and the pod is counted and logged once as unverified.
+// as a new worker of the victim's group (its LeaderWorkerSet name and
+// group index, worker index 3), opting in with a queue of 1000. No
+// StatefulSet of the LeaderWorkerSet controls it: the group keeps its
+// three members and its value, and the pod is counted and logged once as
+// unverified. (With the group's group-key label too, the pod would match
+// the worker StatefulSet's selector, which adopts it and deletes it as an
+// ordinal past its replicas.)
 func (tn *tenantEnv) posingMember(ctx context.Context, t *testing.T) hostile {
 	name := tn.leader.Name + "-3"
-	lbls := map[string]string{
-		group.LabelName: tn.lws, group.LabelGroupIndex: "0", group.LabelWorkerIndex: "3",
-		group.LabelGroupKey: tn.groupKey,
-	}
+	lbls := map[string]string{group.LabelName: tn.lws, group.LabelGroupIndex: "0", group.LabelWorkerIndex: "3"}
 	return hostile{
 		pods:    []*corev1.Pod{tenantPod(tenantVictim, name, tn.leaderNode, lbls, lwsPodAnnotations(tn.e.scrapeAnnotations()))},
 		counted: []counted{{name: "group_metrics_server_lws_unverified_pods_total", delta: 1, exact: true}},
