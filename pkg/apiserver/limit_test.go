@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/user"
+	genericrequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
 )
@@ -155,5 +157,62 @@ func TestReadLimitServesAfterWaiting(t *testing.T) {
 	rig.answers("third read once the slot was free", third, http.StatusOK)
 	if got, want := waitedRejected(t), [2]float64{before[0] + 1, before[1]}; got != want {
 		t.Errorf("reads waited and rejected = %v, want %v", got, want)
+	}
+}
+
+// TestReadLimitFairness: one identity holds at most PerUser slots however
+// many reads it sends, so another identity is served beside it; the HPA's
+// identity has a slot of its own while every shared slot is taken, and
+// waits like anyone once it is taken too.
+func TestReadLimitFairness(t *testing.T) {
+	entered := make(chan string, 16)
+	release := make(chan struct{})
+	h := ReadLimit{Concurrent: 4, Wait: 200 * time.Millisecond, Priority: DefaultPriorityReaders}.wrap(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			u, _ := genericrequest.UserFrom(r.Context())
+			entered <- u.GetName()
+			<-release
+			w.WriteHeader(http.StatusOK)
+		}))
+	serve := func(name string) <-chan int {
+		done := make(chan int, 1)
+		go func() {
+			rec := httptest.NewRecorder()
+			r := httptest.NewRequest(http.MethodGet, "/apis/metrics.k8s.io/v1beta1/pods", nil)
+			h.ServeHTTP(rec, r.WithContext(genericrequest.WithUser(r.Context(), &user.DefaultInfo{Name: name})))
+			done <- rec.Code
+		}()
+		return done
+	}
+	// The viewer's third read finds its two slots taken and gets 429
+	// after the wait, while two shared slots stay free.
+	viewer := []<-chan int{serve("viewer"), serve("viewer")}
+	for range viewer {
+		if got := receive(t, "viewer's read", entered); got != "viewer" {
+			t.Fatalf("entered %s, want viewer", got)
+		}
+	}
+	if code := receive(t, "viewer's third read", serve("viewer")); code != http.StatusTooManyRequests {
+		t.Fatalf("viewer's third read = %d, want 429", code)
+	}
+	// Another identity takes the other two shared slots; with every
+	// shared slot taken, the HPA is served on its own slot at once.
+	other := []<-chan int{serve("other"), serve("other")}
+	for range other {
+		receive(t, "other's read", entered)
+	}
+	hpa := serve(DefaultPriorityReaders[0])
+	if got := receive(t, "the HPA's read", entered); got != DefaultPriorityReaders[0] {
+		t.Fatalf("entered %s, want the HPA", got)
+	}
+	// Its second read has no slot left anywhere.
+	if code := receive(t, "the HPA's second read", serve(DefaultPriorityReaders[1])); code != http.StatusTooManyRequests {
+		t.Fatalf("the HPA's second read = %d, want 429", code)
+	}
+	close(release)
+	for _, ch := range append(append(viewer, other...), hpa) {
+		if code := receive(t, "a held read", ch); code != http.StatusOK {
+			t.Errorf("a held read = %d, want 200", code)
+		}
 	}
 }

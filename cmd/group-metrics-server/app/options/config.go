@@ -130,7 +130,7 @@ func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
 		Resolution:         o.MetricResolution,
 		Timeout:            o.KubeletRequestTimeout,
 		Concurrency:        o.MaxConcurrentScrapes,
-		Reads:              apiserver.ReadLimit{Concurrent: o.concurrentReads(), Wait: readWait},
+		Reads:              apiserver.ReadLimit{Concurrent: o.concurrentReads(), Wait: readWait, Priority: o.PriorityReaders},
 	}, nil
 }
 

@@ -14,6 +14,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/component-base/metrics"
 
+	"github.com/group-metrics-server/group-metrics-server/pkg/apiserver"
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/ukpd"
@@ -37,6 +38,9 @@ type Options struct {
 	MetricResolution     time.Duration
 	MaxConcurrentScrapes int
 	MaxConcurrentReads   int
+	// PriorityReaders are the identities with read slots of their own
+	// (apiserver.ReadLimit.Priority).
+	PriorityReaders []string
 	NodeSelector         string
 
 	KubeletPort                  int
@@ -84,6 +88,7 @@ func NewOptions() *Options {
 
 		MetricResolution:     15 * time.Second,
 		MaxConcurrentScrapes: 64,
+		PriorityReaders:      append([]string(nil), apiserver.DefaultPriorityReaders...),
 
 		KubeletPort:                  10250,
 		KubeletPreferredAddressTypes: []string{string(corev1.NodeHostName), string(corev1.NodeInternalDNS), string(corev1.NodeInternalIP), string(corev1.NodeExternalDNS), string(corev1.NodeExternalIP)},
@@ -120,7 +125,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the cluster to serve; in-cluster configuration when empty.")
 	fs.DurationVar(&o.MetricResolution, "metric-resolution", o.MetricResolution, "Interval between two scrapes of every target. At least 5s.")
 	fs.IntVar(&o.MaxConcurrentScrapes, "max-concurrent-scrapes", o.MaxConcurrentScrapes, "Most targets scraped at once.")
-	fs.IntVar(&o.MaxConcurrentReads, "max-concurrent-reads", o.MaxConcurrentReads, "Most metrics API requests served at once, so that a burst of reads cannot exhaust memory or starve the scrapes; more wait up to 10s, then get 429 (which clients retry). 0 means the number of CPUs the process may use.")
+	fs.IntVar(&o.MaxConcurrentReads, "max-concurrent-reads", o.MaxConcurrentReads, "Most metrics API requests served at once, so that a burst of reads cannot exhaust memory or starve the scrapes; more wait up to 10s, then get 429 (which clients retry). One identity holds at most half of them. 0 means the number of CPUs the process may use.")
+	fs.StringSliceVar(&o.PriorityReaders, "priority-readers", o.PriorityReaders, "User names whose metrics API requests have a slot of their own before they share --max-concurrent-reads, so that no other reader can keep them waiting: the HPA controller's identities by default (its ServiceAccount with --use-service-account-credentials, else kube-controller-manager's user).")
 	fs.StringVarP(&o.NodeSelector, "node-selector", "l", o.NodeSelector, "Label selector of the nodes to scrape; all nodes when empty.")
 
 	fs = fss.FlagSet("kubelet client")
