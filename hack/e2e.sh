@@ -26,6 +26,7 @@ logs="${bin_dir}/e2e-logs"
 durations="
 TestChurn 212
 TestLWSGroupAutoscaling 151
+TestEndpointTenants 132
 TestInferenceAutoscaling 85
 TestCertificateRotation 82
 TestHighAvailability 78
