@@ -41,7 +41,7 @@ type Options struct {
 	// PriorityReaders are the identities with read slots of their own
 	// (apiserver.ReadLimit.Priority).
 	PriorityReaders []string
-	NodeSelector         string
+	NodeSelector    string
 
 	KubeletPort                  int
 	KubeletUseNodeStatusPort     bool
