@@ -27,7 +27,7 @@ durations="
 TestChurn 212
 TestLWSGroupAutoscaling 151
 TestEndpointTenants 132
-TestInferenceAutoscaling 85
+TestInferenceAutoscaling 100
 TestCertificateRotation 82
 TestHighAvailability 78
 TestLWSUnreadyWorkers 69

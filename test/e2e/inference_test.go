@@ -34,16 +34,7 @@ const (
 func TestInferenceAutoscaling(t *testing.T) {
 	ctx := begin(t, 15*time.Minute)
 	e := newLWSEnv(ctx, t)
-	root, err := env.RepoRoot()
-	must(t, err)
-	hpas := docHPAs(t, filepath.Join(root, "docs", "inference-autoscaling.md"))
-	configFile := filepath.Join(root, "manifests", "components", "pod-metrics", "pod-metrics.yaml")
-	data, err := os.ReadFile(configFile)
-	must(t, err)
-	cfg, errs := promscrape.Parse(data)
-	if len(errs) > 0 || len(cfg.NodeExporters) != 1 {
-		t.Fatalf("%s: %v (want one node exporter)", configFile, errs)
-	}
+	root, hpas, configFile, cfg := shippedInference(t)
 
 	s := deployOwnServer(ctx, t, "group-metrics-server-inference", []string{"--pod-metrics-config=" + configFile, "--group-metrics-series"},
 		filepath.Join(root, "manifests", "examples", "inference-autoscaling"))
@@ -56,6 +47,25 @@ func TestInferenceAutoscaling(t *testing.T) {
 	t.Run("vLLM queue depth", func(t *testing.T) { testVLLMQueue(ctx, t, ie, hpas["vllm"]) })
 	t.Run("GPU utilization", func(t *testing.T) { testGPUUtilization(ctx, t, ie, hpas["vllm-gpu"]) })
 	t.Run("SGLang queue", func(t *testing.T) { testSGLangQueue(ctx, t, ie, hpas["sglang"]) })
+}
+
+// shippedInference reads what the inference tests run as shipped: the
+// repository root, the HPAs of docs/inference-autoscaling.md, and the
+// pod-metrics file of manifests/components/pod-metrics with its parsed
+// configuration (one node exporter).
+func shippedInference(t *testing.T) (root string, hpas map[string]*autoscalingv2.HorizontalPodAutoscaler, configFile string, cfg *promscrape.Config) {
+	t.Helper()
+	root, err := env.RepoRoot()
+	must(t, err)
+	hpas = docHPAs(t, filepath.Join(root, "docs", "inference-autoscaling.md"))
+	configFile = filepath.Join(root, "manifests", "components", "pod-metrics", "pod-metrics.yaml")
+	data, err := os.ReadFile(configFile)
+	must(t, err)
+	cfg, errs := promscrape.Parse(data)
+	if len(errs) > 0 || len(cfg.NodeExporters) != 1 {
+		t.Fatalf("%s: %v (want one node exporter)", configFile, errs)
+	}
+	return root, hpas, configFile, cfg
 }
 
 type inferenceEnv struct {

@@ -181,8 +181,11 @@ func (tn *tenantEnv) watchSteady(ctx context.Context, t *testing.T, check func(c
 			return nil
 		}
 		at, ok, err := promtext.Value(body, lastTick)
-		if err != nil || !ok {
-			return fmt.Errorf("no %s: %v", lastTick, err)
+		if err != nil {
+			return fmt.Errorf("%s: %w", lastTick, err)
+		}
+		if !ok {
+			return fmt.Errorf("no %s", lastTick)
 		}
 		if at == last {
 			return fmt.Errorf("%d of %d ticks read", ticks, tenantTicks)
@@ -208,6 +211,21 @@ func (tn *tenantEnv) watchSteady(ctx context.Context, t *testing.T, check func(c
 	}
 }
 
+// seriesIs checks that the exposition body has the series name{labels}
+// with the value want.
+func seriesIs(body string, want float64, name string, labels ...string) error {
+	v, ok, err := promtext.Value(body, name, labels...)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s: %w", name, err)
+	case !ok:
+		return fmt.Errorf("%s: absent, want %v", name, want)
+	case v != want:
+		return fmt.Errorf("%s = %v, want %v", name, v, want)
+	}
+	return nil
+}
+
 // steady checks, once, what watchSteady watches; body is /metrics.
 func (tn *tenantEnv) steady(ctx context.Context, body string, stale time.Duration) error {
 	if err := tn.fresh(ctx, tn.leader, tn.victimValue, stale); err != nil {
@@ -218,13 +236,13 @@ func (tn *tenantEnv) steady(ctx context.Context, body string, stale time.Duratio
 	}
 	victim := []string{`namespace="` + tenantVictim + `"`, `leaderworkerset="` + tn.lws + `"`, `group="0"`}
 	for _, m := range []string{"group_metrics_server_lws_group_members", "group_metrics_server_lws_group_members_counted"} {
-		if v, ok, err := promtext.Value(body, m, victim...); err != nil || !ok || v != inferenceGroupSize {
-			return fmt.Errorf("%s of the victim's group: %v (present %v, %v), want %d", m, v, ok, err, inferenceGroupSize)
+		if err := seriesIs(body, inferenceGroupSize, m, victim...); err != nil {
+			return fmt.Errorf("the victim's group: %w", err)
 		}
 	}
 	endpointValue := append(victim, `metric="`+tn.metric+`"`)
-	if v, ok, err := promtext.Value(body, "group_metrics_server_lws_group_endpoint_value", endpointValue...); err != nil || !ok || v != tenantQueue {
-		return fmt.Errorf("the victim's group series: %v (present %v, %v), want %d", v, ok, err, tenantQueue)
+	if err := seriesIs(body, tenantQueue, "group_metrics_server_lws_group_endpoint_value", endpointValue...); err != nil {
+		return fmt.Errorf("the victim's group series: %w", err)
 	}
 	h, err := getHPA(ctx, tenantVictim, tn.hpa.Name)
 	if err != nil {

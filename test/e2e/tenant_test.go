@@ -16,9 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
-	"github.com/group-metrics-server/group-metrics-server/pkg/sources/promscrape"
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
-	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
 
 // Namespaces of TestEndpointTenants: the victim's LeaderWorkerSet, a
@@ -54,16 +52,7 @@ const (
 func TestEndpointTenants(t *testing.T) {
 	ctx := begin(t, 20*time.Minute)
 	e := newLWSEnv(ctx, t)
-	root, err := env.RepoRoot()
-	must(t, err)
-	hpas := docHPAs(t, filepath.Join(root, "docs", "inference-autoscaling.md"))
-	configFile := filepath.Join(root, "manifests", "components", "pod-metrics", "pod-metrics.yaml")
-	data, err := os.ReadFile(configFile)
-	must(t, err)
-	cfg, errs := promscrape.Parse(data)
-	if len(errs) > 0 || len(cfg.NodeExporters) != 1 {
-		t.Fatalf("%s: %v (want one node exporter)", configFile, errs)
-	}
+	root, hpas, configFile, cfg := shippedInference(t)
 	for _, ns := range []string{tenantExporter, tenantLabels, tenantSeries, tenantLeaders} {
 		for _, trusted := range cfg.NodeExporters[0].Namespaces {
 			if ns == trusted {
