@@ -243,7 +243,9 @@ func (tn *tenantEnv) run(ctx context.Context, t *testing.T, h hostile) {
 
 // lwsPodAnnotations are annotations plus the group size the
 // LeaderWorkerSet's pod webhook requires of every pod carrying its name
-// label, as a tenant who copies an LWS pod copies it.
+// label (kubernetes-sigs/lws pkg/webhooks/pod_webhook.go reads
+// leaderworkerset.sigs.k8s.io/size), as a tenant who copies an LWS pod
+// copies it.
 func lwsPodAnnotations(annotations map[string]string) map[string]string {
 	out := map[string]string{"leaderworkerset.sigs.k8s.io/size": strconv.Itoa(inferenceGroupSize)}
 	for k, v := range annotations {
