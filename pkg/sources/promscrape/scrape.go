@@ -217,12 +217,12 @@ func (s *Source) scrapeBounded(ctx context.Context, t *Target) result {
 	s.mu.Unlock()
 	done := make(chan result, 1)
 	go func() {
-		defer func() {
-			s.mu.Lock()
-			delete(s.busy, t.ID)
-			s.mu.Unlock()
-		}()
 		samples, err := s.scrapeTarget(ctx, t)
+		// The target is free again before its result is handed over, so
+		// the next collection never finds a finished scrape still busy.
+		s.mu.Lock()
+		delete(s.busy, t.ID)
+		s.mu.Unlock()
 		done <- result{samples, err}
 	}()
 	timer := time.NewTimer(s.cfg.Timeout.Duration + s.grace)
