@@ -22,6 +22,13 @@ func pod(ns, name string, lbls map[string]string) *Pod {
 	return NewPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: lbls}})
 }
 
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func keys(pods []*Pod) []string {
 	out := []string{}
 	for _, p := range pods {
@@ -62,9 +69,7 @@ func TestPodIndexList(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			sel, err := labels.Parse(tc.selector)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			if diff := cmp.Diff(tc.want, keys(x.List(tc.namespace, sel))); diff != "" {
 				t.Errorf("List(%q, %q) (-want +got):\n%s", tc.namespace, tc.selector, diff)
 			}
@@ -196,14 +201,7 @@ func TestLabelsShared(t *testing.T) {
 }
 
 func TestLabelKeyDistinct(t *testing.T) {
-	sets := []map[string]string{
-		{"a": "bc"},
-		{"ab": "c"},
-		{"a": "b", "c": ""},
-		{"a": "b\x00c"},
-		{"a": ""},
-		{"": "a"},
-	}
+	sets := []map[string]string{{"a": "bc"}, {"ab": "c"}, {"a": "b", "c": ""}, {"a": "b\x00c"}, {"a": ""}, {"": "a"}}
 	seen := map[string]int{}
 	for i, s := range sets {
 		k := labelKey(s)

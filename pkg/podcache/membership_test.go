@@ -84,95 +84,49 @@ var (
 // are members, and only its verified leader leads. Every case has a pod
 // that the labels alone would let in.
 func TestMembership(t *testing.T) {
+	type metas = []*metav1.PartialObjectMetadata
+	both := metas{leaderSet, workerSet}
 	tests := []struct {
 		name string
 		pods []*Pod
-		sets []*metav1.PartialObjectMetadata
+		sets metas
 		// deleted names a StatefulSet deleted after the pods were read
 		// once.
-		deleted   string
-		wantGroup []string
-		wantLeads []string
+		deleted string
+		// wantGroup and wantLeads are empty when nil.
+		wantGroup, wantLeads []string
 	}{
+		{name: "verified leader; a labelled pod does not lead", pods: []*Pod{leader, lwsPod("impostor", "0", "uid-impostor", nil)},
+			sets: metas{leaderSet}, wantGroup: []string{"ml/inf-0"}, wantLeads: []string{"inf-0"}},
+		{name: "verified worker; a labelled worker is left out", pods: []*Pod{leader, worker, lwsPod("inf-0-2", "2", "uid-stray", nil)},
+			sets: both, wantGroup: []string{"ml/inf-0", "ml/inf-0-1"}, wantLeads: []string{"inf-0"}},
+		{name: "labelled pods with no controller", pods: []*Pod{lwsPod("inf-0", "0", leaderUID, nil), lwsPod("inf-0-1", "1", "uid-w", nil)}, sets: both},
 		{
-			name:      "verified leader; a labelled pod does not lead",
-			pods:      []*Pod{leader, lwsPod("impostor", "0", "uid-impostor", nil)},
-			sets:      []*metav1.PartialObjectMetadata{leaderSet},
-			wantGroup: []string{"ml/inf-0"},
-			wantLeads: []string{"inf-0"},
+			name: "worker's controller names the right StatefulSet with the wrong UID",
+			pods: []*Pod{leader, worker, lwsPod("inf-0-2", "2", "uid-w2", setRef("inf-0", "uid-forged"))},
+			sets: both, wantGroup: []string{"ml/inf-0", "ml/inf-0-1"}, wantLeads: []string{"inf-0"},
 		},
 		{
-			name:      "verified worker; a labelled worker is left out",
-			pods:      []*Pod{leader, worker, lwsPod("inf-0-2", "2", "uid-stray", nil)},
-			sets:      []*metav1.PartialObjectMetadata{leaderSet, workerSet},
-			wantGroup: []string{"ml/inf-0", "ml/inf-0-1"},
-			wantLeads: []string{"inf-0"},
+			name: "leader's controller names the right StatefulSet with the wrong UID",
+			pods: []*Pod{lwsPod("inf-0", "0", leaderUID, setRef("inf", "uid-forged")), worker}, sets: both,
+		},
+		{name: "a leader-labelled pod not named for its group index", pods: []*Pod{lwsPod("inf-7", "0", "uid-7", setRef("inf", leaderSetUID))}, sets: metas{leaderSet}},
+		{
+			name: "worker StatefulSet controlled by another pod", pods: []*Pod{leader, worker},
+			sets:      metas{leaderSet, setMeta("inf-0", workerSetUID, controllerRef("v1", "Pod", "inf-0", "uid-earlier-inf-0"))},
+			wantGroup: []string{"ml/inf-0"}, wantLeads: []string{"inf-0"},
 		},
 		{
-			name:      "labelled pods with no controller",
-			pods:      []*Pod{lwsPod("inf-0", "0", leaderUID, nil), lwsPod("inf-0-1", "1", "uid-w", nil)},
-			sets:      []*metav1.PartialObjectMetadata{leaderSet, workerSet},
-			wantGroup: []string{},
+			name: "leader StatefulSet controlled by a Deployment", pods: []*Pod{leader, worker},
+			sets: metas{setMeta("inf", leaderSetUID, controllerRef("apps/v1", "Deployment", "inf", "uid-d")), workerSet},
 		},
 		{
-			name:      "worker's controller names the right StatefulSet with the wrong UID",
-			pods:      []*Pod{leader, worker, lwsPod("inf-0-2", "2", "uid-w2", setRef("inf-0", "uid-forged"))},
-			sets:      []*metav1.PartialObjectMetadata{leaderSet, workerSet},
-			wantGroup: []string{"ml/inf-0", "ml/inf-0-1"},
-			wantLeads: []string{"inf-0"},
+			name: "leader StatefulSet controlled by a LeaderWorkerSet of another API group", pods: []*Pod{leader, worker},
+			sets: metas{setMeta("inf", leaderSetUID, controllerRef("example.com/v1", "LeaderWorkerSet", "inf", "uid-x")), workerSet},
 		},
-		{
-			name:      "leader's controller names the right StatefulSet with the wrong UID",
-			pods:      []*Pod{lwsPod("inf-0", "0", leaderUID, setRef("inf", "uid-forged")), worker},
-			sets:      []*metav1.PartialObjectMetadata{leaderSet, workerSet},
-			wantGroup: []string{},
-		},
-		{
-			name:      "a leader-labelled pod not named for its group index",
-			pods:      []*Pod{lwsPod("inf-7", "0", "uid-7", setRef("inf", leaderSetUID))},
-			sets:      []*metav1.PartialObjectMetadata{leaderSet},
-			wantGroup: []string{},
-		},
-		{
-			name:      "worker StatefulSet controlled by another pod",
-			pods:      []*Pod{leader, worker},
-			sets:      []*metav1.PartialObjectMetadata{leaderSet, setMeta("inf-0", workerSetUID, controllerRef("v1", "Pod", "inf-0", "uid-earlier-inf-0"))},
-			wantGroup: []string{"ml/inf-0"},
-			wantLeads: []string{"inf-0"},
-		},
-		{
-			name:      "leader StatefulSet controlled by a Deployment",
-			pods:      []*Pod{leader, worker},
-			sets:      []*metav1.PartialObjectMetadata{setMeta("inf", leaderSetUID, controllerRef("apps/v1", "Deployment", "inf", "uid-d")), workerSet},
-			wantGroup: []string{},
-		},
-		{
-			name:      "leader StatefulSet controlled by a LeaderWorkerSet of another API group",
-			pods:      []*Pod{leader, worker},
-			sets:      []*metav1.PartialObjectMetadata{setMeta("inf", leaderSetUID, controllerRef("example.com/v1", "LeaderWorkerSet", "inf", "uid-x")), workerSet},
-			wantGroup: []string{},
-		},
-		{
-			name:      "leader StatefulSet with no controller",
-			pods:      []*Pod{leader, worker},
-			sets:      []*metav1.PartialObjectMetadata{setMeta("inf", leaderSetUID, nil), workerSet},
-			wantGroup: []string{},
-		},
-		{
-			name:      "worker StatefulSet deleted",
-			pods:      []*Pod{leader, worker},
-			sets:      []*metav1.PartialObjectMetadata{leaderSet, workerSet},
-			deleted:   "inf-0",
-			wantGroup: []string{"ml/inf-0"},
-			wantLeads: []string{"inf-0"},
-		},
-		{
-			name:      "leader StatefulSet deleted",
-			pods:      []*Pod{leader, worker},
-			sets:      []*metav1.PartialObjectMetadata{leaderSet, workerSet},
-			deleted:   "inf",
-			wantGroup: []string{},
-		},
+		{name: "leader StatefulSet with no controller", pods: []*Pod{leader, worker}, sets: metas{setMeta("inf", leaderSetUID, nil), workerSet}},
+		{name: "worker StatefulSet deleted", pods: []*Pod{leader, worker}, sets: both, deleted: "inf-0", wantGroup: []string{"ml/inf-0"}, wantLeads: []string{"inf-0"}},
+		{name: "leader StatefulSet deleted", pods: []*Pod{leader, worker}, sets: both, deleted: "inf"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -188,7 +142,7 @@ func TestMembership(t *testing.T) {
 				x.Group(groupOfInf) // read before the deletion too
 				sets.delete(lwsNS, tc.deleted)
 			}
-			if diff := cmp.Diff(tc.wantGroup, keys(x.Group(groupOfInf))); diff != "" {
+			if diff := cmp.Diff(append([]string{}, tc.wantGroup...), keys(x.Group(groupOfInf))); diff != "" {
 				t.Errorf("Group (-want +got):\n%s", diff)
 			}
 			leads := []string{}
@@ -209,17 +163,19 @@ func TestMembership(t *testing.T) {
 func TestUnverifiedCountedOnce(t *testing.T) {
 	RegisterMetrics()
 	before, err := testutil.GetCounterMetricValue(unverifiedPods)
-	if err != nil {
-		t.Fatal(err)
+	must(t, err)
+	counted := func() float64 {
+		v, err := testutil.GetCounterMetricValue(unverifiedPods)
+		must(t, err)
+		return v - before
 	}
 	sets := newStatefulSets()
 	sets.set(newStatefulSet(leaderSet))
 	x := newPodIndex(sets)
-	x.Set(leader)
-	stray := lwsPod("inf-0-2", "2", "uid-stray", nil)
-	x.Set(stray)
 	impostor := lwsPod("impostor", "0", "uid-impostor", nil)
-	x.Set(impostor)
+	for _, p := range []*Pod{leader, lwsPod("inf-0-2", "2", "uid-stray", nil), impostor} {
+		x.Set(p)
+	}
 	for range 3 {
 		x.Group(groupOfInf)
 		x.Leads(impostor)
@@ -227,13 +183,6 @@ func TestUnverifiedCountedOnce(t *testing.T) {
 	// The same pod, updated: still the same pod.
 	x.Set(lwsPod("inf-0-2", "2", "uid-stray", nil))
 	x.Group(groupOfInf)
-	counted := func() float64 {
-		v, err := testutil.GetCounterMetricValue(unverifiedPods)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v - before
-	}
 	if got := counted(); got != 2 {
 		t.Errorf("%v pods counted, want 2", got)
 	}
@@ -271,21 +220,15 @@ func TestCacheVerifiesMembership(t *testing.T) {
 	unlabelled := setMeta("db", "uid-sts-db", nil)
 	unlabelled.Labels = nil
 	scheme := metadatafake.NewTestScheme()
-	if err := metav1.AddMetaToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	must(t, metav1.AddMetaToScheme(scheme))
 	meta := metadatafake.NewSimpleMetadataClient(scheme, []runtime.Object{leaderSet, workerSet, unlabelled}...)
 	c, err := New(kube, meta)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer func() {
 		cancel() // the informers stop when Start's context ends
 		c.Shutdown()
 	}()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.Start(ctx))
 
 	if diff := cmp.Diff([]string{"ml/inf-0", "ml/inf-0-1"}, keys(c.Pods().Group(groupOfInf))); diff != "" {
 		t.Errorf("Group (-want +got):\n%s", diff)
@@ -298,9 +241,7 @@ func TestCacheVerifiesMembership(t *testing.T) {
 	}
 
 	version := c.Pods().Version(lwsNS)
-	if err := meta.Resource(statefulSetsResource).Namespace(lwsNS).Delete(ctx, "inf-0", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	must(t, meta.Resource(statefulSetsResource).Namespace(lwsNS).Delete(ctx, "inf-0", metav1.DeleteOptions{}))
 	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		return len(c.Pods().Group(groupOfInf)) == 1, nil
 	})

@@ -53,9 +53,7 @@ func benchPodWire(b *testing.B, i int) []byte {
 		},
 	}
 	wire, err := p.Marshal()
-	if err != nil {
-		b.Fatal(err)
-	}
+	must(b, err)
 	return wire
 }
 
@@ -76,13 +74,9 @@ func BenchmarkPodCacheMemory(b *testing.B) {
 		x := NewPodIndex()
 		for _, w := range wire {
 			var p corev1.Pod
-			if err := p.Unmarshal(w); err != nil {
-				b.Fatal(err)
-			}
+			must(b, p.Unmarshal(w))
 			obj, err := TrimPod(&p)
-			if err != nil {
-				b.Fatal(err)
-			}
+			must(b, err)
 			x.Set(obj.(*Pod))
 		}
 		after := liveHeap()

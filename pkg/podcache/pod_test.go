@@ -56,9 +56,7 @@ func TestNewPod(t *testing.T) {
 		},
 	}
 	obj, err := TrimPod(in)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	p := obj.(*Pod)
 	type view struct {
 		Meta                        metav1.ObjectMeta
