@@ -86,7 +86,7 @@ func TestHelmChart(t *testing.T) {
 	for _, p := range webPods {
 		want[p.Name] = topRow{milliCPU: int64(webUsage.CPUNanoCores / 1e6), memory: mebi(webUsage.MemoryBytes)}
 	}
-	waitTopOn(ctx, t, c, ns, want)
+	waitTop(ctx, t, c, nil, ns, want, topBound)
 
 	// Upgrade: the ukpd source, with its token and CA from a Secret.
 	secret := &corev1.Secret{
@@ -116,7 +116,7 @@ func TestHelmChart(t *testing.T) {
 	for _, p := range uniPods {
 		want[p.Name] = uniUsage
 	}
-	waitTopOn(ctx, t, c, ns, want)
+	waitTop(ctx, t, c, nil, ns, want, topBound)
 
 	// Uninstall: the Deployments' pods go with them.
 	uninstalled := time.Now()
@@ -245,31 +245,6 @@ func checkUninstalled(ctx context.Context, t *testing.T, c *cluster.Cluster, obj
 
 // topWant is the rows kubectl top pod must show, by pod.
 type topWant map[string]topRow
-
-// waitTopOn waits, within topBound, until kubectl top pod in ns on c
-// shows exactly the pods of want with their rows.
-func waitTopOn(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string, want topWant) {
-	t.Helper()
-	var out string
-	var last error
-	err := boundedPoll(ctx, topBound, "kubectl top pod -n "+ns, nil, func(ctx context.Context) error {
-		attempt, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		stdout, stderr, err := c.Kubectl(attempt, "top", "pod", "-n", ns)
-		if err != nil {
-			last = fmt.Errorf("%w: %s", err, stderr)
-			return last
-		}
-		out = stdout
-		last = want.check(parseTable(out).byKey(1))
-		return last
-	})
-	if err != nil {
-		raw, stderr, rawErr := c.Kubectl(context.Background(), "get", "--raw", "/apis/metrics.k8s.io/v1beta1/namespaces/"+ns+"/pods")
-		t.Fatalf("%v\nlast attempt: %v\nlast output:\n%s\nthe API: %v %s %s", err, last, out, rawErr, stderr, raw)
-	}
-	t.Logf("kubectl top pod -n %s through the aggregator:\n%s", ns, out)
-}
 
 func (want topWant) check(got map[string][]string) error {
 	var diffs []string

@@ -15,9 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
-	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
@@ -397,7 +395,7 @@ func faultAllRight(ctx context.Context, sc faultScope, since time.Time) error {
 
 func faultMetric(ctx context.Context, t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
-	v, err := serverMetric(ctx, name, labels...)
+	v, err := metricOf(ctx, suite.server, name, labels...)
 	must(t, err)
 	return v
 }
@@ -452,25 +450,13 @@ func logLines(t *testing.T, words ...string) int {
 // container requesting 10m CPU, and waits until they run.
 func createPinnedPods(ctx context.Context, t *testing.T, ns, node string, names ...string) {
 	t.Helper()
-	client := suite.cluster.Client()
-	podLabels := labels.Set{"app": "faults", "node": node}
-	for _, name := range names {
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: podLabels},
-			Spec: corev1.PodSpec{
-				NodeName:                      node,
-				TerminationGracePeriodSeconds: ptr.To[int64](0),
-				Containers: []corev1.Container{{
-					Name: "app", Image: "registry.k8s.io/pause:3.10",
-					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}},
-				}},
-				Tolerations: []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
-			},
-		}
-		if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("create pod %s/%s: %v", ns, name, err)
-		}
+	ctr := corev1.Container{
+		Name: "app", Image: "registry.k8s.io/pause:3.10",
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}},
 	}
-	_, err := env.WaitForRunningPods(ctx, client, ns, labels.SelectorFromSet(podLabels), len(names))
-	must(t, err)
+	var pods []*corev1.Pod
+	for _, name := range names {
+		pods = append(pods, kwokPod(ns, name, node, map[string]string{"app": "faults", "node": node}, ctr))
+	}
+	createPods(ctx, t, 2*time.Minute, watched(), pods...)
 }

@@ -205,12 +205,9 @@ func applyObjects(ctx context.Context, t *testing.T, name, manifest string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name+".yaml")
 	must(t, os.WriteFile(path, []byte(manifest), 0o644))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, _, err := suite.cluster.Kubectl(ctx, "delete", "--ignore-not-found", "-f", path); err != nil {
-			t.Errorf("delete the %s objects: %v", name, err)
-		}
+	cleanup(t, "delete the "+name+" objects", func(ctx context.Context) error {
+		_, _, err := suite.cluster.Kubectl(ctx, "delete", "--ignore-not-found", "-f", path)
+		return err
 	})
 	_, _, err := suite.cluster.Kubectl(ctx, "apply", "-f", path)
 	must(t, err)

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
@@ -37,13 +39,76 @@ func newNamespace(ctx context.Context, t *testing.T, name string) {
 	t.Helper()
 	client := suite.cluster.Client()
 	must(t, env.CreateNamespace(ctx, client, name))
+	cleanup(t, "delete namespace "+name, func(ctx context.Context) error {
+		return client.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
+	})
+}
+
+// cleanup calls undo, bounded by 30 s, when the test ends; an error fails
+// the test.
+func cleanup(t *testing.T, what string, undo func(context.Context) error) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := client.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-			t.Errorf("delete namespace %s: %v", name, err)
+		if err := undo(ctx); err != nil {
+			t.Errorf("%s: %v", what, err)
 		}
 	})
+}
+
+// addKraftletNode registers a kraftlet node, with no kubelet, and deletes
+// it when the test ends.
+func addKraftletNode(ctx context.Context, t *testing.T, node string) {
+	t.Helper()
+	must(t, env.AddKraftletNode(ctx, suite.cluster, node))
+	cleanup(t, "delete node "+node, func(ctx context.Context) error {
+		return suite.cluster.Client().CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{})
+	})
+}
+
+// kwokPod is a bare pod bound to node with the one container ctr, which
+// tolerates the kwok nodes' taint.
+func kwokPod(ns, name, node string, podLabels map[string]string, ctr corev1.Container) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: podLabels},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			Containers:                    []corev1.Container{ctr},
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			Tolerations:                   []corev1.Toleration{{Key: cluster.KwokNodeAnnotation, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+		},
+	}
+}
+
+// createPods creates pods, deletes them when the test ends, and waits, for
+// at most bound and while watch run, until they run with an IP.
+func createPods(ctx context.Context, t *testing.T, bound time.Duration, watch []*cluster.Process, pods ...*corev1.Pod) {
+	t.Helper()
+	client := suite.cluster.Client()
+	for _, p := range pods {
+		if _, err := client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create pod %s/%s: %v", p.Namespace, p.Name, err)
+		}
+		cleanup(t, "delete pod "+p.Namespace+"/"+p.Name, func(ctx context.Context) error {
+			err := client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		})
+	}
+	must(t, boundedPoll(ctx, bound, fmt.Sprintf("%d pods to run", len(pods)), watch, func(ctx context.Context) error {
+		for _, p := range pods {
+			got, err := client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if got.Status.Phase != corev1.PodRunning || got.Status.PodIP == "" {
+				return fmt.Errorf("pod %s/%s is %s", p.Namespace, p.Name, got.Status.Phase)
+			}
+		}
+		return nil
+	}))
 }
 
 // watched are the processes whose exit ends a wait early.

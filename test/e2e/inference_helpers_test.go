@@ -17,16 +17,13 @@ import (
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/promscrape"
-	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/lws"
 )
 
@@ -150,24 +147,12 @@ func onNode(pods []*corev1.Pod, node string) []*corev1.Pod {
 // DaemonSet would, and waits until they run.
 func (e *inferenceEnv) createExporterPods(ctx context.Context, t *testing.T, ns string) {
 	t.Helper()
-	podLabels := map[string]string{"app.kubernetes.io/name": "dcgm-exporter"}
+	ctr := corev1.Container{Name: "exporter", Image: "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"}
+	var pods []*corev1.Pod
 	for _, node := range suite.fleet.NodeNames {
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "dcgm-exporter-" + node, Namespace: ns, Labels: podLabels},
-			Spec: corev1.PodSpec{
-				NodeName:                      node,
-				Containers:                    []corev1.Container{{Name: "exporter", Image: "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"}},
-				TerminationGracePeriodSeconds: ptr.To[int64](0),
-				Tolerations:                   []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
-			},
-		}
-		_, err := suite.cluster.Client().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
-		must(t, err)
+		pods = append(pods, kwokPod(ns, "dcgm-exporter-"+node, node, map[string]string{"app.kubernetes.io/name": "dcgm-exporter"}, ctr))
 	}
-	runCtx, cancel := context.WithTimeout(ctx, e.bounds.running)
-	defer cancel()
-	_, err := env.WaitForRunningPods(runCtx, suite.cluster.Client(), ns, labels.SelectorFromSet(podLabels), len(suite.fleet.NodeNames))
-	must(t, err)
+	createPods(ctx, t, e.bounds.running, e.watch, pods...)
 }
 
 // testScaleDownWindow replaces the documented 600 s so that the
@@ -204,39 +189,15 @@ func customPath(rest, metricSelector string) string {
 	return p
 }
 
-// rawValues reads a custom metrics path through the aggregator.
-func rawValues(ctx context.Context, path string) ([]int64, error) {
-	out, _, err := suite.cluster.Kubectl(ctx, "get", "--raw", path)
-	if err != nil {
-		return nil, err
-	}
-	var list struct {
-		Items []struct {
-			Value resource.Quantity `json:"value"`
-		} `json:"items"`
-	}
-	if err := json.Unmarshal([]byte(out), &list); err != nil {
-		return nil, fmt.Errorf("decode %s: %w", out, err)
-	}
-	var vs []int64
-	for _, it := range list.Items {
-		vs = append(vs, it.Value.MilliValue())
-	}
-	return vs, nil
-}
-
 // waitRaw waits until path serves exactly one value, wantMilli.
 func (e *lwsEnv) waitRaw(ctx context.Context, t *testing.T, path string, wantMilli int64) {
 	t.Helper()
 	must(t, e.poll(ctx, e.bounds.up, fmt.Sprintf("%s to serve %dm", path, wantMilli), func(ctx context.Context) error {
-		vs, err := rawValues(ctx, path)
-		if err != nil {
-			return err
+		items, err := customItems(ctx, path)
+		if err == nil && (len(items) != 1 || items[0].Value.MilliValue() != wantMilli) {
+			err = fmt.Errorf("values %v", items)
 		}
-		if len(vs) != 1 || vs[0] != wantMilli {
-			return fmt.Errorf("values %v", vs)
-		}
-		return nil
+		return err
 	}))
 }
 
@@ -244,16 +205,7 @@ func (e *lwsEnv) waitRaw(ctx context.Context, t *testing.T, path string, wantMil
 // matches no series).
 func (e *lwsEnv) waitAbsent(ctx context.Context, t *testing.T, path string) {
 	t.Helper()
-	must(t, e.poll(ctx, e.bounds.up, path+" to be NotFound", func(ctx context.Context) error {
-		vs, err := rawValues(ctx, path)
-		if err == nil {
-			return fmt.Errorf("served %v", vs)
-		}
-		if !strings.Contains(err.Error(), "NotFound") && !strings.Contains(err.Error(), "not found") {
-			return err
-		}
-		return nil
-	}))
+	must(t, e.poll(ctx, e.bounds.up, path+" to be NotFound", func(ctx context.Context) error { return absent(ctx, path) }))
 }
 
 // docHPAs are the HorizontalPodAutoscalers of the page's yaml blocks, by

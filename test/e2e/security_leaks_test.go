@@ -6,8 +6,6 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,11 +13,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
-	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
 
 // TestCredentialsNotLeaked rotates the ukpd token to a refused one and back, and
@@ -60,36 +53,15 @@ func TestCredentialsNotLeaked(t *testing.T) {
 func wrongAuthFailures(ctx context.Context, t *testing.T) {
 	t.Helper()
 	const node = "e2e-security-kraftlet"
-	must(t, env.AddKraftletNode(ctx, suite.cluster, node))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := suite.cluster.Client().CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil {
-			t.Errorf("delete node %s: %v", node, err)
-		}
-	})
+	addKraftletNode(ctx, t, node)
 	good, err := os.ReadFile(suite.ukpd.TokenFile)
 	must(t, err)
 	wrong := "e2e-refused-ukpd-token-" + rand.Text()
 	suiteSecrets.add("a ukpd token ukpd refuses", wrong)
-	client, err := suite.server.HTTPClient()
-	must(t, err)
-	defer client.CloseIdleConnections()
-	base := suite.server.RESTConfig().Host
 	// The token is read on every request: the next scrape sends it.
 	bound := 2*suite.resolution + suite.timeout + 10*time.Second
-	waitMetric := func(what string, ok func(float64) bool, name string, labels ...string) {
-		t.Helper()
-		must(t, pollBounded(ctx, bound, what, func(ctx context.Context) error {
-			n, err := ukpdMetric(ctx, client, base, name, labels...)
-			if err == nil && !ok(n) {
-				err = fmt.Errorf("%s%v: %v", name, labels, n)
-			}
-			return err
-		}))
-	}
-	const failures = "group_metrics_server_scraper_target_failures_total"
-	before, err := ukpdMetric(ctx, client, base, failures, `reason="http_status"`, `source="ukpd"`)
+	failures := []string{"group_metrics_server_scraper_target_failures_total", `reason="http_status"`, `source="ukpd"`}
+	before, err := metricOf(ctx, suite.server, failures[0], failures[1:]...)
 	must(t, err)
 	restore := sync.OnceFunc(func() {
 		if err := os.WriteFile(suite.ukpd.TokenFile, good, 0o600); err != nil {
@@ -98,8 +70,8 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 	})
 	t.Cleanup(restore)
 	must(t, os.WriteFile(suite.ukpd.TokenFile, []byte(wrong+"\n"), 0o600))
-	waitMetric("the server to count a refused ukpd scrape", func(n float64) bool { return n > before },
-		failures, `reason="http_status"`, `source="ukpd"`)
+	must(t, pollBounded(ctx, bound, "the server to count a refused ukpd scrape",
+		metricCheck(suite.server, valueAtLeast(before+1), failures[0], failures[1:]...)))
 	// The failure is logged (once, as every failing target is), so the scan
 	// covers an error about authentication. The scraper counts a failure
 	// just before it logs it, so the line may trail the count: wait for it,
@@ -117,8 +89,8 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 	}
 	t.Logf("the server logged %d line(s) about the refused token, e.g. %.300s", len(logged), strings.Join(logged, "\n"))
 	restore()
-	waitMetric("the ukpd target to be healthy again", func(n float64) bool { return n >= 1 },
-		"group_metrics_server_scraper_targets", `source="ukpd"`, `state="healthy"`)
+	must(t, pollBounded(ctx, bound, "the ukpd target to be healthy again",
+		metricCheck(suite.server, valueAtLeast(1), "group_metrics_server_scraper_targets", `source="ukpd"`, `state="healthy"`)))
 }
 
 // linesWith returns the lines of the file at path that hold every word.
@@ -135,15 +107,4 @@ func linesWith(path string, words ...string) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// ukpdMetric sums the samples of a metric in the /metrics at base whose
-// labels contain every one of labels (`name="value"`); 0 when there is none.
-func ukpdMetric(ctx context.Context, client *http.Client, base, name string, labels ...string) (float64, error) {
-	body, err := selfMetrics(ctx, endpoint{base: base, client: client})
-	if err != nil {
-		return 0, err
-	}
-	v, _, err := promtext.Value(body, name, labels...)
-	return v, err
 }

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/test/lws"
 	"github.com/group-metrics-server/group-metrics-server/test/promtext"
@@ -93,7 +92,7 @@ func newTenantEnv(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *autos
 	leader, err := suite.cluster.Client().CoreV1().Pods(tenantVictim).Get(ctx, tn.leader.Name, metav1.GetOptions{})
 	must(t, err)
 	tn.leaderNode = leader.Spec.NodeName
-	tn.createPods(ctx, t, []*corev1.Pod{tenantPod(tenantBystander, tn.bystander.Name, tn.leaderNode, nil, e.scrapeAnnotations())})
+	createPods(ctx, t, e.bounds.running, e.watch, tenantPod(tenantBystander, tn.bystander.Name, tn.leaderNode, nil, e.scrapeAnnotations()))
 	tn.victimValue = tenantQueue * 1000
 	e.waitRaw(ctx, t, podPath(tn.leader, tn.metric, ""), tn.victimValue)
 	e.waitRaw(ctx, t, podPath(tn.bystander, tn.metric, ""), bystanderQueue*1000)
@@ -116,47 +115,9 @@ func newTenantEnv(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *autos
 
 // tenantPod is a bare pod on node with one container.
 func tenantPod(ns, name, node string, podLabels, annotations map[string]string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: podLabels, Annotations: annotations},
-		Spec: corev1.PodSpec{
-			NodeName:                      node,
-			Containers:                    []corev1.Container{{Name: "main", Image: lws.Image}},
-			TerminationGracePeriodSeconds: ptr.To[int64](0),
-			Tolerations:                   []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
-		},
-	}
-}
-
-// createPods creates pods, deletes them when the test ends, and waits
-// until they run.
-func (tn *tenantEnv) createPods(ctx context.Context, t *testing.T, pods []*corev1.Pod) {
-	t.Helper()
-	client := suite.cluster.Client()
-	for _, p := range pods {
-		if _, err := client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("create pod %s/%s: %v", p.Namespace, p.Name, err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			err := client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
-			if err != nil && !apierrors.IsNotFound(err) {
-				t.Errorf("delete pod %s/%s: %v", p.Namespace, p.Name, err)
-			}
-		})
-	}
-	must(t, tn.e.poll(ctx, tn.e.bounds.running, fmt.Sprintf("%d pods to run", len(pods)), func(ctx context.Context) error {
-		for _, p := range pods {
-			got, err := client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if got.Status.Phase != corev1.PodRunning || got.Status.PodIP == "" {
-				return fmt.Errorf("pod %s/%s is %s", p.Namespace, p.Name, got.Status.Phase)
-			}
-		}
-		return nil
-	}))
+	p := kwokPod(ns, name, node, podLabels, corev1.Container{Name: "main", Image: lws.Image})
+	p.Annotations = annotations
+	return p
 }
 
 // watchSteady reads, at each of the next tenantTicks ticks of the
@@ -312,7 +273,7 @@ func customItems(ctx context.Context, path string) ([]customItem, error) {
 }
 
 // absent checks that path answers NotFound.
-func (tn *tenantEnv) absent(ctx context.Context, path string) error {
+func absent(ctx context.Context, path string) error {
 	items, err := customItems(ctx, path)
 	switch {
 	case err == nil:

@@ -113,7 +113,7 @@ func (tn *tenantEnv) lookalikeExporter(ctx context.Context, t *testing.T) hostil
 			if n := tn.exporterHits.Load(); n != 0 {
 				return fmt.Errorf("the lookalike exporter was scraped %d times", n)
 			}
-			return tn.absent(ctx, podPath(tn.leader, "gpu-utilization", ""))
+			return absent(ctx, podPath(tn.leader, "gpu-utilization", ""))
 		},
 	}
 }
@@ -147,7 +147,7 @@ func (tn *tenantEnv) failingTarget(ns, name string, size int, limit string) host
 			labels: []string{`kind="pod"`, `reason="too_large"`}, delta: 1}},
 		logged: [][]string{{`"Scrape of a pod endpoint failed"`, `target="pod/` + ns + `/` + name + `"`, `reason="too_large"`, cause}},
 		check: func(ctx context.Context, _ string) error {
-			return tn.absent(ctx, podPath(types.NamespacedName{Namespace: ns, Name: name}, tn.metric, ""))
+			return absent(ctx, podPath(types.NamespacedName{Namespace: ns, Name: name}, tn.metric, ""))
 		},
 	}
 }
@@ -207,7 +207,7 @@ func (tn *tenantEnv) run(ctx context.Context, t *testing.T, h hostile) {
 	}
 	logStart, err := os.Stat(tn.e.server.Process.LogPath())
 	must(t, err)
-	tn.createPods(ctx, t, h.pods)
+	createPods(ctx, t, tn.e.bounds.running, tn.e.watch, h.pods...)
 	began := time.Now()
 	must(t, tn.e.poll(ctx, tn.e.bounds.up, "the refusal to be counted", func(ctx context.Context) error {
 		for i, c := range h.counted {

@@ -15,8 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
+	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
 
 // topRow is a pod's expected kubectl top row: memory exactly, CPU within
@@ -33,23 +35,31 @@ func (want topWant) add(pods []corev1.Pod, row topRow) {
 	}
 }
 
-// waitTop waits, for at most bound, until kubectl top pod in ns shows
-// exactly the pods of want, with the memory given and CPU within 5% (ukpd's
-// rates follow the arrival of its responses, not the fake's clock).
-func waitTop(ctx context.Context, t *testing.T, ns string, want topWant, bound time.Duration) {
+// waitTop waits, for at most bound and while watch run, until kubectl top
+// pod in ns on c shows exactly the pods of want, with the memory given and
+// CPU within 5% (ukpd's rates follow the arrival of its responses, not the
+// fake's clock).
+func waitTop(ctx context.Context, t *testing.T, c *cluster.Cluster, watch []*cluster.Process, ns string, want topWant, bound time.Duration) {
 	t.Helper()
 	var out string
-	must(t, pollBounded(ctx, bound, "kubectl top pod -n "+ns, func(ctx context.Context) error {
-		var err error
-		if out, _, err = suite.cluster.Kubectl(ctx, "top", "pod", "-n", ns); err != nil {
-			return err
+	var last error
+	err := boundedPoll(ctx, bound, "kubectl top pod -n "+ns, watch, func(ctx context.Context) error {
+		attempt, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		stdout, stderr, err := c.Kubectl(attempt, "top", "pod", "-n", ns)
+		if err != nil {
+			last = fmt.Errorf("%w: %s", err, stderr)
+			return last
 		}
-		if err := want.check(parseTable(out).byKey(1)); err != nil {
-			return fmt.Errorf("%w:\n%s", err, out)
-		}
-		return nil
-	}))
-	t.Logf("kubectl top pod -n %s:\n%s", ns, out)
+		out = stdout
+		last = want.check(parseTable(out).byKey(1))
+		return last
+	})
+	if err != nil {
+		raw, stderr, rawErr := c.Kubectl(context.Background(), "get", "--raw", "/apis/metrics.k8s.io/v1beta1/namespaces/"+ns+"/pods")
+		t.Fatalf("%v\nlast attempt: %v\nlast output:\n%s\nthe API: %v %s %s", err, last, out, rawErr, stderr, raw)
+	}
+	t.Logf("kubectl top pod -n %s through the aggregator:\n%s", ns, out)
 }
 
 // waitTargets waits until the server's last tick had exactly one ukpd target,
@@ -60,18 +70,20 @@ func waitTargets(ctx context.Context, t *testing.T, state string, bound time.Dur
 		metricCheck(suite.server, valueIs(1), "group_metrics_server_scraper_targets", `source="ukpd"`, `state="`+state+`"`)))
 }
 
-// serverMetric is ukpdMetric on the suite's server.
-func serverMetric(ctx context.Context, name string, labels ...string) (float64, error) {
-	return metricOf(ctx, suite.server, name, labels...)
-}
-
-// metricOf is ukpdMetric on s.
+// metricOf sums the samples of a metric in s's /metrics whose labels
+// contain every one of labels (`name="value"`); 0 when there is none.
 func metricOf(ctx context.Context, s *env.Server, name string, labels ...string) (float64, error) {
 	client, err := s.HTTPClient()
 	if err != nil {
 		return 0, err
 	}
-	return ukpdMetric(ctx, client, "https://"+s.Address(), name, labels...)
+	defer client.CloseIdleConnections()
+	body, err := selfMetrics(ctx, endpoint{base: "https://" + s.Address(), client: client})
+	if err != nil {
+		return 0, err
+	}
+	v, _, err := promtext.Value(body, name, labels...)
+	return v, err
 }
 
 // metricCheck is a poll check that s's /metrics has a sample of name with
@@ -79,10 +91,13 @@ func metricOf(ctx context.Context, s *env.Server, name string, labels ...string)
 func metricCheck(s *env.Server, ok func(float64) error, name string, labels ...string) func(context.Context) error {
 	return func(ctx context.Context) error {
 		v, err := metricOf(ctx, s, name, labels...)
-		if err != nil {
-			return err
+		if err == nil {
+			err = ok(v)
 		}
-		return ok(v)
+		if err != nil {
+			return fmt.Errorf("%s%v: %w", name, labels, err)
+		}
+		return nil
 	}
 }
 
@@ -167,18 +182,10 @@ func instancesIn(ns, prefix string) int {
 // removes both when the test ends.
 func kraftletNode(ctx context.Context, t *testing.T, node string, usage env.UkpdUsage) *env.InstanceSync {
 	t.Helper()
-	client := suite.cluster.Client()
-	must(t, env.AddKraftletNode(ctx, suite.cluster, node))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := client.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil {
-			t.Errorf("delete node %s: %v", node, err)
-		}
-	})
+	addKraftletNode(ctx, t, node)
 	syncCtx, stopSync := context.WithCancel(ctx)
 	t.Cleanup(stopSync)
-	instances, err := env.SyncInstances(syncCtx, client, node, suite.ukpd.Control, usage)
+	instances, err := env.SyncInstances(syncCtx, suite.cluster.Client(), node, suite.ukpd.Control, usage)
 	must(t, err)
 	return instances
 }

@@ -50,7 +50,7 @@ func TestUkpdStandby(t *testing.T) {
 	// In standby: zero CPU and the resident set ukpd reports, 0.
 	want := topWant{}
 	want.add(pods, topRow{milliCPU: 0, memory: "0Mi"})
-	waitTop(ctx, t, ns, want, staleBound()+hpaSlack)
+	waitTop(ctx, t, suite.cluster, watched(), ns, want, staleBound()+hpaSlack)
 	t.Logf("kubectl top shows every pod in standby at zero %v after they ran", since(running))
 
 	must(t, createUkpdHPA(ctx, ns, uk.Name, minReplicas, maxReplicas))

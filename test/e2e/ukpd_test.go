@@ -63,7 +63,7 @@ func TestUkpdPods(t *testing.T) {
 		want := topWant{}
 		want.add(webPods, topRow{milliCPU: 150, memory: "48Mi"})
 		want.add(ukPods, topRow{milliCPU: 40, memory: "64Mi"})
-		waitTop(ctx, t, ns, want, metricsBound)
+		waitTop(ctx, t, suite.cluster, watched(), ns, want, metricsBound)
 		t.Logf("kubectl top pod shows kubelet-backed and ukpd-backed pods %v after they ran", since(running))
 	})
 
@@ -158,7 +158,7 @@ func waitInstances(ctx context.Context, t *testing.T, uk env.DeploymentSpec, n i
 func testUkpdDown(ctx context.Context, t *testing.T, ns string, webPods []corev1.Pod, reason string, breakIt, heal func() error) {
 	bound := staleBound() + hpaSlack
 	failures := []string{"group_metrics_server_scraper_target_failures_total", `source="ukpd"`, `reason="` + reason + `"`}
-	before, err := serverMetric(ctx, failures[0], failures[1:]...)
+	before, err := metricOf(ctx, suite.server, failures[0], failures[1:]...)
 	must(t, err)
 	must(t, breakIt())
 	healed := false
@@ -246,7 +246,7 @@ func TestUkpdPages(t *testing.T) {
 	listsBefore := suite.ukpd.ListRequests()
 	want := topWant{}
 	want.add(pods, topRow{milliCPU: 40, memory: "64Mi"})
-	waitTop(ctx, t, ns, want, staleBound()+30*time.Second)
+	waitTop(ctx, t, suite.cluster, watched(), ns, want, staleBound()+30*time.Second)
 	t.Logf("kubectl top shows all %d pods, whose instances are the newest of %d over pages of %d, %v after they ran; %d list requests meanwhile",
 		ours, len(suite.ukpd.Instances()), env.UkpdPageSize, since(running), suite.ukpd.ListRequests()-listsBefore)
 }
