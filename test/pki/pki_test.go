@@ -12,16 +12,19 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestIssue(t *testing.T) {
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 	ca, err := NewCA("test-ca", now, 24*time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	other, err := NewCA("other-ca", now, 24*time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	tests := []struct {
 		name      string
 		leaf      Leaf
@@ -37,13 +40,9 @@ func TestIssue(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			pair, err := ca.TLSCertificate(now, tc.leaf)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			leaf, err := x509.ParseCertificate(pair.Certificate[0])
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			var ips []string
 			for _, ip := range leaf.IPAddresses {
 				ips = append(ips, ip.String())
@@ -79,26 +78,18 @@ func TestFiles(t *testing.T) {
 	dir := t.TempDir()
 	now := time.Now()
 	ca, err := NewCA("files-ca", now, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	certFile, keyFile, err := ca.IssueFiles(now, dir, "server", Leaf{CommonName: "server", Hosts: []string{"::1"}, Server: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	leaf, _ := x509.ParseCertificate(pair.Certificate[0])
 	if len(leaf.IPAddresses) != 1 || !leaf.IPAddresses[0].Equal(net.IPv6loopback) {
 		t.Errorf("IP SANs %v, want [::1]", leaf.IPAddresses)
 	}
 	for file, want := range map[string]os.FileMode{keyFile: 0o600, certFile: 0o644} {
 		fi, err := os.Stat(file)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		if got := fi.Mode().Perm(); got != want {
 			t.Errorf("%s: mode %v, want %v", filepath.Base(file), got, want)
 		}
