@@ -13,21 +13,9 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
-type controlHarness struct {
-	*harness
-	ctl *httptest.Server
-}
-
-func newControlHarness(t *testing.T, caPEM []byte) *controlHarness {
-	h := newHarness(t, Config{})
-	ctl := httptest.NewServer(NewControlHandler(h.s, caPEM))
-	t.Cleanup(ctl.Close)
-	return &controlHarness{harness: h, ctl: ctl}
-}
-
 // call sends a control request, which must be answered want, and decodes
 // the JSON answer into out, unless nil.
-func (c *controlHarness) call(t *testing.T, method, path, body string, want int, out any) {
+func (c *harness) call(t *testing.T, method, path, body string, want int, out any) {
 	t.Helper()
 	code, _, b := do(t, c.ctl.Client(), method, c.ctl.URL+path, body, nil)
 	if code != want {
@@ -41,7 +29,7 @@ func (c *controlHarness) call(t *testing.T, method, path, body string, want int,
 }
 
 func TestControlInstances(t *testing.T) {
-	c := newControlHarness(t, nil)
+	c := newHarness(t, Config{})
 	var in Instance
 	c.call(t, "POST", "/v1/instances",
 		`{"namespace":"default","pod":"web-0","container":"app","node":"kraftlet-a","cpu":"500m","memory":"64Mi"}`, http.StatusCreated, &in)
@@ -87,7 +75,7 @@ func TestControlInstances(t *testing.T) {
 }
 
 func TestControlErrors(t *testing.T) {
-	c := newControlHarness(t, nil)
+	c := newHarness(t, Config{})
 	c.call(t, "POST", "/v1/instances", `{"namespace":"ns","pod":"p","container":"c","uuid":"u1"}`, http.StatusCreated, nil)
 	tests := []struct {
 		method, path, body string
@@ -120,7 +108,7 @@ func TestControlErrors(t *testing.T) {
 }
 
 func TestControlFaults(t *testing.T) {
-	c := newControlHarness(t, []byte("PEM"))
+	c := newHarness(t, Config{})
 	var state []Fault
 	c.call(t, "PUT", "/v1/fault", `{"kind":"Slow","delay":"5s"}`, http.StatusOK, &state)
 	c.call(t, "PUT", "/v1/fault", `{"kind":"HugeBody","bytes":1024,"path":"/v1/instances/metrics"}`, http.StatusOK, &state)
@@ -132,11 +120,12 @@ func TestControlFaults(t *testing.T) {
 	if c.call(t, "DELETE", "/v1/fault?kind=Slow", "", http.StatusOK, &state); !cmp.Equal(want[1:], state) {
 		t.Errorf("after clearing Slow: %+v, want %+v", state, want[1:])
 	}
-	state = nil
 	if c.call(t, "DELETE", "/v1/fault", "", http.StatusOK, &state); state == nil || len(state) != 0 {
 		t.Errorf("after clearing all: %#v, want []", state)
 	}
-	if _, _, b := do(t, c.ctl.Client(), "GET", c.ctl.URL+"/v1/ca.crt", "", nil); b != "PEM" {
+	withCA := httptest.NewServer(NewControlHandler(c.s, []byte("PEM")))
+	defer withCA.Close()
+	if _, _, b := do(t, withCA.Client(), "GET", withCA.URL+"/v1/ca.crt", "", nil); b != "PEM" {
 		t.Errorf("ca.crt = %q", b)
 	}
 }

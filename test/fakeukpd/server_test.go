@@ -28,10 +28,11 @@ func must(t *testing.T, err error) {
 	}
 }
 
+// harness serves a Server, and its control API without a CA.
 type harness struct {
-	clk *clocktesting.FakeClock
-	s   *Server
-	srv *httptest.Server
+	clk      *clocktesting.FakeClock
+	s        *Server
+	srv, ctl *httptest.Server
 }
 
 func newHarness(t *testing.T, cfg Config) *harness {
@@ -41,13 +42,14 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	if cfg.Tokens == nil && cfg.TokenFile == "" {
 		cfg.Tokens = []string{token}
 	}
-	s := New(cfg)
-	srv := httptest.NewServer(s)
+	h := &harness{clk: clk, s: New(cfg)}
+	h.srv, h.ctl = httptest.NewServer(h.s), httptest.NewServer(NewControlHandler(h.s, nil))
 	t.Cleanup(func() {
-		s.Close()
-		srv.Close()
+		h.s.Close()
+		h.srv.Close()
+		h.ctl.Close()
 	})
-	return &harness{clk: clk, s: s, srv: srv}
+	return h
 }
 
 // do sends method url with body and the headers that are not empty, and
