@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -35,11 +34,9 @@ const rotationBound = 150 * time.Second
 func TestCertificateRotation(t *testing.T) {
 	ctx := begin(t, 5*time.Minute)
 	c, fleet := ownCluster(ctx, t, 1)
-	root, err := env.RepoRoot()
-	must(t, err)
 	began := time.Now()
 	s, err := env.DeployServer(ctx, c, env.ServerConfig{
-		ManifestsDir:          filepath.Join(root, "manifests", "high-availability"),
+		ManifestsDir:          repoPath(t, "manifests", "high-availability"),
 		BinDir:                suite.binDir,
 		KubeletCAFile:         fleet.CAFile,
 		MetricResolution:      suite.resolution,

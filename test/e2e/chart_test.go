@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -42,8 +41,6 @@ var topBound = 2*5*time.Second + 3*time.Second + 20*time.Second
 func TestHelmChart(t *testing.T) {
 	ctx := begin(t, 8*time.Minute)
 	must(t, env.CheckBinaries(suite.binDir, chart.HelmBinary))
-	root, err := env.RepoRoot()
-	must(t, err)
 	c, fleet := ownCluster(ctx, t, 1)
 	client := c.Client()
 	const ns = "e2e-helm"
@@ -64,7 +61,7 @@ func TestHelmChart(t *testing.T) {
 	must(t, err)
 	port := ports[0]
 	h := chart.Helm{Binary: filepath.Join(suite.binDir, chart.HelmBinary), Home: t.TempDir(), Kubeconfig: c.KubeconfigPath()}
-	dir := chart.Dir(root)
+	dir := chart.Dir(repoPath(t))
 	loopback := "service.type=ExternalName,service.externalName=localhost,service.port=" + strconv.Itoa(port)
 	began := time.Now()
 	_, err = h.Run(ctx, "install", chart.Name, dir, "--namespace", "kube-system", "--set", loopback)
@@ -275,11 +272,4 @@ func (want topWant) check(got map[string][]string) error {
 		return fmt.Errorf("%s", strings.Join(diffs, "; "))
 	}
 	return nil
-}
-
-func readFile(t *testing.T, path string) []byte {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	must(t, err)
-	return data
 }

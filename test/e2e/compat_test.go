@@ -5,7 +5,6 @@ package e2e
 import (
 	"cmp"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -17,7 +16,6 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
-	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
 
 // defaultKubeVersion is the release hack/tools.sh builds into bin/.
@@ -68,10 +66,7 @@ var helpFlag = regexp.MustCompile(`^\s+(?:-\w, )?--([a-z0-9-]+)(?: ([A-Za-z0-9=,
 // flags metrics-server v0.8.0 itself lists.
 func TestMetricsServerFlagList(t *testing.T) {
 	ctx := begin(t, time.Minute)
-	root, err := env.RepoRoot()
-	must(t, err)
-	data, err := os.ReadFile(filepath.Join(root, "hack", "metrics-server-v0.8.0-flags.txt"))
-	must(t, err)
+	data := readFile(t, repoPath(t, "hack", "metrics-server-v0.8.0-flags.txt"))
 	var listed, got []string
 	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		if !strings.HasPrefix(l, "#") {

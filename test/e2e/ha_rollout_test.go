@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +17,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
-	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
 
 // rolloutLabel marks the nodes of TestHighAvailabilityRollout, and taints
@@ -30,9 +28,7 @@ const rolloutLabel = "e2e.group-metrics-server.io/rollout"
 func TestHighAvailabilityRollout(t *testing.T) {
 	ctx := begin(t, 6*time.Minute)
 	client := suite.cluster.Client()
-	root, err := env.RepoRoot()
-	must(t, err)
-	dir := filepath.Join(root, "manifests", "high-availability")
+	dir := repoPath(t, "manifests", "high-availability")
 	t.Cleanup(func() { deletePDB(t) })
 	seed := deployOwnServer(ctx, t, "rollout-seed", nil, dir)
 
@@ -64,7 +60,7 @@ func TestHighAvailabilityRollout(t *testing.T) {
 	}
 	spec.NodeSelector[rolloutLabel] = "true"
 	spec.Tolerations = append(spec.Tolerations, corev1.Toleration{Key: rolloutLabel, Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule})
-	_, err = client.AppsV1().Deployments("kube-system").Create(ctx, deploy, metav1.CreateOptions{})
+	_, err := client.AppsV1().Deployments("kube-system").Create(ctx, deploy, metav1.CreateOptions{})
 	must(t, err)
 	must(t, waitRolledOut(ctx, client, kerrs, 1))
 	// From here only the pods' processes serve: the proxy takes the port

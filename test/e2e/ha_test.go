@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -44,9 +43,7 @@ func TestHighAvailability(t *testing.T) {
 	// Nothing changes these pods' usage from here on.
 	settled := time.Now()
 
-	root, err := env.RepoRoot()
-	must(t, err)
-	dir := filepath.Join(root, "manifests", "high-availability")
+	dir := repoPath(t, "manifests", "high-availability")
 	replicas := int(ptr.Deref(manifestDeployment(ctx, t, dir).Spec.Replicas, 1))
 	if replicas < 2 {
 		t.Fatalf("manifests/high-availability runs %d replicas, want at least 2", replicas)

@@ -5,6 +5,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -175,6 +177,22 @@ func (tb table) byKey(keyCols int) map[string][]string {
 // milli and mebi print CPU and memory as kubectl top does.
 func milli(nanoCores uint64) string { return fmt.Sprintf("%dm", (nanoCores+999_999)/1_000_000) }
 func mebi(bytes uint64) string      { return fmt.Sprintf("%dMi", bytes/(1<<20)) }
+
+// repoPath joins elem to the repository root.
+func repoPath(t testing.TB, elem ...string) string {
+	t.Helper()
+	root, err := env.RepoRoot()
+	must(t, err)
+	return filepath.Join(append([]string{root}, elem...)...)
+}
+
+// readFile returns the contents of the file at path.
+func readFile(t testing.TB, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	must(t, err)
+	return data
+}
 
 // must fails the test at once if err is not nil.
 func must(t testing.TB, err error) {

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -212,8 +211,7 @@ func (e *lwsEnv) waitAbsent(ctx context.Context, t *testing.T, path string) {
 // name; the test fails unless there are the three the page promises.
 func docHPAs(t *testing.T, path string) map[string]*autoscalingv2.HorizontalPodAutoscaler {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	must(t, err)
+	data := readFile(t, path)
 	out := map[string]*autoscalingv2.HorizontalPodAutoscaler{}
 	for _, m := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(data), -1) {
 		if !strings.Contains(m[1], "kind: HorizontalPodAutoscaler") {

@@ -55,13 +55,10 @@ func TestInferenceAutoscaling(t *testing.T) {
 // configuration (one node exporter).
 func shippedInference(t *testing.T) (root string, hpas map[string]*autoscalingv2.HorizontalPodAutoscaler, configFile string, cfg *promscrape.Config) {
 	t.Helper()
-	root, err := env.RepoRoot()
-	must(t, err)
+	root = repoPath(t)
 	hpas = docHPAs(t, filepath.Join(root, "docs", "inference-autoscaling.md"))
 	configFile = filepath.Join(root, "manifests", "components", "pod-metrics", "pod-metrics.yaml")
-	data, err := os.ReadFile(configFile)
-	must(t, err)
-	cfg, errs := promscrape.Parse(data)
+	cfg, errs := promscrape.Parse(readFile(t, configFile))
 	if len(errs) > 0 || len(cfg.NodeExporters) != 1 {
 		t.Fatalf("%s: %v (want one node exporter)", configFile, errs)
 	}
@@ -152,23 +149,14 @@ func (e *inferenceEnv) checkFailingMember(ctx context.Context, t *testing.T, ns 
 	e.waitRaw(ctx, t, podPath(leader, metric, ""), 0)
 	// The recovery is logged by the tick that served the value again, just
 	// after it stored the value.
-	count := func(log []byte, msg string) int {
-		n := 0
-		for _, line := range strings.Split(string(log), "\n") {
-			if strings.Contains(line, msg) && strings.Contains(line, `target="`+target+`"`) {
-				n++
-			}
-		}
-		return n
-	}
 	var failed, recovered int
 	must(t, e.poll(ctx, 10*time.Second, "the recovery of "+target+" in the server's log", func(context.Context) error {
 		whole, err := os.ReadFile(e.server.Process.LogPath())
 		if err != nil {
 			return err
 		}
-		log := whole[logStart.Size():]
-		failed, recovered = count(log, "Scrape of a pod endpoint failed"), count(log, "Pod endpoint scraped again")
+		log, at := string(whole[logStart.Size():]), `target="`+target+`"`
+		failed, recovered = len(matchingLines(log, at, "Scrape of a pod endpoint failed")), len(matchingLines(log, at, "Pod endpoint scraped again"))
 		if recovered == 0 {
 			return fmt.Errorf("%d failure lines, no recovery line yet", failed)
 		}

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -117,9 +116,7 @@ func (e *lwsEnv) poll(ctx context.Context, d time.Duration, what string, check f
 // the test ends they go back to the suite's server.
 func deployCustomMetricsServer(ctx context.Context, t *testing.T, name string) *env.Server {
 	t.Helper()
-	root, err := env.RepoRoot()
-	must(t, err)
-	s := deployOwnServer(ctx, t, name, nil, filepath.Join(root, "manifests", "custom-metrics"))
+	s := deployOwnServer(ctx, t, name, nil, repoPath(t, "manifests", "custom-metrics"))
 	t.Logf("APIServices of %s: %s", name, strings.Join(s.APIServices, ", "))
 	return s
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,7 +22,6 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/provider"
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
-	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
 	"github.com/group-metrics-server/group-metrics-server/test/lws"
 )
@@ -100,8 +98,6 @@ func testLWSObjectMetric(ctx context.Context, t *testing.T, e *lwsEnv) {
 // testLWSExamples applies manifests/examples/lws-* each into a namespace of
 // its own and waits until its HPA reads its metric.
 func testLWSExamples(ctx context.Context, t *testing.T, e *lwsEnv) {
-	root, err := env.RepoRoot()
-	must(t, err)
 	for _, ex := range []struct{ dir, hpa, unit string }{
 		{"lws-group-hpa", "web-group", "%"},
 		{"lws-custom-metrics-hpa", "web-custom", "m"},
@@ -109,7 +105,7 @@ func testLWSExamples(ctx context.Context, t *testing.T, e *lwsEnv) {
 		t.Run(ex.dir, func(t *testing.T) {
 			ns := "e2e-" + ex.dir
 			newNamespace(ctx, t, ns)
-			dir := filepath.Join(root, "manifests", "examples", ex.dir)
+			dir := repoPath(t, "manifests", "examples", ex.dir)
 			began := time.Now()
 			out, _, err := suite.cluster.Kubectl(ctx, "apply", "-k", dir, "-n", ns)
 			must(t, err)

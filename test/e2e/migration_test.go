@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -79,9 +78,7 @@ func TestMigrationFromMetricsServer(t *testing.T) {
 	// its informer, a moment later.
 	must(t, boundedPoll(ctx, aggregatorLag, "metrics-server to serve through the aggregator", []*cluster.Process{ms.Process}, served(listNodes)))
 
-	root, err := env.RepoRoot()
-	must(t, err)
-	base := filepath.Join(root, "manifests", "base")
+	base := repoPath(t, "manifests", "base")
 	began := time.Now()
 	s, err := env.DeployServer(ctx, c, env.ServerConfig{
 		ManifestsDir:          base,

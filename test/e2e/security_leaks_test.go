@@ -54,8 +54,7 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 	t.Helper()
 	const node = "e2e-security-kraftlet"
 	addKraftletNode(ctx, t, node)
-	good, err := os.ReadFile(suite.ukpd.TokenFile)
-	must(t, err)
+	good := readFile(t, suite.ukpd.TokenFile)
 	wrong := "e2e-refused-ukpd-token-" + rand.Text()
 	suiteSecrets.add("a ukpd token ukpd refuses", wrong)
 	// The token is read on every request: the next scrape sends it.
@@ -99,12 +98,18 @@ func linesWith(path string, words ...string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return matchingLines(string(b), words...), nil
+}
+
+// matchingLines returns the lines of text that hold every word, but for
+// the lines the harness writes into a log ("### ").
+func matchingLines(text string, words ...string) []string {
 	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range strings.Split(text, "\n") {
 		all := !slices.ContainsFunc(words, func(w string) bool { return !strings.Contains(line, w) })
 		if all && !strings.HasPrefix(line, "### ") {
 			out = append(out, line)
 		}
 	}
-	return out, nil
+	return out
 }

@@ -54,10 +54,8 @@ const (
 // what each would run, and its RBAC grants against docs/security.md.
 func TestManifestsHardened(t *testing.T) {
 	ctx := begin(t, 2*time.Minute)
-	root, err := env.RepoRoot()
-	must(t, err)
-	doc, err := os.ReadFile(filepath.Join(root, "docs", "security.md"))
-	must(t, err)
+	root := repoPath(t)
+	doc := readFile(t, filepath.Join(root, "docs", "security.md"))
 	// The grants docs/security.md lists: the backquoted first cell of every
 	// table row that starts with a role kind.
 	documented := map[string]bool{}

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -231,11 +230,9 @@ func (tn *tenantEnv) run(ctx context.Context, t *testing.T, h hostile) {
 		}
 		t.Logf("%s%v: %v -> %v", c.name, c.labels, before[i], v)
 	}
-	whole, err := os.ReadFile(tn.e.server.Process.LogPath())
-	must(t, err)
-	log := string(whole[logStart.Size():])
+	log := string(readFile(t, tn.e.server.Process.LogPath())[logStart.Size():])
 	for _, words := range h.logged {
-		if n := countLines(log, words...); n != 1 {
+		if n := len(matchingLines(log, words...)); n != 1 {
 			t.Errorf("the server logged %d lines with %q over %d ticks, want 1", n, words, tenantTicks)
 		}
 	}
@@ -252,22 +249,4 @@ func lwsPodAnnotations(annotations map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
-}
-
-// countLines counts the lines of log holding every word.
-func countLines(log string, words ...string) int {
-	n := 0
-	for _, line := range strings.Split(log, "\n") {
-		all := true
-		for _, w := range words {
-			if !strings.Contains(line, w) {
-				all = false
-				break
-			}
-		}
-		if all {
-			n++
-		}
-	}
-	return n
 }
