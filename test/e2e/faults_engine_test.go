@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -16,8 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
-
-	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
 
 // faultOutcome is what a fault must do to the metrics of the pods it
@@ -153,7 +150,7 @@ func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) fa
 		}
 	})
 	fig := watchFault(ctx, t, sc, tc, b, counted)
-	checkServerHealthy(ctx, t, pid)
+	checkServerUp(ctx, t, pid)
 	failing, _ := faultLogLines(t, sc.target, tc.reason)
 	switch {
 	case tc.reason != "" && failing != failingBefore+1:
@@ -182,7 +179,7 @@ func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) fa
 	if tc.removes() {
 		fig.recovered = time.Since(clearedAt)
 	}
-	checkServerHealthy(ctx, t, pid)
+	checkServerUp(ctx, t, pid)
 	t.Logf("fault %s (%s): %s", tc.name, sc.target, fig)
 	return fig
 }
@@ -398,25 +395,6 @@ func faultMetric(ctx context.Context, t *testing.T, name string, labels ...strin
 	v, err := metricOf(ctx, suite.server, name, labels...)
 	must(t, err)
 	return v
-}
-
-// checkServerHealthy checks that the server still runs as pid and is ready.
-func checkServerHealthy(ctx context.Context, t *testing.T, pid int) {
-	t.Helper()
-	select {
-	case <-suite.server.Process.Done():
-		t.Fatalf("the server exited: %v", suite.server.Process.Err())
-	default:
-	}
-	if got := suite.server.Process.Pid(); got != pid {
-		t.Errorf("the server's PID changed from %d to %d", pid, got)
-	}
-	client, err := suite.server.HTTPClient()
-	must(t, err)
-	code, body, err := env.Get(ctx, client, "https://"+suite.server.Address()+"/readyz?verbose")
-	if err != nil || code != http.StatusOK || !strings.Contains(body, "[+]metric-storage-ready ok") {
-		t.Errorf("/readyz?verbose: %d %v\n%s", code, err, body)
-	}
 }
 
 // faultLogLines counts the server's log lines saying target started

@@ -29,7 +29,7 @@ func TestHighAvailabilityRollout(t *testing.T) {
 	ctx := begin(t, 6*time.Minute)
 	client := suite.cluster.Client()
 	dir := repoPath(t, "manifests", "high-availability")
-	t.Cleanup(func() { deletePDB(t) })
+	deletePDBAtEnd(t)
 	seed := deployOwnServer(ctx, t, "rollout-seed", nil, dir)
 
 	var nodeNames []string

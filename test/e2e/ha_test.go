@@ -48,7 +48,7 @@ func TestHighAvailability(t *testing.T) {
 	if replicas < 2 {
 		t.Fatalf("manifests/high-availability runs %d replicas, want at least 2", replicas)
 	}
-	t.Cleanup(func() { deletePDB(t) })
+	deletePDBAtEnd(t)
 	s := deployOwnServer(ctx, t, "group-metrics-server-ha-0", []string{env.PermitPortSharing}, dir)
 	procs := []*cluster.Process{s.Process}
 	for i := 1; i < replicas; i++ {
@@ -94,15 +94,16 @@ func manifestDeployment(ctx context.Context, t *testing.T, dir string) *appsv1.D
 	return nil
 }
 
-// deletePDB deletes the PodDisruptionBudget manifests/high-availability
-// adds, which the suite's server does not have.
-func deletePDB(t *testing.T) {
-	ctx, cancel := context.WithTimeout(suite.ctx, 30*time.Second)
-	defer cancel()
-	err := suite.cluster.Client().PolicyV1().PodDisruptionBudgets("kube-system").Delete(ctx, "group-metrics-server", metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		t.Errorf("delete the PodDisruptionBudget: %v", err)
-	}
+// deletePDBAtEnd deletes, when the test ends, the PodDisruptionBudget
+// manifests/high-availability adds, which the suite's server does not have.
+func deletePDBAtEnd(t *testing.T) {
+	cleanup(t, "delete the PodDisruptionBudget", func(ctx context.Context) error {
+		err := suite.cluster.Client().PolicyV1().PodDisruptionBudgets("kube-system").Delete(ctx, "group-metrics-server", metav1.DeleteOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
 }
 
 // connectReplicas returns a client pinned to each replica, once each is

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -112,12 +111,8 @@ func TestAggregatedAPIService(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	out, _, err := c.Kubectl(ctx, "get", "--raw", "/apis/metrics.k8s.io/v1beta1")
+	list, err := c.Client().Discovery().ServerResourcesForGroupVersion("metrics.k8s.io/v1beta1")
 	must(t, err)
-	var list metav1.APIResourceList
-	if err := json.Unmarshal([]byte(out), &list); err != nil {
-		t.Fatalf("parse discovery %q: %v", out, err)
-	}
 	if list.GroupVersion != "metrics.k8s.io/v1beta1" || len(list.APIResources) == 0 {
 		t.Errorf("discovery through the aggregator = %+v", list)
 	}

@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -31,12 +30,8 @@ import (
 func (e *inferenceEnv) waitListed(ctx context.Context, t *testing.T, metrics []promscrape.Metric) {
 	t.Helper()
 	must(t, e.poll(ctx, e.bounds.up, "custom.metrics.k8s.io to list the pod-endpoint metrics", func(ctx context.Context) error {
-		out, _, err := suite.cluster.Kubectl(ctx, "get", "--raw", "/apis/custom.metrics.k8s.io/v1beta2")
-		if err != nil {
-			return err
-		}
 		var list metav1.APIResourceList
-		if err := json.Unmarshal([]byte(out), &list); err != nil {
+		if err := suite.cluster.Client().Discovery().RESTClient().Get().AbsPath("/apis/custom.metrics.k8s.io/v1beta2").Do(ctx).Into(&list); err != nil {
 			return err
 		}
 		have := map[string]bool{}

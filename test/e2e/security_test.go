@@ -43,6 +43,7 @@ type credentials struct {
 // and the server's own paths, as identities that must get 401 or 403.
 func TestRequestsRefused(t *testing.T) {
 	ctx := begin(t, 4*time.Minute)
+	pid := suite.server.Process.Pid()
 	newNamespace(ctx, t, securityNamespace)
 	creds := append(refusedCredentials(ctx, t), credentials{name: "admin", set: asAdmin})
 	node := suite.fleet.NodeNames[0]
@@ -84,7 +85,7 @@ func TestRequestsRefused(t *testing.T) {
 		s := deployCustomMetricsServer(ctx, t, "group-metrics-server-security")
 		check(t, s, append(customMetricsPaths(securityNamespace), metricsPaths(securityNamespace, node)...))
 	})
-	assertServerUp(ctx, t)
+	checkServerUp(ctx, t, pid)
 }
 
 // serverOwnPaths are protected paths only the server's own port has:
@@ -163,6 +164,7 @@ type hostileCase struct {
 // names as the cluster admin: each answered as listed, never with a 5xx.
 func TestHostileRequests(t *testing.T) {
 	ctx := begin(t, 3*time.Minute)
+	pid := suite.server.Process.Pid()
 	const ns = "kube-system"
 	long := strings.Repeat("a", 10_000)
 	cases := []hostileCase{
@@ -218,24 +220,30 @@ func TestHostileRequests(t *testing.T) {
 	for _, tc := range cases {
 		t.Logf("%s: %v (status: requests)", tc.name, seen[tc.name])
 	}
-	assertServerUp(ctx, t)
+	checkServerUp(ctx, t, pid)
 }
 
-// assertServerUp checks that the suite's server is running, ready and still
-// answers a list.
-func assertServerUp(ctx context.Context, t *testing.T) {
+// checkServerUp checks that the suite's server still runs as pid, is ready
+// with its metric storage, and answers a list.
+func checkServerUp(ctx context.Context, t *testing.T, pid int) {
 	t.Helper()
 	select {
 	case <-suite.server.Process.Done():
 		t.Fatalf("the server exited: %v", suite.server.Process.Err())
 	default:
 	}
+	if got := suite.server.Process.Pid(); got != pid {
+		t.Errorf("the server's PID changed from %d to %d", pid, got)
+	}
 	client, err := suite.server.HTTPClient()
 	must(t, err)
 	defer client.CloseIdleConnections()
-	for _, p := range []string{"/readyz", "/apis/metrics.k8s.io/v1beta1/nodes"} {
-		getExpecting(ctx, t, client, suite.server.RESTConfig().Host+p, []int{http.StatusOK})
+	host := suite.server.RESTConfig().Host
+	code, body, err := env.Get(ctx, client, host+"/readyz?verbose")
+	if err != nil || code != http.StatusOK || !strings.Contains(body, "[+]metric-storage-ready ok") {
+		t.Errorf("/readyz?verbose: %d %v\n%s", code, err, body)
 	}
+	getExpecting(ctx, t, client, host+"/apis/metrics.k8s.io/v1beta1/nodes", []int{http.StatusOK})
 }
 
 // getExpecting GETs u and returns the status, which must be one of want.
