@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/rest"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
@@ -45,14 +44,4 @@ func ownCluster(ctx context.Context, t *testing.T, nodes int) (*cluster.Cluster,
 	must(t, err)
 	t.Logf("own cluster with %d nodes up in %v", nodes, since(began))
 	return c, fleet
-}
-
-// aggregatorOf reaches metrics.k8s.io through c's kube-apiserver as its
-// admin, as aggregatorEndpoint does for the suite's cluster.
-func aggregatorOf(t *testing.T, c *cluster.Cluster) endpoint {
-	t.Helper()
-	cfg := c.RESTConfig()
-	client, err := rest.HTTPClientFor(cfg)
-	must(t, err)
-	return endpoint{name: "aggregator", base: cfg.Host, client: client}
 }

@@ -59,7 +59,7 @@ func TestCertificateRotation(t *testing.T) {
 		results []result
 	)
 	wg.Go(func() {
-		results = runLoad(loadCtx, []endpoint{aggregatorOf(t, c)}, []shape{listAllPods()}, haClients, rotationBound)
+		results = runLoad(loadCtx, []endpoint{aggregatorEndpoint(t, c)}, []shape{listAllPods()}, haClients, rotationBound)
 	})
 
 	firstCA := ""

@@ -50,10 +50,10 @@ func TestChurn(t *testing.T) {
 
 	c := &churn{ns: ns, nodes: suite.fleet.NodeNames, deleted: map[string]time.Time{}}
 	listers := []*churnLister{
-		{ep: aggregatorEndpoint(t), sh: listAllPods(), steady: steadyKeys},
+		{ep: aggregatorEndpoint(t, suite.cluster), sh: listAllPods(), steady: steadyKeys},
 		{ep: direct, sh: nsList, steady: steadyKeys},
 	}
-	elapsed, peakRSS := c.runAll(ctx, aggregatorEndpoint(t), listers, pid)
+	elapsed, peakRSS := c.runAll(ctx, aggregatorEndpoint(t, suite.cluster), listers, pid)
 	must(t, c.deleteRest(ctx))
 
 	gaugesAfter := waitStoreMatches(ctx, t, direct, staleBound()+tickBound())

@@ -70,7 +70,7 @@ func TestHighAvailabilityRollout(t *testing.T) {
 	must(t, err)
 	defer func() { _ = l.Close() }()
 	go k.serve(l)
-	agg := aggregatorEndpoint(t)
+	agg := aggregatorEndpoint(t, suite.cluster)
 	must(t, cluster.Poll(ctx, "a list through the aggregator", nil, func(ctx context.Context) error {
 		r := runLoad(ctx, []endpoint{agg}, []shape{listAllPods()}, 1, time.Second)
 		for _, x := range r {

@@ -173,7 +173,7 @@ func stopDuringLoad(ctx context.Context, t *testing.T, procs []*cluster.Process,
 		return out
 	}
 	before := counts()
-	agg := aggregatorEndpoint(t)
+	agg := aggregatorEndpoint(t, suite.cluster)
 	var (
 		wg      sync.WaitGroup
 		results []result

@@ -52,7 +52,7 @@ func TestLifecycle(t *testing.T) {
 	// minReplicas = maxReplicas: the HPA reads the metrics every sync but
 	// never scales, so the pods stay those of want.
 	must(t, env.CreateCPUHPA(ctx, client, ns, spec.Name, spec.Replicas, spec.Replicas, 50))
-	agg := aggregatorEndpoint(t)
+	agg := aggregatorEndpoint(t, suite.cluster)
 	selected := listSelected(ns, spec.Selector().String())
 	must(t, waitHPA(ctx, ns, spec.Name, "read 50% utilization", func(hpa *autoscalingv2.HorizontalPodAutoscaler) bool {
 		return utilization(hpa) == 50

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
@@ -33,12 +34,12 @@ type endpoint struct {
 	client *http.Client
 }
 
-// aggregatorEndpoint reaches metrics.k8s.io through kube-apiserver as the
-// cluster admin, over plain HTTP requests: no client-side rate limit and no
+// aggregatorEndpoint reaches metrics.k8s.io through c's kube-apiserver as
+// its admin, over plain HTTP requests: no client-side rate limit and no
 // retries, so every failure is seen.
-func aggregatorEndpoint(t *testing.T) endpoint {
+func aggregatorEndpoint(t *testing.T, c *cluster.Cluster) endpoint {
 	t.Helper()
-	cfg := suite.cluster.RESTConfig()
+	cfg := c.RESTConfig()
 	client, err := rest.HTTPClientFor(cfg)
 	must(t, err)
 	return endpoint{name: "aggregator", base: cfg.Host, client: client}

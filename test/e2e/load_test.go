@@ -37,7 +37,7 @@ func TestLoad(t *testing.T) {
 		return servesAll(fetch(ctx, direct, selected), want)
 	}))
 
-	eps := []endpoint{aggregatorEndpoint(t), direct}
+	eps := []endpoint{aggregatorEndpoint(t, suite.cluster), direct}
 	shapes := []shape{listAllPods(), selected, getPod(ns, pods[0].Name)}
 	stop := watchScrapeLoop(ctx, t, direct, selected, want)
 	pid := suite.server.Process.Pid()

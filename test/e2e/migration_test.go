@@ -64,7 +64,7 @@ func TestMigrationFromMetricsServer(t *testing.T) {
 	if insecure, _, _ := unstructured.NestedBool(before.Object, "spec", "insecureSkipTLSVerify"); !insecure {
 		t.Fatal("metrics-server's manifests did not set insecureSkipTLSVerify: the test does not start where users are")
 	}
-	agg := aggregatorOf(t, c)
+	agg := aggregatorEndpoint(t, c)
 	served := func(sh shape) func(context.Context) error {
 		return func(ctx context.Context) error {
 			if r := fetch(ctx, agg, sh); r.failed() {
