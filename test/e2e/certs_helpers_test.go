@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
