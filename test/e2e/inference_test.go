@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -33,36 +32,44 @@ const (
 // against LeaderWorkerSets whose pods serve Prometheus endpoints.
 func TestInferenceAutoscaling(t *testing.T) {
 	ctx := begin(t, 15*time.Minute)
-	e := newLWSEnv(ctx, t)
-	root, hpas, configFile, cfg := shippedInference(t)
-
-	s := deployOwnServer(ctx, t, "group-metrics-server-inference", []string{"--pod-metrics-config=" + configFile, "--group-metrics-series"},
-		filepath.Join(root, "manifests", "examples", "inference-autoscaling"))
-	e.watch = append(e.watch, s.Process)
-
-	ports, err := cluster.FreePorts(1)
-	must(t, err)
-	ie := &inferenceEnv{lwsEnv: e, server: s, metrics: cfg.Metrics, port: ports[0], exporter: cfg.NodeExporters[0]}
+	hpas, configFile, cfg := shippedInference(t)
+	ie := deployInferenceServer(ctx, t, newLWSEnv(ctx, t), "group-metrics-server-inference", configFile, cfg)
 
 	t.Run("vLLM queue depth", func(t *testing.T) { testVLLMQueue(ctx, t, ie, hpas["vllm"]) })
 	t.Run("GPU utilization", func(t *testing.T) { testGPUUtilization(ctx, t, ie, hpas["vllm-gpu"]) })
 	t.Run("SGLang queue", func(t *testing.T) { testSGLangQueue(ctx, t, ie, hpas["sglang"]) })
 }
 
-// shippedInference reads what the inference tests run as shipped: the
-// repository root, the HPAs of docs/inference-autoscaling.md, and the
-// pod-metrics file of manifests/components/pod-metrics with its parsed
-// configuration (one node exporter).
-func shippedInference(t *testing.T) (root string, hpas map[string]*autoscalingv2.HorizontalPodAutoscaler, configFile string, cfg *promscrape.Config) {
+// inferenceManifests is the kustomization the inference tests deploy.
+const inferenceManifests = "manifests/examples/inference-autoscaling"
+
+// shippedInference reads what the inference tests run as shipped: the HPAs
+// of docs/inference-autoscaling.md, and the pod-metrics file of
+// manifests/components/pod-metrics with its parsed configuration (one node
+// exporter).
+func shippedInference(t *testing.T) (hpas map[string]*autoscalingv2.HorizontalPodAutoscaler, configFile string, cfg *promscrape.Config) {
 	t.Helper()
-	root = repoPath(t)
-	hpas = docHPAs(t, filepath.Join(root, "docs", "inference-autoscaling.md"))
-	configFile = filepath.Join(root, "manifests", "components", "pod-metrics", "pod-metrics.yaml")
+	hpas = docHPAs(t, repoPath(t, "docs", "inference-autoscaling.md"))
+	configFile = repoPath(t, "manifests", "components", "pod-metrics", "pod-metrics.yaml")
 	cfg, errs := promscrape.Parse(readFile(t, configFile))
 	if len(errs) > 0 || len(cfg.NodeExporters) != 1 {
 		t.Fatalf("%s: %v (want one node exporter)", configFile, errs)
 	}
-	return root, hpas, configFile, cfg
+	return hpas, configFile, cfg
+}
+
+// deployInferenceServer deploys a server named name from inferenceManifests
+// with the shipped pod-metrics file (configFile, parsed as cfg),
+// --group-metrics-series and args, and returns the inference tests' env of
+// it and e.
+func deployInferenceServer(ctx context.Context, t *testing.T, e *lwsEnv, name, configFile string, cfg *promscrape.Config, args ...string) *inferenceEnv {
+	t.Helper()
+	args = append([]string{"--pod-metrics-config=" + configFile, "--group-metrics-series"}, args...)
+	s := deployOwnServer(ctx, t, name, args, repoPath(t, inferenceManifests))
+	e.watch = append(e.watch, s.Process)
+	ports, err := cluster.FreePorts(1)
+	must(t, err)
+	return &inferenceEnv{lwsEnv: e, server: s, metrics: cfg.Metrics, port: ports[0], exporter: cfg.NodeExporters[0]}
 }
 
 type inferenceEnv struct {

@@ -6,7 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
-	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 )
 
 // Namespaces of TestEndpointTenants: the victim's LeaderWorkerSet, a
@@ -50,24 +49,15 @@ const (
 // counted under its reason and logged once.
 func TestEndpointTenants(t *testing.T) {
 	ctx := begin(t, 20*time.Minute)
-	e := newLWSEnv(ctx, t)
-	root, hpas, configFile, cfg := shippedInference(t)
+	hpas, configFile, cfg := shippedInference(t)
 	for _, ns := range []string{tenantExporter, tenantLabels, tenantSeries, tenantLeaders} {
-		for _, trusted := range cfg.NodeExporters[0].Namespaces {
-			if ns == trusted {
-				t.Fatalf("the shipped file trusts the hostile namespace %s", ns)
-			}
+		if slices.Contains(cfg.NodeExporters[0].Namespaces, ns) {
+			t.Fatalf("the shipped file trusts the hostile namespace %s", ns)
 		}
 	}
-	manifests := filepath.Join(root, "manifests", "examples", "inference-autoscaling")
 	// -v=2: the pod cache logs the pods it leaves out of a group at V(2).
-	s := deployOwnServer(ctx, t, "group-metrics-server-tenants",
-		[]string{"--pod-metrics-config=" + configFile, "--group-metrics-series", "--v=2"}, manifests)
-	e.watch = append(e.watch, s.Process)
-	ports, err := cluster.FreePorts(1)
-	must(t, err)
-	ie := &inferenceEnv{lwsEnv: e, server: s, metrics: cfg.Metrics, port: ports[0], exporter: cfg.NodeExporters[0]}
-	tn := newTenantEnv(ctx, t, ie, hpas["vllm"], cfg.MaxBytes, memoryLimit(ctx, t, manifests))
+	ie := deployInferenceServer(ctx, t, newLWSEnv(ctx, t), "group-metrics-server-tenants", configFile, cfg, "--v=2")
+	tn := newTenantEnv(ctx, t, ie, hpas["vllm"], cfg.MaxBytes, memoryLimit(ctx, t, repoPath(t, inferenceManifests)))
 
 	t.Run("lookalike exporter", func(t *testing.T) { tn.run(ctx, t, tn.lookalikeExporter(ctx, t)) })
 	t.Run("oversized series lines", func(t *testing.T) { tn.run(ctx, t, tn.oversizedLines(ctx, t)) })
