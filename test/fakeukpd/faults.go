@@ -3,8 +3,10 @@ package fakeukpd
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,7 +48,7 @@ func ClockOffset(d time.Duration) Fault {
 }
 
 // faultOrder is Slow, the response faults in order of precedence, then the
-// data faults.
+// data faults (from ClockBackwards on), which cover both paths.
 var faultOrder = []FaultKind{
 	fakecore.FaultSlow, fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultHugeBody, FaultHostileText, fakecore.FaultTruncated, fakecore.FaultStall,
 	fakecore.FaultClockBackwards, FaultClockOffset, FaultDuplicateInstances, FaultOlderForm,
@@ -54,34 +56,26 @@ var faultOrder = []FaultKind{
 
 // SetFault sets a fault, replacing one of the same kind.
 func (s *Server) SetFault(f Fault) error {
-	if err := f.Check(); err != nil {
+	i := slices.Index(faultOrder, f.Kind)
+	data := f.Kind == fakecore.FaultCounterReset || i >= slices.Index(faultOrder, fakecore.FaultClockBackwards)
+	switch err := f.Check(); {
+	case err != nil:
 		return err
-	}
-	if f.Pod != "" {
-		return fmt.Errorf("fault %s: the platform's faults take no pod", f.Kind)
-	}
-	switch f.Kind {
-	case FaultHostileText:
-		if f.Bytes <= 0 {
-			f.Bytes = 60 << 20
-		}
-	case fakecore.FaultSlow, fakecore.FaultHugeBody, fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultTruncated, fakecore.FaultStall:
-	case fakecore.FaultClockBackwards, FaultDuplicateInstances, fakecore.FaultCounterReset, FaultClockOffset, FaultOlderForm:
-		if f.Path != "" {
-			return fmt.Errorf("fault %s applies to both paths; it takes no path", f.Kind)
-		}
-		if f.Kind == FaultClockOffset && f.Offset.Abs() < time.Second {
-			return fmt.Errorf("fault %s needs an offset of at least 1s either way", f.Kind)
-		}
-		if f.Kind == fakecore.FaultCounterReset {
-			s.resetCounters()
-			return nil
-		}
-	default:
+	case i < 0 && !data:
 		return fmt.Errorf("unknown fault kind %q", f.Kind)
-	}
-	if f.Path != "" && f.Path != listPath && f.Path != metricsPath {
+	case f.Pod != "":
+		return fmt.Errorf("fault %s: the platform's faults take no pod", f.Kind)
+	case data && f.Path != "":
+		return fmt.Errorf("fault %s applies to both paths; it takes no path", f.Kind)
+	case f.Path != "" && f.Path != listPath && f.Path != metricsPath:
 		return fmt.Errorf("fault path %q is neither %s nor %s", f.Path, listPath, metricsPath)
+	case f.Kind == FaultClockOffset && f.Offset.Abs() < time.Second:
+		return fmt.Errorf("fault %s needs an offset of at least 1s either way", f.Kind)
+	case f.Kind == fakecore.FaultCounterReset:
+		s.resetCounters()
+		return nil
+	case f.Kind == FaultHostileText && f.Bytes <= 0:
+		f.Bytes = 60 << 20
 	}
 	f.Offset.Duration = f.Offset.Truncate(time.Second)
 	s.mu.Lock()
@@ -94,10 +88,7 @@ func (s *Server) SetFault(f Fault) error {
 func (s *Server) ClearFault(kind FaultKind) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if kind == "" {
-		clear(s.faults)
-	}
-	delete(s.faults, kind)
+	maps.DeleteFunc(s.faults, func(k FaultKind, _ Fault) bool { return kind == "" || k == kind })
 }
 
 // Faults returns the faults in force in faultOrder.
