@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"path/filepath"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/util/cert"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
@@ -121,4 +123,128 @@ func (r *Running) Close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// InstanceRequest is the body of POST /v1/instances on the control API:
+// an InstanceSpec whose CPU is in cores and Memory (the resident set) in
+// bytes, each a number or a Kubernetes quantity ("250m", "1.5", "64Mi").
+type InstanceRequest struct {
+	InstanceSpec
+	CPU    *resource.Quantity `json:"cpu,omitempty"`
+	Memory *resource.Quantity `json:"memory,omitempty"`
+}
+
+// UsageRequest is the body of the control API's usage calls; an absent
+// field is left unchanged. Container limits a pod call to one container.
+type UsageRequest struct {
+	Container string             `json:"container,omitempty"`
+	CPU       *resource.Quantity `json:"cpu,omitempty"`
+	Memory    *resource.Quantity `json:"memory,omitempty"`
+}
+
+// NewControlHandler returns the plain-HTTP control API of s (see
+// README.md). caPEM, if not nil, is served on /v1/ca.crt. Serve it on a
+// loopback address only.
+func NewControlHandler(s *Server, caPEM []byte) http.Handler {
+	c := &control{s: s}
+	ok := http.StatusOK
+	mux := fakecore.NewControlMux(caPEM)
+	mux.HandleFunc("GET /v1/instances", fakecore.Route(ok, func(*http.Request, fakecore.None) (any, error) { return s.Instances(), nil }))
+	mux.HandleFunc("POST /v1/instances", fakecore.Route(http.StatusCreated, c.addInstance))
+	mux.HandleFunc("GET /v1/instances/{id}", fakecore.Route(ok, c.byID(nil)))
+	mux.HandleFunc("DELETE /v1/instances/{id}", fakecore.Route(ok, c.byID(s.Remove)))
+	mux.HandleFunc("PUT /v1/instances/{id}/usage", fakecore.Route(ok, c.usage))
+	for op, do := range map[string]func(id string) error{"restart": s.Restart, "standby": s.Standby, "stop": s.Stop, "drain": s.Drain} {
+		mux.HandleFunc("POST /v1/instances/{id}/"+op, fakecore.Route(ok, c.byID(do)))
+		mux.HandleFunc("POST /v1/namespaces/{namespace}/pods/{pod}/"+op, fakecore.Route(ok, c.byPod(do)))
+	}
+	mux.HandleFunc("PUT /v1/namespaces/{namespace}/pods/{pod}/usage", fakecore.Route(ok, c.usage))
+	mux.HandleFunc("DELETE /v1/namespaces/{namespace}/pods/{pod}", fakecore.Route(ok, c.byPod(s.Remove)))
+	mux.HandleFunc("GET /v1/fault", fakecore.Route(ok, func(*http.Request, fakecore.None) (any, error) { return s.Faults(), nil }))
+	mux.HandleFunc("PUT /v1/fault", fakecore.Route(ok, func(_ *http.Request, f Fault) (any, error) { err := s.SetFault(f); return s.Faults(), err }))
+	mux.HandleFunc("DELETE /v1/fault", fakecore.Route(ok, func(r *http.Request, _ fakecore.None) (any, error) {
+		s.ClearFault(FaultKind(r.URL.Query().Get("kind")))
+		return s.Faults(), nil
+	}))
+	return mux
+}
+
+// control implements the routes of NewControlHandler, for fakecore.Route.
+type control struct{ s *Server }
+
+func (c *control) addInstance(_ *http.Request, req InstanceRequest) (any, error) {
+	spec := req.InstanceSpec
+	if req.CPU != nil {
+		spec.CPUCores = req.CPU.AsApproximateFloat64()
+	}
+	if req.Memory != nil {
+		spec.RSSBytes = uint64(max(req.Memory.Value(), 0))
+	}
+	return c.s.AddInstance(spec)
+}
+
+// byID runs op, if not nil, on the instance named in the path and answers
+// its state, or for a removal how many it matched.
+func (c *control) byID(op func(string) error) func(*http.Request, fakecore.None) (any, error) {
+	return func(r *http.Request, _ fakecore.None) (any, error) {
+		id := r.PathValue("id")
+		if op != nil {
+			if err := op(id); err != nil {
+				return nil, err
+			}
+		}
+		if r.Method == http.MethodDelete {
+			return fakecore.Matched(1), nil
+		}
+		return c.s.Instance(id)
+	}
+}
+
+// byPod runs op on every instance of the pod in the path, or of one
+// container with ?container=.
+func (c *control) byPod(op func(string) error) func(*http.Request, fakecore.None) (any, error) {
+	return func(r *http.Request, _ fakecore.None) (any, error) {
+		return c.forPod(r, r.URL.Query().Get("container"), op)
+	}
+}
+
+// forPod runs op on every instance of the pod in the path (of container,
+// if not empty) and answers how many it matched.
+func (c *control) forPod(r *http.Request, container string, op func(string) error) (any, error) {
+	ns, pod := r.PathValue("namespace"), r.PathValue("pod")
+	ids := c.s.InstancesOf(ns, pod, container)
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("instances of pod %s/%s: %w", ns, pod, fakecore.ErrNotFound)
+	}
+	for _, id := range ids {
+		if err := op(id); err != nil {
+			return nil, err
+		}
+	}
+	return fakecore.Matched(len(ids)), nil
+}
+
+// usage sets what req gives on the instance in the path, or on the pod's
+// instances (of req.Container, if not empty).
+func (c *control) usage(r *http.Request, req UsageRequest) (any, error) {
+	set := func(id string) error { return c.setUsage(id, req) }
+	if r.PathValue("id") != "" {
+		return c.byID(set)(r, fakecore.None{})
+	}
+	return c.forPod(r, req.Container, set)
+}
+
+func (c *control) setUsage(id string, req UsageRequest) error {
+	if req.CPU != nil {
+		if err := c.s.SetCPU(id, req.CPU.AsApproximateFloat64()); err != nil {
+			return err
+		}
+	}
+	if req.Memory != nil {
+		if req.Memory.Sign() < 0 {
+			return errors.New("memory must not be negative")
+		}
+		return c.s.SetRSS(id, uint64(req.Memory.Value()))
+	}
+	return nil
 }
