@@ -26,15 +26,12 @@ func TestUkpdFaults(t *testing.T) {
 		node = "kraftlet-faults"
 	)
 	newNamespace(ctx, t, ns)
-	client := suite.cluster.Client()
 	kraftletNode(ctx, t, node, env.UkpdUsage{CPU: "40m", Memory: "64Mi"})
 	uk := env.DeploymentSpec{Namespace: ns, Name: "uk", Replicas: 2, CPURequest: "100m"}
-	must(t, env.CreateKraftletDeployment(ctx, client, uk))
 	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns}, fakekubelet.Usage{CPUNanoCores: 50e6, MemoryBytes: 40 << 20})
 	healthy := []string{"web-a", "web-b"}
 	createPinnedPods(ctx, t, ns, suite.fleet.NodeNames[2], healthy...)
-	ukPods, err := env.WaitForRunningPods(ctx, client, ns, uk.Selector(), int(uk.Replicas))
-	must(t, err)
+	ukPods := runKraftletDeployment(ctx, t, uk)
 	sc := faultScope{
 		source: "ukpd", target: "ukpd/" + suite.ukpd.URL, ns: ns,
 		healthy: healthy, told: map[string]faultSample{}, tolerance: 0.05,

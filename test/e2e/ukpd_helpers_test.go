@@ -177,6 +177,17 @@ func instancesIn(ns, prefix string) int {
 	return n
 }
 
+// runKraftletDeployment creates spec's Deployment on the kraftlet nodes and
+// waits until its pods run.
+func runKraftletDeployment(ctx context.Context, t *testing.T, spec env.DeploymentSpec) []corev1.Pod {
+	t.Helper()
+	client := suite.cluster.Client()
+	must(t, env.CreateKraftletDeployment(ctx, client, spec))
+	pods, err := env.WaitForRunningPods(ctx, client, spec.Namespace, spec.Selector(), int(spec.Replicas))
+	must(t, err)
+	return pods
+}
+
 // kraftletNode registers a kraftlet node named node, with no kubelet, whose
 // Running pods get ukpd instances of the suite's fake ukpd at usage, and
 // removes both when the test ends.

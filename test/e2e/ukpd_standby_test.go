@@ -33,7 +33,6 @@ func TestUkpdStandby(t *testing.T) {
 
 	const minReplicas, maxReplicas = 2, 4
 	uk := env.DeploymentSpec{Namespace: ns, Name: "idle", Replicas: minReplicas, CPURequest: "100m"}
-	must(t, env.CreateKraftletDeployment(ctx, client, uk))
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: uk.Name},
 		Spec: corev1.ServiceSpec{
@@ -43,8 +42,7 @@ func TestUkpdStandby(t *testing.T) {
 	}
 	_, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
 	must(t, err)
-	pods, err := env.WaitForRunningPods(ctx, client, ns, uk.Selector(), minReplicas)
-	must(t, err)
+	pods := runKraftletDeployment(ctx, t, uk)
 	running := time.Now()
 
 	// In standby: zero CPU and the resident set ukpd reports, 0.

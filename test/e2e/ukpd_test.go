@@ -30,7 +30,6 @@ func TestUkpdPods(t *testing.T) {
 		node = "kraftlet-0"
 	)
 	newNamespace(ctx, t, ns)
-	client := suite.cluster.Client()
 	metricsBound := staleBound() + hpaSlack
 
 	began := time.Now()
@@ -38,15 +37,9 @@ func TestUkpdPods(t *testing.T) {
 	t.Logf("kraftlet node %s Ready and instance sync running after %v", node, since(began))
 
 	web := env.DeploymentSpec{Namespace: ns, Name: "web", Replicas: 2, CPURequest: "100m"}
-	webUsage := fakekubelet.Usage{CPUNanoCores: 150e6, MemoryBytes: 48 << 20}
-	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: web.Selector()}, webUsage)
+	webPods, _ := runDeployment(ctx, t, web, fakekubelet.Usage{CPUNanoCores: 150e6, MemoryBytes: 48 << 20})
 	uk := env.DeploymentSpec{Namespace: ns, Name: "uk", Replicas: 1, CPURequest: "100m"}
-	must(t, env.CreateDeployment(ctx, client, web))
-	must(t, env.CreateKraftletDeployment(ctx, client, uk))
-	webPods, err := env.WaitForRunningPods(ctx, client, ns, web.Selector(), int(web.Replicas))
-	must(t, err)
-	ukPods, err := env.WaitForRunningPods(ctx, client, ns, uk.Selector(), int(uk.Replicas))
-	must(t, err)
+	ukPods := runKraftletDeployment(ctx, t, uk)
 	for _, p := range webPods {
 		if p.Spec.NodeName == node {
 			t.Fatalf("pod %s of the fleet's Deployment landed on the kraftlet node", p.Name)
@@ -211,7 +204,6 @@ func TestUkpdPages(t *testing.T) {
 		foreign = 2000 - ours
 	)
 	newNamespace(ctx, t, ns)
-	client := suite.cluster.Client()
 
 	// Instances of pods this cluster does not have, created first: the
 	// oldest, listed first.
@@ -231,9 +223,7 @@ func TestUkpdPages(t *testing.T) {
 
 	kraftletNode(ctx, t, node, env.UkpdUsage{CPU: "40m", Memory: "64Mi"})
 	uk := env.DeploymentSpec{Namespace: ns, Name: "paged", Replicas: ours, CPURequest: "100m"}
-	must(t, env.CreateKraftletDeployment(ctx, client, uk))
-	pods, err := env.WaitForRunningPods(ctx, client, ns, uk.Selector(), ours)
-	must(t, err)
+	pods := runKraftletDeployment(ctx, t, uk)
 	// The sync creates each Running pod's instance from its informer, so the
 	// last ones may still be on their way: wait for them, bounded.
 	must(t, pollBounded(ctx, 30*time.Second, "the account to hold 2,000 instances", func(context.Context) error {
