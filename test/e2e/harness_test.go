@@ -111,14 +111,7 @@ func checkNodeEndpoint(ctx context.Context, t *testing.T, client kubernetes.Inte
 // replicas scheduled onto it, and checks that all three run there.
 func checkWorkloads(ctx context.Context, t *testing.T, client kubernetes.Interface, ns string) {
 	t.Helper()
-	bound := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "bound", Labels: map[string]string{"app": "bound"}},
-		Spec: corev1.PodSpec{
-			NodeName:                      smokeNode,
-			TerminationGracePeriodSeconds: ptr.To[int64](0),
-			Containers:                    []corev1.Container{{Name: "c", Image: "fake"}},
-		},
-	}
+	bound := kwokPod(ns, "bound", smokeNode, map[string]string{"app": "bound"}, corev1.Container{Name: "c", Image: "fake"})
 	_, err := client.CoreV1().Pods(ns).Create(ctx, bound, metav1.CreateOptions{})
 	must(t, err)
 	labels := map[string]string{"app": "smoke"}
