@@ -113,13 +113,13 @@ func (tc faultCase) removes() bool { return tc.outcome == faultGone || tc.outcom
 
 // faultCounted says whether the server counted the fault as it should.
 func faultCounted(ctx context.Context, t *testing.T, sc faultScope, tc faultCase, failures, partial, counter float64) bool {
-	if tc.reason != "" && faultMetric(ctx, t, "group_metrics_server_scraper_target_failures_total", `source="`+sc.source+`"`, `reason="`+tc.reason+`"`) < failures+2 {
+	if tc.reason != "" && mustMetric(ctx, t, suite.server, "group_metrics_server_scraper_target_failures_total", `source="`+sc.source+`"`, `reason="`+tc.reason+`"`) < failures+2 {
 		return false
 	}
-	if tc.partial && faultMetric(ctx, t, "group_metrics_server_scraper_partial_scrapes_total", `source="`+sc.source+`"`) <= partial {
+	if tc.partial && mustMetric(ctx, t, suite.server, "group_metrics_server_scraper_partial_scrapes_total", `source="`+sc.source+`"`) <= partial {
 		return false
 	}
-	if tc.counter != nil && faultMetric(ctx, t, tc.counter[0], tc.counter[1:]...) <= counter {
+	if tc.counter != nil && mustMetric(ctx, t, suite.server, tc.counter[0], tc.counter[1:]...) <= counter {
 		return false
 	}
 	return tc.reason != "" || tc.partial || tc.counter != nil
@@ -132,11 +132,11 @@ func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) fa
 	t.Helper()
 	b := newFaultBounds()
 	pid := suite.server.Process.Pid()
-	failures := faultMetric(ctx, t, "group_metrics_server_scraper_target_failures_total", `source="`+sc.source+`"`, `reason="`+tc.reason+`"`)
-	partial := faultMetric(ctx, t, "group_metrics_server_scraper_partial_scrapes_total", `source="`+sc.source+`"`)
+	failures := mustMetric(ctx, t, suite.server, "group_metrics_server_scraper_target_failures_total", `source="`+sc.source+`"`, `reason="`+tc.reason+`"`)
+	partial := mustMetric(ctx, t, suite.server, "group_metrics_server_scraper_partial_scrapes_total", `source="`+sc.source+`"`)
 	var counter float64
 	if tc.counter != nil {
-		counter = faultMetric(ctx, t, tc.counter[0], tc.counter[1:]...)
+		counter = mustMetric(ctx, t, suite.server, tc.counter[0], tc.counter[1:]...)
 	}
 	counted := func() bool { return faultCounted(ctx, t, sc, tc, failures, partial, counter) }
 	failingBefore, recoveredBefore := faultLogLines(t, sc.target, tc.reason)
@@ -388,13 +388,6 @@ func faultAllRight(ctx context.Context, sc faultScope, since time.Time) error {
 		}
 	}
 	return nil
-}
-
-func faultMetric(ctx context.Context, t *testing.T, name string, labels ...string) float64 {
-	t.Helper()
-	v, err := metricOf(ctx, suite.server, name, labels...)
-	must(t, err)
-	return v
 }
 
 // faultLogLines counts the server's log lines saying target started

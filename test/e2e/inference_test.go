@@ -141,8 +141,7 @@ func (e *inferenceEnv) checkFailingMember(ctx context.Context, t *testing.T, ns 
 	target := "pod/" + ns + "/" + leader.Name
 	const failuresName = "group_metrics_server_endpoints_target_failures_total"
 	failures := []string{`kind="pod"`, `reason="http_status"`}
-	before, err := metricOf(ctx, e.server, failuresName, failures...)
-	must(t, err)
+	before := mustMetric(ctx, t, e.server, failuresName, failures...)
 	// Only what the server logs from here on counts: the leader may have
 	// been refused once before its fake endpoint listened.
 	logStart, err := os.Stat(e.server.Process.LogPath())
@@ -225,8 +224,7 @@ func testGPUUtilization(ctx context.Context, t *testing.T, e *inferenceEnv, hpa 
 	e.scaleOnLoad(ctx, t, ns, hpa, loadSwitch(&util, 100, 10))
 	// Each exporter named only pods on its own node: nothing was dropped
 	// for naming a pod elsewhere.
-	otherNode, err := metricOf(ctx, e.server, "group_metrics_server_endpoints_dropped_samples_total", `kind="exporter"`, `reason="other_node"`)
-	must(t, err)
+	otherNode := mustMetric(ctx, t, e.server, "group_metrics_server_endpoints_dropped_samples_total", `kind="exporter"`, `reason="other_node"`)
 	if otherNode != 0 {
 		t.Errorf("%v exporter samples dropped as other_node; each exporter names only its node's pods", otherNode)
 	}

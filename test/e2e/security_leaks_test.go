@@ -60,8 +60,7 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 	// The token is read on every request: the next scrape sends it.
 	bound := 2*suite.resolution + suite.timeout + 10*time.Second
 	failures := []string{"group_metrics_server_scraper_target_failures_total", `reason="http_status"`, `source="ukpd"`}
-	before, err := metricOf(ctx, suite.server, failures[0], failures[1:]...)
-	must(t, err)
+	before := mustMetric(ctx, t, suite.server, failures[0], failures[1:]...)
 	restore := sync.OnceFunc(func() {
 		if err := os.WriteFile(suite.ukpd.TokenFile, good, 0o600); err != nil {
 			t.Errorf("restore the ukpd token: %v", err)
@@ -76,7 +75,7 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 	// just before it logs it, so the line may trail the count: wait for it,
 	// bounded as the log lines of checkFailingMember are.
 	var logged []string
-	err = pollBounded(ctx, 10*time.Second, "the server to log ukpd answering 401", func(context.Context) error {
+	err := pollBounded(ctx, 10*time.Second, "the server to log ukpd answering 401", func(context.Context) error {
 		var err error
 		if logged, err = linesWith(suite.server.Process.LogPath(), "ukpd", "401"); err == nil && len(logged) == 0 {
 			err = errors.New("the server logged no line about ukpd answering 401")

@@ -190,9 +190,7 @@ func (tn *tenantEnv) run(ctx context.Context, t *testing.T, h hostile) {
 	t.Helper()
 	before := make([]float64, len(h.counted))
 	for i, c := range h.counted {
-		v, err := metricOf(ctx, tn.e.server, c.name, c.labels...)
-		must(t, err)
-		before[i] = v
+		before[i] = mustMetric(ctx, t, tn.e.server, c.name, c.labels...)
 	}
 	logStart, err := os.Stat(tn.e.server.Process.LogPath())
 	must(t, err)
@@ -213,8 +211,7 @@ func (tn *tenantEnv) run(ctx context.Context, t *testing.T, h hostile) {
 	t.Logf("refusal counted %v after the tenant's pods ran", since(began))
 	tn.watchSteady(ctx, t, h.check)
 	for i, c := range h.counted {
-		v, err := metricOf(ctx, tn.e.server, c.name, c.labels...)
-		must(t, err)
+		v := mustMetric(ctx, t, tn.e.server, c.name, c.labels...)
 		if c.exact && v != before[i]+c.delta {
 			t.Errorf("%s%v went from %v to %v, want %v more: once per pod", c.name, c.labels, before[i], v, c.delta)
 		}

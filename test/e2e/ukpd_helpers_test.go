@@ -86,6 +86,14 @@ func metricOf(ctx context.Context, s *env.Server, name string, labels ...string)
 	return v, err
 }
 
+// mustMetric is metricOf for a test that cannot go on without the value.
+func mustMetric(ctx context.Context, t *testing.T, s *env.Server, name string, labels ...string) float64 {
+	t.Helper()
+	v, err := metricOf(ctx, s, name, labels...)
+	must(t, err)
+	return v
+}
+
 // metricCheck is a poll check that s's /metrics has a sample of name with
 // labels whose value ok accepts.
 func metricCheck(s *env.Server, ok func(float64) error, name string, labels ...string) func(context.Context) error {

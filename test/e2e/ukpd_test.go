@@ -151,8 +151,7 @@ func waitInstances(ctx context.Context, t *testing.T, uk env.DeploymentSpec, n i
 func testUkpdDown(ctx context.Context, t *testing.T, ns string, webPods []corev1.Pod, reason string, breakIt, heal func() error) {
 	bound := staleBound() + hpaSlack
 	failures := []string{"group_metrics_server_scraper_target_failures_total", `source="ukpd"`, `reason="` + reason + `"`}
-	before, err := metricOf(ctx, suite.server, failures[0], failures[1:]...)
-	must(t, err)
+	before := mustMetric(ctx, t, suite.server, failures[0], failures[1:]...)
 	must(t, breakIt())
 	healed := false
 	t.Cleanup(func() {
