@@ -91,7 +91,6 @@ const (
 	resourceMetricsPath = "/metrics/resource"
 )
 
-// contentTypes are the Content-Types of the paths' answers.
 var contentTypes = map[string]string{summaryPath: "application/json", resourceMetricsPath: ResourceMetricsContentType}
 
 // ServeHTTP serves the kubelet endpoints of this node.
@@ -111,28 +110,24 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch _, known := contentTypes[path]; {
 	case !f.authenticated(r):
 		http.Error(w, "Unauthorized", http.StatusUnauthorized)
-		return
 	case !known:
 		http.NotFound(w, r)
-		return
 	case r.Method != http.MethodGet:
 		w.Header().Set("Allow", http.MethodGet)
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		return
-	case n.serveFault(w, r, path):
-		return
-	}
-	w.Header().Set("Content-Type", contentTypes[path])
-	var err error
-	if path == resourceMetricsPath && strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
-		w.Header().Set("Content-Encoding", "gzip")
-		zw := gzip.NewWriter(w)
-		err = errors.Join(n.render(zw, r, path), zw.Close())
-	} else {
-		err = n.render(w, r, path)
-	}
-	if err != nil {
-		klog.V(4).InfoS("Writing response failed", "node", n.name, "path", path, "err", err)
+	case !n.serveFault(w, r, path):
+		w.Header().Set("Content-Type", contentTypes[path])
+		var err error
+		if path == resourceMetricsPath && strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			w.Header().Set("Content-Encoding", "gzip")
+			zw := gzip.NewWriter(w)
+			err = errors.Join(n.render(zw, r, path), zw.Close())
+		} else {
+			err = n.render(w, r, path)
+		}
+		if err != nil {
+			klog.V(4).InfoS("Writing response failed", "node", n.name, "path", path, "err", err)
+		}
 	}
 }
 
@@ -255,19 +250,14 @@ func (n *Node) SetFault(f Fault) error {
 // ClearFault removes one fault; an empty kind removes them all. Clearing
 // Dead listens again on the same port.
 func (n *Node) ClearFault(kind FaultKind) error {
-	group, ok := faultGroup(kind)
-	if !ok && kind != "" {
+	if _, ok := faultGroup(kind); !ok && kind != "" {
 		return fmt.Errorf("unknown fault kind %q", kind)
 	}
 	n.opMu.Lock()
 	defer n.opMu.Unlock()
 	n.fleet.mu.Lock()
 	_, wasDead := n.faults[FaultDead]
-	for g, f := range n.faults {
-		if kind == "" || g == group && f.Kind == kind {
-			delete(n.faults, g)
-		}
-	}
+	maps.DeleteFunc(n.faults, func(_ FaultKind, f Fault) bool { return kind == "" || f.Kind == kind })
 	transport := n.faults[transportFaults].Kind
 	_, dead := n.faults[FaultDead]
 	n.fleet.mu.Unlock()

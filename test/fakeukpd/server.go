@@ -101,28 +101,22 @@ const (
 // ServeHTTP serves the platform API paths.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := s.clock.Now()
-	if !s.authenticated(r) {
-		w.Header().Set("WWW-Authenticate", "Bearer")
-		writeAPIError(w, http.StatusUnauthorized, "Unauthorized", start, s.clock)
-		return
-	}
 	path := strings.TrimSuffix(r.URL.Path, "/")
 	_, perInstance := instanceMetricsID(path)
-	if path != listPath && path != metricsPath && !perInstance {
-		writeAPIError(w, http.StatusNotFound, "Not found: "+path, start, s.clock)
-		return
-	}
-	if r.Method != http.MethodGet {
-		w.Header().Set("Allow", http.MethodGet)
-		writeAPIError(w, http.StatusMethodNotAllowed, "Method not allowed", start, s.clock)
-		return
-	}
 	isMetrics := path != listPath
 	asJSON := !isMetrics || wantsJSON(r.Header.Get("Accept"))
-	if s.serveFault(w, r, path, isMetrics, asJSON) {
-		return
+	switch {
+	case !s.authenticated(r):
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		writeAPIError(w, http.StatusUnauthorized, "Unauthorized", start, s.clock)
+	case path != listPath && path != metricsPath && !perInstance:
+		writeAPIError(w, http.StatusNotFound, "Not found: "+path, start, s.clock)
+	case r.Method != http.MethodGet:
+		w.Header().Set("Allow", http.MethodGet)
+		writeAPIError(w, http.StatusMethodNotAllowed, "Method not allowed", start, s.clock)
+	case !s.serveFault(w, r, path, isMetrics, asJSON):
+		s.serveData(w, r, path, isMetrics, asJSON, start)
 	}
-	s.serveData(w, r, path, isMetrics, asJSON, start)
 }
 
 // serveData answers a read of the list or the metrics.
