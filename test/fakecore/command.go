@@ -191,7 +191,6 @@ func Route[Req any](code int, do func(r *http.Request, req Req) (any, error)) ht
 	}
 }
 
-// writeJSON answers code with v as indented JSON.
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
@@ -200,7 +199,6 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = enc.Encode(v)
 }
 
-// writeError answers code with {"error": err}.
 func writeError(w http.ResponseWriter, code int, err error) {
 	writeJSON(w, code, map[string]string{"error": err.Error()})
 }

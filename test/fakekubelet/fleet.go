@@ -304,7 +304,6 @@ func (f *Fleet) RegisterNodes(ctx context.Context, client kubernetes.Interface, 
 	return errors.Join(errs...)
 }
 
-// registerNode creates or updates the Node of n.
 func registerNode(ctx context.Context, client kubernetes.Interface, n *Node, reg NodeRegistration) error {
 	want := cluster.NodeObject(n.name, reg.Labels, "127.0.0.1", n.Port())
 	maps.Copy(want.Status.Capacity, reg.Capacity)

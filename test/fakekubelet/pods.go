@@ -169,7 +169,6 @@ func (n *Node) updatePodsRateLocked(now instant) {
 	n.podsCPU.setRate(now, sum)
 }
 
-// sortedPodsLocked returns the node's pods ordered by namespace and name.
 func (n *Node) sortedPodsLocked() []*podState {
 	return slices.SortedFunc(maps.Values(n.pods), func(a, b *podState) int {
 		return cmp.Or(strings.Compare(a.pod.Namespace, b.pod.Namespace), strings.Compare(a.pod.Name, b.pod.Name))

@@ -163,7 +163,6 @@ func (tl *timeline) now() instant {
 	return instant(d - r)
 }
 
-// wall returns the wall-clock time of an instant.
 func (tl *timeline) wall(i instant) time.Time { return tl.epoch.Add(time.Duration(i)) }
 
 // counter integrates a CPU rate (nanocores) into core-nanoseconds.

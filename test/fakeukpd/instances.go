@@ -78,7 +78,6 @@ type instance struct {
 // connections before it stops.
 func (in *instance) runs() bool { return in.State == StateRunning || in.State == StateDraining }
 
-// counterNS is the CPU counter at now.
 func (in *instance) counterNS(now time.Time) float64 {
 	if !in.runs() {
 		return in.cpuNS

@@ -26,7 +26,6 @@ import (
 
 func main() { fakecore.Main(newCommand()) }
 
-// newCommand is the fleet's program: run the fleet its options describe.
 func newCommand() *cobra.Command {
 	opts := NewOptions()
 	return fakecore.NewCommand("fake-kubelet-fleet", opts, func(ctx context.Context) error {

@@ -19,7 +19,6 @@ import (
 
 func main() { fakecore.Main(newCommand()) }
 
-// newCommand is the fake's program: serve as its options say.
 func newCommand() *cobra.Command {
 	opts := NewOptions()
 	return fakecore.NewCommand("fake-ukpd", opts, func(ctx context.Context) error {
