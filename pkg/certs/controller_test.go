@@ -245,9 +245,8 @@ func TestLostCA(t *testing.T) {
 					s := secret(t, r.kube, caName)
 					tc.lose(s.Data)
 					s.Annotations = nil
-					if _, err := r.kube.CoreV1().Secrets(testNS).Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
-						t.Fatal(err)
-					}
+					_, err := r.kube.CoreV1().Secrets(testNS).Update(context.Background(), s, metav1.UpdateOptions{})
+					must(t, err)
 				},
 			}.run(t)
 			if len(res.cas) != 2 {
@@ -312,12 +311,9 @@ func TestTakeOverFromMetricsServer(t *testing.T) {
 	}
 
 	// Then the user applies our manifests: it points at us, and is taken.
-	if err := unstructured.SetNestedField(other.Object, ourService.Name, "spec", "service", "name"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := dyn.Resource(APIServiceResource).Update(context.Background(), other, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	must(t, unstructured.SetNestedField(other.Object, ourService.Name, "spec", "service", "name"))
+	_, err := dyn.Resource(APIServiceResource).Update(context.Background(), other, metav1.UpdateOptions{})
+	must(t, err)
 	r.clk.Step(time.Second)
 	r.sync(t)
 	if err := verifies(secret(t, r.kube, servingName).Data[KeyServingCert], caBundleOf(t, dyn, "v1.metrics.k8s.io"), t0); err != nil {

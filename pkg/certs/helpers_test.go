@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/base64"
+	"errors"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -102,6 +104,18 @@ func (r *rig) writes() int {
 		}
 	}
 	return n
+}
+
+// refuse makes the rig's fake clients fail every verb on resource.
+func refuse(verb, resource string) func(*rig) {
+	return func(r *rig) {
+		f := func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, errors.New("refused") }
+		if resource == "secrets" {
+			r.kube.PrependReactor(verb, resource, f)
+		} else {
+			r.dyn.PrependReactor(verb, resource, f)
+		}
+	}
 }
 
 func secret(t *testing.T, kube *fake.Clientset, name string) *corev1.Secret {

@@ -3,15 +3,14 @@ package certs
 import (
 	"cmp"
 	"context"
-	"errors"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
-	"k8s.io/apimachinery/pkg/runtime"
-	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/component-base/metrics/testutil"
@@ -23,17 +22,6 @@ import (
 // completes publishes the serving certificate's and the CA's expiry.
 func TestSyncMetrics(t *testing.T) {
 	RegisterMetrics()
-	// refuse makes the fake clients fail every verb on resource.
-	refuse := func(verb, resource string) func(*rig) {
-		return func(r *rig) {
-			f := func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, errors.New("refused") }
-			if resource == "secrets" {
-				r.kube.PrependReactor(verb, resource, f)
-			} else {
-				r.dyn.PrependReactor(verb, resource, f)
-			}
-		}
-	}
 	tests := []struct {
 		name     string
 		break_   func(*rig)
@@ -104,7 +92,7 @@ func TestMonitoringKitCertMetrics(t *testing.T) {
 	for _, fail := range []bool{false, true} {
 		r := newRig(clocktesting.NewFakeClock(t0), newKube(), nil)
 		if fail {
-			r.kube.PrependReactor("get", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, errors.New("refused") })
+			refuse("get", "secrets")(r)
 		}
 		if _, err := r.ctrl.Sync(context.Background()); (err != nil) != fail {
 			t.Fatalf("sync (fail=%v): %v", fail, err)
@@ -130,5 +118,49 @@ func TestMonitoringKitCertMetrics(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Error("metric-names.txt lists no certificate controller family")
+	}
+}
+
+// certContent is a provider of any bytes, parsed or not.
+type certContent struct{ cert []byte }
+
+func (certContent) Name() string                              { return "test" }
+func (c certContent) CurrentCertKeyContent() ([]byte, []byte) { return c.cert, nil }
+
+var (
+	_ ServingCert = certContent{}
+	_ ServingCert = dynamiccertificates.CertKeyContentProvider(nil)
+)
+
+func TestServingCertCollector(t *testing.T) {
+	ca, err := NewAuthority(t0, 3*time.Hour)
+	must(t, err)
+	pair, err := ca.Issue([]string{dnsName}, t0, time.Hour)
+	must(t, err)
+	const name = "group_metrics_server_serving_cert_not_after_timestamp_seconds"
+	tests := []struct {
+		name string
+		cert []byte
+		want string
+	}{
+		{
+			name: "the leaf's notAfter, not its CA's",
+			cert: append(append([]byte{}, pair.CertPEM...), ca.CertPEM...),
+			want: `
+# HELP ` + name + ` [ALPHA] Unix time at which the serving certificate this server presents expires, read from it at every scrape.
+# TYPE ` + name + ` gauge
+` + name + ` ` + strconv.FormatInt(pair.Cert.NotAfter.Unix(), 10) + "\n",
+		},
+		{name: "none loaded: no series", cert: nil},
+		{name: "not PEM: no series", cert: []byte("not a certificate")},
+		{name: "a key first: no series", cert: pair.KeyPEM},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := NewServingCertCollector(certContent{tt.cert})
+			if err := testutil.CustomCollectAndCompare(c, strings.NewReader(tt.want), name); err != nil {
+				t.Error(err)
+			}
+		})
 	}
 }
