@@ -50,7 +50,7 @@ export GOFLAGS += -trimpath
 # the unit stage (docs/testing.md). The pod cache and the certificate
 # controller run on client-go's informers and leader election, so they are
 # left to make test-race, which runs every package with it.
-RACE_PKGS := ./pkg/sources ./pkg/sources/promscrape ./pkg/store ./pkg/podvalues ./pkg/group
+RACE_PKGS := ./pkg/sources ./pkg/sources/promscrape ./pkg/store ./pkg/group
 
 .PHONY: help
 help: ## Show the targets.

@@ -14,23 +14,35 @@ import (
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
-	"github.com/group-metrics-server/group-metrics-server/pkg/sources/promscrape"
+	"github.com/group-metrics-server/group-metrics-server/pkg/store"
 )
 
-// EndpointValues is the pod-endpoint store (pkg/podvalues) as the provider
-// reads it: a pod's latest value of a served metric, and whether it has one
-// that is not stale. Safe for concurrent use.
+// EndpointValues is the store as the provider reads the named series of
+// pods' endpoints and node exporters: the fresh series of a served metric
+// credited to the pod of a UID ("" for any), each series once. Safe for
+// concurrent use.
 type EndpointValues interface {
-	Value(namespace, name, uid, metric string) (promscrape.Value, bool)
+	Series(namespace, name, uid, metric string) []store.NamedValue
 }
 
-// endpointMetrics serves the metrics of the pod-endpoint source
-// (promscrape.Config.Metrics) on custom.metrics.k8s.io:
+// EndpointMetric is a served metric of pods' endpoints, as the provider
+// serves it.
+type EndpointMetric struct {
+	Name string
+	// Combine is the rule that combines a pod's series, and a group's
+	// members.
+	Combine group.Combine
+	// Members is which members of a LeaderWorkerSet group count.
+	Members group.Scope
+}
+
+// endpointMetrics serves the metrics of pods' endpoints and node exporters
+// (--pod-metrics-config) on custom.metrics.k8s.io:
 //
 //   - Pods, on every pod: its own value, the metric's series in the pod
 //     combined by the metric's rule; on a LeaderWorkerSet leader: its
 //     group's value instead (group.Combine over the members in the
-//     metric's scope, promscrape.Metric.Members), so that an HPA on the LWS, whose scale selector
+//     metric's scope, EndpointMetric.Members), so that an HPA on the LWS, whose scale selector
 //     matches the leaders only, sees one value per group.
 //   - Object, on a LeaderWorkerSet: its groups' values combined by the
 //     same rule.
@@ -54,7 +66,7 @@ type EndpointValues interface {
 // QueryForMetric); a pod none of whose series match has no value.
 type endpointMetrics struct {
 	values  EndpointValues
-	metrics map[string]promscrape.Metric
+	metrics map[string]EndpointMetric
 	names   []string
 	window  int64
 }
@@ -62,8 +74,8 @@ type endpointMetrics struct {
 // WithEndpoints returns c serving also the pod-endpoint metrics from
 // values. window is the collection interval, reported as each value's
 // window.
-func (c *CustomMetrics) WithEndpoints(values EndpointValues, metrics []promscrape.Metric, window time.Duration) *CustomMetrics {
-	e := &endpointMetrics{values: values, metrics: map[string]promscrape.Metric{}, window: int64(window.Seconds())}
+func (c *CustomMetrics) WithEndpoints(values EndpointValues, metrics []EndpointMetric, window time.Duration) *CustomMetrics {
+	e := &endpointMetrics{values: values, metrics: map[string]EndpointMetric{}, window: int64(window.Seconds())}
 	for _, m := range metrics {
 		e.metrics[m.Name] = m
 		e.names = append(e.names, m.Name)
@@ -132,7 +144,7 @@ func (c *CustomMetrics) endpointBySelector(namespace string, selector labels.Sel
 
 // endpointPodValue is a pod's value: its group's for a leader, its own
 // otherwise.
-func (c *CustomMetrics) endpointPodValue(pod *podcache.Pod, m promscrape.Metric, info cmprovider.CustomMetricInfo, sel labels.Selector) (*custom_metrics.MetricValue, error) {
+func (c *CustomMetrics) endpointPodValue(pod *podcache.Pod, m EndpointMetric, info cmprovider.CustomMetricInfo, sel labels.Selector) (*custom_metrics.MetricValue, error) {
 	ref := custom_metrics.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name}
 	if c.p.groups && c.p.pods.Leads(pod) {
 		key, _ := pod.GroupKey()
@@ -149,20 +161,35 @@ func (c *CustomMetrics) endpointPodValue(pod *podcache.Pod, m promscrape.Metric,
 	return c.endpoints.metricValue(ref, info, v, ts), nil
 }
 
-func (c *CustomMetrics) ownValue(pod *podcache.Pod, m promscrape.Metric, sel labels.Selector) (float64, time.Time, bool) {
-	v, ok := c.endpoints.values.Value(pod.Namespace, pod.Name, pod.UIDString(), m.Name)
-	if !ok {
+// ownValue combines, by the metric's rule, the pod's series that sel
+// matches (every series when sel is nil); false when none does. The
+// timestamp is the newest series'.
+func (c *CustomMetrics) ownValue(pod *podcache.Pod, m EndpointMetric, sel labels.Selector) (float64, time.Time, bool) {
+	var (
+		series []group.Value
+		newest time.Time
+	)
+	for _, v := range c.endpoints.values.Series(pod.Namespace, pod.Name, pod.UIDString(), m.Name) {
+		if sel != nil && !sel.Matches(labels.Set(v.Labels)) {
+			continue
+		}
+		series = append(series, group.Value{State: group.Counted, Value: v.Value})
+		if v.Timestamp.After(newest) {
+			newest = v.Timestamp
+		}
+	}
+	if len(series) == 0 {
 		return 0, time.Time{}, false
 	}
-	x, ok := v.Select(sel, m.Combine)
-	return x, v.Timestamp, ok
+	x, err := m.Combine.Of(series)
+	return x, newest, err == nil
 }
 
 // groupValue combines the members of a group in the metric's scope by the
 // metric's rule (group.Combine), each classified as the HPA's groupPods
 // counts a pod for a metric that is not CPU; the timestamp is the oldest
 // member's.
-func (c *CustomMetrics) groupValue(pods []*podcache.Pod, m promscrape.Metric, sel labels.Selector) (float64, time.Time, error) {
+func (c *CustomMetrics) groupValue(pods []*podcache.Pod, m EndpointMetric, sel labels.Selector) (float64, time.Time, error) {
 	members := make([]group.Value, 0, len(pods))
 	var oldest time.Time
 	for _, mp := range pods {
@@ -181,7 +208,7 @@ func (c *CustomMetrics) groupValue(pods []*podcache.Pod, m promscrape.Metric, se
 
 // endpointLWSValue combines the values of every group of a LeaderWorkerSet
 // by the metric's rule; absent while any group has none.
-func (c *CustomMetrics) endpointLWSValue(name types.NamespacedName, m promscrape.Metric, info cmprovider.CustomMetricInfo, sel labels.Selector) (*custom_metrics.MetricValue, error) {
+func (c *CustomMetrics) endpointLWSValue(name types.NamespacedName, m EndpointMetric, info cmprovider.CustomMetricInfo, sel labels.Selector) (*custom_metrics.MetricValue, error) {
 	leaders := c.p.pods.List(name.Namespace, labels.SelectorFromSet(labels.Set{group.LabelName: name.Name, group.LabelWorkerIndex: "0"}))
 	if len(leaders) == 0 {
 		return nil, notFoundWhy(info, name.Name, "no leader pod of this LeaderWorkerSet is known")

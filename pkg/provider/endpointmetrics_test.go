@@ -16,61 +16,47 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
+	clocktesting "k8s.io/utils/clock/testing"
 	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
-	"github.com/group-metrics-server/group-metrics-server/pkg/sources/promscrape"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 	"github.com/group-metrics-server/group-metrics-server/pkg/store"
 )
 
-var endpointTestMetrics = []promscrape.Metric{
-	{Name: "waiting", Series: "vllm:num_requests_waiting", Type: promscrape.Gauge, Combine: promscrape.CombineSum},
-	{Name: "kv", Series: "vllm:kv_cache_usage_perc", Type: promscrape.Gauge, Combine: promscrape.CombineMean},
-	{Name: "peak", Series: "vllm:num_requests_running", Type: promscrape.Gauge, Combine: promscrape.CombineMax},
-}
-
-// fakeValues serves a batch as the pod-endpoint store would: a pod's
-// values only to the pod of their UID, when both are known.
-type fakeValues map[string]promscrape.PodValues
-
-func (f fakeValues) Value(namespace, name, uid, metric string) (promscrape.Value, bool) {
-	p := f[namespace+"/"+name]
-	if p.UID != "" && uid != "" && p.UID != uid {
-		return promscrape.Value{}, false
-	}
-	for _, v := range p.Values {
-		if v.Metric == metric {
-			return v, true
-		}
-	}
-	return promscrape.Value{}, false
+var endpointTestMetrics = []EndpointMetric{
+	{Name: "waiting", Combine: group.CombineSum},
+	{Name: "kv", Combine: group.CombineMean},
+	{Name: "peak", Combine: group.CombineMax},
 }
 
 // series are one pod's series: per model, the same value for every metric.
 type series map[string]float64
 
-func endpointValues(pods map[string]series) fakeValues {
-	var samples []promscrape.Sample
+// endpointValues is a store holding, for each pod ("namespace/name"), its
+// series as its own target would hand them over; uids names the pods whose
+// series were read for a given UID.
+func endpointValues(pods map[string]series, uids map[string]string) *store.Store {
+	st := store.New(store.Config{Clock: clocktesting.NewFakeClock(now), Sources: []string{"endpoints"}, StaleAfter: time.Minute})
 	for key, byModel := range pods {
 		ns, name, _ := strings.Cut(key, "/")
+		var points []sources.SeriesPoint
 		for model, v := range byModel {
-			for m := range endpointTestMetrics {
-				samples = append(samples, promscrape.Sample{
-					Metric: m, Namespace: ns, Pod: name, Series: "model_name=" + model + "\x00", Value: v, Timestamp: now,
+			for _, m := range endpointTestMetrics {
+				points = append(points, sources.SeriesPoint{
+					Namespace: ns, Pod: name, UID: uids[key], Metric: m.Name, Series: "model_name=" + model + "\x00",
+					Labels: map[string]string{"model_name": model}, Value: v, Timestamp: now,
 				})
 			}
 		}
+		st.StoreSeries("endpoints", "pod/"+key, points, now)
 	}
-	out := fakeValues{}
-	for _, p := range promscrape.Collate(endpointTestMetrics, samples).Pods {
-		out[p.Namespace+"/"+p.Name] = p
-	}
-	return out
+	return st
 }
 
 // endpointProvider serves endpointTestMetrics, or metrics when given (of
 // the same names).
-func endpointProvider(metrics ...promscrape.Metric) *CustomMetrics {
+func endpointProvider(metrics ...EndpointMetric) *CustomMetrics {
 	if metrics == nil {
 		metrics = endpointTestMetrics
 	}
@@ -99,11 +85,9 @@ func endpointProvider(metrics ...promscrape.Metric) *CustomMetrics {
 		"ml/chat-1": {"a": 2}, "ml/chat-1-1": {"a": 6},
 		"ml/old-0": {"a": 1}, "ml/old-0-1": {"a": 1},
 		"ml/reborn": {"a": 5},
-	})
-	// reborn was recreated under its name since the values were collected.
-	reborn := values["ml/reborn"]
-	reborn.UID = "reborn-predecessor-uid"
-	values["ml/reborn"] = reborn
+		// reborn was recreated under its name since the values were
+		// collected.
+	}, map[string]string{"ml/reborn": "reborn-predecessor-uid"})
 	p := newGroupProvider(pods, nil, group.PolicyPod)
 	return p.CustomMetrics().WithEndpoints(values, metrics, 15*time.Second)
 }
@@ -252,7 +236,7 @@ func TestEndpointMetricsListed(t *testing.T) {
 	// Without groups, the pod-endpoint metrics on pods only.
 	p := newGroupProvider([]*corev1.Pod{testPod("ml", "solo", "n1", corev1.PodRunning, nil)}, nil, group.PolicyPod)
 	var names []string
-	for _, m := range p.CustomMetrics().WithEndpoints(fakeValues{}, endpointTestMetrics, time.Second).ListAllMetrics() {
+	for _, m := range p.CustomMetrics().WithEndpoints(endpointValues(nil, nil), endpointTestMetrics, time.Second).ListAllMetrics() {
 		names = append(names, m.GroupResource.String()+"/"+m.Metric)
 	}
 	if diff := cmp.Diff([]string{"pods/kv", "pods/peak", "pods/waiting"}, names); diff != "" {

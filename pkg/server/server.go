@@ -100,10 +100,9 @@ func (c *Config) Complete() CompletedConfig {
 
 // Server is the whole group-metrics-server.
 type Server struct {
-	api       *genericapiserver.GenericAPIServer
-	cache     *podcache.Cache
-	scraper   *sources.Scraper
-	endpoints *podEndpoints
+	api     *genericapiserver.GenericAPIServer
+	cache   *podcache.Cache
+	scraper *sources.Scraper
 }
 
 // New builds the server; nothing runs until Run.
@@ -125,6 +124,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.PodMetrics != nil {
+		srcs, names = append(srcs, c.endpointSource(pc.Pods())), append(names, promscrape.SourceName)
+	}
 	st := store.New(store.Config{
 		Clock:          c.Clock,
 		Sources:        names,
@@ -134,6 +136,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	scraper := sources.NewScraper(sources.ScraperConfig{
 		Sources:     srcs,
 		Sink:        st,
+		Series:      st,
 		Clock:       c.Clock,
 		Resolution:  c.Resolution,
 		Timeout:     c.Timeout,
@@ -177,16 +180,14 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil
 	}))
 
-	var endpoints *podEndpoints
 	if c.PodMetrics != nil {
-		endpoints = c.newPodEndpoints(pc.Pods())
-		c.API.AddReadyzChecks(healthz.NamedCheck("pod-endpoints-collected", endpoints.ready()))
+		c.API.AddReadyzChecks(healthz.NamedCheck("pod-endpoints-collected", endpointsReady(c.PodMetrics, scraper)))
 	}
 	apiCfg := apiserver.Config{Generic: c.API, Pods: p, Nodes: p, Reads: c.Reads}
 	if c.CustomMetrics {
 		cm := p.CustomMetrics()
-		if endpoints != nil {
-			cm = cm.WithEndpoints(endpoints.store, endpoints.cfg.Metrics, endpoints.interval)
+		if c.PodMetrics != nil {
+			cm = cm.WithEndpoints(st, endpointMetrics(c.PodMetrics), c.Resolution)
 			if c.GroupMetricsSeries {
 				exposeEndpointSeries(cm)
 			}
@@ -203,7 +204,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{api: api, cache: pc, scraper: scraper, endpoints: endpoints}, nil
+	return &Server{api: api, cache: pc, scraper: scraper}, nil
 }
 
 func notReadyReason(s *sources.Scraper, bound time.Duration) error {
@@ -251,50 +252,6 @@ func authenticationReady(api *genericapiserver.RecommendedConfig) func(*http.Req
 	}
 }
 
-// sources builds the configured sources, in lookup order.
-func (c CompletedConfig) sources(nodes podcache.Nodes, pods podcache.Pods) ([]sources.Source, []string, error) {
-	names := c.Sources
-	if len(names) == 0 {
-		names = []string{kubelet.SourceName}
-	}
-	var out []sources.Source
-	for _, name := range names {
-		switch name {
-		case kubelet.SourceName:
-			client, err := kubelet.NewClient(c.Kubelet)
-			if err != nil {
-				return nil, nil, err
-			}
-			out = append(out, kubelet.NewSource(kubelet.SourceConfig{
-				Client:            client,
-				Nodes:             nodes,
-				Selector:          c.NodeSelector,
-				Exclude:           c.KraftletSelector,
-				Port:              c.KubeletPort,
-				UseNodeStatusPort: c.KubeletUseNodeStatusPort,
-				AddressTypes:      c.KubeletAddressTypes,
-			}))
-		case ukpd.SourceName:
-			cfg := c.Ukpd
-			cfg.Nodes, cfg.Pods = nodes, pods
-			if cfg.NodeSelector == nil {
-				cfg.NodeSelector = c.KraftletSelector
-			}
-			if cfg.Clock == nil {
-				cfg.Clock = c.Clock
-			}
-			src, err := ukpd.NewSource(cfg)
-			if err != nil {
-				return nil, nil, err
-			}
-			out = append(out, src)
-		default:
-			return nil, nil, fmt.Errorf("unknown source %q", name)
-		}
-	}
-	return out, names, nil
-}
-
 // Run starts everything and blocks until ctx is done and the API server has
 // drained.
 func (s *Server) Run(ctx context.Context) error {
@@ -304,8 +261,5 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	klog.InfoS("Caches synced; starting the scrape loop")
 	go s.scraper.Run(ctx)
-	if s.endpoints != nil {
-		go s.endpoints.loop.Run(ctx)
-	}
 	return s.api.PrepareRun().RunWithContext(ctx)
 }

@@ -15,7 +15,9 @@ import (
 type ScraperConfig struct {
 	Sources []Source
 	Sink    Sink
-	Clock   clock.WithTicker
+	// Series receives the named series of the batches; nil drops them.
+	Series SeriesSink
+	Clock  clock.WithTicker
 	// Resolution is the time between two ticks.
 	Resolution time.Duration
 	// Timeout bounds each target's scrape. It must be below Resolution.
@@ -38,6 +40,8 @@ type Scraper struct {
 	// lastTickEnd and lastSuccess hold Unix nanoseconds (0 = never).
 	lastTickEnd atomic.Int64
 	lastSuccess atomic.Int64
+	// ticks counts the ticks completed.
+	ticks atomic.Int64
 
 	mu     sync.Mutex
 	health map[string]string // target ID -> last failure reason, "" when healthy
@@ -108,6 +112,9 @@ func (s *Scraper) Run(ctx context.Context) {
 // LastTick is when the last tick finished; zero before the first.
 func (s *Scraper) LastTick() time.Time { return unixNanoTime(s.lastTickEnd.Load()) }
 
+// Ticks is the number of ticks completed, whatever their targets gave.
+func (s *Scraper) Ticks() int64 { return s.ticks.Load() }
+
 // LastSuccess is when a target was last scraped successfully; zero if never.
 func (s *Scraper) LastSuccess() time.Time { return unixNanoTime(s.lastSuccess.Load()) }
 
@@ -135,13 +142,18 @@ func (s *Scraper) Tick(ctx context.Context) {
 			continue
 		}
 		keep := make(map[string]struct{}, len(targets))
+		ids := make(map[string]struct{}, len(targets))
 		for _, t := range targets {
 			jobs = append(jobs, job{source: src.Name(), target: t})
 			for _, n := range t.Nodes() {
 				keep[n] = struct{}{}
 			}
+			ids[t.ID()] = struct{}{}
 		}
 		s.cfg.Sink.Prune(src.Name(), keep)
+		if s.cfg.Series != nil {
+			s.cfg.Series.PruneSeries(src.Name(), ids)
+		}
 	}
 	if s.cfg.EarlyDelay > 0 {
 		byNode := make(map[string][]job, len(jobs))
@@ -183,6 +195,7 @@ feed:
 	cycleDuration.Observe(end.Sub(start).Seconds())
 	lastTick.Set(float64(end.Unix()))
 	s.lastTickEnd.Store(end.UnixNano())
+	s.ticks.Add(1)
 	klog.V(2).InfoS("Scrape tick finished", "targets", len(jobs), "duration", end.Sub(start))
 }
 
@@ -259,6 +272,9 @@ func (s *Scraper) scrapeTarget(ctx context.Context, j job) {
 	}
 	s.setPartial(j.target.ID(), err)
 	s.cfg.Sink.Store(j.source, j.target.Nodes(), batch, now)
+	if s.cfg.Series != nil {
+		s.cfg.Series.StoreSeries(j.source, j.target.ID(), batch.Series, now)
+	}
 	s.lastSuccess.Store(now.UnixNano())
 	s.setHealth(j.target.ID(), "", nil)
 }

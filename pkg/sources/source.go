@@ -1,9 +1,9 @@
 // Package sources defines what a metrics backend hands to the rest of the
-// server — batches of CPU and memory points — and the scrape loop that
-// collects them from every target on a fixed resolution.
+// server — batches of CPU and memory points and of named series — and the
+// scrape loop that collects them from every target on a fixed resolution.
 //
 // A source knows nothing of the store or the API: it returns a Batch and the
-// scrape loop passes it to a Sink.
+// scrape loop passes it to a Sink, and its named series to a SeriesSink.
 package sources
 
 import (
@@ -49,10 +49,38 @@ type PodPoint struct {
 	Containers []ContainerPoint
 }
 
+// SeriesPoint is one sample of a named series that a pod's own endpoint or a
+// node exporter exposed, credited to one pod.
+type SeriesPoint struct {
+	Namespace, Pod string
+	// UID is the UID of the pod the sample is credited to, "" when not known.
+	UID string
+	// Container is the container the series names, "" for none.
+	Container string
+	// Metric is the name the series is served under.
+	Metric string
+	// Series identifies the series within its metric and pod (its labels,
+	// encoded); Labels are the same labels, for selection.
+	Series string
+	Labels map[string]string
+	// Value is the exposed value; for a Counter, a cumulative count whose
+	// rate per second is served.
+	Value   float64
+	Counter bool
+	// Timestamp is when the sample was read.
+	Timestamp time.Time
+	// Exporter says a node exporter credited the pod, not the pod's own
+	// endpoint: the pod's own series of a metric and container win.
+	Exporter bool
+}
+
 // Batch is what one scrape of one target returned.
 type Batch struct {
 	Nodes []NodePoint
 	Pods  []PodPoint
+	// Series are the named series of the target, for targets that expose
+	// them (pod endpoints, node exporters).
+	Series []SeriesPoint
 }
 
 // Target is one endpoint that a scrape reaches: a node's kubelet, a ukpd
@@ -90,4 +118,16 @@ type Sink interface {
 	Failed(source string, nodes []string, err error, failedAt time.Time)
 	// Prune drops data of source for nodes that are no longer targeted.
 	Prune(source string, keep map[string]struct{})
+}
+
+// SeriesSink receives the named series of every target. StoreSeries is
+// called from many goroutines at once, one call per successful scrape of a
+// target; PruneSeries once per tick and source.
+type SeriesSink interface {
+	// StoreSeries replaces the series of the target named id (Target.ID)
+	// with series, read at scrapedAt by the scraper's clock. A failed scrape
+	// stores nothing: what was stored is served until it is stale.
+	StoreSeries(source, id string, series []SeriesPoint, scrapedAt time.Time)
+	// PruneSeries drops the series of source's targets not in keep.
+	PruneSeries(source string, keep map[string]struct{})
 }

@@ -1,9 +1,13 @@
 // Package store keeps the latest samples of every node and container and the
-// usage derived from them.
+// usage derived from them, and the named series of pods' endpoints and node
+// exporters with the values derived from them: one staleness rule for both,
+// and one rule for a counter's rate.
 //
-// Data is sharded by (source, node). A shard is immutable once published: a
+// Usage is sharded by (source, node). A shard is immutable once published: a
 // write builds the node's next shard from the previous one and swaps a
-// pointer, so readers never wait for a writer and see each node whole.
+// pointer, so readers never wait for a writer and see each node whole. Named
+// series are held by target (named.go), since several targets (each pod's
+// own, and an exporter) report the pods of one node.
 package store
 
 import (
@@ -44,13 +48,20 @@ type Store struct {
 
 	writeMu sync.Mutex // serialises the read-modify-write of a shard
 
+	// named holds the named series (sources.SeriesPoint), apart from the
+	// shards: they are owned by targets, not by nodes.
+	named named
+
 	// samples numbers the pods' derived usage (PodUsage.Sample).
 	samples atomic.Uint64
 	// gen counts the changes of every node's shards (Generation).
 	gen atomic.Uint64
 }
 
-var _ sources.Sink = &Store{}
+var (
+	_ sources.Sink       = &Store{}
+	_ sources.SeriesSink = &Store{}
+)
 
 // nodeShards is what every source knows of one node: a shard per source,
 // in the order of Config.Sources. gen counts the changes of bySource: a

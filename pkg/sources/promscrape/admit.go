@@ -24,63 +24,52 @@ const (
 // ownKey is a metric of a pod's container ("" for the pod's series that
 // name none).
 type ownKey struct {
-	metric         int
-	namespace, pod string
-	container      string
+	metric    int
+	container string
 }
 
-// admission decides, for one collection, which samples of each target are
-// kept.
-type admission struct {
-	// nodes is each listed pod's node.
-	nodes map[podKey]string
-	// own holds what the pods' own targets supplied.
-	own map[ownKey]bool
-}
-
-func newAdmission(pods []Pod, targets []Target, results []result) *admission {
-	a := &admission{nodes: make(map[podKey]string, len(pods)), own: map[ownKey]bool{}}
-	for i := range pods {
-		a.nodes[podKey{pods[i].Namespace, pods[i].Name}] = pods[i].Node
+// setOwn records what the pod's own target gave at its last scrape.
+func (s *Source) setOwn(pod *Pod, samples []Sample) {
+	own := make(map[ownKey]bool, len(samples))
+	for _, sm := range samples {
+		own[ownKey{sm.Metric, sm.Container}] = true
 	}
-	for i := range targets {
-		if targets[i].Kind != KindPod {
-			continue
-		}
-		for _, s := range results[i].samples {
-			a.own[ownKey{s.Metric, s.Namespace, s.Pod, s.Container}] = true
-		}
-	}
-	return a
+	s.mu.Lock()
+	s.own[podKey{pod.Namespace, pod.Name}] = own
+	s.mu.Unlock()
 }
 
 // admit returns the samples of t that may be kept, counting the others by
 // reason. An exporter speaks only for pods on its own node, and never over
-// a pod's own target; every sample must lie within its metric's bounds
-// (dropped, never clamped, so a wrong value cannot pass as a limit).
-func (a *admission) admit(t *Target, metrics []Metric, samples []Sample) []Sample {
+// a pod's own target (as its last scrape gave; the store serves a pod's own
+// series over an exporter's in any case); every sample must lie within its
+// metric's bounds (dropped, never clamped, so a wrong value cannot pass as
+// a limit).
+func (s *Source) admit(t *Target, pods map[podKey]*Pod, samples []Sample) []Sample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	out := samples[:0]
-	for _, s := range samples {
+	for _, sm := range samples {
 		reason := ""
 		if t.Kind == KindExporter {
-			switch node, ok := a.nodes[podKey{s.Namespace, s.Pod}]; {
+			switch p, ok := pods[podKey{sm.Namespace, sm.Pod}]; {
 			case !ok:
 				reason = DropUnknownPod
-			case node != t.Node || node == "":
+			case p.Node != t.Node || p.Node == "":
 				// An unscheduled pod is on no exporter's node.
 				reason = DropOtherNode
-			case a.own[ownKey{s.Metric, s.Namespace, s.Pod, s.Container}]:
+			case s.own[podKey{sm.Namespace, sm.Pod}][ownKey{sm.Metric, sm.Container}]:
 				reason = DropOwnTarget
 			}
 		}
-		if reason == "" && !metrics[s.Metric].inRange(s.Value) {
+		if reason == "" && !s.cfg.Metrics[sm.Metric].inRange(sm.Value) {
 			reason = DropOutOfRange
 		}
 		if reason != "" {
 			droppedSamples.WithLabelValues(t.Kind, reason).Inc()
 			continue
 		}
-		out = append(out, s)
+		out = append(out, sm)
 	}
 	return out
 }

@@ -10,10 +10,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/store"
 )
 
 const (
@@ -84,31 +88,29 @@ func BenchmarkParseOneTarget(b *testing.B) {
 
 // BenchmarkCycle is one tick's work after the bodies arrived, at 1,000 pods
 // × 20 allow-listed series among ~500 others each: decode every target,
-// derive rates, collate per pod.
+// hand its series to the store (which derives the rates), read a pod back.
 func BenchmarkCycle(b *testing.B) {
 	bodies := benchBodies(benchPods)
 	cfg := benchConfig(benchAllowed)
 	allow := cfg.allowList()
-	targets := make([]Target, benchPods)
+	src := NewSource(cfg, nil, Options{})
+	targets := make([]target, benchPods)
 	for i := range targets {
 		name := "pod-" + strconv.Itoa(i)
-		targets[i] = Target{ID: "pod/ns/" + name, Kind: KindPod, Pod: &Pod{Namespace: "ns", Name: name}}
+		targets[i] = target{src: src, Target: Target{ID: "pod/ns/" + name, Kind: KindPod, Pod: &Pod{Namespace: "ns", Name: name}}}
 	}
-	rates := NewRates()
+	st := store.New(store.Config{Clock: clocktesting.NewFakeClock(now), Sources: []string{SourceName}, StaleAfter: time.Hour})
 	b.ReportAllocs()
 	for b.Loop() {
-		var all []Sample
 		for i := range targets {
-			s, err := cfg.decode(context.Background(), bodies[i], &targets[i], allow, now)
+			s, err := cfg.decode(context.Background(), bodies[i], &targets[i].Target, allow, now)
 			if err != nil {
 				b.Fatal(err)
 			}
-			all = append(all, rates.Apply(targets[i].ID, cfg.Metrics, s)...)
+			st.StoreSeries(SourceName, targets[i].Target.ID, targets[i].series(s), now)
 		}
-		rates.Sweep()
-		batch := Collate(cfg.Metrics, all)
-		if len(batch.Pods) != benchPods || len(batch.Pods[0].Values) != benchAllowed {
-			b.Fatalf("batch has %d pods", len(batch.Pods))
+		if got := st.Series("ns", "pod-0", "", cfg.Metrics[0].Name); len(got) == 0 {
+			b.Fatalf("pod-0 has no %s", cfg.Metrics[0].Name)
 		}
 	}
 }

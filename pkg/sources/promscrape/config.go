@@ -168,10 +168,11 @@ type Config struct {
 	Pods          PodTargets     `json:"pods,omitempty"`
 	NodeExporters []NodeExporter `json:"nodeExporters,omitempty"`
 
-	// Interval is the time between two collections of every target; the
-	// server's --metric-resolution when zero. Above Timeout.
-	Interval Duration `json:"interval,omitempty"`
-	// Timeout bounds one scrape of one target; 5s when zero.
+	// Targets are scraped at every tick of the server's one scraper
+	// (--metric-resolution), with the kubelets and ukpd.
+
+	// Timeout bounds one scrape of one target; 5s when zero. The
+	// scraper's own timeout (--kubelet-request-timeout) bounds it too.
 	Timeout Duration `json:"timeout,omitempty"`
 	// MaxBytes caps one target's response body; 1 MiB when zero (an
 	// engine's or exporter's page is tens of kilobytes).

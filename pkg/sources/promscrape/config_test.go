@@ -62,7 +62,6 @@ func TestParseReportsEveryError(t *testing.T) {
 	file := `
 presets: [vllm, tgi]
 timeout: 2m
-interval: 500ms
 maxBytes: -1
 pods:
   selector: "app in (a"
@@ -115,7 +114,6 @@ nodeExporters:
 		`metrics[4]: min 2 is above max 1`,
 		`metrics[4].name: "vllm-num-requests-waiting" is already served by metrics[0]`,
 		`timeout: 2m0s must be above 0 and at most 1m0s`,
-		`interval: 500ms must be at least 1s and above the timeout 2m0s`,
 		`maxBytes: -1 must be above 0`,
 		`limits.labelsPerSeries: 1000 must be above 0 and at most 128`,
 		`limits.seriesPerTarget: -1 must be above 0 and at most 1000000`,

@@ -1,9 +1,11 @@
-// Package promscrape is the pod-endpoint source: it scrapes the Prometheus
+// Package promscrape is the pod-endpoint source: its targets, scraped by
+// the one scraper of pkg/sources with every other, are the Prometheus
 // endpoints of pods that opt in (annotations, or a configured selector)
-// and of node exporters whose series name their pod by label (NVIDIA's
-// DCGM exporter), keeps only the allow-listed metric families of its
-// configuration file, turns counters into rates, and combines group
-// members' values (sum, mean, max) by the rules the HPA applies to pods.
+// and node exporters whose series name their pod by label (NVIDIA's DCGM
+// exporter). It keeps only the allow-listed metric families of its
+// configuration file and hands them over as named series; the store turns
+// counters into rates and the provider combines series and group members
+// by pkg/group's rules.
 //
 // Text is parsed with prometheus/common's expfmt. Before it, a hand-written
 // line filter drops every line of a family that is not allow-listed, so
@@ -21,7 +23,7 @@
 // can change only that pod's own values: labels, label bytes and series
 // are counted on each line before expfmt reads it (limits.go), decoding
 // looks at its context, a target that overruns its timeout is not waited
-// for (scrape.go), exporters are trusted only from the namespaces the
+// for (the scraper's rule), exporters are trusted only from the namespaces the
 // operator names and only for pods on their own node (targets.go,
 // admit.go). docs/security.md lists every input and its bound.
 //
@@ -32,7 +34,7 @@
 // refused before the parser sees it. FuzzCountLabelsNeverUndercounts holds
 // the count to what expfmt reads from the same line.
 //
-// The server runs it with --pod-metrics-config (pkg/podvalues keeps the
-// latest values, pkg/provider serves them on custom.metrics.k8s.io); see
+// The server runs it with --pod-metrics-config (pkg/store keeps the
+// series, pkg/provider serves them on custom.metrics.k8s.io); see
 // docs/inference-autoscaling.md.
 package promscrape

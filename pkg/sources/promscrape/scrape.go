@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -20,26 +18,31 @@ import (
 // acceptHeader asks for the text format, which is what the parser reads.
 const acceptHeader = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 
-// Source scrapes pod endpoints and node exporters. Collect is called once
-// per tick from one goroutine.
+// SourceName is the source's name in the scraper's self-metrics, health
+// and the store.
+const SourceName = "endpoints"
+
+// Source is the pod-endpoint source: a sources.Source whose targets are the
+// pods that opt in and the node exporters, scraped by the one scraper with
+// every other target. Their batches carry named series only.
 type Source struct {
-	cfg         *Config
-	pods        PodLister
-	client      *http.Client
-	clock       clock.PassiveClock
-	allow       allowed
-	rates       *Rates
-	concurrency int
-	grace       time.Duration
+	cfg    *Config
+	pods   PodLister
+	client *http.Client
+	clock  clock.PassiveClock
+	allow  allowed
 	// decoding holds a slot per body being decoded (decodeSlots).
 	decoding chan struct{}
 
-	// mu guards busy: the targets whose scrape overran and still runs.
-	mu   sync.Mutex
-	busy map[string]bool
+	mu sync.Mutex
 	// refused are the refusals logged already, so each is logged once.
 	refused map[refusalKey]bool
+	// own is, per pod with its own target, the metrics and containers its
+	// last scrape gave: an exporter's sample of one of them is dropped.
+	own map[podKey]map[ownKey]bool
 }
+
+var _ sources.Source = &Source{}
 
 // Options are a Source's collaborators.
 type Options struct {
@@ -48,8 +51,6 @@ type Options struct {
 	// redirects are never followed. No credentials are sent to targets.
 	Client *http.Client
 	Clock  clock.PassiveClock
-	// Concurrency bounds the scrapes in flight; 16 when zero.
-	Concurrency int
 }
 
 // NewSource returns a source for a Config returned by Parse.
@@ -64,13 +65,9 @@ func NewSource(cfg *Config, pods PodLister, o Options) *Source {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
-	if o.Concurrency <= 0 {
-		o.Concurrency = 16
-	}
 	return &Source{
-		cfg: cfg, pods: pods, client: &client, clock: o.Clock,
-		allow: cfg.allowList(), rates: NewRates(), concurrency: o.Concurrency,
-		grace: overrunGrace(cfg), busy: map[string]bool{}, refused: map[refusalKey]bool{},
+		cfg: cfg, pods: pods, client: &client, clock: o.Clock, allow: cfg.allowList(),
+		refused: map[refusalKey]bool{}, own: map[podKey]map[ownKey]bool{},
 		decoding: make(chan struct{}, decodeSlots),
 	}
 }
@@ -83,180 +80,150 @@ func NewSource(cfg *Config, pods PodLister, o Options) *Source {
 // default 1 MiB.
 const decodeSlots = 2
 
-// overrunGrace is how long past its timeout a target is waited for, as
-// pkg/sources' scraper waits: long enough for a target that honours its
-// context to return, short of the next collection when the interval is
-// known (else a second).
-func overrunGrace(cfg *Config) time.Duration {
-	if cfg.Interval.Duration == 0 {
-		return time.Second
-	}
-	return max(min(time.Second, (cfg.Interval.Duration-cfg.Timeout.Duration)/2), 0)
-}
+// Name implements sources.Source.
+func (s *Source) Name() string { return SourceName }
 
-// TargetError is a failed target of one tick.
-type TargetError struct {
-	ID     string
-	Reason string
-	Err    error
-}
-
-func (e TargetError) Error() string { return fmt.Sprintf("scrape %s (%s): %v", e.ID, e.Reason, e.Err) }
-
-// result is what one target's scrape gave.
-type result struct {
-	samples []Sample
-	err     error
-}
-
-// Collect scrapes every target under its own timeout, at most Concurrency
-// at a time, and returns what they gave: one failing target never loses the
-// others, and one that overruns its timeout by the grace is not waited
-// for. The errors name each failed target with its reason. Exporters'
-// series are admitted only for pods on the exporter's node and where the
-// pod's own target gives no sample of the same metric and container (see
-// admit); every sample must lie within its metric's bounds.
-func (s *Source) Collect(ctx context.Context) (Batch, []TargetError) {
+// Targets implements sources.Source: the targets of the pods running now,
+// sorted by ID, sharing this tick's budget of points
+// (limits.pointsPerCollection). Pods refused as targets are counted and
+// logged once.
+func (s *Source) Targets() ([]sources.Target, error) {
 	pods := s.pods.ListPods()
-	targets, terrs := s.cfg.Targets(pods)
-	s.noteRefusals(terrs)
-	results := s.scrapeAll(ctx, targets)
-	adm := newAdmission(pods, targets, results)
-	for i := range targets {
-		if r := &results[i]; r.err == nil || errors.Is(r.err, errSkipped) {
-			r.samples = adm.admit(&targets[i], s.cfg.Metrics, r.samples)
-		}
-	}
-	s.budget(targets, results)
-	var (
-		all    []Sample
-		failed []TargetError
-		kept   = map[string]int{KindPod: 0, KindExporter: 0}
-	)
-	for i := range targets {
-		t, r := &targets[i], results[i]
-		if r.err != nil && !errors.Is(r.err, errSkipped) {
-			reason := sources.Reason(r.err)
-			targetFailures.WithLabelValues(t.Kind, reason).Inc()
-			failed = append(failed, TargetError{ID: t.ID, Reason: reason, Err: r.err})
-			continue
-		}
-		if r.err != nil {
-			partialTargets.WithLabelValues(t.Kind).Inc()
-			klog.V(2).InfoS("Scrape left out series", "target", t.ID, "err", r.err)
-		}
-		kept[t.Kind] += len(r.samples)
-		all = append(all, s.rates.Apply(t.incarnation(), s.cfg.Metrics, r.samples)...)
-	}
-	all = dedupe(all)
-	s.rates.Sweep()
-	for k, n := range kept {
-		seriesKept.WithLabelValues(k).Set(float64(n))
-	}
-	b := Collate(s.cfg.Metrics, all)
-	withUIDs(b, pods)
-	return b, failed
-}
-
-// budget holds the collection to limits.pointsPerCollection. When the
-// targets' samples add up to more, the targets with the fewest samples are
-// kept first, so that one or a few targets sending the most cannot starve
-// the many that send a few; the rest fail as too_large.
-func (s *Source) budget(targets []Target, results []result) {
-	order := make([]int, 0, len(results))
-	for i, r := range results {
-		if r.err == nil || errors.Is(r.err, errSkipped) {
-			order = append(order, i)
-		}
-	}
-	sort.SliceStable(order, func(a, b int) bool { return len(results[order[a]].samples) < len(results[order[b]].samples) })
-	points, limit := 0, s.cfg.Limits.PointsPerCollection
-	for _, i := range order {
-		r := &results[i]
-		if points+len(r.samples) <= limit {
-			points += len(r.samples)
-			continue
-		}
-		r.err = sources.WithReason(sources.ReasonTooLarge, fmt.Errorf("scrape %s: its %d samples would pass the %d of one collection (limits.pointsPerCollection)",
-			targets[i].ID, len(r.samples), limit))
-		r.samples = nil
-	}
-}
-
-// scrapeAll scrapes targets, at most Concurrency at a time, and returns
-// their results in the targets' order.
-func (s *Source) scrapeAll(ctx context.Context, targets []Target) []result {
-	results := make([]result, len(targets))
-	sem := make(chan struct{}, s.concurrency)
-	var wg sync.WaitGroup
-	for i := range targets {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			results[i] = s.scrapeBounded(ctx, &targets[i])
-		}()
-	}
-	wg.Wait()
-	return results
-}
-
-// scrapeBounded scrapes one target and returns when the scrape has ended
-// or has overrun its timeout by the grace, whichever comes first. A scrape
-// that overruns (one still decoding when its context ends) goes on in its
-// own goroutine, whose result is dropped; until it ends the target is
-// skipped as busy, so a target never holds more than one goroutine. The
-// timer runs on real time, as the scrape's context deadline does.
-func (s *Source) scrapeBounded(ctx context.Context, t *Target) result {
-	s.mu.Lock()
-	if s.busy[t.ID] {
-		s.mu.Unlock()
-		return result{err: sources.WithReason(sources.ReasonTimeout, fmt.Errorf("scrape %s: an earlier scrape overran and still runs", t.ID))}
-	}
-	s.busy[t.ID] = true
-	s.mu.Unlock()
-	done := make(chan result, 1)
-	go func() {
-		samples, err := s.scrapeTarget(ctx, t)
-		// The target is free again before its result is handed over, so
-		// the next collection never finds a finished scrape still busy.
-		s.mu.Lock()
-		delete(s.busy, t.ID)
-		s.mu.Unlock()
-		done <- result{samples, err}
-	}()
-	timer := time.NewTimer(s.cfg.Timeout.Duration + s.grace)
-	defer timer.Stop()
-	select {
-	case r := <-done:
-		return r
-	case <-timer.C:
-		overruns.WithLabelValues(t.Kind).Inc()
-		klog.InfoS("Pod endpoint overran its timeout; not waiting for it", "target", t.ID, "timeout", s.cfg.Timeout.Duration)
-		return result{err: sources.WithReason(sources.ReasonTimeout, fmt.Errorf("scrape %s: overran its timeout %s by %s", t.ID, s.cfg.Timeout.Duration, s.grace))}
-	case <-ctx.Done():
-		return result{err: sources.WithReason(sources.ReasonTimeout, fmt.Errorf("scrape %s: %w", t.ID, ctx.Err()))}
-	}
-}
-
-// withUIDs gives each pod of b its UID from pods, the list the collection
-// started from.
-func withUIDs(b Batch, pods []Pod) {
-	uids := make(map[podKey]string, len(pods))
+	targets, errs := s.cfg.Targets(pods)
+	s.noteRefusals(errs)
+	byKey := make(map[podKey]*Pod, len(pods))
 	for i := range pods {
-		uids[podKey{pods[i].Namespace, pods[i].Name}] = pods[i].UID
+		byKey[podKey{pods[i].Namespace, pods[i].Name}] = &pods[i]
 	}
-	for i := range b.Pods {
-		b.Pods[i].UID = uids[podKey{b.Pods[i].Namespace, b.Pods[i].Name}]
+	b := newBudget(s.cfg.Limits.PointsPerCollection, len(targets))
+	out := make([]sources.Target, len(targets))
+	withOwn := map[podKey]bool{}
+	for i := range targets {
+		out[i] = &target{src: s, Target: targets[i], pods: byKey, budget: b}
+		if p := targets[i].Pod; p != nil {
+			withOwn[podKey{p.Namespace, p.Name}] = true
+		}
 	}
+	s.mu.Lock()
+	for k := range s.own {
+		if !withOwn[k] {
+			delete(s.own, k)
+		}
+	}
+	s.mu.Unlock()
+	return out, nil
+}
+
+type podKey struct{ namespace, name string }
+
+// target is one Target of one tick, as the scraper scrapes it.
+type target struct {
+	Target
+	src *Source
+	// pods are the tick's pods by namespace and name, to attribute an
+	// exporter's series.
+	pods   map[podKey]*Pod
+	budget *budget
+}
+
+func (t *target) ID() string { return t.Target.ID }
+
+// Nodes is empty: the target's batch holds named series, owned by the
+// target, and no node's usage.
+func (t *target) Nodes() []string { return nil }
+
+// Scrape implements sources.Target: fetch and decode under the
+// configuration's timeout, admit (admit.go), then take the samples from the
+// tick's budget.
+func (t *target) Scrape(ctx context.Context) (*sources.Batch, error) {
+	samples, err := t.src.scrapeTarget(ctx, &t.Target)
+	if err != nil && !errors.Is(err, errSkipped) {
+		return nil, err
+	}
+	samples = t.src.admit(&t.Target, t.pods, samples)
+	if !t.budget.take(len(samples)) {
+		return nil, sources.WithReason(sources.ReasonTooLarge, fmt.Errorf("scrape %s: its %d samples do not fit in the %d of one collection (limits.pointsPerCollection)",
+			t.Target.ID, len(samples), t.budget.limit))
+	}
+	if t.Pod != nil {
+		t.src.setOwn(t.Pod, samples)
+	}
+	if err != nil {
+		klog.V(2).InfoS("Scrape left out series", "target", t.Target.ID, "err", err)
+	}
+	return &sources.Batch{Series: t.series(samples)}, err
+}
+
+// series are samples as the store takes them, each with the UID of the pod
+// it is credited to.
+func (t *target) series(samples []Sample) []sources.SeriesPoint {
+	out := make([]sources.SeriesPoint, len(samples))
+	for i, sm := range samples {
+		m := &t.src.cfg.Metrics[sm.Metric]
+		sp := sources.SeriesPoint{
+			Namespace: sm.Namespace, Pod: sm.Pod, Container: sm.Container,
+			Metric: m.Name, Series: sm.Series, Labels: seriesLabels(sm.Series),
+			Value: sm.Value, Counter: m.Type == Counter, Timestamp: sm.Timestamp,
+			Exporter: t.Kind == KindExporter,
+		}
+		if p := t.pods[podKey{sm.Namespace, sm.Pod}]; p != nil {
+			sp.UID = p.UID
+		}
+		out[i] = sp
+	}
+	return out
+}
+
+// budget holds a tick to limits.pointsPerCollection, so that one or a few
+// targets sending the most cannot starve the many that send a few: each
+// target is sure of its share of the limit (limit / targets); a target
+// above its share is kept only while the points taken, with the shares of
+// the targets still to come, leave room for it, else it fails as
+// too_large.
+type budget struct {
+	mu                            sync.Mutex
+	limit, share, taken, reserved int
+}
+
+func newBudget(limit, targets int) *budget {
+	share := limit
+	if targets > 0 {
+		share = limit / targets
+	}
+	return &budget{limit: limit, share: share, reserved: share * targets}
+}
+
+// take accounts for a target's n points and says whether they fit.
+func (b *budget) take(n int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.reserved -= b.share
+	if n > b.share && b.taken+n+b.reserved > b.limit {
+		return false
+	}
+	b.taken += n
+	return true
+}
+
+// seriesLabels reads back a Sample's Series key (name=value pairs, each
+// ended by a NUL byte; a label name holds no '=').
+func seriesLabels(series string) map[string]string {
+	if series == "" {
+		return nil
+	}
+	out := map[string]string{}
+	for _, pair := range strings.Split(strings.TrimSuffix(series, "\x00"), "\x00") {
+		if k, v, ok := strings.Cut(pair, "="); ok {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // scrapeTarget fetches and decodes one target. Its error carries a
 // sources.Reason; a decode that left out series returns the samples with an
 // error wrapping errSkipped.
 func (s *Source) scrapeTarget(ctx context.Context, t *Target) ([]Sample, error) {
-	start := s.clock.Now()
-	defer func() { targetDuration.WithLabelValues(t.Kind).Observe(s.clock.Since(start).Seconds()) }()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout.Duration)
 	defer cancel()
 	body, err := s.fetch(ctx, t.URL)
@@ -317,26 +284,4 @@ func statusLine(resp *http.Response) string {
 		st = strings.ToValidUTF8(st[:maxStatusBytes], "") + "..."
 	}
 	return strconv.Quote(st)
-}
-
-// dedupe keeps one sample per metric, pod, container and series: two
-// exporter pods on one node (a DaemonSet rolling) report the same GPUs,
-// which must not count twice. Targets are sorted by ID, so the first kept
-// is the same on every tick.
-func dedupe(samples []Sample) []Sample {
-	type key struct {
-		metric                       int
-		namespace, pod, cont, series string
-	}
-	seen := make(map[key]struct{}, len(samples))
-	out := samples[:0]
-	for _, s := range samples {
-		k := key{s.Metric, s.Namespace, s.Pod, s.Container, s.Series}
-		if _, dup := seen[k]; dup {
-			continue
-		}
-		seen[k] = struct{}{}
-		out = append(out, s)
-	}
-	return out
 }

@@ -19,10 +19,6 @@ import (
 
 type podList []Pod
 
-// ignorePoints leaves out the per-series points, which TestValueSelect
-// checks.
-var ignorePoints = cmpopts.IgnoreFields(Value{}, "Points")
-
 func (l podList) ListPods() []Pod { return l }
 
 // fakeEndpoint serves h on 127.0.0.1 and returns the port.
@@ -72,7 +68,7 @@ func TestCollectVLLMAndDCGM(t *testing.T) {
 	}
 	cfg := mustParse(t, fmt.Sprintf("presets: [vllm, dcgm]\nnodeExporters: [{name: dcgm, selector: app=dcgm, port: %d, namespaces: [gpu], metrics: [gpu-utilization, gpu-memory-used-mib]}]\n", dcgm))
 	clk := clocktesting.NewFakeClock(now)
-	src := NewSource(cfg, pods, Options{Clock: clk})
+	src := newCollector(t, cfg, pods, Options{Clock: clk})
 	batch, errs := src.Collect(t.Context())
 	if len(errs) > 0 {
 		t.Fatalf("Collect: %v", errs)
@@ -92,7 +88,7 @@ func TestCollectVLLMAndDCGM(t *testing.T) {
 			v("vllm-kv-cache-usage", 0.7, 1), v("vllm-num-requests-running", 16, 2), v("vllm-num-requests-waiting", 3, 2),
 		}},
 	}}
-	if diff := cmp.Diff(want, batch, cmpopts.EquateEmpty(), ignorePoints); diff != "" {
+	if diff := cmp.Diff(want, batch, cmpopts.EquateEmpty()); diff != "" {
 		t.Fatalf("batch (-want +got):\n%s", diff)
 	}
 	// The queue of one worker grows; the next tick sees it.
@@ -112,7 +108,7 @@ func TestCollectCounterRate(t *testing.T) {
 	cfg := mustParse(t, "metrics: [{name: prompt-tokens-per-second, series: \"vllm:prompt_tokens_total\", type: counter, combine: sum}]\n")
 	clk := clocktesting.NewFakeClock(now)
 	pods := &podsNow{pods: podList{vllmPod("p", port, nil)}}
-	src := NewSource(cfg, pods, Options{Clock: clk})
+	src := newCollector(t, cfg, pods, Options{Clock: clk})
 	total.Store(1000)
 	if b, errs := src.Collect(t.Context()); len(errs) > 0 || len(b.Pods) != 0 {
 		t.Fatalf("first tick = %+v, %v; want no rate yet", b, errs)
@@ -126,7 +122,7 @@ func TestCollectCounterRate(t *testing.T) {
 		want := Batch{Pods: []PodValues{{Namespace: "ns", Name: "p", UID: uid, Values: []Value{
 			{Metric: "prompt-tokens-per-second", Value: 60, Timestamp: at, Series: 1},
 		}}}}
-		if diff := cmp.Diff(want, b, cmpopts.EquateEmpty(), ignorePoints); diff != "" || len(errs) > 0 {
+		if diff := cmp.Diff(want, b, cmpopts.EquateEmpty()); diff != "" || len(errs) > 0 {
 			t.Fatalf("%s (-want +got):\n%s\nerrors: %v", tick, diff, errs)
 		}
 	}
@@ -209,7 +205,7 @@ func TestCollectFaults(t *testing.T) {
 	pods = append(pods, vllmPod("refused", srvClosed.Listener.Addr().(*net.TCPAddr).Port, nil))
 
 	cfg := mustParse(t, "presets: [sglang]\ntimeout: 200ms\nmaxBytes: 1000\n")
-	b, errs := NewSource(cfg, pods, Options{}).Collect(t.Context())
+	b, errs := newCollector(t, cfg, pods, Options{}).Collect(t.Context())
 	got := map[string]string{}
 	for _, e := range errs {
 		got[e.ID] = e.Reason

@@ -49,9 +49,6 @@ func (c *Config) Validate() []error {
 	if c.Timeout.Duration <= 0 || c.Timeout.Duration > maxTimeout {
 		errs = append(errs, fmt.Errorf("timeout: %s must be above 0 and at most %s", c.Timeout.Duration, maxTimeout))
 	}
-	if c.Interval.Duration != 0 && (c.Interval.Duration < time.Second || c.Interval.Duration <= c.Timeout.Duration) {
-		errs = append(errs, fmt.Errorf("interval: %s must be at least 1s and above the timeout %s (or unset, for the server's resolution)", c.Interval.Duration, c.Timeout.Duration))
-	}
 	if c.MaxBytes <= 0 {
 		errs = append(errs, fmt.Errorf("maxBytes: %d must be above 0", c.MaxBytes))
 	}

@@ -2,11 +2,13 @@ package ukpd
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -273,5 +275,65 @@ func TestNewClientRejects(t *testing.T) {
 				t.Errorf("NewClient error = %v, want one containing %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestInstancesFailedPage checks that a page that fails fails the whole
+// list, so the cached one is kept rather than replaced by a part.
+func TestInstancesFailedPage(t *testing.T) {
+	e := newEnv(t)
+	for i := range 3 {
+		e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: fmt.Sprintf("p-%d", i), Container: "c"})
+	}
+	must(t, e.fake.SetFault(fakeukpd.Fault{Kind: fakecore.FaultStatus500, Path: "/v1/instances"}))
+	list, err := e.client(t, nil).Instances(t.Context())
+	if list != nil || err == nil {
+		t.Errorf("Instances = %v, %v; want no list and an error", list, err)
+	}
+}
+
+// TestClientHostileText checks that an answer of lines with 100,000 labels
+// each fails as a decode error, without a sample, and without parsing any
+// line past its 64th label.
+func TestClientHostileText(t *testing.T) {
+	e := newEnv(t)
+	e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: "p", Container: "c"})
+	must(t, e.fake.SetFault(fakeukpd.Fault{Kind: fakeukpd.FaultHostileText, Bytes: 8 << 20}))
+	samples, err := e.client(t, nil).Metrics(t.Context())
+	checkRejected(t, samples, err, "more than 64 labels", sources.ReasonDecode)
+}
+
+// TestClientOlderForm checks a ukpd that answers the older JSON form: the
+// JSON read fails with the form to use, and the Prometheus form, asked
+// for with metrics-format=text, reads the same instance.
+func TestClientOlderForm(t *testing.T) {
+	e := newEnv(t)
+	e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", CPUCores: 0.5})
+	e.clk.Step(10 * time.Second)
+	must(t, e.fake.SetFault(fakeukpd.Fault{Kind: fakeukpd.FaultOlderForm}))
+	samples, err := e.client(t, nil).Metrics(t.Context())
+	checkRejected(t, samples, err, "metrics-format=text", sources.ReasonDecode)
+	samples, err = e.client(t, func(c *ClientConfig) { c.MetricsFormat = FormatText }).Metrics(t.Context())
+	if err != nil || len(samples) != 1 || samples[0].CPUCoreNanos != 5e9 {
+		t.Errorf("text form = %+v, %v; want one instance with 5 core-seconds", samples, err)
+	}
+}
+
+// ukpd never redirects; one that does must not get the token sent to the
+// Location. net/http keeps Authorization on a redirect to the same host,
+// so the target here is another port of 127.0.0.1, over plain http.
+func TestRedirectNotFollowed(t *testing.T) {
+	var reached atomic.Bool
+	other := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached.Store(true) }))
+	defer other.Close()
+	ukpd := httptest.NewServer(http.RedirectHandler(other.URL+"/v1/instances", http.StatusTemporaryRedirect))
+	defer ukpd.Close()
+	c, err := NewClient(ClientConfig{URL: ukpd.URL, TokenFile: writeTemp(t, "ukpd-secret")})
+	must(t, err)
+	if _, err := c.Instances(t.Context()); err == nil || !strings.Contains(err.Error(), "307") {
+		t.Errorf("Instances error = %v, want the redirect's own status", err)
+	}
+	if reached.Load() {
+		t.Error("the redirect was followed, with the token")
 	}
 }

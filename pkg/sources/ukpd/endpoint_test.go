@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 )
 
 func TestParseEndpoint(t *testing.T) {
@@ -139,5 +141,28 @@ func TestValidateEndpoints(t *testing.T) {
 				t.Errorf("joined error = %v", err)
 			}
 		})
+	}
+}
+
+func TestParseRequiredTag(t *testing.T) {
+	tests := []struct {
+		in, wantErr string
+	}{
+		{in: "cluster=prod-eu"},
+		{in: "k8s.io:cluster=a=b"},
+		{in: "cluster", wantErr: "want key=value"},
+		{in: "=x", wantErr: "want key=value"},
+		{in: "cluster=", wantErr: "want key=value"},
+		{in: "cluster=a b", wantErr: "the platform keeps"},
+		{in: "cluster=" + string(make([]byte, 300)), wantErr: "the platform keeps"},
+	}
+	for _, tc := range tests {
+		got, err := ParseRequiredTag(tc.in)
+		switch {
+		case tc.wantErr == "" && (err != nil || got != tc.in):
+			t.Errorf("ParseRequiredTag(%q) = %q, %v", tc.in, got, err)
+		case tc.wantErr != "":
+			checkErr(t, err, tc.wantErr, sources.ReasonOther)
+		}
 	}
 }

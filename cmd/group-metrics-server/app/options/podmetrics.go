@@ -37,9 +37,11 @@ func (o *Options) validatePodMetrics() []error {
 	if !o.EnableCustomMetrics {
 		errs = append(errs, fmt.Errorf("--pod-metrics-config needs --enable-custom-metrics: its metrics are served on custom.metrics.k8s.io"))
 	}
-	if cfg != nil && cfg.Interval.Duration == 0 && cfg.Timeout.Duration >= o.MetricResolution {
-		errs = append(errs, fmt.Errorf("--pod-metrics-config %s: timeout %s must be below the interval, which is --metric-resolution (%s) when the file sets none",
-			o.PodMetricsConfig, cfg.Timeout.Duration, o.MetricResolution))
+	// The one scraper runs the pod endpoints with the kubelets, under its
+	// timeout.
+	if cfg != nil && cfg.Timeout.Duration > o.KubeletRequestTimeout {
+		errs = append(errs, fmt.Errorf("--pod-metrics-config %s: timeout %s must be at most --kubelet-request-timeout (%s), which bounds every scrape",
+			o.PodMetricsConfig, cfg.Timeout.Duration, o.KubeletRequestTimeout))
 	}
 	return errs
 }

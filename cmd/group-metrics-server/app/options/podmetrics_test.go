@@ -43,13 +43,13 @@ func TestValidatePodMetricsConfig(t *testing.T) {
 			wants: []string{"--pod-metrics-config: open /nonexistent/pod-metrics.yaml"}},
 		{name: "without custom metrics", set: func(o *Options) { o.PodMetricsConfig = good },
 			wants: []string{"--pod-metrics-config needs --enable-custom-metrics"}},
-		{name: "a timeout at the resolution when the file sets no interval",
+		{name: "a timeout past the scraper's",
 			set: func(o *Options) {
 				o.PodMetricsConfig = slow
 				o.EnableCustomMetrics = true
-				o.MetricResolution = 15 * time.Second
+				o.KubeletRequestTimeout = 10 * time.Second
 			},
-			wants: []string{"--pod-metrics-config " + slow + ": timeout 20s must be below the interval"}},
+			wants: []string{"--pod-metrics-config " + slow + ": timeout 20s must be at most --kubelet-request-timeout (10s)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,7 +64,7 @@ func TestValidatePodMetricsConfig(t *testing.T) {
 // configuration, parsed, with its presets expanded.
 func TestPodMetricsConfigApplied(t *testing.T) {
 	o := NewOptions()
-	o.PodMetricsConfig = writeFile(t, "c.yaml", "presets: [sglang]\ninterval: 10s\n")
+	o.PodMetricsConfig = writeFile(t, "c.yaml", "presets: [sglang]\n")
 	o.EnableCustomMetrics = true
 	cfg, errs := o.podMetricsConfig()
 	if len(errs) > 0 {
@@ -76,8 +76,5 @@ func TestPodMetricsConfigApplied(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"sglang-num-queue-reqs", "sglang-token-usage"}, names); diff != "" {
 		t.Errorf("metrics (-want +got):\n%s", diff)
-	}
-	if cfg.Interval.Duration != 10*time.Second {
-		t.Errorf("interval %s, want 10s", cfg.Interval.Duration)
 	}
 }

@@ -108,10 +108,10 @@ func BenchmarkPodEndpointsTick(b *testing.B) {
 	}
 	clk := clocktesting.NewFakeClock(time.Now())
 	heapBefore := heapInuse()
-	c := (&Config{Clock: clk, Resolution: 15 * time.Second, Concurrency: 64, PodMetrics: cfg}).Complete()
-	ep := c.newPodEndpoints(idx)
+	c := (&Config{Clock: clk, Resolution: 15 * time.Second, Timeout: 10 * time.Second, Concurrency: 64, PodMetrics: cfg}).Complete()
+	sc, st := c.endpointPipeline(idx)
 	p := provider.New(provider.Config{Pods: idx, Nodes: podcache.NewNodeIndex(), Usage: nil, Clock: clk, Groups: true})
-	cm := p.CustomMetrics().WithEndpoints(ep.store, cfg.Metrics, ep.interval)
+	cm := p.CustomMetrics().WithEndpoints(st, endpointMetrics(cfg), c.Resolution)
 	info := cmprovider.CustomMetricInfo{GroupResource: schemaPods, Namespaced: true, Metric: "metric-0"}
 	leaders := labels.SelectorFromSet(labels.Set{group.LabelName: "lws", group.LabelWorkerIndex: "0"})
 	ctx := context.Background()
@@ -121,10 +121,10 @@ func BenchmarkPodEndpointsTick(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		ep.loop.Tick(ctx)
+		sc.Tick(ctx)
 		got, err := cm.GetMetricBySelector(ctx, "ml", leaders, info, labels.Everything())
 		if err != nil || len(got.Items) != benchEndpointPods/benchGroupSize {
-			b.Fatalf("leaders' values: %d, %v; failing targets %v", len(got.Items), err, ep.loop.Failing())
+			b.Fatalf("leaders' values: %d, %v; failing targets %v", len(got.Items), err, sc.TargetErrors())
 		}
 		all, err := cm.GetMetricBySelector(ctx, "ml", labels.Everything(), info, labels.Everything())
 		if err != nil || len(all.Items) != benchEndpointPods {
@@ -135,9 +135,6 @@ func BenchmarkPodEndpointsTick(b *testing.B) {
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
 	cpu := time.Duration(after.Utime.Nano()-before.Utime.Nano()) + time.Duration(after.Stime.Nano()-before.Stime.Nano())
 	b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/tick")
-	if ep.store.Len() != benchEndpointPods {
-		b.Fatalf("store holds %d pods", ep.store.Len())
-	}
 	// What the source, the store and the provider keep between ticks
 	// (the bodies and the pod index were made before).
 	b.ReportMetric(float64(int64(heapInuse())-int64(heapBefore))/(1<<20), "retained-MiB")

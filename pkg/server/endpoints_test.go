@@ -17,7 +17,9 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/promscrape"
+	"github.com/group-metrics-server/group-metrics-server/pkg/store"
 )
 
 // TestEndpointPodsTrustFields: the source learns each pod's hostNetwork and
@@ -82,10 +84,10 @@ func TestPodEndpointsBoundHeaders(t *testing.T) {
 			if len(errs) > 0 {
 				t.Fatal(errs)
 			}
-			c := (&Config{Clock: clocktesting.NewFakeClock(time.Now()), Resolution: 15 * time.Second, Concurrency: 1, PodMetrics: cfg}).Complete()
-			ep := c.newPodEndpoints(idx)
-			ep.loop.Tick(t.Context())
-			if diff := cmp.Diff(tt.wantFailing, ep.loop.Failing()); diff != "" {
+			c := (&Config{Clock: clocktesting.NewFakeClock(time.Now()), Resolution: 15 * time.Second, Timeout: 10 * time.Second, Concurrency: 1, PodMetrics: cfg}).Complete()
+			sc, _ := c.endpointPipeline(idx)
+			sc.Tick(t.Context())
+			if diff := cmp.Diff(tt.wantFailing, sc.TargetErrors()); diff != "" {
 				t.Errorf("failing targets (-want +got):\n%s", diff)
 			}
 		})
@@ -118,21 +120,32 @@ func TestPodEndpointsReady(t *testing.T) {
 			if len(errs) > 0 {
 				t.Fatal(errs)
 			}
-			c := (&Config{Clock: clocktesting.NewFakeClock(time.Now()), Resolution: 15 * time.Second, Concurrency: 1, PodMetrics: cfg}).Complete()
-			ep := c.newPodEndpoints(idx)
-			ready := ep.ready()
+			c := (&Config{Clock: clocktesting.NewFakeClock(time.Now()), Resolution: 15 * time.Second, Timeout: 10 * time.Second, Concurrency: 1, PodMetrics: cfg}).Complete()
+			sc, _ := c.endpointPipeline(idx)
+			ready := endpointsReady(cfg, sc)
 			for tick := range tt.need {
 				if err := ready(nil); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("collected %d times, %d needed", tick, tt.need)) {
 					t.Fatalf("after %d collections: %v, want not ready", tick, err)
 				}
-				ep.loop.Tick(t.Context())
+				sc.Tick(t.Context())
 			}
 			if err := ready(nil); err != nil {
 				t.Errorf("after %d collections: %v, want ready", tt.need, err)
 			}
-			if len(ep.loop.Failing()) != 1 {
-				t.Errorf("failing targets %v, want the refusing pod", ep.loop.Failing())
+			if len(sc.TargetErrors()) != 1 {
+				t.Errorf("failing targets %v, want the refusing pod", sc.TargetErrors())
 			}
 		})
 	}
+}
+
+// endpointPipeline is the pod-endpoint part of New: the source on a
+// scraper of its own, storing into a store of its own.
+func (c CompletedConfig) endpointPipeline(pods podcache.Pods) (*sources.Scraper, *store.Store) {
+	st := store.New(store.Config{Clock: c.Clock, Sources: []string{promscrape.SourceName}, StaleAfter: 2*c.Resolution + c.Timeout})
+	sc := sources.NewScraper(sources.ScraperConfig{
+		Sources: []sources.Source{c.endpointSource(pods)}, Sink: st, Series: st, Clock: c.Clock,
+		Resolution: c.Resolution, Timeout: c.Timeout, Concurrency: c.Concurrency,
+	})
+	return sc, st
 }

@@ -1,0 +1,179 @@
+package ukpd
+
+import (
+	"fmt"
+	"maps"
+	"testing"
+	"time"
+
+	gocmp "github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
+	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
+)
+
+// kraftletTags are the tags kraftlet writes, and extra ones.
+func kraftletTags(ns, pod, container, node string, extra ...string) []string {
+	return append([]string{
+		fakeukpd.KraftletTag(fakeukpd.TagNamespace, ns), fakeukpd.KraftletTag(fakeukpd.TagPod, pod),
+		fakeukpd.KraftletTag(fakeukpd.TagContainer, container), fakeukpd.KraftletTag(fakeukpd.TagNode, node),
+	}, extra...)
+}
+
+// TestScrapeSharedAccount has two clusters in one account, both with
+// kraftlet's default node name and a pod of the same name: without a
+// guard the pod takes the instance started last, whichever cluster it is
+// of; with a required tag only this cluster's instance counts.
+func TestScrapeSharedAccount(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		required []string
+		wantCPU  uint64 // of web-0
+		ignored  map[string]float64
+	}{
+		{name: "no guard", wantCPU: 20e9, ignored: map[string]float64{ignoredDuplicate: 1}},
+		{name: "required tag", required: []string{"cluster=a"}, wantCPU: 5.5e9, ignored: map[string]float64{ignoredMissingRequired: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			RegisterMetrics()
+			e := newEnv(t)
+			tg := oneTarget(t, SourceConfig{
+				Endpoints: []EndpointConfig{{URL: e.srv.URL, Nodes: []string{"kraftlet"}}},
+				Pods:      podLister(t, newPod("default", "web-0", "kraftlet", "app")),
+				TokenFile: e.tokenFile, CAFile: e.caFile, Clock: e.clk, RequiredTags: tc.required,
+			})
+			e.add(t, fakeukpd.InstanceSpec{Tags: kraftletTags("default", "web-0", "app", "kraftlet", "cluster=a"), CPUCores: 0.5})
+			e.clk.Step(time.Second) // the other cluster's pod started later
+			e.add(t, fakeukpd.InstanceSpec{Tags: kraftletTags("default", "web-0", "app", "kraftlet", "cluster=b"), CPUCores: 2})
+			e.clk.Step(10 * time.Second)
+			before := counts(t, ignoredInstances, allReasons...)
+			b := scrapeOK(t, tg)
+			if len(b.Pods) != 1 || b.Pods[0].Containers[0].CPUCoreNanos != tc.wantCPU {
+				t.Errorf("batch = %+v, want web-0 with %d core-ns", b.Pods, tc.wantCPU)
+			}
+			if got := growth(t, ignoredInstances, before); !maps.Equal(got, tc.ignored) {
+				t.Errorf("ignored = %v, want %v", got, tc.ignored)
+			}
+		})
+	}
+}
+
+// TestScrapeIgnoredContainer checks that a container kraftlet runs no
+// instance for reads zero, so its pod is complete.
+func TestScrapeIgnoredContainer(t *testing.T) {
+	pod := newPod("default", "web-0", "kraftlet-a", "app", "mesh", "log")
+	pod.Annotations = map[string]string{IgnoreAnnotation: "mesh, log,not-a-container"}
+	e := newScrapeEnv(t, FormatJSON, pod)
+	e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.5, RSSBytes: 1 << 20})
+	e.clk.Step(10 * time.Second)
+	now := t0.Add(10 * time.Second)
+	want := []sources.ContainerPoint{
+		{Name: "app", Point: sources.Point{Timestamp: now, StartTime: t0, CPUCoreNanos: 5e9, MemoryBytes: 1 << 20}},
+		{Name: "log", Point: sources.Point{Timestamp: now, StartTime: t0}},
+		{Name: "mesh", Point: sources.Point{Timestamp: now, StartTime: t0}},
+	}
+	b := e.scrape(t)
+	if len(b.Pods) != 1 {
+		t.Fatalf("pods = %+v, want web-0", b.Pods)
+	}
+	if diff := gocmp.Diff(want, b.Pods[0].Containers); diff != "" {
+		t.Errorf("containers (-want +got):\n%s", diff)
+	}
+}
+
+// TestScrapeDataFaults gives the fake ukpd each fault a scrape survives and
+// follows a pod from the scrape through the store: it is served with the
+// values the fake was told, never higher, and the instances left out are
+// counted. ClockBackwards is TestScrapeStartedAtMovesAlone's.
+func TestScrapeDataFaults(t *testing.T) {
+	const (
+		cycle = 15 * time.Second
+		cpu   = 40_000_000 // nanocores of each container
+		mem   = 64 << 20
+	)
+	tests := []struct {
+		name  string
+		fault fakeukpd.Fault
+		// reset says the fault sets the counters back: the first rate
+		// after it may read low.
+		reset bool
+		// ignored is how many instances each scrape leaves out, by reason.
+		ignored map[string]float64
+	}{
+		// The counter starts from zero with a new start count and the same
+		// started_at.
+		{name: "counter reset", fault: fakeukpd.Fault{Kind: fakecore.FaultCounterReset}, reset: true},
+		// A second instance for every container, with twice the values.
+		{name: "duplicate instances", fault: fakeukpd.Fault{Kind: fakeukpd.FaultDuplicateInstances}, ignored: map[string]float64{ignoredDuplicate: 2}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newScrapeEnv(t, FormatJSON, newPod("default", "web-0", "kraftlet-a", "app", "sidecar"))
+			for _, c := range []string{"app", "sidecar"} {
+				e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: c, Node: "kraftlet-a", CPUCores: cpu / 1e9, RSSBytes: mem})
+			}
+			st := newStore(e.env, 2*cycle, 4*cycle)
+			var counter uint64 // of the first container, in the last scrape
+			scrape := func() {
+				t.Helper()
+				e.clk.Step(cycle)
+				b := e.scrape(t)
+				if len(b.Pods) != 1 {
+					t.Fatalf("pods %+v, want web-0", b.Pods)
+				}
+				counter = b.Pods[0].Containers[0].CPUCoreNanos
+				st.Store(SourceName, e.target.Nodes(), b, e.clk.Now())
+			}
+			scrape()
+			scrape()
+			before := counter
+			must(t, e.fake.SetFault(tc.fault))
+			for i := range 4 {
+				ignoredBefore := counts(t, ignoredInstances, allReasons...)
+				scrape()
+				if i == 0 && (counter < before) != tc.reset {
+					t.Errorf("CPU counter went from %d to %d over the fault", before, counter)
+				}
+				if got := growth(t, ignoredInstances, ignoredBefore); !maps.Equal(got, tc.ignored) {
+					t.Errorf("scrape %d: ignored %v, want %v", i, got, tc.ignored)
+				}
+				for _, c := range webUsage(t, st, fmt.Sprintf("scrape %d", i)).Containers {
+					low := tc.reset && i == 0 && c.CPUNanoCores < cpu
+					if (c.CPUNanoCores != cpu && !low) || c.MemoryBytes != mem {
+						t.Errorf("scrape %d: %s served %+v, want %d nanocores and %d bytes", i, c.Name, c.Usage, cpu, mem)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestScrapePagesTheList checks a large account on a server that answers
+// at most 100 instances a request: every pod gets its metrics, from one
+// read of the list in pages.
+func TestScrapePagesTheList(t *testing.T) {
+	const n = 2000
+	RegisterMetrics()
+	e := newEnv(t, func(c *fakeukpd.Config) { c.PageSize = 100 })
+	pods := make([]*corev1.Pod, 0, n)
+	for i := range n {
+		name := fmt.Sprintf("web-%04d", i)
+		pods = append(pods, newPod("default", name, "kraftlet", "app"))
+		e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: name, Container: "app", Node: "kraftlet", CPUCores: 0.1})
+	}
+	tg := oneTarget(t, SourceConfig{
+		Endpoints: []EndpointConfig{{URL: e.srv.URL, Nodes: []string{"kraftlet"}}}, Pods: podLister(t, pods...), TokenFile: e.tokenFile, CAFile: e.caFile, Clock: e.clk,
+	})
+	e.clk.Step(10 * time.Second)
+	b := scrapeOK(t, tg)
+	if len(b.Pods) != n {
+		t.Errorf("scrape has %d pods, want %d", len(b.Pods), n)
+	}
+	// from is inclusive: a page of 100 after the first adds 99. 100 + 20 ×
+	// 99 covers 2,000, and one more page holds only the last instance again.
+	if got := e.fake.ListRequests(); got != 22 {
+		t.Errorf("%d list requests, want 22", got)
+	}
+}
