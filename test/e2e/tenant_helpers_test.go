@@ -257,9 +257,10 @@ type customItem struct {
 
 func (c customItem) String() string { return c.Value.String() + "@" + c.Timestamp.Format(time.RFC3339) }
 
-// customItems reads a custom metrics path through the aggregator.
+// customItems reads a custom metrics path, with its query, through the
+// aggregator.
 func customItems(ctx context.Context, path string) ([]customItem, error) {
-	raw, err := suite.cluster.Client().Discovery().RESTClient().Get().AbsPath(path).DoRaw(ctx)
+	raw, err := suite.cluster.Client().Discovery().RESTClient().Get().RequestURI(path).DoRaw(ctx)
 	if err != nil {
 		return nil, err
 	}
