@@ -35,20 +35,29 @@ const (
 	initialReadinessDelay   = 30 * time.Second
 )
 
-// decision is what one run of GetResourceReplicas gave.
-type decision struct {
-	replicas    int32
-	utilization int32
-	err         error
+// reading is what one run of the HPA's calculator gave: the desired
+// replicas and the current value it read, a utilization in percent
+// (Resource) or an average in milli-units (Pods).
+type reading struct {
+	replicas int32
+	usage    int64
+	err      error
+}
+
+func (r reading) String() string {
+	if r.err != nil {
+		return "error: " + r.err.Error()
+	}
+	return fmt.Sprintf("%d replicas at %d", r.replicas, r.usage)
 }
 
 // direction is -1, 0 or 1: scale down, stay, scale up. An error keeps the
 // current scale, as the HPA does.
-func (d decision) direction(current int32) int {
+func (r reading) direction(current int32) int {
 	switch {
-	case d.err != nil || d.replicas == current:
+	case r.err != nil || r.replicas == current:
 		return 0
-	case d.replicas > current:
+	case r.replicas > current:
 		return 1
 	}
 	return -1
@@ -89,7 +98,7 @@ func TestHPACalculatorTwice(t *testing.T) {
 			gotB := calculate(lister, b, int32(s.groups*s.size), s.target, r, all)
 			dirA, dirB := gotA.direction(int32(s.groups)), gotB.direction(int32(s.groups*s.size))
 			report := func(format string, args ...any) {
-				t.Errorf("%s: %s\n  A (leaders): %+v, direction %d\n  B (all pods): %+v, direction %d\n%s",
+				t.Errorf("%s: %s\n  A (leaders): %s, direction %d\n  B (all pods): %s, direction %d\n%s",
 					r, fmt.Sprintf(format, args...), gotA, dirA, gotB, dirB, s)
 			}
 			if held == 0 {
@@ -98,8 +107,8 @@ func TestHPACalculatorTwice(t *testing.T) {
 					report("an error with every pod at face value")
 					continue
 				}
-				diff := gotA.utilization - gotB.utilization
-				onTarget := gotA.utilization == s.target || gotB.utilization == s.target
+				diff := gotA.usage - gotB.usage
+				onTarget := gotA.usage == int64(s.target) || gotB.usage == int64(s.target)
 				sameScale := gotA.replicas == (gotB.replicas+int32(s.size)-1)/int32(s.size)
 				switch {
 				case diff == 0 && sameScale:
@@ -177,14 +186,16 @@ func leaderMetrics(t *testing.T, p *provider.Provider, s *scenario) ([]metricsv1
 // calculate runs the HPA's own calculator on metrics, as the HPA controller
 // reads them through its REST metrics client, with kube-controller-manager's
 // default readiness periods.
-func calculate(lister corelisters.PodLister, metrics []metricsv1beta1.PodMetrics, current, target int32, r corev1.ResourceName, sel labels.Selector) decision {
+func calculate(lister corelisters.PodLister, metrics []metricsv1beta1.PodMetrics, current, target int32, r corev1.ResourceName, sel labels.Selector) reading {
 	return calculateWith(lister, metrics, current, target, r, sel, cpuInitializationPeriod, initialReadinessDelay)
 }
 
 // calculateWith is calculate with the readiness periods given. Tolerances
 // are zero: their fields are the controller's own, and zero is the
-// strictest comparison.
-func calculateWith(lister corelisters.PodLister, metrics []metricsv1beta1.PodMetrics, current, target int32, r corev1.ResourceName, sel labels.Selector, initPeriod, readinessDelay time.Duration) decision {
+// strictest comparison. With both periods zero the readiness rule is off,
+// as the HPA counts pods for any metric but Resource CPU: every Running pod
+// with a value at face value.
+func calculateWith(lister corelisters.PodLister, metrics []metricsv1beta1.PodMetrics, current, target int32, r corev1.ResourceName, sel labels.Selector, initPeriod, readinessDelay time.Duration) reading {
 	client := &metricsfake.Clientset{}
 	client.AddReactor("list", "pods", func(action core.Action) (bool, runtime.Object, error) {
 		want := action.(core.ListAction).GetListRestrictions().Labels
@@ -199,5 +210,5 @@ func calculateWith(lister corelisters.PodLister, metrics []metricsv1beta1.PodMet
 	calc := podautoscaler.NewReplicaCalculator(metricsclient.NewRESTMetricsClient(client.MetricsV1beta1(), nil, nil),
 		lister, initPeriod, readinessDelay)
 	replicas, util, _, _, err := calc.GetResourceReplicas(context.Background(), current, target, r, podautoscaler.Tolerances{}, namespace, sel, "")
-	return decision{replicas: replicas, utilization: util, err: err}
+	return reading{replicas: replicas, usage: int64(util), err: err}
 }

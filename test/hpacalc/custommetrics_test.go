@@ -10,19 +10,22 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	core "k8s.io/client-go/testing"
 	"k8s.io/kubernetes/pkg/controller/podautoscaler"
 	metricsclient "k8s.io/kubernetes/pkg/controller/podautoscaler/metrics"
 	"k8s.io/metrics/pkg/apis/custom_metrics"
 	"k8s.io/metrics/pkg/apis/custom_metrics/v1beta2"
-	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
-	customclient "k8s.io/metrics/pkg/client/custom_metrics"
+	cmfake "k8s.io/metrics/pkg/client/custom_metrics/fake"
+	clocktesting "k8s.io/utils/clock/testing"
 	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/provider"
-	"github.com/group-metrics-server/group-metrics-server/pkg/sources/promscrape"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+	"github.com/group-metrics-server/group-metrics-server/pkg/store"
 )
 
 // queueMetric is the pod-endpoint metric of the scenarios: every pod
@@ -30,9 +33,7 @@ import (
 // as a plain number; a pod's value is their sum, a leader's its group's.
 const queueMetric = "queue"
 
-var queueMetrics = []promscrape.Metric{{
-	Name: queueMetric, Series: "app_queue_length", Type: promscrape.Gauge, Combine: promscrape.CombineSum, Members: group.ScopeAll,
-}}
+var queueMetrics = []provider.EndpointMetric{{Name: queueMetric, Combine: group.CombineSum, Members: group.ScopeAll}}
 
 // hasEndpointValue says whether a member's endpoint answers: exactly when
 // its kubelet reports it in full, so that "has no usage" means the same on
@@ -69,51 +70,26 @@ func (s *scenario) queueTarget() int64 {
 	return max(1, int64(s.target)*sum/int64(100*len(s.members)))
 }
 
-// endpointValues are what the pod-endpoint source collected for the
-// scenario: its samples collated as promscrape does, each pod's values
-// kept for its UID.
-func (s *scenario) endpointValues() endpointValues {
-	var samples []promscrape.Sample
+// endpointValues is the store holding what the pod-endpoint source
+// collected for the scenario: each pod's series from its own target,
+// credited to its UID.
+func (s *scenario) endpointValues() *store.Store {
+	at := s.now.Add(-5 * time.Second)
+	st := store.New(store.Config{Clock: clocktesting.NewFakeClock(s.now), Sources: []string{"endpoints"}, StaleAfter: 2*window + 10*time.Second})
 	for _, m := range s.members {
 		if !hasEndpointValue(m.state) {
 			continue
 		}
+		var points []sources.SeriesPoint
 		for _, c := range runningContainers(m.pod) {
-			samples = append(samples, promscrape.Sample{
-				Metric: 0, Namespace: namespace, Pod: m.pod.Name, Container: c.Name,
-				Series: "container=" + c.Name + "\x00", Value: float64(m.cpu[c.Name]), Timestamp: s.now.Add(-5 * time.Second),
+			points = append(points, sources.SeriesPoint{
+				Namespace: namespace, Pod: m.pod.Name, UID: string(m.pod.UID), Container: c.Name, Metric: queueMetric,
+				Series: "container=" + c.Name + "\x00", Labels: map[string]string{"container": c.Name}, Value: float64(m.cpu[c.Name]), Timestamp: at,
 			})
 		}
+		st.StoreSeries("endpoints", "pod/"+m.pod.Name, points, at)
 	}
-	uids := map[string]string{}
-	for _, m := range s.members {
-		uids[m.pod.Name] = string(m.pod.UID)
-	}
-	out := endpointValues{}
-	for _, p := range promscrape.Collate(queueMetrics, samples).Pods {
-		p.UID = uids[p.Name]
-		out[p.Namespace+"/"+p.Name] = p
-	}
-	return out
-}
-
-// endpointValues is the pod-endpoint store as the provider reads it: a
-// pod's values only for the pod of their UID.
-type endpointValues map[string]promscrape.PodValues
-
-var _ provider.EndpointValues = endpointValues{}
-
-func (e endpointValues) Value(namespace, name, uid, metric string) (promscrape.Value, bool) {
-	p, ok := e[namespace+"/"+name]
-	if !ok || p.UID != uid {
-		return promscrape.Value{}, false
-	}
-	for _, v := range p.Values {
-		if v.Metric == metric {
-			return v, true
-		}
-	}
-	return promscrape.Value{}, false
+	return st
 }
 
 // podQueues answers reads of queueMetric by selector with every selected
@@ -152,75 +128,33 @@ func providerPods(cm *provider.CustomMetrics) listFunc {
 type listFunc func(namespace string, selector labels.Selector, metric string, metricSelector labels.Selector) (*custom_metrics.MetricValueList, error)
 
 // customMetrics is custom.metrics.k8s.io as the HPA's REST metrics client
-// reads it for a Pods metric: by selector, in v1beta2.
-type customMetrics struct{ list listFunc }
-
-var _ customclient.CustomMetricsClient = customMetrics{}
-
-func (c customMetrics) RootScopedMetrics() customclient.MetricsInterface {
-	return namespacedMetrics{list: c.list}
-}
-
-func (c customMetrics) NamespacedMetrics(ns string) customclient.MetricsInterface {
-	return namespacedMetrics{list: c.list, namespace: ns}
-}
-
-type namespacedMetrics struct {
-	list      listFunc
-	namespace string
-}
-
-func (n namespacedMetrics) GetForObject(gk schema.GroupKind, name, metric string, _ labels.Selector) (*v1beta2.MetricValue, error) {
-	return nil, fmt.Errorf("%s %s: only reads of pods by selector are served", gk, name)
-}
-
-func (n namespacedMetrics) GetForObjects(gk schema.GroupKind, selector labels.Selector, metric string, metricSelector labels.Selector) (*v1beta2.MetricValueList, error) {
-	if gk != (schema.GroupKind{Kind: "Pod"}) {
-		return nil, fmt.Errorf("%s: only pods are served", gk)
-	}
-	in, err := n.list(n.namespace, selector, metric, metricSelector)
-	if err != nil {
-		return nil, err
-	}
-	out := &v1beta2.MetricValueList{}
-	if err := v1beta2.Convert_custom_metrics_MetricValueList_To_v1beta2_MetricValueList(in, out, nil); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// reading is what one run of the HPA's calculator gave: the desired
-// replicas and the current value it read, a utilization in percent
-// (Resource) or an average in milli-units (Pods).
-type reading struct {
-	replicas int32
-	usage    int64
-	err      error
-}
-
-func (r reading) String() string {
-	if r.err != nil {
-		return "error: " + r.err.Error()
-	}
-	return fmt.Sprintf("%d replicas at %d", r.replicas, r.usage)
+// reads it for a Pods metric: by selector, in v1beta2. (The HPA's metric
+// selector is always labels.Everything(); the fake client drops it.)
+func customMetrics(list listFunc) *cmfake.FakeCustomMetricsClient {
+	client := &cmfake.FakeCustomMetricsClient{}
+	client.AddReactor("*", "*", func(action core.Action) (bool, runtime.Object, error) {
+		get := action.(cmfake.GetForAction)
+		if get.GetResource().Resource != "pods" || get.GetName() != "*" {
+			return true, nil, fmt.Errorf("%s %s: only reads of pods by selector are served", get.GetResource(), get.GetName())
+		}
+		in, err := list(get.GetNamespace(), get.GetLabelSelector(), get.GetMetricName(), labels.Everything())
+		if err != nil {
+			return true, nil, err
+		}
+		out := &v1beta2.MetricValueList{}
+		return true, out, v1beta2.Convert_custom_metrics_MetricValueList_To_v1beta2_MetricValueList(in, out, nil)
+	})
+	return client
 }
 
 // metricReplicas runs the HPA's calculator for a Pods metric with an
 // AverageValue target in milli-units, as the HPA controller reads it
 // through its REST metrics client.
 func metricReplicas(lister corelisters.PodLister, list listFunc, current int32, target int64, metric string, sel labels.Selector) reading {
-	calc := podautoscaler.NewReplicaCalculator(metricsclient.NewRESTMetricsClient(nil, customMetrics{list: list}, nil),
+	calc := podautoscaler.NewReplicaCalculator(metricsclient.NewRESTMetricsClient(nil, customMetrics(list), nil),
 		lister, cpuInitializationPeriod, initialReadinessDelay)
 	replicas, usage, _, err := calc.GetMetricReplicas(current, target, metric, podautoscaler.Tolerances{}, namespace, sel, labels.Everything())
 	return reading{replicas: replicas, usage: usage, err: err}
-}
-
-// faceValueReplicas is calculate with the readiness rule off (both of its
-// periods zero), as the HPA counts pods for any metric but Resource CPU:
-// every Running pod with a value at face value.
-func faceValueReplicas(lister corelisters.PodLister, metrics []metricsv1beta1.PodMetrics, current, target int32, r corev1.ResourceName, sel labels.Selector) reading {
-	d := calculateWith(lister, metrics, current, target, r, sel, 0, 0)
-	return reading{replicas: d.replicas, usage: int64(d.utilization), err: d.err}
 }
 
 // desiredAt is what the HPA wants from current replicas that all count at

@@ -83,7 +83,7 @@ func TestThreePathsAgree(t *testing.T) {
 				continue
 			}
 			tallies[0].add(t, seed, r, comparison{
-				a: readingOf(calculate(lister, a, groups, s.target, r, leaders)), b: readingOf(calculate(lister, raw, groups*size, s.target, r, all)),
+				a: calculate(lister, a, groups, s.target, r, leaders), b: calculate(lister, raw, groups*size, s.target, r, all),
 				k: 1, lo: -1, hi: 1, aTarget: int64(s.target), bTarget: int64(s.target), groups: groups, size: size,
 			})
 		}
@@ -100,7 +100,8 @@ func TestThreePathsAgree(t *testing.T) {
 			}
 			tallies[1].add(t, seed, r, comparison{
 				a: metricReplicas(lister, providerPods(cm), groups, 10*int64(s.target), metric, leaders),
-				b: faceValueReplicas(lister, raw, groups*size, s.target, r, all),
+				// B counts every pod at face value: the readiness rule off.
+				b: calculateWith(lister, raw, groups*size, s.target, r, all, 0, 0),
 				// A reads thousandths, B whole percent truncated.
 				k: 10, lo: -1, hi: 10, aTarget: 10 * int64(s.target), bTarget: int64(s.target), groups: groups, size: size,
 			})
@@ -198,10 +199,6 @@ func (c comparison) outcome() (outcome, string) {
 			c.a.replicas, bGroups, lo, hi, ra, rb)
 	}
 	return rounded, ""
-}
-
-func readingOf(d decision) reading {
-	return reading{replicas: d.replicas, usage: int64(d.utilization), err: d.err}
 }
 
 // notFaceValue are the states that keep a member from counting at face
