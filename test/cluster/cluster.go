@@ -242,11 +242,13 @@ func (c *Cluster) LogTails(n int) string {
 	return b.String()
 }
 
-// KubeconfigPath, RESTConfig (a copy) and Client are the admin's
-// (system:masters) kubeconfig file, client configuration and clientset.
+// KubeconfigPath, RESTConfig (a copy), Client and Dynamic are the admin's
+// (system:masters) kubeconfig file, client configuration, clientset and
+// dynamic client.
 func (c *Cluster) KubeconfigPath() string       { return c.adminKubeconfig }
 func (c *Cluster) RESTConfig() *rest.Config     { return rest.CopyConfig(c.restConfig) }
 func (c *Cluster) Client() kubernetes.Interface { return c.client }
+func (c *Cluster) Dynamic() dynamic.Interface   { return c.dynamic }
 
 // APIServerURL returns kube-apiserver's base URL, https://127.0.0.1:<port>.
 func (c *Cluster) APIServerURL() string { return "https://" + hostPort(c.ports["kube-apiserver"]) }

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 )
@@ -170,13 +169,9 @@ func (ctrl *Controller) waitReady(ctx context.Context, c *cluster.Cluster) error
 		return err
 	}
 
-	client, err := dynamic.NewForConfig(c.RESTConfig())
-	if err != nil {
-		return fmt.Errorf("dynamic client: %w", err)
-	}
 	probe := NewLeaderWorkerSet(metav1.NamespaceDefault, "lws-webhook-probe", 1, 1, "", nil)
 	return cluster.Poll(ctx, "the lws webhooks to admit a dry-run LeaderWorkerSet", []*cluster.Process{ctrl.proc}, func(ctx context.Context) error {
-		_, err := client.Resource(GroupVersionResource).Namespace(probe.GetNamespace()).
+		_, err := c.Dynamic().Resource(GroupVersionResource).Namespace(probe.GetNamespace()).
 			Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	})

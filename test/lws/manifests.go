@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 )
@@ -43,19 +42,12 @@ var crdNames = []string{
 // established. (kubectl wait fails at once on a CRD that has no conditions
 // yet, hence the polling.)
 func applyCRDs(ctx context.Context, c *cluster.Cluster, moduleDir string) error {
-	bases := filepath.Join(moduleDir, "config", "crd", "bases")
-	// The CRDs are too large for client-side apply's last-applied annotation.
-	if _, _, err := c.Kubectl(ctx, "apply", "--server-side", "--force-conflicts",
-		"--field-manager="+fieldManager, "-f", bases); err != nil {
-		return fmt.Errorf("apply lws CRDs: %w", err)
-	}
-	client, err := dynamic.NewForConfig(c.RESTConfig())
-	if err != nil {
-		return fmt.Errorf("dynamic client: %w", err)
+	if err := apply(ctx, c, filepath.Join(moduleDir, "config", "crd", "bases")); err != nil {
+		return err
 	}
 	for _, name := range crdNames {
 		if err := cluster.Poll(ctx, "CRD "+name+" to be established", nil, func(ctx context.Context) error {
-			crd, err := client.Resource(crdResource).Get(ctx, name, metav1.GetOptions{})
+			crd, err := c.Dynamic().Resource(crdResource).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
@@ -67,11 +59,7 @@ func applyCRDs(ctx context.Context, c *cluster.Cluster, moduleDir string) error 
 	return nil
 }
 
-var crdResource = schema.GroupVersionResource{
-	Group:    "apiextensions.k8s.io",
-	Version:  "v1",
-	Resource: "customresourcedefinitions",
-}
+var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 // applyRBAC creates the controller's namespace and ServiceAccount and binds
 // it to the module's manager role (config/rbac/role.yaml) and to the role
@@ -228,8 +216,13 @@ func applyList(ctx context.Context, c *cluster.Cluster, path string, items []any
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if _, _, err := c.Kubectl(ctx, "apply", "--server-side", "--force-conflicts",
-		"--field-manager="+fieldManager, "-f", path); err != nil {
+	return apply(ctx, c, path)
+}
+
+// apply applies the file or directory at path server-side: the CRDs are too
+// large for client-side apply's last-applied annotation.
+func apply(ctx context.Context, c *cluster.Cluster, path string) error {
+	if _, _, err := c.Kubectl(ctx, "apply", "--server-side", "--force-conflicts", "--field-manager="+fieldManager, "-f", path); err != nil {
 		return fmt.Errorf("apply %s: %w", filepath.Base(path), err)
 	}
 	return nil

@@ -13,11 +13,7 @@ import (
 )
 
 // GroupVersionResource is the LeaderWorkerSet resource.
-var GroupVersionResource = schema.GroupVersionResource{
-	Group:    "leaderworkerset.x-k8s.io",
-	Version:  "v1",
-	Resource: "leaderworkersets",
-}
+var GroupVersionResource = schema.GroupVersionResource{Group: "leaderworkerset.x-k8s.io", Version: "v1", Resource: "leaderworkersets"}
 
 // Labels the controller puts on every pod of a LeaderWorkerSet.
 const (
@@ -42,48 +38,26 @@ const Image = "registry.k8s.io/nginx-slim:0.27"
 // carrying those annotations; otherwise leaders and workers share one
 // template.
 func NewLeaderWorkerSet(namespace, name string, replicas, size int32, cpuRequest string, leaderAnnotations map[string]string) *unstructured.Unstructured {
-	template := map[string]any{
-		"size":           int64(size),
-		"workerTemplate": podTemplate(cpuRequest, nil),
-	}
+	template := map[string]any{"size": int64(size), "workerTemplate": podTemplate(cpuRequest, nil)}
 	if len(leaderAnnotations) > 0 {
 		template["leaderTemplate"] = podTemplate(cpuRequest, leaderAnnotations)
 	}
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": GroupVersionResource.GroupVersion().String(),
 		"kind":       "LeaderWorkerSet",
-		"metadata": map[string]any{
-			"name":      name,
-			"namespace": namespace,
-		},
-		"spec": map[string]any{
-			"replicas":             int64(replicas),
-			"leaderWorkerTemplate": template,
-		},
+		"metadata":   map[string]any{"name": name, "namespace": namespace},
+		"spec":       map[string]any{"replicas": int64(replicas), "leaderWorkerTemplate": template},
 	}}
 }
 
 func podTemplate(cpuRequest string, annotations map[string]string) map[string]any {
-	container := map[string]any{
-		"name":  "main",
-		"image": Image,
-	}
+	container := map[string]any{"name": "main", "image": Image}
 	if cpuRequest != "" {
-		container["resources"] = map[string]any{
-			"requests": map[string]any{"cpu": cpuRequest},
-		}
+		container["resources"] = map[string]any{"requests": map[string]any{"cpu": cpuRequest}}
 	}
-	template := map[string]any{
-		"spec": map[string]any{
-			"containers": []any{container},
-		},
-	}
+	template := map[string]any{"spec": map[string]any{"containers": []any{container}}}
 	if len(annotations) > 0 {
-		a := make(map[string]any, len(annotations))
-		for k, v := range annotations {
-			a[k] = v
-		}
-		template["metadata"] = map[string]any{"annotations": a}
+		_ = unstructured.SetNestedStringMap(template, annotations, "metadata", "annotations")
 	}
 	return template
 }
