@@ -37,9 +37,7 @@ func TestValidate(t *testing.T) {
 			o := NewOptions()
 			fs := pflag.NewFlagSet("fake-ukpd", pflag.ContinueOnError)
 			o.AddFlags(fs)
-			if err := fs.Parse(tc.args); err != nil {
-				t.Fatal(err)
-			}
+			must(t, fs.Parse(tc.args))
 			errs := o.Validate()
 			ok := len(errs) == len(tc.want)
 			for i := 0; ok && i < len(errs); i++ {
@@ -55,10 +53,15 @@ func TestValidate(t *testing.T) {
 func writeFile(t *testing.T, dir, name, data string) string {
 	t.Helper()
 	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+	must(t, os.WriteFile(path, []byte(data), 0o600))
+	return path
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
 		t.Fatal(err)
 	}
-	return path
 }
 
 func TestRunServesTLS(t *testing.T) {
@@ -78,21 +81,15 @@ func TestRunServesTLS(t *testing.T) {
 	}
 
 	written, err := fakecore.ReadState[fakeukpd.State](filepath.Join(dir, "tls", "ukpd.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if diff := cmp.Diff(state, *written); diff != "" || !strings.HasPrefix(state.URL, "https://127.0.0.1:") {
 		t.Errorf("state file (-ready +written):\n%s\nurl %s", diff, state.URL)
 	}
 	spec := fakeukpd.InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", CPUCores: 1}
-	if err := (fakecore.Control{Address: state.ControlAddress}).Do(ctx, http.MethodPost, "/v1/instances", spec, nil, http.StatusCreated); err != nil {
-		t.Fatal(err)
-	}
+	must(t, (fakecore.Control{Address: state.ControlAddress}).Do(ctx, http.MethodPost, "/v1/instances", spec, nil, http.StatusCreated))
 
 	pool, err := cert.NewPool(state.CAFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	req, _ := http.NewRequest(http.MethodGet, state.URL+"/v1/instances/metrics", nil)
 	req.Header.Set("Authorization", "Bearer secret")
