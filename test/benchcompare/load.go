@@ -37,7 +37,7 @@ func (b *bench) listLoads() [][]listShape {
 				p50:  figSelectorP50, p99: figSelectorP99,
 				path: func(rng *rand.Rand) string {
 					a := b.apps[rng.IntN(len(b.apps))]
-					return "/apis/metrics.k8s.io/v1beta1/namespaces/" + a.namespace + "/pods?labelSelector=app%3D" + a.name
+					return selectorPath(a.namespace, a.name)
 				},
 			},
 			{
@@ -47,13 +47,15 @@ func (b *bench) listLoads() [][]listShape {
 				// the provider has nothing to do.
 				name: "floor: namespaced label selector in a namespace without pods",
 				p50:  figFloorP50, p99: figFloorP99,
-				path: func(rng *rand.Rand) string {
-					a := b.apps[rng.IntN(len(b.apps))]
-					return "/apis/metrics.k8s.io/v1beta1/namespaces/" + floorNamespace + "/pods?labelSelector=app%3D" + a.name
-				},
+				path: func(rng *rand.Rand) string { return selectorPath(floorNamespace, b.apps[rng.IntN(len(b.apps))].name) },
 			},
 		},
 	}
+}
+
+// selectorPath lists the pods of app in namespace, as the HPA does.
+func selectorPath(namespace, app string) string {
+	return "/apis/metrics.k8s.io/v1beta1/namespaces/" + namespace + "/pods?labelSelector=app%3D" + app
 }
 
 // floorNamespace holds no pods and need not exist: both servers answer an
@@ -113,7 +115,7 @@ func (b *bench) checkLists(ctx context.Context, s *runningServer, res *roundResu
 		res.notef("MISSING: the list of all pods has %d items of %d", all, b.opts.totalPods())
 	}
 	a := b.apps[0]
-	n, err := s.countItems(ctx, "/apis/metrics.k8s.io/v1beta1/namespaces/"+a.namespace+"/pods?labelSelector=app%3D"+a.name)
+	n, err := s.countItems(ctx, selectorPath(a.namespace, a.name))
 	if err != nil {
 		return err
 	}

@@ -123,21 +123,11 @@ func (b *bench) startServer(ctx context.Context, kind serverKind, round int) (*r
 }
 
 // serverClient reaches a server directly as the cluster admin, verifying its
-// certificate against the cluster CA, over HTTP/2 as the aggregator does.
+// certificate against the cluster CA (the admin kubeconfig's), over HTTP/2
+// as the aggregator does.
 func (b *bench) serverClient() (*http.Client, error) {
-	admin := b.cluster.RESTConfig()
-	cfg := &rest.Config{
-		Host: "https://127.0.0.1",
-		TLSClientConfig: rest.TLSClientConfig{
-			CAData:   b.cluster.CACertPEM(),
-			CertFile: admin.CertFile,
-			KeyFile:  admin.KeyFile,
-			CertData: admin.CertData,
-			KeyData:  admin.KeyData,
-		},
-		QPS:     -1,
-		Timeout: time.Minute,
-	}
+	cfg := b.cluster.RESTConfig()
+	cfg.Timeout = time.Minute
 	return rest.HTTPClientFor(cfg)
 }
 
