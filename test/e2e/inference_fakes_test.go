@@ -146,13 +146,14 @@ func (e *podEndpoints) listen(ip string) error {
 	return nil
 }
 
-// running returns the Running pods of namespace last listed, by name.
-func (e *podEndpoints) running(namespace string) []*corev1.Pod {
+// running returns the Running pods of namespace last listed, on node or
+// ("") any node, by name.
+func (e *podEndpoints) running(namespace, node string) []*corev1.Pod {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var out []*corev1.Pod
 	for _, p := range e.pods {
-		if p.Namespace == namespace {
+		if p.Namespace == namespace && (node == "" || p.Spec.NodeName == node) {
 			out = append(out, p)
 		}
 	}

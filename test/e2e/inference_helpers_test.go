@@ -125,17 +125,6 @@ func (e *inferenceEnv) waitWorkersAbsent(ctx context.Context, t *testing.T, lead
 	}
 }
 
-// onNode returns the pods of pods that run on node.
-func onNode(pods []*corev1.Pod, node string) []*corev1.Pod {
-	var out []*corev1.Pod
-	for _, p := range pods {
-		if p.Spec.NodeName == node {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 // createExporterPods runs a fake DCGM exporter's pod, labelled as the
 // shipped file selects it, on every fleet node in ns, as the exporter's
 // DaemonSet would, and waits until they run.

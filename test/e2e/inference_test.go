@@ -192,7 +192,7 @@ func testGPUUtilization(ctx context.Context, t *testing.T, e *inferenceEnv, hpa 
 	// exporter to attribute a GPU to each pod on its node.
 	var exporter atomic.Pointer[podEndpoints]
 	exporter.Store(startPodEndpoints(t, e.exporter.Port, func(p *corev1.Pod) (string, bool) {
-		return dcgmText(p.Spec.NodeName, onNode(exporter.Load().running(ns), p.Spec.NodeName), func(*corev1.Pod) float64 { return float64(util.Load()) }), true
+		return dcgmText(p.Spec.NodeName, exporter.Load().running(ns, p.Spec.NodeName), func(*corev1.Pod) float64 { return float64(util.Load()) }), true
 	}, []string{exporterNS}, ns))
 	e.createExporterPods(ctx, t, exporterNS)
 	name := hpa.Spec.ScaleTargetRef.Name

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -85,7 +86,7 @@ func newTenantEnv(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *autos
 	var lookalike atomic.Pointer[podEndpoints]
 	lookalike.Store(startPodEndpoints(t, e.exporter.Port, func(*corev1.Pod) (string, bool) {
 		tn.exporterHits.Add(1)
-		return lookalikeText(lookalike.Load().running(tenantVictim)), true
+		return lookalikeText(lookalike.Load().running(tenantVictim, "")), true
 	}, []string{tenantExporter}, tenantVictim))
 
 	e.createInferenceLWS(ctx, t, tenantVictim, tn.lws, e.scrapeAnnotations())
@@ -297,7 +298,7 @@ func noGroupOf(body, ns string) error {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			if !hasLabel(m.GetLabel(), "namespace", ns) {
+			if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == "namespace" && l.GetValue() == ns }) {
 				continue
 			}
 			v := m.GetGauge().GetValue()
@@ -372,14 +373,4 @@ func lookalikeText(pods []*corev1.Pod) string {
 		fmt.Fprintf(&b, "vllm:num_requests_waiting{model_name=%q,container=\"main\",namespace=%q,pod=%q} %d\n", inferenceModel, p.Namespace, p.Name, hostileQueue)
 	}
 	return b.String()
-}
-
-// hasLabel says whether pairs hold name="value".
-func hasLabel(pairs []*dto.LabelPair, name, value string) bool {
-	for _, l := range pairs {
-		if l.GetName() == name && l.GetValue() == value {
-			return true
-		}
-	}
-	return false
 }

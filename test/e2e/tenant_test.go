@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -232,8 +233,6 @@ func (tn *tenantEnv) run(ctx context.Context, t *testing.T, h hostile) {
 // copies it.
 func lwsPodAnnotations(annotations map[string]string) map[string]string {
 	out := map[string]string{"leaderworkerset.sigs.k8s.io/size": strconv.Itoa(inferenceGroupSize)}
-	for k, v := range annotations {
-		out[k] = v
-	}
+	maps.Copy(out, annotations)
 	return out
 }
