@@ -127,7 +127,6 @@ func (b *bench) checkLists(ctx context.Context, s *runningServer, res *roundResu
 	return nil
 }
 
-// countItems returns the number of items of the list at path.
 func (s *runningServer) countItems(ctx context.Context, path string) (int, error) {
 	var list struct {
 		Items []json.RawMessage `json:"items"`

@@ -85,7 +85,6 @@ func loadAverage() string {
 	return "unknown"
 }
 
-// serverVersion runs the server with --version.
 func serverVersion(path string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -65,7 +65,11 @@ func run(ctx context.Context, o *Options, out io.Writer) (err error) {
 	}
 	defer func() { _ = os.RemoveAll(b.serverDir) }()
 	for _, name := range []string{cluster.MetricsServerBinary, env.ServerBinary} {
-		if err := copyFile(filepath.Join(b.binDir, name), filepath.Join(b.serverDir, name)); err != nil {
+		data, err := os.ReadFile(filepath.Join(b.binDir, name))
+		if err == nil {
+			err = os.WriteFile(filepath.Join(b.serverDir, name), data, 0o755)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -147,15 +151,6 @@ func (b *bench) printClusterMemory(when string) {
 		pods = fmt.Sprint(len(l.Items))
 	}
 	b.logf("%s: %s nodes, %s Running pods; RSS (MiB): %s", when, nodes, pods, strings.Join(parts, ", "))
-}
-
-// copyFile copies an executable.
-func copyFile(from, to string) error {
-	data, err := os.ReadFile(from)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(to, data, 0o755)
 }
 
 func (b *bench) printFooter() {

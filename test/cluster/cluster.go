@@ -205,10 +205,8 @@ func (c *Cluster) StartProcessWithEnv(name string, env []string, path string, ar
 	if c.stopping {
 		return nil, fmt.Errorf("start %s: cluster is stopped", name)
 	}
-	for _, p := range c.procs {
-		if p.name == name {
-			return nil, fmt.Errorf("start %s: a process with that name already exists", name)
-		}
+	if c.processLocked(name) != nil {
+		return nil, fmt.Errorf("start %s: a process with that name already exists", name)
 	}
 	p, err := startProcess(name, filepath.Join(c.logDir, name+".log"), stopGracePeriod, env, path, args...)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -216,10 +217,12 @@ func (c *Cluster) servingArgs(kubeconfig string, port int, pair string) []string
 func (c *Cluster) process(name string) *Process {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, p := range c.procs {
-		if p.name == name {
-			return p
-		}
+	return c.processLocked(name)
+}
+
+func (c *Cluster) processLocked(name string) *Process {
+	if i := slices.IndexFunc(c.procs, func(p *Process) bool { return p.name == name }); i >= 0 {
+		return c.procs[i]
 	}
 	return nil
 }
