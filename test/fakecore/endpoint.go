@@ -94,12 +94,7 @@ func (e *Endpoint) Held() int { return int(e.held.Load()) }
 func (e *Endpoint) Stopped() <-chan struct{} {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.srv == nil {
-		c := make(chan struct{})
-		close(c)
-		return c
-	}
-	return e.stop
+	return e.stop // stopLocked closes it, and it stays so while down
 }
 
 // SetFault sets one transport fault that breaks TLS (UntrustedCertificate,
