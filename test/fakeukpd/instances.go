@@ -169,12 +169,8 @@ func (s *Server) AddInstance(spec InstanceSpec) (Instance, error) {
 	now := s.clock.Now()
 	s.seq++
 	in := &instance{Instance: Instance{InstanceSpec: spec}, maxCores: spec.CPUCores, createdAt: now, seq: s.seq}
-	if in.UUID == "" {
-		in.UUID = fmt.Sprintf("00000000-0000-4000-8000-%012x", s.seq)
-	}
-	if in.Name == "" {
-		in.Name = fmt.Sprintf("%s-%s-%d", cmp.Or(spec.Pod, "instance"), cmp.Or(spec.Container, "c"), s.seq)
-	}
+	in.UUID = cmp.Or(in.UUID, fmt.Sprintf("00000000-0000-4000-8000-%012x", s.seq))
+	in.Name = cmp.Or(in.Name, fmt.Sprintf("%s-%s-%d", cmp.Or(spec.Pod, "instance"), cmp.Or(spec.Container, "c"), s.seq))
 	if s.find(in.UUID) != nil || s.find(in.Name) != nil {
 		return Instance{}, fmt.Errorf("an instance %q or %q exists", in.UUID, in.Name)
 	}
@@ -185,9 +181,7 @@ func (s *Server) AddInstance(spec InstanceSpec) (Instance, error) {
 		}
 	}
 	in.start(now)
-	if state != StateRunning {
-		in.setState(state, now)
-	}
+	in.setState(state, now) // changes nothing for a running one
 	s.instances[in.UUID] = in
 	return in.public(now), nil
 }
