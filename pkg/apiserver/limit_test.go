@@ -14,9 +14,9 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 )
 
-// limitRig is one ReadLimit of one slot in front of a handler that reports
-// each request it enters and holds those asking for ?block until release.
-// Its first read takes the only slot and stays in the handler.
+// limitRig is a ReadLimit in front of a handler that reports each request
+// it enters, by its user's name or else its path, and holds those asking
+// for ?block until release.
 type limitRig struct {
 	t       *testing.T
 	h       http.Handler
@@ -25,25 +25,43 @@ type limitRig struct {
 	first   <-chan int
 }
 
-func newLimitRig(t *testing.T, wait time.Duration) *limitRig {
-	rig := &limitRig{t: t, entered: make(chan string, 8), release: make(chan struct{})}
-	rig.h = ReadLimit{Concurrent: 1, Wait: wait}.wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rig.entered <- r.URL.Path
+func newRig(t *testing.T, limit ReadLimit) *limitRig {
+	rig := &limitRig{t: t, entered: make(chan string, 16), release: make(chan struct{})}
+	rig.h = limit.wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, ok := genericrequest.UserFrom(r.Context()); ok {
+			rig.entered <- u.GetName()
+		} else {
+			rig.entered <- r.URL.Path
+		}
 		if r.URL.Query().Has("block") {
 			<-rig.release
 		}
 		w.WriteHeader(http.StatusOK)
 	}))
+	return rig
+}
+
+// newLimitRig is a rig of one slot whose first read takes the slot and
+// stays in the handler.
+func newLimitRig(t *testing.T, wait time.Duration) *limitRig {
+	rig := newRig(t, ReadLimit{Concurrent: 1, Wait: wait})
 	rig.first = rig.serve("/apis/metrics.k8s.io/v1beta1/pods?block")
 	rig.enter("first read", "/apis/metrics.k8s.io/v1beta1/pods")
 	return rig
 }
 
-func (rig *limitRig) serve(path string) <-chan int {
+func (rig *limitRig) serve(path string) <-chan int { return rig.serveAs("", path) }
+
+// serveAs serves path, as the user name if not "".
+func (rig *limitRig) serveAs(name, path string) <-chan int {
 	done := make(chan int, 1)
 	go func() {
 		rec := httptest.NewRecorder()
-		rig.h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		r := httptest.NewRequest(http.MethodGet, path, nil)
+		if name != "" {
+			r = r.WithContext(genericrequest.WithUser(r.Context(), &user.DefaultInfo{Name: name}))
+		}
+		rig.h.ServeHTTP(rec, r)
 		done <- rec.Code
 	}()
 	return done
@@ -165,54 +183,27 @@ func TestReadLimitServesAfterWaiting(t *testing.T) {
 // identity has a slot of its own while every shared slot is taken, and
 // waits like anyone once it is taken too.
 func TestReadLimitFairness(t *testing.T) {
-	entered := make(chan string, 16)
-	release := make(chan struct{})
-	h := ReadLimit{Concurrent: 4, Wait: 200 * time.Millisecond, Priority: DefaultPriorityReaders}.wrap(
-		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			u, _ := genericrequest.UserFrom(r.Context())
-			entered <- u.GetName()
-			<-release
-			w.WriteHeader(http.StatusOK)
-		}))
-	serve := func(name string) <-chan int {
-		done := make(chan int, 1)
-		go func() {
-			rec := httptest.NewRecorder()
-			r := httptest.NewRequest(http.MethodGet, "/apis/metrics.k8s.io/v1beta1/pods", nil)
-			h.ServeHTTP(rec, r.WithContext(genericrequest.WithUser(r.Context(), &user.DefaultInfo{Name: name})))
-			done <- rec.Code
-		}()
-		return done
-	}
+	rig := newRig(t, ReadLimit{Concurrent: 4, Wait: 200 * time.Millisecond, Priority: DefaultPriorityReaders})
+	serve := func(name string) <-chan int { return rig.serveAs(name, "/apis/metrics.k8s.io/v1beta1/pods?block") }
 	// The viewer's third read finds its two slots taken and gets 429
 	// after the wait, while two shared slots stay free.
 	viewer := []<-chan int{serve("viewer"), serve("viewer")}
 	for range viewer {
-		if got := receive(t, "viewer's read", entered); got != "viewer" {
-			t.Fatalf("entered %s, want viewer", got)
-		}
+		rig.enter("viewer's read", "viewer")
 	}
-	if code := receive(t, "viewer's third read", serve("viewer")); code != http.StatusTooManyRequests {
-		t.Fatalf("viewer's third read = %d, want 429", code)
-	}
+	rig.answers("viewer's third read", serve("viewer"), http.StatusTooManyRequests)
 	// Another identity takes the other two shared slots; with every
 	// shared slot taken, the HPA is served on its own slot at once.
 	other := []<-chan int{serve("other"), serve("other")}
 	for range other {
-		receive(t, "other's read", entered)
+		rig.enter("other's read", "other")
 	}
 	hpa := serve(DefaultPriorityReaders[0])
-	if got := receive(t, "the HPA's read", entered); got != DefaultPriorityReaders[0] {
-		t.Fatalf("entered %s, want the HPA", got)
-	}
+	rig.enter("the HPA's read", DefaultPriorityReaders[0])
 	// Its second read has no slot left anywhere.
-	if code := receive(t, "the HPA's second read", serve(DefaultPriorityReaders[1])); code != http.StatusTooManyRequests {
-		t.Fatalf("the HPA's second read = %d, want 429", code)
-	}
-	close(release)
+	rig.answers("the HPA's second read", serve(DefaultPriorityReaders[1]), http.StatusTooManyRequests)
+	close(rig.release)
 	for _, ch := range append(append(viewer, other...), hpa) {
-		if code := receive(t, "a held read", ch); code != http.StatusOK {
-			t.Errorf("a held read = %d, want 200", code)
-		}
+		rig.answers("a held read", ch, http.StatusOK)
 	}
 }
