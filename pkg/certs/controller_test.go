@@ -86,9 +86,8 @@ type simulation struct {
 	// replicaLags are how late each serving replica loads the serving
 	// Secret; aggregatorLag is how late the aggregator verifies with a
 	// caBundle.
-	replicaLags   []time.Duration
-	aggregatorLag time.Duration
-	step, total   time.Duration
+	replicaLags                []time.Duration
+	aggregatorLag, step, total time.Duration
 	// between runs after every step, at the first writer's time.
 	between func(now time.Time)
 }
