@@ -35,23 +35,20 @@ func ts(s string) time.Time {
 	return t
 }
 
+// wantPoint is a sample at at of what started at start.
+func wantPoint(at, start string, cpu, mem uint64) sources.Point {
+	return sources.Point{Timestamp: ts(at), StartTime: ts(start), CPUCoreNanos: cpu, MemoryBytes: mem}
+}
+
 func TestDecode(t *testing.T) {
 	want := &sources.Batch{
-		Nodes: []sources.NodePoint{{Name: "n1", Point: sources.Point{
-			Timestamp: ts("2026-12-01T10:00:10Z"), StartTime: ts("2026-11-30T10:00:00Z"),
-			CPUCoreNanos: 9000000000000, MemoryBytes: 2147483648,
-		}}},
+		Nodes: []sources.NodePoint{{Name: "n1", Point: wantPoint("2026-12-01T10:00:10Z", "2026-11-30T10:00:00Z", 9000000000000, 2147483648)}},
 		Pods: []sources.PodPoint{{
 			Namespace: "default", Name: "web-1", UID: "u1", Node: "n1",
 			Containers: []sources.ContainerPoint{
-				{Name: "app", Point: sources.Point{
-					Timestamp: ts("2026-12-01T10:00:09Z"), StartTime: ts("2026-12-01T09:00:01Z"),
-					CPUCoreNanos: 1800000000000, MemoryBytes: 104857600,
-				}},
+				{Name: "app", Point: wantPoint("2026-12-01T10:00:09Z", "2026-12-01T09:00:01Z", 1800000000000, 104857600)},
 				// Zero usage is a value, not a missing field.
-				{Name: "sidecar", Point: sources.Point{
-					Timestamp: ts("2026-12-01T10:00:08Z"), StartTime: ts("2026-12-01T09:00:02Z"),
-				}},
+				{Name: "sidecar", Point: wantPoint("2026-12-01T10:00:08Z", "2026-12-01T09:00:02Z", 0, 0)},
 			},
 		}},
 	}
@@ -89,11 +86,9 @@ func TestDecodeRejects(t *testing.T) {
 		},
 		{name: "container without memory is left out", body: withPods(pod("p", `"usageCoreNanoSeconds": 5`, `"usageBytes": 1`)), wantErr: "no memory working set"},
 		{name: "absurd memory", body: withPods(pod("p", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 9000000000000000000`)), wantErr: "implausible"},
-		{
-			name:    "missing sample time",
+		{name: "missing sample time",
 			body:    withPods(`{"podRef": {"name": "p", "namespace": "ns"}, "containers": [{"name": "c", "cpu": {"usageCoreNanoSeconds": 5}, "memory": {"workingSetBytes": 1}}]}`),
-			wantErr: "missing or implausible",
-		},
+			wantErr: "missing or implausible"},
 		{name: "pod without a name", body: withPods(`{"podRef": {"namespace": "ns"}, "containers": []}`), wantErr: "missing podRef"},
 		{
 			name:    "start after sample",

@@ -43,10 +43,8 @@ func TestDataFaults(t *testing.T) {
 		{name: "clock backwards", fault: fakecore.ClockBackwards(3 * cycle), podsOfA: []string{"a-0", "a-1"}, behind: 3 * cycle},
 		// node-a lists node-b's pod too, with twice its values.
 		{name: "foreign pods", fault: fakekubelet.Fault{Kind: fakekubelet.FaultForeignPods}, podsOfA: []string{"a-0", "a-1", "b-0"}},
-		{
-			name: "duplicate pods", fault: fakekubelet.Fault{Kind: fakekubelet.FaultDuplicatePods, Pod: "ns/a-1"},
-			podsOfA: []string{"a-0"}, dropped: map[string]bool{"a-1": true}, wantErr: `pod ns/a-1: listed 2 times`,
-		},
+		{name: "duplicate pods", fault: fakekubelet.Fault{Kind: fakekubelet.FaultDuplicatePods, Pod: "ns/a-1"},
+			podsOfA: []string{"a-0"}, dropped: map[string]bool{"a-1": true}, wantErr: `pod ns/a-1: listed 2 times`},
 	}
 	onNode := map[string]string{"a-0": "node-a", "a-1": "node-a", "b-0": "node-b"}
 	for _, tc := range tests {
