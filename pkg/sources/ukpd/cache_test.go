@@ -22,10 +22,9 @@ import (
 
 // scripted serves fixed bodies and counts reads of the list.
 type scripted struct {
-	mu            sync.Mutex
-	list, metrics string
-	listStatus    atomic.Int32
-	listCalls     atomic.Int32
+	mu                    sync.Mutex
+	list, metrics         string
+	listStatus, listCalls atomic.Int32
 }
 
 // set replaces the bodies given, keeping those left empty.
@@ -99,14 +98,10 @@ func TestScrapeCachesTheList(t *testing.T) {
 	}{
 		{name: "first scrape fetches", wantCalls: 1, wantPods: 1},
 		{name: "within the refresh interval", step: 20 * time.Second, wantCalls: 1, wantPods: 1},
-		{
-			name: "a new instance forces a fetch", step: 10 * time.Second, wantCalls: 2, wantPods: 2,
-			list: listJSON("u1", "u2"), metrics: metricsJSON(entry("u1", 1, 20), entry("u2", 1, 1)),
-		},
-		{
-			name: "an instance the list does not hold forces one fetch", step: 10 * time.Second, wantCalls: 3, wantPods: 2,
-			metrics: metricsJSON(entry("u1", 1, 30), entry("u2", 1, 2), entry("u9", 1, 1)),
-		},
+		{name: "a new instance forces a fetch", step: 10 * time.Second, wantCalls: 2, wantPods: 2,
+			list: listJSON("u1", "u2"), metrics: metricsJSON(entry("u1", 1, 20), entry("u2", 1, 1))},
+		{name: "an instance the list does not hold forces one fetch", step: 10 * time.Second, wantCalls: 3, wantPods: 2,
+			metrics: metricsJSON(entry("u1", 1, 30), entry("u2", 1, 2), entry("u9", 1, 1))},
 		{name: "and not another", step: 10 * time.Second, wantCalls: 3, wantPods: 2},
 		{name: "until the refresh is due", step: time.Minute, wantCalls: 4, wantPods: 2},
 	}

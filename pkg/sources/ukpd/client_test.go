@@ -122,10 +122,8 @@ func TestClientFailures(t *testing.T) {
 	}{
 		{name: "500", fault: &fakeukpd.Fault{Kind: fakecore.FaultStatus500}, wantReason: sources.ReasonHTTPStatus, wantErr: "500 Internal Server Error: Internal error"},
 		{name: "garbage", fault: &fakeukpd.Fault{Kind: fakecore.FaultGarbage}, wantReason: sources.ReasonDecode, wantErr: "decode instance metrics"},
-		{
-			name: "huge body", fault: &fakeukpd.Fault{Kind: fakecore.FaultHugeBody, Bytes: 1 << 20},
-			cfg: func(c *ClientConfig) { c.MaxResponseBytes = 64 << 10 }, wantReason: sources.ReasonTooLarge, wantErr: "larger than 65536 bytes",
-		},
+		{name: "huge body", fault: &fakeukpd.Fault{Kind: fakecore.FaultHugeBody, Bytes: 1 << 20},
+			cfg: func(c *ClientConfig) { c.MaxResponseBytes = 64 << 10 }, wantReason: sources.ReasonTooLarge, wantErr: "larger than 65536 bytes"},
 		{name: "slow past the deadline", fault: ptr.To(fakecore.Slow(time.Hour)), deadline: 20 * time.Millisecond, wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded"},
 		{name: "slow past the request timeout", fault: ptr.To(fakecore.Slow(time.Hour)), cfg: shortTimeout, wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded"},
 		{name: "stall", fault: &fakeukpd.Fault{Kind: fakecore.FaultStall}, cfg: shortTimeout, wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded"},

@@ -24,10 +24,8 @@ func TestDecodeInstances(t *testing.T) {
 			name: "documented envelope",
 			body: validList,
 			want: []Instance{
-				{
-					UUID: "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a01", Name: "web-0-app-x1", State: "running", VCPUs: 1,
-					Tags: []string{"k8s.io:namespace=default", "k8s.io:pod=web-0", "k8s.io:container=app", "kraftlet:node=kraftlet-a"},
-				},
+				{UUID: "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a01", Name: "web-0-app-x1", State: "running", VCPUs: 1,
+					Tags: []string{"k8s.io:namespace=default", "k8s.io:pod=web-0", "k8s.io:container=app", "kraftlet:node=kraftlet-a"}},
 				{UUID: "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a02", Name: "batch-7", State: "standby"},
 			},
 		},
@@ -53,10 +51,8 @@ func TestDecodeRejectsEnvelope(t *testing.T) {
 		{name: "instances not a list", body: `{"data": {"instances": {"uuid": "u1"}}}`, wantErr: "cannot unmarshal", wantReason: sources.ReasonDecode},
 		{name: "unknown status", body: `{"status": "maybe"}`, wantErr: `unknown status "maybe"`, wantReason: sources.ReasonDecode},
 		{name: "status error", body: `{"status": "error", "message": "Unauthorized"}`, wantErr: "API answered status error: Unauthorized", wantReason: sources.ReasonHTTPStatus},
-		{
-			name: "status failure is an API error, not a decode error", body: `{"status": "failure", "message": "metro unavailable"}`,
-			wantErr: "API answered status failure: metro unavailable", wantReason: sources.ReasonHTTPStatus,
-		},
+		{name: "status failure is an API error, not a decode error", body: `{"status": "failure", "message": "metro unavailable"}`,
+			wantErr: "API answered status failure: metro unavailable", wantReason: sources.ReasonHTTPStatus},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -83,22 +79,15 @@ func TestDecodeMetricsJSON(t *testing.T) {
 			name: "documented fields",
 			body: validMetricsJSON,
 			want: []Sample{
-				{
-					UUID: "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a01", Name: "web-0-app-x1", State: "running",
-					CPUCoreNanos: 1800250 * 1e6, RSSBytes: 52428800, StartCount: 3, StartedAt: t0.Add(-time.Hour),
-					Uptime: time.Hour, HasUptime: true,
-				},
-				{
-					UUID: "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a02", Name: "batch-7", State: "standby",
-					CPUCoreNanos: 150 * 1e6, StartCount: 2, StartedAt: t0.Add(-61*time.Minute + 500*time.Millisecond),
-				},
+				{UUID: "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a01", Name: "web-0-app-x1", State: "running",
+					CPUCoreNanos: 1800250 * 1e6, RSSBytes: 52428800, StartCount: 3, StartedAt: t0.Add(-time.Hour), Uptime: time.Hour, HasUptime: true},
+				{UUID: "6a0c3f0e-0b4f-4c52-9d35-2f6f0f5f3a02", Name: "batch-7", State: "standby",
+					CPUCoreNanos: 150 * 1e6, StartCount: 2, StartedAt: t0.Add(-61*time.Minute + 500*time.Millisecond)},
 			},
 		},
-		{
-			name: "zero values and omitted optional fields",
+		{name: "zero values and omitted optional fields",
 			body: `{"status": "success", "data": {"instances": [{"name": "only-name", "cpu_time_ms": 0, "rss_bytes": 0, "started_at": ""}]}}`,
-			want: []Sample{{Name: "only-name"}},
-		},
+			want: []Sample{{Name: "only-name"}}},
 		{name: "empty", body: `{"status": "success", "data": {"instances": []}}`, want: []Sample{}},
 		{
 			name: "bad entries cost only themselves",
@@ -121,12 +110,9 @@ func TestDecodeMetricsJSON(t *testing.T) {
 			want:    []Sample{{UUID: "ok", CPUCoreNanos: 1e6, RSSBytes: 1}},
 			wantErr: "left out 13 entries",
 		},
-		{
-			name:    "an older entry among current ones is named",
-			body:    `{"data": {"instances": [{"uuid": "a", "cpu_time_s": 0.2, "uptime_s": 3, "rss_bytes": 1}, {"uuid": "b", "cpu_time_ms": 1, "rss_bytes": 1}]}}`,
-			want:    []Sample{{UUID: "b", CPUCoreNanos: 1e6, RSSBytes: 1}},
-			wantErr: `instance "a": the entries carry cpu_time_s and no cpu_time_ms`,
-		},
+		{name: "an older entry among current ones is named",
+			body: `{"data": {"instances": [{"uuid": "a", "cpu_time_s": 0.2, "uptime_s": 3, "rss_bytes": 1}, {"uuid": "b", "cpu_time_ms": 1, "rss_bytes": 1}]}}`,
+			want: []Sample{{UUID: "b", CPUCoreNanos: 1e6, RSSBytes: 1}}, wantErr: `instance "a": the entries carry cpu_time_s and no cpu_time_ms`},
 	})
 }
 

@@ -22,18 +22,12 @@ func TestParseEndpoint(t *testing.T) {
 		{name: "trailing slash and spaces", in: "  http://127.0.0.1:45232/  ", want: EndpointConfig{URL: "http://127.0.0.1:45232"}},
 		{name: "path prefix", in: "https://api.example.com/ukpd/", want: EndpointConfig{URL: "https://api.example.com/ukpd"}},
 		{name: "IPv6", in: "https://[fd00::5]:8443", want: EndpointConfig{URL: "https://[fd00::5]:8443"}},
-		{
-			name: "nodes", in: "https://h;nodes=kraftlet-a, kraftlet-b.example",
-			want: EndpointConfig{URL: "https://h", Nodes: []string{"kraftlet-a", "kraftlet-b.example"}},
-		},
-		{
-			name: "node selector with commas and equals", in: "https://h;node-selector=unikraft.com/virtual-kubelet=true,pool in (a,b)",
-			want: EndpointConfig{URL: "https://h"}, wantSelector: "pool in (a,b),unikraft.com/virtual-kubelet=true",
-		},
-		{
-			name: "every option", in: "https://h;nodes=n1;metrics-format=text;token-file=/t/token;ca-file=/c/ca.crt;insecure-skip-tls-verify=false",
-			want: EndpointConfig{URL: "https://h", Nodes: []string{"n1"}, MetricsFormat: FormatText, TokenFile: "/t/token", CAFile: "/c/ca.crt"},
-		},
+		{name: "nodes", in: "https://h;nodes=kraftlet-a, kraftlet-b.example",
+			want: EndpointConfig{URL: "https://h", Nodes: []string{"kraftlet-a", "kraftlet-b.example"}}},
+		{name: "node selector with commas and equals", in: "https://h;node-selector=unikraft.com/virtual-kubelet=true,pool in (a,b)",
+			want: EndpointConfig{URL: "https://h"}, wantSelector: "pool in (a,b),unikraft.com/virtual-kubelet=true"},
+		{name: "every option", in: "https://h;nodes=n1;metrics-format=text;token-file=/t/token;ca-file=/c/ca.crt;insecure-skip-tls-verify=false",
+			want: EndpointConfig{URL: "https://h", Nodes: []string{"n1"}, MetricsFormat: FormatText, TokenFile: "/t/token", CAFile: "/c/ca.crt"}},
 		{name: "insecure", in: "https://h;insecure-skip-tls-verify=true", want: EndpointConfig{URL: "https://h", InsecureSkipTLSVerify: true}},
 	}
 	for _, tc := range tests {
@@ -120,11 +114,8 @@ func TestValidateEndpoints(t *testing.T) {
 	}{
 		{name: "one default", eps: []EndpointConfig{{URL: "https://a"}}},
 		{name: "partitioned", eps: []EndpointConfig{{URL: "https://a", Nodes: []string{"n1"}}, {URL: "https://b", NodeSelector: sel}, {URL: "https://c"}}},
-		{
-			name: "two defaults and a repeat",
-			eps:  []EndpointConfig{{URL: "https://a"}, {URL: "https://b"}, {URL: "https://a", Nodes: []string{"n"}}},
-			want: []string{"endpoint https://a is given twice", "more than one ukpd endpoint uses the default node selector"},
-		},
+		{name: "two defaults and a repeat", eps: []EndpointConfig{{URL: "https://a"}, {URL: "https://b"}, {URL: "https://a", Nodes: []string{"n"}}},
+			want: []string{"endpoint https://a is given twice", "more than one ukpd endpoint uses the default node selector"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -23,11 +23,10 @@ var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
 // env is a fake ukpd served over TLS, with a token file and a CA file.
 type env struct {
-	clk       *clocktesting.FakeClock
-	fake      *fakeukpd.Server
-	srv       *httptest.Server
-	tokenFile string
-	caFile    string
+	clk               *clocktesting.FakeClock
+	fake              *fakeukpd.Server
+	srv               *httptest.Server
+	tokenFile, caFile string
 }
 
 // newEnv starts the env; mod, if given, adjusts the fake's config.

@@ -55,10 +55,7 @@ func TestDecodeMetricsText(t *testing.T) {
 			name: "documented series",
 			body: validText,
 			want: []Sample{
-				{
-					UUID: "u-run", State: "running", CPUCoreNanos: 1800250000000, RSSBytes: 52428800,
-					StartCount: 3, StartedAt: time.Unix(1795942800, 0).UTC(),
-				},
+				{UUID: "u-run", State: "running", CPUCoreNanos: 1800250000000, RSSBytes: 52428800, StartCount: 3, StartedAt: time.Unix(1795942800, 0).UTC()},
 				{UUID: "u-standby", State: "standby", CPUCoreNanos: 150000000, StartCount: 2},
 			},
 		},
