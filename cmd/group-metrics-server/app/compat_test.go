@@ -28,9 +28,7 @@ type msFlag struct {
 func metricsServerFlags(t *testing.T) []msFlag {
 	t.Helper()
 	data, err := os.ReadFile("../../../hack/metrics-server-v0.8.0-flags.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	var flags []msFlag
 	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		if strings.HasPrefix(l, "#") {
@@ -143,9 +141,7 @@ type fixtures struct{ cert, key, kubeconfig, policy string }
 func writeFixtures(t *testing.T, dir string) fixtures {
 	t.Helper()
 	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("localhost", []net.IP{net.ParseIP("127.0.0.1")}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	f := fixtures{filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "kubeconfig"), filepath.Join(dir, "audit-policy.yaml")}
 	kubeconfig := fmt.Sprintf(`apiVersion: v1
 kind: Config
@@ -156,9 +152,7 @@ current-context: c
 `, f.cert)
 	policy := "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n"
 	for p, data := range map[string][]byte{f.cert: certPEM, f.key: keyPEM, f.kubeconfig: []byte(kubeconfig), f.policy: []byte(policy)} {
-		if err := os.WriteFile(p, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		must(t, os.WriteFile(p, data, 0o600))
 	}
 	return f
 }
@@ -207,6 +201,13 @@ func flagValues(dir string, f fixtures) map[string]string {
 	}
 }
 
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func freePort() int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -214,4 +215,25 @@ func freePort() int {
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestBadPodMetricsConfigRefusesToStart: the command returns, before
+// reading a kubeconfig or listening, with every error of the file.
+func TestBadPodMetricsConfigRefusesToStart(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "pod-metrics.yaml")
+	must(t, os.WriteFile(bad, []byte("presets: [tgi]\nmaxBytes: -1\npods: {selector: \"a in (\"}\n"), 0o600))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := Run(ctx, []string{"--enable-custom-metrics", "--pod-metrics-config=" + bad, "--kubeconfig=/nonexistent", "--secure-port=0"})
+	if err == nil {
+		t.Fatal("Run with a bad --pod-metrics-config returned nil")
+	}
+	for _, want := range []string{`unknown preset "tgi"`, "maxBytes: -1 must be above 0", "pods.selector:", "pods.port: required with pods.selector"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "/nonexistent") {
+		t.Errorf("error %q: the server went past validation", err)
+	}
 }

@@ -2,7 +2,9 @@ package options
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,9 +20,17 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/component-base/metrics/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/certs"
 )
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
 
 // TestCertElectorRecreatesDeletedLease deletes the Lease under a leader:
 // the elector creates it again, holds it, and keeps leading.
@@ -29,9 +39,7 @@ func TestCertElectorRecreatesDeletedLease(t *testing.T) {
 	kube := fake.NewClientset()
 	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, ns, name, kube.CoreV1(), kube.CoordinationV1(),
 		resourcelock.ResourceLockConfig{Identity: id})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	le := componentbaseconfig.LeaderElectionConfiguration{
 		LeaseDuration: metav1.Duration{Duration: 2 * time.Second},
 		RenewDeadline: metav1.Duration{Duration: time.Second},
@@ -44,9 +52,7 @@ func TestCertElectorRecreatesDeletedLease(t *testing.T) {
 		close(leading)
 		<-ctx.Done()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() {
@@ -64,22 +70,17 @@ func TestCertElectorRecreatesDeletedLease(t *testing.T) {
 	}
 
 	leases := kube.CoordinationV1().Leases(ns)
-	if err := leases.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	must(t, leases.Delete(ctx, name, metav1.DeleteOptions{}))
 	var holder string
 	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		l, err := leases.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
-		if err != nil {
-			return false, err
+		if err == nil {
+			holder = ptr.Deref(l.Spec.HolderIdentity, "")
 		}
-		if l.Spec.HolderIdentity != nil {
-			holder = *l.Spec.HolderIdentity
-		}
-		return true, nil
+		return err == nil, err
 	})
 	if err != nil {
 		t.Fatalf("the deleted Lease was not created again: %v", err)
@@ -121,16 +122,12 @@ func TestCertControllerProbes(t *testing.T) {
 	addr, err := serveCertMetrics(t.Context(), "127.0.0.1:0",
 		[]healthz.HealthChecker{healthz.NamedCheck("certificate-sync", health.Live)},
 		[]healthz.HealthChecker{healthz.NamedCheck("certificate-sync-or-leader", health.Ready)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	status := func() map[string]int {
 		out := map[string]int{}
 		for _, p := range []string{"/livez", "/readyz", "/healthz"} {
 			resp, err := http.Get("http://" + addr.String() + p)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			_ = resp.Body.Close()
 			out[p] = resp.StatusCode
 		}
@@ -148,5 +145,48 @@ func TestCertControllerProbes(t *testing.T) {
 	clk.Step(5 * time.Minute)
 	if diff := cmp.Diff(map[string]int{"/livez": bad, "/readyz": bad, "/healthz": bad}, status()); diff != "" {
 		t.Errorf("a leader with no sync for six minutes (-want +got):\n%s", diff)
+	}
+}
+
+func TestServeCertMetrics(t *testing.T) {
+	ctx := t.Context()
+	addr, err := serveCertMetrics(ctx, "127.0.0.1:0", nil, nil)
+	must(t, err)
+	resp, err := http.Get("http://" + addr.String() + "/metrics")
+	must(t, err)
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	must(t, err)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %s", resp.Status)
+	}
+	for _, want := range []string{"group_metrics_server_certs_syncs_total", "group_metrics_server_certs_last_sync_success_timestamp_seconds"} {
+		if !strings.Contains(string(body), "# TYPE "+want+" ") {
+			t.Errorf("/metrics has no family %s", want)
+		}
+	}
+	// The same port a second time fails the start instead of serving
+	// nothing.
+	if _, err := serveCertMetrics(ctx, addr.String(), nil, nil); err == nil {
+		t.Error("second listener on a taken port: no error")
+	}
+}
+
+func TestCertControllerValidateMetricsAddress(t *testing.T) {
+	for _, tc := range []struct {
+		addr    string
+		wantErr bool
+	}{
+		{addr: ":8080"},
+		{addr: ""},
+		{addr: "127.0.0.1:9090"},
+		{addr: "8080", wantErr: true},
+	} {
+		o := NewCertControllerOptions()
+		o.MetricsBindAddress = tc.addr
+		errs := o.Validate()
+		if got := slices.ContainsFunc(errs, func(e error) bool { return strings.Contains(e.Error(), "--metrics-bind-address") }); got != tc.wantErr {
+			t.Errorf("--metrics-bind-address=%q: errors %v, want a --metrics-bind-address error: %v", tc.addr, errs, tc.wantErr)
+		}
 	}
 }

@@ -151,9 +151,7 @@ func TestRepeatedAPIServicesAccumulate(t *testing.T) {
 	o := NewCertControllerOptions()
 	fss := o.Flags()
 	fs := fss.FlagSet("certificate")
-	if err := fs.Parse([]string{"--apiservices=a.b,b.c", "--apiservices=c.d"}); err != nil {
-		t.Fatal(err)
-	}
+	must(t, fs.Parse([]string{"--apiservices=a.b,b.c", "--apiservices=c.d"}))
 	if diff := cmp.Diff([]string{"a.b", "b.c", "c.d"}, o.APIServices); diff != "" {
 		t.Errorf("apiservices (-want +got):\n%s", diff)
 	}
