@@ -53,8 +53,7 @@ func (b *bench) probeNewPods(ctx context.Context, s *runningServer, res *roundRe
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		var miss *probeMiss
-		if !errors.As(err, &miss) {
+		if !errors.Is(err, errProbeMissed) {
 			return err
 		}
 		times[i] = math.Inf(1)
@@ -76,10 +75,8 @@ func shortName(server string) string {
 	return "gms"
 }
 
-// probeMiss is a probe pod that got no metrics within its bound.
-type probeMiss struct{ msg string }
-
-func (p *probeMiss) Error() string { return p.msg }
+// errProbeMissed marks a probe pod that got no metrics within its bound.
+var errProbeMissed = errors.New("no metrics")
 
 // probe creates one pod on node, waits until it is Running and then until
 // the server has metrics for it.
@@ -120,7 +117,7 @@ func (b *bench) probe(ctx context.Context, s *runningServer, name, node string) 
 		})
 	if err != nil {
 		if ctx.Err() == nil && metricsCtx.Err() != nil {
-			return 0, &probeMiss{fmt.Sprintf("%s on %s: no metrics %v after Running: %v", name, node, bound, err)}
+			return 0, fmt.Errorf("%s on %s: %w %v after Running: %v", name, node, errProbeMissed, bound, err)
 		}
 		return 0, err
 	}
