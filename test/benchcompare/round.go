@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -92,10 +93,7 @@ func (b *bench) sleep(ctx context.Context, d time.Duration, s *runningServer) er
 
 // exitError is how p exited, never nil.
 func exitError(p *cluster.Process) error {
-	if err := p.Err(); err != nil {
-		return err
-	}
-	return errors.New("exit status 0")
+	return cmp.Or(p.Err(), errors.New("exit status 0"))
 }
 
 // windowEnd is what is read at each end of the steady window; at is when

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,19 +33,11 @@ const (
 // paths resolves the repository root, the bin directory and the demo
 // directory.
 func (o *options) paths() (root, bin string, err error) {
-	if root, err = env.RepoRoot(); err != nil {
-		return "", "", err
-	}
-	if bin, err = env.BinDir(); err != nil {
-		return "", "", err
-	}
-	if o.dir == "" {
-		o.dir = filepath.Join(root, ".demo")
-	}
-	if o.dir, err = filepath.Abs(o.dir); err != nil {
-		return "", "", err
-	}
-	return root, bin, nil
+	root, errRoot := env.RepoRoot()
+	bin, errBin := env.BinDir()
+	dir, errDir := filepath.Abs(cmp.Or(o.dir, filepath.Join(root, ".demo")))
+	o.dir = dir
+	return root, bin, errors.Join(errRoot, errBin, errDir)
 }
 
 func up(ctx context.Context, o options) error {
@@ -135,10 +128,7 @@ func up(ctx context.Context, o options) error {
 	case <-c.Stopped():
 		return errors.New("the control plane stopped")
 	case <-srv.Process.Done():
-		if err := srv.Process.Err(); err != nil {
-			return withLogs(c, fmt.Errorf("group-metrics-server exited: %w", err))
-		}
-		return withLogs(c, errors.New("group-metrics-server exited: exit status 0"))
+		return withLogs(c, fmt.Errorf("group-metrics-server exited: %w", cmp.Or(srv.Process.Err(), errors.New("exit status 0"))))
 	}
 	return nil
 }
