@@ -160,7 +160,11 @@ func (c CompletedConfig) New() (*Server, error) {
 
 	liveBound := 2*c.Resolution + c.Timeout
 	started := c.Clock.Now()
+	gate := &startupGate{scraper: scraper, store: st}
 	c.API.AddReadyzChecks(healthz.NamedCheck("metric-storage-ready", func(*http.Request) error {
+		if err := gate.check(); err != nil {
+			return err
+		}
 		if st.HasFreshUsage() {
 			return nil
 		}

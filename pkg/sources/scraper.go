@@ -50,6 +50,8 @@ type Scraper struct {
 	partial map[string]bool
 	// byNode maps a node to the jobs covering it, as of the last tick.
 	byNode map[string][]job
+	// lastJobs are the jobs of the last tick.
+	lastJobs []job
 	// busy holds the IDs of targets being scraped: a target is scraped by
 	// one goroutine at a time, so its results are stored in order.
 	busy map[string]bool
@@ -343,10 +345,29 @@ func (s *Scraper) recordHealth(jobs []job) {
 			delete(s.partial, id)
 		}
 	}
+	s.lastJobs = jobs
 	s.mu.Unlock()
 	for name, c := range bySource {
 		targetsGauge.WithLabelValues(name, "healthy").Set(float64(c.healthy))
 		targetsGauge.WithLabelValues(name, "failing").Set(float64(c.failing))
+	}
+}
+
+// EachHealthy calls f with the source and nodes of each target of the last
+// tick whose last scrape succeeded, until f returns false.
+func (s *Scraper) EachHealthy(f func(source string, nodes []string) bool) {
+	s.mu.Lock()
+	var healthy []job
+	for _, j := range s.lastJobs {
+		if reason, known := s.health[j.target.ID()]; known && reason == "" {
+			healthy = append(healthy, j)
+		}
+	}
+	s.mu.Unlock()
+	for _, j := range healthy {
+		if !f(j.source, j.target.Nodes()) {
+			return
+		}
 	}
 }
 

@@ -368,6 +368,33 @@ func (s *Store) HasFreshUsage() bool {
 	return found
 }
 
+// Complete reports whether source's shards of nodes hold fresh usage for
+// everything they hold: the node, when the source reports it, and every
+// container of every pod. A target's nodes are complete once it has been
+// scraped twice (most usage needs two samples), until a new container
+// arrives.
+func (s *Store) Complete(source string, nodes []string) bool {
+	src := s.sourceIndex(source)
+	now := s.clock.Now()
+	for _, n := range nodes {
+		sh := s.load(src, n)
+		if sh == nil || !s.fresh(sh.scrapedAt, now) {
+			return false
+		}
+		if sh.node != nil && !sh.node.hasUsage() {
+			return false
+		}
+		for _, p := range sh.pods {
+			for i := range p.containers {
+				if !p.containers[i].hasUsage() {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
 // Unavailable explains why a pod or node has no metrics.
 type Unavailable struct{ Reason string }
 
