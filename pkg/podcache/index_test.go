@@ -22,6 +22,14 @@ func pod(ns, name string, lbls map[string]string) *Pod {
 	return NewPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: lbls}})
 }
 
+// checkDiff fails t, naming what, when got differs from want.
+func checkDiff(t *testing.T, what string, want, got any, opts ...cmp.Option) {
+	t.Helper()
+	if diff := cmp.Diff(want, got, opts...); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", what, diff)
+	}
+}
+
 func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
@@ -97,9 +105,7 @@ func TestPodIndexGroups(t *testing.T) {
 	x.Set(member("inf-0-1", "1"))
 	x.Set(member("inf-0", "0"))
 	x.Set(pod("ml", "other", nil))
-	if diff := cmp.Diff([]string{"ml/inf-0", "ml/inf-0-1"}, keys(x.Group("ml/inf/0"))); diff != "" {
-		t.Errorf("Group (-want +got):\n%s", diff)
-	}
+	checkDiff(t, "Group", []string{"ml/inf-0", "ml/inf-0-1"}, keys(x.Group("ml/inf/0")))
 	if p, _ := x.Pod("ml", "inf-0"); !p.Leader() {
 		t.Error("inf-0 is not a leader")
 	}
@@ -120,9 +126,7 @@ func TestPodIndexListNewNamespace(t *testing.T) {
 			t.Fatalf("after %d namespaces, List has %d pods", i+1, got)
 		}
 	}
-	if diff := cmp.Diff([]string{"ns-0/p", "ns-1/p", "ns-2/p"}, keys(x.List("", nil))); diff != "" {
-		t.Errorf("List (-want +got):\n%s", diff)
-	}
+	checkDiff(t, "List", []string{"ns-0/p", "ns-1/p", "ns-2/p"}, keys(x.List("", nil)))
 }
 
 func TestNodeIndex(t *testing.T) {
@@ -138,9 +142,7 @@ func TestNodeIndex(t *testing.T) {
 			got[sel] = append(got[sel], n.Name)
 		}
 	}
-	if diff := cmp.Diff(map[string][]string{"all": {"n1", "n3"}, "zone=x": {"n1", "n3"}}, got); diff != "" {
-		t.Errorf("List (-want +got):\n%s", diff)
-	}
+	checkDiff(t, "List", map[string][]string{"all": {"n1", "n3"}, "zone=x": {"n1", "n3"}}, got)
 	if _, ok := x.Node("n2"); ok {
 		t.Error("n2 found after Delete")
 	}

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -132,18 +131,14 @@ func TestMembership(t *testing.T) {
 				x.Group(groupOfInf) // read before the deletion too
 				sets.delete(lwsNS, tc.deleted)
 			}
-			if diff := cmp.Diff(append([]string{}, tc.wantGroup...), keys(x.Group(groupOfInf))); diff != "" {
-				t.Errorf("Group (-want +got):\n%s", diff)
-			}
+			checkDiff(t, "Group", append([]string{}, tc.wantGroup...), keys(x.Group(groupOfInf)))
 			leads := []string{}
 			for _, p := range tc.pods {
 				if x.Leads(p) {
 					leads = append(leads, p.Name)
 				}
 			}
-			if diff := cmp.Diff(append([]string{}, tc.wantLeads...), leads); diff != "" {
-				t.Errorf("Leads (-want +got):\n%s", diff)
-			}
+			checkDiff(t, "Leads", append([]string{}, tc.wantLeads...), leads)
 		})
 	}
 }
@@ -220,9 +215,7 @@ func TestCacheVerifiesMembership(t *testing.T) {
 	}()
 	must(t, c.Start(ctx))
 
-	if diff := cmp.Diff([]string{"ml/inf-0", "ml/inf-0-1"}, keys(c.Pods().Group(groupOfInf))); diff != "" {
-		t.Errorf("Group (-want +got):\n%s", diff)
-	}
+	checkDiff(t, "Group", []string{"ml/inf-0", "ml/inf-0-1"}, keys(c.Pods().Group(groupOfInf)))
 	if impostor, _ := c.Pods().Pod(lwsNS, "impostor"); impostor == nil || c.Pods().Leads(impostor) {
 		t.Errorf("impostor %v leads its group", impostor)
 	}

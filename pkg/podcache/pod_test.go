@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -96,9 +95,7 @@ func TestNewPod(t *testing.T) {
 		IP:        "10.0.0.1", Ready: true, HostNetwork: true, ServiceAccount: "exporter",
 		Controller: &Controller{Kind: "StatefulSet", Name: "lws", UID: "s1"},
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("NewPod (-want +got):\n%s", diff)
-	}
+	checkDiff(t, "NewPod", want, got)
 	for name, runs := range map[string]bool{"app": true, "proxy": true, "setup": false, "other": false} {
 		if got := p.RunsContainer(name); got != runs {
 			t.Errorf("RunsContainer(%q) = %v, want %v", name, got, runs)

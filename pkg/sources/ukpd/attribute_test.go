@@ -66,9 +66,7 @@ func TestParseTags(t *testing.T) {
 			if !ok {
 				return
 			}
-			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(tagRef{})); diff != "" {
-				t.Errorf("parseTags (-want +got):\n%s", diff)
-			}
+			checkDiff(t, "parseTags", tc.want, got, cmp.AllowUnexported(tagRef{}))
 		})
 	}
 }
@@ -223,9 +221,7 @@ func TestAdvance(t *testing.T) {
 			if got.has {
 				gotPoint = &got.point
 			}
-			if diff := cmp.Diff(tc.want, gotPoint); diff != "" {
-				t.Errorf("point (-want +got):\n%s", diff)
-			}
+			checkDiff(t, "point", tc.want, gotPoint)
 			if got.arrival != t0 || got.count != tc.sample.StartCount || got.state != tc.state {
 				t.Errorf("timeline = %+v, want this sample's arrival, count and state", got)
 			}

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
@@ -47,9 +46,7 @@ func TestClientReadsBothForms(t *testing.T) {
 				w = []Sample{want[0], want[1]}
 				w[0].Name, w[1].Name = "", ""
 			}
-			if diff := cmp.Diff(w, got); diff != "" {
-				t.Errorf("Metrics (-want +got):\n%s", diff)
-			}
+			checkDiff(t, "Metrics", w, got)
 		})
 	}
 
@@ -60,9 +57,7 @@ func TestClientReadsBothForms(t *testing.T) {
 		{UUID: idle.UUID, Name: idle.Name, State: "standby", Tags: idle.Tags, VCPUs: 2},
 		{UUID: gone.UUID, Name: gone.Name, State: "stopped", Tags: gone.Tags, VCPUs: 1},
 	}
-	if diff := cmp.Diff(wantList, list); diff != "" {
-		t.Errorf("Instances (-want +got):\n%s", diff)
-	}
+	checkDiff(t, "Instances", wantList, list)
 }
 
 // TestClientFollowsTheAnswer checks that the body is decoded by what the
@@ -96,9 +91,7 @@ func TestClientFollowsTheAnswer(t *testing.T) {
 			must(t, err)
 			got, err := c.Metrics(t.Context())
 			must(t, err)
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("Metrics (-want +got):\n%s", diff)
-			}
+			checkDiff(t, "Metrics", want, got)
 		})
 	}
 }

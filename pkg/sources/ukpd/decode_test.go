@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 )
 
@@ -154,9 +152,7 @@ func runDecodeCases[T any](t *testing.T, decode func([]byte) ([]T, error), tests
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := decode([]byte(tc.body))
 			checkErr(t, err, tc.wantErr, sources.ReasonDecode)
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("decode (-want +got):\n%s", diff)
-			}
+			checkDiff(t, "decode", tc.want, got)
 		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -67,6 +68,14 @@ func (e *env) add(t *testing.T, spec fakeukpd.InstanceSpec) fakeukpd.Instance {
 	in, err := e.fake.AddInstance(spec)
 	must(t, err)
 	return in
+}
+
+// checkDiff fails t, naming what, when got differs from want.
+func checkDiff(t *testing.T, what string, want, got any, opts ...cmp.Option) {
+	t.Helper()
+	if diff := cmp.Diff(want, got, opts...); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", what, diff)
+	}
 }
 
 func must(t testing.TB, err error) {

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	gocmp "github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
@@ -78,9 +77,7 @@ func TestScrapeIgnoredContainer(t *testing.T) {
 	if len(b.Pods) != 1 {
 		t.Fatalf("pods = %+v, want web-0", b.Pods)
 	}
-	if diff := gocmp.Diff(want, b.Pods[0].Containers); diff != "" {
-		t.Errorf("containers (-want +got):\n%s", diff)
-	}
+	checkDiff(t, "containers", want, b.Pods[0].Containers)
 }
 
 // TestScrapeDataFaults gives the fake ukpd each fault a scrape survives and

@@ -67,9 +67,7 @@ func TestTargets(t *testing.T) {
 		"ukpd/https://all.example":     {"kraftlet-a", "kraftlet-b"}, // edge-1 went to the first endpoint
 		"ukpd/https://workers.example": {"worker-1"},
 	}
-	if diff := gocmp.Diff(want, got); diff != "" {
-		t.Errorf("Targets (-want +got):\n%s", diff)
-	}
+	checkDiff(t, "Targets", want, got)
 }
 
 func TestNewSourceRejects(t *testing.T) {
@@ -171,9 +169,7 @@ func testScrapeAttributes(t *testing.T, format Format) {
 			{Name: "sidecar", Point: pt(t0, 1e9, 8<<20)},
 		}},
 	}}
-	if diff := gocmp.Diff(want, got); diff != "" {
-		t.Errorf("Scrape (-want +got):\n%s", diff)
-	}
+	checkDiff(t, "Scrape", want, got)
 
 	// stopped gone-0 is not in the metrics
 	wantIgnored := map[string]float64{ignoredMissingTags: 1, ignoredPodNotFound: 1, ignoredContainerNotFound: 1, ignoredNodeNotOwned: 1, ignoredDuplicate: 1}

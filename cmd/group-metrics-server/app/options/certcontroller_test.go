@@ -25,6 +25,14 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/pkg/certs"
 )
 
+// checkDiff fails t, naming what, when got differs from want.
+func checkDiff(t *testing.T, what string, want, got any, opts ...cmp.Option) {
+	t.Helper()
+	if diff := cmp.Diff(want, got, opts...); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", what, diff)
+	}
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -135,17 +143,11 @@ func TestCertControllerProbes(t *testing.T) {
 	}
 	ok, bad := http.StatusOK, http.StatusInternalServerError
 	health.StartedLeading()
-	if diff := cmp.Diff(map[string]int{"/livez": ok, "/readyz": ok, "/healthz": ok}, status()); diff != "" {
-		t.Errorf("a leader that just started (-want +got):\n%s", diff)
-	}
+	checkDiff(t, "a leader that just started", map[string]int{"/livez": ok, "/readyz": ok, "/healthz": ok}, status())
 	clk.Step(time.Minute)
-	if diff := cmp.Diff(map[string]int{"/livez": ok, "/readyz": bad, "/healthz": ok}, status()); diff != "" {
-		t.Errorf("a leader with no sync for a minute (-want +got):\n%s", diff)
-	}
+	checkDiff(t, "a leader with no sync for a minute", map[string]int{"/livez": ok, "/readyz": bad, "/healthz": ok}, status())
 	clk.Step(5 * time.Minute)
-	if diff := cmp.Diff(map[string]int{"/livez": bad, "/readyz": bad, "/healthz": bad}, status()); diff != "" {
-		t.Errorf("a leader with no sync for six minutes (-want +got):\n%s", diff)
-	}
+	checkDiff(t, "a leader with no sync for six minutes", map[string]int{"/livez": bad, "/readyz": bad, "/healthz": bad}, status())
 }
 
 func TestServeCertMetrics(t *testing.T) {

@@ -135,9 +135,7 @@ func TestKubeletREST(t *testing.T) {
 			o := NewOptions()
 			tc.set(o)
 			got := o.kubeletREST(cluster)
-			if diff := cmp.Diff(tc.wantTLS, got.TLSClientConfig); diff != "" {
-				t.Errorf("TLS (-want +got):\n%s", diff)
-			}
+			checkDiff(t, "TLS", tc.wantTLS, got.TLSClientConfig)
 			if got.BearerTokenFile != tc.wantToken {
 				t.Errorf("token file = %q, want %q", got.BearerTokenFile, tc.wantToken)
 			}
@@ -152,9 +150,7 @@ func TestRepeatedAPIServicesAccumulate(t *testing.T) {
 	fss := o.Flags()
 	fs := fss.FlagSet("certificate")
 	must(t, fs.Parse([]string{"--apiservices=a.b,b.c", "--apiservices=c.d"}))
-	if diff := cmp.Diff([]string{"a.b", "b.c", "c.d"}, o.APIServices); diff != "" {
-		t.Errorf("apiservices (-want +got):\n%s", diff)
-	}
+	checkDiff(t, "apiservices", []string{"a.b", "b.c", "c.d"}, o.APIServices)
 }
 
 // TestHPAReadinessDefaults: the readiness flags default to
