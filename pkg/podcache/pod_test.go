@@ -150,24 +150,19 @@ func benchPodWire(b *testing.B, i int) []byte {
 	var statuses []corev1.ContainerStatus
 	for _, c := range containers {
 		statuses = append(statuses, corev1.ContainerStatus{
-			Name: c.Name, Image: c.Image, Ready: true,
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}},
+			Name: c.Name, Image: c.Image, Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}},
 		})
 	}
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:              fmt.Sprintf("app-%05d-%d", i/5, i%5),
-			Namespace:         fmt.Sprintf("bench-%03d", i%50),
-			UID:               types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", i)),
-			ResourceVersion:   fmt.Sprint(100000 + i),
-			CreationTimestamp: started,
-			Labels:            map[string]string{"app": fmt.Sprintf("app-%05d", i/5)},
+			Name: fmt.Sprintf("app-%05d-%d", i/5, i%5), Namespace: fmt.Sprintf("bench-%03d", i%50),
+			UID: types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", i)), ResourceVersion: fmt.Sprint(100000 + i), CreationTimestamp: started,
+			Labels: map[string]string{"app": fmt.Sprintf("app-%05d", i/5)},
 		},
 		Spec: corev1.PodSpec{NodeName: fmt.Sprintf("node-%04d", i/30), Containers: containers},
 		Status: corev1.PodStatus{
 			Phase: corev1.PodRunning, Conditions: conditions, HostIP: "127.0.0.1",
-			PodIP: fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), StartTime: &started,
-			ContainerStatuses: statuses,
+			PodIP: fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), StartTime: &started, ContainerStatuses: statuses,
 		},
 	}
 	wire, err := p.Marshal()

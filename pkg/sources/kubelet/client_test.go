@@ -59,8 +59,7 @@ func (e *fleetEnv) addNode(t *testing.T, name string, pods ...string) *fakekubel
 func (e *fleetEnv) client(t *testing.T, mod func(*ClientConfig)) *Client {
 	t.Helper()
 	cfg := ClientConfig{
-		REST:             &rest.Config{BearerToken: testToken, TLSClientConfig: rest.TLSClientConfig{CAData: e.fleet.CACertPEM()}},
-		MaxResponseBytes: 10 << 20,
+		REST: &rest.Config{BearerToken: testToken, TLSClientConfig: rest.TLSClientConfig{CAData: e.fleet.CACertPEM()}}, MaxResponseBytes: 10 << 20,
 	}
 	if mod != nil {
 		mod(&cfg)
@@ -158,8 +157,7 @@ func TestSummaryRedirectNotFollowed(t *testing.T) {
 	defer kubelet.Close()
 
 	c, err := NewClient(ClientConfig{REST: &rest.Config{
-		BearerToken:     testToken,
-		TLSClientConfig: rest.TLSClientConfig{Insecure: true},
+		BearerToken: testToken, TLSClientConfig: rest.TLSClientConfig{Insecure: true},
 	}})
 	must(t, err)
 	_, err = c.Summary(t.Context(), "n1", strings.TrimPrefix(kubelet.URL, "https://"))

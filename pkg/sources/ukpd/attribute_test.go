@@ -73,8 +73,7 @@ func TestParseTags(t *testing.T) {
 
 func newPod(ns, name, node string, containers ...string) *corev1.Pod {
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name)},
-		Spec:       corev1.PodSpec{NodeName: node},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name)}, Spec: corev1.PodSpec{NodeName: node},
 	}
 	for _, c := range containers {
 		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c})
