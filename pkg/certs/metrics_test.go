@@ -257,8 +257,7 @@ func TestHealth(t *testing.T) {
 // unready.
 func TestHealthFollowsSyncs(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
-	kube := newKube()
-	r := newRig(clk, kube, nil)
+	r := newRig(clk, newKube(), nil)
 	h := NewHealth(HealthConfig{ReadyWithin: 45 * time.Second, LiveWithin: 5 * time.Minute, Clock: clk})
 	r.ctrl.cfg.Health = h
 	h.StartedLeading()

@@ -32,10 +32,7 @@ var kraftlet = map[string]string{"unikraft.com/virtual-kubelet": "true"}
 
 func TestTargets(t *testing.T) {
 	nodes := nodeLister(t, map[string]map[string]string{
-		"kraftlet-a": kraftlet,
-		"kraftlet-b": kraftlet,
-		"edge-1":     {"unikraft.com/virtual-kubelet": "true", "pool": "edge"},
-		"worker-1":   nil,
+		"kraftlet-a": kraftlet, "kraftlet-b": kraftlet, "edge-1": {"unikraft.com/virtual-kubelet": "true", "pool": "edge"}, "worker-1": nil,
 	})
 	parse := func(s string) EndpointConfig {
 		ep, err := ParseEndpoint(s)
