@@ -170,7 +170,7 @@ func (c *CustomMetrics) ownValue(pod *podcache.Pod, m EndpointMetric, sel labels
 		newest time.Time
 	)
 	for _, v := range c.endpoints.values.Series(pod.Namespace, pod.Name, pod.UIDString(), m.Name) {
-		if sel != nil && !sel.Matches(labels.Set(v.Labels)) {
+		if sel != nil && !sel.Matches(labels.Set(v.Labels())) {
 			continue
 		}
 		series = append(series, group.Value{State: group.Counted, Value: v.Value})

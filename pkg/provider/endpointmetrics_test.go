@@ -45,7 +45,7 @@ func endpointValues(pods map[string]series, uids map[string]string) *store.Store
 			for _, m := range endpointTestMetrics {
 				points = append(points, sources.SeriesPoint{
 					Namespace: ns, Pod: name, UID: uids[key], Metric: m.Name, Series: "model_name=" + model + "\x00",
-					Labels: map[string]string{"model_name": model}, Value: v, Timestamp: now,
+					Value: v, Timestamp: now,
 				})
 			}
 		}

@@ -8,6 +8,7 @@ package sources
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -59,10 +60,10 @@ type SeriesPoint struct {
 	Container string
 	// Metric is the name the series is served under.
 	Metric string
-	// Series identifies the series within its metric and pod (its labels,
-	// encoded); Labels are the same labels, for selection.
+	// Series identifies the series within its metric and pod: its labels
+	// as name=value pairs, each ended by a NUL byte, in name order
+	// (SeriesLabels reads them back).
 	Series string
-	Labels map[string]string
 	// Value is the exposed value; for a Counter, a cumulative count whose
 	// rate per second is served.
 	Value   float64
@@ -72,6 +73,21 @@ type SeriesPoint struct {
 	// Exporter says a node exporter credited the pod, not the pod's own
 	// endpoint: the pod's own series of a metric and container win.
 	Exporter bool
+}
+
+// SeriesLabels reads back the labels of a SeriesPoint's Series (a label
+// name holds no '=').
+func SeriesLabels(series string) map[string]string {
+	if series == "" {
+		return nil
+	}
+	out := map[string]string{}
+	for _, pair := range strings.Split(strings.TrimSuffix(series, "\x00"), "\x00") {
+		if k, v, ok := strings.Cut(pair, "="); ok {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // Batch is what one scrape of one target returned.

@@ -13,12 +13,14 @@ import (
 // value, or a counter's rate per second.
 type NamedValue struct {
 	Container string
-	// Labels are the series' labels as the exposition gave them; shared,
-	// read only.
-	Labels    map[string]string
+	// Series is the series' labels, encoded as sources.SeriesPoint's.
+	Series    string
 	Value     float64
 	Timestamp time.Time
 }
+
+// Labels are the series' labels, decoded.
+func (v *NamedValue) Labels() map[string]string { return sources.SeriesLabels(v.Series) }
 
 // maxNamedRate bounds a counter's rate: anything above is a reset or
 // garbage, never load (1e9 events per second is beyond any serving engine
@@ -52,7 +54,6 @@ type targetSeries struct {
 // served from it.
 type namedPoint struct {
 	uid, metric, container, series string
-	labels                         map[string]string
 	exporter                       bool
 	sample                         float64
 	ts                             time.Time
@@ -79,7 +80,7 @@ func (s *Store) StoreSeries(source, id string, series []sources.SeriesPoint, scr
 			sp := &series[i]
 			pk := podKey{sp.Namespace, sp.Pod}
 			p := namedPoint{uid: sp.UID, metric: sp.Metric, container: sp.Container, series: sp.Series,
-				labels: sp.Labels, sample: sp.Value, ts: sp.Timestamp, exporter: sp.Exporter}
+				sample: sp.Value, ts: sp.Timestamp, exporter: sp.Exporter}
 			if !sp.Counter {
 				p.value, p.has = p.sample, true
 			} else if prev != nil {
@@ -216,7 +217,7 @@ func (s *Store) Series(namespace, name, uid, metric string) []NamedValue {
 	})
 	out := make([]NamedValue, len(pts))
 	for i, p := range pts {
-		out[i] = NamedValue{Container: p.container, Labels: p.labels, Value: p.value, Timestamp: p.ts}
+		out[i] = NamedValue{Container: p.container, Series: p.series, Value: p.value, Timestamp: p.ts}
 	}
 	return out
 }

@@ -14,8 +14,8 @@ import (
 
 // sp is a sample of metric "m" of pod ns/p (UID uid-p), read at ts.
 func sp(series string, v float64, ts time.Duration) sources.SeriesPoint {
-	return sources.SeriesPoint{Namespace: "ns", Pod: "p", UID: "uid-p", Metric: "m", Series: series,
-		Labels: map[string]string{"s": series}, Value: v, Timestamp: at(ts)}
+	return sources.SeriesPoint{Namespace: "ns", Pod: "p", UID: "uid-p", Metric: "m", Series: "s=" + series + "\x00",
+		Value: v, Timestamp: at(ts)}
 }
 
 func counter(p sources.SeriesPoint) sources.SeriesPoint { p.Counter = true; return p }
@@ -28,7 +28,7 @@ func inContainer(c string, p sources.SeriesPoint) sources.SeriesPoint { p.Contai
 func values(s *Store) map[string]float64 {
 	out := map[string]float64{}
 	for _, v := range s.Series("ns", "p", "uid-p", "m") {
-		out[v.Container+"/"+v.Labels["s"]] = v.Value
+		out[v.Container+"/"+v.Labels()["s"]] = v.Value
 	}
 	return out
 }

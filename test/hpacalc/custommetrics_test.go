@@ -84,7 +84,7 @@ func (s *scenario) endpointValues() *store.Store {
 		for _, c := range runningContainers(m.pod) {
 			points = append(points, sources.SeriesPoint{
 				Namespace: namespace, Pod: m.pod.Name, UID: string(m.pod.UID), Container: c.Name, Metric: queueMetric,
-				Series: "container=" + c.Name + "\x00", Labels: map[string]string{"container": c.Name}, Value: float64(m.cpu[c.Name]), Timestamp: at,
+				Series: "container=" + c.Name + "\x00", Value: float64(m.cpu[c.Name]), Timestamp: at,
 			})
 		}
 		st.StoreSeries("endpoints", "pod/"+m.pod.Name, points, at)

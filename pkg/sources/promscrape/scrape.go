@@ -162,7 +162,7 @@ func (t *target) series(samples []Sample) []sources.SeriesPoint {
 		m := &t.src.cfg.Metrics[sm.Metric]
 		sp := sources.SeriesPoint{
 			Namespace: sm.Namespace, Pod: sm.Pod, Container: sm.Container,
-			Metric: m.Name, Series: sm.Series, Labels: seriesLabels(sm.Series),
+			Metric: m.Name, Series: sm.Series,
 			Value: sm.Value, Counter: m.Type == Counter, Timestamp: sm.Timestamp,
 			Exporter: t.Kind == KindExporter,
 		}
@@ -203,21 +203,6 @@ func (b *budget) take(n int) bool {
 	}
 	b.taken += n
 	return true
-}
-
-// seriesLabels reads back a Sample's Series key (name=value pairs, each
-// ended by a NUL byte; a label name holds no '=').
-func seriesLabels(series string) map[string]string {
-	if series == "" {
-		return nil
-	}
-	out := map[string]string{}
-	for _, pair := range strings.Split(strings.TrimSuffix(series, "\x00"), "\x00") {
-		if k, v, ok := strings.Cut(pair, "="); ok {
-			out[k] = v
-		}
-	}
-	return out
 }
 
 // scrapeTarget fetches and decodes one target. Its error carries a
