@@ -85,18 +85,6 @@ func IsLeader(pod *corev1.Pod) bool {
 	return ok && pod.Labels[LabelWorkerIndex] == "0"
 }
 
-// IndexFunc indexes pods by group Key, for cache.Indexers.
-func IndexFunc(obj any) ([]string, error) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return nil, nil
-	}
-	if key, ok := Key(pod); ok {
-		return []string{key}, nil
-	}
-	return nil, nil
-}
-
 // PolicyOf returns the policy a leader's AnnotationPolicy value names, or
 // def when it is empty or unknown.
 func PolicyOf(annotation string, def Policy) Policy {

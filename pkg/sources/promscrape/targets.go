@@ -115,13 +115,6 @@ func (e *RefusedError) Error() string {
 	return fmt.Sprintf("pod %s refused as %s (%s)", e.Pod, what, e.Reason)
 }
 
-// incarnation names the target as counters live: its ID and the UID of the
-// pod scraped. A pod recreated under the same name (a LeaderWorkerSet
-// recreates a group's pods with their names) starts its counters afresh,
-// so its series are new ones, as the store takes a start time after the
-// previous sample for a restart, and never a rate across two pods.
-func (t *Target) incarnation() string { return t.ID + "\x00" + t.UID }
-
 // Targets returns what to scrape, sorted by ID, and for each pod that asked
 // to be scraped but could not be, an error saying why (bad annotation, no
 // IP yet is not an error: the pod is skipped silently until it has one). A
