@@ -106,7 +106,7 @@ func (s *Server) pageLocked(q url.Values) ([]*instance, error) {
 	slices.SortStableFunc(all, func(a, b *instance) int {
 		return cmp.Or(a.createdAt.Compare(b.createdAt), cmp.Compare(a.seq, b.seq))
 	})
-	if from := q.Get("from"); from != "" {
+	if from := q.Get("from"); from != "" && !s.ignoreFrom {
 		// A copy that DuplicateInstances reports stands for its original.
 		from = strings.TrimPrefix(from, duplicateUUID(""))
 		i := slices.IndexFunc(all, func(in *instance) bool { return in.UUID == from })

@@ -40,6 +40,10 @@ type Config struct {
 	// request without count gets the first page only, as from a server
 	// whose default page is smaller than the account.
 	PageSize int
+	// IgnoreFrom answers every list request from the first instance,
+	// whatever its from asks, as a server of an API version without
+	// pagination that still caps its answers.
+	IgnoreFrom bool
 }
 
 // Server is a fake ukpd. It is safe for concurrent use.
@@ -53,6 +57,7 @@ type Server struct {
 	seq          int
 	faults       map[FaultKind]Fault
 	pageSize     int
+	ignoreFrom   bool
 	listRequests int
 
 	closeOnce sync.Once
@@ -67,7 +72,7 @@ func New(cfg Config) *Server {
 		cfg.Clock = clock.RealClock{}
 	}
 	return &Server{clock: cfg.Clock, tokenFile: cfg.TokenFile, tokens: slices.Clone(cfg.Tokens), instances: map[string]*instance{},
-		faults: map[FaultKind]Fault{}, pageSize: cfg.PageSize, closed: make(chan struct{})}
+		faults: map[FaultKind]Fault{}, pageSize: cfg.PageSize, ignoreFrom: cfg.IgnoreFrom, closed: make(chan struct{})}
 }
 
 // Close ends requests held by a slow fault. The server keeps answering

@@ -144,6 +144,13 @@ const (
 // no instance. On a partial decode failure it returns the entries it could
 // read with an error saying what was left out; otherwise a nil list goes
 // with a non-nil error. A failed page fails the whole list.
+//
+// A page after the first must begin at the instance its from names: a
+// server that pages by count but ignores from (older versions of the API
+// had no pagination) answers the first page again, which would end the
+// loop as if the account held one page. Then the list is read once more
+// without count and from, and returned with an error that says the server
+// does not page, so the scrape counts as partial and is logged once.
 func (c *Client) Instances(ctx context.Context) ([]Instance, error) {
 	var (
 		all      []Instance
@@ -170,6 +177,9 @@ func (c *Client) Instances(ctx context.Context) ([]Instance, error) {
 		if list == nil {
 			return nil, c.wrap(err)
 		}
+		if page > 0 && (len(list) == 0 || list[0].UUID != from) {
+			return c.unpaginated(ctx, from)
+		}
 		if err != nil {
 			problems = append(problems, c.wrap(err))
 		}
@@ -191,6 +201,24 @@ func (c *Client) Instances(ctx context.Context) ([]Instance, error) {
 		all = []Instance{}
 	}
 	return all, errors.Join(problems...)
+}
+
+// unpaginated reads the list in one request, after a page that did not begin
+// at from.
+func (c *Client) unpaginated(ctx context.Context, from string) ([]Instance, error) {
+	ignored := fmt.Errorf("GET %s: a page asked from instance %s did not begin with it: the server does not page by from, so the list was read in one request, which holds the whole account only if the server sets no page size", instancesPath, clip(from))
+	body, contentType, err := c.get(ctx, instancesPath, nil, "application/json")
+	if err != nil {
+		return nil, errors.Join(ignored, err)
+	}
+	if !isJSON(contentType, body) {
+		return nil, c.errorf(sources.ReasonDecode, "%v; then answered %q, not JSON", ignored, clip(contentType))
+	}
+	list, err := DecodeInstances(body)
+	if list == nil {
+		return nil, errors.Join(ignored, c.wrap(err))
+	}
+	return list, errors.Join(ignored, c.wrap(err))
 }
 
 // Metrics returns the metrics of every instance the endpoint reports, in

@@ -3,6 +3,7 @@ package ukpd
 import (
 	"fmt"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,6 +143,48 @@ func TestScrapeDataFaults(t *testing.T) {
 						t.Errorf("scrape %d: %s served %+v, want %d nanocores and %d bytes", i, c.Name, c.Usage, cpu, mem)
 					}
 				}
+			}
+		})
+	}
+}
+
+// TestScrapeServerIgnoringFrom: a server that pages by count but ignores
+// from answers the first page again for the second; the list is then read
+// once without pagination, and the scrape is partial with an error that
+// says why, never one page passed off as the whole account.
+func TestScrapeServerIgnoringFrom(t *testing.T) {
+	const n = 150
+	tests := []struct {
+		name     string
+		pageSize int
+		wantPods int
+	}{
+		{"without a page size, the one read holds every instance", 0, n},
+		{"with one, only its first page, and the error says so", 100, 100},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, func(c *fakeukpd.Config) { c.PageSize, c.IgnoreFrom = tt.pageSize, true })
+			pods := make([]*corev1.Pod, 0, n)
+			for i := range n {
+				name := fmt.Sprintf("web-%04d", i)
+				pods = append(pods, newPod("default", name, "kraftlet", "app"))
+				e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: name, Container: "app", Node: "kraftlet", CPUCores: 0.1})
+			}
+			tg := oneTarget(t, SourceConfig{
+				Endpoints: []EndpointConfig{{URL: e.srv.URL, Nodes: []string{"kraftlet"}}}, Pods: podLister(t, pods...), TokenFile: e.tokenFile, CAFile: e.caFile, Clock: e.clk,
+			})
+			e.clk.Step(10 * time.Second)
+			b, err := tg.Scrape(t.Context())
+			if b == nil || len(b.Pods) != tt.wantPods {
+				t.Fatalf("scrape = %v, %v; want %d pods", b, err, tt.wantPods)
+			}
+			if err == nil || !strings.Contains(err.Error(), "does not page by from") {
+				t.Errorf("error = %v, want one that says the server does not page", err)
+			}
+			// The two pages, then the one read without pagination.
+			if got := e.fake.ListRequests(); got != 3 {
+				t.Errorf("%d list requests, want 3", got)
 			}
 		})
 	}
