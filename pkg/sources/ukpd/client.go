@@ -145,18 +145,25 @@ const (
 // read with an error saying what was left out; otherwise a nil list goes
 // with a non-nil error. A failed page fails the whole list.
 //
-// A page after the first must begin at the instance its from names: a
-// server that pages by count but ignores from (older versions of the API
-// had no pagination) answers the first page again, which would end the
-// loop as if the account held one page. Then the list is read once more
-// without count and from, and returned with an error that says the server
-// does not page, so the scrape counts as partial and is logged once.
+// A server that pages by count but ignores from (older versions of the API
+// had no pagination) answers the first page again for the second, which
+// would end the loop as if the account held one page. When the first page
+// was full (the server honoured count, so there may be more) and a later
+// one begins where the first did, not at its from, the list is read once
+// more without count and from, and returned with an error that says the
+// server does not page, so the scrape counts as partial and is logged
+// once. A first page short of count is the whole list of a server that
+// ignores both (it answers everything), and a page that begins elsewhere,
+// as when the instance from names was deleted meanwhile, is read as it
+// comes.
 func (c *Client) Instances(ctx context.Context) ([]Instance, error) {
 	var (
 		all      []Instance
 		seen     = map[string]struct{}{}
 		problems []error
 		from     string
+		// first is the first page's first UUID, when that page was full.
+		first string
 	)
 	for page := 0; ; page++ {
 		if page == maxListPages {
@@ -177,7 +184,10 @@ func (c *Client) Instances(ctx context.Context) ([]Instance, error) {
 		if list == nil {
 			return nil, c.wrap(err)
 		}
-		if page > 0 && (len(list) == 0 || list[0].UUID != from) {
+		switch {
+		case page == 0 && len(list) >= listPageSize:
+			first = list[0].UUID
+		case page > 0 && first != "" && len(list) > 0 && list[0].UUID == first && from != first:
 			return c.unpaginated(ctx, from)
 		}
 		if err != nil {
@@ -206,7 +216,7 @@ func (c *Client) Instances(ctx context.Context) ([]Instance, error) {
 // unpaginated reads the list in one request, after a page that did not begin
 // at from.
 func (c *Client) unpaginated(ctx context.Context, from string) ([]Instance, error) {
-	ignored := fmt.Errorf("GET %s: a page asked from instance %s did not begin with it: the server does not page by from, so the list was read in one request, which holds the whole account only if the server sets no page size", instancesPath, clip(from))
+	ignored := fmt.Errorf("GET %s: the page asked from instance %s began again at the first: the server does not page by from, so the list was read in one request, which holds the whole account only if the server sets no page size", instancesPath, clip(from))
 	body, contentType, err := c.get(ctx, instancesPath, nil, "application/json")
 	if err != nil {
 		return nil, errors.Join(ignored, err)

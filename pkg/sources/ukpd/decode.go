@@ -198,7 +198,7 @@ func DecodeMetricsJSON(body []byte) ([]Sample, error) {
 	var p problems
 	out := make([]Sample, 0, len(raw))
 	seen := make(map[string]struct{}, len(raw))
-	older := 0
+	older, anonymous := 0, 0
 	for i, r := range raw {
 		var w wireSample
 		if err := json.Unmarshal(r, &w); err != nil {
@@ -207,6 +207,9 @@ func DecodeMetricsJSON(body []byte) ([]Sample, error) {
 		}
 		if w.CPUTimeMS == nil && w.CPUTimeS != nil {
 			older++
+		}
+		if w.UUID == "" && w.Name == "" {
+			anonymous++
 		}
 		s, err := w.sample()
 		if err == nil {
@@ -221,6 +224,14 @@ func DecodeMetricsJSON(body []byte) ([]Sample, error) {
 	if older > 0 && len(out) == 0 {
 		return nil, sources.WithReason(sources.ReasonDecode, fmt.Errorf("decode instance metrics: %w", errOlderForm))
 	}
+	if anonymous > 0 && len(out) == 0 {
+		return nil, sources.WithReason(sources.ReasonDecode, fmt.Errorf("decode instance metrics: %w", errAnonymous))
+	}
+	if len(raw) > 0 && len(out) == 0 {
+		// Not a partial answer: stored, an empty one would wipe every pod
+		// of the target's nodes while the target looked healthy.
+		return nil, sources.WithReason(sources.ReasonDecode, p.err("instance metrics"))
+	}
 	return out, p.err("instance metrics")
 }
 
@@ -229,6 +240,15 @@ func DecodeMetricsJSON(body []byte) ([]Sample, error) {
 // not a counter) and no cpu_time_ms.
 var errOlderForm = errors.New("the entries carry cpu_time_s and no cpu_time_ms, the JSON form of older ukpd releases, " +
 	"whose cpu_time_s is not a counter: ask for the Prometheus form with the endpoint option metrics-format=text")
+
+// errAnonymous says that the JSON metrics name no instance. The platform's
+// OpenAPI schema of a metrics entry (unikraft-cloud/openapi platform.yaml,
+// components.schemas.instance_metrics, at 3ad3989) has uuid and name but
+// none of state, start_count, started_at or uptime_ms, which the decoder
+// does without; an entry with neither uuid nor name cannot be joined to the
+// instance list at all.
+var errAnonymous = errors.New("the entries name no instance (no uuid and no name), so they cannot be joined to the instance list: " +
+	"ask for the Prometheus form with the endpoint option metrics-format=text")
 
 // wireSample is a metrics entry as the JSON form carries it. Pointers tell
 // a missing field from a zero one.

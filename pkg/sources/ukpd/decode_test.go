@@ -114,6 +114,25 @@ func TestDecodeMetricsJSON(t *testing.T) {
 	})
 }
 
+// TestDecodeSchemaForm: entries shaped as the platform's OpenAPI schema
+// has them (unikraft-cloud/openapi platform.yaml at 3ad3989,
+// instance_metrics: no state, start_count, started_at nor uptime_ms) are
+// read; without uuid and name too, the answer fails as a whole with one
+// error that says so, rather than an empty scrape that would wipe the
+// target's pods.
+func TestDecodeSchemaForm(t *testing.T) {
+	entry := `"status": "success", "rss_bytes": 1048576, "cpu_time_ms": 1500, "rx_bytes": 10, "rx_packets": 1, "tx_bytes": 20, "tx_packets": 2, "nconns": 0, "nreqs": 0, "nqueued": 0, "ntotal": 3`
+	samples, err := DecodeMetricsJSON([]byte(`{"status": "success", "data": {"instances": [{"uuid": "a", "name": "young-monkey", ` + entry + `}]}}`))
+	if err != nil || len(samples) != 1 || samples[0].UUID != "a" || samples[0].CPUCoreNanos != 1500e6 || samples[0].RSSBytes != 1048576 {
+		t.Errorf("with uuid and name: %+v, %v; want instance a's counter and RSS", samples, err)
+	}
+	samples, err = DecodeMetricsJSON([]byte(`{"status": "success", "data": {"instances": [{` + entry + `}, {` + entry + `}]}}`))
+	checkRejected(t, samples, err, "the entries name no instance (no uuid and no name)", sources.ReasonDecode)
+	// Entries that all fail for other reasons fail the answer too.
+	samples, err = DecodeMetricsJSON([]byte(`{"status": "success", "data": {"instances": [{"uuid": "a", "rss_bytes": 1}]}}`))
+	checkRejected(t, samples, err, "no cpu_time_ms", sources.ReasonDecode)
+}
+
 // TestDecodeOlderForm checks that the JSON form of older ukpd releases
 // fails as a whole, with one error that says which form to use.
 func TestDecodeOlderForm(t *testing.T) {
