@@ -42,6 +42,9 @@ type Pods interface {
 	// HasGroups says whether any pod carrying group labels is cached,
 	// verified or not: a cheap hint that Group may find members.
 	HasGroups() bool
+	// ByInstance returns the pod and container whose status names the
+	// unikernel instance of that UUID as its containerID (Pod.Instances).
+	ByInstance(uuid string) (*Pod, string, bool)
 }
 
 // PodIndex holds pods by namespace and name, by label and by
@@ -58,6 +61,8 @@ type PodIndex struct {
 	// added or removed since they were last sorted.
 	names  []string
 	groups map[string][]*Pod
+	// instances maps an instance UUID to the pod and container it runs.
+	instances map[string]instanceRef
 	// versions counts the changes of every namespace (Version).
 	versions uint64
 
@@ -90,7 +95,20 @@ func NewPodIndex() *PodIndex { return newPodIndex(nil) }
 // newPodIndex returns an empty index that verifies group membership
 // against sets, or does not when sets is nil.
 func newPodIndex(sets *statefulSets) *PodIndex {
-	return &PodIndex{namespaces: map[string]*namespace{}, groups: map[string][]*Pod{}, sets: sets}
+	return &PodIndex{namespaces: map[string]*namespace{}, groups: map[string][]*Pod{}, instances: map[string]instanceRef{}, sets: sets}
+}
+
+type instanceRef struct {
+	pod       *Pod
+	container string
+}
+
+// ByInstance implements Pods.
+func (x *PodIndex) ByInstance(uuid string) (*Pod, string, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	r, ok := x.instances[strings.ToLower(uuid)]
+	return r.pod, r.container, ok
 }
 
 func byName(a *Pod, name string) int { return strings.Compare(a.Name, name) }
@@ -146,10 +164,18 @@ func (x *PodIndex) Set(p *Pod) {
 	if key, ok := p.GroupKey(); ok {
 		x.groups[key] = insert(x.groups[key], p)
 	}
+	for _, in := range p.Instances() {
+		x.instances[in.UUID] = instanceRef{pod: p, container: in.Container}
+	}
 }
 
 // unindex takes old out of the label and group indexes.
 func (x *PodIndex) unindex(ns *namespace, old *Pod) {
+	for _, in := range old.Instances() {
+		if x.instances[in.UUID].pod == old {
+			delete(x.instances, in.UUID)
+		}
+	}
 	for k, v := range old.Labels {
 		values := ns.labels[k]
 		if values[v] = remove(values[v], old.Name); len(values[v]) == 0 {

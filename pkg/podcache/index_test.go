@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 	"weak"
@@ -92,6 +93,36 @@ func TestPodIndexList(t *testing.T) {
 	if _, ok := x.Pod("c", "old"); ok {
 		t.Error("Pod(c/old) found after Delete")
 	}
+}
+
+// TestPodIndexByInstance: containerIDs that are instance UUIDs, bare or
+// after a scheme, index their pod and container until the pod is replaced
+// or deleted; a container runtime's IDs are not kept.
+func TestPodIndexByInstance(t *testing.T) {
+	const a, b = "0f8e7d6c-5b4a-4392-8170-a1b2c3d4e5f6", "11111111-2222-4333-8444-555555555555"
+	withIDs := func(ids map[string]string) *Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}}
+		for c, id := range ids {
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: c, ContainerID: id})
+		}
+		return NewPod(p)
+	}
+	x := NewPodIndex()
+	x.Set(withIDs(map[string]string{"app": "unikraft://" + a, "side": strings.ToUpper(b), "cri": "containerd://" + strings.Repeat("ab", 32)}))
+	// look names the pod's name and container found, "" for none.
+	look := func(uuid string) string {
+		if got, c, ok := x.ByInstance(uuid); ok {
+			return got.Name + "/" + c
+		}
+		return ""
+	}
+	checkDiff(t, "by the scheme's UUID", "p/app", look(a))
+	checkDiff(t, "by a bare UUID in upper case", "p/side", look(b))
+	checkDiff(t, "a runtime's ID", "", look(strings.Repeat("ab", 32)))
+	x.Set(withIDs(map[string]string{"app": "unikraft://" + a}))
+	checkDiff(t, "after the pod no longer names b", "", look(b))
+	x.Delete("ns", "p")
+	checkDiff(t, "after the pod left", "", look(a))
 }
 
 func TestPodIndexGroups(t *testing.T) {

@@ -2,6 +2,7 @@ package podcache
 
 import (
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
@@ -70,6 +71,15 @@ type podData struct {
 	// controller is the pod's controller reference (kind, name and UID
 	// only), nil when it has none.
 	controller *Controller
+	// instances are the containers whose status names a unikernel
+	// instance (InstanceOf).
+	instances []ContainerInstance
+}
+
+// ContainerInstance is a container and the UUID of the instance that runs
+// it, as its status's containerID names it.
+type ContainerInstance struct {
+	Container, UUID string
 }
 
 // Controller is the part of a controller reference the server reads.
@@ -185,6 +195,7 @@ func NewPod(obj *corev1.Pod) *Pod {
 		}
 	}
 	p.runningSidecars = runningSidecars(obj)
+	p.instances = instancesOf(obj)
 	p.groupKey, p.inGroup = group.Key(obj)
 	p.leader = group.IsLeader(obj)
 	return p
@@ -290,6 +301,47 @@ func (p *Pod) ReadinessView() *corev1.Pod {
 		v.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: p.ready.condition(), LastTransitionTime: p.readySince}}
 	}
 	return v
+}
+
+// Instances are the pod's containers whose status's containerID is a
+// unikernel instance's UUID; read-only.
+func (p *Pod) Instances() []ContainerInstance { return p.instances }
+
+// instancesOf reads the containers whose containerID is an instance UUID,
+// bare or after a scheme ("<scheme>://<uuid>"), as kraftlet writes the
+// instance it runs for a container. A container runtime's IDs (64 hex
+// digits) are not UUIDs and are not kept, so the cache holds these only
+// for pods on kraftlet nodes.
+func instancesOf(p *corev1.Pod) []ContainerInstance {
+	var out []ContainerInstance
+	for _, st := range slices.Concat(p.Status.ContainerStatuses, p.Status.InitContainerStatuses) {
+		id := st.ContainerID
+		if _, rest, ok := strings.Cut(id, "://"); ok {
+			id = rest
+		}
+		if isUUID(id) {
+			out = append(out, ContainerInstance{Container: st.Name, UUID: strings.ToLower(id)})
+		}
+	}
+	return out
+}
+
+// isUUID says whether s is a UUID in its text form (8-4-4-4-12 hex digits).
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if r != '-' {
+				return false
+			}
+		case !('0' <= r && r <= '9' || 'a' <= r && r <= 'f' || 'A' <= r && r <= 'F'):
+			return false
+		}
+	}
+	return true
 }
 
 // runningSidecars names the restartable init containers that are running.

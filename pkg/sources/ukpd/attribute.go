@@ -105,6 +105,9 @@ const (
 	ignoredDuplicate         = "duplicate_container"
 	ignoredMissingRequired   = "missing_required_tag"
 	ignoredImplausible       = "implausible_usage"
+	// ignoredOtherInstance: the tags name a container whose status names
+	// another instance as its containerID.
+	ignoredOtherInstance = "other_instance"
 )
 
 // plausibleCPU says whether s's CPU time fits what inst can have used: at

@@ -163,7 +163,7 @@ func BenchmarkAttributeCutTags(b *testing.B) {
 			e.pods = podLister(b, pods...)
 			owned := map[string]struct{}{"kraftlet": {}}
 			for b.Loop() {
-				batch, _, err := e.attribute(context.Background(), samples, t0, owned)
+				batch, _, _, err := e.attribute(context.Background(), samples, t0, owned)
 				if err != nil || len(batch.Pods) != n {
 					b.Fatalf("attributed %d pods, %v; want %d", len(batch.Pods), err, n)
 				}

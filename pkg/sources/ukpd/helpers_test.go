@@ -107,7 +107,7 @@ func counterValue(t *testing.T, c *metrics.CounterVec, label string) float64 {
 
 var allReasons = []string{
 	ignoredUnknownInstance, ignoredNotRunning, ignoredMissingTags, ignoredPodNotFound,
-	ignoredAmbiguousPod, ignoredContainerNotFound, ignoredNodeNotOwned, ignoredDuplicate, ignoredMissingRequired, ignoredImplausible,
+	ignoredAmbiguousPod, ignoredContainerNotFound, ignoredNodeNotOwned, ignoredDuplicate, ignoredMissingRequired, ignoredImplausible, ignoredOtherInstance,
 }
 
 // counts reads c's counter of each label.

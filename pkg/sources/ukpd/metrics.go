@@ -14,9 +14,17 @@ var (
 		Name:      "ignored_instances_total",
 		Help: "Instances reported by ukpd but left out of a scrape, by reason (unknown_instance, not_running, " +
 			"missing_tags, pod_not_found, ambiguous_pod, container_not_found, node_not_owned, duplicate_container, " +
-			"missing_required_tag, implausible_usage).",
+			"missing_required_tag, implausible_usage, other_instance).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
+	tagConflicts = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace: "group_metrics_server",
+		Subsystem: "ukpd",
+		Name:      "tag_conflicts_total",
+		Help: "Instances attributed by a pod's containerID whose kraftlet tags name another pod or container; " +
+			"the containerID wins.",
+		StabilityLevel: metrics.ALPHA,
+	})
 	listFetches = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace:      "group_metrics_server",
 		Subsystem:      "ukpd",
@@ -39,5 +47,5 @@ const (
 // RegisterMetrics registers the ukpd source's self-metrics with the legacy
 // registry served on /metrics. It is safe to call more than once.
 func RegisterMetrics() {
-	registerOnce.Do(func() { legacyregistry.MustRegister(ignoredInstances, listFetches) })
+	registerOnce.Do(func() { legacyregistry.MustRegister(ignoredInstances, tagConflicts, listFetches) })
 }

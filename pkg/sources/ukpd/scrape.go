@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,6 +38,9 @@ type endpoint struct {
 	// duplicates is how many instances the last scrape left out as a
 	// second instance of a container, logged when it changes.
 	duplicates int
+	// conflicts are the instances the last scrape attributed by
+	// containerID against their tags, each logged once.
+	conflicts map[string]bool
 }
 
 func newEndpoint(cfg EndpointConfig, client *Client, pods podcache.Pods, clk clock.PassiveClock, refresh time.Duration, required []string) *endpoint {
@@ -82,10 +86,11 @@ func (e *endpoint) scrape(ctx context.Context, nodes []string) (*sources.Batch, 
 	for _, n := range nodes {
 		owned[n] = struct{}{}
 	}
-	batch, ignored, err := e.attribute(ctx, samples, now, owned)
+	batch, ignored, conflicts, err := e.attribute(ctx, samples, now, owned)
 	if err != nil {
 		return nil, err
 	}
+	e.noteConflicts(conflicts)
 	for reason, n := range ignored {
 		ignoredInstances.WithLabelValues(reason).Add(float64(n))
 	}
@@ -101,6 +106,21 @@ func (e *endpoint) scrape(ctx context.Context, nodes []string) (*sources.Batch, 
 		e.duplicates = d
 	}
 	return batch, errors.Join(problems...)
+}
+
+// noteConflicts counts the instances attributed by containerID against
+// their tags and logs each once, for as long as it lasts.
+func (e *endpoint) noteConflicts(conflicts map[string]string) {
+	tagConflicts.Add(float64(len(conflicts)))
+	seen := make(map[string]bool, len(conflicts))
+	for uuid, pod := range conflicts {
+		seen[uuid] = true
+		if !e.conflicts[uuid] {
+			klog.InfoS("A ukpd instance's tags name another pod than the pod whose containerID it is; the containerID wins",
+				"endpoint", e.client.String(), "instance", uuid, "pod", pod)
+		}
+	}
+	e.conflicts = seen
 }
 
 // refreshList fetches the instance list when none is cached, when it is
@@ -178,15 +198,16 @@ type podEntry struct {
 //
 // It looks at ctx every attributeCtxCheck samples and fails when it is
 // done.
-func (e *endpoint) attribute(ctx context.Context, samples []Sample, now time.Time, owned map[string]struct{}) (*sources.Batch, map[string]int, error) {
+func (e *endpoint) attribute(ctx context.Context, samples []Sample, now time.Time, owned map[string]struct{}) (*sources.Batch, map[string]int, map[string]string, error) {
 	finder := newPodFinder(e.pods)
 	ignored := map[string]int{}
+	conflicts := map[string]string{}
 	timelines := make(map[string]timeline, len(samples))
 	pods := map[podAt]*podEntry{}
 	for i, s := range samples {
 		if i%attributeCtxCheck == attributeCtxCheck-1 {
 			if err := ctx.Err(); err != nil {
-				return nil, nil, sources.WithReason(sources.TransportReason(err), fmt.Errorf("ukpd %s: attribute instances: %w", e.client, err))
+				return nil, nil, nil, sources.WithReason(sources.TransportReason(err), fmt.Errorf("ukpd %s: attribute instances: %w", e.client, err))
 			}
 		}
 		inst := e.lookup(s)
@@ -211,10 +232,13 @@ func (e *endpoint) attribute(ctx context.Context, samples []Sample, now time.Tim
 			continue
 		}
 
-		pod, container, node, reason := e.resolve(finder, inst, owned)
+		pod, container, node, reason, conflict := e.resolve(finder, inst, owned)
 		if reason != "" {
 			ignored[reason]++
 			continue
+		}
+		if conflict {
+			conflicts[inst.UUID] = pod.Namespace + "/" + pod.Name
 		}
 		key := podAt{pod.Namespace, pod.Name, node}
 		entry := pods[key]
@@ -232,7 +256,7 @@ func (e *endpoint) attribute(ctx context.Context, samples []Sample, now time.Tim
 		entry.containers[container] = c
 	}
 	e.timelines = timelines
-	return buildBatch(pods), ignored, nil
+	return buildBatch(pods), ignored, conflicts, nil
 }
 
 // attributeCtxCheck is how many samples are attributed between two looks
@@ -240,27 +264,48 @@ func (e *endpoint) attribute(ctx context.Context, samples []Sample, now time.Tim
 const attributeCtxCheck = 1024
 
 // resolve finds the pod, container and node of a running instance, or the
-// reason to leave it out.
-func (e *endpoint) resolve(finder *podFinder, inst *Instance, owned map[string]struct{}) (*podcache.Pod, string, string, string) {
+// reason to leave it out, and whether its tags conflict with the pod that
+// claims it by containerID.
+//
+// A pod whose container status names the instance as its containerID
+// (kraftlet writes the instance's UUID there) is its pod, on the pod's
+// node: an exact join within the cluster, so no tag is needed, and tags
+// that name another pod or container are a conflict, counted and logged.
+// Otherwise the instance's kraftlet tags name the pod; a container whose
+// status names another instance is not this one's.
+func (e *endpoint) resolve(finder *podFinder, inst *Instance, owned map[string]struct{}) (pod *podcache.Pod, container, node, reason string, conflict bool) {
+	ref, tagged := parseTags(inst.Tags)
+	if pod, container, ok := e.pods.ByInstance(inst.UUID); ok {
+		node = pod.NodeName()
+		if _, mine := owned[node]; !mine {
+			return nil, "", "", ignoredNodeNotOwned, false
+		}
+		conflict = tagged && (ref.namespace != pod.Namespace || ref.podTag != TagFor(TagPod, pod.Name) || ref.container != container)
+		return pod, container, node, "", conflict
+	}
 	if !hasTags(inst.Tags, e.required) {
-		return nil, "", "", ignoredMissingRequired
+		return nil, "", "", ignoredMissingRequired, false
 	}
-	ref, ok := parseTags(inst.Tags)
-	if !ok {
-		return nil, "", "", ignoredMissingTags
+	if !tagged {
+		return nil, "", "", ignoredMissingTags, false
 	}
-	pod, reason := finder.find(ref)
+	pod, reason = finder.find(ref)
 	if reason != "" {
-		return nil, "", "", reason
+		return nil, "", "", reason, false
 	}
 	if !pod.RunsContainer(ref.container) {
-		return nil, "", "", ignoredContainerNotFound
+		return nil, "", "", ignoredContainerNotFound, false
 	}
-	node := nodeOf(ref, pod)
+	for _, in := range pod.Instances() {
+		if in.Container == ref.container && !strings.EqualFold(in.UUID, inst.UUID) {
+			return nil, "", "", ignoredOtherInstance, false
+		}
+	}
+	node = nodeOf(ref, pod)
 	if _, mine := owned[node]; !mine {
-		return nil, "", "", ignoredNodeNotOwned
+		return nil, "", "", ignoredNodeNotOwned, false
 	}
-	return pod, ref.container, node, ""
+	return pod, ref.container, node, "", false
 }
 
 // newer says whether c replaces old as the instance of a container: the one

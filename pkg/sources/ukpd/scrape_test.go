@@ -8,6 +8,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
@@ -58,6 +60,46 @@ func TestScrapeSharedAccount(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestScrapeByContainerID: a pod whose container status names an instance
+// as its containerID (as kraftlet writes it, "<scheme>://<uuid>") gets that
+// instance whatever its tags say, and the conflict is counted; an instance
+// whose tags claim that container is not its instance and is left out.
+func TestScrapeByContainerID(t *testing.T) {
+	RegisterMetrics()
+	e := newEnv(t)
+	// Mis-tagged: its tags name web-1, while web-0's status names it.
+	ours := e.add(t, fakeukpd.InstanceSpec{Tags: kraftletTags("default", "web-1", "app", "kraftlet"), CPUCores: 0.5})
+	// Tagged for web-0, which runs another instance.
+	e.add(t, fakeukpd.InstanceSpec{Tags: kraftletTags("default", "web-0", "app", "kraftlet"), CPUCores: 2})
+	web0 := newPod("default", "web-0", "kraftlet", "app")
+	web0.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", ContainerID: "unikraft://" + strings.ToUpper(ours.UUID)}}
+	tg := oneTarget(t, SourceConfig{
+		Endpoints: []EndpointConfig{{URL: e.srv.URL, Nodes: []string{"kraftlet"}}},
+		Pods:      podLister(t, web0, newPod("default", "web-1", "kraftlet", "app")),
+		TokenFile: e.tokenFile, CAFile: e.caFile, Clock: e.clk,
+	})
+	e.clk.Step(10 * time.Second)
+	before := counts(t, ignoredInstances, allReasons...)
+	conflicts := counter(t, tagConflicts)
+	b := scrapeOK(t, tg)
+	if len(b.Pods) != 1 || b.Pods[0].Name != "web-0" || b.Pods[0].Containers[0].CPUCoreNanos != 5e9 {
+		t.Errorf("batch = %+v, want web-0 alone with its own instance's 5e9 core-ns", b.Pods)
+	}
+	if got := growth(t, ignoredInstances, before); !maps.Equal(got, map[string]float64{ignoredOtherInstance: 1}) {
+		t.Errorf("ignored = %v, want the forged instance as other_instance", got)
+	}
+	if got := counter(t, tagConflicts) - conflicts; got != 1 {
+		t.Errorf("tag conflicts grew by %v, want 1", got)
+	}
+}
+
+func counter(t *testing.T, c metrics.CounterMetric) float64 {
+	t.Helper()
+	v, err := testutil.GetCounterMetricValue(c)
+	must(t, err)
+	return v
 }
 
 // TestScrapeIgnoredContainer checks that a container kraftlet runs no
