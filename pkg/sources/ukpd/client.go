@@ -57,7 +57,9 @@ type ClientConfig struct {
 	// InsecureSkipTLSVerify accepts any server certificate. Only for tests.
 	InsecureSkipTLSVerify bool
 	// MetricsFormat is the form asked of the metrics endpoint; empty means
-	// FormatJSON. Whatever the server answers is decoded by its content type.
+	// FormatText, the form the self-hosted deployments scrape, whose
+	// entries need no identity but the instance_uuid label. Whatever the
+	// server answers is decoded by its content type.
 	MetricsFormat Format
 	// MaxResponseBytes caps a response; 0 means DefaultMaxResponseBytes.
 	MaxResponseBytes int64
@@ -87,7 +89,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	format := cfg.MetricsFormat
 	switch format {
 	case "":
-		format = FormatJSON
+		format = FormatText
 	case FormatJSON, FormatText:
 	default:
 		return nil, fmt.Errorf("ukpd %s: unknown metrics format %q (want json or text)", base, format)

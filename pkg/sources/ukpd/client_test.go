@@ -295,16 +295,16 @@ func TestClientHostileText(t *testing.T) {
 }
 
 // TestClientOlderForm checks a ukpd that answers the older JSON form: the
-// JSON read fails with the form to use, and the Prometheus form, asked
-// for with metrics-format=text, reads the same instance.
+// JSON read (metrics-format=json) fails with the form to use, and the
+// Prometheus form, asked for by default, reads the same instance.
 func TestClientOlderForm(t *testing.T) {
 	e := newEnv(t)
 	e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", CPUCores: 0.5})
 	e.clk.Step(10 * time.Second)
 	must(t, e.fake.SetFault(fakeukpd.Fault{Kind: fakeukpd.FaultOlderForm}))
-	samples, err := e.client(t, nil).Metrics(t.Context())
+	samples, err := e.client(t, func(c *ClientConfig) { c.MetricsFormat = FormatJSON }).Metrics(t.Context())
 	checkRejected(t, samples, err, "metrics-format=text", sources.ReasonDecode)
-	samples, err = e.client(t, func(c *ClientConfig) { c.MetricsFormat = FormatText }).Metrics(t.Context())
+	samples, err = e.client(t, nil).Metrics(t.Context())
 	if err != nil || len(samples) != 1 || samples[0].CPUCoreNanos != 5e9 {
 		t.Errorf("text form = %+v, %v; want one instance with 5 core-seconds", samples, err)
 	}

@@ -230,7 +230,7 @@ func DecodeMetricsJSON(body []byte) ([]Sample, error) {
 	if len(raw) > 0 && len(out) == 0 {
 		// Not a partial answer: stored, an empty one would wipe every pod
 		// of the target's nodes while the target looked healthy.
-		return nil, sources.WithReason(sources.ReasonDecode, p.err("instance metrics"))
+		return nil, sources.WithReason(sources.ReasonDecode, fmt.Errorf("decode instance metrics: %w", p.err("instance metrics")))
 	}
 	return out, p.err("instance metrics")
 }

@@ -160,6 +160,11 @@ func decodeMetricsText(ctx context.Context, body []byte) ([]Sample, error) {
 		}
 		out = append(out, s)
 	}
+	if len(uuids) > 0 && len(out) == 0 {
+		// As in the JSON form: an answer none of whose instances could be
+		// read fails, rather than store an empty scrape.
+		return nil, sources.WithReason(sources.ReasonDecode, fmt.Errorf("decode instance metrics: %w", p.err("instance metrics")))
+	}
 	return out, p.err("instance metrics")
 }
 
