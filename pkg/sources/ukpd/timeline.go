@@ -38,9 +38,15 @@ const (
 //     the arrivals. When the instance stood by at the previous sample, that
 //     is exactly the average over the interval, zero for the time it slept;
 //     otherwise the previous run's last part is missed, so the rate can
-//     only read low, never high. If the counter did not go back, nothing
-//     says when it started (started_at may have moved without a restart):
-//     the sample is a baseline, and the rate comes from the next one.
+//     only read low, never high. If the counter did not go back, it was
+//     not reset: the platform's 2024 API says CPU time accumulates over
+//     starts (unikraft-cloud/openapi platform.yaml at 3ad3989,
+//     /instances/metrics), today's documentation that it starts over at
+//     each start, and a server of either kind is read from its data. A
+//     counter that kept counting across the start goes on as one series,
+//     the rate over the interval including any time asleep; were it one
+//     that started over and already passed its old value, the rate reads
+//     low (the interval's usage is at least the difference), never high.
 //   - Standing by, the counter is frozen: the timestamp advances by the time
 //     between arrivals, and the rate is zero.
 type timeline struct {
@@ -106,14 +112,10 @@ func advance(prev *timeline, s Sample, state string, now time.Time) timeline {
 	case s.CPUCoreNanos < prev.point.CPUCoreNanos:
 		p.StartTime = prev.point.Timestamp
 	default:
-		// The start moved but the counter did not go back: started_at
-		// may have moved without a restart (a clock that was set), or
-		// the new run used more than the whole previous one. Either way
-		// the counter's start is unknown: a baseline, no rate. A start at
-		// the previous sample is what the store takes for that (a
-		// restart whose counter did not go back), and the next sample,
-		// with the same start, is past it: a rate again.
-		p.StartTime = prev.point.Timestamp
+		// The start moved but the counter did not go back: cumulative
+		// over starts, or started_at moved without a restart (a clock
+		// that was set). One series goes on.
+		p.StartTime = prev.point.StartTime
 	}
 	next.point = p
 	return next
