@@ -2,6 +2,7 @@ package store
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,5 +127,33 @@ func TestNamedSeriesOfAnotherPod(t *testing.T) {
 	s.StoreSeries("endpoints", "pod/ns/p", []sources.SeriesPoint{reborn}, clk.Now())
 	if got := s.Series("ns", "p", "uid-p-2", "m"); len(got) != 0 {
 		t.Errorf("the recreated pod's first sample: %+v, want no rate", got)
+	}
+}
+
+// TestNodeSumOfPods: a source that reports no node-level usage (ukpd) gives
+// a node the sum of its pods' usage, once every container has some.
+func TestNodeSumOfPods(t *testing.T) {
+	clk := clocktesting.NewFakeClock(at(10 * time.Second))
+	s := newTestStore(clk, "ukpd")
+	pods := func(ts time.Duration, cpuA, cpuB uint64) *sources.Batch {
+		return &sources.Batch{Pods: []sources.PodPoint{
+			{Namespace: "ns", Name: "a", Node: "kraftlet", Containers: []sources.ContainerPoint{{Name: "c", Point: pt(ts, -time.Hour, cpuA, 1<<20)}}},
+			{Namespace: "ns", Name: "b", Node: "kraftlet", Containers: []sources.ContainerPoint{{Name: "c", Point: pt(ts, -time.Hour, cpuB, 2<<20)}}},
+		}}
+	}
+	s.Store("ukpd", []string{"kraftlet"}, pods(0, 0, 0), clk.Now())
+	if _, why := s.Node("kraftlet"); why == nil || !strings.Contains(why.Reason, "has none yet") {
+		t.Fatalf("after one sample: %v, want the pods' usage pending", why)
+	}
+	clk.Step(10 * time.Second)
+	s.Store("ukpd", []string{"kraftlet"}, pods(10*time.Second, 5e9, 10e9), clk.Now())
+	u, why := s.Node("kraftlet")
+	want := Usage{Timestamp: at(10 * time.Second), Window: 10 * time.Second, CPUNanoCores: 1.5e9, MemoryBytes: 3 << 20}
+	if why != nil || u != want {
+		t.Errorf("node = %+v, %v; want %+v", u, why, want)
+	}
+	s.Store("ukpd", []string{"kraftlet"}, &sources.Batch{}, clk.Now())
+	if _, why := s.Node("kraftlet"); why == nil || !strings.Contains(why.Reason, "runs no pod") {
+		t.Errorf("with no pods: %v, want no usage", why)
 	}
 }

@@ -172,6 +172,13 @@ func (p *pod) derive(sample uint64) *podRead {
 }
 
 // Node returns the usage of a node.
+//
+// A source that reports no node-level usage (ukpd: a kraftlet node is a
+// virtual node, whose instances are its only load) gives the node the sum
+// of its pods' usage, once every container of them has fresh usage; its
+// timestamp and window are those of the container sampled earliest, as a
+// pod's are. A kraftlet node's host, where it runs a kubelet, counts the
+// same instances' VMMs under its own node name.
 func (s *Store) Node(name string) (Usage, *Unavailable) {
 	now := s.clock.Now()
 	var why *Unavailable
@@ -186,8 +193,14 @@ func (s *Store) Node(name string) (Usage, *Unavailable) {
 			continue
 		}
 		switch n := sh.node; {
+		case n == nil && len(sh.pods) > 0:
+			u, r := s.sumOfPods(sh, name, now)
+			if r == nil {
+				return u, nil
+			}
+			why = first(why, r)
 		case n == nil:
-			why = first(why, unavailable("node %q reported no node-level usage", name))
+			why = first(why, unavailable("node %q reported no node-level usage and runs no pod", name))
 		case !n.hasUsage():
 			why = first(why, unavailable("node %q has one sample so far; usage needs a second", name))
 		case !s.fresh(n.derivedAt, now):
@@ -200,4 +213,26 @@ func (s *Store) Node(name string) (Usage, *Unavailable) {
 		why = unavailable("node %q has not been scraped yet", name)
 	}
 	return Usage{}, why
+}
+
+// sumOfPods is the usage of the pods of sh, all on node, summed.
+func (s *Store) sumOfPods(sh *shard, node string, now time.Time) (Usage, *Unavailable) {
+	var sum Usage
+	for key, p := range sh.pods {
+		for i := range p.containers {
+			c := &p.containers[i]
+			if !c.hasUsage() || !s.fresh(c.derivedAt, now) {
+				return Usage{}, unavailable("node %q is the sum of its pods' usage, and pod %s/%s has none yet for container %q", node, key.namespace, key.name, c.name)
+			}
+			sum.CPUNanoCores += c.usage.CPUNanoCores
+			sum.MemoryBytes += c.usage.MemoryBytes
+			if sum.Timestamp.IsZero() || c.usage.Timestamp.Before(sum.Timestamp) {
+				sum.Timestamp, sum.Window = c.usage.Timestamp, c.usage.Window
+			}
+		}
+	}
+	if sum.Timestamp.IsZero() {
+		return Usage{}, unavailable("node %q reported no node-level usage and its pods no container", node)
+	}
+	return sum, nil
 }

@@ -139,8 +139,8 @@ func testVLLMQueue(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *auto
 func (e *inferenceEnv) checkFailingMember(ctx context.Context, t *testing.T, ns string, leader types.NamespacedName, metric string, breakPod func(string), mend func()) {
 	t.Helper()
 	target := "pod/" + ns + "/" + leader.Name
-	const failuresName = "group_metrics_server_endpoints_target_failures_total"
-	failures := []string{`kind="pod"`, `reason="http_status"`}
+	const failuresName = "group_metrics_server_scraper_target_failures_total"
+	failures := []string{`source="endpoints"`, `reason="http_status"`}
 	before := mustMetric(ctx, t, e.server, failuresName, failures...)
 	// Only what the server logs from here on counts: the leader may have
 	// been refused once before its fake endpoint listened.
@@ -162,7 +162,7 @@ func (e *inferenceEnv) checkFailingMember(ctx context.Context, t *testing.T, ns 
 			return err
 		}
 		log, at := string(whole[logStart.Size():]), `target="`+target+`"`
-		failed, recovered = len(matchingLines(log, at, "Scrape of a pod endpoint failed")), len(matchingLines(log, at, "Pod endpoint scraped again"))
+		failed, recovered = len(matchingLines(log, at, "Scrape target failing")), len(matchingLines(log, at, "Scrape target recovered"))
 		if recovered == 0 {
 			return fmt.Errorf("%d failure lines, no recovery line yet", failed)
 		}

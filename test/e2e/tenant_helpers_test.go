@@ -121,15 +121,15 @@ func tenantPod(ns, name, node string, podLabels, annotations map[string]string) 
 	return p
 }
 
-// watchSteady reads, at each of the next tenantTicks ticks of the
-// server's pod-endpoint collection, everything a tenant must not move,
-// and fails the test on the first change: the victim leader's value, its
+// watchSteady reads, at each of the next tenantTicks ticks of the server's
+// scraper, everything a tenant must not move, and fails the test on the
+// first change: the victim leader's value, its
 // freshness and its group's membership, the HPA's reading and desired
 // replicas, /metrics, the bystander's value and freshness, the server's
 // RSS, and check.
 func (tn *tenantEnv) watchSteady(ctx context.Context, t *testing.T, check func(context.Context, string) error) {
 	t.Helper()
-	const lastTick = "group_metrics_server_endpoints_last_tick_timestamp_seconds"
+	const lastTick = "group_metrics_server_scraper_last_tick_timestamp_seconds"
 	metricsEndpoint := directEndpoint(t, tn.e.server)
 	var last float64
 	ticks := 0

@@ -133,9 +133,9 @@ func (tn *tenantEnv) failingTarget(ns, name string, size int, limit string) host
 	pod := tenantPod(ns, name, tn.leaderNode, nil, tn.e.scrapeAnnotations())
 	return hostile{
 		pods: []*corev1.Pod{pod},
-		counted: []counted{{name: "group_metrics_server_endpoints_target_failures_total",
-			labels: []string{`kind="pod"`, `reason="too_large"`}, delta: 1}},
-		logged: [][]string{{`"Scrape of a pod endpoint failed"`, `target="pod/` + ns + `/` + name + `"`, `reason="too_large"`, cause}},
+		counted: []counted{{name: "group_metrics_server_scraper_target_failures_total",
+			labels: []string{`source="endpoints"`, `reason="too_large"`}, delta: 1}},
+		logged: [][]string{{`"Scrape target failing"`, `target="pod/` + ns + `/` + name + `"`, `reason="too_large"`, cause}},
 		check: func(ctx context.Context, _ string) error {
 			return absent(ctx, podPath(types.NamespacedName{Namespace: ns, Name: name}, tn.metric, ""))
 		},
