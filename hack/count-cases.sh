@@ -55,6 +55,12 @@ region() {
 	awk -v start="$2" -v end="$3" '$0 ~ start {on = 1} on && $0 ~ end && seen {exit} on {print; seen = 1}' "$1"
 }
 
+# fileOf DIR FUNC: the test file of DIR that defines FUNC, wherever the
+# tests were moved ("" if none).
+fileOf() {
+	grep -lE "^func $2\\(" "$1"/*_test.go 2>/dev/null | head -1 || true
+}
+
 # cases FILE FUNC: the cases of the table test FUNC in FILE, one "name:"
 # each, from the function's start to its loop over them.
 cases() {
@@ -83,19 +89,19 @@ echo "hack:                $(find hack -name '*_test.go' -print0 | funcs)"
 
 # The e2e tables: one fault kind named per case, from the tables' fault
 # constructors to the loop that runs them.
-e2eKubelet() { region test/e2e/faults_test.go 'fault := func\(' 'began := time.Now\(\)'; }
-e2eUkpd() { region test/e2e/faults_ukpd_test.go 'u := suite.ukpd' 'began := time.Now\(\)'; }
+e2eKubelet() { region "$(fileOf test/e2e TestNodeFaults)" 'fault := func\(' 'began := time.Now\(\)'; }
+e2eUkpd() { region "$(fileOf test/e2e TestUkpdFaults)" 'u := suite.ukpd' 'began := time.Now\(\)'; }
 kubelet=$(e2eKubelet | named | wc -l | tr -d ' ')
 ukpd=$(e2eUkpd | named | wc -l | tr -d ' ')
 echo "e2e fault cases:     TestNodeFaults=$kubelet TestUkpdFaults=$ukpd total=$((kubelet + ukpd))"
 
 # The in-process tables of the two clients.
 k=pkg/sources/kubelet u=pkg/sources/ukpd
-kFail=$(cases $k/client_test.go TestClientFailures)
-kData=$(cases $k/faults_data_test.go TestDataFaults)
-uFail=$(cases $u/client_test.go TestClientFailures)
-uTransport=$(cases $u/client_test.go TestClientTransportFaults)
-uData=$(cases $u/faults_data_test.go TestScrapeDataFaults)
+kFail=$(cases "$(fileOf $k TestClientFailures)" TestClientFailures)
+kData=$(cases "$(fileOf $k TestDataFaults)" TestDataFaults)
+uFail=$(cases "$(fileOf $u TestClientFailures)" TestClientFailures)
+uTransport=$(cases "$(fileOf $u TestClientTransportFaults)" TestClientTransportFaults)
+uData=$(cases "$(fileOf $u TestScrapeDataFaults)" TestScrapeDataFaults)
 echo "in-process fault cases: kubelet TestClientFailures=$kFail TestDataFaults=$kData" \
 	"ukpd TestClientFailures=$uFail TestClientTransportFaults=$uTransport TestScrapeDataFaults=$uData" \
 	"total=$((kFail + kData + uFail + uTransport + uData))"
