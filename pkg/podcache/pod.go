@@ -337,7 +337,7 @@ func isUUID(s string) bool {
 			if r != '-' {
 				return false
 			}
-		case !('0' <= r && r <= '9' || 'a' <= r && r <= 'f' || 'A' <= r && r <= 'F'):
+		case !strings.ContainsRune("0123456789abcdefABCDEF", r):
 			return false
 		}
 	}

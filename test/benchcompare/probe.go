@@ -117,7 +117,7 @@ func (b *bench) probe(ctx context.Context, s *runningServer, name, node string) 
 		})
 	if err != nil {
 		if ctx.Err() == nil && metricsCtx.Err() != nil {
-			return 0, fmt.Errorf("%s on %s: %w %v after Running: %v", name, node, errProbeMissed, bound, err)
+			return 0, fmt.Errorf("%s on %s: %w %v after Running: %w", name, node, errProbeMissed, bound, err)
 		}
 		return 0, err
 	}
