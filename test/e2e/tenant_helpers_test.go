@@ -111,6 +111,18 @@ func newTenantEnv(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *autos
 		return nil
 	}))
 	t.Logf("victim HPA reads %s=%d and wants 1 group %v after it was created", tn.metric, tenantQueue, since(began))
+	// What the tenants must not move is watched from a steady start: a
+	// member's CPU counts for the HPA only once a sample began after the
+	// pod was ready (group.Readiness), which can take a tick longer than
+	// its endpoint's value.
+	metricsEndpoint := directEndpoint(t, e.server)
+	must(t, e.poll(ctx, e.bounds.read, "the victim's steady state", func(ctx context.Context) error {
+		body, err := selfMetrics(ctx, metricsEndpoint)
+		if err != nil {
+			return err
+		}
+		return tn.steady(ctx, body, staleBound())
+	}))
 	return tn
 }
 
