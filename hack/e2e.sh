@@ -50,6 +50,7 @@ TestLeaderWorkerSetController 8
 TestRequestsRefused 6
 TestUkpdPages 6
 TestHostileRequests 3
+TestCertControllerLeaseLost 5
 TestManifestsHardened 3
 TestAggregatedAPIService 2
 TestControlPlaneRelease 1

@@ -64,20 +64,38 @@ func (s *Server) ensureController(ctx context.Context) error {
 		cur.Controller = nil
 	}
 	delete(controllers.running, s.cluster)
-	kubeconfig, err := s.cluster.ServiceAccountKubeconfig(ctx, s.Namespace, s.controllerSA)
-	if err != nil {
-		return err
-	}
-	s.controllerRuns++
-	name := fmt.Sprintf("%s-cert-controller-%d", s.name, s.controllerRuns)
-	args := append(append([]string{}, s.controllerArgs...), "--kubeconfig="+kubeconfig)
-	proc, err := s.cluster.StartProcess(name, filepath.Join(s.binDir, ServerBinary), args...)
+	proc, err := s.startController(ctx)
 	if err != nil {
 		return err
 	}
 	s.Controller = proc
 	controllers.running[s.cluster] = s
 	return nil
+}
+
+// StartControllerReplica starts one more process of s's certificate
+// controller beside the one that runs, as a Deployment of two replicas
+// runs two pods; the caller stops it.
+func (s *Server) StartControllerReplica(ctx context.Context) (*cluster.Process, error) {
+	if s.controllerArgs == nil {
+		return nil, fmt.Errorf("%s runs no certificate controller", s.name)
+	}
+	controllers.Lock()
+	defer controllers.Unlock()
+	return s.startController(ctx)
+}
+
+// startController starts a process of s's certificate controller; callers
+// hold controllers.
+func (s *Server) startController(ctx context.Context) (*cluster.Process, error) {
+	kubeconfig, err := s.cluster.ServiceAccountKubeconfig(ctx, s.Namespace, s.controllerSA)
+	if err != nil {
+		return nil, err
+	}
+	s.controllerRuns++
+	name := fmt.Sprintf("%s-cert-controller-%d", s.name, s.controllerRuns)
+	args := append(append([]string{}, s.controllerArgs...), "--kubeconfig="+kubeconfig)
+	return s.cluster.StartProcess(name, filepath.Join(s.binDir, ServerBinary), args...)
 }
 
 // Undeploy hands the Service and APIServices back to prev (Register), deletes
