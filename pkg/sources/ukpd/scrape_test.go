@@ -190,6 +190,25 @@ func TestScrapeDataFaults(t *testing.T) {
 	}
 }
 
+// largeAccount is an account of n running instances, one per pod of the
+// kraftlet node, on a fake ukpd that mod configures, and its target, ten
+// seconds after the instances started.
+func largeAccount(t *testing.T, n int, mod func(*fakeukpd.Config)) (*env, sources.Target) {
+	t.Helper()
+	e := newEnv(t, mod)
+	pods := make([]*corev1.Pod, 0, n)
+	for i := range n {
+		name := fmt.Sprintf("web-%04d", i)
+		pods = append(pods, newPod("default", name, "kraftlet", "app"))
+		e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: name, Container: "app", Node: "kraftlet", CPUCores: 0.1})
+	}
+	tg := oneTarget(t, SourceConfig{
+		Endpoints: []EndpointConfig{{URL: e.srv.URL, Nodes: []string{"kraftlet"}}}, Pods: podLister(t, pods...), TokenFile: e.tokenFile, CAFile: e.caFile, Clock: e.clk,
+	})
+	e.clk.Step(10 * time.Second)
+	return e, tg
+}
+
 // TestScrapeServerIgnoringFrom: a server that pages by count but ignores
 // from answers the first page again for the second; the list is then read
 // once without pagination, and the scrape is partial with an error that
@@ -206,17 +225,7 @@ func TestScrapeServerIgnoringFrom(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, func(c *fakeukpd.Config) { c.PageSize, c.IgnoreFrom = tt.pageSize, true })
-			pods := make([]*corev1.Pod, 0, n)
-			for i := range n {
-				name := fmt.Sprintf("web-%04d", i)
-				pods = append(pods, newPod("default", name, "kraftlet", "app"))
-				e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: name, Container: "app", Node: "kraftlet", CPUCores: 0.1})
-			}
-			tg := oneTarget(t, SourceConfig{
-				Endpoints: []EndpointConfig{{URL: e.srv.URL, Nodes: []string{"kraftlet"}}}, Pods: podLister(t, pods...), TokenFile: e.tokenFile, CAFile: e.caFile, Clock: e.clk,
-			})
-			e.clk.Step(10 * time.Second)
+			e, tg := largeAccount(t, n, func(c *fakeukpd.Config) { c.PageSize, c.IgnoreFrom = tt.pageSize, true })
 			b, err := tg.Scrape(t.Context())
 			if b == nil || len(b.Pods) != tt.wantPods {
 				t.Fatalf("scrape = %v, %v; want %d pods", b, err, tt.wantPods)
@@ -238,17 +247,7 @@ func TestScrapeServerIgnoringFrom(t *testing.T) {
 func TestScrapePagesTheList(t *testing.T) {
 	const n = 2000
 	RegisterMetrics()
-	e := newEnv(t, func(c *fakeukpd.Config) { c.PageSize = 100 })
-	pods := make([]*corev1.Pod, 0, n)
-	for i := range n {
-		name := fmt.Sprintf("web-%04d", i)
-		pods = append(pods, newPod("default", name, "kraftlet", "app"))
-		e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: name, Container: "app", Node: "kraftlet", CPUCores: 0.1})
-	}
-	tg := oneTarget(t, SourceConfig{
-		Endpoints: []EndpointConfig{{URL: e.srv.URL, Nodes: []string{"kraftlet"}}}, Pods: podLister(t, pods...), TokenFile: e.tokenFile, CAFile: e.caFile, Clock: e.clk,
-	})
-	e.clk.Step(10 * time.Second)
+	e, tg := largeAccount(t, n, func(c *fakeukpd.Config) { c.PageSize = 100 })
 	b := scrapeOK(t, tg)
 	if len(b.Pods) != n {
 		t.Errorf("scrape has %d pods, want %d", len(b.Pods), n)
