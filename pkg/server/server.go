@@ -103,6 +103,8 @@ type Server struct {
 	api     *genericapiserver.GenericAPIServer
 	cache   *podcache.Cache
 	scraper *sources.Scraper
+	// endpoints scrapes the pod endpoints; nil without PodMetrics.
+	endpoints *sources.Scraper
 }
 
 // New builds the server; nothing runs until Run.
@@ -125,7 +127,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	if c.PodMetrics != nil {
-		srcs, names = append(srcs, c.endpointSource(pc.Pods())), append(names, promscrape.SourceName)
+		names = append(names, promscrape.SourceName)
 	}
 	st := store.New(store.Config{
 		Clock:          c.Clock,
@@ -145,6 +147,25 @@ func (c CompletedConfig) New() (*Server, error) {
 		// yield a rate, rather than at the next tick.
 		EarlyDelay: store.FirstWindowMin + time.Second,
 	})
+	// The pod endpoints and node exporters run on a scraper of their own:
+	// the same code, store, health model, log-once rule and overrun
+	// escape, but their own workers and ticks, so that tenants' endpoints,
+	// however many or slow, never delay a kubelet's or ukpd's scrape, nor
+	// the ticks that keep usage fresh. A tick of theirs that runs long
+	// makes only their values stale; no liveness check watches it, or a
+	// tenant could have the server restarted.
+	var endpoints *sources.Scraper
+	if c.PodMetrics != nil {
+		endpoints = sources.NewScraper(sources.ScraperConfig{
+			Sources:     []sources.Source{c.endpointSource(pc.Pods())},
+			Sink:        st,
+			Series:      st,
+			Clock:       c.Clock,
+			Resolution:  c.Resolution,
+			Timeout:     c.Timeout,
+			Concurrency: c.Concurrency,
+		})
+	}
 	if err := pc.OnPodStarted(scraper.Soon); err != nil {
 		return nil, err
 	}
@@ -185,7 +206,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}))
 
 	if c.PodMetrics != nil {
-		c.API.AddReadyzChecks(healthz.NamedCheck("pod-endpoints-collected", endpointsReady(c.PodMetrics, scraper)))
+		c.API.AddReadyzChecks(healthz.NamedCheck("pod-endpoints-collected", endpointsReady(c.PodMetrics, endpoints)))
 	}
 	apiCfg := apiserver.Config{Generic: c.API, Pods: p, Nodes: p, Reads: c.Reads}
 	if c.CustomMetrics {
@@ -208,7 +229,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{api: api, cache: pc, scraper: scraper}, nil
+	return &Server{api: api, cache: pc, scraper: scraper, endpoints: endpoints}, nil
 }
 
 func notReadyReason(s *sources.Scraper, bound time.Duration) error {
@@ -265,5 +286,8 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	klog.InfoS("Caches synced; starting the scrape loop")
 	go s.scraper.Run(ctx)
+	if s.endpoints != nil {
+		go s.endpoints.Run(ctx)
+	}
 	return s.api.PrepareRun().RunWithContext(ctx)
 }
