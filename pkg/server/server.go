@@ -164,6 +164,7 @@ func (c CompletedConfig) New() (*Server, error) {
 			Resolution:  c.Resolution,
 			Timeout:     c.Timeout,
 			Concurrency: c.Concurrency,
+			Secondary:   true,
 		})
 	}
 	if err := pc.OnPodStarted(scraper.Soon); err != nil {

@@ -17,7 +17,12 @@ type ScraperConfig struct {
 	Sink    Sink
 	// Series receives the named series of the batches; nil drops them.
 	Series SeriesSink
-	Clock  clock.WithTicker
+	// Secondary marks a scraper beside the server's main one (the pod
+	// endpoints'): it leaves the process-wide tick metrics (cycle
+	// duration, last tick), which alerts read as the usage's, to the main
+	// one. Its targets' metrics, labelled by source, are written as any.
+	Secondary bool
+	Clock     clock.WithTicker
 	// Resolution is the time between two ticks.
 	Resolution time.Duration
 	// Timeout bounds each target's scrape. It must be below Resolution.
@@ -194,8 +199,10 @@ feed:
 
 	s.recordHealth(jobs)
 	end := s.cfg.Clock.Now()
-	cycleDuration.Observe(end.Sub(start).Seconds())
-	lastTick.Set(float64(end.Unix()))
+	if !s.cfg.Secondary {
+		cycleDuration.Observe(end.Sub(start).Seconds())
+		lastTick.Set(float64(end.Unix()))
+	}
 	s.lastTickEnd.Store(end.UnixNano())
 	s.ticks.Add(1)
 	klog.V(2).InfoS("Scrape tick finished", "targets", len(jobs), "duration", end.Sub(start))
