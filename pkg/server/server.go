@@ -135,18 +135,19 @@ func (c CompletedConfig) New() (*Server, error) {
 		FirstWindowMax: 2 * c.Resolution,
 		StaleAfter:     2*c.Resolution + c.Timeout,
 	})
-	scraper := sources.NewScraper(sources.ScraperConfig{
-		Sources:     srcs,
+	scraping := sources.ScraperConfig{
 		Sink:        st,
-		Series:      st,
 		Clock:       c.Clock,
 		Resolution:  c.Resolution,
 		Timeout:     c.Timeout,
 		Concurrency: c.Concurrency,
-		// A pod that starts is scraped as soon as its first sample can
-		// yield a rate, rather than at the next tick.
-		EarlyDelay: store.FirstWindowMin + time.Second,
-	})
+	}
+	usage := scraping
+	usage.Sources = srcs
+	// A pod that starts is scraped as soon as its first sample can yield
+	// a rate, rather than at the next tick.
+	usage.EarlyDelay = store.FirstWindowMin + time.Second
+	scraper := sources.NewScraper(usage)
 	// The pod endpoints and node exporters run on a scraper of their own:
 	// the same code, store, health model, log-once rule and overrun
 	// escape, but their own workers and ticks, so that tenants' endpoints,
@@ -156,16 +157,10 @@ func (c CompletedConfig) New() (*Server, error) {
 	// tenant could have the server restarted.
 	var endpoints *sources.Scraper
 	if c.PodMetrics != nil {
-		endpoints = sources.NewScraper(sources.ScraperConfig{
-			Sources:     []sources.Source{c.endpointSource(pc.Pods())},
-			Sink:        st,
-			Series:      st,
-			Clock:       c.Clock,
-			Resolution:  c.Resolution,
-			Timeout:     c.Timeout,
-			Concurrency: c.Concurrency,
-			Secondary:   true,
-		})
+		named := scraping
+		named.Sources = []sources.Source{c.endpointSource(pc.Pods())}
+		named.Series, named.Secondary = st, true
+		endpoints = sources.NewScraper(named)
 	}
 	if err := pc.OnPodStarted(scraper.Soon); err != nil {
 		return nil, err
