@@ -41,8 +41,9 @@ type Config struct {
 	// whose default page is smaller than the account.
 	PageSize int
 	// IgnoreFrom answers every list request from the first instance,
-	// whatever its from asks, as a server of an API version without
-	// pagination that still caps its answers.
+	// whatever its from asks: a server that takes count but not from, the
+	// case the client's pagination guard is for (no such server was
+	// observed; this stands for the failure, not for a known release).
 	IgnoreFrom bool
 }
 
