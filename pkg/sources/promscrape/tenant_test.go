@@ -291,10 +291,10 @@ func TestCollectDoesNotWaitForAnOverrun(t *testing.T) {
 	stuck := &stuckTransport{port: "1", release: make(chan struct{})}
 	t.Cleanup(func() { close(stuck.release) })
 	pods := podList{vllmPod("ok", ok, nil), vllmPod("stuck", 1, nil)}
-	src := newCollector(t, mustParse(t, "presets: [sglang]\ntimeout: 100ms\n"), pods, Options{Client: &http.Client{Transport: stuck}})
+	src := newCollector(t, mustParse(t, "presets: [sglang]\ntimeout: 500ms\n"), pods, Options{Client: &http.Client{Transport: stuck}})
 	scraper := sources.NewScraper(sources.ScraperConfig{
 		Sources: []sources.Source{src.Source}, Sink: src.store, Series: src.store,
-		Resolution: time.Second, Timeout: 100 * time.Millisecond, Concurrency: 2,
+		Resolution: time.Second, Timeout: 500 * time.Millisecond, Concurrency: 2,
 	})
 	for _, tick := range []string{"first tick gives up on it", "next tick skips it while it runs"} {
 		scraper.Tick(t.Context())
