@@ -94,8 +94,8 @@ func TestPodEndpointsBoundHeaders(t *testing.T) {
 	}
 }
 
-// TestPodEndpointsReady: a replica is not ready until the pod-endpoint
-// loop has completed the collections its values need: one for gauges, two
+// TestPodEndpointsReady: a replica is not ready until the pod endpoints'
+// scraper has completed the ticks their values need: one for gauges, two
 // when a metric is a counter; a target that fails does not hold it back.
 func TestPodEndpointsReady(t *testing.T) {
 	tests := []struct {
