@@ -95,7 +95,7 @@ func (l ReadLimit) wrap(next http.Handler) http.Handler {
 		release, err := slots.acquire(r.Context(), user, l.Wait)
 		if err != nil {
 			if errors.Is(err, errWaitedTooLong) {
-				readsRejected.Inc()
+				readsRejected.WithLabelValues(slots.class(user)).Inc()
 				tooMany(w, r)
 			}
 			return
@@ -154,7 +154,7 @@ func (s *fairSlots) acquire(ctx context.Context, user string, wait time.Duration
 			return release, nil
 		}
 		if timer == nil {
-			readsWaited.Inc()
+			readsWaited.WithLabelValues(s.class(user)).Inc()
 			timer = time.NewTimer(wait)
 		}
 		select {
@@ -166,6 +166,21 @@ func (s *fairSlots) acquire(ctx context.Context, user string, wait time.Duration
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// Reader classes, the label of the limit's self-metrics: the priority
+// identities' reads apart from everyone else's, so that an operator (and the
+// e2e suite) sees at once whether the HPA itself ever waited or was refused.
+const (
+	classPriority = "priority"
+	classOther    = "other"
+)
+
+func (s *fairSlots) class(user string) string {
+	if s.priorityUsers[user] {
+		return classPriority
+	}
+	return classOther
 }
 
 // take takes a slot for user if one is free to it; s.mu is held.
@@ -220,20 +235,20 @@ func tooMany(w http.ResponseWriter, r *http.Request) {
 }
 
 var (
-	readsWaited = metrics.NewCounter(&metrics.CounterOpts{
+	readsWaited = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace:      "group_metrics_server",
 		Subsystem:      "api",
 		Name:           "reads_waited_total",
-		Help:           "Metrics API requests that waited for a slot under --max-concurrent-reads.",
+		Help:           "Metrics API requests that waited for a slot under --max-concurrent-reads, by reader: priority (--priority-readers) or other.",
 		StabilityLevel: metrics.ALPHA,
-	})
-	readsRejected = metrics.NewCounter(&metrics.CounterOpts{
+	}, []string{"reader"})
+	readsRejected = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace:      "group_metrics_server",
 		Subsystem:      "api",
 		Name:           "reads_rejected_total",
-		Help:           "Metrics API requests answered 429 after waiting for a slot under --max-concurrent-reads.",
+		Help:           "Metrics API requests answered 429 after waiting for a slot under --max-concurrent-reads, by reader: priority (--priority-readers) or other.",
 		StabilityLevel: metrics.ALPHA,
-	})
+	}, []string{"reader"})
 	registerLimitOnce sync.Once
 )
 

@@ -112,12 +112,13 @@ func (rig *limitRig) noneEntered(what string) {
 	}
 }
 
-// waitedRejected are reads_waited_total and reads_rejected_total.
+// waitedRejected are reads_waited_total and reads_rejected_total of
+// readers other than the priority ones.
 func waitedRejected(t *testing.T) [2]float64 {
 	t.Helper()
 	var out [2]float64
-	for i, c := range []metrics.CounterMetric{readsWaited, readsRejected} {
-		v, err := testutil.GetCounterMetricValue(c)
+	for i, c := range []*metrics.CounterVec{readsWaited, readsRejected} {
+		v, err := testutil.GetCounterMetricValue(c.WithLabelValues(classOther))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,8 +201,21 @@ func TestReadLimitFairness(t *testing.T) {
 	}
 	hpa := serve(DefaultPriorityReaders[0])
 	rig.enter("the HPA's read", DefaultPriorityReaders[0])
-	// Its second read has no slot left anywhere.
+	// Its second read has no slot left anywhere, and is counted as the
+	// priority readers'.
+	RegisterMetrics()
+	rejected := func() float64 {
+		v, err := testutil.GetCounterMetricValue(readsRejected.WithLabelValues(classPriority))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	before := rejected()
 	rig.answers("the HPA's second read", serve(DefaultPriorityReaders[1]), http.StatusTooManyRequests)
+	if got := rejected() - before; got != 1 {
+		t.Errorf("priority reads rejected went up by %v, want 1", got)
+	}
 	close(rig.release)
 	for _, ch := range append(append(viewer, other...), hpa) {
 		rig.answers("a held read", ch, http.StatusOK)

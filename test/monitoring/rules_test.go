@@ -250,6 +250,20 @@ func TestCertificateAlerts(t *testing.T) {
 				`group_metrics_server_serving_cert_not_after_timestamp_seconds{pod="gms-2"} ` + secondsAfterEnd(5*24*time.Hour) + `x240`},
 			want: []string{"GroupMetricsServerCertificateExpiring{pod=gms-2}"},
 		},
+		// The read limit's refusals, beside healthy certificates: any
+		// reader's for 15 minutes warns; the HPA's own for 5 is critical.
+		{
+			name: "other readers refused for an hour",
+			series: []string{serverUp, servingYear, leaderLeads, leaderSyncs,
+				`group_metrics_server_api_reads_rejected_total{pod="gms-1", reader="other"} 0x180 0+10x60`},
+			want: []string{"GroupMetricsServerReadsRefused"},
+		},
+		{
+			name: "the HPA's reads refused for ten minutes",
+			series: []string{serverUp, servingYear, leaderLeads, leaderSyncs,
+				`group_metrics_server_api_reads_rejected_total{pod="gms-1", reader="priority"} 0x230 0+1x10`},
+			want: []string{"GroupMetricsServerHPAReadsRefused"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
