@@ -74,7 +74,7 @@ type Client struct {
 	base     *url.URL
 	endpoint string // base URL without credentials, for errors and logs
 	http     *http.Client
-	token    *tokenFile
+	token    *TokenFile
 	format   Format
 	maxBytes int64
 	timeout  time.Duration
@@ -82,7 +82,7 @@ type Client struct {
 
 // NewClient builds a Client with its own connection pool.
 func NewClient(cfg ClientConfig) (*Client, error) {
-	base, err := parseBaseURL(cfg.URL)
+	base, err := ParseBaseURL(cfg.URL)
 	if err != nil {
 		return nil, err
 	}
@@ -121,8 +121,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		c.maxBytes = DefaultMaxResponseBytes
 	}
 	if cfg.TokenFile != "" {
-		c.token = newTokenFile(cfg.TokenFile)
-		if base.Scheme == "http" && !isLoopback(base.Hostname()) {
+		c.token = NewTokenFile(cfg.TokenFile)
+		if base.Scheme == "http" && !IsLoopback(base.Hostname()) {
 			klog.InfoS("Warning: the ukpd bearer token is sent over plain HTTP", "endpoint", c.endpoint)
 		}
 	}
@@ -269,7 +269,7 @@ func (c *Client) get(ctx context.Context, path string, query url.Values, accept 
 	}
 	req.Header.Set("Accept", accept)
 	if c.token != nil {
-		tok, err := c.token.get()
+		tok, err := c.token.Token()
 		if err != nil {
 			return nil, "", c.errorf(sources.ReasonOther, "GET %s: %w", path, err)
 		}

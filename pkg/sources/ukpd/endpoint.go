@@ -55,7 +55,7 @@ var optionKeys = []string{optNodes, optNodeSelector, optFormat, optTokenFile, op
 // true or false.
 func ParseEndpoint(s string) (EndpointConfig, error) {
 	parts := strings.Split(strings.TrimSpace(s), ";")
-	base, err := parseBaseURL(parts[0])
+	base, err := ParseBaseURL(parts[0])
 	if err != nil {
 		return EndpointConfig{}, err
 	}
@@ -171,9 +171,10 @@ func ValidateEndpoints(eps []EndpointConfig) []error {
 	return errs
 }
 
-// parseBaseURL checks a base URL: http or https, a host, no credentials,
-// query or fragment. The result has no trailing slash.
-func parseBaseURL(s string) (*url.URL, error) {
+// ParseBaseURL checks a base URL: http or https, a host, no credentials,
+// query or fragment. The result has no trailing slash. Its errors never
+// quote credentials the URL holds.
+func ParseBaseURL(s string) (*url.URL, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return nil, errors.New("ukpd endpoint: empty URL")
@@ -213,7 +214,9 @@ func parseBaseURL(s string) (*url.URL, error) {
 	return u, nil
 }
 
-func isLoopback(host string) bool {
+// IsLoopback says whether a URL's host name is localhost or a loopback
+// address: a token sent there in plain HTTP does not leave the host.
+func IsLoopback(host string) bool {
 	if host == "localhost" {
 		return true
 	}

@@ -8,11 +8,11 @@ import (
 	"sync"
 )
 
-// tokenFile reads a bearer token from a file and reads it again whenever the
+// TokenFile reads a bearer token from a file and reads it again whenever the
 // file changes (another file, size or modification time), so a rotated
 // token is picked up on the next request. The token never appears in an
-// error.
-type tokenFile struct {
+// error. It is safe for concurrent use.
+type TokenFile struct {
 	path string
 
 	mu    sync.Mutex
@@ -20,10 +20,13 @@ type tokenFile struct {
 	token string
 }
 
-func newTokenFile(path string) *tokenFile { return &tokenFile{path: path} }
+// NewTokenFile returns a TokenFile for path; the file is first read by Token.
+func NewTokenFile(path string) *TokenFile { return &TokenFile{path: path} }
 
-// get returns the current token.
-func (t *tokenFile) get() (string, error) {
+// Token returns the current token, without surrounding white space. It fails
+// when the file cannot be read or holds what cannot go into an
+// Authorization header (nothing, white space or control characters inside).
+func (t *TokenFile) Token() (string, error) {
 	fi, err := os.Stat(t.path)
 	if err != nil {
 		return "", fmt.Errorf("bearer token: %w", err)
