@@ -105,11 +105,15 @@ func (in *instance) settle(now time.Time) {
 	in.cpuNS, in.upNS, in.since = in.counterNS(now), in.uptime(now), now
 }
 
-func (in *instance) start(now time.Time) {
+// start starts the instance now; its CPU counter starts over unless
+// cumulative.
+func (in *instance) start(now time.Time, cumulative bool) {
 	in.settle(now)
 	in.State, in.StartedAt = StateRunning, now
 	in.StartCount++
-	in.cpuNS, in.since = 0, now
+	if !cumulative {
+		in.cpuNS = 0
+	}
 }
 
 // setState settles the counters and moves to state; stopped_at is now if
@@ -180,7 +184,7 @@ func (s *Server) AddInstance(spec InstanceSpec) (Instance, error) {
 			in.Tags = append(in.Tags, KraftletTag(TagNode, spec.Node))
 		}
 	}
-	in.start(now)
+	in.start(now, false)
 	in.setState(state, now) // changes nothing for a running one
 	s.instances[in.UUID] = in
 	return in.public(now), nil
@@ -264,9 +268,9 @@ func (s *Server) SetRSS(id string, bytes uint64) error {
 }
 
 // Restart starts an instance again, whatever its state: start_count+1,
-// started_at now, CPU counter from zero.
+// started_at now, CPU counter from zero (unless Config.CumulativeCPU).
 func (s *Server) Restart(id string) error {
-	return s.update(id, func(in *instance, now time.Time) { in.start(now) })
+	return s.update(id, func(in *instance, now time.Time) { in.start(now, s.cumulative) })
 }
 
 // Standby puts an instance in standby, as scale-to-zero does: it stays in

@@ -3,6 +3,7 @@ package fakeukpd
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -109,17 +110,29 @@ func TestKraftletTag(t *testing.T) {
 }
 
 // TestUptimeAccumulates checks uptime as the platform reports it: summed
-// over every start, standing still while the instance does not run.
+// over every start, standing still while the instance does not run. So
+// does CPU time with Config.CumulativeCPU (at 1 core, the uptime);
+// without, it starts over at the wake.
 func TestUptimeAccumulates(t *testing.T) {
-	h := newHarness(t, Config{})
-	in := h.add(t, InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", CPUCores: 1})
-	runSteps(t, h, in.UUID, []step{
-		{"running", nil, 4 * time.Second, []sample{{StateRunning, 4000, 4000, 0, 1, at}}},
-		{"in standby: uptime and CPU time 4 s", h.s.Standby, time.Minute, []sample{{StateStandby, 4000, 4000, 0, 1, at}}},
-		{"after a wake: uptime 6.5 s, CPU time 2.5 s since the wake", h.s.Restart, 2500 * time.Millisecond,
-			[]sample{{StateRunning, 6500, 2500, 0, 2, "2026-12-01T10:01:04Z"}}},
-		{"draining: still running", h.s.Drain, time.Second, []sample{{StateDraining, 7500, 3500, 0, 2, "2026-12-01T10:01:04Z"}}},
-	})
+	for _, cumulative := range []bool{false, true} {
+		t.Run(fmt.Sprint("cumulative CPU ", cumulative), func(t *testing.T) {
+			h := newHarness(t, Config{CumulativeCPU: cumulative})
+			in := h.add(t, InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", CPUCores: 1})
+			cpu := func(uptime, sinceWake int64) int64 {
+				if cumulative {
+					return uptime
+				}
+				return sinceWake
+			}
+			runSteps(t, h, in.UUID, []step{
+				{"running", nil, 4 * time.Second, []sample{{StateRunning, 4000, 4000, 0, 1, at}}},
+				{"in standby: uptime and CPU time 4 s", h.s.Standby, time.Minute, []sample{{StateStandby, 4000, 4000, 0, 1, at}}},
+				{"2.5 s after a wake: uptime 6.5 s", h.s.Restart, 2500 * time.Millisecond,
+					[]sample{{StateRunning, 6500, cpu(6500, 2500), 0, 2, "2026-12-01T10:01:04Z"}}},
+				{"draining: still running", h.s.Drain, time.Second, []sample{{StateDraining, 7500, cpu(7500, 3500), 0, 2, "2026-12-01T10:01:04Z"}}},
+			})
+		})
+	}
 }
 
 // call sends a control request, which must be answered want, and decodes

@@ -45,6 +45,13 @@ type Config struct {
 	// case the client's pagination guard is for (no such server was
 	// observed; this stands for the failure, not for a known release).
 	IgnoreFrom bool
+	// CumulativeCPU keeps an instance's CPU time over its starts (restarts
+	// and wakes), as the platform's 2024 API has it: "Cumulative metrics
+	// (e.g., used CPU time) are accumulated over instance starts"
+	// (unikraft-cloud/openapi platform.yaml at 3ad3989, /instances/metrics).
+	// Without it the counter starts over at each start, as today's
+	// documentation says.
+	CumulativeCPU bool
 }
 
 // Server is a fake ukpd. It is safe for concurrent use.
@@ -60,6 +67,7 @@ type Server struct {
 	pageSize     int
 	ignoreFrom   bool
 	listRequests int
+	cumulative   bool
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -73,7 +81,8 @@ func New(cfg Config) *Server {
 		cfg.Clock = clock.RealClock{}
 	}
 	return &Server{clock: cfg.Clock, tokenFile: cfg.TokenFile, tokens: slices.Clone(cfg.Tokens), instances: map[string]*instance{},
-		faults: map[FaultKind]Fault{}, pageSize: cfg.PageSize, ignoreFrom: cfg.IgnoreFrom, closed: make(chan struct{})}
+		faults: map[FaultKind]Fault{}, pageSize: cfg.PageSize, ignoreFrom: cfg.IgnoreFrom, cumulative: cfg.CumulativeCPU,
+		closed: make(chan struct{})}
 }
 
 // Close ends requests held by a slow fault. The server keeps answering

@@ -66,6 +66,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CertDir, "tls-cert-dir", o.CertDir, "Serve TLS with a generated CA and write its certificate to <dir>/ca.crt; plain HTTP when empty.")
 	fs.StringVar(&o.ControlAddress, "control-address", o.ControlAddress, "Loopback host:port of the plain-HTTP control API.")
 	fs.IntVar(&o.PageSize, "page-size", o.PageSize, "Most instances one answer of GET /v1/instances holds, whatever its count asks; 0 means no limit.")
+	fs.BoolVar(&o.CumulativeCPU, "cumulative-cpu", o.CumulativeCPU, "Keep each instance's CPU time over its starts, as the platform's 2024 API has it, instead of starting it over.")
 	fs.StringVar(&o.StateFile, "state-file", o.StateFile, "Write the API URL, control address and CA file here as JSON once serving (default <tls-cert-dir>/ukpd.json with TLS).")
 }
 
