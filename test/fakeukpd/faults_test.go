@@ -1,6 +1,7 @@
 package fakeukpd
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -77,8 +78,8 @@ func TestHostileText(t *testing.T) {
 
 // dataHarness serves one running instance, 10s after it started, and a
 // stopped one.
-func dataHarness(t *testing.T) (*harness, Instance) {
-	h := newHarness(t, Config{})
+func dataHarness(t *testing.T, cfg Config) (*harness, Instance) {
+	h := newHarness(t, cfg)
 	in := h.add(t, InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", CPUCores: 1, RSSBytes: 1 << 20})
 	h.add(t, InstanceSpec{Namespace: "ns", Pod: "q", Container: "c", State: StateStopped, UUID: "stopped"})
 	h.clk.Step(10 * time.Second)
@@ -86,7 +87,7 @@ func dataHarness(t *testing.T) (*harness, Instance) {
 }
 
 func TestDuplicateInstancesFault(t *testing.T) {
-	h, in := dataHarness(t)
+	h, in := dataHarness(t, Config{})
 	must(t, h.s.SetFault(Fault{Kind: FaultDuplicateInstances}))
 	type sample struct {
 		UUID, StartedAt      string
@@ -118,7 +119,7 @@ func TestDuplicateInstancesFault(t *testing.T) {
 }
 
 func TestClockOffsetFault(t *testing.T) {
-	h, _ := dataHarness(t)
+	h, _ := dataHarness(t, Config{})
 	for offset, want := range map[time.Duration]string{30 * time.Second: "2026-12-01T10:00:30Z", -30 * time.Second: "2026-12-01T09:59:30Z"} {
 		must(t, h.s.SetFault(ClockOffset(offset)))
 		if e := getMetrics[metricsEntry](t, h)[0]; e.StartedAt != want || e.UptimeMS != 10000 {
@@ -127,14 +128,40 @@ func TestClockOffsetFault(t *testing.T) {
 	}
 }
 
-func TestOlderFormFault(t *testing.T) {
-	h, in := dataHarness(t)
-	must(t, h.s.SetFault(Fault{Kind: FaultOlderForm}))
-	want := []olderEntry{{
-		Status: "success", UUID: in.UUID, Name: "p-c-1", State: StateRunning, StartCount: 1,
-		StartedAt: at, UptimeS: 10, CPUTimeS: 1, RSSBytes: 1 << 20,
-	}}
-	if diff := cmp.Diff(want, getMetrics[olderEntry](t, h)); diff != "" {
-		t.Errorf("older form (-want +got):\n%s", diff)
+// TestJSONForms checks the JSON metrics in each form but the page's,
+// strict about every field: the older releases' (a fault, which wins over
+// a form), the OpenAPI schema's and the Go SDK's.
+func TestJSONForms(t *testing.T) {
+	counters := map[string]any{"rx_bytes": 0.0, "rx_packets": 0.0, "tx_bytes": 0.0, "tx_packets": 0.0, "nconns": 0.0, "nreqs": 0.0, "nqueued": 0.0, "ntotal": 0.0}
+	with := func(fields map[string]any) map[string]any {
+		maps.Copy(fields, counters)
+		return fields
+	}
+	const uuid = "00000000-0000-4000-8000-000000000001"
+	older := map[string]any{"status": "success", "uuid": uuid, "name": "p-c-1", "state": StateRunning, "start_count": 1.0,
+		"started_at": at, "uptime_s": 10.0, "rss_bytes": 1048576.0, "cpu_time_s": 1.0}
+	tests := []struct {
+		name  string
+		form  JSONForm
+		older bool
+		want  map[string]any
+	}{
+		{name: "older releases", older: true, want: older},
+		{name: "older releases over the SDK's form", form: JSONFormSDK, older: true, want: older},
+		{name: "OpenAPI schema", form: JSONFormSchema,
+			want: with(map[string]any{"status": "success", "uuid": uuid, "name": "p-c-1", "rss_bytes": 1048576.0, "cpu_time_ms": 10000.0})},
+		{name: "Go SDK", form: JSONFormSDK,
+			want: with(map[string]any{"status": "success", "rss_bytes": 1048576.0, "cpu_time_ms": 10000.0, "boot_time_us": 9000.0, "net_time_us": 12000.0})},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h, _ := dataHarness(t, Config{JSONForm: tc.form})
+			if tc.older {
+				must(t, h.s.SetFault(Fault{Kind: FaultOlderForm}))
+			}
+			if diff := cmp.Diff([]map[string]any{tc.want}, getMetrics[map[string]any](t, h)); diff != "" {
+				t.Errorf("entries (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

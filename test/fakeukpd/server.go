@@ -12,6 +12,8 @@ package fakeukpd
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
 	"mime"
 	"net/http"
 	"os"
@@ -45,6 +47,9 @@ type Config struct {
 	// case the client's pagination guard is for (no such server was
 	// observed; this stands for the failure, not for a known release).
 	IgnoreFrom bool
+	// JSONForm is the shape of the JSON metrics entries; empty means
+	// JSONFormPage.
+	JSONForm JSONForm
 	// CumulativeCPU keeps an instance's CPU time over its starts (restarts
 	// and wakes), as the platform's 2024 API has it: "Cumulative metrics
 	// (e.g., used CPU time) are accumulated over instance starts"
@@ -52,6 +57,41 @@ type Config struct {
 	// Without it the counter starts over at each start, as today's
 	// documentation says.
 	CumulativeCPU bool
+}
+
+// JSONForm is a shape of the JSON metrics entries.
+type JSONForm string
+
+const (
+	// JSONFormPage has the fields the platform's documentation page shows:
+	// uuid, name, state, start_count, started_at, stopped_at, uptime_ms,
+	// rss_bytes, cpu_time_ms, boot_time_us, net_time_us and the network
+	// fields.
+	JSONFormPage JSONForm = "page"
+	// JSONFormSchema has only the fields of the OpenAPI schema of a metrics
+	// entry (unikraft-cloud/openapi platform.yaml at 3ad3989,
+	// components.schemas.instance_metrics): uuid and name, but no state,
+	// start_count, started_at nor uptime_ms.
+	JSONFormSchema JSONForm = "schema"
+	// JSONFormSDK has only the fields of the Go SDK's metrics entry
+	// (unikraft-cloud/go-sdk at 7f41cc0, platform/
+	// model_get_instances_metrics_response_instance_metrics.gen.go): no
+	// uuid nor name either, so an entry names no instance.
+	JSONFormSDK JSONForm = "sdk"
+)
+
+// jsonFields are the fields each form keeps of a page-form entry.
+var jsonFields = map[JSONForm][]string{
+	JSONFormSchema: {"status", "uuid", "name", "rss_bytes", "cpu_time_ms", "rx_bytes", "rx_packets", "tx_bytes", "tx_packets", "nconns", "nreqs", "nqueued", "ntotal"},
+	JSONFormSDK:    {"status", "rss_bytes", "cpu_time_ms", "boot_time_us", "net_time_us", "rx_bytes", "rx_packets", "tx_bytes", "tx_packets", "nconns", "nreqs", "nqueued", "ntotal"},
+}
+
+// Check returns an error for a JSONForm the server does not know.
+func (c Config) Check() error {
+	if _, ok := jsonFields[c.JSONForm]; !ok && c.JSONForm != "" && c.JSONForm != JSONFormPage {
+		return fmt.Errorf("unknown JSON form %q (want %s, %s or %s)", c.JSONForm, JSONFormPage, JSONFormSchema, JSONFormSDK)
+	}
+	return nil
 }
 
 // Server is a fake ukpd. It is safe for concurrent use.
@@ -67,6 +107,7 @@ type Server struct {
 	pageSize     int
 	ignoreFrom   bool
 	listRequests int
+	jsonForm     JSONForm
 	cumulative   bool
 
 	closeOnce sync.Once
@@ -75,14 +116,15 @@ type Server struct {
 
 var _ http.Handler = &Server{}
 
-// New returns a Server without instances.
+// New returns a Server without instances. A JSONForm it does not know
+// serves the page form; Start refuses it.
 func New(cfg Config) *Server {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
 	return &Server{clock: cfg.Clock, tokenFile: cfg.TokenFile, tokens: slices.Clone(cfg.Tokens), instances: map[string]*instance{},
-		faults: map[FaultKind]Fault{}, pageSize: cfg.PageSize, ignoreFrom: cfg.IgnoreFrom, cumulative: cfg.CumulativeCPU,
-		closed: make(chan struct{})}
+		faults: map[FaultKind]Fault{}, pageSize: cfg.PageSize, ignoreFrom: cfg.IgnoreFrom, jsonForm: cfg.JSONForm,
+		cumulative: cfg.CumulativeCPU, closed: make(chan struct{})}
 }
 
 // Close ends requests held by a slow fault. The server keeps answering
@@ -152,6 +194,8 @@ func (s *Server) serveData(w http.ResponseWriter, r *http.Request, path string, 
 		writeAPIError(w, http.StatusNotFound, "No instance "+strings.Join(ids, ","), start, s.clock)
 	case asJSON && older:
 		writeEnvelope(w, olderEntries(entries), start, s.clock)
+	case asJSON && jsonFields[s.jsonForm] != nil:
+		writeEnvelope(w, formEntries(entries, jsonFields[s.jsonForm]), start, s.clock)
 	case asJSON:
 		writeEnvelope(w, entries, start, s.clock)
 	default:
@@ -204,6 +248,19 @@ func writeAPIError(w http.ResponseWriter, code int, msg string, start time.Time,
 
 func opTime(start time.Time, clk clock.PassiveClock) int64 {
 	return max(clk.Since(start).Microseconds(), 1)
+}
+
+// formEntries keeps only fields of each entry.
+func formEntries(entries []metricsEntry, fields []string) []map[string]json.RawMessage {
+	out := make([]map[string]json.RawMessage, 0, len(entries))
+	for _, e := range entries {
+		var all map[string]json.RawMessage
+		b, _ := json.Marshal(e) // cannot fail: strings and numbers
+		_ = json.Unmarshal(b, &all)
+		maps.DeleteFunc(all, func(k string, _ json.RawMessage) bool { return !slices.Contains(fields, k) })
+		out = append(out, all)
+	}
+	return out
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

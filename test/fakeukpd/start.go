@@ -48,6 +48,9 @@ type Running struct {
 
 // Start serves a fake ukpd as opts say. Close it when done.
 func Start(opts Options) (_ *Running, err error) {
+	if err := opts.Check(); err != nil {
+		return nil, err
+	}
 	r := &Running{Server: New(opts.Config)}
 	defer func() {
 		if err != nil {

@@ -66,6 +66,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CertDir, "tls-cert-dir", o.CertDir, "Serve TLS with a generated CA and write its certificate to <dir>/ca.crt; plain HTTP when empty.")
 	fs.StringVar(&o.ControlAddress, "control-address", o.ControlAddress, "Loopback host:port of the plain-HTTP control API.")
 	fs.IntVar(&o.PageSize, "page-size", o.PageSize, "Most instances one answer of GET /v1/instances holds, whatever its count asks; 0 means no limit.")
+	fs.StringVar((*string)(&o.JSONForm), "json-form", string(o.JSONForm), "Shape of the JSON metrics entries: page (default), schema (the OpenAPI schema's fields) or sdk (the Go SDK's: no uuid nor name).")
 	fs.BoolVar(&o.CumulativeCPU, "cumulative-cpu", o.CumulativeCPU, "Keep each instance's CPU time over its starts, as the platform's 2024 API has it, instead of starting it over.")
 	fs.StringVar(&o.StateFile, "state-file", o.StateFile, "Write the API URL, control address and CA file here as JSON once serving (default <tls-cert-dir>/ukpd.json with TLS).")
 }
@@ -77,6 +78,9 @@ func (o *Options) Validate() []error {
 		if err := fakecore.CheckLoopback(a.flag, a.addr); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := o.Check(); err != nil {
+		errs = append(errs, fmt.Errorf("--json-form: %w", err))
 	}
 	if o.PageSize < 0 {
 		errs = append(errs, fmt.Errorf("--page-size must not be negative, got %d", o.PageSize))

@@ -31,6 +31,8 @@ func TestValidate(t *testing.T) {
 		{name: "missing token file", args: []string{"--token-file", filepath.Join(dir, "nope")}, want: []string{"--token-file: open"}},
 		{name: "empty token file", args: []string{"--token-file", empty}, want: []string{"holds no token"}},
 		{name: "bad addresses", args: []string{"--token-file", good, "--listen", "nowhere", "--control-address", "0.0.0.0:9000"}, want: []string{"--listen:", "not a loopback address"}},
+		{name: "another host's loopback address, the SDK's form", args: []string{"--token-file", good, "--listen", "127.0.1.2:0", "--json-form", "sdk", "--cumulative-cpu"}},
+		{name: "unknown JSON form", args: []string{"--token-file", good, "--json-form", "yaml"}, want: []string{`--json-form: unknown JSON form "yaml"`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
