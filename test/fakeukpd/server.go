@@ -11,10 +11,12 @@
 package fakeukpd
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"mime"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -94,6 +96,15 @@ func (c Config) Check() error {
 	return nil
 }
 
+// Client is an address that reached the platform API, and how often.
+type Client struct {
+	IP string `json:"ip"`
+	// Requests counts its requests and Unauthorized those without an
+	// accepted bearer token (answered 401).
+	Requests     int `json:"requests"`
+	Unauthorized int `json:"unauthorized"`
+}
+
 // Server is a fake ukpd. It is safe for concurrent use.
 type Server struct {
 	clock     clock.Clock
@@ -109,6 +120,7 @@ type Server struct {
 	listRequests int
 	jsonForm     JSONForm
 	cumulative   bool
+	clients      map[string]*Client // by IP
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -124,7 +136,7 @@ func New(cfg Config) *Server {
 	}
 	return &Server{clock: cfg.Clock, tokenFile: cfg.TokenFile, tokens: slices.Clone(cfg.Tokens), instances: map[string]*instance{},
 		faults: map[FaultKind]Fault{}, pageSize: cfg.PageSize, ignoreFrom: cfg.IgnoreFrom, jsonForm: cfg.JSONForm,
-		cumulative: cfg.CumulativeCPU, closed: make(chan struct{})}
+		cumulative: cfg.CumulativeCPU, clients: map[string]*Client{}, closed: make(chan struct{})}
 }
 
 // Close ends requests held by a slow fault. The server keeps answering
@@ -138,6 +150,38 @@ func (s *Server) ListRequests() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.listRequests
+}
+
+// Clients returns every address that sent the platform API a request, by
+// IP.
+func (s *Server) Clients() []Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Client, 0, len(s.clients))
+	for _, c := range s.clients {
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(a, b Client) int { return cmp.Compare(a.IP, b.IP) })
+	return out
+}
+
+// noteClient counts a request from remoteAddr (host:port).
+func (s *Server) noteClient(remoteAddr string, authorized bool) {
+	ip, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		ip = remoteAddr
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.clients[ip]
+	if c == nil {
+		c = &Client{IP: ip}
+		s.clients[ip] = c
+	}
+	c.Requests++
+	if !authorized {
+		c.Unauthorized++
+	}
 }
 
 // SetTokens replaces the accepted tokens given in Config.Tokens.
@@ -162,8 +206,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, perInstance := instanceMetricsID(path)
 	isMetrics := path != listPath
 	asJSON := !isMetrics || wantsJSON(r.Header.Get("Accept"))
+	authorized := s.authenticated(r)
+	s.noteClient(r.RemoteAddr, authorized)
 	switch {
-	case !s.authenticated(r):
+	case !authorized:
 		w.Header().Set("WWW-Authenticate", "Bearer")
 		writeAPIError(w, http.StatusUnauthorized, "Unauthorized", start, s.clock)
 	case path != listPath && path != metricsPath && !perInstance:

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +17,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
 const token = "fake-token"
@@ -305,5 +309,48 @@ func TestListPages(t *testing.T) {
 		if code, _, _ := h.get(t, listPath+bad, contentTypeJSON); code != http.StatusBadRequest {
 			t.Errorf("GET %s = %d, want 400", bad, code)
 		}
+	}
+}
+
+// TestStartPerHost serves the fake of one host on 127.0.1.2, which Linux
+// routes to lo without setup, and names its clients by address, with the
+// requests that lacked an accepted token. A client that binds no address
+// reaches it from 127.0.0.1. Addresses off loopback are refused.
+func TestStartPerHost(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("only Linux routes all of 127.0.0.0/8 to lo")
+	}
+	for opts, wantErr := range map[*Options]string{
+		{Listen: "0.0.0.0:0"}: "not a loopback address", {ControlAddress: "[::]:0"}: "not a loopback address",
+		{Config: Config{JSONForm: "yaml"}}: `unknown JSON form "yaml"`,
+	} {
+		r, err := Start(*opts)
+		if r != nil {
+			_ = r.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("Start(%+v) = %v, want an error containing %q", *opts, err, wantErr)
+		}
+	}
+	r, err := Start(Options{Config: Config{Tokens: []string{token}}, Listen: "127.0.1.2:0"})
+	must(t, err)
+	defer func() { _ = r.Close() }()
+	if !strings.HasPrefix(r.URL, "http://127.0.1.2:") {
+		t.Fatalf("URL %s, want one on 127.0.1.2", r.URL)
+	}
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.1.3")}}
+	other := &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}
+	for _, auth := range []string{"Bearer " + token, "Bearer nope", ""} {
+		do(t, other, http.MethodGet, r.URL+metricsPath, "", map[string]string{"Authorization": auth})
+	}
+	do(t, http.DefaultClient, http.MethodGet, r.URL+listPath, "", map[string]string{"Authorization": "Bearer " + token})
+	want := []Client{{IP: "127.0.0.1", Requests: 1}, {IP: "127.0.1.3", Requests: 3, Unauthorized: 2}}
+	var got []Client
+	must(t, fakecore.Control{Address: r.ControlAddress}.Do(t.Context(), http.MethodGet, "/v1/clients", nil, &got))
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("clients on the control API (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, r.Clients()); diff != "" {
+		t.Errorf("Clients (-want +got):\n%s", diff)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -21,7 +22,9 @@ type Options struct {
 	Config
 	// Listen is the platform API's loopback host:port and ControlAddress
 	// the control API's; port 0 picks a free one, and empty means
-	// 127.0.0.1:0.
+	// 127.0.0.1:0. Any address of 127.0.0.0/8 serves on Linux without
+	// setup, so fakes of several hosts (127.0.1.1, 127.0.1.2, ...) can share
+	// a port number; Start refuses an address off loopback.
 	Listen, ControlAddress string
 	// CertDir, when set, makes the platform API serve TLS with a CA
 	// generated now, whose certificate Start writes to <CertDir>/ca.crt;
@@ -48,7 +51,8 @@ type Running struct {
 
 // Start serves a fake ukpd as opts say. Close it when done.
 func Start(opts Options) (_ *Running, err error) {
-	if err := opts.Check(); err != nil {
+	opts.Listen, opts.ControlAddress = cmp.Or(opts.Listen, "127.0.0.1:0"), cmp.Or(opts.ControlAddress, "127.0.0.1:0")
+	if err := errors.Join(opts.Check(), fakecore.CheckLoopback("listen", opts.Listen), fakecore.CheckLoopback("control-address", opts.ControlAddress)); err != nil {
 		return nil, err
 	}
 	r := &Running{Server: New(opts.Config)}
@@ -60,7 +64,7 @@ func Start(opts Options) (_ *Running, err error) {
 	var caPEM []byte
 	if opts.CertDir == "" {
 		var addr string
-		if r.plain, addr, err = fakecore.Listen(cmp.Or(opts.Listen, "127.0.0.1:0"), r.Server); err != nil {
+		if r.plain, addr, err = fakecore.Listen(opts.Listen, r.Server); err != nil {
 			return nil, err
 		}
 		r.URL = "http://" + addr
@@ -70,7 +74,7 @@ func Start(opts Options) (_ *Running, err error) {
 			return nil, err
 		}
 		leaf := pki.Leaf{CommonName: "fake-ukpd", Hosts: []string{"127.0.0.1", "::1", "localhost"}, Server: true}
-		if host, _, _ := net.SplitHostPort(opts.Listen); host != "" {
+		if host, _, _ := net.SplitHostPort(opts.Listen); !slices.Contains(leaf.Hosts, host) {
 			leaf.Hosts = append(leaf.Hosts, host)
 		}
 		if r.api, err = fakecore.NewEndpoint(fakecore.EndpointConfig{Addr: opts.Listen, Handler: r.Server, CA: ca, Leaf: leaf}); err != nil {
@@ -81,7 +85,7 @@ func Start(opts Options) (_ *Running, err error) {
 			return nil, err
 		}
 	}
-	r.control, r.ControlAddress, err = fakecore.Listen(cmp.Or(opts.ControlAddress, "127.0.0.1:0"), NewControlHandler(r.Server, caPEM))
+	r.control, r.ControlAddress, err = fakecore.Listen(opts.ControlAddress, NewControlHandler(r.Server, caPEM))
 	if err != nil {
 		return nil, err
 	}
@@ -163,6 +167,7 @@ func NewControlHandler(s *Server, caPEM []byte) http.Handler {
 	}
 	mux.HandleFunc("PUT /v1/namespaces/{namespace}/pods/{pod}/usage", fakecore.Route(ok, c.usage))
 	mux.HandleFunc("DELETE /v1/namespaces/{namespace}/pods/{pod}", fakecore.Route(ok, c.byPod(s.Remove)))
+	mux.HandleFunc("GET /v1/clients", fakecore.Route(ok, func(*http.Request, fakecore.None) (any, error) { return s.Clients(), nil }))
 	mux.HandleFunc("GET /v1/fault", fakecore.Route(ok, func(*http.Request, fakecore.None) (any, error) { return s.Faults(), nil }))
 	mux.HandleFunc("PUT /v1/fault", fakecore.Route(ok, func(_ *http.Request, f Fault) (any, error) { err := s.SetFault(f); return s.Faults(), err }))
 	mux.HandleFunc("DELETE /v1/fault", fakecore.Route(ok, func(r *http.Request, _ fakecore.None) (any, error) {
