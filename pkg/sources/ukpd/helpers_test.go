@@ -30,13 +30,16 @@ type env struct {
 	tokenFile, caFile string
 }
 
-// newEnv starts the env; mod, if given, adjusts the fake's config.
+// newEnv starts the env; mod, if given and not nil, adjusts the fake's
+// config.
 func newEnv(t *testing.T, mod ...func(*fakeukpd.Config)) *env {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(t0)
 	cfg := fakeukpd.Config{Clock: clk, Tokens: []string{testToken}}
 	for _, m := range mod {
-		m(&cfg)
+		if m != nil {
+			m(&cfg)
+		}
 	}
 	fake := fakeukpd.New(cfg)
 	srv := httptest.NewTLSServer(fake)

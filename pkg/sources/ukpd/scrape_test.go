@@ -107,7 +107,7 @@ func counter(t *testing.T, c metrics.CounterMetric) float64 {
 func TestScrapeIgnoredContainer(t *testing.T) {
 	pod := newPod("default", "web-0", "kraftlet-a", "app", "mesh", "log")
 	pod.Annotations = map[string]string{IgnoreAnnotation: "mesh, log,not-a-container"}
-	e := newScrapeEnv(t, FormatJSON, pod)
+	e := newScrapeEnv(t, FormatJSON, nil, pod)
 	e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.5, RSSBytes: 1 << 20})
 	e.clk.Step(10 * time.Second)
 	now := t0.Add(10 * time.Second)
@@ -150,7 +150,7 @@ func TestScrapeDataFaults(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newScrapeEnv(t, FormatJSON, newPod("default", "web-0", "kraftlet-a", "app", "sidecar"))
+			e := newScrapeEnv(t, FormatJSON, nil, newPod("default", "web-0", "kraftlet-a", "app", "sidecar"))
 			for _, c := range []string{"app", "sidecar"} {
 				e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: c, Node: "kraftlet-a", CPUCores: cpu / 1e9, RSSBytes: mem})
 			}

@@ -87,17 +87,17 @@ func TestNewSourceRejects(t *testing.T) {
 	}
 }
 
-// scrapeEnv is a source with one endpoint on a fake ukpd, owning the
-// kraftlet nodes kraftlet-a and kraftlet-b.
+// scrapeEnv is a source with one endpoint on a fake ukpd, which mod (if
+// not nil) configures, owning the kraftlet nodes kraftlet-a and kraftlet-b.
 type scrapeEnv struct {
 	*env
 	target sources.Target
 }
 
-func newScrapeEnv(t *testing.T, format Format, pods ...*corev1.Pod) *scrapeEnv {
+func newScrapeEnv(t *testing.T, format Format, mod func(*fakeukpd.Config), pods ...*corev1.Pod) *scrapeEnv {
 	t.Helper()
 	RegisterMetrics()
-	e := newEnv(t)
+	e := newEnv(t, mod)
 	return &scrapeEnv{env: e, target: oneTarget(t, SourceConfig{
 		Endpoints: []EndpointConfig{{URL: e.srv.URL}},
 		Nodes:     nodeLister(t, map[string]map[string]string{"kraftlet-a": kraftlet, "kraftlet-b": kraftlet, "worker-1": nil}),
@@ -120,7 +120,7 @@ func TestScrapeAttributes(t *testing.T) {
 }
 
 func testScrapeAttributes(t *testing.T, format Format) {
-	e := newScrapeEnv(t, format,
+	e := newScrapeEnv(t, format, nil,
 		newPod("default", "web-0", "kraftlet-a", "app", "sidecar"),
 		newPod("default", "api-0", "kraftlet-b", "app"),
 		newPod("default", "untagged-node-0", "kraftlet-b", "app"),
@@ -176,12 +176,24 @@ func testScrapeAttributes(t *testing.T, format Format) {
 }
 
 // TestScrapeIntoStore follows a container through the store: steady usage,
-// a restart with a new started_at, standby and a wake.
+// a restart with a new started_at, standby and a wake; on a server whose
+// CPU time starts over at each start, and on one whose CPU time goes on
+// over starts, as the 2024 API has it.
 func TestScrapeIntoStore(t *testing.T) {
-	e := newScrapeEnv(t, FormatJSON, newPod("default", "web-0", "kraftlet-a", "app"))
+	for _, cumulative := range []bool{false, true} {
+		t.Run(fmt.Sprint("cumulative CPU ", cumulative), func(t *testing.T) { testScrapeIntoStore(t, cumulative) })
+	}
+}
+
+func testScrapeIntoStore(t *testing.T, cumulative bool) {
+	e := newScrapeEnv(t, FormatJSON, func(c *fakeukpd.Config) { c.CumulativeCPU = cumulative }, newPod("default", "web-0", "kraftlet-a", "app"))
 	in := e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.5, RSSBytes: 64 << 20})
 	st := newStore(e.env, 30*time.Second, time.Minute)
 	do := func(op func(string) error) func() { return func() { must(t, op(in.UUID)) } }
+	restarted := uint64(1_000_000_000) // after a restart, below
+	if cumulative {
+		restarted = 1_500_000_000
+	}
 	for _, step := range []struct {
 		name           string
 		before         time.Duration
@@ -194,14 +206,16 @@ func TestScrapeIntoStore(t *testing.T) {
 		{"rate change", 15 * time.Second, func() { must(t, e.fake.SetCPU(in.UUID, 1.5)) }, 15 * time.Second, 1_000_000_000, 64 << 20, 30 * time.Second},
 		// Restarted 5 s into the next interval: the counter starts over.
 		// The previous scrape stands in for the start, so the 5 s before
-		// the restart count as idle: 15 core-seconds over 15 s.
-		{"after a restart", 5 * time.Second, do(e.fake.Restart), 10 * time.Second, 1_000_000_000, 64 << 20, 15 * time.Second},
+		// the restart count as idle: 15 core-seconds over 15 s. A counter
+		// that went on is one series: the interval's true 22.5.
+		{"after a restart", 5 * time.Second, do(e.fake.Restart), 10 * time.Second, restarted, 64 << 20, 15 * time.Second},
 		// In standby the pod reads zero CPU and its resident set, 0, for
 		// as long as it stands by.
 		{"standby", 0, do(e.fake.Standby), 15 * time.Second, 0, 0, 15 * time.Second},
 		{"a minute in standby", 0, nil, time.Minute, 0, 0, time.Minute},
 		// Woken 7 s after a scrape: the next one reads the interval's
-		// average, 8 s at 1.5 cores over 15 s, never a spike.
+		// average, 8 s at 1.5 cores over 15 s, never a spike, whether the
+		// counter started over or went on.
 		{"after a wake", 7 * time.Second, do(e.fake.Restart), 8 * time.Second, 800_000_000, 64 << 20, 15 * time.Second},
 		{"running again", 0, nil, 15 * time.Second, 1_500_000_000, 64 << 20, 15 * time.Second},
 	} {
@@ -237,7 +251,7 @@ func TestScrapeIntoStore(t *testing.T) {
 func TestScrapeClockOffset(t *testing.T) {
 	for _, offset := range []time.Duration{3 * time.Second, 30 * time.Second, -30 * time.Second} {
 		t.Run(offset.String(), func(t *testing.T) {
-			e := newScrapeEnv(t, FormatJSON, newPod("default", "web-0", "kraftlet-a", "app"))
+			e := newScrapeEnv(t, FormatJSON, nil, newPod("default", "web-0", "kraftlet-a", "app"))
 			e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.5, RSSBytes: 1 << 20})
 			must(t, e.fake.SetFault(fakeukpd.ClockOffset(offset)))
 			st := newStore(e.env, 30*time.Second, time.Minute)
@@ -270,7 +284,7 @@ func TestTargetsLabelsSelector(t *testing.T) {
 // restart (ukpd's clock set back an hour): the counter goes on, and so does
 // its one series, with no rate that reads high and none lost.
 func TestScrapeStartedAtMovesAlone(t *testing.T) {
-	e := newScrapeEnv(t, FormatJSON, newPod("default", "web-0", "kraftlet-a", "app"))
+	e := newScrapeEnv(t, FormatJSON, nil, newPod("default", "web-0", "kraftlet-a", "app"))
 	e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.04, RSSBytes: 1})
 	st := newStore(e.env, 30*time.Second, time.Minute)
 	var lastWindowEnd time.Time
