@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
+	"github.com/group-metrics-server/group-metrics-server/pkg/store"
+	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
 const validList = `{"status": "success", "data": {"instances": [
@@ -117,9 +119,13 @@ func TestDecodeMetricsJSON(t *testing.T) {
 // TestDecodeSchemaForm: entries shaped as the platform's OpenAPI schema
 // has them (unikraft-cloud/openapi platform.yaml at 3ad3989,
 // instance_metrics: no state, start_count, started_at nor uptime_ms) are
-// read; without uuid and name too, the answer fails as a whole with one
-// error that says so, rather than an empty scrape that would wipe the
-// target's pods.
+// read; without uuid and name too, as the Go SDK has them (unikraft-cloud/
+// go-sdk at 7f41cc0, GetInstancesMetricsResponseInstanceMetrics), the
+// answer fails as a whole with one error that says so, rather than an
+// empty scrape that would wipe the target's pods. Scraped from the fake in
+// each shape, three times: the schema's serves the rate, the state coming
+// from the list; the SDK's scrapes give no batch, so the store holds
+// nothing.
 func TestDecodeSchemaForm(t *testing.T) {
 	entry := `"status": "success", "rss_bytes": 1048576, "cpu_time_ms": 1500, "rx_bytes": 10, "rx_packets": 1, "tx_bytes": 20, "tx_packets": 2, "nconns": 0, "nreqs": 0, "nqueued": 0, "ntotal": 3`
 	samples, err := DecodeMetricsJSON([]byte(`{"status": "success", "data": {"instances": [{"uuid": "a", "name": "young-monkey", ` + entry + `}]}}`))
@@ -131,6 +137,23 @@ func TestDecodeSchemaForm(t *testing.T) {
 	// Entries that all fail for other reasons fail the answer too.
 	samples, err = DecodeMetricsJSON([]byte(`{"status": "success", "data": {"instances": [{"uuid": "a", "rss_bytes": 1}]}}`))
 	checkRejected(t, samples, err, "no cpu_time_ms", sources.ReasonDecode)
+
+	for form, wantErr := range map[fakeukpd.JSONForm]string{fakeukpd.JSONFormSchema: "", fakeukpd.JSONFormSDK: "the entries name no instance"} {
+		e := newScrapeEnv(t, FormatJSON, func(c *fakeukpd.Config) { c.JSONForm = form }, newPod("default", "web-0", "kraftlet-a", "app"))
+		e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.5, RSSBytes: 1 << 20})
+		st := newStore(e.env, 30*time.Second, time.Minute)
+		for range 3 {
+			e.clk.Step(15 * time.Second)
+			b, err := e.target.Scrape(t.Context())
+			if checkErr(t, err, wantErr, sources.ReasonDecode); b != nil {
+				st.Store(SourceName, e.target.Nodes(), b, e.clk.Now())
+			}
+		}
+		u, _, why := st.Pod("default", "web-0", "uid-web-0", "kraftlet-a", store.PodRef{})
+		if served := why == nil; served != (wantErr == "") || served && (u.Containers[0].CPUNanoCores != 500_000_000 || u.Containers[0].MemoryBytes != 1<<20) {
+			t.Errorf("%s form: usage %+v (%v); want 0.5 cores and 1 MiB only without an error", form, u, why)
+		}
+	}
 }
 
 // TestDecodeOlderForm checks that the JSON form of older ukpd releases
