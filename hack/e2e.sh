@@ -32,6 +32,7 @@ TestCertificateRotation 82
 TestHighAvailability 78
 TestLWSUnreadyWorkers 69
 TestLoad 67
+TestReadFlood 80
 TestUkpdFaults 57
 TestLifecycle 51
 TestUkpdStandby 48

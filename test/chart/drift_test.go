@@ -21,6 +21,7 @@ func TestChartMatchesManifests(t *testing.T) {
 		{name: "custom-metrics", values: "custom-metrics-values.yaml", kustomization: "manifests/custom-metrics"},
 		{name: "cert-manager", values: "cert-manager-values.yaml", kustomization: "manifests/examples/cert-manager"},
 		{name: "serving-cert-files", values: "serving-cert-files-values.yaml", kustomization: "manifests/examples/serving-cert-files"},
+		{name: "network-policy", values: "network-policy-values.yaml", kustomization: "manifests/examples/network-policy"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { tc.sameAsKustomize(t, c.values, c.kustomization, nil) })

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -109,6 +111,13 @@ func TestManifestsHardened(t *testing.T) {
 	}
 	t.Logf("%d kustomizations, %d server Deployments, %d distinct grants to the two identities", len(dirs), servers, len(granted))
 
+	// The NetworkPolicy component, applied without the control plane's
+	// CIDR patched in, is refused rather than cutting off the aggregator.
+	_, stderr, err := suite.cluster.Kubectl(ctx, "apply", "--dry-run=server", "-f", filepath.Join(root, "manifests", "components", "network-policy", "networkpolicy.yaml"))
+	if err == nil || !strings.Contains(stderr, "cidr") {
+		t.Errorf("the unpatched NetworkPolicy component was not refused for its CIDR: %v %s", err, stderr)
+	}
+
 	// The suite's server runs with exactly these grants (its kubeconfig
 	// holds a token of the manifests' ServiceAccount): none of its calls
 	// so far was refused.
@@ -198,6 +207,26 @@ func checkObject(t *testing.T, o *unstructured.Unstructured) {
 		}
 		if _, ok, _ := unstructured.NestedMap(o.Object, "spec", "service"); !ok {
 			t.Errorf("%s: no service", id)
+		}
+	case "NetworkPolicy":
+		var np networkingv1.NetworkPolicy
+		fromUnstructured(t, o, &np)
+		if sel := np.Spec.PodSelector.MatchLabels; len(sel) != 1 || sel["app.kubernetes.io/name"] != serverDeployment {
+			t.Errorf("%s: selects %v, not the server's pods alone", id, sel)
+		}
+		for _, r := range np.Spec.Ingress {
+			for _, p := range r.Ports {
+				if p.Port == nil || p.Port.String() != "https" {
+					t.Errorf("%s: admits port %v, not the server's https port alone", id, p.Port)
+				}
+			}
+			for _, f := range r.From {
+				if b := f.IPBlock; b != nil {
+					if _, err := netip.ParsePrefix(b.CIDR); err != nil {
+						t.Errorf("%s: %v", id, err)
+					}
+				}
+			}
 		}
 	case "Role", "ClusterRole":
 		var role rbacv1.ClusterRole
