@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -58,14 +59,33 @@ func failingChecks(body string) string {
 	return strings.Join(out, "; ")
 }
 
-// restart starts the server's command line again and checks that it is
-// ready within readyBound and, once ready, serves every pod of want.
-func restart(ctx context.Context, t *testing.T, s *env.Server, suffix, ns string, want []string) {
+// restart starts the server's command line again while clients list ns
+// on its port, with the node of slowNode's pods answering late (within the
+// timeout, so that its scrape ends each tick last), and checks that it is
+// ready within readyBound and that no list it answers once ready holds fewer
+// pods than the replica that kept running (the suite's server) holds: want.
+func restart(ctx context.Context, t *testing.T, s *env.Server, suffix, ns string, want []string, slowNode string) {
 	t.Helper()
-	started, direct := startAgain(t, s, suffix)
 	nsList := listNamespace(ns)
+	running := directEndpoint(t, suite.server)
+	must(t, poll(ctx, "the running replica to serve every pod", func(ctx context.Context) error {
+		return servesAll(fetch(ctx, running, nsList), want)
+	}))
+	slow, ok := suite.fleet.Node(slowNode)
+	if !ok {
+		t.Fatalf("no fake node %s", slowNode)
+	}
+	must(t, slow.SetFault(fakecore.Slow(suite.timeout/2)))
+	defer func() { must(t, slow.ClearFault(fakecore.FaultSlow)) }()
+
+	started, direct := startAgain(t, s, suffix)
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	loaded := make(chan []result, 1)
+	go func() { loaded <- runLoad(loadCtx, []endpoint{direct}, []shape{nsList}, 4, readyBound()+2*time.Minute) }()
 	rp := pollReadyz(ctx, direct, started, readyBound()+time.Minute)
 	if rp.ready == 0 {
+		stopLoad()
+		<-loaded
 		t.Fatalf("restarted server not ready %v after it started (last /readyz: %s)", readyBound()+time.Minute, failingChecks(rp.lastBody))
 	}
 	// A list right away, then every 100 ms: when does a list first succeed,
@@ -87,9 +107,38 @@ func restart(ctx context.Context, t *testing.T, s *env.Server, suffix, ns string
 		return record(fetch(ctx, direct, nsList))
 	}))
 	complete := time.Since(started)
-	t.Logf("restarted: /readyz answered %v after the start, %d times not ready (%s), ready %v after the start (bound %v); first list that succeeded %v after the start (missing pods: %v), first that held every pod %v after",
-		rp.firstAnswer.Round(time.Millisecond), rp.notReady, failingChecks(rp.lastBody), rp.ready.Round(time.Millisecond), readyBound(),
-		firstOK.Round(time.Millisecond), firstOKMissing, complete.Round(time.Millisecond))
+	// The load goes on for a resolution after ready, over the ticks that
+	// follow the first: a measurement window, ended by the test's context
+	// if it must.
+	window := time.NewTimer(time.Until(started.Add(rp.ready + suite.resolution)))
+	select {
+	case <-window.C:
+	case <-ctx.Done():
+	}
+	window.Stop()
+	stopLoad()
+	// Every list of the load sent once /readyz said ready, in the
+	// resolution after, must hold every pod: the aggregator routes to a
+	// replica from then on.
+	readyAt := started.Add(rp.ready)
+	var sent, answered int
+	var short []string
+	for _, r := range <-loaded {
+		if r.start.Before(readyAt) {
+			continue
+		}
+		sent++
+		if r.failed() {
+			continue
+		}
+		answered++
+		if err := servesAll(r, want); err != nil && len(short) < 3 {
+			short = append(short, fmt.Sprintf("%v after the start: %v", r.start.Sub(started).Round(time.Millisecond), err))
+		}
+	}
+	t.Logf("restarted with node %s slow (%v): /readyz answered %v after the start, %d times not ready (%s), ready %v after the start (bound %v); first list that succeeded %v after the start (missing pods: %v), first that held every pod %v after; %d lists under load sent once ready, %d answered",
+		slowNode, suite.timeout/2, rp.firstAnswer.Round(time.Millisecond), rp.notReady, failingChecks(rp.lastBody), rp.ready.Round(time.Millisecond), readyBound(),
+		firstOK.Round(time.Millisecond), firstOKMissing, complete.Round(time.Millisecond), sent, answered)
 	if rp.ready > readyBound() {
 		t.Errorf("restarted server ready %v after it started, more than %v", rp.ready, readyBound())
 	}
@@ -100,6 +149,12 @@ func restart(ctx context.Context, t *testing.T, s *env.Server, suffix, ns string
 	if firstOKMissing != nil {
 		t.Errorf("restarted server ready with nothing to serve for the pods that ran before it started: the first list that succeeded (%v after the start, ready %v after) missed %v; every pod was served %v after the start",
 			firstOK.Round(time.Millisecond), rp.ready.Round(time.Millisecond), firstOKMissing, complete.Round(time.Millisecond))
+	}
+	if answered == 0 {
+		t.Errorf("none of the %d lists sent under load once ready was answered", sent)
+	}
+	if len(short) > 0 {
+		t.Errorf("once ready, the restarted server answered lists with fewer pods than the running replica holds: %s", strings.Join(short, "; "))
 	}
 }
 

@@ -61,7 +61,7 @@ func TestLifecycle(t *testing.T) {
 	shapes := []shape{listAllPods(), selected, getPod(ns, pods[0].Name)}
 	watch := func() func() gapWatch { return watchGaps(ctx, agg, selected, want, ns, spec.Name) }
 	down, stopGaps := stopDraining(ctx, t, s, agg, shapes, ns, spec.Name, want, watch)
-	restart(ctx, t, s, "restarted", ns, want)
+	restart(ctx, t, s, "restarted", ns, want, pods[0].Spec.NodeName)
 	err := waitHPA(ctx, ns, spec.Name, "read its metrics again", scalingActive)
 	gaps := stopGaps()
 	must(t, err)
