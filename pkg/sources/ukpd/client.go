@@ -66,6 +66,10 @@ type ClientConfig struct {
 	// RequestTimeout bounds each request on top of the caller's context;
 	// 0 means only the caller's context.
 	RequestTimeout time.Duration
+	// Transport, when set, carries the credential and the TLS settings
+	// (as a relay's client does: see RelayConfig), and TokenFile, CAFile
+	// and InsecureSkipTLSVerify must be empty.
+	Transport http.RoundTripper
 }
 
 // Client reads the instance list and instance metrics of one ukpd endpoint.
@@ -94,6 +98,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	default:
 		return nil, fmt.Errorf("ukpd %s: unknown metrics format %q (want json or text)", base, format)
 	}
+	if cfg.Transport != nil && (cfg.TokenFile != "" || cfg.CAFile != "" || cfg.InsecureSkipTLSVerify) {
+		return nil, fmt.Errorf("ukpd %s: a client with a transport of its own takes no token file, CA file or insecure TLS", base)
+	}
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.InsecureSkipTLSVerify}
 	if cfg.CAFile != "" {
 		pem, err := os.ReadFile(cfg.CAFile)
@@ -106,9 +113,13 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		}
 		tlsConfig.RootCAs = pool
 	}
-	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.TLSClientConfig = tlsConfig
-	transport.MaxIdleConnsPerHost = 2
+	transport := cfg.Transport
+	if transport == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = tlsConfig
+		t.MaxIdleConnsPerHost = 2
+		transport = t
+	}
 	c := &Client{
 		base:     base,
 		endpoint: base.String(),

@@ -84,15 +84,21 @@ type SourceConfig struct {
 	// missing_required_tag. They tell a cluster's instances from those of
 	// other clusters in the same account.
 	RequiredTags []string
+	// Relays turns on the per-host topology: a target per kraftlet node
+	// that no endpoint owns, at a relay on the node's address (see
+	// RelayConfig). Port 0 leaves it off.
+	Relays RelayConfig
 	// Clock stamps samples; nil means the real clock.
 	Clock clock.PassiveClock
 }
 
-// Source yields one target per configured endpoint. Targets must be called
+// Source yields one target per configured endpoint, and with relays one per
+// kraftlet node no endpoint owns. Targets must be called
 // from one goroutine at a time; the targets it returns are safe for
 // concurrent use.
 type Source struct {
 	endpoints    []*endpoint
+	relays       *relays // nil without relays
 	nodes        podcache.Nodes
 	nodeSelector labels.Selector
 	// lastConflict is the node overlap logged last, so that a lasting
@@ -144,6 +150,19 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 		}
 		s.endpoints = append(s.endpoints, newEndpoint(ep, client, cfg.Pods, cfg.Clock, cfg.ListRefresh, cfg.RequiredTags))
 	}
+	if cfg.Relays.Port != 0 {
+		if cfg.Nodes == nil {
+			return nil, errors.New("ukpd source: relays need a node lister")
+		}
+		clientCfg := ClientConfig{MetricsFormat: cfg.MetricsFormat, MaxResponseBytes: cfg.MaxResponseBytes}
+		r, err := newRelays(cfg.Relays, clientCfg, func(ep EndpointConfig, c *Client) *endpoint {
+			return newEndpoint(ep, c, cfg.Pods, cfg.Clock, cfg.ListRefresh, cfg.RequiredTags)
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.relays = r
+	}
 	return s, nil
 }
 
@@ -173,6 +192,9 @@ func (s *Source) Targets() ([]sources.Target, error) {
 		if len(own) > 0 {
 			targets = append(targets, &target{ep: ep, nodes: own})
 		}
+	}
+	if s.relays != nil {
+		targets = append(targets, s.relays.targets(s.nodes.List(s.nodeSelector), owner)...)
 	}
 	if c := strings.Join(conflicts, ", "); c != s.lastConflict {
 		if c != "" {

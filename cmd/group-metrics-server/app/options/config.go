@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -118,6 +119,7 @@ func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
 			InsecureSkipTLSVerify: o.UkpdInsecureTLS,
 			ListRefresh:           o.UkpdListRefresh,
 			RequiredTags:          o.UkpdRequiredTags,
+			Relays:                o.ukpdRelays(restCfg, addrTypes),
 		},
 		DefaultGroupPolicy: group.Policy(o.DefaultGroupPolicy),
 		Readiness: group.Readiness{
@@ -176,6 +178,23 @@ func (o *Options) kubeletREST(cluster *rest.Config) *rest.Config {
 	}
 	cfg.TLSClientConfig = tls
 	return cfg
+}
+
+// ukpdRelays configures the per-host relays, if --ukpd-relay-port is set:
+// the kubelets' credential (the relays review it with the API server as
+// kubelets do), verified against --ukpd-relay-certificate-authority or else
+// the cluster CA, for --ukpd-relay-server-name if set.
+func (o *Options) ukpdRelays(cluster *rest.Config, addrTypes []corev1.NodeAddressType) ukpd.RelayConfig {
+	if o.UkpdRelayPort == 0 {
+		return ukpd.RelayConfig{}
+	}
+	cfg := rest.CopyConfig(cluster)
+	cfg.Host = ""
+	cfg.TLSClientConfig = rest.TLSClientConfig{CAFile: cluster.CAFile, CAData: cluster.CAData, ServerName: o.UkpdRelayServerName}
+	if o.UkpdRelayCAFile != "" {
+		cfg.TLSClientConfig = rest.TLSClientConfig{CAFile: o.UkpdRelayCAFile, ServerName: o.UkpdRelayServerName}
+	}
+	return ukpd.RelayConfig{Port: o.UkpdRelayPort, REST: cfg, AddressTypes: addrTypes}
 }
 
 // waitForFiles returns once every file exists and is not empty, or when ctx

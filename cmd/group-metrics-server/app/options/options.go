@@ -61,6 +61,9 @@ type Options struct {
 	UkpdTokenFile        string
 	UkpdCAFile           string
 	UkpdInsecureTLS      bool
+	UkpdRelayPort        int
+	UkpdRelayCAFile      string
+	UkpdRelayServerName  string
 	UkpdListRefresh      time.Duration
 	UkpdRequiredTags     []string
 
@@ -148,6 +151,9 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.UkpdTokenFile, "ukpd-token-file", o.UkpdTokenFile, "File with the bearer token for ukpd endpoints that set none; re-read when it changes.")
 	fs.StringVar(&o.UkpdCAFile, "ukpd-certificate-authority", o.UkpdCAFile, "CA file to verify ukpd endpoints with, for endpoints that set none; the system roots when empty.")
 	fs.BoolVar(&o.UkpdInsecureTLS, "ukpd-insecure-tls", o.UkpdInsecureTLS, "Do not verify ukpd serving certificates. For testing only.")
+	fs.IntVar(&o.UkpdRelayPort, "ukpd-relay-port", o.UkpdRelayPort, "Port of the ukpd relays (group-metrics-server ukpd-relay) on the hosts that run kraftlet with a ukpd of their own: one target per kraftlet node no --ukpd-endpoint owns, at the node's address (--kubelet-preferred-address-types), sent the server's own credential. 0 turns relays off. See docs/ukpd.md.")
+	fs.StringVar(&o.UkpdRelayCAFile, "ukpd-relay-certificate-authority", o.UkpdRelayCAFile, "CA file to verify the ukpd relays' serving certificates with; the cluster's CA when empty.")
+	fs.StringVar(&o.UkpdRelayServerName, "ukpd-relay-server-name", o.UkpdRelayServerName, "Name the relays' serving certificates are verified for, when they share one; the node's address when empty.")
 	fs.DurationVar(&o.UkpdListRefresh, "ukpd-list-refresh", o.UkpdListRefresh, "Longest time an instance list is reused; an unknown instance in the metrics refetches it sooner.")
 	fs.StringArrayVar(&o.UkpdRequiredTags, "ukpd-required-tag", o.UkpdRequiredTags, "A tag key=value that ukpd instances must carry to be attributed, repeatable: tells this cluster's instances from other clusters' in the same account. See docs/ukpd.md.")
 
@@ -244,10 +250,13 @@ func (o *Options) validateSources() []error {
 	eps, epErrs := o.ukpdEndpoints()
 	errs = append(errs, epErrs...)
 	switch {
-	case seen[ukpd.SourceName] && len(o.UkpdEndpoints) == 0:
-		errs = append(errs, fmt.Errorf("--sources=ukpd needs at least one --ukpd-endpoint"))
-	case !seen[ukpd.SourceName] && len(o.UkpdEndpoints) > 0:
-		errs = append(errs, fmt.Errorf("--ukpd-endpoint is set but --sources does not name ukpd"))
+	case seen[ukpd.SourceName] && len(o.UkpdEndpoints) == 0 && o.UkpdRelayPort == 0:
+		errs = append(errs, fmt.Errorf("--sources=ukpd needs at least one --ukpd-endpoint, or --ukpd-relay-port"))
+	case !seen[ukpd.SourceName] && (len(o.UkpdEndpoints) > 0 || o.UkpdRelayPort != 0):
+		errs = append(errs, fmt.Errorf("--ukpd-endpoint or --ukpd-relay-port is set but --sources does not name ukpd"))
+	}
+	if o.UkpdRelayPort < 0 || o.UkpdRelayPort > 65535 {
+		errs = append(errs, fmt.Errorf("--ukpd-relay-port must be 0 (off) or a port, got %d", o.UkpdRelayPort))
 	}
 	if len(epErrs) == 0 {
 		errs = append(errs, ukpd.ValidateEndpoints(eps)...)
