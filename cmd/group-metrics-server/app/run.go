@@ -20,11 +20,15 @@ import (
 // Version is set at link time.
 var Version = "dev"
 
-// Run parses args and runs the server, or with CertControllerCommand first
-// the certificate controller, until ctx is done.
+// Run parses args and runs the server until ctx is done; with
+// CertControllerCommand first, the certificate controller instead, and with
+// UkpdRelayCommand first, the ukpd relay.
 func Run(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == CertControllerCommand {
 		return runCertController(ctx, args[1:])
+	}
+	if len(args) > 0 && args[0] == UkpdRelayCommand {
+		return runUkpdRelay(ctx, args[1:])
 	}
 	o, done, err := prepare(args)
 	if done || err != nil {
@@ -95,6 +99,6 @@ func parse(name string, fss cliflag.NamedFlagSets, args []string, usage func(io.
 }
 
 func usage(w io.Writer, fss cliflag.NamedFlagSets) {
-	fmt.Fprintf(w, "group-metrics-server serves metrics.k8s.io from kubelets and other sources.\n\nUsage:\n  group-metrics-server [flags]\n  group-metrics-server %s [flags]   (the serving certificate's controller: %s --help)\n", CertControllerCommand, CertControllerCommand)
+	fmt.Fprintf(w, "group-metrics-server serves metrics.k8s.io from kubelets and other sources.\n\nUsage:\n  group-metrics-server [flags]\n  group-metrics-server %s [flags]   (the serving certificate's controller: %s --help)\n  group-metrics-server %s [flags]   (a host's ukpd, relayed over TLS: %s --help)\n", CertControllerCommand, CertControllerCommand, UkpdRelayCommand, UkpdRelayCommand)
 	cliflag.PrintSections(w, fss, 0)
 }
