@@ -65,5 +65,13 @@ flag_names() { sed -nE 's/^\s+(-\w, )?--([a-z0-9-]+).*/\2/p' | sort -u; }
 	echo '```'
 	"$tmp/group-metrics-server" cert-controller --help 2>&1 | sed -e 's/[[:space:]]*$//'
 	echo '```'
+	echo
+	echo "## ukpd-relay"
+	echo
+	echo "Generated from \`group-metrics-server ukpd-relay --help\`."
+	echo
+	echo '```'
+	"$tmp/group-metrics-server" ukpd-relay --help 2>&1 | sed -e 's/[[:space:]]*$//'
+	echo '```'
 } > "$tmp/flags.md"
 mv "$tmp/flags.md" docs/flags.md

@@ -99,6 +99,6 @@ func parse(name string, fss cliflag.NamedFlagSets, args []string, usage func(io.
 }
 
 func usage(w io.Writer, fss cliflag.NamedFlagSets) {
-	fmt.Fprintf(w, "group-metrics-server serves metrics.k8s.io from kubelets and other sources.\n\nUsage:\n  group-metrics-server [flags]\n  group-metrics-server %s [flags]   (the serving certificate's controller: %s --help)\n  group-metrics-server %s [flags]   (a host's ukpd, relayed over TLS: %s --help)\n", CertControllerCommand, CertControllerCommand, UkpdRelayCommand, UkpdRelayCommand)
+	fmt.Fprintf(w, "group-metrics-server serves metrics.k8s.io from kubelets and other sources.\n\nUsage:\n  group-metrics-server [flags]\n  group-metrics-server %s [flags]   (the serving certificate's controller: %s --help)\n  group-metrics-server %s [flags]        (a host's ukpd, relayed over TLS: %s --help)\n", CertControllerCommand, CertControllerCommand, UkpdRelayCommand, UkpdRelayCommand)
 	cliflag.PrintSections(w, fss, 0)
 }
