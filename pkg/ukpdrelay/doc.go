@@ -59,6 +59,9 @@
 // in the error it logs. ukpd's token appears in no answer, error or log:
 // ukpd.TokenFile never quotes it.
 //
-// The server reaches a relay as any ukpd endpoint: https://<host>:45242
-// with its ServiceAccount token as the endpoint's token file.
+// The server finds the relays with --ukpd-relay-port
+// (pkg/sources/ukpd/relay.go): one target per kraftlet node, at the node's
+// address, sent the server's own credential. The relay admits bearer
+// tokens only: a server whose kubeconfig holds a client certificate is
+// refused.
 package ukpdrelay
