@@ -38,6 +38,7 @@ TestLifecycle 51
 TestUkpdStandby 48
 TestMigrationFromMetricsServer 44
 TestUkpdPods 43
+TestUkpdRelays 45
 TestNodeFaults 39
 TestMatchesMetricsServer 32
 TestHPAScales 29

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -79,6 +80,14 @@ func newUpstream(cfg Config) (*upstream, error) {
 	transport.Proxy = nil
 	transport.TLSClientConfig = tlsConfig
 	transport.MaxIdleConnsPerHost = 2
+	// To a loopback address given as an IP, connect from that address:
+	// the connection stays on the address ukpd listens on (127.0.0.1 to
+	// 127.0.0.1 in the usual setup), and a ukpd serving several relays on
+	// one machine, as in the e2e suite, sees which relay asked.
+	if ip := net.ParseIP(base.Hostname()); ip != nil && ip.IsLoopback() {
+		dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: ip}}
+		transport.DialContext = dialer.DialContext
+	}
 	u := &upstream{
 		base: base,
 		// A redirect is not followed: it would take the token wherever

@@ -173,11 +173,11 @@ func createUkpdHPA(ctx context.Context, ns, name string, minReplicas, maxReplica
 	return createHPA(ctx, newHPA(ns, ref, minReplicas, maxReplicas, cpuUtilizationMetric(50), memory))
 }
 
-// instancesIn counts the fake ukpd's running instances in namespace ns of
+// instancesIn counts the running instances of instances in namespace ns of
 // pods whose names start with prefix.
-func instancesIn(ns, prefix string) int {
+func instancesIn(instances []fakeukpd.Instance, ns, prefix string) int {
 	n := 0
-	for _, in := range suite.ukpd.Instances() {
+	for _, in := range instances {
 		if in.Namespace == ns && strings.HasPrefix(in.Pod, prefix) && in.State == fakeukpd.StateRunning {
 			n++
 		}

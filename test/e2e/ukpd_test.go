@@ -73,7 +73,7 @@ func TestUkpdPods(t *testing.T) {
 	fresh := watchFreshness(ctx, t, ns, webPods)
 
 	t.Run("hpa", func(t *testing.T) {
-		testUkpdHPA(ctx, t, instances, uk)
+		testUkpdHPA(ctx, t, []*env.InstanceSync{instances}, func(ns, prefix string) int { return instancesIn(suite.ukpd.Instances(), ns, prefix) }, uk)
 	})
 
 	t.Run("endpoint-down", func(t *testing.T) {
@@ -108,8 +108,10 @@ func TestUkpdPods(t *testing.T) {
 }
 
 // testUkpdHPA scales a Deployment of unikernel pods with an HPA on CPU
-// utilization and average memory, by the usage the fake ukpd reports.
-func testUkpdHPA(ctx context.Context, t *testing.T, instances *env.InstanceSync, uk env.DeploymentSpec) {
+// utilization and average memory, by the usage the fake ukpds report: syncs
+// set the usage of every host's instances, and running counts the running
+// instances of a namespace's pods whose names start with a prefix.
+func testUkpdHPA(ctx context.Context, t *testing.T, syncs []*env.InstanceSync, running func(ns, prefix string) int, uk env.DeploymentSpec) {
 	ns := uk.Namespace
 	b := newHPABounds()
 	const minReplicas, maxReplicas = 1, 4
@@ -123,23 +125,28 @@ func testUkpdHPA(ctx context.Context, t *testing.T, instances *env.InstanceSync,
 	}))
 	t.Logf("HPA read CPU utilization and memory from ukpd %v after it was created", since(began))
 
+	setUsage := func(u env.UkpdUsage) {
+		for _, s := range syncs {
+			must(t, s.SetUsage(ctx, ns, u))
+		}
+	}
 	// 200% of the request: four replicas wanted, the maximum.
-	must(t, instances.SetUsage(ctx, ns, env.UkpdUsage{CPU: "200m"}))
+	setUsage(env.UkpdUsage{CPU: "200m"})
 	waitReplicas(ctx, t, ns, uk.Name, "scaled up", maxReplicas, b.up)
 	_, err := env.WaitForRunningPods(ctx, suite.cluster.Client(), ns, uk.Selector(), maxReplicas)
 	must(t, err)
-	waitInstances(ctx, t, uk, maxReplicas)
+	waitInstances(ctx, t, running, uk, maxReplicas)
 	// 10% of the request: one replica wanted after the stabilization window.
-	must(t, instances.SetUsage(ctx, ns, env.UkpdUsage{CPU: "10m"}))
+	setUsage(env.UkpdUsage{CPU: "10m"})
 	waitReplicas(ctx, t, ns, uk.Name, "scaled down", minReplicas, b.down)
-	waitInstances(ctx, t, uk, minReplicas)
+	waitInstances(ctx, t, running, uk, minReplicas)
 }
 
-// waitInstances waits until the fake ukpd runs n instances of uk's pods.
-func waitInstances(ctx context.Context, t *testing.T, uk env.DeploymentSpec, n int) {
+// waitInstances waits until the fake ukpds run n instances of uk's pods.
+func waitInstances(ctx context.Context, t *testing.T, running func(ns, prefix string) int, uk env.DeploymentSpec, n int) {
 	t.Helper()
 	must(t, poll(ctx, fmt.Sprintf("%d instances of %s", n, uk.Name), func(context.Context) error {
-		if got := instancesIn(uk.Namespace, uk.Name+"-"); got != n {
+		if got := running(uk.Namespace, uk.Name+"-"); got != n {
 			return fmt.Errorf("%d instances", got)
 		}
 		return nil

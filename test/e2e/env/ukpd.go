@@ -84,11 +84,17 @@ func (u *Ukpd) ServerArgs() []string {
 // pods that tolerate it (CreateKraftletDeployment's) land there. No kubelet
 // listens behind its kubelet port.
 func AddKraftletNode(ctx context.Context, c *cluster.Cluster, name string) error {
+	return AddKraftletNodeAt(ctx, c, name, "127.0.0.1")
+}
+
+// AddKraftletNodeAt is AddKraftletNode for a node whose InternalIP is addr,
+// as kraftlet's node has its host's address.
+func AddKraftletNodeAt(ctx context.Context, c *cluster.Cluster, name, addr string) error {
 	ports, err := cluster.FreePorts(1)
 	if err != nil {
 		return err
 	}
-	node := cluster.NodeObject(name, map[string]string{KraftletNodeLabel: "true"}, "127.0.0.1", ports[0])
+	node := cluster.NodeObject(name, map[string]string{KraftletNodeLabel: "true"}, addr, ports[0])
 	node.Spec.Taints = []corev1.Taint{{Key: KraftletTaintKey, Value: KraftletTaintValue, Effect: corev1.TaintEffectNoSchedule}}
 	return c.CreateNode(ctx, node)
 }
