@@ -22,6 +22,7 @@ func TestChartMatchesManifests(t *testing.T) {
 		{name: "cert-manager", values: "cert-manager-values.yaml", kustomization: "manifests/examples/cert-manager"},
 		{name: "serving-cert-files", values: "serving-cert-files-values.yaml", kustomization: "manifests/examples/serving-cert-files"},
 		{name: "network-policy", values: "network-policy-values.yaml", kustomization: "manifests/examples/network-policy"},
+		{name: "ukpd-relays", values: "ukpd-relays-values.yaml", kustomization: "manifests/examples/ukpd-relays"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { tc.sameAsKustomize(t, c.values, c.kustomization, nil) })

@@ -74,6 +74,7 @@ func TestSchemaRefusesUnknownValues(t *testing.T) {
 		{name: "nested typo", sets: []string{"image.tags=v1"}, want: "tags"},
 		{name: "typo under tls", sets: []string{"tls.certManger.duration=1h"}, want: "certManger"},
 		{name: "typo under ukpd", sets: []string{"ukpd.endpoint=https://u"}, want: "endpoint"},
+		{name: "typo under ukpdRelay", sets: []string{"ukpdRelay.hostSelectors.a=b"}, want: "hostSelectors"},
 		{name: "typo under certController", sets: []string{"certController.replica=2"}, want: "replica"},
 		{name: "typo under podDisruptionBudget", sets: []string{"podDisruptionBudget.minAvailabe=1"}, want: "minAvailabe"},
 		{name: "wrong type", sets: []string{"replicas=two"}, want: "replicas"},
@@ -124,6 +125,25 @@ func TestOurValues(t *testing.T) {
 			wantSpec: map[string]any{"volumes": []any{
 				map[string]any{"name": "serving-cert", "secret": map[string]any{"secretName": "group-metrics-server-serving-cert"}},
 				map[string]any{"name": "ukpd-credentials", "secret": map[string]any{"secretName": "ukpd-credentials"}},
+			}},
+		},
+		{
+			// Relays with a pair per host (verified for each node's
+			// address) beside an account endpoint, ukpd first.
+			name: "ukpd relays with per-host pairs",
+			sets: []string{
+				"ukpdRelay.enabled=true", "ukpdRelay.serverName=", "ukpdRelay.caConfigMap=relays-ca",
+				"sources={ukpd,kubelet}", "ukpd.endpoints={https://api.fra.unikraft.cloud}",
+			},
+			wantArgs: []string{
+				"--sources=ukpd,kubelet",
+				"--ukpd-endpoint=https://api.fra.unikraft.cloud",
+				"--ukpd-relay-port=45242",
+				"--ukpd-relay-certificate-authority=/var/run/ukpd-relay-ca/ca.crt",
+			},
+			wantSpec: map[string]any{"volumes": []any{
+				map[string]any{"name": "serving-cert", "secret": map[string]any{"secretName": "group-metrics-server-serving-cert"}},
+				map[string]any{"name": "ukpd-relay-ca", "configMap": map[string]any{"name": "relays-ca"}},
 			}},
 		},
 		{

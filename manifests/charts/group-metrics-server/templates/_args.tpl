@@ -10,8 +10,9 @@ theirs), then args, which come last and so override.
 {{- end }}
 - --tls-cert-file=/var/run/serving-cert/tls.crt
 - --tls-private-key-file=/var/run/serving-cert/tls.key
-{{- if ne (join "," .Values.sources) "kubelet" }}
-- --sources={{ join "," .Values.sources }}
+{{- $sources := include "gms.sources" . }}
+{{- if ne $sources "kubelet" }}
+- --sources={{ $sources }}
 {{- end }}
 {{- range .Values.ukpd.endpoints }}
 - --ukpd-endpoint={{ . }}
@@ -20,6 +21,15 @@ theirs), then args, which come last and so override.
 - --ukpd-token-file=/var/run/ukpd-credentials/{{ $.Values.ukpd.tokenKey }}
 {{- with $.Values.ukpd.caKey }}
 - --ukpd-certificate-authority=/var/run/ukpd-credentials/{{ . }}
+{{- end }}
+{{- end }}
+{{- with .Values.ukpdRelay }}
+{{- if .enabled }}
+- --ukpd-relay-port={{ .port }}
+{{- with .serverName }}
+- --ukpd-relay-server-name={{ . }}
+{{- end }}
+- --ukpd-relay-certificate-authority=/var/run/ukpd-relay-ca/ca.crt
 {{- end }}
 {{- end }}
 {{- range .Values.ukpd.requiredTags }}
@@ -75,10 +85,10 @@ theirs), then args, which come last and so override.
 {{- if and .Values.hostNetwork.enabled (eq (int .Values.containerPort) 10250) }}
 {{- fail "hostNetwork.enabled: the kubelet holds port 10250 in the node's network; set containerPort to another port (metrics-server's chart uses 4443)" }}
 {{- end }}
-{{- if and (has "ukpd" .Values.sources) (not .Values.ukpd.endpoints) }}
-{{- fail "sources holds ukpd: set ukpd.endpoints" }}
+{{- if and (has "ukpd" .Values.sources) (not .Values.ukpd.endpoints) (not .Values.ukpdRelay.enabled) }}
+{{- fail "sources holds ukpd: set ukpd.endpoints, or ukpdRelay.enabled for per-host ukpd" }}
 {{- end }}
-{{- if and .Values.ukpd.endpoints (not (has "ukpd" .Values.sources)) }}
+{{- if and .Values.ukpd.endpoints (not (has "ukpd" (splitList "," (include "gms.sources" .)))) }}
 {{- fail "ukpd.endpoints is set but sources does not hold ukpd" }}
 {{- end }}
 {{- if and .Values.apiService.caBundle (ne .Values.tls.type "existingSecret") }}
@@ -92,5 +102,20 @@ theirs), then args, which come last and so override.
 {{- end }}
 {{- if and .Values.podMetrics.enabled (not .Values.podMetrics.config) }}
 {{- fail "podMetrics.enabled: set podMetrics.config (the --pod-metrics-config file, docs/inference-autoscaling.md)" }}
+{{- end }}
+{{- end }}
+
+{{/* The ukpd relay's args (manifests/components/ukpd-relay/daemonset.yaml). */}}
+{{- define "gms.relayArgs" -}}
+- ukpd-relay
+- --node-name={{ .Values.ukpdRelay.nodeName }}
+- --ukpd-url={{ .Values.ukpdRelay.ukpdURL }}
+- --ukpd-token-file=/var/run/ukpd/token
+- --bind-address=$(HOST_IP)
+- --secure-port={{ .Values.ukpdRelay.port }}
+- --tls-cert-file=/var/run/serving-cert/tls.crt
+- --tls-private-key-file=/var/run/serving-cert/tls.key
+{{- range .Values.ukpdRelay.extraArgs }}
+- {{ . }}
 {{- end }}
 {{- end }}

@@ -35,14 +35,20 @@ Labels of every object. Only app.kubernetes.io/name is also in
 manifests/; the others say which release and chart made the object.
 */}}
 {{- define "gms.labels" -}}
-helm.sh/chart: {{ include "gms.chart" . }}
-app.kubernetes.io/name: {{ include "gms.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
-{{- if .Chart.AppVersion }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- include "gms.labelsNamed" (list . (include "gms.name" .)) }}
 {{- end }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-{{- with .Values.commonLabels }}
+
+{{/* gms.labels with another app.kubernetes.io/name: (list $ name). */}}
+{{- define "gms.labelsNamed" -}}
+{{- $ := index . 0 -}}
+helm.sh/chart: {{ include "gms.chart" $ }}
+app.kubernetes.io/name: {{ index . 1 }}
+app.kubernetes.io/instance: {{ $.Release.Name }}
+{{- if $.Chart.AppVersion }}
+app.kubernetes.io/version: {{ $.Chart.AppVersion | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ $.Release.Service }}
+{{- with $.Values.commonLabels }}
 {{ toYaml . }}
 {{- end }}
 {{- end }}
@@ -136,4 +142,38 @@ imagePullSecrets:
 securityContext:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- end }}
+
+{{/*
+The sources the server runs, comma-separated: sources, with ukpd added
+when the relays are enabled and sources does not name it.
+*/}}
+{{- define "gms.sources" -}}
+{{- $sources := .Values.sources }}
+{{- if and .Values.ukpdRelay.enabled (not (has "ukpd" $sources)) }}
+{{- $sources = append $sources "ukpd" }}
+{{- end }}
+{{- join "," $sources }}
+{{- end }}
+
+{{/* The ukpd relays' DaemonSet and ServiceAccount. */}}
+{{- define "gms.relayName" -}}
+{{- printf "%s-ukpd-relay" (include "gms.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The relays' pod labels and selector, as manifests/components/ukpd-relay has them. */}}
+{{- define "gms.relaySelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-ukpd-relay" (include "gms.name" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "gms.relayTokenSecret" -}}
+{{- default (printf "%s-token" (include "gms.relayName" .)) .Values.ukpdRelay.tokenSecret }}
+{{- end }}
+
+{{- define "gms.relayTLSSecret" -}}
+{{- default (printf "%s-tls" (include "gms.relayName" .)) .Values.ukpdRelay.tlsSecret }}
+{{- end }}
+
+{{- define "gms.relayCAConfigMap" -}}
+{{- default (printf "%s-ca" (include "gms.relayName" .)) .Values.ukpdRelay.caConfigMap }}
 {{- end }}
