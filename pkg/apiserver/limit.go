@@ -254,5 +254,14 @@ var (
 
 // RegisterMetrics registers the API layer's self-metrics; safe to call twice.
 func RegisterMetrics() {
-	registerLimitOnce.Do(func() { legacyregistry.MustRegister(readsWaited, readsRejected) })
+	registerLimitOnce.Do(func() {
+		legacyregistry.MustRegister(readsWaited, readsRejected)
+		// Both readers from the start, so that a rate is 0, not absent,
+		// until the first wait.
+		for _, c := range []*metrics.CounterVec{readsWaited, readsRejected} {
+			for _, reader := range []string{classPriority, classOther} {
+				c.WithLabelValues(reader)
+			}
+		}
+	})
 }
