@@ -98,13 +98,23 @@ type Value struct {
 	HasRequest bool
 }
 
-// Of combines values under c. There is no value, and the error says why,
-// when values is empty, when any value does not count at face value or is
+// Of combines values under c. The sum of no values is 0: a
+// LeaderWorkerSet scaled to zero groups has no queue, no usage, no demand
+// (an HPA that scaled it to zero reads that to stay there, and the first
+// demand to come back). There is no value, and the error says why, when
+// values is empty under any other rule (the mean, the max or a ratio of
+// nothing is undefined), when any value does not count at face value or is
 // not finite, when a ratio rule has no request to divide by, or when the
 // result is not finite.
 func (c Combine) Of(values []Value) (float64, error) {
 	if len(values) == 0 {
-		return 0, fmt.Errorf("no members")
+		switch c {
+		case CombineSum:
+			return 0, nil
+		case CombineMean, CombineMax, CombineRatio, CombineMaxRatio:
+			return 0, fmt.Errorf("no members: the %s of nothing is undefined", c)
+		}
+		return 0, fmt.Errorf("unknown combine rule %q", c)
 	}
 	var sum, maxV, sumWithRequest, sumRequest, maxRatio float64
 	for i, v := range values {

@@ -45,6 +45,12 @@ type Pods interface {
 	// ByInstance returns the pod and container whose status names the
 	// unikernel instance of that UUID as its containerID (Pod.Instances).
 	ByInstance(uuid string) (*Pod, string, bool)
+	// LeaderWorkerSet says whether the LeaderWorkerSet namespace/name is
+	// known whatever its pods: its leader StatefulSet, which the
+	// LeaderWorkerSet controller names after it and keeps at zero groups,
+	// is cached and controlled by it. An index that does not verify
+	// groups knows none.
+	LeaderWorkerSet(namespace, name string) bool
 }
 
 // PodIndex holds pods by namespace and name, by label and by
@@ -249,6 +255,15 @@ func (x *PodIndex) HasGroups() bool {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return len(x.groups) > 0
+}
+
+// LeaderWorkerSet implements Pods.
+func (x *PodIndex) LeaderWorkerSet(namespace, name string) bool {
+	if x.sets == nil {
+		return false
+	}
+	s := x.sets.get(namespace, name)
+	return s != nil && s.controller != nil && s.controller.Group == lwsGroup && s.controller.Kind == lwsKind && s.controller.Name == name
 }
 
 // Namespaces implements Pods.

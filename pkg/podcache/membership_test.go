@@ -222,6 +222,16 @@ func TestCacheVerifiesMembership(t *testing.T) {
 	if c.pods.sets.get(lwsNS, "db") != nil {
 		t.Error("a StatefulSet without the LeaderWorkerSet label is cached")
 	}
+	// Known by its leader StatefulSet, whatever its pods; the worker
+	// StatefulSet, controlled by a pod, names no LeaderWorkerSet.
+	for name, want := range map[string]bool{"inf": true, "inf-0": false, "db": false, "ghost": false} {
+		if got := c.Pods().LeaderWorkerSet(lwsNS, name); got != want {
+			t.Errorf("LeaderWorkerSet(%s) = %v, want %v", name, got, want)
+		}
+	}
+	if NewPodIndex().LeaderWorkerSet(lwsNS, "inf") {
+		t.Error("an index that does not verify knows a LeaderWorkerSet")
+	}
 
 	version := c.Pods().Version(lwsNS)
 	must(t, meta.Resource(statefulSetsResource).Namespace(lwsNS).Delete(ctx, "inf-0", metav1.DeleteOptions{}))

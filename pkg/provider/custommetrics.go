@@ -102,11 +102,18 @@ func (c *CustomMetrics) GetMetricByName(_ context.Context, name types.Namespaced
 				pods = append(pods, c.p.pods.Group(key)...)
 			}
 		}
+		g := c.p.groupUsage(pods)
 		if len(pods) == 0 {
-			return nil, notFoundWhy(info, name.Name, "no pods of this LeaderWorkerSet are known")
+			// Scaled to zero groups, or unknown: the usage (a sum) of a
+			// LeaderWorkerSet the cache knows is 0; its utilization, a
+			// ratio of nothing, has no value.
+			if !c.p.pods.LeaderWorkerSet(name.Namespace, name.Name) {
+				return nil, notFoundWhy(info, name.Name, "no pods of this LeaderWorkerSet are known")
+			}
+			g.timestamp = c.p.clock.Now()
 		}
 		ref := custom_metrics.ObjectReference{Kind: "LeaderWorkerSet", APIVersion: "leaderworkerset.x-k8s.io/v1", Namespace: name.Namespace, Name: name.Name}
-		return value(ref, info, c.p.groupUsage(pods), name.Name)
+		return value(ref, info, g, name.Name)
 	}
 	return nil, cmprovider.NewMetricNotFoundError(info.GroupResource, info.Metric)
 }

@@ -203,16 +203,18 @@ func (c *CustomMetrics) groupValue(pods []*podcache.Pod, m EndpointMetric, sel l
 		}
 	}
 	v, err := m.Combine.Of(members)
+	if err == nil && oldest.IsZero() {
+		oldest = c.p.clock.Now() // no member in scope: the sum of nothing, now
+	}
 	return v, oldest, err
 }
 
 // endpointLWSValue combines the values of every group of a LeaderWorkerSet
-// by the metric's rule; absent while any group has none.
+// by the metric's rule; absent while any group has none. A LeaderWorkerSet
+// the pod cache knows with no group (scaled to zero) has the value of the
+// rule over nothing: 0 for a sum, none for the others.
 func (c *CustomMetrics) endpointLWSValue(name types.NamespacedName, m EndpointMetric, info cmprovider.CustomMetricInfo, sel labels.Selector) (*custom_metrics.MetricValue, error) {
 	leaders := c.p.pods.List(name.Namespace, labels.SelectorFromSet(labels.Set{group.LabelName: name.Name, group.LabelWorkerIndex: "0"}))
-	if len(leaders) == 0 {
-		return nil, notFoundWhy(info, name.Name, "no leader pod of this LeaderWorkerSet is known")
-	}
 	groups := make([]group.Value, 0, len(leaders))
 	var oldest time.Time
 	for _, l := range leaders {
@@ -228,6 +230,12 @@ func (c *CustomMetrics) endpointLWSValue(name types.NamespacedName, m EndpointMe
 		if oldest.IsZero() || ts.Before(oldest) {
 			oldest = ts
 		}
+	}
+	if len(groups) == 0 {
+		if !c.p.pods.LeaderWorkerSet(name.Namespace, name.Name) {
+			return nil, notFoundWhy(info, name.Name, "no leader pod of this LeaderWorkerSet is known")
+		}
+		oldest = c.p.clock.Now()
 	}
 	v, err := m.Combine.Of(groups)
 	if err != nil {

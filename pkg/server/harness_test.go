@@ -115,21 +115,26 @@ func lwsMember(name, worker, node string) *corev1.Pod {
 
 // lwsStatefulSets are the metadata of LeaderWorkerSet inf's StatefulSets
 // in namespace ml: inf, controlled by the LeaderWorkerSet, and inf-0,
-// controlled by the leader pod inf-0 (lwsMember).
+// controlled by the leader pod inf-0 (lwsMember); and the leader
+// StatefulSet of LeaderWorkerSet idle, scaled to zero groups: no pods.
 func lwsStatefulSets(t *testing.T) *metadatafake.FakeMetadataClient {
-	set := func(name string, owner metav1.OwnerReference) runtime.Object {
+	set := func(lws, name string, owner metav1.OwnerReference) runtime.Object {
 		owner.Controller = ptr.To(true)
 		return &metav1.PartialObjectMetadata{
 			TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
 			ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: name, UID: types.UID("uid-sts-" + name),
-				Labels: map[string]string{group.LabelName: "inf"}, OwnerReferences: []metav1.OwnerReference{owner}},
+				Labels: map[string]string{group.LabelName: lws}, OwnerReferences: []metav1.OwnerReference{owner}},
 		}
+	}
+	lws := func(name string) metav1.OwnerReference {
+		return metav1.OwnerReference{APIVersion: "leaderworkerset.x-k8s.io/v1", Kind: "LeaderWorkerSet", Name: name, UID: types.UID("uid-lws-" + name)}
 	}
 	scheme := metadatafake.NewTestScheme()
 	must(t, metav1.AddMetaToScheme(scheme))
 	return metadatafake.NewSimpleMetadataClient(scheme,
-		set("inf", metav1.OwnerReference{APIVersion: "leaderworkerset.x-k8s.io/v1", Kind: "LeaderWorkerSet", Name: "inf", UID: "uid-lws-inf"}),
-		set("inf-0", metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "inf-0", UID: "uid-inf-0"}),
+		set("inf", "inf", lws("inf")),
+		set("inf", "inf-0", metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "inf-0", UID: "uid-inf-0"}),
+		set("idle", "idle", lws("idle")),
 	)
 }
 

@@ -145,6 +145,18 @@ func TestServerHTTP(t *testing.T) {
 		{name: "group utilization of the LeaderWorkerSet object", cfg: env.admin,
 			path:     "/apis/custom.metrics.k8s.io/v1beta1/namespaces/ml/leaderworkersets.leaderworkerset.x-k8s.io/inf/lws_group_cpu_utilization",
 			wantCode: 200, want: []string{`"kind":"LeaderWorkerSet"`, `"name":"inf"`, `"value":"500m"`}},
+		// At zero groups (the leader StatefulSet alone): a sum of nothing
+		// is 0, a utilization of nothing has no value; an unknown
+		// LeaderWorkerSet is not found.
+		{name: "a LeaderWorkerSet at zero groups uses nothing", cfg: env.admin,
+			path:     "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/leaderworkersets.leaderworkerset.x-k8s.io/idle/lws_group_cpu_usage",
+			wantCode: 200, want: []string{`"kind":"LeaderWorkerSet"`, `"name":"idle"`, `"value":"0"`}},
+		{name: "a LeaderWorkerSet at zero groups has no utilization", cfg: env.admin,
+			path:     "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/leaderworkersets.leaderworkerset.x-k8s.io/idle/lws_group_cpu_utilization",
+			wantCode: 404, want: []string{"the ratio of nothing is undefined"}},
+		{name: "an unknown LeaderWorkerSet is not found", cfg: env.admin,
+			path:     "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/leaderworkersets.leaderworkerset.x-k8s.io/ghost/lws_group_cpu_usage",
+			wantCode: 404, want: []string{"no pods of this LeaderWorkerSet are known"}},
 		{name: "worker pods have no group metrics", cfg: env.admin,
 			path: "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/inf-0-1/lws_group_cpu_usage", wantCode: 404},
 		{name: "openapi v2", cfg: env.admin, path: "/openapi/v2", accept: "application/json", wantCode: 200, want: []string{"PodMetrics", "NodeMetrics"}},
