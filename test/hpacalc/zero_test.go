@@ -1,0 +1,134 @@
+package hpacalc
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
+	core "k8s.io/client-go/testing"
+	"k8s.io/kubernetes/pkg/controller/podautoscaler"
+	metricsclient "k8s.io/kubernetes/pkg/controller/podautoscaler/metrics"
+	"k8s.io/metrics/pkg/apis/custom_metrics/v1beta2"
+	cmfake "k8s.io/metrics/pkg/client/custom_metrics/fake"
+	"k8s.io/utils/ptr"
+	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
+	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
+	"github.com/group-metrics-server/group-metrics-server/pkg/provider"
+	"github.com/group-metrics-server/group-metrics-server/pkg/store"
+)
+
+// TestObjectMetricAtZero runs the HPA's calculator for an Object metric on
+// a LeaderWorkerSet, the way an HPA with minReplicas: 0 reads it
+// (GetObjectMetricReplicas: at zero replicas it wants ceil(value /
+// target), tolerance aside), against the server's provider over a pod
+// cache that watches the LeaderWorkerSet's StatefulSets.
+func TestObjectMetricAtZero(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const target = 5000 // a queue of 5 per replica, in milli-units
+	// idle: scaled to zero, its leader StatefulSet alone. starting: one
+	// group whose leader is Pending. ghost: no StatefulSet at all.
+	lwsSet := func(name string) runtime.Object {
+		return &metav1.PartialObjectMetadata{
+			TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: types.UID("uid-sts-" + name),
+				Labels: map[string]string{group.LabelName: name},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "leaderworkerset.x-k8s.io/v1", Kind: "LeaderWorkerSet",
+					Name: name, UID: types.UID("uid-lws-" + name), Controller: ptr.To(true)}}},
+		}
+	}
+	pending := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "starting-0", UID: "uid-starting-0",
+			Labels:          map[string]string{group.LabelName: "starting", group.LabelGroupIndex: "0", group.LabelWorkerIndex: "0", group.LabelGroupKey: "key-starting-0"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "starting", UID: "uid-sts-starting", Controller: ptr.To(true)}}},
+		Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "engine"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending},
+	}
+	scheme := metadatafake.NewTestScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	kube := fake.NewClientset(pending)
+	cache, err := podcache.New(kube, metadatafake.NewSimpleMetadataClient(scheme, lwsSet("idle"), lwsSet("starting")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		cache.Shutdown()
+	}()
+	if err := cache.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	values := store.New(store.Config{Sources: []string{"endpoints"}})
+	p := provider.New(provider.Config{Pods: cache.Pods(), Nodes: podcache.NewNodeIndex(), Usage: values, Groups: true, DefaultPolicy: group.PolicyGroup})
+	cm := p.CustomMetrics().WithEndpoints(values, queueMetrics, window)
+
+	factory := informers.NewSharedInformerFactory(kube, 0)
+	podLister := factory.Core().V1().Pods().Lister()
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	calc := podautoscaler.NewReplicaCalculator(metricsclient.NewRESTMetricsClient(nil, objectMetrics(cm), nil), podLister, cpuInitializationPeriod, initialReadinessDelay)
+
+	for _, tc := range []struct {
+		name, lws string
+		current   int32
+		want      int32
+		wantErr   string
+	}{
+		// The sum of no group's queue is 0: the HPA keeps it at zero, and
+		// would leave zero at the first unit of demand on this metric.
+		{name: "scaled to zero stays at zero", lws: "idle", current: 0, want: 0},
+		// A group not yet running has no value: the HPA does not act.
+		{name: "all pods Pending", lws: "starting", current: 1, wantErr: "member starting-0 is unready"},
+		{name: "unknown LeaderWorkerSet", lws: "ghost", current: 0, wantErr: "no leader pod of this LeaderWorkerSet is known"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ref := &autoscalingv2.CrossVersionObjectReference{APIVersion: "leaderworkerset.x-k8s.io/v1", Kind: "LeaderWorkerSet", Name: tc.lws}
+			sel := labels.SelectorFromSet(labels.Set{group.LabelName: tc.lws})
+			got, usage, _, err := calc.GetObjectMetricReplicas(tc.current, target, queueMetric, podautoscaler.Tolerances{}, namespace, ref, sel, labels.Everything())
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Errorf("replicas %d (usage %d), error %v; want an error with %q", got, usage, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want || usage != 0 {
+				t.Errorf("replicas %d, usage %d, err %v; want %d replicas of usage 0", got, usage, err, tc.want)
+			}
+		})
+	}
+}
+
+// objectMetrics is custom.metrics.k8s.io as the HPA's REST metrics client
+// reads it for an Object metric: by name, in v1beta2.
+func objectMetrics(cm *provider.CustomMetrics) *cmfake.FakeCustomMetricsClient {
+	client := &cmfake.FakeCustomMetricsClient{}
+	client.AddReactor("*", "*", func(action core.Action) (bool, runtime.Object, error) {
+		// The fake names the object's resource as its group resource,
+		// "leaderworkersets.leaderworkerset.x-k8s.io".
+		get := action.(cmfake.GetForAction)
+		info := cmprovider.CustomMetricInfo{GroupResource: schema.ParseGroupResource(get.GetResource().Resource), Namespaced: true, Metric: get.GetMetricName()}
+		v, err := cm.GetMetricByName(context.Background(), types.NamespacedName{Namespace: get.GetNamespace(), Name: get.GetName()}, info, labels.Everything())
+		if err != nil {
+			return true, nil, fmt.Errorf("%s %s: %w", get.GetResource(), get.GetName(), err)
+		}
+		out := &v1beta2.MetricValueList{Items: make([]v1beta2.MetricValue, 1)}
+		return true, out, v1beta2.Convert_custom_metrics_MetricValue_To_v1beta2_MetricValue(v, &out.Items[0], nil)
+	})
+	return client
+}
