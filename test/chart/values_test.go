@@ -115,9 +115,10 @@ func TestOurValues(t *testing.T) {
 		{
 			name:   "ukpd",
 			values: "ukpd-values.yaml",
+			sets:   []string{"ukpd.caKey=ca.crt"},
 			wantArgs: []string{
 				"--sources=kubelet,ukpd",
-				"--ukpd-endpoint=https://ukpd.unikraft.example:8443;node-selector=unikraft.com/virtual-kubelet=true",
+				"--ukpd-endpoint=https://api.fra.unikraft.cloud",
 				"--ukpd-token-file=/var/run/ukpd-credentials/token",
 				"--ukpd-certificate-authority=/var/run/ukpd-credentials/ca.crt",
 				"--default-group-policy=group",
