@@ -148,3 +148,38 @@ func Mean(sumRate, countRate float64) (float64, error) {
 	}
 	return sumRate / countRate, nil
 }
+
+// Estimate is what a histogram metric serves from its buckets, _sum and
+// _count: their mean over the window, or a quantile.
+type Estimate struct {
+	// Mean serves the mean; otherwise the Quantile-quantile.
+	Mean     bool
+	Quantile float64
+}
+
+// Histogram is the rates of one or more histograms' parts over a window,
+// given together: the buckets of all of them (Quantile adds up the buckets
+// of one bound), and their _sum and _count rates added up. HasParts says
+// whether any part was given.
+type Histogram struct {
+	Buckets            []Bucket
+	SumRate, CountRate float64
+	HasParts           bool
+}
+
+// Add gives h the parts of o.
+func (h *Histogram) Add(o Histogram) {
+	h.Buckets = append(h.Buckets, o.Buckets...)
+	h.SumRate += o.SumRate
+	h.CountRate += o.CountRate
+	h.HasParts = h.HasParts || o.HasParts
+}
+
+// Of estimates from h's parts: Mean(SumRate, CountRate), or Quantile over the
+// buckets.
+func (e Estimate) Of(h Histogram) (float64, error) {
+	if e.Mean {
+		return Mean(h.SumRate, h.CountRate)
+	}
+	return Quantile(e.Quantile, h.Buckets)
+}

@@ -116,11 +116,11 @@ func (c Combine) Of(values []Value) (float64, error) {
 		}
 		return 0, fmt.Errorf("unknown combine rule %q", c)
 	}
+	if err := AllCounted(values); err != nil {
+		return 0, err
+	}
 	var sum, maxV, sumWithRequest, sumRequest, maxRatio float64
 	for i, v := range values {
-		if v.State != Counted {
-			return 0, fmt.Errorf("member %s is %s", v.Name, v.State)
-		}
 		if !finite(v.Value) || (v.HasRequest && !finite(v.Request)) {
 			return 0, fmt.Errorf("member %s has no finite value", v.Name)
 		}
@@ -162,6 +162,18 @@ func (c Combine) Of(values []Value) (float64, error) {
 }
 
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+
+// AllCounted is nil when every value counts at face value, else an error
+// naming the first that does not: the rule every combination holds to,
+// Of's and a histogram's pooled parts' alike.
+func AllCounted(values []Value) error {
+	for _, v := range values {
+		if v.State != Counted {
+			return fmt.Errorf("member %s is %s", v.Name, v.State)
+		}
+	}
+	return nil
+}
 
 // Scope is which members of a group a metric reads.
 type Scope string

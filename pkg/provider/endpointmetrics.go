@@ -3,6 +3,7 @@ package provider
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 	"github.com/group-metrics-server/group-metrics-server/pkg/store"
 )
 
@@ -34,6 +36,12 @@ type EndpointMetric struct {
 	Combine group.Combine
 	// Members is which members of a LeaderWorkerSet group count.
 	Members group.Scope
+	// Estimate, when set, makes the metric a histogram's: its series are
+	// the rates of the histogram's parts (sources.LabelHistogramPart),
+	// added up over a pod's series, a group's members and a
+	// LeaderWorkerSet's groups, and the value is the estimate from them.
+	// Combine is not used.
+	Estimate *group.Estimate
 }
 
 // endpointMetrics serves the metrics of pods' endpoints and node exporters
@@ -163,8 +171,17 @@ func (c *CustomMetrics) endpointPodValue(pod *podcache.Pod, m EndpointMetric, in
 
 // ownValue combines, by the metric's rule, the pod's series that sel
 // matches (every series when sel is nil); false when none does. The
-// timestamp is the newest series'.
+// timestamp is the newest series'. A histogram's value is the estimate
+// from its parts.
 func (c *CustomMetrics) ownValue(pod *podcache.Pod, m EndpointMetric, sel labels.Selector) (float64, time.Time, bool) {
+	if m.Estimate != nil {
+		h, ts, ok := c.ownHistogram(pod, m, sel)
+		if !ok {
+			return 0, time.Time{}, false
+		}
+		v, err := m.Estimate.Of(h)
+		return v, ts, err == nil
+	}
 	var (
 		series []group.Value
 		newest time.Time
@@ -185,11 +202,77 @@ func (c *CustomMetrics) ownValue(pod *podcache.Pod, m EndpointMetric, sel labels
 	return x, newest, err == nil
 }
 
+// ownHistogram gathers the rates of the parts of the pod's histograms whose
+// series sel matches; false when there are none. The timestamp is the
+// newest part's.
+func (c *CustomMetrics) ownHistogram(pod *podcache.Pod, m EndpointMetric, sel labels.Selector) (group.Histogram, time.Time, bool) {
+	var (
+		h      group.Histogram
+		newest time.Time
+	)
+	for _, v := range c.endpoints.values.Series(pod.Namespace, pod.Name, pod.UIDString(), m.Name) {
+		l := v.Labels()
+		if sel != nil && !sel.Matches(labels.Set(l)) {
+			continue
+		}
+		switch l[sources.LabelHistogramPart] {
+		case sources.PartBucket:
+			le, err := strconv.ParseFloat(l[sources.LabelLE], 64)
+			if err != nil {
+				continue // not a bound the source wrote
+			}
+			h.Buckets = append(h.Buckets, group.Bucket{UpperBound: le, Count: v.Value})
+		case sources.PartSum:
+			h.SumRate += v.Value
+		case sources.PartCount:
+			h.CountRate += v.Value
+		default:
+			continue
+		}
+		h.HasParts = true
+		if v.Timestamp.After(newest) {
+			newest = v.Timestamp
+		}
+	}
+	return h, newest, h.HasParts
+}
+
+// groupHistogram pools the histogram parts of the members of a group in the
+// metric's scope, each member classified as groupValue classifies it; the
+// timestamp is the oldest member's.
+func (c *CustomMetrics) groupHistogram(pods []*podcache.Pod, m EndpointMetric, sel labels.Selector) (group.Histogram, time.Time, error) {
+	var (
+		pooled  group.Histogram
+		members []group.Value
+		oldest  time.Time
+	)
+	for _, mp := range pods {
+		if !m.Members.Includes(mp.Leader()) {
+			continue
+		}
+		h, ts, has := c.ownHistogram(mp, m, sel)
+		members = append(members, group.Value{Name: mp.Name, State: group.Classify(mp.Phase(), mp.Deleting(), has)})
+		pooled.Add(h)
+		if has && (oldest.IsZero() || ts.Before(oldest)) {
+			oldest = ts
+		}
+	}
+	return pooled, oldest, group.AllCounted(members)
+}
+
 // groupValue combines the members of a group in the metric's scope by the
 // metric's rule (group.Combine), each classified as the HPA's groupPods
 // counts a pod for a metric that is not CPU; the timestamp is the oldest
-// member's.
+// member's. A histogram's is the estimate from its members' pooled parts.
 func (c *CustomMetrics) groupValue(pods []*podcache.Pod, m EndpointMetric, sel labels.Selector) (float64, time.Time, error) {
+	if m.Estimate != nil {
+		h, ts, err := c.groupHistogram(pods, m, sel)
+		if err != nil {
+			return 0, ts, err
+		}
+		v, err := m.Estimate.Of(h)
+		return v, ts, err
+	}
 	members := make([]group.Value, 0, len(pods))
 	var oldest time.Time
 	for _, mp := range pods {
@@ -216,13 +299,27 @@ func (c *CustomMetrics) groupValue(pods []*podcache.Pod, m EndpointMetric, sel l
 func (c *CustomMetrics) endpointLWSValue(name types.NamespacedName, m EndpointMetric, info cmprovider.CustomMetricInfo, sel labels.Selector) (*custom_metrics.MetricValue, error) {
 	leaders := c.p.pods.List(name.Namespace, labels.SelectorFromSet(labels.Set{group.LabelName: name.Name, group.LabelWorkerIndex: "0"}))
 	groups := make([]group.Value, 0, len(leaders))
-	var oldest time.Time
+	var (
+		oldest time.Time
+		pooled group.Histogram // a histogram's groups' parts
+	)
 	for _, l := range leaders {
 		key, ok := l.GroupKey()
 		if !ok || !c.p.pods.Leads(l) {
 			continue
 		}
-		v, ts, err := c.groupValue(c.p.pods.Group(key), m, sel)
+		var (
+			v   float64
+			ts  time.Time
+			err error
+		)
+		if m.Estimate != nil {
+			var h group.Histogram
+			h, ts, err = c.groupHistogram(c.p.pods.Group(key), m, sel)
+			pooled.Add(h)
+		} else {
+			v, ts, err = c.groupValue(c.p.pods.Group(key), m, sel)
+		}
 		if err != nil {
 			return nil, notFoundWhy(info, name.Name, fmt.Sprintf("group of leader %s has no value: %v", l.Name, err))
 		}
@@ -237,7 +334,15 @@ func (c *CustomMetrics) endpointLWSValue(name types.NamespacedName, m EndpointMe
 		}
 		oldest = c.p.clock.Now()
 	}
-	v, err := m.Combine.Of(groups)
+	var (
+		v   float64
+		err error
+	)
+	if m.Estimate != nil {
+		v, err = m.Estimate.Of(pooled)
+	} else {
+		v, err = m.Combine.Of(groups)
+	}
 	if err != nil {
 		return nil, notFoundWhy(info, name.Name, err.Error())
 	}

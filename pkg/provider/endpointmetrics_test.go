@@ -382,3 +382,82 @@ group_metrics_server_lws_group_memory_utilization` + labels + ` 0.25
 		t.Error(err)
 	}
 }
+
+// TestEndpointHistogram: a histogram metric's parts are added up over a
+// pod's series, a group's members and a LeaderWorkerSet's groups before
+// the estimate is made, as sum by (le) before histogram_quantile.
+func TestEndpointHistogram(t *testing.T) {
+	type parts struct{ le01, le05, inf, sum float64 } // rates; count = inf
+	byPod := map[string]parts{
+		"chat-0": {1, 3, 4, 0.8}, "chat-0-1": {3, 4, 4, 0.4},
+		"chat-1": {0, 2, 2, 0.6}, "chat-1-1": {0, 0, 2, 2.0},
+		"inf-1": {1, 1, 1, 0.1}, // inf-1-1 has none
+	}
+	st := store.New(store.Config{Clock: clocktesting.NewFakeClock(now), Sources: []string{"endpoints"}, StaleAfter: time.Minute})
+	for name, p := range byPod {
+		var points []sources.SeriesPoint
+		add := func(v float64, part, le string) {
+			key := sources.LabelHistogramPart + "=" + part + "\x00"
+			if le != "" {
+				key += sources.LabelLE + "=" + le + "\x00"
+			}
+			points = append(points, sources.SeriesPoint{Namespace: "ml", Pod: name, Metric: "ttft", Series: key + "model_name=a\x00", Value: v, Timestamp: now})
+		}
+		add(p.le01, sources.PartBucket, "0.1")
+		add(p.le05, sources.PartBucket, "0.5")
+		add(p.inf, sources.PartBucket, "+Inf")
+		add(p.sum, sources.PartSum, "")
+		add(p.inf, sources.PartCount, "")
+		st.StoreSeries("endpoints", "pod/ml/"+name, points, now)
+	}
+	pods := []*corev1.Pod{
+		groupMember("chat", "0", "0", corev1.PodRunning), groupMember("chat", "0", "1", corev1.PodRunning),
+		groupMember("chat", "1", "0", corev1.PodRunning), groupMember("chat", "1", "1", corev1.PodRunning),
+		groupMember("inf", "1", "0", corev1.PodRunning), groupMember("inf", "1", "1", corev1.PodRunning),
+	}
+	c := newGroupProvider(pods, nil, group.PolicyPod).CustomMetrics().WithEndpoints(st, []EndpointMetric{
+		{Name: "ttft", Estimate: &group.Estimate{Quantile: 0.5}},
+	}, 15*time.Second)
+	mean := newGroupProvider(pods, nil, group.PolicyPod).CustomMetrics().WithEndpoints(st, []EndpointMetric{
+		{Name: "ttft", Estimate: &group.Estimate{Mean: true}},
+	}, 15*time.Second)
+	for _, tt := range []struct {
+		name, object string
+		lws          bool
+		cm           *CustomMetrics
+		selector     string
+		want         endpointAnswer
+	}{
+		// rank 2 of 4 is 2 of the 3 at or below 0.1: 0.0667.
+		{name: "a worker's own median", object: "chat-0-1", cm: c, want: endpointAnswer{Milli: 67}},
+		{name: "a worker's own mean: 0.4 / 4", object: "chat-0-1", cm: mean, want: endpointAnswer{Milli: 100}},
+		// pooled 4, 7, 8: rank 4 is the top of (0, 0.1].
+		{name: "a leader's group median, buckets pooled", object: "chat-0", cm: c, want: endpointAnswer{Milli: 100}},
+		{name: "a leader's group mean: 1.2 / 8", object: "chat-0", cm: mean, want: endpointAnswer{Milli: 150}},
+		// pooled 4, 9, 12: rank 6 is 2 of the 5 in (0.1, 0.5].
+		{name: "the LWS's median over all its groups", object: "chat", lws: true, cm: c, want: endpointAnswer{Milli: 260}},
+		{name: "the LWS's mean: 3.8 / 12", object: "chat", lws: true, cm: mean, want: endpointAnswer{Milli: 317}},
+		{name: "a member without parts makes the group absent", object: "inf-1", cm: c, want: endpointAnswer{NotFound: "member inf-1-1 is missing"}},
+		{name: "a selector nothing matches", object: "chat-0-1", selector: "model_name=b", cm: c, want: endpointAnswer{NotFound: "no value"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			info := cmInfo(podsResource, "ttft")
+			if tt.lws {
+				info = cmInfo(LWSResource, "ttft")
+			}
+			v, err := tt.cm.GetMetricByName(context.Background(), types.NamespacedName{Namespace: "ml", Name: tt.object}, info, selector(t, tt.selector))
+			var got endpointAnswer
+			switch {
+			case err == nil:
+				got.Milli = v.Value.MilliValue()
+			case apierrors.IsNotFound(err) && strings.Contains(err.Error(), tt.want.NotFound) && tt.want.NotFound != "":
+				got.NotFound = tt.want.NotFound
+			default:
+				got.NotFound = err.Error()
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("GetMetricByName (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

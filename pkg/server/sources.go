@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
 	"github.com/group-metrics-server/group-metrics-server/pkg/provider"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
@@ -87,6 +88,12 @@ func endpointMetrics(cfg *promscrape.Config) []provider.EndpointMetric {
 	out := make([]provider.EndpointMetric, len(cfg.Metrics))
 	for i, m := range cfg.Metrics {
 		out[i] = provider.EndpointMetric{Name: m.Name, Combine: m.Combine, Members: m.Members}
+		if m.Type == promscrape.Histogram {
+			out[i].Estimate = &group.Estimate{Mean: m.Quantile == nil}
+			if m.Quantile != nil {
+				out[i].Estimate.Quantile = *m.Quantile
+			}
+		}
 	}
 	return out
 }

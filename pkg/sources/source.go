@@ -75,6 +75,19 @@ type SeriesPoint struct {
 	Exporter bool
 }
 
+// A histogram's parts are series of their own, each a counter: its buckets,
+// its _sum and its _count. LabelHistogramPart names the part (PartBucket,
+// PartSum, PartCount) and LabelLE a bucket's upper bound, as the exposition
+// writes it ("+Inf" for the last). The part's label name begins with "__",
+// which Prometheus reserves, so that no exposed label collides with it.
+const (
+	LabelHistogramPart = "__histogram"
+	LabelLE            = "le"
+	PartBucket         = "bucket"
+	PartSum            = "sum"
+	PartCount          = "count"
+)
+
 // SeriesLabels reads back the labels of a SeriesPoint's Series (a label
 // name holds no '=').
 func SeriesLabels(series string) map[string]string {

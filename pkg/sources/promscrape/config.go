@@ -22,6 +22,11 @@ const (
 	// Counter values are cumulative; the served value is their per-second
 	// rate between the last two scrapes.
 	Counter Type = "counter"
+	// Histogram is a classic histogram (its _bucket, _sum and _count
+	// series, each a counter); the served value is the mean, or the
+	// Quantile, of what it observed between the last two scrapes,
+	// estimated as Prometheus's histogram_quantile does (group.Quantile).
+	Histogram Type = "histogram"
 )
 
 // Combine says how several values become one: the series of one pod (two
@@ -69,11 +74,16 @@ type Metric struct {
 	Aliases []string `json:"aliases,omitempty"`
 	// Matchers keep only the series whose labels match all of them.
 	Matchers []Matcher `json:"matchers,omitempty"`
-	// Type is gauge or counter.
+	// Type is gauge, counter or histogram.
 	Type Type `json:"type"`
 	// Combine is how the series of one pod, and then the members of a
-	// group, become one value.
-	Combine Combine `json:"combine"`
+	// group, become one value. A histogram takes none: the buckets, _sum
+	// and _count of every series and member it reads are added up first,
+	// as sum by (le) does in PromQL, and the estimate made from them.
+	Combine Combine `json:"combine,omitempty"`
+	// Quantile, for a histogram, is the quantile served (0 to 1, as
+	// histogram_quantile takes it); without it, the mean.
+	Quantile *float64 `json:"quantile,omitempty"`
 	// Members is which members of a LeaderWorkerSet group the group's
 	// value reads: leader, workers or all (the default). A member out of
 	// scope is neither read nor missing: with "leader", a group whose

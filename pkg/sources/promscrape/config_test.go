@@ -70,7 +70,7 @@ metrics:
 - name: Bad_Name
   series: "9lives"
   aliases: ["ok:name", "bad name"]
-  type: histogram
+  type: summary
   combine: median
   members: followers
   matchers:
@@ -83,6 +83,17 @@ metrics:
   combine: sum
   min: 2
   max: 1
+- name: ttft
+  series: vllm:time_to_first_token_seconds
+  type: histogram
+  combine: sum
+  min: 0
+  quantile: 1.5
+- name: running
+  series: vllm:num_requests_running
+  type: gauge
+  combine: sum
+  quantile: 0.5
 limits: {labelsPerSeries: 1000, seriesPerTarget: -1}
 nodeExporters:
 - name: dcgm
@@ -105,7 +116,7 @@ nodeExporters:
 		`metrics[3].name: "Bad_Name" is not a valid custom metric name`,
 		`metrics[3].series: "9lives" is not a Prometheus metric name`,
 		`metrics[3].aliases[1]: "bad name" is not a Prometheus metric name`,
-		`metrics[3].type: "histogram" must be gauge or counter`,
+		`metrics[3].type: "summary" must be gauge, counter or histogram`,
 		`metrics[3].members: unknown member scope "followers": want all, leader or workers`,
 		`metrics[3].combine: "median" must be sum, mean or max`,
 		`metrics[3].matchers[0]: label "model-name" is not a Prometheus label name`,
@@ -113,6 +124,10 @@ nodeExporters:
 		`metrics[3].matchers[2]: op "~" must be one of`,
 		`metrics[4]: min 2 is above max 1`,
 		`metrics[4].name: "vllm-num-requests-waiting" is already served by metrics[0]`,
+		`metrics[5].combine: a histogram takes none`,
+		`metrics[5]: a histogram takes no min or max`,
+		`metrics[5].quantile: 1.5 is not within [0, 1]`,
+		`metrics[6].quantile: only a histogram has quantiles`,
 		`timeout: 2m0s must be above 0 and at most 1m0s`,
 		`maxBytes: -1 must be above 0`,
 		`limits.labelsPerSeries: 1000 must be above 0 and at most 128`,
@@ -215,6 +230,11 @@ func TestPresetsAreValidAndDistinct(t *testing.T) {
 		"vllm-num-requests-running": {Series: "vllm:num_requests_running", Type: Gauge, Combine: CombineSum, Min: f(0)},
 		"vllm-kv-cache-usage":       {Series: "vllm:kv_cache_usage_perc", Aliases: []string{"vllm:gpu_cache_usage_perc"}, Type: Gauge, Combine: CombineMean, Min: f(0), Max: f(1)},
 	}
+	vllmLatency := map[string]Metric{
+		"vllm-time-to-first-token-p90":   {Series: "vllm:time_to_first_token_seconds", Type: Histogram, Quantile: f(0.9)},
+		"vllm-time-per-output-token-p90": {Series: "vllm:time_per_output_token_seconds", Type: Histogram, Quantile: f(0.9)},
+		"vllm-request-queue-time-mean":   {Series: "vllm:request_queue_time_seconds", Type: Histogram},
+	}
 	sglang := map[string]Metric{
 		"sglang-num-queue-reqs": {Series: "sglang:num_queue_reqs", Type: Gauge, Combine: CombineSum, Min: f(0)},
 		"sglang-token-usage":    {Series: "sglang:token_usage", Type: Gauge, Combine: CombineMean, Min: f(0), Max: f(1)},
@@ -223,10 +243,16 @@ func TestPresetsAreValidAndDistinct(t *testing.T) {
 		"dcgm/gpu-utilization":     {Series: "DCGM_FI_DEV_GPU_UTIL", Type: Gauge, Combine: CombineMean, Members: group.ScopeAll, Min: f(0), Max: f(100)},
 		"dcgm/gpu-memory-used-mib": {Series: "DCGM_FI_DEV_FB_USED", Type: Gauge, Combine: CombineSum, Members: group.ScopeAll, Min: f(0)},
 	}
-	for preset, scope := range map[string]group.Scope{"vllm": group.ScopeLeader, "vllm-data-parallel": group.ScopeAll, "sglang": group.ScopeLeader, "sglang-data-parallel": group.ScopeAll} {
+	for preset, scope := range map[string]group.Scope{
+		"vllm": group.ScopeLeader, "vllm-data-parallel": group.ScopeAll, "vllm-latency": group.ScopeLeader, "vllm-latency-data-parallel": group.ScopeAll,
+		"sglang": group.ScopeLeader, "sglang-data-parallel": group.ScopeAll,
+	} {
 		ms := vllm
-		if strings.HasPrefix(preset, "sglang") {
+		switch {
+		case strings.HasPrefix(preset, "sglang"):
 			ms = sglang
+		case strings.HasPrefix(preset, "vllm-latency"):
+			ms = vllmLatency
 		}
 		for name, m := range ms {
 			m.Members = scope

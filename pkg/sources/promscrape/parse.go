@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,6 +41,10 @@ type allowed map[string][]allowEntry
 type allowEntry struct {
 	metric int
 	alias  bool
+	// part marks the names of a histogram's sample lines (_bucket, _sum,
+	// _count): they let those lines through the line filter, and are
+	// never read as families of their own.
+	part bool
 }
 
 // only is the part of a that the metrics of keep read.
@@ -58,9 +63,14 @@ func (a allowed) only(keep map[int]bool) allowed {
 func (c *Config) allowList() allowed {
 	a := allowed{}
 	for i, m := range c.Metrics {
-		a[m.Series] = append(a[m.Series], allowEntry{metric: i})
-		for _, s := range m.Aliases {
-			a[s] = append(a[s], allowEntry{metric: i, alias: true})
+		for j, s := range append([]string{m.Series}, m.Aliases...) {
+			a[s] = append(a[s], allowEntry{metric: i, alias: j > 0})
+			if m.Type != Histogram {
+				continue
+			}
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				a[s+suffix] = append(a[s+suffix], allowEntry{metric: i, alias: j > 0, part: true})
+			}
 		}
 	}
 	return a
@@ -282,7 +292,7 @@ func (c *Config) decode(ctx context.Context, body []byte, t *Target, allow allow
 	hasPrimary := map[int]bool{}
 	for name := range fams {
 		for _, e := range allow[name] {
-			if !e.alias && len(fams[name].Metric) > 0 {
+			if !e.alias && !e.part && len(fams[name].Metric) > 0 {
 				hasPrimary[e.metric] = true
 			}
 		}
@@ -302,7 +312,7 @@ func (c *Config) decode(ctx context.Context, body []byte, t *Target, allow allow
 	for _, name := range names {
 		fam := fams[name]
 		for _, e := range allow[name] {
-			if e.alias && hasPrimary[e.metric] {
+			if e.part || (e.alias && hasPrimary[e.metric]) {
 				continue
 			}
 			m := &c.Metrics[e.metric]
@@ -317,12 +327,10 @@ func (c *Config) decode(ctx context.Context, body []byte, t *Target, allow allow
 				if k%ctxCheckEvery == ctxCheckEvery-1 && ctx.Err() != nil {
 					return nil, errDecodeStopped(ctx)
 				}
-				s, ok := sampleOf(m, pm, attr, now)
-				if !ok {
-					continue
+				for _, s := range samplesOf(m, pm, attr, now) {
+					s.Metric = e.metric
+					out = append(out, s)
 				}
-				s.Metric = e.metric
-				out = append(out, s)
 			}
 		}
 	}
@@ -335,7 +343,9 @@ func (c *Config) decode(ctx context.Context, body []byte, t *Target, allow allow
 func typeAccepts(t Type, ft dto.MetricType) bool {
 	switch ft {
 	case dto.MetricType_UNTYPED:
-		return true
+		return t != Histogram
+	case dto.MetricType_HISTOGRAM:
+		return t == Histogram
 	case dto.MetricType_GAUGE:
 		return t == Gauge
 	case dto.MetricType_COUNTER:
@@ -344,9 +354,51 @@ func typeAccepts(t Type, ft dto.MetricType) bool {
 	return false
 }
 
+// samplesOf reads one series: its one sample, or a histogram's parts, each
+// a series of its own (histogramSamples); none when the matchers reject it
+// or an exporter's series names no pod.
+func samplesOf(m *Metric, pm *dto.Metric, attr attribution, now time.Time) []Sample {
+	if m.Type != Histogram {
+		if s, ok := sampleOf(m, pm, attr, now); ok {
+			return []Sample{s}
+		}
+		return nil
+	}
+	return histogramSamples(m, pm, attr, now)
+}
+
 // sampleOf reads one series; false when the matchers reject it or an
 // exporter's series names no pod.
 func sampleOf(m *Metric, pm *dto.Metric, attr attribution, now time.Time) (Sample, bool) {
+	s, ok := attributed(m, pm, attr)
+	if !ok {
+		return Sample{}, false
+	}
+	s.Series = seriesKey(pm)
+	switch {
+	case pm.Gauge != nil:
+		s.Value = pm.Gauge.GetValue()
+	case pm.Counter != nil:
+		s.Value = pm.Counter.GetValue()
+	case pm.Untyped != nil:
+		s.Value = pm.Untyped.GetValue()
+	default:
+		return Sample{}, false
+	}
+	if math.IsNaN(s.Value) || math.IsInf(s.Value, 0) {
+		return Sample{}, false
+	}
+	// The exposition's own timestamp is ignored: the tenant's clock (or
+	// a value it chose) must not make a sample look fresher or staler than
+	// the scrape that read it, nor move a counter's rate.
+	s.Timestamp = now
+	return s, true
+}
+
+// attributed is a sample of pm, credited to its pod and container, with no
+// value yet; false when the matchers reject it or an exporter's series
+// names no pod.
+func attributed(m *Metric, pm *dto.Metric, attr attribution) (Sample, bool) {
 	get := func(name string) string {
 		for _, l := range pm.Label {
 			if l.GetName() == name {
@@ -370,25 +422,51 @@ func sampleOf(m *Metric, pm *dto.Metric, attr attribution, now time.Time) (Sampl
 		}
 	}
 	s.Container = get(attr.contLabel)
-	s.Series = seriesKey(pm)
-	switch {
-	case pm.Gauge != nil:
-		s.Value = pm.Gauge.GetValue()
-	case pm.Counter != nil:
-		s.Value = pm.Counter.GetValue()
-	case pm.Untyped != nil:
-		s.Value = pm.Untyped.GetValue()
-	default:
-		return Sample{}, false
-	}
-	if math.IsNaN(s.Value) || math.IsInf(s.Value, 0) {
-		return Sample{}, false
-	}
-	// The exposition's own timestamp is ignored: the tenant's clock (or
-	// a value it chose) must not make a sample look fresher or staler than
-	// the scrape that read it, nor move a counter's rate.
-	s.Timestamp = now
 	return s, true
+}
+
+// histogramSamples reads a histogram's parts as series of their own, each
+// a counter whose rate the store serves: one per bucket (its series key
+// adds sources.LabelLE, the bucket's bound), its _sum and its _count, each
+// marked by sources.LabelHistogramPart. A part whose value is not finite is
+// left out.
+func histogramSamples(m *Metric, pm *dto.Metric, attr attribution, now time.Time) []Sample {
+	h := pm.GetHistogram()
+	base, ok := attributed(m, pm, attr)
+	if !ok || h == nil {
+		return nil
+	}
+	count := h.GetSampleCountFloat()
+	if count == 0 {
+		count = float64(h.GetSampleCount())
+	}
+	parts := make([]Sample, 0, len(h.GetBucket())+2)
+	add := func(v float64, extra ...*dto.LabelPair) {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return
+		}
+		s := base
+		s.Series, s.Value, s.Timestamp = seriesKey(&dto.Metric{Label: sortedLabels(pm.Label, extra)}), v, now
+		parts = append(parts, s)
+	}
+	pair := func(name, value string) *dto.LabelPair { return &dto.LabelPair{Name: &name, Value: &value} }
+	for _, b := range h.GetBucket() {
+		v := b.GetCumulativeCountFloat()
+		if v == 0 {
+			v = float64(b.GetCumulativeCount())
+		}
+		add(v, pair(sources.LabelHistogramPart, sources.PartBucket), pair(sources.LabelLE, strconv.FormatFloat(b.GetUpperBound(), 'g', -1, 64)))
+	}
+	add(h.GetSampleSum(), pair(sources.LabelHistogramPart, sources.PartSum))
+	add(count, pair(sources.LabelHistogramPart, sources.PartCount))
+	return parts
+}
+
+// sortedLabels is labels and extra, sorted by name.
+func sortedLabels(labels, extra []*dto.LabelPair) []*dto.LabelPair {
+	out := append(append(make([]*dto.LabelPair, 0, len(labels)+len(extra)), labels...), extra...)
+	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
+	return out
 }
 
 // seriesKey is the series' labels in the order expfmt sorts them.

@@ -15,6 +15,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 )
 
 var now = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
@@ -131,6 +133,48 @@ func TestDecode(t *testing.T) {
 				t.Errorf("samples (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestDecodeHistogram: a histogram's buckets, _sum and _count are series of
+// their own, named by their part and bound, per engine; a family of the
+// name typed otherwise, or untyped lines of its parts, are not read as it.
+func TestDecodeHistogram(t *testing.T) {
+	c := mustParse(t, "metrics: [{name: ttft, series: \"vllm:time_to_first_token_seconds\", type: histogram, quantile: 0.9}]\n")
+	body := `# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1"} 3
+vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf"} 4
+vllm:time_to_first_token_seconds_sum{engine="0"} 0.5
+vllm:time_to_first_token_seconds_count{engine="0"} 4
+vllm:time_to_first_token_seconds_bucket{engine="1",le="0.1"} 1
+vllm:time_to_first_token_seconds_bucket{engine="1",le="+Inf"} 1
+vllm:time_to_first_token_seconds_sum{engine="1"} NaN
+vllm:time_to_first_token_seconds_count{engine="1"} 1
+`
+	target := &Target{ID: "pod/ns/web-0", Kind: KindPod, Pod: &Pod{Namespace: "ns", Name: "web-0", Running: true, IP: "127.0.0.1"}}
+	samples, err := c.decode(t.Context(), []byte(body), target, c.allowList(), now)
+	if err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	got := map[string]float64{}
+	for _, s := range samples {
+		l := sources.SeriesLabels(s.Series)
+		got[l["engine"]+" "+l[sources.LabelHistogramPart]+" "+l[sources.LabelLE]] = s.Value
+	}
+	want := map[string]float64{
+		"0 bucket 0.1": 3, "0 bucket +Inf": 4, "0 sum ": 0.5, "0 count ": 4,
+		"1 bucket 0.1": 1, "1 bucket +Inf": 1, "1 count ": 1, // the NaN sum left out
+	}
+	if diff := gocmp.Diff(want, got); diff != "" {
+		t.Errorf("parts (-want +got):\n%s", diff)
+	}
+	for _, wrong := range []string{
+		"# TYPE vllm:time_to_first_token_seconds gauge\nvllm:time_to_first_token_seconds 1\n",
+		"vllm:time_to_first_token_seconds_bucket{le=\"+Inf\"} 1\nvllm:time_to_first_token_seconds_count 1\n",
+	} {
+		if samples, _ := c.decode(t.Context(), []byte(wrong), target, c.allowList(), now); len(samples) > 0 {
+			t.Errorf("decode of %q = %v, want nothing read as the histogram", wrong, samples)
+		}
 	}
 }
 

@@ -11,7 +11,11 @@ import "github.com/group-metrics-server/group-metrics-server/pkg/group"
 //     same gauge under its older name, documented there as deprecated in
 //     favour of vllm:kv_cache_usage_perc, and set from the same value. Both
 //     carry the labels model_name and engine. KV-cache usage is a fraction
-//     (1 = 100%).
+//     (1 = 100%). vllm:time_to_first_token_seconds,
+//     vllm:time_per_output_token_seconds and vllm:request_queue_time_seconds
+//     are histograms in seconds with the same labels (at commit
+//     005a810bc40f); the presets serve the first two's 0.9-quantile and the
+//     third's mean, over the collection interval ("vllm-latency").
 //   - SGLang, sgl-project/sglang python/sglang/srt/metrics/collector.py
 //     (SchedulerMetricsCollector) and docs/references/production_metrics.md:
 //     sglang:num_queue_reqs (requests in the waiting queue) and
@@ -38,10 +42,12 @@ import "github.com/group-metrics-server/group-metrics-server/pkg/group"
 // and read every member. GPU metrics come from every pod that holds a GPU,
 // the workers included.
 var presets = map[string][]Metric{
-	"vllm":                 scoped(group.ScopeLeader, vllm),
-	"vllm-data-parallel":   scoped(group.ScopeAll, vllm),
-	"sglang":               scoped(group.ScopeLeader, sglang),
-	"sglang-data-parallel": scoped(group.ScopeAll, sglang),
+	"vllm":                       scoped(group.ScopeLeader, vllm),
+	"vllm-data-parallel":         scoped(group.ScopeAll, vllm),
+	"vllm-latency":               scoped(group.ScopeLeader, vllmLatency),
+	"vllm-latency-data-parallel": scoped(group.ScopeAll, vllmLatency),
+	"sglang":                     scoped(group.ScopeLeader, sglang),
+	"sglang-data-parallel":       scoped(group.ScopeAll, sglang),
 	"dcgm": scoped(group.ScopeAll, []Metric{
 		{Name: "gpu-utilization", Series: "DCGM_FI_DEV_GPU_UTIL", Type: Gauge, Combine: CombineMean, Min: zero, Max: hundred},
 		{Name: "gpu-memory-used-mib", Series: "DCGM_FI_DEV_FB_USED", Type: Gauge, Combine: CombineSum, Min: zero},
@@ -56,6 +62,14 @@ var (
 			Name: "vllm-kv-cache-usage", Series: "vllm:kv_cache_usage_perc",
 			Aliases: []string{"vllm:gpu_cache_usage_perc"}, Type: Gauge, Combine: CombineMean, Min: zero, Max: one,
 		},
+	}
+	// vllmLatency are vLLM's latency histograms, a preset of their own so
+	// that a configuration reads them only when it sets objectives on them
+	// (each is some twenty series a pod and engine).
+	vllmLatency = []Metric{
+		{Name: "vllm-time-to-first-token-p90", Series: "vllm:time_to_first_token_seconds", Type: Histogram, Quantile: ninety},
+		{Name: "vllm-time-per-output-token-p90", Series: "vllm:time_per_output_token_seconds", Type: Histogram, Quantile: ninety},
+		{Name: "vllm-request-queue-time-mean", Series: "vllm:request_queue_time_seconds", Type: Histogram},
 	}
 	sglang = []Metric{
 		{Name: "sglang-num-queue-reqs", Series: "sglang:num_queue_reqs", Type: Gauge, Combine: CombineSum, Min: zero},
@@ -72,7 +86,7 @@ func scoped(scope group.Scope, metrics []Metric) []Metric {
 	return out
 }
 
-var zero, one, hundred = bound(0), bound(1), bound(100)
+var zero, one, hundred, ninety = bound(0), bound(1), bound(100), bound(0.9)
 
 func bound(v float64) *float64 { return &v }
 

@@ -83,16 +83,22 @@ func (m *Metric) validate(path string) []error {
 	}
 	switch m.Type {
 	case Gauge, Counter:
+		if m.Quantile != nil {
+			errs = append(errs, fmt.Errorf("%s.quantile: only a histogram has quantiles", path))
+		}
+	case Histogram:
+		errs = append(errs, m.validateHistogram(path)...)
 	default:
-		errs = append(errs, fmt.Errorf("%s.type: %q must be gauge or counter", path, m.Type))
+		errs = append(errs, fmt.Errorf("%s.type: %q must be gauge, counter or histogram", path, m.Type))
 	}
 	if sc, err := group.ParseScope(string(m.Members)); err != nil {
 		errs = append(errs, fmt.Errorf("%s.members: %w", path, err))
 	} else {
 		m.Members = sc
 	}
-	switch m.Combine {
-	case CombineSum, CombineMean, CombineMax:
+	switch {
+	case m.Type == Histogram:
+	case m.Combine == CombineSum, m.Combine == CombineMean, m.Combine == CombineMax:
 	default:
 		errs = append(errs, fmt.Errorf("%s.combine: %q must be sum, mean or max", path, m.Combine))
 	}
@@ -255,4 +261,20 @@ func presetNames() string {
 	}
 	sort.Strings(names)
 	return strings.Join(names, ", ")
+}
+
+// validateHistogram checks what a histogram takes and refuses what it does
+// not: a combine rule (its parts are added up) and bounds on a value.
+func (m *Metric) validateHistogram(path string) []error {
+	var errs []error
+	if m.Combine != "" {
+		errs = append(errs, fmt.Errorf("%s.combine: a histogram takes none: its buckets, _sum and _count are added up over series and members", path))
+	}
+	if m.Min != nil || m.Max != nil {
+		errs = append(errs, fmt.Errorf("%s: a histogram takes no min or max", path))
+	}
+	if q := m.Quantile; q != nil && (math.IsNaN(*q) || *q < 0 || *q > 1) {
+		errs = append(errs, fmt.Errorf("%s.quantile: %v is not within [0, 1]", path, *q))
+	}
+	return errs
 }

@@ -21,7 +21,7 @@ func writeFile(t *testing.T, name, content string) string {
 
 func TestValidatePodMetricsConfig(t *testing.T) {
 	good := writeFile(t, "good.yaml", "presets: [vllm, dcgm]\nnodeExporters: [{name: dcgm, selector: app=dcgm, port: 9400, namespaces: [gpu-operator], metrics: [gpu-utilization]}]\n")
-	bad := writeFile(t, "bad.yaml", "presets: [vllm, tgi]\ntimeout: 2m\nmetrics:\n- {name: Bad, series: x, type: histogram, combine: sum}\n")
+	bad := writeFile(t, "bad.yaml", "presets: [vllm, tgi]\ntimeout: 2m\nmetrics:\n- {name: Bad, series: x, type: summary, combine: sum}\n")
 	slow := writeFile(t, "slow.yaml", "presets: [sglang]\ntimeout: 20s\n")
 	tests := []struct {
 		name  string
@@ -35,7 +35,7 @@ func TestValidatePodMetricsConfig(t *testing.T) {
 			wants: []string{
 				"--pod-metrics-config " + bad + `: presets[1]: unknown preset "tgi"`,
 				"--pod-metrics-config " + bad + `: metrics[3].name: "Bad" is not a valid custom metric name`,
-				"--pod-metrics-config " + bad + `: metrics[3].type: "histogram" must be gauge or counter`,
+				"--pod-metrics-config " + bad + `: metrics[3].type: "summary" must be gauge, counter or histogram`,
 				"--pod-metrics-config " + bad + `: timeout: 2m0s must be above 0 and at most 1m0s`,
 			}},
 		{name: "a missing file",
