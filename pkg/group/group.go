@@ -1,6 +1,10 @@
 // Package group knows LeaderWorkerSet groups: which pods form a group, what
 // each pod requests as the HPA counts it, and how a group's usage is
-// reported on its leader under each policy.
+// reported on its leader under each policy; and the rules by which several
+// values become one (rule.go), a histogram's among them (histogram.go: the
+// quantile estimate is written here rather than imported from Prometheus's
+// promql package, whose module is the Prometheus server's whole dependency
+// graph; test/monitoring holds it to promql.BucketQuantile).
 package group
 
 import (
