@@ -33,8 +33,10 @@ import (
 
 // TestObjectMetricAtZero runs the HPA's calculator for an Object metric on
 // a LeaderWorkerSet, the way an HPA with minReplicas: 0 reads it
-// (GetObjectMetricReplicas: at zero replicas it wants ceil(value /
-// target), tolerance aside), against the server's provider over a pod
+// (GetObjectMetricReplicas and getUsageRatioReplicaCount in
+// k8s.io/kubernetes v1.37.2 pkg/controller/podautoscaler/
+// replica_calculator.go: at zero replicas it wants ceil(value / target),
+// tolerance and ready pods aside), against the server's provider over a pod
 // cache that watches the LeaderWorkerSet's StatefulSets.
 func TestObjectMetricAtZero(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
