@@ -35,6 +35,10 @@ var (
 	// LWSResource is how the HPA names LeaderWorkerSets in a
 	// custom-metrics request.
 	LWSResource = schema.GroupResource{Group: "leaderworkerset.x-k8s.io", Resource: "leaderworkersets"}
+	// InferencePoolResource is the inference gateway's pool
+	// (gateway-api-inference-extension api/v1/inferencepool_types.go),
+	// whose endpoint pickers' metrics are served on it.
+	InferencePoolResource = schema.GroupResource{Group: "inference.networking.k8s.io", Resource: "inferencepools"}
 
 	metricNames = []string{MetricCPUUsage, MetricMemoryUsage, MetricCPUUtilization, MetricMemoryUtilization}
 )

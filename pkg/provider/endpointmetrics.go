@@ -25,6 +25,9 @@ import (
 // concurrent use.
 type EndpointValues interface {
 	Series(namespace, name, uid, metric string) []store.NamedValue
+	// Credited reports whether a fresh target speaks for the pod or object
+	// (sources.ObjectKey), with or without series there.
+	Credited(namespace, name string) bool
 }
 
 // EndpointMetric is a served metric of pods' endpoints, as the provider
@@ -42,6 +45,9 @@ type EndpointMetric struct {
 	// LeaderWorkerSet's groups, and the value is the estimate from them.
 	// Combine is not used.
 	Estimate *group.Estimate
+	// OnPools says an endpoint picker supplies the metric: it is served on
+	// InferencePool objects too.
+	OnPools bool
 }
 
 // endpointMetrics serves the metrics of pods' endpoints and node exporters
@@ -54,6 +60,14 @@ type EndpointMetric struct {
 //     matches the leaders only, sees one value per group.
 //   - Object, on a LeaderWorkerSet: its groups' values combined by the
 //     same rule.
+//   - Object, on an InferencePool, for a metric an endpoint picker
+//     supplies: the series of the pool's pickers combined by the rule.
+//     While a picker is read and has no series of the metric (no request
+//     was queued since it started), a sum is 0: that is the demand of a
+//     LeaderWorkerSet at zero, which an HPA with minReplicas 0 reads to
+//     scale it back. While no picker is read (down, failing, stale) there
+//     is no value, and the HPA keeps its replicas rather than scale to
+//     zero on missing data.
 //
 // How the HPA reads them (k8s.io/kubernetes v1.37.2
 // pkg/controller/podautoscaler/replica_calculator.go): for a Pods metric,
@@ -115,6 +129,11 @@ func (e *endpointMetrics) infos(groups bool) []cmprovider.CustomMetricInfo {
 			out = append(out, cmprovider.CustomMetricInfo{GroupResource: LWSResource, Namespaced: true, Metric: n})
 		}
 	}
+	for _, n := range e.names {
+		if e.metrics[n].OnPools {
+			out = append(out, cmprovider.CustomMetricInfo{GroupResource: InferencePoolResource, Namespaced: true, Metric: n})
+		}
+	}
 	return out
 }
 
@@ -133,8 +152,38 @@ func (c *CustomMetrics) endpointByName(name types.NamespacedName, info cmprovide
 		return c.endpointPodValue(pod, m, info, sel)
 	case LWSResource:
 		return c.endpointLWSValue(name, m, info, sel)
+	case InferencePoolResource:
+		if m.OnPools {
+			return c.endpointPoolValue(name, m, info, sel)
+		}
 	}
 	return nil, cmprovider.NewMetricNotFoundError(info.GroupResource, info.Metric)
+}
+
+// endpointPoolValue is an InferencePool's value of a metric its endpoint
+// pickers supply: their series combined by the metric's rule (a
+// histogram's, the estimate from them), the rule over nothing while a
+// picker is read and has none, and none while no picker is read.
+func (c *CustomMetrics) endpointPoolValue(name types.NamespacedName, m EndpointMetric, info cmprovider.CustomMetricInfo, sel labels.Selector) (*custom_metrics.MetricValue, error) {
+	key := sources.ObjectKey(sources.InferencePools, name.Name)
+	if !c.endpoints.values.Credited(name.Namespace, key) {
+		return nil, notFoundWhy(info, name.Name, "no endpoint picker of this InferencePool has been read (not scraped yet, failing, or stale)")
+	}
+	v, ts, ok := c.objectValue(name.Namespace, key, "", m, sel)
+	if !ok {
+		var err error
+		if m.Estimate != nil {
+			v, err = m.Estimate.Of(group.Histogram{})
+		} else {
+			v, err = m.Combine.Of(nil)
+		}
+		if err != nil {
+			return nil, notFoundWhy(info, name.Name, "the endpoint picker has no series of this metric: "+err.Error())
+		}
+		ts = c.p.clock.Now()
+	}
+	ref := custom_metrics.ObjectReference{Kind: "InferencePool", APIVersion: "inference.networking.k8s.io/v1", Namespace: name.Namespace, Name: name.Name}
+	return c.endpoints.metricValue(ref, info, v, ts), nil
 }
 
 // endpointBySelector answers GetMetricBySelector for pods: every selected
@@ -174,8 +223,14 @@ func (c *CustomMetrics) endpointPodValue(pod *podcache.Pod, m EndpointMetric, in
 // timestamp is the newest series'. A histogram's value is the estimate
 // from its parts.
 func (c *CustomMetrics) ownValue(pod *podcache.Pod, m EndpointMetric, sel labels.Selector) (float64, time.Time, bool) {
+	return c.objectValue(pod.Namespace, pod.Name, pod.UIDString(), m, sel)
+}
+
+// objectValue is ownValue of the pod or object (sources.ObjectKey)
+// namespace/name whose UID is uid ("" for any).
+func (c *CustomMetrics) objectValue(namespace, name, uid string, m EndpointMetric, sel labels.Selector) (float64, time.Time, bool) {
 	if m.Estimate != nil {
-		h, ts, ok := c.ownHistogram(pod, m, sel)
+		h, ts, ok := c.objectHistogram(namespace, name, uid, m, sel)
 		if !ok {
 			return 0, time.Time{}, false
 		}
@@ -186,7 +241,7 @@ func (c *CustomMetrics) ownValue(pod *podcache.Pod, m EndpointMetric, sel labels
 		series []group.Value
 		newest time.Time
 	)
-	for _, v := range c.endpoints.values.Series(pod.Namespace, pod.Name, pod.UIDString(), m.Name) {
+	for _, v := range c.endpoints.values.Series(namespace, name, uid, m.Name) {
 		if sel != nil && !sel.Matches(labels.Set(v.Labels())) {
 			continue
 		}
@@ -206,11 +261,16 @@ func (c *CustomMetrics) ownValue(pod *podcache.Pod, m EndpointMetric, sel labels
 // series sel matches; false when there are none. The timestamp is the
 // newest part's.
 func (c *CustomMetrics) ownHistogram(pod *podcache.Pod, m EndpointMetric, sel labels.Selector) (group.Histogram, time.Time, bool) {
+	return c.objectHistogram(pod.Namespace, pod.Name, pod.UIDString(), m, sel)
+}
+
+// objectHistogram is ownHistogram of the pod or object namespace/name.
+func (c *CustomMetrics) objectHistogram(namespace, name, uid string, m EndpointMetric, sel labels.Selector) (group.Histogram, time.Time, bool) {
 	var (
 		h      group.Histogram
 		newest time.Time
 	)
-	for _, v := range c.endpoints.values.Series(pod.Namespace, pod.Name, pod.UIDString(), m.Name) {
+	for _, v := range c.endpoints.values.Series(namespace, name, uid, m.Name) {
 		l := v.Labels()
 		if sel != nil && !sel.Matches(labels.Set(l)) {
 			continue

@@ -461,3 +461,65 @@ func TestEndpointHistogram(t *testing.T) {
 		})
 	}
 }
+
+// TestEndpointPoolValue: an InferencePool's value of a metric its endpoint
+// picker supplies. "gw/busy"'s picker has two series; "gw/idle"'s was read
+// with none (the demand at zero: a sum is 0, a mean has no value); nothing
+// read "gw/down"'s. A metric no picker supplies is not served on pools.
+func TestEndpointPoolValue(t *testing.T) {
+	st := store.New(store.Config{Clock: clocktesting.NewFakeClock(now), Sources: []string{"endpoints"}, StaleAfter: time.Minute})
+	busy, idle := sources.ObjectKey(sources.InferencePools, "busy"), sources.ObjectKey(sources.InferencePools, "idle")
+	var points []sources.SeriesPoint
+	for i, v := range []float64{3, 4} {
+		for _, m := range []string{"queue", "latency"} {
+			points = append(points, sources.SeriesPoint{Namespace: "gw", Pod: busy, Metric: m, Series: "fairness_id=" + strconv.Itoa(i) + "\x00", Value: v, Timestamp: now})
+		}
+	}
+	st.StoreSeries("endpoints", "picker/busy/gw/epp-busy", append(points, sources.SeriesPoint{Namespace: "gw", Pod: busy, Timestamp: now}), now)
+	st.StoreSeries("endpoints", "picker/idle/gw/epp-idle", []sources.SeriesPoint{{Namespace: "gw", Pod: idle, Timestamp: now}}, now)
+	p := newGroupProvider(nil, nil, group.PolicyPod)
+	c := p.CustomMetrics().WithEndpoints(st, []EndpointMetric{
+		{Name: "queue", Combine: group.CombineSum, OnPools: true},
+		{Name: "latency", Combine: group.CombineMean, OnPools: true},
+		{Name: "waiting", Combine: group.CombineSum},
+	}, 15*time.Second)
+	tests := []struct {
+		pool, metric, selector string
+		want                   endpointAnswer
+	}{
+		{"busy", "queue", "", endpointAnswer{Milli: 7000}},
+		{"busy", "queue", "fairness_id=1", endpointAnswer{Milli: 4000}},
+		{"busy", "latency", "", endpointAnswer{Milli: 3500}},
+		{"idle", "queue", "", endpointAnswer{Milli: 0}},
+		{"idle", "latency", "", endpointAnswer{NotFound: "has no series of this metric"}},
+		{"down", "queue", "", endpointAnswer{NotFound: "no endpoint picker of this InferencePool has been read"}},
+		{"busy", "waiting", "", endpointAnswer{NotFound: "waiting"}},
+	}
+	for _, tt := range tests {
+		v, err := c.GetMetricByName(context.Background(), types.NamespacedName{Namespace: "gw", Name: tt.pool}, cmInfo(InferencePoolResource, tt.metric), selector(t, tt.selector))
+		var got endpointAnswer
+		switch {
+		case err == nil:
+			got.Milli = v.Value.MilliValue()
+			if v.DescribedObject.Kind != "InferencePool" || v.DescribedObject.APIVersion != "inference.networking.k8s.io/v1" || v.DescribedObject.Name != tt.pool {
+				t.Errorf("%s %s: described object %+v", tt.pool, tt.metric, v.DescribedObject)
+			}
+		case apierrors.IsNotFound(err) && strings.Contains(err.Error(), tt.want.NotFound) && tt.want.NotFound != "":
+			got.NotFound = tt.want.NotFound
+		default:
+			got.NotFound = err.Error()
+		}
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("%s %s {%s} (-want +got):\n%s", tt.pool, tt.metric, tt.selector, diff)
+		}
+	}
+	var pools []string
+	for _, m := range c.ListAllMetrics() {
+		if m.GroupResource == InferencePoolResource {
+			pools = append(pools, m.Metric)
+		}
+	}
+	if diff := cmp.Diff([]string{"latency", "queue"}, pools); diff != "" {
+		t.Errorf("metrics listed on InferencePools (-want +got):\n%s", diff)
+	}
+}

@@ -85,9 +85,15 @@ const maxEndpointHeaderBytes = 64 << 10
 
 // endpointMetrics is what the provider needs of the configured metrics.
 func endpointMetrics(cfg *promscrape.Config) []provider.EndpointMetric {
+	onPools := map[string]bool{}
+	for _, p := range cfg.EndpointPickers {
+		for _, name := range p.Metrics {
+			onPools[name] = true
+		}
+	}
 	out := make([]provider.EndpointMetric, len(cfg.Metrics))
 	for i, m := range cfg.Metrics {
-		out[i] = provider.EndpointMetric{Name: m.Name, Combine: m.Combine, Members: m.Members}
+		out[i] = provider.EndpointMetric{Name: m.Name, Combine: m.Combine, Members: m.Members, OnPools: onPools[m.Name]}
 		if m.Type == promscrape.Histogram {
 			out[i].Estimate = &group.Estimate{Mean: m.Quantile == nil}
 			if m.Quantile != nil {

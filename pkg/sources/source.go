@@ -50,9 +50,13 @@ type PodPoint struct {
 	Containers []ContainerPoint
 }
 
-// SeriesPoint is one sample of a named series that a pod's own endpoint or a
-// node exporter exposed, credited to one pod.
+// SeriesPoint is one sample of a named series that a pod's own endpoint, a
+// node exporter or an endpoint picker exposed, credited to one pod, or to
+// another object under ObjectKey. A point with no Metric holds no sample:
+// it says the target speaks for that pod or object and was read, so that
+// a metric it has no series of there is known to have none.
 type SeriesPoint struct {
+	// Namespace and Pod name the pod, or Pod is an ObjectKey.
 	Namespace, Pod string
 	// UID is the UID of the pod the sample is credited to, "" when not known.
 	UID string
@@ -74,6 +78,15 @@ type SeriesPoint struct {
 	// endpoint: the pod's own series of a metric and container win.
 	Exporter bool
 }
+
+// InferencePools is the resource of the inference gateway's pools
+// (gateway-api-inference-extension api/v1/inferencepool_types.go).
+const InferencePools = "inferencepools.inference.networking.k8s.io"
+
+// ObjectKey is the name under which series credited to an object other
+// than a pod are kept beside pods' (SeriesPoint.Pod): its resource and name
+// joined by a slash, which no pod name holds.
+func ObjectKey(resource, name string) string { return resource + "/" + name }
 
 // A histogram's parts are series of their own, each a counter: its buckets,
 // its _sum and its _count. LabelHistogramPart names the part (PartBucket,

@@ -162,6 +162,22 @@ func (s *Store) PruneSeries(source string, keep map[string]struct{}) {
 	}
 }
 
+// Credited reports whether a target that credits the pod or object
+// namespace/name (sources.ObjectKey) was read within StaleAfter, whether or
+// not it gave a series of any metric there: a sum of a metric it has no
+// series of is then known to be one of nothing.
+func (s *Store) Credited(namespace, name string) bool {
+	now := s.clock.Now()
+	s.named.mu.RLock()
+	defer s.named.mu.RUnlock()
+	for k := range s.named.pods[podKey{namespace, name}] {
+		if s.fresh(s.named.targets[k].storedAt, now) {
+			return true
+		}
+	}
+	return false
+}
+
 // Series returns the fresh values of metric credited to the pod
 // namespace/name whose UID is uid ("" matches any), sorted by container and
 // labels. A container's series from the pod's own endpoint hide an

@@ -76,7 +76,7 @@ func (s *Source) admit(t *Target, pods map[podKey]*Pod, samples []Sample) []Samp
 
 // refusalKey is one refusal of one pod incarnation.
 type refusalKey struct {
-	uid, exporter, reason string
+	uid, target, reason string
 }
 
 // noteRefusals counts this collection's refused pods, logs each refusal
@@ -91,10 +91,10 @@ func (s *Source) noteRefusals(errs []error) {
 			continue
 		}
 		refusedTargets.WithLabelValues(r.Kind, r.Reason).Inc()
-		k := refusalKey{r.UID, r.Exporter, r.Reason}
+		k := refusalKey{r.UID, r.Target, r.Reason}
 		seen[k] = true
 		if !s.refused[k] {
-			klog.InfoS("Pod refused as a scrape target", "pod", r.Pod, "exporter", r.Exporter, "reason", r.Reason)
+			klog.InfoS("Pod refused as a scrape target", "pod", r.Pod, "kind", r.Kind, "target", r.Target, "reason", r.Reason)
 		}
 	}
 	s.refused = seen

@@ -116,16 +116,38 @@ type PodTargets struct {
 	selector labels.Selector
 }
 
-// NodeExporter is a node-level exporter (DCGM exporter) whose series name
-// the pod and container they belong to by labels.
-type NodeExporter struct {
-	// Name names the exporter in logs and self-metrics: "dcgm".
+// TrustedTarget is what the targets whose series speak for other objects
+// than their own pod (node exporters, endpoint pickers) have in common:
+// their pods are named by the operator, by selector, namespaces and service
+// accounts, and may supply only the metrics listed.
+type TrustedTarget struct {
+	// Name names the target in logs and self-metrics: "dcgm".
 	Name string `json:"name"`
-	// Selector selects the exporter's own pods (one per node).
+	// Selector selects the target's own pods.
 	Selector string `json:"selector"`
 	Port     int    `json:"port"`
 	Path     string `json:"path,omitempty"`
 	Scheme   string `json:"scheme,omitempty"`
+	// Namespaces are the only namespaces whose selected pods are taken;
+	// required. A pod the selector matches elsewhere is refused: any
+	// tenant can label a pod, and these targets' series speak for others.
+	Namespaces []string `json:"namespaces"`
+	// ServiceAccounts, when set, are the only service accounts the pods
+	// may run as.
+	ServiceAccounts []string `json:"serviceAccounts,omitempty"`
+	// Metrics are the served names (Config.Metrics[].name) the target may
+	// supply; required. Its other families are not read.
+	Metrics []string `json:"metrics"`
+
+	selector labels.Selector
+	// metrics holds the indexes into Config.Metrics of Metrics.
+	metrics map[int]bool
+}
+
+// NodeExporter is a node-level exporter (DCGM exporter), one pod a node,
+// whose series name the pod and container they belong to by labels.
+type NodeExporter struct {
+	TrustedTarget
 	// NamespaceLabel, PodLabel and ContainerLabel are the labels that
 	// attribute a series; "namespace", "pod" and "container" by default,
 	// the names NVIDIA/dcgm-exporter gives them
@@ -134,21 +156,26 @@ type NodeExporter struct {
 	NamespaceLabel string `json:"namespaceLabel,omitempty"`
 	PodLabel       string `json:"podLabel,omitempty"`
 	ContainerLabel string `json:"containerLabel,omitempty"`
-	// Namespaces are the only namespaces whose selected pods are taken for
-	// this exporter; required. A pod the selector matches elsewhere is
-	// refused: any tenant can label a pod, and an exporter's series speak
-	// for other pods.
-	Namespaces []string `json:"namespaces"`
-	// ServiceAccounts, when set, are the only service accounts an
-	// exporter pod may run as.
-	ServiceAccounts []string `json:"serviceAccounts,omitempty"`
-	// Metrics are the served names (Config.Metrics[].name) this exporter
-	// may supply; required. Its other families are not read.
-	Metrics []string `json:"metrics"`
+}
 
-	selector labels.Selector
-	// metrics holds the indexes into Config.Metrics of Metrics.
-	metrics map[int]bool
+// EndpointPicker is an inference gateway's endpoint picker (the
+// gateway-api-inference-extension's EPP), whose series speak for the
+// InferencePool it serves: every series its pods give is credited to that
+// pool, in the picker pod's own namespace, and served on the pool object.
+// Its metrics are there while no model server runs, so they are the demand
+// that brings a group back from zero.
+type EndpointPicker struct {
+	TrustedTarget
+	// InferencePool is the name of the pool the picker serves (the EPP's
+	// --pool-name); required.
+	InferencePool string `json:"inferencePool"`
+	// TokenFile, when set, is a file holding a bearer token sent to this
+	// picker's pods, and to nothing else: a projected ServiceAccount token
+	// of the server's own, re-read at every scrape as the kubelet rotates
+	// it. The EPP guards /metrics with a TokenReview and a
+	// SubjectAccessReview (get on the non-resource URL /metrics) when
+	// --metrics-endpoint-auth is on, as it is by default.
+	TokenFile string `json:"tokenFile,omitempty"`
 }
 
 // Limits bound what one target may hand the server; a target past one of
@@ -175,8 +202,9 @@ type Config struct {
 	Presets []string `json:"presets,omitempty"`
 	Metrics []Metric `json:"metrics,omitempty"`
 
-	Pods          PodTargets     `json:"pods,omitempty"`
-	NodeExporters []NodeExporter `json:"nodeExporters,omitempty"`
+	Pods            PodTargets       `json:"pods,omitempty"`
+	NodeExporters   []NodeExporter   `json:"nodeExporters,omitempty"`
+	EndpointPickers []EndpointPicker `json:"endpointPickers,omitempty"`
 
 	// Targets are scraped at every tick of the server's one scraper
 	// (--metric-resolution), with the kubelets and ukpd.
@@ -279,15 +307,23 @@ func (c *Config) complete() []error {
 		c.MaxBytes = defaultMaxBytes
 	}
 	c.Limits.complete()
+	for i := range c.EndpointPickers {
+		c.EndpointPickers[i].complete()
+	}
 	for i := range c.NodeExporters {
 		e := &c.NodeExporters[i]
-		e.Path = defaultString(e.Path, defaultPath)
-		e.Scheme = defaultString(e.Scheme, "http")
+		e.complete()
 		e.NamespaceLabel = defaultString(e.NamespaceLabel, "namespace")
 		e.PodLabel = defaultString(e.PodLabel, "pod")
 		e.ContainerLabel = defaultString(e.ContainerLabel, "container")
 	}
 	return append(errs, c.Validate()...)
+}
+
+// complete fills the path and scheme left empty.
+func (t *TrustedTarget) complete() {
+	t.Path = defaultString(t.Path, defaultPath)
+	t.Scheme = defaultString(t.Scheme, "http")
 }
 
 // complete fills the limits left at zero with their defaults.

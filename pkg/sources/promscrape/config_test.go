@@ -108,6 +108,14 @@ nodeExporters:
 - name: dcgm
   selector: app=dcgm
   port: 9400
+endpointPickers:
+- name: dcgm
+  selector: app=epp
+  port: 9090
+  namespaces: [gateway]
+  metrics: [running]
+  inferencePool: Pool_1
+  tokenFile: token
 `
 	_, errs := Parse([]byte(file))
 	got := errStrings(errs)
@@ -138,13 +146,16 @@ nodeExporters:
 		`nodeExporters[0].port: 0 is not a port`,
 		`nodeExporters[0].path: "metrics" must begin with /`,
 		`nodeExporters[0].scheme: "ftp" must be http or https`,
-		`nodeExporters[0]: attribution label "bad-label" is not a Prometheus label name`,
 		`nodeExporters[0].namespaces[0]: "Bad_NS" is not a namespace name`,
 		`nodeExporters[0].serviceAccounts[0]: "bad sa" is not a service account name`,
 		`nodeExporters[0].metrics[0]: "gpu-utilization" is not a configured metric`,
+		`nodeExporters[0]: attribution label "bad-label" is not a Prometheus label name`,
 		`nodeExporters[1].namespaces: required`,
 		`nodeExporters[1].metrics: required`,
-		`nodeExporters[1].name: "dcgm" is used twice`,
+		`nodeExporters[1].name: "dcgm" is used by nodeExporters[0] too`,
+		`endpointPickers[0].inferencePool: "Pool_1" is not an object name`,
+		`endpointPickers[0].tokenFile: "token" must be an absolute path`,
+		`endpointPickers[0].name: "dcgm" is used by nodeExporters[1] too`,
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %d errors, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
@@ -240,8 +251,12 @@ func TestPresetsAreValidAndDistinct(t *testing.T) {
 		"sglang-token-usage":    {Series: "sglang:token_usage", Type: Gauge, Combine: CombineMean, Min: f(0), Max: f(1)},
 	}
 	want := map[string]Metric{
-		"dcgm/gpu-utilization":     {Series: "DCGM_FI_DEV_GPU_UTIL", Type: Gauge, Combine: CombineMean, Members: group.ScopeAll, Min: f(0), Max: f(100)},
-		"dcgm/gpu-memory-used-mib": {Series: "DCGM_FI_DEV_FB_USED", Type: Gauge, Combine: CombineSum, Members: group.ScopeAll, Min: f(0)},
+		"dcgm/gpu-utilization":                                {Series: "DCGM_FI_DEV_GPU_UTIL", Type: Gauge, Combine: CombineMean, Members: group.ScopeAll, Min: f(0), Max: f(100)},
+		"dcgm/gpu-memory-used-mib":                            {Series: "DCGM_FI_DEV_FB_USED", Type: Gauge, Combine: CombineSum, Members: group.ScopeAll, Min: f(0)},
+		"inference-gateway/gateway-queue-size":                {Series: "inference_extension_flow_control_queue_size", Type: Gauge, Combine: CombineSum, Min: f(0), Members: group.ScopeAll},
+		"inference-gateway/gateway-pool-average-queue-size":   {Series: "inference_pool_average_queue_size", Type: Gauge, Combine: CombineMax, Min: f(0), Members: group.ScopeAll},
+		"inference-gateway/gateway-time-to-first-token-p90":   {Series: "inference_objective_request_ttft_seconds", Type: Histogram, Quantile: f(0.9), Members: group.ScopeAll},
+		"inference-gateway/gateway-time-per-output-token-p90": {Series: "inference_objective_request_tpot_seconds", Type: Histogram, Quantile: f(0.9), Members: group.ScopeAll},
 	}
 	for preset, scope := range map[string]group.Scope{
 		"vllm": group.ScopeLeader, "vllm-data-parallel": group.ScopeAll, "vllm-latency": group.ScopeLeader, "vllm-latency-data-parallel": group.ScopeAll,

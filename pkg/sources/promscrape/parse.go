@@ -256,15 +256,20 @@ func parseFamilies(ctx context.Context, body []byte, allow allowed, lim lineLimi
 	return fams, nameless, nil
 }
 
-// attribution says how a target's series name their pod.
+// attribution says how a target's series name their pod: a pod target's
+// are its own, a picker's its pool's (under sources.ObjectKey), an
+// exporter's name theirs by labels.
 type attribution struct {
-	pod                                 *Pod
+	namespace, pod                      string
 	namespaceLabel, podLabel, contLabel string
 }
 
 func (t *Target) attribution() attribution {
-	if t.Pod != nil {
-		return attribution{pod: t.Pod, contLabel: "container"}
+	switch {
+	case t.Pod != nil:
+		return attribution{namespace: t.Pod.Namespace, pod: t.Pod.Name, contLabel: "container"}
+	case t.Picker != nil:
+		return attribution{namespace: t.Namespace, pod: sources.ObjectKey(sources.InferencePools, t.Picker.InferencePool)}
 	}
 	e := t.Exporter
 	return attribution{namespaceLabel: e.NamespaceLabel, podLabel: e.PodLabel, contLabel: e.ContainerLabel}
@@ -281,8 +286,11 @@ var errSkipped = errors.New("series left out")
 // exporter does not attribute is left out and reported in the returned
 // partial error.
 func (c *Config) decode(ctx context.Context, body []byte, t *Target, allow allowed, now time.Time) ([]Sample, error) {
-	if t.Exporter != nil {
+	switch {
+	case t.Exporter != nil:
 		allow = allow.only(t.Exporter.metrics)
+	case t.Picker != nil:
+		allow = allow.only(t.Picker.metrics)
 	}
 	fams, nameless, err := parseFamilies(ctx, body, allow, c.Limits.lines())
 	if err != nil {
@@ -413,8 +421,8 @@ func attributed(m *Metric, pm *dto.Metric, attr attribution) (Sample, bool) {
 		}
 	}
 	var s Sample
-	if attr.pod != nil {
-		s.Namespace, s.Pod = attr.pod.Namespace, attr.pod.Name
+	if attr.pod != "" {
+		s.Namespace, s.Pod = attr.namespace, attr.pod
 	} else {
 		s.Namespace, s.Pod = get(attr.namespaceLabel), get(attr.podLabel)
 		if s.Namespace == "" || s.Pod == "" {

@@ -32,7 +32,7 @@ func mustParse(t testing.TB, file string) *Config {
 
 func TestDecode(t *testing.T) {
 	podTarget := &Target{ID: "pod/ns/web-0", Kind: KindPod, Pod: &Pod{Namespace: "ns", Name: "web-0", Running: true, IP: "127.0.0.1"}}
-	dcgm := &NodeExporter{Name: "dcgm", NamespaceLabel: "namespace", PodLabel: "pod", ContainerLabel: "container"}
+	dcgm := &NodeExporter{TrustedTarget: TrustedTarget{Name: "dcgm"}, NamespaceLabel: "namespace", PodLabel: "pod", ContainerLabel: "container"}
 	type got struct {
 		Metric                    string
 		Namespace, Pod, Container string

@@ -20,6 +20,19 @@ import "github.com/group-metrics-server/group-metrics-server/pkg/group"
 //     (SchedulerMetricsCollector) and docs/references/production_metrics.md:
 //     sglang:num_queue_reqs (requests in the waiting queue) and
 //     sglang:token_usage (fraction of the KV pool in use) are gauges.
+//   - The inference gateway's endpoint picker,
+//     kubernetes-sigs/gateway-api-inference-extension
+//     pkg/epp/metrics/metrics.go at v1.5.0:
+//     inference_extension_flow_control_queue_size (requests held in the
+//     picker's flow-control queue, by fairness_id, priority,
+//     inference_pool, model_name and target_model_name) and
+//     inference_pool_average_queue_size (the mean queue of the pool's
+//     model servers, by pool name; set only while the pool has one) are
+//     gauges; inference_objective_request_ttft_seconds and
+//     inference_objective_request_tpot_seconds are histograms in seconds by
+//     model_name and target_model_name. The flow-control queue is there
+//     while no model server runs: it is the demand at zero. "inference-
+//     gateway" serves the queues and the 0.9-quantiles of both latencies.
 //   - DCGM, NVIDIA/dcgm-exporter etc/default-counters.csv:
 //     DCGM_FI_DEV_GPU_UTIL is a gauge in percent, DCGM_FI_DEV_FB_USED a
 //     gauge in MiB; both are in the default counter set.
@@ -46,6 +59,7 @@ var presets = map[string][]Metric{
 	"vllm-data-parallel":         scoped(group.ScopeAll, vllm),
 	"vllm-latency":               scoped(group.ScopeLeader, vllmLatency),
 	"vllm-latency-data-parallel": scoped(group.ScopeAll, vllmLatency),
+	"inference-gateway":          scoped(group.ScopeAll, gateway),
 	"sglang":                     scoped(group.ScopeLeader, sglang),
 	"sglang-data-parallel":       scoped(group.ScopeAll, sglang),
 	"dcgm": scoped(group.ScopeAll, []Metric{
@@ -70,6 +84,12 @@ var (
 		{Name: "vllm-time-to-first-token-p90", Series: "vllm:time_to_first_token_seconds", Type: Histogram, Quantile: ninety},
 		{Name: "vllm-time-per-output-token-p90", Series: "vllm:time_per_output_token_seconds", Type: Histogram, Quantile: ninety},
 		{Name: "vllm-request-queue-time-mean", Series: "vllm:request_queue_time_seconds", Type: Histogram},
+	}
+	gateway = []Metric{
+		{Name: "gateway-queue-size", Series: "inference_extension_flow_control_queue_size", Type: Gauge, Combine: CombineSum, Min: zero},
+		{Name: "gateway-pool-average-queue-size", Series: "inference_pool_average_queue_size", Type: Gauge, Combine: CombineMax, Min: zero},
+		{Name: "gateway-time-to-first-token-p90", Series: "inference_objective_request_ttft_seconds", Type: Histogram, Quantile: ninety},
+		{Name: "gateway-time-per-output-token-p90", Series: "inference_objective_request_tpot_seconds", Type: Histogram, Quantile: ninety},
 	}
 	sglang = []Metric{
 		{Name: "sglang-num-queue-reqs", Series: "sglang:num_queue_reqs", Type: Gauge, Combine: CombineSum, Min: zero},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,7 +49,9 @@ var _ sources.Source = &Source{}
 type Options struct {
 	// Client makes the requests; its TLS settings apply to https targets.
 	// Per-target timeouts come from the Config, not from the client, and
-	// redirects are never followed. No credentials are sent to targets.
+	// redirects are never followed. No credential is sent to a target but
+	// an endpoint picker's own token (EndpointPicker.TokenFile), to that
+	// picker's pods.
 	Client *http.Client
 	Clock  clock.PassiveClock
 }
@@ -151,7 +154,14 @@ func (t *target) Scrape(ctx context.Context) (*sources.Batch, error) {
 	if err != nil {
 		klog.V(2).InfoS("Scrape left out series", "target", t.Target.ID, "err", err)
 	}
-	return &sources.Batch{Series: t.series(samples)}, err
+	series := t.series(samples)
+	if t.Picker != nil {
+		// The pool is spoken for even when the picker has no series of it
+		// (no request queued since it started): its sums are then 0.
+		a := t.attribution()
+		series = append(series, sources.SeriesPoint{Namespace: a.namespace, Pod: a.pod, Timestamp: t.src.clock.Now()})
+	}
+	return &sources.Batch{Series: series}, err
 }
 
 // series are samples as the store takes them, each with the UID of the pod
@@ -211,7 +221,7 @@ func (b *budget) take(n int) bool {
 func (s *Source) scrapeTarget(ctx context.Context, t *Target) ([]Sample, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout.Duration)
 	defer cancel()
-	body, err := s.fetch(ctx, t.URL)
+	body, err := s.fetch(ctx, t)
 	if err != nil {
 		return nil, fmt.Errorf("scrape %s: %w", t.ID, err)
 	}
@@ -233,12 +243,20 @@ func (s *Source) scrapeTarget(ctx context.Context, t *Target) ([]Sample, error) 
 	return nil, sources.WithReason(sources.ReasonDecode, fmt.Errorf("decode %s: %w", t.ID, err))
 }
 
-func (s *Source) fetch(ctx context.Context, url string) ([]byte, error) {
+func (s *Source) fetch(ctx context.Context, t *Target) ([]byte, error) {
+	url := t.URL
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, sources.WithReason(sources.ReasonOther, err)
 	}
 	req.Header.Set("Accept", acceptHeader)
+	if t.Picker != nil && t.Picker.TokenFile != "" {
+		token, err := readToken(t.Picker.TokenFile)
+		if err != nil {
+			return nil, sources.WithReason(sources.ReasonOther, err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return nil, sources.WithReason(sources.TransportReason(err), err)
@@ -255,6 +273,29 @@ func (s *Source) fetch(ctx context.Context, url string) ([]byte, error) {
 		return nil, fmt.Errorf("read %s: %w", url, err)
 	}
 	return body, nil
+}
+
+// maxTokenBytes bounds a token file: a ServiceAccount token is about a
+// kilobyte.
+const maxTokenBytes = 16 << 10
+
+// readToken reads a bearer token file afresh, as the kubelet rewrites a
+// projected token before it expires.
+func readToken(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("endpoint picker token: %w", err)
+	}
+	defer func() { _ = f.Close() }()
+	b, err := sources.ReadCapped(f, maxTokenBytes)
+	if err != nil {
+		return "", fmt.Errorf("endpoint picker token %s: %w", path, err)
+	}
+	token := strings.TrimSpace(string(b))
+	if token == "" || strings.ContainsAny(token, "\r\n") {
+		return "", fmt.Errorf("endpoint picker token %s: empty or more than one line", path)
+	}
+	return token, nil
 }
 
 // maxStatusBytes bounds the status text kept of a failed response: the

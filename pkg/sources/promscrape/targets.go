@@ -62,19 +62,25 @@ const (
 const (
 	KindPod      = "pod"
 	KindExporter = "exporter"
+	KindPicker   = "picker"
 )
 
 // Target is one endpoint to scrape.
 type Target struct {
-	// ID names the target in logs: "pod/<ns>/<name>" or
-	// "exporter/<exporter>/<ns>/<exporter pod>".
+	// ID names the target in logs: "pod/<ns>/<name>",
+	// "exporter/<exporter>/<ns>/<exporter pod>" or
+	// "picker/<picker>/<ns>/<picker pod>".
 	ID   string
 	Kind string
 	URL  string
 	// Pod is the pod whose series these are, for a pod target; nil for an
-	// exporter, whose series name their pods by labels.
+	// exporter, whose series name their pods by labels, and for a picker,
+	// whose series are its pool's.
 	Pod      *Pod
 	Exporter *NodeExporter
+	Picker   *EndpointPicker
+	// Namespace is the namespace of the pod scraped.
+	Namespace string
 	// UID is the UID of the pod scraped (the serving pod, or the
 	// exporter's own pod).
 	UID string
@@ -92,6 +98,10 @@ const (
 	// RefusedExporterServiceAccount: the pod runs as a service account the
 	// exporter does not name.
 	RefusedExporterServiceAccount = "exporter_service_account"
+	// RefusedPickerNamespace and RefusedPickerServiceAccount are the same
+	// for an endpoint picker's selector.
+	RefusedPickerNamespace      = "picker_namespace"
+	RefusedPickerServiceAccount = "picker_service_account"
 	// RefusedHostNetwork: a hostNetwork pod asked to be scraped without
 	// pods.allowHostNetwork.
 	RefusedHostNetwork = "host_network"
@@ -103,14 +113,14 @@ type RefusedError struct {
 	Kind, Reason string
 	// Pod is "<namespace>/<name>", UID its UID.
 	Pod, UID string
-	// Exporter names the exporter whose selector matched, if any.
-	Exporter string
+	// Target names the exporter or picker whose selector matched, if any.
+	Target string
 }
 
 func (e *RefusedError) Error() string {
 	what := "pod target"
-	if e.Exporter != "" {
-		what = "exporter " + e.Exporter
+	if e.Target != "" {
+		what = e.Kind + " " + e.Target
 	}
 	return fmt.Sprintf("pod %s refused as %s (%s)", e.Pod, what, e.Reason)
 }
@@ -132,17 +142,21 @@ func (c *Config) Targets(pods []Pod) ([]Target, []error) {
 		}
 		for j := range c.NodeExporters {
 			e := &c.NodeExporters[j]
-			if e.selector == nil || !e.selector.Matches(labels.Set(p.Labels)) {
-				continue
+			if t, err := e.target(KindExporter, p); err != nil {
+				errs = append(errs, err)
+			} else if t != nil {
+				t.Exporter = e
+				targets = append(targets, *t)
 			}
-			if reason := e.refuse(p); reason != "" {
-				errs = append(errs, &RefusedError{Kind: KindExporter, Reason: reason, Pod: p.Namespace + "/" + p.Name, UID: p.UID, Exporter: e.Name})
-				continue
+		}
+		for j := range c.EndpointPickers {
+			e := &c.EndpointPickers[j]
+			if t, err := e.target(KindPicker, p); err != nil {
+				errs = append(errs, err)
+			} else if t != nil {
+				t.Picker = e
+				targets = append(targets, *t)
 			}
-			targets = append(targets, Target{
-				ID: fmt.Sprintf("exporter/%s/%s/%s", e.Name, p.Namespace, p.Name), Kind: KindExporter,
-				URL: endpoint(e.Scheme, p.IP, e.Port, e.Path), Exporter: e, UID: p.UID, Node: p.Node,
-			})
 		}
 		t, ok, err := c.Pods.podTarget(p)
 		var refused *RefusedError
@@ -160,15 +174,26 @@ func (c *Config) Targets(pods []Pod) ([]Target, []error) {
 	return targets, errs
 }
 
-// refuse says why pod may not be this exporter's pod, "" when it may.
-func (e *NodeExporter) refuse(pod *Pod) string {
-	if !slices.Contains(e.Namespaces, pod.Namespace) {
-		return RefusedExporterNamespace
+// target is pod as a target of kind for t: nil when t's selector does not
+// match it, a *RefusedError when it matches but is not trusted.
+func (t *TrustedTarget) target(kind string, pod *Pod) (*Target, error) {
+	if t.selector == nil || !t.selector.Matches(labels.Set(pod.Labels)) {
+		return nil, nil
 	}
-	if len(e.ServiceAccounts) > 0 && !slices.Contains(e.ServiceAccounts, pod.ServiceAccount) {
-		return RefusedExporterServiceAccount
+	reason := ""
+	switch {
+	case !slices.Contains(t.Namespaces, pod.Namespace):
+		reason = kind + "_namespace"
+	case len(t.ServiceAccounts) > 0 && !slices.Contains(t.ServiceAccounts, pod.ServiceAccount):
+		reason = kind + "_service_account"
 	}
-	return ""
+	if reason != "" {
+		return nil, &RefusedError{Kind: kind, Reason: reason, Pod: pod.Namespace + "/" + pod.Name, UID: pod.UID, Target: t.Name}
+	}
+	return &Target{
+		ID: fmt.Sprintf("%s/%s/%s/%s", kind, t.Name, pod.Namespace, pod.Name), Kind: kind,
+		URL: endpoint(t.Scheme, pod.IP, t.Port, t.Path), UID: pod.UID, Node: pod.Node, Namespace: pod.Namespace,
+	}, nil
 }
 
 func (p *PodTargets) podTarget(pod *Pod) (Target, bool, error) {
@@ -226,7 +251,7 @@ func (p *PodTargets) podTarget(pod *Pod) (Target, bool, error) {
 	}
 	return Target{
 		ID: "pod/" + pod.Namespace + "/" + pod.Name, Kind: KindPod,
-		URL: endpoint(scheme, pod.IP, port, path), Pod: pod, UID: pod.UID, Node: pod.Node,
+		URL: endpoint(scheme, pod.IP, port, path), Pod: pod, UID: pod.UID, Node: pod.Node, Namespace: pod.Namespace,
 	}, true, nil
 }
 

@@ -166,7 +166,7 @@ nodeExporters:
 		t.Errorf("refused targets (-want +got):\n%s", diff)
 	}
 	// A refusal is logged once, and remembered only while it lasts.
-	wantLogged := map[refusalKey]bool{{uid: "uid-fake", exporter: "fake", reason: RefusedExporterNamespace}: true}
+	wantLogged := map[refusalKey]bool{{uid: "uid-fake", target: "fake", reason: RefusedExporterNamespace}: true}
 	if diff := cmp.Diff(wantLogged, src.refused, cmp.AllowUnexported(refusalKey{})); diff != "" {
 		t.Errorf("refusals remembered (-want +got):\n%s", diff)
 	}

@@ -3,6 +3,7 @@ package promscrape
 import (
 	"fmt"
 	"math"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -55,14 +56,22 @@ func (c *Config) Validate() []error {
 	c.Limits.complete()
 	errs = append(errs, c.Limits.validate()...)
 	errs = append(errs, c.Pods.validate()...)
-	names := map[string]bool{}
-	for i := range c.NodeExporters {
-		e := &c.NodeExporters[i]
-		errs = append(errs, e.validate(fmt.Sprintf("nodeExporters[%d]", i), served)...)
-		if names[e.Name] {
-			errs = append(errs, fmt.Errorf("nodeExporters[%d].name: %q is used twice", i, e.Name))
+	names := map[string]string{}
+	name := func(path, n string) {
+		if first, ok := names[n]; ok {
+			errs = append(errs, fmt.Errorf("%s.name: %q is used by %s too", path, n, first))
 		}
-		names[e.Name] = true
+		names[n] = path
+	}
+	for i := range c.NodeExporters {
+		path := fmt.Sprintf("nodeExporters[%d]", i)
+		errs = append(errs, c.NodeExporters[i].validate(path, served)...)
+		name(path, c.NodeExporters[i].Name)
+	}
+	for i := range c.EndpointPickers {
+		path := fmt.Sprintf("endpointPickers[%d]", i)
+		errs = append(errs, c.EndpointPickers[i].validate(path, served)...)
+		name(path, c.EndpointPickers[i].Name)
 	}
 	return errs
 }
@@ -197,57 +206,73 @@ func (p *PodTargets) validate() []error {
 }
 
 func (e *NodeExporter) validate(path string, served map[string]int) []error {
-	var errs []error
-	if msgs := validation.IsDNS1123Label(e.Name); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("%s.name: %q: %s", path, e.Name, strings.Join(msgs, "; ")))
-	}
-	sel, err := labels.Parse(e.Selector)
-	switch {
-	case err != nil:
-		errs = append(errs, fmt.Errorf("%s.selector: %w", path, err))
-	case sel.Empty():
-		errs = append(errs, fmt.Errorf("%s.selector: required, or every pod would be taken for an exporter", path))
-	default:
-		e.selector = sel
-	}
-	if !validPort(e.Port) {
-		errs = append(errs, fmt.Errorf("%s.port: %d is not a port", path, e.Port))
-	}
-	if !strings.HasPrefix(e.Path, "/") {
-		errs = append(errs, fmt.Errorf("%s.path: %q must begin with /", path, e.Path))
-	}
-	if e.Scheme != "http" && e.Scheme != "https" {
-		errs = append(errs, fmt.Errorf("%s.scheme: %q must be http or https", path, e.Scheme))
-	}
+	errs := e.TrustedTarget.validate(path, served)
 	for _, l := range []string{e.NamespaceLabel, e.PodLabel, e.ContainerLabel} {
 		if !model.LegacyValidation.IsValidLabelName(l) {
 			errs = append(errs, fmt.Errorf("%s: attribution label %q is not a Prometheus label name", path, l))
 		}
 	}
-	if len(e.Namespaces) == 0 {
-		errs = append(errs, fmt.Errorf("%s.namespaces: required: the namespaces the exporter's pods run in", path))
+	return errs
+}
+
+func (p *EndpointPicker) validate(path string, served map[string]int) []error {
+	errs := p.TrustedTarget.validate(path, served)
+	if msgs := validation.IsDNS1123Subdomain(p.InferencePool); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("%s.inferencePool: %q is not an object name: %s", path, p.InferencePool, strings.Join(msgs, "; ")))
 	}
-	for j, ns := range e.Namespaces {
+	if p.TokenFile != "" && !filepath.IsAbs(p.TokenFile) {
+		errs = append(errs, fmt.Errorf("%s.tokenFile: %q must be an absolute path", path, p.TokenFile))
+	}
+	return errs
+}
+
+func (t *TrustedTarget) validate(path string, served map[string]int) []error {
+	var errs []error
+	if msgs := validation.IsDNS1123Label(t.Name); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("%s.name: %q: %s", path, t.Name, strings.Join(msgs, "; ")))
+	}
+	sel, err := labels.Parse(t.Selector)
+	switch {
+	case err != nil:
+		errs = append(errs, fmt.Errorf("%s.selector: %w", path, err))
+	case sel.Empty():
+		errs = append(errs, fmt.Errorf("%s.selector: required, or every pod would be taken for this target", path))
+	default:
+		t.selector = sel
+	}
+	if !validPort(t.Port) {
+		errs = append(errs, fmt.Errorf("%s.port: %d is not a port", path, t.Port))
+	}
+	if !strings.HasPrefix(t.Path, "/") {
+		errs = append(errs, fmt.Errorf("%s.path: %q must begin with /", path, t.Path))
+	}
+	if t.Scheme != "http" && t.Scheme != "https" {
+		errs = append(errs, fmt.Errorf("%s.scheme: %q must be http or https", path, t.Scheme))
+	}
+	if len(t.Namespaces) == 0 {
+		errs = append(errs, fmt.Errorf("%s.namespaces: required: the namespaces the target's pods run in", path))
+	}
+	for j, ns := range t.Namespaces {
 		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("%s.namespaces[%d]: %q is not a namespace name: %s", path, j, ns, strings.Join(msgs, "; ")))
 		}
 	}
-	for j, sa := range e.ServiceAccounts {
+	for j, sa := range t.ServiceAccounts {
 		if msgs := validation.IsDNS1123Subdomain(sa); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("%s.serviceAccounts[%d]: %q is not a service account name: %s", path, j, sa, strings.Join(msgs, "; ")))
 		}
 	}
-	if len(e.Metrics) == 0 {
-		errs = append(errs, fmt.Errorf("%s.metrics: required: the served metrics the exporter may supply", path))
+	if len(t.Metrics) == 0 {
+		errs = append(errs, fmt.Errorf("%s.metrics: required: the served metrics the target may supply", path))
 	}
-	e.metrics = map[int]bool{}
-	for j, name := range e.Metrics {
+	t.metrics = map[int]bool{}
+	for j, name := range t.Metrics {
 		i, ok := served[name]
 		if !ok {
 			errs = append(errs, fmt.Errorf("%s.metrics[%d]: %q is not a configured metric", path, j, name))
 			continue
 		}
-		e.metrics[i] = true
+		t.metrics[i] = true
 	}
 	return errs
 }
