@@ -1,0 +1,98 @@
+// Command nodeimage builds the images the real node of the e2e suite runs
+// (docs/testing.md "A real node") without a registry: a pause image and a
+// workload image, both a static busybox with every applet linked in /bin
+// (a shell, yes, seq, dd, httpd), the workload image also under the names
+// the LeaderWorkerSet project's examples use, so their manifests run
+// unchanged. It writes one tar of an OCI layout whose index names every
+// image with io.containerd.image.name, for `ctr -n k8s.io images import`.
+// make tools-node runs it (hack/tools-node.sh).
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// The images. test/cluster's node (node.go, NodePauseImage and
+// NodeWorkloadImage) names the first two; the containerd config names the
+// pause image as its sandbox image.
+var images = []Image{
+	// The sandbox's process only holds the pod's namespaces. containerd
+	// stops a sandbox with SIGKILL, so a sleep serves as well as a pause.
+	{Name: "gms.local/pause:1", Entrypoint: []string{"/bin/sleep", "2147483647"}},
+	// The workload image's default command serves HTTP, as nginx's does;
+	// tests give their own commands.
+	{Name: "gms.local/workload:1", Cmd: []string{"httpd", "-f", "-p", "80", "-h", "/www"}},
+	// sigs.k8s.io/lws docs/examples/leaderworkerset/autoscaling/nginx.yaml.
+	{Name: "docker.io/library/nginx:1.27", Cmd: []string{"httpd", "-f", "-p", "80", "-h", "/www"}},
+	// sigs.k8s.io/lws docs/examples/sample/*.yaml (v0.9.0); the
+	// unprivileged image listens on 8080.
+	{Name: "docker.io/nginxinc/nginx-unprivileged:1.27", Cmd: []string{"httpd", "-f", "-p", "8080", "-h", "/www"}},
+}
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "nodeimage:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("nodeimage", flag.ContinueOnError)
+	busybox := fs.String("busybox", "/bin/busybox", "a static busybox (Debian busybox-static) for this machine's platform")
+	tarPath := fs.String("tarball", "", "the tar of the OCI layout to write (required)")
+	created := fs.Int64("created", 0, "creation time of every file and image, Unix seconds")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *tarPath == "" {
+		return fmt.Errorf("--tarball is required")
+	}
+	if err := checkStatic(*busybox); err != nil {
+		return err
+	}
+	list, err := exec.Command(*busybox, "--list").Output()
+	if err != nil {
+		return fmt.Errorf("%s --list: %w", *busybox, err)
+	}
+	spec := Spec{
+		Busybox: *busybox, Applets: strings.Fields(string(list)),
+		OS: "linux", Architecture: runtime.GOARCH,
+		Created: time.Unix(*created, 0).UTC(),
+		Images:  images,
+	}
+	imgs, err := Build(spec)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp(filepath.Dir(*tarPath), ".nodeimage-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	if err := writeLayout(dir, spec, imgs); err != nil {
+		return err
+	}
+	tmp := *tarPath + ".tmp"
+	if err := tarLayout(dir, tmp, spec.Created); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, *tarPath); err != nil {
+		return err
+	}
+	for i, img := range imgs {
+		d, err := img.Digest()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s@%s\n", images[i].Name, d)
+	}
+	return nil
+}
