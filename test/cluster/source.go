@@ -21,7 +21,12 @@ func SourceDir(ctx context.Context, path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("build information of %s: %w", path, err)
 	}
-	module := info.Main.Path + "@" + info.Main.Version
+	return ModuleDir(ctx, info.Main.Path+"@"+info.Main.Version)
+}
+
+// ModuleDir returns the module cache directory of module ("path@version"),
+// downloading it if needed. It runs the go command.
+func ModuleDir(ctx context.Context, module string) (string, error) {
 	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", module)
 	cmd.Dir = os.TempDir() // outside any module
 	cmd.Env = append(os.Environ(), "GOWORK=off")

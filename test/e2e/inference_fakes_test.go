@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,6 +41,9 @@ type podEndpoints struct {
 	// pods are the Running pods last listed, by namespace/name.
 	pods map[string]*corev1.Pod
 	errs []error
+	// credentials counts the requests that carried an Authorization
+	// header: the server sends its credentials to no pod endpoint.
+	credentials atomic.Int64
 }
 
 // startPodEndpoints serves the Running pods of the serve namespaces on
@@ -129,6 +133,9 @@ func (e *podEndpoints) listen(ip string) error {
 		e.mu.Lock()
 		pod := e.byIP[host]
 		e.mu.Unlock()
+		if r.Header.Get("Authorization") != "" {
+			e.credentials.Add(1)
+		}
 		if pod == nil || r.URL.Path != "/metrics" {
 			http.NotFound(w, r)
 			return

@@ -1,0 +1,405 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/lws"
+)
+
+const (
+	// inferencePoolModule holds the InferencePool API and its CRD (the
+	// endpoint picker itself moved to llm-d/llm-d-inference-scheduler,
+	// which keeps its metric names).
+	inferencePoolModule = "sigs.k8s.io/gateway-api-inference-extension@v1.6.2"
+	// apiAudience is the suite's API server audience (its
+	// --service-account-issuer; no --api-audiences is given). The picker's
+	// TokenReview names no audience (controller-runtime
+	// pkg/metrics/filters/filters.go), so the API server checks the
+	// token against this one: the token's stated audience.
+	apiAudience = "https://kubernetes.default.svc.cluster.local"
+)
+
+// TestScaleToZero: a vLLM LeaderWorkerSet behind an inference gateway,
+// scaled by one HPA with minReplicas 0 (HPAScaleToZero, on by default in
+// v1.37) on two Object metrics: the endpoint picker's flow-control queue on
+// the InferencePool (Value 10) and the groups' vLLM queue on the
+// LeaderWorkerSet (AverageValue 5). Idle, it goes to zero; a queue at the
+// picker brings one group back; the group's queue takes it to its maximum;
+// drained, back to zero, but not while the picker cannot be read. The
+// picker checks the server's token as the real one does (TokenReview, then a
+// SubjectAccessReview for get /metrics); the token is the one written to
+// the file the configuration names, and no pod endpoint receives it.
+func TestScaleToZero(t *testing.T) {
+	ctx := begin(t, 12*time.Minute)
+	const (
+		ns, name, pool = "e2e-scale-to-zero", "vllm", "vllm-pool"
+		maxGroups      = 3
+	)
+	e := newLWSEnv(ctx, t)
+	newNamespace(ctx, t, ns)
+	installInferencePools(ctx, t, e)
+	must(t, createInferencePool(ctx, e, ns, pool, name))
+
+	picker := startPicker(ctx, t, e, ns, pool)
+	ports, err := cluster.FreePorts(1)
+	must(t, err)
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	configFile := filepath.Join(dir, "pod-metrics.yaml")
+	must(t, os.WriteFile(configFile, fmt.Appendf(nil, `presets: [vllm, inference-gateway]
+timeout: 2s
+endpointPickers:
+- name: %s
+  selector: app=%s-epp
+  port: %d
+  namespaces: [%s]
+  inferencePool: %s
+  tokenFile: %s
+  metrics: [gateway-queue-size]
+`, pool, pool, picker.port, ns, pool, tokenFile), 0o600))
+	s := deployOwnServer(ctx, t, "group-metrics-server-zero", []string{"--pod-metrics-config=" + configFile, "--group-metrics-series"}, repoPath(t, inferenceManifests))
+	e.watch = append(e.watch, s.Process)
+	grantPickerMetrics(ctx, t, s.Namespace, s.ServiceAccount)
+	// The kubelet's projected token volume, for a server that runs as a
+	// process here: a token of the server's ServiceAccount with the stated
+	// audience, written where the configuration points.
+	token, err := suite.cluster.Client().CoreV1().ServiceAccounts(s.Namespace).CreateToken(ctx, s.ServiceAccount, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{apiAudience}, ExpirationSeconds: ptr.To[int64](3600)},
+	}, metav1.CreateOptions{})
+	must(t, err)
+	picker.expect("system:serviceaccount:"+s.Namespace+":"+s.ServiceAccount, token.Status.Token)
+	must(t, os.WriteFile(tokenFile, []byte(token.Status.Token), 0o600))
+
+	var waiting atomic.Int64
+	engines := startPodEndpoints(t, ports[0], func(p *corev1.Pod) (string, bool) {
+		return vllmText(inferenceModel, float64(waiting.Load()), 0, 0.1), true
+	}, []string{ns})
+	ie := &inferenceEnv{lwsEnv: e, port: ports[0]}
+	ie.createInferenceLWS(ctx, t, ns, name, ie.scrapeAnnotations())
+
+	poolPath := customPath(fmt.Sprintf("namespaces/%s/inferencepools.inference.networking.k8s.io/%s/gateway-queue-size", ns, pool), "")
+	e.waitRaw(ctx, t, poolPath, 0)
+	e.waitRaw(ctx, t, lwsPath(ns, name, "vllm-num-requests-waiting", ""), 0)
+
+	hpa := newHPA(ns, lwsRef(name), 0, maxGroups,
+		objectMetric("inference.networking.k8s.io/v1", "InferencePool", pool, "gateway-queue-size", autoscalingv2.ValueMetricType, 10),
+		objectMetric(lws.GroupVersionResource.GroupVersion().String(), "LeaderWorkerSet", name, "vllm-num-requests-waiting", autoscalingv2.AverageValueMetricType, 5))
+	hpa.Spec.Behavior = &autoscalingv2.HorizontalPodAutoscalerBehavior{
+		ScaleDown: &autoscalingv2.HPAScalingRules{
+			StabilizationWindowSeconds: ptr.To(int32(testScaleDownWindow.Seconds())),
+			Policies:                   []autoscalingv2.HPAScalingPolicy{{Type: autoscalingv2.PercentScalingPolicy, Value: 100, PeriodSeconds: 15}},
+		},
+	}
+	must(t, createHPA(ctx, hpa))
+	b := e.bounds
+	t.Logf("HPA sync period %v, scale-down window %v, collection interval %v", suite.opts.HPASyncPeriod, testScaleDownWindow, suite.resolution)
+	groups := func(n int32, bound time.Duration, why string) {
+		t.Helper()
+		began := time.Now()
+		took := e.waitScale(ctx, t, ns, name, hpa.Name, n, bound)
+		_, err := e.waitPods(ctx, ns, name, int(n)*inferenceGroupSize, b.running)
+		must(t, err)
+		t.Logf("%s -> %d groups wanted in %v (bound %v), their pods Running %v after", why, n, took.Round(time.Millisecond), bound, since(began))
+	}
+
+	groups(0, b.read+b.down, "no demand anywhere")
+	must(t, e.poll(ctx, b.read, "the HPA to say it scaled to zero", func(ctx context.Context) error {
+		h, err := getHPA(ctx, ns, hpa.Name)
+		if err == nil && !hasCondition(h, autoscalingv2.ScaledToZero, corev1.ConditionTrue) {
+			err = fmt.Errorf("conditions %s", conditions(h))
+		}
+		return err
+	}))
+	// At zero the LWS's sum is that of no group, and the pool's that of
+	// no queued request.
+	e.waitRaw(ctx, t, lwsPath(ns, name, "vllm-num-requests-waiting", ""), 0)
+
+	picker.queue.Store(4) // requests wait at the gateway, with nowhere to go
+	groups(1, b.read+b.running, "4 requests queued at the picker")
+	// The group takes the requests; its queue grows past one group's worth.
+	picker.queue.Store(0)
+	waiting.Store(12)
+	groups(maxGroups, maxGroups*b.running, "12 requests waiting in each group's engine")
+
+	// The picker cannot be read, then the engines drain: no scale-down on
+	// missing data (the HPA refuses to scale down while a metric is
+	// invalid, computeReplicasForMetrics in horizontal.go). The pool's
+	// last value is served until it is stale, so it must be gone first.
+	picker.down.Store(true)
+	e.waitAbsent(ctx, t, poolPath)
+	waiting.Store(0)
+	e.waitRaw(ctx, t, lwsPath(ns, name, "vllm-num-requests-waiting", ""), 0)
+	hold := testScaleDownWindow + holdSyncPeriods*suite.opts.HPASyncPeriod
+	must(t, holdScale(ctx, e, ns, name, maxGroups, hold))
+	t.Logf("picker down, engines drained: %d groups held for %v", maxGroups, hold)
+	picker.down.Store(false)
+	groups(0, b.read+b.down, "picker back, no demand")
+
+	if n := picker.served.Load(); n == 0 {
+		t.Error("the picker was never read")
+	}
+	if n := engines.credentials.Load(); n != 0 {
+		t.Errorf("pod endpoints received %d requests with credentials; the token is the picker's alone", n)
+	}
+	picker.check(t)
+}
+
+// objectMetric is an Object metric on the object kind/name with a target
+// of type typ.
+func objectMetric(apiVersion, kind, name, metric string, typ autoscalingv2.MetricTargetType, target int64) autoscalingv2.MetricSpec {
+	t := autoscalingv2.MetricTarget{Type: typ}
+	q := resource.NewQuantity(target, resource.DecimalSI)
+	if typ == autoscalingv2.ValueMetricType {
+		t.Value = q
+	} else {
+		t.AverageValue = q
+	}
+	return autoscalingv2.MetricSpec{Type: autoscalingv2.ObjectMetricSourceType, Object: &autoscalingv2.ObjectMetricSource{
+		DescribedObject: autoscalingv2.CrossVersionObjectReference{APIVersion: apiVersion, Kind: kind, Name: name},
+		Metric:          autoscalingv2.MetricIdentifier{Name: metric},
+		Target:          t,
+	}}
+}
+
+func hasCondition(h *autoscalingv2.HorizontalPodAutoscaler, typ autoscalingv2.HorizontalPodAutoscalerConditionType, status corev1.ConditionStatus) bool {
+	for _, c := range h.Status.Conditions {
+		if c.Type == typ {
+			return c.Status == status
+		}
+	}
+	return false
+}
+
+// holdScale checks, for d, that the LWS keeps wanting groups groups.
+func holdScale(ctx context.Context, e *lwsEnv, ns, name string, groups int32, d time.Duration) error {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		scale, err := lws.GetScale(ctx, e.dyn, ns, name)
+		if err != nil {
+			return err
+		}
+		if scale.Spec.Replicas != groups {
+			return fmt.Errorf("LeaderWorkerSet %s/%s wants %d groups, want %d held", ns, name, scale.Spec.Replicas, groups)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(suite.opts.HPASyncPeriod / 2):
+		}
+	}
+	return nil
+}
+
+var inferencePoolsResource = schema.GroupVersionResource{Group: "inference.networking.k8s.io", Version: "v1", Resource: "inferencepools"}
+
+// installInferencePools applies the InferencePool CRD of inferencePoolModule
+// and waits until it is Established. It stays: CRDs are cluster-wide, and a
+// second test installs the same.
+func installInferencePools(ctx context.Context, t *testing.T, e *lwsEnv) {
+	t.Helper()
+	dir, err := cluster.ModuleDir(ctx, inferencePoolModule)
+	must(t, err)
+	var crd unstructured.Unstructured
+	must(t, yaml.Unmarshal(readFile(t, filepath.Join(dir, "config", "crd", "bases", "inference.networking.k8s.io_inferencepools.yaml")), &crd.Object))
+	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	if _, err := e.dyn.Resource(crds).Create(ctx, &crd, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Fatalf("create the InferencePool CRD: %v", err)
+	}
+	must(t, e.poll(ctx, time.Minute, "the InferencePool CRD to be Established", func(ctx context.Context) error {
+		got, err := e.dyn.Resource(crds).Get(ctx, crd.GetName(), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		return cluster.ConditionTrue(got, "Established")
+	}))
+}
+
+// createInferencePool creates the pool of a LeaderWorkerSet's leaders, as
+// the LWS project's inference gateway example selects them, whose picker is
+// the Service name-epp.
+func createInferencePool(ctx context.Context, e *lwsEnv, ns, name, lwsName string) error {
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec": map[string]any{
+			"selector":          map[string]any{"matchLabels": map[string]any{"leaderworkerset.sigs.k8s.io/name": lwsName, "leaderworkerset.sigs.k8s.io/worker-index": "0"}},
+			"targetPorts":       []any{map[string]any{"number": int64(8000)}},
+			"endpointPickerRef": map[string]any{"name": name + "-epp", "port": map[string]any{"number": int64(9002)}},
+		},
+	}}
+	_, err := e.dyn.Resource(inferencePoolsResource).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
+	return err
+}
+
+// grantPickerMetrics is what docs/security.md tells an operator to grant
+// the server's ServiceAccount for an endpoint picker's /metrics.
+func grantPickerMetrics(ctx context.Context, t *testing.T, ns, sa string) {
+	t.Helper()
+	const role = "group-metrics-server:endpoint-picker-metrics"
+	rbac := suite.cluster.Client().RbacV1()
+	_, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: role},
+		Rules:      []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}},
+	}, metav1.CreateOptions{})
+	must(t, err)
+	_, err = rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa}},
+	}, metav1.CreateOptions{})
+	must(t, err)
+	cleanup(t, "delete the picker grant", func(ctx context.Context) error {
+		return errors.Join(rbac.ClusterRoleBindings().Delete(ctx, role, metav1.DeleteOptions{}), rbac.ClusterRoles().Delete(ctx, role, metav1.DeleteOptions{}))
+	})
+}
+
+// fakePicker plays an endpoint picker's /metrics on its pod's IP: it admits
+// a request as the picker's metrics filter does (controller-runtime
+// pkg/metrics/filters/filters.go: a TokenReview with no audience, then a
+// SubjectAccessReview for get on the path) and serves
+// inference_extension_flow_control_queue_size for its pool, with the labels
+// of llm-d-inference-scheduler pkg/epp/metrics/metrics.go, once a request
+// has been queued (a gauge vector has no child before).
+type fakePicker struct {
+	port  int
+	pool  string
+	queue atomic.Int64
+	down  atomic.Bool
+	// served counts the answers with metrics.
+	served atomic.Int64
+
+	mu sync.Mutex
+	// user is the user the token must be; token the token written.
+	user, token string
+	queued      bool
+	errs        []string
+}
+
+// expect says whose token the picker must receive, and which.
+func (p *fakePicker) expect(user, token string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.user, p.token = user, token
+}
+
+func startPicker(ctx context.Context, t *testing.T, e *lwsEnv, ns, pool string) *fakePicker {
+	t.Helper()
+	ports, err := cluster.FreePorts(1)
+	must(t, err)
+	p := &fakePicker{port: ports[0], pool: pool}
+	pod := kwokPod(ns, pool+"-epp-0", suite.fleet.NodeNames[0], map[string]string{"app": pool + "-epp"}, corev1.Container{Name: "epp", Image: "ghcr.io/llm-d/llm-d-inference-scheduler:v0.8.0"})
+	createPods(ctx, t, e.bounds.running, e.watch, pod)
+	got, err := suite.cluster.Client().CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+	must(t, err)
+	if ip := net.ParseIP(got.Status.PodIP); ip == nil || !ip.IsLoopback() {
+		t.Fatalf("picker pod IP %q is not a loopback address", got.Status.PodIP)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(got.Status.PodIP, strconv.Itoa(p.port)))
+	must(t, err)
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: p}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return p
+}
+
+func (p *fakePicker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.down.Load() {
+		http.Error(w, "picker down", http.StatusServiceUnavailable)
+		return
+	}
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		p.fail("a request without a bearer token")
+		http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		return
+	}
+	client := suite.cluster.Client()
+	review, err := client.AuthenticationV1().TokenReviews().Create(r.Context(), &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+	if err != nil || !review.Status.Authenticated {
+		p.fail(fmt.Sprintf("token refused: %v %s", err, reviewError(review)))
+		http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		return
+	}
+	u := review.Status.User
+	extra := map[string]authorizationv1.ExtraValue{}
+	for k, v := range u.Extra {
+		extra[k] = authorizationv1.ExtraValue(v)
+	}
+	sar, err := client.AuthorizationV1().SubjectAccessReviews().Create(r.Context(), &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User: u.Username, Groups: u.Groups, UID: u.UID, Extra: extra,
+		NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: r.URL.Path, Verb: "get"},
+	}}, metav1.CreateOptions{})
+	if err != nil || !sar.Status.Allowed {
+		p.fail(fmt.Sprintf("%s not allowed get %s: %v", u.Username, r.URL.Path, err))
+		http.Error(w, "Forbidden", http.StatusForbidden)
+		return
+	}
+	q := p.queue.Load()
+	p.mu.Lock()
+	if (token != p.token || u.Username != p.user || !slices.Contains(review.Status.Audiences, apiAudience)) && len(p.errs) < 10 {
+		p.errs = append(p.errs, fmt.Sprintf("token of %s for %v is not the one written for %s", u.Username, review.Status.Audiences, p.user))
+	}
+	p.queued = p.queued || q > 0
+	queued := p.queued
+	p.mu.Unlock()
+	p.served.Add(1)
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	if queued {
+		_, _ = fmt.Fprintf(w, "# TYPE inference_extension_flow_control_queue_size gauge\n"+
+			"inference_extension_flow_control_queue_size{fairness_id=\"default\",inference_pool=%q,model_name=%q,priority=\"0\",target_model_name=%q} %d\n",
+			p.pool, inferenceModel, inferenceModel, q)
+	}
+}
+
+func reviewError(r *authenticationv1.TokenReview) string {
+	if r == nil {
+		return ""
+	}
+	return r.Status.Error
+}
+
+func (p *fakePicker) fail(msg string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.errs) < 10 {
+		p.errs = append(p.errs, msg)
+	}
+}
+
+// check fails t for every request the picker refused or found wrong.
+func (p *fakePicker) check(t *testing.T) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, msg := range p.errs {
+		t.Errorf("endpoint picker: %s", msg)
+	}
+}
