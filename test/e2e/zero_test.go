@@ -96,6 +96,7 @@ endpointPickers:
 	}, metav1.CreateOptions{})
 	must(t, err)
 	picker.expect("system:serviceaccount:"+s.Namespace+":"+s.ServiceAccount, token.Status.Token)
+	suiteSecrets.add("the endpoint picker's token", token.Status.Token) // looked for in every log when the suite ends
 	must(t, os.WriteFile(tokenFile, []byte(token.Status.Token), 0o600))
 
 	var waiting atomic.Int64
