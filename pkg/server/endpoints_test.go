@@ -7,16 +7,20 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
+	"github.com/group-metrics-server/group-metrics-server/pkg/provider"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/promscrape"
 	"github.com/group-metrics-server/group-metrics-server/pkg/store"
@@ -96,7 +100,8 @@ func TestPodEndpointsBoundHeaders(t *testing.T) {
 
 // TestPodEndpointsReady: a replica is not ready until the pod endpoints'
 // scraper has completed the ticks their values need: one for gauges, two
-// when a metric is a counter; a target that fails does not hold it back.
+// when a metric is read from counters (a counter, a histogram's parts, a
+// ratio's); a target that fails does not hold it back.
 func TestPodEndpointsReady(t *testing.T) {
 	tests := []struct {
 		name string
@@ -105,6 +110,8 @@ func TestPodEndpointsReady(t *testing.T) {
 	}{
 		{name: "gauges", file: "presets: [sglang]\n", need: 1},
 		{name: "a counter", file: "presets: [sglang]\nmetrics:\n- {name: tokens, series: vllm:generation_tokens_total, type: counter, combine: sum}\n", need: 2},
+		{name: "a histogram", file: "presets: [sglang, vllm-latency]\n", need: 2},
+		{name: "a ratio", file: "presets: [sglang]\nmetrics:\n- {name: e, series: errors_total, denominator: requests_total, type: ratio}\n", need: 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -148,4 +155,55 @@ func (c CompletedConfig) endpointPipeline(pods podcache.Pods) (*sources.Scraper,
 		Resolution: c.Resolution, Timeout: c.Timeout, Concurrency: c.Concurrency,
 	})
 	return sc, st
+}
+
+// TestPodEndpointsRatio: a ratio of two counter rates, served on a pod
+// through the scraper, the store and the provider: 6 errors in 120 new
+// requests of two models (one with no error series) over 15 s is 0.05.
+func TestPodEndpointsRatio(t *testing.T) {
+	var errors, requests atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = fmt.Fprintf(w, "# TYPE errors counter\nerrors_total{model=\"a\"} %d\n# TYPE requests counter\nrequests_total{model=\"a\"} %d\nrequests_total{model=\"b\"} %d\n",
+			errors.Load(), requests.Load(), 2*requests.Load())
+	}))
+	t.Cleanup(srv.Close)
+	idx := podcache.NewPodIndex()
+	idx.Set(podcache.NewPod(&corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "p", UID: "uid-p", Annotations: map[string]string{
+			promscrape.AnnotationScrape: "true", promscrape.AnnotationPort: strconv.Itoa(srv.Listener.Addr().(*net.TCPAddr).Port),
+		}},
+		Spec:   corev1.PodSpec{NodeName: "n1"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"},
+	}))
+	cfg, errs := promscrape.Parse([]byte("timeout: 5s\nmetrics:\n- {name: errors-per-request, series: errors_total, denominator: requests_total, type: ratio}\n"))
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	clk := clocktesting.NewFakeClock(time.Now())
+	c := (&Config{Clock: clk, Resolution: 15 * time.Second, Timeout: 10 * time.Second, Concurrency: 1, PodMetrics: cfg}).Complete()
+	sc, st := c.endpointPipeline(idx)
+	cm := provider.New(provider.Config{Pods: idx, Nodes: podcache.NewNodeIndex(), Clock: clk}).CustomMetrics().WithEndpoints(st, endpointMetrics(cfg), c.Resolution)
+	info := cmprovider.CustomMetricInfo{GroupResource: schemaPods, Namespaced: true, Metric: "errors-per-request"}
+	errors.Store(10)
+	requests.Store(100)
+	sc.Tick(t.Context())
+	if v, err := cm.GetMetricByName(t.Context(), types.NamespacedName{Namespace: "ml", Name: "p"}, info, labels.Everything()); err == nil {
+		t.Fatalf("after one collection: %v, want no rate yet", v.Value.String())
+	}
+	errors.Store(16)
+	requests.Store(140) // +40 for model a, +80 for model b
+	clk.Step(15 * time.Second)
+	sc.Tick(t.Context())
+	v, err := cm.GetMetricByName(t.Context(), types.NamespacedName{Namespace: "ml", Name: "p"}, info, labels.Everything())
+	if err != nil {
+		t.Fatalf("after two collections: %v (failing targets %v)", err, sc.TargetErrors())
+	}
+	if got := v.Value.MilliValue(); got != 50 {
+		t.Errorf("errors per request = %dm, want 50m", got)
+	}
+	// A selector on the model reads that model's ratio: 6 of 40.
+	v, err = cm.GetMetricByName(t.Context(), types.NamespacedName{Namespace: "ml", Name: "p"}, info, labels.SelectorFromSet(labels.Set{"model": "a"}))
+	if err != nil || v.Value.MilliValue() != 150 {
+		t.Errorf("model a: %v, %v; want 150m", v, err)
+	}
 }

@@ -94,7 +94,10 @@ func endpointMetrics(cfg *promscrape.Config) []provider.EndpointMetric {
 	out := make([]provider.EndpointMetric, len(cfg.Metrics))
 	for i, m := range cfg.Metrics {
 		out[i] = provider.EndpointMetric{Name: m.Name, Combine: m.Combine, Members: m.Members, OnPools: onPools[m.Name]}
-		if m.Type == promscrape.Histogram {
+		switch m.Type {
+		case promscrape.Ratio:
+			out[i].Estimate = &group.Estimate{Mean: true} // numerator over denominator, as _sum over _count
+		case promscrape.Histogram:
 			out[i].Estimate = &group.Estimate{Mean: m.Quantile == nil}
 			if m.Quantile != nil {
 				out[i].Estimate.Quantile = *m.Quantile
@@ -113,8 +116,8 @@ func endpointMetrics(cfg *promscrape.Config) []provider.EndpointMetric {
 func endpointsReady(cfg *promscrape.Config, s *sources.Scraper) func(*http.Request) error {
 	need := int64(1)
 	for _, m := range cfg.Metrics {
-		if m.Type == promscrape.Counter {
-			need = 2
+		if m.Type != promscrape.Gauge {
+			need = 2 // a counter's rate, a histogram's or a ratio's parts'
 		}
 	}
 	return func(*http.Request) error {

@@ -27,6 +27,11 @@ const (
 	// Quantile, of what it observed between the last two scrapes,
 	// estimated as Prometheus's histogram_quantile does (group.Quantile).
 	Histogram Type = "histogram"
+	// Ratio is the rate of one counter (Series) over the rate of another
+	// (Denominator), both over the last two scrapes: errors per request,
+	// preemptions per request. Several series, members and groups pool as
+	// a ratio of sums, as a histogram's mean pools its _sum and _count.
+	Ratio Type = "ratio"
 )
 
 // Combine says how several values become one: the series of one pod (two
@@ -74,8 +79,11 @@ type Metric struct {
 	Aliases []string `json:"aliases,omitempty"`
 	// Matchers keep only the series whose labels match all of them.
 	Matchers []Matcher `json:"matchers,omitempty"`
-	// Type is gauge, counter or histogram.
+	// Type is gauge, counter, histogram or ratio.
 	Type Type `json:"type"`
+	// Denominator, for a ratio, is the counter whose rate divides Series's
+	// (the exposed sample name, with its _total suffix).
+	Denominator string `json:"denominator,omitempty"`
 	// Combine is how the series of one pod, and then the members of a
 	// group, become one value. A histogram takes none: the buckets, _sum
 	// and _count of every series and member it reads are added up first,

@@ -94,6 +94,12 @@ metrics:
   type: gauge
   combine: sum
   quantile: 0.5
+  denominator: x
+- name: preemptions-per-request
+  series: vllm:num_preemptions_total
+  type: ratio
+  combine: sum
+  quantile: 0.5
 limits: {labelsPerSeries: 1000, seriesPerTarget: -1}
 nodeExporters:
 - name: dcgm
@@ -124,7 +130,7 @@ endpointPickers:
 		`metrics[3].name: "Bad_Name" is not a valid custom metric name`,
 		`metrics[3].series: "9lives" is not a Prometheus metric name`,
 		`metrics[3].aliases[1]: "bad name" is not a Prometheus metric name`,
-		`metrics[3].type: "summary" must be gauge, counter or histogram`,
+		`metrics[3].type: "summary" must be gauge, counter, histogram or ratio`,
 		`metrics[3].members: unknown member scope "followers": want all, leader or workers`,
 		`metrics[3].combine: "median" must be sum, mean or max`,
 		`metrics[3].matchers[0]: label "model-name" is not a Prometheus label name`,
@@ -136,6 +142,10 @@ endpointPickers:
 		`metrics[5]: a histogram takes no min or max`,
 		`metrics[5].quantile: 1.5 is not within [0, 1]`,
 		`metrics[6].quantile: only a histogram has quantiles`,
+		`metrics[6].denominator: only a ratio has a denominator`,
+		`metrics[7].combine: a ratio takes none`,
+		`metrics[7].quantile: only a histogram has quantiles`,
+		`metrics[7].denominator: "" is not a Prometheus metric name`,
 		`timeout: 2m0s must be above 0 and at most 1m0s`,
 		`maxBytes: -1 must be above 0`,
 		`limits.labelsPerSeries: 1000 must be above 0 and at most 128`,

@@ -45,6 +45,9 @@ type allowEntry struct {
 	// _count): they let those lines through the line filter, and are
 	// never read as families of their own.
 	part bool
+	// ratio marks a ratio's families: its numerator (Series) and, with
+	// denominator, the counter that divides it.
+	ratio, denominator bool
 }
 
 // only is the part of a that the metrics of keep read.
@@ -63,8 +66,11 @@ func (a allowed) only(keep map[int]bool) allowed {
 func (c *Config) allowList() allowed {
 	a := allowed{}
 	for i, m := range c.Metrics {
+		if m.Type == Ratio {
+			a[m.Denominator] = append(a[m.Denominator], allowEntry{metric: i, ratio: true, denominator: true})
+		}
 		for j, s := range append([]string{m.Series}, m.Aliases...) {
-			a[s] = append(a[s], allowEntry{metric: i, alias: j > 0})
+			a[s] = append(a[s], allowEntry{metric: i, alias: j > 0, ratio: m.Type == Ratio})
 			if m.Type != Histogram {
 				continue
 			}
@@ -300,7 +306,7 @@ func (c *Config) decode(ctx context.Context, body []byte, t *Target, allow allow
 	hasPrimary := map[int]bool{}
 	for name := range fams {
 		for _, e := range allow[name] {
-			if !e.alias && !e.part && len(fams[name].Metric) > 0 {
+			if !e.alias && !e.part && !e.denominator && len(fams[name].Metric) > 0 {
 				hasPrimary[e.metric] = true
 			}
 		}
@@ -325,7 +331,7 @@ func (c *Config) decode(ctx context.Context, body []byte, t *Target, allow allow
 			}
 			m := &c.Metrics[e.metric]
 			if !typeAccepts(m.Type, fam.GetType()) {
-				problems = append(problems, fmt.Sprintf("%s is a %s, configured as %s", name, strings.ToLower(fam.GetType().String()), m.Type))
+				problems = append(problems, fmt.Sprintf("%s is a %s, configured as %s (%s)", name, strings.ToLower(fam.GetType().String()), m.Type, m.Name))
 				continue
 			}
 			if ctx.Err() != nil {
@@ -336,6 +342,9 @@ func (c *Config) decode(ctx context.Context, body []byte, t *Target, allow allow
 					return nil, errDecodeStopped(ctx)
 				}
 				for _, s := range samplesOf(m, pm, attr, now) {
+					if e.ratio {
+						s.Series = ratioPart(s.Series, e.denominator)
+					}
 					s.Metric = e.metric
 					out = append(out, s)
 				}
@@ -357,9 +366,22 @@ func typeAccepts(t Type, ft dto.MetricType) bool {
 	case dto.MetricType_GAUGE:
 		return t == Gauge
 	case dto.MetricType_COUNTER:
-		return t == Counter
+		return t == Counter || t == Ratio
 	}
 	return false
+}
+
+// ratioPart marks a ratio's series as a histogram's _sum (the numerator) or
+// _count (the denominator): the store keeps their rates as it keeps a
+// histogram's, and the ratio is served as the mean of those parts, pooled
+// over series, members and groups. The part label sorts before every
+// exposed label (it begins with "__"), so the key stays sorted.
+func ratioPart(series string, denominator bool) string {
+	part := sources.PartSum
+	if denominator {
+		part = sources.PartCount
+	}
+	return sources.LabelHistogramPart + "=" + part + "\x00" + series
 }
 
 // samplesOf reads one series: its one sample, or a histogram's parts, each

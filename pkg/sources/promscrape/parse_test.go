@@ -178,6 +178,38 @@ vllm:time_to_first_token_seconds_count{engine="1"} 1
 	}
 }
 
+// TestDecodeRatio: a ratio's numerator and denominator are counters read as
+// a histogram's _sum and _count, per series; a gauge in their place is left
+// out and reported, and a denominator alone is read (its numerator may not
+// have a series yet: no error counted).
+func TestDecodeRatio(t *testing.T) {
+	c := mustParse(t, "metrics: [{name: errors-per-request, series: errors_total, denominator: requests_total, type: ratio}]\n")
+	target := &Target{ID: "pod/ns/web-0", Kind: KindPod, Pod: &Pod{Namespace: "ns", Name: "web-0", Running: true, IP: "127.0.0.1"}}
+	read := func(body string) (map[string]float64, error) {
+		samples, err := c.decode(t.Context(), []byte(body), target, c.allowList(), now)
+		got := map[string]float64{}
+		for _, s := range samples {
+			l := sources.SeriesLabels(s.Series)
+			got[l["model"]+" "+l[sources.LabelHistogramPart]] = s.Value
+		}
+		return got, err
+	}
+	got, err := read("# TYPE errors counter\nerrors_total{model=\"a\"} 3\n# TYPE requests counter\nrequests_total{model=\"a\"} 40\nrequests_total{model=\"b\"} 10\n# TYPE other counter\nother_total 1\n")
+	if err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	if diff := gocmp.Diff(map[string]float64{"a sum": 3, "a count": 40, "b count": 10}, got); diff != "" {
+		t.Errorf("parts (-want +got):\n%s", diff)
+	}
+	got, err = read("# TYPE errors_total gauge\nerrors_total 3\nrequests_total 4\n")
+	if err == nil || !strings.Contains(err.Error(), "errors_total is a gauge, configured as ratio (errors-per-request)") {
+		t.Errorf("decode error = %v, want the gauge reported", err)
+	}
+	if diff := gocmp.Diff(map[string]float64{" count": 4}, got); diff != "" {
+		t.Errorf("parts beside a gauge numerator (-want +got):\n%s", diff)
+	}
+}
+
 func TestDecodeFailsOnBadAllowListedLine(t *testing.T) {
 	c := mustParse(t, "presets: [sglang]\n")
 	target := &Target{Pod: &Pod{Namespace: "ns", Name: "p"}}

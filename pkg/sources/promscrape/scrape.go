@@ -173,7 +173,7 @@ func (t *target) series(samples []Sample) []sources.SeriesPoint {
 		sp := sources.SeriesPoint{
 			Namespace: sm.Namespace, Pod: sm.Pod, Container: sm.Container,
 			Metric: m.Name, Series: sm.Series,
-			Value: sm.Value, Counter: m.Type == Counter || m.Type == Histogram, Timestamp: sm.Timestamp,
+			Value: sm.Value, Counter: m.Type != Gauge, Timestamp: sm.Timestamp,
 			Exporter: t.Kind == KindExporter,
 		}
 		if p := t.pods[podKey{sm.Namespace, sm.Pod}]; p != nil {

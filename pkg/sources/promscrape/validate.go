@@ -95,10 +95,16 @@ func (m *Metric) validate(path string) []error {
 		if m.Quantile != nil {
 			errs = append(errs, fmt.Errorf("%s.quantile: only a histogram has quantiles", path))
 		}
-	case Histogram:
+	case Histogram, Ratio:
 		errs = append(errs, m.validateHistogram(path)...)
 	default:
-		errs = append(errs, fmt.Errorf("%s.type: %q must be gauge, counter or histogram", path, m.Type))
+		errs = append(errs, fmt.Errorf("%s.type: %q must be gauge, counter, histogram or ratio", path, m.Type))
+	}
+	switch {
+	case m.Type == Ratio && !model.LegacyValidation.IsValidMetricName(m.Denominator):
+		errs = append(errs, fmt.Errorf("%s.denominator: %q is not a Prometheus metric name", path, m.Denominator))
+	case m.Type != Ratio && m.Denominator != "":
+		errs = append(errs, fmt.Errorf("%s.denominator: only a ratio has a denominator", path))
 	}
 	if sc, err := group.ParseScope(string(m.Members)); err != nil {
 		errs = append(errs, fmt.Errorf("%s.members: %w", path, err))
@@ -106,7 +112,7 @@ func (m *Metric) validate(path string) []error {
 		m.Members = sc
 	}
 	switch {
-	case m.Type == Histogram:
+	case m.Type == Histogram, m.Type == Ratio:
 	case m.Combine == CombineSum, m.Combine == CombineMean, m.Combine == CombineMax:
 	default:
 		errs = append(errs, fmt.Errorf("%s.combine: %q must be sum, mean or max", path, m.Combine))
@@ -288,17 +294,21 @@ func presetNames() string {
 	return strings.Join(names, ", ")
 }
 
-// validateHistogram checks what a histogram takes and refuses what it does
-// not: a combine rule (its parts are added up) and bounds on a value.
+// validateHistogram checks what a histogram or a ratio takes and refuses
+// what it does not: a combine rule (its parts are added up) and bounds on a
+// value; a ratio has no quantile.
 func (m *Metric) validateHistogram(path string) []error {
 	var errs []error
 	if m.Combine != "" {
-		errs = append(errs, fmt.Errorf("%s.combine: a histogram takes none: its buckets, _sum and _count are added up over series and members", path))
+		errs = append(errs, fmt.Errorf("%s.combine: a %s takes none: its parts are added up over series and members", path, m.Type))
 	}
 	if m.Min != nil || m.Max != nil {
-		errs = append(errs, fmt.Errorf("%s: a histogram takes no min or max", path))
+		errs = append(errs, fmt.Errorf("%s: a %s takes no min or max", path, m.Type))
 	}
-	if q := m.Quantile; q != nil && (math.IsNaN(*q) || *q < 0 || *q > 1) {
+	switch q := m.Quantile; {
+	case q != nil && m.Type == Ratio:
+		errs = append(errs, fmt.Errorf("%s.quantile: only a histogram has quantiles", path))
+	case q != nil && (math.IsNaN(*q) || *q < 0 || *q > 1):
 		errs = append(errs, fmt.Errorf("%s.quantile: %v is not within [0, 1]", path, *q))
 	}
 	return errs
