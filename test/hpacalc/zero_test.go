@@ -28,6 +28,7 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
 	"github.com/group-metrics-server/group-metrics-server/pkg/provider"
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 	"github.com/group-metrics-server/group-metrics-server/pkg/store"
 )
 
@@ -76,9 +77,17 @@ func TestObjectMetricAtZero(t *testing.T) {
 	if err := cache.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	values := store.New(store.Config{Sources: []string{"endpoints"}})
+	values := store.New(store.Config{Sources: []string{"endpoints"}, StaleAfter: time.Minute})
+	// Endpoint pickers: busy's holds 12 requests, idle's none; nothing
+	// reads down's (the gateway is down).
+	busy, idle := sources.ObjectKey(sources.InferencePools, "busy"), sources.ObjectKey(sources.InferencePools, "idle")
+	now := time.Now()
+	values.StoreSeries("endpoints", "picker/busy", []sources.SeriesPoint{{Namespace: namespace, Pod: busy}, {Namespace: namespace, Pod: busy, Metric: queueMetric, Value: 12, Timestamp: now}}, now)
+	values.StoreSeries("endpoints", "picker/idle", []sources.SeriesPoint{{Namespace: namespace, Pod: idle}}, now)
 	p := provider.New(provider.Config{Pods: cache.Pods(), Nodes: podcache.NewNodeIndex(), Usage: values, Groups: true, DefaultPolicy: group.PolicyGroup})
-	cm := p.CustomMetrics().WithEndpoints(values, queueMetrics, window)
+	onPools := append([]provider.EndpointMetric(nil), queueMetrics...)
+	onPools[0].OnPools = true
+	cm := p.CustomMetrics().WithEndpoints(values, onPools, window)
 
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	podLister := factory.Core().V1().Pods().Lister()
@@ -88,9 +97,11 @@ func TestObjectMetricAtZero(t *testing.T) {
 
 	for _, tc := range []struct {
 		name, lws string
-		current   int32
-		want      int32
-		wantErr   string
+		// pool names an InferencePool to read instead of the LWS.
+		pool            string
+		current         int32
+		want, wantMilli int32
+		wantErr         string
 	}{
 		// The sum of no group's queue is 0: the HPA keeps it at zero, and
 		// would leave zero at the first unit of demand on this metric.
@@ -98,9 +109,19 @@ func TestObjectMetricAtZero(t *testing.T) {
 		// A group not yet running has no value: the HPA does not act.
 		{name: "all pods Pending", lws: "starting", current: 1, wantErr: "member starting-0 is unready"},
 		{name: "unknown LeaderWorkerSet", lws: "ghost", current: 0, wantErr: "no leader pod of this LeaderWorkerSet is known"},
+		// The demand at zero, on the gateway's pool: none while nothing
+		// is queued, ceil(12 / 5) groups for 12 requests, and no value at
+		// all while the picker cannot be read, so that the HPA neither
+		// scales up nor (with the LWS's 0 beside it) down on missing data.
+		{name: "gateway pool, nothing queued", lws: "idle", pool: "idle", current: 0, want: 0},
+		{name: "gateway pool, 12 requests queued", lws: "idle", pool: "busy", current: 0, want: 3, wantMilli: 12000},
+		{name: "gateway metric missing", lws: "idle", pool: "down", current: 0, wantErr: "no endpoint picker of this InferencePool has been read"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ref := &autoscalingv2.CrossVersionObjectReference{APIVersion: "leaderworkerset.x-k8s.io/v1", Kind: "LeaderWorkerSet", Name: tc.lws}
+			if tc.pool != "" {
+				ref = &autoscalingv2.CrossVersionObjectReference{APIVersion: "inference.networking.k8s.io/v1", Kind: "InferencePool", Name: tc.pool}
+			}
 			sel := labels.SelectorFromSet(labels.Set{group.LabelName: tc.lws})
 			got, usage, _, err := calc.GetObjectMetricReplicas(tc.current, target, queueMetric, podautoscaler.Tolerances{}, namespace, ref, sel, labels.Everything())
 			if tc.wantErr != "" {
@@ -109,8 +130,8 @@ func TestObjectMetricAtZero(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || got != tc.want || usage != 0 {
-				t.Errorf("replicas %d, usage %d, err %v; want %d replicas of usage 0", got, usage, err, tc.want)
+			if err != nil || got != tc.want || usage != int64(tc.wantMilli) {
+				t.Errorf("replicas %d, usage %d, err %v; want %d replicas of usage %d", got, usage, err, tc.want, tc.wantMilli)
 			}
 		})
 	}
