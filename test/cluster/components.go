@@ -70,6 +70,8 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"--requestheader-uid-headers=X-Remote-Uid",
 		"--proxy-client-cert-file="+c.pki.file("front-proxy-client.crt"),
 		"--proxy-client-key-file="+c.pki.file("front-proxy-client.key"),
+		"--kubelet-client-certificate="+c.pki.file("apiserver-kubelet-client.crt"),
+		"--kubelet-client-key="+c.pki.file("apiserver-kubelet-client.key"),
 		"--max-requests-inflight=3000",
 		"--max-mutating-requests-inflight=1000",
 		"--profiling=false",

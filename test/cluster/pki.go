@@ -56,6 +56,9 @@ func newClusterPKI(dir string) (*clusterPKI, error) {
 		"apiserver":                  {CommonName: "kube-apiserver", Hosts: serving, Server: true},
 		"controller-manager-serving": {CommonName: "kube-controller-manager", Hosts: local, Server: true},
 		"scheduler-serving":          {CommonName: "kube-scheduler", Hosts: local, Server: true},
+		// kube-apiserver's client to kubelets (exec, logs); a real node's
+		// kubelet authorizes its user (node.go, ensureKubeletAPIAdmin).
+		"apiserver-kubelet-client": {CommonName: apiserverKubeletClient, Client: true},
 	}
 	for name, l := range leaves {
 		if _, _, err := p.ca.IssueFiles(now, dir, name, l); err != nil {
