@@ -1,0 +1,237 @@
+//go:build e2e && realnode
+
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+)
+
+// startRealNode starts a real node in the suite's cluster and stops it,
+// with everything it ran and mounted, when the test ends.
+func startRealNode(ctx context.Context, t *testing.T) *cluster.RealNode {
+	t.Helper()
+	began := time.Now()
+	n, err := suite.cluster.StartRealNode(ctx, cluster.RealNodeOptions{})
+	must(t, err)
+	t.Cleanup(func() {
+		stopped := time.Now()
+		if err := n.Stop(); err != nil {
+			t.Errorf("stop real node: %v", err)
+		}
+		t.Logf("real node stopped in %v", since(stopped))
+	})
+	t.Logf("real node %s Ready in %v (kubelet %s)", n.Name(), since(began), n.KubeletURL())
+	return n
+}
+
+// kubeletCABundle writes the fleet's CA and the cluster CA, which signs the
+// real kubelet's serving certificate, into one file, so that one server
+// verifies both kinds of kubelet.
+func kubeletCABundle(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(suite.cluster.WorkDir(), "realnode-kubelet-ca.crt")
+	bundle := append(readFile(t, suite.fleet.CAFile), suite.cluster.CACertPEM()...)
+	must(t, os.WriteFile(path, bundle, 0o644))
+	return path
+}
+
+// realPod is a pod bound to node running the workload image (never
+// pulled) with one container, name, running sh -c script, with
+// requests equal to limits.
+func realPod(ns, name, node, script string, cpu, memory string) *corev1.Pod {
+	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory)}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": name}},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			TerminationGracePeriodSeconds: ptr.To(int64(1)),
+			AutomountServiceAccountToken:  ptr.To(false),
+			Containers: []corev1.Container{{
+				Name:            name,
+				Image:           cluster.NodeWorkloadImage,
+				ImagePullPolicy: corev1.PullNever,
+				Command:         []string{"sh", "-c", script},
+				Resources:       corev1.ResourceRequirements{Requests: res, Limits: res},
+			}},
+		},
+	}
+}
+
+// waitRunning waits until every pod runs with its containers started.
+func waitRunning(ctx context.Context, t *testing.T, n *cluster.RealNode, pods ...*corev1.Pod) {
+	t.Helper()
+	client := suite.cluster.Client()
+	for _, p := range pods {
+		must(t, boundedPoll(ctx, 2*time.Minute, "pod "+p.Name+" to run on "+n.Name(), append(watched(), n.Processes()...), func(ctx context.Context) error {
+			got, err := client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if got.Status.Phase != corev1.PodRunning {
+				return fmt.Errorf("pod %s is %s: %v", p.Name, got.Status.Phase, got.Status.ContainerStatuses)
+			}
+			for _, cs := range got.Status.ContainerStatuses {
+				if cs.State.Running == nil {
+					return fmt.Errorf("container %s of %s is not running: %+v", cs.Name, p.Name, cs.State)
+				}
+			}
+			return nil
+		}))
+	}
+}
+
+// saToken is a token of the ServiceAccount namespace/name, as the
+// TokenRequest API issues it to a pod.
+func saToken(ctx context.Context, namespace, name string) (string, error) {
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}
+	tr, err := suite.cluster.Client().CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, req, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	return tr.Status.Token, nil
+}
+
+// kubeletGet GETs path from the real kubelet with token (none if empty),
+// verifying its serving certificate against the cluster CA, and returns
+// the status code and body.
+func kubeletGet(ctx context.Context, n *cluster.RealNode, path, token string) (int, []byte, error) {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(suite.cluster.CACertPEM())
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	defer client.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.KubeletURL()+path, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	return resp.StatusCode, body, err
+}
+
+// containerCgroup returns the directory of the container's cgroup in the
+// cpu controller's hierarchy (cgroup v1), found from its task's PID.
+func containerCgroup(ctx context.Context, n *cluster.RealNode, ns, pod string) (string, error) {
+	p, err := suite.cluster.Client().CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	_, id, ok := strings.Cut(p.Status.ContainerStatuses[0].ContainerID, "://")
+	if !ok {
+		return "", fmt.Errorf("pod %s: container ID %q", pod, p.Status.ContainerStatuses[0].ContainerID)
+	}
+	out, err := n.Ctr(ctx, "tasks", "list")
+	if err != nil {
+		return "", err
+	}
+	var pid string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == id {
+			pid = f[1]
+		}
+	}
+	if pid == "" {
+		return "", fmt.Errorf("no task of container %s in\n%s", id, out)
+	}
+	cgroups, err := os.ReadFile(filepath.Join("/proc", pid, "cgroup"))
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(cgroups), "\n") {
+		// hierarchy-ID:controller-list:path
+		f := strings.SplitN(line, ":", 3)
+		if len(f) == 3 && slices.Contains(strings.Split(f[1], ","), "cpu") {
+			return filepath.Join("/sys/fs/cgroup", f[1], f[2]), nil
+		}
+	}
+	return "", fmt.Errorf("no cpu cgroup of %s in\n%s", pid, cgroups)
+}
+
+// throttling is one reading of a cgroup's CFS bandwidth statistics
+// (cpu.stat): how many enforcement periods have elapsed and in how many
+// the cgroup ran out of quota.
+type throttling struct {
+	at                   time.Time
+	periods, nrThrottled int64
+}
+
+// sampleThrottling reads dir/cpu.stat every 20 ms until stop is called,
+// which returns the readings.
+func sampleThrottling(dir string) (stop func() []throttling) {
+	done := make(chan struct{})
+	result := make(chan []throttling, 1)
+	go func() {
+		var out []throttling
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if data, err := os.ReadFile(filepath.Join(dir, "cpu.stat")); err == nil {
+				s := throttling{at: time.Now()}
+				for _, line := range strings.Split(string(data), "\n") {
+					k, v, _ := strings.Cut(line, " ")
+					n, _ := strconv.ParseInt(v, 10, 64)
+					switch k {
+					case "nr_periods":
+						s.periods = n
+					case "nr_throttled":
+						s.nrThrottled = n
+					}
+				}
+				out = append(out, s)
+			}
+			select {
+			case <-done:
+				result <- out
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() []throttling {
+		close(done)
+		return <-result
+	}
+}
+
+// throttledWithin returns how many periods the readings show throttled
+// between from and to, counting only readings inside the interval, and
+// how many periods elapsed there.
+func throttledWithin(samples []throttling, from, to time.Time) (throttled, periods int64, ok bool) {
+	first := slices.IndexFunc(samples, func(s throttling) bool { return !s.at.Before(from) })
+	last := -1
+	for i, s := range samples {
+		if !s.at.After(to) {
+			last = i
+		}
+	}
+	if first < 0 || last <= first {
+		return 0, 0, false
+	}
+	return samples[last].nrThrottled - samples[first].nrThrottled, samples[last].periods - samples[first].periods, true
+}

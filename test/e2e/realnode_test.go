@@ -1,0 +1,320 @@
+//go:build e2e && realnode
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+)
+
+// The CPU case: one container limited to cpuLimit running `yes`, which is
+// always runnable, so the kernel's CFS bandwidth control gives it at most
+// cpuQuota of CPU time in each cfsPeriod (cgroup v1 cpu.cfs_quota_us =
+// 25000 of cpu.cfs_period_us = 100000): 250m.
+//
+// The server reports Δ(cumulative CPU) / Δ(sample time) between two of the
+// kubelet's samples, Window apart. The kubelet takes each sample from
+// containerd's CRI ContainerStats, which reads the cgroup when asked, so the
+// window is the server's scrape interval (--metric-resolution, 5 s here;
+// shorter just after the server starts). Over a window W:
+//
+//   - Above: the task uses at most (W/P + 1)·Q, the +1 being a period's quota
+//     straddling the window's edges (an overrun of the quota by up to a
+//     scheduler tick is repaid from the next period's). The timestamp of a
+//     sample and the counter's read may be up to sampleSkew apart, during
+//     which the single-threaded task uses at most as much CPU; so the rate is
+//     at most Q/P + (Q + 2·sampleSkew)/W: 250m + 7m for a 5 s window. That
+//     bound is the kernel's and holds on any machine.
+//   - Below: in a period the kernel throttled the cgroup in, the task used its
+//     whole quota. The test reads cpu.stat every 20 ms; m throttled periods
+//     counted between readings inside the window include at most one that
+//     began before it, so the task used at least (m − 1)·Q − 2·sampleSkew.
+//     A machine busy with other work leaves the task waiting for a core, so it
+//     is throttled in fewer periods and the bound falls with what the kernel
+//     actually gave it: the test never asks for CPU the container did not get,
+//     and on a quiet machine (throttled in every period) the bound is
+//     250m − (Q + 2·sampleSkew)/W.
+const (
+	cpuLimit   = "250m"
+	cpuQuota   = 25 * time.Millisecond
+	cfsPeriod  = 100 * time.Millisecond
+	sampleSkew = 5 * time.Millisecond
+)
+
+// The memory case: the container writes memFill MiB of zeros with dd into
+// a memory-backed emptyDir (a tmpfs) and then sleeps. tmpfs pages are
+// shared memory: with no swap they cannot be reclaimed, they sit on the
+// anonymous LRU lists, so the working set (cgroup v1 memory.usage_in_bytes
+// minus total_inactive_file) keeps all of them, charged to the memory
+// cgroup of the container that wrote them, while a file on the overlay
+// root would be page cache the kernel may count as inactive and drop. The
+// working set is then memFill plus what the shell and sleep map: busybox's
+// text (under 2 MiB), their stacks, heaps and page tables, and the charge
+// the kernel batches per CPU before it shows in usage_in_bytes (32 pages a
+// CPU). memSlack bounds all of that; below memFill is impossible.
+const (
+	memFill  = 64 // MiB
+	memSlack = 6  // MiB
+)
+
+// TestRealNode runs pods on a real kubelet and container runtime that join
+// the suite's cluster, and checks what a server of its own (the suite's
+// manifests, verifying both the fake kubelets' and the real kubelet's
+// certificates) serves for them through metrics.k8s.io and kubectl top,
+// and that the kubelet's webhook authorization is the server's RBAC.
+func TestRealNode(t *testing.T) {
+	ctx := begin(t, 6*time.Minute)
+	began := time.Now()
+	n := startRealNode(ctx, t)
+	const ns = "e2e-realnode"
+	newNamespace(ctx, t, ns)
+	s := deployOwnServer(ctx, t, "gms-realnode", []string{"--kubelet-certificate-authority=" + kubeletCABundle(t)})
+
+	burn := realPod(ns, "burn", n.Name(), "yes >/dev/null", cpuLimit, "32Mi")
+	fill := realPod(ns, "fill", n.Name(), fmt.Sprintf("dd if=/dev/zero of=/fill/zeros bs=1M count=%d && exec sleep 2147483647", memFill), "100m", "256Mi")
+	fill.Spec.Volumes = []corev1.Volume{{Name: "fill", VolumeSource: corev1.VolumeSource{
+		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory},
+	}}}
+	fill.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "fill", MountPath: "/fill"}}
+	for _, p := range []*corev1.Pod{burn, fill} {
+		_, err := suite.cluster.Client().CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		must(t, err)
+	}
+	waitRunning(ctx, t, n, burn, fill)
+	t.Logf("pods running %v after the test began", since(began))
+
+	t.Run("cpu", func(t *testing.T) { checkRealCPU(ctx, t, n, ns, burn.Name) })
+	t.Run("memory", func(t *testing.T) { checkRealMemory(ctx, t, ns, fill.Name) })
+	t.Run("exec", func(t *testing.T) { checkExec(ctx, t, ns, burn.Name) })
+	t.Run("kubelet-authorization", func(t *testing.T) { checkKubeletAuthorization(ctx, t, n, ns, s.Namespace, s.ServiceAccount) })
+	t.Run("node", func(t *testing.T) { logRealNodeMetrics(ctx, t, n) })
+	t.Logf("test body %v", since(began))
+}
+
+// cpuBounds returns the rate range in cores the CPU case accepts for a
+// window w in which throttled periods were counted.
+func cpuBounds(w time.Duration, throttled int64) (lo, hi float64) {
+	q, skew, ws := cpuQuota.Seconds(), sampleSkew.Seconds(), w.Seconds()
+	lo = max(0, (float64(throttled-1)*q-2*skew)/ws)
+	hi = q/cfsPeriod.Seconds() + (q+2*skew)/ws
+	return lo, hi
+}
+
+// podReadings polls the pod's PodMetrics through kube-apiserver and the
+// aggregator until it has want readings with distinct timestamps whose
+// windows begin after after (the container's start, say, which the first
+// window may hold), and returns them.
+func podReadings(ctx context.Context, t *testing.T, ns, name string, want int, after time.Time) []metricsv1beta1.PodMetrics {
+	t.Helper()
+	mc, err := newMetricsClient(suite.cluster.RESTConfig())
+	must(t, err)
+	var out []metricsv1beta1.PodMetrics
+	// The server scrapes every 5 s.
+	must(t, pollBounded(ctx, time.Duration(want+2)*10*time.Second, fmt.Sprintf("%d readings of pod %s", want, name), func(ctx context.Context) error {
+		pm, err := mc.MetricsV1beta1().PodMetricses(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(pm.Containers) != 1 {
+			return fmt.Errorf("pod %s has %d containers in its metrics", name, len(pm.Containers))
+		}
+		if from := pm.Timestamp.Add(-pm.Window.Duration); !from.After(after) {
+			return fmt.Errorf("window %v..%v begins before %v", from, pm.Timestamp, after)
+		}
+		if len(out) == 0 || !pm.Timestamp.Equal(&out[len(out)-1].Timestamp) {
+			out = append(out, *pm)
+		}
+		if len(out) < want {
+			return fmt.Errorf("%d of %d readings", len(out), want)
+		}
+		return nil
+	}))
+	return out
+}
+
+// startedAt is when the pod's first container started, to the second the
+// API keeps, plus that second: a time after the start.
+func startedAt(ctx context.Context, t *testing.T, ns, name string) time.Time {
+	t.Helper()
+	pod, err := suite.cluster.Client().CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	must(t, err)
+	return pod.Status.ContainerStatuses[0].State.Running.StartedAt.Add(time.Second)
+}
+
+func checkRealCPU(ctx context.Context, t *testing.T, n *cluster.RealNode, ns, name string) {
+	dir, err := containerCgroup(ctx, n, ns, name)
+	must(t, err)
+	stop := sampleThrottling(dir)
+	readings := podReadings(ctx, t, ns, name, 4, startedAt(ctx, t, ns, name))
+	// The last reading's window has ended by now; one more cpu.stat sample
+	// closes it.
+	time.Sleep(50 * time.Millisecond)
+	samples := stop()
+	for _, pm := range readings {
+		cores := float64(pm.Containers[0].Usage.Cpu().ScaledValue(-9)) / 1e9
+		w := pm.Window.Duration
+		m, periods, ok := throttledWithin(samples, pm.Timestamp.Add(-w), pm.Timestamp.Time)
+		if !ok {
+			t.Errorf("no cpu.stat readings of %s inside the window ending %s", dir, pm.Timestamp.Format(time.RFC3339Nano))
+			continue
+		}
+		lo, hi := cpuBounds(w, m)
+		t.Logf("cpu: %.1fm over a %v window ending %s; throttled in %d of %d periods; accepted %.1fm..%.1fm (limit %s)",
+			cores*1e3, w, pm.Timestamp.Format(time.RFC3339), m, periods, lo*1e3, hi*1e3, cpuLimit)
+		if cores < lo || cores > hi {
+			t.Errorf("cpu of %s: %.1fm, want %.1fm..%.1fm", name, cores*1e3, lo*1e3, hi*1e3)
+		}
+	}
+	checkTopAgrees(ctx, t, ns, name)
+}
+
+func checkRealMemory(ctx context.Context, t *testing.T, ns, name string) {
+	lo, hi := int64(memFill)<<20, int64(memFill+memSlack)<<20
+	// dd reports on stderr when it has written everything (busybox's dd:
+	// "64+0 records out"); the readings are of windows that begin after
+	// that. kubectl logs goes through kube-apiserver's kubelet client to
+	// the kubelet.
+	var done time.Time
+	must(t, pollBounded(ctx, time.Minute, "dd in "+name+" to finish", func(ctx context.Context) error {
+		out, _, err := suite.cluster.Kubectl(ctx, "logs", "-n", ns, name)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(out, fmt.Sprintf("%d+0 records out", memFill)) {
+			return fmt.Errorf("dd's output so far: %q", out)
+		}
+		done = time.Now()
+		t.Logf("kubectl logs %s: %s", name, strings.Join(strings.Fields(out), " "))
+		return nil
+	}))
+	readings := podReadings(ctx, t, ns, name, 2, done)
+	for _, pm := range readings {
+		ws := pm.Containers[0].Usage.Memory().Value()
+		t.Logf("memory: working set %.2f MiB (%d bytes) at %s (filled %d MiB; accepted %d..%d MiB)",
+			float64(ws)/(1<<20), ws, pm.Timestamp.Format(time.RFC3339), memFill, memFill, memFill+memSlack)
+		if ws < lo || ws > hi {
+			t.Errorf("working set of %s: %.2f MiB, want %d..%d MiB", name, float64(ws)/(1<<20), memFill, memFill+memSlack)
+		}
+	}
+	checkTopAgrees(ctx, t, ns, name)
+}
+
+// checkTopAgrees checks that kubectl top pod prints the pod's PodMetrics
+// as the metrics API serves them, rounded as kubectl rounds: it reads the
+// PodMetrics before and after kubectl top and compares when both have the
+// same timestamp (the server did not scrape in between).
+func checkTopAgrees(ctx context.Context, t *testing.T, ns, name string) {
+	t.Helper()
+	mc, err := newMetricsClient(suite.cluster.RESTConfig())
+	must(t, err)
+	must(t, pollBounded(ctx, time.Minute, "kubectl top pod "+name+" to print the metrics API's reading", func(ctx context.Context) error {
+		before, err := mc.MetricsV1beta1().PodMetricses(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		out, _, err := suite.cluster.Kubectl(ctx, "top", "pod", "-n", ns, name)
+		if err != nil {
+			return err
+		}
+		after, err := mc.MetricsV1beta1().PodMetricses(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !before.Timestamp.Equal(&after.Timestamp) {
+			return errors.New("the server scraped during kubectl top")
+		}
+		r, ok := parseTable(out).byKey(1)[name]
+		if !ok || len(r) < 3 {
+			return fmt.Errorf("no row for %s in\n%s", name, out)
+		}
+		u := after.Containers[0].Usage
+		want := []string{milli(uint64(u.Cpu().ScaledValue(-9))), mebi(uint64(u.Memory().Value()))}
+		t.Logf("kubectl top pod %s: %s %s", name, r[1], r[2])
+		if r[1] != want[0] || r[2] != want[1] {
+			t.Errorf("kubectl top pod %s: %s %s, the metrics API says %s %s", name, r[1], r[2], want[0], want[1])
+		}
+		return nil
+	}))
+}
+
+// checkExec runs a command in a container through kubectl exec, which
+// kube-apiserver forwards to the kubelet with its kubelet client
+// certificate, and the kubelet to containerd's streaming server.
+func checkExec(ctx context.Context, t *testing.T, ns, name string) {
+	out, _, err := suite.cluster.Kubectl(ctx, "exec", "-n", ns, name, "--", "sh", "-c", "echo $((6 * 7)) $(seq 3 | wc -l)")
+	must(t, err)
+	t.Logf("kubectl exec %s: %q", name, out)
+	if got := strings.TrimSpace(out); got != "42 3" {
+		t.Errorf("kubectl exec %s printed %q, want \"42 3\"", name, got)
+	}
+}
+
+// checkKubeletAuthorization reads the kubelet's Summary as the server's
+// ServiceAccount (allowed nodes/stats by manifests/base), as a
+// ServiceAccount without any role (refused: 403), and with no credentials
+// (401, anonymous access being off).
+func checkKubeletAuthorization(ctx context.Context, t *testing.T, n *cluster.RealNode, ns, serverNS, serverSA string) {
+	serverToken, err := saToken(ctx, serverNS, serverSA)
+	must(t, err)
+	_, err = suite.cluster.Client().CoreV1().ServiceAccounts(ns).Create(ctx,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "stripped"}}, metav1.CreateOptions{})
+	must(t, err)
+	stripped, err := saToken(ctx, ns, "stripped")
+	must(t, err)
+
+	const path = "/stats/summary?only_cpu_and_memory=true"
+	code, body, err := kubeletGet(ctx, n, path, serverToken)
+	must(t, err)
+	if code != http.StatusOK {
+		t.Fatalf("GET %s as %s/%s: %d %s", path, serverNS, serverSA, code, body)
+	}
+	var summary statsv1alpha1.Summary
+	must(t, json.Unmarshal(body, &summary))
+	t.Logf("GET %s as system:serviceaccount:%s:%s: %d, node %s, %d pods", path, serverNS, serverSA, code, summary.Node.NodeName, len(summary.Pods))
+	if summary.Node.NodeName != n.Name() {
+		t.Errorf("summary of node %q, want %q", summary.Node.NodeName, n.Name())
+	}
+
+	for _, c := range []struct {
+		who, token string
+		want       int
+	}{
+		{"system:serviceaccount:" + ns + ":stripped", stripped, http.StatusForbidden},
+		{"no credentials", "", http.StatusUnauthorized},
+	} {
+		code, body, err := kubeletGet(ctx, n, path, c.token)
+		must(t, err)
+		t.Logf("GET %s as %s: %d %s", path, c.who, code, strings.TrimSpace(string(body)))
+		if code != c.want {
+			t.Errorf("GET %s as %s: %d, want %d", path, c.who, code, c.want)
+		}
+	}
+}
+
+// logRealNodeMetrics logs what the server serves for the real node; the
+// node's usage is the whole machine's, so it has no expected value here.
+func logRealNodeMetrics(ctx context.Context, t *testing.T, n *cluster.RealNode) {
+	mc, err := newMetricsClient(suite.cluster.RESTConfig())
+	must(t, err)
+	must(t, pollBounded(ctx, time.Minute, "NodeMetrics of "+n.Name(), func(ctx context.Context) error {
+		nm, err := mc.MetricsV1beta1().NodeMetricses().Get(ctx, n.Name(), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		t.Logf("node %s: cpu %dm, memory %d MiB, window %v", n.Name(), nm.Usage.Cpu().MilliValue(), nm.Usage.Memory().Value()>>20, nm.Window.Duration)
+		return nil
+	}))
+}
