@@ -91,6 +91,25 @@ type endpointMetrics struct {
 	metrics map[string]EndpointMetric
 	names   []string
 	window  int64
+	// pools, when set (WithPools), maps a LeaderWorkerSet to the pools
+	// that front it.
+	pools PoolFronts
+}
+
+// PoolFronts says which InferencePools front a LeaderWorkerSet: their
+// names, and false while the LeaderWorkerSet is not known.
+type PoolFronts interface {
+	Fronting(namespace, lws string) (pools []string, known bool)
+}
+
+// WithPools returns c serving a metric endpoint pickers supply
+// (EndpointMetric.OnPools) on a LeaderWorkerSet too: the values of the
+// InferencePools that front it, as pools says. Without it such a metric has
+// no value on a LeaderWorkerSet: the pool's demand is not its groups'.
+func (c *CustomMetrics) WithPools(pools PoolFronts) *CustomMetrics {
+	e := *c.endpoints
+	e.pools = pools
+	return &CustomMetrics{p: c.p, endpoints: &e}
 }
 
 // WithEndpoints returns c serving also the pod-endpoint metrics from
@@ -151,6 +170,9 @@ func (c *CustomMetrics) endpointByName(name types.NamespacedName, info cmprovide
 		}
 		return c.endpointPodValue(pod, m, info, sel)
 	case LWSResource:
+		if m.OnPools {
+			return c.endpointLWSPoolsValue(name, m, info, sel)
+		}
 		return c.endpointLWSValue(name, m, info, sel)
 	case InferencePoolResource:
 		if m.OnPools {
@@ -158,6 +180,47 @@ func (c *CustomMetrics) endpointByName(name types.NamespacedName, info cmprovide
 		}
 	}
 	return nil, cmprovider.NewMetricNotFoundError(info.GroupResource, info.Metric)
+}
+
+// endpointLWSPoolsValue is a LeaderWorkerSet's value of a metric endpoint
+// pickers supply: that of the one InferencePool that fronts it, or the
+// pools' values combined by the metric's rule when several do (a
+// histogram's estimates do not combine: none then). None while no pool
+// fronts it or one has no value.
+func (c *CustomMetrics) endpointLWSPoolsValue(name types.NamespacedName, m EndpointMetric, info cmprovider.CustomMetricInfo, sel labels.Selector) (*custom_metrics.MetricValue, error) {
+	if c.endpoints.pools == nil {
+		return nil, notFoundWhy(info, name.Name, "an endpoint picker's metric is served on the InferencePool; the server does not map pools to LeaderWorkerSets here")
+	}
+	pools, known := c.endpoints.pools.Fronting(name.Namespace, name.Name)
+	switch {
+	case !known:
+		return nil, notFoundWhy(info, name.Name, "this LeaderWorkerSet is not known (yet)")
+	case len(pools) == 0:
+		return nil, notFoundWhy(info, name.Name, "no InferencePool selects this LeaderWorkerSet's pods")
+	case len(pools) > 1 && m.Estimate != nil:
+		return nil, notFoundWhy(info, name.Name, fmt.Sprintf("InferencePools %v select its pods, and their estimates do not combine", pools))
+	}
+	values := make([]group.Value, 0, len(pools))
+	var oldest time.Time
+	for _, pool := range pools {
+		v, err := c.endpointPoolValue(types.NamespacedName{Namespace: name.Namespace, Name: pool}, m, info, sel)
+		if err != nil {
+			return nil, notFoundWhy(info, name.Name, fmt.Sprintf("InferencePool %s has no value: %v", pool, err))
+		}
+		values = append(values, group.Value{Name: pool, Value: float64(v.Value.MilliValue()) / 1000})
+		if oldest.IsZero() || v.Timestamp.Time.Before(oldest) {
+			oldest = v.Timestamp.Time
+		}
+	}
+	v, err := m.Combine.Of(values)
+	if len(values) == 1 {
+		v, err = values[0].Value, nil
+	}
+	if err != nil {
+		return nil, notFoundWhy(info, name.Name, err.Error())
+	}
+	ref := custom_metrics.ObjectReference{Kind: "LeaderWorkerSet", APIVersion: "leaderworkerset.x-k8s.io/v1", Namespace: name.Namespace, Name: name.Name}
+	return c.endpoints.metricValue(ref, info, v, oldest), nil
 }
 
 // endpointPoolValue is an InferencePool's value of a metric its endpoint

@@ -513,6 +513,37 @@ func TestEndpointPoolValue(t *testing.T) {
 			t.Errorf("%s %s {%s} (-want +got):\n%s", tt.pool, tt.metric, tt.selector, diff)
 		}
 	}
+	// The same metric on the LeaderWorkerSets the pools front.
+	lwsValue := func(c *CustomMetrics, lws, metric string) endpointAnswer {
+		v, err := c.GetMetricByName(context.Background(), types.NamespacedName{Namespace: "gw", Name: lws}, cmInfo(LWSResource, metric), labels.Everything())
+		if err != nil {
+			return endpointAnswer{NotFound: err.Error()}
+		}
+		return endpointAnswer{Milli: v.Value.MilliValue()}
+	}
+	if got := lwsValue(c, "vllm", "queue"); !strings.Contains(got.NotFound, "does not map pools") {
+		t.Errorf("without WithPools: %+v, want NotFound", got)
+	}
+	fronts := c.WithPools(fronting{"vllm": {"busy"}, "both": {"busy", "idle"}, "lonely": {}, "broken": {"down"}})
+	for _, tt := range []struct {
+		lws, metric string
+		want        endpointAnswer
+	}{
+		{"vllm", "queue", endpointAnswer{Milli: 7000}},
+		{"both", "queue", endpointAnswer{Milli: 7000}}, // 7 + 0
+		{"lonely", "queue", endpointAnswer{NotFound: "no InferencePool selects"}},
+		{"ghost", "queue", endpointAnswer{NotFound: "not known"}},
+		{"broken", "queue", endpointAnswer{NotFound: "InferencePool down has no value"}},
+		{"both", "latency", endpointAnswer{NotFound: "InferencePool idle has no value"}},
+	} {
+		got := lwsValue(fronts, tt.lws, tt.metric)
+		if tt.want.NotFound != "" && strings.Contains(got.NotFound, tt.want.NotFound) {
+			got.NotFound = tt.want.NotFound
+		}
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("LeaderWorkerSet %s %s (-want +got):\n%s", tt.lws, tt.metric, diff)
+		}
+	}
 	var pools []string
 	for _, m := range c.ListAllMetrics() {
 		if m.GroupResource == InferencePoolResource {
@@ -522,4 +553,13 @@ func TestEndpointPoolValue(t *testing.T) {
 	if diff := cmp.Diff([]string{"latency", "queue"}, pools); diff != "" {
 		t.Errorf("metrics listed on InferencePools (-want +got):\n%s", diff)
 	}
+}
+
+// fronting is a PoolFronts of fixed answers; a LeaderWorkerSet it does not
+// hold is not known.
+type fronting map[string][]string
+
+func (f fronting) Fronting(_, lws string) ([]string, bool) {
+	pools, ok := f[lws]
+	return pools, ok
 }

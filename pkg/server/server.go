@@ -16,6 +16,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/apiserver/pkg/server/healthz"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/klog/v2"
@@ -40,6 +41,10 @@ type Config struct {
 	// Metadata watches the metadata of LeaderWorkerSet StatefulSets, which
 	// the pod cache verifies group membership against.
 	Metadata metadata.Interface
+	// Dynamic watches InferencePools and LeaderWorkerSets, to serve an
+	// endpoint picker's metrics on the LeaderWorkerSets its pool fronts;
+	// only with PodMetrics naming endpoint pickers. Nil for none.
+	Dynamic dynamic.Interface
 
 	Kubelet                  kubelet.ClientConfig
 	KubeletPort              int
@@ -100,8 +105,11 @@ func (c *Config) Complete() CompletedConfig {
 
 // Server is the whole group-metrics-server.
 type Server struct {
-	api     *genericapiserver.GenericAPIServer
-	cache   *podcache.Cache
+	api   *genericapiserver.GenericAPIServer
+	cache *podcache.Cache
+	// pools maps InferencePools to LeaderWorkerSets; nil without endpoint
+	// pickers.
+	pools   *podcache.Pools
 	scraper *sources.Scraper
 	// endpoints scrapes the pod endpoints; nil without PodMetrics.
 	endpoints *sources.Scraper
@@ -205,10 +213,17 @@ func (c CompletedConfig) New() (*Server, error) {
 		c.API.AddReadyzChecks(healthz.NamedCheck("pod-endpoints-collected", endpointsReady(c.PodMetrics, endpoints)))
 	}
 	apiCfg := apiserver.Config{Generic: c.API, Pods: p, Nodes: p, Reads: c.Reads}
+	var pools *podcache.Pools
 	if c.CustomMetrics {
 		cm := p.CustomMetrics()
 		if c.PodMetrics != nil {
 			cm = cm.WithEndpoints(st, endpointMetrics(c.PodMetrics), c.Resolution)
+			if len(c.PodMetrics.EndpointPickers) > 0 && c.Dynamic != nil {
+				if pools, err = podcache.NewPools(c.Dynamic); err != nil {
+					return nil, err
+				}
+				cm = cm.WithPools(pools)
+			}
 			if c.GroupMetricsSeries {
 				exposeEndpointSeries(cm)
 			}
@@ -225,7 +240,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{api: api, cache: pc, scraper: scraper, endpoints: endpoints}, nil
+	return &Server{api: api, cache: pc, pools: pools, scraper: scraper, endpoints: endpoints}, nil
 }
 
 func notReadyReason(s *sources.Scraper, bound time.Duration) error {
@@ -279,6 +294,11 @@ func (s *Server) Run(ctx context.Context) error {
 	defer s.cache.Shutdown()
 	if err := s.cache.Start(ctx); err != nil {
 		return err
+	}
+	if s.pools != nil {
+		// Not waited for: a cluster without the InferencePool CRD serves
+		// the pools' metrics on the pools alone.
+		s.pools.Start(ctx.Done())
 	}
 	klog.InfoS("Caches synced; starting the scrape loop")
 	go s.scraper.Run(ctx)

@@ -371,6 +371,9 @@ func grantsTo(t *testing.T, objs []*unstructured.Unstructured, workload string) 
 					names = "[" + strings.Join(r.ResourceNames, ",") + "]"
 				}
 				write := slices.ContainsFunc(r.Verbs, func(v string) bool { return !slices.Contains(readVerbs, v) })
+				for _, u := range r.NonResourceURLs {
+					grants = append(grants, fmt.Sprintf("%s: nonResourceURL %s: %s", key, u, strings.Join(r.Verbs, ",")))
+				}
 				for _, g := range r.APIGroups {
 					for _, res := range r.Resources {
 						line := fmt.Sprintf("%s: %s/%s%s: %s", key, g, res, names, strings.Join(r.Verbs, ","))

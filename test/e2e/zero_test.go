@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -22,7 +21,6 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -85,9 +83,11 @@ endpointPickers:
   tokenFile: %s
   metrics: [gateway-queue-size]
 `, pool, pool, picker.port, ns, pool, tokenFile), 0o600))
-	s := deployOwnServer(ctx, t, "group-metrics-server-zero", []string{"--pod-metrics-config=" + configFile, "--group-metrics-series"}, repoPath(t, inferenceManifests))
+	// The shipped example, with its grants (the pools and LeaderWorkerSets
+	// to map, get /metrics for the picker); its file is replaced by one
+	// naming this test's picker, port and token.
+	s := deployOwnServer(ctx, t, "group-metrics-server-zero", []string{"--pod-metrics-config=" + configFile, "--group-metrics-series"}, repoPath(t, "manifests", "examples", "scale-to-zero"))
 	e.watch = append(e.watch, s.Process)
-	grantPickerMetrics(ctx, t, s.Namespace, s.ServiceAccount)
 	// The kubelet's projected token volume, for a server that runs as a
 	// process here: a token of the server's ServiceAccount with the stated
 	// audience, written where the configuration points.
@@ -104,10 +104,16 @@ endpointPickers:
 		return vllmText(inferenceModel, float64(waiting.Load()), 0, 0.1), true
 	}, []string{ns})
 	ie := &inferenceEnv{lwsEnv: e, port: ports[0]}
-	ie.createInferenceLWS(ctx, t, ns, name, ie.scrapeAnnotations())
+	obj := lws.NewLeaderWorkerSet(ns, name, 1, inferenceGroupSize, lwsCPURequest, ie.scrapeAnnotations())
+	must(t, unstructured.SetNestedStringMap(obj.Object, map[string]string{"app": name}, "spec", "leaderWorkerTemplate", "leaderTemplate", "metadata", "labels"))
+	e.createGroup(ctx, t, obj, inferenceGroupSize)
 
+	// The picker's queue on its pool, and on the LeaderWorkerSet the pool
+	// fronts (its selector, app=vllm, matches the leader template's labels).
 	poolPath := customPath(fmt.Sprintf("namespaces/%s/inferencepools.inference.networking.k8s.io/%s/gateway-queue-size", ns, pool), "")
+	frontedPath := lwsPath(ns, name, "gateway-queue-size", "")
 	e.waitRaw(ctx, t, poolPath, 0)
+	e.waitRaw(ctx, t, frontedPath, 0)
 	e.waitRaw(ctx, t, lwsPath(ns, name, "vllm-num-requests-waiting", ""), 0)
 
 	hpa := newHPA(ns, lwsRef(name), 0, maxGroups,
@@ -143,8 +149,11 @@ endpointPickers:
 	// no queued request.
 	e.waitRaw(ctx, t, lwsPath(ns, name, "vllm-num-requests-waiting", ""), 0)
 
+	queued := time.Now()
 	picker.queue.Store(4) // requests wait at the gateway, with nowhere to go
+	e.waitRaw(ctx, t, frontedPath, 4000) // at zero groups, through the pool's selector
 	groups(1, b.read+b.running, "4 requests queued at the picker")
+	t.Logf("0 -> 1: the group's pods Running %v after the requests were queued", since(queued))
 	// The group takes the requests; its queue grows past one group's worth.
 	picker.queue.Store(0)
 	waiting.Store(12)
@@ -243,43 +252,21 @@ func installInferencePools(ctx context.Context, t *testing.T, e *lwsEnv) {
 	}))
 }
 
-// createInferencePool creates the pool of a LeaderWorkerSet's leaders, as
-// the LWS project's inference gateway example selects them, whose picker is
-// the Service name-epp.
+// createInferencePool creates the pool of a LeaderWorkerSet's leaders,
+// selected by a label of their template as pools select model servers,
+// whose picker is the Service name-epp.
 func createInferencePool(ctx context.Context, e *lwsEnv, ns, name, lwsName string) error {
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
 		"metadata": map[string]any{"name": name, "namespace": ns},
 		"spec": map[string]any{
-			"selector":          map[string]any{"matchLabels": map[string]any{"leaderworkerset.sigs.k8s.io/name": lwsName, "leaderworkerset.sigs.k8s.io/worker-index": "0"}},
+			"selector":          map[string]any{"matchLabels": map[string]any{"app": lwsName}},
 			"targetPorts":       []any{map[string]any{"number": int64(8000)}},
 			"endpointPickerRef": map[string]any{"name": name + "-epp", "port": map[string]any{"number": int64(9002)}},
 		},
 	}}
 	_, err := e.dyn.Resource(inferencePoolsResource).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
 	return err
-}
-
-// grantPickerMetrics is what docs/security.md tells an operator to grant
-// the server's ServiceAccount for an endpoint picker's /metrics.
-func grantPickerMetrics(ctx context.Context, t *testing.T, ns, sa string) {
-	t.Helper()
-	const role = "group-metrics-server:endpoint-picker-metrics"
-	rbac := suite.cluster.Client().RbacV1()
-	_, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: role},
-		Rules:      []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}},
-	}, metav1.CreateOptions{})
-	must(t, err)
-	_, err = rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: role},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa}},
-	}, metav1.CreateOptions{})
-	must(t, err)
-	cleanup(t, "delete the picker grant", func(ctx context.Context) error {
-		return errors.Join(rbac.ClusterRoleBindings().Delete(ctx, role, metav1.DeleteOptions{}), rbac.ClusterRoles().Delete(ctx, role, metav1.DeleteOptions{}))
-	})
 }
 
 // fakePicker plays an endpoint picker's /metrics on its pod's IP: it admits

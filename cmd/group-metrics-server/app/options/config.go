@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -40,6 +41,10 @@ func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
 	meta, err := metadata.NewForConfig(restCfg)
 	if err != nil {
 		return nil, fmt.Errorf("metadata client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return nil, fmt.Errorf("dynamic client: %w", err)
 	}
 
 	if ck := o.SecureServing.ServerCert.CertKey; ck.CertFile != "" {
@@ -102,6 +107,7 @@ func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
 		API:      api,
 		Kube:     kube,
 		Metadata: meta,
+		Dynamic:  dyn,
 		Kubelet: kubelet.ClientConfig{
 			REST:             o.kubeletREST(restCfg),
 			MaxResponseBytes: o.KubeletMaxResponseBytes,
