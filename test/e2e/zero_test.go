@@ -150,7 +150,7 @@ endpointPickers:
 	e.waitRaw(ctx, t, lwsPath(ns, name, "vllm-num-requests-waiting", ""), 0)
 
 	queued := time.Now()
-	picker.queue.Store(4) // requests wait at the gateway, with nowhere to go
+	picker.queue.Store(4)                // requests wait at the gateway, with nowhere to go
 	e.waitRaw(ctx, t, frontedPath, 4000) // at zero groups, through the pool's selector
 	groups(1, b.read+b.running, "4 requests queued at the picker")
 	t.Logf("0 -> 1: the group's pods Running %v after the requests were queued", since(queued))
