@@ -28,6 +28,7 @@ TestChurn 212
 TestLWSGroupAutoscaling 151
 TestEndpointTenants 132
 TestInferenceAutoscaling 100
+TestScaleToZero 80
 TestCertificateRotation 82
 TestHighAvailability 78
 TestLWSUnreadyWorkers 69
