@@ -67,7 +67,9 @@ type EndpointMetric struct {
 //     LeaderWorkerSet at zero, which an HPA with minReplicas 0 reads to
 //     scale it back. While no picker is read (down, failing, stale) there
 //     is no value, and the HPA keeps its replicas rather than scale to
-//     zero on missing data.
+//     zero on missing data. With WithPools, the same on each
+//     LeaderWorkerSet a pool fronts, so that an HPA can name the
+//     LeaderWorkerSet alone.
 //
 // How the HPA reads them (k8s.io/kubernetes v1.37.2
 // pkg/controller/podautoscaler/replica_calculator.go): for a Pods metric,

@@ -475,6 +475,11 @@ func TestEndpointPoolValue(t *testing.T) {
 			points = append(points, sources.SeriesPoint{Namespace: "gw", Pod: busy, Metric: m, Series: "fairness_id=" + strconv.Itoa(i) + "\x00", Value: v, Timestamp: now})
 		}
 	}
+	// A histogram's parts, as the store holds their rates: 3 s over 6
+	// requests, a mean of 0.5 s.
+	for part, v := range map[string]float64{sources.PartSum: 3, sources.PartCount: 6} {
+		points = append(points, sources.SeriesPoint{Namespace: "gw", Pod: busy, Metric: "ttft", Series: sources.LabelHistogramPart + "=" + part + "\x00", Value: v, Timestamp: now})
+	}
 	st.StoreSeries("endpoints", "picker/busy/gw/epp-busy", append(points, sources.SeriesPoint{Namespace: "gw", Pod: busy, Timestamp: now}), now)
 	st.StoreSeries("endpoints", "picker/idle/gw/epp-idle", []sources.SeriesPoint{{Namespace: "gw", Pod: idle, Timestamp: now}}, now)
 	p := newGroupProvider(nil, nil, group.PolicyPod)
@@ -482,6 +487,7 @@ func TestEndpointPoolValue(t *testing.T) {
 		{Name: "queue", Combine: group.CombineSum, OnPools: true},
 		{Name: "latency", Combine: group.CombineMean, OnPools: true},
 		{Name: "waiting", Combine: group.CombineSum},
+		{Name: "ttft", Estimate: &group.Estimate{Mean: true}, OnPools: true},
 	}, 15*time.Second)
 	tests := []struct {
 		pool, metric, selector string
@@ -494,6 +500,8 @@ func TestEndpointPoolValue(t *testing.T) {
 		{"idle", "latency", "", endpointAnswer{NotFound: "has no series of this metric"}},
 		{"down", "queue", "", endpointAnswer{NotFound: "no endpoint picker of this InferencePool has been read"}},
 		{"busy", "waiting", "", endpointAnswer{NotFound: "waiting"}},
+		{"busy", "ttft", "", endpointAnswer{Milli: 500}},
+		{"idle", "ttft", "", endpointAnswer{NotFound: "no mean"}},
 	}
 	for _, tt := range tests {
 		v, err := c.GetMetricByName(context.Background(), types.NamespacedName{Namespace: "gw", Name: tt.pool}, cmInfo(InferencePoolResource, tt.metric), selector(t, tt.selector))
@@ -550,7 +558,7 @@ func TestEndpointPoolValue(t *testing.T) {
 			pools = append(pools, m.Metric)
 		}
 	}
-	if diff := cmp.Diff([]string{"latency", "queue"}, pools); diff != "" {
+	if diff := cmp.Diff([]string{"latency", "queue", "ttft"}, pools); diff != "" {
 		t.Errorf("metrics listed on InferencePools (-want +got):\n%s", diff)
 	}
 }
