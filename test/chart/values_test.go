@@ -77,6 +77,8 @@ func TestSchemaRefusesUnknownValues(t *testing.T) {
 		{name: "typo under ukpdRelay", sets: []string{"ukpdRelay.hostSelectors.a=b"}, want: "hostSelectors"},
 		{name: "typo under certController", sets: []string{"certController.replica=2"}, want: "replica"},
 		{name: "typo under podDisruptionBudget", sets: []string{"podDisruptionBudget.minAvailabe=1"}, want: "minAvailabe"},
+		{name: "typo under podMetrics.endpointPickers", sets: []string{"podMetrics.endpointPickers.tokenAudiences=x"}, want: "tokenAudiences"},
+		{name: "token lifetime under the API server's minimum", sets: []string{"podMetrics.endpointPickers.tokenExpirationSeconds=300"}, want: "tokenExpirationSeconds"},
 		{name: "wrong type", sets: []string{"replicas=two"}, want: "replicas"},
 		{name: "unknown tls type", sets: []string{"tls.type=helm"}, want: "type"},
 		{name: "unknown group policy", sets: []string{"defaultGroupPolicy=groups"}, want: "defaultGroupPolicy"},

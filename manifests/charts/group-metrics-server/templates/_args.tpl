@@ -103,6 +103,9 @@ theirs), then args, which come last and so override.
 {{- if and .Values.podMetrics.enabled (not .Values.podMetrics.config) }}
 {{- fail "podMetrics.enabled: set podMetrics.config (the --pod-metrics-config file, docs/inference-autoscaling.md)" }}
 {{- end }}
+{{- if and .Values.podMetrics.endpointPickers.enabled (not .Values.podMetrics.enabled) }}
+{{- fail "podMetrics.endpointPickers.enabled needs podMetrics.enabled: the pickers are listed in the pod-metrics file (podMetrics.config)" }}
+{{- end }}
 {{- end }}
 
 {{/* The ukpd relay's args (manifests/components/ukpd-relay/daemonset.yaml). */}}
