@@ -25,33 +25,41 @@ import (
 // cpuQuota of CPU time in each cfsPeriod (cgroup v1 cpu.cfs_quota_us =
 // 25000 of cpu.cfs_period_us = 100000): 250m.
 //
-// The server reports Δ(cumulative CPU) / Δ(sample time) between two of the
-// kubelet's samples, Window apart. The kubelet takes each sample from
-// containerd's CRI ContainerStats, which reads the cgroup when asked, so the
-// window is the server's scrape interval (--metric-resolution, 5 s here;
-// shorter just after the server starts). Over a window W:
+// The server reports C / W: C the difference of the container's cumulative
+// CPU between two of the kubelet's samples, W the difference of their
+// timestamps. The kubelet takes each sample from containerd's CRI
+// ContainerStats, which reads the cgroup when asked, so the counter is
+// exact; but the Summary API carries a sample's time as a metav1.Time,
+// which JSON holds to the second (RFC 3339 without a fraction; the
+// kubelet-authorization case checks this). So the reported window [T−W, T]
+// stands for samples taken at some s in [T−W, T−W+R) and e in [T, T+R),
+// R = summaryTimeResolution, and W can be off by up to R either way: ±20%
+// of a 5 s window. (When the server's ticks keep their phase within the
+// second the errors cancel and it reads 250m to a millicore; the first
+// windows after it starts, and a tick whose phase crosses a whole second,
+// do not.) With Q = cpuQuota and P = cfsPeriod:
 //
-//   - Above: the task uses at most (W/P + 1)·Q, the +1 being a period's quota
-//     straddling the window's edges (an overrun of the quota by up to a
-//     scheduler tick is repaid from the next period's). The timestamp of a
-//     sample and the counter's read may be up to sampleSkew apart, during
-//     which the single-threaded task uses at most as much CPU; so the rate is
-//     at most Q/P + (Q + 2·sampleSkew)/W: 250m + 7m for a 5 s window. That
-//     bound is the kernel's and holds on any machine.
+//   - Above: from s to e (under W + R) the task uses at most
+//     (W + R)/P·Q + Q, the +Q being a period's quota straddling the edges (an
+//     overrun of the quota by up to a scheduler tick is repaid from the next
+//     period's), plus up to sampleSkew at each end between containerd's
+//     timestamp and its read of the counter. That bound is the kernel's and
+//     holds on any machine: 307m for W = 5 s.
 //   - Below: in a period the kernel throttled the cgroup in, the task used its
-//     whole quota. The test reads cpu.stat every 20 ms; m throttled periods
-//     counted between readings inside the window include at most one that
-//     began before it, so the task used at least (m − 1)·Q − 2·sampleSkew.
-//     A machine busy with other work leaves the task waiting for a core, so it
-//     is throttled in fewer periods and the bound falls with what the kernel
-//     actually gave it: the test never asks for CPU the container did not get,
-//     and on a quiet machine (throttled in every period) the bound is
-//     250m − (Q + 2·sampleSkew)/W.
+//     whole quota. [T−W+R, T] lies within [s, e]; the test reads cpu.stat every
+//     20 ms, and m throttled periods counted between readings inside that
+//     interval include at most one that began before it, so C is at least
+//     (m − 1)·Q − 2·sampleSkew: 193m for W = 5 s on a quiet machine (m = 40).
+//     A machine busy with other work leaves the task waiting for a core, so
+//     it is throttled in fewer periods and the bound falls with what the
+//     kernel actually gave it: the test never asks for CPU the container did
+//     not get.
 const (
-	cpuLimit   = "250m"
-	cpuQuota   = 25 * time.Millisecond
-	cfsPeriod  = 100 * time.Millisecond
-	sampleSkew = 5 * time.Millisecond
+	cpuLimit              = "250m"
+	cpuQuota              = 25 * time.Millisecond
+	cfsPeriod             = 100 * time.Millisecond
+	sampleSkew            = 5 * time.Millisecond
+	summaryTimeResolution = time.Second
 )
 
 // The memory case: the container writes memFill MiB of zeros with dd into
@@ -105,11 +113,12 @@ func TestRealNode(t *testing.T) {
 }
 
 // cpuBounds returns the rate range in cores the CPU case accepts for a
-// window w in which throttled periods were counted.
+// reported window w with throttled periods counted in its part that is
+// surely inside the true one.
 func cpuBounds(w time.Duration, throttled int64) (lo, hi float64) {
-	q, skew, ws := cpuQuota.Seconds(), sampleSkew.Seconds(), w.Seconds()
+	q, p, skew, r, ws := cpuQuota.Seconds(), cfsPeriod.Seconds(), sampleSkew.Seconds(), summaryTimeResolution.Seconds(), w.Seconds()
 	lo = max(0, (float64(throttled-1)*q-2*skew)/ws)
-	hi = q/cfsPeriod.Seconds() + (q+2*skew)/ws
+	hi = ((ws+r)/p*q + q + 2*skew) / ws
 	return lo, hi
 }
 
@@ -145,6 +154,13 @@ func podReadings(ctx context.Context, t *testing.T, ns, name string, want int, a
 	return out
 }
 
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // startedAt is when the pod's first container started, to the second the
 // API keeps, plus that second: a time after the start.
 func startedAt(ctx context.Context, t *testing.T, ns, name string) time.Time {
@@ -157,8 +173,11 @@ func startedAt(ctx context.Context, t *testing.T, ns, name string) time.Time {
 func checkRealCPU(ctx context.Context, t *testing.T, n *cluster.RealNode, ns, name string) {
 	dir, err := containerCgroup(ctx, n, ns, name)
 	must(t, err)
+	// The readings are of windows that begin after the first cpu.stat
+	// sample (and after the container's start).
 	stop := sampleThrottling(dir)
-	readings := podReadings(ctx, t, ns, name, 4, startedAt(ctx, t, ns, name))
+	after := time.Now()
+	readings := podReadings(ctx, t, ns, name, 4, maxTime(after, startedAt(ctx, t, ns, name)))
 	// The last reading's window has ended by now; one more cpu.stat sample
 	// closes it.
 	time.Sleep(50 * time.Millisecond)
@@ -166,13 +185,17 @@ func checkRealCPU(ctx context.Context, t *testing.T, n *cluster.RealNode, ns, na
 	for _, pm := range readings {
 		cores := float64(pm.Containers[0].Usage.Cpu().ScaledValue(-9)) / 1e9
 		w := pm.Window.Duration
-		m, periods, ok := throttledWithin(samples, pm.Timestamp.Add(-w), pm.Timestamp.Time)
-		if !ok {
-			t.Errorf("no cpu.stat readings of %s inside the window ending %s", dir, pm.Timestamp.Format(time.RFC3339Nano))
-			continue
+		var m, periods int64
+		if w > summaryTimeResolution {
+			var ok bool
+			m, periods, ok = throttledWithin(samples, pm.Timestamp.Add(summaryTimeResolution-w), pm.Timestamp.Time)
+			if !ok {
+				t.Errorf("no cpu.stat readings of %s inside the window ending %s", dir, pm.Timestamp.Format(time.RFC3339))
+				continue
+			}
 		}
 		lo, hi := cpuBounds(w, m)
-		t.Logf("cpu: %.1fm over a %v window ending %s; throttled in %d of %d periods; accepted %.1fm..%.1fm (limit %s)",
+		t.Logf("cpu: %.1fm over a %v window ending %s; throttled in %d of the %d periods surely inside it; accepted %.1fm..%.1fm (limit %s)",
 			cores*1e3, w, pm.Timestamp.Format(time.RFC3339), m, periods, lo*1e3, hi*1e3, cpuLimit)
 		if cores < lo || cores > hi {
 			t.Errorf("cpu of %s: %.1fm, want %.1fm..%.1fm", name, cores*1e3, lo*1e3, hi*1e3)
@@ -287,6 +310,7 @@ func checkKubeletAuthorization(ctx context.Context, t *testing.T, n *cluster.Rea
 	if summary.Node.NodeName != n.Name() {
 		t.Errorf("summary of node %q, want %q", summary.Node.NodeName, n.Name())
 	}
+	checkSummaryTimes(t, body)
 
 	for _, c := range []struct {
 		who, token string
@@ -300,6 +324,32 @@ func checkKubeletAuthorization(ctx context.Context, t *testing.T, n *cluster.Rea
 		t.Logf("GET %s as %s: %d %s", path, c.who, code, strings.TrimSpace(string(body)))
 		if code != c.want {
 			t.Errorf("GET %s as %s: %d, want %d", path, c.who, code, c.want)
+		}
+	}
+}
+
+// checkSummaryTimes checks that the Summary carries the containers' CPU
+// sample times to the second, as the CPU case's bound assumes
+// (summaryTimeResolution): metav1.Time's JSON form is RFC 3339 without a
+// fraction. A kubelet that sends more would let the bound be tightened.
+func checkSummaryTimes(t *testing.T, body []byte) {
+	var raw struct {
+		Pods []struct {
+			Containers []struct {
+				Name string `json:"name"`
+				CPU  struct {
+					Time string `json:"time"`
+				} `json:"cpu"`
+			} `json:"containers"`
+		} `json:"pods"`
+	}
+	must(t, json.Unmarshal(body, &raw))
+	for _, p := range raw.Pods {
+		for _, c := range p.Containers {
+			t.Logf("container %s: cpu.time %q", c.Name, c.CPU.Time)
+			if _, err := time.Parse(time.RFC3339, c.CPU.Time); err != nil || strings.Contains(c.CPU.Time, ".") {
+				t.Errorf("container %s: cpu.time %q is not RFC 3339 to the second (%v)", c.Name, c.CPU.Time, err)
+			}
 		}
 	}
 }
