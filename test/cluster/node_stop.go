@@ -48,8 +48,15 @@ func (n *RealNode) Stop() error {
 	for _, d := range []string{"/run/containerd/s", "/run/containerd"} {
 		_ = os.Remove(d)
 	}
-	if err := n.c.client.CoreV1().Nodes().Delete(ctx, n.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		errs = append(errs, fmt.Errorf("delete node %s: %w", n.name, err))
+	// A cluster that is stopping (its context ended: an interrupt, say) has
+	// no kube-apiserver to delete the Node from, nor a need to.
+	n.c.mu.Lock()
+	stopping := n.c.stopping
+	n.c.mu.Unlock()
+	if !stopping {
+		if err := n.c.client.CoreV1().Nodes().Delete(ctx, n.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete node %s: %w", n.name, err))
+		}
 	}
 	return errors.Join(errs...)
 }
