@@ -35,7 +35,7 @@ func TestValidatePodMetricsConfig(t *testing.T) {
 			wants: []string{
 				"--pod-metrics-config " + bad + `: presets[1]: unknown preset "tgi"`,
 				"--pod-metrics-config " + bad + `: metrics[3].name: "Bad" is not a valid custom metric name`,
-				"--pod-metrics-config " + bad + `: metrics[3].type: "summary" must be gauge, counter or histogram`,
+				"--pod-metrics-config " + bad + `: metrics[3].type: "summary" must be gauge, counter, histogram or ratio`,
 				"--pod-metrics-config " + bad + `: timeout: 2m0s must be above 0 and at most 1m0s`,
 			}},
 		{name: "a missing file",
