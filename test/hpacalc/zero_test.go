@@ -82,12 +82,12 @@ func TestObjectMetricAtZero(t *testing.T) {
 	// reads down's (the gateway is down).
 	busy, idle := sources.ObjectKey(sources.InferencePools, "busy"), sources.ObjectKey(sources.InferencePools, "idle")
 	now := time.Now()
-	values.StoreSeries("endpoints", "picker/busy", []sources.SeriesPoint{{Namespace: namespace, Pod: busy}, {Namespace: namespace, Pod: busy, Metric: queueMetric, Value: 12, Timestamp: now}}, now)
+	const poolQueue = "gateway-queue"
+	values.StoreSeries("endpoints", "picker/busy", []sources.SeriesPoint{{Namespace: namespace, Pod: busy}, {Namespace: namespace, Pod: busy, Metric: poolQueue, Value: 12, Timestamp: now}}, now)
 	values.StoreSeries("endpoints", "picker/idle", []sources.SeriesPoint{{Namespace: namespace, Pod: idle}}, now)
 	p := provider.New(provider.Config{Pods: cache.Pods(), Nodes: podcache.NewNodeIndex(), Usage: values, Groups: true, DefaultPolicy: group.PolicyGroup})
-	onPools := append([]provider.EndpointMetric(nil), queueMetrics...)
-	onPools[0].OnPools = true
-	cm := p.CustomMetrics().WithEndpoints(values, onPools, window)
+	metrics := append(append([]provider.EndpointMetric(nil), queueMetrics...), provider.EndpointMetric{Name: poolQueue, Combine: group.CombineSum, OnPools: true})
+	cm := p.CustomMetrics().WithEndpoints(values, metrics, window)
 
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	podLister := factory.Core().V1().Pods().Lister()
@@ -123,7 +123,11 @@ func TestObjectMetricAtZero(t *testing.T) {
 				ref = &autoscalingv2.CrossVersionObjectReference{APIVersion: "inference.networking.k8s.io/v1", Kind: "InferencePool", Name: tc.pool}
 			}
 			sel := labels.SelectorFromSet(labels.Set{group.LabelName: tc.lws})
-			got, usage, _, err := calc.GetObjectMetricReplicas(tc.current, target, queueMetric, podautoscaler.Tolerances{}, namespace, ref, sel, labels.Everything())
+			metric := queueMetric
+			if tc.pool != "" {
+				metric = poolQueue
+			}
+			got, usage, _, err := calc.GetObjectMetricReplicas(tc.current, target, metric, podautoscaler.Tolerances{}, namespace, ref, sel, labels.Everything())
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Errorf("replicas %d (usage %d), error %v; want an error with %q", got, usage, err, tc.wantErr)
