@@ -192,7 +192,7 @@ func (e *lwsEnv) waitAbsent(ctx context.Context, t *testing.T, path string) {
 }
 
 // docHPAs are the HorizontalPodAutoscalers of the page's yaml blocks, by
-// name; the test fails unless there are the three the page promises.
+// name; the test fails unless there are the four the page promises.
 func docHPAs(t *testing.T, path string) map[string]*autoscalingv2.HorizontalPodAutoscaler {
 	t.Helper()
 	data := readFile(t, path)
@@ -205,12 +205,12 @@ func docHPAs(t *testing.T, path string) map[string]*autoscalingv2.HorizontalPodA
 		if err := yaml.UnmarshalStrict([]byte(m[1]), &h); err != nil {
 			t.Fatalf("an HPA of %s: %v", path, err)
 		}
-		if h.Spec.ScaleTargetRef.Kind != "LeaderWorkerSet" || len(h.Spec.Metrics) != 1 || h.Spec.Metrics[0].Pods == nil || h.Spec.MinReplicas == nil || h.Spec.Behavior == nil {
-			t.Fatalf("HPA %s of %s: want one Pods metric on a LeaderWorkerSet, minReplicas and behavior", h.Name, path)
+		if h.Spec.ScaleTargetRef.Kind != "LeaderWorkerSet" || len(h.Spec.Metrics) == 0 || h.Spec.MinReplicas == nil || h.Spec.Behavior == nil {
+			t.Fatalf("HPA %s of %s: want metrics on a LeaderWorkerSet, minReplicas and behavior", h.Name, path)
 		}
 		out[h.Name] = &h
 	}
-	for _, name := range []string{"vllm", "sglang", "vllm-gpu"} {
+	for _, name := range []string{"vllm", "sglang", "vllm-gpu", "vllm-zero"} {
 		if out[name] == nil {
 			t.Fatalf("%s has no HPA %q (it has %d)", path, name, len(out))
 		}

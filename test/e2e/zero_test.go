@@ -21,7 +21,6 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -57,10 +56,28 @@ const (
 // the file the configuration names, and no pod endpoint receives it.
 func TestScaleToZero(t *testing.T) {
 	ctx := begin(t, 12*time.Minute)
-	const (
-		ns, name, pool = "e2e-scale-to-zero", "vllm", "vllm-pool"
-		maxGroups      = 3
-	)
+	const ns = "e2e-scale-to-zero"
+	// The HPA of docs/inference-autoscaling.md, applied as written but for
+	// a 5 s scale-down window and policy; the LeaderWorkerSet and the pool
+	// take the names it gives them.
+	hpa := docHPAs(t, repoPath(t, "docs", "inference-autoscaling.md"))["vllm-zero"].DeepCopy()
+	hpa.Namespace = ns
+	hpa.Spec.Behavior.ScaleDown = &autoscalingv2.HPAScalingRules{
+		StabilizationWindowSeconds: ptr.To(int32(testScaleDownWindow.Seconds())),
+		Policies:                   []autoscalingv2.HPAScalingPolicy{{Type: autoscalingv2.PercentScalingPolicy, Value: 100, PeriodSeconds: 15}},
+	}
+	name, maxGroups := hpa.Spec.ScaleTargetRef.Name, hpa.Spec.MaxReplicas
+	poolMetric, lwsMetric := hpa.Spec.Metrics[0].Object, hpa.Spec.Metrics[1].Object
+	if poolMetric == nil || poolMetric.DescribedObject.Kind != "InferencePool" || poolMetric.Target.Value == nil ||
+		lwsMetric == nil || lwsMetric.DescribedObject.Name != name || lwsMetric.Target.AverageValue == nil || *hpa.Spec.MinReplicas != 0 {
+		t.Fatalf("HPA vllm-zero: want minReplicas 0, a Value on an InferencePool, then an AverageValue on its LeaderWorkerSet")
+	}
+	pool := poolMetric.DescribedObject.Name
+	// 4 requests at the picker want ceil(4 / value) = 1 group; 12 waiting
+	// in each group's engine want more groups than run, up to maxGroups.
+	if v := poolMetric.Target.Value.Value(); v < 4 || lwsMetric.Target.AverageValue.Value() >= 12 {
+		t.Fatalf("HPA vllm-zero's targets (%d on the pool, %s per group) do not give the steps this test takes", v, lwsMetric.Target.AverageValue)
+	}
 	e := newLWSEnv(ctx, t)
 	newNamespace(ctx, t, ns)
 	installInferencePools(ctx, t, e)
@@ -116,15 +133,6 @@ endpointPickers:
 	e.waitRaw(ctx, t, frontedPath, 0)
 	e.waitRaw(ctx, t, lwsPath(ns, name, "vllm-num-requests-waiting", ""), 0)
 
-	hpa := newHPA(ns, lwsRef(name), 0, maxGroups,
-		objectMetric("inference.networking.k8s.io/v1", "InferencePool", pool, "gateway-queue-size", autoscalingv2.ValueMetricType, 10),
-		objectMetric(lws.GroupVersionResource.GroupVersion().String(), "LeaderWorkerSet", name, "vllm-num-requests-waiting", autoscalingv2.AverageValueMetricType, 5))
-	hpa.Spec.Behavior = &autoscalingv2.HorizontalPodAutoscalerBehavior{
-		ScaleDown: &autoscalingv2.HPAScalingRules{
-			StabilizationWindowSeconds: ptr.To(int32(testScaleDownWindow.Seconds())),
-			Policies:                   []autoscalingv2.HPAScalingPolicy{{Type: autoscalingv2.PercentScalingPolicy, Value: 100, PeriodSeconds: 15}},
-		},
-	}
 	must(t, createHPA(ctx, hpa))
 	b := e.bounds
 	t.Logf("HPA sync period %v, scale-down window %v, collection interval %v", suite.opts.HPASyncPeriod, testScaleDownWindow, suite.resolution)
@@ -157,7 +165,7 @@ endpointPickers:
 	// The group takes the requests; its queue grows past one group's worth.
 	picker.queue.Store(0)
 	waiting.Store(12)
-	groups(maxGroups, maxGroups*b.running, "12 requests waiting in each group's engine")
+	groups(maxGroups, time.Duration(maxGroups)*b.running, "12 requests waiting in each group's engine")
 
 	// The picker cannot be read, then the engines drain: no scale-down on
 	// missing data (the HPA refuses to scale down while a metric is
@@ -180,23 +188,6 @@ endpointPickers:
 		t.Errorf("pod endpoints received %d requests with credentials; the token is the picker's alone", n)
 	}
 	picker.check(t)
-}
-
-// objectMetric is an Object metric on the object kind/name with a target
-// of type typ.
-func objectMetric(apiVersion, kind, name, metric string, typ autoscalingv2.MetricTargetType, target int64) autoscalingv2.MetricSpec {
-	t := autoscalingv2.MetricTarget{Type: typ}
-	q := resource.NewQuantity(target, resource.DecimalSI)
-	if typ == autoscalingv2.ValueMetricType {
-		t.Value = q
-	} else {
-		t.AverageValue = q
-	}
-	return autoscalingv2.MetricSpec{Type: autoscalingv2.ObjectMetricSourceType, Object: &autoscalingv2.ObjectMetricSource{
-		DescribedObject: autoscalingv2.CrossVersionObjectReference{APIVersion: apiVersion, Kind: kind, Name: name},
-		Metric:          autoscalingv2.MetricIdentifier{Name: metric},
-		Target:          t,
-	}}
 }
 
 func hasCondition(h *autoscalingv2.HorizontalPodAutoscaler, typ autoscalingv2.HorizontalPodAutoscalerConditionType, status corev1.ConditionStatus) bool {
