@@ -167,6 +167,20 @@ type Histogram struct {
 	HasParts           bool
 }
 
+// Idle reports whether h observed nothing over its window: no count and no
+// bucket that moved.
+func (h Histogram) Idle() bool {
+	if h.CountRate != 0 {
+		return false
+	}
+	for _, b := range h.Buckets {
+		if b.Count != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // Add gives h the parts of o.
 func (h *Histogram) Add(o Histogram) {
 	h.Buckets = append(h.Buckets, o.Buckets...)

@@ -48,6 +48,22 @@ type EndpointMetric struct {
 	// OnPools says an endpoint picker supplies the metric: it is served on
 	// InferencePool objects too.
 	OnPools bool
+	// NoneWhenIdle, for an Estimate, leaves the value absent when nothing
+	// was observed over the window (no request, so no latency); otherwise
+	// it is 0 then. The HPA scales down on no metric while one of its
+	// metrics has no value (computeReplicasForMetrics in
+	// pkg/controller/podautoscaler/horizontal.go), so an absent latency
+	// would hold an idle workload at its replicas.
+	NoneWhenIdle bool
+}
+
+// estimate is the metric's Estimate of h: 0 when h observed nothing,
+// unless NoneWhenIdle.
+func (m EndpointMetric) estimate(h group.Histogram) (float64, error) {
+	if !m.NoneWhenIdle && h.Idle() {
+		return 0, nil
+	}
+	return m.Estimate.Of(h)
 }
 
 // endpointMetrics serves the metrics of pods' endpoints and node exporters
@@ -238,7 +254,7 @@ func (c *CustomMetrics) endpointPoolValue(name types.NamespacedName, m EndpointM
 	if !ok {
 		var err error
 		if m.Estimate != nil {
-			v, err = m.Estimate.Of(group.Histogram{})
+			v, err = m.estimate(group.Histogram{})
 		} else {
 			v, err = m.Combine.Of(nil)
 		}
@@ -299,7 +315,7 @@ func (c *CustomMetrics) objectValue(namespace, name, uid string, m EndpointMetri
 		if !ok {
 			return 0, time.Time{}, false
 		}
-		v, err := m.Estimate.Of(h)
+		v, err := m.estimate(h)
 		return v, ts, err == nil
 	}
 	var (
@@ -395,7 +411,7 @@ func (c *CustomMetrics) groupValue(pods []*podcache.Pod, m EndpointMetric, sel l
 		if err != nil {
 			return 0, ts, err
 		}
-		v, err := m.Estimate.Of(h)
+		v, err := m.estimate(h)
 		return v, ts, err
 	}
 	members := make([]group.Value, 0, len(pods))
@@ -464,7 +480,7 @@ func (c *CustomMetrics) endpointLWSValue(name types.NamespacedName, m EndpointMe
 		err error
 	)
 	if m.Estimate != nil {
-		v, err = m.Estimate.Of(pooled)
+		v, err = m.estimate(pooled)
 	} else {
 		v, err = m.Combine.Of(groups)
 	}

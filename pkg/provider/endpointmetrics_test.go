@@ -488,6 +488,7 @@ func TestEndpointPoolValue(t *testing.T) {
 		{Name: "latency", Combine: group.CombineMean, OnPools: true},
 		{Name: "waiting", Combine: group.CombineSum},
 		{Name: "ttft", Estimate: &group.Estimate{Mean: true}, OnPools: true},
+		{Name: "ttft-strict", Estimate: &group.Estimate{Mean: true}, OnPools: true, NoneWhenIdle: true},
 	}, 15*time.Second)
 	tests := []struct {
 		pool, metric, selector string
@@ -501,7 +502,9 @@ func TestEndpointPoolValue(t *testing.T) {
 		{"down", "queue", "", endpointAnswer{NotFound: "no endpoint picker of this InferencePool has been read"}},
 		{"busy", "waiting", "", endpointAnswer{NotFound: "waiting"}},
 		{"busy", "ttft", "", endpointAnswer{Milli: 500}},
-		{"idle", "ttft", "", endpointAnswer{NotFound: "no mean"}},
+		// Nothing observed: 0, so that the HPA may scale down, or none.
+		{"idle", "ttft", "", endpointAnswer{Milli: 0}},
+		{"idle", "ttft-strict", "", endpointAnswer{NotFound: "no mean"}},
 	}
 	for _, tt := range tests {
 		v, err := c.GetMetricByName(context.Background(), types.NamespacedName{Namespace: "gw", Name: tt.pool}, cmInfo(InferencePoolResource, tt.metric), selector(t, tt.selector))
@@ -558,7 +561,7 @@ func TestEndpointPoolValue(t *testing.T) {
 			pools = append(pools, m.Metric)
 		}
 	}
-	if diff := cmp.Diff([]string{"latency", "queue", "ttft"}, pools); diff != "" {
+	if diff := cmp.Diff([]string{"latency", "queue", "ttft", "ttft-strict"}, pools); diff != "" {
 		t.Errorf("metrics listed on InferencePools (-want +got):\n%s", diff)
 	}
 }

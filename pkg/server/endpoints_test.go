@@ -206,4 +206,11 @@ func TestPodEndpointsRatio(t *testing.T) {
 	if err != nil || v.Value.MilliValue() != 150 {
 		t.Errorf("model a: %v, %v; want 150m", v, err)
 	}
+	// No request in the next interval: 0 (idle: zero, the default), so an
+	// HPA on it may scale down.
+	clk.Step(15 * time.Second)
+	sc.Tick(t.Context())
+	if v, err = cm.GetMetricByName(t.Context(), types.NamespacedName{Namespace: "ml", Name: "p"}, info, labels.Everything()); err != nil || v.Value.MilliValue() != 0 {
+		t.Errorf("idle: %v, %v; want 0", v, err)
+	}
 }

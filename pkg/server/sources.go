@@ -93,7 +93,7 @@ func endpointMetrics(cfg *promscrape.Config) []provider.EndpointMetric {
 	}
 	out := make([]provider.EndpointMetric, len(cfg.Metrics))
 	for i, m := range cfg.Metrics {
-		out[i] = provider.EndpointMetric{Name: m.Name, Combine: m.Combine, Members: m.Members, OnPools: onPools[m.Name]}
+		out[i] = provider.EndpointMetric{Name: m.Name, Combine: m.Combine, Members: m.Members, OnPools: onPools[m.Name], NoneWhenIdle: m.Idle == promscrape.IdleNone}
 		switch m.Type {
 		case promscrape.Ratio:
 			out[i].Estimate = &group.Estimate{Mean: true} // numerator over denominator, as _sum over _count

@@ -34,6 +34,20 @@ const (
 	Ratio Type = "ratio"
 )
 
+// Idle is what a histogram or a ratio serves over a window in which it
+// observed nothing.
+type Idle string
+
+const (
+	// IdleZero serves 0: no request, no latency. The HPA scales down on
+	// none of its metrics while one has no value, so a latency absent
+	// while idle would hold an idle workload at its replicas.
+	IdleZero Idle = "zero"
+	// IdleNone serves no value, as Prometheus's histogram_quantile gives
+	// none.
+	IdleNone Idle = "none"
+)
+
 // Combine says how several values become one: the series of one pod (two
 // engines, two GPUs), then the members of one group. It is the group
 // rule's vocabulary (group.Combine); a metric takes sum, mean or max.
@@ -84,6 +98,9 @@ type Metric struct {
 	// Denominator, for a ratio, is the counter whose rate divides Series's
 	// (the exposed sample name, with its _total suffix).
 	Denominator string `json:"denominator,omitempty"`
+	// Idle, for a histogram or a ratio, is the value over a window that
+	// observed nothing (no request): IdleZero (the default) or IdleNone.
+	Idle Idle `json:"idle,omitempty"`
 	// Combine is how the series of one pod, and then the members of a
 	// group, become one value. A histogram takes none: the buckets, _sum
 	// and _count of every series and member it reads are added up first,

@@ -100,6 +100,12 @@ metrics:
   type: ratio
   combine: sum
   quantile: 0.5
+  idle: never
+- name: queue
+  series: vllm:num_requests_waiting
+  type: gauge
+  combine: sum
+  idle: zero
 limits: {labelsPerSeries: 1000, seriesPerTarget: -1}
 nodeExporters:
 - name: dcgm
@@ -145,7 +151,9 @@ endpointPickers:
 		`metrics[6].denominator: only a ratio has a denominator`,
 		`metrics[7].combine: a ratio takes none`,
 		`metrics[7].quantile: only a histogram has quantiles`,
+		`metrics[7].idle: "never" must be zero or none`,
 		`metrics[7].denominator: "" is not a Prometheus metric name`,
+		`metrics[8].idle: only a histogram or a ratio has an idle value`,
 		`timeout: 2m0s must be above 0 and at most 1m0s`,
 		`maxBytes: -1 must be above 0`,
 		`limits.labelsPerSeries: 1000 must be above 0 and at most 128`,

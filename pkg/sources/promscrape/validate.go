@@ -101,6 +101,14 @@ func (m *Metric) validate(path string) []error {
 		errs = append(errs, fmt.Errorf("%s.type: %q must be gauge, counter, histogram or ratio", path, m.Type))
 	}
 	switch {
+	case m.Idle == "", m.Idle == IdleZero, m.Idle == IdleNone:
+		if m.Idle != "" && m.Type != Histogram && m.Type != Ratio {
+			errs = append(errs, fmt.Errorf("%s.idle: only a histogram or a ratio has an idle value", path))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("%s.idle: %q must be zero or none", path, m.Idle))
+	}
+	switch {
 	case m.Type == Ratio && !model.LegacyValidation.IsValidMetricName(m.Denominator):
 		errs = append(errs, fmt.Errorf("%s.denominator: %q is not a Prometheus metric name", path, m.Denominator))
 	case m.Type != Ratio && m.Denominator != "":
