@@ -100,8 +100,8 @@ func (m *Metric) validate(path string) []error {
 	default:
 		errs = append(errs, fmt.Errorf("%s.type: %q must be gauge, counter, histogram or ratio", path, m.Type))
 	}
-	switch {
-	case m.Idle == "", m.Idle == IdleZero, m.Idle == IdleNone:
+	switch m.Idle {
+	case "", IdleZero, IdleNone:
 		if m.Idle != "" && m.Type != Histogram && m.Type != Ratio {
 			errs = append(errs, fmt.Errorf("%s.idle: only a histogram or a ratio has an idle value", path))
 		}
