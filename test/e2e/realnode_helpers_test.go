@@ -188,25 +188,33 @@ func sampleThrottling(dir string) (stop func() []throttling) {
 	result := make(chan []throttling, 1)
 	go func() {
 		var out []throttling
+		sample := func() {
+			data, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
+			if err != nil {
+				return
+			}
+			s := throttling{at: time.Now()}
+			for _, line := range strings.Split(string(data), "\n") {
+				k, v, _ := strings.Cut(line, " ")
+				n, _ := strconv.ParseInt(v, 10, 64)
+				switch k {
+				case "nr_periods":
+					s.periods = n
+				case "nr_throttled":
+					s.nrThrottled = n
+				}
+			}
+			out = append(out, s)
+		}
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			if data, err := os.ReadFile(filepath.Join(dir, "cpu.stat")); err == nil {
-				s := throttling{at: time.Now()}
-				for _, line := range strings.Split(string(data), "\n") {
-					k, v, _ := strings.Cut(line, " ")
-					n, _ := strconv.ParseInt(v, 10, 64)
-					switch k {
-					case "nr_periods":
-						s.periods = n
-					case "nr_throttled":
-						s.nrThrottled = n
-					}
-				}
-				out = append(out, s)
-			}
+			sample()
 			select {
 			case <-done:
+				// One more, taken after stop was called: it closes every
+				// window that had ended by then.
+				sample()
 				result <- out
 				return
 			case <-tick.C:

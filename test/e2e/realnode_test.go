@@ -178,9 +178,8 @@ func checkRealCPU(ctx context.Context, t *testing.T, n *cluster.RealNode, ns, na
 	stop := sampleThrottling(dir)
 	after := time.Now()
 	readings := podReadings(ctx, t, ns, name, 4, maxTime(after, startedAt(ctx, t, ns, name)))
-	// The last reading's window has ended by now; one more cpu.stat sample
-	// closes it.
-	time.Sleep(50 * time.Millisecond)
+	// The last reading's window has ended by now; stop's last cpu.stat
+	// sample, taken after this call, closes it.
 	samples := stop()
 	for _, pm := range readings {
 		cores := float64(pm.Containers[0].Usage.Cpu().ScaledValue(-9)) / 1e9
