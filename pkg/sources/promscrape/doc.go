@@ -34,6 +34,10 @@
 // refused before the parser sees it. FuzzCountLabelsNeverUndercounts holds
 // the count to what expfmt reads from the same line.
 //
+// Nothing else is parsed by hand: endpoint pickers' series, histograms'
+// parts and ratios' counters all come out of expfmt's families; a picker's
+// token file is read whole and trimmed, with no format of its own.
+//
 // The server runs it with --pod-metrics-config (pkg/store keeps the
 // series, pkg/provider serves them on custom.metrics.k8s.io); see
 // docs/inference-autoscaling.md.
