@@ -78,6 +78,11 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		// Nothing runs the node lifecycle controller, which would lift the
 		// not-ready taint this plugin puts on every new node.
 		"--disable-admission-plugins=TaintNodesByCondition",
+		// A namespace annotated scheduler.alpha.kubernetes.io/node-selector
+		// keeps its pods on the nodes it names: manifests applied as
+		// published (the LeaderWorkerSet project's examples) then run on
+		// the real node rather than on a kwok node (PodNodeSelectorAnnotation).
+		"--enable-admission-plugins=PodNodeSelector",
 	)
 	if err != nil {
 		return err

@@ -357,3 +357,13 @@ func (n *RealNode) KubeletURL() string { return "https://" + hostPort(n.port) }
 func (n *RealNode) Processes() []*Process {
 	return slices.DeleteFunc([]*Process{n.containerd, n.kubelet}, func(p *Process) bool { return p == nil })
 }
+
+// PodNodeSelectorAnnotation on a namespace is the node selector the
+// PodNodeSelector admission plugin, which the cluster's kube-apiserver
+// runs, merges into every pod created in it
+// (k8s.io/kubernetes plugin/pkg/admission/podnodeselector).
+const PodNodeSelectorAnnotation = "scheduler.alpha.kubernetes.io/node-selector"
+
+// OnlyHere returns the value of PodNodeSelectorAnnotation that keeps a
+// namespace's pods on n.
+func (n *RealNode) OnlyHere() string { return corev1.LabelHostname + "=" + n.name }

@@ -1,4 +1,4 @@
-//go:build e2e && realnode
+//go:build e2e
 
 package e2e
 
@@ -18,6 +18,7 @@ import (
 	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
 
 // The CPU case: one container limited to cpuLimit running `yes`, which is
@@ -84,12 +85,13 @@ const (
 // certificates) serves for them through metrics.k8s.io and kubectl top,
 // and that the kubelet's webhook authorization is the server's RBAC.
 func TestRealNode(t *testing.T) {
-	ctx := begin(t, 6*time.Minute)
+	ctx := begin(t, 10*time.Minute)
 	began := time.Now()
 	n := startRealNode(ctx, t)
 	const ns = "e2e-realnode"
 	newNamespace(ctx, t, ns)
-	s := deployOwnServer(ctx, t, "gms-realnode", []string{"--kubelet-certificate-authority=" + kubeletCABundle(t)})
+	kubeletCA := kubeletCABundle(t)
+	s := deployOwnServer(ctx, t, "gms-realnode", []string{"--kubelet-certificate-authority=" + kubeletCA})
 
 	burn := realPod(ns, "burn", n.Name(), "yes >/dev/null", cpuLimit, "32Mi")
 	fill := realPod(ns, "fill", n.Name(), fmt.Sprintf("dd if=/dev/zero of=/fill/zeros bs=1M count=%d && exec sleep 2147483647", memFill), "100m", "256Mi")
@@ -104,12 +106,28 @@ func TestRealNode(t *testing.T) {
 	waitRunning(ctx, t, n, burn, fill)
 	t.Logf("pods running %v after the test began", since(began))
 
+	rn := &realNodeEnv{node: n, ns: ns, server: s, kubeletCA: kubeletCA}
 	t.Run("cpu", func(t *testing.T) { checkRealCPU(ctx, t, n, ns, burn.Name) })
 	t.Run("memory", func(t *testing.T) { checkRealMemory(ctx, t, ns, fill.Name) })
 	t.Run("exec", func(t *testing.T) { checkExec(ctx, t, ns, burn.Name) })
 	t.Run("kubelet-authorization", func(t *testing.T) { checkKubeletAuthorization(ctx, t, n, ns, s.Namespace, s.ServiceAccount) })
 	t.Run("node", func(t *testing.T) { logRealNodeMetrics(ctx, t, n) })
+	t.Run("metrics-server", func(t *testing.T) { checkRealDifferential(ctx, t, rn) })
+	t.Run("kubelet-refuses-server", func(t *testing.T) { checkStrippedServer(ctx, t, rn) })
+	t.Run("lifecycle", func(t *testing.T) { checkRealLifecycle(ctx, t, rn) })
+	t.Run("lws-guide", func(t *testing.T) { checkLWSGuide(ctx, t, rn) })
 	t.Logf("test body %v", since(began))
+}
+
+// realNodeEnv is what TestRealNode's cases share: the node, the test's
+// namespace, the server deployed for the test (registered for
+// metrics.k8s.io while the test runs) and the CA bundle that verifies both
+// the fake kubelets and the real one.
+type realNodeEnv struct {
+	node      *cluster.RealNode
+	ns        string
+	server    *env.Server
+	kubeletCA string
 }
 
 // cpuBounds returns the rate range in cores the CPU case accepts for a
