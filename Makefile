@@ -84,7 +84,7 @@ tools: ## Build the control-plane binaries (etcd, kube-*, kubectl, kwok, metrics
 	bash hack/tools.sh
 
 .PHONY: tools-node
-tools-node: ## What the real node runs, into bin/, once: the kubelet (hack/tools-node.sh, not in make tools) and its images; hack/node-deps.sh first checks for containerd, runc, the CNI plugins and busybox (as root it installs them).
+tools-node: ## What the e2e suite's real node runs, into bin/, once: the kubelet (hack/tools-node.sh, not in make tools) and its images; hack/node-deps.sh first checks for containerd, runc, the CNI plugins and busybox (as root it installs them).
 	bash hack/node-deps.sh
 	bash hack/tools-node.sh
 
@@ -120,12 +120,12 @@ fuzz: ## Longer fuzzing: every target for 5 minutes.
 	FUZZTIME=5m bash hack/fuzz.sh
 
 .PHONY: e2e
-e2e: tools build ## The e2e suite on real local control planes, in E2E_SHARDS processes at once (hack/e2e.sh; E2E_RUN picks tests).
+e2e: tools tools-node build ## The e2e suite on real local control planes and a real node (as root), in E2E_SHARDS processes at once (hack/e2e.sh; E2E_RUN picks tests).
 	E2E_SHARDS=$(E2E_SHARDS) E2E_TIMEOUT=$(E2E_TIMEOUT) bash hack/e2e.sh
 
 .PHONY: e2e-node
-e2e-node: tools tools-node build ## The e2e test on a real node, a kubelet and containerd beside the kwok nodes (as root; docs/testing.md "A real node"); not part of make test.
-	$(GO) test -tags e2e,realnode -count=1 -timeout 20m -v -run 'TestRealNode' ./test/e2e/
+e2e-node: tools tools-node build ## Only the e2e test on the real node, TestRealNode: a kubelet and containerd beside the kwok nodes (as root; docs/testing.md "A real node").
+	$(GO) test -tags e2e -count=1 -timeout 20m -v -run '^TestRealNode$$' ./test/e2e/
 
 .PHONY: tools-compat
 tools-compat: ## Build the control planes of COMPAT_VERSIONS into bin/k8s-<version>/, once each.

@@ -24,6 +24,7 @@ logs="${bin_dir}/e2e-logs"
 
 # Seconds each test took in the cold CI run of docs/testing.md.
 durations="
+TestRealNode 240
 TestChurn 212
 TestLWSGroupAutoscaling 151
 TestEndpointTenants 132

@@ -51,6 +51,12 @@ main() {
 	local need
 	need="$(missing)"
 	[[ -z "${need}" ]] && return 0
+	# make runs this from more than one target (CI's background tools and
+	# make test), and two apt-gets at once fail on dpkg's lock.
+	exec 9>"${TMPDIR:-/tmp}/gms-node-deps.lock"
+	flock 9
+	need="$(missing)"
+	[[ -z "${need}" ]] && return 0
 	if [[ "$(id -u)" != 0 ]]; then
 		echo "node-deps: missing: ${need//$'\n'/ }" >&2
 		echo "node-deps: as root: apt-get install -y --no-install-recommends ${packages[*]}" >&2

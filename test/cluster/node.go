@@ -35,7 +35,7 @@ const (
 // The images NodeImagesFile holds (hack/image/nodeimage/main.go names
 // them): the sandbox image, and a static busybox with every applet in /bin
 // whose default command serves HTTP on port 80. The workload image is also
-// there as docker.io/library/nginx:1.27 and
+// there as docker.io/library/nginx:1.14.2 and
 // docker.io/nginxinc/nginx-unprivileged:1.27 (port 8080), the images of the
 // LeaderWorkerSet project's examples. Pods use them with imagePullPolicy
 // Never or IfNotPresent: the node has no registry to pull from.

@@ -21,7 +21,7 @@ import (
 // its own command.
 type Image struct {
 	// Name is the full reference containerd files the image under
-	// (docker.io/library/nginx:1.27, not nginx:1.27), as the kubelet's
+	// (docker.io/library/nginx:1.14.2, not nginx:1.14.2), as the kubelet's
 	// normalised image names are.
 	Name string
 	// Entrypoint and Cmd as in an image config.

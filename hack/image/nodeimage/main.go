@@ -30,8 +30,9 @@ var images = []Image{
 	// The workload image's default command serves HTTP, as nginx's does;
 	// tests give their own commands.
 	{Name: "gms.local/workload:1", Cmd: []string{"httpd", "-f", "-p", "80", "-h", "/www"}},
-	// sigs.k8s.io/lws docs/examples/leaderworkerset/autoscaling/nginx.yaml.
-	{Name: "docker.io/library/nginx:1.27", Cmd: []string{"httpd", "-f", "-p", "80", "-h", "/www"}},
+	// The LeaderWorkerSet project's HPA guide (sigs.k8s.io/lws
+	// site/content/en/docs/examples/hpa.md, v0.9.0).
+	{Name: "docker.io/library/nginx:1.14.2", Cmd: []string{"httpd", "-f", "-p", "80", "-h", "/www"}},
 	// sigs.k8s.io/lws docs/examples/sample/*.yaml (v0.9.0); the
 	// unprivileged image listens on 8080.
 	{Name: "docker.io/nginxinc/nginx-unprivileged:1.27", Cmd: []string{"httpd", "-f", "-p", "8080", "-h", "/www"}},
