@@ -27,15 +27,25 @@ var images = []Image{
 	// The sandbox's process only holds the pod's namespaces. containerd
 	// stops a sandbox with SIGKILL, so a sleep serves as well as a pause.
 	{Name: "gms.local/pause:1", Entrypoint: []string{"/bin/sleep", "2147483647"}},
-	// The workload image's default command serves HTTP, as nginx's does;
-	// tests give their own commands.
-	{Name: "gms.local/workload:1", Cmd: []string{"httpd", "-f", "-p", "80", "-h", "/www"}},
+	// The workload image's default command serves HTTP, as nginx's does,
+	// and exits on SIGTERM, as nginx does: busybox's httpd installs no
+	// handler for it, and a signal without a handler never reaches a
+	// container's PID 1, so the kubelet would wait out the pod's grace
+	// period (30 s unless the pod says otherwise) and then kill it. Tests
+	// give their own commands.
+	{Name: "gms.local/workload:1", Cmd: serveHTTP(80)},
 	// The LeaderWorkerSet project's HPA guide (sigs.k8s.io/lws
 	// site/content/en/docs/examples/hpa.md, v0.9.0).
-	{Name: "docker.io/library/nginx:1.14.2", Cmd: []string{"httpd", "-f", "-p", "80", "-h", "/www"}},
+	{Name: "docker.io/library/nginx:1.14.2", Cmd: serveHTTP(80)},
 	// sigs.k8s.io/lws docs/examples/sample/*.yaml (v0.9.0); the
 	// unprivileged image listens on 8080.
-	{Name: "docker.io/nginxinc/nginx-unprivileged:1.27", Cmd: []string{"httpd", "-f", "-p", "8080", "-h", "/www"}},
+	{Name: "docker.io/nginxinc/nginx-unprivileged:1.27", Cmd: serveHTTP(8080)},
+}
+
+// serveHTTP is a command that serves /www on port until SIGTERM: the shell,
+// PID 1, traps the signal, and its wait returns when the signal comes.
+func serveHTTP(port int) []string {
+	return []string{"sh", "-c", fmt.Sprintf(`trap 'exit 0' TERM; httpd -f -p %d -h /www & wait`, port)}
 }
 
 func main() {
