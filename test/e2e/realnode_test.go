@@ -12,10 +12,13 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
+	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
@@ -219,6 +222,7 @@ func checkRealCPU(ctx context.Context, t *testing.T, n *cluster.RealNode, ns, na
 		}
 	}
 	checkTopAgrees(ctx, t, ns, name)
+	checkHPAReads(ctx, t, ns, name, corev1.ResourceCPU)
 }
 
 func checkRealMemory(ctx context.Context, t *testing.T, ns, name string) {
@@ -250,6 +254,76 @@ func checkRealMemory(ctx context.Context, t *testing.T, ns, name string) {
 		}
 	}
 	checkTopAgrees(ctx, t, ns, name)
+	checkHPAReads(ctx, t, ns, name, corev1.ResourceMemory)
+}
+
+// checkHPAReads puts the pod name under a ReplicaSet of one replica, which
+// adopts it (its labels match and it has no controller), and an HPA on
+// that ReplicaSet scaling on res's utilization, and checks that the HPA
+// reads what the metrics API serves: the average value, the pod's
+// containers' usage each taken in whole milli-units rounded up, and the
+// utilization, that times 100 over the pod's request, rounded down
+// (k8s.io/kubernetes pkg/controller/podautoscaler/metrics/client.go and
+// utilization.go). It compares when the PodMetrics read before and after
+// the HPA have the same timestamp, so both are the one reading the HPA can
+// have used.
+func checkHPAReads(ctx context.Context, t *testing.T, ns, name string, res corev1.ResourceName) {
+	t.Helper()
+	client := suite.cluster.Client()
+	pod, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	must(t, err)
+	rs := &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: appsv1.ReplicaSetSpec{
+			Replicas: ptr.To(int32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: pod.Labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: pod.Labels}, Spec: pod.Spec},
+		},
+	}
+	_, err = client.AppsV1().ReplicaSets(ns).Create(ctx, rs, metav1.CreateOptions{})
+	must(t, err)
+	ref := autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: name}
+	must(t, createHPA(ctx, newHPA(ns, ref, 1, 1, autoscalingv2.MetricSpec{
+		Type: autoscalingv2.ResourceMetricSourceType,
+		Resource: &autoscalingv2.ResourceMetricSource{Name: res, Target: autoscalingv2.MetricTarget{
+			Type: autoscalingv2.UtilizationMetricType, AverageUtilization: ptr.To(int32(50)),
+		}},
+	})))
+	request := pod.Spec.Containers[0].Resources.Requests[res]
+	mc, err := newMetricsClient(suite.cluster.RESTConfig())
+	must(t, err)
+	must(t, pollBounded(ctx, newHPABounds().read, "HPA "+name+" to read the metrics API's "+string(res), func(ctx context.Context) error {
+		before, err := mc.MetricsV1beta1().PodMetricses(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		hpa, err := getHPA(ctx, ns, name)
+		if err != nil {
+			return err
+		}
+		after, err := mc.MetricsV1beta1().PodMetricses(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !before.Timestamp.Equal(&after.Timestamp) {
+			return errors.New("the server scraped while the HPA was read")
+		}
+		var milli int64
+		for _, c := range after.Containers {
+			q := c.Usage[res]
+			milli += q.MilliValue()
+		}
+		wantUtil := int32(milli * 100 / request.MilliValue())
+		if len(hpa.Status.CurrentMetrics) != 1 || hpa.Status.CurrentMetrics[0].Resource == nil {
+			return fmt.Errorf("HPA has no %s reading; %s", res, conditions(hpa))
+		}
+		cur := hpa.Status.CurrentMetrics[0].Resource.Current
+		if cur.AverageUtilization == nil || *cur.AverageUtilization != wantUtil || cur.AverageValue == nil || cur.AverageValue.MilliValue() != milli {
+			return fmt.Errorf("HPA reads %v%% (%v), the metrics API %d%% (%dm of %s)", ptr.Deref(cur.AverageUtilization, -1), cur.AverageValue, wantUtil, milli, request.String())
+		}
+		t.Logf("HPA on ReplicaSet %s: %s %d%% (average %s of request %s), as the metrics API's reading at %s", name, res, wantUtil, cur.AverageValue, request.String(), after.Timestamp.Format(time.RFC3339))
+		return nil
+	}))
 }
 
 // checkTopAgrees checks that kubectl top pod prints the pod's PodMetrics
