@@ -15,7 +15,8 @@ import (
 const downTimeout = 90 * time.Second
 
 // down stops the demo whose pid is in the demo directory, waits for it to
-// exit, and removes the directory.
+// exit, cleans up a real node a demo that died left, and removes the
+// directory.
 func down(o options) error {
 	if _, _, err := o.paths(); err != nil {
 		return err
@@ -32,6 +33,12 @@ func down(o options) error {
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
+	}
+	// A demo that died leaves its real node's containers, shims, mounts
+	// and bridge behind; removing the directory while they are mounted
+	// there would reach into them.
+	if err := cleanUpRealNodes(filepath.Join(o.dir, "cluster")); err != nil {
+		return fmt.Errorf("clean up the real node, %s left as it is: %w", o.dir, err)
 	}
 	if err := os.RemoveAll(o.dir); err != nil {
 		return err

@@ -26,14 +26,19 @@ const (
 // manifests/examples/lws-group-hpa (an LWS in the group policy and an HPA on
 // it) into lwsNS with the fleet reporting every pod at 10m, waits until its
 // group runs and the HPA reads a utilization, and says how to load the
-// workers.
-func startLWS(ctx context.Context, c *cluster.Cluster, root, bin, control string) error {
+// workers. It returns the directory of the controller's module,
+// sigs.k8s.io/lws.
+func startLWS(ctx context.Context, c *cluster.Cluster, root, bin, control string) (string, error) {
 	fmt.Println("Installing the LeaderWorkerSet controller ...")
-	if _, err := lws.Install(ctx, c, bin); err != nil {
-		return err
+	ctrl, err := lws.Install(ctx, c, bin)
+	if err != nil {
+		return "", err
 	}
-	if err := env.CreateNamespace(ctx, c.Client(), lwsNS); err != nil {
-		return err
+	// The fleet plays the kubelet of the fake nodes (cluster.NodeObject
+	// labels them type=kwok) only: the groups the HPA adds must not land
+	// on the real node.
+	if err := createNamespaceOn(ctx, c, lwsNS, "type=kwok"); err != nil {
+		return "", err
 	}
 	pods := labels.SelectorFromSet(labels.Set{group.LabelName: lwsName})
 	workers := pods.String() + "," + group.LabelWorkerIndex + "!=0"
@@ -41,17 +46,17 @@ func startLWS(ctx context.Context, c *cluster.Cluster, root, bin, control string
 		return fmt.Sprintf(`{"namespace":%q,"selector":%q,"cpu":%q,"memory":"64Mi"}`, lwsNS, selector, cpu)
 	}
 	if err := controlPut(ctx, control, "/v1/usage", json.RawMessage(usage(pods.String(), "10m"))); err != nil {
-		return err
+		return "", err
 	}
 	example := filepath.Join(root, "manifests", "examples", "lws-group-hpa")
 	fmt.Printf("Applying %s in namespace %s ...\n", example, lwsNS)
 	if _, _, err := c.Kubectl(ctx, "apply", "-k", example, "-n", lwsNS); err != nil {
-		return err
+		return "", err
 	}
 	if _, err := env.WaitForRunningPods(ctx, c.Client(), lwsNS, pods, lwsGroupSize); err != nil {
-		return err
+		return "", err
 	}
-	err := cluster.Poll(ctx, "the HPA on the LeaderWorkerSet to read a utilization", nil, func(ctx context.Context) error {
+	err = cluster.Poll(ctx, "the HPA on the LeaderWorkerSet to read a utilization", nil, func(ctx context.Context) error {
 		out, _, err := c.Kubectl(ctx, "get", "hpa", lwsName, "-n", lwsNS,
 			"-o", "jsonpath={.status.currentMetrics[0].resource.current.averageUtilization}")
 		if err != nil {
@@ -63,7 +68,7 @@ func startLWS(ctx context.Context, c *cluster.Cluster, root, bin, control string
 		return nil
 	})
 	if err != nil {
-		return err
+		return "", err
 	}
 
 	kubectl := kubectlPath(c, root)
@@ -80,5 +85,5 @@ Load the workers only (the HPA adds groups), then take the load away:
   curl -s -X PUT http://%[5]s/v1/usage -d '%[6]s'
   curl -s -X PUT http://%[5]s/v1/usage -d '%[7]s'
 `, lwsNS, lwsName, lwsGroupSize, kubectl, control, usage(workers, "200m"), usage(workers, "10m"))
-	return nil
+	return ctrl.ModuleDir(), nil
 }

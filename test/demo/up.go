@@ -19,9 +19,10 @@ import (
 )
 
 type options struct {
-	dir   string
-	nodes int
-	down  bool
+	dir      string
+	nodes    int
+	realNode bool
+	down     bool
 }
 
 const (
@@ -60,6 +61,11 @@ func up(ctx context.Context, o options) error {
 		return err
 	}
 	defer func() { _ = os.Remove(filepath.Join(o.dir, pidFile)) }()
+	// A real node of a demo that died in this directory may still run
+	// containers and hold mounts in it.
+	if err := cleanUpRealNodes(filepath.Join(o.dir, "cluster")); err != nil {
+		return err
+	}
 
 	fmt.Println("Starting the control plane ...")
 	// The server's HPA readiness rule must be the controller manager's.
@@ -67,7 +73,14 @@ func up(ctx context.Context, o options) error {
 		BinDir: bin, WorkDir: filepath.Join(o.dir, "cluster"),
 		HPACPUInitializationPeriod: 5 * time.Second, HPAInitialReadinessDelay: 5 * time.Second,
 	}
-	c, err := cluster.Start(ctx, opts)
+	// The control plane stops on an interrupt until the real node starts;
+	// from then on it stops after the node, in the deferred calls' order,
+	// so that the node's Stop removes its containers through a live
+	// containerd and deletes its Node.
+	clusterCtx, stopCluster := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopCluster()
+	followInterrupt := context.AfterFunc(ctx, stopCluster)
+	c, err := cluster.Start(clusterCtx, opts)
 	if err != nil {
 		return err
 	}
@@ -97,10 +110,15 @@ func up(ctx context.Context, o options) error {
 		return withLogs(c, err)
 	}
 	defer func() { _ = uk.Close() }()
+	// The real node's kubelet serves a certificate of the cluster CA.
+	kubeletCA, err := kubeletCABundle(c, fleet.CAFile)
+	if err != nil {
+		return err
+	}
 	fmt.Println("Deploying group-metrics-server from manifests/base ...")
 	srv, err := env.DeployServer(startCtx, c, env.ServerConfig{
 		BinDir:        bin,
-		KubeletCAFile: fleet.CAFile,
+		KubeletCAFile: kubeletCA,
 		ExtraArgs: append([]string{
 			"--horizontal-pod-autoscaler-cpu-initialization-period=" + opts.HPACPUInitializationPeriod.String(),
 			"--horizontal-pod-autoscaler-initial-readiness-delay=" + opts.HPAInitialReadinessDelay.String(),
@@ -118,8 +136,21 @@ func up(ctx context.Context, o options) error {
 	if err := unikernelsReady(startCtx, c, uk, root); err != nil {
 		return withLogs(c, err)
 	}
-	if err := startLWS(startCtx, c, root, bin, control); err != nil {
+	lwsModuleDir, err := startLWS(startCtx, c, root, bin, control)
+	if err != nil {
 		return withLogs(c, err)
+	}
+	if o.realNode {
+		if !followInterrupt() {
+			return ctx.Err()
+		}
+		n, err := realNodeIfPossible(ctx, c, root, bin, lwsModuleDir)
+		if err != nil {
+			return err
+		}
+		if n != nil {
+			defer stopRealNode(n)
+		}
 	}
 	printHowTo(c, root, control, srv, time.Since(began))
 
@@ -131,6 +162,17 @@ func up(ctx context.Context, o options) error {
 		return withLogs(c, fmt.Errorf("group-metrics-server exited: %w", cmp.Or(srv.Process.Err(), errors.New("exit status 0"))))
 	}
 	return nil
+}
+
+// kubeletCABundle writes the fleet's CA and the cluster CA into one file,
+// so that the server verifies both the fake kubelets and the real one.
+func kubeletCABundle(c *cluster.Cluster, fleetCAFile string) (string, error) {
+	fleetCA, err := os.ReadFile(fleetCAFile)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(c.WorkDir(), "kubelet-ca.crt")
+	return path, os.WriteFile(path, append(fleetCA, c.CACertPEM()...), 0o644)
 }
 
 func withLogs(c *cluster.Cluster, err error) error {
