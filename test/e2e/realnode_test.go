@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
+	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
 	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
@@ -293,20 +294,13 @@ func checkHPAReads(ctx context.Context, t *testing.T, ns, name string, res corev
 	mc, err := newMetricsClient(suite.cluster.RESTConfig())
 	must(t, err)
 	must(t, pollBounded(ctx, newHPABounds().read, "HPA "+name+" to read the metrics API's "+string(res), func(ctx context.Context) error {
-		before, err := mc.MetricsV1beta1().PodMetricses(ns).Get(ctx, name, metav1.GetOptions{})
+		var hpa *autoscalingv2.HorizontalPodAutoscaler
+		after, err := readingAround(ctx, mc, ns, name, "the HPA was read", func() (err error) {
+			hpa, err = getHPA(ctx, ns, name)
+			return err
+		})
 		if err != nil {
 			return err
-		}
-		hpa, err := getHPA(ctx, ns, name)
-		if err != nil {
-			return err
-		}
-		after, err := mc.MetricsV1beta1().PodMetricses(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if !before.Timestamp.Equal(&after.Timestamp) {
-			return errors.New("the server scraped while the HPA was read")
 		}
 		var milli int64
 		for _, c := range after.Containers {
@@ -326,6 +320,27 @@ func checkHPAReads(ctx context.Context, t *testing.T, ns, name string, res corev
 	}))
 }
 
+// readingAround reads the pod's PodMetrics before and after read and
+// returns it when both have one timestamp: the server did not scrape in
+// between, so that reading is the one read saw.
+func readingAround(ctx context.Context, mc metricsclient.Interface, ns, name, what string, read func() error) (*metricsv1beta1.PodMetrics, error) {
+	before, err := mc.MetricsV1beta1().PodMetricses(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if err := read(); err != nil {
+		return nil, err
+	}
+	after, err := mc.MetricsV1beta1().PodMetricses(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if !before.Timestamp.Equal(&after.Timestamp) {
+		return nil, errors.New("the server scraped while " + what)
+	}
+	return after, nil
+}
+
 // checkTopAgrees checks that kubectl top pod prints the pod's PodMetrics
 // as the metrics API serves them, rounded as kubectl rounds: it reads the
 // PodMetrics before and after kubectl top and compares when both have the
@@ -335,20 +350,13 @@ func checkTopAgrees(ctx context.Context, t *testing.T, ns, name string) {
 	mc, err := newMetricsClient(suite.cluster.RESTConfig())
 	must(t, err)
 	must(t, pollBounded(ctx, time.Minute, "kubectl top pod "+name+" to print the metrics API's reading", func(ctx context.Context) error {
-		before, err := mc.MetricsV1beta1().PodMetricses(ns).Get(ctx, name, metav1.GetOptions{})
+		var out string
+		after, err := readingAround(ctx, mc, ns, name, "kubectl top ran", func() (err error) {
+			out, _, err = suite.cluster.Kubectl(ctx, "top", "pod", "-n", ns, name)
+			return err
+		})
 		if err != nil {
 			return err
-		}
-		out, _, err := suite.cluster.Kubectl(ctx, "top", "pod", "-n", ns, name)
-		if err != nil {
-			return err
-		}
-		after, err := mc.MetricsV1beta1().PodMetricses(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if !before.Timestamp.Equal(&after.Timestamp) {
-			return errors.New("the server scraped during kubectl top")
 		}
 		r, ok := parseTable(out).byKey(1)[name]
 		if !ok || len(r) < 3 {
