@@ -136,7 +136,7 @@ func (e *lcEnv) deletePods(t *testing.T, pods []*corev1.Pod) {
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
-			return fmt.Errorf("pod %s still exists (%v)", p.Name, err)
+			return fmt.Errorf("pod %s still exists (%w)", p.Name, err)
 		}); err != nil {
 			t.Error(err)
 		}
@@ -715,7 +715,7 @@ func (e *lcEnv) recreate(ctx context.Context, t *testing.T) {
 			return err
 		}
 		if _, err := e.pod(ctx, name); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("pod %s still exists (%v)", name, err)
+			return fmt.Errorf("pod %s still exists (%w)", name, err)
 		}
 		return nil
 	}))
