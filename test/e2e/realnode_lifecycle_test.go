@@ -132,11 +132,13 @@ func (e *lcEnv) deletePods(t *testing.T, pods []*corev1.Pod) {
 	}
 	for _, p := range pods {
 		if err := e.poll(ctx, time.Minute, "pod "+p.Name+" to be deleted", func(ctx context.Context) error {
-			_, err := e.pod(ctx, p.Name)
-			if apierrors.IsNotFound(err) {
+			switch _, err := e.pod(ctx, p.Name); {
+			case apierrors.IsNotFound(err):
 				return nil
+			case err != nil:
+				return err
 			}
-			return fmt.Errorf("pod %s still exists (%w)", p.Name, err)
+			return fmt.Errorf("pod %s still exists", p.Name)
 		}); err != nil {
 			t.Error(err)
 		}
@@ -714,8 +716,11 @@ func (e *lcEnv) recreate(ctx context.Context, t *testing.T) {
 		if err := rec.read(ctx); err != nil {
 			return err
 		}
-		if _, err := e.pod(ctx, name); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("pod %s still exists (%w)", name, err)
+		switch _, err := e.pod(ctx, name); {
+		case err == nil:
+			return fmt.Errorf("pod %s still exists", name)
+		case !apierrors.IsNotFound(err):
+			return err
 		}
 		return nil
 	}))
