@@ -1,0 +1,334 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/promtext"
+)
+
+// The kubelet-refuses-server case runs a second server, the test's own
+// command line, as a ServiceAccount holding every grant manifests/base gives
+// the server's but get nodes/stats, not registered with the aggregator. The
+// real kubelet authorizes /stats/summary as get nodes/stats (webhook, a
+// SubjectAccessReview) and refuses it: 403. The server must count that
+// failure on every tick in group_metrics_server_scraper_target_failures_total
+// {source="kubelet", reason="http_status"} (docs/operations.md: http_status
+// is the kubelet's 401/403) and log it once, when the target starts failing
+// (pkg/sources/scraper.go, setHealth). The fake kubelets authenticate the
+// token (TokenReview) but do not authorize (test/fakekubelet/node.go), so
+// the same server reads every kwok node.
+const (
+	rsServiceAccount = "gms-stripped"
+	rsProcess        = "gms-realnode-stripped"
+	rsTicks          = 2 // collections watched after the first failure
+)
+
+func checkStrippedServer(ctx context.Context, t *testing.T, rn *realNodeEnv) {
+	began := time.Now()
+	node := rn.node.Name()
+	kubeconfig := rsGrantAllButStats(ctx, t, rn)
+	ports, err := cluster.FreePorts(1)
+	must(t, err)
+	// The test's server's command line, as another identity on another
+	// port (later flags win); the serving certificate is the test server's.
+	args := append(slices.Clone(rn.server.Args), "--kubeconfig="+kubeconfig, "--secure-port="+strconv.Itoa(ports[0]))
+	proc, err := suite.cluster.StartProcess(rsProcess, filepath.Join(suite.binDir, env.ServerBinary), args...)
+	must(t, err)
+	t.Cleanup(func() { _ = proc.Stop() })
+	cfg := suite.cluster.RESTConfig()
+	cfg.Host = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+	cfg.ServerName, cfg.CAData, cfg.Timeout = rn.server.ServiceHost, rn.server.CABundle, 30*time.Second
+	client, err := rest.HTTPClientFor(cfg)
+	must(t, err)
+	defer client.CloseIdleConnections()
+	ep := endpoint{base: cfg.Host, client: client}
+	watch := append(watched(), proc)
+
+	var first rsReading
+	must(t, boundedPoll(ctx, time.Minute, rsProcess+" to count the real node's failure", watch, func(ctx context.Context) error {
+		r, err := rsRead(ctx, ep)
+		if err == nil && r.failures == 0 {
+			err = fmt.Errorf("no kubelet http_status failure counted after %v ticks", r.ticks)
+		}
+		first = r
+		return err
+	}))
+	t.Logf("%s: first failure counted %v after the case began: %+v", rsProcess, since(began), first)
+	// The count grows with the collections: each tick scrapes the node once
+	// (and an early scrape, after a pod starts on it, once more). A reading
+	// may fall between a tick's failure and its end, so the count may lead
+	// the ticks by one, at either end.
+	prev, last := first, first
+	must(t, boundedPoll(ctx, time.Duration(rsTicks+2)*suite.resolution, fmt.Sprintf("%d more collections", rsTicks), watch, func(ctx context.Context) error {
+		r, err := rsRead(ctx, ep)
+		if err != nil {
+			return err
+		}
+		if r.ticks != prev.ticks {
+			t.Logf("%s: after %v ticks, %v kubelet http_status failures (%v of any reason), %v failing kubelet targets", rsProcess, r.ticks, r.failures, r.allKubelet, r.failing)
+			prev = r
+		}
+		last = r
+		if r.ticks < first.ticks+rsTicks {
+			return fmt.Errorf("%v ticks, want %v", r.ticks, first.ticks+rsTicks)
+		}
+		return nil
+	}))
+	dt, df, de := last.ticks-first.ticks, last.failures-first.failures, last.early-first.early
+	if df < dt-1 || df > dt+1+de {
+		t.Errorf("%s: %v failures counted over %v ticks (%v early scrapes), want one a tick", rsProcess, df, dt, de)
+	}
+	if last.allKubelet != last.failures || last.failing != 1 {
+		t.Errorf("%s: %v kubelet failures of any reason, %v of them http_status; %v failing kubelet targets, want only the real node's", rsProcess, last.allKubelet, last.failures, last.failing)
+	}
+	rsCheckLog(t, proc, node, last.failures)
+	rsCheckFakeNodes(ctx, t, cfg, node)
+	t.Logf("case took %v", since(began))
+}
+
+// rsReading is what the server's /metrics says of its kubelet source.
+type rsReading struct {
+	ticks      float64 // collections: the main scraper's ticks
+	failures   float64 // failed scrapes, reason http_status
+	allKubelet float64 // failed scrapes, any reason
+	early      float64 // early scrapes (after a pod starts on a node)
+	failing    float64 // targets whose last scrape failed
+}
+
+func rsRead(ctx context.Context, ep endpoint) (rsReading, error) {
+	body, err := selfMetrics(ctx, ep)
+	if err != nil {
+		return rsReading{}, err
+	}
+	var r rsReading
+	for _, m := range []struct {
+		v      *float64
+		name   string
+		labels []string
+	}{
+		{&r.ticks, "group_metrics_server_scraper_cycle_duration_seconds_count", nil},
+		{&r.failures, "group_metrics_server_scraper_target_failures_total", []string{`source="kubelet"`, `reason="http_status"`}},
+		{&r.allKubelet, "group_metrics_server_scraper_target_failures_total", []string{`source="kubelet"`}},
+		{&r.early, "group_metrics_server_scraper_early_scrapes_total", []string{`source="kubelet"`}},
+		{&r.failing, "group_metrics_server_scraper_targets", []string{`source="kubelet"`, `state="failing"`}},
+	} {
+		if *m.v, _, err = promtext.Value(body, m.name, m.labels...); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+// rsCheckLog checks that the server's log holds exactly one line about the
+// real node: its scrape failing, with the kubelet's 403.
+func rsCheckLog(t *testing.T, proc *cluster.Process, node string, failures float64) {
+	t.Helper()
+	data, err := os.ReadFile(proc.LogPath())
+	must(t, err)
+	var lines []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.Contains(line, node) {
+			lines = append(lines, line)
+		}
+	}
+	t.Logf("%s: %d line(s) of its log name %s, after %v failures counted:\n%s", proc.Name(), len(lines), node, failures, strings.Join(lines, "\n"))
+	if len(lines) != 1 {
+		t.Fatalf("%s: %d log lines name %s, want exactly 1", proc.Name(), len(lines), node)
+	}
+	for _, want := range []string{`"Scrape target failing"`, `target="node/` + node + `"`, `reason="http_status"`, "403 Forbidden"} {
+		if !strings.Contains(lines[0], want) {
+			t.Errorf("%s: the log line about %s lacks %s", proc.Name(), node, want)
+		}
+	}
+}
+
+// rsCheckFakeNodes checks that the server, reached at cfg, serves every
+// kwok node of the fleet and not the real one.
+func rsCheckFakeNodes(ctx context.Context, t *testing.T, cfg *rest.Config, node string) {
+	t.Helper()
+	mc, err := metricsclient.NewForConfig(cfg)
+	must(t, err)
+	list, err := mc.MetricsV1beta1().NodeMetricses().List(ctx, metav1.ListOptions{})
+	must(t, err)
+	served := map[string]bool{}
+	for _, nm := range list.Items {
+		served[nm.Name] = true
+	}
+	var missing []string
+	for _, n := range suite.fleet.NodeNames {
+		if !served[n] {
+			missing = append(missing, n)
+		}
+	}
+	t.Logf("%s serves %d NodeMetrics; the fleet has %d kwok nodes", rsProcess, len(list.Items), len(suite.fleet.NodeNames))
+	if len(missing) > 0 {
+		t.Errorf("%s serves no NodeMetrics for kwok nodes %v", rsProcess, missing)
+	}
+	if served[node] {
+		t.Errorf("%s serves NodeMetrics for %s, whose kubelet refuses it", rsProcess, node)
+	}
+	_, err = mc.MetricsV1beta1().NodeMetricses().Get(ctx, node, metav1.GetOptions{})
+	t.Logf("%s: get NodeMetrics %s: %v", rsProcess, node, err)
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("%s: get NodeMetrics %s: %v, want NotFound", rsProcess, node, err)
+	}
+}
+
+// rsGrantAllButStats creates the ServiceAccount rsServiceAccount in the
+// test's namespace with every binding manifests/base gives the server's
+// ServiceAccount, each ClusterRole of the manifests with nodes/stats taken
+// out of its rules (rsCheckAccess), and returns a kubeconfig of its token.
+// Everything is deleted when the test ends.
+func rsGrantAllButStats(ctx context.Context, t *testing.T, rn *realNodeEnv) string {
+	t.Helper()
+	client := suite.cluster.Client()
+	roles, crbs, rbs := rsManifestRBAC(ctx, t)
+	isServer := func(subjects []rbacv1.Subject) bool {
+		return slices.ContainsFunc(subjects, func(s rbacv1.Subject) bool {
+			return s.Kind == rbacv1.ServiceAccountKind && s.Namespace == rn.server.Namespace && s.Name == rn.server.ServiceAccount
+		})
+	}
+	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: rn.ns, Name: rsServiceAccount}}
+	_, err := client.CoreV1().ServiceAccounts(rn.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: rsServiceAccount}}, metav1.CreateOptions{})
+	must(t, err)
+	prefix := rn.ns + "-" + rsServiceAccount + ":"
+	// roleRef returns what to bind in place of ref: for a ClusterRole of
+	// the manifests, a copy without nodes/stats.
+	copies := map[string]bool{}
+	roleRef := func(ref rbacv1.RoleRef) rbacv1.RoleRef {
+		r, ok := roles[ref.Name]
+		if ref.Kind != "ClusterRole" || !ok {
+			return ref
+		}
+		ref.Name = prefix + r.Name
+		if copies[ref.Name] {
+			return ref
+		}
+		copies[ref.Name] = true
+		stripped := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: prefix + r.Name}}
+		for _, rule := range r.Rules {
+			rule.Resources = slices.DeleteFunc(slices.Clone(rule.Resources), func(res string) bool { return res == "nodes/stats" })
+			if len(rule.Resources) > 0 {
+				stripped.Rules = append(stripped.Rules, rule)
+			}
+		}
+		_, err := client.RbacV1().ClusterRoles().Create(ctx, stripped, metav1.CreateOptions{})
+		must(t, err)
+		cleanup(t, "delete ClusterRole "+stripped.Name, func(ctx context.Context) error {
+			return client.RbacV1().ClusterRoles().Delete(ctx, stripped.Name, metav1.DeleteOptions{})
+		})
+		return ref
+	}
+	var bound []string
+	for _, b := range crbs {
+		if !isServer(b.Subjects) {
+			continue
+		}
+		crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: prefix + b.Name}, RoleRef: roleRef(b.RoleRef), Subjects: subject}
+		_, err := client.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{})
+		must(t, err)
+		cleanup(t, "delete ClusterRoleBinding "+crb.Name, func(ctx context.Context) error {
+			return client.RbacV1().ClusterRoleBindings().Delete(ctx, crb.Name, metav1.DeleteOptions{})
+		})
+		bound = append(bound, crb.RoleRef.Kind+" "+crb.RoleRef.Name)
+	}
+	for _, b := range rbs {
+		if !isServer(b.Subjects) {
+			continue
+		}
+		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: prefix + b.Name, Namespace: b.Namespace}, RoleRef: roleRef(b.RoleRef), Subjects: subject}
+		_, err := client.RbacV1().RoleBindings(rb.Namespace).Create(ctx, rb, metav1.CreateOptions{})
+		must(t, err)
+		cleanup(t, "delete RoleBinding "+rb.Namespace+"/"+rb.Name, func(ctx context.Context) error {
+			return client.RbacV1().RoleBindings(rb.Namespace).Delete(ctx, rb.Name, metav1.DeleteOptions{})
+		})
+		bound = append(bound, rb.RoleRef.Kind+" "+rb.RoleRef.Name+" in "+rb.Namespace)
+	}
+	t.Logf("system:serviceaccount:%s:%s bound to %s", rn.ns, rsServiceAccount, strings.Join(bound, ", "))
+	rsCheckAccess(ctx, t, rn)
+	kubeconfig, err := suite.cluster.ServiceAccountKubeconfig(ctx, rn.ns, rsServiceAccount)
+	must(t, err)
+	return kubeconfig
+}
+
+// rsManifestRBAC returns the ClusterRoles (by name), ClusterRoleBindings
+// and RoleBindings of manifests/base.
+func rsManifestRBAC(ctx context.Context, t *testing.T) (map[string]rbacv1.ClusterRole, []rbacv1.ClusterRoleBinding, []rbacv1.RoleBinding) {
+	t.Helper()
+	objs, err := env.Render(ctx, suite.cluster, repoPath(t, "manifests", "base"))
+	must(t, err)
+	roles := map[string]rbacv1.ClusterRole{}
+	var crbs []rbacv1.ClusterRoleBinding
+	var rbs []rbacv1.RoleBinding
+	for _, o := range objs {
+		from := func(into any) { must(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, into)) }
+		switch o.GetKind() {
+		case "ClusterRole":
+			var r rbacv1.ClusterRole
+			from(&r)
+			roles[r.Name] = r
+		case "ClusterRoleBinding":
+			var b rbacv1.ClusterRoleBinding
+			from(&b)
+			crbs = append(crbs, b)
+		case "RoleBinding":
+			var b rbacv1.RoleBinding
+			from(&b)
+			rbs = append(rbs, b)
+		}
+	}
+	return roles, crbs, rbs
+}
+
+// rsCheckAccess checks with SubjectAccessReviews that rsServiceAccount may
+// list nodes and pods but not get the real node's nodes/stats.
+func rsCheckAccess(ctx context.Context, t *testing.T, rn *realNodeEnv) {
+	t.Helper()
+	client := suite.cluster.Client()
+	user := "system:serviceaccount:" + rn.ns + ":" + rsServiceAccount
+	for _, c := range []struct {
+		attrs authorizationv1.ResourceAttributes
+		want  bool
+	}{
+		{authorizationv1.ResourceAttributes{Verb: "list", Resource: "nodes"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "list", Resource: "pods"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "nodes", Subresource: "stats", Name: rn.node.Name()}, false},
+	} {
+		// RBAC answers from its informers' caches: poll until they hold the
+		// bindings.
+		must(t, pollBounded(ctx, 30*time.Second, fmt.Sprintf("%s %s/%s allowed=%v for %s", c.attrs.Verb, c.attrs.Resource, c.attrs.Subresource, c.want, user), func(ctx context.Context) error {
+			sar, err := client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: user, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + rn.ns, "system:authenticated"}, ResourceAttributes: &c.attrs,
+			}}, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			if sar.Status.Allowed != c.want {
+				return fmt.Errorf("allowed=%v (%s)", sar.Status.Allowed, sar.Status.Reason)
+			}
+			return nil
+		}))
+	}
+}
