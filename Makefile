@@ -19,7 +19,7 @@ IMAGE_SOURCE ?= https://github.com/group-metrics-server/group-metrics-server
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 E2E_TIMEOUT ?= 45m
-E2E_SHARDS ?= 4
+E2E_SHARDS ?= 5
 FUZZTIME ?= 10s
 BENCH_COUNT ?= 6
 # The release hack/tools.sh builds into bin/, and those make e2e-compat runs

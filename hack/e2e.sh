@@ -5,7 +5,7 @@
 # time is spent waiting on the HPA's windows and the scrape interval, not on
 # the CPU.
 #
-#   E2E_SHARDS=4 E2E_TIMEOUT=45m E2E_RUN=regexp hack/e2e.sh
+#   E2E_SHARDS=5 E2E_TIMEOUT=45m E2E_RUN=regexp hack/e2e.sh
 #
 # The test binary is built once. Tests are dealt to the shards longest
 # first (by the durations below, measured on a 2-core machine; a test not
@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-shards="${E2E_SHARDS:-4}"
+shards="${E2E_SHARDS:-5}"
 timeout="${E2E_TIMEOUT:-45m}"
 run="${E2E_RUN:-.}"
 bin_dir="${GMS_BIN_DIR:-$PWD/bin}"
