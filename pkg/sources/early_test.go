@@ -74,10 +74,23 @@ func TestEarlyScrapeSchedule(t *testing.T) {
 // request schedules another.
 func TestEarlyScrape(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	e := newEarlyFixture()
 	clk, scraped, a, b, s := e.clk, e.scraped, e.a, e.b, e.s
-	go s.Run(ctx)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		s.Run(ctx)
+	}()
+	// The loop must be gone before the next test: it observes the
+	// package's metrics, which a later test's registration writes.
+	defer func() {
+		cancel()
+		select {
+		case <-stopped:
+		case <-time.After(10 * time.Second):
+			t.Error("the scrape loop did not stop within 10s of its context's end")
+		}
+	}()
 	next := func() string { return recv(t, scraped, 10*time.Second, "no scrape") }
 	// The first tick scrapes both and learns which target covers which node.
 	first := map[string]bool{next(): true, next(): true}
