@@ -59,22 +59,17 @@ func TestParseTags(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := parseTags(tc.tags)
-			if ok != tc.wantOK {
+			if got, ok := parseTags(tc.tags); ok != tc.wantOK {
 				t.Fatalf("parseTags ok = %v, want %v", ok, tc.wantOK)
+			} else if ok {
+				checkDiff(t, "parseTags", tc.want, got, cmp.AllowUnexported(tagRef{}))
 			}
-			if !ok {
-				return
-			}
-			checkDiff(t, "parseTags", tc.want, got, cmp.AllowUnexported(tagRef{}))
 		})
 	}
 }
 
 func newPod(ns, name, node string, containers ...string) *corev1.Pod {
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name)}, Spec: corev1.PodSpec{NodeName: node},
-	}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name)}, Spec: corev1.PodSpec{NodeName: node}}
 	for _, c := range containers {
 		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c})
 	}

@@ -3,7 +3,6 @@ package ukpd
 import (
 	"cmp"
 	"io"
-	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -74,9 +73,12 @@ func entry(uuid string, startCount int, cpuMS int) string {
 		`,"started_at":"2026-12-01T09:00:00Z","cpu_time_ms":` + strconv.Itoa(cpuMS) + `,"rss_bytes":1}`
 }
 
-func newScriptedTarget(t *testing.T, s *scripted, refresh time.Duration) (sources.Target, *clocktesting.FakeClock) {
+// newScriptedTarget is a target of s, which first answers list and
+// metrics, for pods p-u1 to p-u3.
+func newScriptedTarget(t *testing.T, s *scripted, list, metrics string, refresh time.Duration) (sources.Target, *clocktesting.FakeClock) {
 	t.Helper()
 	RegisterMetrics()
+	s.set(list, metrics)
 	clk := clocktesting.NewFakeClock(t0)
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
@@ -88,10 +90,9 @@ func newScriptedTarget(t *testing.T, s *scripted, refresh time.Duration) (source
 
 func TestScrapeCachesTheList(t *testing.T) {
 	s := &scripted{}
-	s.set(listJSON("u1"), metricsJSON(entry("u1", 1, 10)))
-	tg, clk := newScriptedTarget(t, s, time.Minute)
+	tg, clk := newScriptedTarget(t, s, listJSON("u1"), metricsJSON(entry("u1", 1, 10)), time.Minute)
 	before := counts(t, listFetches, triggerInitial, triggerRefresh, triggerUnknownInstance)
-	steps := []struct {
+	for _, st := range []struct {
 		name, list, metrics string
 		step                time.Duration
 		wantCalls, wantPods int
@@ -104,25 +105,19 @@ func TestScrapeCachesTheList(t *testing.T) {
 			metrics: metricsJSON(entry("u1", 1, 30), entry("u2", 1, 2), entry("u9", 1, 1))},
 		{name: "and not another", step: 10 * time.Second, wantCalls: 3, wantPods: 2},
 		{name: "until the refresh is due", step: time.Minute, wantCalls: 4, wantPods: 2},
-	}
-	for _, st := range steps {
+	} {
 		clk.Step(st.step)
 		s.set(st.list, st.metrics)
-		b := scrapeOK(t, tg)
-		if calls := int(s.listCalls.Load()); calls != st.wantCalls || len(b.Pods) != st.wantPods {
+		if b, calls := scrapeOK(t, tg), int(s.listCalls.Load()); calls != st.wantCalls || len(b.Pods) != st.wantPods {
 			t.Errorf("%s: %d list fetches and %d pods, want %d and %d", st.name, calls, len(b.Pods), st.wantCalls, st.wantPods)
 		}
 	}
-	got := growth(t, listFetches, before)
-	if want := map[string]float64{triggerInitial: 1, triggerRefresh: 1, triggerUnknownInstance: 2}; !maps.Equal(got, want) {
-		t.Errorf("list fetches by trigger: +%v, want +%v", got, want)
-	}
+	checkGrowth(t, "list fetches by trigger", listFetches, before, map[string]float64{triggerInitial: 1, triggerRefresh: 1, triggerUnknownInstance: 2})
 }
 
 func TestScrapeKeepsTheCachedList(t *testing.T) {
 	s := &scripted{}
-	s.set(listJSON("u1"), metricsJSON(entry("u1", 1, 10)))
-	tg, clk := newScriptedTarget(t, s, time.Minute)
+	tg, clk := newScriptedTarget(t, s, listJSON("u1"), metricsJSON(entry("u1", 1, 10)), time.Minute)
 	scrapeOK(t, tg)
 	s.listStatus.Store(http.StatusInternalServerError)
 	clk.Step(2 * time.Minute)
@@ -130,9 +125,7 @@ func TestScrapeKeepsTheCachedList(t *testing.T) {
 	if b == nil || len(b.Pods) != 1 {
 		t.Fatalf("scrape with a failing list = %+v, want the pod from the cached list", b)
 	}
-	if err == nil || sources.Reason(err) != sources.ReasonHTTPStatus || !strings.Contains(err.Error(), "GET /v1/instances returned 500") {
-		t.Errorf("error = %v, want the list failure", err)
-	}
+	checkErr(t, err, "GET /v1/instances returned 500", sources.ReasonHTTPStatus)
 }
 
 func TestScrapeFailures(t *testing.T) {
@@ -146,9 +139,9 @@ func TestScrapeFailures(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &scripted{list: listJSON("u1"), metrics: tc.metrics}
+			s := &scripted{}
 			s.listStatus.Store(tc.listStatus)
-			tg, _ := newScriptedTarget(t, s, time.Minute)
+			tg, _ := newScriptedTarget(t, s, listJSON("u1"), tc.metrics, time.Minute)
 			b, err := tg.Scrape(t.Context())
 			if b != nil || err == nil {
 				t.Fatalf("Scrape = %v, %v; want no batch and an error", b, err)
@@ -164,45 +157,42 @@ func TestScrapeFailures(t *testing.T) {
 // store sees a reset and the first rate after it stays plausible.
 func TestScrapeStartCountWithoutNewStart(t *testing.T) {
 	s := &scripted{}
-	s.set(listJSON("u1"), metricsJSON(entry("u1", 1, 900_000)))
-	tg, clk := newScriptedTarget(t, s, time.Hour)
+	tg, clk := newScriptedTarget(t, s, listJSON("u1"), metricsJSON(entry("u1", 1, 900_000)), time.Hour)
 	st := store.New(store.Config{Clock: clk, Sources: []string{SourceName}, FirstWindowMax: time.Minute, StaleAfter: time.Minute})
-	scrape := func() *sources.Batch {
+	// scrape steps the clock, scrapes u1 of cpuMS at startCount, stores
+	// the batch and returns its start time.
+	scrape := func(step time.Duration, startCount, cpuMS int) time.Time {
 		t.Helper()
+		clk.Step(step)
+		s.set("", metricsJSON(entry("u1", startCount, cpuMS)))
 		b := scrapeOK(t, tg)
 		st.Store(SourceName, tg.Nodes(), b, clk.Now())
-		return b
+		return b.Pods[0].Containers[0].StartTime
 	}
-	scrape()
-	clk.Step(15 * time.Second)
-	s.set(listJSON("u1"), metricsJSON(entry("u1", 1, 907_500))) // 0.5 cores
-	scrape()
+	usage := func(when string) store.ContainerUsage {
+		t.Helper()
+		u, _, why := st.Pod("ns", "p-u1", "", "n1", store.PodRef{})
+		if why != nil {
+			t.Fatalf("no usage %s: %v", when, why)
+		}
+		return u.Containers[0]
+	}
+	scrape(0, 1, 900_000)
+	scrape(15*time.Second, 1, 907_500) // 0.5 cores
 	prevScrape := clk.Now()
-
 	// Woken 5 s before the next scrape, started_at not updated.
-	clk.Step(15 * time.Second)
-	s.set(listJSON("u1"), metricsJSON(entry("u1", 2, 2_500)))
-	b := scrape()
-	if got := b.Pods[0].Containers[0].StartTime; !got.Equal(prevScrape) {
-		t.Errorf("StartTime = %s, want the previous scrape %s", got, prevScrape)
-	}
-	u, _, why := st.Pod("ns", "p-u1", "", "n1", store.PodRef{})
-	if why != nil {
-		t.Fatalf("no usage after the reset: %v", why)
+	if start := scrape(15*time.Second, 2, 2_500); !start.Equal(prevScrape) {
+		t.Errorf("StartTime = %s, want the previous scrape %s", start, prevScrape)
 	}
 	// 2.5 core-s over the 15 s since the previous scrape.
-	if c := u.Containers[0]; c.CPUNanoCores != 166_666_666 || c.Window != 15*time.Second {
+	if c := usage("after the reset"); c.CPUNanoCores != 166_666_666 || c.Window != 15*time.Second {
 		t.Errorf("usage after the reset = %+v, want 2.5 core-seconds over 15s", c.Usage)
 	}
-
 	// The stand-in start holds while nothing moves.
-	clk.Step(15 * time.Second)
-	s.set(listJSON("u1"), metricsJSON(entry("u1", 2, 10_000)))
-	b = scrape()
-	if got := b.Pods[0].Containers[0].StartTime; !got.Equal(prevScrape) {
-		t.Errorf("StartTime = %s, want it kept at %s", got, prevScrape)
+	if start := scrape(15*time.Second, 2, 10_000); !start.Equal(prevScrape) {
+		t.Errorf("StartTime = %s, want it kept at %s", start, prevScrape)
 	}
-	if u, _, _ := st.Pod("ns", "p-u1", "", "n1", store.PodRef{}); u.Containers[0].CPUNanoCores != 500_000_000 {
-		t.Errorf("usage = %+v, want 0.5 cores", u.Containers[0].Usage)
+	if c := usage("once the start held"); c.CPUNanoCores != 500_000_000 {
+		t.Errorf("usage = %+v, want 0.5 cores", c.Usage)
 	}
 }

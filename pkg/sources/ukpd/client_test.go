@@ -21,7 +21,7 @@ import (
 )
 
 func TestClientReadsBothForms(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, nil)
 	web := e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.5, RSSBytes: 64 << 20})
 	idle := e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "idle-0", Container: "app", Node: "kraftlet-a", CPUCores: 2})
 	gone := e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "gone-0", Container: "app"})
@@ -29,35 +29,30 @@ func TestClientReadsBothForms(t *testing.T) {
 	must(t, e.fake.Standby(idle.UUID))
 	must(t, e.fake.Stop(gone.UUID))
 	e.clk.Step(10 * time.Second)
-
-	want := []Sample{
-		{UUID: web.UUID, Name: web.Name, State: "running", CPUCoreNanos: 10e9, RSSBytes: 64 << 20, StartCount: 1, StartedAt: t0, Uptime: 20 * time.Second, HasUptime: true},
-		// In standby the uptime stands still.
-		{UUID: idle.UUID, Name: idle.Name, State: "standby", CPUCoreNanos: 20e9, StartCount: 1, StartedAt: t0, Uptime: 10 * time.Second, HasUptime: true},
-	}
 	for _, format := range []Format{FormatJSON, FormatText} {
 		t.Run(string(format), func(t *testing.T) {
-			c := e.client(t, func(cfg *ClientConfig) { cfg.MetricsFormat = format })
-			got, err := c.Metrics(t.Context())
-			must(t, err)
-			w := want
-			if format == FormatText {
-				// The Prometheus form carries no names.
-				w = []Sample{want[0], want[1]}
-				w[0].Name, w[1].Name = "", ""
+			want := []Sample{
+				{UUID: web.UUID, Name: web.Name, State: "running", CPUCoreNanos: 10e9, RSSBytes: 64 << 20, StartCount: 1, StartedAt: t0,
+					Uptime: 20 * time.Second, HasUptime: true},
+				// In standby the uptime stands still.
+				{UUID: idle.UUID, Name: idle.Name, State: "standby", CPUCoreNanos: 20e9, StartCount: 1, StartedAt: t0,
+					Uptime: 10 * time.Second, HasUptime: true},
 			}
-			checkDiff(t, "Metrics", w, got)
+			if format == FormatText {
+				want[0].Name, want[1].Name = "", "" // the Prometheus form carries no names
+			}
+			got, err := e.client(t, func(cfg *ClientConfig) { cfg.MetricsFormat = format }).Metrics(t.Context())
+			must(t, err)
+			checkDiff(t, "Metrics", want, got)
 		})
 	}
-
 	list, err := e.client(t, nil).Instances(t.Context())
 	must(t, err)
-	wantList := []Instance{
+	checkDiff(t, "Instances", []Instance{
 		{UUID: web.UUID, Name: web.Name, State: "running", Tags: web.Tags, VCPUs: 1},
 		{UUID: idle.UUID, Name: idle.Name, State: "standby", Tags: idle.Tags, VCPUs: 2},
 		{UUID: gone.UUID, Name: gone.Name, State: "stopped", Tags: gone.Tags, VCPUs: 1},
-	}
-	checkDiff(t, "Instances", wantList, list)
+	}, list)
 }
 
 // TestClientFollowsTheAnswer checks that the body is decoded by what the
@@ -65,11 +60,9 @@ func TestClientReadsBothForms(t *testing.T) {
 func TestClientFollowsTheAnswer(t *testing.T) {
 	const text = "instance_cpu_time_s{instance_uuid=\"u1\"} 1.5\ninstance_rss_bytes{instance_uuid=\"u1\"} 10\n"
 	const json = `{"status":"success","data":{"instances":[{"uuid":"u1","cpu_time_ms":1500,"rss_bytes":10}]}}`
-	want := []Sample{{UUID: "u1", CPUCoreNanos: 1500e6, RSSBytes: 10}}
 	tests := []struct {
-		name              string
-		ask               Format
-		contentType, body string
+		name, contentType, body string
+		ask                     Format
 	}{
 		{name: "text when JSON was asked", ask: FormatJSON, contentType: "text/plain; version=0.0.4", body: text},
 		{name: "JSON when text was asked", ask: FormatText, contentType: "application/json", body: json},
@@ -91,21 +84,21 @@ func TestClientFollowsTheAnswer(t *testing.T) {
 			must(t, err)
 			got, err := c.Metrics(t.Context())
 			must(t, err)
-			checkDiff(t, "Metrics", want, got)
+			checkDiff(t, "Metrics", []Sample{{UUID: "u1", CPUCoreNanos: 1500e6, RSSBytes: 10}}, got)
 		})
 	}
 }
 
 func TestClientFailures(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, nil)
 	e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: "p", Container: "c"})
 	ca, err := pki.NewCA("other-ca", time.Now(), time.Hour)
 	must(t, err)
 	otherCA := writeTemp(t, string(ca.CertPEM()))
 	closed := httptest.NewServer(http.NotFoundHandler())
-	closedURL := closed.URL
 	closed.Close()
 	shortTimeout := func(c *ClientConfig) { c.RequestTimeout = 20 * time.Millisecond }
+	token := func(s string) func(*ClientConfig) { return func(c *ClientConfig) { c.TokenFile = s } }
 	tests := []struct {
 		name                string
 		fault               *fakeukpd.Fault
@@ -113,22 +106,26 @@ func TestClientFailures(t *testing.T) {
 		deadline            time.Duration // of the context, if not 0
 		wantReason, wantErr string
 	}{
-		{name: "500", fault: &fakeukpd.Fault{Kind: fakecore.FaultStatus500}, wantReason: sources.ReasonHTTPStatus, wantErr: "500 Internal Server Error: Internal error"},
+		{name: "500", fault: &fakeukpd.Fault{Kind: fakecore.FaultStatus500}, wantReason: sources.ReasonHTTPStatus,
+			wantErr: "500 Internal Server Error: Internal error"},
 		{name: "garbage", fault: &fakeukpd.Fault{Kind: fakecore.FaultGarbage}, wantReason: sources.ReasonDecode, wantErr: "decode instance metrics"},
 		{name: "huge body", fault: &fakeukpd.Fault{Kind: fakecore.FaultHugeBody, Bytes: 1 << 20},
 			cfg: func(c *ClientConfig) { c.MaxResponseBytes = 64 << 10 }, wantReason: sources.ReasonTooLarge, wantErr: "larger than 65536 bytes"},
-		{name: "slow past the deadline", fault: ptr.To(fakecore.Slow(time.Hour)), deadline: 20 * time.Millisecond, wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded"},
-		{name: "slow past the request timeout", fault: ptr.To(fakecore.Slow(time.Hour)), cfg: shortTimeout, wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded"},
+		{name: "slow past the deadline", fault: ptr.To(fakecore.Slow(time.Hour)), deadline: 20 * time.Millisecond,
+			wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded"},
+		{name: "slow past the request timeout", fault: ptr.To(fakecore.Slow(time.Hour)), cfg: shortTimeout,
+			wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded"},
 		{name: "stall", fault: &fakeukpd.Fault{Kind: fakecore.FaultStall}, cfg: shortTimeout, wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded"},
 		{name: "truncated", fault: &fakeukpd.Fault{Kind: fakecore.FaultTruncated}, wantReason: sources.ReasonDecode, wantErr: "decode instance metrics"},
-		{name: "wrong token", cfg: func(c *ClientConfig) { c.TokenFile = writeTemp(t, "not-the-token") }, wantReason: sources.ReasonHTTPStatus, wantErr: "401 Unauthorized (check the bearer token)"},
-		{name: "no token", cfg: func(c *ClientConfig) { c.TokenFile = "" }, wantReason: sources.ReasonHTTPStatus, wantErr: "401"},
-		{name: "missing token file", cfg: func(c *ClientConfig) { c.TokenFile = "/nonexistent/token" }, wantReason: sources.ReasonOther, wantErr: "bearer token"},
-		{name: "empty token file", cfg: func(c *ClientConfig) { c.TokenFile = writeTemp(t, " \n") }, wantReason: sources.ReasonOther, wantErr: "empty"},
-		{name: "two-line token file", cfg: func(c *ClientConfig) { c.TokenFile = writeTemp(t, testToken+"\n"+testToken) }, wantReason: sources.ReasonOther, wantErr: "whitespace"},
+		{name: "wrong token", cfg: token(writeTemp(t, "not-the-token")), wantReason: sources.ReasonHTTPStatus,
+			wantErr: "401 Unauthorized (check the bearer token)"},
+		{name: "no token", cfg: token(""), wantReason: sources.ReasonHTTPStatus, wantErr: "401"},
+		{name: "missing token file", cfg: token("/nonexistent/token"), wantReason: sources.ReasonOther, wantErr: "bearer token"},
+		{name: "empty token file", cfg: token(writeTemp(t, " \n")), wantReason: sources.ReasonOther, wantErr: "empty"},
+		{name: "two-line token file", cfg: token(writeTemp(t, testToken+"\n"+testToken)), wantReason: sources.ReasonOther, wantErr: "whitespace"},
 		{name: "unknown CA", cfg: func(c *ClientConfig) { c.CAFile = otherCA }, wantReason: sources.ReasonTLS, wantErr: "certificate"},
 		{name: "system roots", cfg: func(c *ClientConfig) { c.CAFile = "" }, wantReason: sources.ReasonTLS, wantErr: "certificate"},
-		{name: "connection refused", cfg: func(c *ClientConfig) { c.URL = closedURL }, wantReason: sources.ReasonConnection, wantErr: "connect"},
+		{name: "connection refused", cfg: func(c *ClientConfig) { c.URL = closed.URL }, wantReason: sources.ReasonConnection, wantErr: "connect"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -157,7 +154,6 @@ func TestClientTransportFaults(t *testing.T) {
 	// Else it is a guard against a hang, which a loaded machine never
 	// reaches.
 	client := func(t *testing.T, timeout time.Duration) *Client {
-		t.Helper()
 		c, err := NewClient(ClientConfig{URL: fake.URL, TokenFile: tokenFile, CAFile: fake.CAFile, RequestTimeout: timeout})
 		must(t, err)
 		return c
@@ -168,8 +164,10 @@ func TestClientTransportFaults(t *testing.T) {
 		timeout             time.Duration
 		wantReason, wantErr string
 	}{
-		{name: "untrusted certificate", fault: fakecore.FaultUntrustedCertificate, timeout: 30 * time.Second, wantReason: sources.ReasonTLS, wantErr: "unknown authority"},
-		{name: "handshake stall", fault: fakecore.FaultHandshakeStall, timeout: 50 * time.Millisecond, wantReason: sources.ReasonTimeout, wantErr: "deadline exceeded"},
+		{name: "untrusted certificate", fault: fakecore.FaultUntrustedCertificate, timeout: 30 * time.Second, wantReason: sources.ReasonTLS,
+			wantErr: "unknown authority"},
+		{name: "handshake stall", fault: fakecore.FaultHandshakeStall, timeout: 50 * time.Millisecond, wantReason: sources.ReasonTimeout,
+			wantErr: "deadline exceeded"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -195,54 +193,44 @@ func checkFailure(ctx context.Context, t *testing.T, c *Client, wantReason, want
 		t.Errorf("reason = %q, want %q (error: %v)", got, wantReason, err)
 	}
 	msg := err.Error()
-	if !strings.Contains(msg, wantErr) {
-		t.Errorf("error %q does not contain %q", msg, wantErr)
-	}
-	if !strings.HasPrefix(msg, "ukpd "+c.String()+": ") {
-		t.Errorf("error %q does not name the endpoint %s", msg, c.String())
-	}
-	if strings.Contains(msg, testToken) {
-		t.Errorf("error %q reveals the token", msg)
+	if !strings.Contains(msg, wantErr) || !strings.HasPrefix(msg, "ukpd "+c.String()+": ") || strings.Contains(msg, testToken) {
+		t.Errorf("error %q: want one that contains %q, names the endpoint %s and not the token", msg, wantErr, c.String())
 	}
 }
 
 func TestClientInsecureOnlyByOption(t *testing.T) {
-	e := newEnv(t)
-	c := e.client(t, func(c *ClientConfig) { c.CAFile, c.InsecureSkipTLSVerify = "", true })
+	c := newEnv(t, nil).client(t, func(c *ClientConfig) { c.CAFile, c.InsecureSkipTLSVerify = "", true })
 	if _, err := c.Instances(t.Context()); err != nil {
 		t.Errorf("Instances with InsecureSkipTLSVerify: %v", err)
 	}
 }
 
 func TestClientRereadsToken(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, nil)
 	c := e.client(t, nil)
-	get := func() error {
-		_, err := c.Instances(t.Context())
-		return err
+	// Each step rotates the token, or not, before a request.
+	for _, step := range []struct {
+		name   string
+		rotate func(token string)
+		token  string
+	}{
+		{"first request", nil, testToken},
+		{"after an in-place rotation", func(tok string) { writeFile(t, e.tokenFile, tok+"\n") }, "second-token-longer"},
+		// As a Secret volume does.
+		{"after a rotation by rename", func(tok string) { must(t, os.Rename(writeTemp(t, tok), e.tokenFile)) }, "third-token"},
+	} {
+		e.fake.SetTokens(step.token)
+		if step.rotate != nil {
+			step.rotate(step.token)
+		}
+		if _, err := c.Instances(t.Context()); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
 	}
-	if err := get(); err != nil {
-		t.Fatalf("first request: %v", err)
-	}
-
-	// Rotated by writing the file in place.
-	e.fake.SetTokens("second-token-longer")
-	writeFile(t, e.tokenFile, "second-token-longer\n")
-	if err := get(); err != nil {
-		t.Fatalf("after an in-place rotation: %v", err)
-	}
-
-	// Rotated by renaming a new file over it, as a Secret volume does.
-	e.fake.SetTokens("third-token")
-	must(t, os.Rename(writeTemp(t, "third-token"), e.tokenFile))
-	if err := get(); err != nil {
-		t.Fatalf("after a rotation by rename: %v", err)
-	}
-
 	// The server moves on before the file does: refused, and the old token
 	// is not in the error.
 	e.fake.SetTokens("fourth-token")
-	if err := get(); err == nil || strings.Contains(err.Error(), "third-token") {
+	if _, err := c.Instances(t.Context()); err == nil || strings.Contains(err.Error(), "third-token") {
 		t.Fatalf("error = %v, want a 401 that does not quote the token", err)
 	}
 }
@@ -272,13 +260,12 @@ func TestNewClientRejects(t *testing.T) {
 // TestInstancesFailedPage checks that a page that fails fails the whole
 // list, so the cached one is kept rather than replaced by a part.
 func TestInstancesFailedPage(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, nil)
 	for i := range 3 {
 		e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: fmt.Sprintf("p-%d", i), Container: "c"})
 	}
 	must(t, e.fake.SetFault(fakeukpd.Fault{Kind: fakecore.FaultStatus500, Path: "/v1/instances"}))
-	list, err := e.client(t, nil).Instances(t.Context())
-	if list != nil || err == nil {
+	if list, err := e.client(t, nil).Instances(t.Context()); list != nil || err == nil {
 		t.Errorf("Instances = %v, %v; want no list and an error", list, err)
 	}
 }
@@ -287,7 +274,7 @@ func TestInstancesFailedPage(t *testing.T) {
 // each fails as a decode error, without a sample, and without parsing any
 // line past its 64th label.
 func TestClientHostileText(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, nil)
 	e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: "p", Container: "c"})
 	must(t, e.fake.SetFault(fakeukpd.Fault{Kind: fakeukpd.FaultHostileText, Bytes: 8 << 20}))
 	samples, err := e.client(t, nil).Metrics(t.Context())
@@ -298,14 +285,13 @@ func TestClientHostileText(t *testing.T) {
 // JSON read (metrics-format=json) fails with the form to use, and the
 // Prometheus form, asked for by default, reads the same instance.
 func TestClientOlderForm(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, nil)
 	e.add(t, fakeukpd.InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", CPUCores: 0.5})
 	e.clk.Step(10 * time.Second)
 	must(t, e.fake.SetFault(fakeukpd.Fault{Kind: fakeukpd.FaultOlderForm}))
 	samples, err := e.client(t, func(c *ClientConfig) { c.MetricsFormat = FormatJSON }).Metrics(t.Context())
 	checkRejected(t, samples, err, "metrics-format=text", sources.ReasonDecode)
-	samples, err = e.client(t, nil).Metrics(t.Context())
-	if err != nil || len(samples) != 1 || samples[0].CPUCoreNanos != 5e9 {
+	if samples, err = e.client(t, nil).Metrics(t.Context()); err != nil || len(samples) != 1 || samples[0].CPUCoreNanos != 5e9 {
 		t.Errorf("text form = %+v, %v; want one instance with 5 core-seconds", samples, err)
 	}
 }

@@ -139,9 +139,7 @@ func TestDecodeSchemaForm(t *testing.T) {
 	checkRejected(t, samples, err, "no cpu_time_ms", sources.ReasonDecode)
 
 	for form, wantErr := range map[fakeukpd.JSONForm]string{fakeukpd.JSONFormSchema: "", fakeukpd.JSONFormSDK: "the entries name no instance"} {
-		e := newScrapeEnv(t, FormatJSON, func(c *fakeukpd.Config) { c.JSONForm = form }, newPod("default", "web-0", "kraftlet-a", "app"))
-		e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.5, RSSBytes: 1 << 20})
-		st := newStore(e.env, 30*time.Second, time.Minute)
+		e, st := newWebEnv(t, func(c *fakeukpd.Config) { c.JSONForm = form }, 0.5, 1<<20)
 		for range 3 {
 			e.clk.Step(15 * time.Second)
 			b, err := e.target.Scrape(t.Context())
@@ -207,20 +205,6 @@ func checkRejected[T any](t *testing.T, out []T, err error, want, wantReason str
 		t.Errorf("returned %+v, want nothing", out)
 	}
 	checkErr(t, err, want, wantReason)
-}
-
-func checkErr(t *testing.T, err error, want, wantReason string) {
-	t.Helper()
-	switch {
-	case want == "" && err != nil:
-		t.Fatalf("unexpected error: %v", err)
-	case want == "":
-		return
-	case err == nil || !strings.Contains(err.Error(), want):
-		t.Fatalf("error = %v, want one containing %q", err, want)
-	case sources.Reason(err) != wantReason:
-		t.Errorf("reason = %q, want %q", sources.Reason(err), wantReason)
-	}
 }
 
 // FuzzDecodeInstances checks that no input crashes the decoder and that

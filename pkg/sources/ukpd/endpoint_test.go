@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
@@ -42,9 +41,7 @@ func TestParseEndpoint(t *testing.T) {
 				t.Errorf("selector = %q, want %q", sel, tc.wantSelector)
 			}
 			got.NodeSelector = nil
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("ParseEndpoint(%q) (-want +got):\n%s", tc.in, diff)
-			}
+			checkDiff(t, "ParseEndpoint("+tc.in+")", tc.want, got)
 		})
 	}
 }

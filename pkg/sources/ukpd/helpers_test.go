@@ -5,10 +5,12 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -30,23 +32,18 @@ type env struct {
 	tokenFile, caFile string
 }
 
-// newEnv starts the env; mod, if given and not nil, adjusts the fake's
-// config.
-func newEnv(t *testing.T, mod ...func(*fakeukpd.Config)) *env {
+// newEnv starts the env; mod, if not nil, adjusts the fake's config.
+func newEnv(t *testing.T, mod func(*fakeukpd.Config)) *env {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(t0)
 	cfg := fakeukpd.Config{Clock: clk, Tokens: []string{testToken}}
-	for _, m := range mod {
-		if m != nil {
-			m(&cfg)
-		}
+	if mod != nil {
+		mod(&cfg)
 	}
 	fake := fakeukpd.New(cfg)
 	srv := httptest.NewTLSServer(fake)
-	t.Cleanup(func() {
-		fake.Close()
-		srv.Close()
-	})
+	t.Cleanup(srv.Close)
+	t.Cleanup(fake.Close) // first: it releases the handlers srv.Close waits for
 	dir := t.TempDir()
 	e := &env{clk: clk, fake: fake, srv: srv, tokenFile: filepath.Join(dir, "token"), caFile: filepath.Join(dir, "ca.crt")}
 	writeFile(t, e.tokenFile, testToken+"\n")
@@ -73,7 +70,12 @@ func (e *env) add(t *testing.T, spec fakeukpd.InstanceSpec) fakeukpd.Instance {
 	return in
 }
 
-// checkDiff fails t, naming what, when got differs from want.
+// addWeb adds default/web-0's container app on kraftlet-a.
+func (e *env) addWeb(t *testing.T, cores float64, rss uint64) fakeukpd.Instance {
+	t.Helper()
+	return e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: cores, RSSBytes: rss})
+}
+
 func checkDiff(t *testing.T, what string, want, got any, opts ...cmp.Option) {
 	t.Helper()
 	if diff := cmp.Diff(want, got, opts...); diff != "" {
@@ -88,12 +90,26 @@ func must(t testing.TB, err error) {
 	}
 }
 
+// checkErr checks that err contains want and is of wantReason, or, for an
+// empty want, that there is no error.
+func checkErr(t *testing.T, err error, want, wantReason string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Fatalf("unexpected error: %v", err)
+	case want == "":
+	case err == nil || !strings.Contains(err.Error(), want):
+		t.Fatalf("error = %v, want one containing %q", err, want)
+	case sources.Reason(err) != wantReason:
+		t.Errorf("reason = %q, want %q", sources.Reason(err), wantReason)
+	}
+}
+
 func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	must(t, os.WriteFile(path, []byte(content), 0o600))
 }
 
-// writeTemp writes content to a new file and returns its path.
 func writeTemp(t *testing.T, content string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "file")
@@ -101,39 +117,38 @@ func writeTemp(t *testing.T, content string) string {
 	return path
 }
 
-func counterValue(t *testing.T, c *metrics.CounterVec, label string) float64 {
+func counter(t *testing.T, c metrics.CounterMetric) float64 {
 	t.Helper()
-	v, err := testutil.GetCounterMetricValue(c.WithLabelValues(label))
+	v, err := testutil.GetCounterMetricValue(c)
 	must(t, err)
 	return v
 }
 
 var allReasons = []string{
-	ignoredUnknownInstance, ignoredNotRunning, ignoredMissingTags, ignoredPodNotFound,
-	ignoredAmbiguousPod, ignoredContainerNotFound, ignoredNodeNotOwned, ignoredDuplicate, ignoredMissingRequired, ignoredImplausible, ignoredOtherInstance,
+	ignoredUnknownInstance, ignoredNotRunning, ignoredMissingTags, ignoredPodNotFound, ignoredAmbiguousPod,
+	ignoredContainerNotFound, ignoredNodeNotOwned, ignoredDuplicate, ignoredMissingRequired, ignoredImplausible, ignoredOtherInstance,
 }
 
-// counts reads c's counter of each label.
 func counts(t *testing.T, c *metrics.CounterVec, labels ...string) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
 	for _, l := range labels {
-		out[l] = counterValue(t, c, l)
+		out[l] = counter(t, c.WithLabelValues(l))
 	}
 	return out
 }
 
-// growth is how much c's counter of each label of before grew since,
-// leaving out those that did not.
-func growth(t *testing.T, c *metrics.CounterVec, before map[string]float64) map[string]float64 {
+// checkGrowth checks how much c's counter of each label of before grew
+// since: by want, and not at all where want has no entry.
+func checkGrowth(t *testing.T, what string, c *metrics.CounterVec, before, want map[string]float64) {
 	t.Helper()
-	out := map[string]float64{}
+	got := map[string]float64{}
 	for l, v := range before {
-		if d := counterValue(t, c, l) - v; d != 0 {
-			out[l] = d
+		if d := counter(t, c.WithLabelValues(l)) - v; d != 0 {
+			got[l] = d
 		}
 	}
-	return out
+	checkDiff(t, what, want, got, cmpopts.EquateEmpty())
 }
 
 func newStore(e *env, firstWindowMax, staleAfter time.Duration) *store.Store {
@@ -151,7 +166,6 @@ func webUsage(t *testing.T, st *store.Store, step string) store.PodUsage {
 	return u
 }
 
-// oneTarget is the one target of a source of cfg.
 func oneTarget(t *testing.T, cfg SourceConfig) sources.Target {
 	t.Helper()
 	src, err := NewSource(cfg)

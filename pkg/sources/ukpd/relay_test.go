@@ -2,8 +2,8 @@ package ukpd
 
 import (
 	"net"
-	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,10 +24,8 @@ import (
 // when the node goes or moves.
 func TestRelayTargets(t *testing.T) {
 	RegisterMetrics()
-	e := newEnv(t) // stands for the relay of kraftlet-a: it admits testToken only
-	u, err := url.Parse(e.srv.URL)
-	must(t, err)
-	host, portText, err := net.SplitHostPort(u.Host)
+	e := newEnv(t, nil) // stands for the relay of kraftlet-a: it admits testToken only
+	host, portText, err := net.SplitHostPort(strings.TrimPrefix(e.srv.URL, "https://"))
 	must(t, err)
 	port, err := strconv.Atoi(portText)
 	must(t, err)
@@ -45,14 +43,9 @@ func TestRelayTargets(t *testing.T) {
 	idx.Set(podcache.NewNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-1"}}))
 	src, err := NewSource(SourceConfig{
 		Endpoints: []EndpointConfig{{URL: "https://account.example", Nodes: []string{"kraftlet-c"}}},
-		Nodes:     idx,
-		Pods:      podLister(t, newPod("default", "web-0", "kraftlet-a", "app")),
-		Relays: RelayConfig{
-			Port:         port,
-			REST:         &rest.Config{BearerToken: testToken, TLSClientConfig: rest.TLSClientConfig{CAFile: e.caFile}},
-			AddressTypes: []corev1.NodeAddressType{corev1.NodeInternalIP},
-		},
-		Clock: e.clk,
+		Nodes:     idx, Pods: podLister(t, newPod("default", "web-0", "kraftlet-a", "app")), Clock: e.clk,
+		Relays: RelayConfig{Port: port, AddressTypes: []corev1.NodeAddressType{corev1.NodeInternalIP},
+			REST: &rest.Config{BearerToken: testToken, TLSClientConfig: rest.TLSClientConfig{CAFile: e.caFile}}},
 	})
 	must(t, err)
 	relayA := "ukpd/" + e.srv.URL

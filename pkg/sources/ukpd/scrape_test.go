@@ -2,26 +2,34 @@ package ukpd
 
 import (
 	"fmt"
-	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/component-base/metrics"
-	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
-// kraftletTags are the tags kraftlet writes, and extra ones.
-func kraftletTags(ns, pod, container, node string, extra ...string) []string {
+// kraftletTags are the tags kraftlet writes for default/web-<pod>/app on
+// node kraftlet, and extra ones.
+func kraftletTags(pod string, extra ...string) []string {
 	return append([]string{
-		fakeukpd.KraftletTag(fakeukpd.TagNamespace, ns), fakeukpd.KraftletTag(fakeukpd.TagPod, pod),
-		fakeukpd.KraftletTag(fakeukpd.TagContainer, container), fakeukpd.KraftletTag(fakeukpd.TagNode, node),
+		fakeukpd.KraftletTag(fakeukpd.TagNamespace, "default"), fakeukpd.KraftletTag(fakeukpd.TagPod, pod),
+		fakeukpd.KraftletTag(fakeukpd.TagContainer, "app"), fakeukpd.KraftletTag(fakeukpd.TagNode, "kraftlet"),
 	}, extra...)
+}
+
+// kraftletTarget is the target of a source of the env's server that owns
+// node kraftlet, whose pods are pods and that requires the tags required.
+func (e *env) kraftletTarget(t *testing.T, required []string, pods ...*corev1.Pod) sources.Target {
+	t.Helper()
+	return oneTarget(t, SourceConfig{
+		Endpoints: []EndpointConfig{{URL: e.srv.URL, Nodes: []string{"kraftlet"}}}, Pods: podLister(t, pods...),
+		TokenFile: e.tokenFile, CAFile: e.caFile, Clock: e.clk, RequiredTags: required,
+	})
 }
 
 // TestScrapeSharedAccount has two clusters in one account, both with
@@ -40,24 +48,17 @@ func TestScrapeSharedAccount(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			RegisterMetrics()
-			e := newEnv(t)
-			tg := oneTarget(t, SourceConfig{
-				Endpoints: []EndpointConfig{{URL: e.srv.URL, Nodes: []string{"kraftlet"}}},
-				Pods:      podLister(t, newPod("default", "web-0", "kraftlet", "app")),
-				TokenFile: e.tokenFile, CAFile: e.caFile, Clock: e.clk, RequiredTags: tc.required,
-			})
-			e.add(t, fakeukpd.InstanceSpec{Tags: kraftletTags("default", "web-0", "app", "kraftlet", "cluster=a"), CPUCores: 0.5})
+			e := newEnv(t, nil)
+			tg := e.kraftletTarget(t, tc.required, newPod("default", "web-0", "kraftlet", "app"))
+			e.add(t, fakeukpd.InstanceSpec{Tags: kraftletTags("web-0", "cluster=a"), CPUCores: 0.5})
 			e.clk.Step(time.Second) // the other cluster's pod started later
-			e.add(t, fakeukpd.InstanceSpec{Tags: kraftletTags("default", "web-0", "app", "kraftlet", "cluster=b"), CPUCores: 2})
+			e.add(t, fakeukpd.InstanceSpec{Tags: kraftletTags("web-0", "cluster=b"), CPUCores: 2})
 			e.clk.Step(10 * time.Second)
 			before := counts(t, ignoredInstances, allReasons...)
-			b := scrapeOK(t, tg)
-			if len(b.Pods) != 1 || b.Pods[0].Containers[0].CPUCoreNanos != tc.wantCPU {
+			if b := scrapeOK(t, tg); len(b.Pods) != 1 || b.Pods[0].Containers[0].CPUCoreNanos != tc.wantCPU {
 				t.Errorf("batch = %+v, want web-0 with %d core-ns", b.Pods, tc.wantCPU)
 			}
-			if got := growth(t, ignoredInstances, before); !maps.Equal(got, tc.ignored) {
-				t.Errorf("ignored = %v, want %v", got, tc.ignored)
-			}
+			checkGrowth(t, "ignored", ignoredInstances, before, tc.ignored)
 		})
 	}
 }
@@ -68,38 +69,24 @@ func TestScrapeSharedAccount(t *testing.T) {
 // whose tags claim that container is not its instance and is left out.
 func TestScrapeByContainerID(t *testing.T) {
 	RegisterMetrics()
-	e := newEnv(t)
+	e := newEnv(t, nil)
 	// Mis-tagged: its tags name web-1, while web-0's status names it.
-	ours := e.add(t, fakeukpd.InstanceSpec{Tags: kraftletTags("default", "web-1", "app", "kraftlet"), CPUCores: 0.5})
+	ours := e.add(t, fakeukpd.InstanceSpec{Tags: kraftletTags("web-1"), CPUCores: 0.5})
 	// Tagged for web-0, which runs another instance.
-	e.add(t, fakeukpd.InstanceSpec{Tags: kraftletTags("default", "web-0", "app", "kraftlet"), CPUCores: 2})
+	e.add(t, fakeukpd.InstanceSpec{Tags: kraftletTags("web-0"), CPUCores: 2})
 	web0 := newPod("default", "web-0", "kraftlet", "app")
 	web0.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", ContainerID: "unikraft://" + strings.ToUpper(ours.UUID)}}
-	tg := oneTarget(t, SourceConfig{
-		Endpoints: []EndpointConfig{{URL: e.srv.URL, Nodes: []string{"kraftlet"}}},
-		Pods:      podLister(t, web0, newPod("default", "web-1", "kraftlet", "app")),
-		TokenFile: e.tokenFile, CAFile: e.caFile, Clock: e.clk,
-	})
+	tg := e.kraftletTarget(t, nil, web0, newPod("default", "web-1", "kraftlet", "app"))
 	e.clk.Step(10 * time.Second)
 	before := counts(t, ignoredInstances, allReasons...)
 	conflicts := counter(t, tagConflicts)
-	b := scrapeOK(t, tg)
-	if len(b.Pods) != 1 || b.Pods[0].Name != "web-0" || b.Pods[0].Containers[0].CPUCoreNanos != 5e9 {
+	if b := scrapeOK(t, tg); len(b.Pods) != 1 || b.Pods[0].Name != "web-0" || b.Pods[0].Containers[0].CPUCoreNanos != 5e9 {
 		t.Errorf("batch = %+v, want web-0 alone with its own instance's 5e9 core-ns", b.Pods)
 	}
-	if got := growth(t, ignoredInstances, before); !maps.Equal(got, map[string]float64{ignoredOtherInstance: 1}) {
-		t.Errorf("ignored = %v, want the forged instance as other_instance", got)
-	}
+	checkGrowth(t, "ignored (the forged instance as other_instance)", ignoredInstances, before, map[string]float64{ignoredOtherInstance: 1})
 	if got := counter(t, tagConflicts) - conflicts; got != 1 {
 		t.Errorf("tag conflicts grew by %v, want 1", got)
 	}
-}
-
-func counter(t *testing.T, c metrics.CounterMetric) float64 {
-	t.Helper()
-	v, err := testutil.GetCounterMetricValue(c)
-	must(t, err)
-	return v
 }
 
 // TestScrapeIgnoredContainer checks that a container kraftlet runs no
@@ -108,19 +95,18 @@ func TestScrapeIgnoredContainer(t *testing.T) {
 	pod := newPod("default", "web-0", "kraftlet-a", "app", "mesh", "log")
 	pod.Annotations = map[string]string{IgnoreAnnotation: "mesh, log,not-a-container"}
 	e := newScrapeEnv(t, FormatJSON, nil, pod)
-	e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.5, RSSBytes: 1 << 20})
+	e.addWeb(t, 0.5, 1<<20)
 	e.clk.Step(10 * time.Second)
 	now := t0.Add(10 * time.Second)
-	want := []sources.ContainerPoint{
-		{Name: "app", Point: sources.Point{Timestamp: now, StartTime: t0, CPUCoreNanos: 5e9, MemoryBytes: 1 << 20}},
-		{Name: "log", Point: sources.Point{Timestamp: now, StartTime: t0}},
-		{Name: "mesh", Point: sources.Point{Timestamp: now, StartTime: t0}},
-	}
 	b := e.scrape(t)
 	if len(b.Pods) != 1 {
 		t.Fatalf("pods = %+v, want web-0", b.Pods)
 	}
-	checkDiff(t, "containers", want, b.Pods[0].Containers)
+	checkDiff(t, "containers", []sources.ContainerPoint{
+		{Name: "app", Point: sources.Point{Timestamp: now, StartTime: t0, CPUCoreNanos: 5e9, MemoryBytes: 1 << 20}},
+		{Name: "log", Point: sources.Point{Timestamp: now, StartTime: t0}},
+		{Name: "mesh", Point: sources.Point{Timestamp: now, StartTime: t0}},
+	}, b.Pods[0].Containers)
 }
 
 // TestScrapeDataFaults gives the fake ukpd each fault a scrape survives and
@@ -155,30 +141,26 @@ func TestScrapeDataFaults(t *testing.T) {
 				e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: c, Node: "kraftlet-a", CPUCores: cpu / 1e9, RSSBytes: mem})
 			}
 			st := newStore(e.env, 2*cycle, 4*cycle)
-			var counter uint64 // of the first container, in the last scrape
-			scrape := func() {
+			// scrape returns the counter of the first container.
+			scrape := func() uint64 {
 				t.Helper()
 				e.clk.Step(cycle)
 				b := e.scrape(t)
 				if len(b.Pods) != 1 {
 					t.Fatalf("pods %+v, want web-0", b.Pods)
 				}
-				counter = b.Pods[0].Containers[0].CPUCoreNanos
 				st.Store(SourceName, e.target.Nodes(), b, e.clk.Now())
+				return b.Pods[0].Containers[0].CPUCoreNanos
 			}
 			scrape()
-			scrape()
-			before := counter
+			before := scrape()
 			must(t, e.fake.SetFault(tc.fault))
 			for i := range 4 {
 				ignoredBefore := counts(t, ignoredInstances, allReasons...)
-				scrape()
-				if i == 0 && (counter < before) != tc.reset {
+				if counter := scrape(); i == 0 && (counter < before) != tc.reset {
 					t.Errorf("CPU counter went from %d to %d over the fault", before, counter)
 				}
-				if got := growth(t, ignoredInstances, ignoredBefore); !maps.Equal(got, tc.ignored) {
-					t.Errorf("scrape %d: ignored %v, want %v", i, got, tc.ignored)
-				}
+				checkGrowth(t, fmt.Sprintf("scrape %d: ignored", i), ignoredInstances, ignoredBefore, tc.ignored)
 				for _, c := range webUsage(t, st, fmt.Sprintf("scrape %d", i)).Containers {
 					low := tc.reset && i == 0 && c.CPUNanoCores < cpu
 					if (c.CPUNanoCores != cpu && !low) || c.MemoryBytes != mem {
@@ -202,9 +184,7 @@ func largeAccount(t *testing.T, n int, mod func(*fakeukpd.Config)) (*env, source
 		pods = append(pods, newPod("default", name, "kraftlet", "app"))
 		e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: name, Container: "app", Node: "kraftlet", CPUCores: 0.1})
 	}
-	tg := oneTarget(t, SourceConfig{
-		Endpoints: []EndpointConfig{{URL: e.srv.URL, Nodes: []string{"kraftlet"}}}, Pods: podLister(t, pods...), TokenFile: e.tokenFile, CAFile: e.caFile, Clock: e.clk,
-	})
+	tg := e.kraftletTarget(t, nil, pods...)
 	e.clk.Step(10 * time.Second)
 	return e, tg
 }
@@ -216,9 +196,8 @@ func largeAccount(t *testing.T, n int, mod func(*fakeukpd.Config)) (*env, source
 func TestScrapeServerIgnoringFrom(t *testing.T) {
 	const n = 150
 	tests := []struct {
-		name     string
-		pageSize int
-		wantPods int
+		name               string
+		pageSize, wantPods int
 	}{
 		{"without a page size, the one read holds every instance", 0, n},
 		{"with one, only its first page, and the error says so", 100, 100},
@@ -248,8 +227,7 @@ func TestScrapePagesTheList(t *testing.T) {
 	const n = 2000
 	RegisterMetrics()
 	e, tg := largeAccount(t, n, func(c *fakeukpd.Config) { c.PageSize = 100 })
-	b := scrapeOK(t, tg)
-	if len(b.Pods) != n {
+	if b := scrapeOK(t, tg); len(b.Pods) != n {
 		t.Errorf("scrape has %d pods, want %d", len(b.Pods), n)
 	}
 	// from is inclusive: a page of 100 after the first adds 99. 100 + 20 ×

@@ -2,7 +2,6 @@ package ukpd
 
 import (
 	"fmt"
-	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -19,8 +18,7 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
-func nodeLister(t *testing.T, nodes map[string]map[string]string) podcache.Nodes {
-	t.Helper()
+func nodeLister(nodes map[string]map[string]string) podcache.Nodes {
 	idx := podcache.NewNodeIndex()
 	for name, l := range nodes {
 		idx.Set(podcache.NewNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}}))
@@ -31,24 +29,16 @@ func nodeLister(t *testing.T, nodes map[string]map[string]string) podcache.Nodes
 var kraftlet = map[string]string{"unikraft.com/virtual-kubelet": "true"}
 
 func TestTargets(t *testing.T) {
-	nodes := nodeLister(t, map[string]map[string]string{
-		"kraftlet-a": kraftlet, "kraftlet-b": kraftlet, "edge-1": {"unikraft.com/virtual-kubelet": "true", "pool": "edge"}, "worker-1": nil,
-	})
-	parse := func(s string) EndpointConfig {
+	var eps []EndpointConfig
+	for _, s := range []string{"https://edge.example;nodes=edge-1", "https://all.example", "https://none.example;node-selector=pool=none",
+		"https://workers.example;node-selector=!unikraft.com/virtual-kubelet"} {
 		ep, err := ParseEndpoint(s)
 		must(t, err)
-		return ep
+		eps = append(eps, ep)
 	}
-	src, err := NewSource(SourceConfig{
-		Endpoints: []EndpointConfig{
-			parse("https://edge.example;nodes=edge-1"),
-			parse("https://all.example"),
-			parse("https://none.example;node-selector=pool=none"),
-			parse("https://workers.example;node-selector=!unikraft.com/virtual-kubelet"),
-		},
-		Nodes: nodes,
-		Pods:  podLister(t),
-	})
+	src, err := NewSource(SourceConfig{Endpoints: eps, Pods: podLister(t), Nodes: nodeLister(map[string]map[string]string{
+		"kraftlet-a": kraftlet, "kraftlet-b": kraftlet, "edge-1": {"unikraft.com/virtual-kubelet": "true", "pool": "edge"}, "worker-1": nil,
+	})})
 	must(t, err)
 	if src.Name() != "ukpd" {
 		t.Errorf("Name = %q", src.Name())
@@ -59,24 +49,26 @@ func TestTargets(t *testing.T) {
 	for _, tg := range targets {
 		got[tg.ID()] = tg.Nodes()
 	}
-	want := map[string][]string{
+	checkDiff(t, "Targets", map[string][]string{
 		"ukpd/https://edge.example":    {"edge-1"},
 		"ukpd/https://all.example":     {"kraftlet-a", "kraftlet-b"}, // edge-1 went to the first endpoint
 		"ukpd/https://workers.example": {"worker-1"},
-	}
-	checkDiff(t, "Targets", want, got)
+	}, got)
 }
 
 func TestNewSourceRejects(t *testing.T) {
+	pods, nodes := podLister(t), nodeLister(nil)
 	tests := []struct {
 		name    string
 		cfg     SourceConfig
 		wantErr string
 	}{
 		{name: "no pod lister", cfg: SourceConfig{}, wantErr: "no pod lister"},
-		{name: "two defaults", cfg: SourceConfig{Pods: podLister(t), Nodes: nodeLister(t, nil), Endpoints: []EndpointConfig{{URL: "https://a"}, {URL: "https://b"}}}, wantErr: "default node selector"},
-		{name: "selector without node lister", cfg: SourceConfig{Pods: podLister(t), Endpoints: []EndpointConfig{{URL: "https://a"}}}, wantErr: "no node lister"},
-		{name: "bad CA", cfg: SourceConfig{Pods: podLister(t), CAFile: "/nonexistent", Endpoints: []EndpointConfig{{URL: "https://a", Nodes: []string{"n"}}}}, wantErr: "read CA file"},
+		{name: "two defaults", cfg: SourceConfig{Pods: pods, Nodes: nodes, Endpoints: []EndpointConfig{{URL: "https://a"}, {URL: "https://b"}}},
+			wantErr: "default node selector"},
+		{name: "selector without node lister", cfg: SourceConfig{Pods: pods, Endpoints: []EndpointConfig{{URL: "https://a"}}}, wantErr: "no node lister"},
+		{name: "bad CA", cfg: SourceConfig{Pods: pods, CAFile: "/nonexistent", Endpoints: []EndpointConfig{{URL: "https://a", Nodes: []string{"n"}}}},
+			wantErr: "read CA file"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -100,9 +92,18 @@ func newScrapeEnv(t *testing.T, format Format, mod func(*fakeukpd.Config), pods 
 	e := newEnv(t, mod)
 	return &scrapeEnv{env: e, target: oneTarget(t, SourceConfig{
 		Endpoints: []EndpointConfig{{URL: e.srv.URL}},
-		Nodes:     nodeLister(t, map[string]map[string]string{"kraftlet-a": kraftlet, "kraftlet-b": kraftlet, "worker-1": nil}),
+		Nodes:     nodeLister(map[string]map[string]string{"kraftlet-a": kraftlet, "kraftlet-b": kraftlet, "worker-1": nil}),
 		Pods:      podLister(t, pods...), TokenFile: e.tokenFile, CAFile: e.caFile, MetricsFormat: format, Clock: e.clk,
 	})}
+}
+
+// newWebEnv is a scrapeEnv in the JSON form of default/web-0 on
+// kraftlet-a, with its container app's instance, and a store.
+func newWebEnv(t *testing.T, mod func(*fakeukpd.Config), cores float64, rss uint64) (*scrapeEnv, *store.Store) {
+	t.Helper()
+	e := newScrapeEnv(t, FormatJSON, mod, newPod("default", "web-0", "kraftlet-a", "app"))
+	e.addWeb(t, cores, rss)
+	return e, newStore(e.env, 30*time.Second, time.Minute)
 }
 
 func (e *scrapeEnv) scrape(t *testing.T) *sources.Batch { return scrapeOK(t, e.target) }
@@ -121,58 +122,49 @@ func TestScrapeAttributes(t *testing.T) {
 
 func testScrapeAttributes(t *testing.T, format Format) {
 	e := newScrapeEnv(t, format, nil,
-		newPod("default", "web-0", "kraftlet-a", "app", "sidecar"),
-		newPod("default", "api-0", "kraftlet-b", "app"),
-		newPod("default", "untagged-node-0", "kraftlet-b", "app"),
-		newPod("default", "sleepy-0", "kraftlet-a", "app"),
+		newPod("default", "web-0", "kraftlet-a", "app", "sidecar"), newPod("default", "api-0", "kraftlet-b", "app"),
+		newPod("default", "untagged-node-0", "kraftlet-b", "app"), newPod("default", "sleepy-0", "kraftlet-a", "app"),
 		newPod("other", "x-0", "worker-1", "app"),
 	)
-	add := func(spec fakeukpd.InstanceSpec) { e.add(t, spec) }
-	add(fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.5, RSSBytes: 64 << 20})
-	add(fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "sidecar", Node: "kraftlet-a", CPUCores: 0.1, RSSBytes: 8 << 20})
-	add(fakeukpd.InstanceSpec{Namespace: "default", Pod: "api-0", Container: "app", Node: "kraftlet-b", CPUCores: 2, RSSBytes: 1 << 30})
-	add(fakeukpd.InstanceSpec{Namespace: "default", Pod: "untagged-node-0", Container: "app", CPUCores: 0.25, RSSBytes: 1 << 20})
-	add(fakeukpd.InstanceSpec{Namespace: "default", Pod: "sleepy-0", Container: "app", Node: "kraftlet-a", State: fakeukpd.StateStandby})
-	add(fakeukpd.InstanceSpec{Namespace: "default", Pod: "gone-0", Container: "app", Node: "kraftlet-a", State: fakeukpd.StateStopped})
-	add(fakeukpd.InstanceSpec{Tags: []string{"production"}})
-	add(fakeukpd.InstanceSpec{Namespace: "default", Pod: "ghost-0", Container: "app", Node: "kraftlet-a"})
-	add(fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "debug", Node: "kraftlet-a"})
-	add(fakeukpd.InstanceSpec{Namespace: "other", Pod: "x-0", Container: "app", Node: "worker-1"})
+	add := func(pod, container, node string, cores float64, rss uint64, state string) {
+		e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: pod, Container: container, Node: node, CPUCores: cores, RSSBytes: rss, State: state})
+	}
+	e.addWeb(t, 0.5, 64<<20)
+	add("web-0", "sidecar", "kraftlet-a", 0.1, 8<<20, "")
+	add("api-0", "app", "kraftlet-b", 2, 1<<30, "")
+	add("untagged-node-0", "app", "", 0.25, 1<<20, "")
+	add("sleepy-0", "app", "kraftlet-a", 0, 0, fakeukpd.StateStandby)
+	add("gone-0", "app", "kraftlet-a", 0, 0, fakeukpd.StateStopped)
+	e.add(t, fakeukpd.InstanceSpec{Tags: []string{"production"}})
+	add("ghost-0", "app", "kraftlet-a", 0, 0, "")
+	add("web-0", "debug", "kraftlet-a", 0, 0, "")
+	e.add(t, fakeukpd.InstanceSpec{Namespace: "other", Pod: "x-0", Container: "app", Node: "worker-1"})
 	e.clk.Step(5 * time.Second)
 	// A second instance for api-0/app, started later: it replaces the first.
-	add(fakeukpd.InstanceSpec{Namespace: "default", Pod: "api-0", Container: "app", Node: "kraftlet-b", CPUCores: 1, RSSBytes: 512 << 20})
+	add("api-0", "app", "kraftlet-b", 1, 512<<20, "")
 	e.clk.Step(5 * time.Second)
 
 	before := counts(t, ignoredInstances, allReasons...)
 	got := e.scrape(t)
 	now := t0.Add(10 * time.Second)
-	pt := func(started time.Time, cpu, mem uint64) sources.Point {
-		return sources.Point{Timestamp: now, StartTime: started, CPUCoreNanos: cpu, MemoryBytes: mem}
+	pod := func(name, node string, cs ...sources.ContainerPoint) sources.PodPoint {
+		return sources.PodPoint{Namespace: "default", Name: name, UID: "uid-" + name, Node: node, Containers: cs}
 	}
-	want := &sources.Batch{Pods: []sources.PodPoint{
-		{Namespace: "default", Name: "api-0", UID: "uid-api-0", Node: "kraftlet-b", Containers: []sources.ContainerPoint{
-			{Name: "app", Point: pt(t0.Add(5*time.Second), 5e9, 512<<20)},
-		}},
+	c := func(name string, started time.Time, cpu, mem uint64) sources.ContainerPoint {
+		return sources.ContainerPoint{Name: name, Point: sources.Point{Timestamp: now, StartTime: started, CPUCoreNanos: cpu, MemoryBytes: mem}}
+	}
+	checkDiff(t, "Scrape", &sources.Batch{Pods: []sources.PodPoint{
+		pod("api-0", "kraftlet-b", c("app", t0.Add(5*time.Second), 5e9, 512<<20)),
 		// In standby, first seen: a baseline with its frozen counter and
 		// its resident set, 0.
-		{Namespace: "default", Name: "sleepy-0", UID: "uid-sleepy-0", Node: "kraftlet-a", Containers: []sources.ContainerPoint{
-			{Name: "app", Point: pt(now, 0, 0)},
-		}},
-		{Namespace: "default", Name: "untagged-node-0", UID: "uid-untagged-node-0", Node: "kraftlet-b", Containers: []sources.ContainerPoint{
-			{Name: "app", Point: pt(t0, 2.5e9, 1<<20)},
-		}},
-		{Namespace: "default", Name: "web-0", UID: "uid-web-0", Node: "kraftlet-a", Containers: []sources.ContainerPoint{
-			{Name: "app", Point: pt(t0, 5e9, 64<<20)},
-			{Name: "sidecar", Point: pt(t0, 1e9, 8<<20)},
-		}},
-	}}
-	checkDiff(t, "Scrape", want, got)
-
+		pod("sleepy-0", "kraftlet-a", c("app", now, 0, 0)),
+		pod("untagged-node-0", "kraftlet-b", c("app", t0, 2.5e9, 1<<20)),
+		pod("web-0", "kraftlet-a", c("app", t0, 5e9, 64<<20), c("sidecar", t0, 1e9, 8<<20)),
+	}}, got)
 	// stopped gone-0 is not in the metrics
-	wantIgnored := map[string]float64{ignoredMissingTags: 1, ignoredPodNotFound: 1, ignoredContainerNotFound: 1, ignoredNodeNotOwned: 1, ignoredDuplicate: 1}
-	if got := growth(t, ignoredInstances, before); !maps.Equal(got, wantIgnored) {
-		t.Errorf("ignored = %v, want %v", got, wantIgnored)
-	}
+	checkGrowth(t, "ignored", ignoredInstances, before, map[string]float64{
+		ignoredMissingTags: 1, ignoredPodNotFound: 1, ignoredContainerNotFound: 1, ignoredNodeNotOwned: 1, ignoredDuplicate: 1,
+	})
 }
 
 // TestScrapeIntoStore follows a container through the store: steady usage,
@@ -186,10 +178,9 @@ func TestScrapeIntoStore(t *testing.T) {
 }
 
 func testScrapeIntoStore(t *testing.T, cumulative bool) {
-	e := newScrapeEnv(t, FormatJSON, func(c *fakeukpd.Config) { c.CumulativeCPU = cumulative }, newPod("default", "web-0", "kraftlet-a", "app"))
-	in := e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.5, RSSBytes: 64 << 20})
-	st := newStore(e.env, 30*time.Second, time.Minute)
-	do := func(op func(string) error) func() { return func() { must(t, op(in.UUID)) } }
+	e, st := newWebEnv(t, func(c *fakeukpd.Config) { c.CumulativeCPU = cumulative }, 0.5, 64<<20)
+	uuid := e.fake.InstancesOf("default", "web-0", "app")[0]
+	do := func(op func(string) error) func() { return func() { must(t, op(uuid)) } }
 	restarted := uint64(1_000_000_000) // after a restart, below
 	if cumulative {
 		restarted = 1_500_000_000
@@ -203,7 +194,7 @@ func testScrapeIntoStore(t *testing.T, cumulative bool) {
 		window         time.Duration
 	}{
 		{"first scrape, average since start", 0, nil, 10 * time.Second, 500_000_000, 64 << 20, 10 * time.Second},
-		{"rate change", 15 * time.Second, func() { must(t, e.fake.SetCPU(in.UUID, 1.5)) }, 15 * time.Second, 1_000_000_000, 64 << 20, 30 * time.Second},
+		{"rate change", 15 * time.Second, func() { must(t, e.fake.SetCPU(uuid, 1.5)) }, 15 * time.Second, 1_000_000_000, 64 << 20, 30 * time.Second},
 		// Restarted 5 s into the next interval: the counter starts over.
 		// The previous scrape stands in for the start, so the 5 s before
 		// the restart count as idle: 15 core-seconds over 15 s. A counter
@@ -232,7 +223,7 @@ func testScrapeIntoStore(t *testing.T, cumulative bool) {
 	}
 
 	// Draining, the instance keeps its last usage until it is stale.
-	must(t, e.fake.Drain(in.UUID))
+	must(t, e.fake.Drain(uuid))
 	e.clk.Step(15 * time.Second)
 	e.scrapeInto(t, st)
 	if u := webUsage(t, st, "draining"); u.Containers[0].CPUNanoCores != 1_500_000_000 {
@@ -251,10 +242,8 @@ func testScrapeIntoStore(t *testing.T, cumulative bool) {
 func TestScrapeClockOffset(t *testing.T) {
 	for _, offset := range []time.Duration{3 * time.Second, 30 * time.Second, -30 * time.Second} {
 		t.Run(offset.String(), func(t *testing.T) {
-			e := newScrapeEnv(t, FormatJSON, nil, newPod("default", "web-0", "kraftlet-a", "app"))
-			e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.5, RSSBytes: 1 << 20})
+			e, st := newWebEnv(t, nil, 0.5, 1<<20)
 			must(t, e.fake.SetFault(fakeukpd.ClockOffset(offset)))
-			st := newStore(e.env, 30*time.Second, time.Minute)
 			for _, window := range []time.Duration{10 * time.Second, 15 * time.Second} {
 				e.clk.Step(window)
 				e.scrapeInto(t, st)
@@ -270,9 +259,8 @@ func TestScrapeClockOffset(t *testing.T) {
 // replaces the kraftlet default.
 func TestTargetsLabelsSelector(t *testing.T) {
 	tg := oneTarget(t, SourceConfig{
-		Endpoints:    []EndpointConfig{{URL: "https://a"}},
-		Nodes:        nodeLister(t, map[string]map[string]string{"k": kraftlet, "w": {"role": "ukpd"}}),
-		Pods:         podLister(t),
+		Endpoints: []EndpointConfig{{URL: "https://a"}}, Pods: podLister(t),
+		Nodes:        nodeLister(map[string]map[string]string{"k": kraftlet, "w": {"role": "ukpd"}}),
 		NodeSelector: labels.SelectorFromSet(labels.Set{"role": "ukpd"}),
 	})
 	if !gocmp.Equal(tg.Nodes(), []string{"w"}) {
@@ -284,9 +272,7 @@ func TestTargetsLabelsSelector(t *testing.T) {
 // restart (ukpd's clock set back an hour): the counter goes on, and so does
 // its one series, with no rate that reads high and none lost.
 func TestScrapeStartedAtMovesAlone(t *testing.T) {
-	e := newScrapeEnv(t, FormatJSON, nil, newPod("default", "web-0", "kraftlet-a", "app"))
-	e.add(t, fakeukpd.InstanceSpec{Namespace: "default", Pod: "web-0", Container: "app", Node: "kraftlet-a", CPUCores: 0.04, RSSBytes: 1})
-	st := newStore(e.env, 30*time.Second, time.Minute)
+	e, st := newWebEnv(t, nil, 0.04, 1)
 	var lastWindowEnd time.Time
 	for i := range 10 {
 		if i == 3 {
