@@ -20,24 +20,14 @@ func TestParseValid(t *testing.T) {
 		wantTimeout time.Duration
 		wantMax     int64
 	}{
-		{
-			name:        "presets expand in order, defaults filled",
-			file:        "presets: [vllm, dcgm]\n",
-			wantMetrics: []string{"vllm-num-requests-waiting", "vllm-num-requests-running", "vllm-kv-cache-usage", "gpu-utilization", "gpu-memory-used-mib"},
-			wantTimeout: 5 * time.Second, wantMax: 1 << 20,
-		},
-		{
-			name: "own metric with matchers, JSON accepted",
+		{name: "presets expand in order, defaults filled", file: "presets: [vllm, dcgm]\n", wantTimeout: 5 * time.Second, wantMax: 1 << 20,
+			wantMetrics: []string{"vllm-num-requests-waiting", "vllm-num-requests-running", "vllm-kv-cache-usage", "gpu-utilization", "gpu-memory-used-mib"}},
+		{name: "own metric with matchers, JSON accepted",
 			file: `{"metrics":[{"name":"queue-a","series":"vllm:num_requests_waiting","type":"gauge","combine":"max",
 				"matchers":[{"label":"model_name","op":"=~","value":"llama.*"}]}],"timeout":"2s","maxBytes":1000}`,
-			wantMetrics: []string{"queue-a"}, wantTimeout: 2 * time.Second, wantMax: 1000,
-		},
-		{
-			name:        "sglang preset and selector",
-			file:        "presets: [sglang]\npods:\n  selector: app=sglang\n  port: 30000\n",
-			wantMetrics: []string{"sglang-num-queue-reqs", "sglang-token-usage"},
-			wantTimeout: 5 * time.Second, wantMax: 1 << 20,
-		},
+			wantMetrics: []string{"queue-a"}, wantTimeout: 2 * time.Second, wantMax: 1000},
+		{name: "sglang preset and selector", file: "presets: [sglang]\npods:\n  selector: app=sglang\n  port: 30000\n",
+			wantMetrics: []string{"sglang-num-queue-reqs", "sglang-token-usage"}, wantTimeout: 5 * time.Second, wantMax: 1 << 20},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -46,9 +36,7 @@ func TestParseValid(t *testing.T) {
 			for _, m := range c.Metrics {
 				names = append(names, m.Name)
 			}
-			if diff := cmp.Diff(tt.wantMetrics, names); diff != "" {
-				t.Errorf("metrics (-want +got):\n%s", diff)
-			}
+			checkDiff(t, "metrics", tt.wantMetrics, names)
 			if c.Timeout.Duration != tt.wantTimeout || c.MaxBytes != tt.wantMax {
 				t.Errorf("timeout, maxBytes = %s, %d; want %s, %d", c.Timeout.Duration, c.MaxBytes, tt.wantTimeout, tt.wantMax)
 			}
@@ -63,9 +51,7 @@ func TestParseReportsEveryError(t *testing.T) {
 presets: [vllm, tgi]
 timeout: 2m
 maxBytes: -1
-pods:
-  selector: "app in (a"
-  port: 70000
+pods: {selector: "app in (a", port: 70000}
 metrics:
 - name: Bad_Name
   series: "9lives"
@@ -73,39 +59,12 @@ metrics:
   type: summary
   combine: median
   members: followers
-  matchers:
-  - {label: "model-name", op: "=", value: x}
-  - {label: model, op: "=~", value: "("}
-  - {label: model, op: "~", value: x}
-- name: vllm-num-requests-waiting
-  series: vllm:num_requests_waiting
-  type: gauge
-  combine: sum
-  min: 2
-  max: 1
-- name: ttft
-  series: vllm:time_to_first_token_seconds
-  type: histogram
-  combine: sum
-  min: 0
-  quantile: 1.5
-- name: running
-  series: vllm:num_requests_running
-  type: gauge
-  combine: sum
-  quantile: 0.5
-  denominator: x
-- name: preemptions-per-request
-  series: vllm:num_preemptions_total
-  type: ratio
-  combine: sum
-  quantile: 0.5
-  idle: never
-- name: queue
-  series: vllm:num_requests_waiting
-  type: gauge
-  combine: sum
-  idle: zero
+  matchers: [{label: "model-name", op: "=", value: x}, {label: model, op: "=~", value: "("}, {label: model, op: "~", value: x}]
+- {name: vllm-num-requests-waiting, series: "vllm:num_requests_waiting", type: gauge, combine: sum, min: 2, max: 1}
+- {name: ttft, series: "vllm:time_to_first_token_seconds", type: histogram, combine: sum, min: 0, quantile: 1.5}
+- {name: running, series: "vllm:num_requests_running", type: gauge, combine: sum, quantile: 0.5, denominator: x}
+- {name: preemptions-per-request, series: "vllm:num_preemptions_total", type: ratio, combine: sum, quantile: 0.5, idle: never}
+- {name: queue, series: "vllm:num_requests_waiting", type: gauge, combine: sum, idle: zero}
 limits: {labelsPerSeries: 1000, seriesPerTarget: -1}
 nodeExporters:
 - name: dcgm
@@ -117,21 +76,12 @@ nodeExporters:
   namespaces: ["Bad_NS"]
   serviceAccounts: ["bad sa"]
   metrics: [gpu-utilization]
-- name: dcgm
-  selector: app=dcgm
-  port: 9400
+- {name: dcgm, selector: app=dcgm, port: 9400}
 endpointPickers:
-- name: dcgm
-  selector: app=epp
-  port: 9090
-  namespaces: [gateway]
-  metrics: [running]
-  inferencePool: Pool_1
-  tokenFile: token
+- {name: dcgm, selector: app=epp, port: 9090, namespaces: [gateway], metrics: [running], inferencePool: Pool_1, tokenFile: token}
 `
 	_, errs := Parse([]byte(file))
-	got := errStrings(errs)
-	want := []string{
+	got, want := errStrings(errs), []string{
 		`presets[1]: unknown preset "tgi"`,
 		`metrics[3].name: "Bad_Name" is not a valid custom metric name`,
 		`metrics[3].series: "9lives" is not a Prometheus metric name`,
@@ -199,19 +149,14 @@ nodeExporters:
 - {name: dcgm, selector: app=dcgm, port: 0, namespaces: [gpu], metrics: [q]}
 `
 	_, errs := Parse([]byte(file))
-	got := errStrings(errs)
-	want := []string{
+	got, want := errStrings(errs), []string{
 		`read configuration: unknown field "Presets"`,
 		`read configuration: unknown field "intervall"`,
 		`read configuration: unknown field "metrics[0].matcher"`,
 		`presets[0]: unknown preset "tgi"`,
 		`nodeExporters[0].port: 0 is not a port`,
 	}
-	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b string) bool {
-		return strings.HasPrefix(a, b) || strings.HasPrefix(b, a)
-	})); diff != "" {
-		t.Errorf("errors (-want +got):\n%s", diff)
-	}
+	checkDiff(t, "errors", want, got, cmp.Comparer(func(a, b string) bool { return strings.HasPrefix(a, b) || strings.HasPrefix(b, a) }))
 }
 
 func TestParseRejectsUnreadableFiles(t *testing.T) {
@@ -292,9 +237,7 @@ func TestPresetsAreValidAndDistinct(t *testing.T) {
 			want[preset+"/"+name] = m
 		}
 	}
-	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Matcher{})); diff != "" {
-		t.Errorf("presets (-want +got):\n%s", diff)
-	}
+	checkDiff(t, "presets", want, got, cmpopts.IgnoreUnexported(Matcher{}))
 }
 
 func FuzzParseConfig(f *testing.F) {
@@ -322,9 +265,7 @@ func FuzzParseConfig(f *testing.F) {
 // the e2e suite runs) parses without an error.
 func TestShippedConfig(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("..", "..", "..", "manifests", "components", "pod-metrics", "pod-metrics.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if cfg := mustParse(t, string(data)); len(cfg.Metrics) != 7 || len(cfg.NodeExporters) != 1 {
 		t.Errorf("%d metrics and %d exporters, want the 7 of the three presets and DCGM's exporter", len(cfg.Metrics), len(cfg.NodeExporters))
 	}

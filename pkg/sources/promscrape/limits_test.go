@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 )
 
@@ -24,9 +22,7 @@ func TestLimitsDefaultsAndFile(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if diff := cmp.Diff(tt.want, mustParse(t, tt.file).Limits); diff != "" {
-				t.Errorf("limits (-want +got):\n%s", diff)
-			}
+			checkDiff(t, "limits", tt.want, mustParse(t, tt.file).Limits)
 		})
 	}
 }
@@ -47,9 +43,7 @@ func TestMetricBounds(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := Metric{Name: "q", Series: "q", Type: Gauge, Combine: CombineSum, Min: tt.min, Max: tt.max}
-			if diff := cmp.Diff(tt.wantErrs, errStrings(m.validate("m"))); diff != "" {
-				t.Errorf("errors (-want +got):\n%s", diff)
-			}
+			checkDiff(t, "errors", tt.wantErrs, errStrings(m.validate("m")))
 			for _, v := range tt.in {
 				if !m.inRange(v) {
 					t.Errorf("%v out of range, want in", v)
@@ -90,16 +84,11 @@ func TestCountLabels(t *testing.T) {
 
 // seriesLine is an sglang:num_queue_reqs line with n labels.
 func seriesLine(n int) string {
-	var b strings.Builder
-	b.WriteString("sglang:num_queue_reqs{")
-	for i := range n {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, "l%d=\"v\"", i)
+	labels := make([]string, n)
+	for i := range labels {
+		labels[i] = fmt.Sprintf("l%d=\"v\"", i)
 	}
-	b.WriteString("} 1\n")
-	return b.String()
+	return "sglang:num_queue_reqs{" + strings.Join(labels, ",") + "} 1\n"
 }
 
 // TestDecodeLimits: a target past a limit fails as too_large before the
@@ -131,7 +120,7 @@ func TestDecodeLimits(t *testing.T) {
 				file += "limits: {" + tt.limits + "}\n"
 			}
 			c := mustParse(t, file)
-			samples, err := c.decode(t.Context(), []byte(tt.body), &Target{Kind: KindPod, Pod: &Pod{Namespace: "ns", Name: "p"}}, c.allowList(), now)
+			samples, err := c.decodeAt(t, tt.body, nil)
 			if tt.wantErr == "" {
 				if err != nil || len(samples) != tt.wantSamples {
 					t.Fatalf("decode = %d samples, %v; want %d, no error", len(samples), err, tt.wantSamples)
@@ -149,7 +138,6 @@ func TestDecodeLimits(t *testing.T) {
 // timeout, whether it is filtering lines or reading families.
 func TestDecodeHonoursContext(t *testing.T) {
 	c := mustParse(t, "presets: [sglang, vllm]\n")
-	target := &Target{Kind: KindPod, Pod: &Pod{Namespace: "ns", Name: "p"}}
 	tests := []struct{ name, body string }{
 		{"many lines", strings.Repeat("other 1\n", 5000) + seriesLine(1)},
 		{"one line", seriesLine(1)},
@@ -159,12 +147,12 @@ func TestDecodeHonoursContext(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			cancel()
-			samples, err := c.decode(ctx, []byte(tt.body), target, c.allowList(), now)
+			samples, err := c.decode(ctx, []byte(tt.body), webTarget, c.allowList(), now)
 			if err == nil || sources.Reason(err) != sources.ReasonTimeout || len(samples) != 0 {
 				t.Fatalf("decode = %d samples, %v (reason %s); want a timeout", len(samples), err, sources.Reason(err))
 			}
 			// The same body decodes under a live context.
-			if _, err := c.decode(t.Context(), []byte(tt.body), target, c.allowList(), now); err != nil {
+			if _, err := c.decodeAt(t, tt.body, nil); err != nil {
 				t.Fatalf("decode under a live context: %v", err)
 			}
 		})

@@ -30,108 +30,107 @@ func mustParse(t testing.TB, file string) *Config {
 	return c
 }
 
+func checkDiff(t *testing.T, what string, want, got any, opts ...gocmp.Option) {
+	t.Helper()
+	if diff := gocmp.Diff(want, got, opts...); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", what, diff)
+	}
+}
+
+// webTarget is the pod target of ns/web-0.
+var webTarget = &Target{ID: "pod/ns/web-0", Kind: KindPod, Pod: &Pod{Namespace: "ns", Name: "web-0", Running: true, IP: "127.0.0.1"}}
+
+// decodeAt decodes body for target (webTarget if nil) at now.
+func (c *Config) decodeAt(t *testing.T, body string, target *Target) ([]Sample, error) {
+	return c.decode(t.Context(), []byte(body), cmp.Or(target, webTarget), c.allowList(), now)
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func checkErrContains(t *testing.T, what string, err error, want string) {
+	t.Helper()
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("%s error = %v, want one containing %q", what, err, want)
+	}
+}
+
 func TestDecode(t *testing.T) {
-	podTarget := &Target{ID: "pod/ns/web-0", Kind: KindPod, Pod: &Pod{Namespace: "ns", Name: "web-0", Running: true, IP: "127.0.0.1"}}
-	dcgm := &NodeExporter{TrustedTarget: TrustedTarget{Name: "dcgm"}, NamespaceLabel: "namespace", PodLabel: "pod", ContainerLabel: "container"}
 	type got struct {
 		Metric                    string
 		Namespace, Pod, Container string
 		Value                     float64
 		Timestamp                 time.Time
 	}
-	// web0 is a sample of web-0, as podTarget's are.
+	// web0 is a sample of web-0, as webTarget's are.
 	web0 := func(metric string, v float64) got { return got{metric, "ns", "web-0", "", v, now} }
 	tests := []struct {
 		name, config string
-		target       *Target // podTarget if nil
+		target       *Target // webTarget if nil
 		body         string
 		want         []got
 		partial      string
 	}{
-		{
-			name: "vllm: allow-listed gauges per engine, current cache name wins over the older one", config: "presets: [vllm]\n",
+		{name: "vllm: allow-listed gauges per engine, current cache name wins over the older one", config: "presets: [vllm]\n",
 			body: vllmText([2]float64{3, 4}, [2]float64{1, 2}, 0.5),
-			want: []got{
-				web0("vllm-kv-cache-usage", 0.5), web0("vllm-num-requests-running", 1), web0("vllm-num-requests-running", 2),
-				web0("vllm-num-requests-waiting", 3), web0("vllm-num-requests-waiting", 4),
-			},
-		},
-		{
-			name: "vllm: an older server with only the deprecated cache name", config: "presets: [vllm]\n",
+			want: []got{web0("vllm-kv-cache-usage", 0.5), web0("vllm-num-requests-running", 1), web0("vllm-num-requests-running", 2),
+				web0("vllm-num-requests-waiting", 3), web0("vllm-num-requests-waiting", 4)}},
+		// The exposition's timestamp is ignored: the scrape time stands.
+		{name: "vllm: an older server with only the deprecated cache name", config: "presets: [vllm]\n",
 			body: "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{model_name=\"m\"} 0.25 1764763200000\n",
-			// The exposition's timestamp is ignored: the scrape time stands.
-			want: []got{{"vllm-kv-cache-usage", "ns", "web-0", "", 0.25, now}},
-		},
-		{
-			name: "matchers select a model, untyped accepted, NaN dropped",
-			config: `metrics:
-- {name: q, series: "vllm:num_requests_waiting", type: gauge, combine: sum, matchers: [{label: model_name, op: "=~", value: "a|b"}, {label: engine, op: "!=", value: "1"}]}
-`,
+			want: []got{{"vllm-kv-cache-usage", "ns", "web-0", "", 0.25, now}}},
+		{name: "matchers select a model, untyped accepted, NaN dropped",
+			config: `metrics: [{name: q, series: "vllm:num_requests_waiting", type: gauge, combine: sum,
+  matchers: [{label: model_name, op: "=~", value: "a|b"}, {label: engine, op: "!=", value: "1"}]}]`,
 			body: "vllm:num_requests_waiting{model_name=\"a\",engine=\"0\"} 1\nvllm:num_requests_waiting{model_name=\"c\",engine=\"0\"} 2\n" +
-				"vllm:num_requests_waiting{model_name=\"b\",engine=\"1\"} 4\nvllm:num_requests_waiting{model_name=\"b\"} 8\nvllm:num_requests_waiting{model_name=\"a\",engine=\"2\"} NaN\n",
-			want: []got{web0("q", 1), web0("q", 8)},
-		},
-		{
-			name:   "dcgm: series attributed by labels, a GPU held by no pod left out",
+				"vllm:num_requests_waiting{model_name=\"b\",engine=\"1\"} 4\nvllm:num_requests_waiting{model_name=\"b\"} 8\n" +
+				"vllm:num_requests_waiting{model_name=\"a\",engine=\"2\"} NaN\n",
+			want: []got{web0("q", 1), web0("q", 8)}},
+		{name: "dcgm: series attributed by labels, a GPU held by no pod left out",
 			config: "presets: [dcgm]\nnodeExporters: [{name: dcgm, selector: app=dcgm, port: 9400, namespaces: [gpu], metrics: [gpu-utilization, gpu-memory-used-mib]}]\n",
-			target: &Target{ID: "exporter/dcgm/n1", Kind: KindExporter, Exporter: dcgm},
+			target: &Target{ID: "exporter/dcgm/n1", Kind: KindExporter},
 			body:   dcgmText("n1", []dcgmGPU{{0, "ns", "web-0", "vllm", 90, 70000}, {1, "", "", "", 0, 0}, {2, "ns", "web-1", "vllm", 30, 1000}}),
-			want: []got{
-				{"gpu-memory-used-mib", "ns", "web-0", "vllm", 70000, now}, {"gpu-memory-used-mib", "ns", "web-1", "vllm", 1000, now},
-				{"gpu-utilization", "ns", "web-0", "vllm", 90, now}, {"gpu-utilization", "ns", "web-1", "vllm", 30, now},
-			},
-		},
-		{
-			name:   "a family of the wrong type is left out and reported",
+			want: []got{{"gpu-memory-used-mib", "ns", "web-0", "vllm", 70000, now}, {"gpu-memory-used-mib", "ns", "web-1", "vllm", 1000, now},
+				{"gpu-utilization", "ns", "web-0", "vllm", 90, now}, {"gpu-utilization", "ns", "web-1", "vllm", 30, now}}},
+		{name: "a family of the wrong type is left out and reported",
 			config: "metrics: [{name: q, series: queue, type: counter, combine: sum}, {name: r, series: running, type: gauge, combine: sum}]\n",
 			body:   "# TYPE queue gauge\nqueue 3\n# TYPE running gauge\nrunning 2\n",
-			want:   []got{web0("r", 2)}, partial: "queue is a gauge, configured as counter",
-		},
-		{
-			name: "a malformed line in a family not allow-listed does not fail the target", config: "presets: [sglang]\n",
+			want:   []got{web0("r", 2)}, partial: "queue is a gauge, configured as counter"},
+		{name: "a malformed line in a family not allow-listed does not fail the target", config: "presets: [sglang]\n",
 			body: "python_gc{generation=\"0\" 1 garbage\n# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{model_name=\"m\"} 7\n",
-			want: []got{web0("sglang-num-queue-reqs", 7)},
-		},
-		{
-			name: "a nameless sample line after an allow-listed series is left out and reported, the series kept whole", config: "presets: [vllm]\n",
+			want: []got{web0("sglang-num-queue-reqs", 7)}},
+		{name: "a nameless sample line after an allow-listed series is left out and reported, the series kept whole", config: "presets: [vllm]\n",
 			body: "vllm:num_requests_running{A=\"00\"} 1\n{A=\"\"} 2\n",
-			want: []got{web0("vllm-num-requests-running", 1)}, partial: "sample lines naming no metric: 1",
-		},
-		{
-			name: "a nameless sample line after another family's line is left out unreported", config: "presets: [vllm]\n",
+			want: []got{web0("vllm-num-requests-running", 1)}, partial: "sample lines naming no metric: 1"},
+		{name: "a nameless sample line after another family's line is left out unreported", config: "presets: [vllm]\n",
 			body: "vllm:num_requests_running{A=\"00\"} 1\n# TYPE other\n{A=\"\"} 2\n",
-			want: []got{web0("vllm-num-requests-running", 1)},
-		},
-		{
-			name: "a sample line whose first label name is quoted names no metric either", config: "presets: [vllm]\n",
+			want: []got{web0("vllm-num-requests-running", 1)}},
+		{name: "a sample line whose first label name is quoted names no metric either", config: "presets: [vllm]\n",
 			body: "vllm:num_requests_running{A=\"00\"} 1\n{\"vllm:num_requests_running\"=\"x\"} 2\n",
-			want: []got{web0("vllm-num-requests-running", 1)}, partial: "sample lines naming no metric: 1",
-		},
+			want: []got{web0("vllm-num-requests-running", 1)}, partial: "sample lines naming no metric: 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := mustParse(t, tt.config)
-			target := cmp.Or(tt.target, podTarget)
-			if target.Exporter != nil {
+			if tt.target != nil {
 				// The configured exporter, whose metrics it may read.
-				tg := *target
-				tg.Exporter = &c.NodeExporters[0]
-				target = &tg
+				tt.target.Exporter = &c.NodeExporters[0]
 			}
-			samples, err := c.decode(t.Context(), []byte(tt.body), target, c.allowList(), now)
-			if tt.partial == "" && err != nil {
-				t.Fatalf("decode: %v", err)
-			}
-			if tt.partial != "" && (err == nil || !strings.Contains(err.Error(), tt.partial)) {
-				t.Fatalf("decode error = %v, want one containing %q", err, tt.partial)
+			samples, err := c.decodeAt(t, tt.body, tt.target)
+			if tt.partial == "" {
+				must(t, err)
+			} else {
+				checkErrContains(t, "decode", err, tt.partial)
 			}
 			var g []got
 			for _, s := range samples {
 				g = append(g, got{c.Metrics[s.Metric].Name, s.Namespace, s.Pod, s.Container, s.Value, s.Timestamp})
 			}
-			if diff := gocmp.Diff(tt.want, g); diff != "" {
-				t.Errorf("samples (-want +got):\n%s", diff)
-			}
+			checkDiff(t, "samples", tt.want, g)
 		})
 	}
 }
@@ -151,28 +150,22 @@ vllm:time_to_first_token_seconds_bucket{engine="1",le="+Inf"} 1
 vllm:time_to_first_token_seconds_sum{engine="1"} NaN
 vllm:time_to_first_token_seconds_count{engine="1"} 1
 `
-	target := &Target{ID: "pod/ns/web-0", Kind: KindPod, Pod: &Pod{Namespace: "ns", Name: "web-0", Running: true, IP: "127.0.0.1"}}
-	samples, err := c.decode(t.Context(), []byte(body), target, c.allowList(), now)
-	if err != nil {
-		t.Fatalf("decode: %v", err)
-	}
+	samples, err := c.decodeAt(t, body, nil)
+	must(t, err)
 	got := map[string]float64{}
 	for _, s := range samples {
 		l := sources.SeriesLabels(s.Series)
 		got[l["engine"]+" "+l[sources.LabelHistogramPart]+" "+l[sources.LabelLE]] = s.Value
 	}
-	want := map[string]float64{
+	checkDiff(t, "parts", map[string]float64{
 		"0 bucket 0.1": 3, "0 bucket +Inf": 4, "0 sum ": 0.5, "0 count ": 4,
 		"1 bucket 0.1": 1, "1 bucket +Inf": 1, "1 count ": 1, // the NaN sum left out
-	}
-	if diff := gocmp.Diff(want, got); diff != "" {
-		t.Errorf("parts (-want +got):\n%s", diff)
-	}
+	}, got)
 	for _, wrong := range []string{
 		"# TYPE vllm:time_to_first_token_seconds gauge\nvllm:time_to_first_token_seconds 1\n",
 		"vllm:time_to_first_token_seconds_bucket{le=\"+Inf\"} 1\nvllm:time_to_first_token_seconds_count 1\n",
 	} {
-		if samples, _ := c.decode(t.Context(), []byte(wrong), target, c.allowList(), now); len(samples) > 0 {
+		if samples, _ := c.decodeAt(t, wrong, nil); len(samples) > 0 {
 			t.Errorf("decode of %q = %v, want nothing read as the histogram", wrong, samples)
 		}
 	}
@@ -184,9 +177,8 @@ vllm:time_to_first_token_seconds_count{engine="1"} 1
 // have a series yet: no error counted).
 func TestDecodeRatio(t *testing.T) {
 	c := mustParse(t, "metrics: [{name: errors-per-request, series: errors_total, denominator: requests_total, type: ratio}]\n")
-	target := &Target{ID: "pod/ns/web-0", Kind: KindPod, Pod: &Pod{Namespace: "ns", Name: "web-0", Running: true, IP: "127.0.0.1"}}
 	read := func(body string) (map[string]float64, error) {
-		samples, err := c.decode(t.Context(), []byte(body), target, c.allowList(), now)
+		samples, err := c.decodeAt(t, body, nil)
 		got := map[string]float64{}
 		for _, s := range samples {
 			l := sources.SeriesLabels(s.Series)
@@ -194,40 +186,32 @@ func TestDecodeRatio(t *testing.T) {
 		}
 		return got, err
 	}
-	got, err := read("# TYPE errors counter\nerrors_total{model=\"a\"} 3\n# TYPE requests counter\nrequests_total{model=\"a\"} 40\nrequests_total{model=\"b\"} 10\n# TYPE other counter\nother_total 1\n")
-	if err != nil {
-		t.Fatalf("decode: %v", err)
-	}
-	if diff := gocmp.Diff(map[string]float64{"a sum": 3, "a count": 40, "b count": 10}, got); diff != "" {
-		t.Errorf("parts (-want +got):\n%s", diff)
-	}
+	got, err := read("# TYPE errors counter\nerrors_total{model=\"a\"} 3\n# TYPE requests counter\nrequests_total{model=\"a\"} 40\n" +
+		"requests_total{model=\"b\"} 10\n# TYPE other counter\nother_total 1\n")
+	must(t, err)
+	checkDiff(t, "parts", map[string]float64{"a sum": 3, "a count": 40, "b count": 10}, got)
 	got, err = read("# TYPE errors_total gauge\nerrors_total 3\nrequests_total 4\n")
 	if err == nil || !strings.Contains(err.Error(), "errors_total is a gauge, configured as ratio (errors-per-request)") {
 		t.Errorf("decode error = %v, want the gauge reported", err)
 	}
-	if diff := gocmp.Diff(map[string]float64{" count": 4}, got); diff != "" {
-		t.Errorf("parts beside a gauge numerator (-want +got):\n%s", diff)
-	}
+	checkDiff(t, "parts beside a gauge numerator", map[string]float64{" count": 4}, got)
 }
 
 func TestDecodeFailsOnBadAllowListedLine(t *testing.T) {
 	c := mustParse(t, "presets: [sglang]\n")
-	target := &Target{Pod: &Pod{Namespace: "ns", Name: "p"}}
 	tests := []struct{ name, body, want string }{
 		{"broken", "sglang:num_queue_reqs{model_name=\"m\" 7\n", "unexpected end of label value"},
 		{"too long", "sglang:num_queue_reqs{" + strings.Repeat(`a="",`, 2000) + "} 1\n", "longer than 8192 bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := c.decode(t.Context(), []byte(tt.body), target, c.allowList(), now)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("decode error = %v, want one containing %q", err, tt.want)
-			}
+			_, err := c.decodeAt(t, tt.body, nil)
+			checkErrContains(t, "decode", err, tt.want)
 		})
 	}
 	// A long line of another family is skipped, not read.
 	body := "other{" + strings.Repeat(`a="",`, 20000) + "} 1\nsglang:num_queue_reqs 2\n"
-	if s, err := c.decode(t.Context(), []byte(body), target, c.allowList(), now); err != nil || len(s) != 1 {
+	if s, err := c.decodeAt(t, body, nil); err != nil || len(s) != 1 {
 		t.Fatalf("decode = %v, %v; want the one sglang sample", s, err)
 	}
 }

@@ -44,11 +44,7 @@ func TestEndpointPicker(t *testing.T) {
 	}))
 	engine := fakeEndpoint(t, recorder("engine", func() string { return vllmText([2]float64{2, 0}, [2]float64{1, 0}, 0.5) }))
 	tokenFile := filepath.Join(t.TempDir(), "token")
-	writeToken := func(s string) {
-		if err := os.WriteFile(tokenFile, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeToken := func(s string) { must(t, os.WriteFile(tokenFile, []byte(s), 0o600)) }
 	writeToken("token-1\n")
 	epp := map[string]string{"app": "epp"}
 	pods := podList{
@@ -73,9 +69,7 @@ endpointPickers:
 	}
 
 	// No request queued yet: the picker is read and has no series.
-	if _, errs := src.Collect(t.Context()); len(errs) > 0 {
-		t.Fatalf("Collect: %v", errs)
-	}
+	src.collectOK(t)
 	if v, n := poolQueue(); n != 0 || !src.store.Credited("gateway", key) {
 		t.Fatalf("before any request: %d series (sum %v), credited %v; want none, credited", n, v, src.store.Credited("gateway", key))
 	}
@@ -86,9 +80,7 @@ endpointPickers:
 	queue.Store(4)
 	writeToken("token-2")
 	clk.Step(15 * time.Second)
-	if _, errs := src.Collect(t.Context()); len(errs) > 0 {
-		t.Fatalf("Collect: %v", errs)
-	}
+	src.collectOK(t)
 	if v, n := poolQueue(); v != 5 || n != 2 {
 		t.Errorf("pool queue = %v over %d series, want 5 over 2", v, n)
 	}
@@ -97,9 +89,7 @@ endpointPickers:
 	}
 
 	// The token file goes away: the picker fails, and sends nothing.
-	if err := os.Remove(tokenFile); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.Remove(tokenFile))
 	clk.Step(15 * time.Second)
 	_, errs := src.Collect(t.Context())
 	if len(errs) != 1 || errs[0].ID != "picker/pool/gateway/epp-0" || errs[0].Reason != sources.ReasonOther {

@@ -1,10 +1,11 @@
 package promscrape
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"maps"
 	"slices"
-	"sort"
 	"testing"
 	"time"
 
@@ -35,14 +36,13 @@ func newCollector(t *testing.T, cfg *Config, pods PodLister, o Options) *collect
 	return &collector{Source: NewSource(cfg, pods, o), store: st}
 }
 
-// Value is one configured metric of one pod or container, its series
-// combined.
+// Value is one configured metric of one pod or container, its Series
+// (how many) combined.
 type Value struct {
 	Metric    string
 	Value     float64
 	Timestamp time.Time
-	// Series counts the series combined.
-	Series int
+	Series    int
 }
 
 type ContainerValues struct {
@@ -76,23 +76,30 @@ func (c *collector) Collect(ctx context.Context) (Batch, []TargetError) {
 	var failed []TargetError
 	for _, t := range targets {
 		keep[t.ID()] = struct{}{}
-		b, err := t.Scrape(ctx)
-		if b == nil {
+		if b, err := t.Scrape(ctx); b == nil {
 			failed = append(failed, TargetError{ID: t.ID(), Reason: sources.Reason(err), Err: err})
-			continue
+		} else {
+			c.store.StoreSeries(SourceName, t.ID(), b.Series, c.clock.Now())
 		}
-		c.store.StoreSeries(SourceName, t.ID(), b.Series, c.clock.Now())
 	}
 	c.store.PruneSeries(SourceName, keep)
 	return c.read(), failed
 }
 
+// collectOK is Collect, failing t on any failed target.
+func (c *collector) collectOK(t *testing.T) Batch {
+	t.Helper()
+	b, errs := c.Collect(t.Context())
+	if len(errs) > 0 {
+		t.Fatalf("Collect: %v", errs)
+	}
+	return b
+}
+
 func (c *collector) read() Batch {
 	var out Batch
 	pods := slices.Clone(c.pods.ListPods())
-	sort.Slice(pods, func(i, j int) bool {
-		return pods[i].Namespace+"/"+pods[i].Name < pods[j].Namespace+"/"+pods[j].Name
-	})
+	slices.SortFunc(pods, func(a, b Pod) int { return cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name) })
 	for _, p := range pods {
 		pv := PodValues{Namespace: p.Namespace, Name: p.Name, UID: p.UID}
 		byContainer := map[string][]Value{}
@@ -112,19 +119,21 @@ func (c *collector) read() Batch {
 				byContainer[name] = append(byContainer[name], combined(m, cs))
 			}
 		}
-		for name, vs := range byContainer {
-			pv.Containers = append(pv.Containers, ContainerValues{Name: name, Values: vs})
+		if len(pv.Values) == 0 {
+			continue
 		}
-		sort.Slice(pv.Values, func(i, j int) bool { return pv.Values[i].Metric < pv.Values[j].Metric })
-		sort.Slice(pv.Containers, func(i, j int) bool { return pv.Containers[i].Name < pv.Containers[j].Name })
-		for _, cv := range pv.Containers {
-			sort.Slice(cv.Values, func(i, j int) bool { return cv.Values[i].Metric < cv.Values[j].Metric })
+		sortValues(pv.Values)
+		for _, name := range slices.Sorted(maps.Keys(byContainer)) {
+			sortValues(byContainer[name])
+			pv.Containers = append(pv.Containers, ContainerValues{Name: name, Values: byContainer[name]})
 		}
-		if len(pv.Values) > 0 {
-			out.Pods = append(out.Pods, pv)
-		}
+		out.Pods = append(out.Pods, pv)
 	}
 	return out
+}
+
+func sortValues(vs []Value) {
+	slices.SortFunc(vs, func(a, b Value) int { return cmp.Compare(a.Metric, b.Metric) })
 }
 
 // combined is the series of one metric combined by its rule; the timestamp

@@ -35,6 +35,11 @@ func textHandler(body func() string) http.HandlerFunc {
 	}
 }
 
+// static serves body on 127.0.0.1 and returns the port.
+func static(t *testing.T, body string) int {
+	return fakeEndpoint(t, textHandler(func() string { return body }))
+}
+
 func vllmPod(name string, port int, labels map[string]string) Pod {
 	return Pod{
 		Namespace: "ns", Name: name, UID: "uid-" + name, IP: "127.0.0.1", Node: "n1", Running: true, Ready: true,
@@ -49,15 +54,13 @@ func vllmPod(name string, port int, labels map[string]string) Pod {
 func TestCollectVLLMAndDCGM(t *testing.T) {
 	var waiting atomic.Int64
 	waiting.Store(4)
-	leader := fakeEndpoint(t, textHandler(func() string { return vllmText([2]float64{0, 0}, [2]float64{1, 1}, 0.1) }))
+	leader := static(t, vllmText([2]float64{0, 0}, [2]float64{1, 1}, 0.1))
 	w1 := fakeEndpoint(t, textHandler(func() string {
 		w := float64(waiting.Load())
 		return vllmText([2]float64{w, w}, [2]float64{8, 8}, 0.9)
 	}))
-	w2 := fakeEndpoint(t, textHandler(func() string { return vllmText([2]float64{1, 2}, [2]float64{8, 8}, 0.7) }))
-	dcgm := fakeEndpoint(t, textHandler(func() string {
-		return dcgmText("n1", []dcgmGPU{{0, "ns", "web-0-1", "vllm", 90, 70000}, {1, "ns", "web-0-1", "vllm", 70, 60000}, {2, "", "", "", 0, 0}})
-	}))
+	w2 := static(t, vllmText([2]float64{1, 2}, [2]float64{8, 8}, 0.7))
+	dcgm := static(t, dcgmText("n1", []dcgmGPU{{0, "ns", "web-0-1", "vllm", 90, 70000}, {1, "ns", "web-0-1", "vllm", 70, 60000}, {2, "", "", "", 0, 0}}))
 	pods := podList{
 		vllmPod("web-0", leader, nil), vllmPod("web-0-1", w1, nil), vllmPod("web-0-2", w2, nil),
 		{Namespace: "gpu", Name: "dcgm-x", IP: "127.0.0.1", Node: "n1", Running: true, Labels: map[string]string{"app": "dcgm"}},
@@ -69,10 +72,7 @@ func TestCollectVLLMAndDCGM(t *testing.T) {
 	cfg := mustParse(t, fmt.Sprintf("presets: [vllm, dcgm]\nnodeExporters: [{name: dcgm, selector: app=dcgm, port: %d, namespaces: [gpu], metrics: [gpu-utilization, gpu-memory-used-mib]}]\n", dcgm))
 	clk := clocktesting.NewFakeClock(now)
 	src := newCollector(t, cfg, pods, Options{Clock: clk})
-	batch, errs := src.Collect(t.Context())
-	if len(errs) > 0 {
-		t.Fatalf("Collect: %v", errs)
-	}
+	batch := src.collectOK(t)
 	v := func(m string, x float64, n int) Value { return Value{Metric: m, Value: x, Timestamp: now, Series: n} }
 	want := Batch{Pods: []PodValues{
 		{Namespace: "ns", Name: "web-0", UID: "uid-web-0", Values: []Value{
@@ -88,8 +88,8 @@ func TestCollectVLLMAndDCGM(t *testing.T) {
 			v("vllm-kv-cache-usage", 0.7, 1), v("vllm-num-requests-running", 16, 2), v("vllm-num-requests-waiting", 3, 2),
 		}},
 	}}
-	if diff := cmp.Diff(want, batch, cmpopts.EquateEmpty()); diff != "" {
-		t.Fatalf("batch (-want +got):\n%s", diff)
+	if checkDiff(t, "batch", want, batch, cmpopts.EquateEmpty()); t.Failed() {
+		t.FailNow()
 	}
 	// The queue of one worker grows; the next tick sees it.
 	waiting.Store(10)
@@ -109,43 +109,40 @@ func TestCollectCounterRate(t *testing.T) {
 	clk := clocktesting.NewFakeClock(now)
 	pods := &podsNow{pods: podList{vllmPod("p", port, nil)}}
 	src := newCollector(t, cfg, pods, Options{Clock: clk})
-	total.Store(1000)
-	if b, errs := src.Collect(t.Context()); len(errs) > 0 || len(b.Pods) != 0 {
-		t.Fatalf("first tick = %+v, %v; want no rate yet", b, errs)
+	// rate is 60 tokens/s for the pod of uid, at now+at.
+	rate := func(uid string, at time.Duration) []PodValues {
+		return []PodValues{{Namespace: "ns", Name: "p", UID: uid, Values: []Value{
+			{Metric: "prompt-tokens-per-second", Value: 60, Timestamp: now.Add(at), Series: 1},
+		}}}
 	}
-	total.Store(1600)
-	clk.Step(10 * time.Second)
-	// wantRate checks a tick yields 60 tokens/s for the pod of uid.
-	wantRate := func(tick, uid string, at time.Time) {
-		t.Helper()
+	for i, tick := range []struct {
+		name  string
+		total int64
+		uid   string // of the pod, recreated when it changes
+		want  []PodValues
+	}{
+		{"first tick", 1000, "uid-p", nil},
+		{"second tick", 1600, "uid-p", rate("uid-p", 10*time.Second)},
+		{"after a reset", 5, "uid-p", nil}, // a restart: no rate, never negative
+		// The pod is recreated under its name (a new UID) and its new
+		// counter is already past the old one: a new series, not a rate of
+		// 599.5/s across two pods.
+		{"first tick of the recreated pod", 6000, "uid-p-2", nil},
+		{"second tick of the recreated pod", 6600, "uid-p-2", rate("uid-p-2", 40*time.Second)},
+	} {
+		if i > 0 {
+			clk.Step(10 * time.Second)
+		}
+		if p := pods.ListPods()[0]; p.UID != tick.uid {
+			p.UID = tick.uid
+			pods.set(podList{p})
+		}
+		total.Store(tick.total)
 		b, errs := src.Collect(t.Context())
-		want := Batch{Pods: []PodValues{{Namespace: "ns", Name: "p", UID: uid, Values: []Value{
-			{Metric: "prompt-tokens-per-second", Value: 60, Timestamp: at, Series: 1},
-		}}}}
-		if diff := cmp.Diff(want, b, cmpopts.EquateEmpty()); diff != "" || len(errs) > 0 {
-			t.Fatalf("%s (-want +got):\n%s\nerrors: %v", tick, diff, errs)
+		if diff := cmp.Diff(Batch{Pods: tick.want}, b, cmpopts.EquateEmpty()); diff != "" || len(errs) > 0 {
+			t.Fatalf("%s (-want +got):\n%s\nerrors: %v", tick.name, diff, errs)
 		}
 	}
-	wantRate("second tick", "uid-p", now.Add(10*time.Second))
-	total.Store(5) // restart: no rate, never negative
-	clk.Step(10 * time.Second)
-	if b, _ := src.Collect(t.Context()); len(b.Pods) != 0 {
-		t.Fatalf("after a reset: %+v, want no value", b)
-	}
-	// The pod is recreated under its name (a new UID) and its new counter
-	// is already past the old one: a new series, not a rate of 599.5/s
-	// across two pods.
-	recreated := vllmPod("p", port, nil)
-	recreated.UID = "uid-p-2"
-	pods.set(podList{recreated})
-	total.Store(6000)
-	clk.Step(10 * time.Second)
-	if b, _ := src.Collect(t.Context()); len(b.Pods) != 0 {
-		t.Fatalf("first tick of the recreated pod: %+v, want no value", b)
-	}
-	total.Store(6600)
-	clk.Step(10 * time.Second)
-	wantRate("second tick of the recreated pod", "uid-p-2", now.Add(40*time.Second))
 }
 
 // podsNow is a PodLister whose pods a test replaces between ticks.
@@ -206,17 +203,10 @@ func TestCollectFaults(t *testing.T) {
 
 	cfg := mustParse(t, "presets: [sglang]\ntimeout: 200ms\nmaxBytes: 1000\n")
 	b, errs := newCollector(t, cfg, pods, Options{}).Collect(t.Context())
-	got := map[string]string{}
-	for _, e := range errs {
-		got[e.ID] = e.Reason
-	}
-	want := map[string]string{
+	checkDiff(t, "failure reasons", map[string]string{
 		"pod/ns/status": "http_status", "pod/ns/large": "too_large", "pod/ns/decode": "decode",
 		"pod/ns/slow": "timeout", "pod/ns/trickle": "timeout", "pod/ns/refused": "connection", "pod/ns/redirect": "http_status",
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("failure reasons (-want +got):\n%s", diff)
-	}
+	}, reasons(errs))
 	if len(b.Pods) != 1 || b.Pods[0].Name != "ok" || b.Pods[0].Values[0].Value != 3 {
 		t.Errorf("healthy target lost: %+v", b)
 	}
@@ -246,23 +236,17 @@ nodeExporters: [{name: dcgm, selector: app=dcgm, port: 9400, path: "/metrics?for
 	for _, tg := range targets {
 		got[tg.ID] = tg.URL
 	}
-	want := map[string]string{
+	checkDiff(t, "targets", map[string]string{
 		"pod/ns/selected":           "http://127.0.0.8:8000/metrics",
 		"pod/ns/own":                "https://127.0.0.3:9000/m",
 		"pod/ns/prom":               "http://127.0.0.4:8080/metrics",
 		"pod/ns/own-wins":           "http://127.0.0.8:8081/metrics",
 		"exporter/dcgm/ns/exporter": "http://127.0.0.8:9400/metrics?format=text",
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("targets (-want +got):\n%s", diff)
-	}
-	wantErrs := []string{
+	}, got)
+	checkDiff(t, "errors", []string{
 		`pod ns/badport: port annotation "http" is not a port`,
 		`pod ns/noport: scrape annotation "yes" must be true or false`,
-	}
-	if diff := cmp.Diff(wantErrs, errStrings(errs)); diff != "" {
-		t.Errorf("errors (-want +got):\n%s", diff)
-	}
+	}, errStrings(errs))
 
 	// Without prometheusAnnotations, prometheus.io/* is not read.
 	cfg = mustParse(t, "presets: [vllm]\n")

@@ -20,19 +20,17 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 )
 
-// counterDeltas reads c's counters of the given label sets; call the
-// returned func to get how much each grew since.
-func counterDeltas(t *testing.T, c *metrics.CounterVec, labelSets ...[]string) func() map[string]float64 {
+// counterDeltas reads c's counters of kind and each label; call the
+// returned func to get how much each grew since, by "kind/label".
+func counterDeltas(t *testing.T, c *metrics.CounterVec, kind string, labels ...string) func() map[string]float64 {
 	t.Helper()
 	RegisterMetrics()
 	read := func() map[string]float64 {
 		out := map[string]float64{}
-		for _, ls := range labelSets {
-			v, err := testutil.GetCounterMetricValue(c.WithLabelValues(ls...))
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[strings.Join(ls, "/")] = v
+		for _, l := range labels {
+			v, err := testutil.GetCounterMetricValue(c.WithLabelValues(kind, l))
+			must(t, err)
+			out[kind+"/"+l] = v
 		}
 		return out
 	}
@@ -44,6 +42,21 @@ func counterDeltas(t *testing.T, c *metrics.CounterVec, labelSets ...[]string) f
 		}
 		return after
 	}
+}
+
+func podNames(b Batch) (names []string) {
+	for _, p := range b.Pods {
+		names = append(names, p.Name)
+	}
+	return names
+}
+
+func reasons(errs []TargetError) map[string]string {
+	out := map[string]string{}
+	for _, e := range errs {
+		out[e.ID] = e.Reason
+	}
+	return out
 }
 
 func TestTargetsRefuseUntrustedPods(t *testing.T) {
@@ -64,17 +77,12 @@ nodeExporters: [{name: dcgm, selector: app=dcgm, port: 9400, namespaces: [gpu, g
 		wantTargets  []string
 		wantRefusals []string
 	}{
-		{
-			name:         "exporters only from their namespaces and service accounts, no hostNetwork pod",
+		{name: "exporters only from their namespaces and service accounts, no hostNetwork pod",
 			wantTargets:  []string{"exporter/dcgm/gpu-2/dcgm-b", "exporter/dcgm/gpu/dcgm-a"},
-			wantRefusals: []string{"tenant/fake:exporter_namespace", "gpu/wrong-sa:exporter_service_account", "ns/host:host_network"},
-		},
-		{
-			name:         "hostNetwork pods allowed by pods.allowHostNetwork",
-			extra:        "pods: {allowHostNetwork: true}\n",
+			wantRefusals: []string{"tenant/fake:exporter_namespace", "gpu/wrong-sa:exporter_service_account", "ns/host:host_network"}},
+		{name: "hostNetwork pods allowed by pods.allowHostNetwork", extra: "pods: {allowHostNetwork: true}\n",
 			wantTargets:  []string{"exporter/dcgm/gpu-2/dcgm-b", "exporter/dcgm/gpu/dcgm-a", "pod/ns/host"},
-			wantRefusals: []string{"tenant/fake:exporter_namespace", "gpu/wrong-sa:exporter_service_account"},
-		},
+			wantRefusals: []string{"tenant/fake:exporter_namespace", "gpu/wrong-sa:exporter_service_account"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,12 +98,8 @@ nodeExporters: [{name: dcgm, selector: app=dcgm, port: 9400, namespaces: [gpu, g
 				}
 				refusals = append(refusals, r.Pod+":"+r.Reason)
 			}
-			if diff := cmp.Diff(tt.wantTargets, ids); diff != "" {
-				t.Errorf("targets (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(tt.wantRefusals, refusals); diff != "" {
-				t.Errorf("refusals (-want +got):\n%s", diff)
-			}
+			checkDiff(t, "targets", tt.wantTargets, ids)
+			checkDiff(t, "refusals", tt.wantRefusals, refusals)
 		})
 	}
 }
@@ -109,16 +113,12 @@ func TestCollectExporterAdmission(t *testing.T) {
 	// (no such pod) and own (on n1, whose own target reports the same
 	// metric and container); GPU 4 reads 150%, beyond the bound; and it
 	// serves a vLLM family that is not among its metrics.
-	trusted := fakeEndpoint(t, textHandler(func() string {
-		return dcgmText("n1", []dcgmGPU{
-			{0, "ns", "web-0", "vllm", 50, 1000}, {1, "ns", "far", "vllm", 60, 1000}, {2, "ns", "ghost", "vllm", 70, 1000},
-			{3, "ns", "own", "vllm", 80, 1000}, {4, "ns", "web-0", "vllm", 150, 1000},
-		}) + "vllm:num_requests_waiting{namespace=\"ns\",pod=\"web-0\"} 99\n"
-	}))
-	fake := fakeEndpoint(t, textHandler(func() string {
-		return dcgmText("n1", []dcgmGPU{{0, "ns", "web-0", "vllm", 1, 1}})
-	}))
-	own := fakeEndpoint(t, textHandler(func() string { return "DCGM_FI_DEV_GPU_UTIL{container=\"vllm\"} 10\n" }))
+	trusted := static(t, dcgmText("n1", []dcgmGPU{
+		{0, "ns", "web-0", "vllm", 50, 1000}, {1, "ns", "far", "vllm", 60, 1000}, {2, "ns", "ghost", "vllm", 70, 1000},
+		{3, "ns", "own", "vllm", 80, 1000}, {4, "ns", "web-0", "vllm", 150, 1000},
+	})+"vllm:num_requests_waiting{namespace=\"ns\",pod=\"web-0\"} 99\n")
+	fake := static(t, dcgmText("n1", []dcgmGPU{{0, "ns", "web-0", "vllm", 1, 1}}))
+	own := static(t, "DCGM_FI_DEV_GPU_UTIL{container=\"vllm\"} 10\n")
 	pods := podList{
 		{Namespace: "gpu", Name: "dcgm-a", UID: "uid-dcgm-a", IP: "127.0.0.1", Node: "n1", Running: true, Labels: map[string]string{"app": "dcgm", "port": strconv.Itoa(trusted)}},
 		{Namespace: "ns", Name: "fake-dcgm", UID: "uid-fake", IP: "127.0.0.1", Node: "n1", Running: true, Labels: map[string]string{"app": "dcgm", "port": strconv.Itoa(fake)}},
@@ -133,14 +133,10 @@ nodeExporters:
 - {name: dcgm, selector: "app=dcgm,port=%d", port: %d, namespaces: [gpu], metrics: [gpu-utilization]}
 - {name: fake, selector: "app=dcgm,port=%d", port: %d, namespaces: [gpu], metrics: [gpu-utilization]}
 `, trusted, trusted, fake, fake))
-	dropped := counterDeltas(t, droppedSamples,
-		[]string{KindExporter, DropUnknownPod}, []string{KindExporter, DropOtherNode}, []string{KindExporter, DropOwnTarget}, []string{KindExporter, DropOutOfRange})
-	refused := counterDeltas(t, refusedTargets, []string{KindExporter, RefusedExporterNamespace})
+	dropped := counterDeltas(t, droppedSamples, KindExporter, DropUnknownPod, DropOtherNode, DropOwnTarget, DropOutOfRange)
+	refused := counterDeltas(t, refusedTargets, KindExporter, RefusedExporterNamespace)
 	src := newCollector(t, cfg, pods, Options{Clock: clocktesting.NewFakeClock(now)})
-	batch, errs := src.Collect(t.Context())
-	if len(errs) > 0 {
-		t.Fatalf("Collect: %v", errs)
-	}
+	batch := src.collectOK(t)
 	v := func(x float64) []Value {
 		return []Value{{Metric: "gpu-utilization", Value: x, Timestamp: now, Series: 1}}
 	}
@@ -148,28 +144,20 @@ nodeExporters:
 		{Namespace: "ns", Name: "own", UID: "uid-own", Values: v(10), Containers: []ContainerValues{{Name: "vllm", Values: v(10)}}},
 		{Namespace: "ns", Name: "web-0", UID: "uid-web-0", Values: v(50), Containers: []ContainerValues{{Name: "vllm", Values: v(50)}}},
 	}}
-	if diff := cmp.Diff(want, batch, cmpopts.EquateEmpty()); diff != "" {
-		t.Errorf("batch (-want +got):\n%s", diff)
-	}
+	checkDiff(t, "batch", want, batch, cmpopts.EquateEmpty())
 	// The exporter may be scraped before the pod's own target, as it was
 	// here: the store served the pod's own word all the same. From the
 	// next tick, the exporter's sample of it is dropped as own_target.
-	if batch, errs = src.Collect(t.Context()); len(errs) > 0 || cmp.Diff(want, batch, cmpopts.EquateEmpty()) != "" {
+	if batch, errs := src.Collect(t.Context()); len(errs) > 0 || cmp.Diff(want, batch, cmpopts.EquateEmpty()) != "" {
 		t.Errorf("second tick: %+v, %v; want the same values", batch, errs)
 	}
 	// The tenant's look-alike, matched by the second entry, is refused.
-	wantDropped := map[string]float64{"exporter/unknown_pod": 2, "exporter/other_node": 2, "exporter/own_target": 1, "exporter/out_of_range": 2}
-	if diff := cmp.Diff(wantDropped, dropped()); diff != "" {
-		t.Errorf("dropped samples (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff(map[string]float64{"exporter/exporter_namespace": 2}, refused()); diff != "" {
-		t.Errorf("refused targets (-want +got):\n%s", diff)
-	}
+	checkDiff(t, "dropped samples", map[string]float64{"exporter/unknown_pod": 2, "exporter/other_node": 2, "exporter/own_target": 1,
+		"exporter/out_of_range": 2}, dropped())
+	checkDiff(t, "refused targets", map[string]float64{"exporter/exporter_namespace": 2}, refused())
 	// A refusal is logged once, and remembered only while it lasts.
-	wantLogged := map[refusalKey]bool{{uid: "uid-fake", target: "fake", reason: RefusedExporterNamespace}: true}
-	if diff := cmp.Diff(wantLogged, src.refused, cmp.AllowUnexported(refusalKey{})); diff != "" {
-		t.Errorf("refusals remembered (-want +got):\n%s", diff)
-	}
+	checkDiff(t, "refusals remembered", map[refusalKey]bool{{uid: "uid-fake", target: "fake", reason: RefusedExporterNamespace}: true},
+		src.refused, cmp.AllowUnexported(refusalKey{}))
 	src.pods = pods[2:]
 	if _, errs := src.Collect(t.Context()); len(errs) > 0 || len(src.refused) != 0 {
 		t.Errorf("after the tenant's pod left: errors %v, refusals remembered %v", errs, src.refused)
@@ -180,8 +168,8 @@ nodeExporters:
 // past its points fails (too_large); of targets sending as many, the ones
 // first by name keep theirs.
 func TestCollectPointsPerCollection(t *testing.T) {
-	two := func() string { return "sglang:num_queue_reqs{e=\"0\"} 1\nsglang:num_queue_reqs{e=\"1\"} 2\n" }
-	pods := podList{vllmPod("a", fakeEndpoint(t, textHandler(two)), nil), vllmPod("b", fakeEndpoint(t, textHandler(two)), nil)}
+	two := "sglang:num_queue_reqs{e=\"0\"} 1\nsglang:num_queue_reqs{e=\"1\"} 2\n"
+	pods := podList{vllmPod("a", static(t, two), nil), vllmPod("b", static(t, two), nil)}
 	tests := []struct {
 		name       string
 		points     int
@@ -196,20 +184,8 @@ func TestCollectPointsPerCollection(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := mustParse(t, fmt.Sprintf("presets: [sglang]\nlimits: {pointsPerCollection: %d}\n", tt.points))
 			b, errs := newCollector(t, cfg, pods, Options{}).Collect(t.Context())
-			var names []string
-			for _, p := range b.Pods {
-				names = append(names, p.Name)
-			}
-			failed := map[string]string{}
-			for _, e := range errs {
-				failed[e.ID] = e.Reason
-			}
-			if diff := cmp.Diff(tt.wantPods, names); diff != "" {
-				t.Errorf("pods (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(tt.wantFailed, failed); diff != "" {
-				t.Errorf("failed (-want +got):\n%s", diff)
-			}
+			checkDiff(t, "pods", tt.wantPods, podNames(b))
+			checkDiff(t, "failed", tt.wantFailed, reasons(errs))
 		})
 	}
 }
@@ -218,28 +194,16 @@ func TestCollectPointsPerCollection(t *testing.T) {
 // most fails first, whatever its name's order, so one flooding pod cannot
 // starve the others.
 func TestCollectPointsGoToTheSmallest(t *testing.T) {
-	series := func(n int) func() string {
-		return func() string {
-			var b strings.Builder
-			for i := range n {
-				fmt.Fprintf(&b, "sglang:num_queue_reqs{e=\"%d\"} 1\n", i)
-			}
-			return b.String()
+	var pods podList
+	for i, n := range []int{3, 2, 2} {
+		var body strings.Builder
+		for e := range n {
+			fmt.Fprintf(&body, "sglang:num_queue_reqs{e=\"%d\"} 1\n", e)
 		}
-	}
-	pods := podList{
-		vllmPod("a", fakeEndpoint(t, textHandler(series(3))), nil),
-		vllmPod("b", fakeEndpoint(t, textHandler(series(2))), nil),
-		vllmPod("c", fakeEndpoint(t, textHandler(series(2))), nil),
+		pods = append(pods, vllmPod(string(rune('a'+i)), static(t, body.String()), nil))
 	}
 	b, errs := newCollector(t, mustParse(t, "presets: [sglang]\nlimits: {pointsPerCollection: 4}\n"), pods, Options{}).Collect(t.Context())
-	var names []string
-	for _, p := range b.Pods {
-		names = append(names, p.Name)
-	}
-	if diff := cmp.Diff([]string{"b", "c"}, names); diff != "" {
-		t.Errorf("pods kept (-want +got):\n%s", diff)
-	}
+	checkDiff(t, "pods kept", []string{"b", "c"}, podNames(b))
 	if len(errs) != 1 || errs[0].ID != "pod/ns/a" || errs[0].Reason != "too_large" {
 		t.Errorf("errors %v, want pod/ns/a too_large only", errs)
 	}
@@ -249,7 +213,7 @@ func TestCollectPointsGoToTheSmallest(t *testing.T) {
 // it is decoded, within its timeout; with every slot taken, targets fail
 // as timeouts and nothing is decoded.
 func TestCollectDecodesAFewAtOnce(t *testing.T) {
-	pods := podList{vllmPod("a", fakeEndpoint(t, textHandler(func() string { return "sglang:num_queue_reqs 3\n" })), nil)}
+	pods := podList{vllmPod("a", static(t, "sglang:num_queue_reqs 3\n"), nil)}
 	src := newCollector(t, mustParse(t, "presets: [sglang]\ntimeout: 200ms\n"), pods, Options{})
 	for range decodeSlots {
 		src.decoding <- struct{}{}
@@ -287,7 +251,7 @@ func (s *stuckTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // it ends; the healthy target is stored at every tick. Each tick returning
 // at all shows it: the stuck target answers only when the test ends.
 func TestCollectDoesNotWaitForAnOverrun(t *testing.T) {
-	ok := fakeEndpoint(t, textHandler(func() string { return "sglang:num_queue_reqs 3\n" }))
+	ok := static(t, "sglang:num_queue_reqs 3\n")
 	stuck := &stuckTransport{port: "1", release: make(chan struct{})}
 	t.Cleanup(func() { close(stuck.release) })
 	pods := podList{vllmPod("ok", ok, nil), vllmPod("stuck", 1, nil)}
@@ -308,9 +272,7 @@ func TestCollectDoesNotWaitForAnOverrun(t *testing.T) {
 // "HTTP/1.1 <status>" and no body.
 func rawStatusServer(t *testing.T, status string) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(func() { _ = ln.Close() })
 	go func() {
 		for {
