@@ -11,32 +11,21 @@ import (
 // earlyDelay is the fixture's EarlyDelay.
 const earlyDelay = 6 * time.Second
 
-// earlyFixture is a scraper with early scrapes on a fake clock, over two
-// counting targets; its resolution is an hour, so no second tick comes
-// during a test.
-type earlyFixture struct {
-	clk     *clocktesting.FakeClock
-	scraped chan string
-	a, b    *fakeTarget
-	s       *Scraper
-}
-
-func newEarlyFixture() earlyFixture {
-	e := earlyFixture{
-		clk:     clocktesting.NewFakeClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)),
-		scraped: make(chan string, 16),
-	}
-	e.a = &fakeTarget{id: "a", batch: &Batch{}, scraped: e.scraped}
-	e.b = &fakeTarget{id: "b", batch: &Batch{}, scraped: e.scraped}
-	e.s = kubeletScraper(ScraperConfig{Sink: newRecordingSink(), Clock: e.clk, Resolution: time.Hour, Timeout: time.Second, EarlyDelay: earlyDelay}, e.a, e.b)
-	return e
+// newEarlyFixture is a scraper with early scrapes on a fake clock, over two
+// counting targets a and b that report to scraped; its resolution is an
+// hour, so no second tick comes during a test.
+func newEarlyFixture() (clk *clocktesting.FakeClock, scraped chan string, a, b *fakeTarget, s *Scraper) {
+	clk, scraped = clocktesting.NewFakeClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)), make(chan string, 16)
+	a = &fakeTarget{id: "a", batch: &Batch{}, scraped: scraped}
+	b = &fakeTarget{id: "b", batch: &Batch{}, scraped: scraped}
+	cfg := ScraperConfig{Sink: newRecordingSink(), Clock: clk, Resolution: time.Hour, Timeout: time.Second, EarlyDelay: earlyDelay}
+	return clk, scraped, a, b, kubeletScraper(cfg, a, b)
 }
 
 // TestEarlyScrapeSchedule: Soon schedules one scrape per covering target,
 // due EarlyDelay after the first request, and nothing is due before.
 func TestEarlyScrapeSchedule(t *testing.T) {
-	e := newEarlyFixture()
-	clk, a, b, s := e.clk, e.a, e.b, e.s
+	clk, _, a, b, s := newEarlyFixture()
 	// A tick scrapes both and learns which target covers which node.
 	s.Tick(context.Background())
 	if a.n.Load() != 1 || b.n.Load() != 1 {
@@ -74,8 +63,7 @@ func TestEarlyScrapeSchedule(t *testing.T) {
 // request schedules another.
 func TestEarlyScrape(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	e := newEarlyFixture()
-	clk, scraped, a, b, s := e.clk, e.scraped, e.a, e.b, e.s
+	clk, scraped, a, b, s := newEarlyFixture()
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)

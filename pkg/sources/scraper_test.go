@@ -146,15 +146,10 @@ func TestTickKeepsPartialResults(t *testing.T) {
 	close(slow.block)
 	<-done
 
-	if diff := cmp.Diff(map[string]bool{"ok": true, "partial": true, "slow": true}, sink.stored); diff != "" {
-		t.Errorf("stored (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff(map[string]string{"refused": ReasonConnection, "garbage": ReasonDecode}, sink.failed); diff != "" {
-		t.Errorf("failed (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff(map[string]string{"refused": ReasonConnection, "garbage": ReasonDecode}, s.TargetErrors()); diff != "" {
-		t.Errorf("TargetErrors (-want +got):\n%s", diff)
-	}
+	checkDiff(t, "stored", map[string]bool{"ok": true, "partial": true, "slow": true}, sink.stored)
+	failed := map[string]string{"refused": ReasonConnection, "garbage": ReasonDecode}
+	checkDiff(t, "failed", failed, sink.failed)
+	checkDiff(t, "TargetErrors", failed, s.TargetErrors())
 	if len(sink.pruned) != len(targets) {
 		t.Errorf("prune kept %v, want all %d targets", sink.pruned, len(targets))
 	}
@@ -165,8 +160,13 @@ func TestTickKeepsPartialResults(t *testing.T) {
 	for k := range counted {
 		counted[k] -= before[k]
 	}
-	if diff := cmp.Diff(map[string]float64{"partial": 1, "refused": 1, "garbage": 1}, counted); diff != "" {
-		t.Errorf("counted (-want +got):\n%s", diff)
+	checkDiff(t, "counted", map[string]float64{"partial": 1, "refused": 1, "garbage": 1}, counted)
+}
+
+func checkDiff(t *testing.T, what string, want, got any) {
+	t.Helper()
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", what, diff)
 	}
 }
 

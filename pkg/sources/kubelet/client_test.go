@@ -123,15 +123,8 @@ func TestClientFailures(t *testing.T) {
 			if got := sources.Reason(err); got != tc.wantReason {
 				t.Errorf("reason = %q, want %q (error: %v)", got, tc.wantReason, err)
 			}
-			msg := err.Error()
-			if !strings.Contains(msg, tc.wantErr) {
-				t.Errorf("error %q does not contain %q", msg, tc.wantErr)
-			}
-			if !strings.Contains(msg, `node "node-a"`) {
-				t.Errorf("error %q does not name the node", msg)
-			}
-			if strings.Contains(msg, testToken) {
-				t.Errorf("error %q reveals the token", msg)
+			if msg := err.Error(); !strings.Contains(msg, tc.wantErr) || !strings.Contains(msg, `node "node-a"`) || strings.Contains(msg, testToken) {
+				t.Errorf("error %q: want one that contains %q, names the node and not the token", msg, tc.wantErr)
 			}
 		})
 	}
@@ -156,9 +149,7 @@ func TestSummaryRedirectNotFollowed(t *testing.T) {
 	kubelet := httptest.NewTLSServer(http.RedirectHandler(plain.URL+"/stats/summary", http.StatusFound))
 	defer kubelet.Close()
 
-	c, err := NewClient(ClientConfig{REST: &rest.Config{
-		BearerToken: testToken, TLSClientConfig: rest.TLSClientConfig{Insecure: true},
-	}})
+	c, err := NewClient(ClientConfig{REST: &rest.Config{BearerToken: testToken, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}})
 	must(t, err)
 	_, err = c.Summary(t.Context(), "n1", strings.TrimPrefix(kubelet.URL, "https://"))
 	if err == nil || !strings.Contains(err.Error(), "302 Found") {
@@ -210,19 +201,14 @@ func TestSummaryCertificateHints(t *testing.T) {
 			defer srv.Close()
 			c, err := NewClient(ClientConfig{REST: &rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: append(trusted.CertPEM(), expired.CertPEM()...)}}})
 			must(t, err)
-			host := strings.TrimPrefix(srv.URL, "https://")
-			_, err = c.Summary(t.Context(), "node-0", host)
+			_, err = c.Summary(t.Context(), "node-0", strings.TrimPrefix(srv.URL, "https://"))
 			if (err != nil) != (tt.wantKind != "") {
 				t.Fatalf("Summary error = %v, want a certificate error: %v", err, tt.wantKind != "")
-			}
-			if err == nil {
+			} else if err == nil {
 				return
 			}
-			if got := sources.Reason(err); got != sources.ReasonTLS {
-				t.Errorf("Reason = %q, want %q", got, sources.ReasonTLS)
-			}
-			if got := certFailure(err); got != tt.wantKind {
-				t.Errorf("certFailure = %q, want %q", got, tt.wantKind)
+			if reason, kind := sources.Reason(err), certFailure(err); reason != sources.ReasonTLS || kind != tt.wantKind {
+				t.Errorf("Reason, certFailure = %q, %q; want %q, %q", reason, kind, sources.ReasonTLS, tt.wantKind)
 			}
 			for _, w := range tt.wantHint {
 				if !strings.Contains(err.Error(), w) {

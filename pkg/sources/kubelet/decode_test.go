@@ -75,32 +75,25 @@ func TestDecodeRejects(t *testing.T) {
 		{name: "negative counter", body: `{"node": {"cpu": {"usageCoreNanoSeconds": -1}}}`, wantPods: -1, wantErr: `node "n1"`},
 		{name: "node without CPU keeps pods", body: `{"node": {"memory": {"workingSetBytes": 1}}, "pods": [` + okPod + `]}`, wantPods: 1, wantErr: "node: no CPU usage"},
 		{name: "container without CPU is left out", body: withPods(pod("p", `"x": 1`, `"workingSetBytes": 1`)), wantErr: `pod ns/p container "c": no CPU usage`},
-		{
-			// Finding 4: the pod was kept with its other containers, and
-			// served with their usage against the whole pod's request.
-			name: "a pod with one container left out is left out whole",
+		// Finding 4: the pod was kept with its other containers, and served
+		// with their usage against the whole pod's request.
+		{name: "a pod with one container left out is left out whole",
 			body: withPods(`{"podRef": {"name": "p", "namespace": "ns"}, "containers": [` +
 				`{"name": "ok", "startTime": "2026-12-01T09:00:00Z", "cpu": {"time": "2026-12-01T10:00:00Z", "usageCoreNanoSeconds": 5}, "memory": {"time": "2026-12-01T10:00:00Z", "workingSetBytes": 1}},` +
 				`{"name": "new", "startTime": "2026-12-01T09:00:00Z", "memory": {"time": "2026-12-01T10:00:00Z", "workingSetBytes": 1}}]}`),
-			wantErr: `pod ns/p container "new": no CPU usage (the pod is left out)`,
-		},
+			wantErr: `pod ns/p container "new": no CPU usage (the pod is left out)`},
 		{name: "container without memory is left out", body: withPods(pod("p", `"usageCoreNanoSeconds": 5`, `"usageBytes": 1`)), wantErr: "no memory working set"},
 		{name: "absurd memory", body: withPods(pod("p", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 9000000000000000000`)), wantErr: "implausible"},
 		{name: "missing sample time",
 			body:    withPods(`{"podRef": {"name": "p", "namespace": "ns"}, "containers": [{"name": "c", "cpu": {"usageCoreNanoSeconds": 5}, "memory": {"workingSetBytes": 1}}]}`),
 			wantErr: "missing or implausible"},
 		{name: "pod without a name", body: withPods(`{"podRef": {"namespace": "ns"}, "containers": []}`), wantErr: "missing podRef"},
-		{
-			name:    "start after sample",
-			body:    withPods(`{"podRef": {"name": "p", "namespace": "ns"}, "containers": [{"name": "c", "startTime": "2030-01-01T00:00:00Z", "cpu": {"time": "2026-12-01T10:00:00Z", "usageCoreNanoSeconds": 5}, "memory": {"workingSetBytes": 1}}]}`),
-			wantErr: "after the sample time",
-		},
+		{name: "start after sample", wantErr: "after the sample time",
+			body: withPods(`{"podRef": {"name": "p", "namespace": "ns"}, "containers": [{"name": "c", "startTime": "2030-01-01T00:00:00Z", "cpu": {"time": "2026-12-01T10:00:00Z", "usageCoreNanoSeconds": 5}, "memory": {"workingSetBytes": 1}}]}`)},
 		{name: "one bad pod costs only itself", body: withPods(pod("bad", `"x": 1`, `"workingSetBytes": 1`), pod("good", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 1`)), wantPods: 1, wantErr: "pod ns/bad"},
-		{
-			name:     "a pod listed twice is left out, others kept",
-			body:     withPods(pod("twice", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 1`), pod("twice", `"usageCoreNanoSeconds": 9`, `"workingSetBytes": 2`), pod("once", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 1`)),
-			wantPods: 1, wantErr: "pod ns/twice: listed 2 times",
-		},
+		{name: "a pod listed twice is left out, others kept", wantPods: 1, wantErr: "pod ns/twice: listed 2 times",
+			body: withPods(pod("twice", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 1`), pod("twice", `"usageCoreNanoSeconds": 9`, `"workingSetBytes": 2`),
+				pod("once", `"usageCoreNanoSeconds": 5`, `"workingSetBytes": 1`))},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -114,11 +107,8 @@ func TestDecodeRejects(t *testing.T) {
 			if (b != nil) != (tc.wantPods >= 0) {
 				t.Fatalf("batch = %v, want one: %v", b, tc.wantPods >= 0)
 			}
-			if b != nil && len(b.Pods) != tc.wantPods {
-				t.Errorf("got %d pods, want %d", len(b.Pods), tc.wantPods)
-			}
-			if b != nil && sources.Reason(err) != sources.ReasonDecode {
-				t.Errorf("reason = %q, want %q", sources.Reason(err), sources.ReasonDecode)
+			if b != nil && (len(b.Pods) != tc.wantPods || sources.Reason(err) != sources.ReasonDecode) {
+				t.Errorf("got %d pods, reason %q; want %d, %q", len(b.Pods), sources.Reason(err), tc.wantPods, sources.ReasonDecode)
 			}
 		})
 	}

@@ -81,9 +81,8 @@ func TestDataFaults(t *testing.T) {
 			// Samples of pods 4 cycles old: a clock 3 cycles back still
 			// samples them after they started.
 			for range 4 {
-				if _, err := scrape(); err != nil {
-					t.Fatal(err)
-				}
+				_, err := scrape()
+				must(t, err)
 			}
 			faultAt := e.clk.Now()
 			must(t, nodes[0].SetFault(tc.fault))
@@ -95,7 +94,19 @@ func TestDataFaults(t *testing.T) {
 				case tc.wantErr != "" && (sources.Reason(err) != sources.ReasonDecode || !strings.Contains(err.Error(), tc.wantErr)):
 					t.Errorf("scrape %d of node-a: error %v, want a %s error saying %q", i, err, sources.ReasonDecode, tc.wantErr)
 				}
-				checkFaultInForce(t, batch, tc.podsOfA, e.clk.Now().Add(-tc.behind), map[bool]time.Time{false: began, true: faultAt}[tc.restarted])
+				// node-a's batch shows the fault: the pods it lists, and a-0's
+				// sample time and start.
+				var names []string
+				for _, p := range batch.Pods {
+					names = append(names, p.Name)
+				}
+				if diff := cmp.Diff(tc.podsOfA, names); diff != "" {
+					t.Errorf("scrape %d: pods of node-a (-want +got):\n%s", i, diff)
+				}
+				sampled, started := e.clk.Now().Add(-tc.behind), map[bool]time.Time{false: began, true: faultAt}[tc.restarted]
+				if p := batch.Pods[0].Containers[0].Point; !p.Timestamp.Equal(sampled) || !p.StartTime.Equal(started) {
+					t.Errorf("scrape %d: a-0 sampled at %s, started %s; want %s, %s", i, p.Timestamp, p.StartTime, sampled, started)
+				}
 				for pod, node := range onNode {
 					u, _, why := st.Pod("ns", pod, "", node, store.PodRef{})
 					switch {
@@ -110,22 +121,5 @@ func TestDataFaults(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// checkFaultInForce checks that node-a's batch shows the fault: the pods it
-// lists, and a-0's sample time and start.
-func checkFaultInForce(t *testing.T, b *sources.Batch, pods []string, sampled, started time.Time) {
-	t.Helper()
-	var names []string
-	for _, p := range b.Pods {
-		names = append(names, p.Name)
-	}
-	if diff := cmp.Diff(pods, names); diff != "" {
-		t.Errorf("pods of node-a (-want +got):\n%s", diff)
-	}
-	p := b.Pods[0].Containers[0].Point
-	if !p.Timestamp.Equal(sampled) || !p.StartTime.Equal(started) {
-		t.Errorf("a-0 sampled at %s, started %s; want %s, %s", p.Timestamp, p.StartTime, sampled, started)
 	}
 }
