@@ -56,8 +56,8 @@ func Main(cmd *cobra.Command) {
 }
 
 // CheckLoopback returns an error unless addr is host:port on a loopback
-// address (or localhost): control APIs change what the fakes report and
-// never listen anywhere else.
+// address or localhost: control APIs change what the fakes report and never
+// listen anywhere else.
 func CheckLoopback(flagName, addr string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -69,8 +69,7 @@ func CheckLoopback(flagName, addr string) error {
 	return nil
 }
 
-// ParseTokens reads a token file: one token a line, skipping blank lines
-// and "#" comments.
+// ParseTokens reads a token file: a token a line, "#" starting a comment.
 func ParseTokens(text string) []string {
 	var out []string
 	for line := range strings.Lines(text) {
@@ -82,7 +81,7 @@ func ParseTokens(text string) []string {
 }
 
 // BearerToken returns the token of a request's "Authorization: Bearer"
-// header (the scheme in any case), or "" without one.
+// header (the scheme in any case), or "".
 func BearerToken(r *http.Request) string {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "bearer") {
@@ -91,8 +90,8 @@ func BearerToken(r *http.Request) string {
 	return strings.TrimSpace(token)
 }
 
-// KnownToken says whether token, not empty, is one of known; each is
-// compared in constant time.
+// KnownToken says whether token, not empty, is one of known, compared in
+// constant time.
 func KnownToken(token string, known ...string) bool {
 	found := 0
 	for _, k := range known {
@@ -101,8 +100,8 @@ func KnownToken(token string, known ...string) bool {
 	return found == 1 && token != ""
 }
 
-// WriteState writes v as indented JSON to path, atomically: what a fake's
-// program writes last, once it serves, to tell its users where it is.
+// WriteState writes v as JSON to path, atomically: what a fake's program
+// writes last, once it serves, to tell its users where it is.
 func WriteState(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
@@ -111,8 +110,7 @@ func WriteState(path string, v any) error {
 	return writeAtomic(path, append(b, '\n'), 0o644)
 }
 
-// ReadState reads what WriteState wrote to path; it fails until the fake
-// has written it.
+// ReadState reads what WriteState wrote to path.
 func ReadState[T any](path string) (*T, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -134,9 +132,9 @@ func writeAtomic(path string, data []byte, mode os.FileMode) error {
 	return os.Rename(path+".tmp", path)
 }
 
-// NewControlMux starts a fake's plain-HTTP control API: GET /healthz, and
-// GET /v1/ca.crt with caPEM (404 when nil: the fake serves plain HTTP). The
-// fake adds its own routes. Serve it on a loopback address only.
+// NewControlMux starts a fake's plain-HTTP control API, for a loopback
+// address only: GET /healthz, and GET /v1/ca.crt with caPEM (404 when nil:
+// the fake serves plain HTTP).
 func NewControlMux(caPEM []byte) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
@@ -170,15 +168,15 @@ func Route[Req any](code int, do func(r *http.Request, req Req) (any, error)) ht
 		var req Req
 		var v any
 		var err error
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+		dec.DisallowUnknownFields()
 		if _, none := any(req).(None); !none {
-			dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
-			dec.DisallowUnknownFields()
-			if err = dec.Decode(&req); err != nil {
-				err = fmt.Errorf("decode request: %w", err)
-			}
+			err = dec.Decode(&req)
 		}
 		if err == nil {
 			v, err = do(r, req)
+		} else {
+			err = fmt.Errorf("decode request: %w", err)
 		}
 		switch {
 		case errors.Is(err, ErrNotFound):
@@ -210,8 +208,7 @@ type HTTPServer struct {
 	err  error
 }
 
-// Listen serves h on addr, a fake program's API, and returns the address
-// it listens on (the port picked when addr has port 0).
+// Listen serves h on addr and returns the address it listens on.
 func Listen(addr string, h http.Handler) (*HTTPServer, string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -237,12 +234,8 @@ func (s *HTTPServer) Stop() error {
 	return err
 }
 
-// Control is a client of a fake's control API, which serves JSON in plain
-// HTTP on a loopback address.
-type Control struct {
-	// Address is the control API's host:port.
-	Address string
-}
+// Control is a client of a fake's control API at Address (host:port).
+type Control struct{ Address string }
 
 // Do sends method path with in, if not nil, as its JSON body and decodes
 // the answer into out, if not nil. An answer whose code is not one of
@@ -269,11 +262,10 @@ func (c Control) Do(ctx context.Context, method, path string, in, out any, okCod
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
 		return fmt.Errorf("control API: %s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(msg))
 	}
-	if out == nil {
-		return nil
-	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("control API: %s %s: %w", method, path, err)
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return fmt.Errorf("control API: %s %s: %w", method, path, err)
+		}
 	}
 	return nil
 }

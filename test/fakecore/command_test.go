@@ -2,7 +2,7 @@ package fakecore
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,23 +21,20 @@ func (o *testOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.name, "name", "", "")
 }
 
-func (o *testOptions) Validate() []error {
-	var errs []error
-	if o.port == "" {
-		errs = append(errs, errors.New("--port is required"))
-	}
-	if o.name == "" {
-		errs = append(errs, errors.New("--name is required"))
+func (o *testOptions) Validate() (errs []error) {
+	for flag, v := range map[string]string{"port": o.port, "name": o.name} {
+		if v == "" {
+			errs = append(errs, fmt.Errorf("--%s is required", flag))
+		}
 	}
 	return errs
 }
 
 func TestExecute(t *testing.T) {
 	tests := []struct {
-		name    string
-		args    []string
-		wantRun bool
-		wantErr []string
+		name          string
+		args, wantErr []string
+		wantRun       bool
 	}{
 		{name: "valid", args: []string{"--port=1", "--name=x"}, wantRun: true},
 		{name: "every validation error", args: nil, wantErr: []string{"--port is required", "--name is required"}},

@@ -1,6 +1,7 @@
 package fakecore
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -15,21 +16,19 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
-// CAValidity is how long a fake's CA is valid: longer than any run, even
-// one whose fake clock moves ahead.
+// CAValidity is how long a fake's CA is valid: longer than any run, even on
+// a fake clock that moves ahead.
 const CAValidity = 10 * 365 * 24 * time.Hour
 
 // EndpointConfig configures an Endpoint.
 type EndpointConfig struct {
 	// Addr is the loopback host:port to listen on; port 0 picks one, which
 	// the endpoint keeps while it goes down and comes back.
-	Addr    string
-	Handler http.Handler
-	// CA signs the certificate for Leaf's names, and WrongNameCertificate's.
-	CA   *pki.CA
-	Leaf pki.Leaf
-	// Now is the time certificates are issued at; time.Now when nil.
-	Now        func() time.Time
+	Addr       string
+	Handler    http.Handler
+	CA         *pki.CA // signs Leaf, and WrongNameCertificate's
+	Leaf       pki.Leaf
+	Now        func() time.Time // when certificates are issued; time.Now when nil
 	ClientAuth tls.ClientAuthType
 }
 
@@ -54,15 +53,12 @@ type Endpoint struct {
 	done  chan struct{} // closed when srv's serve loop returns
 }
 
-// NewEndpoint issues the endpoint's certificate, listens on cfg.Addr and
-// serves cfg.Handler there.
+// NewEndpoint issues the endpoint's certificate and serves cfg.Handler.
 func NewEndpoint(cfg EndpointConfig) (*Endpoint, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.Addr == "" {
-		cfg.Addr = "127.0.0.1:0"
-	}
+	cfg.Addr = cmp.Or(cfg.Addr, "127.0.0.1:0")
 	if err := CheckLoopback("listen", cfg.Addr); err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -29,21 +28,25 @@ import (
 // t0 is a whole second, so samples fall on whole seconds from it.
 var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
-const token = "test-token"
+const (
+	token           = "test-token"
+	contentTypeJSON = "application/json"
+	// requestTimeout bounds every request a test makes; it is a guard
+	// against hangs, never an assertion about speed.
+	requestTimeout = 30 * time.Second
+)
 
 // request is one answer a fake renders: a path, the Accept header it is
 // asked with, the Content-Type of its answer and a marker every complete
 // answer holds and no fault's does.
 type request struct{ path, accept, contentType, marker string }
 
-const contentTypeJSON = "application/json"
-
 // fake is a fake serving over TLS on the table's clock, with two pods or
-// instances, as the fault table sees it: how to set and clear a fault,
-// which answers it renders (the first JSON; errorAnswer has Status500's
-// Content-Type and a marker), and what its data say: view, a line a pod or
-// instance; wantClock, the view elapsed after t0 with the clock back;
-// wantAfterReset, the view a second after a CounterReset at 30s.
+// instances, as the fault table sees it: which answers it renders (the
+// first JSON; errorAnswer has Status500's Content-Type and a marker), and
+// what its data say: view, a line a pod or instance; wantClock, the view
+// elapsed after t0 with the clock back; wantAfterReset, the view a second
+// after a CounterReset at 30s.
 type fake struct {
 	url            string
 	caPEM          []byte
@@ -64,24 +67,17 @@ type fake struct {
 var fakes = []struct {
 	name  string
 	start func(t *testing.T, clk clock.Clock) *fake
-}{
-	{"kubelet", startKubelet},
-	{"ukpd", startUKPD},
-}
-
-func rfc3339(d time.Duration) string { return t0.Add(d).Format(time.RFC3339) }
+}{{"kubelet", startKubelet}, {"ukpd", startUKPD}}
 
 func startKubelet(t *testing.T, clk clock.Clock) *fake {
 	f, err := fakekubelet.NewFleet(fakekubelet.Config{Clock: clk, Tokens: []string{token}})
 	must(t, err)
-	t.Cleanup(func() {
-		if err := f.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	t.Cleanup(func() { must(t, f.Close()) })
 	n, err := f.AddNode("node-a", 0)
 	must(t, err)
-	must(t, errors.Join(f.SetPod("node-a", fakekubelet.Pod{Namespace: "ns", Name: "a"}), f.SetPod("node-a", fakekubelet.Pod{Namespace: "ns", Name: "b"})))
+	for _, pod := range []string{"a", "b"} {
+		must(t, f.SetPod("node-a", fakekubelet.Pod{Namespace: "ns", Name: pod}))
+	}
 	// Refused is a node's Dead.
 	dead := func(k fakecore.FaultKind) fakecore.FaultKind {
 		if k == fakecore.FaultRefused {
@@ -91,10 +87,16 @@ func startKubelet(t *testing.T, clk clock.Clock) *fake {
 	}
 	summary := request{"/stats/summary?only_cpu_and_memory=true", "", contentTypeJSON, `"podRef"`}
 	line := func(pod string, at, started time.Time, cpu, mem uint64) string {
-		return fmt.Sprintf("%s at %s started %s cpu %d mem %d", pod, at.UTC().Format(time.RFC3339), started.UTC().Format(time.RFC3339), cpu, mem)
+		return fmt.Sprintf("%s at %s started %s cpu %d mem %d", pod, at.UTC().Format(time.RFC3339),
+			started.UTC().Format(time.RFC3339), cpu, mem)
 	}
-	want := func(pod string, at, started time.Duration, cpu uint64) string {
-		return line(pod, t0.Add(at), t0.Add(started), cpu, fakekubelet.DefaultContainerMemory)
+	// both are both pods sampled at t0+at, started at t0+started.
+	both := func(at, started time.Duration, cpu uint64) []string {
+		var out []string
+		for _, pod := range []string{"ns/a", "ns/b"} {
+			out = append(out, line(pod, t0.Add(at), t0.Add(started), cpu, fakekubelet.DefaultContainerMemory))
+		}
+		return out
 	}
 	return &fake{
 		url:         "https://" + n.Address(),
@@ -113,44 +115,42 @@ func startKubelet(t *testing.T, clk clock.Clock) *fake {
 			var out []string
 			for _, p := range s.Pods {
 				c := p.Containers[0]
-				out = append(out, line(p.PodRef.Namespace+"/"+p.PodRef.Name, c.CPU.Time.Time, c.StartTime.Time, *c.CPU.UsageCoreNanoSeconds, *c.Memory.WorkingSetBytes))
+				out = append(out, line(p.PodRef.Namespace+"/"+p.PodRef.Name, c.CPU.Time.Time, c.StartTime.Time,
+					*c.CPU.UsageCoreNanoSeconds, *c.Memory.WorkingSetBytes))
 			}
 			return out
 		},
 		// Samples carry times back by the offset, counters read then.
 		wantClock: func(elapsed, back time.Duration) []string {
 			at := elapsed - back.Truncate(time.Second)
-			cpu := uint64(at.Seconds()) * fakekubelet.DefaultContainerCPU
-			return []string{want("ns/a", at, 0, cpu), want("ns/b", at, 0, cpu)}
+			return both(at, 0, uint64(at.Seconds())*fakekubelet.DefaultContainerCPU)
 		},
 		// Every container starts again, its counter from zero.
-		wantAfterReset: []string{
-			want("ns/a", 31*time.Second, 30*time.Second, fakekubelet.DefaultContainerCPU),
-			want("ns/b", 31*time.Second, 30*time.Second, fakekubelet.DefaultContainerCPU),
-		},
+		wantAfterReset: both(31*time.Second, 30*time.Second, fakekubelet.DefaultContainerCPU),
 	}
 }
 
 func startUKPD(t *testing.T, clk clock.Clock) *fake {
 	r, err := fakeukpd.Start(fakeukpd.Options{Config: fakeukpd.Config{Clock: clk, Tokens: []string{token}}, CertDir: t.TempDir()})
 	must(t, err)
-	t.Cleanup(func() {
-		if err := r.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	_, err1 := r.AddInstance(fakeukpd.InstanceSpec{UUID: "running", Namespace: "ns", Pod: "p", Container: "c", CPUCores: 1, RSSBytes: 1 << 20})
-	_, err2 := r.AddInstance(fakeukpd.InstanceSpec{UUID: "standby", Namespace: "ns", Pod: "q", Container: "c", CPUCores: 1, State: fakeukpd.StateStandby})
-	must(t, errors.Join(err1, err2))
+	t.Cleanup(func() { must(t, r.Close()) })
+	for _, spec := range []fakeukpd.InstanceSpec{
+		{UUID: "running", Namespace: "ns", Pod: "p", Container: "c", CPUCores: 1, RSSBytes: 1 << 20},
+		{UUID: "standby", Namespace: "ns", Pod: "q", Container: "c", CPUCores: 1, State: fakeukpd.StateStandby},
+	} {
+		_, err := r.AddInstance(spec)
+		must(t, err)
+	}
 	caPEM, err := os.ReadFile(r.CAFile)
 	must(t, err)
 	// The transport faults belong to its endpoint.
 	transport := func(k fakecore.FaultKind) bool {
-		return slices.Contains([]fakecore.FaultKind{fakecore.FaultRefused, fakecore.FaultUntrustedCertificate, fakecore.FaultWrongNameCertificate, fakecore.FaultHandshakeStall}, k)
+		return slices.Contains([]fakecore.FaultKind{fakecore.FaultRefused, fakecore.FaultUntrustedCertificate,
+			fakecore.FaultWrongNameCertificate, fakecore.FaultHandshakeStall}, k)
 	}
-	const text = "text/plain; version=0.0.4; charset=utf-8"
 	list := request{"/v1/instances", "", contentTypeJSON, `"op_time_us"`}
 	metrics := request{"/v1/instances/metrics", contentTypeJSON, contentTypeJSON, `"cpu_time_ms"`}
+	text := request{"/v1/instances/metrics", "text/plain", "text/plain; version=0.0.4; charset=utf-8", "instance_rss_bytes"}
 	type entry struct {
 		UUID       string `json:"uuid"`
 		CreatedAt  string `json:"created_at"`
@@ -164,10 +164,20 @@ func startUKPD(t *testing.T, clk clock.Clock) *fake {
 		return fmt.Sprintf("%s %s created %q started %q starts %d uptime %dms cpu %dms rss %d",
 			from, e.UUID, e.CreatedAt, e.StartedAt, e.StartCount, e.UptimeMS, e.CPUTimeMS, e.RSSBytes)
 	}
+	// lines is the view of the running instance, as listed and in the
+	// metrics, then of the one in standby, each from their start at.
+	lines := func(at string, starts uint64, uptime, cpu int64) []string {
+		return []string{
+			line("", entry{UUID: "running", CreatedAt: at, StartedAt: at, StartCount: starts, UptimeMS: uptime}),
+			line("", entry{UUID: "standby", CreatedAt: at, StartedAt: at, StartCount: 1}),
+			line("/metrics", entry{UUID: "running", StartedAt: at, StartCount: starts, UptimeMS: uptime, CPUTimeMS: cpu, RSSBytes: 1 << 20}),
+			line("/metrics", entry{UUID: "standby", StartedAt: at, StartCount: 1}),
+		}
+	}
 	return &fake{
 		url:         r.URL,
 		caPEM:       caPEM,
-		requests:    []request{list, metrics, {"/v1/instances/metrics", "text/plain", text, "instance_rss_bytes"}},
+		requests:    []request{list, metrics, text},
 		errorAnswer: request{contentType: contentTypeJSON, marker: `"status":"error"`},
 		set: func(f fakecore.Fault) error {
 			if transport(f.Kind) {
@@ -201,28 +211,14 @@ func startUKPD(t *testing.T, clk clock.Clock) *fake {
 		// Every started_at and created_at moves back by whole seconds; CPU
 		// time and uptime do not follow the clock.
 		wantClock: func(elapsed, back time.Duration) []string {
-			at, ms := rfc3339(-back.Truncate(time.Second)), elapsed.Milliseconds()
-			return []string{
-				line("", entry{UUID: "running", CreatedAt: at, StartedAt: at, StartCount: 1, UptimeMS: ms}),
-				line("", entry{UUID: "standby", CreatedAt: at, StartedAt: at, StartCount: 1}),
-				line("/metrics", entry{UUID: "running", StartedAt: at, StartCount: 1, UptimeMS: ms, CPUTimeMS: ms, RSSBytes: 1 << 20}),
-				line("/metrics", entry{UUID: "standby", StartedAt: at, StartCount: 1}),
-			}
+			ms := elapsed.Milliseconds()
+			return lines(t0.Add(-back.Truncate(time.Second)).Format(time.RFC3339), 1, ms, ms)
 		},
 		// A running instance counts a start and its CPU time restarts;
 		// started_at stays, and so does an instance in standby.
-		wantAfterReset: []string{
-			line("", entry{UUID: "running", CreatedAt: rfc3339(0), StartedAt: rfc3339(0), StartCount: 2, UptimeMS: 31000}),
-			line("", entry{UUID: "standby", CreatedAt: rfc3339(0), StartedAt: rfc3339(0), StartCount: 1}),
-			line("/metrics", entry{UUID: "running", StartedAt: rfc3339(0), StartCount: 2, UptimeMS: 31000, CPUTimeMS: 1000, RSSBytes: 1 << 20}),
-			line("/metrics", entry{UUID: "standby", StartedAt: rfc3339(0), StartCount: 1}),
-		},
+		wantAfterReset: lines(t0.Format(time.RFC3339), 2, 31000, 1000),
 	}
 }
-
-// requestTimeout bounds every request a test makes; it is a guard against
-// hangs, never an assertion about speed.
-const requestTimeout = 30 * time.Second
 
 // harness is a fake started for one case, on its own clock, with clients
 // that trust it.

@@ -18,17 +18,12 @@ import (
 // FaultKind names a misbehaviour of a fake.
 type FaultKind string
 
-// The faults every fake knows, in three groups; each fake adds data faults
-// of its own wire format.
-//
-//   - Response faults answer a request in place of the fake: Status500,
-//     Garbage, HugeBody, Truncated, Stall, ResetConnection. Slow delays the
-//     answer, whatever it is.
-//   - Transport faults act below HTTP: Refused closes the listener, and
-//     UntrustedCertificate, WrongNameCertificate and HandshakeStall break
-//     TLS.
-//   - ClockBackwards moves the times a fake reports back; CounterReset
-//     restarts its CPU counters once and is not kept.
+// The faults every fake knows; each fake adds data faults of its own wire
+// format. Response faults (Status500 to ResetConnection) answer in place of
+// the fake, and Slow delays any answer; transport faults act below HTTP:
+// Refused closes the listener, the others break TLS. ClockBackwards moves
+// the times a fake reports back; CounterReset restarts its CPU counters once
+// and is not kept.
 const (
 	FaultSlow            FaultKind = "Slow"
 	FaultStatus500       FaultKind = "Status500"
@@ -68,15 +63,13 @@ type Fault struct {
 	Path string `json:"path,omitempty"`
 }
 
-// Slow delays every answer by d, on the fake's clock (until the request
-// ends).
+// Slow delays every answer by d, on the fake's clock.
 func Slow(d time.Duration) Fault { return Fault{Kind: FaultSlow, Delay: metav1.Duration{Duration: d}} }
 
 // HugeBody answers 200 with a body of n bytes, streamed.
 func HugeBody(n int64) Fault { return Fault{Kind: FaultHugeBody, Bytes: n} }
 
-// ClockBackwards sets the fake's wall clock d back (whole seconds): the
-// times it reports are d earlier, as each fake says.
+// ClockBackwards sets the fake's wall clock d back (whole seconds).
 func ClockBackwards(d time.Duration) Fault {
 	return Fault{Kind: FaultClockBackwards, Offset: metav1.Duration{Duration: d}}
 }
@@ -92,11 +85,10 @@ func (f Fault) Check() error {
 	return nil
 }
 
-// Format is what a fake renders for the response faults, in its own wire
-// format: the Content-Type of the answer the request asked for, the fake's
-// internal-error answer, a body that starts well and then is not the format
-// at all, the start of a stalled body, and the whole answer the fake would
-// give without a fault (for Truncated).
+// Format is what a fake renders for the response faults: the Content-Type
+// asked for, its internal-error answer, a body that starts well and then is
+// not the format at all, the start of a stalled body, and its whole answer
+// without a fault (for Truncated).
 type Format struct {
 	ContentType          string
 	Status500            func(w http.ResponseWriter)
@@ -111,8 +103,8 @@ type Responder struct {
 	Stop  <-chan struct{}
 }
 
-// Wait blocks for d on the fake's clock. If the request ends or the fake
-// stops first, it abandons the request.
+// Wait blocks for d on the fake's clock, or abandons the request if it ends
+// or the fake stops first.
 func (rs Responder) Wait(ctx context.Context, d time.Duration) {
 	t := rs.Clock.NewTimer(d)
 	defer t.Stop()
@@ -125,8 +117,8 @@ func (rs Responder) Wait(ctx context.Context, d time.Duration) {
 	panic(http.ErrAbortHandler)
 }
 
-// Serve answers r with the response fault kind (size is HugeBody's body
-// size) in format f, and reports whether kind was a response fault.
+// Serve answers r with the response fault kind (of size bytes for
+// HugeBody) in format f, and reports whether kind was a response fault.
 func (rs Responder) Serve(w http.ResponseWriter, r *http.Request, kind FaultKind, size int64, f Format) bool {
 	switch kind {
 	case FaultStatus500:
@@ -164,8 +156,7 @@ func (rs Responder) Serve(w http.ResponseWriter, r *http.Request, kind FaultKind
 }
 
 // StreamBody answers 200 with size bytes of chunk over and over, without
-// a Content-Length: a body bigger than any client's cap, from a small
-// buffer.
+// a Content-Length: a body over any client's cap from a small buffer.
 func StreamBody(ctx context.Context, w http.ResponseWriter, contentType string, chunk []byte, size int64) {
 	w.Header().Set("Content-Type", contentType)
 	w.WriteHeader(http.StatusOK)
@@ -181,8 +172,7 @@ func StreamBody(ctx context.Context, w http.ResponseWriter, contentType string, 
 
 type connKey struct{}
 
-// ConnContext is an http.Server's ConnContext for fakes that serve
-// ResetConnection: it keeps the connection where the fault finds it.
+// ConnContext keeps the connection where ResetConnection finds it.
 func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	return context.WithValue(ctx, connKey{}, c)
 }
