@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 	stats "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
@@ -18,25 +19,22 @@ import (
 const StateFileName = "fleet.json"
 
 // FleetState is how a fleet running as its own process tells its users
-// (the demo, bench-compare) where it is.
+// (the demo, bench-compare) where it is, and its nodes then.
 type FleetState struct {
-	ControlAddress string `json:"controlAddress"`
-	CAFile         string `json:"caFile"`
-	ClientCertFile string `json:"clientCertFile"`
-	ClientKeyFile  string `json:"clientKeyFile"`
-	// Nodes are the nodes as they were once every node served.
-	Nodes []NodeState `json:"nodes"`
+	ControlAddress string      `json:"controlAddress"`
+	CAFile         string      `json:"caFile"`
+	ClientCertFile string      `json:"clientCertFile"`
+	ClientKeyFile  string      `json:"clientKeyFile"`
+	Nodes          []NodeState `json:"nodes"`
 }
 
-// ReadFleetState reads the FleetState in dir; it fails until the fleet has
-// written it.
+// ReadFleetState reads the FleetState in dir, once the fleet wrote it.
 func ReadFleetState(dir string) (*FleetState, error) {
 	return fakecore.ReadState[FleetState](filepath.Join(dir, StateFileName))
 }
 
-// UsageRequest is the body of the control API's usage calls. CPU is in
-// cores and Memory in bytes, each a number or a Kubernetes quantity
-// ("250m", "1.5", "128Mi"); an absent field is left unchanged.
+// UsageRequest is the body of the control API's usage calls: CPU in cores
+// and Memory in bytes, each a number or a quantity; absent is unchanged.
 type UsageRequest struct {
 	Namespace string             `json:"namespace,omitempty"`
 	Selector  string             `json:"selector,omitempty"`
@@ -45,8 +43,7 @@ type UsageRequest struct {
 	Memory    *resource.Quantity `json:"memory,omitempty"`
 }
 
-// NodeState describes a node for the control API; its pods are as the
-// Summary API lists them now, without data faults.
+// NodeState describes a node for the control API; Pods without data faults.
 type NodeState struct {
 	Name    string           `json:"name"`
 	Address string           `json:"address"`
@@ -56,7 +53,7 @@ type NodeState struct {
 	NumPods int              `json:"numPods"`
 }
 
-// State returns the node's state; withPods adds every pod's usage.
+// State returns the node's state, withPods with every pod's usage.
 func (n *Node) State(withPods bool) NodeState {
 	st := NodeState{Name: n.name, Address: n.Address(), Port: n.Port(), Faults: n.Faults()}
 	n.fleet.mu.RLock()
@@ -68,8 +65,8 @@ func (n *Node) State(withPods bool) NodeState {
 	return st
 }
 
-// NewControlHandler returns the plain-HTTP control API of a fleet (see
-// README.md). Serve it on a loopback address only.
+// NewControlHandler returns the plain-HTTP control API of a fleet
+// (README.md), for a loopback address only.
 func NewControlHandler(f *Fleet) http.Handler {
 	mux := fakecore.NewControlMux(f.CACertPEM())
 	type none = fakecore.None
@@ -141,13 +138,13 @@ func setUsage(f *Fleet, t UsageTarget, req UsageRequest) (any, error) {
 // nonNegative returns q in units of scale (nil for nil), or an error
 // naming what for a negative q.
 func nonNegative(what string, q *resource.Quantity, scale resource.Scale) (*uint64, error) {
-	if q == nil {
+	switch {
+	case q == nil:
 		return nil, nil
-	} else if q.Sign() < 0 {
+	case q.Sign() < 0:
 		return nil, fmt.Errorf("%s must not be negative", what)
 	}
-	v := uint64(q.ScaledValue(scale))
-	return &v, nil
+	return ptr.To(uint64(q.ScaledValue(scale))), nil
 }
 
 // forNodes applies fn, if set, to the request's node, or to every node (for

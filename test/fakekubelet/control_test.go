@@ -1,10 +1,7 @@
 package fakekubelet
 
 import (
-	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -24,15 +21,9 @@ func TestControlAPI(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	call := func(t *testing.T, method, path, body string) (int, string) {
-		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
-		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, method, srv.URL+path, strings.NewReader(body))
+		code, b, err := do(t, srv.Client(), method, srv.URL+path, body, "")
 		must(t, err)
-		resp, err := srv.Client().Do(req)
-		must(t, err)
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return code, string(b)
 	}
 	// usage and faults read what a case changed.
 	usage := func(node string) func() any { return func() any { return usages(f, node) } }
@@ -128,12 +119,8 @@ func TestControlAPI(t *testing.T) {
 
 // observation is what one container looks like in a summary.
 type observation struct {
-	Time      time.Time
-	Start     time.Time
-	Rate      uint64
-	Counter   uint64
-	PodCount  uint64
-	NodeCount uint64
+	Time, Start                        time.Time
+	Rate, Counter, PodCount, NodeCount uint64
 }
 
 // observe reads the one container of the node's one pod.
@@ -142,8 +129,7 @@ func observe(t *testing.T, n *Node) observation {
 	if len(s.Pods) != 1 || s.Pods[0].PodRef.Name != "p" {
 		t.Fatalf("summary lists %+v, want pod p alone", s.Pods)
 	}
-	p := s.Pods[0]
-	c := p.Containers[0]
+	p, c := s.Pods[0], s.Pods[0].Containers[0]
 	return observation{Time: c.CPU.Time.UTC(), Start: c.StartTime.UTC(), Rate: *c.CPU.UsageNanoCores, Counter: *c.CPU.UsageCoreNanoSeconds,
 		PodCount: *p.CPU.UsageCoreNanoSeconds, NodeCount: *s.Node.CPU.UsageCoreNanoSeconds}
 }

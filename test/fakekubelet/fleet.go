@@ -1,9 +1,8 @@
 // Package fakekubelet runs a fleet of fake kubelets on 127.0.0.1 for tests
-// (see README.md). Every Node has its own TLS listener and serves
-// GET /stats/summary and GET /metrics/resource, both rendered from one
-// snapshot. Sample instants are whole seconds, so that the second-precision
-// timestamps of the Summary API and the millisecond timestamps of the
-// Prometheus text name the same instant.
+// (README.md): every Node serves GET /stats/summary and GET
+// /metrics/resource over TLS from one snapshot. Sample instants are whole
+// seconds, so that the second-precision timestamps of the Summary API and
+// the millisecond ones of the Prometheus text name the same instant.
 package fakekubelet
 
 import (
@@ -39,8 +38,8 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
-// The usage of every container until a test sets one, and the defaults
-// NewFleet applies to zero fields of Config.
+// The usage of a container until a test sets one, and the defaults of
+// Config's zero fields.
 const (
 	DefaultContainerCPU       = 1_000_000 // 1m, in nanocores
 	DefaultContainerMemory    = 10 << 20  // 10 MiB
@@ -56,33 +55,29 @@ type Usage struct {
 	MemoryBytes  uint64 `json:"memoryBytes"`
 }
 
-// Config configures a Fleet. Zero fields take the defaults above.
+// Config configures a Fleet.
 type Config struct {
-	// Clock drives sample times, CPU counters and Slow faults.
-	Clock clock.Clock
-	// Tokens are the accepted bearer tokens.
-	Tokens []string
+	Clock  clock.Clock // sample times, CPU counters and Slow
+	Tokens []string    // accepted bearer tokens
 	// TokenAuthenticator, if set, is asked about tokens not in Tokens,
 	// concurrently from request handlers.
 	TokenAuthenticator authenticator.Token
-	// ClientCAPEM holds CA certificates, in PEM, that client certificates
-	// may chain to, in addition to the fleet CA.
+	// ClientCAPEM holds CA certificates that client certificates may chain
+	// to, besides the fleet CA.
 	ClientCAPEM []byte
-	// NodeBaseUsage is added to the sum of a node's pods (kubelet and runtime).
-	NodeBaseUsage Usage
-	// NodeMemoryCapacityBytes bounds node availableBytes.
+	// NodeBaseUsage (kubelet and runtime) is added to the sum of a node's
+	// pods; NodeMemoryCapacityBytes bounds its availableBytes.
+	NodeBaseUsage           Usage
 	NodeMemoryCapacityBytes uint64
 }
 
 // Fleet is a set of fake kubelets sharing a CA, credentials and clock.
 // All methods are safe for concurrent use.
 type Fleet struct {
-	cfg Config
-	tl  *timeline
-	ca  *pki.CA
-	// clientCerts verifies client certificates as a kubelet does, on the
-	// fleet's clock.
-	clientCerts authenticator.Request
+	cfg         Config
+	tl          *timeline
+	ca          *pki.CA
+	clientCerts authenticator.Request // as a kubelet does, on the fleet's clock
 
 	// mu guards the nodes, their pods and faults, and the usage rules.
 	mu    sync.RWMutex
@@ -94,17 +89,15 @@ type Fleet struct {
 	ctx  context.Context
 	stop context.CancelFunc
 	// lifeMu orders Close after the informers started and requests entered,
-	// and guards presented.
+	// and guards presented, the bearer tokens of authenticated requests.
 	lifeMu    sync.Mutex
 	factories []informers.SharedInformerFactory
 	handlers  sync.WaitGroup
-	// presented are the bearer tokens of authenticated requests, for tests
-	// of what a scraper sends a kubelet.
 	presented []string
 }
 
-// PresentedTokens returns every distinct bearer token the fleet has
-// accepted, in the order first seen: the credentials its scrapers sent.
+// PresentedTokens returns every distinct bearer token the fleet accepted,
+// in the order first seen: the credentials its scrapers sent.
 func (f *Fleet) PresentedTokens() []string {
 	f.lifeMu.Lock()
 	defer f.lifeMu.Unlock()
@@ -134,31 +127,24 @@ func NewFleet(cfg Config) (*Fleet, error) {
 	if len(cfg.ClientCAPEM) > 0 && !pool.AppendCertsFromPEM(cfg.ClientCAPEM) {
 		return nil, errors.New("client CA PEM holds no certificate")
 	}
-	f := &Fleet{
-		cfg: cfg,
-		tl:  newTimeline(cfg.Clock),
-		ca:  ca,
-		clientCerts: x509request.NewDynamic(func() (x509.VerifyOptions, bool) {
-			return x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, CurrentTime: cfg.Clock.Now()}, true
-		}, x509request.CommonNameUserConversion),
-		nodes: map[string]*Node{},
-		pods:  map[podKey]*Node{},
+	verify := func() (x509.VerifyOptions, bool) {
+		return x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, CurrentTime: cfg.Clock.Now()}, true
 	}
+	f := &Fleet{cfg: cfg, tl: newTimeline(cfg.Clock), ca: ca, nodes: map[string]*Node{}, pods: map[podKey]*Node{},
+		clientCerts: x509request.NewDynamic(verify, x509request.CommonNameUserConversion)}
 	f.ctx, f.stop = context.WithCancel(context.Background())
 	return f, nil
 }
 
-// CACertPEM returns the PEM of the CA that signs every node's serving
-// certificate (what --kubelet-certificate-authority should point at).
+// CACertPEM returns the CA that signs every node's serving certificate.
 func (f *Fleet) CACertPEM() []byte { return f.ca.CertPEM() }
 
-// IssueClientCertificate returns a client certificate and key, in PEM, signed
-// by the fleet CA, which every node accepts.
+// IssueClientCertificate returns a client certificate and key every node
+// accepts.
 func (f *Fleet) IssueClientCertificate(user string, groups ...string) (certPEM, keyPEM []byte, err error) {
 	return f.ca.Issue(f.cfg.Clock.Now(), pki.Leaf{CommonName: user, Organizations: groups, Client: true})
 }
 
-// Node returns the node with the given name.
 func (f *Fleet) Node(nodeName string) (*Node, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -177,8 +163,8 @@ func (f *Fleet) nodesLocked() []*Node {
 	return slices.SortedFunc(maps.Values(f.nodes), func(a, b *Node) int { return strings.Compare(a.name, b.name) })
 }
 
-// Close stops every listener and informer and waits for in-flight requests,
-// including stalled and slow ones, to return.
+// Close stops every listener and informer and waits for the requests in
+// flight, stalled and slow ones too.
 func (f *Fleet) Close() error {
 	f.lifeMu.Lock()
 	if f.ctx.Err() != nil {
@@ -200,8 +186,7 @@ func (f *Fleet) Close() error {
 	return errors.Join(errs...)
 }
 
-// PodFromObject converts a pod object into a fleet Pod: its UID, labels,
-// spec containers (with memory limits) and start time.
+// PodFromObject converts a pod object into a fleet Pod.
 func PodFromObject(p *corev1.Pod) Pod {
 	out := Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Labels: p.Labels, StartTime: ptr.Deref(p.Status.StartTime, metav1.Time{}).Time}
 	for _, c := range p.Spec.Containers {
@@ -210,9 +195,8 @@ func PodFromObject(p *corev1.Pod) Pod {
 	return out
 }
 
-// StartPodInformer follows Running pods bound to nodes of the fleet and
-// serves them on those nodes. It returns once the informer has synced; the
-// informer stops when ctx ends or the fleet closes.
+// StartPodInformer serves the Running pods bound to nodes of the fleet on
+// those nodes, from when it has synced until ctx ends or the fleet closes.
 func (f *Fleet) StartPodInformer(ctx context.Context, client kubernetes.Interface) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -252,7 +236,7 @@ func (f *Fleet) StartPodInformer(ctx context.Context, client kubernetes.Interfac
 }
 
 // followPod places a Running pod bound to a node of the fleet, and removes
-// the incarnation of a pod that is deleted or no longer both.
+// one that is deleted or no longer both.
 func (f *Fleet) followPod(obj any, deleted bool) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
@@ -268,9 +252,9 @@ func (f *Fleet) followPod(obj any, deleted bool) {
 	}
 }
 
-// NewTokenReviewAuthenticator returns an authenticator that accepts the
-// bearer tokens the TokenReview API of client authenticates, its answers
-// cached for ttl by k8s.io/apiserver's token cache, as a kubelet's are.
+// NewTokenReviewAuthenticator accepts the bearer tokens client's TokenReview
+// API authenticates, cached for ttl by k8s.io/apiserver's token cache, as a
+// kubelet's are.
 func NewTokenReviewAuthenticator(client kubernetes.Interface, ttl time.Duration) authenticator.Token {
 	review := func(ctx context.Context, token string) (*authenticator.Response, bool, error) {
 		tr, err := client.AuthenticationV1().TokenReviews().Create(ctx,
@@ -285,15 +269,12 @@ func NewTokenReviewAuthenticator(client kubernetes.Interface, ttl time.Duration)
 
 // NodeRegistration describes the Node objects RegisterNodes creates.
 type NodeRegistration struct {
-	// Labels are added to the standard kubernetes.io labels.
-	Labels map[string]string
-	// Capacity replaces cluster.NodeObject's, resource by resource.
-	Capacity corev1.ResourceList
+	Labels   map[string]string   // besides the kubernetes.io ones
+	Capacity corev1.ResourceList // replaces cluster.NodeObject's, resource by resource
 }
 
-// RegisterNodes creates a Node object for every node of the fleet, or, for
-// one that exists, sets its addresses and kubelet port with a strategic
-// merge patch of its status.
+// RegisterNodes creates a Node object for every node of the fleet, or sets
+// the addresses and kubelet port of one that exists.
 func (f *Fleet) RegisterNodes(ctx context.Context, client kubernetes.Interface, reg NodeRegistration) error {
 	nodes := f.Nodes()
 	errs := make([]error, len(nodes))

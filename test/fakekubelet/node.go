@@ -34,26 +34,19 @@ type Node struct {
 	podsCPU counter             // sum of the pods' rates
 	faults  map[FaultKind]Fault // by group (faultGroup)
 
-	// opMu serialises changes of the serving state (faults, shutdown).
-	opMu sync.Mutex
-	// ep serves the node; set before the node is published.
-	ep *fakecore.Endpoint
+	opMu sync.Mutex         // serialises changes of faults and shutdown
+	ep   *fakecore.Endpoint // set before the node is published
 }
 
-// Name returns the node name.
-func (n *Node) Name() string { return n.name }
-
-// Port returns the TCP port the node listens on (also while Dead).
-func (n *Node) Port() int { return int(netip.MustParseAddrPort(n.ep.Addr()).Port()) }
-
-// Address returns host:port of the node's endpoint.
-func (n *Node) Address() string { return n.ep.Addr() }
+func (n *Node) Name() string    { return n.name }
+func (n *Node) Address() string { return n.ep.Addr() } // also while Dead
+func (n *Node) Port() int       { return int(netip.MustParseAddrPort(n.ep.Addr()).Port()) }
 
 // HeldConnections is how many connections a HandshakeStall holds now.
 func (n *Node) HeldConnections() int { return n.ep.Held() }
 
-// AddNode starts a fake kubelet for nodeName on 127.0.0.1:port; port 0 picks
-// a free port, reported by Node.Port.
+// AddNode starts a fake kubelet for nodeName on 127.0.0.1:port (0 picks
+// one).
 func (f *Fleet) AddNode(nodeName string, port int) (*Node, error) {
 	if nodeName == "" {
 		return nil, errors.New("node name must not be empty")
@@ -67,21 +60,18 @@ func (f *Fleet) AddNode(nodeName string, port int) (*Node, error) {
 		return nil, fmt.Errorf("node %q already exists", nodeName)
 	}
 	now := f.tl.now()
-	n := &Node{fleet: f, name: nodeName, start: now, pods: map[podKey]*podState{}, faults: map[FaultKind]Fault{}, podsCPU: counter{accAt: now}}
-	ep, err := fakecore.NewEndpoint(fakecore.EndpointConfig{
-		Addr:    fmt.Sprintf("127.0.0.1:%d", port),
-		Handler: n,
-		CA:      f.ca,
-		Leaf:    pki.Leaf{CommonName: nodeName, Hosts: []string{"127.0.0.1", "localhost", nodeName}, Server: true},
-		Now:     f.cfg.Clock.Now,
+	n := &Node{fleet: f, name: nodeName, start: now, pods: map[podKey]*podState{}, faults: map[FaultKind]Fault{},
+		podsCPU: counter{accAt: now}}
+	var err error
+	n.ep, err = fakecore.NewEndpoint(fakecore.EndpointConfig{Addr: fmt.Sprintf("127.0.0.1:%d", port), Handler: n, CA: f.ca,
+		Leaf: pki.Leaf{CommonName: nodeName, Hosts: []string{"127.0.0.1", "localhost", nodeName}, Server: true},
+		Now:  f.cfg.Clock.Now,
 		// Verified per request, so that a bad certificate yields 401
 		// rather than a failed handshake, as on a real kubelet.
-		ClientAuth: tls.RequestClientCert,
-	})
+		ClientAuth: tls.RequestClientCert})
 	if err != nil {
 		return nil, fmt.Errorf("node %q: %w", nodeName, err)
 	}
-	n.ep = ep
 	f.nodes[nodeName] = n
 	return n, nil
 }
@@ -93,7 +83,6 @@ const (
 
 var contentTypes = map[string]string{summaryPath: "application/json", resourceMetricsPath: ResourceMetricsContentType}
 
-// ServeHTTP serves the kubelet endpoints of this node.
 func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Close waits for the requests that entered before it started.
 	f := n.fleet
@@ -140,8 +129,7 @@ func (n *Node) render(w io.Writer, r *http.Request, path string) error {
 	return WriteResourceMetrics(w, n.Summary(true))
 }
 
-// authenticated accepts a verified client certificate or a known bearer
-// token.
+// authenticated accepts a verified client certificate or a bearer token.
 func (f *Fleet) authenticated(r *http.Request) bool {
 	if _, ok, _ := f.clientCerts.AuthenticateRequest(r); ok {
 		return true
@@ -161,26 +149,19 @@ func (f *Fleet) authenticated(r *http.Request) bool {
 	return ok
 }
 
-// FaultKind names a misbehaviour of a node: one of fakecore's, or one of
-// the kubelet's own below.
+// FaultKind names a misbehaviour of a node.
 type FaultKind = fakecore.FaultKind
 
-// The faults a node can be given are fakecore's and these; faults of
-// different groups (faultGroup) compose. Of the response faults the last one
-// set wins, and so of the transport faults, whose changes drop the node's
-// open connections. Under ClockBackwards a node's samples carry earlier
-// times, and counters read at those times.
+// A node's faults are fakecore's and these; faults of different groups
+// (faultGroup) compose, and of one group the last set wins (README.md).
 const (
-	// FaultDead closes the listener.
-	FaultDead FaultKind = "Dead"
-	// FaultDuplicatePods lists one pod of the node (or every one) twice.
-	FaultDuplicatePods FaultKind = "DuplicatePods"
-	// FaultForeignPods lists the pods of the fleet's other nodes too.
-	FaultForeignPods FaultKind = "ForeignPods"
+	FaultDead          FaultKind = "Dead"          // closes the listener
+	FaultDuplicatePods FaultKind = "DuplicatePods" // lists one pod of the node (or every one) twice
+	FaultForeignPods   FaultKind = "ForeignPods"   // lists the pods of the fleet's other nodes too
 )
 
-// Fault is a fault to set on a node, or one in force; as JSON, the body of
-// PUT /v1/nodes/{node}/fault. A node's faults take no Path.
+// Fault is a fault to set on a node; as JSON, the body of
+// PUT /v1/nodes/{node}/fault.
 type Fault = fakecore.Fault
 
 // Groups of faults of which one at most is in force; every other kind is a
@@ -193,7 +174,8 @@ const (
 // faultGroup returns the group of a known kind, and false for an unknown one.
 func faultGroup(k FaultKind) (FaultKind, bool) {
 	switch k {
-	case fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultHugeBody, fakecore.FaultResetConnection, fakecore.FaultStall, fakecore.FaultTruncated:
+	case fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultHugeBody, fakecore.FaultResetConnection,
+		fakecore.FaultStall, fakecore.FaultTruncated:
 		return responseFaults, true
 	case fakecore.FaultUntrustedCertificate, fakecore.FaultWrongNameCertificate, fakecore.FaultHandshakeStall:
 		return transportFaults, true
@@ -210,8 +192,7 @@ func (n *Node) Faults() []Fault {
 	return slices.SortedFunc(maps.Values(n.faults), func(a, b Fault) int { return strings.Compare(string(a.Kind), string(b.Kind)) })
 }
 
-// SetFault sets a fault, effective for requests that arrive afterwards
-// (connections, for connection faults).
+// SetFault sets a fault for the requests (or connections) that come after.
 func (n *Node) SetFault(f Fault) error {
 	group, ok := faultGroup(f.Kind)
 	if !ok {
@@ -247,8 +228,8 @@ func (n *Node) SetFault(f Fault) error {
 	return nil
 }
 
-// ClearFault removes one fault; an empty kind removes them all. Clearing
-// Dead listens again on the same port.
+// ClearFault removes one fault, or all for ""; clearing Dead listens again
+// on the same port.
 func (n *Node) ClearFault(kind FaultKind) error {
 	if _, ok := faultGroup(kind); !ok && kind != "" {
 		return fmt.Errorf("unknown fault kind %q", kind)
@@ -279,8 +260,8 @@ func (n *Node) ClearFault(kind FaultKind) error {
 	return nil
 }
 
-// serveFault applies the node's response faults to a request. It reports
-// whether the request was answered (or abandoned) by a fault.
+// serveFault applies Slow and the response fault, and reports whether a
+// fault answered (or abandoned) the request.
 func (n *Node) serveFault(w http.ResponseWriter, r *http.Request, path string) bool {
 	n.fleet.mu.RLock()
 	faults := maps.Clone(n.faults)
@@ -293,8 +274,7 @@ func (n *Node) serveFault(w http.ResponseWriter, r *http.Request, path string) b
 	if !ok {
 		return false
 	}
-	f := fakecore.Format{
-		ContentType: contentTypes[path],
+	f := fakecore.Format{ContentType: contentTypes[path],
 		Status500: func(w http.ResponseWriter) {
 			http.Error(w, "Internal Error: failed to get node info: fake kubelet fault", http.StatusInternalServerError)
 		},
@@ -304,8 +284,7 @@ func (n *Node) serveFault(w http.ResponseWriter, r *http.Request, path string) b
 			var body bytes.Buffer
 			_ = n.render(&body, r, path)
 			return http.StatusOK, body.Bytes()
-		},
-	}
+		}}
 	if path != summaryPath {
 		f.Garbage = "# TYPE node_cpu_usage_seconds_total counter\nnode_cpu_usage_seconds_total{ 1.0.0 not-a-number\n\x00\xff"
 		f.StallPrefix = "# HELP "

@@ -48,11 +48,10 @@ func TestAuthentication(t *testing.T) {
 	strangerCert := keyPair(stranger.Issue(t0, pki.Leaf{CommonName: "intruder", Client: true}))
 
 	tests := []struct {
-		name   string
-		certs  []tls.Certificate
-		header string
-		path   string
-		want   int
+		name         string
+		certs        []tls.Certificate
+		header, path string
+		want         int
 	}{
 		{name: "no credentials", path: "/stats/summary", want: http.StatusUnauthorized},
 		{name: "no credentials on metrics", path: "/metrics/resource", want: http.StatusUnauthorized},
@@ -117,12 +116,9 @@ func TestCloseStopsEverything(t *testing.T) {
 	must(t, nodes[2].SetFault(fakecore.Slow(time.Hour)))
 	must(t, nodes[3].SetFault(Fault{Kind: FaultDead}))
 	// Requests in flight on the stalled and the slow node.
-	ended := make(chan struct{}, 2)
+	ended := make(chan error, 2)
 	for _, n := range nodes[1:3] {
-		go func() {
-			_, _, _ = get(t, c, n, summaryPath, bearerAuth)
-			ended <- struct{}{}
-		}()
+		go func() { _, _, err := get(t, c, n, summaryPath, bearerAuth); ended <- err }()
 	}
 	// Close must return with both requests in flight or not yet arrived;
 	// either way nothing of the fleet may be left running.
@@ -149,14 +145,12 @@ func TestCloseStopsEverything(t *testing.T) {
 
 // podView is what the pod-fault tests read of one pod in a Summary.
 type podView struct {
-	Pod        string
-	Time       time.Time
-	Counter    uint64
-	WorkingSet uint64
+	Pod                 string
+	Time                time.Time
+	Counter, WorkingSet uint64
 }
 
-func summaryView(t *testing.T, n *Node) []podView {
-	var out []podView
+func summaryView(t *testing.T, n *Node) (out []podView) {
 	for _, p := range summary(t, n).Pods {
 		c := p.Containers[0]
 		out = append(out, podView{p.PodRef.Namespace + "/" + p.PodRef.Name, c.CPU.Time.UTC(), *c.CPU.UsageCoreNanoSeconds, *c.Memory.WorkingSetBytes})
@@ -170,9 +164,9 @@ func summaryView(t *testing.T, n *Node) []podView {
 func TestPodFaults(t *testing.T) {
 	f, fc := newTestFleet(t, Config{})
 	a, b := addNode(t, f, "node-a"), addNode(t, f, "node-b")
-	must(t, f.SetPod("node-a", Pod{Namespace: "ns", Name: "a"}))
-	must(t, f.SetPod("node-a", Pod{Namespace: "ns", Name: "b"}))
-	must(t, f.SetPod("node-b", Pod{Namespace: "ns", Name: "c"}))
+	for pod, node := range map[string]string{"a": "node-a", "b": "node-a", "c": "node-b"} {
+		must(t, f.SetPod(node, Pod{Namespace: "ns", Name: pod}))
+	}
 	fc.Step(10 * time.Second)
 	pod := func(name string, scale uint64) podView {
 		return podView{name, t0.Add(10 * time.Second), scale * 10 * DefaultContainerCPU, scale * DefaultContainerMemory}
@@ -281,22 +275,20 @@ func certPool(f *Fleet) *x509.CertPool {
 	return p
 }
 
-// newClient returns a client that trusts the fleet CA, optionally with a
-// client certificate.
+// newClient returns a client that trusts the fleet CA, with certs.
 func newClient(t *testing.T, f *Fleet, certs ...tls.Certificate) *http.Client {
-	tr := &http.Transport{
-		TLSClientConfig:   &tls.Config{RootCAs: certPool(f), Certificates: certs, MinVersion: tls.VersionTLS12},
-		ForceAttemptHTTP2: true,
-	}
+	tr := &http.Transport{ForceAttemptHTTP2: true,
+		TLSClientConfig: &tls.Config{RootCAs: certPool(f), Certificates: certs, MinVersion: tls.VersionTLS12}}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr}
 }
 
-// get fetches a node path with an optional Authorization header.
-func get(t *testing.T, c *http.Client, n *Node, path, auth string) (int, []byte, error) {
+// do sends method url with body and, if not empty, the Authorization
+// header auth.
+func do(t *testing.T, c *http.Client, method, url, body, auth string) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+n.Address()+path, nil)
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
 	must(t, err)
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
@@ -306,8 +298,13 @@ func get(t *testing.T, c *http.Client, n *Node, path, auth string) (int, []byte,
 		return 0, nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, body, err
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// get fetches a node path.
+func get(t *testing.T, c *http.Client, n *Node, path, auth string) (int, []byte, error) {
+	return do(t, c, http.MethodGet, "https://"+n.Address()+path, "", auth)
 }
 
 func mustGet(t *testing.T, c *http.Client, n *Node, path string) []byte {

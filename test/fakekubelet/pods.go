@@ -18,16 +18,12 @@ import (
 )
 
 // Pod is a pod placed on a node; as JSON, the body of
-// PUT /v1/nodes/{node}/pods/{namespace}/{name}, which places a pod without
-// a cluster.
+// PUT /v1/nodes/{node}/pods/{namespace}/{name}.
 type Pod struct {
-	Namespace string `json:"-"`
-	Name      string `json:"-"`
-	// UID defaults to a UUID derived from namespace and name.
-	UID    string            `json:"uid,omitempty"`
-	Labels map[string]string `json:"labels,omitempty"`
-	// Containers default to a single container named "main".
-	Containers []Container `json:"containers,omitempty"`
+	Namespace, Name string            `json:"-"`
+	UID             string            `json:"uid,omitempty"` // from namespace and name when empty
+	Labels          map[string]string `json:"labels,omitempty"`
+	Containers      []Container       `json:"containers,omitempty"` // one named "main" when empty
 	// StartTime defaults to the current sample instant. CPU counters count
 	// from it, so a pod that started earlier has already used some CPU.
 	StartTime time.Time `json:"-"`
@@ -56,7 +52,6 @@ type containerState struct {
 	memory uint64
 }
 
-// newPodState builds the model of a pod first seen at instant now.
 func (f *Fleet) newPodState(p Pod, now instant) *podState {
 	if len(p.Containers) == 0 {
 		p.Containers = []Container{{Name: "main"}}
@@ -74,11 +69,10 @@ func (f *Fleet) newPodState(p Pod, now instant) *podState {
 	return ps
 }
 
-// SetPod places a pod on a node, or updates it; for an unknown node it
-// returns an error wrapping fakecore.ErrNotFound. A pod with the same
-// namespace and name on another node is moved; one with a different UID is
-// replaced, with fresh counters. Remembered usage (see SetUsage) is applied
-// to pods the fleet has not seen before.
+// SetPod places a pod on a node (fakecore.ErrNotFound for an unknown one),
+// or updates it: a pod of the same name on another node is moved, one with
+// another UID replaced, with fresh counters. Remembered usage (SetUsage)
+// applies to pods the fleet has not seen before.
 func (f *Fleet) SetPod(nodeName string, p Pod) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -125,9 +119,8 @@ func (f *Fleet) RemovePod(namespace, name, uid string) bool {
 	return true
 }
 
-// ResetPodCounters restarts the CPU counters of one pod's containers from
-// zero, with a new start time, as after a container restart; for an
-// unknown pod it returns an error wrapping fakecore.ErrNotFound.
+// ResetPodCounters restarts the CPU counters of a pod's containers from
+// zero, with a new start time, as after a container restart.
 func (f *Fleet) ResetPodCounters(namespace, name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -157,8 +150,7 @@ func (ps *podState) restart(now instant) {
 	}
 }
 
-// updatePodsRateLocked re-derives the rate of the node's pod total from
-// instant now on.
+// updatePodsRateLocked sets the rate of the node's pod total from now on.
 func (n *Node) updatePodsRateLocked(now instant) {
 	var sum uint64
 	for _, ps := range n.pods {
@@ -175,18 +167,14 @@ func (n *Node) sortedPodsLocked() []*podState {
 	})
 }
 
-// UsageTarget selects the pods (and optionally one container) a usage
-// applies to.
+// UsageTarget selects the pods a usage applies to: those of Namespace (all
+// when empty), named Name (which needs Namespace), and matching Selector
+// (nil for all); of each its Container, or, when empty, all, the usage
+// spread evenly.
 type UsageTarget struct {
-	// Namespace limits the target to one namespace; empty means all.
-	Namespace string
-	// Name selects a single pod; it requires Namespace.
-	Name string
-	// Selector selects pods by label; nil selects every pod (in Namespace).
-	Selector labels.Selector
-	// Container selects one container; empty spreads the usage evenly over
-	// all containers of each pod.
-	Container string
+	Namespace, Name string
+	Selector        labels.Selector
+	Container       string
 }
 
 // usageRule is a usage set for a target, and remembered for matching pods
@@ -201,15 +189,15 @@ func (r usageRule) matches(p Pod) bool {
 	return (r.Namespace == "" || r.Namespace == p.Namespace) && (r.Name == "" || r.Name == p.Name) && r.Selector.Matches(labels.Set(p.Labels))
 }
 
-// SetUsage sets the usage of every placed pod matching the target, from the
-// current sample instant on, and remembers it for matching pods placed later
-// (for example new replicas). It returns how many pods matched now.
+// SetUsage sets the usage of every pod t matches from the current sample
+// instant on, and of those placed later (new replicas); it returns how many
+// matched now.
 func (f *Fleet) SetUsage(t UsageTarget, u Usage) int {
 	return f.setUsage(usageRule{UsageTarget: t, cpu: &u.CPUNanoCores, memory: &u.MemoryBytes})
 }
 
-// ForgetUsage drops every remembered usage. Placed pods keep their usage;
-// pods placed later start with the default.
+// ForgetUsage drops every remembered usage: pods placed later start with
+// the default.
 func (f *Fleet) ForgetUsage() {
 	f.mu.Lock()
 	defer f.mu.Unlock()

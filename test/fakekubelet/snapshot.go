@@ -19,10 +19,9 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
-// Summary returns the node's stats at the current sample instant, as
-// GET /stats/summary would serve them: with the data faults in force, a
-// pod's copy (DuplicatePods) right after it and other nodes' pods
-// (ForeignPods) at the end, copies with twice the usage of the pod.
+// Summary returns the node's stats as GET /stats/summary serves them now,
+// with the data faults: a pod's copy (DuplicatePods) right after it, other
+// nodes' pods (ForeignPods) at the end, both with twice the pod's usage.
 func (n *Node) Summary(onlyCPUAndMemory bool) *stats.Summary {
 	f := n.fleet
 	f.mu.RLock()
@@ -31,10 +30,7 @@ func (n *Node) Summary(onlyCPUAndMemory bool) *stats.Summary {
 	s := n.summaryLocked(t, onlyCPUAndMemory, n.faults[FaultDuplicatePods])
 	if _, ok := n.faults[FaultForeignPods]; ok {
 		ts := metav1.NewTime(f.tl.wall(t))
-		for _, o := range f.nodesLocked() {
-			if o == n {
-				continue
-			}
+		for _, o := range slices.DeleteFunc(f.nodesLocked(), func(o *Node) bool { return o == n }) {
 			for _, ps := range o.sortedPodsLocked() {
 				s.Pods = append(s.Pods, f.podStats(ps, t, ts, onlyCPUAndMemory, 2))
 			}
@@ -45,9 +41,8 @@ func (n *Node) Summary(onlyCPUAndMemory bool) *stats.Summary {
 
 // sample holds the raw numbers of one cgroup at one instant.
 type sample struct {
-	rate, cumulative uint64 // nanocores, core-nanoseconds
-	workingSet       uint64
-	limit            uint64 // 0 = none
+	rate, cumulative  uint64 // nanocores, core-nanoseconds
+	workingSet, limit uint64 // limit 0: none
 }
 
 func (s *sample) add(o sample) {
@@ -85,9 +80,9 @@ func (n *Node) summaryLocked(t instant, onlyCPUAndMemory bool, dup Fault) *stats
 
 	start := metav1.NewTime(f.tl.wall(n.start))
 	node := sample{limit: f.cfg.NodeMemoryCapacityBytes}
-	for _, s := range []sample{kubelet, runtime, podsTotal} {
-		node.add(s)
-	}
+	node.add(kubelet)
+	node.add(runtime)
+	node.add(podsTotal)
 	total := node.stats("", start, ts)
 	out.Node = stats.NodeStats{NodeName: n.name, StartTime: start, CPU: total.CPU, Memory: total.Memory,
 		SystemContainers: []stats.ContainerStats{kubelet.stats("kubelet", start, ts), podsTotal.stats("pods", start, ts), runtime.stats("runtime", start, ts)}}
@@ -101,8 +96,7 @@ func (n *Node) summaryLocked(t instant, onlyCPUAndMemory bool, dup Fault) *stats
 }
 
 // podStats renders one pod at instant t, its CPU and memory times scale;
-// the pod's cgroup is the sum of its containers. Callers hold the fleet's
-// lock.
+// the fleet's lock is held.
 func (f *Fleet) podStats(ps *podState, t instant, ts metav1.Time, onlyCPUAndMemory bool, scale uint64) stats.PodStats {
 	var total sample
 	limited := true
@@ -131,8 +125,8 @@ func (f *Fleet) podStats(ps *podState, t instant, ts metav1.Time, onlyCPUAndMemo
 	return pod
 }
 
-// instant is a point in time as an offset from a timeline's epoch. Offsets
-// come from the clock's monotonic reading, so they never go backwards.
+// instant is an offset from a timeline's epoch, from the clock's monotonic
+// reading, so it never goes backwards.
 type instant time.Duration
 
 // sampleInterval quantises sample instants to the Summary API's precision.
@@ -152,8 +146,7 @@ func newTimeline(c clock.Clock) *timeline {
 	return &timeline{clock: c, start: start, epoch: epoch, offset: start.Round(0).Sub(epoch)}
 }
 
-// now returns the current sample instant: the latest interval boundary not
-// after the clock's current reading.
+// now returns the latest sample instant not after the clock's reading.
 func (tl *timeline) now() instant {
 	d := tl.clock.Since(tl.start) + tl.offset
 	r := d % sampleInterval
@@ -172,8 +165,8 @@ type counter struct {
 	rate  uint64  // nanocores since accAt
 }
 
-// at returns the counter's value at instant t, and its value at the start
-// of the current segment for instants before it.
+// at returns the counter's value at instant t (at the segment's start for
+// instants before it).
 func (c counter) at(t instant) uint64 {
 	if t <= c.accAt {
 		return c.acc
@@ -189,7 +182,7 @@ func (c *counter) setRate(t instant, rate uint64) {
 	c.rate = rate
 }
 
-// mulDiv returns rate*ns/1e9 without overflow for any realistic inputs.
+// mulDiv returns rate*ns/1e9 without overflow for realistic inputs.
 func mulDiv(rate, ns uint64) uint64 {
 	hi, lo := bits.Mul64(rate, ns)
 	if hi >= 1e9 {
@@ -219,11 +212,10 @@ var (
 	scrapeErrorFamily  = family{"resource_scrape_error", "[STABLE] 1 if there was an error while getting container metrics, 0 otherwise", dto.MetricType_GAUGE, nil}
 )
 
-// WriteResourceMetrics writes s in the Prometheus text format the kubelet's
-// /metrics/resource endpoint uses, with the encoder the kubelet's registry
-// uses (expfmt): families sorted by name, samples sorted by label values,
-// counters in seconds, timestamps in milliseconds, and container start
-// times without a timestamp.
+// WriteResourceMetrics writes s as the kubelet's /metrics/resource does,
+// with its registry's encoder (expfmt): families sorted by name, samples by
+// label values, counters in seconds, timestamps in milliseconds, container
+// start times without one.
 func WriteResourceMetrics(w io.Writer, s *stats.Summary) error {
 	byName := map[string]*dto.MetricFamily{}
 	add := func(f family, v float64, ms *int64, values ...string) {
