@@ -17,10 +17,9 @@ import (
 // FaultKind names a misbehaviour of the server.
 type FaultKind = fakecore.FaultKind
 
-// The faults are fakecore's and these; README.md says how they compose.
-// The clock faults move every started_at, stopped_at and created_at, as
-// from a daemon that derives them from the wall clock and an uptime, while
-// CPU time and uptime stay as they are.
+// The faults are fakecore's and these (README.md). The clock faults move
+// every started_at, stopped_at and created_at, as from a daemon that derives
+// them from the wall clock and an uptime; CPU time and uptime stay.
 const (
 	// FaultDuplicateInstances reports a second instance for every
 	// container, with twice the values.
@@ -50,7 +49,8 @@ func ClockOffset(d time.Duration) Fault {
 // faultOrder is Slow, the response faults in order of precedence, then the
 // data faults (from ClockBackwards on), which cover both paths.
 var faultOrder = []FaultKind{
-	fakecore.FaultSlow, fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultHugeBody, FaultHostileText, fakecore.FaultTruncated, fakecore.FaultStall,
+	fakecore.FaultSlow, fakecore.FaultStatus500, fakecore.FaultGarbage, fakecore.FaultHugeBody, FaultHostileText,
+	fakecore.FaultTruncated, fakecore.FaultStall,
 	fakecore.FaultClockBackwards, FaultClockOffset, FaultDuplicateInstances, FaultOlderForm,
 }
 
@@ -104,13 +104,10 @@ func (s *Server) Faults() []Fault {
 	return out
 }
 
-// serveFault applies Slow, then the first response fault that covers path.
-// It reports whether the request was answered (or abandoned) by a fault.
+// serveFault applies Slow, then the first response fault that covers path,
+// and reports whether a fault answered (or abandoned) the request.
 func (s *Server) serveFault(w http.ResponseWriter, r *http.Request, path string, isMetrics, asJSON bool) bool {
-	key := listPath
-	if isMetrics {
-		key = metricsPath
-	}
+	key := map[bool]string{false: listPath, true: metricsPath}[isMetrics]
 	format := fakecore.Format{
 		ContentType: contentTypeText,
 		Status500: func(w http.ResponseWriter) {
@@ -171,8 +168,8 @@ func (s *Server) resetCounters() {
 	}
 }
 
-// dataFaults are the data faults in force: offset moves every reported
-// wall-clock time back.
+// dataFaults are the data faults in force; offset moves every reported time
+// back.
 type dataFaults struct {
 	offset           time.Duration
 	duplicate, older bool
@@ -194,29 +191,22 @@ func (d dataFaults) rfc3339(t time.Time) string {
 	return t.Add(-d.offset).UTC().Format(time.RFC3339)
 }
 
-// duplicateUUID names the second instance that DuplicateInstances reports
-// for an instance: it sorts after every UUID the server generates, so it
-// loses a tie on UUID order. Its name is the original's with "-dup".
+// duplicateUUID names the copy DuplicateInstances reports of an instance:
+// it sorts after every UUID the server generates, so it loses a tie on UUID
+// order.
 func duplicateUUID(uuid string) string { return "ffffffff-dup-" + uuid }
 
-// olderEntry is a metrics entry in the JSON form of older ukpd releases, as
-// the platform's tutorial shows it.
-type olderEntry struct {
-	Status     string  `json:"status"`
-	UUID       string  `json:"uuid"`
-	Name       string  `json:"name"`
-	State      string  `json:"state"`
-	StartCount uint64  `json:"start_count"`
-	StartedAt  string  `json:"started_at,omitempty"`
-	UptimeS    float64 `json:"uptime_s"`
-	RSSBytes   uint64  `json:"rss_bytes"`
-	CPUTimeS   float64 `json:"cpu_time_s"`
-}
-
-func olderEntries(entries []metricsEntry) []olderEntry {
-	out := make([]olderEntry, 0, len(entries))
+// olderEntries are entries in the JSON form of older ukpd releases, as the
+// platform's tutorial shows it.
+func olderEntries(entries []metricsEntry) []map[string]any {
+	out := make([]map[string]any, 0, len(entries))
 	for _, e := range entries {
-		out = append(out, olderEntry{e.Status, e.UUID, e.Name, e.State, e.StartCount, e.StartedAt, float64(e.UptimeMS) / 1e3, e.RSSBytes, e.cpuLastSecond})
+		m := map[string]any{"status": e.Status, "uuid": e.UUID, "name": e.Name, "state": e.State, "start_count": e.StartCount,
+			"uptime_s": float64(e.UptimeMS) / 1e3, "rss_bytes": e.RSSBytes, "cpu_time_s": e.cpuLastSecond}
+		if e.StartedAt != "" {
+			m["started_at"] = e.StartedAt
+		}
+		out = append(out, m)
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package fakeukpd
 
 import (
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -21,9 +22,9 @@ func TestFaultPaths(t *testing.T) {
 		name, path, faultPath string
 		wantCode              int
 	}{
-		{name: "limited to the list", faultPath: listPath, path: metricsPath, wantCode: 200},
-		{name: "on the list", faultPath: listPath, path: listPath, wantCode: 500},
-		{name: "per-instance metrics count as metrics", faultPath: metricsPath, path: "/v1/instances/p-c-1/metrics", wantCode: 500},
+		{"limited to the list", metricsPath, listPath, 200},
+		{"on the list", listPath, listPath, 500},
+		{"per-instance metrics count as metrics", "/v1/instances/p-c-1/metrics", metricsPath, 500},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -47,12 +48,13 @@ func TestFaultRejects(t *testing.T) {
 			t.Errorf("SetFault(%+v) accepted", f)
 		}
 	}
-	secure, err := Start(Options{CertDir: t.TempDir()})
-	must(t, err)
-	defer func() { _ = secure.Close() }()
-	plain, err := Start(Options{})
-	must(t, err)
-	defer func() { _ = plain.Close() }()
+	start := func(opts Options) *Running {
+		r, err := Start(opts)
+		must(t, err)
+		t.Cleanup(func() { _ = r.Close() })
+		return r
+	}
+	secure, plain := start(Options{CertDir: t.TempDir()}), start(Options{})
 	for _, k := range []FaultKind{fakecore.FaultStatus500, "Melt"} {
 		if err := secure.SetTransportFault(k); err == nil {
 			t.Errorf("SetTransportFault(%s) accepted", k)
@@ -89,21 +91,13 @@ func dataHarness(t *testing.T, cfg Config) (*harness, Instance) {
 func TestDuplicateInstancesFault(t *testing.T) {
 	h, in := dataHarness(t, Config{})
 	must(t, h.s.SetFault(Fault{Kind: FaultDuplicateInstances}))
-	type sample struct {
-		UUID, StartedAt      string
-		StartCount, RSSBytes uint64
-		CPUTimeMS            int64
-	}
-	var got []sample
+	var got []string
 	for _, e := range getMetrics[metricsEntry](t, h) {
-		got = append(got, sample{e.UUID, e.StartedAt, e.StartCount, e.RSSBytes, e.CPUTimeMS})
+		got = append(got, fmt.Sprintln(e.UUID, e.StartedAt, e.StartCount, e.RSSBytes, e.CPUTimeMS))
 	}
-	want := []sample{
-		{UUID: in.UUID, StartCount: 1, StartedAt: at, CPUTimeMS: 10000, RSSBytes: 1 << 20},
-		{UUID: duplicateUUID(in.UUID), StartCount: 1, StartedAt: at, CPUTimeMS: 20000, RSSBytes: 2 << 20},
-	}
+	want := []string{fmt.Sprintln(in.UUID, at, 1, 1<<20, 10000), fmt.Sprintln(duplicateUUID(in.UUID), at, 1, 2<<20, 20000)}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("metrics (-want +got):\n%s", diff)
+		t.Errorf("metrics (uuid, started_at, start_count, rss_bytes, cpu_time_ms) (-want +got):\n%s", diff)
 	}
 	// The copy is listed with the same tags, so it is attributed to the
 	// same pod and container.

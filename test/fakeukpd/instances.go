@@ -15,12 +15,10 @@ import (
 
 // Instance states, as the platform API names them.
 const (
-	StateRunning = "running"
-	StateStandby = "standby"
-	StateStopped = "stopped"
-	// StateDraining is an instance draining its connections before it
-	// stops; it still runs.
-	StateDraining = "draining"
+	StateRunning  = "running"
+	StateStandby  = "standby"
+	StateStopped  = "stopped"
+	StateDraining = "draining" // draining its connections before it stops; it still runs
 )
 
 // Tag keys kraftlet writes on the instance of a container.
@@ -32,22 +30,21 @@ const (
 	maxTagBytes  = 256
 )
 
-// InstanceSpec describes an instance to add.
+// InstanceSpec describes an instance to add: Name and UUID are generated
+// when empty, and Tags, when not nil, replace the kraftlet tags (to test
+// instances kraftlet did not tag). CPUCores is the CPU rate, RSSBytes the
+// resident set while running.
 type InstanceSpec struct {
-	Namespace string `json:"namespace,omitempty"`
-	Pod       string `json:"pod,omitempty"`
-	Container string `json:"container,omitempty"`
-	Node      string `json:"node,omitempty"`
-	// Name and UUID are generated when empty.
-	Name string `json:"name,omitempty"`
-	UUID string `json:"uuid,omitempty"`
-	// Tags, when not nil, replace the kraftlet tags built from Namespace,
-	// Pod, Container and Node (to test instances kraftlet did not tag).
-	Tags []string `json:"tags,omitempty"`
-	// CPUCores is the CPU rate; RSSBytes the resident set while running.
-	CPUCores float64 `json:"cpuCores"`
-	RSSBytes uint64  `json:"rssBytes"`
-	State    string  `json:"state,omitempty"` // running when empty
+	Namespace string   `json:"namespace,omitempty"`
+	Pod       string   `json:"pod,omitempty"`
+	Container string   `json:"container,omitempty"`
+	Node      string   `json:"node,omitempty"`
+	Name      string   `json:"name,omitempty"`
+	UUID      string   `json:"uuid,omitempty"`
+	Tags      []string `json:"tags,omitempty"`
+	CPUCores  float64  `json:"cpuCores"`
+	RSSBytes  uint64   `json:"rssBytes"`
+	State     string   `json:"state,omitempty"` // running when empty
 }
 
 // Instance is the state of an instance, for tests and the control API.
@@ -59,12 +56,10 @@ type Instance struct {
 }
 
 // instance is the server's record of one instance: its public state (but
-// for CPUTimeMS, which public computes) and what drives its counters.
+// for CPUTimeMS) and what drives its counters.
 type instance struct {
 	Instance
-	// maxCores is the highest CPU rate the instance was given: its vCPUs
-	// are that, rounded up, and at least 1.
-	maxCores           float64
+	maxCores           float64 // the highest CPU rate given: its vCPUs, rounded up
 	createdAt, stopped time.Time
 	seq                int // creation order
 	// cpuNS (core-nanoseconds) and upNS (summed over every start) are the
@@ -74,8 +69,7 @@ type instance struct {
 	since time.Time
 }
 
-// runs says whether the instance's VM runs: running, or draining its
-// connections before it stops.
+// runs says whether the instance's VM runs (running or draining).
 func (in *instance) runs() bool { return in.State == StateRunning || in.State == StateDraining }
 
 func (in *instance) counterNS(now time.Time) float64 {
@@ -105,8 +99,7 @@ func (in *instance) settle(now time.Time) {
 	in.cpuNS, in.upNS, in.since = in.counterNS(now), in.uptime(now), now
 }
 
-// start starts the instance now; its CPU counter starts over unless
-// cumulative.
+// start starts the instance now, its CPU counter over unless cumulative.
 func (in *instance) start(now time.Time, cumulative bool) {
 	in.settle(now)
 	in.State, in.StartedAt = StateRunning, now
@@ -116,8 +109,7 @@ func (in *instance) start(now time.Time, cumulative bool) {
 	}
 }
 
-// setState settles the counters and moves to state; stopped_at is now if
-// the VM no longer runs.
+// setState moves to state; stopped_at is now if the VM no longer runs.
 func (in *instance) setState(state string, now time.Time) {
 	in.settle(now)
 	if in.State = state; !in.runs() {
@@ -155,8 +147,8 @@ func KraftletTag(key, value string) string {
 	return b.String()
 }
 
-// AddInstance adds an instance and returns it. Unless spec.State says
-// otherwise it runs, started now with start_count 1.
+// AddInstance adds an instance, started now with start_count 1, and
+// returns it.
 func (s *Server) AddInstance(spec InstanceSpec) (Instance, error) {
 	if spec.Tags == nil && (spec.Namespace == "" || spec.Pod == "" || spec.Container == "") {
 		return Instance{}, errors.New("an instance needs a namespace, pod and container, or explicit tags")
@@ -267,18 +259,15 @@ func (s *Server) SetRSS(id string, bytes uint64) error {
 	return s.update(id, func(in *instance, _ time.Time) { in.RSSBytes = bytes })
 }
 
-// Restart starts an instance again, whatever its state: start_count+1,
-// started_at now, CPU counter from zero (unless Config.CumulativeCPU).
+// Restart starts an instance again, whatever its state (README.md).
 func (s *Server) Restart(id string) error {
 	return s.update(id, func(in *instance, now time.Time) { in.start(now, s.cumulative) })
 }
 
-// Standby puts an instance in standby, as scale-to-zero does: it stays in
-// the metrics with state "standby", no resident set and its counter frozen.
+// Standby puts an instance in standby, as scale-to-zero does.
 func (s *Server) Standby(id string) error { return s.setState(id, StateStandby) }
 
-// Drain puts an instance in the draining state: it still runs, and its
-// counter still grows, until it is stopped or put in standby.
+// Drain puts an instance in the draining state, still running.
 func (s *Server) Drain(id string) error { return s.setState(id, StateDraining) }
 
 // Stop stops an instance: it stays in the list and leaves the metrics.

@@ -76,15 +76,14 @@ func TestAddInstanceRejects(t *testing.T) {
 	h := newHarness(t, Config{})
 	h.add(t, InstanceSpec{UUID: "u1", Name: "one", Namespace: "ns", Pod: "p", Container: "c"})
 	tests := []struct {
-		name    string
-		spec    InstanceSpec
-		wantErr string
+		name, wantErr string
+		spec          InstanceSpec
 	}{
-		{name: "no pod", spec: InstanceSpec{Namespace: "ns", Container: "c"}, wantErr: "needs a namespace, pod and container"},
-		{name: "negative CPU", spec: InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", CPUCores: -1}, wantErr: "not a non-negative number"},
-		{name: "bad state", spec: InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", State: "asleep"}, wantErr: `unknown state "asleep"`},
-		{name: "same uuid", spec: InstanceSpec{UUID: "u1", Namespace: "ns", Pod: "p", Container: "c"}, wantErr: "exists"},
-		{name: "same name", spec: InstanceSpec{Name: "one", Namespace: "ns", Pod: "p", Container: "c"}, wantErr: "exists"},
+		{"no pod", "needs a namespace, pod and container", InstanceSpec{Namespace: "ns", Container: "c"}},
+		{"negative CPU", "not a non-negative number", InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", CPUCores: -1}},
+		{"bad state", `unknown state "asleep"`, InstanceSpec{Namespace: "ns", Pod: "p", Container: "c", State: "asleep"}},
+		{"same uuid", "exists", InstanceSpec{UUID: "u1", Namespace: "ns", Pod: "p", Container: "c"}},
+		{"same name", "exists", InstanceSpec{Name: "one", Namespace: "ns", Pod: "p", Container: "c"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

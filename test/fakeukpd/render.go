@@ -16,8 +16,8 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// listEntry is an instance as GET /v1/instances describes it (a subset of
-// the documented fields).
+// listEntry is an instance as GET /v1/instances describes it (some of the
+// documented fields).
 type listEntry struct {
 	Status        string   `json:"status"`
 	UUID          string   `json:"uuid"`
@@ -36,7 +36,7 @@ type listEntry struct {
 }
 
 // metricsEntry is an instance as GET /v1/instances/metrics describes it in
-// JSON (a subset of the documented fields).
+// JSON (some of the documented fields).
 type metricsEntry struct {
 	Status     string `json:"status"`
 	UUID       string `json:"uuid"`
@@ -83,9 +83,9 @@ func (s *Server) writeList(w http.ResponseWriter, r *http.Request, start time.Ti
 	entries := make([]listEntry, 0, len(chosen))
 	for _, in := range chosen {
 		e := listEntry{Status: "success", UUID: in.UUID, Name: in.Name, CreatedAt: df.rfc3339(in.createdAt), State: in.State,
-			Image: "fake.unikraft.io/" + cmp.Or(in.Container, "app") + ":latest", MemoryMB: 256, VCPUs: max(1, int(math.Ceil(in.maxCores))),
-			StartCount: in.StartCount, StartedAt: df.rfc3339(in.StartedAt), StoppedAt: in.stoppedAt(df),
-			UptimeMS: in.uptime(now).Milliseconds(), RestartPolicy: "never", Tags: in.Tags}
+			Image: "fake.unikraft.io/" + cmp.Or(in.Container, "app") + ":latest", MemoryMB: 256,
+			VCPUs: max(1, int(math.Ceil(in.maxCores))), StartCount: in.StartCount, StartedAt: df.rfc3339(in.StartedAt),
+			StoppedAt: in.stoppedAt(df), UptimeMS: in.uptime(now).Milliseconds(), RestartPolicy: "never", Tags: in.Tags}
 		entries = append(entries, e)
 		if df.duplicate && in.runs() {
 			e.UUID, e.Name = duplicateUUID(in.UUID), in.Name+"-dup"
@@ -96,11 +96,10 @@ func (s *Server) writeList(w http.ResponseWriter, r *http.Request, start time.Ti
 	writeEnvelope(w, entries, start, s.clock)
 }
 
-// pageLocked picks the instances a list request asks for, oldest first (by
-// creation, then creation order): from the instance that "from" names (its
-// UUID, or an RFC 3339 creation time), inclusive, at most "count" of them
-// (0 or none: all), and never more than the server's page size; s.mu must
-// be held.
+// pageLocked picks the instances a list request asks for, oldest first:
+// from the instance that "from" names (its UUID, or an RFC 3339 creation
+// time), inclusive, at most "count" of them (0 or none: all), and never more
+// than the server's page size.
 func (s *Server) pageLocked(q url.Values) ([]*instance, error) {
 	all := s.sortedLocked()
 	slices.SortStableFunc(all, func(a, b *instance) int {
@@ -135,9 +134,8 @@ func (s *Server) pageLocked(q url.Values) ([]*instance, error) {
 	return all, nil
 }
 
-// metrics returns the entries of the instances named by ids (UUIDs or
-// names), or of all of them, but for stopped ones; ok is false when an id
-// names no instance.
+// metrics returns the entries of the instances ids names (UUIDs or names),
+// or of all, but stopped ones; ok is false when an id names no instance.
 func (s *Server) metrics(ids []string) (_ []metricsEntry, older, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -200,16 +198,19 @@ type family struct {
 var families = []family{
 	{"instance_state", "0=stopped,1=starting,2=running,3=draining,4=stopping,5=standby,6=template,7=deleted", "gauge", func(e *metricsEntry) string { return strconv.Itoa(stateCode[e.State]) }},
 	{"instance_start_count", "Number of times the instance has been started", "counter", func(e *metricsEntry) string { return strconv.FormatUint(e.StartCount, 10) }},
-	{"instance_restart_count", "Number of times the instance has been restarted", "counter", func(*metricsEntry) string { return "0" }},
+	{"instance_restart_count", "Number of times the instance has been restarted", "counter", zero},
 	{"instance_started_at", "Time when the instance started", "gauge", func(e *metricsEntry) string { return unixSeconds(e.StartedAt) }},
 	{"instance_stopped_at", "Time when the instance stopped", "gauge", func(e *metricsEntry) string { return unixSeconds(e.StoppedAt) }},
 	{"instance_uptime_s", "Uptime in seconds", "gauge", func(e *metricsEntry) string { return millis(e.UptimeMS) }},
 	{"instance_rss_bytes", "Resident set size in bytes", "gauge", func(e *metricsEntry) string { return strconv.FormatUint(e.RSSBytes, 10) }},
 	{"instance_cpu_time_s", "Consumed CPU time in seconds", "counter", func(e *metricsEntry) string { return millis(e.CPUTimeMS) }},
-	{"instance_rx_bytes", "Amount of bytes received over network", "counter", func(e *metricsEntry) string { return strconv.FormatInt(e.RxBytes, 10) }},
-	{"instance_tx_bytes", "Amount of bytes transmitted over network", "counter", func(e *metricsEntry) string { return strconv.FormatInt(e.TxBytes, 10) }},
-	{"instance_nconns", "Number of active connections", "gauge", func(e *metricsEntry) string { return strconv.Itoa(e.NConns) }},
+	// The network fields stay zero.
+	{"instance_rx_bytes", "Amount of bytes received over network", "counter", zero},
+	{"instance_tx_bytes", "Amount of bytes transmitted over network", "counter", zero},
+	{"instance_nconns", "Number of active connections", "gauge", zero},
 }
+
+func zero(*metricsEntry) string { return "0" }
 
 func millis(ms int64) string { return fmt.Sprintf("%d.%06d", ms/1000, (ms%1000)*1000) }
 
@@ -221,9 +222,8 @@ func unixSeconds(rfc string) string {
 	return strconv.FormatInt(t.Unix(), 10)
 }
 
-// writeText writes the Prometheus text form: per family a HELP and TYPE
-// line and one sample per instance, labelled instance_uuid. A failed write
-// means the client went away.
+// writeText writes the Prometheus text form; a failed write means the
+// client went away.
 func writeText(w io.Writer, entries []metricsEntry) {
 	bw := bufio.NewWriter(w)
 	defer func() { _ = bw.Flush() }()

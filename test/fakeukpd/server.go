@@ -1,13 +1,8 @@
 // Package fakeukpd is a fake of ukpd, the Unikraft platform daemon, for
-// tests: it serves the two read paths of the platform API a metrics
-// pipeline uses, GET /v1/instances and GET /v1/instances/metrics (JSON or
-// Prometheus text), in the documented wire formats, to bearer tokens it
-// accepts. The test drives its instances (CPU rate, resident set,
-// restarts, standby, stop) and faults; README.md says how.
-//
-// Server is an http.Handler: serve it with httptest.NewServer, or with
-// Start (as the fake-ukpd command does) for TLS, transport faults and the
-// control API.
+// tests: it serves GET /v1/instances and GET /v1/instances/metrics in the
+// documented wire formats; the test drives its instances and faults
+// (README.md). Server is an http.Handler; Start adds TLS, transport faults
+// and the control API.
 package fakeukpd
 
 import (
@@ -32,26 +27,22 @@ import (
 
 // Config configures a Server.
 type Config struct {
-	// Clock drives CPU counters, timestamps and slow faults; nil means the
-	// real clock.
+	// Clock drives counters, timestamps and Slow; nil means the real clock.
 	Clock clock.Clock
-	// Tokens are accepted bearer tokens, and so are those of TokenFile, one
-	// a line ("#" starts a comment), read again whenever it changes.
+	// Tokens are accepted bearer tokens, and so are those of TokenFile,
+	// read again on every request.
 	Tokens    []string
 	TokenFile string
 	// PageSize is the most instances one answer of GET /v1/instances
-	// holds, whatever its count asks; 0 means no limit. With a limit, a
-	// request without count gets the first page only, as from a server
-	// whose default page is smaller than the account.
+	// holds, whatever its count asks (a server whose default page is
+	// smaller than the account); 0 means no limit.
 	PageSize int
 	// IgnoreFrom answers every list request from the first instance,
 	// whatever its from asks: a server that takes count but not from, the
 	// case the client's pagination guard is for (no such server was
 	// observed; this stands for the failure, not for a known release).
 	IgnoreFrom bool
-	// JSONForm is the shape of the JSON metrics entries; empty means
-	// JSONFormPage.
-	JSONForm JSONForm
+	JSONForm   JSONForm // empty means JSONFormPage
 	// CumulativeCPU keeps an instance's CPU time over its starts (restarts
 	// and wakes), as the platform's 2024 API has it: "Cumulative metrics
 	// (e.g., used CPU time) are accumulated over instance starts"
@@ -65,10 +56,7 @@ type Config struct {
 type JSONForm string
 
 const (
-	// JSONFormPage has the fields the platform's documentation page shows:
-	// uuid, name, state, start_count, started_at, stopped_at, uptime_ms,
-	// rss_bytes, cpu_time_ms, boot_time_us, net_time_us and the network
-	// fields.
+	// JSONFormPage has every field the platform's documentation page shows.
 	JSONFormPage JSONForm = "page"
 	// JSONFormSchema has only the fields of the OpenAPI schema of a metrics
 	// entry (unikraft-cloud/openapi platform.yaml at 3ad3989,
@@ -96,13 +84,12 @@ func (c Config) Check() error {
 	return nil
 }
 
-// Client is an address that reached the platform API, and how often.
+// Client is an address that reached the platform API: how often, and how
+// often without an accepted bearer token (answered 401).
 type Client struct {
-	IP string `json:"ip"`
-	// Requests counts its requests and Unauthorized those without an
-	// accepted bearer token (answered 401).
-	Requests     int `json:"requests"`
-	Unauthorized int `json:"unauthorized"`
+	IP           string `json:"ip"`
+	Requests     int    `json:"requests"`
+	Unauthorized int    `json:"unauthorized"`
 }
 
 // Server is a fake ukpd. It is safe for concurrent use.
@@ -128,8 +115,8 @@ type Server struct {
 
 var _ http.Handler = &Server{}
 
-// New returns a Server without instances. A JSONForm it does not know
-// serves the page form; Start refuses it.
+// New returns a Server without instances; an unknown JSONForm serves the
+// page form (Start refuses it).
 func New(cfg Config) *Server {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
@@ -139,8 +126,7 @@ func New(cfg Config) *Server {
 		cumulative: cfg.CumulativeCPU, clients: map[string]*Client{}, closed: make(chan struct{})}
 }
 
-// Close ends requests held by a slow fault. The server keeps answering
-// other requests.
+// Close ends the requests faults hold; the server answers others.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() { close(s.closed) })
 }
@@ -152,8 +138,7 @@ func (s *Server) ListRequests() int {
 	return s.listRequests
 }
 
-// Clients returns every address that sent the platform API a request, by
-// IP.
+// Clients returns every address that sent the platform API a request.
 func (s *Server) Clients() []Client {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -173,18 +158,16 @@ func (s *Server) noteClient(remoteAddr string, authorized bool) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := s.clients[ip]
-	if c == nil {
-		c = &Client{IP: ip}
-		s.clients[ip] = c
+	if s.clients[ip] == nil {
+		s.clients[ip] = &Client{IP: ip}
 	}
-	c.Requests++
+	s.clients[ip].Requests++
 	if !authorized {
-		c.Unauthorized++
+		s.clients[ip].Unauthorized++
 	}
 }
 
-// SetTokens replaces the accepted tokens given in Config.Tokens.
+// SetTokens replaces Config.Tokens.
 func (s *Server) SetTokens(tokens ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -199,7 +182,6 @@ const (
 	contentTypeText = "text/plain; version=0.0.4; charset=utf-8"
 )
 
-// ServeHTTP serves the platform API paths.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := s.clock.Now()
 	path := strings.TrimSuffix(r.URL.Path, "/")
@@ -256,8 +238,7 @@ func instanceMetricsID(path string) (string, bool) {
 	return id, ok && strings.HasPrefix(path, listPath+"/") && id != "" && !strings.Contains(id, "/")
 }
 
-// wantsJSON says whether an Accept header names application/json; every
-// other value, or none, gets the Prometheus text form.
+// wantsJSON says whether an Accept header names application/json.
 func wantsJSON(accept string) bool {
 	for part := range strings.SplitSeq(accept, ",") {
 		if mt, _, err := mime.ParseMediaType(strings.TrimSpace(part)); err == nil && mt == contentTypeJSON {
@@ -267,10 +248,9 @@ func wantsJSON(accept string) bool {
 	return false
 }
 
-// authenticated accepts "Authorization: Bearer <token>" with a known token.
-// The token file is read on every request (it costs about what a check
-// that it changed would), so a rotated file counts at once; an unreadable
-// one accepts nothing.
+// authenticated accepts a known bearer token. The token file is read on
+// every request (it costs about what a check that it changed would), so a
+// rotated file counts at once; an unreadable one accepts nothing.
 func (s *Server) authenticated(r *http.Request) bool {
 	s.mu.Lock()
 	known := slices.Clone(s.tokens)

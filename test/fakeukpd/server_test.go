@@ -48,11 +48,9 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	}
 	h := &harness{clk: clk, s: New(cfg)}
 	h.srv, h.ctl = httptest.NewServer(h.s), httptest.NewServer(NewControlHandler(h.s, nil))
-	t.Cleanup(func() {
-		h.s.Close()
-		h.srv.Close()
-		h.ctl.Close()
-	})
+	t.Cleanup(h.ctl.Close)
+	t.Cleanup(h.srv.Close)
+	t.Cleanup(h.s.Close)
 	return h
 }
 
@@ -113,9 +111,8 @@ func decodeEnvelope[T any](t *testing.T, body string) []T {
 }
 
 // uuids are the UUIDs of the instances in an envelope.
-func uuids(t *testing.T, body string) []string {
+func uuids(t *testing.T, body string) (out []string) {
 	t.Helper()
-	var out []string
 	for _, e := range decodeEnvelope[struct{ UUID string }](t, body) {
 		out = append(out, e.UUID)
 	}
@@ -145,10 +142,9 @@ func TestList(t *testing.T) {
 	}
 	// Oldest first, in creation order.
 	entry := func(uuid, name, state, image string, uptimeMS int64, stoppedAt string, tags ...string) listEntry {
-		return listEntry{
-			Status: "success", UUID: uuid, Name: name, CreatedAt: at, State: state, Image: "fake.unikraft.io/" + image + ":latest",
-			MemoryMB: 256, VCPUs: 1, StartCount: 1, StartedAt: at, StoppedAt: stoppedAt, UptimeMS: uptimeMS, RestartPolicy: "never", Tags: tags,
-		}
+		return listEntry{Status: "success", UUID: uuid, Name: name, CreatedAt: at, State: state,
+			Image: "fake.unikraft.io/" + image + ":latest", MemoryMB: 256, VCPUs: 1, StartCount: 1, StartedAt: at,
+			StoppedAt: stoppedAt, UptimeMS: uptimeMS, RestartPolicy: "never", Tags: tags}
 	}
 	want := []listEntry{
 		entry(web.UUID, "web-0-app-1", "running", "app", 90000, "",
@@ -201,32 +197,21 @@ func TestMetricsSelection(t *testing.T) {
 	for i, name := range []string{"one", "two", "three"} {
 		h.add(t, InstanceSpec{UUID: "u" + strconv.Itoa(i+1), Name: name, Namespace: "ns", Pod: name, Container: "c"})
 	}
-	tests := []struct {
-		path     string
-		wantCode int
-		want     []string
-	}{
-		{path: metricsPath, wantCode: 200, want: []string{"u1", "u2", "u3"}},
-		{path: metricsPath + "?uuid=u3,u1", wantCode: 200, want: []string{"u3", "u1"}},
-		{path: "/v1/instances/two/metrics", wantCode: 200, want: []string{"u2"}},
-		{path: "/v1/instances/u9/metrics", wantCode: 404},
-		{path: "/v1/instances/u1", wantCode: 404},
-		{path: "/v2/instances", wantCode: 404},
-	}
-	for _, tc := range tests {
-		t.Run(tc.path, func(t *testing.T) {
-			code, _, body := h.get(t, tc.path, contentTypeJSON)
-			if code != tc.wantCode {
-				t.Fatalf("GET %s = %d, want %d: %s", tc.path, code, tc.wantCode, body)
-			}
-			if code != http.StatusOK {
-				if !strings.Contains(body, `"status":"error"`) {
-					t.Errorf("error body %q is not the API envelope", body)
+	// The instances of an answer, or nil for 404.
+	for path, want := range map[string][]string{
+		metricsPath: {"u1", "u2", "u3"}, metricsPath + "?uuid=u3,u1": {"u3", "u1"}, "/v1/instances/two/metrics": {"u2"},
+		"/v1/instances/u9/metrics": nil, "/v1/instances/u1": nil, "/v2/instances": nil,
+	} {
+		t.Run(path, func(t *testing.T) {
+			switch code, _, body := h.get(t, path, contentTypeJSON); {
+			case code != map[bool]int{true: 200, false: 404}[want != nil]:
+				t.Fatalf("GET %s = %d %s; want 200 with %q, or 404 for none", path, code, body, want)
+			case want == nil && !strings.Contains(body, `"status":"error"`):
+				t.Errorf("error body %q is not the API envelope", body)
+			case want != nil:
+				if diff := cmp.Diff(want, uuids(t, body)); diff != "" {
+					t.Errorf("instances (-want +got):\n%s", diff)
 				}
-				return
-			}
-			if diff := cmp.Diff(tc.want, uuids(t, body)); diff != "" {
-				t.Errorf("instances (-want +got):\n%s", diff)
 			}
 		})
 	}

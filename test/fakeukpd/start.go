@@ -21,14 +21,12 @@ import (
 type Options struct {
 	Config
 	// Listen is the platform API's loopback host:port and ControlAddress
-	// the control API's; port 0 picks a free one, and empty means
-	// 127.0.0.1:0. Any address of 127.0.0.0/8 serves on Linux without
-	// setup, so fakes of several hosts (127.0.1.1, 127.0.1.2, ...) can share
-	// a port number; Start refuses an address off loopback.
+	// the control API's (127.0.0.1:0 when empty). Any address of
+	// 127.0.0.0/8 serves on Linux without setup, so fakes of several hosts
+	// can share a port number.
 	Listen, ControlAddress string
-	// CertDir, when set, makes the platform API serve TLS with a CA
-	// generated now, whose certificate Start writes to <CertDir>/ca.crt;
-	// plain HTTP when empty.
+	// CertDir, when set, serves TLS with a new CA written to
+	// <CertDir>/ca.crt; plain HTTP when empty.
 	CertDir string
 }
 
@@ -40,8 +38,8 @@ type State struct {
 	CAFile         string `json:"caFile,omitempty"`
 }
 
-// Running is a fake ukpd serving its platform API and, in plain HTTP on
-// loopback, its control API (README.md); State says where.
+// Running is a fake ukpd serving its platform API and its control API
+// (README.md); State says where.
 type Running struct {
 	*Server
 	State
@@ -49,7 +47,6 @@ type Running struct {
 	plain, control *fakecore.HTTPServer
 }
 
-// Start serves a fake ukpd as opts say. Close it when done.
 func Start(opts Options) (_ *Running, err error) {
 	opts.Listen, opts.ControlAddress = cmp.Or(opts.Listen, "127.0.0.1:0"), cmp.Or(opts.ControlAddress, "127.0.0.1:0")
 	if err := errors.Join(opts.Check(), fakecore.CheckLoopback("listen", opts.Listen), fakecore.CheckLoopback("control-address", opts.ControlAddress)); err != nil {
@@ -92,9 +89,8 @@ func Start(opts Options) (_ *Running, err error) {
 	return r, nil
 }
 
-// SetTransportFault breaks the platform API below HTTP: fakecore.FaultRefused
-// closes its listener and connections, the others break TLS; "" serves it
-// again, on the same address. A fake serving plain HTTP has none.
+// SetTransportFault breaks the platform API below HTTP (Refused, or TLS),
+// with TLS only; "" serves it again, on the same address.
 func (r *Running) SetTransportFault(kind fakecore.FaultKind) error {
 	if r.api == nil {
 		return fmt.Errorf("transport fault %q: serving plain HTTP", kind)
@@ -133,30 +129,32 @@ func (r *Running) Close() error {
 }
 
 // InstanceRequest is the body of POST /v1/instances on the control API:
-// an InstanceSpec whose CPU is in cores and Memory (the resident set) in
-// bytes, each a number or a Kubernetes quantity ("250m", "1.5", "64Mi").
+// CPU in cores and Memory (the resident set) in bytes, each a number or a
+// quantity.
 type InstanceRequest struct {
 	InstanceSpec
 	CPU    *resource.Quantity `json:"cpu,omitempty"`
 	Memory *resource.Quantity `json:"memory,omitempty"`
 }
 
-// UsageRequest is the body of the control API's usage calls; an absent
-// field is left unchanged. Container limits a pod call to one container.
+// UsageRequest is the body of the control API's usage calls; absent is
+// unchanged, and Container limits a pod call to one container.
 type UsageRequest struct {
 	Container string             `json:"container,omitempty"`
 	CPU       *resource.Quantity `json:"cpu,omitempty"`
 	Memory    *resource.Quantity `json:"memory,omitempty"`
 }
 
-// NewControlHandler returns the plain-HTTP control API of s (see
-// README.md). caPEM, if not nil, is served on /v1/ca.crt. Serve it on a
-// loopback address only.
+// NewControlHandler returns the plain-HTTP control API of s (README.md),
+// with caPEM, if not nil, on /v1/ca.crt; for a loopback address only.
 func NewControlHandler(s *Server, caPEM []byte) http.Handler {
 	c := &control{s: s}
 	ok := http.StatusOK
 	mux := fakecore.NewControlMux(caPEM)
-	mux.HandleFunc("GET /v1/instances", fakecore.Route(ok, func(*http.Request, fakecore.None) (any, error) { return s.Instances(), nil }))
+	get := func(v func() any) http.HandlerFunc {
+		return fakecore.Route(ok, func(*http.Request, fakecore.None) (any, error) { return v(), nil })
+	}
+	mux.HandleFunc("GET /v1/instances", get(func() any { return s.Instances() }))
 	mux.HandleFunc("POST /v1/instances", fakecore.Route(http.StatusCreated, c.addInstance))
 	mux.HandleFunc("GET /v1/instances/{id}", fakecore.Route(ok, c.byID(nil)))
 	mux.HandleFunc("DELETE /v1/instances/{id}", fakecore.Route(ok, c.byID(s.Remove)))
@@ -167,8 +165,8 @@ func NewControlHandler(s *Server, caPEM []byte) http.Handler {
 	}
 	mux.HandleFunc("PUT /v1/namespaces/{namespace}/pods/{pod}/usage", fakecore.Route(ok, c.usage))
 	mux.HandleFunc("DELETE /v1/namespaces/{namespace}/pods/{pod}", fakecore.Route(ok, c.byPod(s.Remove)))
-	mux.HandleFunc("GET /v1/clients", fakecore.Route(ok, func(*http.Request, fakecore.None) (any, error) { return s.Clients(), nil }))
-	mux.HandleFunc("GET /v1/fault", fakecore.Route(ok, func(*http.Request, fakecore.None) (any, error) { return s.Faults(), nil }))
+	mux.HandleFunc("GET /v1/clients", get(func() any { return s.Clients() }))
+	mux.HandleFunc("GET /v1/fault", get(func() any { return s.Faults() }))
 	mux.HandleFunc("PUT /v1/fault", fakecore.Route(ok, func(_ *http.Request, f Fault) (any, error) { err := s.SetFault(f); return s.Faults(), err }))
 	mux.HandleFunc("DELETE /v1/fault", fakecore.Route(ok, func(r *http.Request, _ fakecore.None) (any, error) {
 		s.ClearFault(FaultKind(r.URL.Query().Get("kind")))

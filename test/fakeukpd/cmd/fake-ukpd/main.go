@@ -47,8 +47,7 @@ func run(ctx context.Context, cfg *Options, ready chan<- fakeukpd.State) (err er
 	return nil
 }
 
-// Options are the command-line options of fake-ukpd: how to serve, and
-// where to say so.
+// Options are the command-line options of fake-ukpd.
 type Options struct {
 	fakeukpd.Options
 	StateFile string
@@ -74,8 +73,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate returns every problem with the options.
 func (o *Options) Validate() []error {
 	var errs []error
-	for _, a := range []struct{ flag, addr string }{{"listen", o.Listen}, {"control-address", o.ControlAddress}} {
-		if err := fakecore.CheckLoopback(a.flag, a.addr); err != nil {
+	for _, err := range []error{fakecore.CheckLoopback("listen", o.Listen), fakecore.CheckLoopback("control-address", o.ControlAddress)} {
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -95,8 +94,8 @@ func (o *Options) Validate() []error {
 	return errs
 }
 
-// Config returns the run configuration of validated options: a copy with
-// the state file's default filled in.
+// Config returns the run configuration: a copy with the state file's
+// default.
 func (o *Options) Config() *Options {
 	c := *o
 	if c.StateFile == "" && c.CertDir != "" {
