@@ -150,7 +150,8 @@ func startUKPD(t *testing.T, clk clock.Clock) *fake {
 	}
 	list := request{"/v1/instances", "", contentTypeJSON, `"op_time_us"`}
 	metrics := request{"/v1/instances/metrics", contentTypeJSON, contentTypeJSON, `"cpu_time_ms"`}
-	text := request{"/v1/instances/metrics", "text/plain", "text/plain; version=0.0.4; charset=utf-8", "instance_rss_bytes"}
+	const textType = "text/plain; version=0.0.4; charset=utf-8"
+	text := request{"/v1/instances/metrics", "text/plain", textType, "instance_rss_bytes"}
 	type entry struct {
 		UUID       string `json:"uuid"`
 		CreatedAt  string `json:"created_at"`
@@ -170,7 +171,8 @@ func startUKPD(t *testing.T, clk clock.Clock) *fake {
 		return []string{
 			line("", entry{UUID: "running", CreatedAt: at, StartedAt: at, StartCount: starts, UptimeMS: uptime}),
 			line("", entry{UUID: "standby", CreatedAt: at, StartedAt: at, StartCount: 1}),
-			line("/metrics", entry{UUID: "running", StartedAt: at, StartCount: starts, UptimeMS: uptime, CPUTimeMS: cpu, RSSBytes: 1 << 20}),
+			line("/metrics", entry{UUID: "running", StartedAt: at, StartCount: starts, UptimeMS: uptime, CPUTimeMS: cpu,
+				RSSBytes: 1 << 20}),
 			line("/metrics", entry{UUID: "standby", StartedAt: at, StartCount: 1}),
 		}
 	}

@@ -73,7 +73,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate returns every problem with the options.
 func (o *Options) Validate() []error {
 	var errs []error
-	for _, err := range []error{fakecore.CheckLoopback("listen", o.Listen), fakecore.CheckLoopback("control-address", o.ControlAddress)} {
+	loopback := []error{fakecore.CheckLoopback("listen", o.Listen), fakecore.CheckLoopback("control-address", o.ControlAddress)}
+	for _, err := range loopback {
 		if err != nil {
 			errs = append(errs, err)
 		}
