@@ -12,10 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
+	"k8s.io/metrics/pkg/apis/custom_metrics"
 	clocktesting "k8s.io/utils/clock/testing"
 	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
@@ -33,20 +33,22 @@ var endpointTestMetrics = []EndpointMetric{
 // series are one pod's series: per model, the same value for every metric.
 type series map[string]float64
 
+func endpointStore() *store.Store {
+	return store.New(store.Config{Clock: clocktesting.NewFakeClock(now), Sources: []string{"endpoints"}, StaleAfter: time.Minute})
+}
+
 // endpointValues is a store holding, for each pod ("namespace/name"), its
 // series as its own target would hand them over; uids names the pods whose
 // series were read for a given UID.
 func endpointValues(pods map[string]series, uids map[string]string) *store.Store {
-	st := store.New(store.Config{Clock: clocktesting.NewFakeClock(now), Sources: []string{"endpoints"}, StaleAfter: time.Minute})
+	st := endpointStore()
 	for key, byModel := range pods {
 		ns, name, _ := strings.Cut(key, "/")
 		var points []sources.SeriesPoint
 		for model, v := range byModel {
 			for _, m := range endpointTestMetrics {
-				points = append(points, sources.SeriesPoint{
-					Namespace: ns, Pod: name, UID: uids[key], Metric: m.Name, Series: "model_name=" + model + "\x00",
-					Value: v, Timestamp: now,
-				})
+				points = append(points, sources.SeriesPoint{Namespace: ns, Pod: name, UID: uids[key], Metric: m.Name,
+					Series: "model_name=" + model + "\x00", Value: v, Timestamp: now})
 			}
 		}
 		st.StoreSeries("endpoints", "pod/"+key, points, now)
@@ -76,25 +78,41 @@ func endpointProvider(metrics ...EndpointMetric) *CustomMetrics {
 		groupMember("old", "0", "0", corev1.PodRunning), deleting,
 	}
 	values := endpointValues(map[string]series{
-		"ml/solo":    {"a": 2},
-		"ml/inf-0":   {"a": 0},
-		"ml/inf-0-1": {"a": 1, "b": 3},
-		"ml/inf-0-2": {"a": 6},
-		"ml/inf-1":   {"a": 1},
-		"ml/chat-0":  {"a": 1}, "ml/chat-0-1": {"a": 3},
-		"ml/chat-1": {"a": 2}, "ml/chat-1-1": {"a": 6},
+		"ml/solo": {"a": 2}, "ml/inf-0": {"a": 0}, "ml/inf-0-1": {"a": 1, "b": 3}, "ml/inf-0-2": {"a": 6}, "ml/inf-1": {"a": 1},
+		"ml/chat-0": {"a": 1}, "ml/chat-0-1": {"a": 3}, "ml/chat-1": {"a": 2}, "ml/chat-1-1": {"a": 6},
 		"ml/old-0": {"a": 1}, "ml/old-0-1": {"a": 1},
-		"ml/reborn": {"a": 5},
-		// reborn was recreated under its name since the values were
-		// collected.
+		"ml/reborn": {"a": 5}, // reborn was recreated under its name since the values were collected.
 	}, map[string]string{"ml/reborn": "reborn-predecessor-uid"})
-	p := newGroupProvider(pods, nil, group.PolicyPod)
-	return p.CustomMetrics().WithEndpoints(values, metrics, 15*time.Second)
+	return newGroupProvider(pods, nil, group.PolicyPod).CustomMetrics().WithEndpoints(values, metrics, 15*time.Second)
 }
 
 type endpointAnswer struct {
 	Milli    int64
 	NotFound string // a substring of the NotFound message, "" for a value
+}
+
+// checkAnswer compares c's answer for name in ns to want (a NotFound
+// containing want.NotFound reads as want.NotFound, any other error fails)
+// and returns the value, if any.
+func checkAnswer(t *testing.T, c *CustomMetrics, ns, name string, info cmprovider.CustomMetricInfo, sel string,
+	want endpointAnswer) *custom_metrics.MetricValue {
+	t.Helper()
+	v, err := c.GetMetricByName(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, info, selector(t, sel))
+	var got endpointAnswer
+	switch {
+	case err == nil:
+		got.Milli = v.Value.MilliValue()
+	case !apierrors.IsNotFound(err):
+		got.NotFound = "not a NotFound: " + err.Error()
+	case want.NotFound != "" && strings.Contains(err.Error(), want.NotFound):
+		got.NotFound = want.NotFound
+	default:
+		got.NotFound = err.Error()
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("%s %s/%s {%s} (-want +got):\n%s", info.Metric, ns, name, sel, diff)
+	}
+	return v
 }
 
 func TestEndpointMetricByName(t *testing.T) {
@@ -128,24 +146,10 @@ func TestEndpointMetricByName(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v, err := c.GetMetricByName(context.Background(), types.NamespacedName{Namespace: "ml", Name: tt.object}, tt.info, selector(t, tt.selector))
-			var got endpointAnswer
-			switch {
-			case err == nil:
-				got.Milli = v.Value.MilliValue()
-				if v.Metric.Name != tt.info.Metric || v.DescribedObject.Name != tt.object || *v.WindowSeconds != 15 || !v.Timestamp.Time.Equal(now) {
-					t.Errorf("value %+v does not describe %s %s at %v over 15s", v, tt.info.Metric, tt.object, now)
-				}
-			case apierrors.IsNotFound(err):
-				got.NotFound = tt.want.NotFound
-				if !strings.Contains(err.Error(), tt.want.NotFound) || tt.want.NotFound == "" {
-					got.NotFound = err.Error()
-				}
-			default:
-				t.Fatalf("error %v is not NotFound", err)
-			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("GetMetricByName (-want +got):\n%s", diff)
+			v := checkAnswer(t, c, "ml", tt.object, tt.info, tt.selector, tt.want)
+			if v != nil && (v.Metric.Name != tt.info.Metric || v.DescribedObject.Name != tt.object ||
+				*v.WindowSeconds != 15 || !v.Timestamp.Time.Equal(now)) {
+				t.Errorf("value %+v does not describe %s %s at %v over 15s", v, tt.info.Metric, tt.object, now)
 			}
 		})
 	}
@@ -172,19 +176,7 @@ func TestEndpointMemberScope(t *testing.T) {
 		t.Run(string(tt.scope)+" "+tt.leader, func(t *testing.T) {
 			m := endpointTestMetrics[0]
 			m.Members = tt.scope
-			v, err := endpointProvider(m).GetMetricByName(context.Background(), types.NamespacedName{Namespace: "ml", Name: tt.leader}, cmInfo(podsResource, m.Name), labels.Everything())
-			var got endpointAnswer
-			if err != nil {
-				got.NotFound = err.Error()
-				if strings.Contains(got.NotFound, tt.want.NotFound) && tt.want.NotFound != "" {
-					got.NotFound = tt.want.NotFound
-				}
-			} else {
-				got.Milli = v.Value.MilliValue()
-			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("(-want +got):\n%s", diff)
-			}
+			checkAnswer(t, endpointProvider(m), "ml", tt.leader, cmInfo(podsResource, m.Name), "", tt.want)
 		})
 	}
 }
@@ -393,7 +385,7 @@ func TestEndpointHistogram(t *testing.T) {
 		"chat-1": {0, 2, 2, 0.6}, "chat-1-1": {0, 0, 2, 2.0},
 		"inf-1": {1, 1, 1, 0.1}, // inf-1-1 has none
 	}
-	st := store.New(store.Config{Clock: clocktesting.NewFakeClock(now), Sources: []string{"endpoints"}, StaleAfter: time.Minute})
+	st := endpointStore()
 	for name, p := range byPod {
 		var points []sources.SeriesPoint
 		add := func(v float64, part, le string) {
@@ -415,12 +407,11 @@ func TestEndpointHistogram(t *testing.T) {
 		groupMember("chat", "1", "0", corev1.PodRunning), groupMember("chat", "1", "1", corev1.PodRunning),
 		groupMember("inf", "1", "0", corev1.PodRunning), groupMember("inf", "1", "1", corev1.PodRunning),
 	}
-	c := newGroupProvider(pods, nil, group.PolicyPod).CustomMetrics().WithEndpoints(st, []EndpointMetric{
-		{Name: "ttft", Estimate: &group.Estimate{Quantile: 0.5}},
-	}, 15*time.Second)
-	mean := newGroupProvider(pods, nil, group.PolicyPod).CustomMetrics().WithEndpoints(st, []EndpointMetric{
-		{Name: "ttft", Estimate: &group.Estimate{Mean: true}},
-	}, 15*time.Second)
+	estimating := func(e group.Estimate) *CustomMetrics {
+		return newGroupProvider(pods, nil, group.PolicyPod).CustomMetrics().
+			WithEndpoints(st, []EndpointMetric{{Name: "ttft", Estimate: &e}}, 15*time.Second)
+	}
+	c, mean := estimating(group.Estimate{Quantile: 0.5}), estimating(group.Estimate{Mean: true})
 	for _, tt := range []struct {
 		name, object string
 		lws          bool
@@ -445,19 +436,7 @@ func TestEndpointHistogram(t *testing.T) {
 			if tt.lws {
 				info = cmInfo(LWSResource, "ttft")
 			}
-			v, err := tt.cm.GetMetricByName(context.Background(), types.NamespacedName{Namespace: "ml", Name: tt.object}, info, selector(t, tt.selector))
-			var got endpointAnswer
-			switch {
-			case err == nil:
-				got.Milli = v.Value.MilliValue()
-			case apierrors.IsNotFound(err) && strings.Contains(err.Error(), tt.want.NotFound) && tt.want.NotFound != "":
-				got.NotFound = tt.want.NotFound
-			default:
-				got.NotFound = err.Error()
-			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("GetMetricByName (-want +got):\n%s", diff)
-			}
+			checkAnswer(t, tt.cm, "ml", tt.object, info, tt.selector, tt.want)
 		})
 	}
 }
@@ -467,7 +446,7 @@ func TestEndpointHistogram(t *testing.T) {
 // with none (the demand at zero: a sum is 0, a mean has no value); nothing
 // read "gw/down"'s. A metric no picker supplies is not served on pools.
 func TestEndpointPoolValue(t *testing.T) {
-	st := store.New(store.Config{Clock: clocktesting.NewFakeClock(now), Sources: []string{"endpoints"}, StaleAfter: time.Minute})
+	st := endpointStore()
 	busy, idle := sources.ObjectKey(sources.InferencePools, "busy"), sources.ObjectKey(sources.InferencePools, "idle")
 	var points []sources.SeriesPoint
 	for i, v := range []float64{3, 4} {
@@ -482,8 +461,7 @@ func TestEndpointPoolValue(t *testing.T) {
 	}
 	st.StoreSeries("endpoints", "picker/busy/gw/epp-busy", append(points, sources.SeriesPoint{Namespace: "gw", Pod: busy, Timestamp: now}), now)
 	st.StoreSeries("endpoints", "picker/idle/gw/epp-idle", []sources.SeriesPoint{{Namespace: "gw", Pod: idle, Timestamp: now}}, now)
-	p := newGroupProvider(nil, nil, group.PolicyPod)
-	c := p.CustomMetrics().WithEndpoints(st, []EndpointMetric{
+	c := newGroupProvider(nil, nil, group.PolicyPod).CustomMetrics().WithEndpoints(st, []EndpointMetric{
 		{Name: "queue", Combine: group.CombineSum, OnPools: true},
 		{Name: "latency", Combine: group.CombineMean, OnPools: true},
 		{Name: "waiting", Combine: group.CombineSum},
@@ -507,34 +485,14 @@ func TestEndpointPoolValue(t *testing.T) {
 		{"idle", "ttft-strict", "", endpointAnswer{NotFound: "no mean"}},
 	}
 	for _, tt := range tests {
-		v, err := c.GetMetricByName(context.Background(), types.NamespacedName{Namespace: "gw", Name: tt.pool}, cmInfo(InferencePoolResource, tt.metric), selector(t, tt.selector))
-		var got endpointAnswer
-		switch {
-		case err == nil:
-			got.Milli = v.Value.MilliValue()
-			if v.DescribedObject.Kind != "InferencePool" || v.DescribedObject.APIVersion != "inference.networking.k8s.io/v1" || v.DescribedObject.Name != tt.pool {
-				t.Errorf("%s %s: described object %+v", tt.pool, tt.metric, v.DescribedObject)
-			}
-		case apierrors.IsNotFound(err) && strings.Contains(err.Error(), tt.want.NotFound) && tt.want.NotFound != "":
-			got.NotFound = tt.want.NotFound
-		default:
-			got.NotFound = err.Error()
-		}
-		if diff := cmp.Diff(tt.want, got); diff != "" {
-			t.Errorf("%s %s {%s} (-want +got):\n%s", tt.pool, tt.metric, tt.selector, diff)
+		v := checkAnswer(t, c, "gw", tt.pool, cmInfo(InferencePoolResource, tt.metric), tt.selector, tt.want)
+		if v != nil && (v.DescribedObject.Kind != "InferencePool" || v.DescribedObject.Name != tt.pool ||
+			v.DescribedObject.APIVersion != "inference.networking.k8s.io/v1") {
+			t.Errorf("%s %s: described object %+v", tt.pool, tt.metric, v.DescribedObject)
 		}
 	}
 	// The same metric on the LeaderWorkerSets the pools front.
-	lwsValue := func(c *CustomMetrics, lws, metric string) endpointAnswer {
-		v, err := c.GetMetricByName(context.Background(), types.NamespacedName{Namespace: "gw", Name: lws}, cmInfo(LWSResource, metric), labels.Everything())
-		if err != nil {
-			return endpointAnswer{NotFound: err.Error()}
-		}
-		return endpointAnswer{Milli: v.Value.MilliValue()}
-	}
-	if got := lwsValue(c, "vllm", "queue"); !strings.Contains(got.NotFound, "does not map pools") {
-		t.Errorf("without WithPools: %+v, want NotFound", got)
-	}
+	checkAnswer(t, c, "gw", "vllm", cmInfo(LWSResource, "queue"), "", endpointAnswer{NotFound: "does not map pools"})
 	fronts := c.WithPools(fronting{"vllm": {"busy"}, "both": {"busy", "idle"}, "lonely": {}, "broken": {"down"}})
 	for _, tt := range []struct {
 		lws, metric string
@@ -547,13 +505,7 @@ func TestEndpointPoolValue(t *testing.T) {
 		{"broken", "queue", endpointAnswer{NotFound: "InferencePool down has no value"}},
 		{"both", "latency", endpointAnswer{NotFound: "InferencePool idle has no value"}},
 	} {
-		got := lwsValue(fronts, tt.lws, tt.metric)
-		if tt.want.NotFound != "" && strings.Contains(got.NotFound, tt.want.NotFound) {
-			got.NotFound = tt.want.NotFound
-		}
-		if diff := cmp.Diff(tt.want, got); diff != "" {
-			t.Errorf("LeaderWorkerSet %s %s (-want +got):\n%s", tt.lws, tt.metric, diff)
-		}
+		checkAnswer(t, fronts, "gw", tt.lws, cmInfo(LWSResource, tt.metric), "", tt.want)
 	}
 	var pools []string
 	for _, m := range c.ListAllMetrics() {

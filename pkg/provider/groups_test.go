@@ -97,14 +97,10 @@ func cpuMilli(l corev1.ResourceList) int64 { q := l[corev1.ResourceCPU]; return 
 
 func TestGroupPolicies(t *testing.T) {
 	tests := []struct {
-		name        string
-		annotation  string
-		def         group.Policy
-		wantMain    int64 // millicores
-		wantSidecar int64
-		wantPolicy  string
-		wantCovered string
-		wantMembers string
+		name, annotation                     string
+		def                                  group.Policy
+		wantMain, wantSidecar                int64 // millicores
+		wantPolicy, wantCovered, wantMembers string
 	}{
 		// U = (0.1 + 0.9 + 0.9) / 3 cores requested = 0.6333…; × the
 		// leader's 1 core = 633m in whole millicores, split 750:250 into
@@ -148,8 +144,8 @@ func TestGroupPolicies(t *testing.T) {
 // exactly like get.
 func TestGroupListMatchesGet(t *testing.T) {
 	p := groupProvider(t, "group", group.PolicyPod, true)
-	sel := labels.SelectorFromSet(labels.Set{group.LabelName: "inf", group.LabelWorkerIndex: "0"})
-	list, err := p.ListPodMetrics(context.Background(), "ml", sel, fields.Everything())
+	leaders := selector(t, group.LabelName+"=inf,"+group.LabelWorkerIndex+"=0")
+	list, err := p.ListPodMetrics(context.Background(), "ml", leaders, fields.Everything())
 	if err != nil || len(list) != 1 {
 		t.Fatalf("leader list: %v, %v", list, err)
 	}
@@ -175,9 +171,7 @@ func TestWorkersOfAGoneLeader(t *testing.T) {
 }
 
 func TestCustomMetrics(t *testing.T) {
-	p := groupProvider(t, "", group.PolicyPod, true)
-	cm := p.CustomMetrics()
-	ctx := context.Background()
+	cm, ctx := groupProvider(t, "", group.PolicyPod, true).CustomMetrics(), context.Background()
 	tests := []struct {
 		name   string
 		info   cmprovider.CustomMetricInfo
@@ -200,15 +194,10 @@ func TestCustomMetrics(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			v, err := cm.GetMetricByName(ctx, types.NamespacedName{Namespace: "ml", Name: tc.object}, tc.info, labels.Everything())
-			if tc.want == "" {
-				if !apierrors.IsNotFound(err) {
-					t.Errorf("%v, want NotFound", err)
-				}
-				return
-			}
-			must(t, err)
-			if got := v.Value.String(); got != tc.want {
-				t.Errorf("value = %s, want %s", got, tc.want)
+			if tc.want == "" && !apierrors.IsNotFound(err) {
+				t.Errorf("%v, want NotFound", err)
+			} else if tc.want != "" && (err != nil || v.Value.String() != tc.want) {
+				t.Errorf("value = %v (%v), want %s", v, err, tc.want)
 			}
 		})
 	}
@@ -260,9 +249,7 @@ func cmInfo(gr schema.GroupResource, metric string) cmprovider.CustomMetricInfo 
 // a namespaced metric summed same-named LeaderWorkerSets across
 // namespaces, and metricLabelSelector was ignored.
 func TestCustomMetricsScopeAndSelector(t *testing.T) {
-	p := groupProvider(t, "", group.PolicyPod, true)
-	cm := p.CustomMetrics()
-	ctx := context.Background()
+	cm, ctx := groupProvider(t, "", group.PolicyPod, true).CustomMetrics(), context.Background()
 	root := cmprovider.CustomMetricInfo{GroupResource: LWSResource, Namespaced: false, Metric: MetricCPUUsage}
 	if _, err := cm.GetMetricByName(ctx, types.NamespacedName{Name: "inf"}, root, labels.Everything()); !apierrors.IsNotFound(err) {
 		t.Errorf("root-scoped LWS: %v, want NotFound", err)
@@ -272,9 +259,8 @@ func TestCustomMetricsScopeAndSelector(t *testing.T) {
 		t.Errorf("root-scoped pods: %v, want NotFound", err)
 	}
 	tests := []struct {
-		name     string
-		selector string
-		want     bool
+		name, selector string
+		want           bool
 	}{
 		{name: "everything", selector: "", want: true},
 		{name: "absent label", selector: "!shard", want: true},
@@ -284,11 +270,8 @@ func TestCustomMetricsScopeAndSelector(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			sel := selector(t, tc.selector)
 			_, err := cm.GetMetricByName(ctx, types.NamespacedName{Namespace: "ml", Name: "inf"}, cmInfo(LWSResource, MetricCPUUsage), sel)
-			if got := err == nil; got != tc.want {
-				t.Errorf("by name with %q: %v, want a value: %v", tc.selector, err, tc.want)
-			}
-			if !tc.want && !apierrors.IsNotFound(err) {
-				t.Errorf("by name with %q: %v, want NotFound", tc.selector, err)
+			if (err == nil) != tc.want || (!tc.want && !apierrors.IsNotFound(err)) {
+				t.Errorf("by name with %q: %v, want a value: %v, else NotFound", tc.selector, err, tc.want)
 			}
 			list, err := cm.GetMetricBySelector(ctx, "ml", labels.Everything(), cmInfo(podsResource, MetricCPUUsage), sel)
 			must(t, err)
@@ -314,11 +297,9 @@ func TestGroupCountsMembersAsTheHPA(t *testing.T) {
 	tests := []struct {
 		name           string
 		leader, worker func(p *corev1.Pod)
-		noUsage        bool // the store has no usage of the worker
-		// wantWhy is part of the leader's NotFound message; "" wants a
-		// value, wantCPU millicores on the leader.
-		wantWhy string
-		wantCPU int64
+		noUsage        bool   // the store has no usage of the worker
+		wantWhy        string // part of the leader's NotFound; "" wants wantCPU millicores on the leader
+		wantCPU        int64
 	}{
 		{name: "ready worker counts", wantCPU: 550},
 		// Finding 1: a worker loading its model at full CPU, Running but
@@ -364,10 +345,8 @@ func TestGroupCountsMembersAsTheHPA(t *testing.T) {
 			}
 			p := newGroupProvider([]*corev1.Pod{leader, worker}, usage, group.PolicyPod)
 			m, err := p.GetPodMetrics(context.Background(), "ml", "inf-0")
-			list, lerr := p.ListPodMetrics(context.Background(), "ml", labels.SelectorFromSet(labels.Set{group.LabelWorkerIndex: "0"}), fields.Everything())
-			if lerr != nil {
-				t.Fatal(lerr)
-			}
+			list, lerr := p.ListPodMetrics(context.Background(), "ml", selector(t, group.LabelWorkerIndex+"=0"), fields.Everything())
+			must(t, lerr)
 			if tc.wantWhy != "" {
 				if !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), tc.wantWhy) {
 					t.Fatalf("get: %v, want NotFound saying %q", err, tc.wantWhy)

@@ -30,15 +30,12 @@ import (
 // every pod is replaced.
 func benchProvider(b *testing.B, nodes int) (p *Provider, rescrape func()) {
 	b.Helper()
-	var (
-		names   []string
-		batches []*sources.Batch
-	)
+	var names []string
+	var batches []*sources.Batch
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(t0)
 	st := store.New(store.Config{Clock: clk, Sources: []string{"kubelet"}, FirstWindowMax: 30 * time.Second, StaleAfter: time.Hour})
-	pods := podcache.NewPodIndex()
-	nodeIndex := podcache.NewNodeIndex()
+	pods, nodeIndex := podcache.NewPodIndex(), podcache.NewNodeIndex()
 	for i := range nodes {
 		name := fmt.Sprintf("node-%d", i)
 		nodeIndex.Set(podcache.NewNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}))
@@ -54,10 +51,9 @@ func benchProvider(b *testing.B, nodes int) (p *Provider, rescrape func()) {
 				names, batches = append(names, name), append(batches, batch)
 				for _, pp := range batch.Pods {
 					pods.Set(podcache.NewPod(&corev1.Pod{
-						ObjectMeta: metav1.ObjectMeta{Name: pp.Name, Namespace: pp.Namespace, UID: types.UID(pp.UID), Labels: map[string]string{"app": fmt.Sprintf("deploy-%d", i%1000)}},
-						Spec:       corev1.PodSpec{NodeName: name},
-						Status:     corev1.PodStatus{Phase: corev1.PodRunning},
-					}))
+						ObjectMeta: metav1.ObjectMeta{Name: pp.Name, Namespace: pp.Namespace, UID: types.UID(pp.UID),
+							Labels: map[string]string{"app": fmt.Sprintf("deploy-%d", i%1000)}},
+						Spec: corev1.PodSpec{NodeName: name}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}))
 				}
 			}
 		}
@@ -75,8 +71,7 @@ func benchProvider(b *testing.B, nodes int) (p *Provider, rescrape func()) {
 func growCounters(b *sources.Batch, round int) {
 	for i := range b.Pods {
 		for j := range b.Pods[i].Containers {
-			c := &b.Pods[i].Containers[j]
-			c.CPUCoreNanos = uint64(1e12) + uint64(round)*uint64(3e9)
+			b.Pods[i].Containers[j].CPUCoreNanos = uint64(1e12) + uint64(round)*uint64(3e9)
 		}
 	}
 	for i := range b.Nodes {
@@ -93,17 +88,11 @@ func growCounters(b *sources.Batch, round int) {
 func BenchmarkListAllPods(b *testing.B) {
 	for _, n := range []int{1000, 5000} {
 		p, _ := benchProvider(b, n)
-		list := func(b *testing.B) {
-			items, err := p.ListPodMetrics(context.Background(), "", labels.Everything(), fields.Everything())
-			if err != nil || len(items) != n*30 {
-				b.Fatalf("got %d items, %v; want %d", len(items), err, n*30)
-			}
-		}
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
-			list(b)
+			listAll(b, p, n)
 			b.ReportAllocs()
 			for b.Loop() {
-				list(b)
+				listAll(b, p, n)
 			}
 		})
 		b.Run(fmt.Sprintf("nodes=%d/floor", n), func(b *testing.B) { benchFloor(b, p, n, 0) })
@@ -123,10 +112,7 @@ func BenchmarkListAllPodsAfterScrape(b *testing.B) {
 				b.StopTimer()
 				rescrape()
 				b.StartTimer()
-				items, err := p.ListPodMetrics(context.Background(), "", labels.Everything(), fields.Everything())
-				if err != nil || len(items) != n*30 {
-					b.Fatalf("got %d items, %v; want %d", len(items), err, n*30)
-				}
+				listAll(b, p, n)
 			}
 		})
 		// What a list after a scrape costs whatever the provider does:
@@ -136,6 +122,14 @@ func BenchmarkListAllPodsAfterScrape(b *testing.B) {
 			p, _ := benchProvider(b, n)
 			benchFloor(b, p, n, 2)
 		})
+	}
+}
+
+// listAll lists every pod of a benchProvider of n nodes.
+func listAll(b *testing.B, p *Provider, n int) {
+	items, err := p.ListPodMetrics(context.Background(), "", labels.Everything(), fields.Everything())
+	if err != nil || len(items) != n*30 {
+		b.Fatalf("got %d items, %v; want %d", len(items), err, n*30)
 	}
 }
 

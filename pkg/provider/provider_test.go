@@ -50,11 +50,8 @@ func (f *fakeUsage) Node(name string) (store.Usage, *store.Unavailable) {
 }
 
 func testPod(ns, name, node string, phase corev1.PodPhase, lbls map[string]string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(name + "-uid"), Labels: lbls},
-		Spec:       corev1.PodSpec{NodeName: node},
-		Status:     corev1.PodStatus{Phase: phase},
-	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(name + "-uid"), Labels: lbls},
+		Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: phase}}
 }
 
 // podIndex is a pod cache of pods.
@@ -87,18 +84,13 @@ func newTestProvider(t *testing.T) *Provider {
 	for _, n := range []string{"n1", "n2", "n3"} {
 		nodes.Set(podcache.NewNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"zone": map[string]string{"n1": "x", "n2": "x", "n3": "y"}[n]}}}))
 	}
-	return New(Config{
-		Pods:  pods,
-		Nodes: nodes,
-		Usage: &fakeUsage{
-			pods: map[string]store.PodUsage{
-				"a/web-1": usage(250_000_000, 100<<20), "a/web-2": usage(1, 1), "a/db": usage(2, 2), "b/web-1": usage(3, 3),
-				"b/starting": usage(4, 4), // must stay hidden: not running
-			},
-			nodes: map[string]store.Usage{"n1": {Timestamp: now, Window: 15 * time.Second, CPUNanoCores: 1_500_000_000, MemoryBytes: 4 << 30}, "n2": {Timestamp: now, Window: 15 * time.Second}},
+	return New(Config{Pods: pods, Nodes: nodes, Clock: clocktesting.NewFakeClock(now), Usage: &fakeUsage{
+		pods: map[string]store.PodUsage{
+			"a/web-1": usage(250_000_000, 100<<20), "a/web-2": usage(1, 1), "a/db": usage(2, 2), "b/web-1": usage(3, 3),
+			"b/starting": usage(4, 4), // must stay hidden: not running
 		},
-		Clock: clocktesting.NewFakeClock(now),
-	})
+		nodes: map[string]store.Usage{"n1": {Timestamp: now, Window: 15 * time.Second, CPUNanoCores: 1_500_000_000, MemoryBytes: 4 << 30}, "n2": {Timestamp: now, Window: 15 * time.Second}},
+	}})
 }
 
 func TestGetPodMetrics(t *testing.T) {
@@ -107,12 +99,9 @@ func TestGetPodMetrics(t *testing.T) {
 	must(t, err)
 	want := &metricsapi.PodMetrics{
 		ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "a", Labels: map[string]string{"app": "web"}, CreationTimestamp: metav1.NewTime(now)},
-		Timestamp:  metav1.NewTime(now.Add(-5 * time.Second)),
-		Window:     metav1.Duration{Duration: 15 * time.Second},
-		Containers: []metricsapi.ContainerMetrics{{Name: "c", Usage: corev1.ResourceList{
-			corev1.ResourceCPU:    resource.MustParse("250m"),
-			corev1.ResourceMemory: resource.MustParse("100Mi"),
-		}}},
+		Timestamp:  metav1.NewTime(now.Add(-5 * time.Second)), Window: metav1.Duration{Duration: 15 * time.Second},
+		Containers: []metricsapi.ContainerMetrics{{Name: "c",
+			Usage: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("100Mi")}}},
 	}
 	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })); diff != "" {
 		t.Errorf("GetPodMetrics (-want +got):\n%s", diff)
@@ -130,11 +119,8 @@ func TestGetPodMetricsNotFound(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := p.GetPodMetrics(context.Background(), tc.ns, tc.name)
-			if !apierrors.IsNotFound(err) {
-				t.Fatalf("err = %v, want NotFound", err)
-			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("err = %q, want it to contain %q", err, tc.want)
+			if !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want a NotFound containing %q", err, tc.want)
 			}
 		})
 	}
@@ -143,11 +129,8 @@ func TestGetPodMetricsNotFound(t *testing.T) {
 func TestListPodMetrics(t *testing.T) {
 	p := newTestProvider(t)
 	tests := []struct {
-		name   string
-		ns     string
-		labels string
-		fields string
-		want   []string
+		name, ns, labels, fields string
+		want                     []string
 	}{
 		{name: "all namespaces", want: []string{"a/db", "a/web-1", "a/web-2", "b/web-1"}},
 		{name: "one namespace", ns: "a", want: []string{"a/db", "a/web-1", "a/web-2"}},
@@ -180,8 +163,8 @@ func TestNodeMetrics(t *testing.T) {
 	p := newTestProvider(t)
 	m, err := p.GetNodeMetrics(context.Background(), "n1")
 	must(t, err)
-	if cpu := m.Usage[corev1.ResourceCPU]; cpu.MilliValue() != 1500 {
-		t.Errorf("n1 CPU = %s, want 1500m", cpu.String())
+	if cpu := cpuMilli(m.Usage); cpu != 1500 {
+		t.Errorf("n1 CPU = %dm, want 1500m", cpu)
 	}
 	if _, err := p.GetNodeMetrics(context.Background(), "n3"); !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), "not been scraped") {
 		t.Errorf("n3: err = %v, want NotFound saying why", err)
@@ -207,12 +190,9 @@ func TestShapedOncePerSample(t *testing.T) {
 	clk := clocktesting.NewFakeClock(now)
 	st := store.New(store.Config{Clock: clk, Sources: []string{"kubelet"}, FirstWindowMax: time.Minute, StaleAfter: time.Minute})
 	scrape := func(cpu uint64) {
-		st.Store("kubelet", []string{"n1"}, &sources.Batch{Pods: []sources.PodPoint{{
-			Namespace: "a", Name: "web-1", UID: "web-1-uid", Node: "n1",
-			Containers: []sources.ContainerPoint{{Name: "c", Point: sources.Point{
-				Timestamp: clk.Now(), StartTime: now.Add(-10 * time.Second), CPUCoreNanos: cpu, MemoryBytes: 1,
-			}}},
-		}}}, clk.Now())
+		point := sources.Point{Timestamp: clk.Now(), StartTime: now.Add(-10 * time.Second), CPUCoreNanos: cpu, MemoryBytes: 1}
+		pod := sources.PodPoint{Namespace: "a", Name: "web-1", UID: "web-1-uid", Node: "n1", Containers: []sources.ContainerPoint{{Name: "c", Point: point}}}
+		st.Store("kubelet", []string{"n1"}, &sources.Batch{Pods: []sources.PodPoint{pod}}, clk.Now())
 	}
 	pods := podIndex(testPod("a", "web-1", "n1", corev1.PodRunning, nil))
 	p := New(Config{Pods: pods, Nodes: podcache.NewNodeIndex(), Usage: st, Clock: clk})
@@ -233,8 +213,8 @@ func TestShapedOncePerSample(t *testing.T) {
 	if &next.Containers[0] == &first.Containers[0] {
 		t.Error("a new sample was served with the old shape")
 	}
-	if cpu := next.Containers[0].Usage[corev1.ResourceCPU]; cpu.MilliValue() != 200 {
-		t.Errorf("CPU after the second scrape = %s, want 200m", cpu.String())
+	if cpu := cpuMilli(next.Containers[0].Usage); cpu != 200 {
+		t.Errorf("CPU after the second scrape = %dm, want 200m", cpu)
 	}
 	pods.Set(podcache.NewPod(testPod("a", "web-1", "n1", corev1.PodRunning, map[string]string{"v": "2"})))
 	if replaced := get(); &replaced.Containers[0] == &next.Containers[0] {

@@ -42,12 +42,8 @@ const snapshotStaleAfter = 40 * time.Second
 
 func newSnapshotWorld(t *testing.T, pods ...*corev1.Pod) *snapshotWorld {
 	clk := clocktesting.NewFakeClock(now)
-	w := &snapshotWorld{
-		t: t, clk: clk,
-		store:   store.New(store.Config{Clock: clk, Sources: []string{"kubelet"}, FirstWindowMax: 30 * time.Second, StaleAfter: snapshotStaleAfter}),
-		pods:    podIndex(pods...),
-		scrapes: map[string]uint64{},
-	}
+	st := store.New(store.Config{Clock: clk, Sources: []string{"kubelet"}, FirstWindowMax: 30 * time.Second, StaleAfter: snapshotStaleAfter})
+	w := &snapshotWorld{t: t, clk: clk, store: st, pods: podIndex(pods...), scrapes: map[string]uint64{}}
 	w.p = New(Config{Pods: w.pods, Nodes: podcache.NewNodeIndex(), Usage: w.store, Clock: clk, Groups: true, Readiness: group.DefaultReadiness})
 	return w
 }
@@ -65,7 +61,8 @@ func (w *snapshotWorld) scrape(nodes ...string) {
 			pp := sources.PodPoint{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UIDString(), Node: node}
 			for _, c := range pod.Containers() {
 				cpu := w.scrapes[node] * w.scrapes[node] * uint64(i+1) * 1e9
-				pp.Containers = append(pp.Containers, sources.ContainerPoint{Name: c, Point: sources.Point{Timestamp: w.clk.Now(), StartTime: now.Add(-time.Hour), CPUCoreNanos: cpu, MemoryBytes: 1 << 20}})
+				pp.Containers = append(pp.Containers, sources.ContainerPoint{Name: c,
+					Point: sources.Point{Timestamp: w.clk.Now(), StartTime: now.Add(-time.Hour), CPUCoreNanos: cpu, MemoryBytes: 1 << 20}})
 			}
 			batch.Pods = append(batch.Pods, pp)
 		}
@@ -100,8 +97,7 @@ func (w *snapshotWorld) cpu(namespace, name string) int64 {
 	if err != nil {
 		w.t.Fatalf("%s/%s: %v", namespace, name, err)
 	}
-	q := m.Containers[0].Usage[corev1.ResourceCPU]
-	return q.MilliValue()
+	return cpuMilli(m.Containers[0].Usage)
 }
 
 func withContainer(p *corev1.Pod) *corev1.Pod {
