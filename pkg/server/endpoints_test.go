@@ -42,15 +42,11 @@ func TestEndpointPodsTrustFields(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			idx := podcache.NewPodIndex()
-			idx.Set(podcache.NewPod(&corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Namespace: "gpu", Name: "p", UID: "uid-p"},
-				Spec:       tt.spec,
-				Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1"},
-			}))
-			got := endpointPods{idx}.ListPods()
+			idx.Set(podcache.NewPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "gpu", Name: "p", UID: "uid-p"},
+				Spec: tt.spec, Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1"}}))
 			want := []promscrape.Pod{{Namespace: "gpu", Name: "p", UID: "uid-p", IP: "10.0.0.1", Node: "n1", Running: true,
 				HostNetwork: tt.hostNetwork, ServiceAccount: tt.serviceAccount}}
-			if diff := cmp.Diff(want, got); diff != "" {
+			if diff := cmp.Diff(want, endpointPods{idx}.ListPods()); diff != "" {
 				t.Errorf("ListPods (-want +got):\n%s", diff)
 			}
 		})
@@ -75,21 +71,8 @@ func TestPodEndpointsBoundHeaders(t *testing.T) {
 				_, _ = fmt.Fprint(w, "sglang:num_queue_reqs 3\n")
 			}))
 			t.Cleanup(srv.Close)
-			port := srv.Listener.Addr().(*net.TCPAddr).Port
-			idx := podcache.NewPodIndex()
-			idx.Set(podcache.NewPod(&corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "p", UID: types.UID("uid-p"), Annotations: map[string]string{
-					promscrape.AnnotationScrape: "true", promscrape.AnnotationPort: strconv.Itoa(port),
-				}},
-				Spec:   corev1.PodSpec{NodeName: "n1"},
-				Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"},
-			}))
-			cfg, errs := promscrape.Parse([]byte("presets: [sglang]\ntimeout: 5s\n"))
-			if len(errs) > 0 {
-				t.Fatal(errs)
-			}
-			c := (&Config{Clock: clocktesting.NewFakeClock(time.Now()), Resolution: 15 * time.Second, Timeout: 10 * time.Second, Concurrency: 1, PodMetrics: cfg}).Complete()
-			sc, _ := c.endpointPipeline(idx)
+			c := endpointConfig(t, "presets: [sglang]\ntimeout: 5s\n", clocktesting.NewFakeClock(time.Now()))
+			sc, _ := c.endpointPipeline(optedIn("n1", srv.Listener.Addr().(*net.TCPAddr).Port))
 			sc.Tick(t.Context())
 			if diff := cmp.Diff(tt.wantFailing, sc.TargetErrors()); diff != "" {
 				t.Errorf("failing targets (-want +got):\n%s", diff)
@@ -104,9 +87,8 @@ func TestPodEndpointsBoundHeaders(t *testing.T) {
 // ratio's); a target that fails does not hold it back.
 func TestPodEndpointsReady(t *testing.T) {
 	tests := []struct {
-		name string
-		file string
-		need int
+		name, file string
+		need       int
 	}{
 		{name: "gauges", file: "presets: [sglang]\n", need: 1},
 		{name: "a counter", file: "presets: [sglang]\nmetrics:\n- {name: tokens, series: vllm:generation_tokens_total, type: counter, combine: sum}\n", need: 2},
@@ -115,21 +97,9 @@ func TestPodEndpointsReady(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			idx := podcache.NewPodIndex()
-			// An opted-in pod whose endpoint refuses connections.
-			idx.Set(podcache.NewPod(&corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "p", UID: "uid-p", Annotations: map[string]string{
-					promscrape.AnnotationScrape: "true", promscrape.AnnotationPort: "1",
-				}},
-				Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"},
-			}))
-			cfg, errs := promscrape.Parse([]byte(tt.file))
-			if len(errs) > 0 {
-				t.Fatal(errs)
-			}
-			c := (&Config{Clock: clocktesting.NewFakeClock(time.Now()), Resolution: 15 * time.Second, Timeout: 10 * time.Second, Concurrency: 1, PodMetrics: cfg}).Complete()
-			sc, _ := c.endpointPipeline(idx)
-			ready := endpointsReady(cfg, sc)
+			c := endpointConfig(t, tt.file, clocktesting.NewFakeClock(time.Now()))
+			sc, _ := c.endpointPipeline(optedIn("", 1)) // an endpoint that refuses connections
+			ready := endpointsReady(c.PodMetrics, sc)
 			for tick := range tt.need {
 				if err := ready(nil); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("collected %d times, %d needed", tick, tt.need)) {
 					t.Fatalf("after %d collections: %v, want not ready", tick, err)
@@ -146,15 +116,34 @@ func TestPodEndpointsReady(t *testing.T) {
 	}
 }
 
+// optedIn is a pod cache of pod ml/p on node, at 127.0.0.1, whose scrape
+// annotations name its endpoint on port.
+func optedIn(node string, port int) *podcache.PodIndex {
+	idx := podcache.NewPodIndex()
+	idx.Set(podcache.NewPod(&corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "p", UID: "uid-p",
+			Annotations: map[string]string{promscrape.AnnotationScrape: "true", promscrape.AnnotationPort: strconv.Itoa(port)}},
+		Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"},
+	}))
+	return idx
+}
+
+// endpointConfig is a completed Config, on clk, of the pod metrics file.
+func endpointConfig(t *testing.T, file string, clk *clocktesting.FakeClock) CompletedConfig {
+	t.Helper()
+	cfg, errs := promscrape.Parse([]byte(file))
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	return (&Config{Clock: clk, Resolution: 15 * time.Second, Timeout: 10 * time.Second, Concurrency: 1, PodMetrics: cfg}).Complete()
+}
+
 // endpointPipeline is the pod-endpoint part of New: the source on a
 // scraper of its own, storing into a store of its own.
 func (c CompletedConfig) endpointPipeline(pods podcache.Pods) (*sources.Scraper, *store.Store) {
 	st := store.New(store.Config{Clock: c.Clock, Sources: []string{promscrape.SourceName}, StaleAfter: 2*c.Resolution + c.Timeout})
-	sc := sources.NewScraper(sources.ScraperConfig{
-		Sources: []sources.Source{c.endpointSource(pods)}, Sink: st, Series: st, Clock: c.Clock,
-		Resolution: c.Resolution, Timeout: c.Timeout, Concurrency: c.Concurrency,
-	})
-	return sc, st
+	return sources.NewScraper(sources.ScraperConfig{Sources: []sources.Source{c.endpointSource(pods)}, Sink: st, Series: st,
+		Clock: c.Clock, Resolution: c.Resolution, Timeout: c.Timeout, Concurrency: c.Concurrency}), st
 }
 
 // TestPodEndpointsRatio: a ratio of two counter rates, served on a pod
@@ -167,34 +156,26 @@ func TestPodEndpointsRatio(t *testing.T) {
 			errors.Load(), requests.Load(), 2*requests.Load())
 	}))
 	t.Cleanup(srv.Close)
-	idx := podcache.NewPodIndex()
-	idx.Set(podcache.NewPod(&corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "p", UID: "uid-p", Annotations: map[string]string{
-			promscrape.AnnotationScrape: "true", promscrape.AnnotationPort: strconv.Itoa(srv.Listener.Addr().(*net.TCPAddr).Port),
-		}},
-		Spec:   corev1.PodSpec{NodeName: "n1"},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"},
-	}))
-	cfg, errs := promscrape.Parse([]byte("timeout: 5s\nmetrics:\n- {name: errors-per-request, series: errors_total, denominator: requests_total, type: ratio}\n"))
-	if len(errs) > 0 {
-		t.Fatal(errs)
-	}
+	idx := optedIn("n1", srv.Listener.Addr().(*net.TCPAddr).Port)
 	clk := clocktesting.NewFakeClock(time.Now())
-	c := (&Config{Clock: clk, Resolution: 15 * time.Second, Timeout: 10 * time.Second, Concurrency: 1, PodMetrics: cfg}).Complete()
+	const file = "timeout: 5s\nmetrics:\n- {name: errors-per-request, series: errors_total, denominator: requests_total, type: ratio}\n"
+	c := endpointConfig(t, file, clk)
 	sc, st := c.endpointPipeline(idx)
-	cm := provider.New(provider.Config{Pods: idx, Nodes: podcache.NewNodeIndex(), Clock: clk}).CustomMetrics().WithEndpoints(st, endpointMetrics(cfg), c.Resolution)
+	cm := provider.New(provider.Config{Pods: idx, Nodes: podcache.NewNodeIndex(), Clock: clk}).CustomMetrics().
+		WithEndpoints(st, endpointMetrics(c.PodMetrics), c.Resolution)
 	info := cmprovider.CustomMetricInfo{GroupResource: schemaPods, Namespaced: true, Metric: "errors-per-request"}
+	p := types.NamespacedName{Namespace: "ml", Name: "p"}
 	errors.Store(10)
 	requests.Store(100)
 	sc.Tick(t.Context())
-	if v, err := cm.GetMetricByName(t.Context(), types.NamespacedName{Namespace: "ml", Name: "p"}, info, labels.Everything()); err == nil {
+	if v, err := cm.GetMetricByName(t.Context(), p, info, labels.Everything()); err == nil {
 		t.Fatalf("after one collection: %v, want no rate yet", v.Value.String())
 	}
 	errors.Store(16)
 	requests.Store(140) // +40 for model a, +80 for model b
 	clk.Step(15 * time.Second)
 	sc.Tick(t.Context())
-	v, err := cm.GetMetricByName(t.Context(), types.NamespacedName{Namespace: "ml", Name: "p"}, info, labels.Everything())
+	v, err := cm.GetMetricByName(t.Context(), p, info, labels.Everything())
 	if err != nil {
 		t.Fatalf("after two collections: %v (failing targets %v)", err, sc.TargetErrors())
 	}
@@ -202,7 +183,7 @@ func TestPodEndpointsRatio(t *testing.T) {
 		t.Errorf("errors per request = %dm, want 50m", got)
 	}
 	// A selector on the model reads that model's ratio: 6 of 40.
-	v, err = cm.GetMetricByName(t.Context(), types.NamespacedName{Namespace: "ml", Name: "p"}, info, labels.SelectorFromSet(labels.Set{"model": "a"}))
+	v, err = cm.GetMetricByName(t.Context(), p, info, labels.SelectorFromSet(labels.Set{"model": "a"}))
 	if err != nil || v.Value.MilliValue() != 150 {
 		t.Errorf("model a: %v, %v; want 150m", v, err)
 	}
@@ -210,7 +191,7 @@ func TestPodEndpointsRatio(t *testing.T) {
 	// HPA on it may scale down.
 	clk.Step(15 * time.Second)
 	sc.Tick(t.Context())
-	if v, err = cm.GetMetricByName(t.Context(), types.NamespacedName{Namespace: "ml", Name: "p"}, info, labels.Everything()); err != nil || v.Value.MilliValue() != 0 {
+	if v, err = cm.GetMetricByName(t.Context(), p, info, labels.Everything()); err != nil || v.Value.MilliValue() != 0 {
 		t.Errorf("idle: %v, %v; want 0", v, err)
 	}
 }

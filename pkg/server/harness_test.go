@@ -100,8 +100,7 @@ func lwsMember(name, worker, node string) *corev1.Pod {
 	}
 	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: set, UID: types.UID("uid-sts-" + set), Controller: ptr.To(true)}}
 	p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{
-		corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("128Mi"),
-	}
+		corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("128Mi")}
 	if worker == "0" {
 		p.Annotations = map[string]string{group.AnnotationPolicy: string(group.PolicyGroup)}
 	}
@@ -172,24 +171,14 @@ func startServer(t *testing.T, noIPSANNode string) *testEnv {
 	ukpdTokenFile := writeFile(t, dir, "ukpd-token", []byte(ukpdToken))
 	api, ln, servingCA, clientCA := apiConfig(t, dir)
 	cfg := &Config{
-		API:      api,
-		Kube:     fake.NewClientset(append(objects, ukpdObjects...)...),
-		Metadata: lwsStatefulSets(t),
-		Kubelet: kubelet.ClientConfig{
-			REST:             &rest.Config{BearerToken: kubeletToken, TLSClientConfig: rest.TLSClientConfig{CAData: kubeletCA.pem}},
-			MaxResponseBytes: 1 << 20,
-		},
-		KubeletPort:              1,
-		KubeletUseNodeStatusPort: true,
-		KubeletAddressTypes:      []corev1.NodeAddressType{corev1.NodeInternalIP},
-		CustomMetrics:            true,
-		GroupMetricsSeries:       true,
-		Sources:                  []string{kubelet.SourceName, ukpd.SourceName},
-		KraftletSelector:         labels.SelectorFromSet(labels.Set{"unikraft.com/virtual-kubelet": "true"}),
-		Ukpd:                     ukpd.SourceConfig{Endpoints: []ukpd.EndpointConfig{{URL: ukpdURL}}, TokenFile: ukpdTokenFile},
-		Resolution:               time.Minute,
-		Timeout:                  10 * time.Second,
-		Concurrency:              4,
+		API: api, Kube: fake.NewClientset(append(objects, ukpdObjects...)...), Metadata: lwsStatefulSets(t),
+		Kubelet: kubelet.ClientConfig{MaxResponseBytes: 1 << 20,
+			REST: &rest.Config{BearerToken: kubeletToken, TLSClientConfig: rest.TLSClientConfig{CAData: kubeletCA.pem}}},
+		KubeletPort: 1, KubeletUseNodeStatusPort: true, KubeletAddressTypes: []corev1.NodeAddressType{corev1.NodeInternalIP},
+		CustomMetrics: true, GroupMetricsSeries: true, Sources: []string{kubelet.SourceName, ukpd.SourceName},
+		KraftletSelector: labels.SelectorFromSet(labels.Set{"unikraft.com/virtual-kubelet": "true"}),
+		Ukpd:             ukpd.SourceConfig{Endpoints: []ukpd.EndpointConfig{{URL: ukpdURL}}, TokenFile: ukpdTokenFile},
+		Resolution:       time.Minute, Timeout: 10 * time.Second, Concurrency: 4,
 		// Bounded as by default, so the limit sits in the handler chain.
 		Reads: apiserver.ReadLimit{Concurrent: 1, Wait: 10 * time.Second},
 	}
@@ -252,7 +241,7 @@ func startKubelets(t *testing.T, ca *testCA, noIPSANNode string) []runtime.Objec
 		lwsMember("inf-0", "0", "n1"),
 		lwsMember("inf-0-1", "1", "n2"),
 	}
-	var objects []runtime.Object
+	objects := make([]runtime.Object, 0, len(pods))
 	for _, p := range pods {
 		objects = append(objects, p)
 	}

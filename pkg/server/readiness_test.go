@@ -57,34 +57,27 @@ func (n *nodeTarget) Scrape(context.Context) (*sources.Batch, error) {
 func TestStartupGate(t *testing.T) {
 	tests := []struct {
 		name    string
-		targets func(clk *clocktesting.FakeClock) oneSource
-		// want is the gate's answer after each tick: "" open, else a part
-		// of its error.
-		want []string
+		targets []*nodeTarget // on the test's clock
+		want    []string      // the gate's answer after each tick: "" open, else a part of its error
 	}{
-		{name: "open once each answering node has its second sample",
-			targets: func(clk *clocktesting.FakeClock) oneSource {
-				return oneSource{&nodeTarget{name: "a", clk: clk}, &nodeTarget{name: "down", clk: clk, down: true}}
-			},
+		{name: "open once each answering node has its second sample", targets: []*nodeTarget{{name: "a"}, {name: "down", down: true}},
 			want: []string{"1 of 1 answering targets", "", ""}},
-		{name: "a container arriving after the gate opened does not close it",
-			targets: func(clk *clocktesting.FakeClock) oneSource {
-				return oneSource{&nodeTarget{name: "a", clk: clk, newFrom: 3}}
-			},
+		{name: "a container arriving after the gate opened does not close it", targets: []*nodeTarget{{name: "a", newFrom: 3}},
 			want: []string{"1 of 1 answering targets", "", ""}},
 		{name: "a target that stays incomplete holds the gate for maxStartupTicks at most",
-			targets: func(clk *clocktesting.FakeClock) oneSource {
-				return oneSource{&nodeTarget{name: "a", clk: clk, newFrom: 1}}
-			},
-			want: []string{"1 of 1 answering targets", "1 of 1 answering targets", "1 of 1 answering targets", ""}},
+			targets: []*nodeTarget{{name: "a", newFrom: 1}},
+			want:    []string{"1 of 1 answering targets", "1 of 1 answering targets", "1 of 1 answering targets", ""}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := clocktesting.NewFakeClock(time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC))
+			var src oneSource
+			for _, n := range tt.targets {
+				n.clk, src = clk, append(src, n)
+			}
 			st := store.New(store.Config{Clock: clk, Sources: []string{"kubelet"}, FirstWindowMax: 30 * time.Second, StaleAfter: time.Minute})
-			sc := sources.NewScraper(sources.ScraperConfig{
-				Sources: []sources.Source{tt.targets(clk)}, Sink: st, Clock: clk, Resolution: 15 * time.Second, Timeout: 5 * time.Second, Concurrency: 2,
-			})
+			sc := sources.NewScraper(sources.ScraperConfig{Sources: []sources.Source{src}, Sink: st, Clock: clk,
+				Resolution: 15 * time.Second, Timeout: 5 * time.Second, Concurrency: 2})
 			gate := &startupGate{scraper: sc, store: st}
 			if err := gate.check(); err == nil || !strings.Contains(err.Error(), "0 of the 1 scrape ticks") {
 				t.Fatalf("before the first tick: %v, want not ready", err)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	stdcmp "cmp"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -106,72 +107,66 @@ func TestServerEndToEnd(t *testing.T) {
 
 func TestServerHTTP(t *testing.T) {
 	env := startServer(t, "")
+	const table = "application/json;as=Table;v=v1;g=meta.k8s.io"
+	const ml = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/"
+	const lws = ml + "leaderworkersets.leaderworkerset.x-k8s.io/"
 	tests := []struct {
-		name     string
-		cfg      *rest.Config
-		path     string
-		accept   string
-		wantCode int
-		want     []string
+		name, path, accept string
+		cfg                *rest.Config // env.admin when nil
+		wantCode           int          // 200 when 0
+		want               []string
 	}{
-		{name: "healthz without credentials", cfg: env.noCreds, path: "/healthz", wantCode: 200},
-		{name: "livez without credentials", cfg: env.noCreds, path: "/livez", wantCode: 200},
-		{name: "readyz names its check", cfg: env.noCreds, path: "/readyz?verbose", wantCode: 200, want: []string{"metric-storage-ready ok"}},
+		{name: "healthz without credentials", cfg: env.noCreds, path: "/healthz"},
+		{name: "livez without credentials", cfg: env.noCreds, path: "/livez"},
+		{name: "readyz names its check", cfg: env.noCreds, path: "/readyz?verbose", want: []string{"metric-storage-ready ok"}},
 		{name: "anonymous list is forbidden", cfg: env.noCreds, path: "/apis/metrics.k8s.io/v1/pods", wantCode: 403},
 		{name: "unauthorized user is forbidden", cfg: env.stranger, path: "/apis/metrics.k8s.io/v1/pods", wantCode: 403},
 		{name: "self-metrics need authorization", cfg: env.noCreds, path: "/metrics", wantCode: 403},
-		{name: "discovery prefers a served version", cfg: env.admin, path: "/apis/metrics.k8s.io", wantCode: 200,
+		{name: "discovery prefers a served version", path: "/apis/metrics.k8s.io",
 			want: []string{`"preferredVersion":{"groupVersion":"metrics.k8s.io/v1","version":"v1"}`, `"groupVersion":"metrics.k8s.io/v1beta1"`}},
-		{name: "v1 resources", cfg: env.admin, path: "/apis/metrics.k8s.io/v1", wantCode: 200,
+		{name: "v1 resources", path: "/apis/metrics.k8s.io/v1",
 			want: []string{`"name":"pods"`, `"kind":"PodMetrics"`, `"name":"nodes"`, `"kind":"NodeMetrics"`}},
-		{name: "pod table", cfg: env.admin, path: "/apis/metrics.k8s.io/v1/namespaces/default/pods",
-			accept: "application/json;as=Table;v=v1;g=meta.k8s.io", wantCode: 200,
-			// web-1's two containers of 64Mi each add up to 128Mi.
+		// web-1's two containers of 64Mi each add up to 128Mi.
+		{name: "pod table", path: "/apis/metrics.k8s.io/v1/namespaces/default/pods", accept: table,
 			want: []string{`"kind":"Table"`, `"name":"CPU"`, `"name":"Memory"`, `"name":"Window"`, `"web-1"`, `"128Mi"`}},
-		{name: "node table", cfg: env.admin, path: "/apis/metrics.k8s.io/v1beta1/nodes/n1",
-			accept: "application/json;as=Table;v=v1;g=meta.k8s.io", wantCode: 200,
-			want: []string{`"kind":"Table"`, `"n1"`, `"64Mi"`}},
-		{name: "not found says why", cfg: env.admin, path: "/apis/metrics.k8s.io/v1/namespaces/default/pods/ghost", wantCode: 404,
+		{name: "node table", path: "/apis/metrics.k8s.io/v1beta1/nodes/n1", accept: table, want: []string{`"kind":"Table"`, `"n1"`, `"64Mi"`}},
+		{name: "not found says why", path: "/apis/metrics.k8s.io/v1/namespaces/default/pods/ghost", wantCode: 404,
 			want: []string{`"reason":"NotFound"`}},
-		{name: "unsupported field selector is a bad request", cfg: env.admin, path: "/apis/metrics.k8s.io/v1/pods?fieldSelector=spec.nodeName%3Dn1",
+		{name: "unsupported field selector is a bad request", path: "/apis/metrics.k8s.io/v1/pods?fieldSelector=spec.nodeName%3Dn1",
 			wantCode: 400},
-		{name: "aggregated leader explains itself", cfg: env.admin, path: "/apis/metrics.k8s.io/v1beta1/namespaces/ml/pods/inf-0", wantCode: 200,
+		{name: "aggregated leader explains itself", path: "/apis/metrics.k8s.io/v1beta1/namespaces/ml/pods/inf-0",
 			want: []string{`"group-metrics-server.io/policy":"group"`, `"group-metrics-server.io/group-pods-covered":"2"`}},
-		{name: "custom metrics discovery", cfg: env.admin, path: "/apis/custom.metrics.k8s.io/v1beta2", wantCode: 200,
+		{name: "custom metrics discovery", path: "/apis/custom.metrics.k8s.io/v1beta2",
 			want: []string{`"name":"pods/lws_group_cpu_utilization"`, `"name":"leaderworkersets.leaderworkerset.x-k8s.io/lws_group_cpu_utilization"`}},
-		{name: "group utilization of leader pods", cfg: env.admin,
-			path:     "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/%2A/lws_group_cpu_utilization?labelSelector=leaderworkerset.sigs.k8s.io%2Fname%3Dinf",
-			wantCode: 200, want: []string{`"name":"inf-0"`, `"value":"500m"`}},
-		{name: "group utilization of the LeaderWorkerSet object", cfg: env.admin,
-			path:     "/apis/custom.metrics.k8s.io/v1beta1/namespaces/ml/leaderworkersets.leaderworkerset.x-k8s.io/inf/lws_group_cpu_utilization",
-			wantCode: 200, want: []string{`"kind":"LeaderWorkerSet"`, `"name":"inf"`, `"value":"500m"`}},
+		{name: "group utilization of leader pods",
+			path: ml + "pods/%2A/lws_group_cpu_utilization?labelSelector=leaderworkerset.sigs.k8s.io%2Fname%3Dinf",
+			want: []string{`"name":"inf-0"`, `"value":"500m"`}},
+		{name: "group utilization of the LeaderWorkerSet object",
+			path: "/apis/custom.metrics.k8s.io/v1beta1/namespaces/ml/leaderworkersets.leaderworkerset.x-k8s.io/inf/lws_group_cpu_utilization",
+			want: []string{`"kind":"LeaderWorkerSet"`, `"name":"inf"`, `"value":"500m"`}},
 		// At zero groups (the leader StatefulSet alone): a sum of nothing
 		// is 0, a utilization of nothing has no value; an unknown
 		// LeaderWorkerSet is not found.
-		{name: "a LeaderWorkerSet at zero groups uses nothing", cfg: env.admin,
-			path:     "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/leaderworkersets.leaderworkerset.x-k8s.io/idle/lws_group_cpu_usage",
-			wantCode: 200, want: []string{`"kind":"LeaderWorkerSet"`, `"name":"idle"`, `"value":"0"`}},
-		{name: "a LeaderWorkerSet at zero groups has no utilization", cfg: env.admin,
-			path:     "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/leaderworkersets.leaderworkerset.x-k8s.io/idle/lws_group_cpu_utilization",
+		{name: "a LeaderWorkerSet at zero groups uses nothing", path: lws + "idle/lws_group_cpu_usage",
+			want: []string{`"kind":"LeaderWorkerSet"`, `"name":"idle"`, `"value":"0"`}},
+		{name: "a LeaderWorkerSet at zero groups has no utilization", path: lws + "idle/lws_group_cpu_utilization",
 			wantCode: 404, want: []string{"the ratio of nothing is undefined"}},
-		{name: "an unknown LeaderWorkerSet is not found", cfg: env.admin,
-			path:     "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/leaderworkersets.leaderworkerset.x-k8s.io/ghost/lws_group_cpu_usage",
+		{name: "an unknown LeaderWorkerSet is not found", path: lws + "ghost/lws_group_cpu_usage",
 			wantCode: 404, want: []string{"no pods of this LeaderWorkerSet are known"}},
-		{name: "worker pods have no group metrics", cfg: env.admin,
-			path: "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/inf-0-1/lws_group_cpu_usage", wantCode: 404},
-		{name: "openapi v2", cfg: env.admin, path: "/openapi/v2", accept: "application/json", wantCode: 200, want: []string{"PodMetrics", "NodeMetrics"}},
-		{name: "openapi v3", cfg: env.admin, path: "/openapi/v3/apis/metrics.k8s.io/v1", wantCode: 200, want: []string{"PodMetrics"}},
+		{name: "worker pods have no group metrics", path: ml + "pods/inf-0-1/lws_group_cpu_usage", wantCode: 404},
+		{name: "openapi v2", path: "/openapi/v2", accept: "application/json", want: []string{"PodMetrics", "NodeMetrics"}},
+		{name: "openapi v3", path: "/openapi/v3/apis/metrics.k8s.io/v1", want: []string{"PodMetrics"}},
 		// The core/v1 type custom metrics refer to is served; the rest of
 		// core/v1 is not kept (apiserver.mergeDefinitions).
-		{name: "openapi v3 of custom metrics", cfg: env.admin, path: "/openapi/v3/apis/custom.metrics.k8s.io/v1beta2", wantCode: 200,
+		{name: "openapi v3 of custom metrics", path: "/openapi/v3/apis/custom.metrics.k8s.io/v1beta2",
 			want: []string{"io.k8s.metrics.pkg.apis.custom_metrics.v1beta2.MetricValue", "io.k8s.api.core.v1.ObjectReference"}},
-		{name: "self-metrics", cfg: env.admin, path: "/metrics", wantCode: 200, want: []string{"group_metrics_server_scraper_targets", "group_metrics_server_store_points"}},
+		{name: "self-metrics", path: "/metrics", want: []string{"group_metrics_server_scraper_targets", "group_metrics_server_store_points"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			code, body := env.get(t, tc.cfg, tc.path, tc.accept)
-			if code != tc.wantCode {
-				t.Fatalf("GET %s = %d, want %d\n%.2000s", tc.path, code, tc.wantCode, body)
+			code, body := env.get(t, stdcmp.Or(tc.cfg, env.admin), tc.path, tc.accept)
+			if want := stdcmp.Or(tc.wantCode, 200); code != want {
+				t.Fatalf("GET %s = %d, want %d\n%.2000s", tc.path, code, want, body)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(body, w) {
@@ -238,12 +233,10 @@ func TestMonitoringKitMetricsServed(t *testing.T) {
 	ctx := context.Background()
 	mc := metricsClient(t, env.admin, "application/json")
 	// Reads observe the served-age histograms and the request metrics.
-	if _, err := mc.MetricsV1beta1().PodMetricses("").List(ctx, metav1.ListOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := mc.MetricsV1beta1().NodeMetricses().List(ctx, metav1.ListOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := mc.MetricsV1beta1().PodMetricses("").List(ctx, metav1.ListOptions{})
+	must(t, err)
+	_, err = mc.MetricsV1beta1().NodeMetricses().List(ctx, metav1.ListOptions{})
+	must(t, err)
 	code, body := env.get(t, env.admin, "/metrics", "text/plain")
 	if code != 200 {
 		t.Fatalf("GET /metrics = %d\n%.2000s", code, body)
@@ -258,9 +251,7 @@ func TestMonitoringKitMetricsServed(t *testing.T) {
 		if strings.HasPrefix(name, "group_metrics_server_certs_") {
 			continue
 		}
-		checked++
-		mf, ok := families[name]
-		if !ok || len(mf.GetMetric()) == 0 {
+		if checked++; len(families[name].GetMetric()) == 0 {
 			t.Errorf("the monitoring kit uses %s, which /metrics does not serve", name)
 		}
 	}
@@ -274,16 +265,10 @@ func TestMonitoringKitMetricsServed(t *testing.T) {
 func TestEndpointPods(t *testing.T) {
 	idx := podcache.NewPodIndex()
 	pod := func(name string, phase corev1.PodPhase, ip string, ready bool, mutate func(*corev1.Pod)) {
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: name, UID: types.UID("uid-" + name),
-				Labels: map[string]string{"app": "vllm"},
-				Annotations: map[string]string{
-					promscrape.AnnotationScrape: "true", promscrape.AnnotationPort: "8000",
-					"prometheus.io/scrape": "true", "kubectl.kubernetes.io/last-applied-configuration": "{}",
-				}},
-			Spec:   corev1.PodSpec{NodeName: "n1"},
-			Status: corev1.PodStatus{Phase: phase, PodIP: ip},
-		}
+		p := &corev1.Pod{Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: phase, PodIP: ip},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: name, UID: types.UID("uid-" + name), Labels: map[string]string{"app": "vllm"},
+				Annotations: map[string]string{promscrape.AnnotationScrape: "true", promscrape.AnnotationPort: "8000",
+					"prometheus.io/scrape": "true", "kubectl.kubernetes.io/last-applied-configuration": "{}"}}}
 		if ready {
 			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 		}
@@ -322,10 +307,8 @@ func TestAuthenticationReady(t *testing.T) {
 	client, front := &fakeCA{}, &fakeCA{}
 	api := &genericapiserver.RecommendedConfig{}
 	api.SecureServing = &genericapiserver.SecureServingInfo{ClientCA: client}
-	api.Authentication.RequestHeaderConfig = &authenticatorfactory.RequestHeaderConfig{
-		CAContentProvider: front,
-		UsernameHeaders:   headerrequest.StaticStringSlice{"X-Remote-User"},
-	}
+	api.Authentication.RequestHeaderConfig = &authenticatorfactory.RequestHeaderConfig{CAContentProvider: front,
+		UsernameHeaders: headerrequest.StaticStringSlice{"X-Remote-User"}}
 	ready := authenticationReady(api)
 	if err := ready(nil); err == nil {
 		t.Fatal("ready before any CA is loaded")
