@@ -125,13 +125,7 @@ func TestUnknownFlagFails(t *testing.T) {
 }
 
 // kindValues are valid values by the type --help prints.
-var kindValues = map[string]string{
-	"":         "true",
-	"duration": "11s",
-	"int":      "2",
-	"float32":  "5",
-	"ip":       "127.0.0.1",
-}
+var kindValues = map[string]string{"": "true", "duration": "11s", "int": "2", "float32": "5", "ip": "127.0.0.1"}
 
 type fixtures struct{ cert, key, kubeconfig, policy string }
 
@@ -222,18 +216,27 @@ func freePort() int {
 func TestBadPodMetricsConfigRefusesToStart(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "pod-metrics.yaml")
 	must(t, os.WriteFile(bad, []byte("presets: [tgi]\nmaxBytes: -1\npods: {selector: \"a in (\"}\n"), 0o600))
+	refusesToStart(t, []string{"--enable-custom-metrics", "--pod-metrics-config=" + bad, "--kubeconfig=/nonexistent", "--secure-port=0"},
+		`unknown preset "tgi"`, "maxBytes: -1 must be above 0", "pods.selector:", "pods.port: required with pods.selector")
+}
+
+// refusesToStart runs the command with args, which name the kubeconfig
+// /nonexistent, and wants an error naming each of wants, from before the
+// kubeconfig is read.
+func refusesToStart(t *testing.T, args []string, wants ...string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := Run(ctx, []string{"--enable-custom-metrics", "--pod-metrics-config=" + bad, "--kubeconfig=/nonexistent", "--secure-port=0"})
+	err := Run(ctx, args)
 	if err == nil {
-		t.Fatal("Run with a bad --pod-metrics-config returned nil")
+		t.Fatalf("Run %v returned nil", args)
 	}
-	for _, want := range []string{`unknown preset "tgi"`, "maxBytes: -1 must be above 0", "pods.selector:", "pods.port: required with pods.selector"} {
+	for _, want := range wants {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %q", err, want)
 		}
 	}
 	if strings.Contains(err.Error(), "/nonexistent") {
-		t.Errorf("error %q: the server went past validation", err)
+		t.Errorf("error %q: the command went past validation", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	componentbaseconfig "k8s.io/component-base/config"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -48,12 +49,8 @@ func TestCertElectorRecreatesDeletedLease(t *testing.T) {
 	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, ns, name, kube.CoreV1(), kube.CoordinationV1(),
 		resourcelock.ResourceLockConfig{Identity: id})
 	must(t, err)
-	le := componentbaseconfig.LeaderElectionConfiguration{
-		LeaseDuration: metav1.Duration{Duration: 2 * time.Second},
-		RenewDeadline: metav1.Duration{Duration: time.Second},
-		RetryPeriod:   metav1.Duration{Duration: 20 * time.Millisecond},
-		ResourceName:  name,
-	}
+	le := componentbaseconfig.LeaderElectionConfiguration{ResourceName: name, LeaseDuration: metav1.Duration{Duration: 2 * time.Second},
+		RenewDeadline: metav1.Duration{Duration: time.Second}, RetryPeriod: metav1.Duration{Duration: 20 * time.Millisecond}}
 	health := certs.NewHealth(certs.HealthConfig{ReadyWithin: time.Minute, LiveWithin: time.Hour})
 	leading := make(chan struct{})
 	elector, watchdog, err := newCertElector(le, health.Lock(lock), health, func(ctx context.Context) {
@@ -96,13 +93,9 @@ func TestCertElectorRecreatesDeletedLease(t *testing.T) {
 	if holder != id || !elector.IsLeader() {
 		t.Errorf("after the Lease was created again: holder %q, leading %v; want %q, leading", holder, elector.IsLeader(), id)
 	}
-	creates := 0
-	for _, a := range kube.Actions() {
-		if a.GetVerb() == "create" && a.GetResource().Resource == "leases" {
-			creates++
-		}
-	}
-	if creates != 2 {
+	if creates := len(slices.DeleteFunc(kube.Actions(), func(a k8stesting.Action) bool {
+		return a.GetVerb() != "create" || a.GetResource().Resource != "leases"
+	})); creates != 2 {
 		t.Errorf("%d creates of the Lease, want 2 (at the start, after the delete)", creates)
 	}
 	// Every replica exports whether it leads, for the kit's no-leader
@@ -175,20 +168,12 @@ func TestServeCertMetrics(t *testing.T) {
 }
 
 func TestCertControllerValidateMetricsAddress(t *testing.T) {
-	for _, tc := range []struct {
-		addr    string
-		wantErr bool
-	}{
-		{addr: ":8080"},
-		{addr: ""},
-		{addr: "127.0.0.1:9090"},
-		{addr: "8080", wantErr: true},
-	} {
+	for addr, wantErr := range map[string]bool{":8080": false, "": false, "127.0.0.1:9090": false, "8080": true} {
 		o := NewCertControllerOptions()
-		o.MetricsBindAddress = tc.addr
+		o.MetricsBindAddress = addr
 		errs := o.Validate()
-		if got := slices.ContainsFunc(errs, func(e error) bool { return strings.Contains(e.Error(), "--metrics-bind-address") }); got != tc.wantErr {
-			t.Errorf("--metrics-bind-address=%q: errors %v, want a --metrics-bind-address error: %v", tc.addr, errs, tc.wantErr)
+		if got := slices.ContainsFunc(errs, func(e error) bool { return strings.Contains(e.Error(), "--metrics-bind-address") }); got != wantErr {
+			t.Errorf("--metrics-bind-address=%q: errors %v, want a --metrics-bind-address error: %v", addr, errs, wantErr)
 		}
 	}
 }

@@ -20,34 +20,20 @@ func TestValidate(t *testing.T) {
 		{name: "resolution at the floor", set: func(o *Options) { o.MetricResolution = 5 * time.Second; o.KubeletRequestTimeout = 4 * time.Second }},
 		{name: "every problem is reported",
 			set: func(o *Options) {
-				o.MetricResolution = time.Second
-				o.KubeletPort = 70000
+				o.MetricResolution, o.KubeletPort, o.NodeSelector = time.Second, 70000, "a in ("
 				o.KubeletPreferredAddressTypes = []string{"InternalIP", "Carrier-Pigeon"}
-				o.KubeletInsecureTLS = true
-				o.KubeletCAFile = "/ca.crt"
-				o.KubeletClientCertFile = "/c.crt"
-				o.NodeSelector = "a in ("
-				o.MaxConcurrentScrapes = 0
-				o.MaxConcurrentReads = -1
-				o.KubeletMaxResponseBytes = 10
+				o.KubeletInsecureTLS, o.KubeletCAFile, o.KubeletClientCertFile = true, "/ca.crt", "/c.crt"
+				o.MaxConcurrentScrapes, o.MaxConcurrentReads, o.KubeletMaxResponseBytes = 0, -1, 10
 			},
-			wants: []string{
-				"--metric-resolution must be at least 5s",
+			wants: []string{"--metric-resolution must be at least 5s",
 				"--kubelet-request-timeout must be positive and below --metric-resolution",
-				"--max-concurrent-scrapes",
-				"--max-concurrent-reads",
-				"--kubelet-max-response-bytes",
-				"--kubelet-port must be between 1 and 65535",
-				`unknown type "Carrier-Pigeon"`,
-				"exclude each other",
-				"go together",
-				"--node-selector",
-			}},
-		{name: "ukpd endpoints",
-			set: func(o *Options) {
-				o.Sources = []string{"kubelet", "ukpd"}
-				o.UkpdEndpoints = []string{"https://10.0.0.5:8443;nodes=k1", "https://10.0.0.6:8443;node-selector=zone=b"}
-			}},
+				"--max-concurrent-scrapes", "--max-concurrent-reads", "--kubelet-max-response-bytes",
+				"--kubelet-port must be between 1 and 65535", `unknown type "Carrier-Pigeon"`, "exclude each other", "go together",
+				"--node-selector"}},
+		{name: "ukpd endpoints", set: func(o *Options) {
+			o.Sources = []string{"kubelet", "ukpd"}
+			o.UkpdEndpoints = []string{"https://10.0.0.5:8443;nodes=k1", "https://10.0.0.6:8443;node-selector=zone=b"}
+		}},
 		{name: "ukpd without endpoints", set: func(o *Options) { o.Sources = []string{"ukpd"} }, wants: []string{"needs at least one --ukpd-endpoint"}},
 		{name: "endpoint without ukpd", set: func(o *Options) { o.UkpdEndpoints = []string{"https://x"} }, wants: []string{"does not name ukpd"}},
 		{name: "ukpd by relays alone", set: func(o *Options) { o.Sources = []string{"ukpd"}; o.UkpdRelayPort = 45242 }},
@@ -57,8 +43,7 @@ func TestValidate(t *testing.T) {
 			wants: []string{`--ukpd-required-tag: required tag "nope"`, `--ukpd-required-tag: required tag "x=a b"`}},
 		{name: "bad sources",
 			set: func(o *Options) {
-				o.Sources = []string{"kubelet", "kubelet", "prometheus"}
-				o.KraftletNodeSelector = "a in ("
+				o.Sources, o.KraftletNodeSelector = []string{"kubelet", "kubelet", "prometheus"}, "a in ("
 			},
 			wants: []string{`"kubelet" named twice`, `unknown source "prometheus"`, "--kraftlet-node-selector"}},
 		{name: "bad endpoint", set: func(o *Options) { o.Sources = []string{"ukpd"}; o.UkpdEndpoints = []string{"ftp://x"} },
@@ -66,8 +51,7 @@ func TestValidate(t *testing.T) {
 		{name: "timeout equal to resolution", set: func(o *Options) { o.KubeletRequestTimeout = o.MetricResolution }, wants: []string{"below --metric-resolution"}},
 		{name: "negative HPA readiness durations",
 			set: func(o *Options) {
-				o.HPACPUInitializationPeriod = -time.Second
-				o.HPAInitialReadinessDelay = -time.Second
+				o.HPACPUInitializationPeriod, o.HPAInitialReadinessDelay = -time.Second, -time.Second
 			},
 			wants: []string{"--horizontal-pod-autoscaler-cpu-initialization-period", "--horizontal-pod-autoscaler-initial-readiness-delay"}},
 	}
@@ -97,11 +81,10 @@ func checkErrors(t *testing.T, errs []error, wants []string, match func(s, want 
 func TestFlagsParse(t *testing.T) {
 	o := NewOptions()
 	fss := o.Flags()
-	args := map[string][]string{
+	for set, a := range map[string][]string{
 		"metrics":        {"--metric-resolution=30s", "--node-selector=pool=a"},
 		"kubelet client": {"--kubelet-port=10255", "--kubelet-use-node-status-port", "--kubelet-preferred-address-types=InternalIP"},
-	}
-	for set, a := range args {
+	} {
 		if err := fss.FlagSet(set).Parse(a); err != nil {
 			t.Fatalf("%s: %v", set, err)
 		}
@@ -115,11 +98,8 @@ func TestFlagsParse(t *testing.T) {
 }
 
 func TestKubeletREST(t *testing.T) {
-	cluster := &rest.Config{
-		Host:            "https://10.0.0.1",
-		BearerTokenFile: "/var/run/secrets/token",
-		TLSClientConfig: rest.TLSClientConfig{CAFile: "/cluster-ca.crt"},
-	}
+	cluster := &rest.Config{Host: "https://10.0.0.1", BearerTokenFile: "/var/run/secrets/token",
+		TLSClientConfig: rest.TLSClientConfig{CAFile: "/cluster-ca.crt"}}
 	tests := []struct {
 		name      string
 		set       func(o *Options)
@@ -151,8 +131,7 @@ func TestKubeletREST(t *testing.T) {
 func TestRepeatedAPIServicesAccumulate(t *testing.T) {
 	o := NewCertControllerOptions()
 	fss := o.Flags()
-	fs := fss.FlagSet("certificate")
-	must(t, fs.Parse([]string{"--apiservices=a.b,b.c", "--apiservices=c.d"}))
+	must(t, fss.FlagSet("certificate").Parse([]string{"--apiservices=a.b,b.c", "--apiservices=c.d"}))
 	checkDiff(t, "apiservices", []string{"a.b", "b.c", "c.d"}, o.APIServices)
 }
 
@@ -169,13 +148,8 @@ func TestHPAReadinessDefaults(t *testing.T) {
 		"horizontal-pod-autoscaler-cpu-initialization-period": "5m0s",
 		"horizontal-pod-autoscaler-initial-readiness-delay":   "30s",
 	} {
-		f := fs.Lookup(name)
-		if f == nil {
-			t.Errorf("no --%s", name)
-			continue
-		}
-		if f.DefValue != want {
-			t.Errorf("--%s defaults to %s, want %s", name, f.DefValue, want)
+		if f := fs.Lookup(name); f == nil || f.DefValue != want {
+			t.Errorf("--%s: %+v, want one defaulting to %s", name, f, want)
 		}
 	}
 }

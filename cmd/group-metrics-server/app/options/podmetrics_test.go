@@ -13,9 +13,7 @@ import (
 func writeFile(t *testing.T, name, content string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.WriteFile(p, []byte(content), 0o600))
 	return p
 }
 
@@ -32,12 +30,10 @@ func TestValidatePodMetricsConfig(t *testing.T) {
 		{name: "a good file", set: func(o *Options) { o.PodMetricsConfig = good; o.EnableCustomMetrics = true }},
 		{name: "every error of a bad file, each naming the flag",
 			set: func(o *Options) { o.PodMetricsConfig = bad; o.EnableCustomMetrics = true },
-			wants: []string{
-				"--pod-metrics-config " + bad + `: presets[1]: unknown preset "tgi"`,
+			wants: []string{"--pod-metrics-config " + bad + `: presets[1]: unknown preset "tgi"`,
 				"--pod-metrics-config " + bad + `: metrics[3].name: "Bad" is not a valid custom metric name`,
 				"--pod-metrics-config " + bad + `: metrics[3].type: "summary" must be gauge, counter, histogram or ratio`,
-				"--pod-metrics-config " + bad + `: timeout: 2m0s must be above 0 and at most 1m0s`,
-			}},
+				"--pod-metrics-config " + bad + `: timeout: 2m0s must be above 0 and at most 1m0s`}},
 		{name: "a missing file",
 			set:   func(o *Options) { o.PodMetricsConfig = "/nonexistent/pod-metrics.yaml"; o.EnableCustomMetrics = true },
 			wants: []string{"--pod-metrics-config: open /nonexistent/pod-metrics.yaml"}},
@@ -45,9 +41,7 @@ func TestValidatePodMetricsConfig(t *testing.T) {
 			wants: []string{"--pod-metrics-config needs --enable-custom-metrics"}},
 		{name: "a timeout past the scraper's",
 			set: func(o *Options) {
-				o.PodMetricsConfig = slow
-				o.EnableCustomMetrics = true
-				o.KubeletRequestTimeout = 10 * time.Second
+				o.PodMetricsConfig, o.EnableCustomMetrics, o.KubeletRequestTimeout = slow, true, 10*time.Second
 			},
 			wants: []string{"--pod-metrics-config " + slow + ": timeout 20s must be at most --kubelet-request-timeout (10s)"}},
 	}
@@ -64,8 +58,7 @@ func TestValidatePodMetricsConfig(t *testing.T) {
 // configuration, parsed, with its presets expanded.
 func TestPodMetricsConfigApplied(t *testing.T) {
 	o := NewOptions()
-	o.PodMetricsConfig = writeFile(t, "c.yaml", "presets: [sglang]\n")
-	o.EnableCustomMetrics = true
+	o.PodMetricsConfig, o.EnableCustomMetrics = writeFile(t, "c.yaml", "presets: [sglang]\n"), true
 	cfg, errs := o.podMetricsConfig()
 	if len(errs) > 0 {
 		t.Fatal(errs)

@@ -34,42 +34,24 @@ func validRelay() *UkpdRelayOptions {
 func TestUkpdRelayValidate(t *testing.T) {
 	tests := []struct {
 		name  string
-		opts  func() *UkpdRelayOptions
-		wants []string // substrings, one per expected error, in order
+		mut   func(o *UkpdRelayOptions) // changes validRelay; nil: NewUkpdRelayOptions as it is
+		wants []string                  // substrings, one per expected error, in order
 	}{
-		{name: "complete", opts: validRelay},
-		{name: "ukpd on IPv6 loopback over https", opts: func() *UkpdRelayOptions {
-			o := validRelay()
-			o.UkpdURL, o.UkpdCAFile = "https://[::1]:45232", "/ukpd/ca.crt"
-			return o
-		}},
-		{name: "the defaults lack what only the host knows", opts: NewUkpdRelayOptions,
+		{name: "complete", mut: func(*UkpdRelayOptions) {}},
+		{name: "ukpd on IPv6 loopback over https",
+			mut: func(o *UkpdRelayOptions) { o.UkpdURL, o.UkpdCAFile = "https://[::1]:45232", "/ukpd/ca.crt" }},
+		{name: "the defaults lack what only the host knows",
 			wants: []string{"--tls-cert-file and --tls-private-key-file are required", "--ukpd-token-file is required", "--node-name is required"}},
-		{name: "ukpd on a routable address", opts: func() *UkpdRelayOptions {
-			o := validRelay()
-			o.UkpdURL = "http://10.0.0.5:45232"
-			return o
-		}, wants: []string{"--ukpd-url: ukpd endpoint http://10.0.0.5:45232: the host must be loopback"}},
-		{name: "ukpd by a host name", opts: func() *UkpdRelayOptions {
-			o := validRelay()
-			o.UkpdURL = "http://ukpd.internal:45232"
-			return o
-		}, wants: []string{"the host must be loopback"}},
-		{name: "credentials in the ukpd URL", opts: func() *UkpdRelayOptions {
-			o := validRelay()
-			o.UkpdURL = "http://u:secret@127.0.0.1:45232"
-			return o
-		}, wants: []string{"--ukpd-url: ukpd endpoint http://127.0.0.1:45232: credentials in the URL are not supported"}},
-		{name: "every problem is reported", opts: func() *UkpdRelayOptions {
-			o := validRelay()
-			o.SecureServing.BindPort = 70000
-			o.SecureServing.ServerCert.CertKey.KeyFile = ""
-			o.UkpdURL = "ftp://127.0.0.1"
-			o.UkpdTokenFile = ""
-			o.NodeName = "Kraftlet_A"
-			o.UkpdRequestTimeout = 0
-			o.UkpdMaxResponseBytes = 10
-			return o
+		{name: "ukpd on a routable address", mut: func(o *UkpdRelayOptions) { o.UkpdURL = "http://10.0.0.5:45232" },
+			wants: []string{"--ukpd-url: ukpd endpoint http://10.0.0.5:45232: the host must be loopback"}},
+		{name: "ukpd by a host name", mut: func(o *UkpdRelayOptions) { o.UkpdURL = "http://ukpd.internal:45232" },
+			wants: []string{"the host must be loopback"}},
+		{name: "credentials in the ukpd URL", mut: func(o *UkpdRelayOptions) { o.UkpdURL = "http://u:secret@127.0.0.1:45232" },
+			wants: []string{"--ukpd-url: ukpd endpoint http://127.0.0.1:45232: credentials in the URL are not supported"}},
+		{name: "every problem is reported", mut: func(o *UkpdRelayOptions) {
+			o.SecureServing.BindPort, o.SecureServing.ServerCert.CertKey.KeyFile = 70000, ""
+			o.UkpdURL, o.UkpdTokenFile, o.NodeName = "ftp://127.0.0.1", "", "Kraftlet_A"
+			o.UkpdRequestTimeout, o.UkpdMaxResponseBytes = 0, 10
 		}, wants: []string{
 			"--secure-port 70000 must be between 1 and 65535",
 			"--tls-cert-file and --tls-private-key-file are required",
@@ -82,7 +64,12 @@ func TestUkpdRelayValidate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			errs := tc.opts().Validate()
+			o := NewUkpdRelayOptions()
+			if tc.mut != nil {
+				o = validRelay()
+				tc.mut(o)
+			}
+			errs := o.Validate()
 			checkErrors(t, errs, tc.wants, strings.Contains)
 			for _, err := range errs {
 				if strings.Contains(err.Error(), "secret") {
@@ -193,13 +180,9 @@ func TestUkpdRelayAdmission(t *testing.T) {
 	checkDiff(t, "statuses", []int{200, 200, 401, 403}, []int{get(serverToken), get(serverToken), get("forged"), get(viewerToken)})
 	checkDiff(t, "tokens reviewed", []string{serverToken, "forged", viewerToken}, r.tokens)
 	sar := func(user string) authorizationv1.SubjectAccessReviewSpec {
-		return authorizationv1.SubjectAccessReviewSpec{
-			User:   user,
-			Groups: []string{"system:authenticated"},
+		return authorizationv1.SubjectAccessReviewSpec{User: user, Groups: []string{"system:authenticated"},
 			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Verb: "get", Version: "v1", Resource: "nodes", Subresource: "stats", Name: relayNode,
-			},
-		}
+				Verb: "get", Version: "v1", Resource: "nodes", Subresource: "stats", Name: relayNode}}
 	}
 	checkDiff(t, "access reviews", []authorizationv1.SubjectAccessReviewSpec{sar(serverUser), sar(viewerUser)}, r.sars)
 }
