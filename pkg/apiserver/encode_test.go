@@ -31,15 +31,14 @@ import (
 func jsonEncoders(t testing.TB, gv schema.GroupVersion) (fast, std runtime.Encoder) {
 	t.Helper()
 	ns := genericapiserver.NewDefaultAPIGroupInfo(metrics.GroupName, Scheme, metav1.ParameterCodec, Codecs).NegotiatedSerializer
-	var encoders [2]runtime.Encoder
-	for i, s := range []runtime.NegotiatedSerializer{withFastJSON(ns), ns} {
+	enc := func(s runtime.NegotiatedSerializer) runtime.Encoder {
 		info, ok := runtime.SerializerInfoForMediaType(s.SupportedMediaTypes(), runtime.ContentTypeJSON)
 		if !ok {
 			t.Fatal("no JSON serializer")
 		}
-		encoders[i] = ns.EncoderForVersion(info.Serializer, gv)
+		return ns.EncoderForVersion(info.Serializer, gv)
 	}
-	return encoders[0], encoders[1]
+	return enc(withFastJSON(ns)), enc(ns)
 }
 
 // encodeBoth encodes obj as the API layer would for gv, with and without
@@ -61,52 +60,50 @@ var versions = []schema.GroupVersion{v1beta1.SchemeGroupVersion, metricsv1.Schem
 
 func TestFastJSONMatchesEncodingJSON(t *testing.T) {
 	at := time.Date(2026, 12, 1, 10, 0, 0, 123456789, time.FixedZone("x", 3600))
-	usage := corev1.ResourceList{
-		corev1.ResourceCPU:    *resource.NewScaledQuantity(12345678, resource.Nano),
-		corev1.ResourceMemory: *resource.NewQuantity(50<<20, resource.BinarySI),
-	}
+	usage := corev1.ResourceList{corev1.ResourceCPU: *resource.NewScaledQuantity(12345678, resource.Nano),
+		corev1.ResourceMemory: *resource.NewQuantity(50<<20, resource.BinarySI)}
 	pod := func(mut func(*metrics.PodMetrics)) metrics.PodMetrics {
 		p := metrics.PodMetrics{
 			ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "prod", CreationTimestamp: metav1.NewTime(at), Labels: map[string]string{"b": "2", "a": "1"}},
-			Timestamp:  metav1.NewTime(at.Add(-time.Second)),
-			Window:     metav1.Duration{Duration: 15 * time.Second},
+			Timestamp:  metav1.NewTime(at.Add(-time.Second)), Window: metav1.Duration{Duration: 15 * time.Second},
 			Containers: []metrics.ContainerMetrics{{Name: "app", Usage: usage}},
 		}
-		if mut != nil {
-			mut(&p)
-		}
+		mut(&p)
 		return p
 	}
+	// pods is a list of one pod changed by each mut.
+	pods := func(muts ...func(*metrics.PodMetrics)) *metrics.PodMetricsList {
+		l := &metrics.PodMetricsList{Items: []metrics.PodMetrics{}}
+		for _, mut := range muts {
+			l.Items = append(l.Items, pod(mut))
+		}
+		return l
+	}
+	same := func(*metrics.PodMetrics) {}
 	cases := map[string]runtime.Object{
 		"empty pod list": &metrics.PodMetricsList{},
-		"empty items":    &metrics.PodMetricsList{Items: []metrics.PodMetrics{}},
-		"one pod":        &metrics.PodMetricsList{Items: []metrics.PodMetrics{pod(nil)}},
-		"group leader annotations": &metrics.PodMetricsList{Items: []metrics.PodMetrics{pod(func(p *metrics.PodMetrics) {
+		"empty items":    pods(),
+		"one pod":        pods(same),
+		"group leader annotations": pods(func(p *metrics.PodMetrics) {
 			p.Annotations = map[string]string{"metrics.group-metrics-server.io/group-size": "4"}
-		})}},
-		"nil containers and usage": &metrics.PodMetricsList{Items: []metrics.PodMetrics{
-			pod(func(p *metrics.PodMetrics) { p.Containers = nil }),
-			pod(func(p *metrics.PodMetrics) { p.Containers = []metrics.ContainerMetrics{{Name: "a"}} }),
-			pod(func(p *metrics.PodMetrics) { p.Containers = []metrics.ContainerMetrics{} }),
-			pod(func(p *metrics.PodMetrics) { p.Containers[0].Usage = corev1.ResourceList{} }),
-		}},
-		"zero times": &metrics.PodMetricsList{Items: []metrics.PodMetrics{pod(func(p *metrics.PodMetrics) {
+		}),
+		"nil containers and usage": pods(func(p *metrics.PodMetrics) { p.Containers = nil },
+			func(p *metrics.PodMetrics) { p.Containers = []metrics.ContainerMetrics{{Name: "a"}} },
+			func(p *metrics.PodMetrics) { p.Containers = []metrics.ContainerMetrics{} },
+			func(p *metrics.PodMetrics) { p.Containers[0].Usage = corev1.ResourceList{} }),
+		"zero times": pods(func(p *metrics.PodMetrics) {
 			p.CreationTimestamp, p.Timestamp, p.Window = metav1.Time{}, metav1.Time{}, metav1.Duration{}
-		})}},
-		"sub-millisecond window": &metrics.PodMetricsList{Items: []metrics.PodMetrics{pod(func(p *metrics.PodMetrics) {
-			p.Window = metav1.Duration{Duration: 1500 * time.Nanosecond}
-		})}},
-		"escaped strings fall back": &metrics.PodMetricsList{Items: []metrics.PodMetrics{pod(func(p *metrics.PodMetrics) {
+		}),
+		"sub-millisecond window": pods(func(p *metrics.PodMetrics) { p.Window = metav1.Duration{Duration: 1500 * time.Nanosecond} }),
+		"escaped strings fall back": pods(func(p *metrics.PodMetrics) {
 			p.Annotations = map[string]string{"note": "a<b> & \"c\" \u2028 é \x01"}
-		})}},
-		"other fields fall back": &metrics.PodMetricsList{Items: []metrics.PodMetrics{pod(func(p *metrics.PodMetrics) {
-			p.UID, p.ResourceVersion = "u-1", "7"
-		})}},
-		"other resources fall back": &metrics.PodMetricsList{Items: []metrics.PodMetrics{pod(func(p *metrics.PodMetrics) {
+		}),
+		"other fields fall back": pods(func(p *metrics.PodMetrics) { p.UID, p.ResourceVersion = "u-1", "7" }),
+		"other resources fall back": pods(func(p *metrics.PodMetrics) {
 			p.Containers[0].Usage = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
-		})}},
+		}),
 		"list metadata falls back": &metrics.PodMetricsList{ListMeta: metav1.ListMeta{ResourceVersion: "3"}},
-		"one pod, not a list":      func() runtime.Object { p := pod(nil); return &p }(),
+		"one pod, not a list":      func() runtime.Object { p := pod(same); return &p }(),
 		"empty node list":          &metrics.NodeMetricsList{},
 		"nodes": &metrics.NodeMetricsList{Items: []metrics.NodeMetrics{
 			{ObjectMeta: metav1.ObjectMeta{Name: "n1", CreationTimestamp: metav1.NewTime(at), Labels: map[string]string{"kubernetes.io/hostname": "n1"}}, Timestamp: metav1.NewTime(at), Window: metav1.Duration{Duration: 10 * time.Second}, Usage: usage},
@@ -183,11 +180,8 @@ func randomPods(rng *rand.Rand, n int) *metrics.PodMetricsList {
 	q := func() resource.Quantity { return quantities[rng.IntN(len(quantities))]() }
 	l := &metrics.PodMetricsList{}
 	for i := range n {
-		p := metrics.PodMetrics{
-			ObjectMeta: metav1.ObjectMeta{
-				Name: fmt.Sprintf("pod-%d", i), Namespace: fmt.Sprintf("ns-%d", rng.IntN(50)),
-				CreationTimestamp: metav1.NewTime(at.Add(time.Duration(rng.Int64N(1e12)))),
-			},
+		p := metrics.PodMetrics{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%d", i), Namespace: fmt.Sprintf("ns-%d", rng.IntN(50)),
+			CreationTimestamp: metav1.NewTime(at.Add(time.Duration(rng.Int64N(1e12))))},
 			Timestamp: metav1.NewTime(at.Add(-time.Duration(rng.Int64N(1e11)))),
 			Window:    metav1.Duration{Duration: time.Duration(rng.Int64N(int64(time.Minute)))},
 		}
@@ -248,7 +242,7 @@ type listedPods struct {
 }
 
 func (l *listedPods) GetPodMetrics(context.Context, string, string) (*metrics.PodMetrics, error) {
-	return nil, fmt.Errorf("not in this benchmark")
+	return nil, errors.New("not in this benchmark")
 }
 
 func (l *listedPods) ListPodMetrics(_ context.Context, namespace string, _ labels.Selector, _ fields.Selector) ([]metrics.PodMetrics, error) {
@@ -273,24 +267,17 @@ func benchPods(n int) *listedPods {
 	l := &listedPods{byNamespace: map[string][]metrics.PodMetrics{}}
 	for i := range n {
 		ns := fmt.Sprintf("ns-%d", i/30)
-		m := metrics.PodMetrics{
-			ObjectMeta: metav1.ObjectMeta{
-				Name: fmt.Sprintf("deploy-%d-%05d", i/30, i), Namespace: ns,
-				Labels:            map[string]string{"app": fmt.Sprintf("deploy-%d", i/30)},
-				CreationTimestamp: metav1.NewTime(now),
-			},
-			Timestamp: metav1.NewTime(now.Add(-3 * time.Second)),
-			Window:    metav1.Duration{Duration: 15 * time.Second},
+		m := metrics.PodMetrics{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("deploy-%d-%05d", i/30, i), Namespace: ns,
+			Labels: map[string]string{"app": fmt.Sprintf("deploy-%d", i/30)}, CreationTimestamp: metav1.NewTime(now)},
+			Timestamp: metav1.NewTime(now.Add(-3 * time.Second)), Window: metav1.Duration{Duration: 15 * time.Second},
 		}
 		for c := range 2 {
 			// As the provider makes them: with their strings formatted.
 			cpu := resource.NewScaledQuantity(int64(12345678+i), resource.Nano)
 			mem := resource.NewQuantity(int64(50<<20+i*4096), resource.BinarySI)
 			_, _ = cpu.String(), mem.String()
-			m.Containers = append(m.Containers, metrics.ContainerMetrics{
-				Name:  fmt.Sprintf("c%d", c),
-				Usage: corev1.ResourceList{corev1.ResourceCPU: *cpu, corev1.ResourceMemory: *mem},
-			})
+			m.Containers = append(m.Containers, metrics.ContainerMetrics{Name: fmt.Sprintf("c%d", c),
+				Usage: corev1.ResourceList{corev1.ResourceCPU: *cpu, corev1.ResourceMemory: *mem}})
 		}
 		l.all = append(l.all, m)
 		l.byNamespace[ns] = append(l.byNamespace[ns], m)

@@ -45,15 +45,13 @@ func newRig(t *testing.T, limit ReadLimit) *limitRig {
 // stays in the handler.
 func newLimitRig(t *testing.T, wait time.Duration) *limitRig {
 	rig := newRig(t, ReadLimit{Concurrent: 1, Wait: wait})
-	rig.first = rig.serve("/apis/metrics.k8s.io/v1beta1/pods?block")
+	rig.first = rig.serve("", "/apis/metrics.k8s.io/v1beta1/pods?block")
 	rig.enter("first read", "/apis/metrics.k8s.io/v1beta1/pods")
 	return rig
 }
 
-func (rig *limitRig) serve(path string) <-chan int { return rig.serveAs("", path) }
-
-// serveAs serves path, as the user name if not "".
-func (rig *limitRig) serveAs(name, path string) <-chan int {
+// serve serves path, as the user name if not "".
+func (rig *limitRig) serve(name, path string) <-chan int {
 	done := make(chan int, 1)
 	go func() {
 		rec := httptest.NewRecorder()
@@ -131,7 +129,7 @@ func TestReadLimitUnlimitedPaths(t *testing.T) {
 	rig := newLimitRig(t, time.Minute)
 	// Health checks, /metrics and discovery roots take no slot.
 	for _, p := range []string{"/readyz", "/metrics", "/apis"} {
-		rig.answers(p+" while the slot is taken", rig.serve(p), http.StatusOK)
+		rig.answers(p+" while the slot is taken", rig.serve("", p), http.StatusOK)
 		rig.enter(p, p)
 	}
 	rig.releaseFirst()
@@ -143,7 +141,7 @@ func TestReadLimitRejectsAfterWait(t *testing.T) {
 	RegisterMetrics()
 	rig := newLimitRig(t, 50*time.Millisecond)
 	before := waitedRejected(t)
-	rig.answers("second read", rig.serve("/apis/custom.metrics.k8s.io/v1beta2/namespaces/a/pods/*/m"), http.StatusTooManyRequests)
+	rig.answers("second read", rig.serve("", "/apis/custom.metrics.k8s.io/v1beta2/namespaces/a/pods/*/m"), http.StatusTooManyRequests)
 	if got, want := waitedRejected(t), [2]float64{before[0] + 1, before[1] + 1}; got != want {
 		t.Errorf("reads waited and rejected = %v, want %v", got, want)
 	}
@@ -159,7 +157,7 @@ func TestReadLimitServesAfterWaiting(t *testing.T) {
 	RegisterMetrics()
 	rig := newLimitRig(t, time.Minute)
 	before := waitedRejected(t)
-	third := rig.serve("/apis/metrics.k8s.io/v1/nodes")
+	third := rig.serve("", "/apis/metrics.k8s.io/v1/nodes")
 	if err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return waitedRejected(t)[0] > before[0], nil
 	}); err != nil {
@@ -185,7 +183,7 @@ func TestReadLimitServesAfterWaiting(t *testing.T) {
 // waits like anyone once it is taken too.
 func TestReadLimitFairness(t *testing.T) {
 	rig := newRig(t, ReadLimit{Concurrent: 4, Wait: 200 * time.Millisecond, Priority: DefaultPriorityReaders})
-	serve := func(name string) <-chan int { return rig.serveAs(name, "/apis/metrics.k8s.io/v1beta1/pods?block") }
+	serve := func(name string) <-chan int { return rig.serve(name, "/apis/metrics.k8s.io/v1beta1/pods?block") }
 	// The viewer's third read finds its two slots taken and gets 429
 	// after the wait, while two shared slots stay free.
 	viewer := []<-chan int{serve("viewer"), serve("viewer")}

@@ -35,18 +35,13 @@ var (
 
 // apiService returns an APIService named name pointing at svc.
 func apiService(name string, svc ServiceRef, insecure bool) *unstructured.Unstructured {
-	spec := map[string]any{
-		"group": "metrics.k8s.io", "version": "v1beta1",
-		"groupPriorityMinimum": int64(100), "versionPriority": int64(100),
-		"service": map[string]any{"namespace": svc.Namespace, "name": svc.Name, "port": int64(svc.Port)},
-	}
+	spec := map[string]any{"group": "metrics.k8s.io", "version": "v1beta1", "groupPriorityMinimum": int64(100), "versionPriority": int64(100),
+		"service": map[string]any{"namespace": svc.Namespace, "name": svc.Name, "port": int64(svc.Port)}}
 	if insecure {
 		spec["insecureSkipTLSVerify"] = true
 	}
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
-		"metadata": map[string]any{"name": name}, "spec": spec,
-	}}
+	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+		"metadata": map[string]any{"name": name}, "spec": spec}}
 }
 
 func newDynamic(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {

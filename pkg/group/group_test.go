@@ -15,14 +15,8 @@ import (
 // m is a member using cpu cores and mem bytes, requesting reqCPU cores and
 // reqMem bytes; a negative request means none.
 func m(cpu, mem, reqCPU, reqMem float64) Member {
-	return Member{
-		HasUsage: true,
-		Usage:    total(cpu, mem),
-		Requests: Requests{
-			Has:   [2]bool{reqCPU >= 0, reqMem >= 0},
-			Milli: [2]int64{int64(math.Round(max(reqCPU, 0) * 1e3)), int64(math.Round(max(reqMem, 0) * 1e3))},
-		},
-	}
+	return Member{HasUsage: true, Usage: total(cpu, mem), Requests: Requests{Has: [2]bool{reqCPU >= 0, reqMem >= 0},
+		Milli: [2]int64{int64(math.Round(max(reqCPU, 0) * 1e3)), int64(math.Round(max(reqMem, 0) * 1e3))}}}
 }
 
 // total is cpu cores and mem bytes as Usage.
@@ -174,12 +168,10 @@ func TestRequest(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: tc.spec}
-			var got [2]int64
+			got := [2]int64{-1, -1}
 			for i, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
 				if v, ok := Request(pod, r); ok {
 					got[i] = v
-				} else {
-					got[i] = -1
 				}
 			}
 			if want := [2]int64{tc.cpu, tc.mem}; got != want {
@@ -254,11 +246,8 @@ func TestIgnoresCPU(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			why, got := DefaultReadiness.IgnoresCPU(tc.pod, now.Add(-tc.sampleAgo), window, now)
-			if got != tc.want {
-				t.Errorf("IgnoresCPU = %v (%q), want %v", got, why, tc.want)
-			}
-			if got && why == "" {
-				t.Error("ignored without a reason")
+			if got != tc.want || (got && why == "") {
+				t.Errorf("IgnoresCPU = %v (%q), want %v, and a reason when ignored", got, why, tc.want)
 			}
 		})
 	}

@@ -36,11 +36,10 @@ func TestCombine(t *testing.T) {
 	r := func(x, request float64) Value { return Value{Name: "m", Value: x, Request: request, HasRequest: true} }
 	values := []Value{r(1, 2), r(3, 4), v(8)}
 	for _, tc := range []struct {
-		name    string
-		rule    Combine
-		values  []Value
-		want    float64
-		wantErr string
+		name, wantErr string
+		rule          Combine
+		values        []Value
+		want          float64
 	}{
 		{name: "sum", rule: CombineSum, values: values, want: 12},
 		{name: "mean", rule: CombineMean, values: values, want: 4},
@@ -87,12 +86,9 @@ func TestScope(t *testing.T) {
 	}{
 		{"", true, true}, {"all", true, true}, {"leader", true, false}, {"workers", false, true},
 	} {
-		s, err := ParseScope(tc.in)
-		if err != nil {
-			t.Fatalf("ParseScope(%q): %v", tc.in, err)
-		}
-		if s.Includes(true) != tc.leader || s.Includes(false) != tc.worker {
-			t.Errorf("scope %q includes leader %v, worker %v; want %v, %v", tc.in, s.Includes(true), s.Includes(false), tc.leader, tc.worker)
+		if s, err := ParseScope(tc.in); err != nil || s.Includes(true) != tc.leader || s.Includes(false) != tc.worker {
+			t.Errorf("ParseScope(%q) = %q (%v): includes leader %v, worker %v; want %v, %v",
+				tc.in, s, err, s.Includes(true), s.Includes(false), tc.leader, tc.worker)
 		}
 	}
 	if _, err := ParseScope("followers"); err == nil {
@@ -122,8 +118,7 @@ func TestCombineEveryRuleAndState(t *testing.T) {
 					withheld := append([]Value(nil), members...)
 					withheld[i].State = state
 					got, err := rule.Of(withheld)
-					wantErr := fmt.Sprintf("member g-0-%d is %s", i, state)
-					if err == nil || err.Error() != wantErr {
+					if wantErr := fmt.Sprintf("member g-0-%d is %s", i, state); err == nil || err.Error() != wantErr {
 						t.Errorf("member %d %s: %v, %v; want error %q", i, state, got, err, wantErr)
 					}
 				}

@@ -168,7 +168,6 @@ func TestNodeIndex(t *testing.T) {
 	x.Delete("n2")
 	got := map[string][]string{}
 	for sel, nodes := range map[string][]*Node{"all": x.List(nil), "zone=x": x.List(labels.SelectorFromSet(labels.Set{"zone": "x"}))} {
-		got[sel] = []string{}
 		for _, n := range nodes {
 			got[sel] = append(got[sel], n.Name)
 		}
@@ -219,18 +218,11 @@ func TestLabelsShared(t *testing.T) {
 	c := pod("ns", "c", map[string]string{"app": "web"})
 	d := pod("ns", "d", nil)
 
-	if !sameMap(a.Labels, b.Labels) {
-		t.Error("pods of equal labels hold two maps, want one")
+	if eq, ne := sameMap(a.Labels, b.Labels), sameMap(a.Labels, c.Labels); !eq || ne {
+		t.Errorf("pods of equal labels share a map: %v, of different labels: %v; want true, false", eq, ne)
 	}
-	if sameMap(a.Labels, c.Labels) {
-		t.Error("pods of different labels share a map")
-	}
-	if want := map[string]string{"app": "web", "pod-template-hash": "5d9c"}; !reflect.DeepEqual(b.Labels, want) {
-		t.Errorf("labels %v, want %v", b.Labels, want)
-	}
-	if d.Labels != nil {
-		t.Errorf("a pod without labels has %v", d.Labels)
-	}
+	checkDiff(t, "labels", map[string]string{"app": "web", "pod-template-hash": "5d9c"}, b.Labels)
+	checkDiff(t, "labels of a pod without labels", map[string]string(nil), d.Labels)
 }
 
 func TestLabelKeyDistinct(t *testing.T) {

@@ -23,9 +23,7 @@ func TestNewPod(t *testing.T) {
 	both := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("1Gi")}
 	started, ready := metav1.NewTime(now.Add(-time.Hour)), metav1.NewTime(now.Add(-50*time.Minute))
 	in := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: "p", Namespace: "ns", UID: "u", ResourceVersion: "7",
-			Labels: map[string]string{"app": "x"},
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u", ResourceVersion: "7", Labels: map[string]string{"app": "x"},
 			Annotations: map[string]string{
 				AnnotationPrefix + "policy": "group", IgnoreAnnotation: "setup",
 				"kubectl.kubernetes.io/last-applied-configuration": "{...}",
@@ -37,16 +35,14 @@ func TestNewPod(t *testing.T) {
 				{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "lws", UID: "s1", Controller: &isController},
 			},
 		},
-		Spec: corev1.PodSpec{
-			NodeName: "n1", HostNetwork: true, ServiceAccountName: "exporter",
+		Spec: corev1.PodSpec{NodeName: "n1", HostNetwork: true, ServiceAccountName: "exporter",
 			InitContainers: []corev1.Container{
 				{Name: "setup", Image: "busybox", Resources: corev1.ResourceRequirements{Requests: req}},
 				{Name: "proxy", Image: "envoy", RestartPolicy: &always, Resources: corev1.ResourceRequirements{Requests: req}},
 			},
 			Containers: []corev1.Container{{Name: "app", Image: "nginx", Resources: corev1.ResourceRequirements{Requests: both, Limits: both}}},
 		},
-		Status: corev1.PodStatus{
-			Phase: corev1.PodRunning, PodIP: "10.0.0.1", StartTime: &started,
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1", StartTime: &started,
 			Conditions: []corev1.PodCondition{
 				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
 				{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: ready, Reason: "r", Message: "m"},
@@ -77,16 +73,10 @@ func TestNewPod(t *testing.T) {
 	proxyCPU, _ := p.ContainerRequest("proxy", group.CPU)
 	got := view{p.ObjectMeta, p.NodeName(), p.Phase(), p.Containers(), p.RunningSidecars(), p.Request(), appMem, proxyCPU, p.ReadinessView().Status, p.IP(), p.Ready(), p.HostNetwork(), p.ServiceAccount(), p.ControllerRef()}
 	want := view{
-		Meta: metav1.ObjectMeta{
-			Name: "p", Namespace: "ns", UID: "u", ResourceVersion: "7",
-			Labels: map[string]string{"app": "x"},
-			Annotations: map[string]string{
-				AnnotationPrefix + "policy": "group", IgnoreAnnotation: "setup",
-				ScrapeAnnotationPrefix + "port": "8000", "prometheus.io/scrape": "true",
-			},
-		},
-		Node: "n1", Phase: corev1.PodRunning,
-		Containers: []string{"app"}, RunningSidecars: []string{"proxy"},
+		Meta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u", ResourceVersion: "7", Labels: map[string]string{"app": "x"},
+			Annotations: map[string]string{AnnotationPrefix + "policy": "group", IgnoreAnnotation: "setup",
+				ScrapeAnnotationPrefix + "port": "8000", "prometheus.io/scrape": "true"}},
+		Node: "n1", Phase: corev1.PodRunning, Containers: []string{"app"}, RunningSidecars: []string{"proxy"},
 		// The HPA's sum: app and the sidecar; memory is missing on the
 		// sidecar, so missing for the pod.
 		Request:   group.Requests{Milli: [2]int64{350, 0}, Has: [2]bool{true, false}},
@@ -139,31 +129,24 @@ func benchPodWire(b *testing.B, i int) []byte {
 	b.Helper()
 	started := metav1.NewTime(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 	req := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")}
-	containers := []corev1.Container{
-		{Name: "app", Image: "registry.example/app:1", Resources: corev1.ResourceRequirements{Requests: req}},
-		{Name: "sidecar", Image: "registry.example/sidecar:1", Resources: corev1.ResourceRequirements{Requests: req}},
-	}
+	containers := []corev1.Container{{Name: "app", Image: "registry.example/app:1", Resources: corev1.ResourceRequirements{Requests: req}},
+		{Name: "sidecar", Image: "registry.example/sidecar:1", Resources: corev1.ResourceRequirements{Requests: req}}}
 	var conditions []corev1.PodCondition
 	for _, t := range []corev1.PodConditionType{corev1.PodInitialized, corev1.PodReady, corev1.ContainersReady, corev1.PodScheduled} {
 		conditions = append(conditions, corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: started})
 	}
 	var statuses []corev1.ContainerStatus
 	for _, c := range containers {
-		statuses = append(statuses, corev1.ContainerStatus{
-			Name: c.Name, Image: c.Image, Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}},
-		})
+		statuses = append(statuses, corev1.ContainerStatus{Name: c.Name, Image: c.Image, Ready: true,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}}})
 	}
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: fmt.Sprintf("app-%05d-%d", i/5, i%5), Namespace: fmt.Sprintf("bench-%03d", i%50),
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("app-%05d-%d", i/5, i%5), Namespace: fmt.Sprintf("bench-%03d", i%50),
 			UID: types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", i)), ResourceVersion: fmt.Sprint(100000 + i), CreationTimestamp: started,
-			Labels: map[string]string{"app": fmt.Sprintf("app-%05d", i/5)},
-		},
+			Labels: map[string]string{"app": fmt.Sprintf("app-%05d", i/5)}},
 		Spec: corev1.PodSpec{NodeName: fmt.Sprintf("node-%04d", i/30), Containers: containers},
-		Status: corev1.PodStatus{
-			Phase: corev1.PodRunning, Conditions: conditions, HostIP: "127.0.0.1",
-			PodIP: fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), StartTime: &started, ContainerStatuses: statuses,
-		},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: conditions, HostIP: "127.0.0.1",
+			PodIP: fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), StartTime: &started, ContainerStatuses: statuses},
 	}
 	wire, err := p.Marshal()
 	must(b, err)

@@ -55,9 +55,7 @@ func TestPoolsFronting(t *testing.T) {
 		inferencePoolsResource: "InferencePoolList", leaderWorkerSetsResource: "LeaderWorkerSetList",
 	}, objs...)
 	p, err := NewPools(dyn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	p.Start(ctx.Done())

@@ -41,35 +41,27 @@ func TestNamedSeries(t *testing.T) {
 		target string
 		points []sources.SeriesPoint
 	}
+	type served = map[string]float64
+	// own is a write of pod ns/p's own target.
+	own := func(points ...sources.SeriesPoint) []write { return []write{{"pod/ns/p", points}} }
 	steps := []struct {
-		name string
-		// advance moves the clock before the writes.
-		advance time.Duration
+		name    string
+		advance time.Duration // moves the clock before the writes
 		writes  []write
 		prune   []string // when not nil, the targets kept
-		want    map[string]float64
+		want    served
 	}{
-		{name: "a gauge is served at once, a counter not before its second sample",
-			writes: []write{{"pod/ns/p", []sources.SeriesPoint{sp("g", 7, 0), counter(sp("c", 100, 0))}}},
-			want:   map[string]float64{"/g": 7}},
-		{name: "a counter's rate over its last two samples", advance: 10 * time.Second,
-			writes: []write{{"pod/ns/p", []sources.SeriesPoint{sp("g", 8, 10*time.Second), counter(sp("c", 150, 10*time.Second))}}},
-			want:   map[string]float64{"/g": 8, "/c": 5}},
-		{name: "a counter that went back was reset: no rate", advance: 10 * time.Second,
-			writes: []write{{"pod/ns/p", []sources.SeriesPoint{counter(sp("c", 3, 20*time.Second))}}},
-			want:   map[string]float64{}},
-		{name: "the reset counter is the next rate's baseline", advance: 10 * time.Second,
-			writes: []write{{"pod/ns/p", []sources.SeriesPoint{counter(sp("c", 23, 30*time.Second))}}},
-			want:   map[string]float64{"/c": 2}},
-		{name: "a sample of the same time gives no rate",
-			writes: []write{{"pod/ns/p", []sources.SeriesPoint{counter(sp("c", 30, 30*time.Second))}}},
-			want:   map[string]float64{}},
-		{name: "a rate past the bound is garbage", advance: time.Second,
-			writes: []write{{"pod/ns/p", []sources.SeriesPoint{counter(sp("c", 2e10, 31*time.Second))}}},
-			want:   map[string]float64{}},
-		{name: "a NaN is no rate", advance: time.Second,
-			writes: []write{{"pod/ns/p", []sources.SeriesPoint{counter(sp("c", math.NaN(), 32*time.Second))}}},
-			want:   map[string]float64{}},
+		{name: "a gauge is served at once, a counter not before its second sample", want: served{"/g": 7},
+			writes: own(sp("g", 7, 0), counter(sp("c", 100, 0)))},
+		{name: "a counter's rate over its last two samples", advance: 10 * time.Second, want: served{"/g": 8, "/c": 5},
+			writes: own(sp("g", 8, 10*time.Second), counter(sp("c", 150, 10*time.Second)))},
+		{name: "a counter that went back was reset: no rate", advance: 10 * time.Second, want: served{},
+			writes: own(counter(sp("c", 3, 20*time.Second)))},
+		{name: "the reset counter is the next rate's baseline", advance: 10 * time.Second, want: served{"/c": 2},
+			writes: own(counter(sp("c", 23, 30*time.Second)))},
+		{name: "a sample of the same time gives no rate", want: served{}, writes: own(counter(sp("c", 30, 30*time.Second)))},
+		{name: "a rate past the bound is garbage", advance: time.Second, want: served{}, writes: own(counter(sp("c", 2e10, 31*time.Second)))},
+		{name: "a NaN is no rate", advance: time.Second, want: served{}, writes: own(counter(sp("c", math.NaN(), 32*time.Second)))},
 		{name: "an exporter's series of a container the pod's own target has are hidden; of another, served",
 			writes: []write{
 				{"pod/ns/p", []sources.SeriesPoint{inContainer("vllm", sp("own", 1, 32*time.Second))}},
@@ -79,14 +71,10 @@ func TestNamedSeries(t *testing.T) {
 				// The DaemonSet's next pod on the node reports the same GPU.
 				{"exporter/dcgm/gpu/b", []sources.SeriesPoint{exporter(inContainer("side", sp("gpu1", 61, 32*time.Second)))}},
 			},
-			want: map[string]float64{"vllm/own": 1, "side/gpu1": 60}},
-		{name: "a target that hands over nothing holds nothing",
-			writes: []write{{"pod/ns/p", nil}},
-			want:   map[string]float64{"vllm/gpu0": 50, "side/gpu1": 60}},
-		{name: "a target no longer scraped is pruned", prune: []string{"exporter/dcgm/gpu/b"},
-			want: map[string]float64{"side/gpu1": 61}},
-		{name: "series are stale StaleAfter after the scrape that brought them", advance: 41 * time.Second,
-			want: map[string]float64{}},
+			want: served{"vllm/own": 1, "side/gpu1": 60}},
+		{name: "a target that hands over nothing holds nothing", writes: own(), want: served{"vllm/gpu0": 50, "side/gpu1": 60}},
+		{name: "a target no longer scraped is pruned", prune: []string{"exporter/dcgm/gpu/b"}, want: served{"side/gpu1": 61}},
+		{name: "series are stale StaleAfter after the scrape that brought them", advance: 41 * time.Second, want: served{}},
 	}
 	clk := clocktesting.NewFakeClock(at(0))
 	s := newTestStore(clk, "endpoints")

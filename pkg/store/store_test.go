@@ -21,19 +21,21 @@ func newTestStore(clk *clocktesting.FakeClock, srcs ...string) *Store {
 	return New(Config{Clock: clk, Sources: srcs, FirstWindowMax: 30 * time.Second, StaleAfter: 40 * time.Second})
 }
 
+// storeAt is a newTestStore whose clock reads at(d).
+func storeAt(d time.Duration, srcs ...string) (*clocktesting.FakeClock, *Store) {
+	clk := clocktesting.NewFakeClock(at(d))
+	return clk, newTestStore(clk, srcs...)
+}
+
 // podBatch is one node with one pod of one container, started 5 s before t0.
 func podBatch(node string, ts time.Duration, cpu uint64) *sources.Batch {
-	return &sources.Batch{
-		Nodes: []sources.NodePoint{{Name: node, Point: pt(ts, -time.Hour, 100e9+cpu, 1<<30)}},
-		Pods: []sources.PodPoint{{Namespace: "ns", Name: "p", UID: "u1", Node: node, Containers: []sources.ContainerPoint{
-			{Name: "c", Point: pt(ts, -5*time.Second, cpu, 1<<20)},
-		}}},
-	}
+	return &sources.Batch{Nodes: []sources.NodePoint{{Name: node, Point: pt(ts, -time.Hour, 100e9+cpu, 1<<30)}},
+		Pods: []sources.PodPoint{{Namespace: "ns", Name: "p", UID: "u1", Node: node,
+			Containers: []sources.ContainerPoint{{Name: "c", Point: pt(ts, -5*time.Second, cpu, 1<<20)}}}}}
 }
 
 func TestStorePodFirstScrape(t *testing.T) {
-	clk := clocktesting.NewFakeClock(at(10 * time.Second))
-	s := newTestStore(clk)
+	clk, s := storeAt(10 * time.Second)
 	s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now()) // 5 core-s over 10 s
 
 	got, _ := readPod(t, s, "first scrape")
@@ -67,8 +69,7 @@ func TestStorePodFirstScrape(t *testing.T) {
 // relies on: every write moves the generation, and a pod's usage is served
 // up to its FreshUntil and not a moment after.
 func TestGenerationAndFreshUntil(t *testing.T) {
-	clk := clocktesting.NewFakeClock(at(10 * time.Second))
-	s := newTestStore(clk, "kubelet", "ukpd")
+	clk, s := storeAt(10*time.Second, "kubelet", "ukpd")
 	gen := s.Generation()
 	moved := func(what string) {
 		t.Helper()
@@ -143,8 +144,7 @@ func TestStoreUnavailable(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			clk := clocktesting.NewFakeClock(at(10 * time.Second))
-			s := newTestStore(clk)
+			clk, s := storeAt(10 * time.Second)
 			for _, step := range tc.steps {
 				step(s, clk)
 			}
@@ -160,8 +160,7 @@ func TestStoreUnavailable(t *testing.T) {
 }
 
 func TestStoreSourceOrder(t *testing.T) {
-	clk := clocktesting.NewFakeClock(at(10 * time.Second))
-	s := newTestStore(clk, "ukpd", "kubelet")
+	clk, s := storeAt(10*time.Second, "ukpd", "kubelet")
 	s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now())
 	s.Store("ukpd", []string{"n1"}, podBatch("n1", 5*time.Second, 1e9), clk.Now())
 	if got := podCPU(t, s, "both sources"); got != 100_000_000 {
@@ -179,8 +178,7 @@ func TestStoreSourceOrder(t *testing.T) {
 // TestPodRef: a read given where the last read found the pod answers as a
 // read without it would, whatever the node's sources did since.
 func TestPodRef(t *testing.T) {
-	clk := clocktesting.NewFakeClock(at(10 * time.Second))
-	s := newTestStore(clk, "ukpd", "kubelet")
+	clk, s := storeAt(10*time.Second, "ukpd", "kubelet")
 	s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second, 5e9), clk.Now())
 	var ref PodRef
 	// read reads with the last read's ref, and wants wantCPU nanocores, or
@@ -239,8 +237,7 @@ func podCPU(t *testing.T, s *Store, what string) uint64 {
 // TestPruneOneSource: pruning a source's node keeps what another source
 // knows of it, and a node no source knows any more is forgotten.
 func TestPruneOneSource(t *testing.T) {
-	clk := clocktesting.NewFakeClock(at(10 * time.Second))
-	s := newTestStore(clk, "ukpd", "kubelet")
+	clk, s := storeAt(10*time.Second, "ukpd", "kubelet")
 	for _, step := range []time.Duration{0, 5 * time.Second} {
 		clk.Step(step)
 		s.Store("kubelet", []string{"n1"}, podBatch("n1", 5*time.Second+step, 5e9+uint64(step)), clk.Now())
@@ -271,8 +268,7 @@ func wantFresh(t *testing.T, what string, s *Store, data, usage bool) {
 }
 
 func TestStoreHasFreshData(t *testing.T) {
-	clk := clocktesting.NewFakeClock(at(0))
-	s := newTestStore(clk)
+	clk, s := storeAt(0)
 	wantFresh(t, "empty store", s, false, false)
 	s.Failed("kubelet", []string{"n1"}, errors.New("down"), clk.Now())
 	wantFresh(t, "only failures", s, false, false)
@@ -283,16 +279,11 @@ func TestStoreHasFreshData(t *testing.T) {
 }
 
 func TestHasFreshUsage(t *testing.T) {
-	clk := clocktesting.NewFakeClock(at(0))
-	s := newTestStore(clk)
+	clk, s := storeAt(0)
 	wantFresh(t, "empty store", s, false, false)
 	// Long-running node and container: one sample is no usage.
-	old := &sources.Batch{
-		Nodes: []sources.NodePoint{{Name: "n1", Point: pt(0, -time.Hour, 100e9, 1<<30)}},
-		Pods: []sources.PodPoint{{Namespace: "ns", Name: "p", UID: "u1", Node: "n1", Containers: []sources.ContainerPoint{
-			{Name: "c", Point: pt(0, -time.Hour, 5e9, 1<<20)},
-		}}},
-	}
+	old := podBatch("n1", 0, 5e9)
+	old.Nodes[0].Point.CPUCoreNanos, old.Pods[0].Containers[0].Point = 100e9, pt(0, -time.Hour, 5e9, 1<<20)
 	s.Store("kubelet", []string{"n1"}, old, clk.Now())
 	wantFresh(t, "after one sample", s, true, false)
 	clk.Step(10 * time.Second)
@@ -303,9 +294,8 @@ func TestHasFreshUsage(t *testing.T) {
 	wantFresh(t, "usage stale with its samples", s, false, false)
 	// A new container's first sample is usage at once.
 	s2 := newTestStore(clk)
-	fresh := &sources.Batch{Pods: []sources.PodPoint{{Namespace: "ns", Name: "q", Node: "n1", Containers: []sources.ContainerPoint{
-		{Name: "c", Point: pt(51*time.Second, 45*time.Second, 3e9, 1<<20)},
-	}}}}
+	fresh := &sources.Batch{Pods: []sources.PodPoint{{Namespace: "ns", Name: "q", Node: "n1",
+		Containers: []sources.ContainerPoint{{Name: "c", Point: pt(51*time.Second, 45*time.Second, 3e9, 1<<20)}}}}}
 	s2.Store("kubelet", []string{"n1"}, fresh, clk.Now())
 	wantFresh(t, "a new container's first sample", s2, true, true)
 }
@@ -314,8 +304,7 @@ func TestHasFreshUsage(t *testing.T) {
 // its earliest container's, as metrics-server serves them; they were the
 // latest timestamp and the longest window.
 func TestPodTimestampEarliest(t *testing.T) {
-	clk := clocktesting.NewFakeClock(at(20 * time.Second))
-	s := newTestStore(clk)
+	clk, s := storeAt(20 * time.Second)
 	batch := &sources.Batch{Pods: []sources.PodPoint{{Namespace: "ns", Name: "p", Node: "n1", Containers: []sources.ContainerPoint{
 		{Name: "late", Point: pt(12*time.Second, 0, 6e9, 1)},                // 12 s since start
 		{Name: "early", Point: pt(8*time.Second, 0, 4e9, 1)},                // 8 s since start
@@ -323,14 +312,7 @@ func TestPodTimestampEarliest(t *testing.T) {
 	}}}}
 	s.Store("kubelet", []string{"n1"}, batch, clk.Now())
 	got, _, why := s.Pod("ns", "p", "", "n1", PodRef{})
-	if why != nil {
-		t.Fatalf("Pod: %v", why)
-	}
-	type tw struct {
-		Timestamp time.Time
-		Window    time.Duration
-	}
-	if diff := cmp.Diff(tw{at(8 * time.Second), 8 * time.Second}, tw{got.Timestamp, got.Window}); diff != "" {
-		t.Errorf("pod timestamp and window (-want +got):\n%s", diff)
+	if why != nil || !got.Timestamp.Equal(at(8*time.Second)) || got.Window != 8*time.Second {
+		t.Errorf("Pod: %v at %v over %v, want the earliest container's %v over 8s", why, got.Timestamp, got.Window, at(8*time.Second))
 	}
 }

@@ -110,11 +110,10 @@ func (a *fakeAuthz) attributes() []authorizer.AttributesRecord {
 // env is a relay on loopback in front of a fake ukpd, with a second
 // listener that no request may reach.
 type env struct {
-	relay     *httptest.Server
-	ukpd      *recorder
-	elsewhere *recorder
-	authz     *fakeAuthz
-	tokenFile string
+	relay           *httptest.Server
+	ukpd, elsewhere *recorder
+	authz           *fakeAuthz
+	tokenFile       string
 }
 
 // newEnv starts an env whose ukpd answers with answer; cfg may change the
@@ -125,20 +124,12 @@ func newEnv(t *testing.T, answer func(e *env, w http.ResponseWriter, r *http.Req
 	writeFile(t, e.tokenFile, upstreamToken+"\n")
 	e.elsewhere = newRecorder(t, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "{}") })
 	e.ukpd = newRecorder(t, func(w http.ResponseWriter, r *http.Request) { answer(e, w, r) })
-	c := Config{
-		Upstream:      e.ukpd.srv.URL,
-		TokenFile:     e.tokenFile,
-		NodeName:      nodeName,
-		Authenticator: fakeAuthn(),
-		Authorizer:    e.authz,
-	}
+	c := Config{Upstream: e.ukpd.srv.URL, TokenFile: e.tokenFile, NodeName: nodeName, Authenticator: fakeAuthn(), Authorizer: e.authz}
 	if cfg != nil {
 		cfg(&c)
 	}
 	relay, err := New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	e.relay = httptest.NewServer(relay)
 	t.Cleanup(e.relay.Close)
 	return e
@@ -156,9 +147,7 @@ type answer struct {
 func (e *env) do(t *testing.T, method, path, token, accept string) answer {
 	t.Helper()
 	a, err := e.send(t.Context(), method, path, token, accept)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return a
 }
 
@@ -187,19 +176,19 @@ func (e *env) send(ctx context.Context, method, path, token, accept string) (ans
 func closedURL(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return "http://" + addr
+	must(t, err)
+	must(t, ln.Close())
+	return "http://" + ln.Addr().String()
 }
 
 func writeFile(t *testing.T, path, content string) {
 	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+	must(t, os.WriteFile(path, []byte(content), 0o600))
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
 		t.Fatal(err)
 	}
 }
@@ -237,9 +226,7 @@ func captureLogs(t *testing.T) *lockedBuffer {
 	klog.InitFlags(&fs)
 	buf := &lockedBuffer{}
 	for k, v := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "v": "2"} {
-		if err := fs.Set(k, v); err != nil {
-			t.Fatal(err)
-		}
+		must(t, fs.Set(k, v))
 	}
 	klog.SetOutput(buf)
 	t.Cleanup(func() {

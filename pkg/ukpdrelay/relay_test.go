@@ -1,7 +1,9 @@
 package ukpdrelay
 
 import (
+	"cmp"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -62,21 +64,16 @@ func TestRelay(t *testing.T) {
 	logs := captureLogs(t)
 	missingToken := filepath.Join(t.TempDir(), "missing")
 	tests := []struct {
-		name   string
-		method string // GET when empty
-		path   string
-		token  string
-		accept string
-		answer func(*env, http.ResponseWriter, *http.Request) // ukpdAnswer when nil
-		cfg    func(*Config)
-
-		wantCode int
+		name, path, token, accept string
+		method                    string                                         // GET when empty
+		answer                    func(*env, http.ResponseWriter, *http.Request) // ukpdAnswer when nil
+		cfg                       func(*Config)
+		wantCode                  int
 		// wantBody is the body relayed; wantMessage a part of the relay's
 		// own error message, when set.
-		wantBody        string
-		wantMessage     string
-		wantContentType []string
-		wantUpstream    []seen
+		wantBody, wantMessage string
+		wantContentType       []string
+		wantUpstream          []seen
 	}{
 		{name: "a page of the list is relayed with ukpd's token", path: "/v1/instances?count=100&from=" + instanceUUID, token: readerToken, accept: "application/json",
 			wantCode: 200, wantBody: listJSON, wantContentType: jsonType,
@@ -159,18 +156,13 @@ func TestRelay(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			answer := tc.answer
-			if answer == nil {
-				answer = ukpdAnswer
+			if tc.answer == nil {
+				tc.answer = ukpdAnswer
 			}
-			e := newEnv(t, answer, tc.cfg)
-			method := tc.method
-			if method == "" {
-				method = http.MethodGet
-			}
+			e := newEnv(t, tc.answer, tc.cfg)
 			label := pathLabel(strings.Split(tc.path, "?")[0])
 			before := counterValue(t, label, tc.wantCode)
-			got := e.do(t, method, tc.path, tc.token, tc.accept)
+			got := e.do(t, cmp.Or(tc.method, http.MethodGet), tc.path, tc.token, tc.accept)
 
 			if got.Code != tc.wantCode {
 				t.Errorf("status %d, want %d; body %q", got.Code, tc.wantCode, got.Body)
@@ -197,25 +189,15 @@ func TestRelay(t *testing.T) {
 
 			upstream, headers := e.ukpd.requests()
 			checkDiff(t, "requests to ukpd", tc.wantUpstream, upstream)
-			for _, h := range headers {
-				for k, vs := range h {
-					for _, v := range vs {
-						if strings.Contains(v, readerToken) || strings.Contains(v, strangerToken) || strings.Contains(v, "forged") {
-							t.Errorf("ukpd received the sender's credential in %s: %q", k, v)
-						}
-					}
-				}
+			h := fmt.Sprint(headers)
+			if strings.Contains(h, readerToken) || strings.Contains(h, strangerToken) || strings.Contains(h, "forged") {
+				t.Errorf("ukpd received the sender's credential: %s", h)
 			}
 			if elsewhere, _ := e.elsewhere.requests(); len(elsewhere) > 0 {
 				t.Errorf("the redirect's target received %v", elsewhere)
 			}
-			for k, vs := range got.Header {
-				if strings.Contains(strings.Join(vs, " "), upstreamToken) {
-					t.Errorf("ukpd's token in the answer's %s header", k)
-				}
-			}
-			if strings.Contains(got.Body, upstreamToken) {
-				t.Errorf("ukpd's token in the answer's body %q", got.Body)
+			if strings.Contains(fmt.Sprint(got.Header), upstreamToken) || strings.Contains(got.Body, upstreamToken) {
+				t.Errorf("ukpd's token in the answer: %v %q", got.Header, got.Body)
 			}
 		})
 	}
@@ -229,8 +211,6 @@ func TestRelay(t *testing.T) {
 func counterValue(t *testing.T, path string, code int) float64 {
 	t.Helper()
 	v, err := testutil.GetCounterMetricValue(requests.WithLabelValues(path, strconv.Itoa(code)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return v
 }
