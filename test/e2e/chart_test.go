@@ -47,14 +47,14 @@ func TestHelmChart(t *testing.T) {
 	must(t, env.CreateNamespace(ctx, client, ns))
 	// The kraftlet node first: it is tainted only after it is created, so
 	// pods pending then could land there.
-	uni, uniUsage := kraftletWorkload(ctx, t, c, ns)
+	uni, ukpd, uniUsage := kraftletWorkload(ctx, t, c, ns)
 	web := env.DeploymentSpec{Namespace: ns, Name: "web", Replicas: 2, CPURequest: "100m"}
 	webUsage := fakekubelet.Usage{CPUNanoCores: 200e6, MemoryBytes: 64 << 20}
 	fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: web.Selector()}, webUsage)
 	must(t, env.CreateDeployment(ctx, client, web))
 	webPods, err := env.WaitForRunningPods(ctx, client, ns, web.Selector(), int(web.Replicas))
 	must(t, err)
-	uniPods, err := env.WaitForRunningPods(ctx, client, ns, uni.spec.Selector(), int(uni.spec.Replicas))
+	uniPods, err := env.WaitForRunningPods(ctx, client, ns, uni.Selector(), int(uni.Replicas))
 	must(t, err)
 
 	ports, err := cluster.FreePorts(1)
@@ -67,11 +67,8 @@ func TestHelmChart(t *testing.T) {
 	_, err = h.Run(ctx, "install", chart.Name, dir, "--namespace", "kube-system", "--set", loopback)
 	must(t, err)
 	installed := releaseObjects(ctx, t, h)
-	cfg := env.ServerConfig{
-		BinDir: suite.binDir, KubeletCAFile: fleet.CAFile,
-		MetricResolution: suite.resolution, KubeletRequestTimeout: suite.timeout,
-		ProcessName: "gms-helm",
-	}
+	cfg := env.ServerConfig{BinDir: suite.binDir, KubeletCAFile: fleet.CAFile, MetricResolution: suite.resolution,
+		KubeletRequestTimeout: suite.timeout, ProcessName: "gms-helm"}
 	s, err := env.RunRelease(ctx, c, installed, port, cfg)
 	if s != nil {
 		t.Cleanup(func() { _ = s.Stop() })
@@ -88,19 +85,18 @@ func TestHelmChart(t *testing.T) {
 	// Upgrade: the ukpd source, with its token and CA from a Secret.
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "e2e-ukpd-credentials", Namespace: "kube-system"},
-		Data:       map[string][]byte{"token": readFile(t, uni.ukpd.TokenFile), "ca.crt": readFile(t, uni.ukpd.CAFile)},
+		Data:       map[string][]byte{"token": readFile(t, ukpd.TokenFile), "ca.crt": readFile(t, ukpd.CAFile)},
 	}
 	_, err = client.CoreV1().Secrets("kube-system").Create(ctx, secret, metav1.CreateOptions{})
 	must(t, err)
-	endpoints, err := json.Marshal([]string{uni.ukpd.URL})
-	must(t, err)
+	endpoints, _ := json.Marshal([]string{ukpd.URL})
 	if _, err := h.Run(ctx, "upgrade", chart.Name, dir, "--namespace", "kube-system", "--reuse-values",
 		"--set-json", `sources=["kubelet","ukpd"]`, "--set-json", "ukpd.endpoints="+string(endpoints),
 		"--set", "ukpd.existingSecret="+secret.Name+",ukpd.caKey=ca.crt"); err != nil {
 		t.Fatal(err)
 	}
 	upgraded := releaseObjects(ctx, t, h)
-	checkUpgraded(ctx, t, c, s, upgraded, uni.ukpd.URL)
+	checkUpgraded(ctx, t, c, s, upgraded, ukpd.URL)
 	if err := s.Stop(); err != nil {
 		t.Logf("stop the server before the upgrade: %v", err)
 	}
@@ -126,16 +122,10 @@ func TestHelmChart(t *testing.T) {
 	t.Logf("helm uninstall: nothing of the release left %v after it began", since(uninstalled))
 }
 
-// kraftletOf is a kraftlet node's workload and the fake ukpd behind it.
-type kraftletOf struct {
-	spec env.DeploymentSpec
-	ukpd *env.Ukpd
-}
-
 // kraftletWorkload starts a fake ukpd of the test's own, a kraftlet node
 // whose Running pods get instances there, and a Deployment of two pods on
 // it; it returns them with the row kubectl top must show for each pod.
-func kraftletWorkload(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string) (kraftletOf, topRow) {
+func kraftletWorkload(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string) (env.DeploymentSpec, *env.Ukpd, topRow) {
 	t.Helper()
 	u, err := env.StartUkpd(filepath.Join(t.TempDir(), "ukpd"))
 	must(t, err)
@@ -144,15 +134,13 @@ func kraftletWorkload(ctx context.Context, t *testing.T, c *cluster.Cluster, ns 
 	must(t, env.AddKraftletNode(ctx, c, node))
 	syncCtx, stop := context.WithCancel(ctx)
 	t.Cleanup(stop)
-	usage := env.UkpdUsage{CPU: "40m", Memory: "64Mi"}
-	_, err = env.SyncInstances(syncCtx, c.Client(), node, u.Control, usage)
+	_, err = env.SyncInstances(syncCtx, c.Client(), node, u.Control, env.UkpdUsage{CPU: "40m", Memory: "64Mi"})
 	must(t, err)
 	spec := env.DeploymentSpec{Namespace: ns, Name: "unikernel", Replicas: 2, CPURequest: "100m"}
 	must(t, env.CreateKraftletDeployment(ctx, c.Client(), spec))
-	return kraftletOf{spec: spec, ukpd: u}, topRow{milliCPU: 40, memory: "64Mi"}
+	return spec, u, topRow{milliCPU: 40, memory: "64Mi"}
 }
 
-// releaseObjects returns the objects of the installed release.
 func releaseObjects(ctx context.Context, t *testing.T, h chart.Helm) []*unstructured.Unstructured {
 	t.Helper()
 	out, err := h.Run(ctx, "get", "manifest", chart.Name, "--namespace", "kube-system")
@@ -187,8 +175,7 @@ func checkUpgraded(ctx context.Context, t *testing.T, c *cluster.Cluster, s *env
 	dyn, err := dynamic.NewForConfig(c.RESTConfig())
 	must(t, err)
 	for _, name := range s.APIServices {
-		obj := apiService(ctx, t, dyn, name)
-		if b, _, _ := unstructured.NestedString(obj.Object, "spec", "caBundle"); b == "" {
+		if b, _, _ := unstructured.NestedString(apiService(ctx, t, dyn, name).Object, "spec", "caBundle"); b == "" {
 			t.Errorf("helm upgrade dropped the caBundle of %s", name)
 		}
 	}
@@ -215,8 +202,7 @@ func checkUninstalled(ctx context.Context, t *testing.T, c *cluster.Cluster, obj
 			if err != nil {
 				return fmt.Errorf("%s: %w", chart.Key(o), err)
 			}
-			_, err = dyn.Resource(m.Resource).Namespace(o.GetNamespace()).Get(ctx, o.GetName(), metav1.GetOptions{})
-			if err == nil {
+			if _, err = dyn.Resource(m.Resource).Namespace(o.GetNamespace()).Get(ctx, o.GetName(), metav1.GetOptions{}); err == nil {
 				left = append(left, chart.Key(o))
 			} else if !apierrors.IsNotFound(err) {
 				return err
@@ -248,8 +234,7 @@ func (want topWant) check(got map[string][]string) error {
 	for name, row := range got {
 		if _, ok := want[name]; !ok {
 			diffs = append(diffs, "unexpected pod "+name)
-		}
-		if len(row) < 3 {
+		} else if len(row) < 3 {
 			diffs = append(diffs, "short row for "+name)
 		}
 	}

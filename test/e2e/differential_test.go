@@ -72,17 +72,17 @@ func TestMatchesMetricsServer(t *testing.T) {
 	var report string
 	must(t, poll(ctx, "both servers to agree", func(ctx context.Context) error {
 		a, err := snapshot(ctx, gms)
+		if err == nil {
+			err = a.settledSince(settled)
+		}
 		if err != nil {
 			return fmt.Errorf("group-metrics-server: %w", err)
 		}
 		b, err := snapshot(ctx, ref)
+		if err == nil {
+			err = b.settledSince(settled)
+		}
 		if err != nil {
-			return fmt.Errorf("metrics-server: %w", err)
-		}
-		if err := a.settledSince(settled); err != nil {
-			return fmt.Errorf("group-metrics-server: %w", err)
-		}
-		if err := b.settledSince(settled); err != nil {
 			return fmt.Errorf("metrics-server: %w", err)
 		}
 		report, err = comparison{a: "group-metrics-server", b: "metrics-server"}.compare(a, b)
@@ -119,12 +119,8 @@ func snapshot(ctx context.Context, c metricsclient.Interface) (metricsSnapshot, 
 		return nil, err
 	}
 	for _, n := range nodes.Items {
-		out["node/"+n.Name] = usage{
-			cpuNano: n.Usage.Cpu().ScaledValue(-9),
-			memory:  n.Usage.Memory().Value(),
-			start:   n.Timestamp.Add(-n.Window.Duration),
-			end:     n.Timestamp.Time,
-		}
+		out["node/"+n.Name] = usage{cpuNano: n.Usage.Cpu().ScaledValue(-9), memory: n.Usage.Memory().Value(),
+			start: n.Timestamp.Add(-n.Window.Duration), end: n.Timestamp.Time}
 	}
 	return out, nil
 }
@@ -138,7 +134,6 @@ func podUsage(p metricsv1beta1.PodMetrics) usage {
 	return u
 }
 
-// only returns the entries of s whose key keep accepts.
 func (s metricsSnapshot) only(keep func(key string) bool) metricsSnapshot {
 	out := metricsSnapshot{}
 	for k, u := range s {
@@ -163,13 +158,13 @@ func (s metricsSnapshot) settledSince(t time.Time) error {
 	return nil
 }
 
-// comparison compares two snapshots: the same pods and nodes, memory
-// exactly and CPU within cpuTolerance.
+// comparison compares two snapshots, whose names are a and b: the same pods
+// and nodes, memory exactly and CPU within cpuTolerance. podsOnly leaves
+// node values out of it (a node must still be on both sides): nodes sum
+// every pod on them, including other tests' pods that may still be going
+// away.
 type comparison struct {
-	a, b string // the two sides' names, for the report
-	// podsOnly leaves node values out of it (a node must still be on both
-	// sides): nodes sum every pod on them, including other tests' pods that
-	// may still be going away.
+	a, b     string
 	podsOnly bool
 }
 

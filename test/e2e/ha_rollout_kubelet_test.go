@@ -42,17 +42,16 @@ type rolloutKubelet struct {
 	args   []string // the server's command line but --secure-port
 	nodes  map[string]bool
 
-	mu    sync.Mutex
-	pods  map[string]*podProcess // by pod name
-	ready []string               // backends, 127.0.0.1:<port>
-	next  int
-	// Counts for the test's log.
-	started, stopped int
+	mu               sync.Mutex
+	pods             map[string]*podProcess // by pod name
+	ready            []string               // the Ready pods' addresses, the proxy's backends
+	next             int
+	started, stopped int // for the test's log
 }
 
 type podProcess struct {
 	proc  *cluster.Process
-	addr  string
+	addr  string // 127.0.0.1:<port>
 	ready bool
 }
 
@@ -71,10 +70,7 @@ func (k *rolloutKubelet) run(ctx context.Context, errs chan<- error) {
 
 func (k *rolloutKubelet) sync(ctx context.Context) error {
 	pods, err := k.client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + serverDeployment})
-	if err != nil {
-		return err
-	}
-	for i := range pods.Items {
+	for i := 0; err == nil && i < len(pods.Items); i++ {
 		p := &pods.Items[i]
 		if !k.nodes[p.Spec.NodeName] {
 			continue
@@ -84,20 +80,14 @@ func (k *rolloutKubelet) sync(ctx context.Context) error {
 		k.mu.Unlock()
 		switch {
 		case p.DeletionTimestamp != nil:
-			if err := k.remove(ctx, p, pp); err != nil {
-				return err
-			}
+			err = k.remove(ctx, p, pp)
 		case pp == nil:
-			if err := k.start(p); err != nil {
-				return err
-			}
+			err = k.start(p)
 		case !pp.ready:
-			if err := k.markIfReady(ctx, p, pp); err != nil {
-				return err
-			}
+			err = k.markIfReady(ctx, p, pp)
 		}
 	}
-	return nil
+	return err
 }
 
 func (k *rolloutKubelet) start(p *corev1.Pod) error {
@@ -105,7 +95,7 @@ func (k *rolloutKubelet) start(p *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
-	args := append(append([]string{}, k.args...), "--secure-port="+strconv.Itoa(ports[0]))
+	args := append(slices.Clone(k.args), "--secure-port="+strconv.Itoa(ports[0]))
 	proc, err := k.c.StartProcess("rollout-"+p.Name, filepath.Join(k.binDir, env.ServerBinary), args...)
 	if err != nil {
 		return err
@@ -142,13 +132,11 @@ func (k *rolloutKubelet) markIfReady(ctx context.Context, p *corev1.Pod, pp *pod
 	}
 	now := metav1.Now()
 	p = p.DeepCopy()
-	p.Status.Phase = corev1.PodRunning
-	p.Status.StartTime = &now
-	p.Status.Conditions = nil
+	p.Status.Phase, p.Status.StartTime = corev1.PodRunning, &now
+	p.Status.Conditions, p.Status.ContainerStatuses = nil, nil
 	for _, c := range []corev1.PodConditionType{corev1.PodScheduled, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady} {
 		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: c, Status: corev1.ConditionTrue, LastTransitionTime: now})
 	}
-	p.Status.ContainerStatuses = nil
 	for _, c := range p.Spec.Containers {
 		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
 			Name: c.Name, Image: c.Image, Ready: true, Started: ptr.To(true),
@@ -234,7 +222,6 @@ func (k *rolloutKubelet) splice(conn net.Conn) {
 	<-done
 }
 
-// stopAll stops every process left, at the end of the test.
 func (k *rolloutKubelet) stopAll() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -247,14 +234,17 @@ func (k *rolloutKubelet) stopAll() {
 // annotation): rolloutKubelet runs its pods. The taint keeps other tests'
 // pods off it.
 func rolloutNode(name string) *corev1.Node {
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110"),
+	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 			"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", rolloutLabel: "true",
 		}},
 		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: rolloutLabel, Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
 		Status: corev1.NodeStatus{
-			Capacity:    corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")},
-			Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")},
+			Capacity:    capacity,
+			Allocatable: capacity,
 			Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
 		},
 	}

@@ -5,7 +5,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -33,6 +35,7 @@ func TestHighAvailabilityRollout(t *testing.T) {
 	seed := deployOwnServer(ctx, t, "rollout-seed", nil, dir)
 
 	var nodeNames []string
+	k := &rolloutKubelet{client: client, c: suite.cluster, binDir: suite.binDir, args: seed.Args, nodes: map[string]bool{}, pods: map[string]*podProcess{}}
 	for i := range 2 {
 		n, err := client.CoreV1().Nodes().Create(ctx, rolloutNode(fmt.Sprintf("rollout-%d", i)), metav1.CreateOptions{})
 		must(t, err)
@@ -40,10 +43,7 @@ func TestHighAvailabilityRollout(t *testing.T) {
 		_, err = client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		must(t, err)
 		nodeNames = append(nodeNames, n.Name)
-	}
-	k := &rolloutKubelet{client: client, c: suite.cluster, binDir: suite.binDir, args: seed.Args, nodes: map[string]bool{}, pods: map[string]*podProcess{}}
-	for _, n := range nodeNames {
-		k.nodes[n] = true
+		k.nodes[n.Name] = true
 	}
 	kctx, stopKubelet := context.WithCancel(ctx)
 	kerrs := make(chan error, 1)
@@ -55,9 +55,7 @@ func TestHighAvailabilityRollout(t *testing.T) {
 	// label and taint).
 	deploy := manifestDeployment(ctx, t, dir)
 	spec := &deploy.Spec.Template.Spec
-	if spec.NodeSelector == nil {
-		spec.NodeSelector = map[string]string{}
-	}
+	spec.NodeSelector = maps.Collect(maps.All(spec.NodeSelector)) // never nil
 	spec.NodeSelector[rolloutLabel] = "true"
 	spec.Tolerations = append(spec.Tolerations, corev1.Toleration{Key: rolloutLabel, Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule})
 	_, err := client.AppsV1().Deployments("kube-system").Create(ctx, deploy, metav1.CreateOptions{})
@@ -73,10 +71,8 @@ func TestHighAvailabilityRollout(t *testing.T) {
 	agg := aggregatorEndpoint(t, suite.cluster)
 	must(t, cluster.Poll(ctx, "a list through the aggregator", nil, func(ctx context.Context) error {
 		r := runLoad(ctx, []endpoint{agg}, []shape{listAllPods()}, 1, time.Second)
-		for _, x := range r {
-			if !x.failed() {
-				return nil
-			}
+		if slices.ContainsFunc(r, func(x result) bool { return !x.failed() }) {
+			return nil
 		}
 		return fmt.Errorf("no list succeeded (%d tried)", len(r))
 	}))
@@ -100,14 +96,12 @@ func TestHighAvailabilityRollout(t *testing.T) {
 
 	var failed, told []string
 	for _, r := range results {
-		if !r.failed() {
-			continue
-		}
-		if r.retryAfter != "" {
+		switch {
+		case r.failed() && r.retryAfter != "":
 			told = append(told, r.String())
-			continue
+		case r.failed():
+			failed = append(failed, r.String())
 		}
-		failed = append(failed, r.String())
 	}
 	k.mu.Lock()
 	started, stopped := k.started, k.stopped
@@ -161,11 +155,9 @@ func cleanupRollout(t *testing.T, k *rolloutKubelet, stop context.CancelFunc, wg
 	wg.Wait()
 	k.stopAll()
 	pods, err := client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + serverDeployment})
-	if err == nil {
-		for _, p := range pods.Items {
-			if k.nodes[p.Spec.NodeName] {
-				_ = client.CoreV1().Pods("kube-system").Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-			}
+	for i := 0; err == nil && i < len(pods.Items); i++ {
+		if p := pods.Items[i]; k.nodes[p.Spec.NodeName] {
+			_ = client.CoreV1().Pods("kube-system").Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 		}
 	}
 	for _, n := range nodes {

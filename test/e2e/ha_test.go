@@ -14,8 +14,8 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
 	"k8s.io/utils/ptr"
@@ -84,26 +84,23 @@ func manifestDeployment(ctx context.Context, t *testing.T, dir string) *appsv1.D
 	t.Helper()
 	objs, err := env.Render(ctx, suite.cluster, dir)
 	must(t, err)
-	for _, o := range objs {
-		if o.GetKind() == "Deployment" && o.GetName() == serverDeployment {
-			d := &appsv1.Deployment{}
-			must(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d))
-			return d
-		}
+	i := slices.IndexFunc(objs, func(o *unstructured.Unstructured) bool {
+		return o.GetKind() == "Deployment" && o.GetName() == serverDeployment
+	})
+	if i < 0 {
+		t.Fatalf("%s renders no Deployment %s", dir, serverDeployment)
 	}
-	t.Fatalf("%s renders no Deployment %s", dir, serverDeployment)
-	return nil
+	d := &appsv1.Deployment{}
+	must(t, runtime.DefaultUnstructuredConverter.FromUnstructured(objs[i].Object, d))
+	return d
 }
 
 // deletePDBAtEnd deletes, when the test ends, the PodDisruptionBudget
 // manifests/high-availability adds, which the suite's server does not have.
 func deletePDBAtEnd(t *testing.T) {
 	cleanup(t, "delete the PodDisruptionBudget", func(ctx context.Context) error {
-		err := suite.cluster.Client().PolicyV1().PodDisruptionBudgets("kube-system").Delete(ctx, "group-metrics-server", metav1.DeleteOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return err
+		pdbs := suite.cluster.Client().PolicyV1().PodDisruptionBudgets("kube-system")
+		return ignoreNotFound(pdbs.Delete(ctx, "group-metrics-server", metav1.DeleteOptions{}))
 	})
 }
 
@@ -112,10 +109,9 @@ func deletePDBAtEnd(t *testing.T) {
 func connectReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*cluster.Process) map[*cluster.Process]endpoint {
 	t.Helper()
 	var pinned map[*cluster.Process]endpoint
-	must(t, cluster.Poll(ctx, "a connection to every replica", procs, func(ctx context.Context) error {
-		var err error
-		// Each connection reaches one of the replicas listening, so 32
-		// connections miss one of two with probability 2^-31.
+	// Each connection reaches one of the replicas listening, so 32
+	// connections miss one of two with probability 2^-31.
+	must(t, cluster.Poll(ctx, "a connection to every replica", procs, func(ctx context.Context) (err error) {
 		pinned, err = pinnedEndpoints(ctx, s, procs, 32)
 		return err
 	}))
@@ -141,49 +137,39 @@ func connectReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*
 // its reading goroutine runs, which on a loaded machine can take a moment.
 const stopMargin = time.Second
 
-// metricsRequests sums the metrics.k8s.io requests a replica has counted (0
-// before the first).
-func metricsRequests(ctx context.Context, c endpoint) (float64, error) {
-	body, err := selfMetrics(ctx, c)
-	if err != nil {
-		return 0, err
-	}
-	n, _, err := promtext.Value(body, "apiserver_request_total", `group="metrics.k8s.io"`)
-	return n, err
-}
-
 // stopDuringLoad lists through the aggregator from haClients clients for
 // haLoadDuration and, once every client has had ten answers, sends sig to
 // the replica that served most of those requests, and returns it once it
-// has exited. Only
-// requests that meet the replica while it goes away may fail: those in
-// flight on it, and connections the aggregator opens to its listener before
-// the kernel has closed it. Any request sent more than stopMargin after the
-// process was reaped must succeed.
+// has exited. Only requests that meet the replica while it goes away may
+// fail: those in flight on it, and connections the aggregator opens to its
+// listener before the kernel has closed it. Any request sent more than
+// stopMargin after the process was reaped must succeed.
 func stopDuringLoad(ctx context.Context, t *testing.T, procs []*cluster.Process, pinned map[*cluster.Process]endpoint, shapes []shape, sig syscall.Signal) *cluster.Process {
 	t.Helper()
+	// The metrics.k8s.io requests each replica has counted (0 before the
+	// first).
 	counts := func() map[*cluster.Process]float64 {
 		out := map[*cluster.Process]float64{}
 		for _, p := range procs {
-			n, err := metricsRequests(ctx, pinned[p])
+			body, err := selfMetrics(ctx, pinned[p])
+			if err == nil {
+				out[p], _, err = promtext.Value(body, "apiserver_request_total", `group="metrics.k8s.io"`)
+			}
 			if err != nil {
 				t.Fatalf("%s: %v", p.Name(), err)
 			}
-			out[p] = n
 		}
 		return out
 	}
 	before := counts()
 	agg := aggregatorEndpoint(t, suite.cluster)
 	var (
-		wg      sync.WaitGroup
-		results []result
+		wg       sync.WaitGroup
+		results  []result
+		answered atomic.Int64
 	)
 	began := time.Now()
-	var answered atomic.Int64
-	wg.Go(func() {
-		results = runLoadCounting(ctx, []endpoint{agg}, shapes, haClients, haLoadDuration, &answered)
-	})
+	wg.Go(func() { results = runLoadCounting(ctx, []endpoint{agg}, shapes, haClients, haLoadDuration, &answered) })
 	// The victim is the replica that served most once every client has had
 	// ten answers; the rest of the run comes after the signal.
 	must(t, waitAnswered(ctx, &answered, 10*haClients, haLoadDuration/3))
@@ -199,13 +185,12 @@ func stopDuringLoad(ctx context.Context, t *testing.T, procs []*cluster.Process,
 	}
 	killedAt := time.Now()
 	must(t, syscall.Kill(victim.Pid(), sig))
-	var reaped time.Time
 	select {
 	case <-victim.Done():
-		reaped = time.Now()
 	case <-time.After(exitBound()):
 		t.Fatalf("%s still running %v after %v", victim.Name(), exitBound(), sig)
 	}
+	reaped := time.Now()
 	wg.Wait()
 	elapsed := time.Since(began)
 
@@ -279,10 +264,10 @@ func compareReplicas(ctx context.Context, t *testing.T, s *env.Server, procs []*
 		for i, p := range procs {
 			c := pinned[p]
 			mc, err := metricsclient.NewForConfigAndClient(s.RESTConfig(), c.client)
-			if err != nil {
-				return err
+			var snap metricsSnapshot
+			if err == nil {
+				snap, err = snapshot(ctx, mc)
 			}
-			snap, err := snapshot(ctx, mc)
 			if err != nil {
 				return fmt.Errorf("%s: %w", p.Name(), err)
 			}

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -94,8 +92,7 @@ func TestAggregatedAPIService(t *testing.T) {
 	if err := ms.Stop(); err != nil {
 		t.Errorf("stop metrics-server: %v", err)
 	}
-	if conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second); err == nil {
-		_ = conn.Close()
+	if dialLoopback(port) == nil {
 		t.Errorf("metrics-server's port %d still accepts connections after Stop", port)
 	}
 
@@ -111,11 +108,19 @@ func TestAggregatedAPIService(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	list, err := c.Client().Discovery().ServerResourcesForGroupVersion("metrics.k8s.io/v1beta1")
-	must(t, err)
-	if list.GroupVersion != "metrics.k8s.io/v1beta1" || len(list.APIResources) == 0 {
-		t.Errorf("discovery through the aggregator = %+v", list)
+	if err := discoverMetrics(c.Client().Discovery()); err != nil {
+		t.Errorf("discovery through the aggregator: %v", err)
 	}
+}
+
+// discoverMetrics checks that dc lists the resources of
+// metrics.k8s.io/v1beta1.
+func discoverMetrics(dc discovery.DiscoveryInterface) error {
+	list, err := dc.ServerResourcesForGroupVersion("metrics.k8s.io/v1beta1")
+	if err == nil && (list.GroupVersion != "metrics.k8s.io/v1beta1" || len(list.APIResources) == 0) {
+		err = fmt.Errorf("discovery = %+v", list)
+	}
+	return err
 }
 
 // checkDirectDiscovery waits until metrics-server, asked as the cluster
@@ -126,21 +131,11 @@ func checkDirectDiscovery(ctx context.Context, t *testing.T, port int, serviceHo
 	t.Helper()
 	cfg := suite.cluster.RESTConfig()
 	cfg.Host = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	cfg.CAFile, cfg.CAData = "", suite.cluster.CACertPEM()
-	cfg.ServerName = serviceHost
-	cfg.Timeout = 10 * time.Second
+	cfg.CAFile, cfg.CAData, cfg.ServerName, cfg.Timeout = "", suite.cluster.CACertPEM(), serviceHost, 10*time.Second
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	must(t, err)
-	must(t, cluster.Poll(ctx, "metrics-server to serve metrics.k8s.io/v1beta1", watch, func(context.Context) error {
-		list, err := dc.ServerResourcesForGroupVersion("metrics.k8s.io/v1beta1")
-		if err != nil {
-			return err
-		}
-		if list.GroupVersion != "metrics.k8s.io/v1beta1" || len(list.APIResources) == 0 {
-			return fmt.Errorf("discovery = %+v", list)
-		}
-		return nil
-	}))
+	must(t, cluster.Poll(ctx, "metrics-server to serve metrics.k8s.io/v1beta1", watch,
+		func(context.Context) error { return discoverMetrics(dc) }))
 }
 
 // aggregationObjects are metrics-server's ServiceAccount in namespace %[1]s
@@ -216,18 +211,14 @@ func deleteAggregatedAPIService(ctx context.Context, t *testing.T) {
 	if err := suite.cluster.APIServices().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete APIService %s: %v", name, err)
 	}
-	if err := poll(ctx, "APIService "+name+" to be gone", func(ctx context.Context) error {
+	if err := waitGone(ctx, "APIService "+name, func(ctx context.Context) error {
 		_, err := suite.cluster.APIServices().Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return errors.Join(err, fmt.Errorf("APIService %s still exists", name))
+		return err
 	}); err != nil {
 		t.Error(err)
 	}
 }
 
-// availableCondition returns the APIService's Available condition.
 func availableCondition(ctx context.Context, name string) (*metav1.Condition, error) {
 	obj, err := suite.cluster.APIServices().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -240,11 +231,10 @@ func availableCondition(ctx context.Context, name string) (*metav1.Condition, er
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &status); err != nil {
 		return nil, fmt.Errorf("read APIService %s conditions: %w", name, err)
 	}
-	cond := meta.FindStatusCondition(status.Conditions, "Available")
-	if cond == nil {
-		return nil, fmt.Errorf("APIService %s has no Available condition yet", name)
+	if cond := meta.FindStatusCondition(status.Conditions, "Available"); cond != nil {
+		return cond, nil
 	}
-	return cond, nil
+	return nil, fmt.Errorf("APIService %s has no Available condition yet", name)
 }
 
 // suiteAPIServiceSpecs returns the spec of each of the suite's server's

@@ -31,8 +31,8 @@ const (
 	sampleBound = 2 * time.Minute
 )
 
-// TestLeaderWorkerSetController checks the LeaderWorkerSet controller the LWS tests
-// share (installed once, by the first test that needs it).
+// TestLeaderWorkerSetController checks the LeaderWorkerSet controller the
+// LWS tests share (installed once, by the first test that needs it).
 func TestLeaderWorkerSetController(t *testing.T) {
 	ctx := begin(t, 5*time.Minute)
 	e := newLWSEnv(ctx, t)
@@ -45,9 +45,8 @@ func TestLeaderWorkerSetController(t *testing.T) {
 	if _, err := e.dyn.Resource(lws.GroupVersionResource).Namespace(sampleNamespace).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create LeaderWorkerSet: %v", err)
 	}
-	pods := waitSampleGroups(ctx, t, e, 2)
+	checkSampleGroups(t, waitSampleGroups(ctx, t, e, 2), 2, leaderAnnotations)
 	t.Logf("2 groups of %d pods Running %v after creating the LeaderWorkerSet", sampleGroupSize, since(began))
-	checkSampleGroups(t, pods, 2, leaderAnnotations)
 
 	scale := waitSampleScale(ctx, t, e, 2)
 	wantSelector := lws.NameLabel + "=" + sampleLWS + "," + lws.WorkerIndexLabel + "=0"
@@ -61,11 +60,9 @@ func TestLeaderWorkerSetController(t *testing.T) {
 	if _, _, err := suite.cluster.Kubectl(ctx, "scale", "-n", sampleNamespace, "lws/"+sampleLWS, "--replicas=3"); err != nil {
 		t.Fatal(err)
 	}
-	pods = waitSampleGroups(ctx, t, e, 3)
+	checkSampleGroups(t, waitSampleGroups(ctx, t, e, 3), 3, leaderAnnotations)
 	t.Logf("scale to 3: the third group's %d pods Running %v after kubectl scale", sampleGroupSize, since(began))
-	checkSampleGroups(t, pods, 3, leaderAnnotations)
-	scale = waitSampleScale(ctx, t, e, 3)
-	if scale.Spec.Replicas != 3 {
+	if scale = waitSampleScale(ctx, t, e, 3); scale.Spec.Replicas != 3 {
 		t.Errorf("scale spec.replicas = %d after scaling, want 3", scale.Spec.Replicas)
 	}
 }
@@ -81,15 +78,12 @@ func waitSampleGroups(ctx context.Context, t *testing.T, e *lwsEnv, groups int) 
 		if err != nil {
 			return err
 		}
-		running := 0
-		for _, p := range list.Items {
-			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-				running++
-			}
-		}
 		pods = list.Items
-		if len(list.Items) != want || running != want {
-			return fmt.Errorf("%d pods, %d Running", len(list.Items), running)
+		running := len(slices.DeleteFunc(slices.Clone(pods), func(p corev1.Pod) bool {
+			return p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil
+		}))
+		if len(pods) != want || running != want {
+			return fmt.Errorf("%d pods, %d Running", len(pods), running)
 		}
 		return nil
 	}))
@@ -124,11 +118,10 @@ func checkSampleGroups(t *testing.T, pods []corev1.Pod, groups int, leaderAnnota
 		}
 		keys[gi][key] = true
 		names[gi] = append(names[gi], p.Name)
-		isLeader := wi == "0"
 		for k, v := range leaderAnnotations {
-			if got, ok := p.Annotations[k]; isLeader && got != v {
+			if got, ok := p.Annotations[k]; wi == "0" && got != v {
 				t.Errorf("leader %s: annotation %s=%q, want %q", p.Name, k, got, v)
-			} else if !isLeader && ok {
+			} else if wi != "0" && ok {
 				t.Errorf("worker %s has the leader annotation %s", p.Name, k)
 			}
 		}
@@ -159,16 +152,13 @@ func checkSampleGroups(t *testing.T, pods []corev1.Pod, groups int, leaderAnnota
 func waitSampleScale(ctx context.Context, t *testing.T, e *lwsEnv, replicas int32) *autoscalingv1.Scale {
 	t.Helper()
 	var scale *autoscalingv1.Scale
-	must(t, e.poll(ctx, sampleBound, fmt.Sprintf("the scale subresource to report %d replicas", replicas), func(ctx context.Context) error {
-		s, err := lws.GetScale(ctx, e.dyn, sampleNamespace, sampleLWS)
-		if err != nil {
-			return err
+	what := fmt.Sprintf("the scale subresource to report %d replicas", replicas)
+	must(t, e.poll(ctx, sampleBound, what, func(ctx context.Context) (err error) {
+		scale, err = lws.GetScale(ctx, e.dyn, sampleNamespace, sampleLWS)
+		if err == nil && (scale.Spec.Replicas != replicas || scale.Status.Replicas != replicas || scale.Status.Selector == "") {
+			err = fmt.Errorf("spec.replicas %d, status.replicas %d, selector %q", scale.Spec.Replicas, scale.Status.Replicas, scale.Status.Selector)
 		}
-		scale = s
-		if s.Spec.Replicas != replicas || s.Status.Replicas != replicas || s.Status.Selector == "" {
-			return fmt.Errorf("spec.replicas %d, status.replicas %d, selector %q", s.Spec.Replicas, s.Status.Replicas, s.Status.Selector)
-		}
-		return nil
+		return err
 	}))
 	return scale
 }

@@ -18,14 +18,13 @@ import (
 	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
 
 const (
@@ -33,6 +32,8 @@ const (
 	// smokeTaint keeps every pod but this test's off the smoke node:
 	// CreateDeployment's pods select every kwok node.
 	smokeTaint = "e2e-smoke"
+	// defaultKubeVersion is the release hack/tools.sh builds into bin/.
+	defaultKubeVersion = "v1.37.2"
 )
 
 // TestClusterSmoke checks the control plane the suite runs on; the node it
@@ -44,12 +45,9 @@ func TestClusterSmoke(t *testing.T) {
 	// Setup's cluster.Start returned only once every component answered
 	// its health check; cheaply, each still listens.
 	for name, port := range suite.cluster.Ports() {
-		conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
-		if err != nil {
+		if err := dialLoopback(port); err != nil {
 			t.Errorf("%s port %d: %v", name, port, err)
-			continue
 		}
-		_ = conn.Close()
 	}
 	checkVersions(ctx, t)
 
@@ -73,8 +71,16 @@ func TestClusterSmoke(t *testing.T) {
 	checkWorkloads(ctx, t, client, ns)
 }
 
+func dialLoopback(port int) error {
+	conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
+	if err == nil {
+		_ = conn.Close()
+	}
+	return err
+}
+
 // checkVersions checks that kubectl and kube-apiserver both report the
-// release the suite runs on (TestControlPlaneRelease and TestClusterSmoke).
+// release the suite runs on.
 func checkVersions(ctx context.Context, t *testing.T) {
 	t.Helper()
 	want := cmp.Or(suite.kubeVersion, defaultKubeVersion)
@@ -88,8 +94,7 @@ func checkVersions(ctx context.Context, t *testing.T) {
 		t.Fatalf("parse kubectl version output %q: %v", out, err)
 	}
 	if v.ClientVersion.GitVersion != want || v.ServerVersion.GitVersion != want {
-		t.Errorf("kubectl version: client %q, server %q; want %s for both",
-			v.ClientVersion.GitVersion, v.ServerVersion.GitVersion, want)
+		t.Errorf("kubectl version: client %q, server %q; want %s for both", v.ClientVersion.GitVersion, v.ServerVersion.GitVersion, want)
 	}
 }
 
@@ -114,44 +119,26 @@ func checkNodeEndpoint(ctx context.Context, t *testing.T, client kubernetes.Inte
 }
 
 // checkWorkloads runs a pod bound to the smoke node and a Deployment of two
-// replicas scheduled onto it, and checks that all three run there.
+// replicas scheduled onto it (by its label, tolerating its taint), and
+// checks that all three run there.
 func checkWorkloads(ctx context.Context, t *testing.T, client kubernetes.Interface, ns string) {
 	t.Helper()
 	bound := kwokPod(ns, "bound", smokeNode, map[string]string{"app": "bound"}, corev1.Container{Name: "c", Image: "fake"})
 	_, err := client.CoreV1().Pods(ns).Create(ctx, bound, metav1.CreateOptions{})
 	must(t, err)
-	labels := map[string]string{"app": "smoke"}
-	deploy := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "smoke"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](2),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					NodeSelector:                  map[string]string{"pool": "smoke"},
-					Tolerations:                   []corev1.Toleration{{Key: smokeTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
-					TerminationGracePeriodSeconds: ptr.To[int64](0),
-					Containers:                    []corev1.Container{{Name: "c", Image: "fake"}},
-				},
-			},
-		},
-	}
-	_, err = client.AppsV1().Deployments(ns).Create(ctx, deploy, metav1.CreateOptions{})
-	must(t, err)
-
+	spec := env.DeploymentSpec{Namespace: ns, Name: "smoke", Replicas: 2, Containers: []string{"c"}, Image: "fake",
+		NodeSelector: map[string]string{"pool": "smoke"},
+		Toleration:   &corev1.Toleration{Key: smokeTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	must(t, env.CreateDeployment(ctx, client, spec))
 	must(t, poll(ctx, "pod bound to be Running", func(ctx context.Context) error {
 		return podRunningOn(ctx, client, ns, "bound", smokeNode)
 	}))
 	must(t, poll(ctx, "deployment smoke to have 2 ready replicas", func(ctx context.Context) error {
 		d, err := client.AppsV1().Deployments(ns).Get(ctx, "smoke", metav1.GetOptions{})
-		if err != nil {
-			return err
+		if err == nil && d.Status.ReadyReplicas != 2 {
+			err = fmt.Errorf("%d ready replicas", d.Status.ReadyReplicas)
 		}
-		if d.Status.ReadyReplicas != 2 {
-			return fmt.Errorf("%d ready replicas", d.Status.ReadyReplicas)
-		}
-		return nil
+		return err
 	}))
 	pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=smoke"})
 	must(t, err)
@@ -167,16 +154,14 @@ func checkWorkloads(ctx context.Context, t *testing.T, client kubernetes.Interfa
 
 func podRunningOn(ctx context.Context, client kubernetes.Interface, ns, name, nodeName string) error {
 	p, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
+	switch {
+	case err != nil:
 		return err
-	}
-	if p.Spec.NodeName != nodeName {
+	case p.Spec.NodeName != nodeName:
 		return fmt.Errorf("pod %s is on node %q, want %q", name, p.Spec.NodeName, nodeName)
-	}
-	if p.Status.Phase != corev1.PodRunning {
+	case p.Status.Phase != corev1.PodRunning:
 		return fmt.Errorf("pod %s is %s", name, p.Status.Phase)
-	}
-	if p.Status.PodIP == "" || p.Status.HostIP != "127.0.0.1" {
+	case p.Status.PodIP == "" || p.Status.HostIP != "127.0.0.1":
 		return fmt.Errorf("pod %s has pod IP %q and host IP %q", name, p.Status.PodIP, p.Status.HostIP)
 	}
 	return nil
@@ -191,13 +176,10 @@ func removeNode(t *testing.T, name string) {
 	client := suite.cluster.Client()
 	if err := poll(ctx, "the pods on node "+name+" to be gone", func(ctx context.Context) error {
 		pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
-		if err != nil {
-			return err
+		if err == nil && len(pods.Items) > 0 {
+			err = fmt.Errorf("%d pods, %s/%s first", len(pods.Items), pods.Items[0].Namespace, pods.Items[0].Name)
 		}
-		if n := len(pods.Items); n > 0 {
-			return fmt.Errorf("%d pods, %s/%s first", n, pods.Items[0].Namespace, pods.Items[0].Name)
-		}
-		return nil
+		return err
 	}); err != nil {
 		t.Error(err)
 	}
@@ -209,15 +191,22 @@ func removeNode(t *testing.T, name string) {
 		t.Errorf("delete node %s: %v", name, err)
 		return
 	}
-	if err := poll(ctx, "node "+name+" to be gone", func(ctx context.Context) error {
+	if err := waitGone(ctx, "node "+name, func(ctx context.Context) error {
 		_, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return cmp.Or(err, fmt.Errorf("node %s still exists", name))
+		return err
 	}); err != nil {
 		t.Error(err)
 	}
+}
+
+// waitGone polls until get answers NotFound.
+func waitGone(ctx context.Context, what string, get func(context.Context) error) error {
+	return poll(ctx, what+" to be gone", func(ctx context.Context) error {
+		if err := get(ctx); !apierrors.IsNotFound(err) {
+			return cmp.Or(err, fmt.Errorf("%s still exists", what))
+		}
+		return nil
+	})
 }
 
 // stopsWithItsContext starts a second control plane and cancels the context
@@ -248,18 +237,14 @@ func stopsWithItsContext(t *testing.T) {
 		}
 	}
 	for name, port := range ports {
-		if conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second); err == nil {
-			_ = conn.Close()
+		if dialLoopback(port) == nil {
 			t.Errorf("%s port %d still accepts connections after Stop", name, port)
 		}
 	}
 }
 
-// defaultKubeVersion is the release hack/tools.sh builds into bin/.
-const defaultKubeVersion = "v1.37.2"
-
-// TestControlPlaneRelease checks that the suite runs on the release it was asked for
-// ($GMS_K8S_VERSION, or the one in bin/).
+// TestControlPlaneRelease checks that the suite runs on the release it was
+// asked for ($GMS_K8S_VERSION, or the one in bin/).
 func TestControlPlaneRelease(t *testing.T) {
 	ctx := begin(t, time.Minute)
 	want := cmp.Or(suite.kubeVersion, defaultKubeVersion)
@@ -299,8 +284,8 @@ func kubectlMetricsVersion(t *testing.T) string {
 // helpFlag matches a flag line of a cobra/pflag --help: "  -l, --node-selector string   ...".
 var helpFlag = regexp.MustCompile(`^\s+(?:-\w, )?--([a-z0-9-]+)(?: ([A-Za-z0-9=,.]+))?(?:\s{2,}|$)`)
 
-// TestMetricsServerFlagList checks hack/metrics-server-v0.8.0-flags.txt against the
-// flags metrics-server v0.8.0 itself lists.
+// TestMetricsServerFlagList checks hack/metrics-server-v0.8.0-flags.txt
+// against the flags metrics-server v0.8.0 itself lists.
 func TestMetricsServerFlagList(t *testing.T) {
 	ctx := begin(t, time.Minute)
 	data := readFile(t, repoPath(t, "hack", "metrics-server-v0.8.0-flags.txt"))

@@ -93,10 +93,7 @@ func createPods(ctx context.Context, t *testing.T, bound time.Duration, watch []
 		}
 		cleanup(t, "delete pod "+p.Namespace+"/"+p.Name, func(ctx context.Context) error {
 			err := client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
-			if apierrors.IsNotFound(err) {
-				return nil
-			}
-			return err
+			return ignoreNotFound(err)
 		})
 	}
 	must(t, boundedPoll(ctx, bound, fmt.Sprintf("%d pods to run", len(pods)), watch, func(ctx context.Context) error {
@@ -113,6 +110,13 @@ func createPods(ctx context.Context, t *testing.T, bound time.Duration, watch []
 	}))
 }
 
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
 // watched are the processes whose exit ends a wait early.
 func watched() []*cluster.Process {
 	var out []*cluster.Process
@@ -124,19 +128,17 @@ func watched() []*cluster.Process {
 	return out
 }
 
-// poll is env.Poll watching the control plane and the server.
+// poll is cluster.Poll watching the control plane and the server.
 func poll(ctx context.Context, what string, check func(context.Context) error) error {
 	return cluster.Poll(ctx, what, watched(), check)
 }
 
-// boundedPoll is cluster.Poll bounded by d.
 func boundedPoll(ctx context.Context, d time.Duration, what string, watch []*cluster.Process, check func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	return cluster.Poll(ctx, what, watch, check)
 }
 
-// pollBounded is poll bounded by d.
 func pollBounded(ctx context.Context, d time.Duration, what string, check func(context.Context) error) error {
 	return boundedPoll(ctx, d, what, watched(), check)
 }
@@ -148,14 +150,10 @@ type table struct {
 }
 
 func parseTable(out string) table {
-	var tb table
-	for i, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		f := strings.Fields(line)
-		if i == 0 {
-			tb.header = f
-			continue
-		}
-		if len(f) > 0 {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	tb := table{header: strings.Fields(lines[0])}
+	for _, line := range lines[1:] {
+		if f := strings.Fields(line); len(f) > 0 {
 			tb.rows = append(tb.rows, f)
 		}
 	}
@@ -178,7 +176,6 @@ func (tb table) byKey(keyCols int) map[string][]string {
 func milli(nanoCores uint64) string { return fmt.Sprintf("%dm", (nanoCores+999_999)/1_000_000) }
 func mebi(bytes uint64) string      { return fmt.Sprintf("%dMi", bytes/(1<<20)) }
 
-// repoPath joins elem to the repository root.
 func repoPath(t testing.TB, elem ...string) string {
 	t.Helper()
 	root, err := env.RepoRoot()
@@ -186,7 +183,6 @@ func repoPath(t testing.TB, elem ...string) string {
 	return filepath.Join(append([]string{root}, elem...)...)
 }
 
-// readFile returns the contents of the file at path.
 func readFile(t testing.TB, path string) []byte {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -194,7 +190,6 @@ func readFile(t testing.TB, path string) []byte {
 	return data
 }
 
-// must fails the test at once if err is not nil.
 func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
@@ -219,7 +214,6 @@ func runDeployment(ctx context.Context, t *testing.T, spec env.DeploymentSpec, u
 	return pods, keys
 }
 
-// every calls step every d until ctx ends.
 func every(ctx context.Context, d time.Duration, step func()) {
 	ticker := time.NewTicker(d)
 	defer ticker.Stop()
@@ -245,19 +239,12 @@ func background(ctx context.Context, d time.Duration, step func(context.Context)
 }
 
 // deployOwnServer deploys a server of its own from manifests/base (or the
-// kustomization in manifestsDir), with extraArgs, registered in place of the suite's server until the test ends;
-// then the suite's server gets the registration back and every process of
-// the returned server is stopped.
+// kustomization in manifestsDir), with extraArgs, registered in place of the
+// suite's server until the test ends; then the suite's server gets the
+// registration back and every process of the returned server is stopped.
 func deployOwnServer(ctx context.Context, t *testing.T, name string, extraArgs []string, manifestsDir ...string) *env.Server {
 	t.Helper()
-	cfg := env.ServerConfig{
-		BinDir:                suite.binDir,
-		KubeletCAFile:         suite.fleet.CAFile,
-		MetricResolution:      suite.resolution,
-		KubeletRequestTimeout: suite.timeout,
-		ExtraArgs:             append(hpaReadinessArgs(), extraArgs...),
-		ProcessName:           name,
-	}
+	cfg := suiteServerConfig(name, extraArgs)
 	if len(manifestsDir) > 0 {
 		cfg.ManifestsDir = manifestsDir[0]
 	}

@@ -54,15 +54,12 @@ func TestHPAScales(t *testing.T) {
 // controllers, kube-scheduler, kwok, and a loaded machine.
 const hpaSlack = 20 * time.Second
 
-// hpaBounds bound the waits of the HPA tests: the server's rate covers only
-// the new load two scrapes after a change, each scrape taking up to the
-// request timeout (staleBound), and the HPA acts on its next sync.
-type hpaBounds struct {
-	// read: a new HPA reads its metric.
-	read time.Duration
-	// up and down: the HPA changes the replicas after a load change.
-	up, down time.Duration
-}
+// hpaBounds bound the waits of the HPA tests: until a new HPA reads its
+// metric (read), and changes the replicas after a load change (up, down).
+// The server's rate covers only the new load two scrapes after a change,
+// each scrape taking up to the request timeout (staleBound), and the HPA
+// acts on its next sync.
+type hpaBounds struct{ read, up, down time.Duration }
 
 func newHPABounds() hpaBounds {
 	o := suite.opts
@@ -77,18 +74,12 @@ func newHPABounds() hpaBounds {
 func newHPA(ns string, ref autoscalingv2.CrossVersionObjectReference, minReplicas, maxReplicas int32, metrics ...autoscalingv2.MetricSpec) *autoscalingv2.HorizontalPodAutoscaler {
 	return &autoscalingv2.HorizontalPodAutoscaler{
 		ObjectMeta: metav1.ObjectMeta{Name: ref.Name, Namespace: ns},
-		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
-			ScaleTargetRef: ref,
-			MinReplicas:    ptr.To(minReplicas),
-			MaxReplicas:    maxReplicas,
-			Metrics:        metrics,
-		},
+		Spec:       autoscalingv2.HorizontalPodAutoscalerSpec{ScaleTargetRef: ref, MinReplicas: ptr.To(minReplicas), MaxReplicas: maxReplicas, Metrics: metrics},
 	}
 }
 
 func createHPA(ctx context.Context, hpa *autoscalingv2.HorizontalPodAutoscaler) error {
-	_, err := suite.cluster.Client().AutoscalingV2().HorizontalPodAutoscalers(hpa.Namespace).Create(ctx, hpa, metav1.CreateOptions{})
-	if err != nil {
+	if _, err := suite.cluster.Client().AutoscalingV2().HorizontalPodAutoscalers(hpa.Namespace).Create(ctx, hpa, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create HPA %s/%s: %w", hpa.Namespace, hpa.Name, err)
 	}
 	return nil
@@ -99,13 +90,10 @@ func getHPA(ctx context.Context, ns, name string) (*autoscalingv2.HorizontalPodA
 }
 
 func cpuUtilizationMetric(percent int32) autoscalingv2.MetricSpec {
-	return autoscalingv2.MetricSpec{
-		Type: autoscalingv2.ResourceMetricSourceType,
-		Resource: &autoscalingv2.ResourceMetricSource{
-			Name:   corev1.ResourceCPU,
-			Target: autoscalingv2.MetricTarget{Type: autoscalingv2.UtilizationMetricType, AverageUtilization: &percent},
-		},
-	}
+	return autoscalingv2.MetricSpec{Type: autoscalingv2.ResourceMetricSourceType, Resource: &autoscalingv2.ResourceMetricSource{
+		Name:   corev1.ResourceCPU,
+		Target: autoscalingv2.MetricTarget{Type: autoscalingv2.UtilizationMetricType, AverageUtilization: &percent},
+	}}
 }
 
 // waitHPA waits until ok holds for the HPA name in ns.
@@ -126,19 +114,15 @@ func waitReplicas(ctx context.Context, t *testing.T, ns, name, what string, want
 	began := time.Now()
 	must(t, pollBounded(ctx, bound, fmt.Sprintf("deployment %s to want %d replicas", name, want), func(ctx context.Context) error {
 		d, err := suite.cluster.Client().AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if d.Spec.Replicas == nil || *d.Spec.Replicas != want {
+		if err == nil && (d.Spec.Replicas == nil || *d.Spec.Replicas != want) {
 			hpa, _ := getHPA(ctx, ns, name)
-			return fmt.Errorf("replicas %v, HPA utilization %d", *d.Spec.Replicas, utilization(hpa))
+			err = fmt.Errorf("replicas %v, HPA utilization %d", *d.Spec.Replicas, utilization(hpa))
 		}
-		return nil
+		return err
 	}))
 	t.Logf("%s: %d replicas wanted in %v (bound %v)", what, want, since(began), bound)
 }
 
-// utilization returns the HPA's current average CPU utilization, or -1.
 func utilization(hpa *autoscalingv2.HorizontalPodAutoscaler) int32 {
 	if hpa == nil {
 		return -1
@@ -151,7 +135,6 @@ func utilization(hpa *autoscalingv2.HorizontalPodAutoscaler) int32 {
 	return -1
 }
 
-// averageMemory returns the HPA's current average memory in bytes, or -1.
 func averageMemory(hpa *autoscalingv2.HorizontalPodAutoscaler) int64 {
 	for _, m := range hpa.Status.CurrentMetrics {
 		if m.Resource != nil && m.Resource.Name == corev1.ResourceMemory && m.Resource.Current.AverageValue != nil {
@@ -180,12 +163,7 @@ func hpaReading(hpa *autoscalingv2.HorizontalPodAutoscaler) (int64, bool) {
 // scalingActive reports whether the HPA's ScalingActive condition is True:
 // it could read its metrics at its last sync.
 func scalingActive(hpa *autoscalingv2.HorizontalPodAutoscaler) bool {
-	for _, c := range hpa.Status.Conditions {
-		if c.Type == autoscalingv2.ScalingActive {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	return hasCondition(hpa, autoscalingv2.ScalingActive, corev1.ConditionTrue)
 }
 
 // conditions prints the HPA's conditions, type=status (reason).

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,16 +31,13 @@ type podEndpoints struct {
 	// serve are the namespaces whose pods get an endpoint; listed are
 	// listed too (running) but not served.
 	serve, listed []string
-	// render is a pod's body; ok false answers 500.
-	render func(pod *corev1.Pod) (body string, ok bool)
+	render        func(pod *corev1.Pod) (body string, ok bool) // ok false answers 500
 
-	mu sync.Mutex
-	// byIP is the pod each listening IP stands for.
-	byIP    map[string]*corev1.Pod
+	mu      sync.Mutex
+	byIP    map[string]*corev1.Pod // the pod each listening IP stands for
 	servers map[string]*http.Server
-	// pods are the Running pods last listed, by namespace/name.
-	pods map[string]*corev1.Pod
-	errs []error
+	pods    map[string]*corev1.Pod // the Running pods last listed, by namespace/name
+	errs    []error
 	// credentials counts the requests that carried an Authorization
 	// header: the server sends its credentials to no pod endpoint.
 	credentials atomic.Int64
@@ -51,10 +48,8 @@ type podEndpoints struct {
 // the test ends.
 func startPodEndpoints(t *testing.T, port int, render func(*corev1.Pod) (string, bool), serve []string, listed ...string) *podEndpoints {
 	t.Helper()
-	e := &podEndpoints{
-		port: port, serve: serve, listed: listed, render: render,
-		byIP: map[string]*corev1.Pod{}, servers: map[string]*http.Server{}, pods: map[string]*corev1.Pod{},
-	}
+	e := &podEndpoints{port: port, serve: serve, listed: listed, render: render,
+		byIP: map[string]*corev1.Pod{}, servers: map[string]*http.Server{}, pods: map[string]*corev1.Pod{}}
 	stop := background(suite.ctx, 200*time.Millisecond, e.sync)
 	t.Cleanup(func() {
 		stop()
@@ -72,11 +67,7 @@ func startPodEndpoints(t *testing.T, port int, render func(*corev1.Pod) (string,
 
 func (e *podEndpoints) sync(ctx context.Context) {
 	running := map[string]*corev1.Pod{}
-	served := map[string]bool{}
-	for _, ns := range e.serve {
-		served[ns] = true
-	}
-	for _, ns := range append(append([]string(nil), e.serve...), e.listed...) {
+	for _, ns := range slices.Concat(e.serve, e.listed) {
 		list, err := suite.cluster.Client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return // the next poll tries again; ctx may be done
@@ -93,7 +84,7 @@ func (e *podEndpoints) sync(ctx context.Context) {
 	e.pods = running
 	seen := map[string]bool{}
 	for key, p := range running {
-		if !served[p.Namespace] {
+		if !slices.Contains(e.serve, p.Namespace) {
 			continue
 		}
 		ip := p.Status.PodIP
@@ -164,7 +155,7 @@ func (e *podEndpoints) running(namespace, node string) []*corev1.Pod {
 			out = append(out, p)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	slices.SortFunc(out, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -172,15 +163,13 @@ func (e *podEndpoints) running(namespace, node string) []*corev1.Pod {
 // vllm/v1/metrics/loggers.py names and labels them, between families the
 // server must skip.
 func vllmText(model string, waiting, running, kv float64) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "# HELP vllm:num_requests_running Number of requests in model execution batches.\n# TYPE vllm:num_requests_running gauge\n")
-	fmt.Fprintf(&b, "vllm:num_requests_running{engine=\"0\",model_name=%q} %g\n", model, running)
-	fmt.Fprintf(&b, "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n# TYPE vllm:num_requests_waiting gauge\n")
-	fmt.Fprintf(&b, "vllm:num_requests_waiting{engine=\"0\",model_name=%q} %g\n", model, waiting)
-	fmt.Fprintf(&b, "# TYPE vllm:prompt_tokens counter\nvllm:prompt_tokens_total{engine=\"0\",model_name=%q} 12345\n", model)
-	fmt.Fprintf(&b, "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{engine=\"0\",model_name=%q} %g\n", model, kv)
-	fmt.Fprintf(&b, "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 4.2\n")
-	return b.String()
+	return fmt.Sprintf("# HELP vllm:num_requests_running Number of requests in model execution batches.\n# TYPE vllm:num_requests_running gauge\n"+
+		"vllm:num_requests_running{engine=\"0\",model_name=%[1]q} %[2]g\n"+
+		"# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n# TYPE vllm:num_requests_waiting gauge\n"+
+		"vllm:num_requests_waiting{engine=\"0\",model_name=%[1]q} %[3]g\n"+
+		"# TYPE vllm:prompt_tokens counter\nvllm:prompt_tokens_total{engine=\"0\",model_name=%[1]q} 12345\n"+
+		"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{engine=\"0\",model_name=%[1]q} %[4]g\n"+
+		"# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 4.2\n", model, running, waiting, kv)
 }
 
 // sglangText renders SGLang's queue and token-usage gauges as

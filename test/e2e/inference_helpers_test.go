@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -34,13 +35,9 @@ func (e *inferenceEnv) waitListed(ctx context.Context, t *testing.T, metrics []p
 		if err := suite.cluster.Client().Discovery().RESTClient().Get().AbsPath("/apis/custom.metrics.k8s.io/v1beta2").Do(ctx).Into(&list); err != nil {
 			return err
 		}
-		have := map[string]bool{}
-		for _, r := range list.APIResources {
-			have[r.Name] = true
-		}
 		for _, m := range metrics {
 			for _, gr := range []string{"pods", "leaderworkersets.leaderworkerset.x-k8s.io"} {
-				if !have[gr+"/"+m.Name] {
+				if !slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == gr+"/"+m.Name }) {
 					return fmt.Errorf("%s/%s not listed among %d resources", gr, m.Name, len(list.APIResources))
 				}
 			}
@@ -78,8 +75,8 @@ func (e *inferenceEnv) scaleOnLoad(ctx context.Context, t *testing.T, ns string,
 	up := e.waitScale(ctx, t, ns, name, hpa.Name, maxGroups, steps*b.running)
 	_, err := e.waitPods(ctx, ns, name, int(maxGroups)*inferenceGroupSize, b.running)
 	must(t, err)
-	t.Logf("load on -> %d groups wanted in %v (bound %v), their %d pods Running %v after the load started",
-		maxGroups, up.Round(time.Millisecond), steps*b.running, int(maxGroups)*inferenceGroupSize, since(began))
+	t.Logf("load on -> %d groups wanted in %v (bound %v), their %d pods Running %v after the load started", maxGroups, up.Round(time.Millisecond),
+		steps*b.running, int(maxGroups)*inferenceGroupSize, since(began))
 
 	began = time.Now()
 	load(false)
@@ -130,10 +127,10 @@ func (e *inferenceEnv) waitWorkersAbsent(ctx context.Context, t *testing.T, lead
 // DaemonSet would, and waits until they run.
 func (e *inferenceEnv) createExporterPods(ctx context.Context, t *testing.T, ns string) {
 	t.Helper()
-	ctr := corev1.Container{Name: "exporter", Image: "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"}
 	var pods []*corev1.Pod
 	for _, node := range suite.fleet.NodeNames {
-		pods = append(pods, kwokPod(ns, "dcgm-exporter-"+node, node, map[string]string{"app.kubernetes.io/name": "dcgm-exporter"}, ctr))
+		pods = append(pods, kwokPod(ns, "dcgm-exporter-"+node, node, map[string]string{"app.kubernetes.io/name": "dcgm-exporter"},
+			corev1.Container{Name: "exporter", Image: "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"}))
 	}
 	createPods(ctx, t, e.bounds.running, e.watch, pods...)
 }
@@ -143,8 +140,8 @@ func (e *inferenceEnv) createExporterPods(ctx context.Context, t *testing.T, ns 
 // the same default.
 const testScaleDownWindow = 5 * time.Second
 
-// applyHPA creates the documented HPA in ns with a short scale-down
-// window and policy.
+// applyHPA creates the documented HPA in ns with a short scale-down window
+// and policy.
 func (e *inferenceEnv) applyHPA(ctx context.Context, t *testing.T, ns string, hpa *autoscalingv2.HorizontalPodAutoscaler) {
 	t.Helper()
 	h := hpa.DeepCopy()
@@ -156,6 +153,7 @@ func (e *inferenceEnv) applyHPA(ctx context.Context, t *testing.T, ns string, hp
 	must(t, createHPA(ctx, h))
 }
 
+// podPath, lwsPath and customPath are custom.metrics.k8s.io paths.
 func podPath(pod types.NamespacedName, metric, metricSelector string) string {
 	return customPath(fmt.Sprintf("namespaces/%s/pods/%s/%s", pod.Namespace, pod.Name, metric), metricSelector)
 }
@@ -195,9 +193,8 @@ func (e *lwsEnv) waitAbsent(ctx context.Context, t *testing.T, path string) {
 // name; the test fails unless there are the four the page promises.
 func docHPAs(t *testing.T, path string) map[string]*autoscalingv2.HorizontalPodAutoscaler {
 	t.Helper()
-	data := readFile(t, path)
 	out := map[string]*autoscalingv2.HorizontalPodAutoscaler{}
-	for _, m := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(data), -1) {
+	for _, m := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(readFile(t, path)), -1) {
 		if !strings.Contains(m[1], "kind: HorizontalPodAutoscaler") {
 			continue
 		}

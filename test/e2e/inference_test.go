@@ -28,8 +28,9 @@ const (
 	inferenceModel = "llama-3.1-70b-instruct"
 )
 
-// TestInferenceAutoscaling runs the server of manifests/examples/inference-autoscaling
-// against LeaderWorkerSets whose pods serve Prometheus endpoints.
+// TestInferenceAutoscaling runs the server of
+// manifests/examples/inference-autoscaling against LeaderWorkerSets whose
+// pods serve Prometheus endpoints.
 func TestInferenceAutoscaling(t *testing.T) {
 	ctx := begin(t, 15*time.Minute)
 	hpas, configFile, cfg := shippedInference(t)
@@ -74,14 +75,10 @@ func deployInferenceServer(ctx context.Context, t *testing.T, e *lwsEnv, name, c
 
 type inferenceEnv struct {
 	*lwsEnv
-	server *env.Server
-	// metrics are those of the shipped file.
-	metrics []promscrape.Metric
-	// port is the port the serving pods announce.
-	port int
-	// exporter is the shipped file's DCGM exporter: its port, and the
-	// namespaces it is trusted in.
-	exporter promscrape.NodeExporter
+	server   *env.Server
+	metrics  []promscrape.Metric     // those of the shipped file
+	port     int                     // the port the serving pods announce
+	exporter promscrape.NodeExporter // the shipped file's DCGM exporter: its port and trusted namespaces
 }
 
 // testVLLMQueue: the multi-node layout of the LWS project's vLLM example,
@@ -93,10 +90,8 @@ type inferenceEnv struct {
 func testVLLMQueue(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *autoscalingv2.HorizontalPodAutoscaler) {
 	const ns = "e2e-inference-vllm"
 	newNamespace(ctx, t, ns)
-	var (
-		queue  atomic.Int64
-		broken atomic.Pointer[string]
-	)
+	var queue atomic.Int64
+	var broken atomic.Pointer[string]
 	workers := e.leaderOnlyEndpoints(t, ns, func(p *corev1.Pod) (string, bool) {
 		if b := broken.Load(); b != nil && *b == p.Name {
 			return "", false
@@ -111,10 +106,11 @@ func testVLLMQueue(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *auto
 	// Served values before any HPA: the leader's (its group's), none for
 	// the workers, the LWS object, and a metricLabelSelector.
 	leader := types.NamespacedName{Namespace: ns, Name: name + "-0"}
-	e.waitRaw(ctx, t, podPath(leader, metric, ""), 0)
+	leaderPath := podPath(leader, metric, "")
+	e.waitRaw(ctx, t, leaderPath, 0)
 	queue.Store(20)
 	began := time.Now()
-	e.waitRaw(ctx, t, podPath(leader, metric, ""), 20_000)
+	e.waitRaw(ctx, t, leaderPath, 20_000)
 	t.Logf("leader %s serves its group's %s=20 %v after its queue grew", leader.Name, metric, since(began))
 	e.waitWorkersAbsent(ctx, t, leader, metric)
 	e.waitRaw(ctx, t, lwsPath(ns, name, metric, ""), 20_000)
@@ -122,7 +118,7 @@ func testVLLMQueue(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *auto
 	e.waitRaw(ctx, t, podPath(leader, metric, "model_name="+inferenceModel), 20_000)
 	e.waitAbsent(ctx, t, podPath(leader, metric, "model_name=other"))
 	queue.Store(0)
-	e.waitRaw(ctx, t, podPath(leader, metric, ""), 0)
+	e.waitRaw(ctx, t, leaderPath, 0)
 
 	e.applyHPA(ctx, t, ns, hpa)
 	e.scaleOnLoad(ctx, t, ns, hpa, loadSwitch(&queue, 20, 0))
@@ -208,14 +204,13 @@ func testGPUUtilization(ctx context.Context, t *testing.T, e *inferenceEnv, hpa 
 	must(t, err)
 	var nodes []string
 	for _, p := range pods {
-		if !slices.Contains(nodes, p.Spec.NodeName) {
-			nodes = append(nodes, p.Spec.NodeName)
-		}
+		nodes = append(nodes, p.Spec.NodeName)
 		if p.Name != leader.Name {
 			e.waitRaw(ctx, t, podPath(types.NamespacedName{Namespace: ns, Name: p.Name}, metric, "Hostname="+p.Spec.NodeName), 10_000)
 		}
 	}
 	slices.Sort(nodes)
+	nodes = slices.Compact(nodes)
 	e.waitRaw(ctx, t, podPath(leader, metric, "Hostname in ("+strings.Join(nodes, ",")+")"), 10_000)
 	e.waitAbsent(ctx, t, podPath(leader, metric, "Hostname=elsewhere"))
 	t.Logf("group %s's pods on nodes %v, each reported by its node's exporter", leader.Name, nodes)
@@ -240,19 +235,18 @@ func testSGLangQueue(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *au
 	workers := e.leaderOnlyEndpoints(t, ns, func(*corev1.Pod) (string, bool) {
 		return sglangText(inferenceModel, 4, 0.5), true
 	})
-	name := hpa.Spec.ScaleTargetRef.Name
+	name, metric := hpa.Spec.ScaleTargetRef.Name, hpa.Spec.Metrics[0].Pods.Metric.Name
 	e.createInferenceLWS(ctx, t, ns, name, e.scrapeAnnotations())
 	e.applyHPA(ctx, t, ns, hpa)
 	began := time.Now()
 	e.waitReading(ctx, t, ns, hpa.Name, 4_000, e.bounds.read)
-	t.Logf("HPA %s read %s=4 per group %v after it was created", hpa.Name, hpa.Spec.Metrics[0].Pods.Metric.Name, since(began))
-	e.waitWorkersAbsent(ctx, t, types.NamespacedName{Namespace: ns, Name: name + "-0"}, hpa.Spec.Metrics[0].Pods.Metric.Name)
+	t.Logf("HPA %s read %s=4 per group %v after it was created", hpa.Name, metric, since(began))
+	e.waitWorkersAbsent(ctx, t, types.NamespacedName{Namespace: ns, Name: name + "-0"}, metric)
 	if n := workers.Load(); n != 0 {
 		t.Errorf("the server scraped workers %d times; only the leader template opts in", n)
 	}
 }
 
-// loadSwitch stores on or off in v as the load goes on or off.
 func loadSwitch(v *atomic.Int64, on, off int64) func(bool) {
 	return func(load bool) {
 		if load {

@@ -6,14 +6,14 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
-
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 )
 
 // readyzPoll is what polling a server's /readyz saw.
@@ -31,10 +31,10 @@ func pollReadyz(ctx context.Context, ep endpoint, started time.Time, d time.Dura
 	defer cancel()
 	every(ctx, 100*time.Millisecond, func() {
 		code, body, err := env.Get(ctx, ep.client, ep.base+"/readyz?verbose")
-		if err != nil {
+		switch {
+		case err != nil:
 			return
-		}
-		if rp.firstAnswer == 0 {
+		case rp.firstAnswer == 0:
 			rp.firstAnswer = time.Since(started)
 		}
 		if code == http.StatusOK {
@@ -50,13 +50,8 @@ func pollReadyz(ctx context.Context, ep endpoint, started time.Time, d time.Dura
 
 // failingChecks returns the failing lines of a verbose /readyz body.
 func failingChecks(body string) string {
-	var out []string
-	for _, line := range strings.Split(body, "\n") {
-		if strings.HasPrefix(line, "[-]") {
-			out = append(out, line)
-		}
-	}
-	return strings.Join(out, "; ")
+	lines := slices.DeleteFunc(strings.Split(body, "\n"), func(l string) bool { return !strings.HasPrefix(l, "[-]") })
+	return strings.Join(lines, "; ")
 }
 
 // restart starts the server's command line again while clients list ns
@@ -78,7 +73,8 @@ func restart(ctx context.Context, t *testing.T, s *env.Server, suffix, ns string
 	must(t, slow.SetFault(fakecore.Slow(suite.timeout/2)))
 	defer func() { must(t, slow.ClearFault(fakecore.FaultSlow)) }()
 
-	started, direct := startAgain(t, s, suffix)
+	direct := startAgain(t, s, suffix)
+	started := time.Now()
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	loaded := make(chan []result, 1)
 	go func() { loaded <- runLoad(loadCtx, []endpoint{direct}, []shape{nsList}, 4, readyBound()+2*time.Minute) }()
@@ -90,10 +86,8 @@ func restart(ctx context.Context, t *testing.T, s *env.Server, suffix, ns string
 	}
 	// A list right away, then every 100 ms: when does a list first succeed,
 	// does it hold every pod, and when does one first hold every pod?
-	var (
-		firstOK        time.Duration
-		firstOKMissing error
-	)
+	var firstOK time.Duration
+	var firstOKMissing error
 	record := func(r result) error {
 		err := servesAll(r, want)
 		if !r.failed() && firstOK == 0 {
@@ -110,12 +104,7 @@ func restart(ctx context.Context, t *testing.T, s *env.Server, suffix, ns string
 	// The load goes on for a resolution after ready, over the ticks that
 	// follow the first: a measurement window, ended by the test's context
 	// if it must.
-	window := time.NewTimer(time.Until(started.Add(rp.ready + suite.resolution)))
-	select {
-	case <-window.C:
-	case <-ctx.Done():
-	}
-	window.Stop()
+	sleepUntil(ctx, started.Add(rp.ready+suite.resolution))
 	stopLoad()
 	// Every list of the load sent once /readyz said ready, in the
 	// resolution after, must hold every pod: the aggregator routes to a
@@ -173,7 +162,8 @@ func restartWithSlowKubelets(ctx context.Context, t *testing.T, s *env.Server) {
 		}
 	}
 	t.Cleanup(clear)
-	started, direct := startAgain(t, s, "slow")
+	direct := startAgain(t, s, "slow")
+	started := time.Now()
 	// Two scrapes fail within a resolution and two timeouts of the first.
 	hold := suite.resolution + 2*suite.timeout
 	rp := pollReadyz(ctx, direct, started, readyBound()+hold)
@@ -198,21 +188,19 @@ func restartWithSlowKubelets(ctx context.Context, t *testing.T, s *env.Server) {
 	}
 }
 
-// gapWatch is what watchGaps saw.
+// gapWatch is what watchGaps saw: listGap is the longest time between two
+// lists that served every pod; hpaGap the longest time the HPA's
+// ScalingActive was not True.
 type gapWatch struct {
-	lists, bad int
-	// listGap is the longest time between two lists that served every
-	// pod; hpaGap the longest time the HPA's ScalingActive was not True.
+	lists, bad      int
 	listGap, hpaGap time.Duration
 }
 
 // watchGaps lists sh through ep and reads the HPA every 250 ms until the
 // returned function is called.
 func watchGaps(ctx context.Context, ep endpoint, sh shape, want []string, ns, hpa string) func() gapWatch {
-	var (
-		w                   gapWatch
-		lastGood, hpaFailed time.Time
-	)
+	var w gapWatch
+	var lastGood, hpaFailed time.Time
 	stop := background(ctx, 250*time.Millisecond, func(ctx context.Context) {
 		r := fetch(ctx, ep, sh)
 		if ctx.Err() != nil {

@@ -40,27 +40,53 @@ func exitBound() time.Duration {
 // syncing the caches and a loaded machine.
 func readyBound() time.Duration { return 2*suite.resolution + suite.timeout }
 
+// drainAttempts is how often stopUnderLoad is tried until a request is in
+// flight at the signal.
+const drainAttempts = 3
+
 // TestLifecycle stops a server with SIGTERM while clients list, restarts it,
 // and restarts it again while every kubelet is too slow to answer.
 func TestLifecycle(t *testing.T) {
 	ctx := begin(t, 6*time.Minute)
 	const ns = "e2e-lifecycle"
 	newNamespace(ctx, t, ns)
-	client := suite.cluster.Client()
 	spec, pods, want := agedWorkload(ctx, t, ns)
 	s := deployOwnServer(ctx, t, "group-metrics-server-lifecycle", nil)
 	// minReplicas = maxReplicas: the HPA reads the metrics every sync but
 	// never scales, so the pods stay those of want.
-	must(t, env.CreateCPUHPA(ctx, client, ns, spec.Name, spec.Replicas, spec.Replicas, 50))
+	must(t, env.CreateCPUHPA(ctx, suite.cluster.Client(), ns, spec.Name, spec.Replicas, spec.Replicas, 50))
 	agg := aggregatorEndpoint(t, suite.cluster)
 	selected := listSelected(ns, spec.Selector().String())
 	must(t, waitHPA(ctx, ns, spec.Name, "read 50% utilization", func(hpa *autoscalingv2.HorizontalPodAutoscaler) bool {
 		return utilization(hpa) == 50
 	}))
-
 	shapes := []shape{listAllPods(), selected, getPod(ns, pods[0].Name)}
-	watch := func() func() gapWatch { return watchGaps(ctx, agg, selected, want, ns, spec.Name) }
-	down, stopGaps := stopDraining(ctx, t, s, agg, shapes, ns, spec.Name, want, watch)
+
+	// Tried until a request was in flight at the signal: whether a client's
+	// request reaches the server before it is up to the scheduler. The gap
+	// watch of every failed attempt is dropped once the server serves
+	// again, so that only one restart counts.
+	var down time.Duration
+	var stopGaps func() gapWatch
+	for attempt := 1; ; attempt++ {
+		stopGaps = watchGaps(ctx, agg, selected, want, ns, spec.Name)
+		var inFlight int
+		down, inFlight = stopUnderLoad(ctx, t, s, []endpoint{directEndpoint(t, s), agg}, shapes)
+		if inFlight > 0 {
+			break
+		}
+		if attempt == drainAttempts {
+			t.Errorf("in %d attempts no request was in flight at SIGTERM: the drain was not exercised", attempt)
+			break
+		}
+		t.Logf("no request was in flight at SIGTERM (attempt %d of %d); starting the server to try again", attempt, drainAttempts)
+		direct := startAgain(t, s, fmt.Sprintf("attempt-%d", attempt))
+		must(t, boundedPoll(ctx, readyBound()+time.Minute, s.Process.Name()+" to serve every pod", append(watched(), s.Process),
+			func(ctx context.Context) error { return servesAll(fetch(ctx, direct, listNamespace(ns)), want) }))
+		err := waitHPA(ctx, ns, spec.Name, "read its metrics again", scalingActive)
+		stopGaps()
+		must(t, err)
+	}
 	restart(ctx, t, s, "restarted", ns, want, pods[0].Spec.NodeName)
 	err := waitHPA(ctx, ns, spec.Name, "read its metrics again", scalingActive)
 	gaps := stopGaps()
@@ -99,24 +125,33 @@ func agedWorkload(ctx context.Context, t *testing.T, ns string) (env.DeploymentS
 		}
 	}
 	// What is awaited is an age, a point on the clock, not an event: the
-	// pods started moments ago, so the timer is bounded by two resolutions
+	// pods started moments ago, so the wait is bounded by two resolutions
 	// and a second, and the test's context ends it sooner if it must.
-	timer := time.NewTimer(time.Until(aged))
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-	case <-ctx.Done():
+	if !sleepUntil(ctx, aged) {
 		t.Fatalf("the pods did not reach the age of two resolutions: %v", ctx.Err())
 	}
 	return spec, pods, want
+}
+
+// sleepUntil waits until at or ctx ends, and reports whether at came.
+func sleepUntil(ctx context.Context, at time.Time) bool {
+	timer := time.NewTimer(time.Until(at))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // stopUnderLoad sends SIGTERM to the server while clients send requests
 // back to back on every endpoint, and checks that it exits with status 0
 // within exitBound and that no request sent on its own port before the
 // signal failed, but for connections refused once it stopped listening and
-// answers with Retry-After to requests that arrived after it began to drain. It
-// returns the time from the signal to the exit.
+// answers with Retry-After to requests that arrived after it began to
+// drain. It returns the time from the signal to the exit and how many
+// requests were in flight at the signal.
 func stopUnderLoad(ctx context.Context, t *testing.T, s *env.Server, eps []endpoint, shapes []shape) (time.Duration, int) {
 	t.Helper()
 	const clients = 8
@@ -135,7 +170,6 @@ func stopUnderLoad(ctx context.Context, t *testing.T, s *env.Server, eps []endpo
 	sigAt, exited := sigterm(ctx, t, proc)
 	stopLoad()
 	wg.Wait()
-
 	var inFlight, refused, retry, before int
 	after := map[string]int{}
 	for _, r := range results {
@@ -151,8 +185,7 @@ func stopUnderLoad(ctx context.Context, t *testing.T, s *env.Server, eps []endpo
 		case !r.failed() && r.end.After(sigAt):
 			inFlight++
 		case !r.failed():
-		case errors.Is(r.err, syscall.ECONNREFUSED):
-			// Sent after the listener closed: never accepted.
+		case errors.Is(r.err, syscall.ECONNREFUSED): // sent after the listener closed: never accepted
 			refused++
 		case r.retryAfter != "":
 			// Arrived after the drain began: k8s.io/apiserver answers
@@ -167,58 +200,14 @@ func stopUnderLoad(ctx context.Context, t *testing.T, s *env.Server, eps []endpo
 	return exited, inFlight
 }
 
-// stopDraining runs stopUnderLoad until a request was in flight at the
-// signal, at most drainAttempts times, and returns the time from that
-// signal to the exit. watch starts watching the gaps the HPA hpa sees; the
-// watch of the last attempt is returned running, those of the others are
-// dropped once the server serves again, so that only one restart counts.
-func stopDraining(ctx context.Context, t *testing.T, s *env.Server, agg endpoint, shapes []shape, ns, hpa string, want []string,
-	watch func() func() gapWatch) (time.Duration, func() gapWatch) {
-	t.Helper()
-	for attempt := 1; ; attempt++ {
-		stopGaps := watch()
-		down, inFlight := stopUnderLoad(ctx, t, s, []endpoint{directEndpoint(t, s), agg}, shapes)
-		if inFlight > 0 {
-			return down, stopGaps
-		}
-		// Whether a client's request reaches the server before the signal
-		// is up to the scheduler; on a busy machine it may not.
-		if attempt == drainAttempts {
-			t.Errorf("in %d attempts no request was in flight at SIGTERM: the drain was not exercised", attempt)
-			return down, stopGaps
-		}
-		t.Logf("no request was in flight at SIGTERM (attempt %d of %d); starting the server to try again", attempt, drainAttempts)
-		startServing(ctx, t, s, fmt.Sprintf("attempt-%d", attempt), ns, want)
-		err := waitHPA(ctx, ns, hpa, "read its metrics again", scalingActive)
-		stopGaps()
-		must(t, err)
-	}
-}
-
-// drainAttempts is how often stopUnderLoad is tried until a request is in
-// flight at the signal.
-const drainAttempts = 3
-
-// startServing starts the server's command line again and waits until it
-// serves every pod of want.
-func startServing(ctx context.Context, t *testing.T, s *env.Server, suffix, ns string, want []string) {
-	t.Helper()
-	_, direct := startAgain(t, s, suffix)
-	ctx, cancel := context.WithTimeout(ctx, readyBound()+time.Minute)
-	defer cancel()
-	must(t, cluster.Poll(ctx, s.Process.Name()+" to serve every pod", append(watched(), s.Process), func(ctx context.Context) error {
-		return servesAll(fetch(ctx, direct, listNamespace(ns)), want)
-	}))
-}
-
 // startAgain starts the server's command line again, as a process named
-// with suffix, and returns when it started and its own port's endpoint.
-func startAgain(t *testing.T, s *env.Server, suffix string) (time.Time, endpoint) {
+// with suffix, and returns its own port's endpoint.
+func startAgain(t *testing.T, s *env.Server, suffix string) endpoint {
 	t.Helper()
 	proc, err := s.StartAgain(s.Process.Name() + "-" + suffix)
 	must(t, err)
 	s.Process = proc
-	return time.Now(), directEndpoint(t, s)
+	return directEndpoint(t, s)
 }
 
 func exitStatus(err error) string {
@@ -255,9 +244,8 @@ func sigterm(ctx context.Context, t *testing.T, proc *cluster.Process) (time.Tim
 	case <-time.After(exitBound()):
 		t.Fatalf("%s still running %v after SIGTERM", proc.Name(), exitBound())
 	}
-	exited := time.Since(sigAt)
 	if err := proc.Err(); err != nil {
 		t.Errorf("%s exited after SIGTERM: %v, want status 0", proc.Name(), err)
 	}
-	return sigAt, exited
+	return sigAt, time.Since(sigAt)
 }

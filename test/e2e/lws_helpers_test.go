@@ -57,13 +57,12 @@ var lwsController struct {
 	err  error
 }
 
-// lwsBounds bound the waits of the LWS tests.
+// lwsBounds bound the waits of the LWS tests: running, until the LWS's
+// pods are Running after a load change; hold, the window over which the pod
+// policy must not scale.
 type lwsBounds struct {
 	hpaBounds
-	// running: the LWS's pods are Running after a load change.
-	running time.Duration
-	// hold: the window over which the pod policy must not scale.
-	hold time.Duration
+	running, hold time.Duration
 }
 
 func newLWSBounds() lwsBounds {
@@ -79,8 +78,7 @@ type lwsEnv struct {
 	dyn     dynamic.Interface
 	metrics metricsclient.Interface
 	bounds  lwsBounds
-	// watch are the processes whose exit ends a wait.
-	watch []*cluster.Process
+	watch   []*cluster.Process // whose exit ends a wait
 }
 
 func newLWSEnv(ctx context.Context, t *testing.T) *lwsEnv {
@@ -99,13 +97,10 @@ func newLWSEnv(ctx context.Context, t *testing.T) *lwsEnv {
 	must(t, err)
 	mc, err := metricsclient.NewForConfig(suite.cluster.RESTConfig())
 	must(t, err)
-	return &lwsEnv{
-		dyn: dyn, metrics: mc, bounds: newLWSBounds(),
-		watch: append(watched(), lwsController.ctrl.Process()),
-	}
+	return &lwsEnv{dyn: dyn, metrics: mc, bounds: newLWSBounds(), watch: append(watched(), lwsController.ctrl.Process())}
 }
 
-// poll is env.Poll over e.watch, bounded by d.
+// poll is cluster.Poll over e.watch, bounded by d.
 func (e *lwsEnv) poll(ctx context.Context, d time.Duration, what string, check func(context.Context) error) error {
 	return boundedPoll(ctx, d, what, e.watch, check)
 }
@@ -121,12 +116,12 @@ func deployCustomMetricsServer(ctx context.Context, t *testing.T, name string) *
 	return s
 }
 
+// workerTarget selects the workers of the LWS lwsName in ns.
 func workerTarget(ns string) fakekubelet.UsageTarget {
-	req, err := labels.NewRequirement(group.LabelWorkerIndex, "!=", []string{"0"})
+	sel, err := labels.Parse(group.LabelName + "=" + lwsName + "," + group.LabelWorkerIndex + "!=0")
 	if err != nil {
 		panic(err)
 	}
-	sel := labels.SelectorFromSet(labels.Set{group.LabelName: lwsName}).Add(*req)
 	return fakekubelet.UsageTarget{Namespace: ns, Selector: sel}
 }
 
@@ -151,11 +146,7 @@ func (e *lwsEnv) createGroup(ctx context.Context, t *testing.T, obj *unstructure
 	}
 	pods, err := e.waitPods(ctx, ns, name, size, e.bounds.running)
 	must(t, err)
-	var ips []string
-	for _, p := range pods {
-		ips = append(ips, p.Name+"="+p.Status.PodIP)
-	}
-	t.Logf("LeaderWorkerSet %s/%s: %d pods Running %v after it was created (%s)", ns, name, len(pods), since(began), strings.Join(ips, ", "))
+	t.Logf("LeaderWorkerSet %s/%s: %d pods Running %v after it was created", ns, name, len(pods), since(began))
 }
 
 // waitPods waits, for at most d, until exactly n pods of the LWS name in ns
@@ -207,10 +198,10 @@ func (e *lwsEnv) waitScale(ctx context.Context, t *testing.T, ns, name, hpaName 
 		}
 		if scale.Spec.Replicas != groups {
 			hpa, err := getHPA(ctx, ns, hpaName)
-			if err != nil {
-				return err
+			if err == nil {
+				err = fmt.Errorf("replicas %d; HPA desired %d, conditions %s", scale.Spec.Replicas, hpa.Status.DesiredReplicas, conditions(hpa))
 			}
-			return fmt.Errorf("replicas %d; HPA desired %d, conditions %s", scale.Spec.Replicas, hpa.Status.DesiredReplicas, conditions(hpa))
+			return err
 		}
 		return nil
 	}))
@@ -258,12 +249,9 @@ func (e *lwsEnv) waitWorkerCPU(ctx context.Context, ns string, nanoCores uint64)
 // leaders carry no annotations).
 func (e *lwsEnv) waitGroupMetrics(ctx context.Context, ns string, groups int, policy string) error {
 	wantAnnotations := map[string]string{}
-	if policy != "" {
-		size := strconv.Itoa(lwsGroupSize)
+	if size := strconv.Itoa(lwsGroupSize); policy != "" {
 		wantAnnotations = map[string]string{
-			group.AnnotationReportedPolicy: policy,
-			group.AnnotationCovered:        size,
-			group.AnnotationMembers:        size,
+			group.AnnotationReportedPolicy: policy, group.AnnotationCovered: size, group.AnnotationMembers: size,
 		}
 	}
 	what := fmt.Sprintf("every pod of %d groups to have metrics", groups)

@@ -26,8 +26,9 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/lws"
 )
 
-// TestLWSGroupAutoscaling runs an HPA on a LeaderWorkerSet's scale subresource, the
-// load on the workers only, under each policy and the Object metric.
+// TestLWSGroupAutoscaling runs an HPA on a LeaderWorkerSet's scale
+// subresource, the load on the workers only, under each policy and the
+// Object metric.
 func TestLWSGroupAutoscaling(t *testing.T) {
 	ctx := begin(t, 12*time.Minute)
 	e := newLWSEnv(ctx, t)
@@ -55,8 +56,7 @@ func testLWSPodPolicy(ctx context.Context, t *testing.T, e *lwsEnv) {
 	t.Logf("HPA read the leader's 10%% %v after it was created, while the workers ran at 200%%", since(began))
 
 	// Below the target throughout, and still computing at the end.
-	hpa := e.holdUnscaled(ctx, t, ns, e.bounds.hold, lwsTargetPercent-1, "the pod policy scaled")
-	if !scalingActive(hpa) {
+	if hpa := e.holdUnscaled(ctx, t, ns, e.bounds.hold, lwsTargetPercent-1, "the pod policy scaled"); !scalingActive(hpa) {
 		t.Fatalf("HPA not ScalingActive: %s", conditions(hpa))
 	}
 	t.Logf("the LeaderWorkerSet stayed at %d group for %v (%d HPA sync periods after the metric lag)",
@@ -99,8 +99,7 @@ func testLWSObjectMetric(ctx context.Context, t *testing.T, e *lwsEnv) {
 // its own and waits until its HPA reads its metric.
 func testLWSExamples(ctx context.Context, t *testing.T, e *lwsEnv) {
 	for _, ex := range []struct{ dir, hpa, unit string }{
-		{"lws-group-hpa", "web-group", "%"},
-		{"lws-custom-metrics-hpa", "web-custom", "m"},
+		{"lws-group-hpa", "web-group", "%"}, {"lws-custom-metrics-hpa", "web-custom", "m"},
 	} {
 		t.Run(ex.dir, func(t *testing.T) {
 			ns := "e2e-" + ex.dir
@@ -147,36 +146,30 @@ func (e *lwsEnv) scaleUpAndDown(ctx context.Context, t *testing.T, ns, policy st
 // name.
 func objectUtilizationMetric(name string) autoscalingv2.MetricSpec {
 	value := resource.MustParse(strconv.Itoa(lwsTargetPercent*10) + "m")
-	return autoscalingv2.MetricSpec{
-		Type: autoscalingv2.ObjectMetricSourceType,
-		Object: &autoscalingv2.ObjectMetricSource{
-			DescribedObject: lwsRef(name),
-			Metric:          autoscalingv2.MetricIdentifier{Name: provider.MetricCPUUtilization},
-			Target:          autoscalingv2.MetricTarget{Type: autoscalingv2.ValueMetricType, Value: &value},
-		},
-	}
+	return autoscalingv2.MetricSpec{Type: autoscalingv2.ObjectMetricSourceType, Object: &autoscalingv2.ObjectMetricSource{
+		DescribedObject: lwsRef(name),
+		Metric:          autoscalingv2.MetricIdentifier{Name: provider.MetricCPUUtilization},
+		Target:          autoscalingv2.MetricTarget{Type: autoscalingv2.ValueMetricType, Value: &value},
+	}}
 }
 
 func lwsRef(name string) autoscalingv2.CrossVersionObjectReference {
 	return autoscalingv2.CrossVersionObjectReference{
-		APIVersion: lws.GroupVersionResource.GroupVersion().String(),
-		Kind:       "LeaderWorkerSet",
-		Name:       name,
+		APIVersion: lws.GroupVersionResource.GroupVersion().String(), Kind: "LeaderWorkerSet", Name: name,
 	}
 }
 
 func since(t time.Time) time.Duration { return time.Since(t).Round(time.Millisecond) }
 
 // workerFull is a worker at 100% of its CPU request, as a worker loading
-// model weights runs.
+// model weights runs; unreadyHold is how long such workers, not Ready, must
+// cause no scale-up.
 var workerFull = fakekubelet.Usage{CPUNanoCores: 100e6, MemoryBytes: 32 << 20}
 
-// unreadyHold is how long workers at full CPU but not Ready must cause no
-// scale-up.
 const unreadyHold = 60 * time.Second
 
-// TestLWSUnreadyWorkers checks that workers at 100% CPU that are not Ready cause
-// no scale-up under the group policy, and that they do once Ready.
+// TestLWSUnreadyWorkers checks that workers at 100% CPU that are not Ready
+// cause no scale-up under the group policy, and that they do once Ready.
 func TestLWSUnreadyWorkers(t *testing.T) {
 	ctx := begin(t, 8*time.Minute)
 	e := newLWSEnv(ctx, t)
@@ -233,8 +226,7 @@ func (e *lwsEnv) setWorkersReady(ctx context.Context, t *testing.T, ns string, r
 				cond.LastTransitionTime = *p.Status.StartTime
 			}
 		}
-		patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{cond}}})
-		must(t, err)
+		patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{cond}}})
 		if _, err := client.CoreV1().Pods(ns).Patch(ctx, p.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 			t.Fatalf("set Ready=%v on %s: %v", ready, p.Name, err)
 		}

@@ -34,17 +34,15 @@ var suite struct {
 	// resolution and timeout are the server's --metric-resolution and
 	// --kubelet-request-timeout.
 	resolution, timeout time.Duration
-	// ukpd is the fake ukpd behind the server's ukpd source.
-	ukpd *env.Ukpd
+	ukpd                *env.Ukpd // the fake ukpd behind the server's ukpd source
 	// kubeVersion is $GMS_K8S_VERSION: the release of the control plane
 	// when it is not the one in bin/ (make e2e-compat).
 	kubeVersion string
 }
 
 const (
-	numNodes = 3
-	// setupTimeout bounds starting the cluster, fleet and server.
-	setupTimeout = 4 * time.Minute
+	numNodes     = 3
+	setupTimeout = 4 * time.Minute // starting the cluster, fleet and server
 )
 
 var nodeBase = fakekubelet.Usage{CPUNanoCores: 100e6, MemoryBytes: 512 << 20}
@@ -63,22 +61,18 @@ func run(m *testing.M) int {
 		// cluster.Start checks the control plane's own binaries.
 		err = env.CheckBinaries(binDir, env.ServerBinary, cluster.MetricsServerBinary)
 	}
+	var kubeBinDir, workDir string
+	if err == nil {
+		kubeBinDir, suite.kubeVersion, err = env.KubeBinDir(binDir)
+	}
+	if err == nil {
+		workDir, err = os.MkdirTemp("", "gms-e2e-")
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 		return 1
 	}
 	suite.binDir = binDir
-	kubeBinDir, kubeVersion, err := env.KubeBinDir(binDir)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
-		return 1
-	}
-	suite.kubeVersion = kubeVersion
-	workDir, err := os.MkdirTemp("", "gms-e2e-")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
-		return 1
-	}
 	suite.resolution, suite.timeout = 5*time.Second, 3*time.Second
 	// The HPA timings are set explicitly because TestHPAScales derives its
 	// bounds from them.
@@ -120,12 +114,11 @@ func run(m *testing.M) int {
 		return 1
 	}
 	// The scan reads the credentials the server started with now: a server
-	// deployed later rewrites the same ServiceAccount's kubeconfig.
+	// deployed later rewrites the same ServiceAccount's kubeconfig. No
+	// credential given to a server may show in any log of the run or in
+	// the server's self-metrics; a hit fails the suite.
 	leaks := newLeakCheck()
-	code = m.Run()
-	// No credential given to a server may show in any log of the run or
-	// in the server's self-metrics; a hit fails the suite.
-	code = leaks.finish(code)
+	code = leaks.finish(m.Run())
 	return code
 }
 
@@ -141,22 +134,14 @@ func setup(ctx context.Context) error {
 	}
 	suite.cluster = c
 	tCluster := time.Since(began)
-	suite.fleet, err = env.StartFleet(ctx, c, env.FleetConfig{Nodes: numNodes, NodeBaseUsage: nodeBase})
-	if err != nil {
+	if suite.fleet, err = env.StartFleet(ctx, c, env.FleetConfig{Nodes: numNodes, NodeBaseUsage: nodeBase}); err != nil {
 		return err
 	}
 	tFleet := time.Since(began)
 	if suite.ukpd, err = env.StartUkpd(filepath.Join(c.WorkDir(), "ukpd")); err != nil {
 		return err
 	}
-	suite.server, err = env.DeployServer(waitCtx, c, env.ServerConfig{
-		BinDir:                suite.binDir,
-		KubeletCAFile:         suite.fleet.CAFile,
-		MetricResolution:      suite.resolution,
-		KubeletRequestTimeout: suite.timeout,
-		ExtraArgs:             append(hpaReadinessArgs(), suite.ukpd.ServerArgs()...),
-	})
-	if err != nil {
+	if suite.server, err = env.DeployServer(waitCtx, c, suiteServerConfig("", suite.ukpd.ServerArgs())); err != nil {
 		return err
 	}
 	fmt.Printf("e2e setup: cluster %v, fleet and %d nodes %v, server Available %v (args: %s)\n",
@@ -165,11 +150,17 @@ func setup(ctx context.Context) error {
 	return nil
 }
 
-// hpaReadinessArgs give the server the HPA readiness rule of the suite's
-// kube-controller-manager, as an operator sets both to the same values.
-func hpaReadinessArgs() []string {
-	return []string{
-		"--horizontal-pod-autoscaler-cpu-initialization-period=" + suite.opts.HPACPUInitializationPeriod.String(),
-		"--horizontal-pod-autoscaler-initial-readiness-delay=" + suite.opts.HPAInitialReadinessDelay.String(),
+// suiteServerConfig configures a server named name ("": the default) as
+// the suite's: its fleet, resolution and timeout, then the HPA readiness
+// rule of the suite's kube-controller-manager, as an operator sets both to
+// the same values, then extraArgs.
+func suiteServerConfig(name string, extraArgs []string) env.ServerConfig {
+	return env.ServerConfig{
+		BinDir: suite.binDir, KubeletCAFile: suite.fleet.CAFile, ProcessName: name,
+		MetricResolution: suite.resolution, KubeletRequestTimeout: suite.timeout,
+		ExtraArgs: append([]string{
+			"--horizontal-pod-autoscaler-cpu-initialization-period=" + suite.opts.HPACPUInitializationPeriod.String(),
+			"--horizontal-pod-autoscaler-initial-readiness-delay=" + suite.opts.HPAInitialReadinessDelay.String(),
+		}, extraArgs...),
 	}
 }

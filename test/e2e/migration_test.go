@@ -68,7 +68,7 @@ func TestMigrationFromMetricsServer(t *testing.T) {
 	served := func(sh shape) func(context.Context) error {
 		return func(ctx context.Context) error {
 			if r := fetch(ctx, agg, sh); r.failed() {
-				return fmt.Errorf("%v", r)
+				return errors.New(r.String())
 			}
 			return nil
 		}
@@ -80,15 +80,8 @@ func TestMigrationFromMetricsServer(t *testing.T) {
 
 	base := repoPath(t, "manifests", "base")
 	began := time.Now()
-	s, err := env.DeployServer(ctx, c, env.ServerConfig{
-		ManifestsDir:          base,
-		BinDir:                suite.binDir,
-		KubeletCAFile:         fleet.CAFile,
-		MetricResolution:      suite.resolution,
-		KubeletRequestTimeout: suite.timeout,
-		ForceConflicts:        true,
-		ProcessName:           "gms-migration",
-	})
+	s, err := env.DeployServer(ctx, c, env.ServerConfig{ManifestsDir: base, BinDir: suite.binDir, KubeletCAFile: fleet.CAFile,
+		MetricResolution: suite.resolution, KubeletRequestTimeout: suite.timeout, ForceConflicts: true, ProcessName: "gms-migration"})
 	must(t, err)
 	tookOver := time.Since(began)
 	for _, name := range env.MetricsAPIServices {
@@ -154,7 +147,7 @@ func checkUninstall(ctx context.Context, t *testing.T, c *cluster.Cluster, dyn d
 	if _, stderr, err := c.Kubectl(ctx, "delete", "-k", base, "--wait=true", "--ignore-not-found"); err != nil {
 		t.Fatalf("kubectl delete -k manifests/base: %v: %s", err, stderr)
 	}
-	err := boundedPoll(ctx, time.Minute, "the controller to run without its rights", nil, func(context.Context) error {
+	if err := boundedPoll(ctx, time.Minute, "the controller to run without its rights", nil, func(context.Context) error {
 		select {
 		case <-s.Controller.Done():
 			return nil
@@ -165,20 +158,18 @@ func checkUninstall(ctx context.Context, t *testing.T, c *cluster.Cluster, dyn d
 			err = errors.New("no refused call yet")
 		}
 		return err
-	})
-	if err != nil {
+	}); err != nil {
 		t.Error(err)
 	}
 	_ = s.Controller.Stop()
 	_ = s.Process.Stop()
-	err = boundedPoll(ctx, uninstallBound, "no object of ours left", nil, func(ctx context.Context) error {
+	if err := boundedPoll(ctx, uninstallBound, "no object of ours left", nil, func(ctx context.Context) error {
 		left, err := labelled(ctx, dyn, ourLabel)
 		if err == nil && len(left) > 0 {
 			err = fmt.Errorf("left: %s", strings.Join(left, ", "))
 		}
 		return err
-	})
-	if err != nil {
+	}); err != nil {
 		t.Error(err)
 	}
 	t.Logf("kubectl delete -k manifests/base: no object labelled %s %v after it began", ourLabel, since(uninstalled))
@@ -194,10 +185,8 @@ func apiService(ctx context.Context, t *testing.T, dyn dynamic.Interface, name s
 // ourKinds are every kind the manifests and the controller create.
 var ourKinds = []schema.GroupVersionResource{
 	certs.APIServiceResource,
-	{Version: "v1", Resource: "secrets"},
-	{Version: "v1", Resource: "serviceaccounts"},
-	{Version: "v1", Resource: "services"},
-	{Version: "v1", Resource: "configmaps"},
+	{Version: "v1", Resource: "secrets"}, {Version: "v1", Resource: "serviceaccounts"},
+	{Version: "v1", Resource: "services"}, {Version: "v1", Resource: "configmaps"},
 	{Group: "apps", Version: "v1", Resource: "deployments"},
 	{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"},
 	{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"},

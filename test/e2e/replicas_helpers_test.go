@@ -133,7 +133,6 @@ type procStats struct {
 	Start float64
 }
 
-// readProc reads the resident set size, CPU time and start time of pid.
 func readProc(pid int) (procStats, error) {
 	p, err := procfs.NewProc(pid)
 	if err != nil {

@@ -29,28 +29,25 @@ func TestKubectlTop(t *testing.T) {
 	pods, _ := runDeployment(ctx, t, spec, podUsage)
 	began := time.Now()
 
-	podCPU, podMem := milli(podUsage.CPUNanoCores), mebi(podUsage.MemoryBytes)
-	ctrCPU, ctrMem := milli(podUsage.CPUNanoCores/2), mebi(podUsage.MemoryBytes/2)
-	wantPods := map[string][]string{}       // name -> cpu, memory
-	wantAll := map[string][]string{}        // namespace/name -> cpu, memory
-	wantContainers := map[string][]string{} // pod/container -> cpu, memory
+	podRow := []string{milli(podUsage.CPUNanoCores), mebi(podUsage.MemoryBytes)}
+	ctrRow := []string{milli(podUsage.CPUNanoCores / 2), mebi(podUsage.MemoryBytes / 2)}
+	// Rows by name, namespace/name and pod/container: cpu, memory.
+	wantPods, wantAll, wantContainers := map[string][]string{}, map[string][]string{}, map[string][]string{}
 	var podNames []string
 	for _, p := range pods {
 		podNames = append(podNames, p.Name)
-		wantPods[p.Name] = []string{podCPU, podMem}
-		wantAll[ns+"/"+p.Name] = []string{podCPU, podMem}
+		wantPods[p.Name], wantAll[ns+"/"+p.Name] = podRow, podRow
 		for _, c := range spec.Containers {
-			wantContainers[p.Name+"/"+c] = []string{ctrCPU, ctrMem}
+			wantContainers[p.Name+"/"+c] = ctrRow
 		}
 	}
 
 	for _, proto := range []string{"--use-protocol-buffers=true", "--use-protocol-buffers=false"} {
 		cases := []struct {
-			name string
-			args []string
-			want map[string][]string // nil: expectedNodeRows, read on every try
-			// exact: the listed rows are all the rows.
-			exact bool
+			name  string
+			args  []string
+			want  map[string][]string // nil: expectedNodeRows, read on every try
+			exact bool                // the listed rows are all the rows
 		}{
 			{name: "namespace", args: []string{"top", "pod", "-n", ns}, want: wantPods, exact: true},
 			{name: "all-namespaces", args: []string{"top", "pod", "-A"}, want: wantAll},
@@ -67,15 +64,15 @@ func TestKubectlTop(t *testing.T) {
 						want = expectedNodeRows()
 					}
 					out, _, err := suite.cluster.Kubectl(ctx, args...)
-					if err != nil {
-						return err
+					if err == nil {
+						err = compareRows(parseTable(out), want, tc.exact)
 					}
-					return compareRows(parseTable(out), want, tc.exact)
+					return err
 				}))
 			})
 		}
 	}
-	t.Logf("kubectl top showed the fleet's values %v after the pods were Running", time.Since(began).Round(time.Millisecond))
+	t.Logf("kubectl top showed the fleet's values %v after the pods were Running", since(began))
 
 	t.Run("negotiation", func(t *testing.T) { checkNegotiation(ctx, t, ns) })
 	for _, tc := range []struct {
@@ -112,11 +109,10 @@ func checkNegotiation(ctx context.Context, t *testing.T, ns string) {
 			continue
 		}
 		t.Logf("kubectl top %s: Accept %q, Content-Type %q", flag, accept, contentType)
-		offered := slices.ContainsFunc(strings.Split(accept, ","), func(a string) bool {
+		if !slices.ContainsFunc(strings.Split(accept, ","), func(a string) bool {
 			a = strings.TrimSpace(a)
 			return a == "*/*" || strings.HasPrefix(contentType, a)
-		})
-		if !offered {
+		}) {
 			t.Errorf("kubectl top %s: response Content-Type %q was not offered in Accept %q", flag, contentType, accept)
 		}
 		if flag == "--use-protocol-buffers=true" && !strings.HasPrefix(contentType, "application/vnd.kubernetes.protobuf") {
@@ -161,14 +157,13 @@ func checkMetricsTable(ctx context.Context, t *testing.T, args []string, want []
 		}
 		rows := tb.byKey(1)
 		for _, name := range want {
-			r, ok := rows[name]
-			if !ok {
+			switch r, ok := rows[name]; {
+			case !ok:
 				return fmt.Errorf("no row for %s in\n%s", name, out)
-			}
-			if len(r) != 4 {
+			case len(r) != 4:
 				return fmt.Errorf("row %q has %d columns", r, len(r))
 			}
-			if _, err := time.ParseDuration(r[3]); err != nil {
+			if _, err := time.ParseDuration(rows[name][3]); err != nil {
 				return fmt.Errorf("window of %s: %w", name, err)
 			}
 		}

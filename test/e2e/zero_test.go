@@ -58,14 +58,9 @@ func TestScaleToZero(t *testing.T) {
 	ctx := begin(t, 12*time.Minute)
 	const ns = "e2e-scale-to-zero"
 	// The HPA of docs/inference-autoscaling.md, applied as written but for
-	// a 5 s scale-down window and policy; the LeaderWorkerSet and the pool
-	// take the names it gives them.
-	hpa := docHPAs(t, repoPath(t, "docs", "inference-autoscaling.md"))["vllm-zero"].DeepCopy()
-	hpa.Namespace = ns
-	hpa.Spec.Behavior.ScaleDown = &autoscalingv2.HPAScalingRules{
-		StabilizationWindowSeconds: ptr.To(int32(testScaleDownWindow.Seconds())),
-		Policies:                   []autoscalingv2.HPAScalingPolicy{{Type: autoscalingv2.PercentScalingPolicy, Value: 100, PeriodSeconds: 15}},
-	}
+	// a 5 s scale-down window and policy (applyHPA's); the LeaderWorkerSet
+	// and the pool take the names it gives them.
+	hpa := docHPAs(t, repoPath(t, "docs", "inference-autoscaling.md"))["vllm-zero"]
 	name, maxGroups := hpa.Spec.ScaleTargetRef.Name, hpa.Spec.MaxReplicas
 	poolMetric, lwsMetric := hpa.Spec.Metrics[0].Object, hpa.Spec.Metrics[1].Object
 	if poolMetric == nil || poolMetric.DescribedObject.Kind != "InferencePool" || poolMetric.Target.Value == nil ||
@@ -86,9 +81,7 @@ func TestScaleToZero(t *testing.T) {
 	picker := startPicker(ctx, t, e, ns, pool)
 	ports, err := cluster.FreePorts(1)
 	must(t, err)
-	dir := t.TempDir()
-	tokenFile := filepath.Join(dir, "token")
-	configFile := filepath.Join(dir, "pod-metrics.yaml")
+	tokenFile, configFile := filepath.Join(t.TempDir(), "token"), filepath.Join(t.TempDir(), "pod-metrics.yaml")
 	must(t, os.WriteFile(configFile, fmt.Appendf(nil, `presets: [vllm, inference-gateway]
 timeout: 2s
 endpointPickers:
@@ -103,7 +96,8 @@ endpointPickers:
 	// The shipped example, with its grants (the pools and LeaderWorkerSets
 	// to map, get /metrics for the picker); its file is replaced by one
 	// naming this test's picker, port and token.
-	s := deployOwnServer(ctx, t, "group-metrics-server-zero", []string{"--pod-metrics-config=" + configFile, "--group-metrics-series"}, repoPath(t, "manifests", "examples", "scale-to-zero"))
+	s := deployOwnServer(ctx, t, "group-metrics-server-zero", []string{"--pod-metrics-config=" + configFile, "--group-metrics-series"},
+		repoPath(t, "manifests", "examples", "scale-to-zero"))
 	e.watch = append(e.watch, s.Process)
 	// The kubelet's projected token volume, for a server that runs as a
 	// process here: a token of the server's ServiceAccount with the stated
@@ -112,7 +106,9 @@ endpointPickers:
 		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{apiAudience}, ExpirationSeconds: ptr.To[int64](3600)},
 	}, metav1.CreateOptions{})
 	must(t, err)
-	picker.expect("system:serviceaccount:"+s.Namespace+":"+s.ServiceAccount, token.Status.Token)
+	picker.mu.Lock()
+	picker.user, picker.token = "system:serviceaccount:"+s.Namespace+":"+s.ServiceAccount, token.Status.Token
+	picker.mu.Unlock()
 	suiteSecrets.add("the endpoint picker's token", token.Status.Token) // looked for in every log when the suite ends
 	must(t, os.WriteFile(tokenFile, []byte(token.Status.Token), 0o600))
 
@@ -128,12 +124,12 @@ endpointPickers:
 	// The picker's queue on its pool, and on the LeaderWorkerSet the pool
 	// fronts (its selector, app=vllm, matches the leader template's labels).
 	poolPath := customPath(fmt.Sprintf("namespaces/%s/inferencepools.inference.networking.k8s.io/%s/gateway-queue-size", ns, pool), "")
-	frontedPath := lwsPath(ns, name, "gateway-queue-size", "")
-	e.waitRaw(ctx, t, poolPath, 0)
-	e.waitRaw(ctx, t, frontedPath, 0)
-	e.waitRaw(ctx, t, lwsPath(ns, name, "vllm-num-requests-waiting", ""), 0)
+	frontedPath, waitingPath := lwsPath(ns, name, "gateway-queue-size", ""), lwsPath(ns, name, "vllm-num-requests-waiting", "")
+	for _, p := range []string{poolPath, frontedPath, waitingPath} {
+		e.waitRaw(ctx, t, p, 0)
+	}
 
-	must(t, createHPA(ctx, hpa))
+	ie.applyHPA(ctx, t, ns, hpa)
 	b := e.bounds
 	t.Logf("HPA sync period %v, scale-down window %v, collection interval %v", suite.opts.HPASyncPeriod, testScaleDownWindow, suite.resolution)
 	groups := func(n int32, bound time.Duration, why string) {
@@ -155,7 +151,7 @@ endpointPickers:
 	}))
 	// At zero the LWS's sum is that of no group, and the pool's that of
 	// no queued request.
-	e.waitRaw(ctx, t, lwsPath(ns, name, "vllm-num-requests-waiting", ""), 0)
+	e.waitRaw(ctx, t, waitingPath, 0)
 
 	queued := time.Now()
 	picker.queue.Store(4)                // requests wait at the gateway, with nowhere to go
@@ -174,35 +170,34 @@ endpointPickers:
 	picker.down.Store(true)
 	e.waitAbsent(ctx, t, poolPath)
 	waiting.Store(0)
-	e.waitRaw(ctx, t, lwsPath(ns, name, "vllm-num-requests-waiting", ""), 0)
+	e.waitRaw(ctx, t, waitingPath, 0)
 	hold := testScaleDownWindow + holdSyncPeriods*suite.opts.HPASyncPeriod
 	must(t, holdScale(ctx, e, ns, name, maxGroups, hold))
 	t.Logf("picker down, engines drained: %d groups held for %v", maxGroups, hold)
 	picker.down.Store(false)
 	groups(0, b.read+b.down, "picker back, no demand")
 
-	if n := picker.served.Load(); n == 0 {
+	if picker.served.Load() == 0 {
 		t.Error("the picker was never read")
 	}
 	if n := engines.credentials.Load(); n != 0 {
 		t.Errorf("pod endpoints received %d requests with credentials; the token is the picker's alone", n)
 	}
-	picker.check(t)
+	picker.mu.Lock()
+	defer picker.mu.Unlock()
+	for _, msg := range picker.errs {
+		t.Errorf("endpoint picker: %s", msg)
+	}
 }
 
 func hasCondition(h *autoscalingv2.HorizontalPodAutoscaler, typ autoscalingv2.HorizontalPodAutoscalerConditionType, status corev1.ConditionStatus) bool {
-	for _, c := range h.Status.Conditions {
-		if c.Type == typ {
-			return c.Status == status
-		}
-	}
-	return false
+	i := slices.IndexFunc(h.Status.Conditions, func(c autoscalingv2.HorizontalPodAutoscalerCondition) bool { return c.Type == typ })
+	return i >= 0 && h.Status.Conditions[i].Status == status
 }
 
 // holdScale checks, for d, that the LWS keeps wanting groups groups.
 func holdScale(ctx context.Context, e *lwsEnv, ns, name string, groups int32, d time.Duration) error {
-	end := time.Now().Add(d)
-	for time.Now().Before(end) {
+	for end := time.Now().Add(d); time.Now().Before(end); {
 		scale, err := lws.GetScale(ctx, e.dyn, ns, name)
 		if err != nil {
 			return err
@@ -219,8 +214,6 @@ func holdScale(ctx context.Context, e *lwsEnv, ns, name string, groups int32, d 
 	return nil
 }
 
-var inferencePoolsResource = schema.GroupVersionResource{Group: "inference.networking.k8s.io", Version: "v1", Resource: "inferencepools"}
-
 // installInferencePools applies the InferencePool CRD of inferencePoolModule
 // and waits until it is Established. It stays: CRDs are cluster-wide, and a
 // second test installs the same.
@@ -230,12 +223,12 @@ func installInferencePools(ctx context.Context, t *testing.T, e *lwsEnv) {
 	must(t, err)
 	var crd unstructured.Unstructured
 	must(t, yaml.Unmarshal(readFile(t, filepath.Join(dir, "config", "crd", "bases", "inference.networking.k8s.io_inferencepools.yaml")), &crd.Object))
-	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	if _, err := e.dyn.Resource(crds).Create(ctx, &crd, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
+	crds := e.dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	if _, err := crds.Create(ctx, &crd, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
 		t.Fatalf("create the InferencePool CRD: %v", err)
 	}
 	must(t, e.poll(ctx, time.Minute, "the InferencePool CRD to be Established", func(ctx context.Context) error {
-		got, err := e.dyn.Resource(crds).Get(ctx, crd.GetName(), metav1.GetOptions{})
+		got, err := crds.Get(ctx, crd.GetName(), metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -256,7 +249,8 @@ func createInferencePool(ctx context.Context, e *lwsEnv, ns, name, lwsName strin
 			"endpointPickerRef": map[string]any{"name": name + "-epp", "port": map[string]any{"number": int64(9002)}},
 		},
 	}}
-	_, err := e.dyn.Resource(inferencePoolsResource).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
+	gvr := schema.GroupVersionResource{Group: "inference.networking.k8s.io", Version: "v1", Resource: "inferencepools"}
+	_, err := e.dyn.Resource(gvr).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
 	return err
 }
 
@@ -268,25 +262,15 @@ func createInferencePool(ctx context.Context, e *lwsEnv, ns, name, lwsName strin
 // of llm-d-inference-scheduler pkg/epp/metrics/metrics.go, once a request
 // has been queued (a gauge vector has no child before).
 type fakePicker struct {
-	port  int
-	pool  string
-	queue atomic.Int64
-	down  atomic.Bool
-	// served counts the answers with metrics.
-	served atomic.Int64
-
-	mu sync.Mutex
-	// user is the user the token must be; token the token written.
-	user, token string
+	port        int
+	pool        string
+	queue       atomic.Int64
+	down        atomic.Bool
+	served      atomic.Int64 // answers with metrics
+	mu          sync.Mutex
+	user, token string // whose token the picker must receive, and which
 	queued      bool
-	errs        []string
-}
-
-// expect says whose token the picker must receive, and which.
-func (p *fakePicker) expect(user, token string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.user, p.token = user, token
+	errs        []string // read when the test ends
 }
 
 func startPicker(ctx context.Context, t *testing.T, e *lwsEnv, ns, pool string) *fakePicker {
@@ -294,7 +278,8 @@ func startPicker(ctx context.Context, t *testing.T, e *lwsEnv, ns, pool string) 
 	ports, err := cluster.FreePorts(1)
 	must(t, err)
 	p := &fakePicker{port: ports[0], pool: pool}
-	pod := kwokPod(ns, pool+"-epp-0", suite.fleet.NodeNames[0], map[string]string{"app": pool + "-epp"}, corev1.Container{Name: "epp", Image: "ghcr.io/llm-d/llm-d-inference-scheduler:v0.8.0"})
+	pod := kwokPod(ns, pool+"-epp-0", suite.fleet.NodeNames[0], map[string]string{"app": pool + "-epp"},
+		corev1.Container{Name: "epp", Image: "ghcr.io/llm-d/llm-d-inference-scheduler:v0.8.0"})
 	createPods(ctx, t, e.bounds.running, e.watch, pod)
 	got, err := suite.cluster.Client().CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 	must(t, err)
@@ -314,10 +299,13 @@ func (p *fakePicker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "picker down", http.StatusServiceUnavailable)
 		return
 	}
+	refuse := func(code int, msg string) {
+		p.fail(msg)
+		http.Error(w, http.StatusText(code), code)
+	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok {
-		p.fail("a request without a bearer token")
-		http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		refuse(http.StatusUnauthorized, "a request without a bearer token")
 		return
 	}
 	client := suite.cluster.Client()
@@ -329,8 +317,11 @@ func (p *fakePicker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil || !review.Status.Authenticated {
-		p.fail(fmt.Sprintf("token refused: %v %s", err, reviewError(review)))
-		http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		var why string
+		if review != nil {
+			why = review.Status.Error
+		}
+		refuse(http.StatusUnauthorized, fmt.Sprintf("token refused: %v %s", err, why))
 		return
 	}
 	u := review.Status.User
@@ -346,14 +337,13 @@ func (p *fakePicker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil || !sar.Status.Allowed {
-		p.fail(fmt.Sprintf("%s not allowed get %s: %v", u.Username, r.URL.Path, err))
-		http.Error(w, "Forbidden", http.StatusForbidden)
+		refuse(http.StatusForbidden, fmt.Sprintf("%s not allowed get %s: %v", u.Username, r.URL.Path, err))
 		return
 	}
 	q := p.queue.Load()
 	p.mu.Lock()
-	if (token != p.token || u.Username != p.user || !slices.Contains(review.Status.Audiences, apiAudience)) && len(p.errs) < 10 {
-		p.errs = append(p.errs, fmt.Sprintf("token of %s for %v is not the one written for %s", u.Username, review.Status.Audiences, p.user))
+	if token != p.token || u.Username != p.user || !slices.Contains(review.Status.Audiences, apiAudience) {
+		p.failLocked(fmt.Sprintf("token of %s for %v is not the one written for %s", u.Username, review.Status.Audiences, p.user))
 	}
 	p.queued = p.queued || q > 0
 	queued := p.queued
@@ -367,27 +357,14 @@ func (p *fakePicker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func reviewError(r *authenticationv1.TokenReview) string {
-	if r == nil {
-		return ""
-	}
-	return r.Status.Error
-}
-
 func (p *fakePicker) fail(msg string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.errs) < 10 {
-		p.errs = append(p.errs, msg)
-	}
+	p.failLocked(msg)
 }
 
-// check fails t for every request the picker refused or found wrong.
-func (p *fakePicker) check(t *testing.T) {
-	t.Helper()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, msg := range p.errs {
-		t.Errorf("endpoint picker: %s", msg)
+func (p *fakePicker) failLocked(msg string) {
+	if len(p.errs) < 10 {
+		p.errs = append(p.errs, msg)
 	}
 }

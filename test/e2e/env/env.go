@@ -124,10 +124,10 @@ func Apply(ctx context.Context, c *cluster.Cluster, name string, objs []*unstruc
 		return err
 	}
 	path := filepath.Join(c.WorkDir(), "manifests", name+".json")
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
+	if err = os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
+		err = os.WriteFile(path, data, 0o644)
 	}
-	if err := os.WriteFile(path, data, 0o644); err != nil {
+	if err != nil {
 		return err
 	}
 	args := append([]string{"apply", "--server-side", "--field-manager=gms-e2e"}, flags...)

@@ -110,8 +110,7 @@ func (s *Server) Undeploy(ctx context.Context, prev *Server) error {
 		if slices.Contains(prev.APIServices, name) {
 			continue
 		}
-		err := s.cluster.APIServices().Delete(ctx, name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
+		if err := s.cluster.APIServices().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete APIService %s: %w", name, err))
 		}
 	}
@@ -229,12 +228,9 @@ func (v *SecretVolume) write(data map[string][]byte) error {
 	if v.version > 0 && maps.EqualFunc(v.written, data, bytes.Equal) {
 		return nil
 	}
-	if err := os.MkdirAll(v.Dir, 0o755); err != nil {
-		return err
-	}
 	v.version++
 	ts := ".." + strconv.Itoa(v.version)
-	if err := os.Mkdir(filepath.Join(v.Dir, ts), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(v.Dir, ts), 0o755); err != nil {
 		return err
 	}
 	for k, b := range data {
@@ -244,10 +240,11 @@ func (v *SecretVolume) write(data map[string][]byte) error {
 	}
 	tmp := filepath.Join(v.Dir, "..data_tmp")
 	_ = os.Remove(tmp)
-	if err := os.Symlink(ts, tmp); err != nil {
-		return err
+	err := os.Symlink(ts, tmp)
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(v.Dir, "..data"))
 	}
-	if err := os.Rename(tmp, filepath.Join(v.Dir, "..data")); err != nil {
+	if err != nil {
 		return err
 	}
 	for _, k := range slices.Sorted(maps.Keys(data)) {

@@ -26,10 +26,9 @@ var MetricsAPIServices = []string{"v1beta1.metrics.k8s.io", "v1.metrics.k8s.io"}
 
 // ServerConfig configures DeployServer; zero fields take the defaults given.
 type ServerConfig struct {
-	ManifestsDir string // the kustomization to deploy; <repo>/manifests/base
-	BinDir       string // holds group-metrics-server; BinDir()
-	// KubeletCAFile verifies the fake kubelets' serving certificates. Required.
-	KubeletCAFile string
+	ManifestsDir  string // the kustomization to deploy; <repo>/manifests/base
+	BinDir        string // holds group-metrics-server; BinDir()
+	KubeletCAFile string // verifies the fake kubelets' serving certificates; required
 	// MetricResolution (default 5s) and KubeletRequestTimeout (default 3s,
 	// below the resolution) replace the manifests' flags.
 	MetricResolution, KubeletRequestTimeout time.Duration
@@ -50,11 +49,9 @@ type Server struct {
 	Args    []string // the command line
 	// ServiceHost is <service>.<namespace>.svc, the name the aggregator
 	// verifies the serving certificate against.
-	ServiceHost string
-	// CABundle is the caBundle the server wrote into its APIServices.
-	CABundle []byte
-	// Namespace and ServiceAccount are those of the Deployment.
-	Namespace, ServiceAccount string
+	ServiceHost               string
+	CABundle                  []byte // the caBundle the server wrote into its APIServices
+	Namespace, ServiceAccount string // those of the Deployment
 	// APIServices are the APIServices of the manifests, all pointing at this
 	// server: MetricsAPIServices for manifests/base, and the
 	// custom.metrics.k8s.io ones too for manifests/custom-metrics.
@@ -63,11 +60,9 @@ type Server struct {
 	// runs; nil when the manifests have none.
 	Controller *cluster.Process
 
-	cluster      *cluster.Cluster
-	name, binDir string
-	// registration are the Service and APIServices as applied for this
-	// server, for Register.
-	registration   []*unstructured.Unstructured
+	cluster        *cluster.Cluster
+	name, binDir   string
+	registration   []*unstructured.Unstructured // the Service and APIServices as applied, for Register
 	controllerArgs []string
 	controllerSA   string
 	controllerRuns int
@@ -129,13 +124,8 @@ func newServer(c *cluster.Cluster, cfg ServerConfig, objs []*unstructured.Unstru
 	if err != nil {
 		return nil, nil, err
 	}
-	s = &Server{
-		ServiceHost: svc.GetName() + "." + svc.GetNamespace() + ".svc",
-		Namespace:   deploy.GetNamespace(),
-		cluster:     c,
-		name:        cfg.ProcessName,
-		binDir:      cfg.BinDir,
-	}
+	s = &Server{ServiceHost: svc.GetName() + "." + svc.GetNamespace() + ".svc", Namespace: deploy.GetNamespace(),
+		cluster: c, name: cfg.ProcessName, binDir: cfg.BinDir}
 	for _, o := range objs {
 		if o.GetKind() == "APIService" {
 			s.APIServices = append(s.APIServices, o.GetName())
@@ -259,10 +249,9 @@ func (s *Server) waitAvailable(ctx context.Context) error {
 				err = errors.New("no caBundle yet")
 			}
 			if err == nil {
-				err = s.verifyServing(ctx, bundle)
-			}
-			if err == nil {
-				s.CABundle = bundle
+				if err = s.verifyServing(ctx, bundle); err == nil {
+					s.CABundle = bundle
+				}
 			}
 			return err
 		})
@@ -329,10 +318,7 @@ func (s *Server) RESTConfig() *rest.Config {
 // ("": addr's host).
 func adminConfig(c *cluster.Cluster, addr, serverName string, ca []byte) *rest.Config {
 	cfg := c.RESTConfig()
-	cfg.Host = "https://" + addr
-	cfg.ServerName = serverName
-	cfg.CAData = ca
-	cfg.Timeout = 30 * time.Second
+	cfg.Host, cfg.ServerName, cfg.CAData, cfg.Timeout = "https://"+addr, serverName, ca, 30*time.Second
 	return cfg
 }
 

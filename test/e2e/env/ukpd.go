@@ -35,13 +35,12 @@ const ukpdToken = "e2e-ukpd-token" // the fake accepts it, the server sends it
 
 // Ukpd is an in-process fake ukpd: the platform API over TLS on 127.0.0.1,
 // and its control API (test/fakeukpd/README.md) in plain HTTP on another
-// loopback port. URL, CAFile and TokenFile are what a client needs to reach
-// the platform API.
+// loopback port, whose client Control is. URL, CAFile and TokenFile are
+// what a client needs to reach the platform API.
 type Ukpd struct {
 	*fakeukpd.Running
 	TokenFile string
-	// Control is a client of the control API.
-	Control UkpdControl
+	Control   UkpdControl
 }
 
 // UkpdPageSize is the most instances one answer of the suite's fake ukpd
@@ -52,10 +51,11 @@ const UkpdPageSize = 100
 // when done.
 func StartUkpd(dir string) (*Ukpd, error) {
 	tokenFile := filepath.Join(dir, "token")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
+	err := os.MkdirAll(dir, 0o755)
+	if err == nil {
+		err = os.WriteFile(tokenFile, []byte(ukpdToken+"\n"), 0o600)
 	}
-	if err := os.WriteFile(tokenFile, []byte(ukpdToken+"\n"), 0o600); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	// The fake's own token, not the file's, so that a test can rewrite the
@@ -115,8 +115,7 @@ type UkpdUsage struct {
 	Memory string `json:"memory,omitempty"`
 }
 
-// UkpdControl is a client of a fake ukpd's control API at Address
-// (host:port).
+// UkpdControl is a client of a fake ukpd's control API at Address (host:port).
 type UkpdControl struct{ Address string }
 
 // AddInstance adds a running instance for a pod's container.
@@ -147,7 +146,6 @@ func (c UkpdControl) RemovePod(ctx context.Context, namespace, pod string) error
 type InstanceSync struct {
 	control UkpdControl
 	node    string
-
 	// mu serialises instance changes with SetUsage, so a pod added while
 	// the usage changes gets the new usage.
 	mu      sync.Mutex
@@ -168,12 +166,11 @@ func SyncInstances(ctx context.Context, client kubernetes.Interface, node string
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
 		}))
 	inf := factory.Core().V1().Pods().Informer()
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { s.observe(ctx, obj, false) },
 		UpdateFunc: func(_, obj any) { s.observe(ctx, obj, false) },
 		DeleteFunc: func(obj any) { s.observe(ctx, obj, true) },
-	})
-	if err != nil {
+	}); err != nil {
 		return nil, err
 	}
 	factory.Start(ctx.Done())

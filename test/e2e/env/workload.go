@@ -47,12 +47,17 @@ type DeploymentSpec struct {
 	CPURequest string
 	// MemoryLimit is each container's memory limit; none if empty.
 	MemoryLimit string
+	// Image, NodeSelector and Toleration, if set, replace those the
+	// Create functions give the pods.
+	Image        string
+	NodeSelector map[string]string
+	Toleration   *corev1.Toleration
 }
 
-// Labels returns the pod labels of the Deployment: app=<name>.
+// Labels returns the pod labels of the Deployment, app=<name>, and
+// Selector returns them as a selector.
 func (d DeploymentSpec) Labels() map[string]string { return map[string]string{"app": d.Name} }
 
-// Selector returns Labels as a selector.
 func (d DeploymentSpec) Selector() labels.Selector { return labels.SelectorFromSet(d.Labels()) }
 
 // CreateDeployment creates a Deployment whose pods kwok runs on the fake
@@ -70,9 +75,15 @@ func createDeployment(ctx context.Context, client kubernetes.Interface, d Deploy
 	if len(names) == 0 {
 		names = []string{"app"}
 	}
+	if d.NodeSelector != nil {
+		nodeSelector = d.NodeSelector
+	}
+	if d.Toleration != nil {
+		toleration = *d.Toleration
+	}
 	pod := corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To[int64](0), NodeSelector: nodeSelector, Tolerations: []corev1.Toleration{toleration}}
 	for _, n := range names {
-		ctr := corev1.Container{Name: n, Image: image}
+		ctr := corev1.Container{Name: n, Image: cmp.Or(d.Image, image)}
 		if d.CPURequest != "" {
 			ctr.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(d.CPURequest)}
 		}
@@ -104,20 +115,13 @@ func CreateCPUHPA(ctx context.Context, client kubernetes.Interface, namespace, n
 			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: name},
 			MinReplicas:    ptr.To(minReplicas),
 			MaxReplicas:    maxReplicas,
-			Metrics: []autoscalingv2.MetricSpec{{
-				Type: autoscalingv2.ResourceMetricSourceType,
-				Resource: &autoscalingv2.ResourceMetricSource{
-					Name: corev1.ResourceCPU,
-					Target: autoscalingv2.MetricTarget{
-						Type:               autoscalingv2.UtilizationMetricType,
-						AverageUtilization: ptr.To(targetPercent),
-					},
-				},
-			}},
+			Metrics: []autoscalingv2.MetricSpec{{Type: autoscalingv2.ResourceMetricSourceType, Resource: &autoscalingv2.ResourceMetricSource{
+				Name:   corev1.ResourceCPU,
+				Target: autoscalingv2.MetricTarget{Type: autoscalingv2.UtilizationMetricType, AverageUtilization: ptr.To(targetPercent)},
+			}}},
 		},
 	}
-	_, err := client.AutoscalingV2().HorizontalPodAutoscalers(namespace).Create(ctx, hpa, metav1.CreateOptions{})
-	if err != nil {
+	if _, err := client.AutoscalingV2().HorizontalPodAutoscalers(namespace).Create(ctx, hpa, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create hpa %s/%s: %w", namespace, name, err)
 	}
 	return nil
@@ -192,12 +196,11 @@ func (f *Fleet) start(ctx context.Context, c *cluster.Cluster, cfg FleetConfig) 
 	for i := range cfg.Nodes {
 		name := fmt.Sprintf("fake-node-%d", i)
 		f.NodeNames = append(f.NodeNames, name)
-		n, err := f.AddNode(name, 0)
-		if err != nil {
+		if n, err := f.AddNode(name, 0); err != nil {
 			errs[i] = err
-			continue
+		} else {
+			wg.Go(func() { errs[i] = c.AddNode(ctx, name, nil, "127.0.0.1", n.Port()) })
 		}
-		wg.Go(func() { errs[i] = c.AddNode(ctx, name, nil, "127.0.0.1", n.Port()) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
