@@ -9,6 +9,7 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,21 +54,19 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (stdout, stderr s
 	return out.String(), errOut.String(), err
 }
 
-// Node capacity that AddNode gives every node: far more than tests schedule.
+// nodeResources are every NodeObject's capacity: far more than tests schedule.
 var nodeResources = corev1.ResourceList{
 	corev1.ResourceCPU:    resource.MustParse("64"),
 	corev1.ResourceMemory: resource.MustParse("256Gi"),
 	corev1.ResourcePods:   resource.MustParse("250"),
 }
 
-// AddNode creates a kwok-managed Node and waits until kwok has made it Ready.
-// Its InternalIP is kubeletAddr (127.0.0.1 when empty) and its
-// status.daemonEndpoints.kubeletEndpoint.port is kubeletPort, so a metrics
-// scraper reaches the node's "kubelet" at kubeletAddr:kubeletPort. The address
-// must be a loopback IP, so that no scrape leaves the machine. labels are added
-// to the usual kubernetes.io/hostname, os and arch labels. If ctx has no
-// deadline the wait is bounded by two minutes. It is safe to call
-// concurrently, which is how to add many nodes quickly.
+// AddNode creates NodeObject(name, labels, kubeletAddr, kubeletPort) and
+// waits until kwok has made it Ready, so that a metrics scraper reaches the
+// node's "kubelet" at kubeletAddr (127.0.0.1 when empty; a loopback IP, so no
+// scrape leaves the machine):kubeletPort. If ctx has no deadline the wait is
+// bounded by two minutes. It is safe to call concurrently, which is how to add
+// many nodes quickly.
 func (c *Cluster) AddNode(ctx context.Context, name string, labels map[string]string, kubeletAddr string, kubeletPort int) error {
 	kubeletAddr = cmp.Or(kubeletAddr, loopback)
 	if ip := net.ParseIP(kubeletAddr); ip == nil || !ip.IsLoopback() {
@@ -84,19 +83,15 @@ func (c *Cluster) AddNode(ctx context.Context, name string, labels map[string]st
 func (c *Cluster) CreateNode(ctx context.Context, node *corev1.Node) error {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	name := node.Name
 	if _, err := c.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create node %s: %w", name, err)
+		return fmt.Errorf("create node %s: %w", node.Name, err)
 	}
-	return Poll(ctx, "node "+name+" to be Ready", c.coreProcesses("kwok"), func(ctx context.Context) error {
-		n, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
+	return Poll(ctx, "node "+node.Name+" to be Ready", c.coreProcesses("kwok"), func(ctx context.Context) error {
+		n, err := c.client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		if err == nil && !NodeReady(n) {
+			err = fmt.Errorf("node %s is not Ready yet", node.Name)
 		}
-		if !NodeReady(n) {
-			return fmt.Errorf("node %s is not Ready yet", name)
-		}
-		return nil
+		return err
 	})
 }
 
@@ -107,15 +102,11 @@ func NodeReady(n *corev1.Node) bool {
 }
 
 // NodeObject is the Node AddNode creates: kwok-managed, with the usual
-// kubernetes.io/hostname, os and arch labels and labels, far more capacity
-// than tests schedule, InternalIP kubeletAddr and kubeletPort as its
-// kubelet endpoint.
+// kubernetes.io/hostname, os and arch labels and labels, nodeResources,
+// InternalIP kubeletAddr and kubeletPort as its kubelet endpoint.
 func NodeObject(name string, labels map[string]string, kubeletAddr string, kubeletPort int) *corev1.Node {
 	nodeLabels := map[string]string{
-		corev1.LabelHostname:   name,
-		corev1.LabelOSStable:   "linux",
-		corev1.LabelArchStable: "amd64",
-		"type":                 "kwok",
+		corev1.LabelHostname: name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64", "type": "kwok",
 	}
 	maps.Copy(nodeLabels, labels)
 	return &corev1.Node{
@@ -131,9 +122,7 @@ func NodeObject(name string, labels map[string]string, kubeletAddr string, kubel
 				{Type: corev1.NodeInternalIP, Address: kubeletAddr},
 				{Type: corev1.NodeHostName, Address: name},
 			},
-			DaemonEndpoints: corev1.NodeDaemonEndpoints{
-				KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(kubeletPort)},
-			},
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(kubeletPort)}},
 		},
 	}
 }
@@ -141,49 +130,43 @@ func NodeObject(name string, labels map[string]string, kubeletAddr string, kubel
 // coreProcesses returns etcd, kube-apiserver and the named extra processes
 // that exist, for waits to watch.
 func (c *Cluster) coreProcesses(extra ...string) []*Process {
-	var out []*Process
-	for _, name := range append([]string{"etcd", "kube-apiserver"}, extra...) {
-		if p := c.process(name); p != nil {
-			out = append(out, p)
-		}
-	}
-	return out
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := append([]string{"etcd", "kube-apiserver"}, extra...)
+	return slices.DeleteFunc(slices.Clone(c.procs), func(p *Process) bool { return !slices.Contains(names, p.name) })
 }
 
-// ServiceAccountKubeconfig requests a token for the existing ServiceAccount
-// namespace/name through the TokenRequest API, valid for seven days, and
-// writes a kubeconfig that authenticates with it. It returns the file's path,
-// <workdir>/kubeconfigs/sa-<namespace>-<name>.kubeconfig.
+// ServiceAccountKubeconfig writes a kubeconfig that authenticates with a
+// token of the ServiceAccount namespace/name, valid for seven days, and
+// returns its path, <workdir>/kubeconfigs/sa-<namespace>-<name>.kubeconfig.
 func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, namespace, name string) (string, error) {
 	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(7 * 24 * 3600))}}
 	tr, err := c.client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, req, metav1.CreateOptions{})
 	if err != nil {
 		return "", fmt.Errorf("request token for %s/%s: %w", namespace, name, err)
 	}
-	user := "system:serviceaccount:" + namespace + ":" + name
 	path := c.kubeconfigPath("sa-" + namespace + "-" + name)
+	user := "system:serviceaccount:" + namespace + ":" + name
 	return path, c.writeKubeconfig(path, user, &clientcmdapi.AuthInfo{Token: tr.Status.Token})
 }
 
-// APIServices is a client of apiregistration.k8s.io/v1 APIServices, as the
-// admin.
+// APIServices is the admin's client of apiregistration.k8s.io/v1 APIServices.
 func (c *Cluster) APIServices() dynamic.ResourceInterface {
 	return c.dynamic.Resource(certs.APIServiceResource)
 }
 
 // WaitForAPIServiceAvailable waits until the APIService name (for example
-// v1beta1.metrics.k8s.io) has the condition Available=True. If ctx has no
-// deadline the wait is bounded by two minutes. The error carries the last
-// reason and message the aggregator reported.
+// v1beta1.metrics.k8s.io) is Available, for at most two minutes if ctx has no
+// deadline. The error carries the aggregator's last reason and message.
 func (c *Cluster) WaitForAPIServiceAvailable(ctx context.Context, name string) error {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	return Poll(ctx, "APIService "+name+" to be Available", c.coreProcesses(), func(ctx context.Context) error {
 		obj, err := c.APIServices().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
+		if err == nil {
+			err = ConditionTrue(obj, "Available")
 		}
-		return ConditionTrue(obj, "Available")
+		return err
 	})
 }
 

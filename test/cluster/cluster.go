@@ -1,8 +1,9 @@
 // Package cluster runs a real Kubernetes control plane on 127.0.0.1 for
-// end-to-end tests and demos: etcd, kube-apiserver with the aggregation layer,
-// kube-controller-manager, kube-scheduler and kwok, which plays the kubelet for
-// fake nodes. Every component listens on a free loopback port, uses PKI
-// generated under the work directory, and logs to <workdir>/logs/<name>.log.
+// end-to-end tests and demos: etcd, kube-apiserver with the aggregation
+// layer, kube-controller-manager, kube-scheduler and kwok, which plays the
+// kubelet for fake nodes, and on request a real node (StartRealNode). Every
+// component listens on a free loopback port, uses PKI generated under the
+// work directory, and logs to <workdir>/logs/<name>.log.
 package cluster
 
 import (
@@ -12,6 +13,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -84,15 +86,11 @@ func startOnce(ctx context.Context, opts Options) (*Cluster, error) {
 		case <-c.stopped:
 		}
 	}()
-
 	startCtx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
 	defer cancel()
 	if err := c.start(startCtx); err != nil {
 		tails := c.LogTails(30)
-		if stopErr := c.Stop(); stopErr != nil {
-			err = errors.Join(err, stopErr)
-		}
-		return nil, fmt.Errorf("start cluster: %w\n%s", err, tails)
+		return nil, fmt.Errorf("start cluster: %w\n%s", errors.Join(err, c.Stop()), tails)
 	}
 	return c, nil
 }
@@ -194,8 +192,8 @@ func (c *Cluster) StartProcess(name, path string, args ...string) (*Process, err
 	return c.StartProcessWithEnv(name, nil, path, args...)
 }
 
-// StartProcessWithEnv is StartProcess with an explicit environment (as for
-// os/exec.Cmd.Env: nil inherits, a non-nil slice replaces).
+// StartProcessWithEnv is StartProcess with the environment env (nil
+// inherits, as for os/exec.Cmd.Env).
 func (c *Cluster) StartProcessWithEnv(name string, env []string, path string, args ...string) (*Process, error) {
 	if name == "" || filepath.Base(name) != name {
 		return nil, fmt.Errorf("invalid process name %q", name)
@@ -205,7 +203,7 @@ func (c *Cluster) StartProcessWithEnv(name string, env []string, path string, ar
 	if c.stopping {
 		return nil, fmt.Errorf("start %s: cluster is stopped", name)
 	}
-	if c.processLocked(name) != nil {
+	if slices.ContainsFunc(c.procs, func(p *Process) bool { return p.name == name }) {
 		return nil, fmt.Errorf("start %s: a process with that name already exists", name)
 	}
 	p, err := startProcess(name, filepath.Join(c.logDir, name+".log"), stopGracePeriod, env, path, args...)
@@ -220,7 +218,7 @@ func (c *Cluster) StartProcessWithEnv(name string, env []string, path string, ar
 func (c *Cluster) Processes() []*Process {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]*Process(nil), c.procs...)
+	return slices.Clone(c.procs)
 }
 
 // LogTails returns the last n lines of every process log, in start order,
@@ -229,13 +227,11 @@ func (c *Cluster) LogTails(n int) string {
 	var b strings.Builder
 	for _, p := range c.Processes() {
 		fmt.Fprintf(&b, "==> %s (%s) <==\n", p.name, filepath.Base(p.logPath))
-		tail, err := tailFile(p.logPath, n)
-		if err != nil {
+		if tail, err := tailFile(p.logPath, n); err != nil {
 			fmt.Fprintf(&b, "(cannot read log: %v)\n", err)
-			continue
+		} else {
+			b.WriteString(tail + "\n")
 		}
-		b.WriteString(tail)
-		b.WriteString("\n")
 	}
 	return b.String()
 }
@@ -256,19 +252,16 @@ func (c *Cluster) APIServerURL() string { return "https://" + hostPort(c.ports["
 func (c *Cluster) WorkDir() string { return c.workDir }
 func (c *Cluster) LogDir() string  { return c.logDir }
 
-// BinaryPath returns the path of the named binary (APIServerBinary, say) this
-// cluster runs.
-func (c *Cluster) BinaryPath(name string) string { return c.opts.binPath(name) }
-
-// Ports returns the control plane's loopback ports, keyed by component name
+// BinaryPath is the path of the named binary (APIServerBinary, say) this
+// cluster runs; Ports are the control plane's loopback ports by component
 // (kwok: its health endpoint).
-func (c *Cluster) Ports() map[string]int { return maps.Clone(c.ports) }
+func (c *Cluster) BinaryPath(name string) string { return c.opts.binPath(name) }
+func (c *Cluster) Ports() map[string]int         { return maps.Clone(c.ports) }
 
-// CACertFile returns the cluster CA certificate, also kube-apiserver's client CA.
+// CACertFile and CACertPEM are the cluster CA certificate, also
+// kube-apiserver's client CA.
 func (c *Cluster) CACertFile() string { return c.pki.file("ca.crt") }
-
-// CACertPEM returns the cluster CA certificate in PEM form.
-func (c *Cluster) CACertPEM() []byte { return c.pki.ca.CertPEM() }
+func (c *Cluster) CACertPEM() []byte  { return c.pki.ca.CertPEM() }
 
 // IssueServingCert signs a serving certificate with the cluster CA for hosts
 // (IP addresses or DNS names), writes <workdir>/pki/issued/<name>.crt and
@@ -277,6 +270,6 @@ func (c *Cluster) IssueServingCert(name string, hosts ...string) (certFile, keyF
 	if name == "" || filepath.Base(name) != name {
 		return "", "", fmt.Errorf("invalid certificate name %q", name)
 	}
-	dir := filepath.Join(c.pkiDir, "issued")
-	return c.pki.ca.IssueFiles(time.Now(), dir, name, pki.Leaf{CommonName: name, Hosts: hosts, Server: true})
+	leaf := pki.Leaf{CommonName: name, Hosts: hosts, Server: true}
+	return c.pki.ca.IssueFiles(time.Now(), filepath.Join(c.pkiDir, "issued"), name, leaf)
 }

@@ -78,10 +78,8 @@ func TestKwokConfig(t *testing.T) {
 	src := t.TempDir()
 	for name, file := range map[string]string{"node-initialize": "node/fast/node-initialize.yaml", "pod-ready": "pod/fast/pod-ready.yaml"} {
 		path := filepath.Join(src, "kustomize", "stage", filepath.FromSlash(file))
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte("apiVersion: kwok.x-k8s.io/v1alpha1\nkind: Stage\nmetadata:\n  name: "+name), 0o644); err != nil {
+		stage := "apiVersion: kwok.x-k8s.io/v1alpha1\nkind: Stage\nmetadata:\n  name: " + name
+		if err := errors.Join(os.MkdirAll(filepath.Dir(path), 0o755), os.WriteFile(path, []byte(stage), 0o644)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -28,17 +27,10 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 	clientURL := "http://" + hostPort(c.ports["etcd"])
 	peerURL := "http://" + hostPort(c.ports["etcd-peer"])
 	p, err := c.StartProcessWithEnv("etcd", nil, c.BinaryPath(EtcdBinary),
-		"--name=etcd",
-		"--data-dir="+filepath.Join(c.workDir, "etcd"),
-		"--listen-client-urls="+clientURL,
-		"--advertise-client-urls="+clientURL,
-		"--listen-peer-urls="+peerURL,
-		"--initial-advertise-peer-urls="+peerURL,
-		"--initial-cluster=etcd="+peerURL,
-		"--initial-cluster-state=new",
-		"--unsafe-no-fsync",
-		"--log-level=warn",
-	)
+		"--name=etcd", "--data-dir="+filepath.Join(c.workDir, "etcd"),
+		"--listen-client-urls="+clientURL, "--advertise-client-urls="+clientURL,
+		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=etcd="+peerURL, "--initial-cluster-state=new", "--unsafe-no-fsync", "--log-level=warn")
 	if err != nil {
 		return err
 	}
@@ -46,42 +38,29 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 }
 
 func (c *Cluster) startAPIServer(ctx context.Context) error {
+	file := c.pki.file
 	p, err := c.StartProcessWithEnv("kube-apiserver", nil, c.BinaryPath(APIServerBinary),
 		"--etcd-servers=http://"+hostPort(c.ports["etcd"]),
-		"--bind-address="+loopback,
-		"--advertise-address="+loopback,
-		"--secure-port="+strconv.Itoa(c.ports["kube-apiserver"]),
-		"--tls-cert-file="+c.pki.file("apiserver.crt"),
-		"--tls-private-key-file="+c.pki.file("apiserver.key"),
-		"--client-ca-file="+c.pki.file("ca.crt"),
+		"--bind-address="+loopback, "--advertise-address="+loopback, "--secure-port="+strconv.Itoa(c.ports["kube-apiserver"]),
+		"--tls-cert-file="+file("apiserver.crt"), "--tls-private-key-file="+file("apiserver.key"),
+		"--client-ca-file="+file("ca.crt"),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file="+c.pki.file("sa.key"),
-		"--service-account-signing-key-file="+c.pki.file("sa.key"),
-		"--service-cluster-ip-range="+serviceClusterIPRange,
-		"--authorization-mode=Node,RBAC",
-		"--allow-privileged=true",
-		"--endpoint-reconciler-type=none",
-		"--enable-aggregator-routing=false",
-		"--requestheader-client-ca-file="+c.pki.file("front-proxy-ca.crt"),
-		"--requestheader-allowed-names=front-proxy-client",
-		"--requestheader-username-headers=X-Remote-User",
-		"--requestheader-group-headers=X-Remote-Group",
-		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
-		"--requestheader-uid-headers=X-Remote-Uid",
-		"--proxy-client-cert-file="+c.pki.file("front-proxy-client.crt"),
-		"--proxy-client-key-file="+c.pki.file("front-proxy-client.key"),
-		"--kubelet-client-certificate="+c.pki.file("apiserver-kubelet-client.crt"),
-		"--kubelet-client-key="+c.pki.file("apiserver-kubelet-client.key"),
-		"--max-requests-inflight=3000",
-		"--max-mutating-requests-inflight=1000",
-		"--profiling=false",
+		"--service-account-key-file="+file("sa.key"), "--service-account-signing-key-file="+file("sa.key"),
+		"--service-cluster-ip-range="+serviceClusterIPRange, "--authorization-mode=Node,RBAC", "--allow-privileged=true",
+		"--endpoint-reconciler-type=none", "--enable-aggregator-routing=false",
+		"--requestheader-client-ca-file="+file("front-proxy-ca.crt"), "--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-", "--requestheader-uid-headers=X-Remote-Uid",
+		"--proxy-client-cert-file="+file("front-proxy-client.crt"), "--proxy-client-key-file="+file("front-proxy-client.key"),
+		"--kubelet-client-certificate="+file("apiserver-kubelet-client.crt"),
+		"--kubelet-client-key="+file("apiserver-kubelet-client.key"),
+		"--max-requests-inflight=3000", "--max-mutating-requests-inflight=1000", "--profiling=false",
 		// Nothing runs the node lifecycle controller, which would lift the
 		// not-ready taint this plugin puts on every new node.
 		"--disable-admission-plugins=TaintNodesByCondition",
-		// A namespace annotated scheduler.alpha.kubernetes.io/node-selector
-		// keeps its pods on the nodes it names: manifests applied as
-		// published (the LeaderWorkerSet project's examples) then run on
-		// the real node rather than on a kwok node (PodNodeSelectorAnnotation).
+		// A namespace annotated with PodNodeSelectorAnnotation keeps its pods
+		// on the nodes it names: manifests applied as published (the
+		// LeaderWorkerSet project's examples) then run on the real node.
 		"--enable-admission-plugins=PodNodeSelector",
 	)
 	if err != nil {
@@ -146,14 +125,9 @@ func (c *Cluster) startControllerManager() (*Process, error) {
 	o := c.opts
 	kubeconfig := c.kubeconfigPath("kube-controller-manager")
 	args := append(c.servingArgs(kubeconfig, c.ports["kube-controller-manager"], "controller-manager-serving"),
-		"--kubeconfig="+kubeconfig,
-		"--leader-elect=false",
-		"--use-service-account-credentials=true",
-		"--service-account-private-key-file="+c.pki.file("sa.key"),
-		"--root-ca-file="+c.pki.file("ca.crt"),
-		"--controllers="+strings.Join(controllers, ","),
-		"--kube-api-qps=200",
-		"--kube-api-burst=400",
+		"--kubeconfig="+kubeconfig, "--leader-elect=false", "--use-service-account-credentials=true",
+		"--service-account-private-key-file="+c.pki.file("sa.key"), "--root-ca-file="+c.pki.file("ca.crt"),
+		"--controllers="+strings.Join(controllers, ","), "--kube-api-qps=200", "--kube-api-burst=400",
 		"--horizontal-pod-autoscaler-sync-period="+o.HPASyncPeriod.String(),
 		"--horizontal-pod-autoscaler-downscale-stabilization="+o.HPADownscaleStabilization.String(),
 		"--horizontal-pod-autoscaler-cpu-initialization-period="+o.HPACPUInitializationPeriod.String(),
@@ -209,29 +183,9 @@ func (c *Cluster) startKwok(ctx context.Context) (*Process, error) {
 // share: delegated authentication and authorization through kubeconfig,
 // and a secure port on loopback with the serving pair named pair.
 func (c *Cluster) servingArgs(kubeconfig string, port int, pair string) []string {
-	return []string{
-		"--authentication-kubeconfig=" + kubeconfig,
-		"--authorization-kubeconfig=" + kubeconfig,
-		"--bind-address=" + loopback,
-		"--secure-port=" + strconv.Itoa(port),
-		"--tls-cert-file=" + c.pki.file(pair+".crt"),
-		"--tls-private-key-file=" + c.pki.file(pair+".key"),
-		"--profiling=false",
-	}
-}
-
-// process returns the cluster's process with the given name, or nil.
-func (c *Cluster) process(name string) *Process {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.processLocked(name)
-}
-
-func (c *Cluster) processLocked(name string) *Process {
-	if i := slices.IndexFunc(c.procs, func(p *Process) bool { return p.name == name }); i >= 0 {
-		return c.procs[i]
-	}
-	return nil
+	return []string{"--authentication-kubeconfig=" + kubeconfig, "--authorization-kubeconfig=" + kubeconfig,
+		"--bind-address=" + loopback, "--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + c.pki.file(pair+".crt"), "--tls-private-key-file=" + c.pki.file(pair+".key"), "--profiling=false"}
 }
 
 // waitHealthy waits until the health endpoint url of p answers 200,
@@ -263,3 +217,73 @@ func CheckOK(ctx context.Context, client *http.Client, url string) error {
 	}
 	return nil
 }
+
+// KwokNodeAnnotation marks the nodes kwok manages. NodeObject sets it; a
+// node made some other way needs it too, and NodeObject's addresses,
+// daemon endpoints and resources, which kwok keeps.
+const (
+	KwokNodeAnnotation      = "kwok.x-k8s.io/node"
+	KwokNodeAnnotationValue = "fake"
+)
+
+// kwokConfig returns kwok's --config file: the controller options followed by
+// stages, the Stages that move nodes and pods through their lifecycle.
+// kwok's health server listens on healthAddr.
+func kwokConfig(podCIDR, healthAddr string, stages []string) string {
+	options := fmt.Sprintf(`apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  cidr: %q
+  nodeIP: "127.0.0.1"
+  serverAddress: %q
+  manageAllNodes: false
+  manageNodesWithAnnotationSelector: "%s=%s"
+  nodeLeaseDurationSeconds: 120
+  nodeLeaseParallelism: 16
+  nodePlayStageParallelism: 16
+  podPlayStageParallelism: 32
+  podsOnNodeSyncParallelism: 8
+  enableDebuggingHandlers: false
+  enableProfilingHandler: false
+`, podCIDR, healthAddr, KwokNodeAnnotation, KwokNodeAnnotationValue)
+	return strings.Join(append([]string{options}, stages...), "---\n")
+}
+
+// kwokStages are kwok's own stages, from the source of its release in dir
+// (SourceDir), that make a node Ready and a scheduled pod Running and Ready
+// at once, then podDeleteStage. kwok's node stage keeps the addresses,
+// daemon endpoints and resources of a NodeObject and reports kwok's version
+// as the kubelet's. No stage refreshes a node's conditions later: kwok renews
+// the node's lease, and no node lifecycle controller runs to read heartbeats.
+func kwokStages(dir string) ([]string, error) {
+	var stages []string
+	for _, name := range []string{"node/fast/node-initialize.yaml", "pod/fast/pod-ready.yaml"} {
+		data, err := os.ReadFile(filepath.Join(dir, "kustomize", "stage", filepath.FromSlash(name)))
+		if err != nil {
+			return nil, fmt.Errorf("kwok stage: %w", err)
+		}
+		stages = append(stages, strings.TrimRight(string(data), "\n")+"\n")
+	}
+	return append(stages, podDeleteStage), nil
+}
+
+// podDeleteStage plays the kubelet's part in graceful deletion: a pod marked
+// for deletion loses its finalizers and is removed. (kwok's own pod-delete
+// stage leaves the finalizers, and with them the pod.)
+const podDeleteStage = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-delete
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: .metadata.deletionTimestamp
+      operator: Exists
+  next:
+    finalizers:
+      empty: true
+    delete: true
+`

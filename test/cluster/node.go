@@ -32,29 +32,26 @@ const (
 	NodeImagesFile = "node-images.oci.tar"
 )
 
-// The images NodeImagesFile holds (hack/image/nodeimage/main.go names
-// them): the sandbox image, and a static busybox with every applet in /bin
-// whose default command serves HTTP on port 80. The workload image is also
-// there as docker.io/library/nginx:1.14.2 and
-// docker.io/nginxinc/nginx-unprivileged:1.27 (port 8080), the images of the
-// LeaderWorkerSet project's examples. Pods use them with imagePullPolicy
-// Never or IfNotPresent: the node has no registry to pull from.
+// The images NodeImagesFile holds (hack/image/nodeimage/main.go names them):
+// the sandbox image, and a static busybox with every applet in /bin whose
+// default command serves HTTP on port 80, also named
+// docker.io/library/nginx:1.14.2 and docker.io/nginxinc/nginx-unprivileged:1.27
+// (port 8080), the images of the LeaderWorkerSet project's examples. Pods
+// use them with imagePullPolicy Never or IfNotPresent: there is no registry.
 const (
 	NodePauseImage    = "gms.local/pause:1"
 	NodeWorkloadImage = "gms.local/workload:1"
 )
 
 // taintUninitialized is the taint a kubelet with --cloud-provider=external
-// registers its node with, until a cloud controller initializes it
+// registers its node with until a cloud controller initializes it
 // (k8s.io/cloud-provider api.TaintExternalCloudProvider).
 const taintUninitialized = "node.cloudprovider.kubernetes.io/uninitialized"
 
-// RealNodeLabel is on every real node, so tests and the demo can tell it
-// from the kwok nodes.
+// RealNodeLabel is on every real node, to tell it from the kwok nodes.
 const RealNodeLabel = "gms.local/real-node"
 
-// RealNodeOptions configures StartRealNode; zero values take the defaults
-// given.
+// RealNodeOptions configures StartRealNode; zero values take the defaults.
 type RealNodeOptions struct {
 	// Name is the node's name; default "real-node".
 	Name string
@@ -62,16 +59,14 @@ type RealNodeOptions struct {
 	// NodeImagesFile.
 	KubeletBinary, Images string
 	// CNIBinDir holds the bridge, host-local and loopback plugins; default
-	// the first of /usr/lib/cni (Debian's containernetworking-plugins) and
-	// /opt/cni/bin that has them.
+	// FindCNIBinDir's.
 	CNIBinDir string
 	// StartTimeout bounds StartRealNode; default 2 minutes.
 	StartTimeout time.Duration
 }
 
 // RealNode is a kubelet and a containerd registered with the cluster as a
-// node: pods bound to it run as real containers. Stop it before the
-// cluster.
+// node: pods bound to it run as real containers. Stop it before the cluster.
 type RealNode struct {
 	c      *Cluster
 	name   string
@@ -86,20 +81,18 @@ type RealNode struct {
 // certificate (pki.go); ensureKubeletAPIAdmin lets it use the kubelet API.
 const apiserverKubeletClient = "kube-apiserver-kubelet-client"
 
-// StartRealNode starts containerd and a kubelet whose node joins the
-// cluster, and returns once the node is Ready with InternalIP 127.0.0.1.
+// StartRealNode starts containerd and a kubelet whose node joins the cluster,
+// and returns once the node is Ready with InternalIP 127.0.0.1.
 //
-// containerd keeps its root, state and socket under
-// <workdir>/nodes/<name>/; the images come from the node's OCI layout tar,
-// imported with ctr. The kubelet runs with --cloud-provider=external, since
-// it refuses a loopback --node-ip: StartRealNode then plays the cloud
-// controller, setting the node's addresses (InternalIP 127.0.0.1, Hostname
-// localhost) and removing the uninitialized taint. Its serving certificate
-// is the cluster CA's, for 127.0.0.1 and localhost; it authenticates and
+// containerd keeps its root, state and socket under <workdir>/nodes/<name>/;
+// the images come from the node's OCI layout tar, imported with ctr. The
+// kubelet refuses a loopback --node-ip, so it runs with
+// --cloud-provider=external and StartRealNode plays the cloud controller:
+// it sets the node's addresses (InternalIP 127.0.0.1, Hostname localhost)
+// and removes the uninitialized taint. The kubelet's serving certificate is
+// the cluster CA's, for 127.0.0.1 and localhost; it authenticates and
 // authorizes requests through kube-apiserver (TokenReview,
-// SubjectAccessReview).
-//
-// On error, what was started is stopped and cleaned up again.
+// SubjectAccessReview). On error, what was started is stopped and cleaned up.
 func (c *Cluster) StartRealNode(ctx context.Context, opts RealNodeOptions) (*RealNode, error) {
 	opts.Name = cmp.Or(opts.Name, "real-node")
 	opts.KubeletBinary = cmp.Or(opts.KubeletBinary, filepath.Join(c.opts.BinDir, KubeletBinary))
@@ -114,15 +107,11 @@ func (c *Cluster) StartRealNode(ctx context.Context, opts RealNodeOptions) (*Rea
 	if err := checkNodeBinaries(opts); err != nil {
 		return nil, err
 	}
+	// A bridge of its own, named by work directory and node so that suites
+	// on one machine do not share one; at most 15 characters.
 	sum := sha256.Sum256([]byte(c.workDir + "/" + opts.Name))
-	n := &RealNode{
-		c:    c,
-		name: opts.Name,
-		dirs: nodeDirs{base: filepath.Join(c.workDir, "nodes", opts.Name)},
-		// A bridge of its own, named by work directory and node, so that
-		// suites on one machine do not share one; at most 15 characters.
-		bridge: "gms" + hex.EncodeToString(sum[:5]),
-	}
+	n := &RealNode{c: c, name: opts.Name, dirs: nodeDirs{base: filepath.Join(c.workDir, "nodes", opts.Name)},
+		bridge: "gms" + hex.EncodeToString(sum[:5])}
 	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
 	defer cancel()
 	if err := n.start(ctx, opts); err != nil {
@@ -131,14 +120,15 @@ func (c *Cluster) StartRealNode(ctx context.Context, opts RealNodeOptions) (*Rea
 	return n, nil
 }
 
-// FindCNIBinDir returns the first of /usr/lib/cni and /opt/cni/bin that
-// holds the bridge, host-local and loopback plugins.
+// FindCNIBinDir returns the first of /usr/lib/cni (Debian's
+// containernetworking-plugins) and /opt/cni/bin that holds the bridge,
+// host-local and loopback plugins.
 func FindCNIBinDir() (string, error) {
 	for _, dir := range []string{"/usr/lib/cni", "/opt/cni/bin"} {
-		if slices.IndexFunc([]string{"bridge", "host-local", "loopback"}, func(p string) bool {
+		if !slices.ContainsFunc([]string{"bridge", "host-local", "loopback"}, func(p string) bool {
 			_, err := os.Stat(filepath.Join(dir, p))
 			return err != nil
-		}) < 0 {
+		}) {
 			return dir, nil
 		}
 	}
@@ -189,23 +179,20 @@ func (n *RealNode) start(ctx context.Context, opts RealNodeOptions) error {
 	return n.initialize(ctx)
 }
 
-// podsCPUShares is the cpu.shares of the cgroup every pod's cgroup is
-// made in (cgroup v1: containerd's CRI parent /k8s.io, since the kubelet
-// runs without QoS cgroups), the most the kernel takes.
+// podsCPUShares is the cpu.shares of the cgroup every pod's cgroup is made
+// in (cgroup v1: containerd's CRI parent /k8s.io, the kubelet running
+// without QoS cgroups), the most the kernel takes.
 //
 // On a real node the pods' parent (kubepods) weighs the node's allocatable
-// CPU and competes only with the node's daemons. This machine runs the
-// test's control planes, servers and builds beside the node, each busy task
-// weighing 1024 against the pods' parent: at the default weight a container
-// requesting 100m got a few percent of a core under the e2e suite, far from
-// what it asked for and from what a real node gives. At the largest weight
-// the pods run first, each within its own CPU limit (every pod the tests
-// and the demo put on the node has one), as on a node of their own.
+// CPU and competes only with the node's daemons. Here the test's control
+// planes, servers and builds run beside the node, each busy task weighing
+// 1024 against the pods' parent: at the default weight a container
+// requesting 100m got a few percent of a core under the e2e suite. At the
+// largest weight the pods run first, each within its own CPU limit (every
+// pod the tests and the demo put on the node has one), as on a node of
+// their own. The cgroup stays while empty until a node's clean-up removes it.
 const podsCPUShares = 262144
 
-// weightPods creates the pods' parent cgroup in the cpu hierarchy, if it
-// is not there, and gives it podsCPUShares. It stays while empty until a
-// node's clean-up removes it.
 func weightPods() error {
 	dir := "/sys/fs/cgroup/cpu/k8s.io"
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -290,15 +277,9 @@ func (n *RealNode) startKubelet(opts RealNodeOptions) error {
 		return err
 	}
 	n.kubelet, err = n.c.StartProcess("kubelet-"+n.name, opts.KubeletBinary,
-		"--config="+n.dirs.kubeletConfig(),
-		"--kubeconfig="+n.dirs.kubeconfig(),
-		"--root-dir="+n.dirs.kubeletRoot(),
-		"--cert-dir="+n.dirs.path("kubelet-pki"),
-		"--hostname-override="+n.name,
-		"--node-labels="+RealNodeLabel+"=true",
-		"--cloud-provider=external",
-		"--v=2",
-	)
+		"--config="+n.dirs.kubeletConfig(), "--kubeconfig="+n.dirs.kubeconfig(), "--root-dir="+n.dirs.kubeletRoot(),
+		"--cert-dir="+n.dirs.path("kubelet-pki"), "--hostname-override="+n.name, "--node-labels="+RealNodeLabel+"=true",
+		"--cloud-provider=external", "--v=2")
 	return err
 }
 
@@ -314,8 +295,8 @@ func (n *RealNode) initialize(ctx context.Context) error {
 		return err
 	}
 	// The kubelet keeps addresses it finds when it has no --node-ip and an
-	// external cloud provider (pkg/kubelet/nodestatus/setters.go,
-	// NodeAddress, in k8s.io/kubernetes).
+	// external cloud provider (k8s.io/kubernetes
+	// pkg/kubelet/nodestatus/setters.go, NodeAddress).
 	patch := fmt.Sprintf(`{"status":{"addresses":[{"type":%q,"address":%q},{"type":%q,"address":"localhost"}]}}`,
 		corev1.NodeInternalIP, loopback, corev1.NodeHostName)
 	if _, err := nodes.Patch(ctx, n.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
@@ -333,8 +314,7 @@ func (n *RealNode) initialize(ctx context.Context) error {
 			return nil
 		}
 		node.Spec.Taints = taints
-		_, err = nodes.Update(ctx, node, metav1.UpdateOptions{})
-		if err == nil {
+		if _, err = nodes.Update(ctx, node, metav1.UpdateOptions{}); err == nil {
 			err = errors.New("taint removed, checking again")
 		}
 		return err
@@ -343,13 +323,12 @@ func (n *RealNode) initialize(ctx context.Context) error {
 	}
 	return Poll(ctx, "node "+n.name+" to be Ready at "+loopback, watch, func(ctx context.Context) error {
 		node, err := nodes.Get(ctx, n.name, metav1.GetOptions{})
-		if err != nil {
+		switch {
+		case err != nil:
 			return err
-		}
-		if !slices.Contains(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: loopback}) {
+		case !slices.Contains(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: loopback}):
 			return fmt.Errorf("node %s has addresses %v", n.name, node.Status.Addresses)
-		}
-		if !NodeReady(node) {
+		case !NodeReady(node):
 			return fmt.Errorf("node %s is not Ready yet", n.name)
 		}
 		return nil
@@ -357,16 +336,15 @@ func (n *RealNode) initialize(ctx context.Context) error {
 }
 
 // ensureKubeletAPIAdmin binds kube-apiserver's kubelet client to the
-// bootstrap ClusterRole system:kubelet-api-admin (nodes/proxy, nodes/log,
-// nodes/stats, nodes/metrics), as kubeadm does, so the kubelet's webhook
-// authorization lets kubectl exec and logs through.
+// bootstrap ClusterRole system:kubelet-api-admin (nodes/proxy, log, stats,
+// metrics), as kubeadm does, so the kubelet's webhook authorization lets
+// kubectl exec and logs through.
 func (c *Cluster) ensureKubeletAPIAdmin(ctx context.Context) error {
-	crb := &rbacv1.ClusterRoleBinding{
+	_, err := c.client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "gms:" + apiserverKubeletClient},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:kubelet-api-admin"},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: apiserverKubeletClient}},
-	}
-	_, err := c.client.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{})
+	}, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return nil
 	}
@@ -387,9 +365,9 @@ func (n *RealNode) Processes() []*Process {
 }
 
 // PodNodeSelectorAnnotation on a namespace is the node selector the
-// PodNodeSelector admission plugin, which the cluster's kube-apiserver
-// runs, merges into every pod created in it
-// (k8s.io/kubernetes plugin/pkg/admission/podnodeselector).
+// PodNodeSelector admission plugin, which the cluster's kube-apiserver runs,
+// merges into every pod created in it (k8s.io/kubernetes
+// plugin/pkg/admission/podnodeselector).
 const PodNodeSelectorAnnotation = "scheduler.alpha.kubernetes.io/node-selector"
 
 // OnlyHere returns the value of PodNodeSelectorAnnotation that keeps a

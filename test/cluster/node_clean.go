@@ -14,7 +14,68 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
+
+// Stop stops the node and leaves nothing of it running or mounted: the
+// kubelet first, so that nothing starts containers again; every container
+// and sandbox, through ctr; containerd; then what CleanUpRealNode removes.
+// It deletes the Node object too, so the cluster keeps no NotReady node. The
+// node's directory stays, with the logs. It is safe to call more than once.
+func (n *RealNode) Stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var errs []error
+	if n.kubelet != nil {
+		errs = append(errs, n.kubelet.Stop())
+	}
+	if n.containerd != nil && !n.containerd.exited() {
+		errs = append(errs, n.removeContainers(ctx), n.containerd.Stop())
+	}
+	// What is left (the shims and their sockets, when containerd died
+	// first, say) goes as for a node whose RealNode died.
+	_, err := cleanUpNode(ctx, n.dirs, n.bridge)
+	errs = append(errs, err)
+	// A cluster that is stopping (its context ended: an interrupt, say) has
+	// no kube-apiserver to delete the Node from, nor a need to.
+	n.c.mu.Lock()
+	stopping := n.c.stopping
+	n.c.mu.Unlock()
+	if !stopping {
+		if err := n.c.client.CoreV1().Nodes().Delete(ctx, n.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete node %s: %w", n.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeContainers kills and deletes every container of the CRI namespace,
+// sandboxes included, with their tasks and snapshots.
+func (n *RealNode) removeContainers(ctx context.Context) error {
+	out, err := n.Ctr(ctx, "containers", "list", "-q")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, id := range strings.Fields(out) {
+		// A container without a task has nothing to kill.
+		_, _ = n.Ctr(ctx, "tasks", "kill", "--all", "--signal=SIGKILL", id)
+		// The task can be deleted once its processes have exited.
+		gone := func(ctx context.Context) error {
+			if out, err := n.Ctr(ctx, "tasks", "delete", "--force", id); err != nil && !strings.Contains(out, "not found") {
+				return err
+			}
+			return nil
+		}
+		errs = append(errs, PollUntil(ctx, "the task of container "+id+" to exit", 100*time.Millisecond, 10*time.Second, nil, gone))
+		if _, err := n.Ctr(ctx, "containers", "delete", id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // CleanUpReport counts what CleanUpRealNode removed.
 type CleanUpReport struct {
@@ -46,25 +107,24 @@ func (r CleanUpReport) String() string {
 	return strings.Join(did, ", ")
 }
 
-// CleanUpRealNode removes what a real node left on the machine, working
-// from its directory (<cluster work directory>/nodes/<name>) alone: for a
-// node whose RealNode died with the process that started it, killed, say.
-// It does what Stop does once containerd is gone:
+// CleanUpRealNode removes what a real node left on the machine, from its
+// directory (<cluster work directory>/nodes/<name>) alone: for a node whose
+// RealNode died with the process that started it. It
 //   - kills containerd (--config), the kubelet (--config) and the runtime
-//     shims (-address, the node's containerd socket) that name a path in
-//     the directory: the shims outlive containerd by design; removes the
-//     shims' sockets, which a killed shim leaves;
+//     shims (-address, the node's containerd socket) that name a path in the
+//     directory: the shims outlive containerd by design; removes the shims'
+//     sockets, which a killed shim leaves;
 //   - force-deletes every container runc still knows in the node's runc
-//     root, which kills the containers' processes and removes their
-//     cgroups, then the CRI's parent cgroup /k8s.io and containerd's
-//     /run/containerd/s where they are empty;
+//     root, which kills their processes and removes their cgroups, then the
+//     CRI's parent cgroup /k8s.io and containerd's /run/containerd/s where
+//     they are empty;
 //   - unmounts everything under the directory (network namespaces,
 //     /dev/shm, rootfs, volumes), the deepest first;
 //   - deletes the bridge the node's CNI configuration names;
 //   - removes the kubelet's links to its pod logs in /var/log/containers.
 //
-// The directory stays, with the logs. It is safe to call on the directory
-// of a node that stopped cleanly, and more than once.
+// The directory stays, with the logs. It is safe to call on the directory of
+// a node that stopped cleanly, and more than once.
 func CleanUpRealNode(dir string) (CleanUpReport, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -74,13 +134,11 @@ func CleanUpRealNode(dir string) (CleanUpReport, error) {
 	return r, errors.Join(err, cerr)
 }
 
-// cleanUpNode is CleanUpRealNode for the node in d whose bridge is bridge
-// ("" for none).
+// cleanUpNode is CleanUpRealNode for the node in d with bridge ("" for none).
 func cleanUpNode(ctx context.Context, d nodeDirs, bridge string) (CleanUpReport, error) {
 	var r CleanUpReport
-	var errs []error
 	pids, err := pidsNaming(d.base)
-	errs = append(errs, err)
+	errs := []error{err}
 	for _, pid := range pids {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			errs = append(errs, fmt.Errorf("kill %d: %w", pid, err))
@@ -88,37 +146,34 @@ func cleanUpNode(ctx context.Context, d nodeDirs, bridge string) (CleanUpReport,
 		}
 		r.Processes++
 	}
-	// A shim removes its socket when it exits, but not when killed.
 	r.ShimSockets = removeShimSockets(d.containerdState())
 	r.Containers, err = deleteRuncContainers(ctx, filepath.Join(d.runcRoot(), "k8s.io"))
 	errs = append(errs, err)
 	// The CRI's parent cgroup and containerd's /run directories are the
-	// machine's, not the node's: rmdir removes them only when empty, and
-	// one another node on the machine uses stays.
+	// machine's: rmdir removes them only when empty, so one another node on
+	// the machine uses stays.
 	parents, _ := filepath.Glob("/sys/fs/cgroup/*/k8s.io")
 	for _, p := range append(parents, "/run/containerd/s", "/run/containerd") {
 		_ = syscall.Rmdir(p)
 	}
 	r.Mounts, err = unmountUnder(d.base)
 	errs = append(errs, err)
-	if bridge != "" {
-		deleted, err := deleteBridge(ctx, bridge)
-		errs = append(errs, err)
-		if deleted {
+	if _, statErr := os.Stat(filepath.Join("/sys/class/net", bridge)); bridge != "" && statErr == nil {
+		// The bridge plugin created it with the first pod; the pods' veth
+		// pairs went with their network namespaces.
+		if out, err := exec.CommandContext(ctx, "ip", "link", "delete", bridge).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("ip link delete %s: %w: %s", bridge, err, strings.TrimSpace(string(out))))
+		} else {
 			r.Bridge = bridge
 		}
 	}
 	r.LogLinks, err = removeLogLinks(d.podLogs())
-	errs = append(errs, err)
-	return r, errors.Join(errs...)
+	return r, errors.Join(append(errs, err)...)
 }
 
-// nodeCommands are the programs of a real node that pidsNaming finds.
-var nodeCommands = []string{"containerd", "kubelet", "containerd-shim-runc-v2"}
-
-// pidsNaming returns the processes running one of nodeCommands with an
-// argument (or a flag's value, --flag=value) that is a path under dir;
-// a user's `tail -f` of a pod log there is left alone.
+// pidsNaming returns the processes running containerd, the kubelet or a
+// shim with an argument (or a flag's value, --flag=value) that is a path
+// under dir; a user's `tail -f` of a pod log there is left alone.
 func pidsNaming(dir string) ([]int, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -135,7 +190,7 @@ func pidsNaming(dir string) ([]int, error) {
 			continue // exited meanwhile
 		}
 		args := strings.Split(string(cmdline), "\x00")
-		if !slices.Contains(nodeCommands, filepath.Base(args[0])) {
+		if !slices.Contains([]string{"containerd", "kubelet", "containerd-shim-runc-v2"}, filepath.Base(args[0])) {
 			continue
 		}
 		if slices.ContainsFunc(args[1:], func(arg string) bool {
@@ -152,10 +207,11 @@ func pidsNaming(dir string) ([]int, error) {
 
 // removeShimSockets removes the sockets of the node's runtime shims, in
 // containerd 1.6's fixed /run/containerd/s (runtime/v2/shim/util_unix.go,
-// SocketAddress): each shim writes its socket's address to the file
-// address in its bundle, under the node's containerd state (containerd
-// v1.6.20 runtime/v2/runc/manager/manager_linux.go, Start). It returns how
-// many it removed.
+// SocketAddress), which a shim removes when it exits but not when killed:
+// each shim writes its socket's address to the file address in its bundle,
+// under the node's containerd state (containerd v1.6.20
+// runtime/v2/runc/manager/manager_linux.go, Start). It returns how many it
+// removed.
 func removeShimSockets(state string) int {
 	files, _ := filepath.Glob(filepath.Join(state, "io.containerd.runtime.v2.task", "*", "*", "address"))
 	n := 0
@@ -180,11 +236,8 @@ func deleteRuncContainers(ctx context.Context, root string) (int, error) {
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
 	}
-	if err != nil {
-		return 0, err
-	}
 	n := 0
-	var errs []error
+	errs := []error{err}
 	for _, e := range entries {
 		out, err := exec.CommandContext(ctx, "runc", "--root="+root, "delete", "--force", e.Name()).CombinedOutput()
 		switch {
@@ -207,7 +260,7 @@ func unmountUnder(dir string) (int, error) {
 			return n, err
 		}
 		for _, p := range points {
-			if err := syscall.Unmount(p, syscall.MNT_DETACH); err == nil {
+			if syscall.Unmount(p, syscall.MNT_DETACH) == nil {
 				n++
 			}
 		}
@@ -228,37 +281,24 @@ func mountsUnder(dir string) ([]string, error) {
 	var points []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		// Field 5 is the mount point, with spaces and such octal-escaped
-		// (proc(5)).
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		p := unescapeMountPath(fields[4])
-		if strings.HasPrefix(p, dir+"/") && !slices.Contains(points, p) {
-			points = append(points, p)
+		// Field 5 is the mount point, octal-escaped (proc(5)).
+		if fields := strings.Fields(sc.Text()); len(fields) >= 5 {
+			if p := unescapeMountPath(fields[4]); strings.HasPrefix(p, dir+"/") && !slices.Contains(points, p) {
+				points = append(points, p)
+			}
 		}
 	}
 	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
 	return points, sc.Err()
 }
 
+// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space,
+// \134 for a backslash), which a Go string literal shares.
 func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
+	if u, err := strconv.Unquote(`"` + s + `"`); err == nil {
+		return u
 	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return s
 }
 
 // configuredBridge returns the bridge the node's CNI configuration in
@@ -288,28 +328,11 @@ func configuredBridge(confDir string) (string, error) {
 	return "", nil
 }
 
-// deleteBridge deletes the bridge, which the bridge plugin created with the
-// first pod, if it exists, and says whether it did; the pods' veth pairs
-// went with their network namespaces.
-func deleteBridge(ctx context.Context, bridge string) (bool, error) {
-	if _, err := os.Stat(filepath.Join("/sys/class/net", bridge)); err != nil {
-		return false, nil
-	}
-	if out, err := exec.CommandContext(ctx, "ip", "link", "delete", bridge).CombinedOutput(); err != nil {
-		return false, fmt.Errorf("ip link delete %s: %w: %s", bridge, err, strings.TrimSpace(string(out)))
-	}
-	return true, nil
-}
-
 // removeLogLinks removes the links the kubelet makes in /var/log/containers
-// (a fixed path) to the pod logs in podLogs and returns how many it
-// removed.
+// (a fixed path) to the pod logs in podLogs and returns how many it removed.
 func removeLogLinks(podLogs string) (int, error) {
 	const dir = "/var/log/containers"
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return 0, nil
-	}
+	entries, _ := os.ReadDir(dir)
 	n := 0
 	var errs []error
 	for _, e := range entries {

@@ -8,9 +8,7 @@ import (
 // nodeDirs are where one real node keeps everything: containerd's root,
 // state and socket, the CNI configuration and address leases, the kubelet's
 // root, pod logs and volume plugin directory, and their configuration files.
-type nodeDirs struct {
-	base string
-}
+type nodeDirs struct{ base string }
 
 func (d nodeDirs) path(elem ...string) string {
 	return filepath.Join(append([]string{d.base}, elem...)...)
@@ -36,18 +34,16 @@ const NodePodCIDR = "127.17.0.0/16"
 
 // containerdConfig is containerd 1.6's configuration (version 2) for one
 // node, every path under the node's directory:
-//   - the CRI plugin on CRI v1, the API kubelet v1.37 speaks, with the
-//     sandbox image the node imports (the runtime never pulls);
+//   - the CRI plugin on CRI v1, which kubelet v1.37 speaks, with the sandbox
+//     image the node imports (the runtime never pulls);
 //   - restrict_oom_score_adj: without CAP_SYS_RESOURCE runc cannot lower a
-//     container's oom_score_adj below its own, and every sandbox fails
-//     with "can't get final child's PID from pipe: EOF"; with it, the
-//     runtime clamps the kubelet's value to the one it may set;
-//   - network namespaces under the state directory
-//     (netns_mounts_under_state_dir), so Stop finds and unmounts them there;
-//   - runc's own state (the runtime options' Root) under the node too;
-//   - the CRI streaming server (exec, logs, port-forward) on 127.0.0.1
-//     with a port the kernel picks; no TCP gRPC, no metrics or debug
-//     listeners.
+//     container's oom_score_adj below its own, and every sandbox fails with
+//     "can't get final child's PID from pipe: EOF"; with it, the runtime
+//     clamps the kubelet's value to the one it may set;
+//   - network namespaces (netns_mounts_under_state_dir) and runc's state
+//     (the runtime options' Root) under the node, where Stop finds them;
+//   - the CRI streaming server (exec, logs, port-forward) on 127.0.0.1 with
+//     a port the kernel picks; no TCP gRPC, metrics or debug listeners.
 func containerdConfig(d nodeDirs, sandboxImage, cniBinDir string) string {
 	return fmt.Sprintf(`version = 2
 root = %[1]q
@@ -83,12 +79,11 @@ state = %[2]q
 		cniBinDir, d.cniConfDir(), d.path("containerd", "opt"))
 }
 
-// cniConfig is the pod network of one node: the bridge plugin on a bridge
-// of its own with host-local addresses from NodePodCIDR, without a gateway
-// address on the bridge, a default route or IP masquerading, so nothing a
-// pod sends can be routed off the machine. The pods' loopback interface is
-// brought up by containerd's CRI plugin itself, which runs the loopback
-// plugin from the same directory for every sandbox.
+// cniConfig is the pod network of one node: the bridge plugin on a bridge of
+// its own with host-local addresses from NodePodCIDR, without a gateway
+// address, default route or IP masquerading, so nothing a pod sends can be
+// routed off the machine. containerd's CRI plugin brings up the pods'
+// loopback interface itself with the loopback plugin from the same directory.
 func cniConfig(network, bridge, dataDir string) string {
 	return fmt.Sprintf(`{
   "cniVersion": "1.0.0",
@@ -114,24 +109,22 @@ func cniConfig(network, bridge, dataDir string) string {
 
 // kubeletConfig is the KubeletConfiguration of one node.
 //
-// What this machine needs (its kernel has cgroup v1 only and the tests run
-// without CAP_SYS_RESOURCE): failCgroupV1 false, or kubelet v1.35+ refuses
-// to start; the cgroupfs driver (no systemd); no QoS cgroup hierarchy and no
-// node allocatable enforcement, which need cgroups the kubelet would create
-// above the containers; failSwapOn false. Without the QoS hierarchy the
-// kubelet gives pods no cgroup parent (pkg/kubelet/cm/
+// What this machine needs (cgroup v1 only, no CAP_SYS_RESOURCE):
+// failCgroupV1 false, or kubelet v1.35+ refuses to start; the cgroupfs
+// driver; no QoS cgroup hierarchy nor node allocatable enforcement, which
+// need cgroups above the containers; failSwapOn false. Without the QoS
+// hierarchy pods get no cgroup parent (pkg/kubelet/cm/
 // pod_container_manager_linux.go, podContainerManagerNoop), and containerd
-// puts each container in /k8s.io/<id> of every controller's hierarchy. Disk eviction and image garbage
-// collection are off: cAdvisor cannot stat the overlay snapshotter's
-// filesystem here, and the test machine's disk may be fuller than the
-// defaults allow, which would taint the node.
+// puts each container in /k8s.io/<id> of every hierarchy. Disk eviction and
+// image garbage collection are off: cAdvisor cannot stat the overlay
+// snapshotter's filesystem here, and a fuller disk than the defaults allow
+// would taint the node.
 //
-// What users of metrics-server run: webhook authentication (bearer tokens
-// checked by TokenReview) and client certificates from clientCAFile,
-// anonymous off, and webhook authorization, so a scraper needs nodes/stats
-// (nodes/metrics for /metrics/resource) in RBAC; a serving certificate
-// from the test CA; the read-only port off. Everything listens on
-// 127.0.0.1.
+// What users of metrics-server run: webhook authentication (TokenReview)
+// and client certificates from clientCAFile, anonymous off, and webhook
+// authorization, so a scraper needs nodes/stats (nodes/metrics for
+// /metrics/resource) in RBAC; a serving certificate from the test CA; the
+// read-only port off. Everything listens on 127.0.0.1.
 func kubeletConfig(d nodeDirs, port, healthzPort int, clientCAFile, certFile, keyFile string) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration

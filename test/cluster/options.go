@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -59,15 +60,11 @@ func (o Options) withDefaults() Options {
 // binPath is where the binary name is found: KubeBinDir for the Kubernetes
 // binaries when it is set, BinDir otherwise.
 func (o Options) binPath(name string) string {
-	if o.KubeBinDir != "" && kubeBinaries[name] {
+	kube := []string{APIServerBinary, ControllerManagerBinary, SchedulerBinary, KubectlBinary}
+	if o.KubeBinDir != "" && slices.Contains(kube, name) {
 		return filepath.Join(o.KubeBinDir, name)
 	}
 	return filepath.Join(o.BinDir, name)
-}
-
-// kubeBinaries are those KubeBinDir replaces.
-var kubeBinaries = map[string]bool{
-	APIServerBinary: true, ControllerManagerBinary: true, SchedulerBinary: true, KubectlBinary: true,
 }
 
 // validate reports every problem with the options, not only the first.

@@ -28,17 +28,16 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
 
-// The kubelet-refuses-server case runs a second server, the test's own
-// command line, as a ServiceAccount holding every grant manifests/base gives
-// the server's but get nodes/stats, not registered with the aggregator. The
-// real kubelet authorizes /stats/summary as get nodes/stats (webhook, a
-// SubjectAccessReview) and refuses it: 403. The server must count that
-// failure on every tick in group_metrics_server_scraper_target_failures_total
-// {source="kubelet", reason="http_status"} (docs/operations.md: http_status
-// is the kubelet's 401/403) and log it once, when the target starts failing
-// (pkg/sources/scraper.go, setHealth). The fake kubelets authenticate the
-// token (TokenReview) but do not authorize (test/fakekubelet/node.go), so
-// the same server reads every kwok node.
+// The kubelet-refuses-server case runs a second server, the test's command
+// line, unregistered, as a ServiceAccount holding every grant manifests/base
+// gives the server's but get nodes/stats. The real kubelet authorizes
+// /stats/summary as that (webhook, a SubjectAccessReview) and answers 403,
+// which the server must count on every tick in
+// group_metrics_server_scraper_target_failures_total{source="kubelet",
+// reason="http_status"} (docs/operations.md: the kubelet's 401/403) and log
+// once, when the target starts failing (pkg/sources/scraper.go, setHealth).
+// The fake kubelets authenticate the token (TokenReview) but do not authorize
+// (test/fakekubelet/node.go): the same server reads every kwok node.
 const (
 	rsServiceAccount = "gms-stripped"
 	rsProcess        = "gms-realnode-stripped"
@@ -176,12 +175,7 @@ func rsCheckFakeNodes(ctx context.Context, t *testing.T, cfg *rest.Config, node 
 	for _, nm := range list.Items {
 		served[nm.Name] = true
 	}
-	var missing []string
-	for _, n := range suite.fleet.NodeNames {
-		if !served[n] {
-			missing = append(missing, n)
-		}
-	}
+	missing := slices.DeleteFunc(slices.Clone(suite.fleet.NodeNames), func(n string) bool { return served[n] })
 	t.Logf("%s serves %d NodeMetrics; the fleet has %d kwok nodes", rsProcess, len(list.Items), len(suite.fleet.NodeNames))
 	if len(missing) > 0 {
 		t.Errorf("%s serves no NodeMetrics for kwok nodes %v", rsProcess, missing)
@@ -197,25 +191,43 @@ func rsCheckFakeNodes(ctx context.Context, t *testing.T, cfg *rest.Config, node 
 }
 
 // rsGrantAllButStats creates the ServiceAccount rsServiceAccount in the
-// test's namespace with every binding manifests/base gives the server's
-// ServiceAccount, each ClusterRole of the manifests with nodes/stats taken
-// out of its rules (rsCheckAccess), and returns a kubeconfig of its token.
-// Everything is deleted when the test ends.
+// test's namespace with every binding manifests/base gives the server's, each
+// of the manifests' ClusterRoles copied without nodes/stats (rsCheckAccess),
+// and returns a kubeconfig of its token. All is deleted when the test ends.
 func rsGrantAllButStats(ctx context.Context, t *testing.T, rn *realNodeEnv) string {
 	t.Helper()
 	client := suite.cluster.Client()
-	roles, crbs, rbs := rsManifestRBAC(ctx, t)
+	objs, err := env.Render(ctx, suite.cluster, repoPath(t, "manifests", "base"))
+	must(t, err)
+	roles := map[string]rbacv1.ClusterRole{}
+	var crbs []rbacv1.ClusterRoleBinding
+	var rbs []rbacv1.RoleBinding
+	for _, o := range objs {
+		into := map[string]any{"ClusterRole": &rbacv1.ClusterRole{}, "ClusterRoleBinding": &rbacv1.ClusterRoleBinding{}, "RoleBinding": &rbacv1.RoleBinding{}}[o.GetKind()]
+		if into == nil {
+			continue
+		}
+		must(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, into))
+		switch v := into.(type) {
+		case *rbacv1.ClusterRole:
+			roles[v.Name] = *v
+		case *rbacv1.ClusterRoleBinding:
+			crbs = append(crbs, *v)
+		case *rbacv1.RoleBinding:
+			rbs = append(rbs, *v)
+		}
+	}
 	isServer := func(subjects []rbacv1.Subject) bool {
 		return slices.ContainsFunc(subjects, func(s rbacv1.Subject) bool {
 			return s.Kind == rbacv1.ServiceAccountKind && s.Namespace == rn.server.Namespace && s.Name == rn.server.ServiceAccount
 		})
 	}
 	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: rn.ns, Name: rsServiceAccount}}
-	_, err := client.CoreV1().ServiceAccounts(rn.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: rsServiceAccount}}, metav1.CreateOptions{})
+	_, err = client.CoreV1().ServiceAccounts(rn.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: rsServiceAccount}}, metav1.CreateOptions{})
 	must(t, err)
 	prefix := rn.ns + "-" + rsServiceAccount + ":"
-	// roleRef returns what to bind in place of ref: for a ClusterRole of
-	// the manifests, a copy without nodes/stats.
+	// roleRef returns what to bind in place of ref: for a ClusterRole of the
+	// manifests, a copy without nodes/stats.
 	copies := map[string]bool{}
 	roleRef := func(ref rbacv1.RoleRef) rbacv1.RoleRef {
 		r, ok := roles[ref.Name]
@@ -227,44 +239,30 @@ func rsGrantAllButStats(ctx context.Context, t *testing.T, rn *realNodeEnv) stri
 			return ref
 		}
 		copies[ref.Name] = true
-		stripped := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: prefix + r.Name}}
+		stripped := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: ref.Name}}
 		for _, rule := range r.Rules {
 			rule.Resources = slices.DeleteFunc(slices.Clone(rule.Resources), func(res string) bool { return res == "nodes/stats" })
 			if len(rule.Resources) > 0 {
 				stripped.Rules = append(stripped.Rules, rule)
 			}
 		}
-		_, err := client.RbacV1().ClusterRoles().Create(ctx, stripped, metav1.CreateOptions{})
-		must(t, err)
-		cleanup(t, "delete ClusterRole "+stripped.Name, func(ctx context.Context) error {
-			return client.RbacV1().ClusterRoles().Delete(ctx, stripped.Name, metav1.DeleteOptions{})
-		})
+		rsCreate(ctx, t, client.RbacV1().ClusterRoles(), stripped)
 		return ref
 	}
 	var bound []string
 	for _, b := range crbs {
-		if !isServer(b.Subjects) {
-			continue
+		if isServer(b.Subjects) {
+			crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: prefix + b.Name}, RoleRef: roleRef(b.RoleRef), Subjects: subject}
+			rsCreate(ctx, t, client.RbacV1().ClusterRoleBindings(), crb)
+			bound = append(bound, crb.RoleRef.Kind+" "+crb.RoleRef.Name)
 		}
-		crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: prefix + b.Name}, RoleRef: roleRef(b.RoleRef), Subjects: subject}
-		_, err := client.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{})
-		must(t, err)
-		cleanup(t, "delete ClusterRoleBinding "+crb.Name, func(ctx context.Context) error {
-			return client.RbacV1().ClusterRoleBindings().Delete(ctx, crb.Name, metav1.DeleteOptions{})
-		})
-		bound = append(bound, crb.RoleRef.Kind+" "+crb.RoleRef.Name)
 	}
 	for _, b := range rbs {
-		if !isServer(b.Subjects) {
-			continue
+		if isServer(b.Subjects) {
+			rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: prefix + b.Name, Namespace: b.Namespace}, RoleRef: roleRef(b.RoleRef), Subjects: subject}
+			rsCreate(ctx, t, client.RbacV1().RoleBindings(rb.Namespace), rb)
+			bound = append(bound, rb.RoleRef.Kind+" "+rb.RoleRef.Name+" in "+rb.Namespace)
 		}
-		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: prefix + b.Name, Namespace: b.Namespace}, RoleRef: roleRef(b.RoleRef), Subjects: subject}
-		_, err := client.RbacV1().RoleBindings(rb.Namespace).Create(ctx, rb, metav1.CreateOptions{})
-		must(t, err)
-		cleanup(t, "delete RoleBinding "+rb.Namespace+"/"+rb.Name, func(ctx context.Context) error {
-			return client.RbacV1().RoleBindings(rb.Namespace).Delete(ctx, rb.Name, metav1.DeleteOptions{})
-		})
-		bound = append(bound, rb.RoleRef.Kind+" "+rb.RoleRef.Name+" in "+rb.Namespace)
 	}
 	t.Logf("system:serviceaccount:%s:%s bound to %s", rn.ns, rsServiceAccount, strings.Join(bound, ", "))
 	rsCheckAccess(ctx, t, rn)
@@ -273,33 +271,16 @@ func rsGrantAllButStats(ctx context.Context, t *testing.T, rn *realNodeEnv) stri
 	return kubeconfig
 }
 
-// rsManifestRBAC returns the ClusterRoles (by name), ClusterRoleBindings
-// and RoleBindings of manifests/base.
-func rsManifestRBAC(ctx context.Context, t *testing.T) (map[string]rbacv1.ClusterRole, []rbacv1.ClusterRoleBinding, []rbacv1.RoleBinding) {
-	t.Helper()
-	objs, err := env.Render(ctx, suite.cluster, repoPath(t, "manifests", "base"))
+// rsCreate creates obj through api and deletes it when the test ends.
+func rsCreate[T metav1.Object](ctx context.Context, t *testing.T, api interface {
+	Create(context.Context, T, metav1.CreateOptions) (T, error)
+	Delete(context.Context, string, metav1.DeleteOptions) error
+}, obj T) {
+	_, err := api.Create(ctx, obj, metav1.CreateOptions{})
 	must(t, err)
-	roles := map[string]rbacv1.ClusterRole{}
-	var crbs []rbacv1.ClusterRoleBinding
-	var rbs []rbacv1.RoleBinding
-	for _, o := range objs {
-		from := func(into any) { must(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, into)) }
-		switch o.GetKind() {
-		case "ClusterRole":
-			var r rbacv1.ClusterRole
-			from(&r)
-			roles[r.Name] = r
-		case "ClusterRoleBinding":
-			var b rbacv1.ClusterRoleBinding
-			from(&b)
-			crbs = append(crbs, b)
-		case "RoleBinding":
-			var b rbacv1.RoleBinding
-			from(&b)
-			rbs = append(rbs, b)
-		}
-	}
-	return roles, crbs, rbs
+	cleanup(t, fmt.Sprintf("delete %T %s/%s", obj, obj.GetNamespace(), obj.GetName()), func(ctx context.Context) error {
+		return api.Delete(ctx, obj.GetName(), metav1.DeleteOptions{})
+	})
 }
 
 // rsCheckAccess checks with SubjectAccessReviews that rsServiceAccount may

@@ -4,13 +4,13 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -31,76 +31,65 @@ import (
 )
 
 // The metrics-server case runs metrics-server v0.8.0 beside the test's
-// server, both reading the real kubelet: metrics-server its
-// /metrics/resource (Prometheus text, sample times in milliseconds), ours
-// its Summary (sample times to the second). Each server reports a rate C/W
-// over a window [T−W, T] and a working set at T. Both APIs carry T to the
-// second (metav1.Time, in JSON and protobuf alike) and W exactly, so the
-// sample that ends a window was taken at T+x, x in [0, 1 s).
-// metrics-server's windows are about 10 s, W exact to the millisecond (the
-// start is T+x−W); ours are 5 s, both ends cut to the second independently.
-// Every value is checked against what it must be, and the two servers'
-// difference is logged with the bound that follows.
+// server, both reading the real kubelet: metrics-server /metrics/resource
+// (sample times in ms), ours the Summary (to the second). Each reports a rate
+// C/W over [T−W, T] and a working set at T; both APIs carry T to the second
+// (metav1.Time) and W exactly, so a window's end sample was taken at T+x, x in
+// [0, 1 s). metrics-server's windows are about 10 s, W exact to the ms (start
+// T+x−W); ours 5 s, both ends cut to the second. Every value is checked
+// against what it must be; the servers' difference is logged with its bound.
 //
 // Pods: the kubelet samples a container anew for every request (CRI
 // ListContainerStats: containerd stamps the time, then its shim reads the
-// cgroup, containerd services/tasks/local.go, getTasksMetrics; the kubelet
-// copies both, pkg/kubelet/stats/cri_stats_provider.go,
-// makeContainerCPUAndMemoryStats), so the test cannot see either server's
-// samples. It reads the container's cgroup itself (cpuacct.usage; and
-// memory.usage_in_bytes − total_inactive_file, containerd's working set)
-// every rdTruthPeriod, each read between two clock readings. CPU time only
-// grows, so U(τ) is at least any reading finished by τ and at most any
-// begun after it. A sample's read lies within d of its stamp: d is the
-// longest request for its stats the kubelet answered during the run (its
-// kubelet_http_requests_duration_seconds histogram, to the bucket bound;
-// the stamp and the read both happen while it answers), taken on either
-// side, which also covers a reader that stamps after reading (cAdvisor).
-// So C lies between U at the latest possible end minus U at the earliest
-// possible start, and the reverse: over ours' 5 s windows cut to the second
-// that is ±1 s of usage (burn's 250m: about 195m..305m), over
-// metrics-server's exact 10 s about a CFS period's quota (25 ms) at each
-// end. Ours' windows chain (each begins at the sample that ended the one
-// before), so over a run of them the seconds cut off one window are added
-// to the next and only the run's ends carry them (rdCheckChain). Both
-// servers round rates down to the nanocore; metrics-server's counters pass
-// through float64 seconds (rdCounterFloat). The working set must lie within
-// what the cgroup showed from T−d to T+1 s+d, widened by the kernel's
-// per-CPU charge batch (MEMCG_CHARGE_BATCH, 64 pages a CPU,
-// include/linux/memcontrol.h), which usage_in_bytes may hold charged ahead.
+// cgroup, containerd services/tasks/local.go getTasksMetrics; the kubelet
+// copies both, pkg/kubelet/stats/cri_stats_provider.go
+// makeContainerCPUAndMemoryStats), so the test cannot see the servers'
+// samples. It reads the cgroup itself (cpuacct.usage; memory.usage_in_bytes −
+// total_inactive_file, containerd's working set) every rdTruthPeriod between
+// two clock readings. CPU time only grows: U(τ) is at least any reading
+// finished by τ and at most any begun after it. A sample's read lies within d
+// of its stamp, d the longest request for stats the kubelet answered during
+// the run (kubelet_http_requests_duration_seconds, to the bucket bound),
+// taken either side, which covers a reader that stamps after reading
+// (cAdvisor) too. So C lies between U at the latest possible end minus U at
+// the earliest possible start, and the reverse: ±1 s of usage over ours' 5 s
+// (burn's 250m: about 195m..305m), about a CFS period's quota (25 ms) at each
+// end over metrics-server's exact 10 s. Ours' windows chain (each begins at
+// the sample that ended the one before), so over a run of them only the run's
+// ends carry the cut seconds (rdCheckChain). Both servers round rates down to
+// the nanocore; metrics-server's counters pass through float64 seconds
+// (rdCounterFloat). The working set must lie within what the cgroup showed
+// from T−d to T+1 s+d, widened by the charge batches usage_in_bytes may hold
+// charged ahead (chargeBatches).
 //
-// The node: its CPU and memory come from cAdvisor's cached sample of the
-// root cgroup (pkg/kubelet/server/stats/summary.go, GetCPUAndMemoryStats:
+// The node: its CPU and memory are cAdvisor's cached sample of the root
+// cgroup (pkg/kubelet/server/stats/summary.go, GetCPUAndMemoryStats:
 // GetCgroupCPUAndMemoryStats("/", false)), the same for every request until
 // cAdvisor samples again. The test reads /metrics/resource every
-// rdKubeletPeriod and keeps every sample (millisecond time, counter,
-// working set). A server's node reading must be two of those samples:
-// memory equal, and W·rate the counter difference within rounding (the
-// nanocore of the rate, float64's ulp of the counter in seconds). cAdvisor
-// at times samples twice within tens of milliseconds, and a server may
-// read the first, which the test's reads can miss: such a reading is
-// logged, and each server must have at least two that are samples the test
-// read. Over the same two samples the servers differ only by their
-// windows, ours cut to the second: ours − metrics-server =
-// ΔC·(1/W_ours − 1/W_ms).
+// rdKubeletPeriod and keeps every sample. A server's node reading must be two
+// of them: memory equal, W·rate the counter difference within rounding (the
+// rate's nanocore, float64's ulp of the counter in seconds). cAdvisor at times
+// samples twice within tens of ms (housekeeping and the eviction manager) and
+// a server may read the first, which the test can miss: such a reading is
+// logged, and at least two of each server's must be samples the test read.
+// Over the same two samples the servers differ only by their windows:
+// ours − metrics-server = ΔC·(1/W_ours − 1/W_ms).
 const (
 	rdTruthPeriod   = 20 * time.Millisecond
 	rdKubeletPeriod = 100 * time.Millisecond
-	rdChargeBatch   = 64 // pages a CPU
 	// rdCounterFloat bounds, in ns, what metrics-server's two counters of a
-	// window lose from float64 seconds to integer nanoseconds
-	// (uint64(value*1e9), pkg/scraper/client/resource/decode.go): a
-	// container's counter is far below 2^53 ns, so each is off by under
-	// 1 ns of rounding and 1 ns of truncation.
+	// window lose from float64 seconds to integer ns (uint64(value*1e9),
+	// pkg/scraper/client/resource/decode.go): a container's counter is far
+	// below 2^53 ns, so each is off by under 1 ns of rounding and 1 of
+	// truncation.
 	rdCounterFloat = 4
 )
 
-// rdReadings are what one server served for the real node's pods and the
-// node (keys as in metricsSnapshot), each distinct reading once.
+// rdReadings are one server's distinct readings by "ns/name" and "node/name".
 type rdReadings map[string][]usage
 
 func (r rdReadings) add(key string, u usage) {
-	if i := slices.IndexFunc(r[key], func(v usage) bool { return v.end.Equal(u.end) && v.start.Equal(u.start) }); i < 0 {
+	if !slices.ContainsFunc(r[key], func(v usage) bool { return v.end.Equal(u.end) && v.start.Equal(u.start) }) {
 		r[key] = append(r[key], u)
 	}
 }
@@ -117,16 +106,13 @@ func checkRealDifferential(ctx context.Context, t *testing.T, rn *realNodeEnv) {
 	defer truth.stop()
 	node := kl.follow(ctx, t)
 
-	// metrics-server v0.8.0 refuses a resolution below 10s. Every sample
-	// it reads is taken after this.
+	// metrics-server v0.8.0 refuses a resolution below 10s. Every sample it
+	// reads is taken after msStart.
 	msStart := time.Now()
 	ms, remove, err := env.StartMetricsServerWithOwnRBAC(ctx, suite.cluster, "metrics-server-realnode", suite.binDir, rn.kubeletCA, 10*time.Second, suite.timeout)
-	cleanup(t, "delete metrics-server's RBAC", func(ctx context.Context) error {
-		if remove == nil {
-			return nil
-		}
-		return remove(ctx)
-	})
+	if remove != nil {
+		cleanup(t, "delete metrics-server's RBAC", remove)
+	}
 	if ms != nil {
 		t.Cleanup(func() { _ = ms.Process.Stop() })
 	}
@@ -134,15 +120,14 @@ func checkRealDifferential(ctx context.Context, t *testing.T, rn *realNodeEnv) {
 	t.Logf("metrics-server ready as its own ServiceAccount %v after the case began", since(began))
 
 	c := &rdCollection{rn: rn, pods: pods, truth: truth, node: node, kubelet: kl, hist0: hist0,
-		got: map[string]rdReadings{"ours": {}, "metrics-server": {}}, msStart: msStart}
+		got: map[string]rdReadings{"ours": {}, "metrics-server": {}}, notBefore: map[string]time.Time{"metrics-server": msStart}}
 	c.collect(ctx, t, ms)
 	samples := node.stop(t)
-	hist1 := c.hist1
-	if hist1 == nil {
-		hist1, err = kl.statsHistogram(ctx)
+	if c.hist1 == nil {
+		c.hist1, err = kl.statsHistogram(ctx)
 		must(t, err)
 	}
-	d, calls, err := rdLongestRequest(hist0, hist1)
+	d, calls, err := rdLongestRequest(hist0, c.hist1)
 	must(t, err)
 	t.Logf("the kubelet answered %d requests for its stats during the run, each within %v (its histogram's bucket): d = %v", calls, d, d)
 	// The cgroup readings must reach past the latest sample a pod reading
@@ -165,8 +150,8 @@ func checkRealDifferential(ctx context.Context, t *testing.T, rn *realNodeEnv) {
 	t.Logf("case took %v", since(began))
 }
 
-// rdCollection is what the case reads: both servers' readings of the real
-// node's pods and the node, while the cgroups and the kubelet are read.
+// rdCollection is both servers' readings of the real node's pods and the
+// node, with the cgroups' and the kubelet's readings meanwhile.
 type rdCollection struct {
 	rn           *realNodeEnv
 	pods         map[string]rdCgroups
@@ -175,16 +160,9 @@ type rdCollection struct {
 	kubelet      rdKubelet
 	hist0, hist1 map[float64]uint64
 	got          map[string]rdReadings // by server: "ours", "metrics-server"
-	msStart      time.Time             // before metrics-server started
-}
-
-// notBefore is when the server's samples may begin: metrics-server's are
-// taken for its requests, after it started. (Ours ran before the case.)
-func (c *rdCollection) notBefore(server string) time.Time {
-	if server == "metrics-server" {
-		return c.msStart
-	}
-	return time.Time{}
+	// notBefore is when a server's samples may begin: metrics-server's are
+	// taken for its requests, after it started. (Ours ran before the case.)
+	notBefore map[string]time.Time
 }
 
 func (c *rdCollection) nodeKey() string { return "node/" + c.rn.node.Name() }
@@ -235,12 +213,9 @@ func (c *rdCollection) collect(ctx context.Context, t *testing.T, ms *env.Metric
 // test read (rdMatchNode).
 func (c *rdCollection) enough(d time.Duration) error {
 	for name, r := range c.got {
-		want := 2
-		if name == "ours" {
-			want = 3
-		}
+		want := map[string]int{"ours": 3, "metrics-server": 2}[name]
 		for key := range c.pods {
-			if n := rdCountCheckable(r[key], c.truth.began(), d, c.notBefore(name)); n < want {
+			if n := rdCountCheckable(r[key], c.truth.began(), d, c.notBefore[name]); n < want {
 				return fmt.Errorf("%s: %d readings of %s within the cgroup readings, want %d", name, n, key, want)
 			}
 		}
@@ -257,8 +232,8 @@ func (c *rdCollection) enough(d time.Duration) error {
 	return nil
 }
 
-// check checks every reading against the cgroup readings cg or the
-// kubelet's node samples, and logs the two servers' differences.
+// check checks every reading against the cgroup readings cg or the node
+// samples, and the two servers' differences.
 func (c *rdCollection) check(t *testing.T, cg map[string][]rdTruth, samples rdKubeletSamples, d time.Duration) {
 	rdCheckFresh(t, samples)
 	bounds := map[string]map[string][]rdBound{}
@@ -267,7 +242,7 @@ func (c *rdCollection) check(t *testing.T, cg map[string][]rdTruth, samples rdKu
 		exact := name == "metrics-server"
 		bounds[name] = map[string][]rdBound{}
 		for key := range c.pods {
-			bounds[name][key] = rdCheckPod(t, name, key, r[key], cg[key], d, exact, c.notBefore(name))
+			bounds[name][key] = rdCheckPod(t, name, key, r[key], cg[key], d, exact, c.notBefore[name])
 			if !exact {
 				rdCheckChain(t, key, r[key], cg[key], d)
 			}
@@ -281,8 +256,8 @@ func (c *rdCollection) check(t *testing.T, cg map[string][]rdTruth, samples rdKu
 	rdNodePairs(t, c.rn.node.Name(), ours[c.nodeKey()], matches["ours"], ref[c.nodeKey()], matches["metrics-server"])
 }
 
-// rdPodsOnNode returns the cgroup directories (cpuacct, memory) of every
-// pod running on the real node, by "ns/name"; each must have one container.
+// rdPodsOnNode returns the cgroup directories of every pod running on the
+// real node, by "ns/name"; each must have one container.
 func rdPodsOnNode(ctx context.Context, t *testing.T, rn *realNodeEnv) map[string]rdCgroups {
 	list, err := suite.cluster.Client().CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + rn.node.Name()})
 	must(t, err)
@@ -294,8 +269,15 @@ func rdPodsOnNode(ctx context.Context, t *testing.T, rn *realNodeEnv) map[string
 		if len(p.Spec.Containers) != 1 {
 			t.Fatalf("pod %s/%s on %s has %d containers; this case compares one-container pods", p.Namespace, p.Name, rn.node.Name(), len(p.Spec.Containers))
 		}
-		dirs, err := rdContainerCgroups(ctx, rn.node, p)
-		must(t, err)
+		var dirs rdCgroups
+		for ctl, dir := range map[string]*string{"cpuacct": &dirs.cpuacct, "memory": &dirs.memory} {
+			*dir, _, err = taskCgroup(ctx, rn.node, p.Status.ContainerStatuses[0].ContainerID, ctl)
+			must(t, err)
+		}
+		for _, f := range []string{filepath.Join(dirs.cpuacct, "cpuacct.usage"), filepath.Join(dirs.memory, "memory.stat")} {
+			_, err := os.Stat(f)
+			must(t, err)
+		}
 		out[p.Namespace+"/"+p.Name] = dirs
 	}
 	for _, want := range []string{rn.ns + "/burn", rn.ns + "/fill"} {
@@ -325,9 +307,8 @@ func rdRead(ctx context.Context, c metricsclient.Interface, rn *realNodeEnv, pod
 	return nil
 }
 
-// rdCountCheckable counts the pod readings whose earliest possible start
-// sample (d before the window's start, or before notBefore) is after the
-// cgroup readings began.
+// rdCountCheckable counts the readings whose earliest possible start sample
+// (d before the start or notBefore) is after the cgroup readings began.
 func rdCountCheckable(us []usage, began time.Time, d time.Duration, notBefore time.Time) int {
 	n := 0
 	for _, u := range us {
@@ -338,38 +319,36 @@ func rdCountCheckable(us []usage, began time.Time, d time.Duration, notBefore ti
 	return n
 }
 
-// rdBound is what a reading was checked against: CPU in nanocores and
-// memory in bytes.
+// rdBound is what a reading was checked against: CPU in nanocores, memory
+// in bytes, and memRead, the range the cgroup showed before the charge batch.
 type rdBound struct {
 	cpuLo, cpuHi float64
 	memLo, memHi int64
-	// memRead is the range the cgroup showed, before the charge batch.
-	memRead [2]int64
+	memRead      [2]int64
 }
 
-// rdCheckPod checks each reading of the pod key against the cgroup
-// readings tr: exact says the window's length is exact (metrics-server's);
-// otherwise both ends are cut to the second (ours).
+// rdCheckPod checks each reading of the pod key against the cgroup readings
+// tr (rdPodBound); at least two must be checkable.
 func rdCheckPod(t *testing.T, server, key string, us []usage, tr []rdTruth, d time.Duration, exact bool, notBefore time.Time) []rdBound {
 	out := make([]rdBound, len(us))
 	checked := 0
 	for i, u := range us {
 		b, ok := rdPodBound(tr, u, d, exact, notBefore)
 		out[i] = b
-		w := u.end.Sub(u.start)
+		w, end := u.end.Sub(u.start), u.end.Format(time.TimeOnly)
 		if !ok {
-			t.Logf("%s: pod %s: %.1fm over %v ending %s: its window began before the cgroup readings", server, key, float64(u.cpuNano)/1e6, w, u.end.Format(time.TimeOnly))
+			t.Logf("%s: pod %s: %.1fm over %v ending %s: its window began before the cgroup readings", server, key, float64(u.cpuNano)/1e6, w, end)
 			out[i] = rdBound{cpuLo: math.NaN()}
 			continue
 		}
 		checked++
 		t.Logf("%s: pod %s: cpu %.2fm over %v ending %s (the cgroup allows %.2fm..%.2fm); memory %d B (the cgroup read %d..%d B; allows %d..%d B)", server, key,
-			float64(u.cpuNano)/1e6, w, u.end.Format(time.TimeOnly), b.cpuLo/1e6, b.cpuHi/1e6, u.memory, b.memRead[0], b.memRead[1], b.memLo, b.memHi)
+			float64(u.cpuNano)/1e6, w, end, b.cpuLo/1e6, b.cpuHi/1e6, u.memory, b.memRead[0], b.memRead[1], b.memLo, b.memHi)
 		if c := float64(u.cpuNano); c < b.cpuLo || c > b.cpuHi {
-			t.Errorf("%s: pod %s: cpu %.2fm over %v ending %s, the cgroup allows %.2fm..%.2fm", server, key, c/1e6, w, u.end.Format(time.TimeOnly), b.cpuLo/1e6, b.cpuHi/1e6)
+			t.Errorf("%s: pod %s: cpu %.2fm over %v ending %s, the cgroup allows %.2fm..%.2fm", server, key, c/1e6, w, end, b.cpuLo/1e6, b.cpuHi/1e6)
 		}
 		if u.memory < b.memLo || u.memory > b.memHi {
-			t.Errorf("%s: pod %s: memory %d B at %s, the cgroup allows %d..%d B", server, key, u.memory, u.end.Format(time.TimeOnly), b.memLo, b.memHi)
+			t.Errorf("%s: pod %s: memory %d B at %s, the cgroup allows %d..%d B", server, key, u.memory, end, b.memLo, b.memHi)
 		}
 	}
 	if checked < 2 {
@@ -378,12 +357,10 @@ func rdCheckPod(t *testing.T, server, key string, us []usage, tr []rdTruth, d ti
 	return out
 }
 
-// rdCheckChain checks ours' consecutive readings of the pod together. Each
-// of ours' windows begins at the sample that ended the one before, so over
-// a run of them the CPU times add up to the counter's difference between
-// the run's first and last sample: the second lost or gained at each cut
-// falls in one window and back in the next, and only the run's two ends
-// carry it. The run's average is then checked as one window.
+// rdCheckChain checks each run of ours' chained readings of the pod as one
+// window: the CPU times add up to the counter's difference between the run's
+// first and last sample, the second cut off one window falling into the next.
+// A run of three must be checkable.
 func rdCheckChain(t *testing.T, key string, us []usage, tr []rdTruth, d time.Duration) {
 	us = slices.SortedFunc(slices.Values(us), func(a, b usage) int { return a.end.Compare(b.end) })
 	longest := 0
@@ -420,27 +397,24 @@ func rdCheckChain(t *testing.T, key string, us []usage, tr []rdTruth, d time.Dur
 	}
 }
 
-// rdPodBound derives the bounds of a pod reading u from the cgroup
-// readings; d is the longest distance between a sample's time and its read,
-// and no sample was taken before notBefore.
+// rdPodBound derives the bounds of a pod reading u from the cgroup readings:
+// exact says W is exact (metrics-server's), otherwise both ends are cut to the
+// second (ours); no sample was taken before notBefore.
 func rdPodBound(tr []rdTruth, u usage, d time.Duration, exact bool, notBefore time.Time) (rdBound, bool) {
 	T, w := u.end, u.end.Sub(u.start)
-	var lo, hi float64
-	ok := true
+	lo, hi, ok := math.Inf(1), math.Inf(-1), true
+	// span widens [lo, hi] by the start sample in [s0, s1], the end in [e0, e1].
 	span := func(s0, s1, e0, e1 time.Time) {
 		le, ok1 := rdBelow(tr, e0)
 		hs, ok2 := rdAbove(tr, s1)
 		he, ok3 := rdAbove(tr, e1)
 		ls, ok4 := rdBelow(tr, s0)
 		ok = ok && ok1 && ok2 && ok3 && ok4
-		lo = min(lo, float64(le)-float64(hs))
-		hi = max(hi, float64(he)-float64(ls))
+		lo, hi = min(lo, float64(le)-float64(hs)), max(hi, float64(he)-float64(ls))
 	}
-	lo, hi = math.Inf(1), math.Inf(-1)
 	if exact {
-		// The end at T+x, x in [0, 1 s), the start exactly W before it,
-		// each to the millisecond, and not before notBefore: x in steps of
-		// the cgroup period.
+		// The end at T+x, x in [0, 1 s), the start exactly W before it, each
+		// to the ms, not before notBefore: x in steps of the cgroup period.
 		for x := max(0, notBefore.Sub(u.start)).Truncate(rdTruthPeriod); x < time.Second; x += rdTruthPeriod {
 			e0, e1 := T.Add(x-d), T.Add(x+rdTruthPeriod+time.Millisecond+d)
 			span(e0.Add(-w), e1.Add(-w), e0, e1)
@@ -452,17 +426,15 @@ func rdPodBound(tr []rdTruth, u usage, d time.Duration, exact bool, notBefore ti
 		return rdBound{}, false
 	}
 	ws := w.Seconds()
-	b := rdBound{cpuLo: max(0, math.Floor((lo-rdCounterFloat)/ws)-1), cpuHi: (hi + rdCounterFloat) / ws}
 	mlo, mhi, mok := rdMemoryRange(tr, T.Add(-d), T.Add(time.Second+time.Millisecond+d))
-	slack := int64(rdChargeBatch * os.Getpagesize() * runtime.NumCPU())
-	b.memRead = [2]int64{mlo, mhi}
-	b.memLo, b.memHi = max(0, mlo-slack), mhi+slack
-	return b, ok && mok
+	slack := chargeBatches()
+	return rdBound{cpuLo: max(0, math.Floor((lo-rdCounterFloat)/ws)-1), cpuHi: (hi + rdCounterFloat) / ws,
+		memLo: max(0, mlo-slack), memHi: mhi + slack, memRead: [2]int64{mlo, mhi}}, ok && mok
 }
 
-// rdPairs logs, for each of metrics-server's readings of the pod, ours
-// whose window overlaps it most, their difference and the bound that
-// follows from each one's.
+// rdPairs checks, for each of metrics-server's readings of the pod, ours
+// whose window overlaps it most: their difference within what their bounds
+// allow.
 func rdPairs(t *testing.T, key string, ours []usage, ob []rdBound, ref []usage, rb []rdBound) {
 	for i, m := range ref {
 		if math.IsNaN(rb[i].cpuLo) {
@@ -470,10 +442,8 @@ func rdPairs(t *testing.T, key string, ours []usage, ob []rdBound, ref []usage, 
 		}
 		best, overlap := -1, time.Duration(0)
 		for j, o := range ours {
-			if math.IsNaN(ob[j].cpuLo) {
-				continue
-			}
-			if ov := rdMinTime(o.end, m.end).Sub(maxTime(o.start, m.start)); ov > overlap {
+			ov := time.Duration(min(o.end.UnixNano(), m.end.UnixNano()) - max(o.start.UnixNano(), m.start.UnixNano()))
+			if !math.IsNaN(ob[j].cpuLo) && ov > overlap {
 				best, overlap = j, ov
 			}
 		}
@@ -493,23 +463,29 @@ func rdPairs(t *testing.T, key string, ours []usage, ob []rdBound, ref []usage, 
 	}
 }
 
-// rdNodeMatch is the pair of the kubelet's samples a node reading was
-// found to be, and the rounding its rate was checked within (nanocores).
+// rdNodeMatch is the two samples a node reading is, and the rounding its
+// rate was checked within (nanocores).
 type rdNodeMatch struct {
 	s, e rdNodeSample
 	tol  float64
 }
 
-// rdMatchNode returns the two samples the node reading u is made of, if
-// the test read them: memory equal and the counter difference within
-// rounding; and a line for each pair of samples whose times fit u but whose
-// values do not.
+// rdMatchNode returns the two samples the node reading u is made of, if the
+// test read them: memory equal and the counter difference within rounding;
+// and a line for each pair whose times fit u but whose values do not. The
+// samples s and e are the ends of u if e's time cut to the second is u's end
+// and, exact (metrics-server), e−s is u's length, or else (ours) s's time cut
+// to the second is u's start.
 func rdMatchNode(u usage, samples []rdNodeSample, exact bool) (*rdNodeMatch, []string) {
 	w := u.end.Sub(u.start)
 	var tried []string
 	for j, s := range samples {
 		for _, e := range samples[j+1:] {
-			if !rdSamplesMatch(s, e, u, exact) {
+			fits := s.at.Truncate(time.Second).Equal(u.start)
+			if exact {
+				fits = e.at.Sub(s.at) == w
+			}
+			if !fits || !e.at.Truncate(time.Second).Equal(u.end) {
 				continue
 			}
 			dc, errNs := rdCounterDelta(s, e)
@@ -525,13 +501,8 @@ func rdMatchNode(u usage, samples []rdNodeSample, exact bool) (*rdNodeMatch, []s
 	return nil, tried
 }
 
-// rdCheckNode checks each node reading against the kubelet's samples
-// (rdMatchNode) and returns the match of each, nil for none. cAdvisor may
-// take two samples within tens of milliseconds (its own housekeeping and
-// the eviction manager's on-demand one), and a server may read the first,
-// which the test's reads every rdKubeletPeriod can miss: a reading that is
-// not two samples the test read is logged, not failed. At least two
-// readings of each server must be.
+// rdCheckNode matches each node reading to the kubelet's samples
+// (rdMatchNode), nil for none; at least two must match.
 func rdCheckNode(t *testing.T, server, node string, us []usage, samples []rdNodeSample, exact bool) []*rdNodeMatch {
 	if len(samples) == 0 {
 		t.Fatalf("no node samples read from the kubelet")
@@ -539,14 +510,14 @@ func rdCheckNode(t *testing.T, server, node string, us []usage, samples []rdNode
 	out := make([]*rdNodeMatch, len(us))
 	checked := 0
 	for i, u := range us {
-		w := u.end.Sub(u.start)
+		w, cpu, end := u.end.Sub(u.start), float64(u.cpuNano)/1e6, u.end.Format(time.TimeOnly)
 		m, tried := rdMatchNode(u, samples, exact)
 		out[i] = m
 		if m != nil {
 			checked++
 			dc, _ := rdCounterDelta(m.s, m.e)
 			t.Logf("%s: node %s: cpu %.6fm over %v ending %s is the kubelet's samples at %s and %s: %d ns / %v = %.6fm (±%.0f nanocores); memory %d B, the kubelet's %.0f B",
-				server, node, float64(u.cpuNano)/1e6, w, u.end.Format(time.TimeOnly), m.s.at.Format(time.StampMilli), m.e.at.Format(time.StampMilli), dc, w, float64(dc)/w.Seconds()/1e6, m.tol, u.memory, m.e.memory)
+				server, node, cpu, w, end, m.s.at.Format(time.StampMilli), m.e.at.Format(time.StampMilli), dc, w, float64(dc)/w.Seconds()/1e6, m.tol, u.memory, m.e.memory)
 			continue
 		}
 		fits := "none"
@@ -554,7 +525,7 @@ func rdCheckNode(t *testing.T, server, node string, us []usage, samples []rdNode
 			fits = "\n" + strings.Join(tried, "\n")
 		}
 		t.Logf("%s: node %s: cpu %.6fm, memory %d B over %v ending %s is not two of the %d samples the test read; of those whose times fit: %s",
-			server, node, float64(u.cpuNano)/1e6, u.memory, w, u.end.Format(time.TimeOnly), len(samples), fits)
+			server, node, cpu, u.memory, w, end, len(samples), fits)
 	}
 	if checked < 2 {
 		t.Errorf("%s: node %s: %d readings are two samples the test read, want at least 2", server, node, checked)
@@ -562,10 +533,9 @@ func rdCheckNode(t *testing.T, server, node string, us []usage, samples []rdNode
 	return out
 }
 
-// rdNodePairs logs, for each of metrics-server's node readings, ours over
-// the same two samples of the kubelet: the two rates are the same CPU time
-// over different windows, so ours − metrics-server must be ΔC·(1/W_ours −
-// 1/W_ms), within both rates' rounding.
+// rdNodePairs checks, for each of metrics-server's node readings, ours over
+// the same two samples: ours − metrics-server = ΔC·(1/W_ours − 1/W_ms)
+// within both rates' rounding.
 func rdNodePairs(t *testing.T, node string, ours []usage, om []*rdNodeMatch, ref []usage, rm []*rdNodeMatch) {
 	paired := 0
 	for i, m := range ref {
@@ -593,32 +563,18 @@ func rdNodePairs(t *testing.T, node string, ours []usage, om []*rdNodeMatch, ref
 	}
 }
 
-// rdSamplesMatch reports whether the samples s and e, in milliseconds, are
-// the ends of a window served as u: metrics-server's end cut to the second
-// and its length exact; ours both ends cut to the second.
-func rdSamplesMatch(s, e rdNodeSample, u usage, exact bool) bool {
-	if !e.at.Truncate(time.Second).Equal(u.end) {
-		return false
-	}
-	if exact {
-		return e.at.Sub(s.at) == u.end.Sub(u.start)
-	}
-	return s.at.Truncate(time.Second).Equal(u.start)
-}
-
-// rdCounterDelta is the difference of two node counters in nanoseconds, as
+// rdCounterDelta is the difference of two node counters in ns, as
 // metrics-server computes it from /metrics/resource's float64 seconds
 // (uint64(value*1e9), pkg/scraper/client/resource/decode.go), and how far it
 // may be from the kubelet's exact difference, which ours reads: each
-// counter's float64 ulp in seconds and in nanoseconds, and the truncation.
+// counter's float64 ulp in seconds and in ns, and the truncation.
 func rdCounterDelta(s, e rdNodeSample) (uint64, float64) {
-	ns := func(v float64) uint64 { return uint64(v * 1e9) }
 	ulp := func(v float64) float64 { return math.Nextafter(v, math.Inf(1)) - v }
 	errNs := 0.0
 	for _, v := range []float64{s.cpu, e.cpu} {
 		errNs += ulp(v)*1e9 + ulp(v*1e9) + 1
 	}
-	return ns(e.cpu) - ns(s.cpu), errNs
+	return uint64(e.cpu*1e9) - uint64(s.cpu*1e9), errNs
 }
 
 // rdCheckFresh checks what the pods' bounds assume: the kubelet samples a
@@ -638,20 +594,10 @@ func rdCheckFresh(t *testing.T, s rdKubeletSamples) {
 	t.Logf("every one of %d /metrics/resource reads sampled the containers anew; the node: %d samples of cAdvisor's, at %s", len(s.containerTimes), len(s.node), strings.Join(at, ", "))
 }
 
-func rdMinTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
-
-// --- the kubelet, read by the test ---
-
-// rdKubelet reads the real kubelet's Prometheus endpoints directly with
-// the admin's credentials (the kubelet authenticates them and asks
-// kube-apiserver, which allows the admin nodes/metrics), verifying its
-// certificate against the cluster CA. (kube-apiserver's node proxy refuses
-// a node at a loopback address.)
+// rdKubelet reads the real kubelet's Prometheus endpoints directly as the
+// admin (the kubelet authenticates them and asks kube-apiserver, which
+// allows the admin nodes/metrics), verifying its certificate against the
+// cluster CA. (kube-apiserver's node proxy refuses a loopback node.)
 type rdKubelet struct {
 	client *http.Client
 	base   string
@@ -677,23 +623,21 @@ func (k rdKubelet) get(ctx context.Context, path string, names ...string) (map[s
 	return promtext.Families(body, names...)
 }
 
-// rdNodeSample is one of cAdvisor's samples of the root cgroup, as
-// /metrics/resource serves it.
+// rdNodeSample is a sample of the root cgroup from /metrics/resource.
 type rdNodeSample struct {
 	at          time.Time
 	cpu, memory float64 // seconds, bytes
 }
 
-// rdKubeletSamples are the node's distinct samples, and the container
-// sample times of every read.
+// rdKubeletSamples are the node's distinct samples and each read's latest
+// container sample time.
 type rdKubeletSamples struct {
 	node           []rdNodeSample
 	containerTimes []time.Time
 }
 
-// rdFollower reads /metrics/resource every rdKubeletPeriod. A failed read
-// is counted and skipped: a sample it missed leaves the readings that end
-// on it unmatched, which fails them.
+// rdFollower reads /metrics/resource every rdKubeletPeriod. A failed read is
+// counted and skipped: the readings that end on a sample it missed fail.
 type rdFollower struct {
 	mu       sync.Mutex
 	s        rdKubeletSamples
@@ -794,75 +738,32 @@ func rdLongestRequest(before, after map[float64]uint64) (time.Duration, uint64, 
 	return 0, total, fmt.Errorf("a request for the kubelet's stats took longer than its histogram's largest bucket: before %v, after %v", before, after)
 }
 
-// --- the cgroups, read by the test ---
-
 // rdCgroups are a container's cpuacct and memory cgroup directories.
 type rdCgroups struct{ cpuacct, memory string }
 
 // rdTruth is one reading of a container's cgroup, taken between t0 and t1.
 type rdTruth struct {
 	t0, t1     time.Time
-	cpu        uint64 // cpuacct.usage, ns
+	cpu        int64 // cpuacct.usage, ns
 	workingSet int64
-}
-
-// rdContainerCgroups finds the cgroup directories of the pod's container
-// from its task's PID (cgroup v1).
-func rdContainerCgroups(ctx context.Context, n *cluster.RealNode, p corev1.Pod) (rdCgroups, error) {
-	dir, err := containerCgroup(ctx, n, p.Namespace, p.Name)
-	if err != nil {
-		return rdCgroups{}, err
-	}
-	// containerCgroup gives the cpu hierarchy's directory; the container's
-	// path is the same in every hierarchy (/k8s.io/<id>).
-	rel := strings.TrimPrefix(dir, "/sys/fs/cgroup/")
-	_, path, _ := strings.Cut(rel, "/")
-	var c rdCgroups
-	entries, err := os.ReadDir("/sys/fs/cgroup")
-	if err != nil {
-		return c, err
-	}
-	for _, e := range entries {
-		for _, ctl := range strings.Split(e.Name(), ",") {
-			d := filepath.Join("/sys/fs/cgroup", e.Name(), path)
-			switch ctl {
-			case "cpuacct":
-				c.cpuacct = d
-			case "memory":
-				c.memory = d
-			}
-		}
-	}
-	if c.cpuacct == "" || c.memory == "" {
-		return c, fmt.Errorf("pod %s/%s: no cpuacct or memory hierarchy under /sys/fs/cgroup", p.Namespace, p.Name)
-	}
-	for _, f := range []string{filepath.Join(c.cpuacct, "cpuacct.usage"), filepath.Join(c.memory, "memory.stat")} {
-		if _, err := os.Stat(f); err != nil {
-			return c, err
-		}
-	}
-	return c, nil
 }
 
 // rdTruthSampler reads every pod's cgroups every rdTruthPeriod.
 type rdTruthSampler struct {
 	mu      sync.Mutex
 	samples map[string][]rdTruth
-	halt    func()
-	once    sync.Once
+	halt    func() // idempotent
 }
 
 func rdStartTruth(ctx context.Context, pods map[string]rdCgroups) *rdTruthSampler {
 	s := &rdTruthSampler{samples: map[string][]rdTruth{}}
 	s.halt = background(ctx, rdTruthPeriod, func(context.Context) {
 		for key, c := range pods {
-			r, err := rdReadCgroups(c)
-			if err != nil {
-				continue
+			if r, err := rdReadCgroups(c); err == nil {
+				s.mu.Lock()
+				s.samples[key] = append(s.samples[key], r)
+				s.mu.Unlock()
 			}
-			s.mu.Lock()
-			s.samples[key] = append(s.samples[key], r)
-			s.mu.Unlock()
 		}
 	})
 	return s
@@ -870,24 +771,11 @@ func rdStartTruth(ctx context.Context, pods map[string]rdCgroups) *rdTruthSample
 
 func rdReadCgroups(c rdCgroups) (rdTruth, error) {
 	r := rdTruth{t0: time.Now()}
-	cpu, err := os.ReadFile(filepath.Join(c.cpuacct, "cpuacct.usage"))
-	if err != nil {
-		return r, err
-	}
-	usage, err := os.ReadFile(filepath.Join(c.memory, "memory.usage_in_bytes"))
-	if err != nil {
-		return r, err
-	}
-	stat, err := os.ReadFile(filepath.Join(c.memory, "memory.stat"))
-	if err != nil {
-		return r, err
-	}
+	cpu, err1 := readCounter(filepath.Join(c.cpuacct, "cpuacct.usage"))
+	usage, err2 := readCounter(filepath.Join(c.memory, "memory.usage_in_bytes"))
+	stat, err3 := os.ReadFile(filepath.Join(c.memory, "memory.stat"))
 	r.t1 = time.Now()
-	if r.cpu, err = strconv.ParseUint(strings.TrimSpace(string(cpu)), 10, 64); err != nil {
-		return r, err
-	}
-	u, err := strconv.ParseInt(strings.TrimSpace(string(usage)), 10, 64)
-	if err != nil {
+	if err := errors.Join(err1, err2, err3); err != nil {
 		return r, err
 	}
 	var inactive int64
@@ -896,16 +784,17 @@ func rdReadCgroups(c rdCgroups) (rdTruth, error) {
 			inactive, _ = strconv.ParseInt(v, 10, 64)
 		}
 	}
-	r.workingSet = max(0, u-inactive) // containerd's getWorkingSet
+	r.cpu, r.workingSet = cpu, max(0, usage-inactive) // containerd's getWorkingSet
 	return r, nil
 }
 
+// began is when every pod's first reading had been taken.
 func (s *rdTruthSampler) began() time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var t time.Time
 	for _, tr := range s.samples {
-		if len(tr) > 0 && (t.IsZero() || tr[0].t1.After(t)) {
+		if len(tr) > 0 && tr[0].t1.After(t) {
 			t = tr[0].t1
 		}
 	}
@@ -915,6 +804,7 @@ func (s *rdTruthSampler) began() time.Time {
 	return t
 }
 
+// latest is the earliest of the pods' last readings' starts.
 func (s *rdTruthSampler) latest() time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -931,7 +821,7 @@ func (s *rdTruthSampler) latest() time.Time {
 }
 
 func (s *rdTruthSampler) stop() map[string][]rdTruth {
-	s.once.Do(s.halt)
+	s.halt()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.samples
@@ -939,7 +829,7 @@ func (s *rdTruthSampler) stop() map[string][]rdTruth {
 
 // rdBelow is a lower bound of the CPU counter at x: the last reading
 // finished by x.
-func rdBelow(tr []rdTruth, x time.Time) (uint64, bool) {
+func rdBelow(tr []rdTruth, x time.Time) (int64, bool) {
 	i := sort.Search(len(tr), func(i int) bool { return tr[i].t1.After(x) })
 	if i == 0 {
 		return 0, false
@@ -949,7 +839,7 @@ func rdBelow(tr []rdTruth, x time.Time) (uint64, bool) {
 
 // rdAbove is an upper bound of the CPU counter at x: the first reading
 // begun at or after x.
-func rdAbove(tr []rdTruth, x time.Time) (uint64, bool) {
+func rdAbove(tr []rdTruth, x time.Time) (int64, bool) {
 	i := sort.Search(len(tr), func(i int) bool { return !tr[i].t0.Before(x) })
 	if i == len(tr) {
 		return 0, false

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -38,15 +39,17 @@ const (
 )
 
 // A loaded worker makes its group's utilization its usage over the group's
-// Σrequest (3 × 100m). The HPA acts on a ratio to its 50% target outside
-// its tolerance, 0.1 (kube-controller-manager's
-// --horizontal-pod-autoscaler-tolerance default), so under the group policy
-// a group scales once its worker uses more than 1.1 × 50% × 300m = 165m:
-// guideWorkerLoad. The guide's load gives it up to its 500m limit; the test
-// waits until the server reads more than guideWorkerLoad before it asks
-// either policy anything, so the pod policy's holding still is not the
-// load's absence.
+// Σrequest (3 × 100m). The HPA acts on a ratio to its 50% target outside its
+// tolerance, 0.1 (kube-controller-manager's
+// --horizontal-pod-autoscaler-tolerance default), so under the group policy a
+// group scales once its worker uses more than 1.1 × 50% × 300m = 165m. The
+// guide's load gives it up to its 500m limit; the test waits until the server
+// reads more than guideWorkerLoad before it asks either policy anything, so
+// the pod policy's holding still is not the load's absence.
 const guideWorkerLoad = 165_000_000 // nanocores
+
+// guideScaleUpPeriod is the period of the HPA's default scale-up policies.
+const guideScaleUpPeriod = 15 * time.Second
 
 // checkLWSGuide runs the guide as written on the real node: its manifests
 // applied unchanged in a namespace whose pods the PodNodeSelector admission
@@ -144,9 +147,6 @@ func checkLWSGuide(ctx context.Context, t *testing.T, rn *realNodeEnv) {
 	})
 }
 
-// guideScaleUpPeriod is the period of the HPA's default scale-up policies.
-const guideScaleUpPeriod = 15 * time.Second
-
 func guideKubectl(ctx context.Context, t *testing.T, args ...string) {
 	t.Helper()
 	out, stderr, err := suite.cluster.Kubectl(ctx, args...)
@@ -156,17 +156,15 @@ func guideKubectl(ctx context.Context, t *testing.T, args ...string) {
 }
 
 // guideLoadPods runs the guide's load in each pod through kubectl exec, as
-// the guide does, and returns once the server reads each of them above
-// guideWorkerLoad over a window that began after the load did. It returns
-// when it started the load.
+// the guide does, and returns when it started the load, once the server reads
+// each pod above guideWorkerLoad over a window that began after that.
 //
-// The guide's command sends yes's output to /dev/null but not its error
-// stream, which stays the exec session's: containerd (1.6 here) ends the
-// session only when every holder of its streams has closed them, so kubectl
-// exec does not return while the load runs, and a user stops it with
-// Ctrl-C. The load outlives kubectl: the shell that started it has exited
-// and nothing signals its children. So does the test: it ends each kubectl
-// once the load shows, and the load goes on.
+// The guide's command leaves yes's error stream to the exec session:
+// containerd (1.6 here) ends a session only when every holder of its streams
+// has closed them, so kubectl exec does not return while the load runs, and a
+// user stops it with Ctrl-C. The load outlives kubectl: the shell that
+// started it has exited and nothing signals its children. The test likewise
+// ends each kubectl once the load shows, and the load goes on.
 func guideLoadPods(ctx context.Context, t *testing.T, e *lwsEnv, ns string, pods ...string) time.Time {
 	t.Helper()
 	loaded := time.Now()
@@ -219,32 +217,24 @@ func guideWaitRestarted(ctx context.Context, t *testing.T, e *lwsEnv, ns string,
 		if err != nil {
 			return err
 		}
-		fresh := 0
 		for _, p := range list.Items {
+			ready := slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+				return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+			})
 			switch {
 			case p.DeletionTimestamp != nil:
 				return fmt.Errorf("pod %s is terminating", p.Name)
 			case old[p.UID]:
 				return fmt.Errorf("pod %s is not restarted", p.Name)
-			case p.Status.Phase != corev1.PodRunning || !guidePodReady(&p):
+			case p.Status.Phase != corev1.PodRunning || !ready:
 				return fmt.Errorf("pod %s is %s, not Ready", p.Name, p.Status.Phase)
 			}
-			fresh++
 		}
-		if fresh != want {
-			return fmt.Errorf("%d pods, want %d", fresh, want)
+		if len(list.Items) != want {
+			return fmt.Errorf("%d pods, want %d", len(list.Items), want)
 		}
 		return nil
 	}))
-}
-
-func guidePodReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // guideHold checks at each of the HPA's syncs for d that the LWS keeps
@@ -324,8 +314,7 @@ func guideHPAState(ctx context.Context, ns, name string) string {
 		if m.Resource == nil || m.Resource.Current.AverageUtilization == nil || i >= len(hpa.Spec.Metrics) {
 			continue
 		}
-		target := hpa.Spec.Metrics[i].Resource.Target.AverageUtilization
-		if target != nil {
+		if target := hpa.Spec.Metrics[i].Resource.Target.AverageUtilization; target != nil {
 			readings = append(readings, fmt.Sprintf("%s %d%%/%d%%", m.Resource.Name, *m.Resource.Current.AverageUtilization, *target))
 		}
 	}

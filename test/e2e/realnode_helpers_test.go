@@ -4,13 +4,10 @@ package e2e
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,13 +18,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
+	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
 
-// startRealNode starts a real node in the suite's cluster and stops it,
-// with everything it ran and mounted, when the test ends.
+// startRealNode starts a real node in the suite's cluster and stops it, with
+// everything it ran and mounted, when the test ends.
 func startRealNode(ctx context.Context, t *testing.T) *cluster.RealNode {
 	t.Helper()
 	began := time.Now()
@@ -55,9 +54,8 @@ func kubeletCABundle(t *testing.T) string {
 	return path
 }
 
-// realPod is a pod bound to node running the workload image (never
-// pulled) with one container, name, running sh -c script, with
-// requests equal to limits.
+// realPod is a pod bound to node with one container, name, of the workload
+// image (never pulled) running sh -c script, requests equal to limits.
 func realPod(ns, name, node, script string, cpu, memory string) *corev1.Pod {
 	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory)}
 	return &corev1.Pod{
@@ -112,66 +110,69 @@ func saToken(ctx context.Context, namespace, name string) (string, error) {
 }
 
 // kubeletGet GETs path from the real kubelet with token (none if empty),
-// verifying its serving certificate against the cluster CA, and returns
-// the status code and body.
+// verifying its serving certificate against the cluster CA.
 func kubeletGet(ctx context.Context, n *cluster.RealNode, path, token string) (int, []byte, error) {
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(suite.cluster.CACertPEM())
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	cfg := &rest.Config{BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: suite.cluster.CACertPEM()}}
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return 0, nil, err
+	}
 	defer client.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.KubeletURL()+path, nil)
-	if err != nil {
-		return 0, nil, err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	return resp.StatusCode, body, err
+	code, body, err := env.Get(ctx, client, n.KubeletURL()+path)
+	return code, []byte(body), err
 }
 
-// containerCgroup returns the directory of the container's cgroup in the
-// cpu controller's hierarchy (cgroup v1), found from its task's PID.
-func containerCgroup(ctx context.Context, n *cluster.RealNode, ns, pod string) (string, error) {
-	p, err := suite.cluster.Client().CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
-	if err != nil {
-		return "", err
-	}
-	_, id, ok := strings.Cut(p.Status.ContainerStatuses[0].ContainerID, "://")
+// taskCgroup returns the directory of a container's cgroup in controller's
+// hierarchy (cgroup v1), found from its task's PID, and how many tasks
+// containerd runs on the node.
+func taskCgroup(ctx context.Context, n *cluster.RealNode, containerID, controller string) (dir string, tasks int, err error) {
+	_, id, ok := strings.Cut(containerID, "://")
 	if !ok {
-		return "", fmt.Errorf("pod %s: container ID %q", pod, p.Status.ContainerStatuses[0].ContainerID)
+		return "", 0, fmt.Errorf("container ID %q", containerID)
 	}
 	out, err := n.Ctr(ctx, "tasks", "list")
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	var pid string
-	for _, line := range strings.Split(out, "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == id {
-			pid = f[1]
+	for _, line := range strings.Split(out, "\n")[1:] {
+		if f := strings.Fields(line); len(f) >= 2 {
+			if tasks++; f[0] == id {
+				pid = f[1]
+			}
 		}
 	}
 	if pid == "" {
-		return "", fmt.Errorf("no task of container %s in\n%s", id, out)
+		return "", 0, fmt.Errorf("no task of container %s in\n%s", id, out)
 	}
 	cgroups, err := os.ReadFile(filepath.Join("/proc", pid, "cgroup"))
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	for _, line := range strings.Split(string(cgroups), "\n") {
 		// hierarchy-ID:controller-list:path
-		f := strings.SplitN(line, ":", 3)
-		if len(f) == 3 && slices.Contains(strings.Split(f[1], ","), "cpu") {
-			return filepath.Join("/sys/fs/cgroup", f[1], f[2]), nil
+		if f := strings.SplitN(line, ":", 3); len(f) == 3 && slices.Contains(strings.Split(f[1], ","), controller) {
+			return filepath.Join("/sys/fs/cgroup", f[1], f[2]), tasks, nil
 		}
 	}
-	return "", fmt.Errorf("no cpu cgroup of %s in\n%s", pid, cgroups)
+	return "", 0, fmt.Errorf("no %s cgroup of %s in\n%s", controller, pid, cgroups)
 }
+
+// readCounter reads a cgroup file holding one number: cpuacct.usage (the
+// container's CPU time in core-nanoseconds, the counter containerd
+// reports), memory.usage_in_bytes.
+func readCounter(path string) (int64, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+}
+
+// chargeBatches is one memory cgroup charge batch (MEMCG_CHARGE_BATCH, 64
+// pages, include/linux/memcontrol.h) per CPU: what the kernel may charge to
+// usage_in_bytes ahead of use, or past the limit.
+func chargeBatches() int64 { return 64 * int64(os.Getpagesize()) * int64(runtime.NumCPU()) }
 
 // throttling is one reading of a cgroup's CFS bandwidth statistics
 // (cpu.stat): how many enforcement periods have elapsed and in how many
@@ -182,48 +183,33 @@ type throttling struct {
 }
 
 // sampleThrottling reads dir/cpu.stat every 20 ms until stop is called,
-// which returns the readings.
+// which takes one more reading, closing every window that had ended by
+// then, and returns the readings.
 func sampleThrottling(dir string) (stop func() []throttling) {
-	done := make(chan struct{})
-	result := make(chan []throttling, 1)
-	go func() {
-		var out []throttling
-		sample := func() {
-			data, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
-			if err != nil {
-				return
-			}
-			s := throttling{at: time.Now()}
-			for _, line := range strings.Split(string(data), "\n") {
-				k, v, _ := strings.Cut(line, " ")
-				n, _ := strconv.ParseInt(v, 10, 64)
-				switch k {
-				case "nr_periods":
-					s.periods = n
-				case "nr_throttled":
-					s.nrThrottled = n
-				}
-			}
-			out = append(out, s)
+	var out []throttling
+	sample := func(context.Context) {
+		data, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
+		if err != nil {
+			return
 		}
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			sample()
-			select {
-			case <-done:
-				// One more, taken after stop was called: it closes every
-				// window that had ended by then.
-				sample()
-				result <- out
-				return
-			case <-tick.C:
+		s := throttling{at: time.Now()}
+		for _, line := range strings.Split(string(data), "\n") {
+			k, v, _ := strings.Cut(line, " ")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "nr_periods":
+				s.periods = n
+			case "nr_throttled":
+				s.nrThrottled = n
 			}
 		}
-	}()
+		out = append(out, s)
+	}
+	halt := background(context.Background(), 20*time.Millisecond, sample)
 	return func() []throttling {
-		close(done)
-		return <-result
+		halt()
+		sample(context.Background())
+		return out
 	}
 }
 

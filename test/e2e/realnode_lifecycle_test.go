@@ -9,9 +9,7 @@ import (
 	"fmt"
 	"math/big"
 	"net/http"
-	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +18,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,28 +31,26 @@ import (
 )
 
 // The lifecycle cases run a container through what the kubelet does to it
-// and check every PodMetrics the server serves meanwhile. What the kubelet
-// v1.37.2 reports (pkg/kubelet/stats/cri_stats_provider.go): only running
+// and check every PodMetrics the server serves meanwhile. The kubelet
+// v1.37.2 (pkg/kubelet/stats/cri_stats_provider.go) reports only running
 // containers (removeTerminatedContainers), each with its creation time as
-// startTime, and no pod at all while none of its containers runs. What the
-// HPA does with it (pkg/controller/podautoscaler/metrics/client.go,
-// getPodMetrics; replica_calculator.go): it sums every container a
-// PodMetrics lists against the requests of the spec's containers and of
-// its restartable init containers (calculatePodRequestsFromContainers),
-// counts a pod that is neither pending, failed nor deleted and has no
-// PodMetrics as missing (0% of its request on a scale-up, 100% on a
-// scale-down, groupPods), and takes a value it is served as the pod's
-// usage: a spike scales up, a reading of the wrong pod or container
-// misleads it.
+// startTime, and no pod while none of its containers runs. The HPA
+// (pkg/controller/podautoscaler/metrics/client.go, getPodMetrics;
+// replica_calculator.go) sums every container a PodMetrics lists against the
+// requests of the spec's containers and restartable init containers
+// (calculatePodRequestsFromContainers), counts a pod that is neither
+// pending, failed nor deleted and has no PodMetrics as missing (0% of its
+// request on a scale-up, 100% on a scale-down, groupPods), and takes what it
+// is served as the pod's usage: a spike scales up, a reading of the wrong pod
+// or container misleads it.
 //
-// lcLife is how long a crashing or OOM-killed container runs before it
-// dies: the kubelet restarts a container at its first exit at once and
-// then after 10 s, 20 s, ... (pkg/kubelet/kubelet.go,
-// initialCrashLoopBackOff; ReduceDefaultCrashLoopBackOffDecay, which makes
-// it 1 s, is alpha and off; kuberuntime_manager.go doBackOff), so the first
-// two runs follow each other. The server scrapes every 5 s; a run of 12 s
-// holds two scrapes 5 s apart (a rate) whatever their phase, with 2 s to
-// spare.
+// lcLife is how long a crashing or OOM-killed container runs: the kubelet
+// restarts a container at its first exit at once, then after 10 s, 20 s, ...
+// (pkg/kubelet/kubelet.go initialCrashLoopBackOff;
+// ReduceDefaultCrashLoopBackOffDecay, which makes it 1 s, is alpha and off;
+// kuberuntime_manager.go doBackOff), so the first two runs follow each other.
+// The server scrapes every 5 s: 12 s hold two scrapes 5 s apart (a rate)
+// whatever their phase, with 2 s to spare.
 const lcLife = 12 * time.Second
 
 // lcPollInterval is how often the cases read the metrics API and the pods.
@@ -69,14 +66,13 @@ func checkRealLifecycle(ctx context.Context, t *testing.T, rn *realNodeEnv) {
 	node := rn.node.Name()
 	life := strconv.Itoa(int(lcLife.Seconds()))
 	crash := realPod(rn.ns, "lc-crash", node, "yes >/dev/null & sleep "+life+"; exit 1", cpuLimit, "32Mi")
-	// busybox dd allocates its block (64 MiB, anonymous memory) and fills
-	// it from /dev/zero: the charge passes the limit and the memory
-	// cgroup's OOM killer kills dd, the container's only process.
+	// busybox dd allocates its 64 MiB block (anonymous memory) and fills it
+	// from /dev/zero: the charge passes the limit and the memory cgroup's OOM
+	// killer kills dd, the container's only process.
 	oom := realPod(rn.ns, "lc-oom", node, "sleep "+life+"; exec dd if=/dev/zero of=/dev/null bs=64M count=1", cpuLimit, lcOOMLimit)
 	pods := []*corev1.Pod{crash, oom, lcSidecarPod(rn.ns, node), lcRecreatePod(rn.ns, node, "yes >/dev/null")}
-	client := suite.cluster.Client()
 	for _, p := range pods {
-		_, err := client.CoreV1().Pods(rn.ns).Create(ctx, p, metav1.CreateOptions{})
+		_, err := suite.cluster.Client().CoreV1().Pods(rn.ns).Create(ctx, p, metav1.CreateOptions{})
 		must(t, err)
 	}
 	t.Cleanup(func() { e.deletePods(t, pods) })
@@ -118,38 +114,37 @@ func (e *lcEnv) pod(ctx context.Context, name string) (*corev1.Pod, error) {
 	return suite.cluster.Client().CoreV1().Pods(e.rn.ns).Get(ctx, name, metav1.GetOptions{})
 }
 
-// deletePods deletes the pods at once and waits until they are gone, so
-// that the cases after this one share the node with none of them.
+// gone returns nil once the pod name is deleted.
+func (e *lcEnv) gone(ctx context.Context, name string) error {
+	if _, err := e.pod(ctx, name); err == nil {
+		return fmt.Errorf("pod %s still exists", name)
+	} else if !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// deletePods deletes the pods at once and waits until they are gone, so that
+// the cases after this one share the node with none of them.
 func (e *lcEnv) deletePods(t *testing.T, pods []*corev1.Pod) {
 	ctx, cancel := context.WithTimeout(suite.ctx, time.Minute)
 	defer cancel()
-	client := suite.cluster.Client()
 	for _, p := range pods {
-		err := client.CoreV1().Pods(e.rn.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+		err := suite.cluster.Client().CoreV1().Pods(e.rn.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
 		if err != nil && !apierrors.IsNotFound(err) {
 			t.Errorf("delete pod %s: %v", p.Name, err)
 		}
 	}
 	for _, p := range pods {
-		if err := e.poll(ctx, time.Minute, "pod "+p.Name+" to be deleted", func(ctx context.Context) error {
-			switch _, err := e.pod(ctx, p.Name); {
-			case apierrors.IsNotFound(err):
-				return nil
-			case err != nil:
-				return err
-			}
-			return fmt.Errorf("pod %s still exists", p.Name)
-		}); err != nil {
+		gone := func(ctx context.Context) error { return e.gone(ctx, p.Name) }
+		if err := e.poll(ctx, time.Minute, "pod "+p.Name+" to be deleted", gone); err != nil {
 			t.Error(err)
 		}
 	}
 }
 
-// lcReading is a PodMetrics as served and when the test read it.
-type lcReading struct {
-	read time.Time
-	pm   metricsv1beta1.PodMetrics
-}
+// lcReading is a PodMetrics as served.
+type lcReading struct{ pm metricsv1beta1.PodMetrics }
 
 func (r lcReading) from() time.Time { return r.pm.Timestamp.Add(-r.pm.Window.Duration) }
 
@@ -164,8 +159,8 @@ func (r lcReading) String() string {
 }
 
 // lcRecorder keeps every distinct PodMetrics the server serves for one pod,
-// and logs each, and each change between served and not found, as it
-// sees it.
+// and logs each, and each change between served and not found, as it sees
+// it.
 type lcRecorder struct {
 	t        *testing.T
 	mc       metricsclient.Interface
@@ -182,11 +177,11 @@ func (e *lcEnv) recorder(t *testing.T, name string) *lcRecorder {
 // read reads the PodMetrics once and records it if it is new.
 func (r *lcRecorder) read(ctx context.Context) error {
 	pm, err := r.mc.MetricsV1beta1().PodMetricses(r.ns).Get(ctx, r.name, metav1.GetOptions{})
-	now := time.Now()
+	at := time.Since(r.began).Round(100 * time.Millisecond)
 	switch {
 	case apierrors.IsNotFound(err):
 		if !r.missing {
-			r.t.Logf("%s at +%v: no PodMetrics (%v)", r.name, now.Sub(r.began).Round(100*time.Millisecond), err)
+			r.t.Logf("%s at +%v: no PodMetrics (%v)", r.name, at, err)
 		}
 		r.missing = true
 		return nil
@@ -194,25 +189,26 @@ func (r *lcRecorder) read(ctx context.Context) error {
 		return err
 	}
 	r.missing = false
-	if n := len(r.readings); n > 0 && lcSameReading(&r.readings[n-1].pm, pm) {
-		return nil
+	if n := len(r.readings); n > 0 {
+		last := r.readings[n-1].pm
+		same := last.Timestamp.Equal(&pm.Timestamp) && last.Window == pm.Window
+		if same && apiequality.Semantic.DeepEqual(last.Containers, pm.Containers) {
+			return nil
+		}
 	}
-	r.readings = append(r.readings, lcReading{read: now, pm: *pm})
-	r.t.Logf("%s at +%v: %v", r.name, now.Sub(r.began).Round(100*time.Millisecond), r.readings[len(r.readings)-1])
+	r.readings = append(r.readings, lcReading{pm: *pm})
+	r.t.Logf("%s at +%v: %v", r.name, at, r.readings[len(r.readings)-1])
 	return nil
 }
 
-func lcSameReading(a, b *metricsv1beta1.PodMetrics) bool {
-	if !a.Timestamp.Equal(&b.Timestamp) || a.Window != b.Window || len(a.Containers) != len(b.Containers) {
-		return false
-	}
-	for i := range a.Containers {
-		x, y := a.Containers[i], b.Containers[i]
-		if x.Name != y.Name || x.Usage.Cpu().Cmp(*y.Usage.Cpu()) != 0 || x.Usage.Memory().Cmp(*y.Usage.Memory()) != 0 {
-			return false
+// waitReadings reads until ready, given the readings so far, returns nil.
+func (r *lcRecorder) waitReadings(ctx context.Context, e *lcEnv, d time.Duration, what string, ready func() error) error {
+	return e.poll(ctx, d, what, func(ctx context.Context) error {
+		if err := r.read(ctx); err != nil {
+			return err
 		}
-	}
-	return true
+		return ready()
+	})
 }
 
 // lcContainer returns the named container's CPU in nanocores and memory in
@@ -241,80 +237,30 @@ func lcCheckNames(t *testing.T, pod string, r lcReading, want ...string) {
 	}
 }
 
-// lcCheckCPU fails unless the container's CPU in the reading is at least 0
-// and at most hi cores.
-func lcCheckCPU(t *testing.T, pod, container string, r lcReading, hi float64, why string) {
+// lcCheckCFS fails unless the reading lists the one container, name, with
+// a CPU of at least 0 and at most the CFS bound of cpuLimit over its window
+// (cpuBounds), which it returns.
+func lcCheckCFS(t *testing.T, name string, r lcReading) (hi float64) {
 	t.Helper()
-	n, _, ok := lcContainer(&r.pm, container)
-	if !ok {
-		t.Errorf("%s: no container %s in the reading %v", pod, container, r)
-		return
+	lcCheckNames(t, name, r, name)
+	_, hi = cpuBounds(r.pm.Window.Duration, 0)
+	n, _, ok := lcContainer(&r.pm, name)
+	if cores := float64(n) / 1e9; ok && (cores < 0 || cores > hi) {
+		t.Errorf("%s: container %s reads %.1fm in the reading %v, want 0..%.1fm (the CFS bound of %s)", name, name, cores*1e3, r, hi*1e3, cpuLimit)
 	}
-	if cores := float64(n) / 1e9; cores < 0 || cores > hi {
-		t.Errorf("%s: container %s reads %.1fm in the reading %v, want 0..%.1fm (%s)", pod, container, cores*1e3, r, hi*1e3, why)
-	}
+	return hi
 }
 
 // lcCPUWithin says whether nanoCores over w is at most counter
 // core-nanoseconds: the server divides a counter's increase by the window
 // and rounds down (pkg/store/series.go, rate), so a reading never exceeds
 // what the counter could have grown by. Exact, in integers.
-func lcCPUWithin(nanoCores int64, w time.Duration, counter uint64) bool {
+func lcCPUWithin(nanoCores int64, w time.Duration, counter int64) bool {
 	lhs := new(big.Int).Mul(big.NewInt(nanoCores), big.NewInt(w.Nanoseconds()))
-	rhs := new(big.Int).Mul(new(big.Int).SetUint64(counter), big.NewInt(1e9))
-	return lhs.Cmp(rhs) <= 0
+	return lhs.Cmp(new(big.Int).Mul(big.NewInt(counter), big.NewInt(1e9))) <= 0
 }
 
-// lcCgroup returns the directory of a container's cgroup in controller's
-// hierarchy (cgroup v1), found from its task's PID, and how many tasks
-// containerd runs on the node.
-func lcCgroup(ctx context.Context, n *cluster.RealNode, containerID, controller string) (dir string, tasks int, err error) {
-	_, id, ok := strings.Cut(containerID, "://")
-	if !ok {
-		return "", 0, fmt.Errorf("container ID %q", containerID)
-	}
-	out, err := n.Ctr(ctx, "tasks", "list")
-	if err != nil {
-		return "", 0, err
-	}
-	var pid string
-	for _, line := range strings.Split(out, "\n")[1:] {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		tasks++
-		if f[0] == id {
-			pid = f[1]
-		}
-	}
-	if pid == "" {
-		return "", 0, fmt.Errorf("no task of container %s in\n%s", id, out)
-	}
-	cgroups, err := os.ReadFile(filepath.Join("/proc", pid, "cgroup"))
-	if err != nil {
-		return "", 0, err
-	}
-	for _, line := range strings.Split(string(cgroups), "\n") {
-		f := strings.SplitN(line, ":", 3)
-		if len(f) == 3 && slices.Contains(strings.Split(f[1], ","), controller) {
-			return filepath.Join("/sys/fs/cgroup", f[1], f[2]), tasks, nil
-		}
-	}
-	return "", 0, fmt.Errorf("no %s cgroup of %s in\n%s", controller, pid, cgroups)
-}
-
-// lcCPUUsage reads a container's cumulative CPU time (cpuacct.usage, the
-// counter containerd reports) in core-nanoseconds.
-func lcCPUUsage(dir string) (uint64, error) {
-	data, err := os.ReadFile(filepath.Join(dir, "cpuacct.usage"))
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
-}
-
-// lcSummaryContainers returns the names of the containers the kubelet's
+// summaryContainers returns the names of the containers the kubelet's
 // Summary lists for the pod, read as the server reads it.
 func (e *lcEnv) summaryContainers(ctx context.Context, pod string) ([]string, error) {
 	token, err := saToken(ctx, e.rn.server.Namespace, e.rn.server.ServiceAccount)
@@ -322,14 +268,14 @@ func (e *lcEnv) summaryContainers(ctx context.Context, pod string) ([]string, er
 		return nil, err
 	}
 	code, body, err := kubeletGet(ctx, e.rn.node, "/stats/summary?only_cpu_and_memory=true", token)
-	if err != nil {
-		return nil, err
-	}
-	if code != http.StatusOK {
-		return nil, fmt.Errorf("summary: %d %s", code, body)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("summary: %d %s", code, body)
 	}
 	var s statsv1alpha1.Summary
-	if err := json.Unmarshal(body, &s); err != nil {
+	if err == nil {
+		err = json.Unmarshal(body, &s)
+	}
+	if err != nil {
 		return nil, err
 	}
 	for _, p := range s.Pods {
@@ -345,8 +291,8 @@ func (e *lcEnv) summaryContainers(ctx context.Context, pod string) ([]string, er
 	return nil, errors.New("the summary lists no pod " + pod)
 }
 
-// lcRun is one run of a container, from its start to its finish (zero
-// while it runs), to the second the API keeps.
+// lcRun is one run of a container, from its start to its finish (zero while
+// it runs), to the second the API keeps.
 type lcRun struct {
 	id                string
 	started, finished time.Time
@@ -382,16 +328,16 @@ func (rs *lcRuns) observe(cs corev1.ContainerStatus) {
 	}
 }
 
-// of returns the run whose lifetime holds the window [from, to], or -1. A
+// of returns the run whose lifetime holds the reading's window, or -1. A
 // run's samples are taken after the run before it finished and before it
 // finishes itself; all times are whole seconds, so a window that reached
 // back into the run before by less than a second cannot be told.
-func (rs lcRuns) of(from, to time.Time) int {
-	for i, r := range rs {
-		if i > 0 && from.Before(rs[i-1].finished) {
+func (rs lcRuns) of(r lcReading) int {
+	for i, run := range rs {
+		if i > 0 && r.from().Before(rs[i-1].finished) {
 			continue
 		}
-		if r.finished.IsZero() || !to.After(r.finished) {
+		if run.finished.IsZero() || !r.pm.Timestamp.After(run.finished) {
 			return i
 		}
 	}
@@ -410,84 +356,14 @@ func (rs lcRuns) String() string {
 	return strings.Join(out, ", ")
 }
 
-// crashRestart: a container burns CPU at its limit for lcLife and exits 1;
-// the kubelet restarts it at once. The server sees the new run's counter
-// start again at zero with a start time after its last sample, so it takes
-// the run as a new series (pkg/store/series.go, next and restarted, as
-// metrics-server v0.8.0 does, pkg/storage/pod.go Store): no window joins
-// two runs. Until the new run has a rate the last run's is served, until
-// it is stale (2 resolutions and the timeout). A start time and a sample
-// in the same second cannot be ordered, so a run whose first sample falls
-// in the second it started in counts as restarted at its second sample
-// too, and has its first rate a scrape later. Across the restart every
-// reading is at least 0 and at most the CFS bound of the limit over its
-// window (cpuBounds), and its window lies in one run.
-func (e *lcEnv) crashRestart(ctx context.Context, t *testing.T, name string) {
-	rec := e.recorder(t, name)
+// watchRuns polls the pod name's one container's runs and PodMetrics until
+// done returns nil, and returns the runs and the restarts.
+func (e *lcEnv) watchRuns(ctx context.Context, t *testing.T, rec *lcRecorder, what string,
+	done func(lcRuns, corev1.ContainerStatus) error) (lcRuns, int32) {
 	var runs lcRuns
 	var restarts int32
-	err := e.poll(ctx, 90*time.Second, name+" to be read across a restart", func(ctx context.Context) error {
-		p, err := e.pod(ctx, name)
-		if err != nil {
-			return err
-		}
-		if len(p.Status.ContainerStatuses) == 1 {
-			runs.observe(p.Status.ContainerStatuses[0])
-			restarts = p.Status.ContainerStatuses[0].RestartCount
-		}
-		if err := rec.read(ctx); err != nil {
-			return err
-		}
-		seen := map[int]bool{}
-		for _, r := range rec.readings {
-			seen[runs.of(r.from(), r.pm.Timestamp.Time)] = true
-		}
-		if len(runs) < 2 || !seen[0] || !seen[1] {
-			return fmt.Errorf("readings of runs %v; runs: %v", seen, runs)
-		}
-		return nil
-	})
-	t.Logf("%s: %d restarts; %v", name, restarts, runs)
-	must(t, err)
-	for _, r := range rec.readings {
-		i := runs.of(r.from(), r.pm.Timestamp.Time)
-		_, hi := cpuBounds(r.pm.Window.Duration, 0)
-		t.Logf("%s: run %d, %v; accepted 0..%.1fm", name, i+1, r, hi*1e3)
-		if i < 0 {
-			t.Errorf("%s: the window of %v spans runs %v", name, r, runs)
-		}
-		lcCheckNames(t, name, r, name)
-		lcCheckCPU(t, name, name, r, hi, "the CFS bound of "+cpuLimit)
-	}
-	if restarts < 1 || runs[0].exit != "exit 1 (Error)" {
-		t.Errorf("%s: %d restarts, first run %q; want a restart after exit 1 (Error)", name, restarts, runs[0].exit)
-	}
-}
-
-// The OOM case's memory limit, and what a reading of it may show above
-// it. The working set containerd reports is memory.usage_in_bytes minus
-// total_inactive_file; usage_in_bytes is the memory cgroup's page counter,
-// which the kernel keeps at or under the limit (mm/memcontrol.c,
-// try_charge_memcg: page_counter_try_charge fails, reclaim, then the OOM
-// killer) but for forced charges: an allocation made in reclaim, or one
-// that may not fail or draws on reserves, is charged past the limit, each
-// the pages of that one allocation. lcOOMSlack allows them one charge
-// batch (MEMCG_CHARGE_BATCH, 64 pages) per CPU.
-const lcOOMLimit = "32Mi"
-
-func lcOOMSlack() int64 { return 64 * int64(os.Getpagesize()) * int64(runtime.NumCPU()) }
-
-// oomKill: a container sleeps for lcLife, then dd fills a block twice its
-// memory limit, and the kernel kills it. The kubelet reports the run's end
-// as OOMKilled (containerd's CRI plugin sets the reason from the cgroup's
-// OOM event) and restarts it. Every reading served for the pod meanwhile
-// is within the limit and lcOOMSlack and the CFS bound of its CPU limit.
-func (e *lcEnv) oomKill(ctx context.Context, t *testing.T, name string) {
-	rec := e.recorder(t, name)
-	var runs lcRuns
-	var restarts int32
-	err := e.poll(ctx, 90*time.Second, name+" to be OOM-killed and restarted, and read", func(ctx context.Context) error {
-		p, err := e.pod(ctx, name)
+	err := e.poll(ctx, 90*time.Second, rec.name+" to "+what, func(ctx context.Context) error {
+		p, err := e.pod(ctx, rec.name)
 		if err != nil {
 			return err
 		}
@@ -500,35 +376,91 @@ func (e *lcEnv) oomKill(ctx context.Context, t *testing.T, name string) {
 		cs := p.Status.ContainerStatuses[0]
 		runs.observe(cs)
 		restarts = cs.RestartCount
-		last := cs.LastTerminationState.Terminated
-		switch {
-		case restarts < 1 || last == nil || cs.State.Running == nil:
-			return fmt.Errorf("%d restarts, state %+v, last state %+v", restarts, cs.State, cs.LastTerminationState)
-		case len(rec.readings) == 0:
+		return done(runs, cs)
+	})
+	t.Logf("%s: %d restarts; %v", rec.name, restarts, runs)
+	must(t, err)
+	return runs, restarts
+}
+
+// crashRestart: a container burns CPU at its limit for lcLife and exits 1;
+// the kubelet restarts it at once. The server sees the new run's counter
+// start again at zero with a start time after its last sample, so it takes
+// the run as a new series (pkg/store/series.go, next and restarted, as
+// metrics-server v0.8.0 does, pkg/storage/pod.go Store): no window joins two
+// runs. Until the new run has a rate the last run's is served, until it is
+// stale (2 resolutions and the timeout). A start time and a sample in the
+// same second cannot be ordered, so a run whose first sample falls in the
+// second it started in counts as restarted at its second sample too, and has
+// its first rate a scrape later. Every reading is within cpuBounds' CFS
+// bound, and its window lies in one run.
+func (e *lcEnv) crashRestart(ctx context.Context, t *testing.T, name string) {
+	rec := e.recorder(t, name)
+	runs, restarts := e.watchRuns(ctx, t, rec, "be read across a restart", func(runs lcRuns, _ corev1.ContainerStatus) error {
+		seen := map[int]bool{}
+		for _, r := range rec.readings {
+			seen[runs.of(r)] = true
+		}
+		if len(runs) < 2 || !seen[0] || !seen[1] {
+			return fmt.Errorf("readings of runs %v; runs: %v", seen, runs)
+		}
+		return nil
+	})
+	for _, r := range rec.readings {
+		i := runs.of(r)
+		hi := lcCheckCFS(t, name, r)
+		t.Logf("%s: run %d, %v; accepted 0..%.1fm", name, i+1, r, hi*1e3)
+		if i < 0 {
+			t.Errorf("%s: the window of %v spans runs %v", name, r, runs)
+		}
+	}
+	if restarts < 1 || runs[0].exit != "exit 1 (Error)" {
+		t.Errorf("%s: %d restarts, first run %q; want a restart after exit 1 (Error)", name, restarts, runs[0].exit)
+	}
+}
+
+// The OOM case's memory limit, and what a reading of it may show above it.
+// The working set containerd reports is memory.usage_in_bytes −
+// total_inactive_file; usage_in_bytes is the memory cgroup's page counter,
+// which the kernel keeps at or under the limit (mm/memcontrol.c,
+// try_charge_memcg: page_counter_try_charge fails, reclaim, then the OOM
+// killer) but for forced charges: an allocation made in reclaim, or one that
+// may not fail or draws on reserves, is charged past the limit, each the
+// pages of that one allocation: chargeBatches allows them.
+const lcOOMLimit = "32Mi"
+
+// oomKill: a container sleeps for lcLife, then dd fills a block twice its
+// memory limit and the kernel kills it. The kubelet reports the run's end as
+// OOMKilled (containerd's CRI plugin sets the reason from the cgroup's OOM
+// event) and restarts it. Every reading served meanwhile is within the limit
+// and chargeBatches and the CFS bound of its CPU limit.
+func (e *lcEnv) oomKill(ctx context.Context, t *testing.T, name string) {
+	rec := e.recorder(t, name)
+	runs, _ := e.watchRuns(ctx, t, rec, "be OOM-killed and restarted, and read", func(_ lcRuns, cs corev1.ContainerStatus) error {
+		if cs.RestartCount < 1 || cs.LastTerminationState.Terminated == nil || cs.State.Running == nil {
+			return fmt.Errorf("%d restarts, state %+v, last state %+v", cs.RestartCount, cs.State, cs.LastTerminationState)
+		}
+		if len(rec.readings) == 0 {
 			return errors.New("no reading yet")
 		}
 		return nil
 	})
-	t.Logf("%s: %d restarts; %v", name, restarts, runs)
-	must(t, err)
 	if runs[0].exit != "exit 137 (OOMKilled)" {
 		t.Errorf("%s: the first run ended with %s, want exit 137 (OOMKilled)", name, runs[0].exit)
 	}
 	limit := resource.MustParse(lcOOMLimit)
-	hiMem := limit.Value() + lcOOMSlack()
+	hiMem := limit.Value() + chargeBatches()
 	for _, r := range rec.readings {
-		_, hi := cpuBounds(r.pm.Window.Duration, 0)
-		t.Logf("%s: run %d, %v; accepted cpu 0..%.1fm, memory 0..%.2f MiB", name, runs.of(r.from(), r.pm.Timestamp.Time)+1, r, hi*1e3, float64(hiMem)/(1<<20))
-		lcCheckNames(t, name, r, name)
-		lcCheckCPU(t, name, name, r, hi, "the CFS bound of "+cpuLimit)
+		hi := lcCheckCFS(t, name, r)
+		t.Logf("%s: run %d, %v; accepted cpu 0..%.1fm, memory 0..%.2f MiB", name, runs.of(r)+1, r, hi*1e3, float64(hiMem)/(1<<20))
 		if _, mem, _ := lcContainer(&r.pm, name); mem < 0 || mem > hiMem {
 			t.Errorf("%s: memory %d bytes in %v, want 0..%d (limit %s)", name, mem, r, hiMem, lcOOMLimit)
 		}
 	}
 }
 
-// lcSidecarPod runs, in order, an init container that burns CPU for 2 s
-// and exits 0, a restartable init container (a sidecar) running yes at
+// lcSidecarPod runs, in order, an init container that burns CPU for 2 s and
+// exits 0, a restartable init container (a sidecar) running yes at
 // cpuLimit, and a main container that sleeps.
 func lcSidecarPod(ns, node string) *corev1.Pod {
 	p := realPod(ns, "lc-sidecar", node, "exec sleep 2147483647", "100m", "32Mi")
@@ -548,41 +480,37 @@ func lcSidecarPod(ns, node string) *corev1.Pod {
 	return p
 }
 
-// initSidecar: the kubelet's Summary lists the running containers only, so
-// the sidecar and the main container and not the finished init container;
-// metrics-server serves what /metrics/resource lists, the same containers
-// (the kubelet's resource metrics collector reads the same stats provider,
-// pkg/kubelet/metrics/collectors/resource_metrics.go), and the HPA sums
-// them against the main container's and the sidecar's requests. Every
-// reading lists exactly main and sidecar; the sidecar's CPU is within the
-// CPU case's bounds, and main's is at most what its cgroup's counter holds
-// when the test stops.
+// initSidecar: the kubelet's Summary lists the running containers only, the
+// sidecar and main and not the finished init container; metrics-server
+// serves what /metrics/resource lists, the same containers (the kubelet's
+// resource metrics collector reads the same stats provider,
+// pkg/kubelet/metrics/collectors/resource_metrics.go), and the HPA sums them
+// against main's and the sidecar's requests. Every reading lists exactly main
+// and sidecar; the sidecar's CPU is within the CPU case's bounds, and main's
+// at most what its cgroup's counter holds when the test stops.
 //
 // The pod's window is that of its container sampled earliest, which may be
 // main: containerd samples a pod's containers one task after another
 // (plugins/services/tasks/local.go, getTasksMetrics, each timestamp taken
 // before its shim's Stats call), so the sidecar's samples were taken within
-// spread of main's, spread being two sampleSkews (a call's timestamp to its
-// read, and the rest of the call) for each task on the node. The sidecar's
-// true window then lies in [T−W−spread, T+R+spread) and holds
-// [T−W+R+spread, T−spread]. Main's own window is at least W−R: its and the
-// sidecar's samples fall in the same second or the next one.
+// spread of main's, two sampleSkews (a call's timestamp to its read, and the
+// rest of the call) for each task on the node. The sidecar's true window then
+// lies in [T−W−spread, T+R+spread) and holds [T−W+R+spread, T−spread]. Main's
+// own window is at least W−R: its and the sidecar's samples fall in the same
+// second or the next one.
 func (e *lcEnv) initSidecar(ctx context.Context, t *testing.T) {
 	const name = "lc-sidecar"
 	rec := e.recorder(t, name)
 	mainStarted, sidecarID, mainID := e.waitSidecarPod(ctx, t, rec)
-	sidecarDir, tasks, err := lcCgroup(ctx, e.rn.node, sidecarID, "cpu")
+	sidecarDir, tasks, err := taskCgroup(ctx, e.rn.node, sidecarID, "cpu")
 	must(t, err)
-	mainDir, _, err := lcCgroup(ctx, e.rn.node, mainID, "cpuacct")
+	mainDir, _, err := taskCgroup(ctx, e.rn.node, mainID, "cpuacct")
 	must(t, err)
 	spread := time.Duration(tasks) * 2 * sampleSkew
 	stop := sampleThrottling(sidecarDir)
 	after := maxTime(time.Now(), mainStarted.Add(time.Second))
 	var checked []lcReading
-	err = e.poll(ctx, time.Minute, "2 readings of "+name+" after its main container started", func(ctx context.Context) error {
-		if err := rec.read(ctx); err != nil {
-			return err
-		}
+	err = rec.waitReadings(ctx, e, time.Minute, "2 readings of "+name+" after its main container started", func() error {
 		checked = slices.DeleteFunc(slices.Clone(rec.readings), func(r lcReading) bool { return !r.from().After(after) })
 		if len(checked) < 2 {
 			return fmt.Errorf("%d of 2 readings", len(checked))
@@ -591,7 +519,7 @@ func (e *lcEnv) initSidecar(ctx context.Context, t *testing.T) {
 	})
 	samples := stop()
 	must(t, err)
-	mainCPU, err := lcCPUUsage(mainDir)
+	mainCPU, err := readCounter(filepath.Join(mainDir, "cpuacct.usage"))
 	must(t, err)
 
 	names, err := e.summaryContainers(ctx, name)
@@ -613,20 +541,18 @@ func (e *lcEnv) initSidecar(ctx context.Context, t *testing.T) {
 // meanwhile, and returns when main started and the two containers' IDs.
 func (e *lcEnv) waitSidecarPod(ctx context.Context, t *testing.T, rec *lcRecorder) (mainStarted time.Time, sidecarID, mainID string) {
 	name := rec.name
-	must(t, e.poll(ctx, 2*time.Minute, name+" to run its sidecar and main container after its init container", func(ctx context.Context) error {
+	must(t, rec.waitReadings(ctx, e, 2*time.Minute, name+" to run its sidecar and main container after its init container", func() error {
 		p, err := e.pod(ctx, name)
 		if err != nil {
 			return err
 		}
-		if err := rec.read(ctx); err != nil {
-			return err
-		}
 		var init, sidecar, main *corev1.ContainerStatus
-		for i := range p.Status.InitContainerStatuses {
-			if s := &p.Status.InitContainerStatuses[i]; s.Name == "init" {
-				init = s
-			} else if s.Name == "sidecar" {
-				sidecar = s
+		for i, s := range p.Status.InitContainerStatuses {
+			switch s.Name {
+			case "init":
+				init = &p.Status.InitContainerStatuses[i]
+			case "sidecar":
+				sidecar = &p.Status.InitContainerStatuses[i]
 			}
 		}
 		if len(p.Status.ContainerStatuses) == 1 {
@@ -649,17 +575,16 @@ func (e *lcEnv) waitSidecarPod(ctx context.Context, t *testing.T, rec *lcRecorde
 }
 
 // lcCheckSidecarReading checks a reading of the sidecar pod whose window
-// began after main started: the sidecar within the CPU case's bounds
-// widened by spread, main within mainCPU (its counter when the test
-// stopped) over at least W−R.
-func lcCheckSidecarReading(t *testing.T, pod string, r lcReading, samples []throttling, spread time.Duration, mainCPU uint64) {
+// began after main started: the sidecar within the CPU case's bounds widened
+// by spread, main within mainCPU (its counter when the test stopped) over at
+// least W−R.
+func lcCheckSidecarReading(t *testing.T, pod string, r lcReading, samples []throttling, spread time.Duration, mainCPU int64) {
 	t.Helper()
 	T, w := r.pm.Timestamp.Time, r.pm.Window.Duration
 	var m, periods int64
 	if w > summaryTimeResolution+2*spread {
 		var ok bool
-		m, periods, ok = throttledWithin(samples, T.Add(summaryTimeResolution+spread-w), T.Add(-spread))
-		if !ok {
+		if m, periods, ok = throttledWithin(samples, T.Add(summaryTimeResolution+spread-w), T.Add(-spread)); !ok {
 			t.Errorf("%s: no cpu.stat readings of the sidecar inside the window of %v", pod, r)
 		}
 	}
@@ -684,26 +609,22 @@ func lcRecreatePod(ns, node, script string) *corev1.Pod {
 }
 
 // recreate: a pod running yes at its limit is deleted and created again
-// under its name, a new UID, running sleep, as a LeaderWorkerSet recreates
-// a group's pods. The server keys a pod's samples by namespace and name
-// and drops them when the kubelet reports another UID (pkg/store/store.go,
-// Store), and serves a pod only from samples of the UID its pod cache
-// holds (pkg/store/read.go, Pod): no window joins the two pods' counters,
-// and none of the old pod is served for the new one. metrics-server
-// v0.8.0 keys by name alone and tells the new pod by its containers' start
-// times, as a restart (pkg/storage/pod.go). Every reading is at least 0
-// and at most the CFS bound of the limit; every reading read after the new
-// pod was created has a window that begins after that, and is at most
-// what the new container's cgroup counter holds when the test stops, over
-// the window (lcCPUWithin): near zero, the new load.
+// under its name, a new UID, running sleep, as a LeaderWorkerSet recreates a
+// group's pods. The server keys a pod's samples by namespace and name and
+// drops them when the kubelet reports another UID (pkg/store/store.go,
+// Store), and serves a pod only from samples of the UID its pod cache holds
+// (pkg/store/read.go, Pod): no window joins the two pods' counters, and none
+// of the old pod is served for the new one. metrics-server v0.8.0 keys by
+// name alone and tells the new pod by its containers' start times, as a
+// restart (pkg/storage/pod.go). Every reading is within the CFS bound of the
+// limit; every reading after the new pod was created has a window that
+// begins after that, and is at most what the new container's cgroup counter
+// holds when the test stops, over the window (lcCPUWithin): near zero.
 func (e *lcEnv) recreate(ctx context.Context, t *testing.T) {
 	const name = "lc-recreate"
 	client := suite.cluster.Client()
 	rec := e.recorder(t, name)
-	must(t, e.poll(ctx, 2*time.Minute, "a reading of the first "+name, func(ctx context.Context) error {
-		if err := rec.read(ctx); err != nil {
-			return err
-		}
+	must(t, rec.waitReadings(ctx, e, 2*time.Minute, "a reading of the first "+name, func() error {
 		if len(rec.readings) == 0 {
 			return errors.New("no reading yet")
 		}
@@ -712,27 +633,15 @@ func (e *lcEnv) recreate(ctx context.Context, t *testing.T) {
 	old, err := e.pod(ctx, name)
 	must(t, err)
 	must(t, client.CoreV1().Pods(e.rn.ns).Delete(ctx, name, metav1.DeleteOptions{}))
-	must(t, e.poll(ctx, time.Minute, "the first "+name+" to be deleted", func(ctx context.Context) error {
-		if err := rec.read(ctx); err != nil {
-			return err
-		}
-		switch _, err := e.pod(ctx, name); {
-		case err == nil:
-			return fmt.Errorf("pod %s still exists", name)
-		case !apierrors.IsNotFound(err):
-			return err
-		}
-		return nil
+	must(t, rec.waitReadings(ctx, e, time.Minute, "the first "+name+" to be deleted", func() error {
+		return e.gone(ctx, name)
 	}))
 	oldReadings := len(rec.readings)
 	created, err := client.CoreV1().Pods(e.rn.ns).Create(ctx, lcRecreatePod(e.rn.ns, e.rn.node.Name(), "exec sleep 2147483647"), metav1.CreateOptions{})
 	must(t, err)
 	t.Logf("%s: deleted UID %s, created UID %s at %s", name, old.UID, created.UID, created.CreationTimestamp.Format(time.TimeOnly))
 	var dir string
-	err = e.poll(ctx, 2*time.Minute, "2 readings of the new "+name, func(ctx context.Context) error {
-		if err := rec.read(ctx); err != nil {
-			return err
-		}
+	must(t, rec.waitReadings(ctx, e, 2*time.Minute, "2 readings of the new "+name, func() error {
 		if dir == "" {
 			p, err := e.pod(ctx, name)
 			if err != nil {
@@ -741,7 +650,7 @@ func (e *lcEnv) recreate(ctx context.Context, t *testing.T) {
 			if len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].State.Running == nil {
 				return fmt.Errorf("the new pod's container does not run yet: %+v", p.Status.ContainerStatuses)
 			}
-			if dir, _, err = lcCgroup(ctx, e.rn.node, p.Status.ContainerStatuses[0].ContainerID, "cpuacct"); err != nil {
+			if dir, _, err = taskCgroup(ctx, e.rn.node, p.Status.ContainerStatuses[0].ContainerID, "cpuacct"); err != nil {
 				return err
 			}
 		}
@@ -749,14 +658,11 @@ func (e *lcEnv) recreate(ctx context.Context, t *testing.T) {
 			return fmt.Errorf("%d of 2 readings", n)
 		}
 		return nil
-	})
-	must(t, err)
-	counter, err := lcCPUUsage(dir)
+	}))
+	counter, err := readCounter(filepath.Join(dir, "cpuacct.usage"))
 	must(t, err)
 	for i, r := range rec.readings {
-		_, hi := cpuBounds(r.pm.Window.Duration, 0)
-		lcCheckNames(t, name, r, name)
-		lcCheckCPU(t, name, name, r, hi, "the CFS bound of "+cpuLimit)
+		hi := lcCheckCFS(t, name, r)
 		if i < oldReadings {
 			t.Logf("%s: old pod, %v; accepted 0..%.1fm", name, r, hi*1e3)
 			continue

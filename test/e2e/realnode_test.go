@@ -25,40 +25,33 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
 
-// The CPU case: one container limited to cpuLimit running `yes`, which is
-// always runnable, so the kernel's CFS bandwidth control gives it at most
-// cpuQuota of CPU time in each cfsPeriod (cgroup v1 cpu.cfs_quota_us =
-// 25000 of cpu.cfs_period_us = 100000): 250m.
+// The CPU case: one container limited to cpuLimit runs `yes`, always
+// runnable, so CFS bandwidth control (cgroup v1 cpu.cfs_quota_us 25000 of
+// cpu.cfs_period_us 100000) gives it at most cpuQuota in each cfsPeriod.
 //
-// The server reports C / W: C the difference of the container's cumulative
-// CPU between two of the kubelet's samples, W the difference of their
-// timestamps. The kubelet takes each sample from containerd's CRI
-// ContainerStats, which reads the cgroup when asked, so the counter is
-// exact; but the Summary API carries a sample's time as a metav1.Time,
-// which JSON holds to the second (RFC 3339 without a fraction; the
-// kubelet-authorization case checks this). So the reported window [T−W, T]
-// stands for samples taken at some s in [T−W, T−W+R) and e in [T, T+R),
-// R = summaryTimeResolution, and W can be off by up to R either way: ±20%
-// of a 5 s window. (When the server's ticks keep their phase within the
-// second the errors cancel and it reads 250m to a millicore; the first
-// windows after it starts, and a tick whose phase crosses a whole second,
-// do not.) With Q = cpuQuota and P = cfsPeriod:
+// The server reports C/W: C the difference of the container's cumulative CPU
+// between two kubelet samples, W that of their timestamps. containerd's CRI
+// ContainerStats reads the cgroup when asked, so C is exact; but the Summary
+// carries a sample's time as a metav1.Time, whole seconds in JSON (the
+// kubelet-authorization case checks this). The reported window [T−W, T] then
+// stands for samples at s in [T−W, T−W+R) and e in [T, T+R), R =
+// summaryTimeResolution: W is off by up to R either way, ±20% of 5 s. (Ticks
+// that keep their phase within the second cancel the errors; the first
+// windows, and a tick whose phase crosses a second, do not.) With Q =
+// cpuQuota, P = cfsPeriod:
 //
-//   - Above: from s to e (under W + R) the task uses at most
-//     (W + R)/P·Q + Q, the +Q being a period's quota straddling the edges (an
-//     overrun of the quota by up to a scheduler tick is repaid from the next
-//     period's), plus up to sampleSkew at each end between containerd's
-//     timestamp and its read of the counter. That bound is the kernel's and
-//     holds on any machine: 307m for W = 5 s.
-//   - Below: in a period the kernel throttled the cgroup in, the task used its
-//     whole quota. [T−W+R, T] lies within [s, e]; the test reads cpu.stat every
-//     20 ms, and m throttled periods counted between readings inside that
-//     interval include at most one that began before it, so C is at least
-//     (m − 1)·Q − 2·sampleSkew: 193m for W = 5 s on a quiet machine (m = 40).
-//     A machine busy with other work leaves the task waiting for a core, so
-//     it is throttled in fewer periods and the bound falls with what the
-//     kernel actually gave it: the test never asks for CPU the container did
-//     not get.
+//   - Above: in under W + R the task uses at most (W + R)/P·Q + Q, the +Q a
+//     period straddling the edges (an overrun by up to a scheduler tick is
+//     repaid from the next period), plus sampleSkew at each end between
+//     containerd's timestamp and its read. The kernel's bound, on any
+//     machine: 307m for W = 5 s.
+//   - Below: in a period the kernel throttled the cgroup in, the task used
+//     its whole quota. [T−W+R, T] lies within [s, e]; the test reads cpu.stat
+//     every 20 ms, and of m throttled periods counted between readings inside
+//     it at most one began before it, so C ≥ (m − 1)·Q − 2·sampleSkew: 193m
+//     for W = 5 s on a quiet machine (m = 40). A busy machine throttles the
+//     task in fewer periods and the bound falls with what the kernel gave it:
+//     the test never asks for CPU the container did not get.
 const (
 	cpuLimit              = "250m"
 	cpuQuota              = 25 * time.Millisecond
@@ -67,17 +60,14 @@ const (
 	summaryTimeResolution = time.Second
 )
 
-// The memory case: the container writes memFill MiB of zeros with dd into
-// a memory-backed emptyDir (a tmpfs) and then sleeps. tmpfs pages are
-// shared memory: with no swap they cannot be reclaimed, they sit on the
-// anonymous LRU lists, so the working set (cgroup v1 memory.usage_in_bytes
-// minus total_inactive_file) keeps all of them, charged to the memory
-// cgroup of the container that wrote them, while a file on the overlay
-// root would be page cache the kernel may count as inactive and drop. The
-// working set is then memFill plus what the shell and sleep map: busybox's
-// text (under 2 MiB), their stacks, heaps and page tables, and the charge
-// the kernel batches per CPU before it shows in usage_in_bytes (32 pages a
-// CPU). memSlack bounds all of that; below memFill is impossible.
+// The memory case: the container writes memFill MiB of zeros with dd into a
+// memory-backed emptyDir (tmpfs) and sleeps. tmpfs pages are shared memory:
+// without swap they cannot be reclaimed and sit on the anonymous LRU lists,
+// so the working set (cgroup v1 memory.usage_in_bytes − total_inactive_file)
+// keeps all of them, charged to the writer's cgroup; a file on the overlay
+// root would be page cache the kernel may count inactive and drop. memSlack
+// bounds the rest: busybox's text (under 2 MiB), stacks, heaps, page tables
+// and the per-CPU charge batch (32 pages a CPU). Below memFill is impossible.
 const (
 	memFill  = 64 // MiB
 	memSlack = 6  // MiB
@@ -123,10 +113,9 @@ func TestRealNode(t *testing.T) {
 	t.Logf("test body %v", since(began))
 }
 
-// realNodeEnv is what TestRealNode's cases share: the node, the test's
-// namespace, the server deployed for the test (registered for
-// metrics.k8s.io while the test runs) and the CA bundle that verifies both
-// the fake kubelets and the real one.
+// realNodeEnv is what TestRealNode's cases share: the node, the namespace,
+// the test's server (registered for metrics.k8s.io while the test runs) and
+// the CA bundle that verifies both the fake kubelets and the real one.
 type realNodeEnv struct {
 	node      *cluster.RealNode
 	ns        string
@@ -139,15 +128,12 @@ type realNodeEnv struct {
 // surely inside the true one.
 func cpuBounds(w time.Duration, throttled int64) (lo, hi float64) {
 	q, p, skew, r, ws := cpuQuota.Seconds(), cfsPeriod.Seconds(), sampleSkew.Seconds(), summaryTimeResolution.Seconds(), w.Seconds()
-	lo = max(0, (float64(throttled-1)*q-2*skew)/ws)
-	hi = ((ws+r)/p*q + q + 2*skew) / ws
-	return lo, hi
+	return max(0, (float64(throttled-1)*q-2*skew)/ws), ((ws+r)/p*q + q + 2*skew) / ws
 }
 
-// podReadings polls the pod's PodMetrics through kube-apiserver and the
-// aggregator until it has want readings with distinct timestamps whose
-// windows begin after after (the container's start, say, which the first
-// window may hold), and returns them.
+// podReadings polls the pod's PodMetrics through the aggregator until it has
+// want readings with distinct timestamps whose windows begin after after,
+// and returns them.
 func podReadings(ctx context.Context, t *testing.T, ns, name string, want int, after time.Time) []metricsv1beta1.PodMetrics {
 	t.Helper()
 	mc, err := newMetricsClient(suite.cluster.RESTConfig())
@@ -183,25 +169,17 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-// startedAt is when the pod's first container started, to the second the
-// API keeps, plus that second: a time after the start.
-func startedAt(ctx context.Context, t *testing.T, ns, name string) time.Time {
-	t.Helper()
+func checkRealCPU(ctx context.Context, t *testing.T, n *cluster.RealNode, ns, name string) {
 	pod, err := suite.cluster.Client().CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	must(t, err)
-	return pod.Status.ContainerStatuses[0].State.Running.StartedAt.Add(time.Second)
-}
-
-func checkRealCPU(ctx context.Context, t *testing.T, n *cluster.RealNode, ns, name string) {
-	dir, err := containerCgroup(ctx, n, ns, name)
+	dir, _, err := taskCgroup(ctx, n, pod.Status.ContainerStatuses[0].ContainerID, "cpu")
 	must(t, err)
-	// The readings are of windows that begin after the first cpu.stat
-	// sample (and after the container's start).
+	// The readings are of windows that begin after the first cpu.stat sample
+	// and after the container started (the API's second, plus that second).
 	stop := sampleThrottling(dir)
-	after := time.Now()
-	readings := podReadings(ctx, t, ns, name, 4, maxTime(after, startedAt(ctx, t, ns, name)))
-	// The last reading's window has ended by now; stop's last cpu.stat
-	// sample, taken after this call, closes it.
+	after := maxTime(time.Now(), pod.Status.ContainerStatuses[0].State.Running.StartedAt.Add(time.Second))
+	readings := podReadings(ctx, t, ns, name, 4, after)
+	// The last window has ended by now; stop's last sample closes it.
 	samples := stop()
 	for _, pm := range readings {
 		cores := float64(pm.Containers[0].Usage.Cpu().ScaledValue(-9)) / 1e9
@@ -209,8 +187,7 @@ func checkRealCPU(ctx context.Context, t *testing.T, n *cluster.RealNode, ns, na
 		var m, periods int64
 		if w > summaryTimeResolution {
 			var ok bool
-			m, periods, ok = throttledWithin(samples, pm.Timestamp.Add(summaryTimeResolution-w), pm.Timestamp.Time)
-			if !ok {
+			if m, periods, ok = throttledWithin(samples, pm.Timestamp.Add(summaryTimeResolution-w), pm.Timestamp.Time); !ok {
 				t.Errorf("no cpu.stat readings of %s inside the window ending %s", dir, pm.Timestamp.Format(time.RFC3339))
 				continue
 			}
@@ -228,25 +205,22 @@ func checkRealCPU(ctx context.Context, t *testing.T, n *cluster.RealNode, ns, na
 
 func checkRealMemory(ctx context.Context, t *testing.T, ns, name string) {
 	lo, hi := int64(memFill)<<20, int64(memFill+memSlack)<<20
-	// dd reports on stderr when it has written everything (busybox's dd:
-	// "64+0 records out"); the readings are of windows that begin after
-	// that. kubectl logs goes through kube-apiserver's kubelet client to
-	// the kubelet.
+	// busybox's dd says "64+0 records out" on stderr when it has written
+	// everything; the readings are of windows that begin after that.
+	// kubectl logs goes through kube-apiserver's kubelet client.
 	var done time.Time
 	must(t, pollBounded(ctx, time.Minute, "dd in "+name+" to finish", func(ctx context.Context) error {
 		out, _, err := suite.cluster.Kubectl(ctx, "logs", "-n", ns, name)
-		if err != nil {
-			return err
+		if err == nil && !strings.Contains(out, fmt.Sprintf("%d+0 records out", memFill)) {
+			err = fmt.Errorf("dd's output so far: %q", out)
 		}
-		if !strings.Contains(out, fmt.Sprintf("%d+0 records out", memFill)) {
-			return fmt.Errorf("dd's output so far: %q", out)
+		if err == nil {
+			done = time.Now()
+			t.Logf("kubectl logs %s: %s", name, strings.Join(strings.Fields(out), " "))
 		}
-		done = time.Now()
-		t.Logf("kubectl logs %s: %s", name, strings.Join(strings.Fields(out), " "))
-		return nil
+		return err
 	}))
-	readings := podReadings(ctx, t, ns, name, 2, done)
-	for _, pm := range readings {
+	for _, pm := range podReadings(ctx, t, ns, name, 2, done) {
 		ws := pm.Containers[0].Usage.Memory().Value()
 		t.Logf("memory: working set %.2f MiB (%d bytes) at %s (filled %d MiB; accepted %d..%d MiB)",
 			float64(ws)/(1<<20), ws, pm.Timestamp.Format(time.RFC3339), memFill, memFill, memFill+memSlack)
@@ -258,30 +232,26 @@ func checkRealMemory(ctx context.Context, t *testing.T, ns, name string) {
 	checkHPAReads(ctx, t, ns, name, corev1.ResourceMemory)
 }
 
-// checkHPAReads puts the pod name under a ReplicaSet of one replica, which
-// adopts it (its labels match and it has no controller), and an HPA on
-// that ReplicaSet scaling on res's utilization, and checks that the HPA
-// reads what the metrics API serves: the average value, the pod's
-// containers' usage each taken in whole milli-units rounded up, and the
-// utilization, that times 100 over the pod's request, rounded down
+// checkHPAReads puts the pod under a ReplicaSet of one replica, which adopts
+// it (its labels match, it has no controller), with an HPA on res's
+// utilization, and checks that the HPA reads what the metrics API serves:
+// the average value, the containers' usage each in whole milli-units rounded
+// up, and the utilization, that times 100 over the request rounded down
 // (k8s.io/kubernetes pkg/controller/podautoscaler/metrics/client.go and
-// utilization.go). It compares when the PodMetrics read before and after
-// the HPA have the same timestamp, so both are the one reading the HPA can
-// have used.
+// utilization.go), when the PodMetrics read around the HPA are one reading.
 func checkHPAReads(ctx context.Context, t *testing.T, ns, name string, res corev1.ResourceName) {
 	t.Helper()
 	client := suite.cluster.Client()
 	pod, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	must(t, err)
-	rs := &appsv1.ReplicaSet{
+	_, err = client.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: appsv1.ReplicaSetSpec{
 			Replicas: ptr.To(int32(1)),
 			Selector: &metav1.LabelSelector{MatchLabels: pod.Labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: pod.Labels}, Spec: pod.Spec},
 		},
-	}
-	_, err = client.AppsV1().ReplicaSets(ns).Create(ctx, rs, metav1.CreateOptions{})
+	}, metav1.CreateOptions{})
 	must(t, err)
 	ref := autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: name}
 	must(t, createHPA(ctx, newHPA(ns, ref, 1, 1, autoscalingv2.MetricSpec{
@@ -320,9 +290,9 @@ func checkHPAReads(ctx context.Context, t *testing.T, ns, name string, res corev
 	}))
 }
 
-// readingAround reads the pod's PodMetrics before and after read and
-// returns it when both have one timestamp: the server did not scrape in
-// between, so that reading is the one read saw.
+// readingAround reads the pod's PodMetrics before and after read and returns
+// it when both have one timestamp: the server did not scrape in between, so
+// that reading is the one read saw.
 func readingAround(ctx context.Context, mc metricsclient.Interface, ns, name, what string, read func() error) (*metricsv1beta1.PodMetrics, error) {
 	before, err := mc.MetricsV1beta1().PodMetricses(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -341,10 +311,8 @@ func readingAround(ctx context.Context, mc metricsclient.Interface, ns, name, wh
 	return after, nil
 }
 
-// checkTopAgrees checks that kubectl top pod prints the pod's PodMetrics
-// as the metrics API serves them, rounded as kubectl rounds: it reads the
-// PodMetrics before and after kubectl top and compares when both have the
-// same timestamp (the server did not scrape in between).
+// checkTopAgrees checks that kubectl top pod prints the PodMetrics the
+// metrics API serves, rounded as kubectl rounds (readingAround).
 func checkTopAgrees(ctx context.Context, t *testing.T, ns, name string) {
 	t.Helper()
 	mc, err := newMetricsClient(suite.cluster.RESTConfig())
@@ -363,10 +331,10 @@ func checkTopAgrees(ctx context.Context, t *testing.T, ns, name string) {
 			return fmt.Errorf("no row for %s in\n%s", name, out)
 		}
 		u := after.Containers[0].Usage
-		want := []string{milli(uint64(u.Cpu().ScaledValue(-9))), mebi(uint64(u.Memory().Value()))}
+		cpu, mem := milli(uint64(u.Cpu().ScaledValue(-9))), mebi(uint64(u.Memory().Value()))
 		t.Logf("kubectl top pod %s: %s %s", name, r[1], r[2])
-		if r[1] != want[0] || r[2] != want[1] {
-			t.Errorf("kubectl top pod %s: %s %s, the metrics API says %s %s", name, r[1], r[2], want[0], want[1])
+		if r[1] != cpu || r[2] != mem {
+			t.Errorf("kubectl top pod %s: %s %s, the metrics API says %s %s", name, r[1], r[2], cpu, mem)
 		}
 		return nil
 	}))
@@ -386,8 +354,8 @@ func checkExec(ctx context.Context, t *testing.T, ns, name string) {
 
 // checkKubeletAuthorization reads the kubelet's Summary as the server's
 // ServiceAccount (allowed nodes/stats by manifests/base), as a
-// ServiceAccount without any role (refused: 403), and with no credentials
-// (401, anonymous access being off).
+// ServiceAccount without any role (403), and with no credentials (401,
+// anonymous access being off).
 func checkKubeletAuthorization(ctx context.Context, t *testing.T, n *cluster.RealNode, ns, serverNS, serverSA string) {
 	serverToken, err := saToken(ctx, serverNS, serverSA)
 	must(t, err)
@@ -398,28 +366,26 @@ func checkKubeletAuthorization(ctx context.Context, t *testing.T, n *cluster.Rea
 	must(t, err)
 
 	const path = "/stats/summary?only_cpu_and_memory=true"
-	code, body, err := kubeletGet(ctx, n, path, serverToken)
-	must(t, err)
-	if code != http.StatusOK {
-		t.Fatalf("GET %s as %s/%s: %d %s", path, serverNS, serverSA, code, body)
-	}
-	var summary statsv1alpha1.Summary
-	must(t, json.Unmarshal(body, &summary))
-	t.Logf("GET %s as system:serviceaccount:%s:%s: %d, node %s, %d pods", path, serverNS, serverSA, code, summary.Node.NodeName, len(summary.Pods))
-	if summary.Node.NodeName != n.Name() {
-		t.Errorf("summary of node %q, want %q", summary.Node.NodeName, n.Name())
-	}
-	checkSummaryTimes(t, body)
-
 	for _, c := range []struct {
 		who, token string
 		want       int
 	}{
+		{"system:serviceaccount:" + serverNS + ":" + serverSA, serverToken, http.StatusOK},
 		{"system:serviceaccount:" + ns + ":stripped", stripped, http.StatusForbidden},
 		{"no credentials", "", http.StatusUnauthorized},
 	} {
 		code, body, err := kubeletGet(ctx, n, path, c.token)
 		must(t, err)
+		if code == http.StatusOK && c.want == http.StatusOK {
+			var summary statsv1alpha1.Summary
+			must(t, json.Unmarshal(body, &summary))
+			t.Logf("GET %s as %s: %d, node %s, %d pods", path, c.who, code, summary.Node.NodeName, len(summary.Pods))
+			if summary.Node.NodeName != n.Name() {
+				t.Errorf("summary of node %q, want %q", summary.Node.NodeName, n.Name())
+			}
+			checkSummaryTimes(t, body)
+			continue
+		}
 		t.Logf("GET %s as %s: %d %s", path, c.who, code, strings.TrimSpace(string(body)))
 		if code != c.want {
 			t.Errorf("GET %s as %s: %d, want %d", path, c.who, code, c.want)
@@ -429,7 +395,7 @@ func checkKubeletAuthorization(ctx context.Context, t *testing.T, n *cluster.Rea
 
 // checkSummaryTimes checks that the Summary carries the containers' CPU
 // sample times to the second, as the CPU case's bound assumes
-// (summaryTimeResolution): metav1.Time's JSON form is RFC 3339 without a
+// (summaryTimeResolution): metav1.Time's JSON is RFC 3339 without a
 // fraction. A kubelet that sends more would let the bound be tightened.
 func checkSummaryTimes(t *testing.T, body []byte) {
 	var raw struct {
@@ -460,10 +426,9 @@ func logRealNodeMetrics(ctx context.Context, t *testing.T, n *cluster.RealNode) 
 	must(t, err)
 	must(t, pollBounded(ctx, time.Minute, "NodeMetrics of "+n.Name(), func(ctx context.Context) error {
 		nm, err := mc.MetricsV1beta1().NodeMetricses().Get(ctx, n.Name(), metav1.GetOptions{})
-		if err != nil {
-			return err
+		if err == nil {
+			t.Logf("node %s: cpu %dm, memory %d MiB, window %v", n.Name(), nm.Usage.Cpu().MilliValue(), nm.Usage.Memory().Value()>>20, nm.Window.Duration)
 		}
-		t.Logf("node %s: cpu %dm, memory %d MiB, window %v", n.Name(), nm.Usage.Cpu().MilliValue(), nm.Usage.Memory().Value()>>20, nm.Window.Duration)
-		return nil
+		return err
 	}))
 }
