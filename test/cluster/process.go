@@ -105,11 +105,10 @@ func (p *Process) exitedError() error {
 	return err
 }
 
-// Stop sends SIGTERM to the process group, waits up to the grace period
-// (ten seconds in a cluster) for the process to exit, kills it with SIGKILL
-// if it has not, and then kills what is left of its group. It is safe to call
-// more than once and from several goroutines. The returned error is nil when
-// the process exited on its own or because of the signal.
+// Stop sends SIGTERM to the process group, SIGKILL to the process after the
+// grace period (ten seconds in a cluster), then SIGKILL to what is left of
+// its group. It is safe to call more than once, concurrently; its error is
+// nil when the process exited, on its own or by the signal.
 func (p *Process) Stop() error {
 	p.cancel()
 	<-p.done

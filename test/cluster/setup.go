@@ -136,12 +136,10 @@ func PollUntil(ctx context.Context, what string, interval, callTimeout time.Dura
 	return nil
 }
 
-// SourceDir returns the module cache directory of the module the binary at
-// path was built from (its main module and version, from the binary's
-// build information), downloading it if needed. Manifests and
-// configuration shipped with a tool (kwok's stages, metrics-server's
-// release manifests) are then those of the very release that runs. It runs
-// the go command.
+// SourceDir returns ModuleDir of the main module the binary at path was built
+// from (its build information), so that the files shipped with a tool
+// (kwok's stages, metrics-server's manifests) are those of the release that
+// runs.
 func SourceDir(ctx context.Context, path string) (string, error) {
 	info, err := buildinfo.ReadFile(path)
 	if err != nil {
@@ -174,12 +172,10 @@ func ModuleDir(ctx context.Context, module string) (string, error) {
 // forgotten work directory does not hold credentials that matter.
 const certValidity = 7 * 24 * time.Hour
 
-// clusterPKI holds the certificates and keys of the control plane in dir:
-// ca.crt and front-proxy-ca.crt (their keys stay in memory), <name>.crt and
-// <name>.key for the serving leaves and the front proxy's client, and
-// sa.key, the key that signs service-account tokens (kube-apiserver
-// verifies them with its public half). The clientIdentities' certificates
-// live in their kubeconfigs only.
+// clusterPKI holds the control plane's certificates and keys in dir: ca.crt
+// and front-proxy-ca.crt (their keys stay in memory), <name>.crt and .key
+// for the serving leaves and the front proxy's client, and sa.key, which
+// signs service-account tokens. clientIdentities live in kubeconfigs only.
 type clusterPKI struct {
 	dir              string
 	ca, frontProxyCA *pki.CA
