@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -18,18 +19,18 @@ import (
 
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
+	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
+	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
 
 const (
-	// churnDuration is how long pods are created and deleted.
 	churnDuration = 3 * time.Minute
 	// churnInterval is how often a churn pod is created and, once
 	// churnPool are alive, the oldest deleted: up to 400 of each a minute.
 	churnInterval = 150 * time.Millisecond
 	churnPool     = 24
 	steadyPods    = 6
-	// churnLabel marks the pods the churn creates and deletes.
-	churnLabel = "churn"
+	churnLabel    = "churn" // marks the pods the churn creates and deletes
 )
 
 // TestChurn creates and deletes bare pods for churnDuration while clients list
@@ -38,7 +39,10 @@ func TestChurn(t *testing.T) {
 	ctx := begin(t, churnDuration+6*time.Minute)
 	const ns = "e2e-churn"
 	newNamespace(ctx, t, ns)
-	steadyKeys := steadyWorkload(ctx, t, ns)
+	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: labels.SelectorFromSet(labels.Set{churnLabel: "true"})},
+		fakekubelet.Usage{CPUNanoCores: 5e6, MemoryBytes: 16 << 20})
+	steady := env.DeploymentSpec{Namespace: ns, Name: "steady", Replicas: steadyPods, Containers: []string{"app", "sidecar"}, CPURequest: "50m"}
+	_, steadyKeys := runDeployment(ctx, t, steady, fakekubelet.Usage{CPUNanoCores: 20e6, MemoryBytes: 48 << 20})
 	direct := directEndpoint(t, suite.server)
 	nsList := shape{"list-namespace", metricsV1beta1 + "/namespaces/" + ns + "/pods"}
 	must(t, poll(ctx, "metrics for the steady pods", func(ctx context.Context) error {
@@ -48,7 +52,6 @@ func TestChurn(t *testing.T) {
 	pid := suite.server.Process.Pid()
 	gaugesBefore := waitStoreMatches(ctx, t, direct, staleBound()+tickBound())
 	rssBefore, heapBefore := settledMemory(ctx, t, direct, pid)
-
 	c := &churn{ns: ns, nodes: suite.fleet.NodeNames, deleted: map[string]time.Time{}}
 	listers := []*churnLister{
 		{ep: aggregatorEndpoint(t, suite.cluster), sh: listAllPods(), steady: steadyKeys},
@@ -56,7 +59,6 @@ func TestChurn(t *testing.T) {
 	}
 	elapsed, peakRSS := c.runAll(ctx, aggregatorEndpoint(t, suite.cluster), listers, pid)
 	must(t, c.deleteRest(ctx))
-
 	gaugesAfter := waitStoreMatches(ctx, t, direct, staleBound()+tickBound())
 	rssAfter, heapAfter := settledMemory(ctx, t, direct, pid)
 
@@ -66,17 +68,6 @@ func TestChurn(t *testing.T) {
 	if limit := rssBefore + max(rssBefore/2, 64<<20); rssAfter > limit {
 		t.Errorf("RSS after the churn %s, more than %s (before %s + max(50%%, 64 MiB))", mib(rssAfter), mib(limit), mib(rssBefore))
 	}
-}
-
-// steadyWorkload creates the Deployment whose pods stay through the churn,
-// sets the usage of the churn's pods, and returns the steady pods' keys.
-func steadyWorkload(ctx context.Context, t *testing.T, ns string) []string {
-	t.Helper()
-	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: labels.SelectorFromSet(labels.Set{churnLabel: "true"})},
-		fakekubelet.Usage{CPUNanoCores: 5e6, MemoryBytes: 16 << 20})
-	steady := env.DeploymentSpec{Namespace: ns, Name: "steady", Replicas: steadyPods, Containers: []string{"app", "sidecar"}, CPURequest: "50m"}
-	_, keys := runDeployment(ctx, t, steady, fakekubelet.Usage{CPUNanoCores: 20e6, MemoryBytes: 48 << 20})
-	return keys
 }
 
 // runAll runs the churn, the probe and the listers for churnDuration, and
@@ -118,24 +109,18 @@ func (c *churn) report(t *testing.T, listers []*churnLister, elapsed time.Durati
 	if n := len(c.probeLatencies); n > 0 {
 		t.Logf("%d new pods: metrics through the aggregator %v (median), %v (max) after the pod was Running (bound %v)",
 			n, c.probeLatencies[n/2].Round(time.Millisecond), c.probeLatencies[n-1].Round(time.Millisecond), newPodBound())
+	} else {
+		t.Error("no new pod got metrics during the churn")
 	}
-
 	if c.created < 2*churnPool {
 		t.Errorf("only %d pods created: the pool of %d never turned over", c.created, churnPool)
 	}
-	for _, p := range c.problems {
-		t.Error(p)
-	}
+	c.problems.report(t)
 	for _, l := range listers {
-		for _, p := range l.problems {
-			t.Error(p)
-		}
+		l.problems.report(t)
 		if l.maxAge > staleBound() {
 			t.Errorf("%s: a steady pod's sample %v old was served, more than %v", l.ep.name, l.maxAge, staleBound())
 		}
-	}
-	if len(c.probeLatencies) == 0 {
-		t.Error("no new pod got metrics during the churn")
 	}
 }
 
@@ -147,39 +132,44 @@ func (c *churn) report(t *testing.T, listers []*churnLister, elapsed time.Durati
 // machine.
 func newPodBound() time.Duration { return 2*suite.resolution + suite.timeout + 5*time.Second }
 
+// problemLog keeps the first ten problems found.
+type problemLog struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (p *problemLog) add(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.list) < 10 {
+		p.list = append(p.list, fmt.Sprintf(format, args...))
+	}
+}
+
+// report fails t for every problem.
+func (p *problemLog) report(t *testing.T) {
+	t.Helper()
+	for _, s := range p.list {
+		t.Error(s)
+	}
+}
+
 // churn creates and deletes pods.
 type churn struct {
 	ns    string
 	nodes []string
 
-	mu           sync.Mutex
-	deleted      map[string]time.Time // pod name -> when its delete returned
-	created      int
-	createErrors int
-	deleteErrors int
-
-	probeLatencies []time.Duration
-	problems       []string
+	mu                                  sync.Mutex
+	deleted                             map[string]time.Time // pod name -> when its delete returned
+	created, createErrors, deleteErrors int
+	probeLatencies                      []time.Duration
+	problems                            problemLog
 }
 
 func (c *churn) pod(name, node, role string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns, Labels: map[string]string{churnLabel: role}},
-		Spec: corev1.PodSpec{
-			NodeName:                      node,
-			Containers:                    []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
-			TerminationGracePeriodSeconds: ptr.To[int64](0),
-			AutomountServiceAccountToken:  ptr.To(false),
-		},
-	}
-}
-
-func (c *churn) problem(format string, args ...any) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.problems) < 10 {
-		c.problems = append(c.problems, fmt.Sprintf(format, args...))
-	}
+	p := kwokPod(c.ns, name, node, map[string]string{churnLabel: role}, corev1.Container{Name: "app", Image: "registry.k8s.io/pause:3.10"})
+	p.Spec.Tolerations, p.Spec.AutomountServiceAccountToken = nil, ptr.To(false)
+	return p
 }
 
 func (c *churn) delete(ctx context.Context, name string) error {
@@ -192,14 +182,6 @@ func (c *churn) delete(ctx context.Context, name string) error {
 	}
 	c.deleted[name] = time.Now()
 	return nil
-}
-
-// deletedAt returns when the pod name was deleted.
-func (c *churn) deletedAt(name string) (time.Time, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t, ok := c.deleted[name]
-	return t, ok
 }
 
 // run creates a pod every churnInterval, round robin over the nodes, and
@@ -219,10 +201,8 @@ func (c *churn) run(ctx context.Context) {
 			c.createErrors++
 		}
 		c.mu.Unlock()
-		if len(alive) > churnPool {
-			if err := c.delete(ctx, alive[0]); err == nil {
-				alive = alive[1:]
-			}
+		if len(alive) > churnPool && c.delete(ctx, alive[0]) == nil {
+			alive = alive[1:]
 		}
 		i++
 	})
@@ -236,42 +216,39 @@ func (c *churn) probe(churnCtx, ctx context.Context, ep endpoint) {
 	for i := 0; churnCtx.Err() == nil; i++ {
 		name := fmt.Sprintf("probe-%d", i)
 		if _, err := client.CoreV1().Pods(c.ns).Create(ctx, c.pod(name, c.nodes[i%len(c.nodes)], "probe"), metav1.CreateOptions{}); err != nil {
-			c.problem("create %s: %v", name, err)
+			c.problems.add("create %s: %v", name, err)
 			return
 		}
-		err := pollBounded(ctx, time.Minute, name+" to run", func(ctx context.Context) error {
+		if err := pollBounded(ctx, time.Minute, name+" to run", func(ctx context.Context) error {
 			p, err := client.CoreV1().Pods(c.ns).Get(ctx, name, metav1.GetOptions{})
 			if err == nil && p.Status.Phase != corev1.PodRunning {
 				err = fmt.Errorf("phase %s", p.Status.Phase)
 			}
 			return err
-		})
-		if err != nil {
-			c.problem("%v", err)
+		}); err != nil {
+			c.problems.add("%v", err)
 			return
 		}
 		running := time.Now()
 		// Wait past the bound, so that a late answer is measured.
-		err = pollBounded(ctx, 2*newPodBound(), "metrics of "+name, func(ctx context.Context) error {
-			if r := fetch(ctx, ep, getPod(c.ns, name)); r.failed() {
-				return fmt.Errorf("%v", r)
-			}
-			return nil
+		err := pollBounded(ctx, 2*newPodBound(), "metrics of "+name, func(ctx context.Context) error {
+			r := fetch(ctx, ep, getPod(c.ns, name))
+			return wantf(!r.failed(), "%v", r)
 		})
 		latency := time.Since(running)
-		c.mu.Lock()
-		if err == nil {
-			c.probeLatencies = append(c.probeLatencies, latency)
-		}
-		c.mu.Unlock()
 		switch {
 		case err != nil:
-			c.problem("new pod %s: no metrics %v after it was Running: %v", name, latency.Round(time.Millisecond), err)
+			c.problems.add("new pod %s: no metrics %v after it was Running: %v", name, latency.Round(time.Millisecond), err)
 		case latency > newPodBound():
-			c.problem("new pod %s: metrics %v after it was Running, more than %v", name, latency.Round(time.Millisecond), newPodBound())
+			c.problems.add("new pod %s: metrics %v after it was Running, more than %v", name, latency.Round(time.Millisecond), newPodBound())
+		}
+		if err == nil {
+			c.mu.Lock()
+			c.probeLatencies = append(c.probeLatencies, latency)
+			c.mu.Unlock()
 		}
 		if err := c.delete(ctx, name); err != nil {
-			c.problem("delete %s: %v", name, err)
+			c.problems.add("delete %s: %v", name, err)
 			return
 		}
 	}
@@ -299,17 +276,9 @@ type churnLister struct {
 	sh     shape
 	steady []string
 
-	lists, fails, missing int
-	staleServed           int
-	maxAge                time.Duration
-	maxServedAfterDelete  time.Duration
-	problems              []string
-}
-
-func (l *churnLister) problem(format string, args ...any) {
-	if len(l.problems) < 10 {
-		l.problems = append(l.problems, fmt.Sprintf("%s %s: ", l.ep.name, l.sh.name)+fmt.Sprintf(format, args...))
-	}
+	lists, fails, missing, staleServed int
+	maxAge, maxServedAfterDelete       time.Duration
+	problems                           problemLog
 }
 
 func (l *churnLister) run(ctx context.Context, c *churn) {
@@ -321,19 +290,19 @@ func (l *churnLister) run(ctx context.Context, c *churn) {
 }
 
 func (l *churnLister) check(r result, c *churn) {
+	problem := func(format string, args ...any) { l.problems.add(l.ep.name+" "+l.sh.name+": "+format, args...) }
 	l.lists++
 	if r.failed() {
 		l.fails++
-		l.problem("%v", r)
+		problem("%v", r)
 		return
 	}
 	if err := servesAll(r, l.steady); err != nil {
 		l.missing++
-		l.problem("steady pods at %s: %v", r.start.Format("15:04:05.000"), err)
+		problem("steady pods at %s: %v", r.start.Format("15:04:05.000"), err)
 	}
-	prefix := c.ns + "/"
 	for _, e := range r.answer.entries() {
-		name, ok := strings.CutPrefix(e.key, prefix)
+		name, ok := strings.CutPrefix(e.key, c.ns+"/")
 		if !ok {
 			continue
 		}
@@ -341,7 +310,9 @@ func (l *churnLister) check(r result, c *churn) {
 			l.maxAge = max(l.maxAge, r.end.Sub(e.timestamp))
 			continue
 		}
-		gone, ok := c.deletedAt(name)
+		c.mu.Lock()
+		gone, ok := c.deleted[name]
+		c.mu.Unlock()
 		if !ok || !r.start.After(gone) {
 			continue
 		}
@@ -350,7 +321,92 @@ func (l *churnLister) check(r result, c *churn) {
 		l.maxServedAfterDelete = max(l.maxServedAfterDelete, after)
 		if after > staleBound() {
 			l.staleServed++
-			l.problem("pod %s served %v after it was deleted", name, after.Round(time.Millisecond))
+			problem("pod %s served %v after it was deleted", name, after.Round(time.Millisecond))
 		}
 	}
+}
+
+// storePoints is the store's series gauge, by kind.
+const storePoints = "group_metrics_server_store_points"
+
+// seriesCount is a number of node and container series.
+type seriesCount struct{ nodes, containers float64 }
+
+func (s seriesCount) String() string { return fmt.Sprintf("(%v, %v)", s.nodes, s.containers) }
+
+// waitStoreMatches waits, for at most bound, until the server's store
+// gauges (read through ep) equal the nodes and containers the sources
+// report now: every fleet node with its pods' containers, and every running
+// ukpd instance of an existing pod. It returns the gauges.
+func waitStoreMatches(ctx context.Context, t *testing.T, ep endpoint, bound time.Duration) seriesCount {
+	t.Helper()
+	var got seriesCount
+	must(t, pollBounded(ctx, bound, "the store's series gauges to match what the sources report", func(ctx context.Context) error {
+		body, err := selfMetrics(ctx, ep)
+		if err != nil {
+			return err
+		}
+		if got.nodes, err = mustValue(body, storePoints, `kind="node"`); err != nil {
+			return err
+		}
+		if got.containers, err = mustValue(body, storePoints, `kind="container"`); err != nil {
+			return err
+		}
+		want, err := reportedSeries(ctx)
+		return cmp.Or(err, wantf(got == want, "gauges %v, sources report %v", got, want))
+	}))
+	return got
+}
+
+// reportedSeries counts what the fleet and the fake ukpd report now.
+func reportedSeries(ctx context.Context) (seriesCount, error) {
+	var n seriesCount
+	for _, node := range suite.fleet.Nodes() {
+		n.nodes++
+		for _, p := range node.State(true).Pods {
+			n.containers += float64(len(p.Containers))
+		}
+	}
+	instances := suite.ukpd.Instances()
+	if len(instances) == 0 {
+		return n, nil
+	}
+	pods, err := suite.cluster.Client().CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return n, err
+	}
+	exists := map[string]bool{}
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning {
+			exists[p.Namespace+"/"+p.Name] = true
+		}
+	}
+	for _, in := range instances {
+		if in.State == fakeukpd.StateRunning && exists[in.Namespace+"/"+in.Pod] {
+			n.containers++
+		}
+	}
+	return n, nil
+}
+
+// settledMemory samples the RSS of pid every second for two resolutions and
+// returns the median, and the Go heap in use the server reports (0 if it
+// reports none).
+func settledMemory(ctx context.Context, t *testing.T, ep endpoint, pid int) (rss, heap uint64) {
+	t.Helper()
+	var samples []uint64
+	sampleCtx, cancel := context.WithTimeout(ctx, 2*suite.resolution)
+	defer cancel()
+	every(sampleCtx, time.Second, func() {
+		st, err := readProc(pid)
+		must(t, err)
+		samples = append(samples, st.RSS)
+	})
+	must(t, ctx.Err())
+	slices.Sort(samples)
+	body, err := selfMetrics(ctx, ep)
+	must(t, err)
+	h, _, err := promtext.Value(body, "go_memstats_heap_inuse_bytes")
+	must(t, err)
+	return samples[len(samples)/2], uint64(h)
 }

@@ -8,13 +8,13 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
 )
 
 // faultOutcome is what a fault must do to the metrics of the pods it
@@ -22,67 +22,45 @@ import (
 type faultOutcome int
 
 const (
-	// faultGone: the pods keep their last right values, then disappear
-	// within the staleness bound.
-	faultGone faultOutcome = iota
-	// faultRightOrGone: the pods are served with right values or not at
-	// all, never with wrong ones.
-	faultRightOrGone
-	// faultDropped: the pods of faultCase.dropped disappear by the next
-	// scrape; the other pods keep right values.
-	faultDropped
+	faultGone        faultOutcome = iota // the pods keep their last right values, then disappear within the staleness bound
+	faultRightOrGone                     // the pods are served with right values or not at all, never with wrong ones
+	faultDropped                         // the pods of faultCase.dropped disappear by the next scrape; the others stay right
 )
 
 // faultCase is one fault of a fault table.
 type faultCase struct {
 	name       string
 	set, clear func() error
-	// reason is the failure reason the fault is counted under; empty when
-	// the scrape succeeds.
-	reason string
-	// partial says the fault is counted as a partial scrape.
-	partial bool
-	// counter, when set, is another self-metric the fault must increase:
-	// name and label matchers.
-	counter []string
-	outcome faultOutcome
-	dropped map[string]bool
+	reason     string   // the failure reason the fault is counted under; empty when the scrape succeeds
+	partial    bool     // the fault is counted as a partial scrape
+	counter    []string // another self-metric the fault must increase: name and label matchers
+	outcome    faultOutcome
+	dropped    map[string]bool
 }
 
-// faultScope is where a fault table's faults land.
+// faultScope is where a fault table's faults land: affected are the pods the
+// fault touches, healthy the pods that must keep fresh samples throughout,
+// told each pod's usage as the fakes were told.
 type faultScope struct {
-	source string // "kubelet" or "ukpd"
-	target string // the target ID in the server's log
-	ns     string
-	// affected are the pods the fault touches, healthy the pods that must
-	// keep fresh samples throughout.
+	source            string // "kubelet" or "ukpd"
+	target            string // the target ID in the server's log
+	ns                string
 	affected, healthy []string
-	// told is each pod's usage as the fakes were told.
-	told map[string]faultSample
-	// tolerance is the relative CPU difference accepted.
-	tolerance float64
+	told              map[string]faultSample
+	tolerance         float64 // the relative CPU difference accepted
 }
 
-// faultFigures are what one fault case measured. Zero durations were not
-// measured.
+// faultFigures are what one fault case measured; zero durations were not
+// measured. served and lists count the lists that served an affected pod, of
+// all the lists taken while the fault was in force.
 type faultFigures struct {
-	counted, gone, recovered time.Duration
-	healthyMaxAge            time.Duration
-	// served and lists count the lists that served an affected pod, of all
-	// the lists taken while the fault was in force.
-	served, lists int
-}
-
-func (f faultFigures) String() string {
-	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }
-	return fmt.Sprintf("counted %v, gone %v, recovered %v (0s: not measured), affected pods served in %d of %d lists, healthy pods' oldest sample %v",
-		r(f.counted), r(f.gone), r(f.recovered), f.served, f.lists, r(f.healthyMaxAge))
+	counted, gone, recovered, healthyMaxAge time.Duration
+	served, lists                           int
 }
 
 // faultBounds derive every wait of a fault case from the server's
 // resolution and request timeout.
 type faultBounds struct {
-	stale   time.Duration // values are served this long after they were derived
 	counted time.Duration // two failed scrapes, as TestNodeFaults always waited
 	gone    time.Duration // a scrape in flight at the fault, then staleness
 	dropped time.Duration // the next scrape
@@ -92,18 +70,12 @@ type faultBounds struct {
 }
 
 func newFaultBounds() faultBounds {
-	res, timeout := suite.resolution, suite.timeout
+	res, timeout, stale := suite.resolution, suite.timeout, staleBound()
 	const slack = 10 * time.Second
-	stale := 2*res + timeout
 	return faultBounds{
-		stale:   stale,
-		counted: 3*(res+timeout) + slack,
-		gone:    timeout + stale + res + slack,
-		dropped: 2*(res+timeout) + slack,
-		window:  3 * res,
-		recover: res + timeout + 2*slack,
-		// Samples carry whole seconds; a second more covers that and a
-		// list's latency.
+		counted: 3*(res+timeout) + slack, gone: timeout + stale + res + slack, dropped: 2*(res+timeout) + slack,
+		window: 3 * res, recover: res + timeout + 2*slack,
+		// Samples carry whole seconds; a second more covers that and a list's latency.
 		age: stale + time.Second,
 	}
 }
@@ -111,68 +83,72 @@ func newFaultBounds() faultBounds {
 // removes says whether the fault's pods (or some of them) must disappear.
 func (tc faultCase) removes() bool { return tc.outcome == faultGone || tc.outcome == faultDropped }
 
-// faultCounted says whether the server counted the fault as it should.
-func faultCounted(ctx context.Context, t *testing.T, sc faultScope, tc faultCase, failures, partial, counter float64) bool {
-	if tc.reason != "" && mustMetric(ctx, t, suite.server, "group_metrics_server_scraper_target_failures_total", `source="`+sc.source+`"`, `reason="`+tc.reason+`"`) < failures+2 {
-		return false
+// counts says whether the fault must move a self-metric.
+func (tc faultCase) counts() bool { return tc.reason != "" || tc.partial || tc.counter != nil }
+
+// faultCounters reads the self-metrics a fault may move: the failures under
+// its reason, the partial scrapes, and its counter.
+func faultCounters(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) (c [3]float64) {
+	source := `source="` + sc.source + `"`
+	c[0] = mustMetric(ctx, t, suite.server, "group_metrics_server_scraper_target_failures_total", source, `reason="`+tc.reason+`"`)
+	c[1] = mustMetric(ctx, t, suite.server, "group_metrics_server_scraper_partial_scrapes_total", source)
+	if tc.counter != nil {
+		c[2] = mustMetric(ctx, t, suite.server, tc.counter[0], tc.counter[1:]...)
 	}
-	if tc.partial && mustMetric(ctx, t, suite.server, "group_metrics_server_scraper_partial_scrapes_total", `source="`+sc.source+`"`) <= partial {
-		return false
+	return c
+}
+
+// faultLog counts the server's log lines saying target started failing for
+// reason (for any reason if reason is empty), recovered, and started leaving
+// out malformed points.
+func faultLog(t *testing.T, target, reason string) (n [3]int) {
+	t.Helper()
+	log := string(readFile(t, suite.server.Process.LogPath()))
+	target = `target="` + target + `"`
+	failing := []string{target, `"Scrape target failing"`}
+	if reason != "" {
+		failing = append(failing, `reason="`+reason+`"`)
 	}
-	if tc.counter != nil && mustMetric(ctx, t, suite.server, tc.counter[0], tc.counter[1:]...) <= counter {
-		return false
+	for i, words := range [][]string{failing, {target, `"Scrape target recovered"`}, {target, `"Scrape target leaving out malformed points"`}} {
+		n[i] = len(matchingLines(log, words...))
 	}
-	return tc.reason != "" || tc.partial || tc.counter != nil
+	return n
 }
 
 // runFault sets one fault, watches the pods and the server until the
 // fault's effects are all seen (or a bound passes), checks readiness, the
 // process and the log, clears the fault and waits for recovery.
-func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) faultFigures {
+func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) {
 	t.Helper()
 	b := newFaultBounds()
 	pid := suite.server.Process.Pid()
-	failures := mustMetric(ctx, t, suite.server, "group_metrics_server_scraper_target_failures_total", `source="`+sc.source+`"`, `reason="`+tc.reason+`"`)
-	partial := mustMetric(ctx, t, suite.server, "group_metrics_server_scraper_partial_scrapes_total", `source="`+sc.source+`"`)
-	var counter float64
-	if tc.counter != nil {
-		counter = mustMetric(ctx, t, suite.server, tc.counter[0], tc.counter[1:]...)
+	before, logBefore := faultCounters(ctx, t, sc, tc), faultLog(t, sc.target, tc.reason)
+	counted := func() bool {
+		c := faultCounters(ctx, t, sc, tc)
+		return tc.counts() && (tc.reason == "" || c[0] >= before[0]+2) && (!tc.partial || c[1] > before[1]) &&
+			(tc.counter == nil || c[2] > before[2])
 	}
-	counted := func() bool { return faultCounted(ctx, t, sc, tc, failures, partial, counter) }
-	failingBefore, recoveredBefore := faultLogLines(t, sc.target, tc.reason)
-	partialLinesBefore := partialLogLines(t, sc.target)
-
 	must(t, tc.set())
-	cleared := false
-	t.Cleanup(func() {
-		if !cleared {
-			_ = tc.clear()
-		}
-	})
+	clearOnce := sync.OnceValue(tc.clear)
+	t.Cleanup(func() { _ = clearOnce() })
 	fig := watchFault(ctx, t, sc, tc, b, counted)
 	checkServerUp(ctx, t, pid)
-	failing, _ := faultLogLines(t, sc.target, tc.reason)
-	switch {
-	case tc.reason != "" && failing != failingBefore+1:
-		t.Errorf("log has %d new \"Scrape target failing\" lines for %s reason %s, want 1", failing-failingBefore, sc.target, tc.reason)
-	case tc.reason == "" && failing != failingBefore:
-		t.Errorf("log has %d new \"Scrape target failing\" lines for %s, want none", failing-failingBefore, sc.target)
+	log := faultLog(t, sc.target, tc.reason)
+	if n, want := log[0]-logBefore[0], btoi(tc.reason != ""); n != want {
+		t.Errorf("log has %d new \"Scrape target failing\" lines for %s reason %q, want %d", n, sc.target, tc.reason, want)
 	}
-	if n := partialLogLines(t, sc.target) - partialLinesBefore; tc.partial && n != 1 {
+	if n := log[2] - logBefore[2]; tc.partial && n != 1 {
 		t.Errorf("log has %d new lines saying %s leaves out points, want 1", n, sc.target)
 	}
 
-	must(t, tc.clear())
-	cleared = true
+	must(t, clearOnce())
 	clearedAt := time.Now()
 	must(t, poll(ctx, "recovery from "+tc.name, func(ctx context.Context) error {
 		if time.Since(clearedAt) > b.recover {
 			return fmt.Errorf("still not recovered after %v", b.recover)
 		}
-		if tc.reason != "" {
-			if _, recovered := faultLogLines(t, sc.target, tc.reason); recovered <= recoveredBefore {
-				return fmt.Errorf("no new recovery line for %s", sc.target)
-			}
+		if tc.reason != "" && faultLog(t, sc.target, tc.reason)[1] <= logBefore[1] {
+			return fmt.Errorf("no new recovery line for %s", sc.target)
 		}
 		return faultAllRight(ctx, sc, clearedAt)
 	}))
@@ -180,8 +156,9 @@ func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) fa
 		fig.recovered = time.Since(clearedAt)
 	}
 	checkServerUp(ctx, t, pid)
-	t.Logf("fault %s (%s): %s", tc.name, sc.target, fig)
-	return fig
+	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }
+	t.Logf("fault %s (%s): counted %v, gone %v, recovered %v (0s: not measured), affected pods served in %d of %d lists, healthy pods' oldest sample %v",
+		tc.name, sc.target, r(fig.counted), r(fig.gone), r(fig.recovered), fig.served, fig.lists, r(fig.healthyMaxAge))
 }
 
 // watchFault lists the pods every half second, from the moment the fault
@@ -190,10 +167,7 @@ func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) fa
 // then it checks what the lists saw.
 func watchFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase, b faultBounds, counted func() bool) faultFigures {
 	t.Helper()
-	setAt := time.Now()
-	mc, err := newMetricsClient(suite.cluster.RESTConfig())
-	must(t, err)
-	w := faultWatch{metrics: mc, sc: sc, tc: tc, setAt: setAt}
+	w := faultWatch{sc: sc, tc: tc, setAt: time.Now()}
 	limit := b.window
 	switch {
 	case tc.outcome == faultGone:
@@ -210,18 +184,17 @@ func watchFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase, 
 		now := time.Now()
 		w.observe(ctx)
 		if fig.counted == 0 && counted() {
-			fig.counted = time.Since(setAt)
+			fig.counted = time.Since(w.setAt)
 		}
 		if fig.gone == 0 && w.gone && tc.removes() {
-			fig.gone = time.Since(setAt)
+			fig.gone = time.Since(w.setAt)
 		}
-		countedOK := fig.counted > 0 || (tc.reason == "" && !tc.partial && tc.counter == nil)
+		countedOK := fig.counted > 0 || !tc.counts()
 		goneOK := fig.gone > 0 || !tc.removes()
-		watchedOK := tc.removes() || now.Sub(setAt) >= b.window
-		if countedOK && goneOK && watchedOK && w.healthyFresh {
+		if countedOK && goneOK && (tc.removes() || now.Sub(w.setAt) >= b.window) && w.healthyFresh {
 			break
 		}
-		if now.After(setAt.Add(limit)) {
+		if now.After(w.setAt.Add(limit)) {
 			t.Fatalf("after %v: counted %v, gone %v, healthy pods fresh %v; wrong values: %v; last list: %s",
 				limit, fig.counted > 0, fig.gone > 0, w.healthyFresh, w.wrong[:min(3, len(w.wrong))], w.last)
 		}
@@ -246,22 +219,19 @@ func watchFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase, 
 
 // faultWatch lists the pods' metrics and keeps what a fault case checks.
 type faultWatch struct {
-	metrics metricsclient.Interface
-	sc      faultScope
-	tc      faultCase
-	setAt   time.Time
+	sc    faultScope
+	tc    faultCase
+	setAt time.Time
 
-	healthyFresh  bool
-	gone          bool
-	maxAge        time.Duration
-	missing       int
-	served, lists int
-	wrong         []string
-	last          string
+	healthyFresh, gone     bool
+	maxAge                 time.Duration
+	missing, served, lists int
+	wrong                  []string
+	last                   string
 }
 
 func (w *faultWatch) observe(ctx context.Context) {
-	served, err := listServed(ctx, w.metrics, w.sc.ns)
+	served, err := listServed(ctx, w.sc.ns)
 	now := time.Now()
 	if err != nil {
 		w.last = err.Error()
@@ -282,7 +252,6 @@ func (w *faultWatch) observe(ctx context.Context) {
 			wrong("pod %s served, but no fake was told of it", p)
 		}
 	}
-
 	w.healthyFresh = true
 	for _, p := range w.sc.healthy {
 		s, ok := served[p]
@@ -294,7 +263,6 @@ func (w *faultWatch) observe(ctx context.Context) {
 		w.maxAge = max(w.maxAge, now.Sub(s.at))
 		w.healthyFresh = w.healthyFresh && s.at.After(w.setAt)
 	}
-
 	gone, seen := true, false
 	for _, p := range w.sc.affected {
 		s, ok := served[p]
@@ -306,29 +274,27 @@ func (w *faultWatch) observe(ctx context.Context) {
 		case !ok && w.tc.outcome == faultDropped && !w.tc.dropped[p]:
 			wrong("pod %s missing", p)
 		}
-		if !ok {
-			continue
-		}
-		if err := faultCheckValue(w.sc, p, s); err != nil {
+		if err := faultCheckValue(w.sc, p, s); ok && err != nil {
 			wrong("%v", err)
 		}
 	}
 	w.gone = gone
-	if seen {
-		w.served++
-	}
+	w.served += btoi(seen)
 }
 
 // faultSample is a pod's CPU and memory, as told to a fake or as served
 // with the time it was sampled.
 type faultSample struct {
-	at       time.Time
-	milliCPU int64
-	memory   int64
+	at               time.Time
+	milliCPU, memory int64
 }
 
 // listServed lists the pods of ns as the metrics API serves them, by name.
-func listServed(ctx context.Context, metrics metricsclient.Interface, ns string) (map[string]faultSample, error) {
+func listServed(ctx context.Context, ns string) (map[string]faultSample, error) {
+	metrics, err := newMetricsClient(suite.cluster.RESTConfig())
+	if err != nil {
+		return nil, err
+	}
 	list, err := metrics.MetricsV1beta1().PodMetricses(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
@@ -354,7 +320,8 @@ func faultCheckValue(sc faultScope, pod string, s faultSample) error {
 	}
 	d := float64(s.milliCPU-want.milliCPU) / float64(want.milliCPU)
 	if s.memory != want.memory || d > sc.tolerance || d < -sc.tolerance || s.milliCPU < 0 {
-		return fmt.Errorf("pod %s served %dm and %d bytes; the fake was told %dm and %d bytes", pod, s.milliCPU, s.memory, want.milliCPU, want.memory)
+		return fmt.Errorf("pod %s served %dm and %d bytes; the fake was told %dm and %d bytes",
+			pod, s.milliCPU, s.memory, want.milliCPU, want.memory)
 	}
 	return nil
 }
@@ -362,11 +329,7 @@ func faultCheckValue(sc faultScope, pod string, s faultSample) error {
 // faultAllRight checks that every pod of the scope is served with right
 // values sampled after since, and no other pod.
 func faultAllRight(ctx context.Context, sc faultScope, since time.Time) error {
-	metrics, err := newMetricsClient(suite.cluster.RESTConfig())
-	if err != nil {
-		return err
-	}
-	served, err := listServed(ctx, metrics, sc.ns)
+	served, err := listServed(ctx, sc.ns)
 	if err != nil {
 		return err
 	}
@@ -377,10 +340,10 @@ func faultAllRight(ctx context.Context, sc faultScope, since time.Time) error {
 	}
 	for _, p := range slices.Concat(sc.affected, sc.healthy) {
 		s, ok := served[p]
-		switch {
-		case !ok:
+		if !ok {
 			return fmt.Errorf("pod %s has no metrics", p)
-		case !s.at.After(since.Add(-time.Second)):
+		}
+		if !s.at.After(since.Add(-time.Second)) {
 			return fmt.Errorf("pod %s: sample of %s, not newer than %s", p, s.at.Format(time.TimeOnly), since.Format(time.TimeOnly))
 		}
 		if err := faultCheckValue(sc, p, s); err != nil {
@@ -388,33 +351,6 @@ func faultAllRight(ctx context.Context, sc faultScope, since time.Time) error {
 		}
 	}
 	return nil
-}
-
-// faultLogLines counts the server's log lines saying target started
-// failing for reason (for any reason if reason is empty), and those saying
-// it recovered.
-func faultLogLines(t *testing.T, target, reason string) (failing, recovered int) {
-	t.Helper()
-	words := []string{`target="` + target + `"`, `"Scrape target failing"`}
-	if reason != "" {
-		words = append(words, `reason="`+reason+`"`)
-	}
-	return logLines(t, words...), logLines(t, words[0], `"Scrape target recovered"`)
-}
-
-// partialLogLines counts the server's log lines saying target started
-// leaving out malformed points.
-func partialLogLines(t *testing.T, target string) int {
-	t.Helper()
-	return logLines(t, `target="`+target+`"`, `"Scrape target leaving out malformed points"`)
-}
-
-// logLines counts the server's log lines that hold every word.
-func logLines(t *testing.T, words ...string) int {
-	t.Helper()
-	lines, err := linesWith(suite.server.Process.LogPath(), words...)
-	must(t, err)
-	return len(lines)
 }
 
 // createPinnedPods creates one pod per name, bound to node, with one

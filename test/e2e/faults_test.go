@@ -4,7 +4,8 @@ package e2e
 
 import (
 	"context"
-	"strconv"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,54 +25,42 @@ func TestNodeFaults(t *testing.T) {
 	ctx := begin(t, 12*time.Minute)
 	const ns = "e2e-faults"
 	newNamespace(ctx, t, ns)
-	usage := fakekubelet.Usage{CPUNanoCores: 50e6, MemoryBytes: 40 << 20}
-	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns}, usage)
+	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns}, fakekubelet.Usage{CPUNanoCores: 50e6, MemoryBytes: 40 << 20})
 	nodes := suite.fleet.NodeNames
 	pods := map[string][]string{}
 	told := map[string]faultSample{}
 	for i, node := range nodes {
-		for _, suffix := range []string{"a", "b"} {
-			name := "n" + strconv.Itoa(i) + "-" + suffix
-			pods[node] = append(pods[node], name)
-			told[name] = faultSample{milliCPU: 50, memory: 40 << 20}
+		pods[node] = []string{fmt.Sprintf("n%d-a", i), fmt.Sprintf("n%d-b", i)}
+		for _, p := range pods[node] {
+			told[p] = faultSample{milliCPU: 50, memory: 40 << 20}
 		}
 		createPinnedPods(ctx, t, ns, node, pods[node]...)
 	}
-	healthy := pods[nodes[2]]
-	scope := func(node string) faultScope {
-		return faultScope{
-			source: "kubelet", target: "node/" + node, ns: ns,
-			affected: pods[node], healthy: healthy, told: told, tolerance: 0.02,
-		}
+	scope := func(node string, affected ...string) faultScope {
+		return faultScope{source: "kubelet", target: "node/" + node, ns: ns, affected: affected, healthy: pods[nodes[2]],
+			told: told, tolerance: 0.02}
 	}
-	all := scope(nodes[0])
-	all.affected = append(append([]string{}, pods[nodes[0]]...), pods[nodes[1]]...)
+	all := scope(nodes[0], slices.Concat(pods[nodes[0]], pods[nodes[1]])...)
 	must(t, poll(ctx, "metrics of every pod", func(ctx context.Context) error {
 		return faultAllRight(ctx, all, time.Now().Add(-time.Hour))
 	}))
 
-	fault := func(node string, f fakekubelet.Fault) faultCase {
+	fault := func(node string, f fakekubelet.Fault, tc faultCase) faultCase {
 		n, _ := suite.fleet.Node(node)
-		return faultCase{
-			name:  string(f.Kind),
-			set:   func() error { return n.SetFault(f) },
-			clear: func() error { return n.ClearFault("") },
-		}
-	}
-	gone := func(node string, k fakekubelet.FaultKind, reason string) faultCase {
-		tc := fault(node, fakekubelet.Fault{Kind: k})
-		tc.reason, tc.outcome = reason, faultGone
+		tc.name, tc.set, tc.clear = string(f.Kind), func() error { return n.SetFault(f) }, func() error { return n.ClearFault("") }
 		return tc
 	}
 	dup := pods[nodes[0]][1]
-	duplicate := fault(nodes[0], fakekubelet.Fault{Kind: fakekubelet.FaultDuplicatePods, Pod: ns + "/" + dup})
-	duplicate.partial, duplicate.outcome, duplicate.dropped = true, faultDropped, map[string]bool{dup: true}
-
 	// Two faults at a time, the i-th on node i, never two of the same
-	// reason together: the failure counter has no per-node label.
+	// reason together: the failure counter has no per-node label. The zero
+	// outcome is faultGone.
 	rounds := [][]faultCase{
-		{gone(nodes[0], fakekubelet.FaultDead, "connection"), gone(nodes[1], fakecore.FaultGarbage, "decode")},
-		{duplicate},
+		{
+			fault(nodes[0], fakekubelet.Fault{Kind: fakekubelet.FaultDead}, faultCase{reason: "connection"}),
+			fault(nodes[1], fakekubelet.Fault{Kind: fakecore.FaultGarbage}, faultCase{reason: "decode"}),
+		},
+		{fault(nodes[0], fakekubelet.Fault{Kind: fakekubelet.FaultDuplicatePods, Pod: ns + "/" + dup},
+			faultCase{partial: true, outcome: faultDropped, dropped: map[string]bool{dup: true}})},
 	}
 	began := time.Now()
 	for _, round := range rounds {
@@ -83,7 +72,7 @@ func TestNodeFaults(t *testing.T) {
 			for i, tc := range round {
 				t.Run(tc.name, func(t *testing.T) {
 					t.Parallel()
-					runFault(ctx, t, scope(nodes[i]), tc)
+					runFault(ctx, t, scope(nodes[i], pods[nodes[i]]...), tc)
 				})
 			}
 		})
@@ -104,15 +93,11 @@ func TestUkpdFaults(t *testing.T) {
 	)
 	newNamespace(ctx, t, ns)
 	kraftletNode(ctx, t, node, env.UkpdUsage{CPU: "40m", Memory: "64Mi"})
-	uk := env.DeploymentSpec{Namespace: ns, Name: "uk", Replicas: 2, CPURequest: "100m"}
 	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns}, fakekubelet.Usage{CPUNanoCores: 50e6, MemoryBytes: 40 << 20})
 	healthy := []string{"web-a", "web-b"}
 	createPinnedPods(ctx, t, ns, suite.fleet.NodeNames[2], healthy...)
-	ukPods := runKraftletDeployment(ctx, t, uk)
-	sc := faultScope{
-		source: "ukpd", target: "ukpd/" + suite.ukpd.URL, ns: ns,
-		healthy: healthy, told: map[string]faultSample{}, tolerance: 0.05,
-	}
+	ukPods := runKraftletDeployment(ctx, t, env.DeploymentSpec{Namespace: ns, Name: "uk", Replicas: 2, CPURequest: "100m"})
+	sc := faultScope{source: "ukpd", target: "ukpd/" + suite.ukpd.URL, ns: ns, healthy: healthy, told: map[string]faultSample{}, tolerance: 0.05}
 	for _, p := range healthy {
 		sc.told[p] = faultSample{milliCPU: 50, memory: 40 << 20}
 	}
@@ -132,26 +117,17 @@ func TestUkpdFaults(t *testing.T) {
 			clear: func() error { return u.SetTransportFault("") },
 		}
 	}
-	handler := func(f fakeukpd.Fault) faultCase {
-		return faultCase{
-			name:  string(f.Kind),
-			set:   func() error { return u.SetFault(f) },
-			clear: func() error { u.ClearFault(""); return nil },
-		}
-	}
-	gone := func(tc faultCase, reason string) faultCase {
-		tc.reason, tc.outcome = reason, faultGone
+	handler := func(f fakeukpd.Fault, tc faultCase) faultCase {
+		tc.name, tc.set, tc.clear = string(f.Kind), func() error { return u.SetFault(f) }, func() error { u.ClearFault(""); return nil }
 		return tc
 	}
-	// A second instance for every container, with twice the values: the
-	// pod is served with its right values or not at all.
-	dup := handler(fakeukpd.Fault{Kind: fakeukpd.FaultDuplicateInstances})
-	dup.outcome = faultRightOrGone
-	dup.counter = []string{"group_metrics_server_ukpd_ignored_instances_total", `reason="duplicate_container"`}
 	cases := []faultCase{
 		transport(fakecore.FaultRefused, "connection"),
-		gone(handler(fakeukpd.Fault{Kind: fakecore.FaultGarbage}), "decode"),
-		dup,
+		handler(fakeukpd.Fault{Kind: fakecore.FaultGarbage}, faultCase{reason: "decode", outcome: faultGone}),
+		// A second instance for every container, with twice the values: the
+		// pod is served with its right values or not at all.
+		handler(fakeukpd.Fault{Kind: fakeukpd.FaultDuplicateInstances}, faultCase{outcome: faultRightOrGone,
+			counter: []string{"group_metrics_server_ukpd_ignored_instances_total", `reason="duplicate_container"`}}),
 	}
 
 	began := time.Now()

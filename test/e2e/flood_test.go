@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -58,14 +59,12 @@ func TestReadFlood(t *testing.T) {
 	token := newServiceAccount(ctx, t, tenantNS, sa)
 	tenant := map[string]endpoint{}
 	for _, via := range vias(suite.server) {
-		cfg := via.base()
-		cfg.BearerToken = token
-		c, err := rest.HTTPClientFor(cfg)
-		must(t, err)
-		tenant[via.name] = endpoint{name: "tenant-" + via.name, base: cfg.Host, client: c}
+		ep := via.endpoint(t, func(c *rest.Config) { c.BearerToken = token })
+		ep.name = "tenant-" + via.name
+		tenant[via.name] = ep
 	}
 	tenantSpec := env.DeploymentSpec{Namespace: tenantNS, Name: "bulk", Replicas: 20, CPURequest: "100m"}
-	_, _ = runDeployment(ctx, t, tenantSpec, fakekubelet.Usage{CPUNanoCores: 10e6, MemoryBytes: 16 << 20})
+	runDeployment(ctx, t, tenantSpec, fakekubelet.Usage{CPUNanoCores: 10e6, MemoryBytes: 16 << 20})
 	tenantList := listNamespace(tenantNS)
 	must(t, poll(ctx, "the viewer to list its namespace", func(ctx context.Context) error {
 		for _, ep := range tenant {
@@ -126,16 +125,12 @@ func TestReadFlood(t *testing.T) {
 	floodCtx, stopFlood := context.WithTimeout(ctx, floodFor)
 	defer stopFlood()
 	var (
-		wg    sync.WaitGroup
-		flood []result
-		slow  []result
-		mu    sync.Mutex
+		wg          sync.WaitGroup
+		flood, slow []result
+		mu          sync.Mutex
 	)
 	wg.Go(func() {
-		rs := runLoad(floodCtx, []endpoint{tenant["aggregator"], tenant["direct"]}, []shape{tenantList}, 4*slots, floodFor)
-		mu.Lock()
-		flood = rs
-		mu.Unlock()
+		flood = runLoad(floodCtx, []endpoint{tenant["aggregator"], tenant["direct"]}, []shape{tenantList}, 4*slots, floodFor)
 	})
 	for _, ep := range tenant {
 		for range 2 {
@@ -154,7 +149,7 @@ func TestReadFlood(t *testing.T) {
 	hpa := gaps()
 	wg.Wait()
 
-	stats := summarize(append(append(append([]result{}, unloaded...), loaded...), flood...))
+	stats := summarize(slices.Concat(unloaded, loaded, flood))
 	t.Logf("%d read slots; the probe unloaded for 10 s, then loaded beside the flood, and the flood:\n%s", slots, formatStats(stats, floodFor))
 	before, after := summarize(unloaded), summarize(loaded)
 	if len(after) != 1 || len(before) != 1 {
@@ -162,8 +157,7 @@ func TestReadFlood(t *testing.T) {
 	}
 	t.Logf("the HPA's reads: p99 %v unloaded, %v under the flood (bound %v), %d of %d failed; %d slow reads by the tenant",
 		before[0].p99, after[0].p99, hpaReadBound, after[0].fails, after[0].requests, len(slow))
-	failed, n := firstFailures(loaded, 5)
-	if n > 0 {
+	if failed, n := firstFailures(loaded, 5); n > 0 {
 		t.Errorf("%d of the HPA identity's reads failed under the flood, first: %v", n, failed)
 	}
 	if after[0].p99 > hpaReadBound {

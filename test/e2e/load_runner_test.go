@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -129,10 +130,11 @@ type result struct {
 func (r result) failed() bool { return r.err != nil || r.code != http.StatusOK }
 
 func (r result) String() string {
+	what := fmt.Sprintf("%s %s at %s: ", r.endpoint, r.shape, r.start.Format("15:04:05.000"))
 	if r.err != nil {
-		return fmt.Sprintf("%s %s at %s: %v", r.endpoint, r.shape, r.start.Format("15:04:05.000"), r.err)
+		return what + r.err.Error()
 	}
-	return fmt.Sprintf("%s %s at %s: status %d: %s", r.endpoint, r.shape, r.start.Format("15:04:05.000"), r.code, r.body)
+	return what + fmt.Sprintf("status %d: %s", r.code, r.body)
 }
 
 // requestTimeout bounds one request of the load clients: far above any
@@ -264,18 +266,13 @@ func ms(d time.Duration) string {
 	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + "ms"
 }
 
-// failures returns up to n failed results, and how many failed.
-func firstFailures(rs []result, n int) ([]string, int) {
-	var out []string
-	total := 0
+// firstFailures returns up to n failed results, and how many failed.
+func firstFailures(rs []result, n int) (out []string, total int) {
 	for _, r := range rs {
-		if !r.failed() {
-			continue
-		}
-		total++
-		if len(out) < n {
+		if r.failed() && len(out) < n {
 			out = append(out, r.String())
 		}
+		total += btoi(r.failed())
 	}
 	return out, total
 }
@@ -283,11 +280,8 @@ func firstFailures(rs []result, n int) ([]string, int) {
 // selfMetrics fetches a server's /metrics through ep.
 func selfMetrics(ctx context.Context, ep endpoint) (string, error) {
 	code, body, err := env.Get(ctx, ep.client, ep.base+"/metrics")
-	if err != nil {
+	if err = cmp.Or(err, wantf(code == http.StatusOK, "/metrics: status %d: %.200s", code, body)); err != nil {
 		return "", err
-	}
-	if code != http.StatusOK {
-		return "", fmt.Errorf("/metrics: status %d: %.200s", code, body)
 	}
 	return body, nil
 }
@@ -306,9 +300,7 @@ func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 // waitAnswered waits until answered reaches n, or fails after bound.
 func waitAnswered(ctx context.Context, answered *atomic.Int64, n int64, bound time.Duration) error {
 	return pollBounded(ctx, bound, fmt.Sprintf("%d answered requests", n), func(context.Context) error {
-		if got := answered.Load(); got < n {
-			return fmt.Errorf("%d requests answered", got)
-		}
-		return nil
+		got := answered.Load()
+		return wantf(got >= n, "%d requests answered", got)
 	})
 }

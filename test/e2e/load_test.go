@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -72,13 +73,7 @@ func servesAll(r result, want []string) error {
 	for _, e := range r.answer.entries() {
 		got[e.key] = true
 	}
-	var missing []string
-	for _, k := range want {
-		if !got[k] {
-			missing = append(missing, k)
-		}
-	}
-	if len(missing) > 0 {
+	if missing := slices.DeleteFunc(slices.Clone(want), func(k string) bool { return got[k] }); len(missing) > 0 {
 		return fmt.Errorf("%d of %d missing, e.g. %s", len(missing), len(want), missing[0])
 	}
 	return nil

@@ -3,9 +3,8 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
 	"slices"
 	"testing"
@@ -35,25 +34,17 @@ func TestAuthorization(t *testing.T) {
 	newNamespace(ctx, t, ns)
 	token := newServiceAccount(ctx, t, ns, sa)
 	paths := []string{"/apis/metrics.k8s.io/v1beta1/namespaces/" + ns + "/pods", "/apis/metrics.k8s.io/v1/nodes"}
-	cfgs := map[string]*rest.Config{}
-	clients := map[string]*http.Client{}
+	var eps []endpoint
 	for _, via := range vias(suite.server) {
-		cfgs[via.name] = via.base()
-		cfgs[via.name].BearerToken = token
-		var err error
-		clients[via.name], err = rest.HTTPClientFor(cfgs[via.name])
-		must(t, err)
+		eps = append(eps, via.endpoint(t, func(c *rest.Config) { c.BearerToken = token }))
 	}
 	// check reports nil when every path answers want, through the
 	// aggregator and directly.
 	check := func(ctx context.Context, want int) error {
-		for name, cfg := range cfgs {
+		for _, ep := range eps {
 			for _, p := range paths {
-				code, body, err := env.Get(ctx, clients[name], cfg.Host+p)
-				if err == nil && code != want {
-					err = fmt.Errorf("%s, GET %s: status %d, want %d: %.200s", name, p, code, want, body)
-				}
-				if err != nil {
+				code, body, err := env.Get(ctx, ep.client, ep.base+p)
+				if err = cmp.Or(err, wantf(code == want, "%s, GET %s: status %d, want %d: %.200s", ep.name, p, code, want, body)); err != nil {
 					return err
 				}
 			}
@@ -96,10 +87,8 @@ func TestKubeletCredentialReadOnly(t *testing.T) {
 	// machine.
 	var tokens []string
 	must(t, pollBounded(ctx, readyBound()+10*time.Second, "the fleet to accept a bearer token", func(context.Context) error {
-		if tokens = suite.fleet.PresentedTokens(); len(tokens) == 0 {
-			return errors.New("the fleet has accepted no bearer token: the server scrapes with none")
-		}
-		return nil
+		tokens = suite.fleet.PresentedTokens()
+		return wantf(len(tokens) > 0, "the fleet has accepted no bearer token: the server scrapes with none")
 	}))
 	nsList, err := suite.cluster.Client().CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 	must(t, err)

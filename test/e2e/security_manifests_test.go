@@ -30,26 +30,24 @@ import (
 
 // serverDeployment is the Deployment (and its container) the manifests run
 // the server in; controllerDeployment runs the certificate controller.
-const (
-	serverDeployment     = "group-metrics-server"
-	controllerDeployment = "group-metrics-server-cert-controller"
-)
-
-// readVerbs are the only verbs a role bound to the serving identity may
-// grant: its credential is sent to every kubelet.
-var readVerbs = []string{"get", "list", "watch"}
-
-// insecureFlags may not appear in a shipped manifest.
-var insecureFlags = []string{"--kubelet-insecure-tls", "--ukpd-insecure-tls", "--profiling", "--contention-profiling", "--debug-socket-path"}
-
 // insecureKubeletFlag turns off verification of kubelet serving
 // certificates. It may appear in one manifest only: the development
 // component insecureKubeletComponent (for kind and minikube, whose kubelets
 // serve self-signed certificates), and in the server's arguments only of
 // kustomizations that include that component.
 const (
+	serverDeployment         = "group-metrics-server"
+	controllerDeployment     = "group-metrics-server-cert-controller"
 	insecureKubeletFlag      = "--kubelet-insecure-tls"
 	insecureKubeletComponent = "manifests/components/insecure-kubelet-tls"
+)
+
+var (
+	// readVerbs are the only verbs a role bound to the serving identity may
+	// grant: its credential is sent to every kubelet.
+	readVerbs = []string{"get", "list", "watch"}
+	// insecureFlags may not appear in a shipped manifest.
+	insecureFlags = []string{"--kubelet-insecure-tls", "--ukpd-insecure-tls", "--profiling", "--contention-profiling", "--debug-socket-path"}
 )
 
 // TestManifestsHardened renders every kustomization under manifests/ and checks
@@ -67,23 +65,18 @@ func TestManifestsHardened(t *testing.T) {
 	if len(documented) == 0 {
 		t.Fatal("docs/security.md lists no grant")
 	}
-	dirs := kustomizations(t, root)
-	granted := map[string]bool{}
-	servers := 0
+	dirs, granted, servers := kustomizations(t, root), map[string]bool{}, 0
 	for _, rel := range slices.Sorted(maps.Keys(dirs)) {
 		t.Run(rel, func(t *testing.T) {
 			objs, err := env.Render(ctx, suite.cluster, filepath.Join(root, rel))
 			must(t, err)
 			for _, o := range objs {
 				checkObject(t, o)
-				switch {
-				case o.GetKind() == "DaemonSet" && o.GetName() == relayName:
-					checkServerDeployment(t, o, false)
-				case o.GetKind() != "Deployment":
-				case o.GetName() == serverDeployment:
+				switch kind, name := o.GetKind(), o.GetName(); {
+				case kind == "Deployment" && name == serverDeployment:
 					servers++
 					checkServerDeployment(t, o, dirs[rel])
-				case o.GetName() == controllerDeployment:
+				case kind == "DaemonSet" && name == relayName, kind == "Deployment" && name == controllerDeployment:
 					checkServerDeployment(t, o, false)
 				}
 			}
@@ -123,9 +116,7 @@ func TestManifestsHardened(t *testing.T) {
 	// The suite's server runs with exactly these grants (its kubeconfig
 	// holds a token of the manifests' ServiceAccount): none of its calls
 	// so far was refused.
-	refused, err := linesWith(suite.server.Process.LogPath(), "forbidden")
-	must(t, err)
-	for _, l := range refused {
+	for _, l := range matchingLines(string(readFile(t, suite.server.Process.LogPath())), "forbidden") {
 		t.Errorf("the server was refused a call: %.300s", l)
 	}
 }
@@ -182,10 +173,10 @@ func kustomizations(t *testing.T, root string) map[string]bool {
 func checkObject(t *testing.T, o *unstructured.Unstructured) {
 	t.Helper()
 	id := o.GetKind() + " " + o.GetName()
+	// The ukpd relay alone shares the host's network: ukpd listens on the
+	// host's loopback (manifests/components/ukpd-relay).
+	hostNetworkOK := o.GetKind() == "DaemonSet" && o.GetName() == relayName
 	for _, spec := range podSpecs(t, o) {
-		// The ukpd relay alone shares the host's network: ukpd listens on
-		// the host's loopback (manifests/components/ukpd-relay).
-		hostNetworkOK := o.GetKind() == "DaemonSet" && o.GetName() == relayName
 		if (spec.HostNetwork && !hostNetworkOK) || spec.HostPID || spec.HostIPC {
 			t.Errorf("%s: shares a host namespace", id)
 		}
@@ -195,13 +186,12 @@ func checkObject(t *testing.T, o *unstructured.Unstructured) {
 			}
 		}
 		for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
-			if sc := c.SecurityContext; sc != nil {
-				if ptr.Deref(sc.Privileged, false) {
-					t.Errorf("%s: container %s is privileged", id, c.Name)
-				}
-				if sc.Capabilities != nil && len(sc.Capabilities.Add) > 0 {
-					t.Errorf("%s: container %s adds capabilities %v", id, c.Name, sc.Capabilities.Add)
-				}
+			sc := cmp.Or(c.SecurityContext, &corev1.SecurityContext{})
+			if ptr.Deref(sc.Privileged, false) {
+				t.Errorf("%s: container %s is privileged", id, c.Name)
+			}
+			if sc.Capabilities != nil && len(sc.Capabilities.Add) > 0 {
+				t.Errorf("%s: container %s adds capabilities %v", id, c.Name, sc.Capabilities.Add)
 			}
 		}
 	}

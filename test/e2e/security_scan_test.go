@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -25,10 +26,10 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
 
-// secrets are credentials the suite gives the servers it starts: the
-// ServiceAccount token a server presents to kubelets (and to
-// kube-apiserver), and the ukpd bearer token. None may appear in a log, an
-// API answer or a self-metric.
+// secrets are credentials the suite gives the servers it starts (the
+// ServiceAccount token a server presents to kubelets and kube-apiserver, the
+// ukpd bearer token): none may appear in a log, an API answer or a
+// self-metric.
 type secrets struct {
 	mu    sync.Mutex
 	items []secret
@@ -39,20 +40,18 @@ type secret struct {
 	needles [][]byte
 }
 
-// minSecretLen keeps short strings, which could match by chance, out of the
-// scan. Every credential the suite hands out is longer.
-const minSecretLen = 12
-
 // suiteSecrets collects credentials as the suite runs: they are read when
 // the suite starts and again at the end, because a server deployed later
 // rewrites the kubeconfig of the same ServiceAccount with a new token.
 var suiteSecrets = &secrets{}
 
 // add records value under name. A JWT is also looked for by its signature
-// alone, which identifies it even when the rest is cut or re-encoded.
+// alone, which identifies it even when the rest is cut or re-encoded. Short
+// strings, which could match by chance, are left out: every credential the
+// suite hands out is longer.
 func (s *secrets) add(name, value string) {
-	value = strings.TrimSpace(value)
-	if len(value) < minSecretLen {
+	const minSecretLen = 12
+	if value = strings.TrimSpace(value); len(value) < minSecretLen {
 		return
 	}
 	needles := [][]byte{[]byte(value)}
@@ -99,26 +98,25 @@ func (s *secrets) collect() error {
 	if suite.cluster == nil {
 		return errors.Join(errs...)
 	}
-	var kubeconfigs []string
+	var args []string
 	if suite.server != nil {
-		kubeconfigs = append(kubeconfigs, flagValues(suite.server.Args, "--kubeconfig")...)
+		args = slices.Clone(suite.server.Args)
 	}
 	for _, p := range suite.cluster.Processes() {
 		log, err := os.ReadFile(p.LogPath())
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
+		errs = append(errs, err)
 		head, _, _ := bytes.Cut(log, []byte("\n"))
 		if f := strings.Fields(string(head)); len(f) > 1 && filepath.Base(f[1]) == env.ServerBinary {
-			kubeconfigs = append(kubeconfigs, flagValues(f[2:], "--kubeconfig")...)
+			args = append(args, f[2:]...)
 		}
 	}
-	for _, path := range kubeconfigs {
-		cfg, err := clientcmd.BuildConfigFromFlags("", path)
-		errs = append(errs, err)
-		if err == nil {
-			s.add("the server's ServiceAccount token from "+filepath.Base(path), cfg.BearerToken)
+	for _, a := range args {
+		if path, ok := strings.CutPrefix(a, "--kubeconfig="); ok {
+			cfg, err := clientcmd.BuildConfigFromFlags("", path)
+			errs = append(errs, err)
+			if err == nil {
+				s.add("the server's ServiceAccount token from "+filepath.Base(path), cfg.BearerToken)
+			}
 		}
 	}
 	// A PEM key is looked for by the base64 lines of its body, which any
@@ -141,17 +139,6 @@ func (s *secrets) collect() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// flagValues returns the values of every --flag=value in args.
-func flagValues(args []string, flag string) []string {
-	var out []string
-	for _, a := range args {
-		if v, ok := strings.CutPrefix(a, flag+"="); ok {
-			out = append(out, v)
-		}
-	}
-	return out
 }
 
 // scan looks for every credential in answers and in every log under dir.
@@ -333,14 +320,11 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 	// just before it logs it, so the line may trail the count: wait for it,
 	// bounded as the log lines of checkFailingMember are.
 	var logged []string
-	err := pollBounded(ctx, 10*time.Second, "the server to log ukpd answering 401", func(context.Context) error {
+	if err := pollBounded(ctx, 10*time.Second, "the server to log ukpd answering 401", func(context.Context) error {
 		var err error
-		if logged, err = linesWith(suite.server.Process.LogPath(), "ukpd", "401"); err == nil && len(logged) == 0 {
-			err = errors.New("the server logged no line about ukpd answering 401")
-		}
-		return err
-	})
-	if err != nil {
+		logged, err = linesWith(suite.server.Process.LogPath(), "ukpd", "401")
+		return cmp.Or(err, wantf(len(logged) > 0, "the server logged no line about ukpd answering 401"))
+	}); err != nil {
 		t.Error(err)
 	}
 	t.Logf("the server logged %d line(s) about the refused token, e.g. %.300s", len(logged), strings.Join(logged, "\n"))
@@ -363,8 +347,7 @@ func linesWith(path string, words ...string) ([]string, error) {
 func matchingLines(text string, words ...string) []string {
 	var out []string
 	for _, line := range strings.Split(text, "\n") {
-		all := !slices.ContainsFunc(words, func(w string) bool { return !strings.Contains(line, w) })
-		if all && !strings.HasPrefix(line, "### ") {
+		if !strings.HasPrefix(line, "### ") && !slices.ContainsFunc(words, func(w string) bool { return !strings.Contains(line, w) }) {
 			out = append(out, line)
 		}
 	}

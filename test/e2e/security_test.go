@@ -56,20 +56,16 @@ func TestRequestsRefused(t *testing.T) {
 			}
 			for _, c := range creds {
 				t.Run(via.name+"/"+c.name, func(t *testing.T) {
-					cfg := via.base()
-					c.set(cfg)
-					client, err := rest.HTTPClientFor(cfg)
-					must(t, err)
-					defer client.CloseIdleConnections()
+					ep := via.endpoint(t, c.set)
 					for _, p := range paths {
 						want := []int{c.want}
-						if c.want == 0 {
+						switch {
+						case c.want == 0 && p == profilingPath:
+							want = []int{http.StatusNotFound} // profiling is off
+						case c.want == 0:
 							want = []int{http.StatusOK, http.StatusNotFound}
 						}
-						if c.want == 0 && p == profilingPath {
-							want = []int{http.StatusNotFound} // profiling is off
-						}
-						getExpecting(ctx, t, client, cfg.Host+p, want)
+						getExpecting(ctx, t, ep.client, ep.base+p, want)
 					}
 				})
 			}
@@ -96,23 +92,19 @@ var serverOwnPaths = []string{"/metrics", profilingPath}
 
 const profilingPath = "/debug/pprof/"
 
-func metricsPaths(ns, node string) []string {
-	var out []string
+func metricsPaths(ns, node string) (out []string) {
 	for _, v := range []string{"v1", "v1beta1"} {
 		base := "/apis/metrics.k8s.io/" + v
-		out = append(out,
-			base+"/nodes", base+"/nodes/"+node,
-			base+"/pods", base+"/namespaces/"+ns+"/pods", base+"/namespaces/"+ns+"/pods/no-such-pod")
+		out = append(out, base+"/nodes", base+"/nodes/"+node, base+"/pods", base+"/namespaces/"+ns+"/pods",
+			base+"/namespaces/"+ns+"/pods/no-such-pod")
 	}
 	return out
 }
 
-func customMetricsPaths(ns string) []string {
-	var out []string
+func customMetricsPaths(ns string) (out []string) {
 	for _, v := range []string{"v1beta1", "v1beta2"} {
 		base := "/apis/custom.metrics.k8s.io/" + v + "/namespaces/" + ns
-		out = append(out,
-			base+"/pods/*/"+provider.MetricCPUUtilization,
+		out = append(out, base+"/pods/*/"+provider.MetricCPUUtilization,
 			base+"/"+provider.LWSResource.String()+"/no-such-lws/"+provider.MetricCPUUtilization)
 	}
 	return out
@@ -143,21 +135,22 @@ func vias(s *env.Server) []via {
 	}
 }
 
+// endpoint reaches the server through v with the config set changes; its
+// client's connections are closed when the test ends.
+func (v via) endpoint(t *testing.T, set func(*rest.Config)) endpoint {
+	t.Helper()
+	cfg := v.base()
+	set(cfg)
+	client, err := rest.HTTPClientFor(cfg)
+	must(t, err)
+	t.Cleanup(client.CloseIdleConnections)
+	return endpoint{name: v.name, base: cfg.Host, client: client}
+}
+
 // asAdmin sets the cluster admin's client certificate on cfg.
 func asAdmin(cfg *rest.Config) {
 	admin := suite.cluster.RESTConfig()
 	cfg.CertData, cfg.KeyData, cfg.CertFile, cfg.KeyFile = admin.CertData, admin.KeyData, admin.CertFile, admin.KeyFile
-}
-
-// hostileCase is one request that must be refused as the client's fault.
-type hostileCase struct {
-	name  string
-	path  string // escaped path, appended to the metrics.k8s.io version
-	query url.Values
-	want  []int
-	// http1 sends the request over HTTP/1.1 only: an HTTP/2 client refuses
-	// to send headers above the limit the server advertises.
-	http1 bool
 }
 
 // TestHostileRequests sends malformed, unsupported or oversized selectors and
@@ -167,7 +160,15 @@ func TestHostileRequests(t *testing.T) {
 	pid := suite.server.Process.Pid()
 	const ns = "kube-system"
 	long := strings.Repeat("a", 10_000)
-	cases := []hostileCase{
+	cases := []struct {
+		name  string
+		path  string // escaped path, appended to the metrics.k8s.io version
+		query url.Values
+		want  []int
+		// http1 sends the request over HTTP/1.1 only: an HTTP/2 client refuses
+		// to send headers above the limit the server advertises.
+		http1 bool
+	}{
 		{name: "garbage-label-selector", path: "/namespaces/" + ns + "/pods", query: url.Values{"labelSelector": {"!!!==,(x"}}, want: []int{http.StatusBadRequest}},
 		{name: "label-key-too-long", path: "/pods", query: url.Values{"labelSelector": {long + "=v"}}, want: []int{http.StatusBadRequest}},
 		// 64 KiB of one valid requirement, repeated: a valid selector.
@@ -186,39 +187,33 @@ func TestHostileRequests(t *testing.T) {
 		{name: "nul-name", path: "/nodes/a%00b", want: []int{http.StatusBadRequest, http.StatusNotFound}},
 		{name: "invalid-utf8-name", path: "/namespaces/" + ns + "/pods/%ff%fe", want: []int{http.StatusBadRequest, http.StatusNotFound}},
 	}
-	seen := map[string]map[int]int{} // per case, the answers: for the log
+	seen := map[string][]int{} // per case, the answers: for the log
 	for _, via := range vias(suite.server) {
 		for _, proto := range []struct{ name, alpn string }{{"h2", "h2"}, {"http1", "http/1.1"}} {
-			cfg := via.base()
-			asAdmin(cfg)
-			cfg.NextProtos = []string{proto.alpn}
-			client, err := rest.HTTPClientFor(cfg)
-			must(t, err)
+			ep := via.endpoint(t, func(cfg *rest.Config) {
+				asAdmin(cfg)
+				cfg.NextProtos = []string{proto.alpn}
+			})
 			// A redirect is an answer too: take it as it comes.
-			client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+			ep.client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 			for _, v := range []string{"v1", "v1beta1"} {
 				for _, tc := range cases {
 					if tc.http1 && proto.alpn != "http/1.1" {
 						continue
 					}
 					t.Run(via.name+"/"+proto.name+"/"+v+"/"+tc.name, func(t *testing.T) {
-						u := cfg.Host + "/apis/metrics.k8s.io/" + v + tc.path
+						u := ep.base + "/apis/metrics.k8s.io/" + v + tc.path
 						if len(tc.query) > 0 {
 							u += "?" + tc.query.Encode()
 						}
-						code := getExpecting(ctx, t, client, u, tc.want)
-						if seen[tc.name] == nil {
-							seen[tc.name] = map[int]int{}
-						}
-						seen[tc.name][code]++
+						seen[tc.name] = append(seen[tc.name], getExpecting(ctx, t, ep.client, u, tc.want))
 					})
 				}
 			}
-			client.CloseIdleConnections()
 		}
 	}
 	for _, tc := range cases {
-		t.Logf("%s: %v (status: requests)", tc.name, seen[tc.name])
+		t.Logf("%s: answered %v", tc.name, seen[tc.name])
 	}
 	checkServerUp(ctx, t, pid)
 }
@@ -235,15 +230,13 @@ func checkServerUp(ctx context.Context, t *testing.T, pid int) {
 	if got := suite.server.Process.Pid(); got != pid {
 		t.Errorf("the server's PID changed from %d to %d", pid, got)
 	}
-	client, err := suite.server.HTTPClient()
-	must(t, err)
-	defer client.CloseIdleConnections()
-	host := suite.server.RESTConfig().Host
-	code, body, err := env.Get(ctx, client, host+"/readyz?verbose")
+	ep := directEndpoint(t, suite.server)
+	defer ep.client.CloseIdleConnections()
+	code, body, err := env.Get(ctx, ep.client, ep.base+"/readyz?verbose")
 	if err != nil || code != http.StatusOK || !strings.Contains(body, "[+]metric-storage-ready ok") {
 		t.Errorf("/readyz?verbose: %d %v\n%s", code, err, body)
 	}
-	getExpecting(ctx, t, client, host+"/apis/metrics.k8s.io/v1beta1/nodes", []int{http.StatusOK})
+	getExpecting(ctx, t, ep.client, ep.base+"/apis/metrics.k8s.io/v1beta1/nodes", []int{http.StatusOK})
 }
 
 // getExpecting GETs u and returns the status, which must be one of want.
@@ -288,8 +281,7 @@ func refusedCredentials(ctx context.Context, t *testing.T) []credentials {
 // its token.
 func newServiceAccount(ctx context.Context, t *testing.T, ns, name string) string {
 	t.Helper()
-	_, err := suite.cluster.Client().CoreV1().ServiceAccounts(ns).Create(ctx,
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	_, err := suite.cluster.Client().CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	must(t, err)
 	kubeconfig, err := suite.cluster.ServiceAccountKubeconfig(ctx, ns, name)
 	must(t, err)

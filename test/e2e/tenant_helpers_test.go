@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -27,21 +28,14 @@ import (
 // tenantEnv is the victim, the bystander and the endpoints every tenant's
 // pod serves, shared by TestEndpointTenants' cases.
 type tenantEnv struct {
-	e   *inferenceEnv
-	hpa *autoscalingv2.HorizontalPodAutoscaler
-	// lws, metric, leader and leaderNode are the victim's.
-	lws, metric, leaderNode string
-	leader                  types.NamespacedName
-	bystander               types.NamespacedName
-	// victimValue is the value the victim's leader serves, in milli-units.
-	victimValue int64
-	// labelsBody and seriesBody are two hostile tenants' bodies; maxBytes
-	// is the file's body cap.
-	labelsBody, seriesBody string
-	maxBytes               int64
-	// rssLimit bounds the server's resident memory; maxRSS is the most
-	// seen.
-	rssLimit, maxRSS uint64
+	e                       *inferenceEnv
+	hpa                     *autoscalingv2.HorizontalPodAutoscaler
+	lws, metric, leaderNode string // the victim's
+	leader, bystander       types.NamespacedName
+	victimValue             int64  // the value the victim's leader serves, in milli-units
+	labelsBody, seriesBody  string // two hostile tenants' bodies
+	maxBytes                int64  // the file's body cap
+	rssLimit, maxRSS        uint64 // the bound of the server's resident memory, and the most seen
 	// workerHits counts requests to the victim's workers, exporterHits to
 	// the lookalike exporter: both must stay 0.
 	workerHits, exporterHits atomic.Int64
@@ -105,10 +99,7 @@ func newTenantEnv(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *autos
 		if err != nil {
 			return err
 		}
-		if h.Status.DesiredReplicas != 1 || !scalingActive(h) {
-			return fmt.Errorf("desired %d; conditions %s", h.Status.DesiredReplicas, conditions(h))
-		}
-		return nil
+		return wantf(h.Status.DesiredReplicas == 1 && scalingActive(h), "desired %d; conditions %s", h.Status.DesiredReplicas, conditions(h))
 	}))
 	t.Logf("victim HPA reads %s=%d and wants 1 group %v after it was created", tn.metric, tenantQueue, since(began))
 	// What the tenants must not move is watched from a steady start: a
@@ -144,22 +135,18 @@ func (tn *tenantEnv) watchSteady(ctx context.Context, t *testing.T, check func(c
 	const lastTick = "group_metrics_server_scraper_last_tick_timestamp_seconds"
 	metricsEndpoint := directEndpoint(t, tn.e.server)
 	var last float64
-	ticks := 0
-	stale := staleBound()
-	bound := time.Duration(tenantTicks+2)*suite.resolution + suite.timeout
+	var ticks int
 	var changed error
-	err := tn.e.poll(ctx, bound, fmt.Sprintf("%d ticks of the server", tenantTicks), func(ctx context.Context) error {
+	bound := time.Duration(tenantTicks+2)*suite.resolution + suite.timeout
+	must(t, tn.e.poll(ctx, bound, fmt.Sprintf("%d ticks of the server", tenantTicks), func(ctx context.Context) error {
 		body, err := selfMetrics(ctx, metricsEndpoint)
 		if err != nil {
 			changed = fmt.Errorf("/metrics: %w", err)
 			return nil
 		}
-		at, ok, err := promtext.Value(body, lastTick)
+		at, err := mustValue(body, lastTick)
 		if err != nil {
-			return fmt.Errorf("%s: %w", lastTick, err)
-		}
-		if !ok {
-			return fmt.Errorf("no %s", lastTick)
+			return err
 		}
 		if at == last {
 			return fmt.Errorf("%d of %d ticks read", ticks, tenantTicks)
@@ -168,18 +155,11 @@ func (tn *tenantEnv) watchSteady(ctx context.Context, t *testing.T, check func(c
 			ticks++
 		}
 		last = at
-		if changed = tn.steady(ctx, body, stale); changed == nil && check != nil {
+		if changed = tn.steady(ctx, body, staleBound()); changed == nil && check != nil {
 			changed = check(ctx, body)
 		}
-		if changed != nil {
-			return nil
-		}
-		if ticks < tenantTicks {
-			return fmt.Errorf("%d of %d ticks read", ticks, tenantTicks)
-		}
-		return nil
-	})
-	must(t, err)
+		return wantf(changed != nil || ticks >= tenantTicks, "%d of %d ticks read", ticks, tenantTicks)
+	}))
 	if changed != nil {
 		t.Fatalf("at tick %d of %d: %v", ticks, tenantTicks, changed)
 	}
@@ -189,15 +169,10 @@ func (tn *tenantEnv) watchSteady(ctx context.Context, t *testing.T, check func(c
 // with the value want.
 func seriesIs(body string, want float64, name string, labels ...string) error {
 	v, ok, err := promtext.Value(body, name, labels...)
-	switch {
-	case err != nil:
-		return fmt.Errorf("%s: %w", name, err)
-	case !ok:
-		return fmt.Errorf("%s: absent, want %v", name, want)
-	case v != want:
-		return fmt.Errorf("%s = %v, want %v", name, v, want)
+	if err != nil || !ok {
+		return fmt.Errorf("%s: absent, want %v (%v)", name, want, err)
 	}
-	return nil
+	return wantf(v == want, "%s = %v, want %v", name, v, want)
 }
 
 // steady checks, once, what watchSteady watches; body is /metrics.
@@ -240,10 +215,7 @@ func (tn *tenantEnv) steady(ctx context.Context, body string, stale time.Duratio
 		return err
 	}
 	tn.maxRSS = max(tn.maxRSS, p.RSS)
-	if p.RSS >= tn.rssLimit {
-		return fmt.Errorf("server RSS %s, limit %s", mib(p.RSS), mib(tn.rssLimit))
-	}
-	return nil
+	return wantf(p.RSS < tn.rssLimit, "server RSS %s, limit %s", mib(p.RSS), mib(tn.rssLimit))
 }
 
 // fresh checks that pod serves exactly one value of the victim's metric,
@@ -256,10 +228,8 @@ func (tn *tenantEnv) fresh(ctx context.Context, pod types.NamespacedName, wantMi
 	if len(items) != 1 || items[0].Value.MilliValue() != wantMilli {
 		return fmt.Errorf("%s serves %v, want one value %dm", pod, items, wantMilli)
 	}
-	if age := time.Since(items[0].Timestamp.Time); age > stale {
-		return fmt.Errorf("%s's value is %v old, more than %v", pod, age.Round(time.Millisecond), stale)
-	}
-	return nil
+	age := time.Since(items[0].Timestamp.Time)
+	return wantf(age <= stale, "%s's value is %v old, more than %v", pod, age.Round(time.Millisecond), stale)
 }
 
 // customItem is one value of a custom metrics list.
@@ -288,12 +258,8 @@ func customItems(ctx context.Context, path string) ([]customItem, error) {
 
 // absent checks that path answers NotFound.
 func absent(ctx context.Context, path string) error {
-	items, err := customItems(ctx, path)
-	switch {
-	case err == nil:
-		return fmt.Errorf("%s serves %v, want NotFound", path, items)
-	case !apierrors.IsNotFound(err):
-		return err
+	if items, err := customItems(ctx, path); err == nil || !apierrors.IsNotFound(err) {
+		return cmp.Or(err, fmt.Errorf("%s serves %v, want NotFound", path, items))
 	}
 	return nil
 }
@@ -329,10 +295,7 @@ func memoryLimit(ctx context.Context, t *testing.T, dir string) uint64 {
 	t.Helper()
 	d := manifestDeployment(ctx, t, dir)
 	for _, c := range d.Spec.Template.Spec.Containers {
-		if c.Name != "group-metrics-server" {
-			continue
-		}
-		if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
+		if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok && c.Name == "group-metrics-server" {
 			t.Logf("the manifests limit the server's memory to %s", q.String())
 			return uint64(q.Value())
 		}

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -19,7 +20,9 @@ import (
 )
 
 // Namespaces of TestEndpointTenants: the victim's LeaderWorkerSet, a
-// bystander tenant's pod, and one namespace per hostile tenant.
+// bystander tenant's pod, and one namespace per hostile tenant; their queues;
+// and how many of the server's ticks each hostile tenant is watched for after
+// its refusal is counted.
 const (
 	tenantVictim    = "e2e-tenant-victim"
 	tenantBystander = "e2e-tenant-bystander"
@@ -27,16 +30,10 @@ const (
 	tenantLabels    = "e2e-tenant-labels"
 	tenantSeries    = "e2e-tenant-series"
 	tenantLeaders   = "e2e-tenant-leaders"
-	// tenantQueue is the victim leader's queue: 4 against the documented
-	// target of 5 keeps one group, steady.
-	tenantQueue = 4
-	// bystanderQueue is the bystander pod's own queue.
-	bystanderQueue = 3
-	// hostileQueue is what every hostile endpoint claims.
-	hostileQueue = 1000
-	// tenantTicks is how many of the server's ticks each hostile tenant
-	// is watched for after its refusal is counted.
-	tenantTicks = 4
+	tenantQueue     = 4 // the victim leader's: 4 against the documented target of 5 keeps one group, steady
+	bystanderQueue  = 3
+	hostileQueue    = 1000 // what every hostile endpoint claims
+	tenantTicks     = 4
 )
 
 // TestEndpointTenants runs the server of manifests/examples/inference-autoscaling,
@@ -60,25 +57,37 @@ func TestEndpointTenants(t *testing.T) {
 	ie := deployInferenceServer(ctx, t, newLWSEnv(ctx, t), "group-metrics-server-tenants", configFile, cfg, "--v=2")
 	tn := newTenantEnv(ctx, t, ie, hpas["vllm"], cfg.MaxBytes, memoryLimit(ctx, t, repoPath(t, inferenceManifests)))
 
-	t.Run("lookalike exporter", func(t *testing.T) { tn.run(ctx, t, tn.lookalikeExporter(ctx, t)) })
-	t.Run("oversized series lines", func(t *testing.T) { tn.run(ctx, t, tn.oversizedLines(ctx, t)) })
-	t.Run("too many series", func(t *testing.T) { tn.run(ctx, t, tn.tooManySeries(ctx, t)) })
-	t.Run("pods posing as leaders", func(t *testing.T) { tn.run(ctx, t, tn.posingLeaders(ctx, t)) })
-	t.Run("labelled pod in the victim's group", func(t *testing.T) { tn.run(ctx, t, tn.posingMember(ctx, t)) })
+	for _, tc := range []struct {
+		name    string
+		hostile func() hostile
+	}{
+		{"lookalike exporter", tn.lookalikeExporter},
+		// The body cap when the file's maxBytes is below the body, else
+		// limits.labelsPerSeries at the first line.
+		{"oversized series lines", func() hostile {
+			return tn.failingTarget(tenantLabels, "labels", len(tn.labelsBody), "limits.labelsPerSeries")
+		}},
+		// 100,000 series of vLLM's queue: the body cap, else limits.seriesPerTarget.
+		{"too many series", func() hostile {
+			return tn.failingTarget(tenantSeries, "series", len(tn.seriesBody), "limits.seriesPerTarget")
+		}},
+		{"pods posing as leaders", tn.posingLeaders},
+		{"labelled pod in the victim's group", tn.posingMember},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tn.run(ctx, t, tc.hostile()) })
+	}
 	t.Logf("server RSS at most %s over every tenant (limit %s)", mib(tn.maxRSS), mib(tn.rssLimit))
 }
 
-// hostile is one hostile tenant's case.
+// hostile is one hostile tenant's case: its pods, created by run and deleted
+// after; the self-metrics its refusal moves, each by at least (or, exact, by
+// exactly) its delta; the server's log lines it must cause, each exactly
+// once; and a check run at every tick watched, beside the victim's checks.
 type hostile struct {
-	// pods are the tenant's pods, created by run and deleted after.
-	pods []*corev1.Pod
-	// counted are the self-metrics its refusal moves, each by at least
-	// (or, exact, by exactly) its delta.
+	pods    []*corev1.Pod
 	counted []counted
-	// logged are the server's log lines it must cause, each exactly once.
-	logged [][]string
-	// check runs at every tick watched, beside the victim's checks.
-	check func(ctx context.Context, body string) error
+	logged  [][]string
+	check   func(ctx context.Context, body string) error
 }
 
 type counted struct {
@@ -92,7 +101,7 @@ type counted struct {
 // label, on the victim leader's node, whose series name the victim's pods
 // with a GPU at 100% and a queue of 1000. It is refused as an exporter
 // (exporter_namespace) and never scraped; the victim keeps no GPU value.
-func (tn *tenantEnv) lookalikeExporter(ctx context.Context, t *testing.T) hostile {
+func (tn *tenantEnv) lookalikeExporter() hostile {
 	pod := tenantPod(tenantExporter, "dcgm-exporter", tn.leaderNode, map[string]string{"app.kubernetes.io/name": "dcgm-exporter"}, nil)
 	return hostile{
 		pods: []*corev1.Pod{pod},
@@ -108,23 +117,10 @@ func (tn *tenantEnv) lookalikeExporter(ctx context.Context, t *testing.T) hostil
 	}
 }
 
-// oversizedLines: a pod opting in with a 4 MiB body of 8 KiB lines, each
-// carrying as many labels as it can hold. It fails as too_large, at the
-// body cap when the file's maxBytes is below 4 MiB, else at its first line
-// (limits.labelsPerSeries), and has no value.
-func (tn *tenantEnv) oversizedLines(ctx context.Context, t *testing.T) hostile {
-	return tn.failingTarget(tenantLabels, "labels", len(tn.labelsBody), "limits.labelsPerSeries")
-}
-
-// tooManySeries: a pod opting in with 100,000 series of vLLM's queue. It
-// fails as too_large, at the body cap when the file's maxBytes is below
-// their size, else at limits.seriesPerTarget, and has no value.
-func (tn *tenantEnv) tooManySeries(ctx context.Context, t *testing.T) hostile {
-	return tn.failingTarget(tenantSeries, "series", len(tn.seriesBody), "limits.seriesPerTarget")
-}
-
-// failingTarget is a pod ns/name opting in with a body of size bytes, which
-// fails as too_large for the cause: the body cap, or limit within it.
+// failingTarget is a pod ns/name opting in with a body of size bytes (4 MiB
+// of 8 KiB lines each carrying as many labels as it can hold, or 100,000
+// series), which fails as too_large for the cause: the body cap, or limit
+// within it; it has no value.
 func (tn *tenantEnv) failingTarget(ns, name string, size int, limit string) hostile {
 	cause := limit
 	if int64(size) > tn.maxBytes {
@@ -147,7 +143,7 @@ func (tn *tenantEnv) failingTarget(ns, name string, size int, limit string) host
 // with a queue of 1000. No LeaderWorkerSet controls them: neither leads a
 // group, each is counted and logged once as unverified, and /metrics (with
 // --group-metrics-series) answers with no group value for them.
-func (tn *tenantEnv) posingLeaders(ctx context.Context, t *testing.T) hostile {
+func (tn *tenantEnv) posingLeaders() hostile {
 	lbls := map[string]string{
 		group.LabelName: "vllm", group.LabelGroupIndex: "0", group.LabelWorkerIndex: "0",
 		group.LabelGroupKey: "posing-leaders",
@@ -155,9 +151,7 @@ func (tn *tenantEnv) posingLeaders(ctx context.Context, t *testing.T) hostile {
 	annotations := lwsPodAnnotations(tn.e.scrapeAnnotations())
 	h := hostile{
 		counted: []counted{{name: "group_metrics_server_lws_unverified_pods_total", delta: 2, exact: true}},
-		check: func(_ context.Context, body string) error {
-			return noGroupOf(body, tenantLeaders)
-		},
+		check:   func(_ context.Context, body string) error { return noGroupOf(body, tenantLeaders) },
 	}
 	for _, name := range []string{"vllm-0", "leader"} {
 		h.pods = append(h.pods, tenantPod(tenantLeaders, name, tn.leaderNode, lbls, annotations))
@@ -174,7 +168,7 @@ func (tn *tenantEnv) posingLeaders(ctx context.Context, t *testing.T) hostile {
 // unverified. (With the group's group-key label too, the pod would match
 // the worker StatefulSet's selector, which adopts it and deletes it as an
 // ordinal past its replicas.)
-func (tn *tenantEnv) posingMember(ctx context.Context, t *testing.T) hostile {
+func (tn *tenantEnv) posingMember() hostile {
 	name := tn.leader.Name + "-3"
 	lbls := map[string]string{group.LabelName: tn.lws, group.LabelGroupIndex: "0", group.LabelWorkerIndex: "3"}
 	return hostile{
@@ -200,11 +194,8 @@ func (tn *tenantEnv) run(ctx context.Context, t *testing.T, h hostile) {
 	must(t, tn.e.poll(ctx, tn.e.bounds.up, "the refusal to be counted", func(ctx context.Context) error {
 		for i, c := range h.counted {
 			v, err := metricOf(ctx, tn.e.server, c.name, c.labels...)
-			if err != nil {
+			if err = cmp.Or(err, wantf(v >= before[i]+c.delta, "%s%v at %v, want %v more than %v", c.name, c.labels, v, c.delta, before[i])); err != nil {
 				return err
-			}
-			if v < before[i]+c.delta {
-				return fmt.Errorf("%s%v at %v, want %v more than %v", c.name, c.labels, v, c.delta, before[i])
 			}
 		}
 		return nil

@@ -21,8 +21,16 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
 
+// wantf is nil when ok holds, else the error format describes.
+func wantf(ok bool, format string, args ...any) error {
+	if ok {
+		return nil
+	}
+	return fmt.Errorf(format, args...)
+}
+
 // topRow is a pod's expected kubectl top row: memory exactly, CPU within
-// 5% (ukpd's rates follow the arrival of its answers).
+// 5% (ukpd's rates follow the arrival of its answers, not the fake's clock).
 type topRow struct {
 	milliCPU int64
 	memory   string
@@ -36,28 +44,23 @@ func (want topWant) add(pods []corev1.Pod, row topRow) {
 }
 
 // waitTop waits, for at most bound and while watch run, until kubectl top
-// pod in ns on c shows exactly the pods of want, with the memory given and
-// CPU within 5% (ukpd's rates follow the arrival of its responses, not the
-// fake's clock).
+// pod in ns on c shows exactly the pods of want.
 func waitTop(ctx context.Context, t *testing.T, c *cluster.Cluster, watch []*cluster.Process, ns string, want topWant, bound time.Duration) {
 	t.Helper()
 	var out string
-	var last error
 	err := boundedPoll(ctx, bound, "kubectl top pod -n "+ns, watch, func(ctx context.Context) error {
 		attempt, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
 		stdout, stderr, err := c.Kubectl(attempt, "top", "pod", "-n", ns)
 		if err != nil {
-			last = fmt.Errorf("%w: %s", err, stderr)
-			return last
+			return fmt.Errorf("%w: %s", err, stderr)
 		}
 		out = stdout
-		last = want.check(parseTable(out).byKey(1))
-		return last
+		return want.check(parseTable(out).byKey(1))
 	})
 	if err != nil {
 		raw, stderr, rawErr := c.Kubectl(context.Background(), "get", "--raw", "/apis/metrics.k8s.io/v1beta1/namespaces/"+ns+"/pods")
-		t.Fatalf("%v\nlast attempt: %v\nlast output:\n%s\nthe API: %v %s %s", err, last, out, rawErr, stderr, raw)
+		t.Fatalf("%v\nlast output:\n%s\nthe API: %v %s %s", err, out, rawErr, stderr, raw)
 	}
 	t.Logf("kubectl top pod -n %s through the aggregator:\n%s", ns, out)
 }
@@ -110,21 +113,11 @@ func metricCheck(s *env.Server, ok func(float64) error, name string, labels ...s
 }
 
 func valueIs(want float64) func(float64) error {
-	return func(v float64) error {
-		if v != want {
-			return fmt.Errorf("value %v, want %v", v, want)
-		}
-		return nil
-	}
+	return func(v float64) error { return wantf(v == want, "value %v, want %v", v, want) }
 }
 
 func valueAtLeast(least float64) func(float64) error {
-	return func(v float64) error {
-		if v < least {
-			return fmt.Errorf("value %v, want at least %v", v, least)
-		}
-		return nil
-	}
+	return func(v float64) error { return wantf(v >= least, "value %v, want at least %v", v, least) }
 }
 
 // watchFreshness lists the metrics of pods every second until the returned
@@ -134,10 +127,8 @@ func watchFreshness(ctx context.Context, t *testing.T, ns string, pods []corev1.
 	t.Helper()
 	metrics, err := newMetricsClient(suite.cluster.RESTConfig())
 	must(t, err)
-	var (
-		maxAge  time.Duration
-		missing int
-	)
+	var maxAge time.Duration
+	var missing int
 	stop := background(ctx, time.Second, func(ctx context.Context) {
 		list, err := metrics.MetricsV1beta1().PodMetricses(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -178,9 +169,7 @@ func createUkpdHPA(ctx context.Context, ns, name string, minReplicas, maxReplica
 func instancesIn(instances []fakeukpd.Instance, ns, prefix string) int {
 	n := 0
 	for _, in := range instances {
-		if in.Namespace == ns && strings.HasPrefix(in.Pod, prefix) && in.State == fakeukpd.StateRunning {
-			n++
-		}
+		n += btoi(in.Namespace == ns && strings.HasPrefix(in.Pod, prefix) && in.State == fakeukpd.StateRunning)
 	}
 	return n
 }
@@ -202,9 +191,16 @@ func runKraftletDeployment(ctx context.Context, t *testing.T, spec env.Deploymen
 func kraftletNode(ctx context.Context, t *testing.T, node string, usage env.UkpdUsage) *env.InstanceSync {
 	t.Helper()
 	addKraftletNode(ctx, t, node)
+	return syncKraftletNode(ctx, t, node, suite.ukpd.Control, usage)
+}
+
+// syncKraftletNode syncs the instances of node's Running pods to the ukpd
+// at control, at usage, until the test ends.
+func syncKraftletNode(ctx context.Context, t *testing.T, node string, control env.UkpdControl, usage env.UkpdUsage) *env.InstanceSync {
+	t.Helper()
 	syncCtx, stopSync := context.WithCancel(ctx)
 	t.Cleanup(stopSync)
-	instances, err := env.SyncInstances(syncCtx, suite.cluster.Client(), node, suite.ukpd.Control, usage)
+	instances, err := env.SyncInstances(syncCtx, suite.cluster.Client(), node, control, usage)
 	must(t, err)
 	return instances
 }

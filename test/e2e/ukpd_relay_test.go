@@ -3,11 +3,10 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -28,12 +28,9 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
-// The relays' objects in manifests/components/ukpd-relay, and the name the
-// relays' shared serving certificate is for.
-const (
-	relayName       = "group-metrics-server-ukpd-relay"
-	relayServerName = "group-metrics-server-ukpd-relay"
-)
+// relayName names the relays' objects in manifests/components/ukpd-relay,
+// and is the name their shared serving certificate is for.
+const relayName = "group-metrics-server-ukpd-relay"
 
 // relayHost is one host of the per-host topology: a kraftlet node whose
 // address is the host's own loopback address, a ukpd that listens there in
@@ -53,8 +50,7 @@ func TestUkpdRelays(t *testing.T) {
 	ctx := begin(t, 9*time.Minute)
 	const ns = "e2e-ukpd-relays"
 	newNamespace(ctx, t, ns)
-	usage := env.UkpdUsage{CPU: "40m", Memory: "64Mi"}
-	hosts, serverArgs := startRelayHosts(ctx, t, 3, usage)
+	hosts, serverArgs := startRelayHosts(ctx, t, 3, env.UkpdUsage{CPU: "40m", Memory: "64Mi"})
 	s := deployOwnServer(ctx, t, "group-metrics-server-relays", serverArgs)
 	bound := staleBound() + hpaSlack
 
@@ -70,7 +66,8 @@ func TestUkpdRelays(t *testing.T) {
 	for _, p := range pods {
 		want[p.Name] = topRow{milliCPU: 40, memory: "64Mi"}
 	}
-	waitTop(ctx, t, suite.cluster, append(watched(), s.Process), ns, want, bound)
+	watch := append(watched(), s.Process)
+	waitTop(ctx, t, suite.cluster, watch, ns, want, bound)
 	waitTopNodes(ctx, t, "kraftlet-host-", topWant{
 		hosts[0].node: {milliCPU: 80, memory: "128Mi"},
 		hosts[1].node: {milliCPU: 40, memory: "64Mi"},
@@ -82,13 +79,13 @@ func TestUkpdRelays(t *testing.T) {
 		// host-1-0's container: served to host-1-0, and counted.
 		h := hosts[0]
 		forged, err := h.ukpd.AddInstance(fakeukpd.InstanceSpec{
-			Namespace: ns, Pod: "host-1-1", Container: "app", Node: h.node, UUID: randomUUID(t), CPUCores: 0.077, RSSBytes: 32 << 20,
+			Namespace: ns, Pod: "host-1-1", Container: "app", Node: h.node, UUID: uuid.NewString(), CPUCores: 0.077, RSSBytes: 32 << 20,
 		})
 		must(t, err)
 		before := mustMetric(ctx, t, s, "group_metrics_server_ukpd_tag_conflicts_total")
 		setContainerID(ctx, t, ns, "host-1-0", "unikraft://"+forged.UUID)
 		want["host-1-0"] = topRow{milliCPU: 77, memory: "32Mi"}
-		waitTop(ctx, t, suite.cluster, append(watched(), s.Process), ns, want, bound)
+		waitTop(ctx, t, suite.cluster, watch, ns, want, bound)
 		if got := mustMetric(ctx, t, s, "group_metrics_server_ukpd_tag_conflicts_total"); got <= before {
 			t.Errorf("tag conflicts counted: %v, then %v; want more", before, got)
 		}
@@ -97,12 +94,11 @@ func TestUkpdRelays(t *testing.T) {
 	t.Run("hpa", func(t *testing.T) {
 		uk := env.DeploymentSpec{Namespace: ns, Name: "uk", Replicas: 1, CPURequest: "100m"}
 		runKraftletDeployment(ctx, t, uk)
-		syncs := make([]*env.InstanceSync, 0, len(hosts))
+		var syncs []*env.InstanceSync
 		for _, h := range hosts {
 			syncs = append(syncs, h.sync)
 		}
-		testUkpdHPA(ctx, t, syncs, func(ns, prefix string) int {
-			n := 0
+		testUkpdHPA(ctx, t, syncs, func(ns, prefix string) (n int) {
 			for _, h := range hosts {
 				n += instancesIn(h.ukpd.Instances(), ns, prefix)
 			}
@@ -114,11 +110,10 @@ func TestUkpdRelays(t *testing.T) {
 	// always with the token; the suite's credential scan looks for the
 	// tokens in every log and answer.
 	for _, h := range hosts {
-		clients := h.ukpd.Clients()
-		if len(clients) != 1 || clients[0].IP != h.addr || clients[0].Unauthorized != 0 || clients[0].Requests == 0 {
-			t.Errorf("ukpd of %s (%s) was reached by %+v, want its relay alone, always with the token", h.node, h.addr, clients)
+		if c := h.ukpd.Clients(); len(c) != 1 || c[0].IP != h.addr || c[0].Unauthorized != 0 || c[0].Requests == 0 {
+			t.Errorf("ukpd of %s (%s) was reached by %+v, want its relay alone, always with the token", h.node, h.addr, c)
 		} else {
-			t.Logf("ukpd of %s: %d requests, all from its relay", h.node, clients[0].Requests)
+			t.Logf("ukpd of %s: %d requests, all from its relay", h.node, c[0].Requests)
 		}
 	}
 }
@@ -137,11 +132,12 @@ func startRelayHosts(ctx context.Context, t *testing.T, n int, usage env.UkpdUsa
 	must(t, os.WriteFile(caFile, ca.CertPEM(), 0o600))
 	// One pair for every relay, for the name they share, as the
 	// component's Secret holds it.
-	certFile, keyFile, err := ca.IssueFiles(time.Now(), dir, "relay", pki.Leaf{CommonName: relayServerName, Hosts: []string{relayServerName}, Server: true})
+	certFile, keyFile, err := ca.IssueFiles(time.Now(), dir, "relay", pki.Leaf{CommonName: relayName, Hosts: []string{relayName}, Server: true})
 	must(t, err)
 	ports, err := cluster.FreePorts(1)
 	must(t, err)
 	port := strconv.Itoa(ports[0])
+	local := []string{"--kubeconfig=" + kubeconfig, "--secure-port=" + port, "--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile}
 	// Hosts of this test process on their own /24 of loopback, so that
 	// shards running at once never share an address.
 	prefix := fmt.Sprintf("127.0.%d.", 1+os.Getpid()%250)
@@ -149,7 +145,7 @@ func startRelayHosts(ctx context.Context, t *testing.T, n int, usage env.UkpdUsa
 	for i := 1; i <= n; i++ {
 		host := fmt.Sprintf("host-%d", i)
 		h := &relayHost{node: "kraftlet-" + host, addr: prefix + strconv.Itoa(i)}
-		token := fmt.Sprintf("ukpd-token-host-%d-%s", i, randomUUID(t))
+		token := fmt.Sprintf("ukpd-token-host-%d-%s", i, uuid.NewString())
 		suiteSecrets.add("ukpd token of "+h.node, token)
 		h.ukpd, err = fakeukpd.Start(fakeukpd.Options{Config: fakeukpd.Config{Tokens: []string{token}}, Listen: h.addr + ":0"})
 		must(t, err)
@@ -159,28 +155,21 @@ func startRelayHosts(ctx context.Context, t *testing.T, n int, usage env.UkpdUsa
 		// The DaemonSet's args as the kubelet expands them on the host
 		// (its node's name, its IP), then what a process here needs.
 		expand := strings.NewReplacer("$(HOST_NODE_NAME)", host, "$(HOST_IP)", h.addr)
-		args := make([]string, 0, len(relayArgs)+6)
+		var args []string
 		for _, a := range relayArgs {
 			args = append(args, expand.Replace(a))
 		}
-		args = append(args,
-			"--kubeconfig="+kubeconfig,
-			"--ukpd-url="+h.ukpd.URL,
-			"--ukpd-token-file="+tokenFile,
-			"--secure-port="+port,
-			"--tls-cert-file="+certFile,
-			"--tls-private-key-file="+keyFile,
-		)
+		args = append(append(args, local...), "--ukpd-url="+h.ukpd.URL, "--ukpd-token-file="+tokenFile)
 		proc, err := suite.cluster.StartProcess("ukpd-relay-"+h.node, filepath.Join(suite.binDir, "group-metrics-server"), args...)
 		must(t, err)
 		t.Cleanup(func() { _ = proc.Stop() })
 		waitRelay(ctx, t, proc, ca.CertPEM(), net.JoinHostPort(h.addr, port))
 
-		addKraftletNodeAt(ctx, t, h.node, h.addr)
-		syncCtx, stopSync := context.WithCancel(ctx)
-		t.Cleanup(stopSync)
-		h.sync, err = env.SyncInstances(syncCtx, suite.cluster.Client(), h.node, env.UkpdControl{Address: h.ukpd.ControlAddress}, usage)
-		must(t, err)
+		must(t, env.AddKraftletNodeAt(ctx, suite.cluster, h.node, h.addr))
+		cleanup(t, "delete node "+h.node, func(ctx context.Context) error {
+			return suite.cluster.Client().CoreV1().Nodes().Delete(ctx, h.node, metav1.DeleteOptions{})
+		})
+		h.sync = syncKraftletNode(ctx, t, h.node, env.UkpdControl{Address: h.ukpd.ControlAddress}, usage)
 		hosts = append(hosts, h)
 	}
 	return hosts, append(serverArgs, "--ukpd-relay-port="+port, "--ukpd-relay-certificate-authority="+caFile)
@@ -210,7 +199,8 @@ func applyRelayObjects(ctx context.Context, t *testing.T) (relayArgs, serverArgs
 		}
 	}
 	if len(relayArgs) == 0 || len(serverArgs) != 2 || len(own) != 2 {
-		t.Fatalf("the ukpd-relay component: relay args %q, server args %q, %d objects of the relay; want a DaemonSet, two server args, a ServiceAccount and its binding", relayArgs, serverArgs, len(own))
+		t.Fatalf("the ukpd-relay component: relay args %q, server args %q, %d objects of the relay; "+
+			"want a DaemonSet, two server args, a ServiceAccount and its binding", relayArgs, serverArgs, len(own))
 	}
 	must(t, env.Apply(ctx, suite.cluster, relayName, own))
 	client := suite.cluster.Client()
@@ -240,14 +230,11 @@ func waitRelay(ctx context.Context, t *testing.T, proc *cluster.Process, caPEM [
 	t.Helper()
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: relayServerName}}}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: relayName}}}
 	defer client.CloseIdleConnections()
 	must(t, cluster.Poll(ctx, "relay "+hostPort+" to answer /healthz", append(watched(), proc), func(ctx context.Context) error {
 		code, body, err := env.Get(ctx, client, "https://"+hostPort+"/healthz")
-		if err == nil && code != http.StatusOK {
-			err = fmt.Errorf("status %d: %.200s", code, body)
-		}
-		return err
+		return cmp.Or(err, wantf(code == http.StatusOK, "status %d: %.200s", code, body))
 	}))
 }
 
@@ -300,25 +287,6 @@ func setContainerID(ctx context.Context, t *testing.T, ns, name, id string) {
 	p.Status.ContainerStatuses[0].ContainerID = id
 	_, err = pods.UpdateStatus(ctx, p, metav1.UpdateOptions{})
 	must(t, err)
-}
-
-func addKraftletNodeAt(ctx context.Context, t *testing.T, node, addr string) {
-	t.Helper()
-	must(t, env.AddKraftletNodeAt(ctx, suite.cluster, node, addr))
-	cleanup(t, "delete node "+node, func(ctx context.Context) error {
-		return suite.cluster.Client().CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{})
-	})
-}
-
-// randomUUID is a random version 4 UUID.
-func randomUUID(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 16)
-	_, err := rand.Read(b)
-	must(t, err)
-	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
-	h := hex.EncodeToString(b)
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
 func btoi(b bool) int {

@@ -6,8 +6,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,9 +63,7 @@ func TestUkpdPods(t *testing.T) {
 
 	t.Run("targets", func(t *testing.T) {
 		waitTargets(ctx, t, "healthy", metricsBound)
-		data, err := os.ReadFile(suite.server.Process.LogPath())
-		must(t, err)
-		if strings.Contains(string(data), `target="node/`+node+`"`) {
+		if strings.Contains(string(readFile(t, suite.server.Process.LogPath())), `target="node/`+node+`"`) {
 			t.Errorf("the server's log names target node/%s: the kubelet source should skip kraftlet nodes", node)
 		}
 	})
@@ -77,21 +75,16 @@ func TestUkpdPods(t *testing.T) {
 	})
 
 	t.Run("endpoint-down", func(t *testing.T) {
-		for _, fault := range []struct {
-			name          string
-			reason        string
+		for _, f := range []struct {
+			name, reason  string
 			breakIt, heal func() error
 		}{
-			{"status-500", "http_status",
-				func() error { return suite.ukpd.SetFault(fakeukpd.Fault{Kind: fakecore.FaultStatus500}) },
+			{"status-500", "http_status", func() error { return suite.ukpd.SetFault(fakeukpd.Fault{Kind: fakecore.FaultStatus500}) },
 				func() error { suite.ukpd.ClearFault(""); return nil }},
-			{"closed", "connection",
-				func() error { return suite.ukpd.SetTransportFault(fakecore.FaultRefused) },
+			{"closed", "connection", func() error { return suite.ukpd.SetTransportFault(fakecore.FaultRefused) },
 				func() error { return suite.ukpd.SetTransportFault("") }},
 		} {
-			t.Run(fault.name, func(t *testing.T) {
-				testUkpdDown(ctx, t, ns, webPods, fault.reason, fault.breakIt, fault.heal)
-			})
+			t.Run(f.name, func(t *testing.T) { testUkpdDown(ctx, t, ns, webPods, f.reason, f.breakIt, f.heal) })
 		}
 	})
 
@@ -102,7 +95,12 @@ func TestUkpdPods(t *testing.T) {
 	if bound := staleBound() + time.Second; missing > 0 || maxAge > bound {
 		t.Errorf("kubelet-backed pods lost fresh metrics: oldest sample %v (bound %v), missing from %d lists", maxAge, bound, missing)
 	}
-	if err := instances.Err(); err != nil {
+	logSyncErr(t, instances)
+}
+
+// logSyncErr logs the last failed call of an instance sync, retried on resync.
+func logSyncErr(t *testing.T, s *env.InstanceSync) {
+	if err := s.Err(); err != nil {
 		t.Logf("instance sync had a failed call (retried on resync): %v", err)
 	}
 }
@@ -146,10 +144,8 @@ func testUkpdHPA(ctx context.Context, t *testing.T, syncs []*env.InstanceSync, r
 func waitInstances(ctx context.Context, t *testing.T, running func(ns, prefix string) int, uk env.DeploymentSpec, n int) {
 	t.Helper()
 	must(t, poll(ctx, fmt.Sprintf("%d instances of %s", n, uk.Name), func(context.Context) error {
-		if got := running(uk.Namespace, uk.Name+"-"); got != n {
-			return fmt.Errorf("%d instances", got)
-		}
-		return nil
+		got := running(uk.Namespace, uk.Name+"-")
+		return wantf(got == n, "%d instances", got)
 	}))
 }
 
@@ -161,30 +157,21 @@ func testUkpdDown(ctx context.Context, t *testing.T, ns string, webPods []corev1
 	failures := []string{"group_metrics_server_scraper_target_failures_total", `source="ukpd"`, `reason="` + reason + `"`}
 	before := mustMetric(ctx, t, suite.server, failures[0], failures[1:]...)
 	must(t, breakIt())
-	healed := false
-	t.Cleanup(func() {
-		if !healed {
-			_ = heal()
-		}
-	})
+	heal = sync.OnceValue(heal)
+	t.Cleanup(func() { _ = heal() })
 	setAt := time.Now()
 	must(t, pollBounded(ctx, bound, "a "+reason+" failure of the ukpd target", metricCheck(suite.server, valueAtLeast(before+1), failures[0], failures[1:]...)))
 	waitTargets(ctx, t, "failing", bound)
 	t.Logf("ukpd target failing (%s) %v after the fault", reason, since(setAt))
 
-	metrics, err := newMetricsClient(suite.cluster.RESTConfig())
-	must(t, err)
 	must(t, pollBounded(ctx, bound, "samples newer than the fault for the kubelet-backed pods", func(ctx context.Context) error {
+		served, err := listServed(ctx, ns)
 		for _, p := range webPods {
-			m, err := metrics.MetricsV1beta1().PodMetricses(ns).Get(ctx, p.Name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if !m.Timestamp.After(setAt) {
-				return fmt.Errorf("pod %s: sample of %v", p.Name, m.Timestamp)
+			if s := served[p.Name]; err == nil && !s.at.After(setAt) {
+				err = fmt.Errorf("pod %s: sample of %v", p.Name, s.at)
 			}
 		}
-		return nil
+		return err
 	}))
 	httpClient, err := suite.server.HTTPClient()
 	must(t, err)
@@ -194,7 +181,6 @@ func testUkpdDown(ctx context.Context, t *testing.T, ns string, webPods []corev1
 	}
 
 	must(t, heal())
-	healed = true
 	healedAt := time.Now()
 	waitTargets(ctx, t, "healthy", bound)
 	t.Logf("ukpd target healthy again %v after the endpoint came back", since(healedAt))
@@ -234,10 +220,8 @@ func TestUkpdPages(t *testing.T) {
 	// The sync creates each Running pod's instance from its informer, so the
 	// last ones may still be on their way: wait for them, bounded.
 	must(t, pollBounded(ctx, 30*time.Second, "the account to hold 2,000 instances", func(context.Context) error {
-		if n := len(suite.ukpd.Instances()); n < 2000 {
-			return fmt.Errorf("the account holds %d instances, want at least 2,000", n)
-		}
-		return nil
+		n := len(suite.ukpd.Instances())
+		return wantf(n >= 2000, "the account holds %d instances, want at least 2,000", n)
 	}))
 	running := time.Now()
 	listsBefore := suite.ukpd.ListRequests()
@@ -266,14 +250,10 @@ func TestUkpdStandby(t *testing.T) {
 
 	const minReplicas, maxReplicas = 2, 4
 	uk := env.DeploymentSpec{Namespace: ns, Name: "idle", Replicas: minReplicas, CPURequest: "100m"}
-	svc := &corev1.Service{
+	_, err := client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: uk.Name},
-		Spec: corev1.ServiceSpec{
-			Selector: uk.Labels(),
-			Ports:    []corev1.ServicePort{{Port: 443, TargetPort: intstr.FromInt32(8080)}},
-		},
-	}
-	_, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+		Spec:       corev1.ServiceSpec{Selector: uk.Labels(), Ports: []corev1.ServicePort{{Port: 443, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{})
 	must(t, err)
 	pods := runKraftletDeployment(ctx, t, uk)
 	running := time.Now()
@@ -308,7 +288,5 @@ func TestUkpdStandby(t *testing.T) {
 	// Back in standby: down to the minimum within the HPA's windows.
 	must(t, instances.SetStandby(ctx, ns, true))
 	waitReplicas(ctx, t, ns, uk.Name, "back in standby", minReplicas, b.down)
-	if err := instances.Err(); err != nil {
-		t.Logf("instance sync had a failed call (retried on resync): %v", err)
-	}
+	logSyncErr(t, instances)
 }
