@@ -21,17 +21,18 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
 
-// Short lifetimes for TestCertificateRotation, within what the controller
-// accepts (pkg/certs Policy.Validate): a pair lives 30s and is renewed at
-// 19s (a third of its 33s left, 3s of it backdated); the CA lives 90s and
-// its successor is trusted from 57s, signs from about 62s, and the old CA
-// leaves the caBundle about 66s after the start.
-var rotationArgs = []string{"--serving-cert-validity=30s", "--ca-validity=90s", "--propagation-delay=4s", "--sync-period=1s"}
+// Short lifetimes for TestCertificateRotation, within what the controller accepts (pkg/certs
+// Policy.Validate): a pair lives 30s and is renewed at 19s (a third of its 33s left, 3s of it backdated); the
+// CA lives 90s and its successor is trusted from 57s, signs from about 62s, and the old CA leaves the
+// caBundle about 66s after the start.
+var rotationArgs = []string{
+	"--serving-cert-validity=30s", "--ca-validity=90s", "--propagation-delay=4s", "--sync-period=1s",
+}
 
 const rotationBound = 150 * time.Second
 
-// TestCertificateRotation runs manifests/high-availability's two replicas on a cluster of its own
-// while a certificate controller rotates the serving certificate.
+// TestCertificateRotation runs manifests/high-availability's two replicas on a cluster of its own while a
+// certificate controller rotates the serving certificate.
 func TestCertificateRotation(t *testing.T) {
 	ctx := begin(t, 5*time.Minute)
 	c, fleet := ownCluster(ctx, t, 1)
@@ -132,15 +133,13 @@ func TestCertificateRotation(t *testing.T) {
 	}
 }
 
-// servedPair is a serving pair a replica was first seen serving, at a time
-// since the deployment.
+// servedPair is a serving pair a replica was first seen serving, at a time since the deployment.
 type servedPair struct {
 	at             time.Duration
 	serial, issuer string
 }
 
-// allFromNext says whether every replica's latest pair is of a CA other than
-// the first.
+// allFromNext says whether every replica's latest pair is of a CA other than the first.
 func allFromNext(samples map[*cluster.Process][]servedPair, procs []*cluster.Process, firstCA string) bool {
 	return !slices.ContainsFunc(procs, func(p *cluster.Process) bool {
 		l := samples[p]
@@ -154,18 +153,15 @@ const (
 	controllerLease          = "group-metrics-server-cert-controller"
 )
 
-// leaseLostBound is how soon a standing-by replica leads once the Lease
-// is gone and its holder dead: it tries every RetryPeriod (2 s, up to
-// 4.4 s with client-go's jitter factor 1.2), finds no Lease and creates
-// one. Two tries, so that one that meets a slow API does not fail it, and
-// a second for the API.
+// leaseLostBound is how soon a standing-by replica leads once the Lease is gone and its holder dead: it tries
+// every RetryPeriod (2 s, up to 4.4 s with client-go's jitter factor 1.2), finds no Lease and creates one.
+// Two tries, so that one that meets a slow API does not fail it, and a second for the API.
 const leaseLostBound = 10 * time.Second
 
-// TestCertControllerLeaseLost runs a second replica of the suite's
-// certificate controller, kills the replica that leads (SIGKILL: it
-// releases nothing) and deletes the Lease: the other replica creates the
-// Lease again and leads within leaseLostBound, rather than no replica ever
-// leading (which a controller without the right to create its Lease did).
+// TestCertControllerLeaseLost runs a second replica of the suite's certificate controller, kills the replica
+// that leads (SIGKILL: it releases nothing) and deletes the Lease: the other replica creates the Lease again
+// and leads within leaseLostBound, rather than no replica ever leading (which a controller without the right
+// to create its Lease did).
 func TestCertControllerLeaseLost(t *testing.T) {
 	ctx := begin(t, 3*time.Minute)
 	s := suite.server
@@ -176,8 +172,7 @@ func TestCertControllerLeaseLost(t *testing.T) {
 		_ = replica.Stop()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		// The suite's controller runs again, as the Deployment's pod
-		// would be restarted.
+		// The suite's controller runs again, as the Deployment's pod would be restarted.
 		if err := s.Register(ctx); err != nil {
 			t.Errorf("the suite's certificate controller: %v", err)
 		}

@@ -25,16 +25,16 @@ import (
 
 const (
 	churnDuration = 3 * time.Minute
-	// churnInterval is how often a churn pod is created and, once
-	// churnPool are alive, the oldest deleted: up to 400 of each a minute.
+	// churnInterval is how often a churn pod is created and, once churnPool are alive, the oldest deleted: up
+	// to 400 of each a minute.
 	churnInterval = 150 * time.Millisecond
 	churnPool     = 24
 	steadyPods    = 6
 	churnLabel    = "churn" // marks the pods the churn creates and deletes
 )
 
-// TestChurn creates and deletes bare pods for churnDuration while clients list
-// metrics: the server must lose nothing and keep nothing.
+// TestChurn creates and deletes bare pods for churnDuration while clients list metrics: the server must lose
+// nothing and keep nothing.
 func TestChurn(t *testing.T) {
 	ctx := begin(t, churnDuration+6*time.Minute)
 	const ns = "e2e-churn"
@@ -70,8 +70,8 @@ func TestChurn(t *testing.T) {
 	}
 }
 
-// runAll runs the churn, the probe and the listers for churnDuration, and
-// returns how long that took and the server's (pid) peak RSS meanwhile.
+// runAll runs the churn, the probe and the listers for churnDuration, and returns how long that took and the
+// server's (pid) peak RSS meanwhile.
 func (c *churn) runAll(ctx context.Context, agg endpoint, listers []*churnLister, pid int) (time.Duration, uint64) {
 	churnCtx, cancel := context.WithTimeout(ctx, churnDuration)
 	defer cancel()
@@ -94,8 +94,7 @@ func (c *churn) runAll(ctx context.Context, agg endpoint, listers []*churnLister
 	return time.Since(began), peakRSS
 }
 
-// report logs what the churn, the probe and the listers saw, and fails the
-// test for every problem.
+// report logs what the churn, the probe and the listers saw, and fails the test for every problem.
 func (c *churn) report(t *testing.T, listers []*churnLister, elapsed time.Duration) {
 	t.Helper()
 	minutes := elapsed.Minutes()
@@ -124,12 +123,10 @@ func (c *churn) report(t *testing.T, listers []*churnLister, elapsed time.Durati
 	}
 }
 
-// newPodBound is how soon after a pod is Running its metrics must be
-// served: its node's next scrape (a resolution, plus the request timeout)
-// gives a first sample, and a pod younger than the store's 5 s first-window
-// minimum gets its rate from the scrape after (one more resolution). Five
-// seconds more cover the informers of the server and the fleet and a loaded
-// machine.
+// newPodBound is how soon after a pod is Running its metrics must be served: its node's next scrape (a
+// resolution, plus the request timeout) gives a first sample, and a pod younger than the store's 5 s
+// first-window minimum gets its rate from the scrape after (one more resolution). Five seconds more cover the
+// informers of the server and the fleet and a loaded machine.
 func newPodBound() time.Duration { return 2*suite.resolution + suite.timeout + 5*time.Second }
 
 // problemLog keeps the first ten problems found.
@@ -167,7 +164,8 @@ type churn struct {
 }
 
 func (c *churn) pod(name, node, role string) *corev1.Pod {
-	p := kwokPod(c.ns, name, node, map[string]string{churnLabel: role}, corev1.Container{Name: "app", Image: "registry.k8s.io/pause:3.10"})
+	ctr := corev1.Container{Name: "app", Image: "registry.k8s.io/pause:3.10"}
+	p := kwokPod(c.ns, name, node, map[string]string{churnLabel: role}, ctr)
 	p.Spec.Tolerations, p.Spec.AutomountServiceAccountToken = nil, ptr.To(false)
 	return p
 }
@@ -184,8 +182,8 @@ func (c *churn) delete(ctx context.Context, name string) error {
 	return nil
 }
 
-// run creates a pod every churnInterval, round robin over the nodes, and
-// deletes the oldest once churnPool are alive, until ctx ends.
+// run creates a pod every churnInterval, round robin over the nodes, and deletes the oldest once churnPool
+// are alive, until ctx ends.
 func (c *churn) run(ctx context.Context) {
 	client := suite.cluster.Client()
 	var alive []string
@@ -208,9 +206,8 @@ func (c *churn) run(ctx context.Context) {
 	})
 }
 
-// probe creates one pod at a time, until churnCtx ends, and measures how
-// long after it is Running its metrics are served through ep; then deletes
-// it. Each step is bounded with ctx, which outlives churnCtx.
+// probe creates one pod at a time, until churnCtx ends, and measures how long after it is Running its metrics
+// are served through ep; then deletes it. Each step is bounded with ctx, which outlives churnCtx.
 func (c *churn) probe(churnCtx, ctx context.Context, ep endpoint) {
 	client := suite.cluster.Client()
 	for i := 0; churnCtx.Err() == nil; i++ {
@@ -334,9 +331,8 @@ type seriesCount struct{ nodes, containers float64 }
 
 func (s seriesCount) String() string { return fmt.Sprintf("(%v, %v)", s.nodes, s.containers) }
 
-// waitStoreMatches waits, for at most bound, until the server's store
-// gauges (read through ep) equal the nodes and containers the sources
-// report now: every fleet node with its pods' containers, and every running
+// waitStoreMatches waits, for at most bound, until the server's store gauges (read through ep) equal the
+// nodes and containers the sources report now: every fleet node with its pods' containers, and every running
 // ukpd instance of an existing pod. It returns the gauges.
 func waitStoreMatches(ctx context.Context, t *testing.T, ep endpoint, bound time.Duration) seriesCount {
 	t.Helper()
@@ -389,9 +385,8 @@ func reportedSeries(ctx context.Context) (seriesCount, error) {
 	return n, nil
 }
 
-// settledMemory samples the RSS of pid every second for two resolutions and
-// returns the median, and the Go heap in use the server reports (0 if it
-// reports none).
+// settledMemory samples the RSS of pid every second for two resolutions and returns the median, and the Go
+// heap in use the server reports (0 if it reports none).
 func settledMemory(ctx context.Context, t *testing.T, ep endpoint, pid int) (rss, heap uint64) {
 	t.Helper()
 	var samples []uint64

@@ -17,14 +17,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// faultOutcome is what a fault must do to the metrics of the pods it
-// touches.
+// faultOutcome is what a fault must do to the metrics of the pods it touches.
 type faultOutcome int
 
 const (
-	faultGone        faultOutcome = iota // the pods keep their last right values, then disappear within the staleness bound
-	faultRightOrGone                     // the pods are served with right values or not at all, never with wrong ones
-	faultDropped                         // the pods of faultCase.dropped disappear by the next scrape; the others stay right
+	// faultGone: the pods keep their last right values, then disappear within the staleness bound.
+	faultGone        faultOutcome = iota
+	faultRightOrGone              // the pods are served with right values or not at all, never with wrong ones
+	// faultDropped: the pods of faultCase.dropped disappear by the next scrape; the others keep right values.
+	faultDropped
 )
 
 // faultCase is one fault of a fault table.
@@ -38,9 +39,8 @@ type faultCase struct {
 	dropped    map[string]bool
 }
 
-// faultScope is where a fault table's faults land: affected are the pods the
-// fault touches, healthy the pods that must keep fresh samples throughout,
-// told each pod's usage as the fakes were told.
+// faultScope is where a fault table's faults land: affected are the pods the fault touches, healthy the pods
+// that must keep fresh samples throughout, told each pod's usage as the fakes were told.
 type faultScope struct {
 	source            string // "kubelet" or "ukpd"
 	target            string // the target ID in the server's log
@@ -50,16 +50,14 @@ type faultScope struct {
 	tolerance         float64 // the relative CPU difference accepted
 }
 
-// faultFigures are what one fault case measured; zero durations were not
-// measured. served and lists count the lists that served an affected pod, of
-// all the lists taken while the fault was in force.
+// faultFigures are what one fault case measured; zero durations were not measured. served and lists count the
+// lists that served an affected pod, of all the lists taken while the fault was in force.
 type faultFigures struct {
 	counted, gone, recovered, healthyMaxAge time.Duration
 	served, lists                           int
 }
 
-// faultBounds derive every wait of a fault case from the server's
-// resolution and request timeout.
+// faultBounds derive every wait of a fault case from the server's resolution and request timeout.
 type faultBounds struct {
 	counted time.Duration // two failed scrapes, as TestNodeFaults always waited
 	gone    time.Duration // a scrape in flight at the fault, then staleness
@@ -86,11 +84,11 @@ func (tc faultCase) removes() bool { return tc.outcome == faultGone || tc.outcom
 // counts says whether the fault must move a self-metric.
 func (tc faultCase) counts() bool { return tc.reason != "" || tc.partial || tc.counter != nil }
 
-// faultCounters reads the self-metrics a fault may move: the failures under
-// its reason, the partial scrapes, and its counter.
+// faultCounters reads the self-metrics a fault may move: the failures under its reason, the partial scrapes,
+// and its counter.
 func faultCounters(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) (c [3]float64) {
-	source := `source="` + sc.source + `"`
-	c[0] = mustMetric(ctx, t, suite.server, "group_metrics_server_scraper_target_failures_total", source, `reason="`+tc.reason+`"`)
+	source, reason := `source="`+sc.source+`"`, `reason="`+tc.reason+`"`
+	c[0] = mustMetric(ctx, t, suite.server, "group_metrics_server_scraper_target_failures_total", source, reason)
 	c[1] = mustMetric(ctx, t, suite.server, "group_metrics_server_scraper_partial_scrapes_total", source)
 	if tc.counter != nil {
 		c[2] = mustMetric(ctx, t, suite.server, tc.counter[0], tc.counter[1:]...)
@@ -98,9 +96,8 @@ func faultCounters(ctx context.Context, t *testing.T, sc faultScope, tc faultCas
 	return c
 }
 
-// faultLog counts the server's log lines saying target started failing for
-// reason (for any reason if reason is empty), recovered, and started leaving
-// out malformed points.
+// faultLog counts the server's log lines saying target started failing for reason (for any reason if reason
+// is empty), recovered, and started leaving out malformed points.
 func faultLog(t *testing.T, target, reason string) (n [3]int) {
 	t.Helper()
 	log := string(readFile(t, suite.server.Process.LogPath()))
@@ -109,15 +106,16 @@ func faultLog(t *testing.T, target, reason string) (n [3]int) {
 	if reason != "" {
 		failing = append(failing, `reason="`+reason+`"`)
 	}
-	for i, words := range [][]string{failing, {target, `"Scrape target recovered"`}, {target, `"Scrape target leaving out malformed points"`}} {
+	for i, words := range [][]string{
+		failing, {target, `"Scrape target recovered"`}, {target, `"Scrape target leaving out malformed points"`},
+	} {
 		n[i] = len(matchingLines(log, words...))
 	}
 	return n
 }
 
-// runFault sets one fault, watches the pods and the server until the
-// fault's effects are all seen (or a bound passes), checks readiness, the
-// process and the log, clears the fault and waits for recovery.
+// runFault sets one fault, watches the pods and the server until the fault's effects are all seen (or a bound
+// passes), checks readiness, the process and the log, clears the fault and waits for recovery.
 func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) {
 	t.Helper()
 	b := newFaultBounds()
@@ -161,10 +159,9 @@ func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) {
 		tc.name, sc.target, r(fig.counted), r(fig.gone), r(fig.recovered), fig.served, fig.lists, r(fig.healthyMaxAge))
 }
 
-// watchFault lists the pods every half second, from the moment the fault
-// is set, until it is counted, its pods are gone as its outcome says, the
-// healthy pods are fresh and a "right" outcome was watched long enough;
-// then it checks what the lists saw.
+// watchFault lists the pods every half second, from the moment the fault is set, until it is counted, its
+// pods are gone as its outcome says, the healthy pods are fresh and a "right" outcome was watched long
+// enough; then it checks what the lists saw.
 func watchFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase, b faultBounds, counted func() bool) faultFigures {
 	t.Helper()
 	w := faultWatch{sc: sc, tc: tc, setAt: time.Now()}
@@ -282,8 +279,7 @@ func (w *faultWatch) observe(ctx context.Context) {
 	w.served += btoi(seen)
 }
 
-// faultSample is a pod's CPU and memory, as told to a fake or as served
-// with the time it was sampled.
+// faultSample is a pod's CPU and memory, as told to a fake or as served with the time it was sampled.
 type faultSample struct {
 	at               time.Time
 	milliCPU, memory int64
@@ -311,8 +307,8 @@ func listServed(ctx context.Context, ns string) (map[string]faultSample, error) 
 	return served, nil
 }
 
-// faultCheckValue says whether a served value is what the fakes were told;
-// a pod no fake was told of is an error.
+// faultCheckValue says whether a served value is what the fakes were told; a pod no fake was told of is an
+// error.
 func faultCheckValue(sc faultScope, pod string, s faultSample) error {
 	want, ok := sc.told[pod]
 	if !ok {
@@ -326,8 +322,8 @@ func faultCheckValue(sc faultScope, pod string, s faultSample) error {
 	return nil
 }
 
-// faultAllRight checks that every pod of the scope is served with right
-// values sampled after since, and no other pod.
+// faultAllRight checks that every pod of the scope is served with right values sampled after since, and no
+// other pod.
 func faultAllRight(ctx context.Context, sc faultScope, since time.Time) error {
 	served, err := listServed(ctx, sc.ns)
 	if err != nil {
@@ -353,8 +349,8 @@ func faultAllRight(ctx context.Context, sc faultScope, since time.Time) error {
 	return nil
 }
 
-// createPinnedPods creates one pod per name, bound to node, with one
-// container requesting 10m CPU, and waits until they run.
+// createPinnedPods creates one pod per name, bound to node, with one container requesting 10m CPU, and waits
+// until they run.
 func createPinnedPods(ctx context.Context, t *testing.T, ns, node string, names ...string) {
 	t.Helper()
 	ctr := corev1.Container{

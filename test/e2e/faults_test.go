@@ -16,10 +16,9 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
-// TestNodeFaults breaks the kubelets of nodes 0 and 1, one fault of each kind
-// only a control plane shows whole, while node 2 stays healthy. The in-process
-// tables (pkg/sources/kubelet) cover every other fault. It runs in parallel
-// with TestUkpdFaults only, which does not use nodes 0 and 1.
+// TestNodeFaults breaks the kubelets of nodes 0 and 1, one fault of each kind only a control plane shows
+// whole, while node 2 stays healthy. The in-process tables (pkg/sources/kubelet) cover every other fault. It
+// runs in parallel with TestUkpdFaults only, which does not use nodes 0 and 1.
 func TestNodeFaults(t *testing.T) {
 	t.Parallel()
 	ctx := begin(t, 12*time.Minute)
@@ -47,13 +46,13 @@ func TestNodeFaults(t *testing.T) {
 
 	fault := func(node string, f fakekubelet.Fault, tc faultCase) faultCase {
 		n, _ := suite.fleet.Node(node)
-		tc.name, tc.set, tc.clear = string(f.Kind), func() error { return n.SetFault(f) }, func() error { return n.ClearFault("") }
+		tc.name, tc.set = string(f.Kind), func() error { return n.SetFault(f) }
+		tc.clear = func() error { return n.ClearFault("") }
 		return tc
 	}
 	dup := pods[nodes[0]][1]
-	// Two faults at a time, the i-th on node i, never two of the same
-	// reason together: the failure counter has no per-node label. The zero
-	// outcome is faultGone.
+	// Two faults at a time, the i-th on node i, never two of the same reason together: the failure counter
+	// has no per-node label. The zero outcome is faultGone.
 	rounds := [][]faultCase{
 		{
 			fault(nodes[0], fakekubelet.Fault{Kind: fakekubelet.FaultDead}, faultCase{reason: "connection"}),
@@ -80,10 +79,9 @@ func TestNodeFaults(t *testing.T) {
 	t.Logf("every kubelet fault in %v", time.Since(began).Round(time.Second))
 }
 
-// TestUkpdFaults breaks the suite's ukpd endpoint, one fault of each kind only a
-// control plane shows whole, while kubelet-backed pods on fleet node 2 stay
-// healthy. The in-process tests (pkg/sources/ukpd) cover every other fault.
-// It runs in parallel with TestNodeFaults only.
+// TestUkpdFaults breaks the suite's ukpd endpoint, one fault of each kind only a control plane shows whole,
+// while kubelet-backed pods on fleet node 2 stay healthy. The in-process tests (pkg/sources/ukpd) cover every
+// other fault. It runs in parallel with TestNodeFaults only.
 func TestUkpdFaults(t *testing.T) {
 	t.Parallel()
 	ctx := begin(t, 12*time.Minute)
@@ -96,8 +94,10 @@ func TestUkpdFaults(t *testing.T) {
 	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns}, fakekubelet.Usage{CPUNanoCores: 50e6, MemoryBytes: 40 << 20})
 	healthy := []string{"web-a", "web-b"}
 	createPinnedPods(ctx, t, ns, suite.fleet.NodeNames[2], healthy...)
-	ukPods := runKraftletDeployment(ctx, t, env.DeploymentSpec{Namespace: ns, Name: "uk", Replicas: 2, CPURequest: "100m"})
-	sc := faultScope{source: "ukpd", target: "ukpd/" + suite.ukpd.URL, ns: ns, healthy: healthy, told: map[string]faultSample{}, tolerance: 0.05}
+	uk := env.DeploymentSpec{Namespace: ns, Name: "uk", Replicas: 2, CPURequest: "100m"}
+	ukPods := runKraftletDeployment(ctx, t, uk)
+	sc := faultScope{source: "ukpd", target: "ukpd/" + suite.ukpd.URL, ns: ns, healthy: healthy,
+		told: map[string]faultSample{}, tolerance: 0.05}
 	for _, p := range healthy {
 		sc.told[p] = faultSample{milliCPU: 50, memory: 40 << 20}
 	}
@@ -118,14 +118,15 @@ func TestUkpdFaults(t *testing.T) {
 		}
 	}
 	handler := func(f fakeukpd.Fault, tc faultCase) faultCase {
-		tc.name, tc.set, tc.clear = string(f.Kind), func() error { return u.SetFault(f) }, func() error { u.ClearFault(""); return nil }
+		tc.name, tc.set = string(f.Kind), func() error { return u.SetFault(f) }
+		tc.clear = func() error { u.ClearFault(""); return nil }
 		return tc
 	}
 	cases := []faultCase{
 		transport(fakecore.FaultRefused, "connection"),
 		handler(fakeukpd.Fault{Kind: fakecore.FaultGarbage}, faultCase{reason: "decode", outcome: faultGone}),
-		// A second instance for every container, with twice the values: the
-		// pod is served with its right values or not at all.
+		// A second instance for every container, with twice the values: the pod is served with its right
+		// values or not at all.
 		handler(fakeukpd.Fault{Kind: fakeukpd.FaultDuplicateInstances}, faultCase{outcome: faultRightOrGone,
 			counter: []string{"group_metrics_server_ukpd_ignored_instances_total", `reason="duplicate_container"`}}),
 	}

@@ -27,22 +27,19 @@ import (
 // floodFor is how long the tenant floods the server.
 const floodFor = 60 * time.Second
 
-// hpaReadBound is the p99 the HPA's reads keep under the flood. The HPA
-// reads each HPA's metrics once per sync (15 s by default, the suite's
-// HPASyncPeriod here) and acts on what it read; a read that takes a second
-// costs a fifteenth of a default sync. Unloaded, such a read takes tens of
-// milliseconds here (the probe's figures before the flood are logged), so
-// the bound leaves the loaded 2-core machine a factor of ten and more.
+// hpaReadBound is the p99 the HPA's reads keep under the flood. The HPA reads each HPA's metrics once per
+// sync (15 s by default, the suite's HPASyncPeriod here) and acts on what it read; a read that takes a second
+// costs a fifteenth of a default sync. Unloaded, such a read takes tens of milliseconds here (the probe's
+// figures before the flood are logged), so the bound leaves the loaded 2-core machine a factor of ten and
+// more.
 const hpaReadBound = time.Second
 
-// TestReadFlood: an identity with `view` in its own namespace keeps four
-// times the server's read slots of lists in flight, on the server's own
-// port and through the aggregator, some of them read slowly, for a minute.
-// Meanwhile an HPA in another namespace runs, and a probe reads as the
-// HPA's identity what the HPA reads: the probe's reads are never refused
-// and keep their p99 under hpaReadBound, the server never refuses or holds
-// back a priority read, the HPA keeps reading, and the tenant is held to
-// its share (it waits and is refused).
+// TestReadFlood: an identity with `view` in its own namespace keeps four times the server's read slots of
+// lists in flight, on the server's own port and through the aggregator, some of them read slowly, for a
+// minute. Meanwhile an HPA in another namespace runs, and a probe reads as the HPA's identity what the HPA
+// reads: the probe's reads are never refused and keep their p99 under hpaReadBound, the server never refuses
+// or holds back a priority read, the HPA keeps reading, and the tenant is held to its share (it waits and is
+// refused).
 func TestReadFlood(t *testing.T) {
 	ctx := begin(t, 5*time.Minute)
 	const tenantNS, hpaNS, sa = "e2e-flood-tenant", "e2e-flood-hpa", "viewer"
@@ -81,8 +78,8 @@ func TestReadFlood(t *testing.T) {
 	must(t, env.CreateCPUHPA(ctx, client, hpaNS, spec.Name, spec.Replicas, spec.Replicas, 50))
 	must(t, waitHPA(ctx, hpaNS, spec.Name, "read 50% utilization", func(h *autoscalingv2.HorizontalPodAutoscaler) bool { return utilization(h) == 50 }))
 
-	// The probe reads through the aggregator as the HPA controller does,
-	// under its identity: the cluster admin impersonates it.
+	// The probe reads through the aggregator as the HPA controller does, under its identity: the cluster
+	// admin impersonates it.
 	hpaCfg := rest.CopyConfig(suite.cluster.RESTConfig())
 	hpaCfg.Impersonate = rest.ImpersonationConfig{UserName: apiserver.DefaultPriorityReaders[0]}
 	hpaClient, err := rest.HTTPClientFor(hpaCfg)
@@ -103,8 +100,7 @@ func TestReadFlood(t *testing.T) {
 	unloaded := probeFor(10 * time.Second)
 
 	direct := directEndpoint(t, suite.server)
-	// limitCounts are the read limit's waits and refusals, of the
-	// priority readers and of the others.
+	// limitCounts are the read limit's waits and refusals, of the priority readers and of the others.
 	limitCounts := func() (c [2][2]float64) {
 		body, err := selfMetrics(ctx, direct)
 		must(t, err)
@@ -118,9 +114,8 @@ func TestReadFlood(t *testing.T) {
 	}
 	countsBefore := limitCounts()
 
-	// The flood: four times the slots of back-to-back lists per way in,
-	// and two slow readers per way in. The server's slots default to its
-	// CPUs; it runs on this machine, as the test does.
+	// The flood: four times the slots of back-to-back lists per way in, and two slow readers per way in. The
+	// server's slots default to its CPUs; it runs on this machine, as the test does.
 	slots := runtime.GOMAXPROCS(0)
 	floodCtx, stopFlood := context.WithTimeout(ctx, floodFor)
 	defer stopFlood()
@@ -130,7 +125,8 @@ func TestReadFlood(t *testing.T) {
 		mu          sync.Mutex
 	)
 	wg.Go(func() {
-		flood = runLoad(floodCtx, []endpoint{tenant["aggregator"], tenant["direct"]}, []shape{tenantList}, 4*slots, floodFor)
+		eps := []endpoint{tenant["aggregator"], tenant["direct"]}
+		flood = runLoad(floodCtx, eps, []shape{tenantList}, 4*slots, floodFor)
 	})
 	for _, ep := range tenant {
 		for range 2 {
@@ -171,24 +167,22 @@ func TestReadFlood(t *testing.T) {
 	}
 	t.Logf("during the flood, the priority readers' reads waited %v times and were refused %v times; the others' %v and %v",
 		counts[0][0], counts[0][1], counts[1][0], counts[1][1])
-	// At most two priority reads are in flight at once (the probe's, one
-	// at a time, and the HPA's sync): the priority slot and the shared slot
-	// the tenant's share leaves free serve both at once, so none may wait.
+	// At most two priority reads are in flight at once (the probe's, one at a time, and the HPA's sync): the
+	// priority slot and the shared slot the tenant's share leaves free serve both at once, so none may wait.
 	if counts[0] != [2]float64{} {
 		t.Errorf("the priority readers' reads waited %v times and were refused %v times during the flood, want none", counts[0][0], counts[0][1])
 	}
 	if hpa.hpaGap > 0 {
 		t.Errorf("the HPA's ScalingActive was not True for %v during the flood", hpa.hpaGap)
 	}
-	// The flood must have reached the limit, or the test showed nothing:
-	// the tenant's reads waited for its share of the slots.
+	// The flood must have reached the limit, or the test showed nothing: the tenant's reads waited for its
+	// share of the slots.
 	if counts[1][0] == 0 {
 		t.Errorf("none of the tenant's %d lists waited for a slot: the flood never reached its share of the slots", len(flood))
 	}
 }
 
-// slowFetch is fetch for a reader that takes its answer 512 bytes at a
-// time, 50 ms apart.
+// slowFetch is fetch for a reader that takes its answer 512 bytes at a time, 50 ms apart.
 func slowFetch(ctx context.Context, ep endpoint, sh shape) result {
 	r := result{endpoint: ep.name, shape: sh.name + "-slow", start: time.Now()}
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)

@@ -27,17 +27,16 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
 
-// endpoint is one way to reach the metrics API: through kube-apiserver's
-// aggregator, or on a server's own port.
+// endpoint is one way to reach the metrics API: through kube-apiserver's aggregator, or on a server's own
+// port.
 type endpoint struct {
 	name   string
 	base   string
 	client *http.Client
 }
 
-// aggregatorEndpoint reaches metrics.k8s.io through c's kube-apiserver as
-// its admin, over plain HTTP requests: no client-side rate limit and no
-// retries, so every failure is seen.
+// aggregatorEndpoint reaches metrics.k8s.io through c's kube-apiserver as its admin, over plain HTTP
+// requests: no client-side rate limit and no retries, so every failure is seen.
 func aggregatorEndpoint(t *testing.T, c *cluster.Cluster) endpoint {
 	t.Helper()
 	cfg := c.RESTConfig()
@@ -59,12 +58,10 @@ type shape struct{ name, path string }
 
 const metricsV1beta1 = "/apis/metrics.k8s.io/v1beta1"
 
-// listAllPods lists every pod's metrics in every namespace, as kubectl top
-// pod -A does.
+// listAllPods lists every pod's metrics in every namespace, as kubectl top pod -A does.
 func listAllPods() shape { return shape{"list-all", metricsV1beta1 + "/pods"} }
 
-// listSelected lists the metrics of the pods matching selector in ns, as the
-// HPA does for its target's pods.
+// listSelected lists the metrics of the pods matching selector in ns, as the HPA does for its target's pods.
 func listSelected(ns, selector string) shape {
 	return shape{"list-selector", metricsV1beta1 + "/namespaces/" + ns + "/pods?labelSelector=" + url.QueryEscape(selector)}
 }
@@ -79,8 +76,7 @@ func getPod(ns, name string) shape {
 	return shape{"get", metricsV1beta1 + "/namespaces/" + ns + "/pods/" + name}
 }
 
-// metricsAnswer is the part of a PodMetrics, PodMetricsList or
-// NodeMetricsList the checks read.
+// metricsAnswer is the part of a PodMetrics, PodMetricsList or NodeMetricsList the checks read.
 type metricsAnswer struct {
 	Metadata  metav1.ObjectMeta `json:"metadata"`
 	Timestamp metav1.Time       `json:"timestamp"`
@@ -120,9 +116,8 @@ type result struct {
 	code            int
 	err             error
 	body            string // first bytes, when the request failed
-	// retryAfter is the Retry-After header of a failed answer: the server
-	// (or kube-apiserver) tells the client to send it again, and client-go
-	// does.
+	// retryAfter is the Retry-After header of a failed answer: the server (or kube-apiserver) tells the
+	// client to send it again, and client-go does.
 	retryAfter string
 	answer     metricsAnswer
 }
@@ -137,8 +132,8 @@ func (r result) String() string {
 	return what + fmt.Sprintf("status %d: %s", r.code, r.body)
 }
 
-// requestTimeout bounds one request of the load clients: far above any
-// answer's time, so that only a hung request hits it.
+// requestTimeout bounds one request of the load clients: far above any answer's time, so that only a hung
+// request hits it.
 const requestTimeout = 30 * time.Second
 
 // fetch sends one GET and decodes a 200 answer.
@@ -171,16 +166,14 @@ func fetch(ctx context.Context, ep endpoint, sh shape) result {
 	return r
 }
 
-// runLoad runs clients goroutines per endpoint, each sending the shapes in
-// turn (client i starting at shape i), back to back, until d has passed or
-// ctx is done. It returns every request's result.
+// runLoad runs clients goroutines per endpoint, each sending the shapes in turn (client i starting at shape
+// i), back to back, until d has passed or ctx is done. It returns every request's result.
 func runLoad(ctx context.Context, eps []endpoint, shapes []shape, clients int, d time.Duration) []result {
 	return runLoadCounting(ctx, eps, shapes, clients, d, nil)
 }
 
-// runLoadCounting is runLoad that adds one to answered (when not nil) for
-// every request that succeeds, so a caller can wait for the load to be under
-// way rather than for time to pass.
+// runLoadCounting is runLoad that adds one to answered (when not nil) for every request that succeeds, so a
+// caller can wait for the load to be under way rather than for time to pass.
 func runLoadCounting(ctx context.Context, eps []endpoint, shapes []shape, clients int, d time.Duration, answered *atomic.Int64) []result {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()

@@ -17,15 +17,15 @@ import (
 const (
 	// loadDuration is how long the clients send requests.
 	loadDuration = 60 * time.Second
-	// loadClients is how many clients send requests back to back on each
-	// path (through the aggregator, and on the server's port).
+	// loadClients is how many clients send requests back to back on each path (through the aggregator, and on
+	// the server's port).
 	loadClients = 8
 	// loadPods is the size of the Deployment the HPA-like lists select.
 	loadPods = 30
 )
 
-// TestLoad sends requests back to back from loadClients clients on each path for
-// loadDuration and logs the latency of each shape and path.
+// TestLoad sends requests back to back from loadClients clients on each path for loadDuration and logs the
+// latency of each shape and path.
 func TestLoad(t *testing.T) {
 	ctx := begin(t, 5*time.Minute)
 	const ns = "e2e-load"
@@ -79,15 +79,13 @@ func servesAll(r result, want []string) error {
 	return nil
 }
 
-// staleBound is how long the server serves a value after computing it:
-// 2 × resolution + request timeout (README, "Staleness").
+// staleBound is how long the server serves a value after computing it: 2 × resolution + request timeout
+// (README, "Staleness").
 func staleBound() time.Duration { return 2*suite.resolution + suite.timeout }
 
-// tickBound is the longest the scrape loop may take between the ends of two
-// ticks while it keeps its pace: ticks start every resolution and each ends
-// within the request timeout of its start, so two ends are at most
-// resolution + timeout apart; half a resolution more covers scheduling on a
-// loaded machine.
+// tickBound is the longest the scrape loop may take between the ends of two ticks while it keeps its pace:
+// ticks start every resolution and each ends within the request timeout of its start, so two ends are at most
+// resolution + timeout apart; half a resolution more covers scheduling on a loaded machine.
 func tickBound() time.Duration { return suite.resolution + suite.timeout + suite.resolution/2 }
 
 // scrapeWatch is what watchScrapeLoop saw.
@@ -120,10 +118,9 @@ func (w scrapeWatch) check(t *testing.T, elapsed time.Duration) {
 	}
 }
 
-// watchScrapeLoop checks every second, until the returned function is
-// called, that a list through ep (sh) serves every key of want with samples
-// younger than staleBound, and reads the scrape loop's last tick and tick
-// count from /metrics, and the server's RSS.
+// watchScrapeLoop checks every second, until the returned function is called, that a list through ep (sh)
+// serves every key of want with samples younger than staleBound, and reads the scrape loop's last tick and
+// tick count from /metrics, and the server's RSS.
 func watchScrapeLoop(ctx context.Context, t *testing.T, ep endpoint, sh shape, want []string) func() scrapeWatch {
 	t.Helper()
 	var w scrapeWatch
@@ -166,8 +163,8 @@ func watchScrapeLoop(ctx context.Context, t *testing.T, ep endpoint, sh shape, w
 		case err != nil:
 			problem("read the scrape loop's metrics: %v", err)
 		case lastTick > 0 && count > lastCount:
-			// With one tick since the last read the gap is exact;
-			// with more, its average is a lower bound of the longest.
+			// With one tick since the last read the gap is exact; with more, its average is a lower bound of
+			// the longest.
 			gap := time.Duration((tick - lastTick) / (count - lastCount) * float64(time.Second))
 			w.maxTickGap = max(w.maxTickGap, gap)
 			w.ticks += int(count - lastCount)

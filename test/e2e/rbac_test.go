@@ -3,8 +3,8 @@
 package e2e
 
 import (
-	"cmp"
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"testing"
@@ -25,9 +25,8 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
 
-// TestAuthorization checks that an identity without RBAC for metrics.k8s.io
-// is refused, through the aggregator and by the server itself, and is
-// allowed once bound to system:aggregated-metrics-reader.
+// TestAuthorization checks that an identity without RBAC for metrics.k8s.io is refused, through the
+// aggregator and by the server itself, and is allowed once bound to system:aggregated-metrics-reader.
 func TestAuthorization(t *testing.T) {
 	ctx := begin(t, 2*time.Minute)
 	const ns, sa = "e2e-rbac", "reader"
@@ -38,13 +37,15 @@ func TestAuthorization(t *testing.T) {
 	for _, via := range vias(suite.server) {
 		eps = append(eps, via.endpoint(t, func(c *rest.Config) { c.BearerToken = token }))
 	}
-	// check reports nil when every path answers want, through the
-	// aggregator and directly.
+	// check reports nil when every path answers want, through the aggregator and directly.
 	check := func(ctx context.Context, want int) error {
 		for _, ep := range eps {
 			for _, p := range paths {
 				code, body, err := env.Get(ctx, ep.client, ep.base+p)
-				if err = cmp.Or(err, wantf(code == want, "%s, GET %s: status %d, want %d: %.200s", ep.name, p, code, want, body)); err != nil {
+				if err == nil && code != want {
+					err = fmt.Errorf("%s, GET %s: status %d, want %d: %.200s", ep.name, p, code, want, body)
+				}
+				if err != nil {
 					return err
 				}
 			}
@@ -72,18 +73,16 @@ func TestAuthorization(t *testing.T) {
 	t.Logf("allowed %v after the binding was created", time.Since(began).Round(time.Millisecond))
 }
 
-// reviewResources are what every authenticated identity, or the
-// auth-delegator role, may create: questions to the API server, which
-// store nothing.
+// reviewResources are what every authenticated identity, or the auth-delegator role, may create: questions to
+// the API server, which store nothing.
 var reviewResources = []string{"tokenreviews", "subjectaccessreviews", "selfsubjectaccessreviews", "selfsubjectrulesreviews", "selfsubjectreviews"}
 
-// TestKubeletCredentialReadOnly asks the API server, with each credential the fake
-// kubelets received, what it may do: read only.
+// TestKubeletCredentialReadOnly asks the API server, with each credential the fake kubelets received, what it
+// may do: read only.
 func TestKubeletCredentialReadOnly(t *testing.T) {
 	ctx := begin(t, 2*time.Minute)
-	// The tokens come with the server's scrapes, and an Available server
-	// may not have scraped yet when this test is the first to run: wait for
-	// its first scrape, within readyBound and ten seconds for a loaded
+	// The tokens come with the server's scrapes, and an Available server may not have scraped yet when this
+	// test is the first to run: wait for its first scrape, within readyBound and ten seconds for a loaded
 	// machine.
 	var tokens []string
 	must(t, pollBounded(ctx, readyBound()+10*time.Second, "the fleet to accept a bearer token", func(context.Context) error {

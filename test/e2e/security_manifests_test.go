@@ -28,13 +28,11 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
 
-// serverDeployment is the Deployment (and its container) the manifests run
-// the server in; controllerDeployment runs the certificate controller.
-// insecureKubeletFlag turns off verification of kubelet serving
-// certificates. It may appear in one manifest only: the development
-// component insecureKubeletComponent (for kind and minikube, whose kubelets
-// serve self-signed certificates), and in the server's arguments only of
-// kustomizations that include that component.
+// serverDeployment is the Deployment (and its container) the manifests run the server in;
+// controllerDeployment runs the certificate controller. insecureKubeletFlag turns off verification of kubelet
+// serving certificates. It may appear in one manifest only: the development component
+// insecureKubeletComponent (for kind and minikube, whose kubelets serve self-signed certificates), and in the
+// server's arguments only of kustomizations that include that component.
 const (
 	serverDeployment         = "group-metrics-server"
 	controllerDeployment     = "group-metrics-server-cert-controller"
@@ -43,21 +41,23 @@ const (
 )
 
 var (
-	// readVerbs are the only verbs a role bound to the serving identity may
-	// grant: its credential is sent to every kubelet.
+	// readVerbs are the only verbs a role bound to the serving identity may grant: its credential is sent to
+	// every kubelet.
 	readVerbs = []string{"get", "list", "watch"}
 	// insecureFlags may not appear in a shipped manifest.
-	insecureFlags = []string{"--kubelet-insecure-tls", "--ukpd-insecure-tls", "--profiling", "--contention-profiling", "--debug-socket-path"}
+	insecureFlags = []string{
+		"--kubelet-insecure-tls", "--ukpd-insecure-tls", "--profiling", "--contention-profiling", "--debug-socket-path",
+	}
 )
 
-// TestManifestsHardened renders every kustomization under manifests/ and checks
-// what each would run, and its RBAC grants against docs/security.md.
+// TestManifestsHardened renders every kustomization under manifests/ and checks what each would run, and its
+// RBAC grants against docs/security.md.
 func TestManifestsHardened(t *testing.T) {
 	ctx := begin(t, 2*time.Minute)
 	root := repoPath(t)
 	doc := readFile(t, filepath.Join(root, "docs", "security.md"))
-	// The grants docs/security.md lists: the backquoted first cell of every
-	// table row that starts with a role kind.
+	// The grants docs/security.md lists: the backquoted first cell of every table row that starts with a role
+	// kind.
 	documented := map[string]bool{}
 	for _, m := range regexp.MustCompile("(?m)^\\| `((?:Cluster)?Role [^`]+)` \\|").FindAllStringSubmatch(string(doc), -1) {
 		documented[m[1]] = true
@@ -106,25 +106,23 @@ func TestManifestsHardened(t *testing.T) {
 	}
 	t.Logf("%d kustomizations, %d server Deployments, %d distinct grants to the identities", len(dirs), servers, len(granted))
 
-	// The NetworkPolicy component, applied without the control plane's
-	// CIDR patched in, is refused rather than cutting off the aggregator.
+	// The NetworkPolicy component, applied without the control plane's CIDR patched in, is refused rather
+	// than cutting off the aggregator.
 	_, stderr, err := suite.cluster.Kubectl(ctx, "apply", "--dry-run=server", "-f", filepath.Join(root, "manifests", "components", "network-policy", "networkpolicy.yaml"))
 	if err == nil || !strings.Contains(stderr, "cidr") {
 		t.Errorf("the unpatched NetworkPolicy component was not refused for its CIDR: %v %s", err, stderr)
 	}
 
-	// The suite's server runs with exactly these grants (its kubeconfig
-	// holds a token of the manifests' ServiceAccount): none of its calls
-	// so far was refused.
+	// The suite's server runs with exactly these grants (its kubeconfig holds a token of the manifests'
+	// ServiceAccount): none of its calls so far was refused.
 	for _, l := range matchingLines(string(readFile(t, suite.server.Process.LogPath())), "forbidden") {
 		t.Errorf("the server was refused a call: %.300s", l)
 	}
 }
 
-// kustomizations returns the directories (relative to root) under manifests/
-// with a kustomization that builds on its own (components only build as part
-// of another), each with whether it includes insecureKubeletComponent. It
-// fails for every file outside that component that names insecureKubeletFlag,
+// kustomizations returns the directories (relative to root) under manifests/ with a kustomization that builds
+// on its own (components only build as part of another), each with whether it includes
+// insecureKubeletComponent. It fails for every file outside that component that names insecureKubeletFlag,
 // and when the component itself no longer does.
 func kustomizations(t *testing.T, root string) map[string]bool {
 	t.Helper()
@@ -173,8 +171,8 @@ func kustomizations(t *testing.T, root string) map[string]bool {
 func checkObject(t *testing.T, o *unstructured.Unstructured) {
 	t.Helper()
 	id := o.GetKind() + " " + o.GetName()
-	// The ukpd relay alone shares the host's network: ukpd listens on the
-	// host's loopback (manifests/components/ukpd-relay).
+	// The ukpd relay alone shares the host's network: ukpd listens on the host's loopback
+	// (manifests/components/ukpd-relay).
 	hostNetworkOK := o.GetKind() == "DaemonSet" && o.GetName() == relayName
 	for _, spec := range podSpecs(t, o) {
 		if (spec.HostNetwork && !hostNetworkOK) || spec.HostPID || spec.HostIPC {
@@ -236,9 +234,8 @@ func checkObject(t *testing.T, o *unstructured.Unstructured) {
 	}
 }
 
-// checkServerDeployment checks the server's pod and container hardening.
-// devInsecure: the kustomization includes the development component
-// insecure-kubelet-tls, so --kubelet-insecure-tls, and no other weakening
+// checkServerDeployment checks the server's pod and container hardening. devInsecure: the kustomization
+// includes the development component insecure-kubelet-tls, so --kubelet-insecure-tls, and no other weakening
 // flag, must be set.
 func checkServerDeployment(t *testing.T, o *unstructured.Unstructured, devInsecure bool) {
 	t.Helper()
@@ -282,8 +279,7 @@ func checkServerDeployment(t *testing.T, o *unstructured.Unstructured, devInsecu
 	}
 }
 
-// podSpecs returns the pod specs in o, of any kind: every map that
-// holds containers.
+// podSpecs returns the pod specs in o, of any kind: every map that holds containers.
 func podSpecs(t *testing.T, o *unstructured.Unstructured) []corev1.PodSpec {
 	t.Helper()
 	var out []corev1.PodSpec
@@ -312,11 +308,10 @@ func podSpecs(t *testing.T, o *unstructured.Unstructured) []corev1.PodSpec {
 	return out
 }
 
-// grantsTo returns what the objs grant the ServiceAccount of the Deployment
-// or DaemonSet named workload, one line per rule: "ClusterRole <name>:
-// <group>/<resource>[<names>]: <verbs>", "Role <namespace>/<name>: ..." for
-// namespaced roles, and "<Kind> <name> (built in)" for a role the manifests
-// bind but do not define; and the lines whose verbs go beyond readVerbs.
+// grantsTo returns what the objs grant the ServiceAccount of the Deployment or DaemonSet named workload, one
+// line per rule: "ClusterRole <name>: <group>/<resource>[<names>]: <verbs>", "Role <namespace>/<name>: ..."
+// for namespaced roles, and "<Kind> <name> (built in)" for a role the manifests bind but do not define; and
+// the lines whose verbs go beyond readVerbs.
 func grantsTo(t *testing.T, objs []*unstructured.Unstructured, workload string) (grants, writes []string) {
 	t.Helper()
 	roles := map[string][]rbacv1.PolicyRule{}
@@ -347,11 +342,10 @@ func grantsTo(t *testing.T, objs []*unstructured.Unstructured, workload string) 
 			key := roleKey(b.RoleRef.Kind, o.GetNamespace(), b.RoleRef.Name)
 			rules, ok := roles[key]
 			if !ok {
-				// The built-in roles bound are system:auth-delegator (create
-				// tokenreviews and subjectaccessreviews: questions, which
-				// store nothing) and extension-apiserver-authentication-reader
-				// (get, list, watch one ConfigMap); the e2e rules review of
-				// the kubelets' credential checks what they grant.
+				// The built-in roles bound are system:auth-delegator (create tokenreviews and
+				// subjectaccessreviews: questions, which store nothing) and
+				// extension-apiserver-authentication-reader (get, list, watch one ConfigMap); the e2e rules
+				// review of the kubelets' credential checks what they grant.
 				grants = append(grants, key+" (built in)")
 				continue
 			}
@@ -380,8 +374,7 @@ func grantsTo(t *testing.T, objs []*unstructured.Unstructured, workload string) 
 	return grants, writes
 }
 
-// roleKey names a role; a ClusterRole has no namespace, even when a
-// RoleBinding refers to it.
+// roleKey names a role; a ClusterRole has no namespace, even when a RoleBinding refers to it.
 func roleKey(kind, ns, name string) string {
 	if ns == "" || kind == "ClusterRole" {
 		return kind + " " + name

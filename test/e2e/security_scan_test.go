@@ -26,9 +26,8 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
 
-// secrets are credentials the suite gives the servers it starts (the
-// ServiceAccount token a server presents to kubelets and kube-apiserver, the
-// ukpd bearer token): none may appear in a log, an API answer or a
+// secrets are credentials the suite gives the servers it starts (the ServiceAccount token a server presents
+// to kubelets and kube-apiserver, the ukpd bearer token): none may appear in a log, an API answer or a
 // self-metric.
 type secrets struct {
 	mu    sync.Mutex
@@ -40,15 +39,13 @@ type secret struct {
 	needles [][]byte
 }
 
-// suiteSecrets collects credentials as the suite runs: they are read when
-// the suite starts and again at the end, because a server deployed later
-// rewrites the kubeconfig of the same ServiceAccount with a new token.
+// suiteSecrets collects credentials as the suite runs: they are read when the suite starts and again at the
+// end, because a server deployed later rewrites the kubeconfig of the same ServiceAccount with a new token.
 var suiteSecrets = &secrets{}
 
-// add records value under name. A JWT is also looked for by its signature
-// alone, which identifies it even when the rest is cut or re-encoded. Short
-// strings, which could match by chance, are left out: every credential the
-// suite hands out is longer.
+// add records value under name. A JWT is also looked for by its signature alone, which identifies it even
+// when the rest is cut or re-encoded. Short strings, which could match by chance, are left out: every
+// credential the suite hands out is longer.
 func (s *secrets) add(name, value string) {
 	const minSecretLen = 12
 	if value = strings.TrimSpace(value); len(value) < minSecretLen {
@@ -85,9 +82,9 @@ func (s *secrets) find(b []byte) (name string, at int) {
 	return "", -1
 }
 
-// collect reads the credentials of the suite's servers: the ukpd token file,
-// the kubeconfig of every group-metrics-server process, found in the command
-// line each process log starts with, and the certificate controller's keys.
+// collect reads the credentials of the suite's servers: the ukpd token file, the kubeconfig of every
+// group-metrics-server process, found in the command line each process log starts with, and the certificate
+// controller's keys.
 func (s *secrets) collect() error {
 	var errs []error
 	if suite.ukpd != nil {
@@ -119,8 +116,7 @@ func (s *secrets) collect() error {
 			}
 		}
 	}
-	// A PEM key is looked for by the base64 lines of its body, which any
-	// print of it carries.
+	// A PEM key is looked for by the base64 lines of its body, which any print of it carries.
 	for name, keys := range map[string][]string{
 		"group-metrics-server-ca":           {certs.KeyCAKey, certs.KeyNextKey},
 		"group-metrics-server-serving-cert": {certs.KeyServingKey},
@@ -141,9 +137,8 @@ func (s *secrets) collect() error {
 	return errors.Join(errs...)
 }
 
-// scan looks for every credential in answers and in every log under dir.
-// It returns "GET <path> holds <name>" or "<file>:<line>: holds <name>" for
-// each hit, never the credential, and what it looked through.
+// scan looks for every credential in answers and in every log under dir. It returns "GET <path> holds <name>"
+// or "<file>:<line>: holds <name>" for each hit, never the credential, and what it looked through.
 func (s *secrets) scan(dir string, answers map[string]string) (hits []string, summary string, err error) {
 	for p, body := range answers {
 		if name, at := s.find([]byte(body)); at >= 0 {
@@ -171,9 +166,8 @@ func (s *secrets) scan(dir string, answers map[string]string) (hits []string, su
 	return hits, summary, err
 }
 
-// isLog reports whether path is a log: every file under the cluster's log
-// directory, and any *.log elsewhere (the credential files themselves sit
-// in the work directory too).
+// isLog reports whether path is a log: every file under the cluster's log directory, and any *.log elsewhere
+// (the credential files themselves sit in the work directory too).
 func isLog(path string) bool {
 	if suite.cluster != nil {
 		if rel, err := filepath.Rel(suite.cluster.LogDir(), path); err == nil && !strings.HasPrefix(rel, "..") {
@@ -183,9 +177,8 @@ func isLog(path string) bool {
 	return strings.HasSuffix(path, ".log")
 }
 
-// scrapeServer returns the server's answers to the paths an operator
-// reads: its self-metrics and the verbose health checks, which carry the
-// sources' error messages.
+// scrapeServer returns the server's answers to the paths an operator reads: its self-metrics and the verbose
+// health checks, which carry the sources' error messages.
 func scrapeServer(ctx context.Context, s *env.Server) (map[string]string, error) {
 	client, err := s.HTTPClient()
 	if err != nil {
@@ -206,9 +199,8 @@ func scrapeServer(ctx context.Context, s *env.Server) (map[string]string, error)
 	return out, nil
 }
 
-// leakCheck is the scan that runs once every test has: newLeakCheck reads
-// the credentials the suite's server started with, finish looks for them
-// and any read since in every log and in a last scrape of the server.
+// leakCheck is the scan that runs once every test has: newLeakCheck reads the credentials the suite's server
+// started with, finish looks for them and any read since in every log and in a last scrape of the server.
 type leakCheck struct{}
 
 func newLeakCheck() *leakCheck {
@@ -218,8 +210,7 @@ func newLeakCheck() *leakCheck {
 	return &leakCheck{}
 }
 
-// finish returns code, or 1 when a credential was found or the scan could
-// not run.
+// finish returns code, or 1 when a credential was found or the scan could not run.
 func (l *leakCheck) finish(code int) int {
 	if suite.cluster == nil {
 		return code
@@ -260,8 +251,8 @@ func (l *leakCheck) finish(code int) int {
 	return code
 }
 
-// TestCredentialsNotLeaked rotates the ukpd token to a refused one and back, and
-// checks that no credential shows in a log, an answer or a self-metric.
+// TestCredentialsNotLeaked rotates the ukpd token to a refused one and back, and checks that no credential
+// shows in a log, an answer or a self-metric.
 func TestCredentialsNotLeaked(t *testing.T) {
 	ctx := begin(t, 3*time.Minute)
 	must(t, suiteSecrets.collect())
@@ -290,11 +281,9 @@ func TestCredentialsNotLeaked(t *testing.T) {
 	t.Logf("looked through %s", summary)
 }
 
-// wrongAuthFailures makes the server send a token ukpd refuses until the
-// failure is counted, then restores the token and waits until the ukpd
-// target is healthy again. The wrong token is a credential too. The ukpd
-// endpoint is a scrape target only while it owns a node, so a kraftlet node
-// stands in that time.
+// wrongAuthFailures makes the server send a token ukpd refuses until the failure is counted, then restores
+// the token and waits until the ukpd target is healthy again. The wrong token is a credential too. The ukpd
+// endpoint is a scrape target only while it owns a node, so a kraftlet node stands in that time.
 func wrongAuthFailures(ctx context.Context, t *testing.T) {
 	t.Helper()
 	const node = "e2e-security-kraftlet"
@@ -315,10 +304,9 @@ func wrongAuthFailures(ctx context.Context, t *testing.T) {
 	must(t, os.WriteFile(suite.ukpd.TokenFile, []byte(wrong+"\n"), 0o600))
 	must(t, pollBounded(ctx, bound, "the server to count a refused ukpd scrape",
 		metricCheck(suite.server, valueAtLeast(before+1), failures[0], failures[1:]...)))
-	// The failure is logged (once, as every failing target is), so the scan
-	// covers an error about authentication. The scraper counts a failure
-	// just before it logs it, so the line may trail the count: wait for it,
-	// bounded as the log lines of checkFailingMember are.
+	// The failure is logged (once, as every failing target is), so the scan covers an error about
+	// authentication. The scraper counts a failure just before it logs it, so the line may trail the count:
+	// wait for it, bounded as the log lines of checkFailingMember are.
 	var logged []string
 	if err := pollBounded(ctx, 10*time.Second, "the server to log ukpd answering 401", func(context.Context) error {
 		var err error
@@ -342,12 +330,13 @@ func linesWith(path string, words ...string) ([]string, error) {
 	return matchingLines(string(b), words...), nil
 }
 
-// matchingLines returns the lines of text that hold every word, but for
-// the lines the harness writes into a log ("### ").
+// matchingLines returns the lines of text that hold every word, but for the lines the harness writes into a
+// log ("### ").
 func matchingLines(text string, words ...string) []string {
 	var out []string
 	for _, line := range strings.Split(text, "\n") {
-		if !strings.HasPrefix(line, "### ") && !slices.ContainsFunc(words, func(w string) bool { return !strings.Contains(line, w) }) {
+		missing := slices.ContainsFunc(words, func(w string) bool { return !strings.Contains(line, w) })
+		if !missing && !strings.HasPrefix(line, "### ") {
 			out = append(out, line)
 		}
 	}

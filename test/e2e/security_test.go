@@ -33,14 +33,13 @@ const securityNamespace = "e2e-security"
 type credentials struct {
 	name string
 	set  func(*rest.Config)
-	// want is the status every protected path must answer with, through
-	// the aggregator and directly; 0 for the cluster admin, answered 200,
-	// or 404 where nothing is served.
+	// want is the status every protected path must answer with, through the aggregator and directly; 0 for
+	// the cluster admin, answered 200, or 404 where nothing is served.
 	want int
 }
 
-// TestRequestsRefused sends every metrics.k8s.io and custom.metrics.k8s.io read,
-// and the server's own paths, as identities that must get 401 or 403.
+// TestRequestsRefused sends every metrics.k8s.io and custom.metrics.k8s.io read, and the server's own paths,
+// as identities that must get 401 or 403.
 func TestRequestsRefused(t *testing.T) {
 	ctx := begin(t, 4*time.Minute)
 	pid := suite.server.Process.Pid()
@@ -76,18 +75,17 @@ func TestRequestsRefused(t *testing.T) {
 		check(t, suite.server, metricsPaths(securityNamespace, node))
 	})
 	t.Run("custom.metrics.k8s.io", func(t *testing.T) {
-		// The suite's server does not serve custom.metrics.k8s.io; one from
-		// manifests/custom-metrics does, until the subtest ends.
+		// The suite's server does not serve custom.metrics.k8s.io; one from manifests/custom-metrics does,
+		// until the subtest ends.
 		s := deployCustomMetricsServer(ctx, t, "group-metrics-server-security")
 		check(t, s, append(customMetricsPaths(securityNamespace), metricsPaths(securityNamespace, node)...))
 	})
 	checkServerUp(ctx, t, pid)
 }
 
-// serverOwnPaths are protected paths only the server's own port has:
-// self-metrics, and profiling, which the manifests leave off (the admin
-// gets 404). Discovery and /openapi are open to every authenticated user,
-// as on kube-apiserver (system:discovery), so they are not here.
+// serverOwnPaths are protected paths only the server's own port has: self-metrics, and profiling, which the
+// manifests leave off (the admin gets 404). Discovery and /openapi are open to every authenticated user, as
+// on kube-apiserver (system:discovery), so they are not here.
 var serverOwnPaths = []string{"/metrics", profilingPath}
 
 const profilingPath = "/debug/pprof/"
@@ -110,9 +108,8 @@ func customMetricsPaths(ns string) (out []string) {
 	return out
 }
 
-// via is a way to reach a server with no credentials: through
-// kube-apiserver's aggregator, or directly at its port, verifying its
-// certificate as the aggregator does.
+// via is a way to reach a server with no credentials: through kube-apiserver's aggregator, or directly at its
+// port, verifying its certificate as the aggregator does.
 type via struct {
 	name string
 	base func() *rest.Config
@@ -135,8 +132,8 @@ func vias(s *env.Server) []via {
 	}
 }
 
-// endpoint reaches the server through v with the config set changes; its
-// client's connections are closed when the test ends.
+// endpoint reaches the server through v with the config set changes; its client's connections are closed when
+// the test ends.
 func (v via) endpoint(t *testing.T, set func(*rest.Config)) endpoint {
 	t.Helper()
 	cfg := v.base()
@@ -153,8 +150,8 @@ func asAdmin(cfg *rest.Config) {
 	cfg.CertData, cfg.KeyData, cfg.CertFile, cfg.KeyFile = admin.CertData, admin.KeyData, admin.CertFile, admin.KeyFile
 }
 
-// TestHostileRequests sends malformed, unsupported or oversized selectors and
-// names as the cluster admin: each answered as listed, never with a 5xx.
+// TestHostileRequests sends malformed, unsupported or oversized selectors and names as the cluster admin:
+// each answered as listed, never with a 5xx.
 func TestHostileRequests(t *testing.T) {
 	ctx := begin(t, 3*time.Minute)
 	pid := suite.server.Process.Pid()
@@ -165,8 +162,8 @@ func TestHostileRequests(t *testing.T) {
 		path  string // escaped path, appended to the metrics.k8s.io version
 		query url.Values
 		want  []int
-		// http1 sends the request over HTTP/1.1 only: an HTTP/2 client refuses
-		// to send headers above the limit the server advertises.
+		// http1 sends the request over HTTP/1.1 only: an HTTP/2 client refuses to send headers above the
+		// limit the server advertises.
 		http1 bool
 	}{
 		{name: "garbage-label-selector", path: "/namespaces/" + ns + "/pods", query: url.Values{"labelSelector": {"!!!==,(x"}}, want: []int{http.StatusBadRequest}},
@@ -218,8 +215,8 @@ func TestHostileRequests(t *testing.T) {
 	checkServerUp(ctx, t, pid)
 }
 
-// checkServerUp checks that the suite's server still runs as pid, is ready
-// with its metric storage, and answers a list.
+// checkServerUp checks that the suite's server still runs as pid, is ready with its metric storage, and
+// answers a list.
 func checkServerUp(ctx context.Context, t *testing.T, pid int) {
 	t.Helper()
 	select {
@@ -239,9 +236,8 @@ func checkServerUp(ctx context.Context, t *testing.T, pid int) {
 	getExpecting(ctx, t, ep.client, ep.base+"/apis/metrics.k8s.io/v1beta1/nodes", []int{http.StatusOK})
 }
 
-// getExpecting GETs u and returns the status, which must be one of want.
-// A transport error fails the test; so does an answer that carries a
-// credential the suite gave a server.
+// getExpecting GETs u and returns the status, which must be one of want. A transport error fails the test; so
+// does an answer that carries a credential the suite gave a server.
 func getExpecting(ctx context.Context, t *testing.T, client *http.Client, u string, want []int) int {
 	t.Helper()
 	code, body, err := env.Get(ctx, client, u)
@@ -261,8 +257,7 @@ func getExpecting(ctx context.Context, t *testing.T, client *http.Client, u stri
 func refusedCredentials(ctx context.Context, t *testing.T) []credentials {
 	t.Helper()
 	saToken := newServiceAccount(ctx, t, securityNamespace, "no-rbac")
-	// A client certificate for the cluster admin's name and group, signed
-	// by a CA the cluster has never seen.
+	// A client certificate for the cluster admin's name and group, signed by a CA the cluster has never seen.
 	now := time.Now()
 	ca, err := pki.NewCA("e2e-foreign-ca", now, time.Hour)
 	must(t, err)
@@ -277,11 +272,11 @@ func refusedCredentials(ctx context.Context, t *testing.T) []credentials {
 	}
 }
 
-// newServiceAccount creates a ServiceAccount, bound to no role, and returns
-// its token.
+// newServiceAccount creates a ServiceAccount, bound to no role, and returns its token.
 func newServiceAccount(ctx context.Context, t *testing.T, ns, name string) string {
 	t.Helper()
-	_, err := suite.cluster.Client().CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	_, err := suite.cluster.Client().CoreV1().ServiceAccounts(ns).Create(ctx,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	must(t, err)
 	kubeconfig, err := suite.cluster.ServiceAccountKubeconfig(ctx, ns, name)
 	must(t, err)
@@ -290,8 +285,8 @@ func newServiceAccount(ctx context.Context, t *testing.T, ns, name string) strin
 	return cfg.BearerToken
 }
 
-// forgedToken is a well-formed ES256 JWT claiming to be the server's
-// ServiceAccount, signed with a key nobody trusts.
+// forgedToken is a well-formed ES256 JWT claiming to be the server's ServiceAccount, signed with a key nobody
+// trusts.
 func forgedToken(t *testing.T) string {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)

@@ -25,8 +25,8 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
 
-// tenantEnv is the victim, the bystander and the endpoints every tenant's
-// pod serves, shared by TestEndpointTenants' cases.
+// tenantEnv is the victim, the bystander and the endpoints every tenant's pod serves, shared by
+// TestEndpointTenants' cases.
 type tenantEnv struct {
 	e                       *inferenceEnv
 	hpa                     *autoscalingv2.HorizontalPodAutoscaler
@@ -36,14 +36,13 @@ type tenantEnv struct {
 	labelsBody, seriesBody  string // two hostile tenants' bodies
 	maxBytes                int64  // the file's body cap
 	rssLimit, maxRSS        uint64 // the bound of the server's resident memory, and the most seen
-	// workerHits counts requests to the victim's workers, exporterHits to
-	// the lookalike exporter: both must stay 0.
+	// workerHits counts requests to the victim's workers, exporterHits to the lookalike exporter: both must
+	// stay 0.
 	workerHits, exporterHits atomic.Int64
 }
 
-// newTenantEnv starts every tenant's endpoints, runs the victim's
-// leader-only vLLM LeaderWorkerSet at a steady queue with the documented
-// HPA and a bystander's pod, and waits until the HPA reads the victim's
+// newTenantEnv starts every tenant's endpoints, runs the victim's leader-only vLLM LeaderWorkerSet at a
+// steady queue with the documented HPA and a bystander's pod, and waits until the HPA reads the victim's
 // queue and wants one group.
 func newTenantEnv(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *autoscalingv2.HorizontalPodAutoscaler, maxBytes int64, rssLimit uint64) *tenantEnv {
 	t.Helper()
@@ -99,13 +98,13 @@ func newTenantEnv(ctx context.Context, t *testing.T, e *inferenceEnv, hpa *autos
 		if err != nil {
 			return err
 		}
-		return wantf(h.Status.DesiredReplicas == 1 && scalingActive(h), "desired %d; conditions %s", h.Status.DesiredReplicas, conditions(h))
+		d := h.Status.DesiredReplicas
+		return wantf(d == 1 && scalingActive(h), "desired %d; conditions %s", d, conditions(h))
 	}))
 	t.Logf("victim HPA reads %s=%d and wants 1 group %v after it was created", tn.metric, tenantQueue, since(began))
-	// What the tenants must not move is watched from a steady start: a
-	// member's CPU counts for the HPA only once a sample began after the
-	// pod was ready (group.Readiness), which can take a tick longer than
-	// its endpoint's value.
+	// What the tenants must not move is watched from a steady start: a member's CPU counts for the HPA only
+	// once a sample began after the pod was ready (group.Readiness), which can take a tick longer than its
+	// endpoint's value.
 	metricsEndpoint := directEndpoint(t, e.server)
 	must(t, e.poll(ctx, e.bounds.read, "the victim's steady state", func(ctx context.Context) error {
 		body, err := selfMetrics(ctx, metricsEndpoint)
@@ -124,12 +123,10 @@ func tenantPod(ns, name, node string, podLabels, annotations map[string]string) 
 	return p
 }
 
-// watchSteady reads, at each of the next tenantTicks ticks of the server's
-// scraper, everything a tenant must not move, and fails the test on the
-// first change: the victim leader's value, its
-// freshness and its group's membership, the HPA's reading and desired
-// replicas, /metrics, the bystander's value and freshness, the server's
-// RSS, and check.
+// watchSteady reads, at each of the next tenantTicks ticks of the server's scraper, everything a tenant must
+// not move, and fails the test on the first change: the victim leader's value, its freshness and its group's
+// membership, the HPA's reading and desired replicas, /metrics, the bystander's value and freshness, the
+// server's RSS, and check.
 func (tn *tenantEnv) watchSteady(ctx context.Context, t *testing.T, check func(context.Context, string) error) {
 	t.Helper()
 	const lastTick = "group_metrics_server_scraper_last_tick_timestamp_seconds"
@@ -165,8 +162,7 @@ func (tn *tenantEnv) watchSteady(ctx context.Context, t *testing.T, check func(c
 	}
 }
 
-// seriesIs checks that the exposition body has the series name{labels}
-// with the value want.
+// seriesIs checks that the exposition body has the series name{labels} with the value want.
 func seriesIs(body string, want float64, name string, labels ...string) error {
 	v, ok, err := promtext.Value(body, name, labels...)
 	if err != nil || !ok {
@@ -218,8 +214,8 @@ func (tn *tenantEnv) steady(ctx context.Context, body string, stale time.Duratio
 	return wantf(p.RSS < tn.rssLimit, "server RSS %s, limit %s", mib(p.RSS), mib(tn.rssLimit))
 }
 
-// fresh checks that pod serves exactly one value of the victim's metric,
-// wantMilli, stamped within stale of now.
+// fresh checks that pod serves exactly one value of the victim's metric, wantMilli, stamped within stale of
+// now.
 func (tn *tenantEnv) fresh(ctx context.Context, pod types.NamespacedName, wantMilli int64, stale time.Duration) error {
 	items, err := customItems(ctx, podPath(pod, tn.metric, ""))
 	if err != nil {
@@ -240,8 +236,7 @@ type customItem struct {
 
 func (c customItem) String() string { return c.Value.String() + "@" + c.Timestamp.Format(time.RFC3339) }
 
-// customItems reads a custom metrics path, with its query, through the
-// aggregator.
+// customItems reads a custom metrics path, with its query, through the aggregator.
 func customItems(ctx context.Context, path string) ([]customItem, error) {
 	raw, err := suite.cluster.Client().Discovery().RESTClient().Get().RequestURI(path).DoRaw(ctx)
 	if err != nil {
@@ -264,8 +259,8 @@ func absent(ctx context.Context, path string) error {
 	return nil
 }
 
-// noGroupOf checks that /metrics (body) holds no group value of any group
-// in namespace ns, and no member in it.
+// noGroupOf checks that /metrics (body) holds no group value of any group in namespace ns, and no member in
+// it.
 func noGroupOf(body, ns string) error {
 	fams, err := promtext.Families(body)
 	if err != nil {
@@ -289,8 +284,8 @@ func noGroupOf(body, ns string) error {
 	return nil
 }
 
-// memoryLimit is the memory limit of the server's container in the
-// kustomization dir, or 512 MiB when it sets none.
+// memoryLimit is the memory limit of the server's container in the kustomization dir, or 512 MiB when it sets
+// none.
 func memoryLimit(ctx context.Context, t *testing.T, dir string) uint64 {
 	t.Helper()
 	d := manifestDeployment(ctx, t, dir)
@@ -304,9 +299,8 @@ func memoryLimit(ctx context.Context, t *testing.T, dir string) uint64 {
 	return 512 << 20
 }
 
-// oversizedLinesText is a 4 MiB body of vLLM queue lines 8 KiB long (the
-// longest line the filter keeps), each carrying as many empty labels as
-// fit in it.
+// oversizedLinesText is a 4 MiB body of vLLM queue lines 8 KiB long (the longest line the filter keeps), each
+// carrying as many empty labels as fit in it.
 func oversizedLinesText() string {
 	const bodyBytes, lineBytes = 4 << 20, 8 << 10
 	var line strings.Builder
@@ -323,9 +317,8 @@ func oversizedLinesText() string {
 	return strings.Repeat(s, bodyBytes/lineBytes)
 }
 
-// manySeriesText is n series of vLLM's queue, with a one-letter label so
-// that 100,000 of them stay under the file's 4 MiB body cap: the series
-// cap, not the body's, is what they meet.
+// manySeriesText is n series of vLLM's queue, with a one-letter label so that 100,000 of them stay under the
+// file's 4 MiB body cap: the series cap, not the body's, is what they meet.
 func manySeriesText(n int) string {
 	var b strings.Builder
 	b.WriteString("# TYPE vllm:num_requests_waiting gauge\n")
@@ -335,8 +328,8 @@ func manySeriesText(n int) string {
 	return b.String()
 }
 
-// lookalikeText is what a lookalike DCGM exporter claims: every listed pod
-// holds a GPU at 100% and queues 1000 requests.
+// lookalikeText is what a lookalike DCGM exporter claims: every listed pod holds a GPU at 100% and queues
+// 1000 requests.
 func lookalikeText(pods []*corev1.Pod) string {
 	var b strings.Builder
 	b.WriteString("# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n")

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -19,10 +18,9 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 )
 
-// Namespaces of TestEndpointTenants: the victim's LeaderWorkerSet, a
-// bystander tenant's pod, and one namespace per hostile tenant; their queues;
-// and how many of the server's ticks each hostile tenant is watched for after
-// its refusal is counted.
+// Namespaces of TestEndpointTenants: the victim's LeaderWorkerSet, a bystander tenant's pod, and one
+// namespace per hostile tenant; their queues; and how many of the server's ticks each hostile tenant is
+// watched for after its refusal is counted.
 const (
 	tenantVictim    = "e2e-tenant-victim"
 	tenantBystander = "e2e-tenant-bystander"
@@ -36,15 +34,12 @@ const (
 	tenantTicks     = 4
 )
 
-// TestEndpointTenants runs the server of manifests/examples/inference-autoscaling,
-// with the shipped pod-metrics file, beside tenants who try to move a
-// victim's autoscaling or the server itself through the pod-endpoint
-// source: a lookalike exporter, oversized series, too many series, pods
-// posing as leaders, and a labelled pod posing as a member of the
-// victim's group. Through each, the victim's value and its HPA's desired
-// replicas never change, /metrics answers, a bystander's value stays
-// fresh, the server's memory stays under its limit, and the refusal is
-// counted under its reason and logged once.
+// TestEndpointTenants runs the server of manifests/examples/inference-autoscaling, with the shipped
+// pod-metrics file, beside tenants who try to move a victim's autoscaling or the server itself through the
+// pod-endpoint source: a lookalike exporter, oversized series, too many series, pods posing as leaders, and a
+// labelled pod posing as a member of the victim's group. Through each, the victim's value and its HPA's
+// desired replicas never change, /metrics answers, a bystander's value stays fresh, the server's memory stays
+// under its limit, and the refusal is counted under its reason and logged once.
 func TestEndpointTenants(t *testing.T) {
 	ctx := begin(t, 20*time.Minute)
 	hpas, configFile, cfg := shippedInference(t)
@@ -62,8 +57,8 @@ func TestEndpointTenants(t *testing.T) {
 		hostile func() hostile
 	}{
 		{"lookalike exporter", tn.lookalikeExporter},
-		// The body cap when the file's maxBytes is below the body, else
-		// limits.labelsPerSeries at the first line.
+		// The body cap when the file's maxBytes is below the body, else limits.labelsPerSeries at the first
+		// line.
 		{"oversized series lines", func() hostile {
 			return tn.failingTarget(tenantLabels, "labels", len(tn.labelsBody), "limits.labelsPerSeries")
 		}},
@@ -79,10 +74,9 @@ func TestEndpointTenants(t *testing.T) {
 	t.Logf("server RSS at most %s over every tenant (limit %s)", mib(tn.maxRSS), mib(tn.rssLimit))
 }
 
-// hostile is one hostile tenant's case: its pods, created by run and deleted
-// after; the self-metrics its refusal moves, each by at least (or, exact, by
-// exactly) its delta; the server's log lines it must cause, each exactly
-// once; and a check run at every tick watched, beside the victim's checks.
+// hostile is one hostile tenant's case: its pods, created by run and deleted after; the self-metrics its
+// refusal moves, each by at least (or, exact, by exactly) its delta; the server's log lines it must cause,
+// each exactly once; and a check run at every tick watched, beside the victim's checks.
 type hostile struct {
 	pods    []*corev1.Pod
 	counted []counted
@@ -97,10 +91,9 @@ type counted struct {
 	exact  bool
 }
 
-// lookalikeExporter: a pod in a tenant's namespace with the DCGM exporter's
-// label, on the victim leader's node, whose series name the victim's pods
-// with a GPU at 100% and a queue of 1000. It is refused as an exporter
-// (exporter_namespace) and never scraped; the victim keeps no GPU value.
+// lookalikeExporter: a pod in a tenant's namespace with the DCGM exporter's label, on the victim leader's
+// node, whose series name the victim's pods with a GPU at 100% and a queue of 1000. It is refused as an
+// exporter (exporter_namespace) and never scraped; the victim keeps no GPU value.
 func (tn *tenantEnv) lookalikeExporter() hostile {
 	pod := tenantPod(tenantExporter, "dcgm-exporter", tn.leaderNode, map[string]string{"app.kubernetes.io/name": "dcgm-exporter"}, nil)
 	return hostile{
@@ -117,10 +110,9 @@ func (tn *tenantEnv) lookalikeExporter() hostile {
 	}
 }
 
-// failingTarget is a pod ns/name opting in with a body of size bytes (4 MiB
-// of 8 KiB lines each carrying as many labels as it can hold, or 100,000
-// series), which fails as too_large for the cause: the body cap, or limit
-// within it; it has no value.
+// failingTarget is a pod ns/name opting in with a body of size bytes (4 MiB of 8 KiB lines each carrying as
+// many labels as it can hold, or 100,000 series), which fails as too_large for the cause: the body cap, or
+// limit within it; it has no value.
 func (tn *tenantEnv) failingTarget(ns, name string, size int, limit string) hostile {
 	cause := limit
 	if int64(size) > tn.maxBytes {
@@ -160,14 +152,11 @@ func (tn *tenantEnv) posingLeaders() hostile {
 	return h
 }
 
-// posingMember: a bare pod in the victim's namespace, named and labelled
-// as a new worker of the victim's group (its LeaderWorkerSet name and
-// group index, worker index 3), opting in with a queue of 1000. No
-// StatefulSet of the LeaderWorkerSet controls it: the group keeps its
-// three members and its value, and the pod is counted and logged once as
-// unverified. (With the group's group-key label too, the pod would match
-// the worker StatefulSet's selector, which adopts it and deletes it as an
-// ordinal past its replicas.)
+// posingMember: a bare pod in the victim's namespace, named and labelled as a new worker of the victim's
+// group (its LeaderWorkerSet name and group index, worker index 3), opting in with a queue of 1000. No
+// StatefulSet of the LeaderWorkerSet controls it: the group keeps its three members and its value, and the
+// pod is counted and logged once as unverified. (With the group's group-key label too, the pod would match
+// the worker StatefulSet's selector, which adopts it and deletes it as an ordinal past its replicas.)
 func (tn *tenantEnv) posingMember() hostile {
 	name := tn.leader.Name + "-3"
 	lbls := map[string]string{group.LabelName: tn.lws, group.LabelGroupIndex: "0", group.LabelWorkerIndex: "3"}
@@ -178,9 +167,8 @@ func (tn *tenantEnv) posingMember() hostile {
 	}
 }
 
-// run creates h's pods, waits until the refusal is counted, watches
-// tenantTicks of the server's ticks, then checks the log and deletes the
-// pods.
+// run creates h's pods, waits until the refusal is counted, watches tenantTicks of the server's ticks, then
+// checks the log and deletes the pods.
 func (tn *tenantEnv) run(ctx context.Context, t *testing.T, h hostile) {
 	t.Helper()
 	before := make([]float64, len(h.counted))
@@ -194,7 +182,10 @@ func (tn *tenantEnv) run(ctx context.Context, t *testing.T, h hostile) {
 	must(t, tn.e.poll(ctx, tn.e.bounds.up, "the refusal to be counted", func(ctx context.Context) error {
 		for i, c := range h.counted {
 			v, err := metricOf(ctx, tn.e.server, c.name, c.labels...)
-			if err = cmp.Or(err, wantf(v >= before[i]+c.delta, "%s%v at %v, want %v more than %v", c.name, c.labels, v, c.delta, before[i])); err != nil {
+			if err == nil && v < before[i]+c.delta {
+				err = fmt.Errorf("%s%v at %v, want %v more than %v", c.name, c.labels, v, c.delta, before[i])
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -217,11 +208,9 @@ func (tn *tenantEnv) run(ctx context.Context, t *testing.T, h hostile) {
 	}
 }
 
-// lwsPodAnnotations are annotations plus the group size the
-// LeaderWorkerSet's pod webhook requires of every pod carrying its name
-// label (kubernetes-sigs/lws pkg/webhooks/pod_webhook.go reads
-// leaderworkerset.sigs.k8s.io/size), as a tenant who copies an LWS pod
-// copies it.
+// lwsPodAnnotations are annotations plus the group size the LeaderWorkerSet's pod webhook requires of every
+// pod carrying its name label (kubernetes-sigs/lws pkg/webhooks/pod_webhook.go reads
+// leaderworkerset.sigs.k8s.io/size), as a tenant who copies an LWS pod copies it.
 func lwsPodAnnotations(annotations map[string]string) map[string]string {
 	out := map[string]string{"leaderworkerset.sigs.k8s.io/size": strconv.Itoa(inferenceGroupSize)}
 	maps.Copy(out, annotations)

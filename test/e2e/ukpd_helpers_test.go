@@ -29,8 +29,8 @@ func wantf(ok bool, format string, args ...any) error {
 	return fmt.Errorf(format, args...)
 }
 
-// topRow is a pod's expected kubectl top row: memory exactly, CPU within
-// 5% (ukpd's rates follow the arrival of its answers, not the fake's clock).
+// topRow is a pod's expected kubectl top row: memory exactly, CPU within 5% (ukpd's rates follow the arrival
+// of its answers, not the fake's clock).
 type topRow struct {
 	milliCPU int64
 	memory   string
@@ -43,8 +43,8 @@ func (want topWant) add(pods []corev1.Pod, row topRow) {
 	}
 }
 
-// waitTop waits, for at most bound and while watch run, until kubectl top
-// pod in ns on c shows exactly the pods of want.
+// waitTop waits, for at most bound and while watch run, until kubectl top pod in ns on c shows exactly the
+// pods of want.
 func waitTop(ctx context.Context, t *testing.T, c *cluster.Cluster, watch []*cluster.Process, ns string, want topWant, bound time.Duration) {
 	t.Helper()
 	var out string
@@ -65,16 +65,15 @@ func waitTop(ctx context.Context, t *testing.T, c *cluster.Cluster, watch []*clu
 	t.Logf("kubectl top pod -n %s through the aggregator:\n%s", ns, out)
 }
 
-// waitTargets waits until the server's last tick had exactly one ukpd target,
-// in state.
+// waitTargets waits until the server's last tick had exactly one ukpd target, in state.
 func waitTargets(ctx context.Context, t *testing.T, state string, bound time.Duration) {
 	t.Helper()
 	must(t, pollBounded(ctx, bound, "one "+state+" ukpd target",
 		metricCheck(suite.server, valueIs(1), "group_metrics_server_scraper_targets", `source="ukpd"`, `state="`+state+`"`)))
 }
 
-// metricOf sums the samples of a metric in s's /metrics whose labels
-// contain every one of labels (`name="value"`); 0 when there is none.
+// metricOf sums the samples of a metric in s's /metrics whose labels contain every one of labels
+// (`name="value"`); 0 when there is none.
 func metricOf(ctx context.Context, s *env.Server, name string, labels ...string) (float64, error) {
 	client, err := s.HTTPClient()
 	if err != nil {
@@ -97,8 +96,7 @@ func mustMetric(ctx context.Context, t *testing.T, s *env.Server, name string, l
 	return v
 }
 
-// metricCheck is a poll check that s's /metrics has a sample of name with
-// labels whose value ok accepts.
+// metricCheck is a poll check that s's /metrics has a sample of name with labels whose value ok accepts.
 func metricCheck(s *env.Server, ok func(float64) error, name string, labels ...string) func(context.Context) error {
 	return func(ctx context.Context) error {
 		v, err := metricOf(ctx, s, name, labels...)
@@ -120,9 +118,8 @@ func valueAtLeast(least float64) func(float64) error {
 	return func(v float64) error { return wantf(v >= least, "value %v, want at least %v", v, least) }
 }
 
-// watchFreshness lists the metrics of pods every second until the returned
-// function is called, which reports the oldest sample served for any of
-// them and how many lists left one out.
+// watchFreshness lists the metrics of pods every second until the returned function is called, which reports
+// the oldest sample served for any of them and how many lists left one out.
 func watchFreshness(ctx context.Context, t *testing.T, ns string, pods []corev1.Pod) func() (time.Duration, int) {
 	t.Helper()
 	metrics, err := newMetricsClient(suite.cluster.RESTConfig())
@@ -153,8 +150,8 @@ func watchFreshness(ctx context.Context, t *testing.T, ns string, pods []corev1.
 	}
 }
 
-// createUkpdHPA creates an HPA on the Deployment name with two metrics: an
-// average CPU utilization of 50% and an average memory of 256Mi.
+// createUkpdHPA creates an HPA on the Deployment name with two metrics: an average CPU utilization of 50% and
+// an average memory of 256Mi.
 func createUkpdHPA(ctx context.Context, ns, name string, minReplicas, maxReplicas int32) error {
 	memory := autoscalingv2.MetricSpec{Type: autoscalingv2.ResourceMetricSourceType, Resource: &autoscalingv2.ResourceMetricSource{
 		Name:   corev1.ResourceMemory,
@@ -164,8 +161,8 @@ func createUkpdHPA(ctx context.Context, ns, name string, minReplicas, maxReplica
 	return createHPA(ctx, newHPA(ns, ref, minReplicas, maxReplicas, cpuUtilizationMetric(50), memory))
 }
 
-// instancesIn counts the running instances of instances in namespace ns of
-// pods whose names start with prefix.
+// instancesIn counts the running instances of instances in namespace ns of pods whose names start with
+// prefix.
 func instancesIn(instances []fakeukpd.Instance, ns, prefix string) int {
 	n := 0
 	for _, in := range instances {
@@ -174,8 +171,7 @@ func instancesIn(instances []fakeukpd.Instance, ns, prefix string) int {
 	return n
 }
 
-// runKraftletDeployment creates spec's Deployment on the kraftlet nodes and
-// waits until its pods run.
+// runKraftletDeployment creates spec's Deployment on the kraftlet nodes and waits until its pods run.
 func runKraftletDeployment(ctx context.Context, t *testing.T, spec env.DeploymentSpec) []corev1.Pod {
 	t.Helper()
 	client := suite.cluster.Client()
@@ -185,22 +181,21 @@ func runKraftletDeployment(ctx context.Context, t *testing.T, spec env.Deploymen
 	return pods
 }
 
-// kraftletNode registers a kraftlet node named node, with no kubelet, whose
-// Running pods get ukpd instances of the suite's fake ukpd at usage, and
-// removes both when the test ends.
+// kraftletNode registers a kraftlet node named node, with no kubelet, whose Running pods get ukpd instances
+// of the suite's fake ukpd at usage, and removes both when the test ends.
 func kraftletNode(ctx context.Context, t *testing.T, node string, usage env.UkpdUsage) *env.InstanceSync {
 	t.Helper()
 	addKraftletNode(ctx, t, node)
 	return syncKraftletNode(ctx, t, node, suite.ukpd.Control, usage)
 }
 
-// syncKraftletNode syncs the instances of node's Running pods to the ukpd
-// at control, at usage, until the test ends.
-func syncKraftletNode(ctx context.Context, t *testing.T, node string, control env.UkpdControl, usage env.UkpdUsage) *env.InstanceSync {
+// syncKraftletNode syncs the instances of node's Running pods to the ukpd at control, at usage, until the
+// test ends.
+func syncKraftletNode(ctx context.Context, t *testing.T, node string, ukpd env.UkpdControl, u env.UkpdUsage) *env.InstanceSync {
 	t.Helper()
 	syncCtx, stopSync := context.WithCancel(ctx)
 	t.Cleanup(stopSync)
-	instances, err := env.SyncInstances(syncCtx, suite.cluster.Client(), node, control, usage)
+	instances, err := env.SyncInstances(syncCtx, suite.cluster.Client(), node, ukpd, u)
 	must(t, err)
 	return instances
 }

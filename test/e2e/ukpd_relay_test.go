@@ -28,24 +28,22 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/pki"
 )
 
-// relayName names the relays' objects in manifests/components/ukpd-relay,
-// and is the name their shared serving certificate is for.
+// relayName names the relays' objects in manifests/components/ukpd-relay, and is the name their shared
+// serving certificate is for.
 const relayName = "group-metrics-server-ukpd-relay"
 
-// relayHost is one host of the per-host topology: a kraftlet node whose
-// address is the host's own loopback address, a ukpd that listens there in
-// plain HTTP with a token of its own, and the relay beside it.
+// relayHost is one host of the per-host topology: a kraftlet node whose address is the host's own loopback
+// address, a ukpd that listens there in plain HTTP with a token of its own, and the relay beside it.
 type relayHost struct {
 	node, addr string
 	ukpd       *fakeukpd.Running
 	sync       *env.InstanceSync
 }
 
-// TestUkpdRelays runs self-hosted ukpd as it is deployed: three hosts, each
-// with a ukpd on its loopback address and a relay (the shipped DaemonSet's
-// command line, ServiceAccount and binding). A server of the test's own,
-// with the shipped component's flags and no ukpd token, finds one relay per
-// kraftlet node at the node's address.
+// TestUkpdRelays runs self-hosted ukpd as it is deployed: three hosts, each with a ukpd on its loopback
+// address and a relay (the shipped DaemonSet's command line, ServiceAccount and binding). A server of the
+// test's own, with the shipped component's flags and no ukpd token, finds one relay per kraftlet node at the
+// node's address.
 func TestUkpdRelays(t *testing.T) {
 	ctx := begin(t, 9*time.Minute)
 	const ns = "e2e-ukpd-relays"
@@ -75,8 +73,8 @@ func TestUkpdRelays(t *testing.T) {
 	}, bound)
 
 	t.Run("containerID", func(t *testing.T) {
-		// An instance tagged for host-1-1, which kraftlet records as
-		// host-1-0's container: served to host-1-0, and counted.
+		// An instance tagged for host-1-1, which kraftlet records as host-1-0's container: served to
+		// host-1-0, and counted.
 		h := hosts[0]
 		forged, err := h.ukpd.AddInstance(fakeukpd.InstanceSpec{
 			Namespace: ns, Pod: "host-1-1", Container: "app", Node: h.node, UUID: uuid.NewString(), CPUCores: 0.077, RSSBytes: 32 << 20,
@@ -106,9 +104,8 @@ func TestUkpdRelays(t *testing.T) {
 		}, uk)
 	})
 
-	// Only each host's relay reached its ukpd, from the host's address,
-	// always with the token; the suite's credential scan looks for the
-	// tokens in every log and answer.
+	// Only each host's relay reached its ukpd, from the host's address, always with the token; the suite's
+	// credential scan looks for the tokens in every log and answer.
 	for _, h := range hosts {
 		if c := h.ukpd.Clients(); len(c) != 1 || c[0].IP != h.addr || c[0].Unauthorized != 0 || c[0].Requests == 0 {
 			t.Errorf("ukpd of %s (%s) was reached by %+v, want its relay alone, always with the token", h.node, h.addr, c)
@@ -118,8 +115,8 @@ func TestUkpdRelays(t *testing.T) {
 	}
 }
 
-// startRelayHosts starts n hosts and returns them with the server flags
-// that find their relays: the ukpd-relay component's, with the relays' CA.
+// startRelayHosts starts n hosts and returns them with the server flags that find their relays: the
+// ukpd-relay component's, with the relays' CA.
 func startRelayHosts(ctx context.Context, t *testing.T, n int, usage env.UkpdUsage) ([]*relayHost, []string) {
 	t.Helper()
 	relayArgs, serverArgs := applyRelayObjects(ctx, t)
@@ -130,16 +127,16 @@ func startRelayHosts(ctx context.Context, t *testing.T, n int, usage env.UkpdUsa
 	must(t, err)
 	caFile := filepath.Join(dir, "ca.crt")
 	must(t, os.WriteFile(caFile, ca.CertPEM(), 0o600))
-	// One pair for every relay, for the name they share, as the
-	// component's Secret holds it.
+	// One pair for every relay, for the name they share, as the component's Secret holds it.
 	certFile, keyFile, err := ca.IssueFiles(time.Now(), dir, "relay", pki.Leaf{CommonName: relayName, Hosts: []string{relayName}, Server: true})
 	must(t, err)
 	ports, err := cluster.FreePorts(1)
 	must(t, err)
 	port := strconv.Itoa(ports[0])
-	local := []string{"--kubeconfig=" + kubeconfig, "--secure-port=" + port, "--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile}
-	// Hosts of this test process on their own /24 of loopback, so that
-	// shards running at once never share an address.
+	local := []string{"--kubeconfig=" + kubeconfig, "--secure-port=" + port,
+		"--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile}
+	// Hosts of this test process on their own /24 of loopback, so that shards running at once never share an
+	// address.
 	prefix := fmt.Sprintf("127.0.%d.", 1+os.Getpid()%250)
 	hosts := make([]*relayHost, 0, n)
 	for i := 1; i <= n; i++ {
@@ -152,8 +149,8 @@ func startRelayHosts(ctx context.Context, t *testing.T, n int, usage env.UkpdUsa
 		t.Cleanup(func() { _ = h.ukpd.Close() })
 		tokenFile := filepath.Join(dir, h.node+".token")
 		must(t, os.WriteFile(tokenFile, []byte(token+"\n"), 0o600))
-		// The DaemonSet's args as the kubelet expands them on the host
-		// (its node's name, its IP), then what a process here needs.
+		// The DaemonSet's args as the kubelet expands them on the host (its node's name, its IP), then what a
+		// process here needs.
 		expand := strings.NewReplacer("$(HOST_NODE_NAME)", host, "$(HOST_IP)", h.addr)
 		var args []string
 		for _, a := range relayArgs {
@@ -175,9 +172,8 @@ func startRelayHosts(ctx context.Context, t *testing.T, n int, usage env.UkpdUsa
 	return hosts, append(serverArgs, "--ukpd-relay-port="+port, "--ukpd-relay-certificate-authority="+caFile)
 }
 
-// applyRelayObjects applies the ukpd-relay component's ServiceAccount and
-// binding, deleted when the test ends, and returns the DaemonSet's
-// container args and the args the component adds to the server's, but for
+// applyRelayObjects applies the ukpd-relay component's ServiceAccount and binding, deleted when the test
+// ends, and returns the DaemonSet's container args and the args the component adds to the server's, but for
 // the port and the CA file, which depend on the test.
 func applyRelayObjects(ctx context.Context, t *testing.T) (relayArgs, serverArgs []string) {
 	t.Helper()
@@ -213,8 +209,7 @@ func applyRelayObjects(ctx context.Context, t *testing.T) (relayArgs, serverArgs
 	return relayArgs, serverArgs
 }
 
-// containerArgs returns the args of the first container of o's pod
-// template.
+// containerArgs returns the args of the first container of o's pod template.
 func containerArgs(t *testing.T, o *unstructured.Unstructured) []string {
 	t.Helper()
 	specs := podSpecs(t, o)
@@ -224,8 +219,7 @@ func containerArgs(t *testing.T, o *unstructured.Unstructured) []string {
 	return specs[0].Containers[0].Args
 }
 
-// waitRelay waits until the relay at hostPort answers /healthz over TLS
-// verified for the relays' shared name.
+// waitRelay waits until the relay at hostPort answers /healthz over TLS verified for the relays' shared name.
 func waitRelay(ctx context.Context, t *testing.T, proc *cluster.Process, caPEM []byte, hostPort string) {
 	t.Helper()
 	pool := x509.NewCertPool()
@@ -238,8 +232,8 @@ func waitRelay(ctx context.Context, t *testing.T, proc *cluster.Process, caPEM [
 	}))
 }
 
-// waitTopNodes waits until kubectl top node shows the nodes whose names
-// start with prefix exactly as want says.
+// waitTopNodes waits until kubectl top node shows the nodes whose names start with prefix exactly as want
+// says.
 func waitTopNodes(ctx context.Context, t *testing.T, prefix string, want topWant, bound time.Duration) {
 	t.Helper()
 	var out string
@@ -264,8 +258,7 @@ func waitTopNodes(ctx context.Context, t *testing.T, prefix string, want topWant
 	t.Logf("kubectl top node:\n%s", out)
 }
 
-// kraftletPod is a bare pod with one container, app, bound to the
-// kraftlet node node.
+// kraftletPod is a bare pod with one container, app, bound to the kraftlet node node.
 func kraftletPod(ns, name, node string) *corev1.Pod {
 	p := kwokPod(ns, name, node, map[string]string{"app": "relays"}, corev1.Container{Name: "app", Image: "unikraft.org/nginx:latest"})
 	p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{
@@ -274,8 +267,8 @@ func kraftletPod(ns, name, node string) *corev1.Pod {
 	return p
 }
 
-// setContainerID writes id as the container ID of the first container of
-// the pod, as kraftlet records an instance's UUID.
+// setContainerID writes id as the container ID of the first container of the pod, as kraftlet records an
+// instance's UUID.
 func setContainerID(ctx context.Context, t *testing.T, ns, name, id string) {
 	t.Helper()
 	pods := suite.cluster.Client().CoreV1().Pods(ns)

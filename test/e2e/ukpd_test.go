@@ -22,8 +22,8 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
 )
 
-// TestUkpdPods runs pods on a kraftlet node, their usage from the suite's fake
-// ukpd, next to pods on the fleet's nodes.
+// TestUkpdPods runs pods on a kraftlet node, their usage from the suite's fake ukpd, next to pods on the
+// fleet's nodes.
 func TestUkpdPods(t *testing.T) {
 	ctx := begin(t, 8*time.Minute)
 	const (
@@ -79,7 +79,8 @@ func TestUkpdPods(t *testing.T) {
 			name, reason  string
 			breakIt, heal func() error
 		}{
-			{"status-500", "http_status", func() error { return suite.ukpd.SetFault(fakeukpd.Fault{Kind: fakecore.FaultStatus500}) },
+			{"status-500", "http_status",
+				func() error { return suite.ukpd.SetFault(fakeukpd.Fault{Kind: fakecore.FaultStatus500}) },
 				func() error { suite.ukpd.ClearFault(""); return nil }},
 			{"closed", "connection", func() error { return suite.ukpd.SetTransportFault(fakecore.FaultRefused) },
 				func() error { return suite.ukpd.SetTransportFault("") }},
@@ -90,8 +91,7 @@ func TestUkpdPods(t *testing.T) {
 
 	maxAge, missing := fresh()
 	t.Logf("kubelet-backed pods throughout: oldest sample served %v, missing from %d of the lists", maxAge.Round(time.Millisecond), missing)
-	// Samples carry whole seconds; a second more covers that and the list's
-	// own latency.
+	// Samples carry whole seconds; a second more covers that and the list's own latency.
 	if bound := staleBound() + time.Second; missing > 0 || maxAge > bound {
 		t.Errorf("kubelet-backed pods lost fresh metrics: oldest sample %v (bound %v), missing from %d lists", maxAge, bound, missing)
 	}
@@ -105,9 +105,8 @@ func logSyncErr(t *testing.T, s *env.InstanceSync) {
 	}
 }
 
-// testUkpdHPA scales a Deployment of unikernel pods with an HPA on CPU
-// utilization and average memory, by the usage the fake ukpds report: syncs
-// set the usage of every host's instances, and running counts the running
+// testUkpdHPA scales a Deployment of unikernel pods with an HPA on CPU utilization and average memory, by the
+// usage the fake ukpds report: syncs set the usage of every host's instances, and running counts the running
 // instances of a namespace's pods whose names start with a prefix.
 func testUkpdHPA(ctx context.Context, t *testing.T, syncs []*env.InstanceSync, running func(ns, prefix string) int, uk env.DeploymentSpec) {
 	ns := uk.Namespace
@@ -149,9 +148,8 @@ func waitInstances(ctx context.Context, t *testing.T, running func(ns, prefix st
 	}))
 }
 
-// testUkpdDown breaks the ukpd endpoint, checks that the server counts the
-// failure and stays ready while the kubelet-backed pods keep fresh samples,
-// then heals it and waits for the target to be healthy again.
+// testUkpdDown breaks the ukpd endpoint, checks that the server counts the failure and stays ready while the
+// kubelet-backed pods keep fresh samples, then heals it and waits for the target to be healthy again.
 func testUkpdDown(ctx context.Context, t *testing.T, ns string, webPods []corev1.Pod, reason string, breakIt, heal func() error) {
 	bound := staleBound() + hpaSlack
 	failures := []string{"group_metrics_server_scraper_target_failures_total", `source="ukpd"`, `reason="` + reason + `"`}
@@ -186,8 +184,8 @@ func testUkpdDown(ctx context.Context, t *testing.T, ns string, webPods []corev1
 	t.Logf("ukpd target healthy again %v after the endpoint came back", since(healedAt))
 }
 
-// TestUkpdPages runs pods on a kraftlet node of an account of 2,000 instances,
-// on a ukpd that lists at most 100 a request.
+// TestUkpdPages runs pods on a kraftlet node of an account of 2,000 instances, on a ukpd that lists at most
+// 100 a request.
 func TestUkpdPages(t *testing.T) {
 	ctx := begin(t, 6*time.Minute)
 	const (
@@ -198,8 +196,7 @@ func TestUkpdPages(t *testing.T) {
 	)
 	newNamespace(ctx, t, ns)
 
-	// Instances of pods this cluster does not have, created first: the
-	// oldest, listed first.
+	// Instances of pods this cluster does not have, created first: the oldest, listed first.
 	var added []string
 	t.Cleanup(func() {
 		for _, id := range added {
@@ -217,8 +214,8 @@ func TestUkpdPages(t *testing.T) {
 	kraftletNode(ctx, t, node, env.UkpdUsage{CPU: "40m", Memory: "64Mi"})
 	uk := env.DeploymentSpec{Namespace: ns, Name: "paged", Replicas: ours, CPURequest: "100m"}
 	pods := runKraftletDeployment(ctx, t, uk)
-	// The sync creates each Running pod's instance from its informer, so the
-	// last ones may still be on their way: wait for them, bounded.
+	// The sync creates each Running pod's instance from its informer, so the last ones may still be on their
+	// way: wait for them, bounded.
 	must(t, pollBounded(ctx, 30*time.Second, "the account to hold 2,000 instances", func(context.Context) error {
 		n := len(suite.ukpd.Instances())
 		return wantf(n >= 2000, "the account holds %d instances, want at least 2,000", n)
@@ -232,8 +229,8 @@ func TestUkpdPages(t *testing.T) {
 		ours, len(suite.ukpd.Instances()), env.UkpdPageSize, since(running), suite.ukpd.ListRequests()-listsBefore)
 }
 
-// TestUkpdStandby runs a Deployment on a kraftlet node scaled to zero while
-// idle, as kraftlet runs it by default.
+// TestUkpdStandby runs a Deployment on a kraftlet node scaled to zero while idle, as kraftlet runs it by
+// default.
 func TestUkpdStandby(t *testing.T) {
 	ctx := begin(t, 8*time.Minute)
 	const (
@@ -252,7 +249,9 @@ func TestUkpdStandby(t *testing.T) {
 	uk := env.DeploymentSpec{Namespace: ns, Name: "idle", Replicas: minReplicas, CPURequest: "100m"}
 	_, err := client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: uk.Name},
-		Spec:       corev1.ServiceSpec{Selector: uk.Labels(), Ports: []corev1.ServicePort{{Port: 443, TargetPort: intstr.FromInt32(8080)}}},
+		Spec: corev1.ServiceSpec{
+			Selector: uk.Labels(), Ports: []corev1.ServicePort{{Port: 443, TargetPort: intstr.FromInt32(8080)}},
+		},
 	}, metav1.CreateOptions{})
 	must(t, err)
 	pods := runKraftletDeployment(ctx, t, uk)
