@@ -75,11 +75,7 @@ func (b *bench) listLoad(ctx context.Context, s *runningServer, res *roundResult
 	for i, shapes := range b.listLoads() {
 		// Seeded per round and load, so both servers get the same requests.
 		seed := uint64(res.round*10 + i)
-		paths := make([]func(*rand.Rand) string, len(shapes))
-		for j := range shapes {
-			paths[j] = shapes[j].path
-		}
-		stats, err := runLoad(ctx, s, b.opts.Clients, b.opts.LoadDuration, len(shapes)*b.opts.LoadMaxRequests, seed, paths)
+		stats, err := runLoad(ctx, s, b.opts.Clients, b.opts.LoadDuration, len(shapes)*b.opts.LoadMaxRequests, seed, shapes)
 		if err != nil {
 			return err
 		}
@@ -152,15 +148,15 @@ type loadStats struct {
 
 // runLoad runs clients goroutines that each send one request at a time until
 // duration has passed or maxRequests have been started in all. A client's
-// k-th request goes to paths[k % len(paths)]; the stats are per path.
-func runLoad(ctx context.Context, s *runningServer, clients int, duration time.Duration, maxRequests int, seed uint64, paths []func(*rand.Rand) string) ([]loadStats, error) {
+// k-th request is of shapes[k % len(shapes)]; the stats are per shape.
+func runLoad(ctx context.Context, s *runningServer, clients int, duration time.Duration, maxRequests int, seed uint64, shapes []listShape) ([]loadStats, error) {
 	const requestTimeout = 30 * time.Second
 	var (
 		started atomic.Int64
 		mu      sync.Mutex
-		lat     = make([][]float64, len(paths))
-		bytes   = make([]int64, len(paths))
-		st      = make([]loadStats, len(paths))
+		lat     = make([][]float64, len(shapes))
+		bytes   = make([]int64, len(shapes))
+		st      = make([]loadStats, len(shapes))
 		wg      sync.WaitGroup
 	)
 	began := time.Now()
@@ -169,8 +165,8 @@ func runLoad(ctx context.Context, s *runningServer, clients int, duration time.D
 		rng := rand.New(rand.NewPCG(seed, uint64(c)))
 		wg.Go(func() {
 			for k := 0; time.Now().Before(deadline) && started.Add(1) <= int64(maxRequests) && ctx.Err() == nil; k++ {
-				which := k % len(paths)
-				p := paths[which](rng)
+				which := k % len(shapes)
+				p := shapes[which].path(rng)
 				reqCtx, cancel := context.WithTimeout(ctx, requestTimeout)
 				t0 := time.Now()
 				var n int64

@@ -153,9 +153,7 @@ func cpuSeconds(pid int) (float64, error) {
 // RssAnon and RssFile, which split VmRSS into the heap, stacks and runtime,
 // and the pages of mapped files (the binary's text and data), from
 // /proc/<pid>/status.
-func readMemory(pid int) (procfs.ProcStatus, error) {
-	return readStatus(procfs.DefaultMountPoint, pid)
-}
+func readMemory(pid int) (procfs.ProcStatus, error) { return readStatus(procfs.DefaultMountPoint, pid) }
 
 func readStatus(mount string, pid int) (procfs.ProcStatus, error) {
 	status, err := ofProc(mount, pid, procfs.Proc.NewStatus)
@@ -168,14 +166,13 @@ func readStatus(mount string, pid int) (procfs.ProcStatus, error) {
 // ofProc reads a file of process pid with read, from the proc file
 // system mounted at mount.
 func ofProc[T any](mount string, pid int, read func(procfs.Proc) (T, error)) (T, error) {
-	var zero T
 	fs, err := procfs.NewFS(mount)
 	if err != nil {
-		return zero, err
+		return *new(T), err
 	}
 	p, err := fs.Proc(pid)
 	if err != nil {
-		return zero, err
+		return *new(T), err
 	}
 	return read(p)
 }

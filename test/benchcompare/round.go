@@ -150,11 +150,8 @@ func (b *bench) steadyWindow(ctx context.Context, s *runningServer, res *roundRe
 	stopSampling := sampleRSS(ctx, s.proc.Pid())
 	err = b.sleep(ctx, time.Until(start.at.Add(length)), s)
 	rss, sampleErr := stopSampling()
-	if err != nil {
+	if err := cmp.Or(err, sampleErr); err != nil {
 		return err
-	}
-	if sampleErr != nil {
-		return sampleErr
 	}
 	end, err := b.readWindowEnd(ctx, s)
 	if err != nil {
@@ -289,11 +286,6 @@ func (b *bench) profiler(s *runningServer, round int) *profiler {
 	return &profiler{dir: b.opts.ProfileDir, server: s, round: round}
 }
 
-// path is where the profile of kind ("cpu", "heap") of phase is saved.
-func (p *profiler) path(phase, kind string) string {
-	return filepath.Join(p.dir, fmt.Sprintf("%s-%d-%s-%s.pprof", p.server.kind.name, p.round, phase, kind))
-}
-
 // startCPU starts a CPU profile of d (whole seconds, at least one) for
 // phase; the returned function waits for it and saves it. A nil profiler
 // does nothing.
@@ -304,7 +296,7 @@ func (p *profiler) startCPU(ctx context.Context, phase string, d time.Duration) 
 	secs := max(1, int(d/time.Second))
 	done := make(chan error, 1)
 	go func() {
-		done <- p.save(ctx, "/debug/pprof/profile?seconds="+strconv.Itoa(secs), p.path(phase, "cpu"))
+		done <- p.save(ctx, "/debug/pprof/profile?seconds="+strconv.Itoa(secs), phase, "cpu")
 	}()
 	return func() error { return <-done }
 }
@@ -314,13 +306,15 @@ func (p *profiler) heap(ctx context.Context, phase string) error {
 	if p == nil {
 		return nil
 	}
-	return p.save(ctx, "/debug/pprof/heap", p.path(phase, "heap"))
+	return p.save(ctx, "/debug/pprof/heap", phase, "heap")
 }
 
-func (p *profiler) save(ctx context.Context, path, file string) error {
+// save saves the profile at path as <server>-<round>-<phase>-<kind>.pprof.
+func (p *profiler) save(ctx context.Context, path, phase, kind string) error {
 	body, err := p.server.getOK(ctx, path)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(file, []byte(body), 0o644)
+	file := fmt.Sprintf("%s-%d-%s-%s.pprof", p.server.kind.name, p.round, phase, kind)
+	return os.WriteFile(filepath.Join(p.dir, file), []byte(body), 0o644)
 }

@@ -107,7 +107,12 @@ func (b *bench) startServer(ctx context.Context, kind serverKind, round int) (*r
 		proc:    proc,
 		baseURL: "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
 	}
-	if s.client, err = b.serverClient(); err != nil {
+	// The server is reached directly as the cluster admin, verifying its
+	// certificate against the cluster CA (the admin kubeconfig's), over
+	// HTTP/2 as the aggregator does.
+	cfg := b.cluster.RESTConfig()
+	cfg.Timeout = time.Minute
+	if s.client, err = rest.HTTPClientFor(cfg); err != nil {
 		return s, 0, err
 	}
 	// Readiness needs the informers synced and one scrape of every node.
@@ -120,15 +125,6 @@ func (b *bench) startServer(ctx context.Context, kind serverKind, round int) (*r
 			return err
 		})
 	return s, time.Since(began), err
-}
-
-// serverClient reaches a server directly as the cluster admin, verifying its
-// certificate against the cluster CA (the admin kubeconfig's), over HTTP/2
-// as the aggregator does.
-func (b *bench) serverClient() (*http.Client, error) {
-	cfg := b.cluster.RESTConfig()
-	cfg.Timeout = time.Minute
-	return rest.HTTPClientFor(cfg)
 }
 
 // get fetches path from the server and returns the status code and body.
