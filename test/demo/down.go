@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 )
 
 // downTimeout bounds the wait for a running demo to tear itself down.
@@ -66,4 +68,26 @@ func runningPid(dir string) (int, bool) {
 		return pid, false
 	}
 	return pid, true
+}
+
+// cleanUpRealNodes removes what a real node of a demo that died left on the
+// machine (its containers, shims, mounts, bridge and log links), for each
+// node directory under <clusterDir>/nodes: RealNode.Stop needs the RealNode
+// value, which died with the demo; cluster.CleanUpRealNode needs only the
+// directory. It prints what it removed, and nothing when nothing was left,
+// as after a node that stopped cleanly.
+func cleanUpRealNodes(clusterDir string) error {
+	dirs, err := filepath.Glob(filepath.Join(clusterDir, "nodes", "*"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range dirs {
+		r, err := cluster.CleanUpRealNode(d)
+		errs = append(errs, err)
+		if s := r.String(); s != "" {
+			fmt.Printf("Removed what the real node in %s left: %s\n", d, s)
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -56,18 +56,7 @@ func startLWS(ctx context.Context, c *cluster.Cluster, root, bin, control string
 	if _, err := env.WaitForRunningPods(ctx, c.Client(), lwsNS, pods, lwsGroupSize); err != nil {
 		return "", err
 	}
-	err = cluster.Poll(ctx, "the HPA on the LeaderWorkerSet to read a utilization", nil, func(ctx context.Context) error {
-		out, _, err := c.Kubectl(ctx, "get", "hpa", lwsName, "-n", lwsNS,
-			"-o", "jsonpath={.status.currentMetrics[0].resource.current.averageUtilization}")
-		if err != nil {
-			return err
-		}
-		if out == "" {
-			return fmt.Errorf("no utilization yet")
-		}
-		return nil
-	})
-	if err != nil {
+	if err := waitForUtilization(ctx, c, "the HPA on the LeaderWorkerSet", lwsNS, lwsName, nil); err != nil {
 		return "", err
 	}
 

@@ -169,16 +169,19 @@ func deployRealNode(ctx context.Context, c *cluster.Cluster, n *cluster.RealNode
 	}); err != nil {
 		return err
 	}
-	return cluster.Poll(ctx, "HPA "+lwsSampleHPA+" to read a utilization", n.Processes(), func(ctx context.Context) error {
-		out, _, err := c.Kubectl(ctx, "get", "hpa", lwsSampleHPA, "-n", realNS,
+	return waitForUtilization(ctx, c, "HPA "+lwsSampleHPA, realNS, lwsSampleHPA, n.Processes())
+}
+
+// waitForUtilization waits until the HPA namespace/name, described as what,
+// reads a utilization, failing early when a process of watch exits.
+func waitForUtilization(ctx context.Context, c *cluster.Cluster, what, namespace, name string, watch []*cluster.Process) error {
+	return cluster.Poll(ctx, what+" to read a utilization", watch, func(ctx context.Context) error {
+		out, _, err := c.Kubectl(ctx, "get", "hpa", name, "-n", namespace,
 			"-o", "jsonpath={.status.currentMetrics[0].resource.current.averageUtilization}")
-		if err != nil {
-			return err
+		if err == nil && out == "" {
+			err = errors.New("no utilization yet")
 		}
-		if out == "" {
-			return errors.New("no utilization yet")
-		}
-		return nil
+		return err
 	})
 }
 
