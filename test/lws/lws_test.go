@@ -71,14 +71,12 @@ func TestWebhookConfigurations(t *testing.T) {
 	}
 	type configuration struct {
 		Kind     string
-		Metadata struct{ Name string }
+		Metadata metav1.ObjectMeta
 		Webhooks []webhook
 	}
 	want := func(kind, name, webhookName, path string, selector *metav1.LabelSelector) configuration {
-		c := configuration{Kind: kind, Webhooks: []webhook{{webhookName, admissionregistrationv1.WebhookClientConfig{
+		return configuration{kind, metav1.ObjectMeta{Name: name}, []webhook{{webhookName, admissionregistrationv1.WebhookClientConfig{
 			URL: ptr.To("https://127.0.0.1:9443" + path), CABundle: ca}, selector}}}
-		c.Metadata.Name = name
-		return c
 	}
 	podSelector := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: NameLabel, Operator: metav1.LabelSelectorOpExists}}}
 	for i, tt := range []struct {

@@ -1,7 +1,6 @@
 package lws
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -16,6 +15,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
@@ -102,18 +102,15 @@ func readClusterRoles(path string) ([]*rbacv1.ClusterRole, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read lws RBAC: %w", err)
 	}
+	objs, err := documents(data)
 	var roles []*rbacv1.ClusterRole
-	err = eachDocument(data, func(kind string, doc []byte) error {
-		if kind != "ClusterRole" {
-			return nil
+	for _, o := range objs {
+		if o.GetKind() == "ClusterRole" && err == nil {
+			role := &rbacv1.ClusterRole{}
+			err = runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, role)
+			roles = append(roles, role)
 		}
-		role := &rbacv1.ClusterRole{}
-		if err := json.Unmarshal(doc, role); err != nil {
-			return err
-		}
-		roles = append(roles, role)
-		return nil
-	})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -144,33 +141,32 @@ func applyWebhooks(ctx context.Context, c *cluster.Cluster, moduleDir, dir, base
 // calling baseURL plus its service path and trusting caBundle. Other objects
 // (the webhook Service) are dropped.
 func webhookConfigurations(manifests []byte, baseURL string, caBundle []byte) ([]any, error) {
+	objs, err := documents(manifests)
+	if err != nil {
+		return nil, err
+	}
 	var items []any
-	err := eachDocument(manifests, func(kind string, doc []byte) error {
-		if kind != "MutatingWebhookConfiguration" && kind != "ValidatingWebhookConfiguration" {
-			return nil
-		}
-		obj := &unstructured.Unstructured{}
-		if err := obj.UnmarshalJSON(doc); err != nil {
-			return err
+	for _, obj := range objs {
+		if kind := obj.GetKind(); kind != "MutatingWebhookConfiguration" && kind != "ValidatingWebhookConfiguration" {
+			continue
 		}
 		webhooks, _, err := unstructured.NestedSlice(obj.Object, "webhooks")
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, w := range webhooks {
 			webhook, _ := w.(map[string]any)
 			path, ok, _ := unstructured.NestedString(webhook, "clientConfig", "service", "path")
 			if !ok {
-				return fmt.Errorf("webhook %v has no service path", webhook["name"])
+				return nil, fmt.Errorf("webhook %v has no service path", webhook["name"])
 			}
 			webhook["clientConfig"] = map[string]any{"url": baseURL + path, "caBundle": base64.StdEncoding.EncodeToString(caBundle)}
 		}
 		obj.SetName(namePrefix + obj.GetName())
+		if err := unstructured.SetNestedSlice(obj.Object, webhooks, "webhooks"); err != nil {
+			return nil, err
+		}
 		items = append(items, obj)
-		return unstructured.SetNestedSlice(obj.Object, webhooks, "webhooks")
-	})
-	if err != nil {
-		return nil, err
 	}
 	if len(items) != 2 {
 		return nil, fmt.Errorf("want a mutating and a validating webhook configuration, found %d configurations", len(items))
@@ -178,31 +174,21 @@ func webhookConfigurations(manifests []byte, baseURL string, caBundle []byte) ([
 	return items, nil
 }
 
-// eachDocument calls fn with the kind and the JSON form of every non-empty
-// document in a YAML stream.
-func eachDocument(data []byte, fn func(kind string, doc []byte) error) error {
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+// documents decodes every non-empty document of a YAML stream.
+func documents(data []byte) ([]*unstructured.Unstructured, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var objs []*unstructured.Unstructured
 	for {
-		raw, err := reader.Read()
+		obj := map[string]any{}
+		err := dec.Decode(&obj)
 		if errors.Is(err, io.EOF) {
-			return nil
+			return objs, nil
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
-		doc, err := utilyaml.ToJSON(raw)
-		if err != nil {
-			return err
-		}
-		if len(bytes.TrimSpace(doc)) == 0 || string(doc) == "null" {
-			continue
-		}
-		var meta metav1.TypeMeta
-		if err := json.Unmarshal(doc, &meta); err != nil {
-			return err
-		}
-		if err := fn(meta.Kind, doc); err != nil {
-			return err
+		if len(obj) > 0 {
+			objs = append(objs, &unstructured.Unstructured{Object: obj})
 		}
 	}
 }
