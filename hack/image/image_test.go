@@ -37,6 +37,15 @@ const (
 
 var testCreated = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 
+// must returns v, failing the test on err.
+func must[T any](t *testing.T, v T, err error) T {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
 // archsFlag names the linux architectures TestImage builds. make test-unit
 // builds this machine's alone, a cross build of the whole server being the
 // costly part; make verify-image builds both that make image ships.
@@ -68,32 +77,20 @@ func TestImage(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("run %d:\n%s", i, report.String())
-		var err error
-		if tarballs[i], err = os.ReadFile(filepath.Join(out, "image.tar")); err != nil {
-			t.Fatal(err)
-		}
+		tarballs[i] = must(t, os.ReadFile(filepath.Join(out, "image.tar")))
 	}
 	if !bytes.Equal(tarballs[0], tarballs[1]) {
 		t.Errorf("two builds of the same binaries wrote different tarballs: sha256 %x, %x", sha256.Sum256(tarballs[0]), sha256.Sum256(tarballs[1]))
 	}
 
 	idx := openLayout(t, filepath.Join(dir, "0", "oci"))
-	im, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var platforms []string
-	for _, desc := range im.Manifests {
+	for _, desc := range must(t, idx.IndexManifest()).Manifests {
 		if desc.Platform == nil {
 			t.Fatalf("manifest %s has no platform", desc.Digest)
 		}
-		plat := desc.Platform.OS + "/" + desc.Platform.Architecture
-		platforms = append(platforms, plat)
-		img, err := idx.Image(desc.Digest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bin := checkImage(t, img, desc.Platform)
+		platforms = append(platforms, desc.Platform.OS+"/"+desc.Platform.Architecture)
+		bin := checkImage(t, must(t, idx.Image(desc.Digest)), desc.Platform)
 		if desc.Platform.Architecture == runtime.GOARCH && runtime.GOOS == "linux" {
 			checkRuns(t, dir, bin)
 		}
@@ -117,23 +114,11 @@ func checkPush(t *testing.T, args []string, want v1.ImageIndex) {
 	if err := run(append(append([]string{"--image=" + ref}, args[1:]...), "--push"), &out); err != nil {
 		t.Fatalf("push: %v\n%s", err, out.String())
 	}
-	tag, err := name.NewTag(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := remote.Index(tag)
+	got, err := remote.Index(must(t, name.NewTag(ref)))
 	if err != nil {
 		t.Fatalf("pull %s: %v", ref, err)
 	}
-	gd, err := got.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	wd, err := want.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if gd != wd {
+	if gd, wd := must(t, got.Digest()), must(t, want.Digest()); gd != wd {
 		t.Errorf("pushed index %s, pulled back %s", wd, gd)
 	}
 }
@@ -153,14 +138,8 @@ func buildServer(t *testing.T, dir, arch string) string {
 
 func openLayout(t *testing.T, dir string) v1.ImageIndex {
 	t.Helper()
-	top, err := layout.ImageIndexFromPath(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tm, err := top.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
+	top := must(t, layout.ImageIndexFromPath(dir))
+	tm := must(t, top.IndexManifest())
 	if len(tm.Manifests) != 1 {
 		t.Fatalf("index.json lists %d entries, want 1", len(tm.Manifests))
 	}
@@ -168,21 +147,14 @@ func openLayout(t *testing.T, dir string) v1.ImageIndex {
 	if diff := cmp.Diff(want, tm.Manifests[0].Annotations); diff != "" {
 		t.Errorf("index.json annotations (-want +got):\n%s", diff)
 	}
-	idx, err := top.ImageIndex(tm.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return idx
+	return must(t, top.ImageIndex(tm.Manifests[0].Digest))
 }
 
 // checkImage checks one platform's config and layer and returns the
 // binary from the layer.
 func checkImage(t *testing.T, img v1.Image, plat *v1.Platform) []byte {
 	t.Helper()
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := must(t, img.ConfigFile())
 	got := map[string]any{
 		"os": cfg.OS, "architecture": cfg.Architecture, "user": cfg.Config.User,
 		"entrypoint": cfg.Config.Entrypoint, "cmd": cfg.Config.Cmd, "labels": cfg.Config.Labels,
@@ -204,17 +176,11 @@ func checkImage(t *testing.T, img v1.Image, plat *v1.Platform) []byte {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("%s/%s config (-want +got):\n%s", plat.OS, plat.Architecture, diff)
 	}
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
+	layers := must(t, img.Layers())
 	if len(layers) != 1 {
 		t.Fatalf("%s: %d layers, want 1", plat.Architecture, len(layers))
 	}
-	rc, err := layers[0].Uncompressed()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := must(t, layers[0].Uncompressed())
 	defer func() { _ = rc.Close() }()
 	var bin []byte
 	readTar(t, rc, func(hdr *tar.Header, data []byte) {
@@ -266,10 +232,7 @@ func checkRuns(t *testing.T, dir string, bin []byte) {
 // layout holds, each blob's content matching its name.
 func checkTarball(t *testing.T, path string, platforms int) {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := must(t, os.Open(path))
 	defer func() { _ = f.Close() }()
 	seen, blobs := map[string]bool{}, 0
 	readTar(t, f, func(hdr *tar.Header, data []byte) {
@@ -310,10 +273,6 @@ func readTar(t *testing.T, r io.Reader, fn func(hdr *tar.Header, data []byte)) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		data, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fn(hdr, data)
+		fn(hdr, must(t, io.ReadAll(tr)))
 	}
 }

@@ -20,18 +20,12 @@ const podMetricsConfigMap = "group-metrics-server-pod-metrics"
 
 // TestChartMatchesPodMetricsManifests: the chart with
 // ci/pod-metrics-values.yaml and manifests/examples/inference-autoscaling
-// render the same objects, but for what each tool does its own way to roll
-// the pods when the file changes (kustomize's hash suffix on the
-// ConfigMap's name, the chart's checksum annotation), and the file itself,
-// which must parse to the same configuration as the one
-// manifests/components/pod-metrics ships.
+// render the same objects (samePodMetrics), and the file parses to the
+// configuration manifests/components/pod-metrics ships.
 func TestChartMatchesPodMetricsManifests(t *testing.T) {
 	tc := setup(t)
 	got := tc.samePodMetrics(t, "pod-metrics-values.yaml", "manifests/examples/inference-autoscaling")
-	shipped, err := os.ReadFile(filepath.Join(tc.root, "manifests", "components", "pod-metrics", "pod-metrics.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	shipped := must(t, os.ReadFile(filepath.Join(tc.root, "manifests", "components", "pod-metrics", "pod-metrics.yaml")))
 	if diff := cmp.Diff(parsePodMetrics(t, "shipped", shipped), got, ignorePodMetricsUnexported); diff != "" {
 		t.Errorf("the pod-metrics file differs from the shipped one (-shipped +chart):\n%s", diff)
 	}
@@ -111,35 +105,30 @@ func TestEndpointPickersValues(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			objs, err := tc.template(t, "pod-metrics-values.yaml", c.sets...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var roles []string
+			objs := must(t, tc.template(t, "pod-metrics-values.yaml", c.sets...))
+			// Kind, name, roleRef and subjects of the ClusterRole and binding.
+			var roles []any
 			for _, o := range objs {
-				if !strings.HasSuffix(o.GetName(), "-endpoint-pickers") {
-					continue
-				}
-				roles = append(roles, o.GetKind()+" "+o.GetName())
-				if o.GetKind() != "ClusterRoleBinding" {
-					continue
-				}
-				ref, _, _ := unstructured.NestedString(o.Object, "roleRef", "name")
-				subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
-				want := []any{map[string]any{"kind": "ServiceAccount", "name": c.sa, "namespace": "kube-system"}}
-				if diff := cmp.Diff(want, subjects); ref != c.role || diff != "" {
-					t.Errorf("%s binds %s to (-want +got):\n%s", o.GetName(), ref, diff)
+				if strings.HasSuffix(o.GetName(), "-endpoint-pickers") {
+					ref, _, _ := unstructured.NestedString(o.Object, "roleRef", "name")
+					subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+					roles = append(roles, []any{o.GetKind(), o.GetName(), ref, subjects})
 				}
 			}
-			var wantRoles []string
+			var wantRoles []any
 			if c.role != "" {
-				wantRoles = []string{"ClusterRole " + c.role, "ClusterRoleBinding " + c.role}
+				sa := []any{map[string]any{"kind": "ServiceAccount", "name": c.sa, "namespace": "kube-system"}}
+				wantRoles = []any{[]any{"ClusterRole", c.role, "", []any(nil)}, []any{"ClusterRoleBinding", c.role, c.role, sa}}
 			}
 			if diff := cmp.Diff(wantRoles, roles); diff != "" {
 				t.Errorf("endpoint pickers' RBAC (-want +got):\n%s", diff)
 			}
 
-			spec := endpointPickersPodSpec(t, objs, c.sets)
+			release := chart.Name // or sa, the full name fullnameOverride sets
+			if c.sa != "" {
+				release = c.sa
+			}
+			spec := podSpec(t, objs, release)
 			var wantVolumes, wantMounts []any
 			if c.audience != "" {
 				wantVolumes = []any{map[string]any{"name": "endpoint-picker-token", "projected": map[string]any{"sources": []any{
@@ -156,29 +145,6 @@ func TestEndpointPickersValues(t *testing.T) {
 			}
 		})
 	}
-}
-
-// endpointPickersPodSpec is serverPodSpec for a release that may be named
-// by fullnameOverride in sets.
-func endpointPickersPodSpec(t *testing.T, objs []*unstructured.Unstructured, sets []string) map[string]any {
-	t.Helper()
-	name := chart.Name
-	for _, s := range sets {
-		if v, ok := strings.CutPrefix(s, "fullnameOverride="); ok {
-			name = v
-		}
-	}
-	for _, o := range objs {
-		if o.GetKind() == "Deployment" && o.GetName() == name {
-			spec, _, err := unstructured.NestedMap(o.Object, "spec", "template", "spec")
-			if err != nil {
-				t.Fatal(err)
-			}
-			return spec
-		}
-	}
-	t.Fatalf("no Deployment %s", name)
-	return nil
 }
 
 // named returns the entries of list (volumes or volume mounts) named name.

@@ -32,14 +32,20 @@ type testChart struct {
 	helm                    chart.Helm
 }
 
+// must returns v, failing the test on err.
+func must[T any](t *testing.T, v T, err error) T {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
 func setup(t *testing.T) testChart {
 	t.Helper()
 	root, errRoot := env.RepoRoot()
 	bin, errBin := env.BinDir()
-	if err := errors.Join(errRoot, errBin); err != nil {
-		t.Fatal(err)
-	}
-	if err := env.CheckBinaries(bin, chart.HelmBinary, cluster.KubectlBinary); err != nil {
+	if err := errors.Join(errRoot, errBin, env.CheckBinaries(bin, chart.HelmBinary, cluster.KubectlBinary)); err != nil {
 		t.Fatal(err)
 	}
 	return testChart{
@@ -54,10 +60,7 @@ func setup(t *testing.T) testChart {
 // ci/, each documented for users and each linted and rendered here.
 func (tc testChart) exampleValues(t *testing.T) []string {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(tc.chartDir, "ci", "*-values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	files := must(t, filepath.Glob(filepath.Join(tc.chartDir, "ci", "*-values.yaml")))
 	if len(files) < 5 {
 		t.Fatalf("want the chart's example values files under ci/, found %v", files)
 	}
@@ -119,10 +122,7 @@ func (tc testChart) kustomize(t *testing.T, dir string) []*unstructured.Unstruct
 // labels are the same in both).
 func (tc testChart) sameAsKustomize(t *testing.T, values, kustomization string, normalise func(side string, objs []*unstructured.Unstructured)) {
 	t.Helper()
-	fromChart, err := tc.template(t, values)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fromChart := must(t, tc.template(t, values))
 	fromKustomize := tc.kustomize(t, kustomization)
 	if normalise != nil {
 		normalise("chart", fromChart)

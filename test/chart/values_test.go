@@ -28,10 +28,7 @@ func TestLint(t *testing.T) {
 			if out, err := tc.run(t, values, nil, "lint", "--strict"); err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}
-			objs, err := tc.template(t, values)
-			if err != nil {
-				t.Fatal(err)
-			}
+			objs := must(t, tc.template(t, values))
 			if len(objs) == 0 {
 				t.Fatal("rendered no object")
 			}
@@ -47,10 +44,7 @@ func TestLint(t *testing.T) {
 // TestDefaultObjectCount logs how many objects the default values render,
 // and checks them against manifests/base's kinds.
 func TestDefaultObjectCount(t *testing.T) {
-	objs, err := setup(t).template(t, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := must(t, setup(t).template(t, ""))
 	kinds := map[string]int{}
 	for _, o := range objs {
 		kinds[o.GetKind()]++
@@ -164,11 +158,7 @@ func TestOurValues(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			objs, err := tc.template(t, c.values, c.sets...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			spec := serverPodSpec(t, objs)
+			spec := podSpec(t, must(t, tc.template(t, c.values, c.sets...)), chart.Name)
 			ctr := spec["containers"].([]any)[0].(map[string]any)
 			args, _, _ := unstructured.NestedStringSlice(ctr, "args")
 			if c.port == "" {
@@ -194,10 +184,11 @@ func TestOurValues(t *testing.T) {
 	}
 }
 
-func serverPodSpec(t *testing.T, objs []*unstructured.Unstructured) map[string]any {
+// podSpec is the pod spec of Deployment name in objs.
+func podSpec(t *testing.T, objs []*unstructured.Unstructured, name string) map[string]any {
 	t.Helper()
 	for _, o := range objs {
-		if o.GetKind() == "Deployment" && o.GetName() == chart.Name {
+		if o.GetKind() == "Deployment" && o.GetName() == name {
 			spec, _, err := unstructured.NestedMap(o.Object, "spec", "template", "spec")
 			if err != nil {
 				t.Fatal(err)
@@ -205,17 +196,14 @@ func serverPodSpec(t *testing.T, objs []*unstructured.Unstructured) map[string]a
 			return spec
 		}
 	}
-	t.Fatalf("no Deployment %s", chart.Name)
+	t.Fatalf("no Deployment %s", name)
 	return nil
 }
 
 // The example values files are documented in the chart's README.
 func TestExamplesDocumented(t *testing.T) {
 	tc := setup(t)
-	readme, err := os.ReadFile(filepath.Join(tc.chartDir, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	readme := must(t, os.ReadFile(filepath.Join(tc.chartDir, "README.md")))
 	for _, f := range tc.exampleValues(t) {
 		if !strings.Contains(string(readme), "ci/"+f) {
 			t.Errorf("the chart's README does not mention ci/%s", f)

@@ -94,8 +94,8 @@ func TestHPACalculatorTwice(t *testing.T) {
 		b := s.rawMetrics()
 		all := labels.SelectorFromSet(labels.Set{group.LabelName: lwsName})
 		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-			gotA := calculate(lister, a, int32(s.groups), s.target, r, leaders)
-			gotB := calculate(lister, b, int32(s.groups*s.size), s.target, r, all)
+			gotA := calculate(lister, a, int32(s.groups), s.target, r, leaders, true)
+			gotB := calculate(lister, b, int32(s.groups*s.size), s.target, r, all, true)
 			dirA, dirB := gotA.direction(int32(s.groups)), gotB.direction(int32(s.groups*s.size))
 			report := func(format string, args ...any) {
 				t.Errorf("%s: %s\n  A (leaders): %s, direction %d\n  B (all pods): %s, direction %d\n%s",
@@ -185,17 +185,11 @@ func leaderMetrics(t *testing.T, p *provider.Provider, s *scenario) ([]metricsv1
 
 // calculate runs the HPA's own calculator on metrics, as the HPA controller
 // reads them through its REST metrics client, with kube-controller-manager's
-// default readiness periods.
-func calculate(lister corelisters.PodLister, metrics []metricsv1beta1.PodMetrics, current, target int32, r corev1.ResourceName, sel labels.Selector) reading {
-	return calculateWith(lister, metrics, current, target, r, sel, cpuInitializationPeriod, initialReadinessDelay)
-}
-
-// calculateWith is calculate with the readiness periods given. Tolerances
-// are zero: their fields are the controller's own, and zero is the
-// strictest comparison. With both periods zero the readiness rule is off,
-// as the HPA counts pods for any metric but Resource CPU: every Running pod
-// with a value at face value.
-func calculateWith(lister corelisters.PodLister, metrics []metricsv1beta1.PodMetrics, current, target int32, r corev1.ResourceName, sel labels.Selector, initPeriod, readinessDelay time.Duration) reading {
+// default readiness periods, or with both zero: the readiness rule off, as
+// the HPA counts pods for any metric but Resource CPU (every Running pod with
+// a value at face value). Tolerances are zero: their fields are the
+// controller's own, and zero is the strictest comparison.
+func calculate(lister corelisters.PodLister, metrics []metricsv1beta1.PodMetrics, current, target int32, r corev1.ResourceName, sel labels.Selector, readiness bool) reading {
 	client := &metricsfake.Clientset{}
 	client.AddReactor("list", "pods", func(action core.Action) (bool, runtime.Object, error) {
 		want := action.(core.ListAction).GetListRestrictions().Labels
@@ -207,6 +201,10 @@ func calculateWith(lister corelisters.PodLister, metrics []metricsv1beta1.PodMet
 		}
 		return true, out, nil
 	})
+	initPeriod, readinessDelay := cpuInitializationPeriod, initialReadinessDelay
+	if !readiness {
+		initPeriod, readinessDelay = 0, 0
+	}
 	calc := podautoscaler.NewReplicaCalculator(metricsclient.NewRESTMetricsClient(client.MetricsV1beta1(), nil, nil),
 		lister, initPeriod, readinessDelay)
 	replicas, util, _, _, err := calc.GetResourceReplicas(context.Background(), current, target, r, podautoscaler.Tolerances{}, namespace, sel, "")

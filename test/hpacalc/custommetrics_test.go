@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	core "k8s.io/client-go/testing"
 	"k8s.io/kubernetes/pkg/controller/podautoscaler"
@@ -128,13 +129,25 @@ func providerPods(cm *provider.CustomMetrics) listFunc {
 type listFunc func(namespace string, selector labels.Selector, metric string, metricSelector labels.Selector) (*custom_metrics.MetricValueList, error)
 
 // customMetrics is custom.metrics.k8s.io as the HPA's REST metrics client
-// reads it for a Pods metric: by selector, in v1beta2. (The HPA's metric
-// selector is always labels.Everything(); the fake client drops it.)
-func customMetrics(list listFunc) *cmfake.FakeCustomMetricsClient {
+// reads it, in v1beta2: a Pods metric by selector through list, an Object
+// metric by name through cm (either nil: not served). The HPA's metric
+// selector is always labels.Everything(); the fake client drops it.
+func customMetrics(list listFunc, cm *provider.CustomMetrics) *cmfake.FakeCustomMetricsClient {
 	client := &cmfake.FakeCustomMetricsClient{}
 	client.AddReactor("*", "*", func(action core.Action) (bool, runtime.Object, error) {
 		get := action.(cmfake.GetForAction)
-		if get.GetResource().Resource != "pods" || get.GetName() != "*" {
+		switch {
+		case get.GetName() != "*" && cm != nil:
+			// The fake names the object's resource as its group resource,
+			// "leaderworkersets.leaderworkerset.x-k8s.io".
+			info := cmprovider.CustomMetricInfo{GroupResource: schema.ParseGroupResource(get.GetResource().Resource), Namespaced: true, Metric: get.GetMetricName()}
+			v, err := cm.GetMetricByName(context.Background(), types.NamespacedName{Namespace: get.GetNamespace(), Name: get.GetName()}, info, labels.Everything())
+			if err != nil {
+				return true, nil, fmt.Errorf("%s %s: %w", get.GetResource(), get.GetName(), err)
+			}
+			out := &v1beta2.MetricValueList{Items: make([]v1beta2.MetricValue, 1)}
+			return true, out, v1beta2.Convert_custom_metrics_MetricValue_To_v1beta2_MetricValue(v, &out.Items[0], nil)
+		case get.GetResource().Resource != "pods" || get.GetName() != "*" || list == nil:
 			return true, nil, fmt.Errorf("%s %s: only reads of pods by selector are served", get.GetResource(), get.GetName())
 		}
 		in, err := list(get.GetNamespace(), get.GetLabelSelector(), get.GetMetricName(), labels.Everything())
@@ -151,7 +164,7 @@ func customMetrics(list listFunc) *cmfake.FakeCustomMetricsClient {
 // AverageValue target in milli-units, as the HPA controller reads it
 // through its REST metrics client.
 func metricReplicas(lister corelisters.PodLister, list listFunc, current int32, target int64, metric string, sel labels.Selector) reading {
-	calc := podautoscaler.NewReplicaCalculator(metricsclient.NewRESTMetricsClient(nil, customMetrics(list), nil),
+	calc := podautoscaler.NewReplicaCalculator(metricsclient.NewRESTMetricsClient(nil, customMetrics(list, nil), nil),
 		lister, cpuInitializationPeriod, initialReadinessDelay)
 	replicas, usage, _, err := calc.GetMetricReplicas(current, target, metric, podautoscaler.Tolerances{}, namespace, sel, labels.Everything())
 	return reading{replicas: replicas, usage: usage, err: err}

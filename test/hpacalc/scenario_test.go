@@ -306,8 +306,7 @@ func (s *scenario) scrapes() (times [3]time.Time, batches [3]sources.Batch, node
 func (s *scenario) rawMetrics() []metricsv1beta1.PodMetrics {
 	var out []metricsv1beta1.PodMetrics
 	for _, m := range s.members {
-		switch m.state {
-		case pending, noMetrics, partial, failed:
+		if !hasEndpointValue(m.state) {
 			continue
 		}
 		pm := metricsv1beta1.PodMetrics{

@@ -83,7 +83,7 @@ func TestThreePathsAgree(t *testing.T) {
 				continue
 			}
 			tallies[0].add(t, seed, r, comparison{
-				a: calculate(lister, a, groups, s.target, r, leaders), b: calculate(lister, raw, groups*size, s.target, r, all),
+				a: calculate(lister, a, groups, s.target, r, leaders, true), b: calculate(lister, raw, groups*size, s.target, r, all, true),
 				k: 1, lo: -1, hi: 1, aTarget: int64(s.target), bTarget: int64(s.target), groups: groups, size: size,
 			})
 		}
@@ -101,7 +101,7 @@ func TestThreePathsAgree(t *testing.T) {
 			tallies[1].add(t, seed, r, comparison{
 				a: metricReplicas(lister, providerPods(cm), groups, 10*int64(s.target), metric, leaders),
 				// B counts every pod at face value: the readiness rule off.
-				b: calculateWith(lister, raw, groups*size, s.target, r, all, 0, 0),
+				b: calculate(lister, raw, groups*size, s.target, r, all, false),
 				// A reads thousandths, B whole percent truncated.
 				k: 10, lo: -1, hi: 10, aTarget: 10 * int64(s.target), bTarget: int64(s.target), groups: groups, size: size,
 			})

@@ -2,7 +2,6 @@ package hpacalc
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,18 +11,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
-	core "k8s.io/client-go/testing"
 	"k8s.io/kubernetes/pkg/controller/podautoscaler"
 	metricsclient "k8s.io/kubernetes/pkg/controller/podautoscaler/metrics"
-	"k8s.io/metrics/pkg/apis/custom_metrics/v1beta2"
-	cmfake "k8s.io/metrics/pkg/client/custom_metrics/fake"
 	"k8s.io/utils/ptr"
-	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
@@ -93,7 +87,7 @@ func TestObjectMetricAtZero(t *testing.T) {
 	podLister := factory.Core().V1().Pods().Lister()
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
-	calc := podautoscaler.NewReplicaCalculator(metricsclient.NewRESTMetricsClient(nil, objectMetrics(cm), nil), podLister, cpuInitializationPeriod, initialReadinessDelay)
+	calc := podautoscaler.NewReplicaCalculator(metricsclient.NewRESTMetricsClient(nil, customMetrics(nil, cm), nil), podLister, cpuInitializationPeriod, initialReadinessDelay)
 
 	for _, tc := range []struct {
 		name, lws string
@@ -119,14 +113,12 @@ func TestObjectMetricAtZero(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ref := &autoscalingv2.CrossVersionObjectReference{APIVersion: "leaderworkerset.x-k8s.io/v1", Kind: "LeaderWorkerSet", Name: tc.lws}
-			if tc.pool != "" {
-				ref = &autoscalingv2.CrossVersionObjectReference{APIVersion: "inference.networking.k8s.io/v1", Kind: "InferencePool", Name: tc.pool}
-			}
-			sel := labels.SelectorFromSet(labels.Set{group.LabelName: tc.lws})
 			metric := queueMetric
 			if tc.pool != "" {
+				ref = &autoscalingv2.CrossVersionObjectReference{APIVersion: "inference.networking.k8s.io/v1", Kind: "InferencePool", Name: tc.pool}
 				metric = poolQueue
 			}
+			sel := labels.SelectorFromSet(labels.Set{group.LabelName: tc.lws})
 			got, usage, _, err := calc.GetObjectMetricReplicas(tc.current, target, metric, podautoscaler.Tolerances{}, namespace, ref, sel, labels.Everything())
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -139,23 +131,4 @@ func TestObjectMetricAtZero(t *testing.T) {
 			}
 		})
 	}
-}
-
-// objectMetrics is custom.metrics.k8s.io as the HPA's REST metrics client
-// reads it for an Object metric: by name, in v1beta2.
-func objectMetrics(cm *provider.CustomMetrics) *cmfake.FakeCustomMetricsClient {
-	client := &cmfake.FakeCustomMetricsClient{}
-	client.AddReactor("*", "*", func(action core.Action) (bool, runtime.Object, error) {
-		// The fake names the object's resource as its group resource,
-		// "leaderworkersets.leaderworkerset.x-k8s.io".
-		get := action.(cmfake.GetForAction)
-		info := cmprovider.CustomMetricInfo{GroupResource: schema.ParseGroupResource(get.GetResource().Resource), Namespaced: true, Metric: get.GetMetricName()}
-		v, err := cm.GetMetricByName(context.Background(), types.NamespacedName{Namespace: get.GetNamespace(), Name: get.GetName()}, info, labels.Everything())
-		if err != nil {
-			return true, nil, fmt.Errorf("%s %s: %w", get.GetResource(), get.GetName(), err)
-		}
-		out := &v1beta2.MetricValueList{Items: make([]v1beta2.MetricValue, 1)}
-		return true, out, v1beta2.Convert_custom_metrics_MetricValue_To_v1beta2_MetricValue(v, &out.Items[0], nil)
-	})
-	return client
 }

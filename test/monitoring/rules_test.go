@@ -19,16 +19,33 @@ import (
 // (one value every sampleInterval from the Unix epoch, 4h of them): a
 // server that answers and serves a certificate valid for a year, and a
 // controller replica that leads and syncs every minute.
-const (
+var (
 	serverUp     = `up{job="group-metrics-server", pod="gms-1"} 1x240`
-	servingYear  = `group_metrics_server_serving_cert_not_after_timestamp_seconds{pod="gms-1"} 31536000x240`
-	leaderLeads  = `leader_election_master_status{name="group-metrics-server-cert-controller", namespace="kube-system", pod="ctrl-1"} 1x240`
-	leaderSyncs  = `group_metrics_server_certs_last_sync_success_timestamp_seconds{namespace="kube-system", pod="ctrl-1"} 0+60x240`
-	standbyWaits = `leader_election_master_status{name="group-metrics-server-cert-controller", namespace="kube-system", pod="ctrl-2"} 0x240`
-	standbyUnset = `group_metrics_server_certs_last_sync_success_timestamp_seconds{namespace="kube-system", pod="ctrl-2"} 0x240`
+	servingYear  = serving("gms-1", "31536000x240")
+	leaderLeads  = leads("ctrl-1", "1x240")
+	leaderSyncs  = syncs("ctrl-1", "0+60x240")
+	standbyWaits = leads("ctrl-2", "0x240")
+	standbyUnset = syncs("ctrl-2", "0x240")
+)
+
+const (
 	evalEnd      = 4 * time.Hour
 	evalInterval = time.Minute
 )
+
+// leads, syncs and serving are a controller replica's leader election
+// status, its last successful sync and a server's certificate expiry.
+func leads(pod, values string) string {
+	return `leader_election_master_status{name="group-metrics-server-cert-controller", namespace="kube-system", pod="` + pod + `"} ` + values
+}
+
+func syncs(pod, values string) string {
+	return `group_metrics_server_certs_last_sync_success_timestamp_seconds{namespace="kube-system", pod="` + pod + `"} ` + values
+}
+
+func serving(pod, values string) string {
+	return `group_metrics_server_serving_cert_not_after_timestamp_seconds{pod="` + pod + `"} ` + values
+}
 
 // firing loads series, evaluates every alerting rule of the kit each
 // minute from the epoch to evalEnd, as a Prometheus with a 1m evaluation
@@ -78,8 +95,11 @@ func firing(t *testing.T, series ...string) []string {
 	var out []string
 	for _, a := range alerts {
 		for _, active := range a.active {
-			if active.firing {
-				out = append(out, a.name+labelSuffix(active.labels))
+			// An alert's pod, when it has one, tells replicas apart.
+			if pod := active.labels.Get("pod"); active.firing && pod != "" {
+				out = append(out, a.name+"{pod="+pod+"}")
+			} else if active.firing {
+				out = append(out, a.name)
 			}
 		}
 	}
@@ -99,11 +119,10 @@ func firing(t *testing.T, series ...string) []string {
 // again if it comes back). keep_firing_for: is left out: no rule of the
 // kit sets it, and firing fails when one does.
 type alertingRule struct {
-	name   string
-	expr   string
-	hold   time.Duration
-	labels labels.Labels
-	active map[uint64]*activeAlert
+	name, expr string
+	hold       time.Duration
+	labels     labels.Labels
+	active     map[uint64]*activeAlert
 }
 
 // activeAlert is a pending or firing alert of a rule.
@@ -113,71 +132,49 @@ type activeAlert struct {
 	firing   bool
 }
 
-// errDuplicateAlert is rules.ErrDuplicateAlertLabelSet: two elements of
-// a result that differ only in __name__ or in labels the rule sets.
-var errDuplicateAlert = errors.New("vector contains metrics with the same labelset after applying alert labels")
-
-// eval evaluates the rule's expression as an instant query at ts and
-// moves its alerts on.
+// eval evaluates the rule's expression as an instant query at ts and moves
+// its alerts on. A scalar result is one element without labels, as
+// rules.EngineQueryFunc makes it; two elements that differ only in __name__
+// or in labels the rule sets are rules.ErrDuplicateAlertLabelSet.
 func (r *alertingRule) eval(ctx context.Context, engine *promql.Engine, q storage.Queryable, ts time.Time) error {
-	result, err := instant(ctx, engine, q, r.expr, ts)
+	query, err := engine.NewInstantQuery(ctx, q, nil, r.expr, ts)
 	if err != nil {
 		return err
 	}
-	returned := make(map[uint64]struct{}, len(result))
+	defer query.Close()
+	res := query.Exec(ctx)
+	if res.Err != nil {
+		return res.Err
+	}
+	result, ok := res.Value.(promql.Vector)
+	if v, isScalar := res.Value.(promql.Scalar); isScalar {
+		result, ok = promql.Vector{{T: v.T, F: v.V, Metric: labels.EmptyLabels()}}, true
+	}
+	if !ok {
+		return errors.New("rule result is not a vector or scalar")
+	}
+	returned := make(map[uint64]bool, len(result))
 	for _, s := range result {
-		lb := labels.NewBuilder(s.Metric)
-		lb.Del(labels.MetricName)
+		lb := labels.NewBuilder(s.Metric).Del(labels.MetricName)
 		r.labels.Range(func(l labels.Label) { lb.Set(l.Name, l.Value) })
-		lb.Set(labels.AlertName, r.name)
-		ls := lb.Labels()
+		ls := lb.Set(labels.AlertName, r.name).Labels()
 		h := ls.Hash()
-		if _, ok := returned[h]; ok {
-			return errDuplicateAlert
+		if returned[h] {
+			return errors.New("vector contains metrics with the same labelset after applying alert labels")
 		}
-		returned[h] = struct{}{}
+		returned[h] = true
 		if _, ok := r.active[h]; !ok {
 			r.active[h] = &activeAlert{labels: ls, activeAt: ts}
 		}
 	}
 	for h, a := range r.active {
-		if _, ok := returned[h]; !ok {
+		if !returned[h] {
 			delete(r.active, h)
 			continue
 		}
 		a.firing = ts.Sub(a.activeAt) >= r.hold
 	}
 	return nil
-}
-
-// instant runs expr as an instant query at ts; a scalar result is one
-// element without labels, as rules.EngineQueryFunc makes it.
-func instant(ctx context.Context, engine *promql.Engine, q storage.Queryable, expr string, ts time.Time) (promql.Vector, error) {
-	query, err := engine.NewInstantQuery(ctx, q, nil, expr, ts)
-	if err != nil {
-		return nil, err
-	}
-	defer query.Close()
-	res := query.Exec(ctx)
-	if res.Err != nil {
-		return nil, res.Err
-	}
-	switch v := res.Value.(type) {
-	case promql.Vector:
-		return v, nil
-	case promql.Scalar:
-		return promql.Vector{{T: v.T, F: v.V, Metric: labels.EmptyLabels()}}, nil
-	default:
-		return nil, errors.New("rule result is not a vector or scalar")
-	}
-}
-
-// labelSuffix shows an alert's pod, when it has one.
-func labelSuffix(ls labels.Labels) string {
-	if p := ls.Get("pod"); p != "" {
-		return "{pod=" + p + "}"
-	}
-	return ""
 }
 
 // TestCertificateAlerts evaluates the kit's rules against the series of a
@@ -205,49 +202,41 @@ func TestCertificateAlerts(t *testing.T) {
 			want:   []string{"GroupMetricsServerCertificateControllerNoLeader"},
 		},
 		{
-			name: "a leader for three hours, then none",
-			series: []string{serverUp, servingYear,
-				`leader_election_master_status{name="group-metrics-server-cert-controller", namespace="kube-system", pod="ctrl-1"} 1x180 0x60`,
-				`group_metrics_server_certs_last_sync_success_timestamp_seconds{namespace="kube-system", pod="ctrl-1"} 0+60x180 10800x60`},
-			want: []string{"GroupMetricsServerCertificateControllerNoLeader"},
+			name:   "a leader for three hours, then none",
+			series: []string{serverUp, servingYear, leads("ctrl-1", "1x180 0x60"), syncs("ctrl-1", "0+60x180 10800x60")},
+			want:   []string{"GroupMetricsServerCertificateControllerNoLeader"},
 		},
 		// for: 15m holds the no-leader alert: at the last evaluation the
 		// leader has been gone 14 minutes in the first case, 15 in the
 		// second (the series load one value a minute).
 		{
-			name: "no leader for 14 minutes: pending, not firing",
-			series: []string{serverUp, servingYear,
-				`leader_election_master_status{name="group-metrics-server-cert-controller", namespace="kube-system", pod="ctrl-1"} 1x225 0x14`,
-				`group_metrics_server_certs_last_sync_success_timestamp_seconds{namespace="kube-system", pod="ctrl-1"} 0+60x240`},
+			name:   "no leader for 14 minutes: pending, not firing",
+			series: []string{serverUp, servingYear, leads("ctrl-1", "1x225 0x14"), leaderSyncs},
 		},
 		{
-			name: "no leader for 15 minutes: firing",
-			series: []string{serverUp, servingYear,
-				`leader_election_master_status{name="group-metrics-server-cert-controller", namespace="kube-system", pod="ctrl-1"} 1x224 0x15`,
-				`group_metrics_server_certs_last_sync_success_timestamp_seconds{namespace="kube-system", pod="ctrl-1"} 0+60x240`},
-			want: []string{"GroupMetricsServerCertificateControllerNoLeader"},
+			name:   "no leader for 15 minutes: firing",
+			series: []string{serverUp, servingYear, leads("ctrl-1", "1x224 0x15"), leaderSyncs},
+			want:   []string{"GroupMetricsServerCertificateControllerNoLeader"},
 		},
 		{
-			name: "a leader whose syncs stopped completing an hour ago",
-			series: []string{serverUp, servingYear, leaderLeads, standbyWaits, standbyUnset,
-				`group_metrics_server_certs_last_sync_success_timestamp_seconds{namespace="kube-system", pod="ctrl-1"} 0+60x180 10800x60`},
-			want: []string{"GroupMetricsServerCertificateSyncStalled"},
+			name:   "a leader whose syncs stopped completing an hour ago",
+			series: []string{serverUp, servingYear, leaderLeads, standbyWaits, standbyUnset, syncs("ctrl-1", "0+60x180 10800x60")},
+			want:   []string{"GroupMetricsServerCertificateSyncStalled"},
 		},
 		{
 			name:   "the served certificate expires in 10 days, from the server's series alone",
-			series: []string{serverUp, servingExpiresAfterEnd(10 * 24 * time.Hour)},
+			series: []string{serverUp, serving("gms-1", expiresAfterEnd(10*24*time.Hour))},
 			want:   []string{"GroupMetricsServerCertificateControllerNoLeader", "GroupMetricsServerCertificateExpiring{pod=gms-1}"},
 		},
 		{
 			name:   "the served certificate expires in a day, while a leader syncs",
-			series: []string{serverUp, servingExpiresAfterEnd(24 * time.Hour), leaderLeads, leaderSyncs},
+			series: []string{serverUp, serving("gms-1", expiresAfterEnd(24*time.Hour)), leaderLeads, leaderSyncs},
 			want:   []string{"GroupMetricsServerCertificateExpiringSoon{pod=gms-1}", "GroupMetricsServerCertificateExpiring{pod=gms-1}"},
 		},
 		{
 			name: "one replica still serves the old certificate",
 			series: []string{serverUp, servingYear, leaderLeads, leaderSyncs,
-				`up{job="group-metrics-server", pod="gms-2"} 1x240`,
-				`group_metrics_server_serving_cert_not_after_timestamp_seconds{pod="gms-2"} ` + secondsAfterEnd(5*24*time.Hour) + `x240`},
+				`up{job="group-metrics-server", pod="gms-2"} 1x240`, serving("gms-2", expiresAfterEnd(5*24*time.Hour))},
 			want: []string{"GroupMetricsServerCertificateExpiring{pod=gms-2}"},
 		},
 		// The read limit's refusals, beside healthy certificates: any
@@ -274,13 +263,7 @@ func TestCertificateAlerts(t *testing.T) {
 	}
 }
 
-// secondsAfterEnd is the Unix time d after the last evaluation.
-func secondsAfterEnd(d time.Duration) string {
-	return strconv.FormatInt(int64((evalEnd+d)/time.Second), 10)
-}
-
-// servingExpiresAfterEnd is the server's series of a certificate that
-// expires d after the last evaluation.
-func servingExpiresAfterEnd(d time.Duration) string {
-	return `group_metrics_server_serving_cert_not_after_timestamp_seconds{pod="gms-1"} ` + secondsAfterEnd(d) + `x240`
+// expiresAfterEnd is a constant Unix time d after the last evaluation.
+func expiresAfterEnd(d time.Duration) string {
+	return strconv.FormatInt(int64((evalEnd+d)/time.Second), 10) + "x240"
 }

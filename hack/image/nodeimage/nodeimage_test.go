@@ -28,19 +28,18 @@ func TestLayout(t *testing.T) {
 		Created: time.Unix(0, 0).UTC(), Images: images}
 	var tars [2][]byte
 	for i := range tars {
+		layout, path := filepath.Join(dir, "layout", string(rune('a'+i))), filepath.Join(dir, "images.tar")
 		imgs, err := Build(spec)
+		if err == nil {
+			err = writeLayout(layout, spec, imgs)
+		}
+		if err == nil {
+			err = tarLayout(layout, path, spec.Created)
+		}
+		if err == nil {
+			tars[i], err = os.ReadFile(path)
+		}
 		if err != nil {
-			t.Fatal(err)
-		}
-		layout := filepath.Join(dir, "layout", string(rune('a'+i)))
-		if err := writeLayout(layout, spec, imgs); err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(dir, "images.tar")
-		if err := tarLayout(layout, path, spec.Created); err != nil {
-			t.Fatal(err)
-		}
-		if tars[i], err = os.ReadFile(path); err != nil {
 			t.Fatal(err)
 		}
 	}
