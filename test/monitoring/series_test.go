@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/util/annotations"
 )
 
 // sampleInterval is the time between two values of a loaded series, the
@@ -57,7 +58,24 @@ func load(t *testing.T, series ...string) storage.Queryable {
 					selected = append(selected, s)
 				}
 			}
-			return storage.NewMockSeriesSet(selected...)
+			return &seriesSet{series: selected, next: -1}
 		},
 	}}
 }
+
+// seriesSet is a SeriesSet over a slice, in the slice's order.
+type seriesSet struct {
+	series []storage.Series
+	next   int
+}
+
+func (s *seriesSet) Next() bool {
+	if s.next < len(s.series) {
+		s.next++
+	}
+	return s.next < len(s.series)
+}
+
+func (s *seriesSet) At() storage.Series              { return s.series[s.next] }
+func (*seriesSet) Err() error                        { return nil }
+func (*seriesSet) Warnings() annotations.Annotations { return nil }
