@@ -7,6 +7,7 @@ import (
 	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -36,15 +37,6 @@ const (
 )
 
 var testCreated = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
-
-// must returns v, failing the test on err.
-func must[T any](t *testing.T, v T, err error) T {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
 
 // archsFlag names the linux architectures TestImage builds. make test-unit
 // builds this machine's alone, a cross build of the whole server being the
@@ -77,20 +69,31 @@ func TestImage(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("run %d:\n%s", i, report.String())
-		tarballs[i] = must(t, os.ReadFile(filepath.Join(out, "image.tar")))
+		var err error
+		if tarballs[i], err = os.ReadFile(filepath.Join(out, "image.tar")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if !bytes.Equal(tarballs[0], tarballs[1]) {
 		t.Errorf("two builds of the same binaries wrote different tarballs: sha256 %x, %x", sha256.Sum256(tarballs[0]), sha256.Sum256(tarballs[1]))
 	}
 
 	idx := openLayout(t, filepath.Join(dir, "0", "oci"))
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var platforms []string
-	for _, desc := range must(t, idx.IndexManifest()).Manifests {
+	for _, desc := range im.Manifests {
 		if desc.Platform == nil {
 			t.Fatalf("manifest %s has no platform", desc.Digest)
 		}
 		platforms = append(platforms, desc.Platform.OS+"/"+desc.Platform.Architecture)
-		bin := checkImage(t, must(t, idx.Image(desc.Digest)), desc.Platform)
+		img, err := idx.Image(desc.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bin := checkImage(t, img, desc.Platform)
 		if desc.Platform.Architecture == runtime.GOARCH && runtime.GOOS == "linux" {
 			checkRuns(t, dir, bin)
 		}
@@ -114,11 +117,20 @@ func checkPush(t *testing.T, args []string, want v1.ImageIndex) {
 	if err := run(append(append([]string{"--image=" + ref}, args[1:]...), "--push"), &out); err != nil {
 		t.Fatalf("push: %v\n%s", err, out.String())
 	}
-	got, err := remote.Index(must(t, name.NewTag(ref)))
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := remote.Index(tag)
 	if err != nil {
 		t.Fatalf("pull %s: %v", ref, err)
 	}
-	if gd, wd := must(t, got.Digest()), must(t, want.Digest()); gd != wd {
+	gd, err := got.Digest()
+	wd, wantErr := want.Digest()
+	if err := errors.Join(err, wantErr); err != nil {
+		t.Fatal(err)
+	}
+	if gd != wd {
 		t.Errorf("pushed index %s, pulled back %s", wd, gd)
 	}
 }
@@ -138,8 +150,14 @@ func buildServer(t *testing.T, dir, arch string) string {
 
 func openLayout(t *testing.T, dir string) v1.ImageIndex {
 	t.Helper()
-	top := must(t, layout.ImageIndexFromPath(dir))
-	tm := must(t, top.IndexManifest())
+	top, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm, err := top.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(tm.Manifests) != 1 {
 		t.Fatalf("index.json lists %d entries, want 1", len(tm.Manifests))
 	}
@@ -147,14 +165,21 @@ func openLayout(t *testing.T, dir string) v1.ImageIndex {
 	if diff := cmp.Diff(want, tm.Manifests[0].Annotations); diff != "" {
 		t.Errorf("index.json annotations (-want +got):\n%s", diff)
 	}
-	return must(t, top.ImageIndex(tm.Manifests[0].Digest))
+	idx, err := top.ImageIndex(tm.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return idx
 }
 
 // checkImage checks one platform's config and layer and returns the
 // binary from the layer.
 func checkImage(t *testing.T, img v1.Image, plat *v1.Platform) []byte {
 	t.Helper()
-	cfg := must(t, img.ConfigFile())
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
 	got := map[string]any{
 		"os": cfg.OS, "architecture": cfg.Architecture, "user": cfg.Config.User,
 		"entrypoint": cfg.Config.Entrypoint, "cmd": cfg.Config.Cmd, "labels": cfg.Config.Labels,
@@ -176,11 +201,17 @@ func checkImage(t *testing.T, img v1.Image, plat *v1.Platform) []byte {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("%s/%s config (-want +got):\n%s", plat.OS, plat.Architecture, diff)
 	}
-	layers := must(t, img.Layers())
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(layers) != 1 {
 		t.Fatalf("%s: %d layers, want 1", plat.Architecture, len(layers))
 	}
-	rc := must(t, layers[0].Uncompressed())
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer func() { _ = rc.Close() }()
 	var bin []byte
 	readTar(t, rc, func(hdr *tar.Header, data []byte) {
@@ -232,7 +263,10 @@ func checkRuns(t *testing.T, dir string, bin []byte) {
 // layout holds, each blob's content matching its name.
 func checkTarball(t *testing.T, path string, platforms int) {
 	t.Helper()
-	f := must(t, os.Open(path))
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer func() { _ = f.Close() }()
 	seen, blobs := map[string]bool{}, 0
 	readTar(t, f, func(hdr *tar.Header, data []byte) {
@@ -273,6 +307,10 @@ func readTar(t *testing.T, r io.Reader, fn func(hdr *tar.Header, data []byte)) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fn(hdr, must(t, io.ReadAll(tr)))
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn(hdr, data)
 	}
 }

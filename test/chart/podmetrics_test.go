@@ -25,7 +25,10 @@ const podMetricsConfigMap = "group-metrics-server-pod-metrics"
 func TestChartMatchesPodMetricsManifests(t *testing.T) {
 	tc := setup(t)
 	got := tc.samePodMetrics(t, "pod-metrics-values.yaml", "manifests/examples/inference-autoscaling")
-	shipped := must(t, os.ReadFile(filepath.Join(tc.root, "manifests", "components", "pod-metrics", "pod-metrics.yaml")))
+	shipped, err := os.ReadFile(filepath.Join(tc.root, "manifests", "components", "pod-metrics", "pod-metrics.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if diff := cmp.Diff(parsePodMetrics(t, "shipped", shipped), got, ignorePodMetricsUnexported); diff != "" {
 		t.Errorf("the pod-metrics file differs from the shipped one (-shipped +chart):\n%s", diff)
 	}
@@ -105,7 +108,7 @@ func TestEndpointPickersValues(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			objs := must(t, tc.template(t, "pod-metrics-values.yaml", c.sets...))
+			objs := tc.render(t, "pod-metrics-values.yaml", c.sets...)
 			// Kind, name, roleRef and subjects of the ClusterRole and binding.
 			var roles []any
 			for _, o := range objs {

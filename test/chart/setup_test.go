@@ -32,15 +32,6 @@ type testChart struct {
 	helm                    chart.Helm
 }
 
-// must returns v, failing the test on err.
-func must[T any](t *testing.T, v T, err error) T {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
 func setup(t *testing.T) testChart {
 	t.Helper()
 	root, errRoot := env.RepoRoot()
@@ -60,7 +51,10 @@ func setup(t *testing.T) testChart {
 // ci/, each documented for users and each linted and rendered here.
 func (tc testChart) exampleValues(t *testing.T) []string {
 	t.Helper()
-	files := must(t, filepath.Glob(filepath.Join(tc.chartDir, "ci", "*-values.yaml")))
+	files, err := filepath.Glob(filepath.Join(tc.chartDir, "ci", "*-values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(files) < 5 {
 		t.Fatalf("want the chart's example values files under ci/, found %v", files)
 	}
@@ -95,6 +89,16 @@ func (tc testChart) template(t *testing.T, values string, sets ...string) ([]*un
 	return chart.Decode(strings.NewReader(out))
 }
 
+// render is template, failing the test on an error.
+func (tc testChart) render(t *testing.T, values string, sets ...string) []*unstructured.Unstructured {
+	t.Helper()
+	objs, err := tc.template(t, values, sets...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
 // kustomize renders the kustomization dir (under the repository root) with
 // kubectl kustomize.
 func (tc testChart) kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
@@ -122,7 +126,7 @@ func (tc testChart) kustomize(t *testing.T, dir string) []*unstructured.Unstruct
 // labels are the same in both).
 func (tc testChart) sameAsKustomize(t *testing.T, values, kustomization string, normalise func(side string, objs []*unstructured.Unstructured)) {
 	t.Helper()
-	fromChart := must(t, tc.template(t, values))
+	fromChart := tc.render(t, values)
 	fromKustomize := tc.kustomize(t, kustomization)
 	if normalise != nil {
 		normalise("chart", fromChart)

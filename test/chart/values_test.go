@@ -28,7 +28,7 @@ func TestLint(t *testing.T) {
 			if out, err := tc.run(t, values, nil, "lint", "--strict"); err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}
-			objs := must(t, tc.template(t, values))
+			objs := tc.render(t, values)
 			if len(objs) == 0 {
 				t.Fatal("rendered no object")
 			}
@@ -44,7 +44,7 @@ func TestLint(t *testing.T) {
 // TestDefaultObjectCount logs how many objects the default values render,
 // and checks them against manifests/base's kinds.
 func TestDefaultObjectCount(t *testing.T) {
-	objs := must(t, setup(t).template(t, ""))
+	objs := setup(t).render(t, "")
 	kinds := map[string]int{}
 	for _, o := range objs {
 		kinds[o.GetKind()]++
@@ -158,7 +158,7 @@ func TestOurValues(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			spec := podSpec(t, must(t, tc.template(t, c.values, c.sets...)), chart.Name)
+			spec := podSpec(t, tc.render(t, c.values, c.sets...), chart.Name)
 			ctr := spec["containers"].([]any)[0].(map[string]any)
 			args, _, _ := unstructured.NestedStringSlice(ctr, "args")
 			if c.port == "" {
@@ -203,7 +203,10 @@ func podSpec(t *testing.T, objs []*unstructured.Unstructured, name string) map[s
 // The example values files are documented in the chart's README.
 func TestExamplesDocumented(t *testing.T) {
 	tc := setup(t)
-	readme := must(t, os.ReadFile(filepath.Join(tc.chartDir, "README.md")))
+	readme, err := os.ReadFile(filepath.Join(tc.chartDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range tc.exampleValues(t) {
 		if !strings.Contains(string(readme), "ci/"+f) {
 			t.Errorf("the chart's README does not mention ci/%s", f)
