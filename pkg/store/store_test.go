@@ -283,7 +283,7 @@ func TestHasFreshUsage(t *testing.T) {
 	wantFresh(t, "empty store", s, false, false)
 	// Long-running node and container: one sample is no usage.
 	old := podBatch("n1", 0, 5e9)
-	old.Nodes[0].Point.CPUCoreNanos, old.Pods[0].Containers[0].Point = 100e9, pt(0, -time.Hour, 5e9, 1<<20)
+	old.Nodes[0].CPUCoreNanos, old.Pods[0].Containers[0].Point = 100e9, pt(0, -time.Hour, 5e9, 1<<20)
 	s.Store("kubelet", []string{"n1"}, old, clk.Now())
 	wantFresh(t, "after one sample", s, true, false)
 	clk.Step(10 * time.Second)

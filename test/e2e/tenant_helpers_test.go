@@ -165,8 +165,11 @@ func (tn *tenantEnv) watchSteady(ctx context.Context, t *testing.T, check func(c
 // seriesIs checks that the exposition body has the series name{labels} with the value want.
 func seriesIs(body string, want float64, name string, labels ...string) error {
 	v, ok, err := promtext.Value(body, name, labels...)
-	if err != nil || !ok {
-		return fmt.Errorf("%s: absent, want %v (%v)", name, want, err)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if !ok {
+		return fmt.Errorf("%s: absent, want %v", name, want)
 	}
 	return wantf(v == want, "%s = %v, want %v", name, v, want)
 }
