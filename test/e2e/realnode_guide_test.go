@@ -139,7 +139,7 @@ func checkLWSGuide(ctx context.Context, t *testing.T, rn *realNodeEnv) {
 		} {
 			guideKubectl(ctx, t, "apply", "-n", ns, "-f", repoPath(t, "test", "e2e", guideDir, c.file))
 			guideWaitResources(ctx, t, e, ns, c.name)
-			t.Logf("%s: %s", c.name, guideHPAState(ctx, ns, c.name))
+			t.Log(guideHPAState(ctx, ns, c.name))
 			// Two HPAs on one target make both refuse to scale
 			// (AmbiguousSelector): one at a time, as the guide offers them.
 			guideKubectl(ctx, t, "delete", "hpa", "-n", ns, c.name)
