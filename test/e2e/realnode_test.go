@@ -67,7 +67,7 @@ const (
 // keeps all of them, charged to the writer's cgroup; a file on the overlay
 // root would be page cache the kernel may count inactive and drop. memSlack
 // bounds the rest: busybox's text (under 2 MiB), stacks, heaps, page tables
-// and the per-CPU charge batch (32 pages a CPU). Below memFill is impossible.
+// and chargeBatches (64 pages a CPU). Below memFill is impossible.
 const (
 	memFill  = 64 // MiB
 	memSlack = 6  // MiB
