@@ -141,10 +141,7 @@ func runFault(ctx context.Context, t *testing.T, sc faultScope, tc faultCase) {
 
 	must(t, clearOnce())
 	clearedAt := time.Now()
-	must(t, poll(ctx, "recovery from "+tc.name, func(ctx context.Context) error {
-		if time.Since(clearedAt) > b.recover {
-			return fmt.Errorf("still not recovered after %v", b.recover)
-		}
+	must(t, pollBounded(ctx, b.recover, "recovery from "+tc.name, func(ctx context.Context) error {
 		if tc.reason != "" && faultLog(t, sc.target, tc.reason)[1] <= logBefore[1] {
 			return fmt.Errorf("no new recovery line for %s", sc.target)
 		}
