@@ -154,7 +154,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	usage.Sources = srcs
 	// A pod that starts is scraped as soon as its first sample can yield
 	// a rate, rather than at the next tick.
-	usage.EarlyDelay = store.FirstWindowMin + time.Second
+	usage.EarlyDelay = store.MinWindow + time.Second
 	scraper := sources.NewScraper(usage)
 	// The pod endpoints and node exporters run on a scraper of their own:
 	// the same code, store, health model, log-once rule and overrun

@@ -11,10 +11,12 @@ import (
 // counter that was reset or a clock that jumped, so it is never served.
 const maxCores = 10000
 
-// FirstWindowMin is the shortest time since start over which a first sample
-// yields a rate. Start times carry whole seconds, so over a shorter window
-// the rate could read more than 20% low.
-const FirstWindowMin = 5 * time.Second
+// MinWindow is the shortest window a rate is computed over: between two
+// samples, or since start for a first one. The kubelet's Summary stamps its
+// samples and start times to the whole second (metav1.Time), so a window it
+// reports as 1 s lasted anywhere from 0 to 2 s and its rate could be off by
+// 2x; at 5 s the error is at most a fifth.
+const MinWindow = 5 * time.Second
 
 // Usage is a CPU rate and a memory reading.
 type Usage struct {
@@ -55,14 +57,17 @@ type rates struct {
 // cadvisor-backed kubelets (CRI-O) start times are derived from cgroup
 // times and move forward. Then:
 //
-//   - No restart, later timestamp, counter not lower: the rate over the two
-//     samples, whatever the start time says.
-//   - The same sample again (the kubelet had nothing newer): prev unchanged
-//     but for memory.
+//   - No restart, timestamp at least MinWindow later, counter not lower:
+//     the rate over the two samples, whatever the start time says.
+//   - The same sample again (the kubelet had nothing newer), or one less
+//     than MinWindow later (an early scrape just before or after a tick):
+//     prev unchanged but for memory, so the baseline stays and the next
+//     window is long enough; if prev has no usage yet, the average since
+//     start when it can be had (below).
 //   - A new series, or a restart whose counter went back (it began at zero
 //     again): if the counter started at most firstWindowMax before the
-//     sample (and at least FirstWindowMin), the average since start, which
-//     is exact for a new container up to the start time's precision.
+//     sample (and at least MinWindow), the average since start, which is
+//     exact for a new container up to the start time's precision.
 //   - Anything else (a counter or timestamp that went back without a
 //     restart; a start time past the previous sample with a counter that
 //     did not go back, which a restart cannot explain): p becomes the
@@ -73,11 +78,17 @@ func (r rates) next(prev *series, p sources.Point, scrapedAt time.Time) series {
 	if prev != nil {
 		if !restarted(prev.last, p) {
 			switch dt := p.Timestamp.Sub(prev.last.Timestamp); {
-			case dt > 0 && p.CPUCoreNanos >= prev.last.CPUCoreNanos:
+			case dt >= MinWindow && p.CPUCoreNanos >= prev.last.CPUCoreNanos:
 				if u, ok := rate(p.CPUCoreNanos-prev.last.CPUCoreNanos, dt, p); ok {
 					return series{last: p, usage: u, derivedAt: scrapedAt}
 				}
-			case dt == 0 && p.CPUCoreNanos == prev.last.CPUCoreNanos:
+			case dt == 0 && p.CPUCoreNanos == prev.last.CPUCoreNanos,
+				dt > 0 && p.CPUCoreNanos >= prev.last.CPUCoreNanos:
+				if !prev.hasUsage() {
+					if s, ok := r.sinceStart(p, scrapedAt); ok {
+						return s
+					}
+				}
 				s := *prev
 				s.usage.MemoryBytes = p.MemoryBytes
 				return s
@@ -86,11 +97,9 @@ func (r rates) next(prev *series, p sources.Point, scrapedAt time.Time) series {
 			firstRate = p.CPUCoreNanos < prev.last.CPUCoreNanos
 		}
 	}
-	if firstRate && !p.StartTime.IsZero() {
-		if since := p.Timestamp.Sub(p.StartTime); since >= FirstWindowMin && since <= r.firstWindowMax {
-			if u, ok := rate(p.CPUCoreNanos, since, p); ok {
-				return series{last: p, usage: u, derivedAt: scrapedAt}
-			}
+	if firstRate {
+		if s, ok := r.sinceStart(p, scrapedAt); ok {
+			return s
 		}
 	}
 	s := series{last: p}
@@ -98,6 +107,21 @@ func (r rates) next(prev *series, p sources.Point, scrapedAt time.Time) series {
 		s.usage, s.derivedAt = prev.usage, prev.derivedAt
 	}
 	return s
+}
+
+// sinceStart is the series whose first usage is p's counter averaged since
+// its start, when that start is at least MinWindow and at most
+// firstWindowMax before p.
+func (r rates) sinceStart(p sources.Point, scrapedAt time.Time) (series, bool) {
+	if p.StartTime.IsZero() {
+		return series{}, false
+	}
+	since := p.Timestamp.Sub(p.StartTime)
+	if since < MinWindow || since > r.firstWindowMax {
+		return series{}, false
+	}
+	u, ok := rate(p.CPUCoreNanos, since, p)
+	return series{last: p, usage: u, derivedAt: scrapedAt}, ok
 }
 
 // restarted reports whether p's counter began after prev was sampled.

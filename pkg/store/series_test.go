@@ -22,8 +22,8 @@ func TestRatesNext(t *testing.T) {
 	scraped := at(time.Hour)
 	prevUsage := Usage{Timestamp: at(-15 * time.Second), Window: 15 * time.Second, CPUNanoCores: 7, MemoryBytes: 9}
 	steady := &series{last: pt(0, -time.Hour, 10e9, 100), usage: prevUsage, derivedAt: at(-time.Minute)}
-	// The point always becomes the last; derived is a new usage, kept the
-	// previous one, waits none.
+	// The point becomes the last unless want names one; derived is a new
+	// usage, kept the previous one, waits none.
 	derived := func(ts, window time.Duration, cpu, mem uint64) series {
 		return series{usage: Usage{Timestamp: at(ts), Window: window, CPUNanoCores: cpu, MemoryBytes: mem}, derivedAt: scraped}
 	}
@@ -56,12 +56,22 @@ func TestRatesNext(t *testing.T) {
 		{name: "clock went back: keep the last usage", prev: steady, p: pt(-5*time.Second, -time.Hour, 11e9, 60), want: kept},
 		{name: "same sample again: nothing new", prev: steady, p: pt(0, -time.Hour, 10e9, 100),
 			want: series{usage: Usage{Timestamp: prevUsage.Timestamp, Window: prevUsage.Window, CPUNanoCores: 7, MemoryBytes: 100}, derivedAt: at(-time.Minute)}},
-		{name: "huge jump is never served", prev: steady, p: pt(time.Second, -time.Hour, 10e9+1e18, 60), want: kept},
+		{name: "huge jump is never served", prev: steady, p: pt(15*time.Second, -time.Hour, 10e9+1e18, 60), want: kept},
+		// The Summary's whole-second stamps: a reported 1 s window lasted 0 to 2 s.
+		{name: "under MinWindow after the baseline: the baseline and usage stay, memory moves", prev: steady,
+			p: pt(time.Second, -time.Hour, 10e9+2e9, 60), want: series{last: steady.last, usage: Usage{
+				Timestamp: prevUsage.Timestamp, Window: prevUsage.Window, CPUNanoCores: 7, MemoryBytes: 60}, derivedAt: at(-time.Minute)}},
+		{name: "under MinWindow, no usage yet: the average since start", prev: &series{last: pt(4*time.Second, 0, 2e9, 50)},
+			p: pt(6*time.Second, 0, 3e9, 60), want: derived(6*time.Second, 6*time.Second, 500_000_000, 60)},
+		{name: "under MinWindow, no usage and an old start: the baseline stays", prev: &series{last: pt(0, -time.Hour, 2e9, 50)},
+			p: pt(4*time.Second, -time.Hour, 3e9, 60), want: series{last: pt(0, -time.Hour, 2e9, 50), usage: Usage{MemoryBytes: 60}}},
 		{name: "no start time and no previous sample", p: sources.Point{Timestamp: at(0), CPUCoreNanos: 5, MemoryBytes: 5}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.want.last = tc.p
+			if tc.want.last.Timestamp.IsZero() {
+				tc.want.last = tc.p
+			}
 			got := r.next(tc.prev, tc.p, scraped)
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(series{})); diff != "" {
 				t.Errorf("next (-want +got):\n%s", diff)
