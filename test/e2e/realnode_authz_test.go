@@ -141,7 +141,8 @@ func rsRead(ctx context.Context, ep endpoint) (rsReading, error) {
 }
 
 // rsCheckLog checks that the server's log holds exactly one line about the
-// real node: its scrape failing, with the kubelet's 403.
+// real node: its scrape failing, with the kubelet's 403 and its words, which
+// name the identity and the grant it lacks.
 func rsCheckLog(t *testing.T, proc *cluster.Process, node string, failures float64) {
 	t.Helper()
 	data, err := os.ReadFile(proc.LogPath())
@@ -156,7 +157,8 @@ func rsCheckLog(t *testing.T, proc *cluster.Process, node string, failures float
 	if len(lines) != 1 {
 		t.Fatalf("%s: %d log lines name %s, want exactly 1", proc.Name(), len(lines), node)
 	}
-	for _, want := range []string{`"Scrape target failing"`, `target="node/` + node + `"`, `reason="http_status"`, "403 Forbidden"} {
+	for _, want := range []string{`"Scrape target failing"`, `target="node/` + node + `"`, `reason="http_status"`, "403 Forbidden",
+		"Forbidden (user=system:serviceaccount:", ":" + rsServiceAccount + ", verb=get, resource=nodes, subresource(s)=[stats])"} {
 		if !strings.Contains(lines[0], want) {
 			t.Errorf("%s: the log line about %s lacks %s", proc.Name(), node, want)
 		}

@@ -16,8 +16,11 @@ package kubelet
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
+	"strconv"
+	"strings"
 
 	"k8s.io/client-go/rest"
 
@@ -101,7 +104,7 @@ func (c *Client) Summary(ctx context.Context, node, host string) (*sources.Batch
 	}()
 	if resp.StatusCode != http.StatusOK {
 		return nil, sources.WithReason(sources.ReasonHTTPStatus,
-			fmt.Errorf("scrape node %q: %s returned %s", node, u.Path, resp.Status))
+			fmt.Errorf("scrape node %q: %s returned %s%s", node, u.Path, resp.Status, refusal(resp.Body)))
 	}
 	// Decode keeps nothing of the body: the buffer is reused.
 	var (
@@ -115,4 +118,24 @@ func (c *Client) Summary(ctx context.Context, node, host string) (*sources.Batch
 		return nil, fmt.Errorf("scrape node %q: %w", node, err)
 	}
 	return batch, decodeErr
+}
+
+// maxRefusalBytes bounds how much of a refusal's body an error quotes.
+const maxRefusalBytes = 256
+
+// refusal is the first line of a non-200 answer's body, quoted and cut to
+// maxRefusalBytes, after ": "; "" when the body is empty. A kubelet that
+// refuses the server's identity says which grant it lacks: "Forbidden
+// (user=…, verb=get, resource=nodes, subresource(s)=[stats])"
+// (k8s.io/kubernetes pkg/kubelet/server/server.go, InstallAuthFilter).
+func refusal(body io.Reader) string {
+	b, _ := io.ReadAll(io.LimitReader(body, maxRefusalBytes+1))
+	line, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	if line == "" {
+		return ""
+	}
+	if len(line) > maxRefusalBytes {
+		line = strings.ToValidUTF8(line[:maxRefusalBytes], "") + "..."
+	}
+	return ": " + strconv.Quote(strings.TrimSpace(line))
 }

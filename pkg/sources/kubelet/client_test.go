@@ -95,8 +95,11 @@ func TestClientFailures(t *testing.T) {
 		fault               fakekubelet.Fault
 		maxBytes            int64
 		timeout             time.Duration
+		token               string
 		wantReason, wantErr string
 	}{
+		// The kubelet's refusal, quoted, names what the identity lacks.
+		{name: "refused token", token: "not-accepted", wantReason: sources.ReasonHTTPStatus, wantErr: `returned 401 Unauthorized: "Unauthorized"`},
 		{name: "dead", fault: fakekubelet.Fault{Kind: fakekubelet.FaultDead}, wantReason: sources.ReasonConnection, wantErr: "connection refused"},
 		{name: "500", fault: fakekubelet.Fault{Kind: fakecore.FaultStatus500}, wantReason: sources.ReasonHTTPStatus, wantErr: "/stats/summary returned 500 Internal Server Error"},
 		{name: "untrusted certificate", fault: fakekubelet.Fault{Kind: fakecore.FaultUntrustedCertificate}, wantReason: sources.ReasonTLS, wantErr: "unknown authority"},
@@ -111,9 +114,14 @@ func TestClientFailures(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			must(t, node.SetFault(tc.fault))
-			t.Cleanup(func() { must(t, node.ClearFault("")) })
-			c := e.client(t, func(cfg *ClientConfig) { cfg.MaxResponseBytes = cmp.Or(tc.maxBytes, cfg.MaxResponseBytes) })
+			if tc.fault.Kind != "" {
+				must(t, node.SetFault(tc.fault))
+				t.Cleanup(func() { must(t, node.ClearFault("")) })
+			}
+			c := e.client(t, func(cfg *ClientConfig) {
+				cfg.MaxResponseBytes = cmp.Or(tc.maxBytes, cfg.MaxResponseBytes)
+				cfg.REST.BearerToken = cmp.Or(tc.token, cfg.REST.BearerToken)
+			})
 			ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(tc.timeout, guard))
 			defer cancel()
 			batch, err := c.Summary(ctx, node.Name(), node.Address())
@@ -241,5 +249,29 @@ func TestHinterLogsEachKindOnce(t *testing.T) {
 	got := []bool{h.first(certNoSAN), h.first(certNoSAN), h.first(certUnknownCA), h.first(certNoSAN)}
 	if diff := gocmp.Diff([]bool{true, false, true, false}, got); diff != "" {
 		t.Errorf("first (-want +got):\n%s", diff)
+	}
+}
+
+// TestRefusal: a refusal's body is quoted in the error, its first line only,
+// cut to maxRefusalBytes, whatever the kubelet (or anything in its place)
+// sends.
+func TestRefusal(t *testing.T) {
+	forbidden := "Forbidden (user=system:serviceaccount:kube-system:group-metrics-server, verb=get, resource=nodes, subresource(s)=[stats])"
+	long := strings.Repeat("x", 1000)
+	tests := []struct{ name, body, want string }{
+		{name: "empty", body: "", want: ""},
+		{name: "blank", body: " \n", want: ""},
+		{name: "the kubelet's 403", body: forbidden + "\n", want: `: "` + forbidden + `"`},
+		{name: "first line only", body: "denied\nsecond line\n", want: `: "denied"`},
+		{name: "control characters quoted", body: "a\tb\x1b[31m", want: `: "a\tb\x1b[31m"`},
+		{name: "cut to the bound", body: long, want: `: "` + long[:maxRefusalBytes] + `..."`},
+		{name: "invalid UTF-8 at the cut dropped", body: strings.Repeat("x", maxRefusalBytes-1) + "é", want: `: "` + long[:maxRefusalBytes-1] + `..."`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := refusal(strings.NewReader(tc.body)); got != tc.want {
+				t.Errorf("refusal(%q) = %s, want %s", tc.body, got, tc.want)
+			}
+		})
 	}
 }
