@@ -212,7 +212,11 @@ func (p *Provider) podUsage(pod *podcache.Pod) (store.PodUsage, store.PodRef, st
 // missingContainer names a container the pod runs, one of its spec's
 // containers or a sidecar that is running, that has no usage; "" when
 // there is none. A pod served with some of its containers would read low
-// against its whole request, so metrics-server serves no such pod either.
+// against its whole request, which the HPA sums over every container.
+// metrics-server v0.8.0 goes by what the kubelet reported instead: it drops
+// a pod when one of the reported containers has no earlier sample, but
+// serves a pod whose running container the kubelet left out
+// (pkg/storage/pod.go, podStorage.GetMetrics).
 func missingContainer(pod *podcache.Pod, u store.PodUsage) string {
 	has := func(name string) bool {
 		for i := range u.Containers {
