@@ -21,6 +21,7 @@ import (
 	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
 	"k8s.io/utils/ptr"
 
+	"github.com/group-metrics-server/group-metrics-server/pkg/store"
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
 )
@@ -184,6 +185,9 @@ func checkRealCPU(ctx context.Context, t *testing.T, n *cluster.RealNode, ns, na
 	for _, pm := range readings {
 		cores := float64(pm.Containers[0].Usage.Cpu().ScaledValue(-9)) / 1e9
 		w := pm.Window.Duration
+		if w < store.MinWindow {
+			t.Errorf("cpu of %s over a %v window ending %s: the store computes no rate over less than %v", name, w, pm.Timestamp.Format(time.RFC3339), store.MinWindow)
+		}
 		var m, periods int64
 		if w > summaryTimeResolution {
 			var ok bool
