@@ -98,6 +98,8 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := strings.TrimSuffix(r.URL.Path, "/")
 	switch _, known := contentTypes[path]; {
 	case !f.authenticated(r):
+		// The kubelet's own words (k8s.io/kubernetes v1.37.2
+		// pkg/kubelet/server/server.go, InstallAuthFilter).
 		http.Error(w, "Unauthorized", http.StatusUnauthorized)
 	case !known:
 		http.NotFound(w, r)

@@ -98,7 +98,9 @@ func TestClientFailures(t *testing.T) {
 		token               string
 		wantReason, wantErr string
 	}{
-		// The kubelet's refusal, quoted, names what the identity lacks.
+		// The refusal's body is quoted: the fake answers 401 "Unauthorized" as
+		// the kubelet does (test/fakekubelet/node.go); the real kubelet's 403
+		// is TestRefusal's and TestRealNode's.
 		{name: "refused token", token: "not-accepted", wantReason: sources.ReasonHTTPStatus, wantErr: `returned 401 Unauthorized: "Unauthorized"`},
 		{name: "dead", fault: fakekubelet.Fault{Kind: fakekubelet.FaultDead}, wantReason: sources.ReasonConnection, wantErr: "connection refused"},
 		{name: "500", fault: fakekubelet.Fault{Kind: fakecore.FaultStatus500}, wantReason: sources.ReasonHTTPStatus, wantErr: "/stats/summary returned 500 Internal Server Error"},
