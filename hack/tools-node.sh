@@ -15,8 +15,8 @@
 #
 # The images are node-images.oci.tar, an OCI layout of a pause image and a
 # workload image made of the static /bin/busybox (hack/node-deps.sh checks
-# for it) by hack/image/nodeimage; it is rebuilt when that program, its
-# module or the busybox changes.
+# for it) by hack/image/nodeimage; it is rebuilt when that program (with
+# internal/ocitar), its module or the busybox changes.
 set -euo pipefail
 
 kube_version="v1.37.2"
@@ -59,7 +59,7 @@ build_kubelet() {
 
 build_images() {
 	local key stamp tarball="${bin_dir}/node-images.oci.tar"
-	key="$(cd "${root}/hack/image" && cat go.mod go.sum nodeimage/*.go /bin/busybox | sha256sum | cut -c1-64)"
+	key="$(cd "${root}/hack/image" && cat go.mod go.sum nodeimage/*.go internal/ocitar/*.go /bin/busybox | sha256sum | cut -c1-64)"
 	stamp="${bin_dir}/.node-images-${key}"
 	if [[ -f "${stamp}" && -f "${tarball}" ]]; then
 		return 0

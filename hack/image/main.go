@@ -16,6 +16,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/group-metrics-server/group-metrics-server/hack/image/internal/ocitar"
 )
 
 func main() {
@@ -113,7 +115,7 @@ func run(args []string, out io.Writer) error {
 			return fmt.Errorf("write layout %s: %w", dir, err)
 		}
 		if o.tarPath != "" {
-			if err := tarLayout(dir, o.tarPath, o.spec.Created); err != nil {
+			if err := ocitar.Write(dir, o.tarPath, o.spec.Created); err != nil {
 				return fmt.Errorf("write %s: %w", o.tarPath, err)
 			}
 			if st, err := os.Stat(o.tarPath); err == nil {

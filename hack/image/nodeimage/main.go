@@ -18,6 +18,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/group-metrics-server/group-metrics-server/hack/image/internal/ocitar"
 )
 
 // The images. test/cluster's node (node.go, NodePauseImage and
@@ -92,7 +94,7 @@ func run(args []string, out io.Writer) error {
 		return err
 	}
 	tmp := *tarPath + ".tmp"
-	if err := tarLayout(dir, tmp, spec.Created); err != nil {
+	if err := ocitar.Write(dir, tmp, spec.Created); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, *tarPath); err != nil {

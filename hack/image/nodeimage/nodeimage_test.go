@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/group-metrics-server/group-metrics-server/hack/image/internal/ocitar"
 )
 
 // TestLayout builds the layout twice from a stand-in busybox and checks
@@ -34,7 +36,7 @@ func TestLayout(t *testing.T) {
 			err = writeLayout(layout, spec, imgs)
 		}
 		if err == nil {
-			err = tarLayout(layout, path, spec.Created)
+			err = ocitar.Write(layout, path, spec.Created)
 		}
 		if err == nil {
 			tars[i], err = os.ReadFile(path)
