@@ -1,6 +1,7 @@
 // Package chart holds what the chart's tests and the e2e suite's install of
 // the Helm chart in manifests/charts share: its name, its directory, bin/helm
-// and a decoder of rendered manifests.
+// and a decoder of rendered manifests (test/lws decodes the LeaderWorkerSet
+// release's manifests with it too).
 package chart
 
 import (

@@ -5,9 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
@@ -17,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	"github.com/group-metrics-server/group-metrics-server/test/chart"
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 )
 
@@ -102,7 +100,7 @@ func readClusterRoles(path string) ([]*rbacv1.ClusterRole, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read lws RBAC: %w", err)
 	}
-	objs, err := documents(data)
+	objs, err := chart.Decode(bytes.NewReader(data))
 	var roles []*rbacv1.ClusterRole
 	for _, o := range objs {
 		if o.GetKind() == "ClusterRole" && err == nil {
@@ -141,7 +139,7 @@ func applyWebhooks(ctx context.Context, c *cluster.Cluster, moduleDir, dir, base
 // calling baseURL plus its service path and trusting caBundle. Other objects
 // (the webhook Service) are dropped.
 func webhookConfigurations(manifests []byte, baseURL string, caBundle []byte) ([]any, error) {
-	objs, err := documents(manifests)
+	objs, err := chart.Decode(bytes.NewReader(manifests))
 	if err != nil {
 		return nil, err
 	}
@@ -172,25 +170,6 @@ func webhookConfigurations(manifests []byte, baseURL string, caBundle []byte) ([
 		return nil, fmt.Errorf("want a mutating and a validating webhook configuration, found %d configurations", len(items))
 	}
 	return items, nil
-}
-
-// documents decodes every non-empty document of a YAML stream.
-func documents(data []byte) ([]*unstructured.Unstructured, error) {
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		obj := map[string]any{}
-		err := dec.Decode(&obj)
-		if errors.Is(err, io.EOF) {
-			return objs, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if len(obj) > 0 {
-			objs = append(objs, &unstructured.Unstructured{Object: obj})
-		}
-	}
 }
 
 // applyList writes items as a v1 List to path and applies it server-side.
