@@ -133,7 +133,7 @@ func (s *Server) serveFault(w http.ResponseWriter, r *http.Request, path string,
 		case f.Kind == fakecore.FaultSlow:
 			rs.Wait(r.Context(), f.Delay.Duration)
 		case f.Kind == FaultHostileText:
-			fakecore.StreamBody(r.Context(), w, contentTypeText, hostileLine(), f.Bytes)
+			fakecore.StreamBody(r.Context(), w, contentTypeText, WideLine(100_000), f.Bytes)
 			return true
 		case rs.Serve(w, r, f.Kind, f.Bytes, format):
 			return true
@@ -142,10 +142,12 @@ func (s *Server) serveFault(w http.ResponseWriter, r *http.Request, path string,
 	return false
 }
 
-// hostileLine is a line of Prometheus text with 100,000 labels.
-func hostileLine() []byte {
+// WideLine is one line of Prometheus text with n labels besides
+// instance_uuid: l0="v" ... l<n-1>="v". The hostile-text fault serves it
+// with 100,000.
+func WideLine(n int) []byte {
 	line := bytes.NewBufferString(`instance_cpu_time_s{instance_uuid="hostile"`)
-	for i := range 100_000 {
+	for i := range n {
 		fmt.Fprintf(line, `,l%d="v"`, i)
 	}
 	line.WriteString("} 1\n")

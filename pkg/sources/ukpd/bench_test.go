@@ -11,18 +11,9 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
-)
 
-// wideLine is one sample line with n labels, l0="v" ... l<n-1>="v".
-func wideLine(n int) []byte {
-	var b bytes.Buffer
-	b.WriteString(`instance_cpu_time_s{instance_uuid="u"`)
-	for i := range n {
-		fmt.Fprintf(&b, `,l%d="v"`, i)
-	}
-	b.WriteString("} 1\n")
-	return b.Bytes()
-}
+	"github.com/group-metrics-server/group-metrics-server/test/fakeukpd"
+)
 
 // hugeBody is about size bytes of well-formed series: every instance of
 // the cap, then lines repeating them.
@@ -71,7 +62,7 @@ func expfmtParse(body []byte) error {
 // BenchmarkDecodeMetricsTextHostile measures the decoder on the hostile
 // inputs: one 1 MiB line with 100,000 labels, and 64 MiB bodies.
 func BenchmarkDecodeMetricsTextHostile(b *testing.B) {
-	benchParse(b, "line_100000_labels", wideLine(100_000), false, decodeText)
+	benchParse(b, "line_100000_labels", fakeukpd.WideLine(100_000), false, decodeText)
 	benchParse(b, "body_64MiB_series", hugeBody(64<<20), false, decodeText)
 	benchParse(b, "body_64MiB_one_line", oneLineBody(64<<20), false, decodeText)
 }
@@ -83,7 +74,7 @@ func BenchmarkDecodeMetricsTextHostile(b *testing.B) {
 // take about 150 times the 8,000 figure.
 func BenchmarkWideLine(b *testing.B) {
 	for _, n := range []int{1000, 2000, 4000, 8000} {
-		line := wideLine(n)
+		line := fakeukpd.WideLine(n)
 		benchParse(b, "decoder/labels="+strconv.Itoa(n), line, false, decodeText)
 		benchParse(b, "expfmt/labels="+strconv.Itoa(n), line, true, expfmtParse)
 	}
