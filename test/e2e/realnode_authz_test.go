@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -145,14 +144,8 @@ func rsRead(ctx context.Context, ep endpoint) (rsReading, error) {
 // name the identity and the grant it lacks.
 func rsCheckLog(t *testing.T, proc *cluster.Process, node string, failures float64) {
 	t.Helper()
-	data, err := os.ReadFile(proc.LogPath())
+	lines, err := linesWith(proc.LogPath(), node)
 	must(t, err)
-	var lines []string
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.Contains(line, node) {
-			lines = append(lines, line)
-		}
-	}
 	t.Logf("%s: %d line(s) of its log name %s, after %v failures counted:\n%s", proc.Name(), len(lines), node, failures, strings.Join(lines, "\n"))
 	if len(lines) != 1 {
 		t.Fatalf("%s: %d log lines name %s, want exactly 1", proc.Name(), len(lines), node)
