@@ -13,7 +13,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
 	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
 
@@ -65,9 +64,9 @@ func TestMatchesMetricsServer(t *testing.T) {
 	// the fleet reports), and nothing changes usage from here on.
 	settled := time.Now()
 
-	gms, err := newMetricsClient(suite.server.RESTConfig())
+	gms, err := metricsclient.NewForConfig(suite.server.RESTConfig())
 	must(t, err)
-	ref, err := newMetricsClient(ms.RESTConfig())
+	ref, err := metricsclient.NewForConfig(ms.RESTConfig())
 	must(t, err)
 	var report string
 	must(t, poll(ctx, "both servers to agree", func(ctx context.Context) error {
@@ -89,10 +88,6 @@ func TestMatchesMetricsServer(t *testing.T) {
 		return err
 	}))
 	t.Logf("agreement %v after metrics-server was ready:\n%s", time.Since(settled).Round(time.Millisecond), report)
-}
-
-func newMetricsClient(cfg *rest.Config) (metricsclient.Interface, error) {
-	return metricsclient.NewForConfig(cfg)
 }
 
 // usage is one pod's or node's reading.

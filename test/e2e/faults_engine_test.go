@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
 )
 
 // faultOutcome is what a fault must do to the metrics of the pods it touches.
@@ -284,7 +285,7 @@ type faultSample struct {
 
 // listServed lists the pods of ns as the metrics API serves them, by name.
 func listServed(ctx context.Context, ns string) (map[string]faultSample, error) {
-	metrics, err := newMetricsClient(suite.cluster.RESTConfig())
+	metrics, err := metricsclient.NewForConfig(suite.cluster.RESTConfig())
 	if err != nil {
 		return nil, err
 	}

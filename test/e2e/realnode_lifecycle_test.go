@@ -60,7 +60,7 @@ const lcPollInterval = 500 * time.Millisecond
 // its own in rn.ns, and deletes the pods when they are done.
 func checkRealLifecycle(ctx context.Context, t *testing.T, rn *realNodeEnv) {
 	began := time.Now()
-	mc, err := newMetricsClient(suite.cluster.RESTConfig())
+	mc, err := metricsclient.NewForConfig(suite.cluster.RESTConfig())
 	must(t, err)
 	e := &lcEnv{rn: rn, mc: mc}
 	node := rn.node.Name()

@@ -137,7 +137,7 @@ func cpuBounds(w time.Duration, throttled int64) (lo, hi float64) {
 // and returns them.
 func podReadings(ctx context.Context, t *testing.T, ns, name string, want int, after time.Time) []metricsv1beta1.PodMetrics {
 	t.Helper()
-	mc, err := newMetricsClient(suite.cluster.RESTConfig())
+	mc, err := metricsclient.NewForConfig(suite.cluster.RESTConfig())
 	must(t, err)
 	var out []metricsv1beta1.PodMetrics
 	// The server scrapes every 5 s.
@@ -265,7 +265,7 @@ func checkHPAReads(ctx context.Context, t *testing.T, ns, name string, res corev
 		}},
 	})))
 	request := pod.Spec.Containers[0].Resources.Requests[res]
-	mc, err := newMetricsClient(suite.cluster.RESTConfig())
+	mc, err := metricsclient.NewForConfig(suite.cluster.RESTConfig())
 	must(t, err)
 	must(t, pollBounded(ctx, newHPABounds().read, "HPA "+name+" to read the metrics API's "+string(res), func(ctx context.Context) error {
 		var hpa *autoscalingv2.HorizontalPodAutoscaler
@@ -319,7 +319,7 @@ func readingAround(ctx context.Context, mc metricsclient.Interface, ns, name, wh
 // metrics API serves, rounded as kubectl rounds (readingAround).
 func checkTopAgrees(ctx context.Context, t *testing.T, ns, name string) {
 	t.Helper()
-	mc, err := newMetricsClient(suite.cluster.RESTConfig())
+	mc, err := metricsclient.NewForConfig(suite.cluster.RESTConfig())
 	must(t, err)
 	must(t, pollBounded(ctx, time.Minute, "kubectl top pod "+name+" to print the metrics API's reading", func(ctx context.Context) error {
 		var out string
@@ -426,7 +426,7 @@ func checkSummaryTimes(t *testing.T, body []byte) {
 // logRealNodeMetrics logs what the server serves for the real node; the
 // node's usage is the whole machine's, so it has no expected value here.
 func logRealNodeMetrics(ctx context.Context, t *testing.T, n *cluster.RealNode) {
-	mc, err := newMetricsClient(suite.cluster.RESTConfig())
+	mc, err := metricsclient.NewForConfig(suite.cluster.RESTConfig())
 	must(t, err)
 	must(t, pollBounded(ctx, time.Minute, "NodeMetrics of "+n.Name(), func(ctx context.Context) error {
 		nm, err := mc.MetricsV1beta1().NodeMetricses().Get(ctx, n.Name(), metav1.GetOptions{})

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
 	"k8s.io/utils/ptr"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
@@ -122,7 +123,7 @@ func valueAtLeast(least float64) func(float64) error {
 // the oldest sample served for any of them and how many lists left one out.
 func watchFreshness(ctx context.Context, t *testing.T, ns string, pods []corev1.Pod) func() (time.Duration, int) {
 	t.Helper()
-	metrics, err := newMetricsClient(suite.cluster.RESTConfig())
+	metrics, err := metricsclient.NewForConfig(suite.cluster.RESTConfig())
 	must(t, err)
 	var maxAge time.Duration
 	var missing int
