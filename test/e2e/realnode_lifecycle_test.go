@@ -70,7 +70,8 @@ func checkRealLifecycle(ctx context.Context, t *testing.T, rn *realNodeEnv) {
 	// from /dev/zero: the charge passes the limit and the memory cgroup's OOM
 	// killer kills dd, the container's only process.
 	oom := realPod(rn.ns, "lc-oom", node, "sleep "+life+"; exec dd if=/dev/zero of=/dev/null bs=64M count=1", cpuLimit, lcOOMLimit)
-	pods := []*corev1.Pod{crash, oom, lcSidecarPod(rn.ns, node), lcRecreatePod(rn.ns, node, "yes >/dev/null")}
+	recreate := realPod(rn.ns, "lc-recreate", node, "yes >/dev/null", cpuLimit, "32Mi")
+	pods := []*corev1.Pod{crash, oom, lcSidecarPod(rn.ns, node), recreate}
 	for _, p := range pods {
 		_, err := suite.cluster.Client().CoreV1().Pods(rn.ns).Create(ctx, p, metav1.CreateOptions{})
 		must(t, err)
@@ -603,11 +604,6 @@ func lcCheckSidecarReading(t *testing.T, pod string, r lcReading, samples []thro
 	}
 }
 
-// lcRecreatePod is the recreate case's pod, running script at cpuLimit.
-func lcRecreatePod(ns, node, script string) *corev1.Pod {
-	return realPod(ns, "lc-recreate", node, script, cpuLimit, "32Mi")
-}
-
 // recreate: a pod running yes at its limit is deleted and created again
 // under its name, a new UID, running sleep, as a LeaderWorkerSet recreates a
 // group's pods. The server keys a pod's samples by namespace and name and
@@ -637,7 +633,8 @@ func (e *lcEnv) recreate(ctx context.Context, t *testing.T) {
 		return e.gone(ctx, name)
 	}))
 	oldReadings := len(rec.readings)
-	created, err := client.CoreV1().Pods(e.rn.ns).Create(ctx, lcRecreatePod(e.rn.ns, e.rn.node.Name(), "exec sleep 2147483647"), metav1.CreateOptions{})
+	replacement := realPod(e.rn.ns, name, e.rn.node.Name(), "exec sleep 2147483647", cpuLimit, "32Mi")
+	created, err := client.CoreV1().Pods(e.rn.ns).Create(ctx, replacement, metav1.CreateOptions{})
 	must(t, err)
 	t.Logf("%s: deleted UID %s, created UID %s at %s", name, old.UID, created.UID, created.CreationTimestamp.Format(time.TimeOnly))
 	var dir string
