@@ -174,3 +174,51 @@ func conditions(hpa *autoscalingv2.HorizontalPodAutoscaler) string {
 	}
 	return strings.Join(out, "; ")
 }
+
+// hpaState is what kubectl get hpa shows of the HPA name in ns (each
+// metric's reading against its target, and the replicas) and its
+// conditions.
+func hpaState(ctx context.Context, ns, name string) string {
+	hpa, err := getHPA(ctx, ns, name)
+	if err != nil {
+		return err.Error()
+	}
+	var readings []string
+	for i, m := range hpa.Status.CurrentMetrics {
+		if i >= len(hpa.Spec.Metrics) {
+			break
+		}
+		switch spec := hpa.Spec.Metrics[i]; {
+		case m.Resource != nil && spec.Resource != nil:
+			readings = append(readings, metricReading(string(m.Resource.Name), m.Resource.Current, spec.Resource.Target))
+		case m.Object != nil && spec.Object != nil:
+			readings = append(readings, metricReading(m.Object.Metric.Name, m.Object.Current, spec.Object.Target))
+		case m.Pods != nil && spec.Pods != nil:
+			readings = append(readings, metricReading(m.Pods.Metric.Name, m.Pods.Current, spec.Pods.Target))
+		}
+	}
+	return fmt.Sprintf("HPA %s: %s, replicas %d, desired %d; conditions %s",
+		name, strings.Join(readings, ", "), hpa.Status.CurrentReplicas, hpa.Status.DesiredReplicas, conditions(hpa))
+}
+
+// metricReading is one metric's reading against its target as kubectl get
+// hpa prints it: a utilization in percent, a value or an average value as a
+// quantity, <unknown> before the HPA has read it.
+func metricReading(name string, got autoscalingv2.MetricValueStatus, target autoscalingv2.MetricTarget) string {
+	read, want := "<unknown>", "<none>"
+	switch {
+	case target.AverageUtilization != nil:
+		if want = fmt.Sprintf("%d%%", *target.AverageUtilization); got.AverageUtilization != nil {
+			read = fmt.Sprintf("%d%%", *got.AverageUtilization)
+		}
+	case target.Value != nil:
+		if want = target.Value.String(); got.Value != nil {
+			read = got.Value.String()
+		}
+	case target.AverageValue != nil:
+		if want = target.AverageValue.String(); got.AverageValue != nil {
+			read = got.AverageValue.String()
+		}
+	}
+	return fmt.Sprintf("%s %s/%s", name, read, want)
+}

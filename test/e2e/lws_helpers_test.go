@@ -208,15 +208,6 @@ func (e *lwsEnv) waitScale(ctx context.Context, t *testing.T, ns, name, hpaName 
 	return time.Since(began)
 }
 
-func (e *lwsEnv) hpaState(ctx context.Context, ns string) string {
-	hpa, err := getHPA(ctx, ns, lwsName)
-	if err != nil {
-		return err.Error()
-	}
-	got, _ := hpaReading(hpa)
-	return fmt.Sprintf("HPA reads %d, desired %d; conditions %s", got, hpa.Status.DesiredReplicas, conditions(hpa))
-}
-
 // waitWorkerCPU waits until the metrics API, through the aggregator, reports
 // every worker of the LWS in ns at the CPU the fleet was told (within 5%,
 // since a first sample may read up to a second low).

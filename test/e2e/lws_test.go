@@ -197,7 +197,7 @@ func TestLWSUnreadyWorkers(t *testing.T) {
 	held := time.Now()
 	e.holdUnscaled(ctx, t, ns, unreadyHold, math.MaxInt64, "scaled up on workers that are not Ready")
 	t.Logf("%d workers not Ready at 100%% CPU for %v: the LWS stayed at %d group; %s",
-		len(workers), since(held), lwsMinGroups, e.hpaState(ctx, ns))
+		len(workers), since(held), lwsMinGroups, hpaState(ctx, ns, lwsName))
 
 	e.setWorkersReady(ctx, t, ns, true)
 	up := e.waitScale(ctx, t, ns, lwsName, lwsName, lwsMinGroups+1, e.bounds.up)
@@ -249,7 +249,7 @@ func (e *lwsEnv) holdUnscaled(ctx context.Context, t *testing.T, ns string, d ti
 		hpa, err = getHPA(ctx, ns, lwsName)
 		must(t, err)
 		if got, _ := hpaReading(hpa); scale.Spec.Replicas != lwsMinGroups || hpa.Status.DesiredReplicas > lwsMinGroups || got > maxReading {
-			t.Fatalf("%s: replicas %d; %s", why, scale.Spec.Replicas, e.hpaState(ctx, ns))
+			t.Fatalf("%s: replicas %d; %s", why, scale.Spec.Replicas, hpaState(ctx, ns, lwsName))
 		}
 	})
 	if err := ctx.Err(); err != nil {

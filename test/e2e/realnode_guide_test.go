@@ -86,7 +86,7 @@ func checkLWSGuide(ctx context.Context, t *testing.T, rn *realNodeEnv) {
 	t.Logf("guide step 1: %d pods Running on %s %v after kubectl apply", len(pods), rn.node.Name(), since(began))
 	guideKubectl(ctx, t, "apply", "-n", ns, "-f", repoPath(t, "test", "e2e", guideDir, "hpa.yaml"))
 	e.waitReading(ctx, t, ns, guideHPA, -1, e.bounds.read)
-	t.Logf("guide step 3: %s", guideHPAState(ctx, ns, guideHPA))
+	t.Logf("guide step 3: %s", hpaState(ctx, ns, guideHPA))
 
 	workers := []string{guideLWS + "-0-1", guideLWS + "-1-1"}
 	leaders := []string{guideLWS + "-0", guideLWS + "-1"}
@@ -94,14 +94,14 @@ func checkLWSGuide(ctx context.Context, t *testing.T, rn *realNodeEnv) {
 		guideLoadPods(ctx, t, e, ns, workers...)
 		began := time.Now()
 		guideHold(ctx, t, e, ns, guideGroups, e.bounds.hold)
-		t.Logf("pod policy: %d groups held for %v with the workers loaded; %s", guideGroups, since(began), guideHPAState(ctx, ns, guideHPA))
+		t.Logf("pod policy: %d groups held for %v with the workers loaded; %s", guideGroups, since(began), hpaState(ctx, ns, guideHPA))
 
 		began = time.Now()
 		for _, l := range leaders {
 			guideKubectl(ctx, t, "annotate", "-n", ns, "pod", l, group.AnnotationPolicy+"="+string(group.PolicyGroup))
 		}
 		got := guideWaitAbove(ctx, t, e, ns, guideGroups, e.bounds.up)
-		t.Logf("group policy: %d groups wanted %v after the leaders were annotated; %s", got, since(began), guideHPAState(ctx, ns, guideHPA))
+		t.Logf("group policy: %d groups wanted %v after the leaders were annotated; %s", got, since(began), hpaState(ctx, ns, guideHPA))
 
 		began = time.Now()
 		guideKubectl(ctx, t, append([]string{"delete", "pod", "-n", ns, "--wait=false"}, workers...)...)
@@ -120,7 +120,7 @@ func checkLWSGuide(ctx context.Context, t *testing.T, rn *realNodeEnv) {
 		// of doubling and four more (k8s.io/kubernetes
 		// pkg/apis/autoscaling/v2/defaults.go): 2, then 6, then 8.
 		e.waitScale(ctx, t, ns, guideLWS, guideHPA, guideMaxGroups, e.bounds.up+2*guideScaleUpPeriod-time.Since(began))
-		t.Logf("guide: %d groups wanted %v after the leaders were loaded; %s", guideMaxGroups, since(began), guideHPAState(ctx, ns, guideHPA))
+		t.Logf("guide: %d groups wanted %v after the leaders were loaded; %s", guideMaxGroups, since(began), hpaState(ctx, ns, guideHPA))
 		out, _, err := suite.cluster.Kubectl(ctx, "top", "pods", "-n", ns, "-l", group.LabelName+"="+guideLWS)
 		must(t, err)
 		t.Logf("kubectl top pods -l %s=%s:\n%s", group.LabelName, guideLWS, out)
@@ -139,7 +139,7 @@ func checkLWSGuide(ctx context.Context, t *testing.T, rn *realNodeEnv) {
 		} {
 			guideKubectl(ctx, t, "apply", "-n", ns, "-f", repoPath(t, "test", "e2e", guideDir, c.file))
 			guideWaitResources(ctx, t, e, ns, c.name)
-			t.Log(guideHPAState(ctx, ns, c.name))
+			t.Log(hpaState(ctx, ns, c.name))
 			// Two HPAs on one target make both refuse to scale
 			// (AmbiguousSelector): one at a time, as the guide offers them.
 			guideKubectl(ctx, t, "delete", "hpa", "-n", ns, c.name)
@@ -248,7 +248,7 @@ func guideHold(ctx context.Context, t *testing.T, e *lwsEnv, ns string, groups i
 		scale, err := lws.GetScale(ctx, e.dyn, ns, guideLWS)
 		must(t, err)
 		if scale.Spec.Replicas != groups {
-			t.Fatalf("the LeaderWorkerSet wants %d groups, want %d held; %s", scale.Spec.Replicas, groups, guideHPAState(ctx, ns, guideHPA))
+			t.Fatalf("the LeaderWorkerSet wants %d groups, want %d held; %s", scale.Spec.Replicas, groups, hpaState(ctx, ns, guideHPA))
 		}
 		select {
 		case <-ctx.Done():
@@ -271,7 +271,7 @@ func guideWaitAbove(ctx context.Context, t *testing.T, e *lwsEnv, ns string, gro
 			return err
 		}
 		if got = scale.Spec.Replicas; got <= groups {
-			return fmt.Errorf("wants %d; %s", got, guideHPAState(ctx, ns, guideHPA))
+			return fmt.Errorf("wants %d; %s", got, hpaState(ctx, ns, guideHPA))
 		}
 		return nil
 	}))
@@ -300,23 +300,4 @@ func guideWaitResources(ctx context.Context, t *testing.T, e *lwsEnv, ns, name s
 		}
 		return nil
 	}))
-}
-
-// guideHPAState is what kubectl get hpa shows of the HPA name: each
-// metric's reading against its target, and the replicas.
-func guideHPAState(ctx context.Context, ns, name string) string {
-	hpa, err := getHPA(ctx, ns, name)
-	if err != nil {
-		return err.Error()
-	}
-	var readings []string
-	for i, m := range hpa.Status.CurrentMetrics {
-		if m.Resource == nil || m.Resource.Current.AverageUtilization == nil || i >= len(hpa.Spec.Metrics) {
-			continue
-		}
-		if target := hpa.Spec.Metrics[i].Resource.Target.AverageUtilization; target != nil {
-			readings = append(readings, fmt.Sprintf("%s %d%%/%d%%", m.Resource.Name, *m.Resource.Current.AverageUtilization, *target))
-		}
-	}
-	return fmt.Sprintf("%s: %s, replicas %d, desired %d", name, strings.Join(readings, ", "), hpa.Status.CurrentReplicas, hpa.Status.DesiredReplicas)
 }
