@@ -208,6 +208,25 @@ func (e *lwsEnv) waitScale(ctx context.Context, t *testing.T, ns, name, hpaName 
 	return time.Since(began)
 }
 
+// holdGroups fails the test if, at any reading every half HPA sync period
+// for d, the LWS name in ns wants other than groups groups; the failure
+// gives the state of the HPA hpaName.
+func (e *lwsEnv) holdGroups(ctx context.Context, t *testing.T, ns, name, hpaName string, groups int32, d time.Duration) {
+	t.Helper()
+	holdCtx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	every(holdCtx, suite.opts.HPASyncPeriod/2, func() {
+		scale, err := lws.GetScale(ctx, e.dyn, ns, name)
+		must(t, err)
+		if scale.Spec.Replicas != groups {
+			t.Fatalf("LeaderWorkerSet %s/%s wants %d groups, want %d held; %s", ns, name, scale.Spec.Replicas, groups, hpaState(ctx, ns, hpaName))
+		}
+	})
+	if err := ctx.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // waitWorkerCPU waits until the metrics API, through the aggregator, reports
 // every worker of the LWS in ns at the CPU the fleet was told (within 5%,
 // since a first sample may read up to a second low).

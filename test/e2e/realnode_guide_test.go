@@ -93,7 +93,7 @@ func checkLWSGuide(ctx context.Context, t *testing.T, rn *realNodeEnv) {
 	t.Run("worker-load", func(t *testing.T) {
 		guideLoadPods(ctx, t, e, ns, workers...)
 		began := time.Now()
-		guideHold(ctx, t, e, ns, guideGroups, e.bounds.hold)
+		e.holdGroups(ctx, t, ns, guideLWS, guideHPA, guideGroups, e.bounds.hold)
 		t.Logf("pod policy: %d groups held for %v with the workers loaded; %s", guideGroups, since(began), hpaState(ctx, ns, guideHPA))
 
 		began = time.Now()
@@ -235,29 +235,6 @@ func guideWaitRestarted(ctx context.Context, t *testing.T, e *lwsEnv, ns string,
 		}
 		return nil
 	}))
-}
-
-// guideHold checks at each of the HPA's syncs for d that the LWS keeps
-// wanting groups groups.
-func guideHold(ctx context.Context, t *testing.T, e *lwsEnv, ns string, groups int32, d time.Duration) {
-	t.Helper()
-	tick := time.NewTicker(suite.opts.HPASyncPeriod)
-	defer tick.Stop()
-	deadline := time.After(d)
-	for {
-		scale, err := lws.GetScale(ctx, e.dyn, ns, guideLWS)
-		must(t, err)
-		if scale.Spec.Replicas != groups {
-			t.Fatalf("the LeaderWorkerSet wants %d groups, want %d held; %s", scale.Spec.Replicas, groups, hpaState(ctx, ns, guideHPA))
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
-		case <-deadline:
-			return
-		case <-tick.C:
-		}
-	}
 }
 
 // guideWaitAbove waits until the LWS wants more than groups groups and

@@ -172,7 +172,7 @@ endpointPickers:
 	waiting.Store(0)
 	e.waitRaw(ctx, t, waitingPath, 0)
 	hold := testScaleDownWindow + holdSyncPeriods*suite.opts.HPASyncPeriod
-	must(t, holdScale(ctx, e, ns, name, maxGroups, hold))
+	e.holdGroups(ctx, t, ns, name, hpa.Name, maxGroups, hold)
 	t.Logf("picker down, engines drained: %d groups held for %v", maxGroups, hold)
 	picker.down.Store(false)
 	groups(0, b.read+b.down, "picker back, no demand")
@@ -193,25 +193,6 @@ endpointPickers:
 func hasCondition(h *autoscalingv2.HorizontalPodAutoscaler, typ autoscalingv2.HorizontalPodAutoscalerConditionType, status corev1.ConditionStatus) bool {
 	i := slices.IndexFunc(h.Status.Conditions, func(c autoscalingv2.HorizontalPodAutoscalerCondition) bool { return c.Type == typ })
 	return i >= 0 && h.Status.Conditions[i].Status == status
-}
-
-// holdScale checks, for d, that the LWS keeps wanting groups groups.
-func holdScale(ctx context.Context, e *lwsEnv, ns, name string, groups int32, d time.Duration) error {
-	for end := time.Now().Add(d); time.Now().Before(end); {
-		scale, err := lws.GetScale(ctx, e.dyn, ns, name)
-		if err != nil {
-			return err
-		}
-		if scale.Spec.Replicas != groups {
-			return fmt.Errorf("LeaderWorkerSet %s/%s wants %d groups, want %d held", ns, name, scale.Spec.Replicas, groups)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(suite.opts.HPASyncPeriod / 2):
-		}
-	}
-	return nil
 }
 
 // installInferencePools applies the InferencePool CRD of inferencePoolModule
