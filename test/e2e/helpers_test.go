@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,6 +45,29 @@ func newNamespace(ctx context.Context, t *testing.T, name string) {
 	cleanup(t, "delete namespace "+name, func(ctx context.Context) error {
 		return client.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
 	})
+}
+
+// newServiceAccount creates a ServiceAccount, bound to no role, and returns its token.
+func newServiceAccount(ctx context.Context, t *testing.T, ns, name string) string {
+	t.Helper()
+	_, err := suite.cluster.Client().CoreV1().ServiceAccounts(ns).Create(ctx,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	must(t, err)
+	token, err := saToken(ctx, ns, name)
+	must(t, err)
+	return token
+}
+
+// saToken is a token of the ServiceAccount namespace/name, as the
+// TokenRequest API issues it to a pod, for audiences (the API server's own
+// if none are given).
+func saToken(ctx context.Context, namespace, name string, audiences ...string) (string, error) {
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: audiences, ExpirationSeconds: ptr.To(int64(3600))}}
+	tr, err := suite.cluster.Client().CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, req, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	return tr.Status.Token, nil
 }
 
 // cleanup calls undo, bounded by 30 s, when the test ends; an error fails

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -96,17 +95,6 @@ func waitRunning(ctx context.Context, t *testing.T, n *cluster.RealNode, pods ..
 			return nil
 		}))
 	}
-}
-
-// saToken is a token of the ServiceAccount namespace/name, as the
-// TokenRequest API issues it to a pod.
-func saToken(ctx context.Context, namespace, name string) (string, error) {
-	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}
-	tr, err := suite.cluster.Client().CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, req, metav1.CreateOptions{})
-	if err != nil {
-		return "", err
-	}
-	return tr.Status.Token, nil
 }
 
 // kubeletGet GETs path from the real kubelet with token (none if empty),

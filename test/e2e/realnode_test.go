@@ -363,11 +363,7 @@ func checkExec(ctx context.Context, t *testing.T, ns, name string) {
 func checkKubeletAuthorization(ctx context.Context, t *testing.T, n *cluster.RealNode, ns, serverNS, serverSA string) {
 	serverToken, err := saToken(ctx, serverNS, serverSA)
 	must(t, err)
-	_, err = suite.cluster.Client().CoreV1().ServiceAccounts(ns).Create(ctx,
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "stripped"}}, metav1.CreateOptions{})
-	must(t, err)
-	stripped, err := saToken(ctx, ns, "stripped")
-	must(t, err)
+	stripped := newServiceAccount(ctx, t, ns, "stripped")
 
 	const path = "/stats/summary?only_cpu_and_memory=true"
 	for _, c := range []struct {

@@ -17,10 +17,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/provider"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
@@ -270,19 +267,6 @@ func refusedCredentials(ctx context.Context, t *testing.T) []credentials {
 		{name: "no-rbac-serviceaccount", set: func(c *rest.Config) { c.BearerToken = saToken }, want: http.StatusForbidden},
 		{name: "foreign-client-cert", set: func(c *rest.Config) { c.CertData, c.KeyData = certPEM, keyPEM }, want: http.StatusUnauthorized},
 	}
-}
-
-// newServiceAccount creates a ServiceAccount, bound to no role, and returns its token.
-func newServiceAccount(ctx context.Context, t *testing.T, ns, name string) string {
-	t.Helper()
-	_, err := suite.cluster.Client().CoreV1().ServiceAccounts(ns).Create(ctx,
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	must(t, err)
-	kubeconfig, err := suite.cluster.ServiceAccountKubeconfig(ctx, ns, name)
-	must(t, err)
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	must(t, err)
-	return cfg.BearerToken
 }
 
 // forgedToken is a well-formed ES256 JWT claiming to be the server's ServiceAccount, signed with a key nobody

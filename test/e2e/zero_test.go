@@ -24,7 +24,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
@@ -102,15 +101,13 @@ endpointPickers:
 	// The kubelet's projected token volume, for a server that runs as a
 	// process here: a token of the server's ServiceAccount with the stated
 	// audience, written where the configuration points.
-	token, err := suite.cluster.Client().CoreV1().ServiceAccounts(s.Namespace).CreateToken(ctx, s.ServiceAccount, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{apiAudience}, ExpirationSeconds: ptr.To[int64](3600)},
-	}, metav1.CreateOptions{})
+	token, err := saToken(ctx, s.Namespace, s.ServiceAccount, apiAudience)
 	must(t, err)
 	picker.mu.Lock()
-	picker.user, picker.token = "system:serviceaccount:"+s.Namespace+":"+s.ServiceAccount, token.Status.Token
+	picker.user, picker.token = "system:serviceaccount:"+s.Namespace+":"+s.ServiceAccount, token
 	picker.mu.Unlock()
-	suiteSecrets.add("the endpoint picker's token", token.Status.Token) // looked for in every log when the suite ends
-	must(t, os.WriteFile(tokenFile, []byte(token.Status.Token), 0o600))
+	suiteSecrets.add("the endpoint picker's token", token) // looked for in every log when the suite ends
+	must(t, os.WriteFile(tokenFile, []byte(token), 0o600))
 
 	var waiting atomic.Int64
 	engines := startPodEndpoints(t, ports[0], func(p *corev1.Pod) (string, bool) {
