@@ -141,6 +141,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		Clock:          c.Clock,
 		Sources:        names,
 		FirstWindowMax: 2 * c.Resolution,
+		MinWindow:      store.MinWindow(c.Resolution),
 		StaleAfter:     2*c.Resolution + c.Timeout,
 	})
 	scraping := sources.ScraperConfig{
@@ -154,7 +155,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	usage.Sources = srcs
 	// A pod that starts is scraped as soon as its first sample can yield
 	// a rate, rather than at the next tick.
-	usage.EarlyDelay = store.MinWindow + time.Second
+	usage.EarlyDelay = store.MinWindow(c.Resolution) + time.Second
 	scraper := sources.NewScraper(usage)
 	// The pod endpoints and node exporters run on a scraper of their own:
 	// the same code, store, health model, log-once rule and overrun

@@ -95,7 +95,7 @@ func (s *Store) StoreSeries(source, id string, series []sources.SeriesPoint, scr
 
 // counterRate is the rate of p's counter since its sample among prev: the
 // rule of a CPU counter's (rates.next), with no start time to go by and no
-// MinWindow, since these times are the scraper's own, not cut to the
+// minimum window, since these times are the scraper's own, not cut to the
 // second. A counter that went back was reset, a time that did not move
 // forward gives no rate, and neither does a rate above maxNamedRate: p is
 // then the baseline of the next one.

@@ -11,12 +11,22 @@ import (
 // counter that was reset or a clock that jumped, so it is never served.
 const maxCores = 10000
 
-// MinWindow is the shortest window a rate is computed over: between two
-// samples, or since start for a first one. The kubelet's Summary stamps its
-// samples and start times to the whole second (metav1.Time), so a window it
-// reports as 1 s lasted anywhere from 0 to 2 s and its rate could be off by
-// 2x; at 5 s the error is at most a fifth.
-const MinWindow = 5 * time.Second
+// maxMinWindow is MinWindow at a resolution of 6 s or more. The kubelet's
+// Summary stamps its samples and start times to the whole second
+// (metav1.Time), so a window it reports as 1 s lasted anywhere from 0 to 2 s
+// and its rate could be off by 2x; at 5 s the error is at most a fifth.
+const maxMinWindow = 5 * time.Second
+
+// MinWindow is the shortest window a rate is computed over, between two
+// samples or since start for a first one, at a scrape resolution: 5 s, or
+// one second under the resolution when that is shorter. Two samples one
+// resolution apart read as a second less when the first was taken later in
+// its second than the other (a first scrape slowed by its connections' set
+// up, say), so at the 5 s floor of --metric-resolution a regular tick may
+// report 4 s: the minimum holds back early scrapes, never a tick.
+func MinWindow(resolution time.Duration) time.Duration {
+	return min(maxMinWindow, resolution-time.Second)
+}
 
 // Usage is a CPU rate and a memory reading.
 type Usage struct {
@@ -44,6 +54,8 @@ func (s *series) hasUsage() bool { return s.usage.Window > 0 }
 
 // rates holds the rules that turn samples into usage.
 type rates struct {
+	// minWindow is the shortest window a rate is computed over (MinWindow).
+	minWindow time.Duration
 	// firstWindowMax is the longest time since a counter's start over which a
 	// first sample alone yields a rate (counter / time since start).
 	firstWindowMax time.Duration
@@ -57,16 +69,16 @@ type rates struct {
 // cadvisor-backed kubelets (CRI-O) start times are derived from cgroup
 // times and move forward. Then:
 //
-//   - No restart, timestamp at least MinWindow later, counter not lower:
+//   - No restart, timestamp at least minWindow later, counter not lower:
 //     the rate over the two samples, whatever the start time says.
 //   - The same sample again (the kubelet had nothing newer), or one less
-//     than MinWindow later (an early scrape just before or after a tick):
+//     than minWindow later (an early scrape just before or after a tick):
 //     prev unchanged but for memory, so the baseline stays and the next
 //     window is long enough; if prev has no usage yet, the average since
 //     start when it can be had (below).
 //   - A new series, or a restart whose counter went back (it began at zero
 //     again): if the counter started at most firstWindowMax before the
-//     sample (and at least MinWindow), the average since start, which is
+//     sample (and at least minWindow), the average since start, which is
 //     exact for a new container up to the start time's precision.
 //   - Anything else (a counter or timestamp that went back without a
 //     restart; a start time past the previous sample with a counter that
@@ -78,7 +90,7 @@ func (r rates) next(prev *series, p sources.Point, scrapedAt time.Time) series {
 	if prev != nil {
 		if !restarted(prev.last, p) {
 			switch dt := p.Timestamp.Sub(prev.last.Timestamp); {
-			case dt >= MinWindow && p.CPUCoreNanos >= prev.last.CPUCoreNanos:
+			case dt >= r.minWindow && p.CPUCoreNanos >= prev.last.CPUCoreNanos:
 				if u, ok := rate(p.CPUCoreNanos-prev.last.CPUCoreNanos, dt, p); ok {
 					return series{last: p, usage: u, derivedAt: scrapedAt}
 				}
@@ -110,14 +122,14 @@ func (r rates) next(prev *series, p sources.Point, scrapedAt time.Time) series {
 }
 
 // sinceStart is the series whose first usage is p's counter averaged since
-// its start, when that start is at least MinWindow and at most
+// its start, when that start is at least minWindow and at most
 // firstWindowMax before p.
 func (r rates) sinceStart(p sources.Point, scrapedAt time.Time) (series, bool) {
 	if p.StartTime.IsZero() {
 		return series{}, false
 	}
 	since := p.Timestamp.Sub(p.StartTime)
-	if since < MinWindow || since > r.firstWindowMax {
+	if since < r.minWindow || since > r.firstWindowMax {
 		return series{}, false
 	}
 	u, ok := rate(p.CPUCoreNanos, since, p)

@@ -18,7 +18,7 @@ func pt(ts, start time.Duration, cpu, mem uint64) sources.Point {
 }
 
 func TestRatesNext(t *testing.T) {
-	r := rates{firstWindowMax: 30 * time.Second}
+	r := rates{minWindow: MinWindow(15 * time.Second), firstWindowMax: 30 * time.Second}
 	scraped := at(time.Hour)
 	prevUsage := Usage{Timestamp: at(-15 * time.Second), Window: 15 * time.Second, CPUNanoCores: 7, MemoryBytes: 9}
 	steady := &series{last: pt(0, -time.Hour, 10e9, 100), usage: prevUsage, derivedAt: at(-time.Minute)}
@@ -30,9 +30,11 @@ func TestRatesNext(t *testing.T) {
 	kept := series{usage: prevUsage, derivedAt: at(-time.Minute)}
 	tests := []struct {
 		name string
-		prev *series
-		p    sources.Point
-		want series
+		// resolution, when set, is the scrape resolution in place of 15 s.
+		resolution time.Duration
+		prev       *series
+		p          sources.Point
+		want       series
 	}{
 		{name: "rate over two samples", prev: steady, p: pt(15*time.Second, -time.Hour, 10e9+3e9, 200), // 3 core-seconds in 15 s
 			want: derived(15*time.Second, 15*time.Second, 200_000_000, 200)},
@@ -65,12 +67,21 @@ func TestRatesNext(t *testing.T) {
 			p: pt(6*time.Second, 0, 3e9, 60), want: derived(6*time.Second, 6*time.Second, 500_000_000, 60)},
 		{name: "under MinWindow, no usage and an old start: the baseline stays", prev: &series{last: pt(0, -time.Hour, 2e9, 50)},
 			p: pt(4*time.Second, -time.Hour, 3e9, 60), want: series{last: pt(0, -time.Hour, 2e9, 50), usage: Usage{MemoryBytes: 60}}},
+		{name: "a tick read as 4 s at the 5 s resolution: a rate", resolution: 5 * time.Second, prev: steady,
+			p: pt(4*time.Second, -time.Hour, 10e9+2e9, 60), want: derived(4*time.Second, 4*time.Second, 500_000_000, 60)},
+		{name: "3 s at the 5 s resolution: the baseline and usage stay", resolution: 5 * time.Second, prev: steady,
+			p: pt(3*time.Second, -time.Hour, 10e9+2e9, 60), want: series{last: steady.last, usage: Usage{
+				Timestamp: prevUsage.Timestamp, Window: prevUsage.Window, CPUNanoCores: 7, MemoryBytes: 60}, derivedAt: at(-time.Minute)}},
 		{name: "no start time and no previous sample", p: sources.Point{Timestamp: at(0), CPUCoreNanos: 5, MemoryBytes: 5}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.want.last.Timestamp.IsZero() {
 				tc.want.last = tc.p
+			}
+			r := r
+			if tc.resolution > 0 {
+				r.minWindow = MinWindow(tc.resolution)
 			}
 			got := r.next(tc.prev, tc.p, scraped)
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(series{})); diff != "" {
@@ -83,6 +94,18 @@ func TestRatesNext(t *testing.T) {
 // TestRateIntegers: nanocores come from integers, exact where float cores
 // lose digits, and rates above maxCores (or whose quotient would overflow)
 // are refused.
+// TestMinWindow: a tick read through whole seconds is never under the
+// minimum; the minimum is never over 5 s.
+func TestMinWindow(t *testing.T) {
+	for resolution, want := range map[time.Duration]time.Duration{
+		5 * time.Second: 4 * time.Second, 6 * time.Second: 5 * time.Second, 15 * time.Second: 5 * time.Second, time.Minute: 5 * time.Second,
+	} {
+		if got := MinWindow(resolution); got != want {
+			t.Errorf("MinWindow(%v) = %v, want %v", resolution, got, want)
+		}
+	}
+}
+
 func TestRateIntegers(t *testing.T) {
 	tests := []struct {
 		name   string

@@ -30,6 +30,9 @@ type Config struct {
 	// FirstWindowMax is the longest time since a container started over which
 	// its first sample alone yields a CPU rate (see README, "Values").
 	FirstWindowMax time.Duration
+	// MinWindow is the shortest window a CPU rate is computed over:
+	// MinWindow of the scrape resolution; zero means 5 s.
+	MinWindow time.Duration
 	// StaleAfter is how long usage is served after it was derived.
 	StaleAfter time.Duration
 }
@@ -136,10 +139,13 @@ func New(cfg Config) *Store {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
+	if cfg.MinWindow <= 0 {
+		cfg.MinWindow = maxMinWindow
+	}
 	return &Store{
 		clock:      cfg.Clock,
 		sources:    cfg.Sources,
-		rates:      rates{firstWindowMax: cfg.FirstWindowMax},
+		rates:      rates{minWindow: cfg.MinWindow, firstWindowMax: cfg.FirstWindowMax},
 		staleAfter: cfg.StaleAfter,
 	}
 }

@@ -185,8 +185,8 @@ func checkRealCPU(ctx context.Context, t *testing.T, n *cluster.RealNode, ns, na
 	for _, pm := range readings {
 		cores := float64(pm.Containers[0].Usage.Cpu().ScaledValue(-9)) / 1e9
 		w := pm.Window.Duration
-		if w < store.MinWindow {
-			t.Errorf("cpu of %s over a %v window ending %s: the store computes no rate over less than %v", name, w, pm.Timestamp.Format(time.RFC3339), store.MinWindow)
+		if minW := store.MinWindow(suite.resolution); w < minW {
+			t.Errorf("cpu of %s over a %v window ending %s: the store computes no rate over less than %v", name, w, pm.Timestamp.Format(time.RFC3339), minW)
 		}
 		var m, periods int64
 		if w > summaryTimeResolution {
