@@ -20,10 +20,12 @@ const maxMinWindow = 5 * time.Second
 // MinWindow is the shortest window a rate is computed over, between two
 // samples or since start for a first one, at a scrape resolution: 5 s, or
 // one second under the resolution when that is shorter. Two samples one
-// resolution apart read as a second less when the first was taken later in
-// its second than the other (a first scrape slowed by its connections' set
-// up, say), so at the 5 s floor of --metric-resolution a regular tick may
-// report 4 s: the minimum holds back early scrapes, never a tick.
+// resolution apart read as up to a second less: through the Summary's whole
+// seconds when the first was taken later in its second than the other (a
+// first scrape slowed by its connections' set-up, say), and by the
+// scheduling jitter where the times are the scraper's own (ukpd's). So at
+// the 5 s floor of --metric-resolution a regular tick may report 4 s: the
+// minimum holds back early scrapes, never a tick.
 func MinWindow(resolution time.Duration) time.Duration {
 	return min(maxMinWindow, resolution-time.Second)
 }
