@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
-	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -187,7 +186,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	liveBound := 2*c.Resolution + c.Timeout
 	started := c.Clock.Now()
 	gate := &startupGate{scraper: scraper, store: st}
-	c.API.AddReadyzChecks(healthz.NamedCheck("metric-storage-ready", func(*http.Request) error {
+	c.API.AddReadyzChecks(loggedCheck("metric-storage-ready", func(*http.Request) error {
 		if err := gate.check(); err != nil {
 			return err
 		}
@@ -198,8 +197,8 @@ func (c CompletedConfig) New() (*Server, error) {
 			return errors.New("scraped, but no node or pod has usage yet: most need a second sample")
 		}
 		return notReadyReason(scraper, liveBound)
-	}), healthz.NamedCheck("authentication-ready", authenticationReady(c.API)))
-	c.API.AddLivezChecks(healthz.NamedCheck("metric-collection-timely", func(*http.Request) error {
+	}), loggedCheck("authentication-ready", authenticationReady(c.API)))
+	c.API.AddLivezChecks(loggedCheck("metric-collection-timely", func(*http.Request) error {
 		last := scraper.LastTick()
 		if last.IsZero() {
 			last = started
@@ -211,7 +210,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}))
 
 	if c.PodMetrics != nil {
-		c.API.AddReadyzChecks(healthz.NamedCheck("pod-endpoints-collected", endpointsReady(c.PodMetrics, endpoints)))
+		c.API.AddReadyzChecks(loggedCheck("pod-endpoints-collected", endpointsReady(c.PodMetrics, endpoints)))
 	}
 	apiCfg := apiserver.Config{Generic: c.API, Pods: p, Nodes: p, Reads: c.Reads}
 	var pools *podcache.Pools
