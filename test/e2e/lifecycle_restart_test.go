@@ -179,12 +179,23 @@ func restartWithSlowKubelets(ctx context.Context, t *testing.T, s *env.Server) {
 	}
 	t.Logf("with every kubelet slower than the timeout: /readyz answered %v after the start, not ready in all %d answers over %v: %s",
 		rp.firstAnswer.Round(time.Millisecond), rp.notReady, (readyBound() + hold).Round(time.Millisecond), failingChecks(rp.lastBody))
+	// /readyz withholds the reason; the server's log gives it, once for
+	// each reason, and the pass once (docs/operations.md).
+	failed, err := linesWith(s.Process.LogPath(), `"Failed probe"`, `probe="metric-storage-ready"`)
+	must(t, err)
+	t.Logf("%s logged %d failed probes:\n%s", s.Process.Name(), len(failed), strings.Join(failed, "\n"))
+	if len(failed) == 0 || len(failed) >= rp.notReady {
+		t.Errorf("%d \"Failed probe\" lines for %d answers not ready, want at least one and fewer than the answers", len(failed), rp.notReady)
+	}
 	clear()
 	cleared := time.Now()
 	rp = pollReadyz(ctx, direct, cleared, readyBound()+time.Minute)
 	t.Logf("kubelets answering again: ready %v later (bound %v)", rp.ready.Round(time.Millisecond), readyBound())
 	if rp.ready == 0 || rp.ready > readyBound() {
 		t.Errorf("ready %v after the kubelets answered again, want within %v (0: never)", rp.ready, readyBound())
+	}
+	if err := logged(s.Process, `"Probe passing"`, `probe="metric-storage-ready"`); err != nil {
+		t.Error(err)
 	}
 }
 
