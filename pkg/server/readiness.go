@@ -87,7 +87,8 @@ func loggedCheck(name string, check func(*http.Request) error) healthz.HealthChe
 	})
 }
 
-// probeLog remembers the last reason a check logged.
+// probeLog remembers the last reason a check logged. failed is kept apart
+// from last because an error's text may be empty.
 type probeLog struct {
 	mu     sync.Mutex
 	last   string
