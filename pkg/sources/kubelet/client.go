@@ -1,4 +1,7 @@
-// Package kubelet reads CPU and memory from each node's kubelet Summary API.
+// Package kubelet reads CPU and memory from each node's kubelet: its Summary
+// API by default, or its resource metrics endpoint (EndpointResource, what
+// metrics-server reads; resource.go), whose sample times are exact to the
+// millisecond rather than the second.
 //
 // A Summary is read by a small validating JSON reader of this package
 // (jsonread.go) rather than by encoding/json into k8s.io/kubelet's own
@@ -14,6 +17,7 @@
 package kubelet
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -21,6 +25,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/rest"
 
@@ -32,14 +37,44 @@ type ClientConfig struct {
 	// REST carries TLS and credentials: CA, client certificate, bearer token
 	// (or token file, re-read as it rotates). Its Host is ignored.
 	REST *rest.Config
-	// MaxResponseBytes caps a Summary response; a larger one is an error.
+	// MaxResponseBytes caps a response; a larger one is an error.
 	MaxResponseBytes int64
+	// Endpoint is the endpoint read; empty means EndpointSummary.
+	Endpoint Endpoint
 }
 
-// Client fetches Summary API responses. It is safe for concurrent use.
+// Endpoint is a kubelet endpoint the client can read.
+type Endpoint string
+
+const (
+	// EndpointSummary is GET /stats/summary?only_cpu_and_memory=true, which
+	// the kubelet authorizes as get nodes/stats.
+	EndpointSummary Endpoint = "summary"
+	// EndpointResource is GET /metrics/resource, which the kubelet
+	// authorizes as get nodes/metrics (k8s.io/kubernetes v1.37.2
+	// pkg/kubelet/server/auth.go, GetRequestAttributes).
+	EndpointResource Endpoint = "resource"
+)
+
+// Endpoints are the values of ClientConfig.Endpoint.
+var Endpoints = []Endpoint{EndpointSummary, EndpointResource}
+
+// request is how an endpoint is asked for.
+type request struct {
+	path, query, accept string
+}
+
+var requests = map[Endpoint]request{
+	EndpointSummary:  {path: "/stats/summary", query: "only_cpu_and_memory=true", accept: "application/json"},
+	EndpointResource: {path: "/metrics/resource", accept: "text/plain;version=0.0.4"},
+}
+
+// Client fetches the configured endpoint of kubelets. It is safe for
+// concurrent use.
 type Client struct {
 	http     *http.Client
 	maxBytes int64
+	endpoint Endpoint
 	hints    hinter
 }
 
@@ -54,11 +89,15 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		restCfg.NextProtos = []string{"http/1.1"}
 	}
 	restCfg.Wrap(smallBuffers)
+	endpoint := cmp.Or(cfg.Endpoint, EndpointSummary)
+	if _, ok := requests[endpoint]; !ok {
+		return nil, fmt.Errorf("kubelet endpoint %q: want one of %q", endpoint, Endpoints)
+	}
 	rt, err := rest.TransportFor(restCfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubelet transport: %w", err)
 	}
-	return &Client{http: &http.Client{Transport: rt, CheckRedirect: sources.NoRedirects}, maxBytes: cfg.MaxResponseBytes}, nil
+	return &Client{http: &http.Client{Transport: rt, CheckRedirect: sources.NoRedirects}, maxBytes: cfg.MaxResponseBytes, endpoint: endpoint}, nil
 }
 
 // Buffer sizes of a kubelet connection. Each kubelet keeps one connection
@@ -85,16 +124,17 @@ func smallBuffers(rt http.RoundTripper) http.RoundTripper {
 	return t
 }
 
-// Summary returns the decoded Summary of node at host (host:port), always
+// Scrape returns the decoded endpoint of node at host (host:port), always
 // over HTTPS: kubelets serve their API on TLS only, and tests reach the fake
 // kubelets through certificates of test/pki.
-func (c *Client) Summary(ctx context.Context, node, host string) (*sources.Batch, error) {
-	u := url.URL{Scheme: "https", Host: host, Path: "/stats/summary", RawQuery: "only_cpu_and_memory=true"}
+func (c *Client) Scrape(ctx context.Context, node, host string) (*sources.Batch, error) {
+	r := requests[c.endpoint]
+	u := url.URL{Scheme: "https", Host: host, Path: r.path, RawQuery: r.query}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("scrape node %q: %w", node, err)
 	}
-	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Accept", r.accept)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, sources.WithReason(sources.TransportReason(err), fmt.Errorf("scrape node %q: %w", node, c.hints.withHint(node, host, err)))
@@ -111,8 +151,13 @@ func (c *Client) Summary(ctx context.Context, node, host string) (*sources.Batch
 		batch     *sources.Batch
 		decodeErr error
 	)
+	received := time.Now()
 	if err := sources.ReadCappedTo(resp.Body, c.maxBytes, func(body []byte) error {
-		batch, decodeErr = DecodeContext(ctx, node, body)
+		if c.endpoint == EndpointResource {
+			batch, decodeErr = DecodeResource(ctx, node, body, received)
+		} else {
+			batch, decodeErr = DecodeContext(ctx, node, body)
+		}
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("scrape node %q: %w", node, err)
@@ -126,7 +171,8 @@ const maxRefusalBytes = 256
 // refusal is the first line of a non-200 answer's body, quoted and cut to
 // maxRefusalBytes, after ": "; "" when the body is empty. A kubelet that
 // refuses the server's identity says which grant it lacks: "Forbidden
-// (user=…, verb=get, resource=nodes, subresource(s)=[stats])"
+// (user=…, verb=get, resource=nodes, subresource(s)=[stats])", or
+// [metrics] for /metrics/resource
 // (k8s.io/kubernetes pkg/kubelet/server/server.go, InstallAuthFilter).
 func refusal(body io.Reader) string {
 	b, _ := io.ReadAll(io.LimitReader(body, maxRefusalBytes+1))

@@ -114,36 +114,48 @@ func TestClientFailures(t *testing.T) {
 		{name: "truncated", fault: fakekubelet.Fault{Kind: fakecore.FaultTruncated}, wantReason: sources.ReasonDecode, wantErr: "decode summary"},
 		{name: "garbage", fault: fakekubelet.Fault{Kind: fakecore.FaultGarbage}, wantReason: sources.ReasonDecode, wantErr: "decode summary"},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if tc.fault.Kind != "" {
-				must(t, node.SetFault(tc.fault))
-				t.Cleanup(func() { must(t, node.ClearFault("")) })
-			}
-			c := e.client(t, func(cfg *ClientConfig) {
-				cfg.MaxResponseBytes = cmp.Or(tc.maxBytes, cfg.MaxResponseBytes)
-				cfg.REST.BearerToken = cmp.Or(tc.token, cfg.REST.BearerToken)
+	// The table's words are the Summary's; the resource endpoint's path and
+	// decode errors differ.
+	words := map[Endpoint]*strings.Replacer{
+		EndpointSummary:  strings.NewReplacer(),
+		EndpointResource: strings.NewReplacer("/stats/summary", "/metrics/resource", "decode summary", "decode resource metrics"),
+	}
+	for _, ep := range Endpoints {
+		for _, tc := range tests {
+			t.Run(string(ep)+"/"+tc.name, func(t *testing.T) {
+				if tc.fault.Kind != "" {
+					must(t, node.SetFault(tc.fault))
+					t.Cleanup(func() { must(t, node.ClearFault("")) })
+				}
+				c := e.client(t, func(cfg *ClientConfig) {
+					cfg.Endpoint = ep
+					cfg.MaxResponseBytes = cmp.Or(tc.maxBytes, cfg.MaxResponseBytes)
+					cfg.REST.BearerToken = cmp.Or(tc.token, cfg.REST.BearerToken)
+				})
+				ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(tc.timeout, guard))
+				defer cancel()
+				batch, err := c.Scrape(ctx, node.Name(), node.Address())
+				if batch != nil || err == nil {
+					t.Fatalf("Scrape = %+v, %v; want an error", batch, err)
+				}
+				if got := sources.Reason(err); got != tc.wantReason {
+					t.Errorf("reason = %q, want %q (error: %v)", got, tc.wantReason, err)
+				}
+				want := words[ep].Replace(tc.wantErr)
+				if msg := err.Error(); !strings.Contains(msg, want) || !strings.Contains(msg, `node "node-a"`) || strings.Contains(msg, testToken) {
+					t.Errorf("error %q: want one that contains %q, names the node and not the token", msg, want)
+				}
 			})
-			ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(tc.timeout, guard))
-			defer cancel()
-			batch, err := c.Summary(ctx, node.Name(), node.Address())
-			if batch != nil || err == nil {
-				t.Fatalf("Summary = %+v, %v; want an error", batch, err)
-			}
-			if got := sources.Reason(err); got != tc.wantReason {
-				t.Errorf("reason = %q, want %q (error: %v)", got, tc.wantReason, err)
-			}
-			if msg := err.Error(); !strings.Contains(msg, tc.wantErr) || !strings.Contains(msg, `node "node-a"`) || strings.Contains(msg, testToken) {
-				t.Errorf("error %q: want one that contains %q, names the node and not the token", msg, tc.wantErr)
-			}
-		})
+		}
 	}
 
-	// Every fault cleared, the same node answers.
+	// Every fault cleared, the same node answers on both endpoints.
 	ctx, cancel := context.WithTimeout(context.Background(), guard)
 	defer cancel()
-	if _, err := e.client(t, nil).Summary(ctx, node.Name(), node.Address()); err != nil {
-		t.Errorf("after the faults: %v", err)
+	for _, ep := range Endpoints {
+		if _, err := e.client(t, func(cfg *ClientConfig) { cfg.Endpoint = ep }).Scrape(ctx, node.Name(), node.Address()); err != nil {
+			t.Errorf("%s after the faults: %v", ep, err)
+		}
 	}
 }
 
@@ -161,7 +173,7 @@ func TestSummaryRedirectNotFollowed(t *testing.T) {
 
 	c, err := NewClient(ClientConfig{REST: &rest.Config{BearerToken: testToken, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}})
 	must(t, err)
-	_, err = c.Summary(t.Context(), "n1", strings.TrimPrefix(kubelet.URL, "https://"))
+	_, err = c.Scrape(t.Context(), "n1", strings.TrimPrefix(kubelet.URL, "https://"))
 	if err == nil || !strings.Contains(err.Error(), "302 Found") {
 		t.Errorf("Summary error = %v, want the redirect's own status", err)
 	}
@@ -211,7 +223,7 @@ func TestSummaryCertificateHints(t *testing.T) {
 			defer srv.Close()
 			c, err := NewClient(ClientConfig{REST: &rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: append(trusted.CertPEM(), expired.CertPEM()...)}}})
 			must(t, err)
-			_, err = c.Summary(t.Context(), "node-0", strings.TrimPrefix(srv.URL, "https://"))
+			_, err = c.Scrape(t.Context(), "node-0", strings.TrimPrefix(srv.URL, "https://"))
 			if (err != nil) != (tt.wantKind != "") {
 				t.Fatalf("Summary error = %v, want a certificate error: %v", err, tt.wantKind != "")
 			} else if err == nil {

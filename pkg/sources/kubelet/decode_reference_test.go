@@ -2,6 +2,7 @@ package kubelet
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -252,16 +253,18 @@ func FuzzDecodeMatchesEncodingJSON(f *testing.F) {
 
 // BenchmarkDecode decodes one node's Summary of 30 pods × 2 containers:
 // with the package's reader, and with what it stands in for, encoding/json
-// into k8s.io/kubelet's Summary type and then the same batch.
+// into k8s.io/kubelet's Summary type and then the same batch; and the same
+// stats as /metrics/resource writes them, with DecodeResource (expfmt).
 func BenchmarkDecode(b *testing.B) {
-	body := summarytest.Generate(rand.New(rand.NewPCG(1, 2)), summarytest.Node{
+	s := summarytest.Summary(rand.New(rand.NewPCG(1, 2)), summarytest.Node{
 		Name: "node-0", Pods: 30, Containers: 2, Time: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC),
 	})
+	body, text := summarytest.Encode(s), resourceOf(b, s)
 	want, err := Decode("node-0", body)
 	must(b, err)
-	run := func(name string, decode func() (*sources.Batch, error)) {
+	run := func(name string, in []byte, decode func() (*sources.Batch, error)) {
 		b.Run(name, func(b *testing.B) {
-			b.SetBytes(int64(len(body)))
+			b.SetBytes(int64(len(in)))
 			b.ReportAllocs()
 			for b.Loop() {
 				got, err := decode()
@@ -272,12 +275,15 @@ func BenchmarkDecode(b *testing.B) {
 			}
 		})
 	}
-	run("reader", func() (*sources.Batch, error) { return Decode("node-0", body) })
-	run("stats-types", func() (*sources.Batch, error) {
+	run("reader", body, func() (*sources.Batch, error) { return Decode("node-0", body) })
+	run("stats-types", body, func() (*sources.Batch, error) {
 		var s statsv1alpha1.Summary
 		if err := json.Unmarshal(body, &s); err != nil {
 			return nil, err
 		}
 		return fromSummary("node-0", &s)
+	})
+	run("resource-text", text, func() (*sources.Batch, error) {
+		return DecodeResource(context.Background(), "node-0", text, time.Time{})
 	})
 }

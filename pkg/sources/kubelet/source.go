@@ -97,5 +97,5 @@ func (t *target) Scrape(ctx context.Context) (*sources.Batch, error) {
 		return nil, sources.WithReason(sources.ReasonConnection,
 			fmt.Errorf("scrape node %q: no address of a preferred type", t.nodes[0]))
 	}
-	return t.client.Summary(ctx, t.nodes[0], t.host)
+	return t.client.Scrape(ctx, t.nodes[0], t.host)
 }
