@@ -111,6 +111,7 @@ func (o *Options) ServerConfig(ctx context.Context) (*server.Config, error) {
 		Kubelet: kubelet.ClientConfig{
 			REST:             o.kubeletREST(restCfg),
 			MaxResponseBytes: o.KubeletMaxResponseBytes,
+			Endpoint:         kubelet.Endpoint(o.KubeletEndpoint),
 		},
 		KubeletPort:              o.KubeletPort,
 		KubeletUseNodeStatusPort: o.KubeletUseNodeStatusPort,

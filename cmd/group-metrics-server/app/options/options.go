@@ -5,6 +5,7 @@ package options
 import (
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -52,6 +53,7 @@ type Options struct {
 	KubeletClientKeyFile         string
 	KubeletRequestTimeout        time.Duration
 	KubeletMaxResponseBytes      int64
+	KubeletEndpoint              string
 	// DeprecatedKubeletCompletelyInsecure is accepted and ignored.
 	DeprecatedKubeletCompletelyInsecure bool
 
@@ -97,6 +99,7 @@ func NewOptions() *Options {
 		KubeletPreferredAddressTypes: []string{string(corev1.NodeHostName), string(corev1.NodeInternalDNS), string(corev1.NodeInternalIP), string(corev1.NodeExternalDNS), string(corev1.NodeExternalIP)},
 		KubeletRequestTimeout:        10 * time.Second,
 		KubeletMaxResponseBytes:      10 << 20,
+		KubeletEndpoint:              string(kubelet.EndpointSummary),
 
 		DefaultGroupPolicy:         string(group.PolicyPod),
 		HPACPUInitializationPeriod: group.DefaultReadiness.CPUInitializationPeriod,
@@ -141,7 +144,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.KubeletClientCertFile, "kubelet-client-certificate", o.KubeletClientCertFile, "Client certificate to present to kubelets instead of the service-account token.")
 	fs.StringVar(&o.KubeletClientKeyFile, "kubelet-client-key", o.KubeletClientKeyFile, "Key of --kubelet-client-certificate.")
 	fs.DurationVar(&o.KubeletRequestTimeout, "kubelet-request-timeout", o.KubeletRequestTimeout, "Timeout of one scrape of one kubelet. Below --metric-resolution.")
-	fs.Int64Var(&o.KubeletMaxResponseBytes, "kubelet-max-response-bytes", o.KubeletMaxResponseBytes, "Largest Summary API response accepted from a kubelet.")
+	fs.Int64Var(&o.KubeletMaxResponseBytes, "kubelet-max-response-bytes", o.KubeletMaxResponseBytes, "Largest response accepted from a kubelet.")
+	fs.StringVar(&o.KubeletEndpoint, "kubelet-endpoint", o.KubeletEndpoint, "Kubelet endpoint to read: summary (GET /stats/summary; the server needs get nodes/stats) or resource (GET /metrics/resource, as metrics-server reads: sample times to the millisecond rather than the second; the server needs get nodes/metrics). See docs/security.md.")
 	fs.BoolVar(&o.DeprecatedKubeletCompletelyInsecure, "deprecated-kubelet-completely-insecure", false, "Accepted for compatibility with metrics-server and ignored, with a warning: kubelets are always reached over TLS.")
 
 	fs = fss.FlagSet("sources")
@@ -196,6 +200,9 @@ func (o *Options) Validate() []error {
 	}
 	if o.MaxConcurrentReads < 0 {
 		errs = append(errs, fmt.Errorf("--max-concurrent-reads must be 0 (automatic) or more, got %d", o.MaxConcurrentReads))
+	}
+	if !slices.Contains(kubelet.Endpoints, kubelet.Endpoint(o.KubeletEndpoint)) {
+		errs = append(errs, fmt.Errorf("--kubelet-endpoint must be one of %q, got %q", kubelet.Endpoints, o.KubeletEndpoint))
 	}
 	if o.KubeletMaxResponseBytes < 1<<10 {
 		errs = append(errs, fmt.Errorf("--kubelet-max-response-bytes must be at least 1024, got %d", o.KubeletMaxResponseBytes))

@@ -48,6 +48,9 @@ func TestValidate(t *testing.T) {
 			wants: []string{`"kubelet" named twice`, `unknown source "prometheus"`, "--kraftlet-node-selector"}},
 		{name: "bad endpoint", set: func(o *Options) { o.Sources = []string{"ukpd"}; o.UkpdEndpoints = []string{"ftp://x"} },
 			wants: []string{"--ukpd-endpoint"}},
+		{name: "resource endpoint", set: func(o *Options) { o.KubeletEndpoint = "resource" }},
+		{name: "unknown kubelet endpoint", set: func(o *Options) { o.KubeletEndpoint = "/stats/summary" },
+			wants: []string{`--kubelet-endpoint must be one of ["summary" "resource"], got "/stats/summary"`}},
 		{name: "timeout equal to resolution", set: func(o *Options) { o.KubeletRequestTimeout = o.MetricResolution }, wants: []string{"below --metric-resolution"}},
 		{name: "negative HPA readiness durations",
 			set: func(o *Options) {
