@@ -27,6 +27,7 @@ func TestChartMatchesManifests(t *testing.T) {
 		{name: "serving-cert-files", values: "serving-cert-files-values.yaml", kustomization: "manifests/examples/serving-cert-files"},
 		{name: "network-policy", values: "network-policy-values.yaml", kustomization: "manifests/examples/network-policy"},
 		{name: "ukpd-relays", values: "ukpd-relays-values.yaml", kustomization: "manifests/examples/ukpd-relays"},
+		{name: "kubelet-resource-endpoint", values: "kubelet-resource-endpoint-values.yaml", kustomization: "manifests/examples/kubelet-resource-endpoint"},
 		{name: "scale-to-zero", values: "scale-to-zero-values.yaml", kustomization: "manifests/examples/scale-to-zero", podMetrics: true},
 	}
 	for _, c := range cases {

@@ -76,6 +76,7 @@ func TestSchemaRefusesUnknownValues(t *testing.T) {
 		{name: "wrong type", sets: []string{"replicas=two"}, want: "replicas"},
 		{name: "unknown tls type", sets: []string{"tls.type=helm"}, want: "type"},
 		{name: "unknown group policy", sets: []string{"defaultGroupPolicy=groups"}, want: "defaultGroupPolicy"},
+		{name: "unknown kubelet endpoint", sets: []string{"kubeletEndpoint=/stats/summary"}, want: "kubeletEndpoint"},
 		{name: "unknown source", sets: []string{"sources={kubelet,prometheus}"}, want: "sources"},
 		{name: "port out of range", sets: []string{"containerPort=70000"}, want: "containerPort"},
 	}, "schema")
@@ -88,6 +89,7 @@ func TestRefusesValuesThatCannotWork(t *testing.T) {
 		{name: "hostNetwork on the kubelet's port", sets: []string{"hostNetwork.enabled=true"}, want: "containerPort"},
 		{name: "ukpd source without endpoints", sets: []string{"sources={kubelet,ukpd}"}, want: "ukpd.endpoints"},
 		{name: "ukpd endpoints without the source", sets: []string{"ukpd.endpoints={https://u:8443}"}, want: "sources"},
+		{name: "resource endpoint with ukpd relays", sets: []string{"kubeletEndpoint=resource", "ukpdRelay.enabled=true"}, want: "kubeletEndpoint"},
 		{name: "caBundle the controller writes", sets: []string{"apiService.caBundle=x"}, want: "existingSecret"},
 		{name: "serviceMonitor without metrics", sets: []string{"serviceMonitor.enabled=true"}, want: "metrics.enabled"},
 		{name: "ExternalName without a name", sets: []string{"service.type=ExternalName"}, want: "service.externalName"},

@@ -10,6 +10,9 @@ theirs), then args, which come last and so override.
 {{- end }}
 - --tls-cert-file=/var/run/serving-cert/tls.crt
 - --tls-private-key-file=/var/run/serving-cert/tls.key
+{{- if eq .Values.kubeletEndpoint "resource" }}
+- --kubelet-endpoint=resource
+{{- end }}
 {{- $sources := include "gms.sources" . }}
 {{- if ne $sources "kubelet" }}
 - --sources={{ $sources }}
@@ -87,6 +90,9 @@ theirs), then args, which come last and so override.
 {{- end }}
 {{- if and (has "ukpd" .Values.sources) (not .Values.ukpd.endpoints) (not .Values.ukpdRelay.enabled) }}
 {{- fail "sources holds ukpd: set ukpd.endpoints, or ukpdRelay.enabled for per-host ukpd" }}
+{{- end }}
+{{- if and (eq .Values.kubeletEndpoint "resource") .Values.ukpdRelay.enabled }}
+{{- fail "kubeletEndpoint resource with ukpdRelay.enabled: the relays admit the server by get nodes/stats, which resource replaces with get nodes/metrics; keep kubeletEndpoint summary" }}
 {{- end }}
 {{- if and .Values.ukpd.endpoints (not (has "ukpd" (splitList "," (include "gms.sources" .)))) }}
 {{- fail "ukpd.endpoints is set but sources does not hold ukpd" }}
