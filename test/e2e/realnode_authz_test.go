@@ -46,18 +46,9 @@ const (
 func checkStrippedServer(ctx context.Context, t *testing.T, rn *realNodeEnv) {
 	began := time.Now()
 	node := rn.node.Name()
-	kubeconfig := rsGrantAllButStats(ctx, t, rn)
-	ports, err := cluster.FreePorts(1)
-	must(t, err)
-	// The test's server's command line, as another identity on another
-	// port (later flags win); the serving certificate is the test server's.
-	args := append(slices.Clone(rn.server.Args), "--kubeconfig="+kubeconfig, "--secure-port="+strconv.Itoa(ports[0]))
-	proc, err := suite.cluster.StartProcess(rsProcess, filepath.Join(suite.binDir, env.ServerBinary), args...)
-	must(t, err)
-	t.Cleanup(func() { _ = proc.Stop() })
-	cfg := suite.cluster.RESTConfig()
-	cfg.Host = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
-	cfg.ServerName, cfg.CAData, cfg.Timeout = rn.server.ServiceHost, rn.server.CABundle, 30*time.Second
+	kubeconfig := rsGrant(ctx, t, rn, rsServiceAccount, "manifests/base", func(res string) bool { return res != "nodes/stats" })
+	rsCheckAccess(ctx, t, rn, rsServiceAccount, false, false)
+	proc, cfg := rsStartServer(t, rn, rsProcess, kubeconfig)
 	client, err := rest.HTTPClientFor(cfg)
 	must(t, err)
 	defer client.CloseIdleConnections()
@@ -104,6 +95,24 @@ func checkStrippedServer(ctx context.Context, t *testing.T, rn *realNodeEnv) {
 	rsCheckLog(t, proc, node, last.failures)
 	rsCheckFakeNodes(ctx, t, cfg, node)
 	t.Logf("case took %v", since(began))
+}
+
+// rsStartServer starts the test's server's command line as another
+// identity (kubeconfig) on another port, unregistered, with extra flags
+// (later flags win); the serving certificate is the test server's. It
+// returns the process and a config that reaches it as the suite's admin.
+func rsStartServer(t *testing.T, rn *realNodeEnv, name, kubeconfig string, extra ...string) (*cluster.Process, *rest.Config) {
+	t.Helper()
+	ports, err := cluster.FreePorts(1)
+	must(t, err)
+	args := append(slices.Clone(rn.server.Args), "--kubeconfig="+kubeconfig, "--secure-port="+strconv.Itoa(ports[0]))
+	proc, err := suite.cluster.StartProcess(name, filepath.Join(suite.binDir, env.ServerBinary), append(args, extra...)...)
+	must(t, err)
+	t.Cleanup(func() { _ = proc.Stop() })
+	cfg := suite.cluster.RESTConfig()
+	cfg.Host = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+	cfg.ServerName, cfg.CAData, cfg.Timeout = rn.server.ServiceHost, rn.server.CABundle, 30*time.Second
+	return proc, cfg
 }
 
 // rsReading is what the server's /metrics says of its kubelet source.
@@ -185,14 +194,15 @@ func rsCheckFakeNodes(ctx context.Context, t *testing.T, cfg *rest.Config, node 
 	}
 }
 
-// rsGrantAllButStats creates the ServiceAccount rsServiceAccount in the
-// test's namespace with every binding manifests/base gives the server's, each
-// of the manifests' ClusterRoles copied without nodes/stats (rsCheckAccess),
-// and returns a kubeconfig of its token. All is deleted when the test ends.
-func rsGrantAllButStats(ctx context.Context, t *testing.T, rn *realNodeEnv) string {
+// rsGrant creates the ServiceAccount account in the test's namespace with
+// every binding the kustomization dir gives the server's, each of its
+// ClusterRoles copied with only the resources keep keeps (all when keep is
+// nil), and returns a kubeconfig of its token. All is deleted when the test
+// ends.
+func rsGrant(ctx context.Context, t *testing.T, rn *realNodeEnv, account, dir string, keep func(resource string) bool) string {
 	t.Helper()
 	client := suite.cluster.Client()
-	objs, err := env.Render(ctx, suite.cluster, repoPath(t, "manifests", "base"))
+	objs, err := env.Render(ctx, suite.cluster, repoPath(t, dir))
 	must(t, err)
 	roles := map[string]rbacv1.ClusterRole{}
 	var crbs []rbacv1.ClusterRoleBinding
@@ -217,12 +227,12 @@ func rsGrantAllButStats(ctx context.Context, t *testing.T, rn *realNodeEnv) stri
 			return s.Kind == rbacv1.ServiceAccountKind && s.Namespace == rn.server.Namespace && s.Name == rn.server.ServiceAccount
 		})
 	}
-	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: rn.ns, Name: rsServiceAccount}}
-	_, err = client.CoreV1().ServiceAccounts(rn.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: rsServiceAccount}}, metav1.CreateOptions{})
+	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: rn.ns, Name: account}}
+	_, err = client.CoreV1().ServiceAccounts(rn.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: account}}, metav1.CreateOptions{})
 	must(t, err)
-	prefix := rn.ns + "-" + rsServiceAccount + ":"
+	prefix := rn.ns + "-" + account + ":"
 	// roleRef returns what to bind in place of ref: for a ClusterRole of the
-	// manifests, a copy without nodes/stats.
+	// manifests, a copy with what keep keeps.
 	copies := map[string]bool{}
 	roleRef := func(ref rbacv1.RoleRef) rbacv1.RoleRef {
 		r, ok := roles[ref.Name]
@@ -236,7 +246,9 @@ func rsGrantAllButStats(ctx context.Context, t *testing.T, rn *realNodeEnv) stri
 		copies[ref.Name] = true
 		stripped := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: ref.Name}}
 		for _, rule := range r.Rules {
-			rule.Resources = slices.DeleteFunc(slices.Clone(rule.Resources), func(res string) bool { return res == "nodes/stats" })
+			if keep != nil {
+				rule.Resources = slices.DeleteFunc(slices.Clone(rule.Resources), func(res string) bool { return !keep(res) })
+			}
 			if len(rule.Resources) > 0 {
 				stripped.Rules = append(stripped.Rules, rule)
 			}
@@ -259,9 +271,8 @@ func rsGrantAllButStats(ctx context.Context, t *testing.T, rn *realNodeEnv) stri
 			bound = append(bound, rb.RoleRef.Kind+" "+rb.RoleRef.Name+" in "+rb.Namespace)
 		}
 	}
-	t.Logf("system:serviceaccount:%s:%s bound to %s", rn.ns, rsServiceAccount, strings.Join(bound, ", "))
-	rsCheckAccess(ctx, t, rn)
-	kubeconfig, err := suite.cluster.ServiceAccountKubeconfig(ctx, rn.ns, rsServiceAccount)
+	t.Logf("system:serviceaccount:%s:%s bound to %s", rn.ns, account, strings.Join(bound, ", "))
+	kubeconfig, err := suite.cluster.ServiceAccountKubeconfig(ctx, rn.ns, account)
 	must(t, err)
 	return kubeconfig
 }
@@ -278,19 +289,21 @@ func rsCreate[T metav1.Object](ctx context.Context, t *testing.T, api interface 
 	})
 }
 
-// rsCheckAccess checks with SubjectAccessReviews that rsServiceAccount may
-// list nodes and pods but not get the real node's nodes/stats.
-func rsCheckAccess(ctx context.Context, t *testing.T, rn *realNodeEnv) {
+// rsCheckAccess checks with SubjectAccessReviews that account may list
+// nodes and pods, and get the real node's nodes/stats and nodes/metrics as
+// stats and metrics say.
+func rsCheckAccess(ctx context.Context, t *testing.T, rn *realNodeEnv, account string, stats, metrics bool) {
 	t.Helper()
 	client := suite.cluster.Client()
-	user := "system:serviceaccount:" + rn.ns + ":" + rsServiceAccount
+	user := "system:serviceaccount:" + rn.ns + ":" + account
 	for _, c := range []struct {
 		attrs authorizationv1.ResourceAttributes
 		want  bool
 	}{
 		{authorizationv1.ResourceAttributes{Verb: "list", Resource: "nodes"}, true},
 		{authorizationv1.ResourceAttributes{Verb: "list", Resource: "pods"}, true},
-		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "nodes", Subresource: "stats", Name: rn.node.Name()}, false},
+		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "nodes", Subresource: "stats", Name: rn.node.Name()}, stats},
+		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "nodes", Subresource: "metrics", Name: rn.node.Name()}, metrics},
 	} {
 		// RBAC answers from its informers' caches: poll until they hold the
 		// bindings.

@@ -38,6 +38,11 @@ import (
 // [0, 1 s). metrics-server's windows are about 10 s, W exact to the ms (start
 // T+x−W); ours 5 s, both ends cut to the second. Every value is checked
 // against what it must be; the servers' difference is logged with its bound.
+// A third server, ours with --kubelet-endpoint=resource (rdOursResource) as
+// the identity manifests/examples/kubelet-resource-endpoint grants, reads
+// what metrics-server reads: its 5 s windows are exact to the ms and are
+// checked as metrics-server's are (rdExact), and so is its difference from
+// metrics-server.
 //
 // Pods: the kubelet samples a container anew for every request (CRI
 // ListContainerStats: containerd stamps the time, then its shim reads the
@@ -75,8 +80,13 @@ import (
 // Over the same two samples the servers differ only by their windows:
 // ours − metrics-server = ΔC·(1/W_ours − 1/W_ms).
 const (
-	rdTruthPeriod   = 20 * time.Millisecond
-	rdKubeletPeriod = 100 * time.Millisecond
+	// rdOursResource is ours reading /metrics/resource
+	// (--kubelet-endpoint=resource), as its own ServiceAccount
+	// rdResourceAccount.
+	rdOursResource    = "ours-resource"
+	rdResourceAccount = "gms-realnode-resource"
+	rdTruthPeriod     = 20 * time.Millisecond
+	rdKubeletPeriod   = 100 * time.Millisecond
 	// rdCounterFloat bounds, in ns, what metrics-server's two counters of a
 	// window lose from float64 seconds to integer ns (uint64(value*1e9),
 	// pkg/scraper/client/resource/decode.go): a container's counter is far
@@ -84,6 +94,10 @@ const (
 	// truncation.
 	rdCounterFloat = 4
 )
+
+// rdExact are the servers whose windows are exact to the millisecond: they
+// read /metrics/resource. Ours' cut both ends to the second.
+var rdExact = map[string]bool{"metrics-server": true, rdOursResource: true}
 
 // rdReadings are one server's distinct readings by "ns/name" and "node/name".
 type rdReadings map[string][]usage
@@ -106,6 +120,14 @@ func checkRealDifferential(ctx context.Context, t *testing.T, rn *realNodeEnv) {
 	defer truth.stop()
 	node := kl.follow(ctx, t)
 
+	// Ours again, reading /metrics/resource as metrics-server does, as the
+	// identity manifests/examples/kubelet-resource-endpoint grants. Every
+	// sample it reads is taken after resStart.
+	resStart := time.Now()
+	kubeconfig := rsGrant(ctx, t, rn, rdResourceAccount, "manifests/examples/kubelet-resource-endpoint", nil)
+	rsCheckAccess(ctx, t, rn, rdResourceAccount, false, true)
+	resProc, resCfg := rsStartServer(t, rn, rdResourceAccount, kubeconfig, "--kubelet-endpoint=resource")
+
 	// metrics-server v0.8.0 refuses a resolution below 10s. Every sample it
 	// reads is taken after msStart.
 	msStart := time.Now()
@@ -120,8 +142,8 @@ func checkRealDifferential(ctx context.Context, t *testing.T, rn *realNodeEnv) {
 	t.Logf("metrics-server ready as its own ServiceAccount %v after the case began", since(began))
 
 	c := &rdCollection{rn: rn, pods: pods, truth: truth, node: node, kubelet: kl, hist0: hist0,
-		got: map[string]rdReadings{"ours": {}, "metrics-server": {}}, notBefore: map[string]time.Time{"metrics-server": msStart}}
-	c.collect(ctx, t, ms)
+		got: map[string]rdReadings{"ours": {}, rdOursResource: {}, "metrics-server": {}}, notBefore: map[string]time.Time{"metrics-server": msStart, rdOursResource: resStart}}
+	c.collect(ctx, t, map[string]*rest.Config{"ours": rn.server.RESTConfig(), rdOursResource: resCfg, "metrics-server": ms.RESTConfig()}, ms.Process, resProc)
 	samples := node.stop(t)
 	if c.hist1 == nil {
 		c.hist1, err = kl.statsHistogram(ctx)
@@ -159,30 +181,33 @@ type rdCollection struct {
 	node         *rdFollower
 	kubelet      rdKubelet
 	hist0, hist1 map[float64]uint64
-	got          map[string]rdReadings // by server: "ours", "metrics-server"
-	// notBefore is when a server's samples may begin: metrics-server's are
-	// taken for its requests, after it started. (Ours ran before the case.)
+	got          map[string]rdReadings // by server: "ours", rdOursResource, "metrics-server"
+	// notBefore is when a server's samples may begin: metrics-server's and
+	// rdOursResource's are taken for their requests, after they started.
+	// (Ours ran before the case.)
 	notBefore map[string]time.Time
 }
 
 func (c *rdCollection) nodeKey() string { return "node/" + c.rn.node.Name() }
 
-// collect reads both servers every second until each has what the checks
+// collect reads every server every second until each has what the checks
 // need (enough). A server whose readings never qualify fails here; what it
-// served is still checked, to say how it is wrong.
-func (c *rdCollection) collect(ctx context.Context, t *testing.T, ms *env.MetricsServer) {
+// served is still checked, to say how it is wrong. procs are the servers'
+// processes but the suite's.
+func (c *rdCollection) collect(ctx context.Context, t *testing.T, servers map[string]*rest.Config, procs ...*cluster.Process) {
 	t.Helper()
-	ours, err := metricsclient.NewForConfig(c.rn.server.RESTConfig())
-	must(t, err)
-	ref, err := metricsclient.NewForConfig(ms.RESTConfig())
-	must(t, err)
-	clients := map[string]metricsclient.Interface{"ours": ours, "metrics-server": ref}
-	watch := append(append(watched(), ms.Process, c.rn.server.Process), c.rn.node.Processes()...)
+	clients := map[string]metricsclient.Interface{}
+	for name, cfg := range servers {
+		mc, err := metricsclient.NewForConfig(cfg)
+		must(t, err)
+		clients[name] = mc
+	}
+	watch := append(append(append(watched(), procs...), c.rn.server.Process), c.rn.node.Processes()...)
 	// metrics-server's windows are 10 s long and begin at its first scrape:
 	// it has two readings of each pod after its third.
 	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
-	err = cluster.PollUntil(ctx, "readings of every pod and the node from each server", time.Second, 10*time.Second, watch, func(ctx context.Context) error {
+	err := cluster.PollUntil(ctx, "readings of every pod and the node from each server", time.Second, 10*time.Second, watch, func(ctx context.Context) error {
 		for name, mc := range clients {
 			if err := rdRead(ctx, mc, c.rn, c.pods, c.got[name]); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
@@ -213,7 +238,10 @@ func (c *rdCollection) collect(ctx context.Context, t *testing.T, ms *env.Metric
 // test read (rdMatchNode).
 func (c *rdCollection) enough(d time.Duration) error {
 	for name, r := range c.got {
-		want := map[string]int{"ours": 3, "metrics-server": 2}[name]
+		want := 2
+		if !rdExact[name] {
+			want = 3
+		}
 		for key := range c.pods {
 			if n := rdCountCheckable(r[key], c.truth.began(), d, c.notBefore[name]); n < want {
 				return fmt.Errorf("%s: %d readings of %s within the cgroup readings, want %d", name, n, key, want)
@@ -221,7 +249,7 @@ func (c *rdCollection) enough(d time.Duration) error {
 		}
 		samples, n := c.node.samples(), 0
 		for _, u := range r[c.nodeKey()] {
-			if m, _ := rdMatchNode(u, samples, name == "metrics-server"); m != nil {
+			if m, _ := rdMatchNode(u, samples, rdExact[name]); m != nil {
 				n++
 			}
 		}
@@ -233,13 +261,13 @@ func (c *rdCollection) enough(d time.Duration) error {
 }
 
 // check checks every reading against the cgroup readings cg or the node
-// samples, and the two servers' differences.
+// samples, and each of ours' differences from metrics-server.
 func (c *rdCollection) check(t *testing.T, cg map[string][]rdTruth, samples rdKubeletSamples, d time.Duration) {
 	rdCheckFresh(t, samples)
 	bounds := map[string]map[string][]rdBound{}
 	matches := map[string][]*rdNodeMatch{}
 	for name, r := range c.got {
-		exact := name == "metrics-server"
+		exact := rdExact[name]
 		bounds[name] = map[string][]rdBound{}
 		for key := range c.pods {
 			bounds[name][key] = rdCheckPod(t, name, key, r[key], cg[key], d, exact, c.notBefore[name])
@@ -249,11 +277,14 @@ func (c *rdCollection) check(t *testing.T, cg map[string][]rdTruth, samples rdKu
 		}
 		matches[name] = rdCheckNode(t, name, c.rn.node.Name(), r[c.nodeKey()], samples.node, exact)
 	}
-	ours, ref := c.got["ours"], c.got["metrics-server"]
-	for key := range c.pods {
-		rdPairs(t, key, ours[key], bounds["ours"][key], ref[key], bounds["metrics-server"][key])
+	ref := c.got["metrics-server"]
+	for _, name := range []string{"ours", rdOursResource} {
+		ours := c.got[name]
+		for key := range c.pods {
+			rdPairs(t, name, key, ours[key], bounds[name][key], ref[key], bounds["metrics-server"][key])
+		}
+		rdNodePairs(t, name, c.rn.node.Name(), ours[c.nodeKey()], matches[name], ref[c.nodeKey()], matches["metrics-server"])
 	}
-	rdNodePairs(t, c.rn.node.Name(), ours[c.nodeKey()], matches["ours"], ref[c.nodeKey()], matches["metrics-server"])
 }
 
 // rdPodsOnNode returns the cgroup directories of every pod running on the
@@ -435,7 +466,7 @@ func rdPodBound(tr []rdTruth, u usage, d time.Duration, exact bool, notBefore ti
 // rdPairs checks, for each of metrics-server's readings of the pod, ours
 // whose window overlaps it most: their difference within what their bounds
 // allow.
-func rdPairs(t *testing.T, key string, ours []usage, ob []rdBound, ref []usage, rb []rdBound) {
+func rdPairs(t *testing.T, name, key string, ours []usage, ob []rdBound, ref []usage, rb []rdBound) {
 	for i, m := range ref {
 		if math.IsNaN(rb[i].cpuLo) {
 			continue
@@ -448,17 +479,17 @@ func rdPairs(t *testing.T, key string, ours []usage, ob []rdBound, ref []usage, 
 			}
 		}
 		if best < 0 {
-			t.Errorf("pod %s: no reading of ours overlaps metrics-server's window ending %s", key, m.end.Format(time.TimeOnly))
+			t.Errorf("pod %s: no reading of %s overlaps metrics-server's window ending %s", key, name, m.end.Format(time.TimeOnly))
 			continue
 		}
 		o, b, r := ours[best], ob[best], rb[i]
 		diff := float64(o.cpuNano - m.cpuNano)
 		lo, hi := b.cpuLo-r.cpuHi, b.cpuHi-r.cpuLo
-		t.Logf("pod %s: ours %.2fm over %v ending %s, metrics-server %.2fm over %v ending %s (overlap %v): cpu difference %+.2fm, bound %+.2fm..%+.2fm; memory %d vs %d B, difference %+d B, bound %+d..%+d B",
-			key, float64(o.cpuNano)/1e6, o.end.Sub(o.start), o.end.Format(time.TimeOnly), float64(m.cpuNano)/1e6, m.end.Sub(m.start), m.end.Format(time.TimeOnly), overlap,
+		t.Logf("pod %s: %s %.2fm over %v ending %s, metrics-server %.2fm over %v ending %s (overlap %v): cpu difference %+.2fm, bound %+.2fm..%+.2fm; memory %d vs %d B, difference %+d B, bound %+d..%+d B",
+			key, name, float64(o.cpuNano)/1e6, o.end.Sub(o.start), o.end.Format(time.TimeOnly), float64(m.cpuNano)/1e6, m.end.Sub(m.start), m.end.Format(time.TimeOnly), overlap,
 			diff/1e6, lo/1e6, hi/1e6, o.memory, m.memory, o.memory-m.memory, b.memLo-r.memHi, b.memHi-r.memLo)
 		if diff < lo || diff > hi {
-			t.Errorf("pod %s: cpu difference %+.2fm outside %+.2fm..%+.2fm", key, diff/1e6, lo/1e6, hi/1e6)
+			t.Errorf("pod %s: %s − metrics-server cpu difference %+.2fm outside %+.2fm..%+.2fm", key, name, diff/1e6, lo/1e6, hi/1e6)
 		}
 	}
 }
@@ -536,7 +567,7 @@ func rdCheckNode(t *testing.T, server, node string, us []usage, samples []rdNode
 // rdNodePairs checks, for each of metrics-server's node readings, ours over
 // the same two samples: ours − metrics-server = ΔC·(1/W_ours − 1/W_ms)
 // within both rates' rounding.
-func rdNodePairs(t *testing.T, node string, ours []usage, om []*rdNodeMatch, ref []usage, rm []*rdNodeMatch) {
+func rdNodePairs(t *testing.T, name, node string, ours []usage, om []*rdNodeMatch, ref []usage, rm []*rdNodeMatch) {
 	paired := 0
 	for i, m := range ref {
 		if rm[i] == nil {
@@ -544,7 +575,7 @@ func rdNodePairs(t *testing.T, node string, ours []usage, om []*rdNodeMatch, ref
 		}
 		j := slices.IndexFunc(om, func(o *rdNodeMatch) bool { return o != nil && o.s.at.Equal(rm[i].s.at) && o.e.at.Equal(rm[i].e.at) })
 		if j < 0 {
-			t.Logf("node %s: metrics-server's %.3fm over %v ending %s: ours has no reading over the same samples", node, float64(m.cpuNano)/1e6, m.end.Sub(m.start), m.end.Format(time.TimeOnly))
+			t.Logf("node %s: metrics-server's %.3fm over %v ending %s: %s has no reading over the same samples", node, float64(m.cpuNano)/1e6, m.end.Sub(m.start), m.end.Format(time.TimeOnly), name)
 			continue
 		}
 		paired++
@@ -552,14 +583,14 @@ func rdNodePairs(t *testing.T, node string, ours []usage, om []*rdNodeMatch, ref
 		dc, _ := rdCounterDelta(rm[i].s, rm[i].e)
 		wo, wm := o.end.Sub(o.start), m.end.Sub(m.start)
 		diff, want, tol := float64(o.cpuNano-m.cpuNano), float64(dc)*(1/wo.Seconds()-1/wm.Seconds()), om[j].tol+rm[i].tol
-		t.Logf("node %s: the kubelet's samples at %s and %s: ours %.3fm over %v, metrics-server %.3fm over %v: difference %+.3fm, ΔC·(1/W_ours − 1/W_ms) = %+.3fm (±%.0f nanocores); memory %d vs %d B",
-			node, rm[i].s.at.Format(time.StampMilli), rm[i].e.at.Format(time.StampMilli), float64(o.cpuNano)/1e6, wo, float64(m.cpuNano)/1e6, wm, diff/1e6, want/1e6, tol, o.memory, m.memory)
+		t.Logf("node %s: the kubelet's samples at %s and %s: %s %.3fm over %v, metrics-server %.3fm over %v: difference %+.3fm, ΔC·(1/W_ours − 1/W_ms) = %+.3fm (±%.0f nanocores); memory %d vs %d B",
+			node, rm[i].s.at.Format(time.StampMilli), rm[i].e.at.Format(time.StampMilli), name, float64(o.cpuNano)/1e6, wo, float64(m.cpuNano)/1e6, wm, diff/1e6, want/1e6, tol, o.memory, m.memory)
 		if math.Abs(diff-want) > tol || o.memory != m.memory {
-			t.Errorf("node %s: ours %d, metrics-server %d nanocores: difference %.0f, want %.0f ± %.0f; memory %d vs %d B", node, o.cpuNano, m.cpuNano, diff, want, tol, o.memory, m.memory)
+			t.Errorf("node %s: %s %d, metrics-server %d nanocores: difference %.0f, want %.0f ± %.0f; memory %d vs %d B", node, name, o.cpuNano, m.cpuNano, diff, want, tol, o.memory, m.memory)
 		}
 	}
 	if paired == 0 {
-		t.Errorf("node %s: no reading of both servers over the same samples of the kubelet", node)
+		t.Errorf("node %s: no reading of %s and metrics-server over the same samples of the kubelet", node, name)
 	}
 }
 
