@@ -24,6 +24,7 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/pkg/apiserver"
 	"github.com/group-metrics-server/group-metrics-server/pkg/group"
 	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
+	"github.com/group-metrics-server/group-metrics-server/pkg/probe"
 	"github.com/group-metrics-server/group-metrics-server/pkg/provider"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources/kubelet"
@@ -186,7 +187,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	liveBound := 2*c.Resolution + c.Timeout
 	started := c.Clock.Now()
 	gate := &startupGate{scraper: scraper, store: st}
-	c.API.AddReadyzChecks(loggedCheck("metric-storage-ready", func(*http.Request) error {
+	c.API.AddReadyzChecks(probe.Logged("metric-storage-ready", func(*http.Request) error {
 		if err := gate.check(); err != nil {
 			return err
 		}
@@ -197,8 +198,8 @@ func (c CompletedConfig) New() (*Server, error) {
 			return errors.New("scraped, but no node or pod has usage yet: most need a second sample")
 		}
 		return notReadyReason(scraper, liveBound)
-	}), loggedCheck("authentication-ready", authenticationReady(c.API)))
-	c.API.AddLivezChecks(loggedCheck("metric-collection-timely", func(*http.Request) error {
+	}), probe.Logged("authentication-ready", authenticationReady(c.API)))
+	c.API.AddLivezChecks(probe.Logged("metric-collection-timely", func(*http.Request) error {
 		last := scraper.LastTick()
 		if last.IsZero() {
 			last = started
@@ -210,7 +211,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}))
 
 	if c.PodMetrics != nil {
-		c.API.AddReadyzChecks(loggedCheck("pod-endpoints-collected", endpointsReady(c.PodMetrics, endpoints)))
+		c.API.AddReadyzChecks(probe.Logged("pod-endpoints-collected", endpointsReady(c.PodMetrics, endpoints)))
 	}
 	apiCfg := apiserver.Config{Generic: c.API, Pods: p, Nodes: p, Reads: c.Reads}
 	var pools *podcache.Pools

@@ -25,6 +25,7 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/clientgo/leaderelection"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/certs"
+	"github.com/group-metrics-server/group-metrics-server/pkg/probe"
 )
 
 // CertControllerOptions are the flags of `group-metrics-server
@@ -269,11 +270,11 @@ func (o *CertControllerOptions) serveMetricsAndHealth(ctx context.Context, healt
 	if o.MetricsBindAddress == "" {
 		return nil
 	}
-	live := []healthz.HealthChecker{healthz.NamedCheck("certificate-sync", health.Live)}
+	live := []healthz.HealthChecker{probe.Logged("certificate-sync", health.Live)}
 	if watchdog != nil {
-		live = append(live, watchdog)
+		live = append(live, probe.Logged(watchdog.Name(), watchdog.Check))
 	}
-	ready := []healthz.HealthChecker{healthz.NamedCheck("certificate-sync-or-leader", health.Ready)}
+	ready := []healthz.HealthChecker{probe.Logged("certificate-sync-or-leader", health.Ready)}
 	_, err := serveCertMetrics(ctx, o.MetricsBindAddress, live, ready)
 	return err
 }
