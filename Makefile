@@ -112,7 +112,7 @@ test-chart: tools ## helm lint and template of the chart for every example value
 	$(GO) test -tags chart -count=1 -v ./test/chart/
 
 .PHONY: fuzz-short
-fuzz-short: ## Run every fuzz target for FUZZTIME (default 10s); not in make test, whose unit tests replay every seed and past crasher.
+fuzz-short: ## Run every fuzz target for FUZZTIME (default 10s), minimizing new inputs FUZZMINIMIZE steps (default 100x); not in make test, whose unit tests replay every seed and past crasher.
 	FUZZTIME=$(FUZZTIME) bash hack/fuzz.sh
 
 .PHONY: fuzz
