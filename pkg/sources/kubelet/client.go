@@ -59,14 +59,19 @@ const (
 // Endpoints are the values of ClientConfig.Endpoint.
 var Endpoints = []Endpoint{EndpointSummary, EndpointResource}
 
-// request is how an endpoint is asked for.
+// request is how an endpoint is asked for and its answer read; received
+// is when the answer arrived.
 type request struct {
 	path, query, accept string
+	decode              func(ctx context.Context, node string, body []byte, received time.Time) (*sources.Batch, error)
 }
 
 var requests = map[Endpoint]request{
-	EndpointSummary:  {path: "/stats/summary", query: "only_cpu_and_memory=true", accept: "application/json"},
-	EndpointResource: {path: "/metrics/resource", accept: "text/plain;version=0.0.4"},
+	EndpointSummary: {path: "/stats/summary", query: "only_cpu_and_memory=true", accept: "application/json",
+		decode: func(ctx context.Context, node string, body []byte, _ time.Time) (*sources.Batch, error) {
+			return DecodeContext(ctx, node, body)
+		}},
+	EndpointResource: {path: "/metrics/resource", accept: "text/plain;version=0.0.4", decode: DecodeResource},
 }
 
 // Client fetches the configured endpoint of kubelets. It is safe for
@@ -74,7 +79,7 @@ var requests = map[Endpoint]request{
 type Client struct {
 	http     *http.Client
 	maxBytes int64
-	endpoint Endpoint
+	endpoint request
 	hints    hinter
 }
 
@@ -89,9 +94,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		restCfg.NextProtos = []string{"http/1.1"}
 	}
 	restCfg.Wrap(smallBuffers)
-	endpoint := cmp.Or(cfg.Endpoint, EndpointSummary)
-	if _, ok := requests[endpoint]; !ok {
-		return nil, fmt.Errorf("kubelet endpoint %q: want one of %q", endpoint, Endpoints)
+	endpoint, ok := requests[cmp.Or(cfg.Endpoint, EndpointSummary)]
+	if !ok {
+		return nil, fmt.Errorf("kubelet endpoint %q: want one of %q", cfg.Endpoint, Endpoints)
 	}
 	rt, err := rest.TransportFor(restCfg)
 	if err != nil {
@@ -128,7 +133,7 @@ func smallBuffers(rt http.RoundTripper) http.RoundTripper {
 // over HTTPS: kubelets serve their API on TLS only, and tests reach the fake
 // kubelets through certificates of test/pki.
 func (c *Client) Scrape(ctx context.Context, node, host string) (*sources.Batch, error) {
-	r := requests[c.endpoint]
+	r := c.endpoint
 	u := url.URL{Scheme: "https", Host: host, Path: r.path, RawQuery: r.query}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
@@ -153,11 +158,7 @@ func (c *Client) Scrape(ctx context.Context, node, host string) (*sources.Batch,
 	)
 	received := time.Now()
 	if err := sources.ReadCappedTo(resp.Body, c.maxBytes, func(body []byte) error {
-		if c.endpoint == EndpointResource {
-			batch, decodeErr = DecodeResource(ctx, node, body, received)
-		} else {
-			batch, decodeErr = DecodeContext(ctx, node, body)
-		}
+		batch, decodeErr = r.decode(ctx, node, body, received)
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("scrape node %q: %w", node, err)

@@ -69,7 +69,10 @@ func TestDecodeResourceMatchesSummary(t *testing.T) {
 }
 
 // resourceText is one pod's and the node's series as the kubelet writes
-// them, sample times to the millisecond.
+// them (k8s.io/kubernetes v1.37.2
+// pkg/kubelet/metrics/collectors/resource_metrics.go: the families, their
+// labels, a timestamp on every series but the start time), sample times to
+// the millisecond.
 const resourceText = `# HELP container_cpu_usage_seconds_total [STABLE] Cumulative cpu time consumed by the container in core-seconds
 # TYPE container_cpu_usage_seconds_total counter
 container_cpu_usage_seconds_total{container="app",namespace="default",pod="web-1"} 1800.000000001 1796119209123
