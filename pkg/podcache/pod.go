@@ -374,14 +374,19 @@ var (
 )
 
 // NewNode makes the Node of an API node: name, UID, resource version,
-// labels, addresses and kubelet port.
+// labels, ResourceMetricsPathAnnotation, addresses and kubelet port.
 func NewNode(obj *corev1.Node) *Node {
+	var annotations map[string]string
+	if p, ok := obj.Annotations[ResourceMetricsPathAnnotation]; ok {
+		annotations = map[string]string{ResourceMetricsPathAnnotation: p}
+	}
 	return &Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            obj.Name,
 			UID:             obj.UID,
 			ResourceVersion: obj.ResourceVersion,
 			Labels:          obj.Labels,
+			Annotations:     annotations,
 		},
 		addresses:   obj.Status.Addresses,
 		kubeletPort: int(obj.Status.DaemonEndpoints.KubeletEndpoint.Port),

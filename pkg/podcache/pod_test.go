@@ -99,6 +99,35 @@ func TestNewPod(t *testing.T) {
 	}
 }
 
+// TestNewNode: a cached node keeps what the sources read, of its
+// annotations only the resource metrics path.
+func TestNewNode(t *testing.T) {
+	addrs := []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.9"}}
+	in := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "kwok-0", UID: "u", ResourceVersion: "3", Labels: map[string]string{"type": "kwok"},
+			Annotations:   map[string]string{ResourceMetricsPathAnnotation: "/metrics/nodes/kwok-0/metrics/resource", "kwok.x-k8s.io/node": "fake"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kwok"}}},
+		Status: corev1.NodeStatus{Addresses: addrs, DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: 10247}},
+			Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")}},
+	}
+	obj, err := TrimNode(in)
+	must(t, err)
+	n := obj.(*Node)
+	type view struct {
+		Meta      metav1.ObjectMeta
+		Addresses []corev1.NodeAddress
+		Port      int
+	}
+	checkDiff(t, "NewNode", view{
+		Meta: metav1.ObjectMeta{Name: "kwok-0", UID: "u", ResourceVersion: "3", Labels: map[string]string{"type": "kwok"},
+			Annotations: map[string]string{ResourceMetricsPathAnnotation: "/metrics/nodes/kwok-0/metrics/resource"}},
+		Addresses: addrs, Port: 10247,
+	}, view{n.ObjectMeta, n.Addresses(), n.KubeletPort()})
+	if a := NewNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{"other": "x"}}}).Annotations; a != nil {
+		t.Errorf("a node without the path keeps annotations %v, want none", a)
+	}
+}
+
 func TestStartedPods(t *testing.T) {
 	pod := func(node string, phase corev1.PodPhase) *Pod {
 		return NewPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: phase}})

@@ -18,6 +18,15 @@ const IgnoreAnnotation = "cloud.unikraft.v1.instances/ignore"
 // pod-endpoint source (pkg/sources/promscrape) to scrape it; they are kept.
 const ScrapeAnnotationPrefix = "metrics.group-metrics-server.io/"
 
+// ResourceMetricsPathAnnotation names, on a node, the path its kubelet
+// serves its resource metrics at in place of /metrics/resource: metrics-server
+// honours it (sigs.k8s.io/metrics-server v0.8.0
+// pkg/scraper/client/resource/client.go, AnnotationResourceMetricsPath), and
+// kwok's simulated nodes are given it to be read at kwok's metrics service.
+// The node cache keeps it; the kubelet source reads it when it reads that
+// endpoint.
+const ResourceMetricsPathAnnotation = "metrics.k8s.io/resource-metrics-path"
+
 // prometheusAnnotations are the conventional prometheus.io/* scrape
 // annotations, which the pod-endpoint source honours when configured to
 // (promscrape's PodTargets.PrometheusAnnotations): only these four keys are
@@ -40,7 +49,8 @@ func TrimPod(obj any) (any, error) {
 }
 
 // TrimNode is the node informer's transform: a *corev1.Node becomes the
-// *Node the cache stores (NewNode).
+// *Node the cache stores (NewNode), which keeps identity, labels,
+// ResourceMetricsPathAnnotation, addresses and the kubelet port.
 func TrimNode(obj any) (any, error) {
 	if n, ok := obj.(*corev1.Node); ok {
 		return NewNode(n), nil

@@ -28,7 +28,9 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 
+	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 )
 
@@ -79,7 +81,8 @@ var requests = map[Endpoint]request{
 type Client struct {
 	http     *http.Client
 	maxBytes int64
-	endpoint request
+	endpoint Endpoint
+	request  request
 	hints    hinter
 }
 
@@ -94,7 +97,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		restCfg.NextProtos = []string{"http/1.1"}
 	}
 	restCfg.Wrap(smallBuffers)
-	endpoint, ok := requests[cmp.Or(cfg.Endpoint, EndpointSummary)]
+	endpoint := cmp.Or(cfg.Endpoint, EndpointSummary)
+	req, ok := requests[endpoint]
 	if !ok {
 		return nil, fmt.Errorf("kubelet endpoint %q: want one of %q", cfg.Endpoint, Endpoints)
 	}
@@ -102,7 +106,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubelet transport: %w", err)
 	}
-	return &Client{http: &http.Client{Transport: rt, CheckRedirect: sources.NoRedirects}, maxBytes: cfg.MaxResponseBytes, endpoint: endpoint}, nil
+	return &Client{http: &http.Client{Transport: rt, CheckRedirect: sources.NoRedirects}, maxBytes: cfg.MaxResponseBytes, endpoint: endpoint, request: req}, nil
 }
 
 // Buffer sizes of a kubelet connection. Each kubelet keeps one connection
@@ -129,11 +133,32 @@ func smallBuffers(rt http.RoundTripper) http.RoundTripper {
 	return t
 }
 
+// maxResourcePathBytes bounds a node's resource metrics path: kwok's,
+// /metrics/nodes/<name>/metrics/resource, is under 300 bytes for the
+// longest node name.
+const maxResourcePathBytes = 1 << 10
+
 // Scrape returns the decoded endpoint of node at host (host:port), always
 // over HTTPS: kubelets serve their API on TLS only, and tests reach the fake
-// kubelets through certificates of test/pki.
-func (c *Client) Scrape(ctx context.Context, node, host string) (*sources.Batch, error) {
-	r := c.endpoint
+// kubelets through certificates of test/pki. resourcePath is the node's
+// podcache.ResourceMetricsPathAnnotation, "" when it has none: read in place
+// of /metrics/resource, as metrics-server reads it (a path without its
+// leading slash gets one); the Summary endpoint ignores it and says so once.
+func (c *Client) Scrape(ctx context.Context, node, host, resourcePath string) (*sources.Batch, error) {
+	r := c.request
+	if resourcePath != "" {
+		if c.endpoint != EndpointResource {
+			if c.hints.first("resource-metrics-path") {
+				klog.InfoS("A node names the path of its resource metrics; the server reads it only with --kubelet-endpoint=resource (logged once)",
+					"node", node, "annotation", podcache.ResourceMetricsPathAnnotation, "path", resourcePath, "endpoint", c.endpoint)
+			}
+		} else if len(resourcePath) > maxResourcePathBytes {
+			return nil, sources.WithReason(sources.ReasonOther, fmt.Errorf("scrape node %q: its annotation %s is %d bytes long, more than %d",
+				node, podcache.ResourceMetricsPathAnnotation, len(resourcePath), maxResourcePathBytes))
+		} else {
+			r.path = "/" + strings.TrimPrefix(resourcePath, "/")
+		}
+	}
 	u := url.URL{Scheme: "https", Host: host, Path: r.path, RawQuery: r.query}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {

@@ -4,19 +4,25 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"encoding/pem"
 	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 	"github.com/group-metrics-server/group-metrics-server/test/fakecore"
 	"github.com/group-metrics-server/group-metrics-server/test/fakekubelet"
@@ -134,7 +140,7 @@ func TestClientFailures(t *testing.T) {
 				})
 				ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(tc.timeout, guard))
 				defer cancel()
-				batch, err := c.Scrape(ctx, node.Name(), node.Address())
+				batch, err := c.Scrape(ctx, node.Name(), node.Address(), "")
 				if batch != nil || err == nil {
 					t.Fatalf("Scrape = %+v, %v; want an error", batch, err)
 				}
@@ -153,7 +159,7 @@ func TestClientFailures(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), guard)
 	defer cancel()
 	for _, ep := range Endpoints {
-		if _, err := e.client(t, func(cfg *ClientConfig) { cfg.Endpoint = ep }).Scrape(ctx, node.Name(), node.Address()); err != nil {
+		if _, err := e.client(t, func(cfg *ClientConfig) { cfg.Endpoint = ep }).Scrape(ctx, node.Name(), node.Address(), ""); err != nil {
 			t.Errorf("%s after the faults: %v", ep, err)
 		}
 	}
@@ -173,7 +179,7 @@ func TestSummaryRedirectNotFollowed(t *testing.T) {
 
 	c, err := NewClient(ClientConfig{REST: &rest.Config{BearerToken: testToken, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}})
 	must(t, err)
-	_, err = c.Scrape(t.Context(), "n1", strings.TrimPrefix(kubelet.URL, "https://"))
+	_, err = c.Scrape(t.Context(), "n1", strings.TrimPrefix(kubelet.URL, "https://"), "")
 	if err == nil || !strings.Contains(err.Error(), "302 Found") {
 		t.Errorf("Summary error = %v, want the redirect's own status", err)
 	}
@@ -223,7 +229,7 @@ func TestSummaryCertificateHints(t *testing.T) {
 			defer srv.Close()
 			c, err := NewClient(ClientConfig{REST: &rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: append(trusted.CertPEM(), expired.CertPEM()...)}}})
 			must(t, err)
-			_, err = c.Scrape(t.Context(), "node-0", strings.TrimPrefix(srv.URL, "https://"))
+			_, err = c.Scrape(t.Context(), "node-0", strings.TrimPrefix(srv.URL, "https://"), "")
 			if (err != nil) != (tt.wantKind != "") {
 				t.Fatalf("Summary error = %v, want a certificate error: %v", err, tt.wantKind != "")
 			} else if err == nil {
@@ -285,6 +291,76 @@ func TestRefusal(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := refusal(strings.NewReader(tc.body)); got != tc.want {
 				t.Errorf("refusal(%q) = %s, want %s", tc.body, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestResourceMetricsPath: a node's podcache.ResourceMetricsPathAnnotation
+// is read in place of /metrics/resource, as metrics-server reads it (kwok's
+// simulated nodes serve theirs at /metrics/nodes/<name>/metrics/resource),
+// and never bends the Summary's path or the request's query.
+func TestResourceMetricsPath(t *testing.T) {
+	const kwokPath = "/metrics/nodes/kwok-0/metrics/resource"
+	var requested []string
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requested = append(requested, r.URL.Path+"?"+r.URL.RawQuery)
+		if r.URL.Path != kwokPath || r.URL.RawQuery != "" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write([]byte(resourceText))
+	}))
+	defer srv.Close()
+	host, port, err := net.SplitHostPort(strings.TrimPrefix(srv.URL, "https://"))
+	must(t, err)
+	portNum, err := strconv.Atoi(port)
+	must(t, err)
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	tests := []struct {
+		name       string
+		endpoint   Endpoint
+		annotation string
+		wantPath   string // "" for no request
+		wantErr    string
+	}{
+		{name: "kwok's path", endpoint: EndpointResource, annotation: kwokPath, wantPath: kwokPath + "?"},
+		{name: "without its leading slash", endpoint: EndpointResource, annotation: strings.TrimPrefix(kwokPath, "/"), wantPath: kwokPath + "?"},
+		{name: "none", endpoint: EndpointResource, wantPath: "/metrics/resource?", wantErr: "/metrics/resource returned 404"},
+		{name: "a query stays in the path", endpoint: EndpointResource, annotation: kwokPath + "?x=1", wantPath: kwokPath + "?x=1?", wantErr: "returned 404"},
+		{name: "overlong", endpoint: EndpointResource, annotation: "/" + strings.Repeat("x", maxResourcePathBytes), wantErr: "1025 bytes long, more than 1024"},
+		{name: "the Summary ignores it", endpoint: EndpointSummary, annotation: kwokPath, wantPath: "/stats/summary?only_cpu_and_memory=true", wantErr: "/stats/summary returned 404"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			requested = nil
+			nodes := podcache.NewNodeIndex()
+			nodes.Set(podcache.NewNode(&corev1.Node{
+				ObjectMeta: metav1.ObjectMeta{Name: "kwok-0", Annotations: map[string]string{podcache.ResourceMetricsPathAnnotation: tc.annotation}},
+				Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: host}}},
+			}))
+			c, err := NewClient(ClientConfig{REST: &rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: caPEM}}, Endpoint: tc.endpoint})
+			must(t, err)
+			t.Cleanup(c.http.CloseIdleConnections)
+			targets, err := NewSource(SourceConfig{Client: c, Nodes: nodes, Port: portNum, AddressTypes: []corev1.NodeAddressType{corev1.NodeInternalIP}}).Targets()
+			must(t, err)
+			if len(targets) != 1 {
+				t.Fatalf("%d targets, want 1", len(targets))
+			}
+			batch, err := targets[0].Scrape(t.Context())
+			if tc.wantErr == "" {
+				must(t, err)
+				if len(batch.Nodes) != 1 || batch.Nodes[0].Name != "kwok-0" || len(batch.Pods) != 1 {
+					t.Errorf("batch = %+v, want kwok-0 and its pod", batch)
+				}
+			} else if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("Scrape error = %v, want one containing %q", err, tc.wantErr)
+			}
+			if want := slices.DeleteFunc([]string{tc.wantPath}, func(p string) bool { return p == "" }); !slices.Equal(requested, want) {
+				t.Errorf("requested %q, want %q", requested, want)
+			}
+			if logged := !c.hints.first("resource-metrics-path"); logged != (tc.endpoint == EndpointSummary) {
+				t.Errorf("the annotation's notice logged: %v, want it only where the Summary is read", logged)
 			}
 		})
 	}

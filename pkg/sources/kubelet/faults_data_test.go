@@ -71,7 +71,7 @@ func TestDataFaults(t *testing.T) {
 					e.clk.Step(cycle)
 					for _, n := range nodes {
 						ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-						b, err := c.Scrape(ctx, n.Name(), n.Address())
+						b, err := c.Scrape(ctx, n.Name(), n.Address(), "")
 						cancel()
 						if b == nil {
 							t.Fatalf("scrape %s: %v", n.Name(), err)

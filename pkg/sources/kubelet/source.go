@@ -58,9 +58,10 @@ func (s *Source) Targets() ([]sources.Target, error) {
 			continue
 		}
 		targets = append(targets, &target{
-			client: s.cfg.Client,
-			nodes:  []string{n.Name},
-			host:   s.hostPort(n),
+			client:       s.cfg.Client,
+			nodes:        []string{n.Name},
+			host:         s.hostPort(n),
+			resourcePath: n.Annotations[podcache.ResourceMetricsPathAnnotation],
 		})
 	}
 	return targets, nil
@@ -84,9 +85,10 @@ func (s *Source) hostPort(n *podcache.Node) string {
 }
 
 type target struct {
-	client *Client
-	nodes  []string // the one node this kubelet runs on
-	host   string
+	client       *Client
+	nodes        []string // the one node this kubelet runs on
+	host         string
+	resourcePath string // the node's podcache.ResourceMetricsPathAnnotation
 }
 
 func (t *target) ID() string      { return "node/" + t.nodes[0] }
@@ -97,5 +99,5 @@ func (t *target) Scrape(ctx context.Context) (*sources.Batch, error) {
 		return nil, sources.WithReason(sources.ReasonConnection,
 			fmt.Errorf("scrape node %q: no address of a preferred type", t.nodes[0]))
 	}
-	return t.client.Scrape(ctx, t.nodes[0], t.host)
+	return t.client.Scrape(ctx, t.nodes[0], t.host, t.resourcePath)
 }

@@ -145,7 +145,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.KubeletClientKeyFile, "kubelet-client-key", o.KubeletClientKeyFile, "Key of --kubelet-client-certificate.")
 	fs.DurationVar(&o.KubeletRequestTimeout, "kubelet-request-timeout", o.KubeletRequestTimeout, "Timeout of one scrape of one kubelet. Below --metric-resolution.")
 	fs.Int64Var(&o.KubeletMaxResponseBytes, "kubelet-max-response-bytes", o.KubeletMaxResponseBytes, "Largest response accepted from a kubelet.")
-	fs.StringVar(&o.KubeletEndpoint, "kubelet-endpoint", o.KubeletEndpoint, "Kubelet endpoint to read: summary (GET /stats/summary; the server needs get nodes/stats) or resource (GET /metrics/resource, as metrics-server reads: sample times to the millisecond rather than the second; the server needs get nodes/metrics). See docs/security.md.")
+	fs.StringVar(&o.KubeletEndpoint, "kubelet-endpoint", o.KubeletEndpoint, "Kubelet endpoint to read: summary (GET /stats/summary; the server needs get nodes/stats) or resource (GET /metrics/resource, as metrics-server reads: sample times to the millisecond rather than the second; a node's metrics.k8s.io/resource-metrics-path annotation names another path, as for metrics-server; the server needs get nodes/metrics). See docs/security.md.")
 	fs.BoolVar(&o.DeprecatedKubeletCompletelyInsecure, "deprecated-kubelet-completely-insecure", false, "Accepted for compatibility with metrics-server and ignored, with a warning: kubelets are always reached over TLS.")
 
 	fs = fss.FlagSet("sources")
