@@ -43,6 +43,7 @@ TestUkpdPods 43
 TestUkpdRelays 45
 TestNodeFaults 39
 TestMatchesMetricsServer 32
+TestKwokResourceMetrics 22
 TestHPAScales 29
 TestHelmChart 19
 TestClusterSmoke 18

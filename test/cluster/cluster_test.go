@@ -87,7 +87,7 @@ func TestKwokConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := kwokConfig("127.16.0.0/16", "127.0.0.1:12345", stages)
+	cfg := kwokConfig("127.16.0.0/16", "127.0.0.1:12345", KwokNodeAnnotationValue, stages)
 	var kinds []string
 	var options map[string]any
 	for _, raw := range strings.Split(cfg, "---\n") {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,6 +22,8 @@ const (
 	// podCIDR is the range kwok takes pod IPs from, a loopback range for the
 	// same reason.
 	podCIDR = "127.16.0.0/16"
+	// resourceMetricsPodCIDR is StartResourceMetricsKwok's.
+	resourceMetricsPodCIDR = "127.17.0.0/16"
 )
 
 func (c *Cluster) startEtcd(ctx context.Context) error {
@@ -161,22 +164,68 @@ func (c *Cluster) startKwok(ctx context.Context) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
+	return c.runKwok("kwok", src, podCIDR, KwokNodeAnnotationValue, hostPort(c.ports["kwok"]), nil)
+}
+
+// StartResourceMetricsKwok starts another kwok, name, that manages the
+// nodes annotated KwokNodeAnnotation=nodes as the cluster's own kwok manages
+// NodeObject's, and serves at addr, over TLS with a certificate of the
+// cluster CA, each node's kubelet /metrics/resource as kwok simulates it:
+// at /metrics/nodes/<node>/metrics/resource, kwok's own Metric
+// (kustomize/metrics/resource in its source), with each pod's usage its
+// kwok.x-k8s.io/usage-cpu and usage-memory annotations (kwok's
+// kustomize/metrics/usage). kwok's documentation has such a node carry
+// metrics.k8s.io/resource-metrics-path for metrics-server to read it there.
+// It returns once kwok answers /healthz.
+func (c *Cluster) StartResourceMetricsKwok(ctx context.Context, name, nodes, addr string) (*Process, error) {
+	src, err := SourceDir(ctx, c.BinaryPath(KwokBinary))
+	if err != nil {
+		return nil, err
+	}
+	var docs []string
+	for _, f := range []string{"metrics/resource/metrics-resource.yaml", "metrics/usage/usage-from-annotation.yaml"} {
+		data, err := os.ReadFile(filepath.Join(src, "kustomize", filepath.FromSlash(f)))
+		if err != nil {
+			return nil, fmt.Errorf("kwok's metrics configuration: %w", err)
+		}
+		docs = append(docs, strings.TrimRight(string(data), "\n")+"\n")
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	certFile, keyFile, err := c.IssueServingCert(name, host)
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.runKwok(name, src, resourceMetricsPodCIDR, nodes, addr, docs, "--tls-cert-file="+certFile, "--tls-private-key-file="+keyFile)
+	if err != nil {
+		return nil, err
+	}
+	return p, c.waitHealthy(ctx, p, "https://"+addr+"/healthz")
+}
+
+// runKwok starts kwok as the process name with its own stages (from its
+// source, src) and docs, more of its configuration, managing the nodes
+// annotated KwokNodeAnnotation=nodes, taking pod IPs from cidr and serving at
+// addr.
+func (c *Cluster) runKwok(name, src, cidr, nodes, addr string, docs []string, args ...string) (*Process, error) {
 	stages, err := kwokStages(src)
 	if err != nil {
 		return nil, err
 	}
-	configPath := filepath.Join(c.workDir, "kwok.yaml")
-	if err := os.WriteFile(configPath, []byte(kwokConfig(podCIDR, hostPort(c.ports["kwok"]), stages)), 0o644); err != nil {
-		return nil, fmt.Errorf("write kwok config: %w", err)
+	configPath := filepath.Join(c.workDir, name+".yaml")
+	if err := os.WriteFile(configPath, []byte(kwokConfig(cidr, addr, nodes, append(stages, docs...))), 0o644); err != nil {
+		return nil, fmt.Errorf("write %s config: %w", name, err)
 	}
 	// kwok also reads ~/.kwok/kwok.yaml when it exists; a private HOME keeps
 	// a user's file out of the test cluster.
-	home := filepath.Join(c.workDir, "kwok-home")
+	home := filepath.Join(c.workDir, name+"-home")
 	if err := os.MkdirAll(home, 0o755); err != nil {
-		return nil, fmt.Errorf("create kwok home: %w", err)
+		return nil, fmt.Errorf("create %s home: %w", name, err)
 	}
-	return c.StartProcessWithEnv("kwok", append(os.Environ(), "HOME="+home), c.BinaryPath(KwokBinary),
-		"--kubeconfig="+c.kubeconfigPath("kwok"), "--config="+configPath)
+	return c.StartProcessWithEnv(name, append(os.Environ(), "HOME="+home), c.BinaryPath(KwokBinary),
+		append([]string{"--kubeconfig=" + c.kubeconfigPath("kwok"), "--config=" + configPath}, args...)...)
 }
 
 // servingArgs are the flags kube-controller-manager and kube-scheduler
@@ -226,10 +275,12 @@ const (
 	KwokNodeAnnotationValue = "fake"
 )
 
-// kwokConfig returns kwok's --config file: the controller options followed by
-// stages, the Stages that move nodes and pods through their lifecycle.
-// kwok's health server listens on healthAddr.
-func kwokConfig(podCIDR, healthAddr string, stages []string) string {
+// kwokConfig returns kwok's --config file: the controller options, managing
+// the nodes annotated KwokNodeAnnotation=nodes, followed by docs: the Stages
+// that move nodes and pods through their lifecycle, and any other
+// configuration. kwok's server (its health endpoint, and metrics where docs
+// configure them) listens on serverAddr.
+func kwokConfig(podCIDR, serverAddr, nodes string, docs []string) string {
 	options := fmt.Sprintf(`apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokConfiguration
 options:
@@ -245,8 +296,8 @@ options:
   podsOnNodeSyncParallelism: 8
   enableDebuggingHandlers: false
   enableProfilingHandler: false
-`, podCIDR, healthAddr, KwokNodeAnnotation, KwokNodeAnnotationValue)
-	return strings.Join(append([]string{options}, stages...), "---\n")
+`, podCIDR, serverAddr, KwokNodeAnnotation, nodes)
+	return strings.Join(append([]string{options}, docs...), "---\n")
 }
 
 // kwokStages are kwok's own stages, from the source of its release in dir

@@ -57,7 +57,7 @@ func TestMatchesMetricsServer(t *testing.T) {
 		must(t, err)
 	}
 	// metrics-server v0.8.0 refuses a resolution below 10s.
-	ms, err := env.StartMetricsServer(ctx, suite.cluster, suite.binDir, suite.fleet.CAFile, max(10*time.Second, suite.resolution), suite.timeout)
+	ms, err := env.StartMetricsServer(ctx, suite.cluster, "metrics-server", suite.binDir, suite.fleet.CAFile, max(10*time.Second, suite.resolution), suite.timeout)
 	must(t, err)
 	t.Cleanup(func() { _ = ms.Process.Stop() })
 	// Every pod is placed on the fleet by now (both servers list only pods

@@ -48,7 +48,7 @@ func checkStrippedServer(ctx context.Context, t *testing.T, rn *realNodeEnv) {
 	node := rn.node.Name()
 	kubeconfig := rsGrant(ctx, t, rn, rsServiceAccount, "manifests/base", func(res string) bool { return res != "nodes/stats" })
 	rsCheckAccess(ctx, t, rn, rsServiceAccount, false, false)
-	proc, cfg := rsStartServer(t, rn, rsProcess, kubeconfig)
+	proc, cfg := startServerLike(t, rn.server, rsProcess, "--kubeconfig="+kubeconfig)
 	client, err := rest.HTTPClientFor(cfg)
 	must(t, err)
 	defer client.CloseIdleConnections()
@@ -97,21 +97,21 @@ func checkStrippedServer(ctx context.Context, t *testing.T, rn *realNodeEnv) {
 	t.Logf("case took %v", since(began))
 }
 
-// rsStartServer starts the test's server's command line as another
-// identity (kubeconfig) on another port, unregistered, with extra flags
-// (later flags win); the serving certificate is the test server's. It
+// startServerLike starts srv's command line again as the process name on
+// another port, unregistered, with extra flags (later flags win: another
+// identity is "--kubeconfig=…"); the serving certificate is srv's. It
 // returns the process and a config that reaches it as the suite's admin.
-func rsStartServer(t *testing.T, rn *realNodeEnv, name, kubeconfig string, extra ...string) (*cluster.Process, *rest.Config) {
+func startServerLike(t *testing.T, srv *env.Server, name string, extra ...string) (*cluster.Process, *rest.Config) {
 	t.Helper()
 	ports, err := cluster.FreePorts(1)
 	must(t, err)
-	args := append(slices.Clone(rn.server.Args), "--kubeconfig="+kubeconfig, "--secure-port="+strconv.Itoa(ports[0]))
+	args := append(slices.Clone(srv.Args), "--secure-port="+strconv.Itoa(ports[0]))
 	proc, err := suite.cluster.StartProcess(name, filepath.Join(suite.binDir, env.ServerBinary), append(args, extra...)...)
 	must(t, err)
 	t.Cleanup(func() { _ = proc.Stop() })
 	cfg := suite.cluster.RESTConfig()
 	cfg.Host = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
-	cfg.ServerName, cfg.CAData, cfg.Timeout = rn.server.ServiceHost, rn.server.CABundle, 30*time.Second
+	cfg.ServerName, cfg.CAData, cfg.Timeout = srv.ServiceHost, srv.CABundle, 30*time.Second
 	return proc, cfg
 }
 

@@ -126,7 +126,7 @@ func checkRealDifferential(ctx context.Context, t *testing.T, rn *realNodeEnv) {
 	resStart := time.Now()
 	kubeconfig := rsGrant(ctx, t, rn, rdResourceAccount, "manifests/examples/kubelet-resource-endpoint", nil)
 	rsCheckAccess(ctx, t, rn, rdResourceAccount, false, true)
-	resProc, resCfg := rsStartServer(t, rn, rdResourceAccount, kubeconfig, "--kubelet-endpoint=resource")
+	resProc, resCfg := startServerLike(t, rn.server, rdResourceAccount, "--kubeconfig="+kubeconfig, "--kubelet-endpoint=resource")
 
 	// metrics-server v0.8.0 refuses a resolution below 10s. Every sample it
 	// reads is taken after msStart.

@@ -73,8 +73,16 @@ var requests = map[Endpoint]request{
 		decode: func(ctx context.Context, node string, body []byte, _ time.Time) (*sources.Batch, error) {
 			return DecodeContext(ctx, node, body)
 		}},
-	EndpointResource: {path: "/metrics/resource", accept: "text/plain;version=0.0.4", decode: DecodeResource},
+	EndpointResource: {path: "/metrics/resource", accept: resourceAccept, decode: DecodeResource},
 }
+
+// resourceAccept asks for the text format, and takes anything: a server
+// that negotiates (the kubelet's) answers text, and one that cannot name its
+// type must not refuse. kwok's simulated /metrics/resource is a go-restful
+// route that declares none, and go-restful answers 406 to an Accept without
+// */* there (github.com/emicklei/go-restful/v3 v3.13.0 route.go,
+// matchesAccept). metrics-server sends no Accept at all.
+const resourceAccept = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 
 // Client fetches the configured endpoint of kubelets. It is safe for
 // concurrent use.

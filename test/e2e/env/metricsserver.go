@@ -25,16 +25,16 @@ type MetricsServer struct {
 	cluster *cluster.Cluster
 }
 
-// StartMetricsServer runs bin/metrics-server as the cluster admin against the
-// fleet whose CA is kubeletCAFile, with a serving certificate from the
-// cluster CA, not registered with the aggregator, and waits until it is
-// ready (has scraped every node once). metrics-server v0.8.0 wants
+// StartMetricsServer runs bin/metrics-server as the process name and the
+// cluster admin against the kubelets whose CA is kubeletCAFile, with a
+// serving certificate from the cluster CA, not registered with the
+// aggregator, and waits until it is ready (has scraped every node once). metrics-server v0.8.0 wants
 // resolution at least 10s and above timeout.
-func StartMetricsServer(ctx context.Context, c *cluster.Cluster, binDir, kubeletCAFile string, resolution, timeout time.Duration) (*MetricsServer, error) {
+func StartMetricsServer(ctx context.Context, c *cluster.Cluster, name, binDir, kubeletCAFile string, resolution, timeout time.Duration) (*MetricsServer, error) {
 	if err := CheckBinaries(binDir, cluster.MetricsServerBinary); err != nil {
 		return nil, err
 	}
-	return startReadyMetricsServer(ctx, c, "metrics-server", binDir, c.KubeconfigPath(), kubeletCAFile, resolution, timeout,
+	return startReadyMetricsServer(ctx, c, name, binDir, c.KubeconfigPath(), kubeletCAFile, resolution, timeout,
 		"--kubelet-use-node-status-port")
 }
 
