@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,7 +41,8 @@ const (
 // metrics.k8s.io/resource-metrics-path annotation names (kwok's
 // documentation), is read there by ours with --kubelet-endpoint=resource as
 // by metrics-server v0.8.0: both report the usage kwok was told, node and
-// pod.
+// pod. The suite's server, which reads the Summary, says once that it
+// ignores the annotation.
 func TestKwokResourceMetrics(t *testing.T) {
 	ctx := begin(t, 3*time.Minute)
 	const (
@@ -112,6 +114,13 @@ func TestKwokResourceMetrics(t *testing.T) {
 		}
 		return nil
 	}))
+	// The suite's server reads the Summary: it ignores the annotation, and
+	// says so once.
+	notices, err := linesWith(suite.server.Process.LogPath(), podcache.ResourceMetricsPathAnnotation)
+	must(t, err)
+	if len(notices) != 1 || !strings.Contains(notices[0], `node="`+node+`"`) || !strings.Contains(notices[0], `endpoint="summary"`) {
+		t.Errorf("the suite's server logged %d lines naming the annotation, want one naming %s and the summary endpoint:\n%s", len(notices), node, strings.Join(notices, "\n"))
+	}
 	for name, r := range read {
 		for what, u := range r {
 			t.Logf("%s: %s: cpu %.3fm over %v, memory %d B (kwok was told %s, %s)", name, what, float64(u.cpuNano)/1e6, u.end.Sub(u.start), u.memory, kwokCPU, kwokMemory)

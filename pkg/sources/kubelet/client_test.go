@@ -299,7 +299,7 @@ func TestRefusal(t *testing.T) {
 // TestResourceMetricsPath: a node's podcache.ResourceMetricsPathAnnotation
 // is read in place of /metrics/resource, as metrics-server reads it (kwok's
 // simulated nodes serve theirs at /metrics/nodes/<name>/metrics/resource),
-// and never bends the Summary's path or the request's query.
+// and never bends the Summary's path, the request's host or its query.
 func TestResourceMetricsPath(t *testing.T) {
 	const kwokPath = "/metrics/nodes/kwok-0/metrics/resource"
 	var requested []string
@@ -333,6 +333,7 @@ func TestResourceMetricsPath(t *testing.T) {
 		{name: "kwok's path", endpoint: EndpointResource, annotation: kwokPath, wantPath: kwokPath + "?"},
 		{name: "without its leading slash", endpoint: EndpointResource, annotation: strings.TrimPrefix(kwokPath, "/"), wantPath: kwokPath + "?"},
 		{name: "none", endpoint: EndpointResource, wantPath: "/metrics/resource?", wantErr: "/metrics/resource returned 404"},
+		{name: "another host stays in the path", endpoint: EndpointResource, annotation: "//127.0.0.2:1/metrics/resource", wantPath: "//127.0.0.2:1/metrics/resource?", wantErr: "returned 404"},
 		{name: "a query stays in the path", endpoint: EndpointResource, annotation: kwokPath + "?x=1", wantPath: kwokPath + "?x=1?", wantErr: "returned 404"},
 		{name: "overlong", endpoint: EndpointResource, annotation: "/" + strings.Repeat("x", maxResourcePathBytes), wantErr: "1025 bytes long, more than 1024"},
 		{name: "the Summary ignores it", endpoint: EndpointSummary, annotation: kwokPath, wantPath: "/stats/summary?only_cpu_and_memory=true", wantErr: "/stats/summary returned 404"},
