@@ -25,7 +25,7 @@ type Options struct {
 	LoadMaxRequests                                        int
 	WorkDir, BinDir, ProfileDir                            string
 	BuildFleet                                             bool
-	ServerEnv                                              []string
+	ServerEnv, ServerArgs                                  []string
 }
 
 // NewOptions returns the defaults, with the environment applied.
@@ -75,6 +75,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.WorkDir, "work-dir", o.WorkDir, "Directory for the control plane's files; temporary when empty.")
 	fs.StringVar(&o.BinDir, "bin-dir", o.BinDir, "Directory of the binaries; $GMS_BIN_DIR or <repo>/bin when empty.")
 	fs.StringVar(&o.ProfileDir, "profile-dir", o.ProfileDir, "Directory for each round's CPU and heap profiles of the steady window and the list load; both servers run with --profiling when set.")
+	fs.StringSliceVar(&o.ServerArgs, "server-args", o.ServerArgs, "Flags added to group-metrics-server's command line (e.g. --kubelet-endpoint=resource); metrics-server keeps the shared ones.")
 	fs.StringSliceVar(&o.ServerEnv, "server-env", o.ServerEnv, "KEY=VALUE added to group-metrics-server's environment (e.g. GOGC=50,GOMEMLIMIT=150MiB); metrics-server keeps the harness's.")
 	fs.BoolVar(&o.BuildFleet, "build-fleet", o.BuildFleet, "Build "+fleetBinary+" into the bin directory first; when false, use the one there.")
 }
@@ -107,6 +108,11 @@ func (o *Options) Validate() []error {
 	for _, kv := range o.ServerEnv {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			errs = append(errs, fmt.Errorf("--server-env %q: want KEY=VALUE", kv))
+		}
+	}
+	for _, a := range o.ServerArgs {
+		if !strings.HasPrefix(a, "--") {
+			errs = append(errs, fmt.Errorf("--server-args %q: want --flag or --flag=value", a))
 		}
 	}
 	if o.LoadDuration <= 0 {

@@ -98,7 +98,11 @@ func (b *bench) startServer(ctx context.Context, kind serverKind, round int) (*r
 	if kind.name == groupMetricsServer.name && len(b.opts.ServerEnv) > 0 {
 		env = append(os.Environ(), b.opts.ServerEnv...)
 	}
-	proc, err := b.cluster.StartProcessWithEnv(name, env, filepath.Join(b.serverDir, kind.binary), b.serverArgs(ports[0], certDir)...)
+	args := b.serverArgs(ports[0], certDir)
+	if kind.name == groupMetricsServer.name {
+		args = append(args, b.opts.ServerArgs...)
+	}
+	proc, err := b.cluster.StartProcessWithEnv(name, env, filepath.Join(b.serverDir, kind.binary), args...)
 	if err != nil {
 		return nil, 0, err
 	}
