@@ -286,4 +286,7 @@ func BenchmarkDecode(b *testing.B) {
 	run("resource-text", text, func() (*sources.Batch, error) {
 		return DecodeResource(context.Background(), "node-0", text, time.Time{})
 	})
+	run("resource-text-expfmt", text, func() (*sources.Batch, error) {
+		return decodeResource(context.Background(), "node-0", text, time.Time{}, func([]byte) (*resSeriesSet, bool) { return nil, false })
+	})
 }

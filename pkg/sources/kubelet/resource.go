@@ -26,11 +26,8 @@ import (
 // pods' UIDs nor the node's start time (a node's counter going back is still
 // a reset, pkg/store).
 //
-// The text is read with expfmt, at a cost: BenchmarkDecode's node of 30 pods
-// × 2 containers took 1.21 ms, 263 KB and 8,317 allocations as text against
-// the Summary reader's 0.15 ms, 16 KB and 135 (medians of 6, 2026-12-06,
-// docs/bench/2026-12-06-kubelet-resource.txt): about 0.5 CPU-seconds a
-// collection at 500 nodes. The Summary stays the default.
+// The kubelet's own text is read by a reader of this package
+// (resourceread.go), anything else by expfmt.
 const (
 	resNodeCPU         = "node_cpu_usage_seconds_total"
 	resNodeMemory      = "node_memory_working_set_bytes"
@@ -63,19 +60,25 @@ const (
 // received, as metrics-server takes it. Counters go from seconds to
 // core-nanoseconds truncated, as metrics-server converts them.
 func DecodeResource(ctx context.Context, node string, body []byte, received time.Time) (*sources.Batch, error) {
+	return decodeResource(ctx, node, body, received, readResourceText)
+}
+
+// decodeResource is DecodeResource with read in place of readResourceText
+// (BenchmarkDecode compares).
+func decodeResource(ctx context.Context, node string, body []byte, received time.Time, read func([]byte) (*resSeriesSet, bool)) (*sources.Batch, error) {
 	fail := func(err error) (*sources.Batch, error) {
 		return nil, sources.WithReason(sources.ReasonDecode, fmt.Errorf("decode resource metrics of node %q: %w", node, err))
 	}
-	fams, err := parseResource(body)
+	set, err := parseResource(body, read)
 	if err != nil {
 		return fail(err)
 	}
-	if m := fams[resScrapeError].GetMetric(); len(m) > 0 && resourceValue(m[0]) != 0 {
+	if m := set[famScrapeError]; len(m) > 0 && m[0].value != 0 {
 		return fail(errors.New("the kubelet could not read its stats (resource_scrape_error is not 0)"))
 	}
 	d := decoder{ctx: ctx, node: node}
-	for _, name := range []string{resNodeCPU, resNodeMemory} {
-		m := fams[name].GetMetric()
+	for _, f := range []resFamily{famNodeCPU, famNodeMemory} {
+		m, name := set[f], resFamilyNames[f]
 		if len(m) == 0 {
 			continue
 		}
@@ -86,17 +89,17 @@ func DecodeResource(ctx context.Context, node string, body []byte, received time
 			break
 		}
 		s := &d.nodeStat.cpu
-		if name == resNodeMemory {
+		if f == famNodeMemory {
 			s = &d.nodeStat.mem
 		}
-		if err := resourceSample(s, m[0], name == resNodeCPU, received); err != nil {
+		if err := resourceSample(s, m[0], f == famNodeCPU, received); err != nil {
 			d.problems = append(d.problems, fmt.Errorf("node: %s: %w", name, err))
 		}
 	}
 	if !d.hasNode {
 		return fail(errors.New("no node series"))
 	}
-	if err := d.resourcePods(fams, received); err != nil {
+	if err := d.resourcePods(set, received); err != nil {
 		if errors.Is(err, errDone) {
 			return nil, sources.WithReason(sources.ReasonTimeout, fmt.Errorf("decode resource metrics of node %q: %w", node, ctx.Err()))
 		}
@@ -105,13 +108,14 @@ func DecodeResource(ctx context.Context, node string, body []byte, received time
 	return d.finish()
 }
 
-// parseResource bounds every line and parses the text with expfmt. The text
-// comes from the network: a panic in the parser fails this scrape, not the
-// server.
-func parseResource(body []byte) (fams map[string]*dto.MetricFamily, err error) {
+// parseResource bounds every line and reads the series DecodeResource uses:
+// with read (readResourceText) when the text is in the kubelet's form, with
+// expfmt otherwise. The text comes from the network: a panic in either fails
+// this scrape, not the server.
+func parseResource(body []byte, read func([]byte) (*resSeriesSet, bool)) (set *resSeriesSet, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			fams, err = nil, fmt.Errorf("text parser panicked: %v", r)
+			set, err = nil, fmt.Errorf("text parser panicked: %v", r)
 		}
 	}()
 	for i, rest := 1, body; len(rest) > 0; i++ {
@@ -121,8 +125,37 @@ func parseResource(body []byte) (fams map[string]*dto.MetricFamily, err error) {
 		}
 		rest = next
 	}
+	if set, ok := read(body); ok {
+		return set, nil
+	}
+	return parseResourceExpfmt(body)
+}
+
+// parseResourceExpfmt reads the series with expfmt.
+func parseResourceExpfmt(body []byte) (*resSeriesSet, error) {
 	p := expfmt.NewTextParser(model.LegacyValidation)
-	return p.TextToMetricFamilies(bytes.NewReader(body))
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	var set resSeriesSet
+	for f, name := range resFamilyNames {
+		for _, m := range fams[name].GetMetric() {
+			s := resSeries{value: resourceValue(m), ms: m.GetTimestampMs(), timed: m.TimestampMs != nil}
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "namespace":
+					s.namespace = l.GetValue()
+				case "pod":
+					s.pod = l.GetValue()
+				case "container":
+					s.container = l.GetValue()
+				}
+			}
+			set[f] = append(set[f], s)
+		}
+	}
+	return &set, nil
 }
 
 // resourcePods reads the containers' series into pods, in the order their
@@ -130,30 +163,23 @@ func parseResource(body []byte) (fams map[string]*dto.MetricFamily, err error) {
 // k-th series of a family for one container fills the container's k-th
 // entry, so a container listed twice is two entries and its pod is left out
 // (sources.DropDuplicatePods).
-func (d *decoder) resourcePods(fams map[string]*dto.MetricFamily, received time.Time) error {
+func (d *decoder) resourcePods(set *resSeriesSet, received time.Time) error {
 	type podKey struct{ namespace, name string }
 	var (
-		pods    []podStats
+		pods []podStats
+		// filled has a bit a family for each container entry of each pod:
+		// which families have given it a series.
+		filled  [][]uint8
 		index   = map[podKey]int{}
 		invalid = map[podKey]error{}
 	)
-	for _, name := range []string{resContainerCPU, resContainerMemory, resContainerStart} {
-		seen := map[podKey]map[string]int{}
-		for _, m := range fams[name].GetMetric() {
+	for _, f := range []resFamily{famContainerCPU, famContainerMemory, famContainerStart} {
+		name := resFamilyNames[f]
+		for _, m := range set[f] {
 			if err := d.check(); err != nil {
 				return err
 			}
-			var ns, pod, container string
-			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "namespace":
-					ns = l.GetValue()
-				case "pod":
-					pod = l.GetValue()
-				case "container":
-					container = l.GetValue()
-				}
-			}
+			ns, pod, container := m.namespace, m.pod, m.container
 			if ns == "" || pod == "" {
 				d.problems = append(d.problems, fmt.Errorf("a %s series names no pod or namespace", name))
 				continue
@@ -164,18 +190,14 @@ func (d *decoder) resourcePods(fams map[string]*dto.MetricFamily, received time.
 				i = len(pods)
 				index[k] = i
 				pods = append(pods, podStats{namespace: ns, name: pod})
+				filled = append(filled, nil)
 			}
-			if seen[k] == nil {
-				seen[k] = map[string]int{}
-			}
-			nth := seen[k][container]
-			seen[k][container]++
-			c := containerEntry(&pods[i], container, nth)
+			c := containerEntry(&pods[i], &filled[i], container, 1<<f)
 			var err error
-			switch name {
-			case resContainerCPU:
+			switch f {
+			case famContainerCPU:
 				err = resourceSample(&c.cpu, m, true, received)
-			case resContainerMemory:
+			case famContainerMemory:
 				err = resourceSample(&c.mem, m, false, received)
 			default:
 				err = resourceStart(&c.startTime, m)
@@ -196,25 +218,25 @@ func (d *decoder) resourcePods(fams map[string]*dto.MetricFamily, received time.
 	return nil
 }
 
-// containerEntry returns the nth entry named name of p, adding it if p has
-// fewer.
-func containerEntry(p *podStats, name string, nth int) *stats {
+// containerEntry returns the first entry named name of p that family (a
+// bit of filled, whose entries stand for p's) has not filled, adding one if
+// there is none, and marks it filled: the k-th series of a family for a
+// container fills its k-th entry.
+func containerEntry(p *podStats, filled *[]uint8, name string, family uint8) *stats {
 	for i := range p.containers {
-		if p.containers[i].name != name {
-			continue
-		}
-		if nth == 0 {
+		if p.containers[i].name == name && (*filled)[i]&family == 0 {
+			(*filled)[i] |= family
 			return &p.containers[i]
 		}
-		nth--
 	}
 	p.containers = append(p.containers, stats{name: name})
+	*filled = append(*filled, family)
 	return &p.containers[len(p.containers)-1]
 }
 
 // resourceSample reads one CPU (seconds) or working-set (bytes) series.
-func resourceSample(s *sample, m *dto.Metric, cpu bool, received time.Time) error {
-	v := resourceValue(m)
+func resourceSample(s *sample, m resSeries, cpu bool, received time.Time) error {
+	v := m.value
 	limit := float64(maxMemoryBytes)
 	if cpu {
 		limit = maxCPUSeconds
@@ -223,8 +245,8 @@ func resourceSample(s *sample, m *dto.Metric, cpu bool, received time.Time) erro
 		return fmt.Errorf("value %g is implausible", v)
 	}
 	s.time = received
-	if m.TimestampMs != nil {
-		s.time = time.UnixMilli(m.GetTimestampMs())
+	if m.timed {
+		s.time = time.UnixMilli(m.ms)
 	}
 	s.value, s.ok = uint64(v), true
 	if cpu {
@@ -237,8 +259,8 @@ func resourceSample(s *sample, m *dto.Metric, cpu bool, received time.Time) erro
 // epoch, to the millisecond of the samples' times: the kubelet writes it to
 // the nanosecond, and a container sampled within a millisecond of its start
 // would otherwise read as sampled before it.
-func resourceStart(t *time.Time, m *dto.Metric) error {
-	v := resourceValue(m)
+func resourceStart(t *time.Time, m resSeries) error {
+	v := m.value
 	if !(v > 0 && v <= maxStartSeconds) {
 		return fmt.Errorf("start time %g is implausible", v)
 	}

@@ -3,6 +3,7 @@ package kubelet
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
@@ -190,6 +192,115 @@ func FuzzDecodeResource(f *testing.F) {
 				names[c.Name] = true
 				check(key+"/"+c.Name, c.Point)
 			}
+		}
+	})
+}
+
+// kwokResourceText is a node as kwok v0.8.0's own Metric simulates it
+// (kustomize/metrics/resource): no timestamps, scrape_error rather than
+// resource_scrape_error, pod series beside the containers', HELP text
+// ending in an escaped newline, and a start time that is seconds since the
+// pod's creation.
+const kwokResourceText = `# HELP container_cpu_usage_seconds_total [ALPHA] Cumulative cpu time consumed by the container in core-seconds\n
+# TYPE container_cpu_usage_seconds_total counter
+container_cpu_usage_seconds_total{container="app",namespace="e2e-kwok",pod="simulated"} 3.75
+# HELP container_memory_working_set_bytes [ALPHA] Current working set of the container in bytes\n
+# TYPE container_memory_working_set_bytes gauge
+container_memory_working_set_bytes{container="app",namespace="e2e-kwok",pod="simulated"} 6.7108864e+07
+# HELP container_start_time_seconds [ALPHA] Start time of the container since unix epoch in seconds\n
+# TYPE container_start_time_seconds gauge
+container_start_time_seconds{container="app",namespace="e2e-kwok",pod="simulated"} 17.402
+# HELP node_cpu_usage_seconds_total [ALPHA] Cumulative cpu time consumed by the node in core-seconds\n
+# TYPE node_cpu_usage_seconds_total counter
+node_cpu_usage_seconds_total 3.75
+# HELP node_memory_working_set_bytes [ALPHA] Current working set of the node in bytes\n
+# TYPE node_memory_working_set_bytes gauge
+node_memory_working_set_bytes 6.7108864e+07
+# HELP pod_cpu_usage_seconds_total [ALPHA] Cumulative cpu time consumed by the pod in core-seconds\n
+# TYPE pod_cpu_usage_seconds_total counter
+pod_cpu_usage_seconds_total{namespace="e2e-kwok",pod="simulated"} 3.75
+# HELP scrape_error [ALPHA] 1 if there was an error while getting metrics from the node, 0 otherwise\n
+# TYPE scrape_error gauge
+scrape_error 0
+`
+
+var seriesEqual = cmp.Options{cmp.AllowUnexported(resSeries{}), cmpopts.EquateNaNs()}
+
+// TestResourceReader: the kubelet's text and kwok's are read without
+// expfmt, to what expfmt reads; text outside the kubelet's form is left to
+// expfmt, which reads it or refuses it as before.
+func TestResourceReader(t *testing.T) {
+	texts := map[string]string{"the kubelet's, by hand": resourceText}
+	for seed := range 6 {
+		s := summarytest.Summary(rand.New(rand.NewPCG(uint64(seed), 3)), summarytest.Node{Name: "n1", Pods: 5 * seed, Containers: 1 + seed%3, Time: time.Now()})
+		texts[fmt.Sprintf("the kubelet's, seed %d", seed)] = string(resourceOf(t, s))
+	}
+	texts["kwok's"] = kwokResourceText
+	for name, text := range texts {
+		t.Run(name, func(t *testing.T) {
+			want, err := parseResourceExpfmt([]byte(text))
+			must(t, err)
+			got, ok := readResourceText([]byte(text))
+			if !ok {
+				t.Fatal("the reader left the text to expfmt")
+			}
+			if diff := cmp.Diff(want, got, seriesEqual); diff != "" {
+				t.Errorf("readResourceText (-expfmt +reader):\n%s", diff)
+			}
+		})
+	}
+	// Each of these is left to expfmt, which reads or refuses it.
+	for _, line := range []string{
+		` container_cpu_usage_seconds_total{container="a",namespace="n",pod="p"} 1 2`,
+		`container_cpu_usage_seconds_total {container="a",namespace="n",pod="p"} 1 2`,
+		`container_cpu_usage_seconds_total{container="a",namespace="n",pod="p"}  1 2`,
+		`container_cpu_usage_seconds_total{container="a",namespace="n",pod="p"} 1  2`,
+		`container_cpu_usage_seconds_total{container="a",namespace="n",pod="p"} 1 2 `,
+		`container_cpu_usage_seconds_total{container="a",namespace="n",pod="p"}1 2`,
+		`container_cpu_usage_seconds_total{container="a",namespace="n",pod="p",} 1 2`,
+		`container_cpu_usage_seconds_total{container="a\"b",namespace="n",pod="p"} 1 2`,
+		`container_cpu_usage_seconds_total{container="a",container="b",namespace="n",pod="p"} 1 2`,
+		`container_cpu_usage_seconds_total{__name__="x",namespace="n",pod="p"} 1 2`,
+		`container_cpu_usage_seconds_total{} 1 2`,
+		`{"container_cpu_usage_seconds_total",namespace="n",pod="p"} 1 2`,
+		`container_cpu_usage_seconds_total{container="a",namespace="n",pod="p"} 0x1p3 2`,
+		`container_cpu_usage_seconds_total{container="a",namespace="n",pod="p"} 1_0 2`,
+		`container_cpu_usage_seconds_total{container="a",namespace="n",pod="p"} 1 2.5`,
+		"# TYPE container_cpu_usage_seconds_total summary",
+		"# TYPE container_cpu_usage_seconds_total Counter",
+		"#TYPE container_cpu_usage_seconds_total counter",
+		"# HELP container_cpu_usage_seconds_total  two spaces",
+		`# HELP container_cpu_usage_seconds_total an escape expfmt refuses: \t`,
+		`# HELP container_cpu_usage_seconds_total a backslash at the end \`,
+		"# TYPE node_cpu_usage_seconds_total counter", // a second TYPE line
+	} {
+		text := resourceText + line + "\n"
+		if _, ok := readResourceText([]byte(text)); ok {
+			t.Errorf("the reader read %q; it must leave it to expfmt", line)
+		}
+	}
+	if _, ok := readResourceText([]byte(strings.TrimSuffix(resourceText, "\n"))); ok {
+		t.Error("the reader read a text without its last newline; it must leave it to expfmt")
+	}
+}
+
+// FuzzResourceReaderMatchesExpfmt: whatever text the reader reads, expfmt
+// reads too, to the same series.
+func FuzzResourceReaderMatchesExpfmt(f *testing.F) {
+	f.Add([]byte(resourceText))
+	f.Add([]byte(kwokResourceText))
+	f.Add(resourceOf(f, summarytest.Summary(rand.New(rand.NewPCG(1, 1)), summarytest.Node{Name: "n1", Pods: 2, Containers: 2, Time: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)})))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, ok := readResourceText(body)
+		if !ok {
+			return
+		}
+		want, err := parseResourceExpfmt(body)
+		if err != nil {
+			t.Fatalf("the reader read a text expfmt refuses: %v", err)
+		}
+		if diff := cmp.Diff(want, got, seriesEqual); diff != "" {
+			t.Errorf("readResourceText (-expfmt +reader):\n%s", diff)
 		}
 	})
 }
