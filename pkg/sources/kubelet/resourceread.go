@@ -9,24 +9,21 @@ import (
 // The kubelet writes /metrics/resource with its registry's encoder, always
 // in one form: "# HELP" and "# TYPE" lines, then one line a series,
 // name{label="value",...} value [timestamp], single spaces, no escapes.
-// readResourceText reads that form itself, the families DecodeResource uses
-// and no others; anything else in the text makes it give up, and expfmt
+// readResourceText reads every line of that form itself and keeps the series
+// of the families DecodeResource uses; anything else makes it give up, and expfmt
 // reads the whole text instead (parseResource). So the text is always read
-// as expfmt reads it, but the kubelet's own text costs a fraction:
-// BenchmarkDecode's node of 30 pods × 2 containers, medians of 6
-// (docs/bench/2026-12-06-kubelet-resource-reader.txt), took 0.84 ms, 259 KiB
-// and 8,176 allocations through expfmt, and 0.20 ms, 73 KiB and 234
-// allocations here (the Summary's reader: 0.11 ms, 16 KiB). FuzzResourceReaderMatchesExpfmt holds the reader to
-// expfmt: whatever text it reads, expfmt reads too, to the same series.
+// as expfmt reads it, at a fraction of the cost (the package doc has the
+// figures). FuzzResourceReaderMatchesExpfmt holds the reader to expfmt:
+// whatever text it reads, expfmt reads too, to the same series.
 //
 // Where the reader gives up, it is on what expfmt reads differently from
 // the plain form, or refuses: a line that begins with a blank or '{', blanks
 // other than the single space before the value and the timestamp, an escape
-// in a label value (HELP text may have expfmt's: kwok's ends in \n), a quoted
-// name, an empty or trailing-comma label set, a repeated or
-// reserved label name, a HELP or TYPE line not in the form above or
-// repeated, a TYPE after samples or other than counter, gauge or untyped, a
-// value or timestamp strconv does not take, text after the last newline.
+// in a label value (a HELP text may hold expfmt's: kwok's ends in \n), a
+// quoted name, an empty or trailing-comma label set, a repeated or reserved
+// label name, a HELP or TYPE line not in the form above or repeated, a TYPE
+// after samples or other than counter, gauge or untyped, a value or
+// timestamp strconv does not take, text after the last newline.
 
 // resFamily indexes the families DecodeResource reads.
 type resFamily int
