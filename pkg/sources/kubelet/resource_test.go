@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -236,6 +237,11 @@ func TestResourceReader(t *testing.T) {
 		texts[fmt.Sprintf("the kubelet's, seed %d", seed)] = string(resourceOf(t, s))
 	}
 	texts["kwok's"] = kwokResourceText
+	// A real kubelet's, v1.37.2 with containerd, captured from the demo's
+	// real node: swap series beside the usage.
+	real, err := os.ReadFile("testdata/kubelet-v1.37.2-metrics-resource.txt")
+	must(t, err)
+	texts["a real kubelet's"] = string(real)
 	for name, text := range texts {
 		t.Run(name, func(t *testing.T) {
 			want, err := parseResourceExpfmt([]byte(text))
@@ -246,6 +252,12 @@ func TestResourceReader(t *testing.T) {
 			}
 			if diff := cmp.Diff(want, got, seriesEqual); diff != "" {
 				t.Errorf("readResourceText (-expfmt +reader):\n%s", diff)
+			}
+			if len(got[famNodeCPU]) != 1 {
+				t.Errorf("read %d node CPU series, want 1", len(got[famNodeCPU]))
+			}
+			if n := len(got[famContainerCPU]); name == "a real kubelet's" && n != 14 {
+				t.Errorf("read %d container CPU series of the real kubelet's 14", n)
 			}
 		})
 	}
@@ -289,6 +301,9 @@ func TestResourceReader(t *testing.T) {
 func FuzzResourceReaderMatchesExpfmt(f *testing.F) {
 	f.Add([]byte(resourceText))
 	f.Add([]byte(kwokResourceText))
+	if real, err := os.ReadFile("testdata/kubelet-v1.37.2-metrics-resource.txt"); err == nil {
+		f.Add(real)
+	}
 	f.Add(resourceOf(f, summarytest.Summary(rand.New(rand.NewPCG(1, 1)), summarytest.Node{Name: "n1", Pods: 2, Containers: 2, Time: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)})))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		got, ok := readResourceText(body)
