@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/group-metrics-server/group-metrics-server/pkg/sources"
 )
 
 // The kubelet writes /metrics/resource with its registry's encoder, always
@@ -110,7 +112,7 @@ func (r *resourceTextReader) comment(line []byte) bool {
 		return false
 	}
 	rest := line[len("# HELP "):] // both keywords are four letters
-	n := metricNameLen(rest)
+	n := sources.MetricNameLen(rest)
 	if n == 0 || n == len(rest) || rest[n] != ' ' {
 		return false
 	}
@@ -139,7 +141,7 @@ func (r *resourceTextReader) comment(line []byte) bool {
 
 // sample reads a series' line.
 func (r *resourceTextReader) sample(line []byte) bool {
-	n := metricNameLen(line)
+	n := sources.MetricNameLen(line)
 	if n == 0 || n == len(line) {
 		return false
 	}
@@ -203,7 +205,7 @@ func (r *resourceTextReader) readLabels(in []byte, s *resSeries, keep bool) ([]b
 	var seen [8][]byte
 	names := seen[:0]
 	for {
-		n := labelNameLen(in)
+		n := sources.LabelNameLen(in)
 		if n == 0 || n == len(in) || in[n] != '=' {
 			return nil, false
 		}
@@ -279,36 +281,4 @@ func (r *resourceTextReader) family(name []byte) *textFamily {
 	}
 	r.families = append(r.families, f)
 	return &r.families[len(r.families)-1]
-}
-
-// metricNameLen is the length of the legacy metric name (model.LegacyValidation)
-// that in begins with, 0 for none.
-func metricNameLen(in []byte) int {
-	for i, c := range in {
-		if c != ':' && !labelNameByte(c, i > 0) {
-			return i
-		}
-	}
-	return len(in)
-}
-
-// labelNameLen is the length of the legacy label name in begins with, 0 for
-// none.
-func labelNameLen(in []byte) int {
-	for i, c := range in {
-		if !labelNameByte(c, i > 0) {
-			return i
-		}
-	}
-	return len(in)
-}
-
-// labelNameByte reports whether c may stand in a legacy label name, digits
-// only after its first byte.
-func labelNameByte(c byte, digits bool) bool {
-	switch {
-	case c == '_', 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
-		return true
-	}
-	return digits && '0' <= c && c <= '9'
 }

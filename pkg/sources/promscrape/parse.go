@@ -184,7 +184,7 @@ func classify(line []byte, allow allowed) lineKind {
 		if f[1][0] == '"' {
 			return lineOurs
 		}
-		name = f[1][:nameLen(f[1])]
+		name = f[1][:sources.MetricNameLen(f[1])]
 	case '{':
 		var ok bool
 		if name, ok = quotedName(s[1:]); !ok {
@@ -194,7 +194,7 @@ func classify(line []byte, allow allowed) lineKind {
 			return lineOurs
 		}
 	default:
-		name = s[:nameLen(s)]
+		name = s[:sources.MetricNameLen(s)]
 	}
 	if _, ok := allow[string(name)]; ok {
 		return lineOurs
@@ -220,18 +220,6 @@ func quotedName(s []byte) ([]byte, bool) {
 		return nil, false
 	}
 	return name, true
-}
-
-// nameLen is the length of the metric name at the start of s, read as the
-// text parser reads it: up to the first byte that cannot be in a name
-// (a value may follow a name without a blank).
-func nameLen(s []byte) int {
-	for i, c := range s {
-		if c != '_' && c != ':' && (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (i == 0 || c < '0' || c > '9') {
-			return i
-		}
-	}
-	return len(s)
 }
 
 // parseFamilies parses a text exposition with expfmt after filtering it to

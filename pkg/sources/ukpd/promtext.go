@@ -223,10 +223,7 @@ func (s *series) sample(uuid string) (Sample, error) {
 // the value. It reads each byte of the line at most a fixed number of
 // times, and gives up after maxLabelsPerLine labels.
 func parseSampleLine(line string) (name, uuid string, value float64, err error) {
-	i := 0
-	for i < len(line) && isNameByte(line[i], i == 0, true) {
-		i++
-	}
+	i := sources.MetricNameLen(line)
 	if i == 0 {
 		return "", "", 0, errors.New("no metric name")
 	}
@@ -271,10 +268,7 @@ func parseLabels(s string) (string, string, error) {
 		if n == maxLabelsPerLine {
 			return "", "", fmt.Errorf("more than %d labels", maxLabelsPerLine)
 		}
-		i := 0
-		for i < len(s) && isNameByte(s[i], i == 0, false) {
-			i++
-		}
+		i := sources.LabelNameLen(s)
 		if i == 0 {
 			return "", "", errors.New("malformed label set")
 		}
@@ -339,18 +333,4 @@ func parseQuoted(s string) (string, string, error) {
 		}
 	}
 	return "", "", errors.New("unterminated value")
-}
-
-// isNameByte says whether c may appear in a metric name (colons allowed) or
-// a label name, first says whether it is the first byte.
-func isNameByte(c byte, first, colon bool) bool {
-	switch {
-	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '_':
-		return true
-	case c == ':':
-		return colon
-	case c >= '0' && c <= '9':
-		return !first
-	}
-	return false
 }
