@@ -198,10 +198,12 @@ func FuzzDecodeResource(f *testing.F) {
 }
 
 // kwokResourceText is a node as kwok v0.8.0's own Metric simulates it
-// (kustomize/metrics/resource): no timestamps, scrape_error rather than
-// resource_scrape_error, pod series beside the containers', HELP text
-// ending in an escaped newline, and a start time that is seconds since the
-// pod's creation.
+// (kustomize/metrics/resource/metrics-resource.yaml): no timestamps,
+// scrape_error rather than resource_scrape_error, pod series beside the
+// containers', and a start time that is seconds since the pod's creation
+// (pkg/utils/cel/funcs.go, sinceSecond). Each help there is a YAML block
+// ending in a newline, which kwok's handler (pkg/kwok/metrics/metrics.go,
+// client_golang's promhttp) writes escaped, as \n.
 const kwokResourceText = `# HELP container_cpu_usage_seconds_total [ALPHA] Cumulative cpu time consumed by the container in core-seconds\n
 # TYPE container_cpu_usage_seconds_total counter
 container_cpu_usage_seconds_total{container="app",namespace="e2e-kwok",pod="simulated"} 3.75
