@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"unicode/utf8"
 )
 
 // Reasons a scrape failed, used as the "reason" label of the failure counter.
@@ -25,6 +26,18 @@ const (
 	ReasonDecode     = "decode"
 	ReasonOther      = "other"
 )
+
+// Clip cuts s, text a peer chose, to at most n bytes before an error or a
+// log quotes it; the cut falls between runes and "..." marks it.
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
+}
 
 // ReasonError attaches a failure reason to an error.
 type ReasonError struct {

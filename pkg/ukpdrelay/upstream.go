@@ -228,10 +228,4 @@ func isInstanceID(s string) bool {
 }
 
 // clip shortens what a sender sent to quote it in an answer.
-func clip(s string) string {
-	const n = 64
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
-}
+func clip(s string) string { return sources.Clip(s, 64) }

@@ -223,8 +223,5 @@ func refusal(body io.Reader) string {
 	if line == "" {
 		return ""
 	}
-	if len(line) > maxRefusalBytes {
-		line = strings.ToValidUTF8(line[:maxRefusalBytes], "") + "..."
-	}
-	return ": " + strconv.Quote(strings.TrimSpace(line))
+	return ": " + strconv.Quote(strings.TrimSpace(sources.Clip(line, maxRefusalBytes)))
 }

@@ -305,9 +305,5 @@ const maxStatusBytes = 128
 // statusLine is the response's status, cut to maxStatusBytes and quoted so
 // no control character of the endpoint's reaches a log.
 func statusLine(resp *http.Response) string {
-	st := resp.Status
-	if len(st) > maxStatusBytes {
-		st = strings.ToValidUTF8(st[:maxStatusBytes], "") + "..."
-	}
-	return strconv.Quote(st)
+	return strconv.Quote(sources.Clip(resp.Status, maxStatusBytes))
 }

@@ -378,10 +378,4 @@ func (e oneLine) Unwrap() []error { return e }
 
 // clip shortens a string that came over the network before it goes into an
 // error message.
-func clip(s string) string {
-	const max = 200
-	if len(s) > max {
-		s = s[:max] + "..."
-	}
-	return strings.ToValidUTF8(s, "?")
-}
+func clip(s string) string { return strings.ToValidUTF8(sources.Clip(s, 200), "?") }
