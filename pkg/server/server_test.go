@@ -6,11 +6,13 @@ import (
 	"crypto/x509"
 	"errors"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
@@ -223,16 +225,13 @@ func kitNames(t *testing.T) []string {
 	return out
 }
 
-// TestMonitoringKitMetricsServed scrapes the authorized /metrics of a
-// running server (with --group-metrics-series and an LWS group) after a few
-// reads, and checks that every family the monitoring kit's alerts and
-// dashboard use is there; the certificate controller's families are checked
-// in pkg/certs, on its registry.
-func TestMonitoringKitMetricsServed(t *testing.T) {
-	env := startServer(t, "")
+// servedFamilies lists pods and nodes through env's server, which observes
+// the served-age histograms and the request metrics, and returns the
+// families on its authorized /metrics.
+func servedFamilies(t *testing.T, env *testEnv) map[string]*dto.MetricFamily {
+	t.Helper()
 	ctx := context.Background()
 	mc := metricsClient(t, env.admin, "application/json")
-	// Reads observe the served-age histograms and the request metrics.
 	_, err := mc.MetricsV1beta1().PodMetricses("").List(ctx, metav1.ListOptions{})
 	must(t, err)
 	_, err = mc.MetricsV1beta1().NodeMetricses().List(ctx, metav1.ListOptions{})
@@ -246,6 +245,15 @@ func TestMonitoringKitMetricsServed(t *testing.T) {
 	if err != nil {
 		t.Fatalf("parse /metrics: %v", err)
 	}
+	return families
+}
+
+// TestMonitoringKitMetricsServed checks that a running server (with
+// --group-metrics-series and an LWS group) serves every family the
+// monitoring kit's alerts and dashboard use; the certificate controller's
+// families are checked in pkg/certs, on its registry.
+func TestMonitoringKitMetricsServed(t *testing.T) {
+	families := servedFamilies(t, startServer(t, ""))
 	checked := 0
 	for _, name := range kitNames(t) {
 		if strings.HasPrefix(name, "group_metrics_server_certs_") {
@@ -256,6 +264,31 @@ func TestMonitoringKitMetricsServed(t *testing.T) {
 		}
 	}
 	t.Logf("%d families of the kit served, of %d on /metrics", checked, len(families))
+}
+
+// TestMigrationMetricsServed checks that a running server, one of whose
+// kubelets fails verification, serves every family docs/migration.md gives
+// in place of one of metrics-server's own series.
+func TestMigrationMetricsServed(t *testing.T) {
+	families := servedFamilies(t, startServer(t, "n2"))
+	b, err := os.ReadFile("../../docs/migration.md")
+	must(t, err)
+	ours := regexp.MustCompile("`(group_metrics_server_[a-z_]+)")
+	checked := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		cols := strings.Split(l, " | ")
+		if !strings.HasPrefix(l, "| `metrics_server_") || len(cols) < 2 {
+			continue
+		}
+		for _, m := range ours.FindAllStringSubmatch(cols[1], -1) {
+			if checked++; len(families[strings.TrimSuffix(m[1], "_count")].GetMetric()) == 0 {
+				t.Errorf("docs/migration.md gives %s for %s, and /metrics does not serve it", m[1], strings.Trim(cols[0], "| `"))
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("docs/migration.md gives no series of ours for metrics-server's")
+	}
 }
 
 // TestEndpointPods: the pod cache as the pod-endpoint source lists it:

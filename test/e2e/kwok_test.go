@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	"github.com/group-metrics-server/group-metrics-server/pkg/podcache"
 	"github.com/group-metrics-server/group-metrics-server/test/cluster"
 	"github.com/group-metrics-server/group-metrics-server/test/e2e/env"
+	"github.com/group-metrics-server/group-metrics-server/test/promtext"
 )
 
 // The kwok node's pod uses what its annotations say (kwok's
@@ -114,6 +116,7 @@ func TestKwokResourceMetrics(t *testing.T) {
 		}
 		return nil
 	}))
+	checkMetricsServerSeries(ctx, t, ms)
 	// The suite's server reads the Summary: it ignores the annotation, and
 	// says so once.
 	notices, err := linesWith(suite.server.Process.LogPath(), podcache.ResourceMetricsPathAnnotation)
@@ -127,6 +130,32 @@ func TestKwokResourceMetrics(t *testing.T) {
 			if d := math.Abs(float64(u.cpuNano-wantCPU)) / float64(wantCPU); d > kwokCPUTolerance || u.memory != wantMemory {
 				t.Errorf("%s: %s: cpu %dn, memory %d B; want %dn within %.0f%%, memory %d B", name, what, u.cpuNano, u.memory, wantCPU, 100*kwokCPUTolerance, wantMemory)
 			}
+		}
+	}
+}
+
+// checkMetricsServerSeries checks that metrics-server, having scraped and
+// served, has on its /metrics every series of its own that docs/migration.md
+// maps to ours (the first column of its table; pkg/server checks ours).
+func checkMetricsServerSeries(ctx context.Context, t *testing.T, ms *env.MetricsServer) {
+	t.Helper()
+	doc := readFile(t, repoPath(t, "docs", "migration.md"))
+	names := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(metrics_server_[a-z_]+)").FindAllStringSubmatch(string(doc), -1) {
+		names[m[1]] = true
+	}
+	if len(names) == 0 {
+		t.Fatal("docs/migration.md maps none of metrics-server's series")
+	}
+	client, err := rest.HTTPClientFor(ms.RESTConfig())
+	must(t, err)
+	body, err := selfMetrics(ctx, endpoint{name: "metrics-server", base: ms.RESTConfig().Host, client: client})
+	must(t, err)
+	fams, err := promtext.Families(body)
+	must(t, err)
+	for name := range names {
+		if len(fams[name].GetMetric()) == 0 {
+			t.Errorf("docs/migration.md maps metrics-server's %s, which metrics-server v0.8.0 does not serve", name)
 		}
 	}
 }
