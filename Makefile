@@ -20,6 +20,8 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 E2E_TIMEOUT ?= 45m
 E2E_SHARDS ?= 5
+# make soak: how long TestChurn churns (Go duration, 1m to 24h).
+SOAK_DURATION ?= 1h
 FUZZTIME ?= 10s
 BENCH_COUNT ?= 6
 # The release hack/tools.sh builds into bin/, and those make e2e-compat runs
@@ -126,6 +128,10 @@ e2e: tools tools-node build ## The e2e suite on real local control planes and a 
 .PHONY: e2e-node
 e2e-node: tools tools-node build ## Only the e2e test on the real node, TestRealNode: a kubelet and containerd beside the kwok nodes (as root; docs/testing.md "A real node").
 	$(GO) test -tags e2e -count=1 -timeout 20m -v -run '^TestRealNode$$' ./test/e2e/
+
+.PHONY: soak
+soak: tools tools-node build ## TestChurn for SOAK_DURATION (default 1h) instead of 3 minutes, logging the server's memory every tenth of it; not in make test (docs/reliability.md).
+	GMS_CHURN_DURATION=$(SOAK_DURATION) E2E_SHARDS=1 E2E_TIMEOUT=25h E2E_RUN=TestChurn bash hack/e2e.sh
 
 .PHONY: tools-compat
 tools-compat: ## Build the control planes of COMPAT_VERSIONS into bin/k8s-<version>/, once each.

@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -24,7 +25,9 @@ import (
 )
 
 const (
-	churnDuration = 3 * time.Minute
+	// churnDefault is how long TestChurn churns in make test; make soak sets
+	// $GMS_CHURN_DURATION (churnDuration).
+	churnDefault = 3 * time.Minute
 	// churnInterval is how often a churn pod is created and, once churnPool are alive, the oldest deleted: up
 	// to 400 of each a minute.
 	churnInterval = 150 * time.Millisecond
@@ -36,7 +39,8 @@ const (
 // TestChurn creates and deletes bare pods for churnDuration while clients list metrics: the server must lose
 // nothing and keep nothing.
 func TestChurn(t *testing.T) {
-	ctx := begin(t, churnDuration+6*time.Minute)
+	d := churnDuration(t)
+	ctx := begin(t, d+6*time.Minute)
 	const ns = "e2e-churn"
 	newNamespace(ctx, t, ns)
 	suite.fleet.SetUsage(fakekubelet.UsageTarget{Namespace: ns, Selector: labels.SelectorFromSet(labels.Set{churnLabel: "true"})},
@@ -57,7 +61,7 @@ func TestChurn(t *testing.T) {
 		{ep: aggregatorEndpoint(t, suite.cluster), sh: listAllPods(), steady: steadyKeys},
 		{ep: direct, sh: nsList, steady: steadyKeys},
 	}
-	elapsed, peakRSS := c.runAll(ctx, aggregatorEndpoint(t, suite.cluster), listers, pid)
+	elapsed, peakRSS := c.runAll(ctx, t, d, aggregatorEndpoint(t, suite.cluster), listers, pid, direct)
 	must(t, c.deleteRest(ctx))
 	gaugesAfter := waitStoreMatches(ctx, t, direct, staleBound()+tickBound())
 	rssAfter, heapAfter := settledMemory(ctx, t, direct, pid)
@@ -70,10 +74,24 @@ func TestChurn(t *testing.T) {
 	}
 }
 
-// runAll runs the churn, the probe and the listers for churnDuration, and returns how long that took and the
-// server's (pid) peak RSS meanwhile.
-func (c *churn) runAll(ctx context.Context, agg endpoint, listers []*churnLister, pid int) (time.Duration, uint64) {
-	churnCtx, cancel := context.WithTimeout(ctx, churnDuration)
+// churnDuration is $GMS_CHURN_DURATION (make soak), or churnDefault.
+func churnDuration(t *testing.T) time.Duration {
+	v := os.Getenv("GMS_CHURN_DURATION")
+	if v == "" {
+		return churnDefault
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < time.Minute || d > 24*time.Hour {
+		t.Fatalf("GMS_CHURN_DURATION=%q: want a duration from 1m to 24h", v)
+	}
+	return d
+}
+
+// runAll runs the churn, the probe and the listers for d, and returns how long that took and the server's (pid)
+// peak RSS meanwhile. A run longer than churnDefault (a soak) logs the server's memory and store gauges every
+// tenth of d, read from pid and from ep's /metrics.
+func (c *churn) runAll(ctx context.Context, t *testing.T, d time.Duration, agg endpoint, listers []*churnLister, pid int, ep endpoint) (time.Duration, uint64) {
+	churnCtx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	began := time.Now()
 	var wg sync.WaitGroup
@@ -90,6 +108,24 @@ func (c *churn) runAll(ctx context.Context, agg endpoint, listers []*churnLister
 			}
 		})
 	})
+	if d > churnDefault {
+		wg.Go(func() {
+			every(churnCtx, d/10, func() {
+				st, err := readProc(pid)
+				body, err2 := selfMetrics(churnCtx, ep)
+				heap, _, err3 := promtext.Value(body, "go_memstats_heap_inuse_bytes")
+				containers, _, err4 := promtext.Value(body, storePoints, `kind="container"`)
+				if err = cmp.Or(err, err2, err3, err4); err != nil {
+					if churnCtx.Err() == nil { // not the read the churn's end cut short
+						t.Logf("soak, %v in: %v", time.Since(began).Round(time.Second), err)
+					}
+					return
+				}
+				t.Logf("soak, %v in: %d pods created, RSS %s, heap in use %s, %.0f containers stored",
+					time.Since(began).Round(time.Second), c.createdSoFar(), mib(st.RSS), mib(uint64(heap)), containers)
+			})
+		})
+	}
 	wg.Wait()
 	return time.Since(began), peakRSS
 }
@@ -161,6 +197,12 @@ type churn struct {
 	created, createErrors, deleteErrors int
 	probeLatencies                      []time.Duration
 	problems                            problemLog
+}
+
+func (c *churn) createdSoFar() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.created
 }
 
 func (c *churn) pod(name, node, role string) *corev1.Pod {
